@@ -1,0 +1,27 @@
+# The two commands a new user needs (README): `make demo` and `make test`.
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test unit bench clean
+
+setup: $(VENV)/.ready
+
+$(VENV)/.ready: pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+	touch $@
+
+demo: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+
+test: setup
+	$(BIN)/python -m pytest -ra
+
+unit: setup
+	$(BIN)/python -m pytest -ra tests/unit
+
+bench: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/lab_bringup.py
+
+clean:
+	-$(BIN)/clockfabric lab down --all
+	rm -rf $(VENV) build src/*.egg-info

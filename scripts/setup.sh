@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install everything clockfabric needs on a fresh Debian/Ubuntu machine: system packages
+# (as root), then a virtual environment in .venv with the package and its test tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v ip >/dev/null || need+=(iproute2)
+command -v iperf3 >/dev/null || need+=(iperf3)
+command -v ping >/dev/null || need+=(iputils-ping)
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing system packages (${need[*]}); run as root or: sudo apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+  echo "setup: clockfabric needs Python 3.11 or newer (found $(python3 --version))" >&2; exit 1; }
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+echo "setup: ready (.venv)"

@@ -1,0 +1,3 @@
+from clockfabric.cli.main import main
+
+main()

@@ -1,0 +1,35 @@
+"""The `clockfabric` command."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from clockfabric import __version__
+from clockfabric.cli import lab_cmds, topology_cmds
+from clockfabric.cli.output import err
+from clockfabric.errors import ClockfabricError
+
+app = typer.Typer(help="clockfabric: synced clocks, one-way delays and path control for AI cluster fabrics.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+app.add_typer(topology_cmds.app, name="topology")
+app.add_typer(lab_cmds.app, name="lab")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    print(__version__)
+
+
+def main() -> None:
+    try:
+        app()
+    except ClockfabricError as e:
+        for line in str(e).splitlines():
+            err.print(f"[red]error:[/] {line}", highlight=False, markup=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)

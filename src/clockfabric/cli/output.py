@@ -1,0 +1,49 @@
+"""Shared CLI plumbing: consoles, JSON, progress bars, and the preconditions of lab verbs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from clockfabric.errors import ClockfabricError
+
+out = Console()  # results
+err = Console(stderr=True)  # progress, notes, errors: stdout stays clean for --json
+
+
+def print_json(data: object) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+@contextmanager
+def progress_bar(label: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress callback (stage, done, total) drawn on stderr; silent when not a terminal."""
+    with Progress(TextColumn(f"{label} [bold]{{task.description}}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+        tasks: dict[str, int] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield update
+
+
+def require_root() -> None:
+    if not os.path.exists("/proc/self/ns/net"):
+        raise ClockfabricError("this kernel has no network namespaces; the lab needs CONFIG_NET_NS")
+    if os.geteuid() != 0:
+        raise ClockfabricError("the lab makes network namespaces, which needs root; run it with sudo")
+
+
+def require_tool(name: str, package: str) -> None:
+    if shutil.which(name) is None:
+        raise ClockfabricError(f"{name} is not installed; run `make setup` or `apt-get install {package}`")

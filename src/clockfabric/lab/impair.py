@@ -1,0 +1,67 @@
+"""Failures you can inject: a link down or up, a flap schedule, a new link speed.
+
+A cable pull is emulated by taking the *far* end of the link down (the switch side of a
+host link): the near end then sees carrier loss exactly as it would from a real failure,
+with netlink events and carrier_changes, while its own configuration stays untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import netns, shaping
+from clockfabric.lab.build import install_routes
+from clockfabric.lab.state import Lab
+from clockfabric.topology import Link, Port, routing_tables
+
+
+def find_link(lab: Lab, a: str, b: str) -> Link:
+    for end in (a, b):
+        lab.node(end.partition(":")[0])
+    try:
+        return lab.topology.find_link(a, b)
+    except KeyError as e:
+        if e.args[0] == 0:
+            raise ClockfabricError(f"no link between {a} and {b} in lab {lab.name}; "
+                                   "`clockfabric lab status` lists the links") from None
+        raise ClockfabricError(f"{a} and {b} are joined by several links; name the ports, like {a}:swp1") from None
+
+
+def far_end(lab: Lab, link: Link) -> Port:
+    return link.a if link.b.node in lab.topology.hosts else link.b
+
+
+def set_link(lab: Lab, link: Link, up: bool) -> None:
+    port = far_end(lab, link)
+    with netns.ipr(lab.ns(port.node)) as ipr:
+        index = ipr.link_lookup(ifname=port.iface)[0]
+        ipr.link("set", index=index, state="up" if up else "down")
+        if up:  # the kernel dropped this node's single-path routes when the port went down
+            install_routes(ipr, routing_tables(lab.topology)[port.node])
+
+
+def flap(lab: Lab, link: Link, *, down_s: float, up_s: float, count: int,
+         on_change: Callable[[int, bool], None] | None = None) -> None:
+    """Down for down_s, up for up_s, count times; always leaves the link up."""
+    try:
+        for i in range(count):
+            set_link(lab, link, up=False)
+            if on_change:
+                on_change(i, False)
+            time.sleep(down_s)
+            set_link(lab, link, up=True)
+            if on_change:
+                on_change(i, True)
+            if i + 1 < count:
+                time.sleep(up_s)
+    finally:
+        set_link(lab, link, up=True)
+
+
+def set_rate(lab: Lab, link: Link, rate_bps: int) -> None:
+    """New speed for both directions of the link."""
+    for port in (link.a, link.b):
+        with netns.ipr(lab.ns(port.node)) as ipr:
+            shaping.set_rate(ipr, ipr.link_lookup(ifname=port.iface)[0], rate_bps)

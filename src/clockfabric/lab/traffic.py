@@ -1,0 +1,58 @@
+"""Background traffic between lab hosts: real iperf3 flows, TCP or rate-limited UDP."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab.exec import command
+from clockfabric.lab.state import Lab
+
+
+def run(lab: Lab, src: str, dst: str, *, seconds: float, rate_bps: int | None = None,
+        udp: bool = False, streams: int = 1) -> dict:
+    """Run one iperf3 test from src to dst (host addresses) and return what it measured."""
+    topo = lab.topology
+    for h in (src, dst):
+        if h not in topo.hosts:
+            raise ClockfabricError(f"{h!r} is not a host of lab {lab.name}; traffic runs between hosts")
+    if src == dst:
+        raise ClockfabricError("traffic needs two different hosts")
+    address = str(topo.hosts[dst].address)
+    port = random.randrange(20000, 60000)
+    server = subprocess.Popen(command(lab, dst, ["iperf3", "-s", "-1", "-B", address, "-p", str(port),
+                                                 "--forceflush"]),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in server.stdout:  # wait until it listens, so the client never races it
+            if "listening" in line.lower():
+                break
+        else:
+            raise ClockfabricError(f"iperf3 server on {dst} did not start; is iperf3 installed (make setup)?")
+        args = ["iperf3", "-c", address, "-p", str(port), "-B", str(topo.hosts[src].address),
+                "-t", str(seconds), "-J", "-P", str(streams)]
+        if udp or rate_bps:
+            args += ["-u"] if udp else []
+            args += ["-b", str(rate_bps or 0)]
+        client = subprocess.run(command(lab, src, args), capture_output=True, text=True)
+        try:
+            result = json.loads(client.stdout)
+        except json.JSONDecodeError:
+            raise ClockfabricError(f"iperf3 {src} -> {dst} failed: {client.stderr.strip() or client.stdout[:200]}") from None
+        if "error" in result:
+            raise ClockfabricError(f"iperf3 {src} -> {dst} failed: {result['error']}")
+    finally:
+        server.kill()
+        server.wait()
+    end = result["end"]
+    if udp:
+        summary = end["sum"]
+        received = summary["bits_per_second"] * (1 - summary.get("lost_percent", 0) / 100)
+        return {"src": src, "dst": dst, "protocol": "udp", "seconds": seconds,
+                "sent_bps": summary["bits_per_second"], "received_bps": received,
+                "lost_percent": summary.get("lost_percent", 0.0), "jitter_ms": summary.get("jitter_ms")}
+    return {"src": src, "dst": dst, "protocol": "tcp", "seconds": seconds, "streams": streams,
+            "sent_bps": end["sum_sent"]["bits_per_second"], "received_bps": end["sum_received"]["bits_per_second"],
+            "retransmits": end["sum_sent"].get("retransmits")}

@@ -1,0 +1,117 @@
+"""Virtual host clocks: each lab host runs on its own clock with a known offset, drift,
+random-walk wander and steps, so clock sync has a ground truth to be judged against.
+
+An agent in host h reads only its own model (the file named by $CLOCKFABRIC_CLOCK) and
+turns real kernel timestamps into h's local time; evaluation tools read every model.
+All arithmetic is in integer nanoseconds where it matters: float64 cannot hold an epoch
+timestamp to the nanosecond.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+CLOCK_ENV = "CLOCKFABRIC_CLOCK"
+_BLOCK = 256  # wander knots (one per second) generated per random block
+
+
+@dataclass(frozen=True)
+class VirtualClock:
+    host: str
+    epoch_ns: int  # real time at which the model starts; drift and wander count from here
+    offset_ns: int
+    drift_ppm: float
+    wander_ns: float = 0.0  # random walk: standard deviation of the change over one second
+    seed: int = 0
+    steps: tuple[tuple[int, int], ...] = ()  # (real time of the step, size), both ns
+    _walk: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def local_ns(self, real_ns: int) -> int:
+        """This host's reading of its clock at true time real_ns."""
+        elapsed = real_ns - self.epoch_ns
+        value = real_ns + self.offset_ns + round(elapsed * self.drift_ppm * 1e-6)
+        if self.wander_ns and elapsed > 0:
+            value += round(self._wander(elapsed / 1e9))
+        return value + sum(size for at, size in self.steps if at <= real_ns)
+
+    def now_ns(self) -> int:
+        return self.local_ns(time.time_ns())
+
+    def with_step(self, at_real_ns: int, size_ns: int) -> VirtualClock:
+        return VirtualClock(self.host, self.epoch_ns, self.offset_ns, self.drift_ppm, self.wander_ns,
+                            self.seed, (*self.steps, (at_real_ns, size_ns)))
+
+    # ---- the random walk, piecewise linear between one-second knots ------------------------
+    def _wander(self, seconds: float) -> float:
+        k = int(seconds)
+        a, b = self._knot(k), self._knot(k + 1)
+        return a + (seconds - k) * (b - a)
+
+    def _knot(self, k: int) -> float:
+        block, i = divmod(k, _BLOCK)
+        return self._block(block)[i]
+
+    def _block(self, block: int) -> list[float]:
+        if block not in self._walk:
+            start = 0.0 if block == 0 else self._block(block - 1)[-1]
+            rng = random.Random(f"{self.seed}/{self.host}/{block}")
+            values, v = [], start
+            for _ in range(_BLOCK):
+                values.append(v)
+                v += rng.gauss(0.0, self.wander_ns)
+            values.append(v)  # the first knot of the next block, so blocks join
+            self._walk[block] = values
+        return self._walk[block]
+
+    # ---- files ------------------------------------------------------------------------------
+    def to_json(self) -> str:
+        d = asdict(self)
+        d.pop("_walk")
+        d["steps"] = [list(s) for s in self.steps]
+        return json.dumps(d, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> VirtualClock:
+        d = json.loads(text)
+        d["steps"] = tuple(tuple(s) for s in d.get("steps", ()))
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> VirtualClock:
+        return cls.from_json(Path(path).read_text())
+
+
+class SystemClock:
+    """The host's own clock, for agents on real machines."""
+
+    host = os.uname().nodename
+
+    def local_ns(self, real_ns: int) -> int:
+        return real_ns
+
+    def now_ns(self) -> int:
+        return time.time_ns()
+
+
+def host_clock() -> VirtualClock | SystemClock:
+    """The clock an agent should use: its lab host's virtual clock, or the real one."""
+    path = os.environ.get(CLOCK_ENV)
+    return VirtualClock.load(path) if path else SystemClock()
+
+
+def random_clocks(hosts: list[str], *, max_offset_ns: int, max_drift_ppm: float, wander_ns: float,
+                  seed: int, epoch_ns: int) -> dict[str, VirtualClock]:
+    """Offsets and drifts drawn uniformly within the bounds, reproducibly from the seed."""
+    rng = random.Random(seed)
+    clocks = {}
+    for h in hosts:
+        offset = rng.randint(-max_offset_ns, max_offset_ns) if max_offset_ns else 0
+        drift = round(rng.uniform(-max_drift_ppm, max_drift_ppm), 3) if max_drift_ppm else 0.0
+        clocks[h] = VirtualClock(h, epoch_ns, offset, drift, wander_ns, seed)
+    return clocks
+

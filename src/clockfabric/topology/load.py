@@ -1,0 +1,259 @@
+"""Topology files: YAML in, a validated Topology out (or every problem, one line each)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path as FilePath
+
+import yaml
+
+from clockfabric.errors import ClockfabricError
+from clockfabric.topology.model import SWITCH_ROLES, Host, Link, Nic, Port, Switch, Topology
+from clockfabric.topology.rates import RateError, format_rate, parse_rate
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}$")
+IFACE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")  # Linux allows 15 characters
+DEFAULT_HOST_POOL = "10.0.0.0/16"
+DEFAULT_FABRIC_POOL = "10.64.0.0/10"
+DEFAULT_RATE = "1gbit"
+DEFAULT_BUFFER = 200  # packets, per link direction
+
+
+class TopologyError(ClockfabricError):
+    def __init__(self, source: str, problems: list[str]):
+        self.source, self.problems = source, problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+def load(path: str | FilePath) -> Topology:
+    path = FilePath(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ClockfabricError(f"cannot read topology {path}: {e.strerror}; check the path") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise ClockfabricError(f"{path}: not valid YAML{line}; fix the syntax") from None
+    return parse(data, str(path))
+
+
+def save(topo: Topology, path: str | FilePath) -> None:
+    FilePath(path).write_text(dumps(topo))
+
+
+def dumps(topo: Topology) -> str:
+    """YAML with one line per host, switch and link: easy to read and to diff."""
+    lines = [f"name: {_q(topo.name)}"]
+    if topo.meta:
+        lines.append(f"meta: {_flow(topo.meta)}")
+    lines += [
+        f"addressing: {{hosts: {topo.host_pool}, fabric: {topo.fabric_pool}}}",
+        f"defaults: {{rate: {format_rate(topo.default_rate_bps)}, buffer: {topo.default_buffer_pkts}}}",
+        "hosts:",
+    ]
+    for h in topo.hosts.values():
+        nics = ", ".join(f"{{name: {n.name}, plane: {n.plane}}}" for n in h.nics)
+        lines.append(f"  - {{name: {_q(h.name)}, address: {h.address}, nics: [{nics}]}}")
+    lines.append("switches:")
+    for s in topo.switches.values():
+        lines.append(f"  - {{name: {_q(s.name)}, role: {s.role}, plane: {s.plane}}}")
+    lines.append("links:")
+    for lk in topo.links:
+        extra = f", buffer: {lk.buffer_pkts}" if lk.buffer_pkts != topo.default_buffer_pkts else ""
+        lines.append(f"  - {{a: {_q(str(lk.a))}, b: {_q(str(lk.b))}, rate: {format_rate(lk.rate_bps)}{extra}}}")
+    return "\n".join(lines) + "\n"
+
+
+def _flow(d: dict) -> str:
+    return "{" + ", ".join(f"{k}: {_q(v)}" for k, v in d.items()) + "}"
+
+
+def _q(value: object) -> str:
+    """A scalar as YAML reads it back unchanged: names like 'on', 'null' or '007' get quotes."""
+    text = str(value)
+    return text if yaml.safe_load(text) == value or not isinstance(value, str) else f'"{text}"'
+
+
+def parse(data: object, source: str = "topology") -> Topology:
+    """Build a Topology from parsed YAML, or raise TopologyError listing every problem."""
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        raise TopologyError(source, ["expected a mapping with name, hosts, switches and links"])
+
+    def section(key: str) -> list:
+        value = data.get(key) or []
+        if not isinstance(value, list):
+            problems.append(f"'{key}' must be a list")
+            return []
+        return value
+
+    name = str(data.get("name", FilePath(source).stem))
+    if not NAME.match(name):
+        problems.append(f"name {name!r}: use letters, digits, '-' and '_' (at most 31)")
+
+    addressing = _mapping(data, "addressing", "{hosts: 10.0.0.0/16, fabric: 10.64.0.0/10}", problems)
+    pools = {}
+    for key, default in (("hosts", DEFAULT_HOST_POOL), ("fabric", DEFAULT_FABRIC_POOL)):
+        try:
+            pools[key] = ipaddress.IPv4Network(str(addressing.get(key, default)))
+        except ValueError as e:
+            problems.append(f"addressing.{key}: {e}; write a prefix like {default}")
+            pools[key] = ipaddress.IPv4Network(default)
+    if pools["fabric"].prefixlen > 16:
+        problems.append("addressing.fabric must be /16 or larger (each plane takes a slice of it)")
+
+    defaults = _mapping(data, "defaults", "{rate: 1gbit, buffer: 200}", problems)
+    try:
+        default_rate = parse_rate(defaults.get("rate", DEFAULT_RATE))
+    except RateError as e:
+        problems.append(f"defaults: {e}")
+        default_rate = parse_rate(DEFAULT_RATE)
+    default_buffer = _buffer(defaults.get("buffer", DEFAULT_BUFFER), "defaults", problems)
+
+    hosts: dict[str, Host] = {}
+    raw_hosts = section("hosts")
+    taken = {str(h["address"]) for h in raw_hosts if isinstance(h, dict) and "address" in h}
+    free = (a for a in pools["hosts"].hosts() if str(a) not in taken)
+    for i, raw in enumerate(raw_hosts):
+        host = _host(raw, i, free, problems)
+        if host is None:
+            continue
+        if host.name in hosts:
+            problems.append(f"host {host.name!r} is defined twice; give each host its own name")
+        hosts[host.name] = host
+
+    switches: dict[str, Switch] = {}
+    for i, raw in enumerate(section("switches")):
+        sw = _switch(raw, i, problems)
+        if sw is None:
+            continue
+        if sw.name in switches or sw.name in hosts:
+            problems.append(f"node {sw.name!r} is defined twice; give each node its own name")
+        switches[sw.name] = sw
+
+    links: list[Link] = []
+    raw_links = section("links")
+    named = {str(raw[k]) for raw in raw_links if isinstance(raw, dict) for k in ("a", "b") if k in raw}
+    auto_ports = {s: (f"swp{k}" for k in range(1, 100_000) if f"{s}:swp{k}" not in named) for s in switches}
+    used_ports: set[Port] = set()
+    for i, raw in enumerate(raw_links):
+        if not isinstance(raw, dict) or "a" not in raw or "b" not in raw:
+            problems.append(f"link {i + 1}: needs 'a' and 'b' endpoints, like {{a: h0:eth0, b: leaf0}}")
+            continue
+        label = f"link {i + 1} ({raw['a']} -- {raw['b']})"
+        ends = [_endpoint(str(raw[k]), hosts, switches, auto_ports, label, problems) for k in ("a", "b")]
+        try:
+            rate = parse_rate(raw.get("rate", default_rate))
+        except RateError as e:
+            problems.append(f"{label}: {e}")
+            continue
+        buffer = _buffer(raw.get("buffer", default_buffer), label, problems)
+        if None in ends:
+            continue
+        a, b = ends
+        if a.node == b.node:
+            problems.append(f"{label}: a link must join two different nodes")
+            continue
+        for port in (a, b):
+            if port in used_ports:
+                problems.append(f"{label}: port {port} is already cabled; each port takes one link")
+            used_ports.add(port)
+        links.append(Link(a, b, rate, buffer))
+
+    topo = Topology(name, hosts, switches, links, pools["hosts"], pools["fabric"],
+                    default_rate, default_buffer, dict(data.get("meta") or {}))
+    if not problems:
+        from clockfabric.topology.validate import problems as semantic_problems
+
+        problems += semantic_problems(topo)
+    if problems:
+        raise TopologyError(source, problems)
+    return topo
+
+
+def _mapping(data: dict, key: str, example: str, problems: list[str]) -> dict:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        problems.append(f"'{key}' must be a mapping, like {key}: {example}")
+        return {}
+    return value
+
+
+def _buffer(value: object, label: str, problems: list[str]) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100_000:
+        return value
+    problems.append(f"{label}: buffer {value!r} must be a packet count from 1 to 100000")
+    return DEFAULT_BUFFER
+
+
+def _host(raw: object, i: int, free, problems: list[str]) -> Host | None:
+    if not isinstance(raw, dict) or "name" not in raw:
+        problems.append(f"host {i + 1}: needs a name, like {{name: h0, nics: [{{name: eth0, plane: 0}}]}}")
+        return None
+    name = str(raw["name"])
+    if not NAME.match(name):
+        problems.append(f"host {name!r}: use letters, digits, '-' and '_' (at most 31)")
+    address = None
+    if "address" in raw:
+        try:
+            address = ipaddress.IPv4Address(str(raw["address"]))
+        except ValueError:  # report it, but keep the host so its links do not cascade into more errors
+            problems.append(f"host {name!r}: address {raw['address']!r} is not an IPv4 address")
+    if address is None:
+        address = next(free, ipaddress.IPv4Address(0))
+    nics = []
+    for n in raw.get("nics") or [{"name": "eth0", "plane": 0}]:
+        if not isinstance(n, dict) or not IFACE.match(str(n.get("name", ""))):
+            problems.append(f"host {name!r}: NIC {n!r} needs a name like eth0 (at most 15 characters)")
+            continue
+        plane = n.get("plane", 0)
+        if not isinstance(plane, int) or not 0 <= plane < 64:
+            problems.append(f"host {name!r}: NIC {n['name']} plane {plane!r} must be 0..63")
+            continue
+        nics.append(Nic(str(n["name"]), plane))
+    if len({n.name for n in nics}) != len(nics):
+        problems.append(f"host {name!r}: two NICs share a name")
+    return Host(name, address, tuple(nics))
+
+
+def _switch(raw: object, i: int, problems: list[str]) -> Switch | None:
+    if not isinstance(raw, dict) or "name" not in raw:
+        problems.append(f"switch {i + 1}: needs a name, like {{name: leaf0, role: leaf}}")
+        return None
+    name, role, plane = str(raw["name"]), str(raw.get("role", "leaf")), raw.get("plane", 0)
+    if not NAME.match(name):
+        problems.append(f"switch {name!r}: use letters, digits, '-' and '_' (at most 31)")
+    if role not in SWITCH_ROLES:
+        problems.append(f"switch {name!r}: role {role!r} must be one of {', '.join(SWITCH_ROLES)}")
+    if not isinstance(plane, int) or not 0 <= plane < 64:
+        problems.append(f"switch {name!r}: plane {plane!r} must be 0..63")
+        plane = 0
+    return Switch(name, role, plane)
+
+
+def _endpoint(text, hosts, switches, auto_ports, label, problems) -> Port | None:
+    node, _, iface = text.partition(":")
+    if node in hosts:
+        nics = hosts[node].nics
+        if not iface:
+            if len(nics) != 1:
+                problems.append(f"{label}: host {node!r} has {len(nics)} NICs; name one, like {node}:{nics[0].name}")
+                return None
+            iface = nics[0].name
+        if iface not in {n.name for n in nics}:
+            problems.append(f"{label}: host {node!r} has no NIC {iface!r}")
+            return None
+        return Port(node, iface)
+    if node in switches:
+        if not iface:
+            iface = next(auto_ports[node])
+        elif not IFACE.match(iface):
+            problems.append(f"{label}: port name {iface!r} is not a valid interface name")
+            return None
+        return Port(node, iface)
+    problems.append(f"{label}: unknown node {node!r}; define it under hosts or switches")
+    return None

@@ -1,0 +1,67 @@
+"""Checks a topology needs beyond its syntax: addresses, planes, cabling, reachability."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import networkx as nx
+
+from clockfabric.topology.addressing import PLANE_BITS, links_per_plane_max
+from clockfabric.topology.model import Topology
+
+
+def problems(topo: Topology) -> list[str]:
+    out: list[str] = []
+    if topo.host_pool.overlaps(topo.fabric_pool):
+        out.append(f"addressing: hosts {topo.host_pool} overlaps fabric {topo.fabric_pool}; pick disjoint prefixes")
+    for address, count in Counter(h.address for h in topo.hosts.values()).items():
+        if count > 1:
+            names = ", ".join(h.name for h in topo.hosts.values() if h.address == address)
+            out.append(f"duplicate address {address} on hosts {names}; give each host its own")
+    for h in topo.hosts.values():
+        if h.address not in topo.host_pool or h.address in (topo.host_pool.network_address,
+                                                            topo.host_pool.broadcast_address):
+            out.append(f"host {h.name}: address {h.address} is not a usable address of addressing.hosts "
+                       f"{topo.host_pool}; move it inside or widen the pool")
+        for plane, count in Counter(n.plane for n in h.nics).items():
+            if count > 1:
+                out.append(f"host {h.name}: {count} NICs on plane {plane}; one NIC per plane")
+
+    cabled = {p for lk in topo.links for p in (lk.a, lk.b)}
+    for h in topo.hosts.values():
+        for n in h.nics:
+            if not any(p.node == h.name and p.iface == n.name for p in cabled):
+                out.append(f"host {h.name}: NIC {n.name} (plane {n.plane}) has no link; cable it or remove it")
+    per_plane: Counter[int] = Counter()
+    for lk in topo.links:
+        pa, pb = topo.plane_of(lk.a), topo.plane_of(lk.b)
+        if pa != pb:
+            out.append(f"link {lk.name} joins plane {pa} to plane {pb}; planes never meet")
+        per_plane[pa] += 1
+    for plane, count in per_plane.items():
+        if count > links_per_plane_max(topo):
+            out.append(f"plane {plane} has {count} links but addressing.fabric gives each plane room for "
+                       f"{links_per_plane_max(topo)}; use a larger fabric prefix")
+    if any(p >= 2**PLANE_BITS for p in topo.planes):
+        out.append(f"planes must be numbered below {2**PLANE_BITS}")
+    if out:
+        return out
+    return _unreachable(topo)
+
+
+def _unreachable(topo: Topology) -> list[str]:
+    """One line per host that cannot reach some other host over any plane."""
+    # A host has one NIC per plane, so it can never be a transit node: components suffice.
+    component: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for plane in topo.planes:
+        for cid, nodes in enumerate(nx.connected_components(topo.plane_graph(plane))):
+            for n in nodes:
+                component[n].add((plane, cid))
+    out = []
+    hosts = list(topo.hosts)
+    for h in hosts:
+        lost = [g for g in hosts if g != h and not component[h] & component[g]]
+        if lost:
+            shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+            out.append(f"host {h} has no path to {shown}; add links so every plane is connected")
+    return out
