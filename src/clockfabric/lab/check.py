@@ -128,10 +128,13 @@ def _round(lab, mesh, todo, rng, rnd, owner, by_address) -> None:
         nic = src.nic(pc.plane)
         sender = mesh.senders[(pc.src, nic.name)]
         length = len(next(iter(pc.expected)))
-        for ttl in range(1, length + 1):
-            sender.sendto(_probe(src.address, dst.address, sport, ttl, ttl, b""), (str(dst.address), 0))
-        sender.sendto(_probe(src.address, dst.address, sport, 64, 64, bytes([pc.plane, rnd % 256])),
-                      (str(dst.address), 0))
+        probes = [_probe(src.address, dst.address, sport, ttl, ttl, b"") for ttl in range(1, length + 1)]
+        probes.append(_probe(src.address, dst.address, sport, 64, 64, bytes([pc.plane, rnd % 256])))
+        for probe in probes:
+            try:
+                sender.sendto(probe, (str(dst.address), 0))
+            except OSError:  # NIC without carrier, or its queue full: this probe is lost, as on a wire
+                pass
         key = (pc.src, pc.dst, pc.plane, sport)
         hops[key], tried[key] = {}, pc
         want += length + 1
