@@ -113,10 +113,10 @@ def test_defaults_when_sections_are_omitted():
     topo = parse(one_leaf())
     assert topo.host_pool == ipaddress.IPv4Network("10.0.0.0/16")
     assert topo.fabric_pool == ipaddress.IPv4Network("10.64.0.0/10")
-    assert topo.default_rate_bps == 10**9
+    assert topo.default_rate_bps == 10**8
     assert topo.default_buffer_pkts == 200
     assert topo.hosts["h0"].nics[0].name == "eth0" and topo.hosts["h0"].nics[0].plane == 0
-    assert all(lk.rate_bps == 10**9 and lk.buffer_pkts == 200 for lk in topo.links)
+    assert all(lk.rate_bps == 10**8 and lk.buffer_pkts == 200 for lk in topo.links)
 
 
 def test_auto_assigned_host_addresses_follow_list_order():

@@ -15,7 +15,7 @@ from clockfabric.cli.output import err, out, print_json, progress_bar, require_r
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, check, impair, inspect, traffic
 from clockfabric.lab.exec import exec_on
-from clockfabric.lab.state import Lab, lab_names
+from clockfabric.lab.state import Lab, lab_names, lab_namespaces
 from clockfabric.topology import RateError, format_rate, load, parse_rate
 from clockfabric.units import parse_duration
 
@@ -120,7 +120,7 @@ def status(name: str = typer.Argument(None, help="Lab to describe (default: all 
     require_root()
     names = [name] if name else lab_names()
     if len(names) != 1:
-        rows = [inspect.lab_status(Lab.open(n)) for n in names]
+        rows = [_summary(n) for n in names]
         if as_json:
             print_json(rows)
             return
@@ -132,7 +132,7 @@ def status(name: str = typer.Argument(None, help="Lab to describe (default: all 
             table.add_column(col)
         for r in rows:
             table.add_row(r["name"], r["state"], str(len(r["hosts"])), str(len(r["switches"])),
-                          str(len(r["links"])), str(r["links_down"]), f"{r['age_s']}s")
+                          str(len(r["links"])), str(r["links_down"]), f"{r['age_s']}s" if r["age_s"] else "-")
         out.print(table)
         return
     s = inspect.lab_status(Lab.open(names[0]))
@@ -160,6 +160,14 @@ def status(name: str = typer.Argument(None, help="Lab to describe (default: all 
     out.print(links)
     for p in s["processes"]:
         out.print(f"background pid {p['pid']}: {p['what']}")
+
+
+def _summary(name: str) -> dict:
+    try:
+        return inspect.lab_status(Lab.open(name))
+    except ClockfabricError:  # a crashed lab: no record, only namespaces; `lab down` removes it
+        return {"name": name, "state": "incomplete", "hosts": {}, "switches": {}, "links": [], "links_down": 0,
+                "age_s": None, "namespaces": len(lab_namespaces(name)), "processes": []}
 
 
 # ---- using the lab ------------------------------------------------------------------------

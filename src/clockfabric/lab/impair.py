@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from pyroute2 import NetlinkError
+
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import netns, shaping
 from clockfabric.lab.build import install_routes
@@ -35,11 +37,30 @@ def far_end(lab: Lab, link: Link) -> Port:
 
 def set_link(lab: Lab, link: Link, up: bool) -> None:
     port = far_end(lab, link)
+    failed = lab.failed_links()
+    index = lab.topology.links.index(link)
+    failed = failed - {index} if up else failed | {index}
+    lab.save_failed_links(failed)
     with netns.ipr(lab.ns(port.node)) as ipr:
-        index = ipr.link_lookup(ifname=port.iface)[0]
-        ipr.link("set", index=index, state="up" if up else "down")
-        if up:  # the kernel dropped this node's single-path routes when the port went down
-            install_routes(ipr, routing_tables(lab.topology)[port.node])
+        ipr.link("set", index=ipr.link_lookup(ifname=port.iface)[0], state="up" if up else "down")
+    converge(lab, lab.topology.plane_of(link.a), failed)
+
+
+def converge(lab: Lab, plane: int, failed: frozenset[int]) -> None:
+    """Give the plane's switches the routes a BGP fabric would settle on around the failures.
+
+    Also restores routes the kernel dropped from a port that was taken down."""
+    topo = lab.topology
+    now, full = routing_tables(topo, failed), routing_tables(topo)
+    for sw in (s.name for s in topo.switches.values() if s.plane == plane):
+        with netns.ipr(lab.ns(sw)) as ipr:
+            install_routes(ipr, now[sw])
+            kept = {r.dst for r in now[sw]}
+            for gone in (r.dst for r in full[sw] if r.dst not in kept):
+                try:
+                    ipr.route("del", dst=str(gone))
+                except NetlinkError:  # already gone with its port
+                    pass
 
 
 def flap(lab: Lab, link: Link, *, down_s: float, up_s: float, count: int,

@@ -7,6 +7,7 @@ namespace. That is how one process drives a 76-namespace lab in a fraction of a 
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,8 @@ from pathlib import Path
 from pyroute2 import IPRoute, netns
 
 NETNS_DIR = Path("/run/netns")
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def exists(name: str) -> bool:
@@ -29,24 +32,37 @@ def listed(prefix: str = "") -> list[str]:
 
 
 @contextmanager
-def entered(name: str) -> Iterator[None]:
-    """Run the block with this thread inside namespace `name`."""
-    netns.pushns(name)
+def _returning() -> Iterator[None]:
+    """Whatever the block does to this thread's namespace is undone after it.
+
+    setns() moves only the calling thread, so each thread saves its own way back
+    (pyroute2's pushns/popns share one stack between threads, which is not safe)."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         yield
     finally:
-        netns.popns()
+        try:
+            netns.setns(home)
+        finally:
+            os.close(home)
+
+
+@contextmanager
+def entered(name: str) -> Iterator[None]:
+    """Run the block with this thread inside namespace `name`."""
+    with _returning():
+        netns.setns(name, flags=0)
+        yield
 
 
 def create(name: str) -> None:
     """Create a named namespace (like `ip netns add`), failing if it exists."""
     if exists(name):
         raise FileExistsError(name)
-    netns.pushns()
-    try:
-        netns._create(name)  # unshare + bind mount, in this thread only; popns() returns us
-    finally:
-        netns.popns()
+    with _returning():
+        if _libc.unshare(CLONE_NEWNET) != 0:  # a new namespace for this thread only...
+            raise OSError(ctypes.get_errno(), f"cannot create namespace {name}")
+        netns.attach(name, "thread-self")  # ...bound at /run/netns/<name> like `ip netns add`
 
 
 def remove(name: str) -> None:

@@ -89,6 +89,16 @@ class Lab:
         tmp.write_text(clock.to_json())
         tmp.replace(path)  # agents may be reading it: swap whole files only
 
+    # ---- failed links (what the fabric's routing currently avoids) ------------------------
+    def failed_links(self) -> frozenset[int]:
+        path = self.dir / "failed_links.json"
+        return frozenset(json.loads(path.read_text())) if path.exists() else frozenset()
+
+    def save_failed_links(self, failed: frozenset[int]) -> None:
+        tmp = self.dir / "failed_links.tmp"
+        tmp.write_text(json.dumps(sorted(failed)))
+        tmp.replace(self.dir / "failed_links.json")
+
     # ---- background processes (flaps, traffic) -------------------------------------------
     def register(self, pid: int, what: str) -> None:
         procs = self.dir / "procs"

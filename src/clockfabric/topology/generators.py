@@ -8,14 +8,14 @@ from clockfabric.topology.model import Topology
 from clockfabric.topology.rates import format_rate, parse_rate
 
 
-def leafspine(hosts: int, leaves: int, spines: int, *, host_rate: str = "1gbit",
+def leafspine(hosts: int, leaves: int, spines: int, *, host_rate: str = "100mbit",
               fabric_rate: str | None = None, buffer: int = DEFAULT_BUFFER, name: str | None = None) -> Topology:
     """H hosts spread evenly under L leaves, every leaf cabled to every one of S spines."""
     return multirail(hosts, 1, leaves, spines, host_rate=host_rate, fabric_rate=fabric_rate,
                      buffer=buffer, name=name or f"leafspine-{hosts}")
 
 
-def multirail(hosts: int, planes: int, leaves: int, spines: int, *, host_rate: str = "1gbit",
+def multirail(hosts: int, planes: int, leaves: int, spines: int, *, host_rate: str = "100mbit",
               fabric_rate: str | None = None, buffer: int = DEFAULT_BUFFER, name: str | None = None) -> Topology:
     """NIC r of every host on plane r; each plane its own leaf-spine of L leaves and S spines.
 

@@ -16,7 +16,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}$")
 IFACE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")  # Linux allows 15 characters
 DEFAULT_HOST_POOL = "10.0.0.0/16"
 DEFAULT_FABRIC_POOL = "10.64.0.0/10"
-DEFAULT_RATE = "1gbit"
+DEFAULT_RATE = "100mbit"
 DEFAULT_BUFFER = 200  # packets, per link direction
 
 

@@ -29,12 +29,15 @@ class Route:
     src: ipaddress.IPv4Address | None = None
 
 
-def routing_tables(topo: Topology) -> dict[str, list[Route]]:
+def routing_tables(topo: Topology, failed: frozenset[int] = frozenset()) -> dict[str, list[Route]]:
+    """Every node's routes; switches route around the links (indexes into topo.links) in `failed`,
+    as a fabric running BGP with BFD converges. Hosts keep theirs: moving them is the agent's job."""
     ifaces = interfaces(topo)
     tables: dict[str, list[Route]] = {n: [] for n in topo.nodes()}
     by_node: dict[str, list[Interface]] = {n: [] for n in topo.nodes()}
     for itf in ifaces.values():
         by_node[itf.port.node].append(itf)
+    alive = {n: [i for i in itfs if i.link_index not in failed] for n, itfs in by_node.items()}
 
     for h in topo.hosts.values():
         mine = by_node[h.name]
@@ -52,11 +55,11 @@ def routing_tables(topo: Topology) -> dict[str, list[Route]]:
         dests += [(itf.address.network, {itf.port.node, itf.peer.node})
                   for itf in ifaces.values() if topo.plane_of(itf.port) == plane and itf.port < itf.peer]
         for dst, targets in dests:
-            dist = _distances(topo, by_node, targets)
+            dist = _distances(topo, alive, targets)
             for sw in (s for s in topo.switches.values() if s.plane == plane):
                 if sw.name in targets or sw.name not in dist:
                     continue
-                hops = tuple(NextHop(i.port.iface, i.peer_address) for i in by_node[sw.name]
+                hops = tuple(NextHop(i.port.iface, i.peer_address) for i in alive[sw.name]
                              if dist.get(i.peer.node) == dist[sw.name] - 1)
                 tables[sw.name].append(Route(dst, hops))
     return tables

@@ -1,0 +1,28 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the real `clockfabric` command, as a user would."""
+    proc = subprocess.run([sys.executable, "-m", "clockfabric.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"clockfabric {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+def lab_capable() -> str | None:
+    """Why lab tests cannot run here, or None if they can."""
+    if os.geteuid() != 0:
+        return "needs root to make network namespaces (CI runs as root)"
+    if not os.path.exists("/proc/self/ns/net"):
+        return "kernel has no network namespaces"
+    return None

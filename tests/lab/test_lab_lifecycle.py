@@ -1,0 +1,97 @@
+"""Bring-up and tear-down: clear errors, nothing half-built, idempotent, crash-proof."""
+
+import json
+import shutil
+import sys
+
+import pytest
+
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build, netns, shaping
+from clockfabric.lab.state import Lab, run_dir
+from clockfabric.topology import dumps, leafspine, multirail
+
+
+def test_invalid_topology_creates_nothing(tmp_path, cli):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: broken\nhosts: [{name: h0}, {name: h1}]\nswitches: [{name: leaf0}]\n"
+                   "links: [{a: h0, b: leaf0, rate: fast}, {a: h9, b: leaf0}]\n")
+    proc = cli("lab", "up", str(bad), "--name", "tbad", check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert any("rate 'fast' does not parse" in line for line in lines)
+    assert any("unknown node 'h9'" in line for line in lines)
+    assert "Traceback" not in proc.stderr
+    assert not netns.listed("cf.tbad.") and not (run_dir() / "tbad").exists()
+
+
+def test_name_clash_refused_and_existing_lab_untouched(make_lab, tmp_path, cli):
+    lab = make_lab(leafspine(2, 1, 0))
+    path = tmp_path / "t.yaml"
+    path.write_text(dumps(leafspine(4, 1, 0)))
+    proc = cli("lab", "up", str(path), "--name", lab.name, check=False)
+    assert proc.returncode == 2 and "already" in proc.stderr
+    assert len(netns.listed(f"cf.{lab.name}.")) == 3
+    assert json.loads(cli("lab", "check", "--lab", lab.name, "--json").stdout)["ok"]
+
+
+def test_failure_half_way_removes_everything(monkeypatch):
+    calls = {"n": 0}
+    real = shaping.shape
+
+    def refuse_on_fifth(ipr, index, rate, buffer):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise OSError(22, "Invalid argument")  # what a kernel refusal looks like
+        real(ipr, index, rate, buffer)
+
+    monkeypatch.setattr(shaping, "shape", refuse_on_fifth)
+    with pytest.raises(ClockfabricError, match="everything it made was removed"):
+        build.up(multirail(4, 2, 2, 2), "thalf")
+    assert calls["n"] == 5
+    assert not netns.listed("cf.thalf.") and not (run_dir() / "thalf").exists()
+
+
+def test_down_is_idempotent_and_cleans_crashed_labs(make_lab, cli):
+    assert "nothing left" in cli("lab", "down", "tnever").stderr
+    lab = make_lab(multirail(4, 2, 2, 2))
+    # a crash: the record is gone and some namespaces were already removed by hand
+    shutil.rmtree(lab.dir)
+    for ns in netns.listed(f"cf.{lab.name}.")[:5]:
+        netns.remove(ns)
+    assert lab.name in cli("lab", "status", "--json").stdout  # found by its namespaces alone
+    proc = cli("lab", "down", lab.name)
+    assert "removed" in proc.stderr
+    assert not netns.listed(f"cf.{lab.name}.")
+    cli("lab", "down", lab.name)  # and once more: still fine
+
+
+def test_status_and_unknown_names(make_lab, cli):
+    lab = make_lab(leafspine(4, 2, 2))
+    status = json.loads(cli("lab", "status", lab.name, "--json").stdout)
+    assert status["state"] == "up" and status["links_down"] == 0 and len(status["links"]) == 8
+    proc = cli("lab", "link", "down", "h0", "h9", "--lab", lab.name, check=False)
+    assert proc.returncode == 2 and "no host or switch 'h9'" in proc.stderr
+    proc = cli("lab", "link", "down", "h0", "h1", "--lab", lab.name, check=False)
+    assert proc.returncode == 2 and "no link between h0 and h1" in proc.stderr
+    proc = cli("lab", "rate", "h0", "leaf0", "fast", "--lab", lab.name, check=False)
+    assert proc.returncode == 2 and "does not parse" in proc.stderr
+    proc = cli("lab", "check", "--lab", "tnosuchlab", check=False)
+    assert proc.returncode == 2 and "no lab named 'tnosuchlab'" in proc.stderr
+
+
+def test_agents_read_their_own_virtual_clock(make_lab, cli):
+    lab = make_lab(leafspine(2, 1, 0))
+    code = ("import time; from clockfabric.lab.vclock import host_clock; "
+            "c = host_clock(); t = time.time_ns(); print(c.host, c.local_ns(t), t)")
+    proc = cli("lab", "exec", "h1", "--lab", lab.name, "--", sys.executable, "-c", code)
+    host, local, real = proc.stdout.split()
+    truth = Lab.open(lab.name).clocks()["h1"]
+    assert host == "h1"
+    assert int(local) == truth.local_ns(int(real))
+    assert truth.offset_ns != 0 and int(local) != int(real)
+
+
+def test_exec_passes_the_exit_code_through(make_lab, cli):
+    lab = make_lab(leafspine(2, 1, 0))
+    assert cli("lab", "exec", "h0", "--lab", lab.name, "--", "sh", "-c", "exit 3", check=False).returncode == 3
