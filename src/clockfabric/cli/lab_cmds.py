@@ -135,9 +135,13 @@ def status(name: str = typer.Argument(None, help="Lab to describe (default: all 
                           str(len(r["links"])), str(r["links_down"]), f"{r['age_s']}s" if r["age_s"] else "-")
         out.print(table)
         return
-    s = inspect.lab_status(Lab.open(names[0]))
+    s = _summary(names[0])
     if as_json:
         print_json(s)
+        return
+    if s["state"] == "incomplete":
+        out.print(f"lab {s['name']} is incomplete (a crash?): {s['namespaces']} namespaces remain; "
+                  f"remove it with: clockfabric lab down {s['name']}")
         return
     out.print(f"lab [bold]{s['name']}[/] ({s['state']}, up {s['age_s']}s): topology {s['topology']}, "
               f"{len(s['hosts'])} hosts, {len(s['switches'])} switches, {len(s['links'])} links, "

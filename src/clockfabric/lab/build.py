@@ -36,6 +36,7 @@ SWITCH_SYSCTLS = {
     "net.ipv4.ip_forward": 1,
     "net.ipv4.icmp_ratelimit": 0,  # switches answer every TTL-expired probe (path discovery)
     "net.ipv4.icmp_msgs_per_sec": 1_000_000,
+    "net.ipv4.icmp_msgs_burst": 1_000_000,  # the global ICMP bucket, else a burst of probes loses replies
 }
 
 

@@ -120,7 +120,16 @@ class Topology:
 
     # ---- graphs and paths ----------------------------------------------------------------
     def plane_graph(self, plane: int) -> nx.MultiGraph:
-        """Nodes and links of one plane; edge key is the link's index in self.links."""
+        """Nodes and links of one plane; edge key is the link's index in self.links. Read-only."""
+        if plane not in self._plane_graphs:
+            self._plane_graphs[plane] = nx.freeze(self._build_plane_graph(plane))
+        return self._plane_graphs[plane]
+
+    @cached_property
+    def _plane_graphs(self) -> dict[int, nx.MultiGraph]:
+        return {}
+
+    def _build_plane_graph(self, plane: int) -> nx.MultiGraph:
         g = nx.MultiGraph()
         g.add_nodes_from(s.name for s in self.switches.values() if s.plane == plane)
         g.add_nodes_from(h.name for h in self.hosts.values() if h.nic(plane))
