@@ -143,9 +143,8 @@ def status(name: str = typer.Argument(None, help="Lab to describe (default: all 
         out.print(f"lab {s['name']} is incomplete (a crash?): {s['namespaces']} namespaces remain; "
                   f"remove it with: clockfabric lab down {s['name']}")
         return
-    out.print(f"lab [bold]{s['name']}[/] ({s['state']}, up {s['age_s']}s): topology {s['topology']}, "
-              f"{len(s['hosts'])} hosts, {len(s['switches'])} switches, {len(s['links'])} links, "
-              f"{s['links_down']} down")
+    out.print(f"lab [bold]{s['name']}[/] ({s['state']}, up {s['age_s']}s): {len(s['hosts'])} hosts, "
+              f"{len(s['switches'])} switches, {len(s['links'])} links ({s['links_down']} down)")
     hosts = Table(title="hosts")
     for col in ("host", "address", "NICs (plane)"):
         hosts.add_column(col)
@@ -221,7 +220,7 @@ def check_(lab_name: str = LabOpt, as_json: bool = JsonOpt,
         out.print(f"... and {len(bad) - 20} more (see --json)")
     verdict = "[green]all reachable[/]" if not bad else f"[red]{len(bad)} of {len(results)} failed[/]"
     out.print(f"{verdict}: {len(results)} host pairs × planes, "
-              f"{sum(len(r.expected) for r in results)} paths, {took:.1f}s")
+              f"{sum(len(r.expected) for r in results)} paths, {took:.2f}s")
     raise typer.Exit(1 if bad else 0)
 
 
