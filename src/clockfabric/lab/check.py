@@ -159,8 +159,7 @@ def _round(lab, mesh, todo, rng, rnd, owner, by_address) -> None:
                     continue
                 responder, inner_src, inner_dst, sport, ttl = reply
                 dst = by_address.get(inner_dst)
-                # find which plane this probe was on: the responder's plane
-                node = owner.get(responder)
+                node = owner.get(responder)  # the answering switch; its plane is the probe's
                 if node is None or dst is None or by_address.get(inner_src) != host:
                     continue
                 plane = topo.switches[node].plane if node in topo.switches else None
@@ -169,7 +168,7 @@ def _round(lab, mesh, todo, rng, rnd, owner, by_address) -> None:
                     hops[key][ttl] = node
                     got += 1
     for key, pc in tried.items():
-        if (key[0], key[1], key[2], key[3]) in delivered:
+        if key in delivered:
             pc.delivered = True
         path_hops = hops[key]
         length = len(next(iter(pc.expected)))
