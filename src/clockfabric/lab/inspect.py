@@ -8,6 +8,8 @@ from clockfabric.lab import netns, shaping
 from clockfabric.lab.state import Lab, lab_namespaces
 from clockfabric.topology import format_rate
 
+IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
+
 
 def port_states(lab: Lab) -> dict[tuple[str, str], dict]:
     """(node, iface) -> operstate, admin state, carrier changes, rate in force."""
@@ -21,8 +23,9 @@ def port_states(lab: Lab) -> dict[tuple[str, str], dict]:
                 if name == "lo":
                     continue
                 out[(node, name)] = {
-                    "oper": link.get("operstate", "UNKNOWN").lower(),
-                    "admin_up": bool(link["flags"] & 1),
+                    "oper": link.get("operstate", "UNKNOWN").lower(),  # via linkwatch: can lag ~1 s
+                    "admin_up": bool(link["flags"] & IFF_UP),
+                    "carrier": bool(link["flags"] & IFF_LOWER_UP),  # immediate
                     "carrier_changes": link.get("carrier_changes"),
                     "rate": shaping.read_rate(ipr, link["index"]),
                 }
@@ -36,7 +39,7 @@ def lab_status(lab: Lab) -> dict:
     links = []
     for lk in topo.links:
         a, b = ports.get((lk.a.node, lk.a.iface), {}), ports.get((lk.b.node, lk.b.iface), {})
-        state = "up" if a.get("oper") == "up" and b.get("oper") == "up" else "down"
+        state = "up" if all(p.get("admin_up") and p.get("carrier") for p in (a, b)) else "down"
         rates = {r for r in (a.get("rate"), b.get("rate")) if r}
         links.append({"a": str(lk.a), "b": str(lk.b), "state": state,
                       "rate": format_rate(min(rates)) if rates else None,
