@@ -1,0 +1,193 @@
+"""The host agent: probes its peers, keeps its clock mapping current, publishes its state.
+
+One agent per host, in a lab namespace or on a real machine; nothing in here knows which.
+The probe engine runs in its own thread (timestamps and coded pairs want a quick hand);
+everything else happens once per update in the main loop: fit the pairs, report to the
+solver, take the mapping back, write the state file. The agent on the reference host
+also runs the solver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clockfabric.clock.graph import probe_peers
+from clockfabric.clock.service import HostSync, Solver
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab.vclock import CLOCK_ENV, SystemClock, VirtualClock
+from clockfabric.probe import timestamping, wire
+from clockfabric.probe.engine import ProbeEngine
+from clockfabric.topology import Topology
+
+log = logging.getLogger(__name__)
+CONTROL_PORT = 7299
+MAX_MESSAGE = 65_000
+
+
+@dataclass
+class AgentConfig:
+    host: str
+    topology: Topology
+    state_dir: Path
+    peers: int = 10
+    reference: str | None = None  # the host whose clock is global time; default the first by name
+    window_s: float = 2.0
+    update_s: float = 1.0
+    probe_budget: float = 0.0005  # of the host's slowest link, for its probes and replies
+    ports: int = 4  # UDP ports per rail: paths through ECMP
+    base_port: int = 7300
+    seed: int = 0
+    probed: list[str] = field(init=False)
+
+    def __post_init__(self):
+        hosts = list(self.topology.hosts)
+        if self.host not in self.topology.hosts:
+            raise ClockfabricError(f"host {self.host!r} is not in the topology; hosts are {', '.join(hosts[:5])}...")
+        self.reference = self.reference or min(hosts)
+        if self.reference not in self.topology.hosts:
+            raise ClockfabricError(f"reference {self.reference!r} is not a host of the topology")
+        self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]
+
+    def probe_interval_s(self) -> float:
+        """Seconds between exchanges with each peer, so probes stay within the budget."""
+        rate = min(link.rate_bps for link in self.topology.links_of(self.host))
+        k = max(1, len(self.probed))
+        bytes_per_round = k * wire.exchange_wire_bytes()  # each host probes k and answers ~k
+        return min(1.0, max(0.01, bytes_per_round / (self.probe_budget * rate / 8)))
+
+
+class ReloadingClock:
+    """The lab host's virtual clock, re-read when `lab clock step` rewrites its file."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.mtime = 0.0
+        self.clock = self._load()
+
+    def _load(self) -> VirtualClock:
+        self.mtime = os.stat(self.path).st_mtime
+        return VirtualClock.load(self.path)
+
+    def refresh(self) -> None:
+        try:
+            if os.stat(self.path).st_mtime != self.mtime:
+                self.clock = self._load()
+        except (OSError, ValueError) as e:  # mid-rewrite: keep the last good model
+            log.warning("clock file %s: %s", self.path, e)
+
+    def local_ns(self, real_ns: int) -> int:
+        return self.clock.local_ns(real_ns)
+
+    def now_ns(self) -> int:
+        return self.clock.now_ns()
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig):
+        self.cfg = cfg
+        topo = cfg.topology
+        me = topo.hosts[cfg.host]
+        self.address = str(me.address)
+        self.addresses = {h: str(topo.hosts[h].address) for h in topo.hosts}
+        self.clock = ReloadingClock(os.environ[CLOCK_ENV]) if os.environ.get(CLOCK_ENV) else SystemClock()
+        rails = [n.name for n in me.nics]
+        self.timestamping = {r: timestamping.capabilities(r).mode for r in rails}
+        self.interval_s = cfg.probe_interval_s()
+        try:
+            self.engine = ProbeEngine(self.address, self.addresses, cfg.probed, rails=rails,
+                                      ports=cfg.ports, base_port=cfg.base_port, interval_s=self.interval_s,
+                                      local_ns=self.clock.local_ns, seed=cfg.seed)
+            self.control = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.control.bind((self.address, CONTROL_PORT))
+        except OSError as e:
+            raise ClockfabricError(f"cannot open probe ports on {self.address} ({e.strerror}): is this host "
+                                   f"{cfg.host}, and is no other agent running on it?") from None
+        self.control.setblocking(False)
+        self.sync = HostSync(cfg.host, cfg.probed, window_ns=int(cfg.window_s * 1e9))
+        self.solver = Solver(list(topo.hosts), cfg.reference, stale_s=3 * cfg.update_s) \
+            if cfg.host == cfg.reference else None
+        self.bad_messages = 0
+        self.stopping = threading.Event()
+        self.state_path = cfg.state_dir / f"{cfg.host}.json"
+
+    def run(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        self.engine.start()
+        sel = selectors.DefaultSelector()
+        sel.register(self.control, selectors.EVENT_READ)
+        next_tick = time.monotonic() + self.cfg.update_s
+        try:
+            while not self.stopping.is_set():
+                if sel.select(max(0.0, min(0.2, next_tick - time.monotonic()))):
+                    self._receive()
+                if time.monotonic() >= next_tick:
+                    self._tick()
+                    next_tick += self.cfg.update_s
+        finally:
+            self.engine.stop()
+            self.engine.join(2)
+            sel.close()
+            self.control.close()
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                data, (src, _) = self.control.recvfrom(MAX_MESSAGE)
+            except BlockingIOError:
+                return
+            if src not in self.engine.names:  # only lab/fleet hosts may talk to us
+                self.bad_messages += 1
+                continue
+            try:
+                msg = json.loads(data)
+                if msg["t"] == "report" and self.solver:
+                    self.solver.on_report(msg)
+                elif msg["t"] == "map":
+                    self.sync.on_map(msg)
+            except (ValueError, KeyError, TypeError):
+                self.bad_messages += 1
+
+    def _send(self, host: str, msg: dict) -> None:
+        data = json.dumps(msg, separators=(",", ":")).encode()
+        try:
+            self.control.sendto(data, (self.addresses[host], CONTROL_PORT))
+            self.engine.counters["control_bytes_sent"] += len(data) + wire.IP_UDP_ETH_OVERHEAD
+        except OSError as e:
+            log.debug("control message to %s: %s", host, e)
+
+    def _tick(self) -> None:
+        if isinstance(self.clock, ReloadingClock):
+            self.clock.refresh()
+        exchanges = []
+        while self.engine.exchanges:
+            exchanges.append(self.engine.exchanges.popleft())
+        self.sync.add(exchanges)
+        now = self.clock.now_ns()
+        self._send(self.cfg.reference, self.sync.report(now))
+        if self.solver:
+            for host, msg in self.solver.solve(now).items():
+                self._send(host, msg)
+        self._publish(now)
+
+    def _publish(self, now: int) -> None:
+        state = {"host": self.cfg.host, "pid": os.getpid(), "updated_local_ns": now,
+                 "reference": self.cfg.reference, "timestamping": self.timestamping,
+                 "probe_interval_s": self.interval_s, "paths": self.engine.paths,
+                 "counters": dict(self.engine.counters, bad_control_messages=self.bad_messages),
+                 **self.sync.state()}
+        if self.solver and self.solver.last is not None:
+            state["solver"] = {"dropped_edges": int((~self.solver.last.kept).sum()),
+                               "edges": int(len(self.solver.last.kept)), "reports": len(self.solver.reports)}
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.state_path)

@@ -1,0 +1,200 @@
+"""`clockfabric agent`, `clockfabric sync`, `clockfabric owd`: the clock on every host."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from clockfabric.agent.agent import Agent, AgentConfig
+from clockfabric.cli.output import err, out, print_json, require_root
+from clockfabric.clock.evaluate import LabAgents, Sampler, read_states, summary
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab.state import Lab
+from clockfabric.topology import load
+from clockfabric.units import parse_duration
+
+LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
+JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts.")
+PeersOpt = typer.Option(10, "--peers", min=1, help="Peers each host probes (K).")
+WindowOpt = typer.Option(2.0, "--window", min=0.2, help="Seconds of probes in each pair fit.")
+
+
+def _seconds(text: str, what: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise ClockfabricError(f"{what}: {e}") from None
+
+
+def agent(host: str = typer.Option(None, "--host", help="This host's name (default $CLOCKFABRIC_NODE)."),
+          lab_name: str = typer.Option(None, "--lab", help="Run on a lab host (default $CLOCKFABRIC_LAB)."),
+          topology: Path = typer.Option(None, "--topology", help="Fleet topology YAML, for real hosts."),
+          state_dir: Path = typer.Option(None, "--state-dir", help="Where to publish state (default per lab, "
+                                                                    "or /run/clockfabric/agent)."),
+          peers: int = PeersOpt, window: float = WindowOpt,
+          update: float = typer.Option(1.0, "--update", min=0.1, help="Seconds between fits and reports."),
+          probe_budget: float = typer.Option(0.0005, "--probe-budget", min=1e-6, max=0.01,
+                                             help="Share of the slowest link the probes may use."),
+          reference: str = typer.Option(None, "--reference", help="Host whose clock is global time "
+                                                                  "(it also runs the solver)."),
+          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Run the host agent: probe peers, keep the clock mapping, publish state."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
+    host = host or os.environ.get("CLOCKFABRIC_NODE")
+    lab_name = lab_name or os.environ.get("CLOCKFABRIC_LAB")
+    if not host:
+        raise ClockfabricError("which host is this? give --host NAME")
+    if topology:
+        topo = load(topology)
+        state = state_dir or Path("/run/clockfabric/agent")
+    elif lab_name:
+        lab = Lab.open(lab_name)
+        topo = lab.topology
+        state = state_dir or lab.dir / "agents"
+    else:
+        raise ClockfabricError("give --lab NAME (a lab host) or --topology FILE (a real fleet)")
+    state.mkdir(parents=True, exist_ok=True)
+    Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
+                      probe_budget=probe_budget)).run()
+
+
+def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),
+         peers: int = PeersOpt, window: float = WindowOpt,
+         ptp4l: bool = typer.Option(True, "--ptp4l/--no-ptp4l", help="Run linuxptp ptp4l beside, as a baseline."),
+         keep: bool = typer.Option(False, "--keep", help="Leave the agents running (for `owd`); `lab down` stops them."),
+         as_json: bool = JsonOpt) -> None:
+    """Start agents on every lab host, run, and report every host's error against the truth."""
+    require_root()
+    lab = Lab.open(lab_name)
+    duration = _seconds(seconds, "--seconds")
+    if len(lab.topology.hosts) < 2:
+        raise ClockfabricError("clock sync needs at least two hosts")
+    scenario = {"lab": lab.name, "hosts": len(lab.topology.hosts), "peers": min(peers, len(lab.topology.hosts) - 1),
+                "window_s": window, "seconds": duration,
+                "background": [p["what"] for p in lab.processes()] or ["none (idle)"]}
+    agents = LabAgents(lab, peers=peers, window_s=window)
+    mesh = _ptp4l_mesh(lab, agents.reference) if ptp4l else None
+    sampler = Sampler(lab, agents.state_dir, agents.reference)
+    agents.start()
+    try:
+        if mesh:
+            mesh.__enter__()
+        _run(sampler, agents, duration, as_json)
+    finally:
+        if mesh:
+            mesh.stop()
+        if not keep:
+            agents.stop()
+    report = _report(sampler, scenario, mesh, agents.reference, duration)
+    if as_json:
+        print_json(report)
+    else:
+        _print_report(report)
+
+
+def _ptp4l_mesh(lab: Lab, master: str):
+    if shutil.which("ptp4l") is None:
+        err.print("ptp4l is not installed (apt-get install linuxptp, or make setup): its baseline is skipped")
+        return None
+    from clockfabric.clock.ptp4l import Ptp4lMesh
+
+    return Ptp4lMesh(lab, master, [h for h in sorted(lab.topology.hosts) if h != master])
+
+
+def _run(sampler: Sampler, agents: LabAgents, duration: float, quiet: bool) -> None:
+    end = time.monotonic() + duration
+    last_line = 0.0
+    while time.monotonic() < end:
+        time.sleep(0.25)
+        if dead := agents.failed():
+            raise ClockfabricError(f"an agent died: {dead[0]} (full log in {agents.lab.dir / 'logs'})")
+        errors = sampler.sample()
+        now = time.monotonic()
+        if not quiet and now - last_line >= 2.0:
+            last_line = now
+            known = [abs(e) for h, e in errors.items() if e is not None and h != agents.reference]
+            worst = f"worst |error| {max(known):,.0f} ns" if known else "no mapping yet"
+            err.print(f"  {now - sampler.start:5.1f} s  {len(known)}/{len(errors) - 1} hosts synced, {worst}")
+
+
+def _report(sampler: Sampler, scenario: dict, mesh, reference: str, duration: float) -> dict:
+    # judged from convergence plus two windows, once each pair's drift has some history
+    window = scenario["window_s"]
+    settle = sampler.converged_s + 2 * window if sampler.converged_s is not None else duration / 2
+    methods = {"clockfabric": summary(sampler.after(sampler.ours, settle)),
+               "ntp_min_rtt": summary(sampler.after(sampler.ntp, settle))}
+    if mesh is not None:
+        samples = mesh.samples()
+        methods["ptp4l"] = summary([off for s in samples.values() for t, off in s[len(s) // 4:]])
+    else:
+        methods["ptp4l"] = {"skipped": "ptp4l not run"}
+    per_host = {}
+    for t, h, e in sampler.ours:
+        if t >= settle:
+            per_host.setdefault(h, []).append(e)
+    states = sampler.last_states
+    probe_bytes = sum(s.get("counters", {}).get("wire_bytes_sent", 0) for s in states.values())
+    return {"scenario": scenario, "reference": reference, "converged_s": sampler.converged_s,
+            "stats_from_s": settle, "methods": methods,
+            "hosts": {h: summary(v) for h, v in sorted(per_host.items())},
+            "timeline": sampler.timeline(),
+            "probe_bytes_per_host_per_s": probe_bytes / max(1, len(states)) / duration,
+            "timestamping": next(iter(states.values()), {}).get("timestamping")}
+
+
+def _ns(v) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def _print_report(r: dict) -> None:
+    s = r["scenario"]
+    conv = f"converged in {r['converged_s']:.1f} s" if r["converged_s"] is not None else "did not converge to 1 µs"
+    out.print(f"lab {s['lab']}: {s['hosts']} hosts, {s['peers']} peers each, {s['seconds']:.0f} s, "
+              f"reference {r['reference']}; {conv}; load: {', '.join(s['background'])}")
+    table = Table(title=f"|error| against the truth (after {r['stats_from_s']:.1f} s)")
+    for col in ("method", "p50 ns", "p99 ns", "max ns", "samples"):
+        table.add_column(col, justify="right")
+    for name, m in r["methods"].items():
+        if "skipped" in m:
+            table.add_row(name, m["skipped"], "", "", "")
+        else:
+            table.add_row(name, _ns(m["p50_ns"]), _ns(m["p99_ns"]), _ns(m["max_ns"]), str(m["samples"]))
+    out.print(table)
+    out.print(f"probe traffic {r['probe_bytes_per_host_per_s'] * 8 / 1e3:.1f} kbit/s per host; "
+              f"timestamps: {r['timestamping']}")
+
+
+def owd(lab_name: str = LabOpt, as_json: bool = JsonOpt) -> None:
+    """One-way delays between lab hosts from the agents' latest state (run `sync --keep` first)."""
+    require_root()
+    lab = Lab.open(lab_name)
+    states = read_states(lab.dir / "agents")
+    rows = [row for st in states.values() for row in st.get("owd", [])]
+    if not rows:
+        raise ClockfabricError(f"no one-way delays in lab {lab.name} yet; run: clockfabric sync --lab {lab.name} --keep")
+    newest = max(p.stat().st_mtime for p in (lab.dir / "agents").glob("*.json"))
+    age = time.time() - newest
+    if as_json:
+        print_json({"lab": lab.name, "age_s": age, "paths": rows})
+        return
+    cells: dict[tuple[str, str], dict] = {}
+    for r in rows:  # the matrix shows each direction's best path; --json has every path
+        key = (r["src"], r["dst"])
+        if key not in cells or r["p50_ns"] < cells[key]["p50_ns"]:
+            cells[key] = r
+    hosts = sorted(lab.topology.hosts)
+    table = Table(title=f"lab {lab.name}: one-way delay p50 in µs, row -> column "
+                        f"(state {age:.0f} s old; floor in --json)")
+    table.add_column("from \\ to")
+    for h in hosts:
+        table.add_column(h, justify="right")
+    for a in hosts:
+        table.add_row(a, *[("" if a == b else f"{cells[(a, b)]['p50_ns'] / 1e3:.1f}" if (a, b) in cells else "·")
+                           for b in hosts])
+    out.print(table)

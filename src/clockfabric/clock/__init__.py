@@ -1,0 +1,1 @@
+"""Clock sync: estimators (pairs, fits, the network effect) and real baselines to compare with."""

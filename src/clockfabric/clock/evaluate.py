@@ -1,0 +1,186 @@
+"""Judge clock sync on a lab against the truth only the lab knows: its virtual clocks.
+
+Agents run on every lab host and publish their mappings; at each sample instant (one real
+time for all hosts) a host's error is what its mapping says global time is, minus what
+the reference host's clock really reads. The NTP-style baseline (min-RTT/2 from the same
+probes, composed hop by hop down a stratum tree from the reference, as NTP servers chain)
+is judged at each of its samples' own instants: no extrapolation error is charged to it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from clockfabric.clock.mapping import Mapping
+from clockfabric.lab.exec import command
+from clockfabric.lab.state import Lab, is_ours
+from clockfabric.lab.vclock import VirtualClock
+
+
+class LabAgents:
+    """`clockfabric agent` on every host of a lab, started and stopped by pid."""
+
+    def __init__(self, lab: Lab, *, peers: int = 10, window_s: float = 2.0, update_s: float = 1.0,
+                 probe_budget: float = 0.0005, reference: str | None = None):
+        self.lab = lab
+        self.hosts = sorted(lab.topology.hosts)
+        self.reference = reference or self.hosts[0]
+        self.state_dir = lab.dir / "agents"
+        self.args = ["--peers", str(peers), "--window", str(window_s), "--update", str(update_s),
+                     "--probe-budget", str(probe_budget), "--reference", self.reference,
+                     "--state-dir", str(self.state_dir)]
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        self.state_dir.mkdir(exist_ok=True)
+        for f in self.state_dir.glob("*.json"):
+            f.unlink()
+        logs = self.lab.dir / "logs"
+        logs.mkdir(exist_ok=True)
+        for h in self.hosts:
+            argv = [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", self.lab.name, "--host", h, *self.args]
+            with open(logs / f"agent-{h}.log", "w") as log:
+                proc = subprocess.Popen(command(self.lab, h, argv), stdout=log, stderr=subprocess.STDOUT)
+            self.procs.append(proc)
+            self.lab.register(proc.pid, f"clock agent on {h}")
+
+    def failed(self) -> list[str]:
+        """Hosts whose agent exited, with the last line it wrote."""
+        out = []
+        for h, p in zip(self.hosts, self.procs):
+            if p.poll() is not None:
+                text = (self.lab.dir / "logs" / f"agent-{h}.log").read_text().strip().splitlines()
+                out.append(f"{h}: {text[-1] if text else f'exit {p.returncode}'}")
+        return out
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None and is_ours(p.pid, self.lab.name):
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> LabAgents:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def read_states(state_dir: Path) -> dict[str, dict]:
+    states = {}
+    for f in state_dir.glob("*.json"):
+        try:
+            states[f.stem] = json.loads(f.read_text())
+        except (OSError, ValueError):
+            pass  # mid-replace: the next sample will have it
+    return states
+
+
+def real_time_of(clock: VirtualClock, local_ns: int) -> int:
+    """The real instant at which a virtual clock read local_ns (its inverse, by iteration)."""
+    real = local_ns
+    for _ in range(4):
+        real -= clock.local_ns(real) - local_ns
+    return real
+
+
+def ours_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], reference: str,
+                real_ns: int) -> dict[str, float | None]:
+    """Each host's error at one real instant (None: no synced mapping yet)."""
+    truth = clocks[reference].local_ns(real_ns)
+    out = {}
+    for h, clock in clocks.items():
+        m = (states.get(h) or {}).get("mapping")
+        if h == reference or not m or not m.get("synced"):
+            out[h] = 0.0 if h == reference and m else None
+            continue
+        out[h] = float(Mapping.from_dict(m).global_ns(clock.local_ns(real_ns)) - truth)
+    return out
+
+
+def ntp_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], reference: str) -> dict[str, float | None]:
+    """NTP-style errors: each edge's min-RTT/2 error at its own instant, summed down a
+    breadth-first (stratum) tree from the reference."""
+    edge_error: dict[tuple[str, str], float] = {}
+    for h, st in states.items():
+        for peer, pair in st.get("pairs", {}).items():
+            ntp = pair.get("ntp")
+            if not ntp or peer not in clocks or h not in clocks:
+                continue
+            real = real_time_of(clocks[h], ntp["at_ns"])
+            true = clocks[peer].local_ns(real) - clocks[h].local_ns(real)
+            e = ntp["offset_ns"] - true
+            edge_error[(h, peer)] = e
+            edge_error.setdefault((peer, h), -e)
+    out: dict[str, float | None] = {h: None for h in clocks}
+    out[reference] = 0.0
+    queue = deque([reference])
+    while queue:
+        h = queue.popleft()
+        for (a, b), e in sorted(edge_error.items()):
+            if a == h and out[b] is None:
+                out[b] = out[h] + e
+                queue.append(b)
+    return out
+
+
+def summary(errors: list[float]) -> dict:
+    if not errors:
+        return {"p50_ns": None, "p99_ns": None, "max_ns": None, "samples": 0}
+    a = np.abs(np.array(errors))
+    return {"p50_ns": float(np.percentile(a, 50)), "p99_ns": float(np.percentile(a, 99)),
+            "max_ns": float(a.max()), "samples": len(a)}
+
+
+class Sampler:
+    """Collects every host's error over time for ours and the NTP-style baseline."""
+
+    def __init__(self, lab: Lab, state_dir: Path, reference: str, *, bound_ns: float = 1_000.0):
+        self.lab, self.state_dir, self.reference, self.bound_ns = lab, state_dir, reference, bound_ns
+        self.start = time.monotonic()
+        self.ours: list[tuple[float, str, float]] = []  # (seconds since start, host, error)
+        self.ntp: list[tuple[float, str, float]] = []
+        self.converged_s: float | None = None
+        self.last_states: dict[str, dict] = {}
+
+    def sample(self) -> dict[str, float | None]:
+        clocks = self.lab.clocks()  # re-read: `lab clock step` may have changed one
+        states = read_states(self.state_dir)
+        self.last_states = states
+        t = time.monotonic() - self.start
+        errors = ours_errors(states, clocks, self.reference, time.time_ns())
+        others = {h: e for h, e in errors.items() if h != self.reference}
+        for h, e in others.items():
+            if e is not None:
+                self.ours.append((t, h, e))
+        for h, e in ntp_errors(states, clocks, self.reference).items():
+            if h != self.reference and e is not None:
+                self.ntp.append((t, h, e))
+        if self.converged_s is None and others and all(e is not None and abs(e) <= self.bound_ns for e in others.values()):
+            self.converged_s = t
+        return errors
+
+    def after(self, series: list[tuple[float, str, float]], t0: float) -> list[float]:
+        return [e for t, _, e in series if t >= t0]
+
+    def timeline(self) -> list[dict]:
+        """Per whole second: p99 and max |error| of ours across hosts."""
+        by_second: dict[int, list[float]] = {}
+        for t, _, e in self.ours:
+            by_second.setdefault(int(t), []).append(e)
+        return [{"second": s, **{k: v for k, v in summary(v).items() if k != "samples"}}
+                for s, v in sorted(by_second.items())]

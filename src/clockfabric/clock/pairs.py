@@ -1,0 +1,120 @@
+"""One peer's probe history as the estimator sees it: pure points in a sliding window,
+clock-step detection, and the NTP-style sample the baseline uses.
+
+Purity: a coded pair left with gap g and arrived with gap g' (each in one host's clock);
+if |g' - g| <= epsilon, neither packet met a queue, so the pair's delay is the path's
+floor. Step detection: a pure point on the wrong side of the band (beyond its floor by
+more than a tolerance) cannot come from queueing, only from a clock that jumped; two in
+a row and the pair forgets everything before the first.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from clockfabric.clock.fit import PairFit, fit_band
+from clockfabric.probe.engine import Exchange
+
+
+@dataclass(frozen=True)
+class NtpSample:
+    """The min-RTT exchange of the window: NTP's offset estimate, half the round trip apart."""
+
+    offset_ns: float  # peer minus ours
+    at_ns: int  # our clock
+    rtt_ns: int
+
+
+class PairWindow:
+    """Offsets come from the last window; drift, which a two-second window measures poorly
+    from software timestamps (a few hundred ns of jitter over two seconds is 100 ppb), from
+    `drift_windows` windows of history, cut short by a clock step."""
+
+    def __init__(self, peer: str, *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000,
+                 step_tolerance_ns: int = 20_000, drift_windows: int = 8):
+        self.peer = peer
+        self.window_ns = window_ns
+        self.history_ns = window_ns * drift_windows
+        self.epsilon_ns = epsilon_ns
+        self.step_tolerance_ns = step_tolerance_ns
+        self.fwd: deque[tuple[int, int, str]] = deque()  # (t, r - t, path)
+        self.rev: deque[tuple[int, int, str]] = deque()  # (r', t' - r', path)
+        self.exchanges: deque[Exchange] = deque()
+        self.fit: PairFit | None = None
+        self.steps = 0
+        self._suspect: int | None = None  # our time of a first point that broke the band
+        self.seen = self.pure_fwd = self.pure_rev = 0
+
+    def add(self, ex: Exchange) -> None:
+        self.seen += 1
+        self.exchanges.append(ex)
+        fwd_pure = abs((ex.peer_rx[1] - ex.peer_rx[0]) - (ex.tx[1] - ex.tx[0])) <= self.epsilon_ns
+        rev_pure = abs((ex.rx[1] - ex.rx[0]) - (ex.peer_tx[1] - ex.peer_tx[0])) <= self.epsilon_ns
+        if fwd_pure:
+            self.pure_fwd += 1
+            self._check_step(ex.tx[0], ex.peer_rx[0] - ex.tx[0], above=True)
+            self.fwd.append((ex.tx[0], ex.peer_rx[0] - ex.tx[0], ex.path))
+        if rev_pure:
+            self.pure_rev += 1
+            self._check_step(ex.rx[0], ex.peer_tx[0] - ex.rx[0], above=False)
+            self.rev.append((ex.rx[0], ex.peer_tx[0] - ex.rx[0], ex.path))
+
+    def _check_step(self, x: int, y: int, *, above: bool) -> None:
+        if self.fit is None:
+            return
+        side = (y - self.fit.at(x)) if above else (self.fit.at(x) - y)
+        if side - self.fit.margin_ns >= -self.step_tolerance_ns:
+            self._suspect = None
+            return
+        if self._suspect is None:
+            self._suspect = x
+            return
+        # a second point in a row below the floor: the clock stepped at or before the first
+        self.steps += 1
+        cut = self._suspect
+        for points in (self.fwd, self.rev):
+            while points and points[0][0] < cut:
+                points.popleft()
+        while self.exchanges and self.exchanges[0].tx[0] < cut:
+            self.exchanges.popleft()
+        self.fit = None
+        self._suspect = None
+
+    def trim(self, now_ns: int) -> None:
+        start = now_ns - self.history_ns
+        for points in (self.fwd, self.rev):
+            while points and points[0][0] < start:
+                points.popleft()
+        while self.exchanges and self.exchanges[0].tx[0] < now_ns - self.window_ns:
+            self.exchanges.popleft()
+
+    def refit(self, now_ns: int) -> PairFit | None:
+        """Fit the band over the window ending now; None until both directions have points."""
+        self.trim(now_ns)
+        fwd = np.array([p[:2] for p in self.fwd], dtype=np.int64).reshape(-1, 2)
+        rev = np.array([p[:2] for p in self.rev], dtype=np.int64).reshape(-1, 2)
+        start = now_ns - self.window_ns
+        recent_fwd, recent_rev = fwd[fwd[:, 0] >= start], rev[rev[:, 0] >= start]
+        if not len(recent_fwd) or not len(recent_rev):
+            return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
+        prior = self.fit.drift if self.fit else 0.0
+        long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
+        self.fit = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift)
+        return self.fit
+
+    def ntp(self) -> NtpSample | None:
+        """NTP's filter: of the window's exchanges, the one with the smallest round trip."""
+        if not self.exchanges:
+            return None
+        best = min(self.exchanges, key=lambda e: (e.rx[0] - e.tx[0]) - (e.peer_tx[0] - e.peer_rx[0]))
+        rtt = (best.rx[0] - best.tx[0]) - (best.peer_tx[0] - best.peer_rx[0])
+        offset = ((best.peer_rx[0] - best.tx[0]) + (best.peer_tx[0] - best.rx[0])) / 2
+        return NtpSample(offset, best.tx[0], rtt)
+
+
+def _middle(fwd: np.ndarray, rev: np.ndarray) -> int:
+    xs = np.concatenate([fwd[:, 0], rev[:, 0]])
+    return int(xs.min() + (xs.max() - xs.min()) // 2)

@@ -1,0 +1,146 @@
+"""Clock sync as two services that talk in small JSON messages.
+
+HostSync runs on every host: it fits each probed pair over the window (the expensive part,
+spread over the fleet) and reports one line per pair. Solver runs in one place: it keeps
+the latest report of every host, solves the network effect over the whole probe graph
+and sends each host its mapping plus its neighbours' (for one-way delays). A report is
+~100 bytes per pair, so 100k hosts x 10 peers is ~100 MB per window for the solver: one
+machine's work. Hosts that stop reporting drop out of the graph and come back when they
+report again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from clockfabric.clock.mapping import Mapping
+from clockfabric.clock.network import Edges, solve
+from clockfabric.clock.pairs import PairWindow
+from clockfabric.probe.engine import Exchange
+
+MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
+
+
+class HostSync:
+    def __init__(self, host: str, probed: list[str], *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000):
+        self.host = host
+        self.window_ns = window_ns
+        self.pairs = {p: PairWindow(p, window_ns=window_ns, epsilon_ns=epsilon_ns) for p in probed}
+        self.mapping: Mapping | None = None
+        self.peer_maps: dict[str, Mapping] = {}
+        self.parts = 0
+        self.floors: dict[tuple[str, str, str], int] = {}  # (peer, path, direction) -> lowest OWD seen
+
+    def add(self, exchanges: list[Exchange]) -> None:
+        for ex in exchanges:
+            if pair := self.pairs.get(ex.peer):
+                steps = pair.steps
+                pair.add(ex)
+                if pair.steps != steps:  # a clock stepped: old floors mean nothing now
+                    self.floors = {k: v for k, v in self.floors.items() if k[0] != ex.peer}
+
+    def report(self, now_ns: int) -> dict:
+        """Refit every pair and say what the solver needs: one row per pair with a fit."""
+        edges = []
+        for peer, pair in self.pairs.items():
+            fit = pair.refit(now_ns)
+            if fit is not None:
+                weight = min(fit.n_fwd, fit.n_rev, MAX_WEIGHT)
+                edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight])
+        return {"t": "report", "host": self.host, "edges": edges}
+
+    def on_map(self, msg: dict) -> None:
+        maps = {h: Mapping.from_dict(m) for h, m in msg["hosts"].items()}
+        self.mapping = maps.pop(self.host, None)
+        self.peer_maps = maps
+        self.parts = msg.get("parts", 1)
+
+    # ---- one-way delays ---------------------------------------------------------------------
+    def owd(self) -> list[dict]:
+        """Per probed peer, path and direction: min, p50, p99 of the window, and the floor."""
+        if self.mapping is None:
+            return []
+        rows = []
+        for peer, pair in self.pairs.items():
+            theirs = self.peer_maps.get(peer)
+            if theirs is None or not pair.exchanges:
+                continue
+            ours = self.mapping
+            by_path: dict[tuple[str, str], list[int]] = defaultdict(list)
+            for ex in pair.exchanges:
+                by_path[(ex.path, "out")].append(theirs.global_ns(ex.peer_rx[0]) - ours.global_ns(ex.tx[0]))
+                by_path[(ex.path, "back")].append(ours.global_ns(ex.rx[0]) - theirs.global_ns(ex.peer_tx[0]))
+            for (path, direction), delays in sorted(by_path.items()):
+                d = np.array(delays)
+                key = (peer, path, direction)
+                self.floors[key] = min(self.floors.get(key, int(d.min())), int(d.min()))
+                src, dst = (self.host, peer) if direction == "out" else (peer, self.host)
+                rows.append({"src": src, "dst": dst, "path": path, "n": len(d), "min_ns": int(d.min()),
+                             "p50_ns": float(np.percentile(d, 50)), "p99_ns": float(np.percentile(d, 99)),
+                             "floor_ns": self.floors[key]})
+        return rows
+
+    def state(self) -> dict:
+        pairs = {}
+        for peer, pair in self.pairs.items():
+            ntp = pair.ntp()
+            fit = pair.fit
+            pairs[peer] = {
+                "exchanges": pair.seen, "pure_out": pair.pure_fwd, "pure_back": pair.pure_rev, "steps": pair.steps,
+                "fit": None if fit is None else {"offset_ns": fit.offset_ns, "drift": fit.drift,
+                                                 "center_ns": fit.center_ns, "margin_ns": fit.margin_ns,
+                                                 "points_out": fit.n_fwd, "points_back": fit.n_rev},
+                "ntp": None if ntp is None else {"offset_ns": ntp.offset_ns, "at_ns": ntp.at_ns, "rtt_ns": ntp.rtt_ns},
+            }
+        return {"mapping": self.mapping.as_dict() if self.mapping else None, "parts": self.parts,
+                "pairs": pairs, "owd": self.owd()}
+
+
+class Solver:
+    def __init__(self, hosts: list[str], reference: str, *, stale_s: float = 5.0, outlier_ns: float = 1_000.0):
+        self.hosts = sorted(hosts)
+        self.index = {h: i for i, h in enumerate(self.hosts)}
+        self.reference = reference
+        self.stale_s = stale_s
+        self.outlier_ns = outlier_ns
+        self.reports: dict[str, tuple[float, list]] = {}
+        self.last = None
+        self.rejected = 0
+
+    def on_report(self, msg: dict, now: float | None = None) -> None:
+        host = msg.get("host")
+        if host not in self.index:
+            self.rejected += 1
+            return
+        self.reports[host] = (time.monotonic() if now is None else now, msg.get("edges", []))
+
+    def solve(self, t0_ns: int, now: float | None = None) -> dict[str, dict]:
+        """One solve over the fresh reports; the map message for each reporting host."""
+        now = time.monotonic() if now is None else now
+        fresh = {h: e for h, (at, e) in self.reports.items() if now - at <= self.stale_s}
+        rows = [(self.index[h], self.index[p], a, b, c, w) for h, edges in fresh.items()
+                for p, a, b, c, w in edges if p in self.index and p in fresh]
+        if not rows:
+            return {}
+        src, dst, a, b, c, w = zip(*rows)
+        edges = Edges(np.array(src), np.array(dst), np.array(a, dtype=float), np.array(b, dtype=float),
+                      np.array(c, dtype=np.int64), np.array(w, dtype=float))
+        guess = self.last.offset_ns if self.last is not None else None
+        sol = solve(len(self.hosts), edges, self.index[self.reference], t0_ns, outlier_ns=self.outlier_ns, guess=guess)
+        self.last = sol
+        synced = sol.synced()
+        mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]),
+                              float(np.nan_to_num(sol.uncertainty_ns[i], nan=0.0)), bool(synced[i])).as_dict()
+                   for h, i in self.index.items() if h in fresh}
+        near: dict[str, set[str]] = defaultdict(set)
+        for s, d in zip(src, dst):
+            near[self.hosts[s]].add(self.hosts[d])
+            near[self.hosts[d]].add(self.hosts[s])
+        parts = len({int(sol.component[self.index[h]]) for h in fresh})
+        return {h: {"t": "map", "parts": parts,
+                    "dropped_edges": int((~sol.kept).sum()),
+                    "hosts": {p: mapping[p] for p in (near[h] | {h}) if p in mapping}}
+                for h in fresh}

@@ -1,0 +1,245 @@
+"""The prober and reflector: one thread, one socket per path, kernel timestamps on every packet.
+
+A path is a rail (the NIC a socket is bound to) and a UDP port: switches hash the ports
+onto an ECMP path, so probing a peer on several ports spreads the probes over several
+paths. Each exchange is a coded pair out and a coded pair back; once the reflector's
+send timestamps arrive (on its next reply) the exchange is complete and is queued for
+the clock estimator: eight timestamps, four in each host's own clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+import selectors
+import socket
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clockfabric.probe import timestamping, wire
+
+log = logging.getLogger(__name__)
+SO_BINDTODEVICE = 25
+PENDING_TIMEOUT_S = 5.0  # an exchange whose reply never came is forgotten after this
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One complete probe exchange with a peer on one path."""
+
+    peer: str
+    path: str
+    tx: tuple[int, int]  # our sends of the probe pair (our clock)
+    peer_rx: tuple[int, int]  # the peer's receives of it (peer's clock)
+    peer_tx: tuple[int, int]  # the peer's sends of its reply pair (peer's clock)
+    rx: tuple[int, int]  # our receives of the reply pair (our clock)
+
+
+@dataclass
+class _Path:
+    name: str
+    sock: socket.socket
+    port: int
+    sends: int = 0  # the kernel numbers our datagrams: this is the next one's id
+
+
+class ProbeEngine(threading.Thread):
+    def __init__(self, address: str, hosts: dict[str, str], probed: list[str], *, rails: list[str | None], ports: int = 4,
+                 base_port: int = 7300, interval_s: float = 0.2, gap_ns: int = 10_000,
+                 local_ns: Callable[[int], int] = lambda t: t, seed: int | None = None):
+        super().__init__(name="probe-engine", daemon=True)
+        self.address = address
+        self.peers = {p: hosts[p] for p in probed}  # whom we probe
+        self.names = {a: n for n, a in hosts.items()}  # the only addresses we answer or trust
+        self.interval_s = interval_s
+        self.gap_ns = gap_ns
+        self.local_ns = local_ns  # kernel real time -> this host's clock
+        self.session = random.getrandbits(32)
+        self.rng = random.Random(seed)
+        self.exchanges: deque[Exchange] = deque(maxlen=100_000)
+        self.counters: Counter[str] = Counter()
+        self._stopping = threading.Event()
+        self._last_expiry = 0.0
+        self._paths = [self._open(rail, base_port + k) for rail in rails for k in range(ports)]
+        self._by_sock = {p.sock: p for p in self._paths}
+        self._tx_ids: dict[tuple[int, int], tuple] = {}  # (socket fd, send id) -> what was sent
+        self._pending: dict[tuple[str, int], dict] = {}  # (peer, seq) -> timestamps so far
+        self._reflected: dict[tuple[str, int], dict] = {}  # (prober address, session) -> our last reply
+        self._seq: dict[str, int] = {p: 0 for p in probed}
+        self._next_path: dict[str, int] = {p: self.rng.randrange(len(self._paths)) for p in probed}
+        self.paths = [p.name for p in self._paths]
+
+    def _open(self, rail: str | None, port: int) -> _Path:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if rail:
+            s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, rail.encode())
+        s.bind((self.address, port))
+        s.setblocking(False)
+        timestamping.enable(s)
+        return _Path(f"{rail or 'any'}:{port}", s, port)
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        sel = selectors.DefaultSelector()
+        for p in self._paths:
+            sel.register(p.sock, selectors.EVENT_READ)
+        start = time.monotonic()
+        due = [(start + self.rng.uniform(0, self.interval_s), peer) for peer in self.peers]
+        heapq.heapify(due)
+        try:
+            while not self._stopping.is_set():
+                timeout = max(0.0, due[0][0] - time.monotonic()) if due else 0.2
+                for key, _ in sel.select(min(timeout, 0.2)):
+                    self._drain(self._by_sock[key.fileobj])
+                now = time.monotonic()
+                while due and due[0][0] <= now:
+                    _, peer = heapq.heappop(due)
+                    self._probe(peer)
+                    jitter = self.rng.uniform(0.8, 1.2)  # no lockstep between hosts
+                    heapq.heappush(due, (now + self.interval_s * jitter, peer))
+                self._expire(now)
+        finally:
+            sel.close()
+            for p in self._paths:
+                p.sock.close()
+
+    def _drain(self, path: _Path) -> None:
+        while True:  # the error queue first: it holds the send timestamps replies wait for
+            try:
+                _, anc, _, _ = path.sock.recvmsg(0, timestamping.ANC_SIZE, socket.MSG_ERRQUEUE)
+            except BlockingIOError:
+                break
+            if (stamp := timestamping.tx_timestamp(anc)) is not None:
+                self._sent(path, *stamp)
+        while True:
+            try:
+                data, anc, _, (src, sport) = path.sock.recvmsg(64, timestamping.ANC_SIZE)
+            except BlockingIOError:
+                return
+            except OSError as e:  # e.g. ICMP unreachable queued by the kernel
+                self.counters["socket_errors"] += 1
+                log.debug("recv on %s: %s", path.name, e)
+                continue
+            self._received(path, data, anc, src, sport)
+
+    # ---- sending ----------------------------------------------------------------------------
+    def _send_pair(self, path: _Path, first: wire.Packet, second: wire.Packet, dest: tuple[str, int],
+                   what: tuple) -> None:
+        """A warm-up, then two datagrams gap_ns apart: if the gap survives the trip, neither met a queue."""
+        packets, sent = [None, first, second], 0
+        try:
+            path.sock.sendto(wire.encode(wire.Packet(wire.WARMUP, first.session, first.seq)), dest)
+            sent += 1
+            path.sock.sendto(wire.encode(first), dest)
+            sent += 1
+            until = time.perf_counter_ns() + self.gap_ns
+            while time.perf_counter_ns() < until:
+                pass
+            path.sock.sendto(wire.encode(second), dest)
+            sent += 1
+        except OSError as e:  # no route (a failed link), a full buffer: this exchange is lost
+            self.counters["send_errors"] += 1
+            log.debug("send on %s to %s: %s", path.name, dest, e)
+        for i in range(sent):
+            if packets[i] is not None:  # the warm-up's timestamp is not wanted
+                self._tx_ids[(path.sock.fileno(), path.sends)] = (*what, i - 1)
+            path.sends += 1
+        self.counters["wire_bytes_sent"] += sum(
+            (len(wire.encode(p)) if p else wire.HEADER_SIZE) + wire.IP_UDP_ETH_OVERHEAD for p in packets[:sent])
+
+    def _probe(self, peer: str) -> None:
+        i = self._next_path[peer]
+        self._next_path[peer] = (i + 1) % len(self._paths)
+        path = self._paths[i]
+        self._seq[peer] = seq = (self._seq[peer] + 1) & 0xFFFFFFFF
+        self._pending[(peer, seq)] = {"path": path.name, "tx": [None, None], "at": time.monotonic()}
+        self.counters["probes_sent"] += 1
+        self._send_pair(path, wire.Packet(wire.PROBE0, self.session, seq), wire.Packet(wire.PROBE1, self.session, seq),
+                        (self.peers[peer], path.port), ("probe", peer, seq))
+
+    def _sent(self, path: _Path, send_id: int, real_ns: int) -> None:
+        what = self._tx_ids.pop((path.sock.fileno(), send_id), None)
+        if what is None:
+            return
+        kind, a, b, i = what
+        if kind == "probe" and (rec := self._pending.get((a, b))):
+            rec["tx"][i] = self.local_ns(real_ns)
+        elif kind == "reply" and (rec := self._reflected.get(a)) and rec["seq"] == b:
+            rec["tx"][i] = self.local_ns(real_ns)
+
+    # ---- receiving --------------------------------------------------------------------------
+    def _received(self, path: _Path, data: bytes, anc, src: str, sport: int) -> None:
+        peer = self.names.get(src)
+        if peer is None:  # never answer, never trust, an address that is not a peer
+            self.counters["foreign_packets"] += 1
+            return
+        try:
+            pkt = wire.decode(data)
+        except wire.Malformed:
+            self.counters["malformed_packets"] += 1
+            return
+        real = timestamping.rx_timestamp(anc)
+        if real is None:
+            self.counters["no_rx_timestamp"] += 1
+            return
+        rx = self.local_ns(real)
+        if pkt.kind == wire.WARMUP:
+            return
+        if pkt.kind in (wire.PROBE0, wire.PROBE1):
+            self._reflect(path, pkt, rx, src, sport)
+        elif pkt.session == self.session:
+            self._reply(peer, pkt, rx)
+        else:
+            self.counters["stale_replies"] += 1
+
+    def _reflect(self, path: _Path, pkt: wire.Packet, rx: int, src: str, sport: int) -> None:
+        key = (src, pkt.session)
+        rec = self._reflected.setdefault(key, {"seq": 0, "tx": [wire.NONE, wire.NONE], "probe": None})
+        if pkt.kind == wire.PROBE0:
+            rec["probe"] = (pkt.seq, rx)
+            return
+        if not rec["probe"] or rec["probe"][0] != pkt.seq:
+            self.counters["unpaired_probes"] += 1
+            return
+        prev_seq, prev_tx = rec["seq"], tuple(t or wire.NONE for t in rec["tx"])
+        probe_rx = (rec["probe"][1], rx)
+        rec.update(seq=pkt.seq, tx=[None, None], probe=None, at=time.monotonic())
+        self.counters["probes_reflected"] += 1
+        self._send_pair(path, wire.Packet(wire.REPLY0, pkt.session, pkt.seq, probe_rx, prev_seq, prev_tx),
+                        wire.Packet(wire.REPLY1, pkt.session, pkt.seq), (src, sport), ("reply", key, pkt.seq))
+
+    def _reply(self, peer: str, pkt: wire.Packet, rx: int) -> None:
+        if pkt.kind == wire.REPLY0:
+            if pkt.prev_seq and wire.NONE not in pkt.prev_tx:
+                self._complete(peer, pkt.prev_seq, pkt.prev_tx)
+            if rec := self._pending.get((peer, pkt.seq)):
+                rec["peer_rx"], rec["rx"] = pkt.probe_rx, [rx, None]
+        elif (rec := self._pending.get((peer, pkt.seq))) and "rx" in rec:
+            rec["rx"][1] = rx
+
+    def _complete(self, peer: str, seq: int, peer_tx: tuple[int, int]) -> None:
+        rec = self._pending.pop((peer, seq), None)
+        if rec is None or "rx" not in rec or None in rec["rx"] or None in rec["tx"]:
+            self.counters["incomplete_exchanges"] += 1
+            return
+        self.exchanges.append(Exchange(peer, rec["path"], tuple(rec["tx"]), rec["peer_rx"], peer_tx, tuple(rec["rx"])))
+        self.counters["exchanges"] += 1
+
+    def _expire(self, now: float) -> None:
+        if now - self._last_expiry < 1.0:
+            return
+        self._last_expiry = now
+        for key in [k for k, r in self._pending.items() if now - r["at"] > PENDING_TIMEOUT_S]:
+            del self._pending[key]
+            self.counters["lost_exchanges"] += 1
+        for key in [k for k, r in self._reflected.items() if now - r.get("at", now) > 60]:
+            del self._reflected[key]
+        if len(self._tx_ids) > 10_000:  # timestamps the kernel never delivered
+            self._tx_ids.clear()
