@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The clockfabric demo: an emulated dual-plane cluster on this machine, checked, impaired,
-# loaded and taken down. Every step is a plain `clockfabric` command you can run yourself.
+# The clockfabric demo: an emulated dual-plane cluster on this machine, checked, its clocks
+# synced and its one-way delays measured, impaired, loaded and taken down. Every step is a plain `clockfabric` command you can run yourself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAB=demo
@@ -22,6 +22,12 @@ clockfabric lab check --lab "$LAB" | tail -n 4
 
 step "each host runs on its own virtual clock (the ground truth for clock sync)"
 clockfabric lab clock show --lab "$LAB"
+
+step "clock sync: an agent per host probes its peers; errors judged against the lab's truth"
+clockfabric sync --lab "$LAB" --seconds 25 --keep
+
+step "one-way delays, per direction, from the synced clocks (µs)"
+clockfabric owd --lab "$LAB"
 
 step "real traffic: iperf3 h0 -> h7 across the spines"
 clockfabric lab traffic h0 h7 --seconds 3 --lab "$LAB"

@@ -10,6 +10,8 @@ is judged at each of its samples' own instants: no extrapolation error is charge
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,6 +41,7 @@ class LabAgents:
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
+        self._stop_earlier()
         self.state_dir.mkdir(exist_ok=True)
         for f in self.state_dir.glob("*.json"):
             f.unlink()
@@ -50,6 +53,15 @@ class LabAgents:
                 proc = subprocess.Popen(command(self.lab, h, argv), stdout=log, stderr=subprocess.STDOUT)
             self.procs.append(proc)
             self.lab.register(proc.pid, f"clock agent on {h}")
+
+    def _stop_earlier(self) -> None:
+        """Agents left running by an earlier `sync --keep` hold the ports: stop them first."""
+        earlier = [p["pid"] for p in self.lab.processes() if p["what"].startswith("clock agent")]
+        for pid in earlier:
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while any(is_ours(pid, self.lab.name) for pid in earlier) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def failed(self) -> list[str]:
         """Hosts whose agent exited, with the last line it wrote."""
