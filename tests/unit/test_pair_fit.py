@@ -227,3 +227,17 @@ def test_limit_a_late_stamp_that_stays_between_the_clouds_is_not_dropped():
     assert abs(clean.offset_ns - offset_ns) < 5.0
     assert fit.offset_ns - offset_ns == pytest.approx(-3_000, abs=5.0)  # half the late stamp
     assert fit.margin_ns == pytest.approx(FLOOR_NS - 3_000, abs=5.0)
+
+
+def test_one_sided_clouds_keep_the_prior_drift():
+    """When every reverse point comes after every forward point (a direction that was queued
+    for a while comes back), tilting the band only widens it, so the data cannot pin a slope:
+    the fit keeps the prior drift instead of running to MAX_SLOPE, and the offset stays right."""
+    offset_ns, drift = 5_000_000.0, 10e-6
+    fwd, _ = make_points(offset_ns, drift, n=200, seed=9)
+    fwd = fwd[fwd[:, 0] < CENTER]  # forward points in the first half only
+    t = EPOCH + WINDOW_NS - 1_000  # one reverse point, at the floor, at the end of the window
+    rev = np.array([[t, round(offset_ns + drift * (t - CENTER) - FLOOR_NS)]], dtype=np.int64)
+    fit = fit_band(fwd, rev, CENTER, prior_drift=drift)
+    assert fit.drift == drift
+    assert abs(fit.offset_ns - offset_ns) < 50

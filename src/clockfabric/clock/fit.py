@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_SLOPE = 1e-3  # relative drift search range: clocks within +-500 ppm of each other
+MAX_DROPS = 40  # more overlap than this is not a few late timestamps but mixed-up data
 _GOLDEN = (math.sqrt(5) - 1) / 2
 
 
@@ -42,8 +43,11 @@ def _margin(slope: float, xu, yu, xl, yl) -> tuple[float, float]:
 
 
 def _best_slope(xu, yu, xl, yl, prior: float) -> float:
-    if len(xu) + len(xl) < 3 or np.ptp(np.concatenate([xu, xl])) < 1e6:
-        return prior  # too little spread in time to tell a drift: keep the last known one
+    overlap = min(xu.max(), xl.max()) - max(xu.min(), xl.min())
+    if len(xu) + len(xl) < 3 or overlap < 1e8:
+        # the clouds must share a stretch of time (0.1 s) to pin a slope; else the band
+        # could tilt freely: keep the last known drift
+        return prior
     lo, hi = -MAX_SLOPE, MAX_SLOPE
     a, b = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
     fa, fb = _margin(a, xu, yu, xl, yl)[0], _margin(b, xu, yu, xl, yl)[0]
@@ -70,7 +74,7 @@ def fit_band(fwd: np.ndarray, rev: np.ndarray, center_ns: int, *, prior_drift: f
         return None
     xu, yu = (fwd[:, 0] - center_ns).astype(float), fwd[:, 1].astype(float)
     xl, yl = (rev[:, 0] - center_ns).astype(float), rev[:, 1].astype(float)
-    budget = int(max_outliers * (len(xu) + len(xl)))
+    budget = min(MAX_DROPS, int(max_outliers * (len(xu) + len(xl))))
     dropped = 0
     while True:
         slope = drift if drift is not None else _best_slope(xu, yu, xl, yl, prior_drift)

@@ -45,7 +45,9 @@ class PairWindow:
         self.exchanges: deque[Exchange] = deque()
         self.fit: PairFit | None = None
         self.steps = 0
-        self._suspect: int | None = None  # our time of a first point that broke the band
+        # per direction (True: forward), our time of a first point that broke the band: a
+        # step moves both clouds one way, so only one side breaks while the other looks queued
+        self._suspect: dict[bool, int | None] = {True: None, False: None}
         self.seen = self.pure_fwd = self.pure_rev = 0
 
     def add(self, ex: Exchange) -> None:
@@ -67,21 +69,21 @@ class PairWindow:
             return
         side = (y - self.fit.at(x)) if above else (self.fit.at(x) - y)
         if side - self.fit.margin_ns >= -self.step_tolerance_ns:
-            self._suspect = None
+            self._suspect[above] = None
             return
-        if self._suspect is None:
-            self._suspect = x
+        if self._suspect[above] is None:
+            self._suspect[above] = x
             return
-        # a second point in a row below the floor: the clock stepped at or before the first
+        # a second point in a row beyond the floor: the clock stepped at or before the first
         self.steps += 1
-        cut = self._suspect
+        cut = self._suspect[above]
         for points in (self.fwd, self.rev):
             while points and points[0][0] < cut:
                 points.popleft()
         while self.exchanges and self.exchanges[0].tx[0] < cut:
             self.exchanges.popleft()
         self.fit = None
-        self._suspect = None
+        self._suspect = {True: None, False: None}
 
     def trim(self, now_ns: int) -> None:
         start = now_ns - self.history_ns

@@ -1,0 +1,293 @@
+"""The fleet side of clock sync: who probes whom (clock/graph.py), local -> global mappings
+(clock/mapping.py) and the solver service (clock/service.py) fed with exact synthetic reports.
+
+Synthetic hosts have clocks that are affine in real time; a report's edge is what a perfect
+pair fit would say, by the model in clock/network.py: from i's side, a = c_j - c_i when i's
+clock reads C, and b = d(c_j - c_i)/d(c_i).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from clockfabric.clock.graph import neighbours, probe_peers
+from clockfabric.clock.mapping import Mapping
+from clockfabric.clock.service import Solver
+
+EPOCH = 1_800_000_000_000_000_000
+
+
+# ---- probe graph ----------------------------------------------------------------------------
+
+def _connected(peers: dict[str, list[str]]) -> bool:
+    near = neighbours(peers)
+    start = next(iter(near))
+    seen, todo = {start}, deque([start])
+    while todo:
+        for p in near[todo.popleft()]:
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return seen == set(near)
+
+
+@pytest.mark.parametrize("n,k", [(2, 1), (5, 3), (12, 4), (40, 10), (100, 16)])
+def test_probe_peers_are_k_distinct_others_and_connected(n, k):
+    hosts = [f"h{i:03d}" for i in range(n)]
+    peers = probe_peers(hosts, k, seed=7)
+    assert set(peers) == set(hosts)
+    for h, ps in peers.items():
+        assert len(ps) == k
+        assert len(set(ps)) == k
+        assert h not in ps
+        assert set(ps) <= set(hosts)
+    ring = sorted(hosts)
+    for i, h in enumerate(ring):  # the ring edge comes first: the graph is connected whatever the chords
+        assert peers[h][0] == ring[(i + 1) % n]
+    assert _connected(peers)
+
+
+def test_probe_peers_is_deterministic_for_a_seed_and_ignores_input_order():
+    hosts = [f"node-{i}" for i in range(30)]
+    a = probe_peers(hosts, 6, seed=3)
+    assert a == probe_peers(list(reversed(hosts)), 6, seed=3)  # every host computes the same graph
+    b = probe_peers(hosts, 6, seed=4)
+    assert a != b
+    assert sum(a[h] != b[h] for h in hosts) > 20  # the chords move, not just one host's
+
+
+def test_probe_peers_with_too_few_hosts_or_no_k():
+    assert probe_peers(["a", "b", "c"], 10) == {"a": ["b", "c"], "b": ["c", "a"], "c": ["a", "b"]}
+    assert probe_peers(["a", "b", "c"], 0) == {"a": [], "b": [], "c": []}
+    assert probe_peers(["solo"], 3) == {"solo": []}
+
+
+def test_neighbours_are_symmetric():
+    hosts = [f"h{i}" for i in range(15)]
+    peers = probe_peers(hosts, 3, seed=1)
+    near = neighbours(peers)
+    for h, ps in peers.items():
+        for p in ps:
+            assert p in near[h] and h in near[p]
+    for h, ns in near.items():  # and nothing else
+        assert all(p in peers[h] or h in peers[p] for p in ns)
+        assert h not in ns
+    assert neighbours({"a": ["b"]}) == {"a": {"b"}, "b": {"a"}}
+
+
+# ---- mapping --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("offset_ns,drift", [(0.0, 0.0), (50_000_000.4, 100e-6), (-50_000_000.7, -100e-6),
+                                             (123.456, 1e-9), (-7_654_321.25, 37.3e-6)])
+def test_mapping_inverts_the_clock_model_at_epoch_scale(offset_ns, drift):
+    t0 = EPOCH + 123_456_789
+    m = Mapping(t0, offset_ns, drift, 10.0)
+    rng = np.random.default_rng(0)
+    for g in [t0, t0 + 1, t0 - 1, *(t0 + int(d) for d in rng.integers(-3_600 * 10**9, 3_600 * 10**9, 200))]:
+        c = g + round(offset_ns + drift * (g - t0))  # the host's clock reading, an integer
+        back = m.global_ns(c)
+        assert isinstance(back, int)
+        assert abs(back - g) <= 1
+
+
+def test_mapping_round_trips_through_a_dict():
+    m = Mapping(EPOCH + 5, -1234.5, 2.5e-6, 42.0, synced=False)
+    assert Mapping.from_dict(m.as_dict()) == m
+    assert Mapping.from_dict({"t0_ns": str(EPOCH), "offset_ns": 1, "drift": 0, "uncertainty_ns": 0}).synced is True
+
+
+# ---- the solver, end to end -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Host:
+    """reading(tau) = EPOCH + offset + (1 + drift) * tau, tau in ns of real time since EPOCH."""
+
+    offset_ns: float
+    drift: float
+
+    def read(self, tau: float) -> int:
+        return EPOCH + round(self.offset_ns + (1 + self.drift) * tau)
+
+    def real(self, reading: int) -> float:
+        return ((reading - EPOCH) - self.offset_ns) / (1 + self.drift)
+
+
+def edge_row(clocks: dict[str, Host], i: str, j: str, center: int, weight: int = 20) -> list:
+    """[peer, a, b, C, weight] as i's pair fit of j would report it, exactly."""
+    ci, cj = clocks[i], clocks[j]
+    tau = ci.real(center)
+    a = (cj.offset_ns + (1 + cj.drift) * tau) - (center - EPOCH)
+    b = (cj.drift - ci.drift) / (1 + ci.drift)
+    return [j, a, b, center, weight]
+
+
+def make_fleet(n: int, seed: int = 0) -> dict[str, Host]:
+    rng = np.random.default_rng(seed)
+    return {f"h{i:02d}": Host(float(rng.uniform(-50e6, 50e6)), float(rng.uniform(-100e-6, 100e-6))) for i in range(n)}
+
+
+def report(clocks: dict[str, Host], host: str, peers: list[str], tau_center: float) -> dict:
+    center = clocks[host].read(tau_center)  # the middle of the host's last window, its own clock
+    return {"t": "report", "host": host, "edges": [edge_row(clocks, host, p, center) for p in peers]}
+
+
+NOW_TAU = 10e9  # the solve happens 10 s of real time after EPOCH
+
+
+def max_mapping_error(clocks: dict[str, Host], msgs: dict, anchor: str, hosts) -> float:
+    """The worst |mapping(host's reading) - anchor's reading| over 2 s around the solve, in ns."""
+    worst = 0.0
+    for h in hosts:
+        m = Mapping.from_dict(msgs[h]["hosts"][h])
+        for tau in np.linspace(NOW_TAU - 2e9, NOW_TAU + 2e9, 9):
+            worst = max(worst, abs(m.global_ns(clocks[h].read(tau)) - clocks[anchor].read(tau)))
+    return worst
+
+
+def test_solver_maps_every_host_onto_the_reference_clock():
+    clocks = make_fleet(16, seed=1)
+    peers = probe_peers(list(clocks), 4, seed=2)
+    solver = Solver(list(clocks), "h03")
+    for h in clocks:
+        solver.on_report(report(clocks, h, peers[h], NOW_TAU - 1e9), now=100.0)
+    t0 = clocks["h03"].read(NOW_TAU)
+    msgs = solver.solve(t0, now=101.0)
+    assert set(msgs) == set(clocks)
+    assert solver.rejected == 0
+    near = neighbours(peers)
+    for h, msg in msgs.items():
+        assert msg["t"] == "map"
+        assert msg["parts"] == 1
+        assert msg["dropped_edges"] == 0
+        assert set(msg["hosts"]) == near[h] | {h}  # its own mapping and its neighbours'
+        for m in msg["hosts"].values():
+            assert m["t0_ns"] == t0 and m["synced"] is True
+            assert m["uncertainty_ns"] < 1.0  # exact edges agree to well under a ns
+        assert msg["hosts"][h] == msgs[next(iter(near[h]))]["hosts"][h]  # everyone hears the same
+    ref = Mapping.from_dict(msgs["h03"]["hosts"]["h03"])
+    assert ref.offset_ns == 0.0 and ref.drift == 0.0
+    assert max_mapping_error(clocks, msgs, "h03", clocks) <= 3.0
+
+
+def test_solver_edges_centred_at_different_times_and_weights():
+    """Each host's window centre in its own clock differs; weights differ; still exact."""
+    clocks = make_fleet(10, seed=5)
+    peers = probe_peers(list(clocks), 3, seed=5)
+    solver = Solver(list(clocks), "h00")
+    rng = np.random.default_rng(6)
+    for h in clocks:
+        center = clocks[h].read(NOW_TAU - float(rng.uniform(0.5e9, 3e9)))
+        edges = [edge_row(clocks, h, p, center, weight=int(rng.integers(1, 21))) for p in peers[h]]
+        solver.on_report({"t": "report", "host": h, "edges": edges}, now=0.0)
+    msgs = solver.solve(clocks["h00"].read(NOW_TAU), now=1.0)
+    assert max_mapping_error(clocks, msgs, "h00", clocks) <= 3.0
+
+
+def test_a_stale_host_drops_out_and_returns_when_it_reports_again():
+    clocks = make_fleet(12, seed=3)
+    hosts = list(clocks)
+    peers = probe_peers(hosts, 4, seed=3)
+    solver = Solver(hosts, "h00", stale_s=5.0)
+    t0 = clocks["h00"].read(NOW_TAU)
+
+    for h in hosts:
+        solver.on_report(report(clocks, h, peers[h], NOW_TAU - 1e9), now=100.0)
+    msgs = solver.solve(t0, now=101.0)
+    assert set(msgs) == set(hosts)
+
+    for h in hosts:  # h07 goes quiet
+        if h != "h07":
+            solver.on_report(report(clocks, h, peers[h], NOW_TAU - 1e9), now=110.0)
+    msgs = solver.solve(t0, now=111.0)  # h07's report is 11 s old
+    assert "h07" not in msgs
+    assert all("h07" not in msg["hosts"] for msg in msgs.values())  # nobody is told about it either
+    assert set(msgs) == set(hosts) - {"h07"}
+    assert all(msg["parts"] == 1 for msg in msgs.values())
+    assert max_mapping_error(clocks, msgs, "h00", msgs) <= 3.0
+
+    solver.on_report(report(clocks, "h07", peers["h07"], NOW_TAU - 1e9), now=112.0)
+    msgs = solver.solve(t0, now=113.0)
+    assert set(msgs) == set(hosts)
+    assert max_mapping_error(clocks, msgs, "h00", clocks) <= 3.0
+
+    assert solver.solve(t0, now=200.0) == {}  # everyone stale: nothing to say
+
+
+def test_the_stale_limit_is_inclusive():
+    clocks = make_fleet(4, seed=9)
+    peers = probe_peers(list(clocks), 2)
+    solver = Solver(list(clocks), "h00", stale_s=5.0)
+    for h in clocks:
+        solver.on_report(report(clocks, h, peers[h], NOW_TAU), now=10.0)
+    t0 = clocks["h00"].read(NOW_TAU)
+    assert set(solver.solve(t0, now=15.0)) == set(clocks)
+    assert solver.solve(t0, now=15.001) == {}
+
+
+def test_reports_from_unknown_hosts_are_rejected_and_unknown_peers_ignored():
+    clocks = make_fleet(6, seed=4)
+    peers = probe_peers(list(clocks), 2, seed=4)
+    solver = Solver(list(clocks), "h00")
+    solver.on_report({"t": "report", "host": "intruder", "edges": [["h00", 1e6, 0.0, EPOCH, 20]]}, now=0.0)
+    solver.on_report({"t": "report", "edges": []}, now=0.0)  # no host at all
+    assert solver.rejected == 2
+    assert "intruder" not in solver.reports
+    for h in clocks:
+        msg = report(clocks, h, peers[h], NOW_TAU)
+        msg["edges"].append(["ghost", 5e6, 1e-5, EPOCH, 20])  # a peer the solver does not know
+        solver.on_report(msg, now=0.0)
+    assert solver.rejected == 2
+    msgs = solver.solve(clocks["h00"].read(NOW_TAU), now=1.0)
+    assert set(msgs) == set(clocks)
+    assert all(msg["dropped_edges"] == 0 for msg in msgs.values())
+    assert max_mapping_error(clocks, msgs, "h00", clocks) <= 3.0
+
+
+def test_a_split_graph_gives_two_parts_and_the_cut_off_part_is_not_synced():
+    clocks = make_fleet(12, seed=8)
+    left = [f"h{i:02d}" for i in range(6)]
+    right = [f"h{i:02d}" for i in range(6, 12)]
+    solver = Solver(list(clocks), "h02")
+    for group in (left, right):
+        peers = probe_peers(group, 3, seed=1)  # edges only inside each group
+        for h in group:
+            solver.on_report(report(clocks, h, peers[h], NOW_TAU - 1e9), now=0.0)
+    msgs = solver.solve(clocks["h02"].read(NOW_TAU), now=1.0)
+    assert set(msgs) == set(clocks)
+    assert all(msg["parts"] == 2 for msg in msgs.values())
+    for h in left:
+        assert msgs[h]["hosts"][h]["synced"] is True
+        assert set(msgs[h]["hosts"]) <= set(left)
+    for h in right:
+        assert msgs[h]["hosts"][h]["synced"] is False
+        assert set(msgs[h]["hosts"]) <= set(right)
+    assert max_mapping_error(clocks, msgs, "h02", left) <= 3.0
+    # the cut-off part is pinned to its lowest host: consistent among itself, not with the reference
+    assert max_mapping_error(clocks, msgs, "h06", right) <= 3.0
+    assert max_mapping_error(clocks, msgs, "h02", right) > 1_000
+
+
+def test_one_lying_edge_is_dropped_and_the_rest_stay_exact():
+    """An edge off by 50 us (an asymmetric path) disagrees around every loop: the network effect
+    finds it, drops it and solves again. (The peeling round that drops it may take an honest
+    edge beside it, bent by the liar past worst/8; that one is not re-admitted.)"""
+    clocks = make_fleet(16, seed=11)
+    peers = probe_peers(list(clocks), 5, seed=11)
+    solver = Solver(list(clocks), "h00")
+    for h in clocks:
+        msg = report(clocks, h, peers[h], NOW_TAU - 1e9)
+        if h == "h05":
+            msg["edges"][1][1] += 50_000.0
+        solver.on_report(msg, now=0.0)
+    msgs = solver.solve(clocks["h00"].read(NOW_TAU), now=1.0)
+    sol = solver.last
+    liar = int(np.argmax(np.abs(sol.residual_ns)))
+    assert sol.residual_ns[liar] == pytest.approx(50_000.0, abs=5.0)  # the solution does not follow the lie
+    assert not sol.kept[liar]
+    assert np.abs(sol.residual_ns[sol.kept]).max() < 1.0
+    assert all(1 <= msg["dropped_edges"] <= 2 for msg in msgs.values())
+    assert max_mapping_error(clocks, msgs, "h00", clocks) <= 3.0
