@@ -48,7 +48,7 @@ def test_udp_loss_when_offered_above_rate(make_lab):
     [t.start() for t in threads]
     [t.join() for t in threads]
     received = sum(r["received_bps"] for r in results.values()) / 1e6
-    assert received <= 50
+    assert received <= 51  # the port rate, plus slack for two iperf3 intervals that do not align exactly
     assert any(r["lost_percent"] > 5 for r in results.values()), results
 
 

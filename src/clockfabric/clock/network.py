@@ -19,21 +19,23 @@ nanosecond.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-# The solves stop when no host's Jacobi step (its residual over its diagonal) exceeds these,
-# in the unknown's own unit: far below the noise of a pair fit (tens of ns, 1e-9 in drift),
-# and absolute, so a solve that starts from a close guess ends after a few iterations.
-OFFSET_TOL_NS = 1e-3
-LOG_DRIFT_TOL = 1e-13
+# The solves stop when no host's Jacobi step (its residual over its diagonal) is above a
+# tolerance in the unknown's own unit. It is absolute, so a solve from a close guess ends after
+# a few iterations. Peeling only needs residuals to a nanosecond; the final solve goes far below
+# what a pair fit resolves (tens of ns; 1e-9 in drift).
+ROUGH_TOL_NS, ROUGH_LOG_DRIFT_TOL = 1.0, 1e-11
+OFFSET_TOL_NS, LOG_DRIFT_TOL = 1e-3, 1e-13
 MAX_ITERATIONS = 1000
-# A liar of error E bends the residuals of the honest edges beside it by about E / degree
-# (at least ~8 hosts share each host's load here); so a suspect edge is only dropped when no
-# suspect beside it is more than this many times worse: it may be its victim.
-SHADOW = 8
+MAX_PASSES = 6  # of the fixed point in x_i: each gains a factor |b| < 1e-3
+# The probe graph's diameter (random peers: about log(hosts) / log(peers)); a longer one is
+# left to connected_components.
+BFS_STEPS = 12
 
 
 @dataclass
@@ -75,26 +77,36 @@ class Solution:
 
 
 class _System:
-    """The weighted graph Laplacian of the kept edges, with some hosts pinned at zero.
+    """The weighted graph Laplacian of the kept edges.
 
     Its sparse structure is built once for all edges; dropping an edge zeroes its two entries
-    (rebuilding the matrix each round cost more than the solves)."""
+    (rebuilding the matrix each round cost more than the solves). No host is pinned in it: the
+    system is singular (any constant can be added within a connected part) but consistent, which
+    conjugate gradients handle, and the caller shifts each part to put its anchor at zero.
+    Pinning a host in the matrix instead leaves one tiny eigenvalue (about its degree over the
+    number of hosts) that costs CG ten more iterations per solve."""
 
     def __init__(self, n: int, e: Edges):
         m = len(e)
         self.e, self.w = e, e.weight.astype(float)  # w: zero once an edge is dropped
-        # Order the 2m off-diagonal entries by row with scipy's counting sort (a matrix with
-        # entry p at column rows[p], converted to CSC, lists the p of each column in turn):
-        # O(m), where sorting the keys or converting COO to CSR (which sorts each row) is not.
+        # Order the 2m off-diagonal entries (-w at (src, dst) and at (dst, src)) by row with
+        # scipy's counting sort: a matrix with one entry per row p, at column rows[p], converted
+        # to CSC, lists the entries of each column in turn, values and all. That is O(m), where
+        # sorting, or converting COO to CSR (which also sorts within each row), is not.
         rows = np.concatenate([e.src, e.dst])
-        by_row = sp.csr_matrix((np.ones(2 * m), rows, np.arange(2 * m + 1)), shape=(2 * m, n)).tocsc()
-        order = by_row.indices
-        self.slot = np.empty_like(order)  # edge k's two entries sit at slot[k] and slot[k + m]
-        self.slot[order] = np.arange(2 * m)
-        cols = np.concatenate([e.dst, e.src])[order]
-        self.offdiag = sp.csr_matrix((-self.w[order % m], cols, by_row.indptr), shape=(n, n))
-        self.pinned = np.zeros(n, dtype=bool)
+        by_row = sp.csr_matrix((-np.concatenate([self.w, self.w]), rows, np.arange(2 * m + 1)),
+                               shape=(2 * m, n)).tocsc()
+        self.order = by_row.indices  # the entry (edge k, or k - m reversed) at each place
+        cols = np.concatenate([e.dst, e.src])[self.order]
+        self.offdiag = sp.csr_matrix((by_row.data, cols, by_row.indptr), shape=(n, n))
         self._update_diagonal()
+
+    @cached_property
+    def slot(self) -> np.ndarray:
+        """Where edge k's two entries sit in the matrix: slot[k] and slot[k + m]."""
+        slot = np.empty_like(self.order)
+        slot[self.order] = np.arange(len(self.order), dtype=self.order.dtype)
+        return slot
 
     def drop(self, k: np.ndarray) -> None:
         self.w[k] = 0.0
@@ -102,33 +114,41 @@ class _System:
         self.offdiag.data[self.slot[k + len(self.e)]] = 0.0
         self._update_diagonal()
 
-    def pin(self, hosts: np.ndarray) -> None:
-        """Hold these hosts where the next solves find them (they must be zero there)."""
-        self.pinned[hosts] = True
-        self._update_diagonal()
-
     def _update_diagonal(self) -> None:
-        e, n = self.e, len(self.pinned)
+        e, n = self.e, self.offdiag.shape[0]
         self.diag = np.bincount(e.src, self.w, n) + np.bincount(e.dst, self.w, n)
-        # A zero in the preconditioner keeps a host out of every search direction: that is how
-        # pinned hosts stay put (this is CG on the system without their rows and columns), and
-        # how hosts left with no edge stay at their guess.
+        # A host left without edges gets no search direction, so it stays where it was.
         with np.errstate(divide="ignore"):
-            self.jacobi = np.where(self.pinned | (self.diag == 0), 0.0, 1.0 / self.diag)
+            self.jacobi = np.where(self.diag > 0, 1.0 / self.diag, 0.0)
 
-    def parts(self) -> np.ndarray:
-        """Connected part of each host through kept edges (those of weight zero do not count)."""
+    def parts(self, reference: int) -> np.ndarray:
+        """Connected part of each host through kept edges, labelled 0, 1, ..."""
+        n = len(self.diag)
+        # Usually one part holds every host with an edge, which a breadth-first search from the
+        # reference (a matrix product per step; kept entries are negative) shows at a fraction
+        # of connected_components' cost. Hosts it does not reach then have a part each.
+        reached = np.zeros(n)
+        reached[reference] = 1.0
+        for _ in range(BFS_STEPS):
+            grown = np.where(self.offdiag @ reached < 0, 1.0, reached)
+            if np.array_equal(grown, reached):
+                alone = reached == 0
+                if not self.diag[alone].any():
+                    return np.cumsum(alone) * alone
+                break
+            reached = grown
         graph = self.offdiag.copy()
         graph.eliminate_zeros()
         return connected_components(graph, directed=False)[1]
 
     def solve(self, rhs: np.ndarray, x: np.ndarray, tol: float) -> np.ndarray:
-        """argmin sum w (x_dst - x_src - rhs)^2 over kept edges, pinned hosts held, from x.
+        """A least-squares x for x_dst - x_src = rhs over the kept edges, from x.
 
-        Conjugate gradients with the Jacobi preconditioner (written out for its stopping rule,
-        see OFFSET_TOL_NS): the graph is an expander, so this converges in tens of iterations."""
-        e, w = self.e, self.w
-        b = np.bincount(e.dst, w * rhs, len(x)) - np.bincount(e.src, w * rhs, len(x))
+        Conjugate gradients with the Jacobi preconditioner, written out for its stopping rule
+        (see OFFSET_TOL_NS): a random probe graph is an expander, so each digit takes about
+        two iterations."""
+        e, w, n = self.e, self.w, len(x)
+        b = np.bincount(e.dst, w * rhs, n) - np.bincount(e.src, w * rhs, n)
         x = x.copy()
         r = b - self.offdiag @ x - self.diag * x
         z = self.jacobi * r
@@ -149,70 +169,91 @@ class _System:
 def solve(n: int, edges: Edges, reference: int, t0_ns: int, *, outlier_ns: float = 1_000.0,
           max_rounds: int = 10, guess: np.ndarray | None = None) -> Solution:
     """Offsets and drifts for n hosts. Edges that disagree with the solution are peeled off,
-    worst first (a liar bends the solution near it, so an honest edge beside it can look bad
-    until the liar is gone), until every kept edge agrees."""
+    the worst around each host first (a liar bends the solution near it, so an honest edge
+    beside it can look bad until the liar is gone), until every kept edge agrees."""
     e = edges
     system = _System(n, e)
-    # Only the reference is pinned while edges are peeled: a part cut off from it floats (its
-    # system is singular but consistent, which CG handles) and is pinned once the parts are known.
-    system.pin(np.array([reference]))
     kept = np.ones(len(e), dtype=bool)
     span = (e.center_ns - t0_ns).astype(float)
     log_drift = np.log1p(e.drift)
     u = np.zeros(n)  # log(1 + y)
     x = np.zeros(n) if guess is None else np.array(guess, dtype=float)
-    x[reference] = 0.0
-    passes = 2  # the first round starts from nothing; later ones from the last solution
+    # The host each one is held relative to: until the peeling is over, the reference for all
+    # (a part cut off from it just floats).
+    anchor = np.full(n, reference)
     for round_ in range(max_rounds + 1):
-        u, x, residual = _solve_once(system, e, span, log_drift, u, x, passes)
-        passes = 1
+        u, b_hat = _drifts(system, log_drift, u, anchor, ROUGH_LOG_DRIFT_TOL)
+        for _ in range(2 if round_ == 0 else 1):  # the first round starts from nothing
+            x = _offsets(system, e, span, b_hat, x, anchor, ROUGH_TOL_NS)
         if round_ == max_rounds:
             break
-        drop = _suspects(n, e, kept, np.abs(residual), outlier_ns)
+        drop = _suspects(system, kept, np.abs(_residuals(e, span, log_drift, u, x, b_hat)), outlier_ns)
         if not len(drop):
             break
         kept[drop] = False
         system.drop(drop)
-    labels = system.parts()
-    # One anchor per part, held at zero: the reference in its own part, else the lowest host.
-    # A floating part's solution is right up to a constant, so shifting it pins its anchor.
-    _, anchor = np.unique(labels, return_index=True)
-    anchor[labels[reference]] = reference
-    u -= u[anchor[labels]]
-    x -= x[anchor[labels]]
-    if (system.diag[labels != labels[reference]] > 0).any():
-        # Far parts with edges: u is exact after the shift, x is not (the shift changes the
-        # x_i on the right of its equations), so solve x again with all anchors pinned.
-        system.pin(anchor)
-        u, x, residual = _solve_once(system, e, span, log_drift, u, x, 2)
+    labels = system.parts(reference)
+    # One anchor per part: the reference in its own part, else the part's lowest host.
+    _, first = np.unique(labels, return_index=True)
+    first[labels[reference]] = reference
+    anchor = first[labels]
+    u -= u[anchor]
+    x -= x[anchor]
+    # The final solve, to full precision, with as many passes as it takes for the last one not
+    # to move the x_i on the right any more (a far part just shifted to its anchor needs several).
+    u, b_hat = _drifts(system, log_drift, u, anchor, LOG_DRIFT_TOL)
+    for _ in range(MAX_PASSES):
+        x, last = _offsets(system, e, span, b_hat, x, anchor, OFFSET_TOL_NS), x
+        if np.abs(x - last).max(initial=0.0) * np.abs(b_hat).max(initial=0.0) <= OFFSET_TOL_NS:
+            break
+    residual = _residuals(e, span, log_drift, u, x, b_hat)
     return Solution(t0_ns, x, np.expm1(u), labels, int(labels[reference]), kept, residual,
                     _host_rms(n, e, kept, residual))
 
 
-def _solve_once(system: _System, e: Edges, span: np.ndarray, log_drift: np.ndarray, u: np.ndarray,
-                x: np.ndarray, passes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Drifts, then offsets (passes of the fixed point in x_i), then the residual of every
-    edge: offsets in ns; a drift that disagrees counts as the offset error it makes over one
-    second."""
-    u = system.solve(log_drift, u, LOG_DRIFT_TOL)
-    b_hat = np.expm1(u[e.dst] - u[e.src])  # (y_j - y_i) / (1 + y_i)
-    for _ in range(passes):
-        x = system.solve(e.offset_ns - b_hat * (span - x[e.src]), x, OFFSET_TOL_NS)
+def _drifts(system: _System, log_drift: np.ndarray, u: np.ndarray, anchor: np.ndarray,
+            tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """u = log(1 + y), zero at the anchors, and b_hat = (y_dst - y_src) / (1 + y_src) per edge."""
+    u = system.solve(log_drift, u, tol)
+    u -= u[anchor]
+    return u, np.expm1(u[system.e.dst] - u[system.e.src])
+
+
+def _offsets(system: _System, e: Edges, span: np.ndarray, b_hat: np.ndarray, x: np.ndarray,
+             anchor: np.ndarray, tol: float) -> np.ndarray:
+    """One pass of the fixed point: x from the edges, with the x_i on the right taken from x."""
+    x = system.solve(e.offset_ns - b_hat * (span - x[e.src]), x, tol)
+    return x - x[anchor]
+
+
+def _residuals(e: Edges, span: np.ndarray, log_drift: np.ndarray, u: np.ndarray, x: np.ndarray,
+               b_hat: np.ndarray) -> np.ndarray:
+    """What each edge says minus what the solution says, offsets in ns; a drift that disagrees
+    counts as the offset error it makes over one second."""
     offset_error = e.offset_ns - (x[e.dst] - x[e.src] + b_hat * (span - x[e.src]))
     drift_error = (log_drift - (u[e.dst] - u[e.src])) * 1e9
-    return u, x, np.where(np.abs(drift_error) > np.abs(offset_error), drift_error, offset_error)
+    return np.where(np.abs(drift_error) > np.abs(offset_error), drift_error, offset_error)
 
 
-def _suspects(n: int, e: Edges, kept: np.ndarray, size: np.ndarray, outlier_ns: float) -> np.ndarray:
-    """Kept edges to drop this round: those beyond what the kept edges agree on (a robust
-    6 sigma, at least outlier_ns), except ones in the shadow of a much worse one beside them."""
+def _suspects(system: _System, kept: np.ndarray, size: np.ndarray, outlier_ns: float) -> np.ndarray:
+    """Kept edges to drop this round: those beyond what the kept edges agree on (a robust 6
+    sigma, at least outlier_ns), unless they may be a liar's victims.
+
+    A liar of error E shifts each of its hosts by about E w / (the host's weighted degree), and
+    the honest edges there show that shift as their residual; so the weighted mean residual at
+    a host is about twice that shift (the liar's E, plus the shift on every other edge). An edge
+    not above the sum of those means at its two ends waits for the next round; the worst edge
+    never does."""
+    e = system.e
     scale = 1.4826 * np.median(size[kept]) if kept.any() else 0.0
     suspect = np.flatnonzero(kept & (size > max(outlier_ns, 6 * scale)))
+    if not len(suspect):
+        return suspect
+    wr = system.w * size
+    with np.errstate(invalid="ignore"):
+        mean = (np.bincount(e.src, wr, len(system.diag)) + np.bincount(e.dst, wr, len(system.diag))) / system.diag
     s, d, sz = e.src[suspect], e.dst[suspect], size[suspect]
-    worst_at = np.zeros(n)
-    np.maximum.at(worst_at, s, sz)
-    np.maximum.at(worst_at, d, sz)
-    return suspect[sz * SHADOW >= np.maximum(worst_at[s], worst_at[d])]
+    return suspect[sz >= np.minimum(mean[s] + mean[d], sz.max())]
 
 
 def _host_rms(n: int, e: Edges, kept: np.ndarray, residual: np.ndarray) -> np.ndarray:
