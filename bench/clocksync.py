@@ -13,18 +13,26 @@ and load.
                   leaf0 -> leaf1 and leaf1 -> leaf0; 32 hosts: leaf0 -> leaf1, leaf2 -> leaf3:
                   two flows, what 2 cores forward beside 32 agents), no link direction
                   carries two flows: every loaded link runs at 80%, wherever ECMP puts them.
-  C  tcp-spine    every leaf-spine link slowed to 25 Mbit/s with `lab rate` (host links stay
-                  at 200), then one-direction saturating TCP (iperf3) flows, as many as half
-                  the spine links, between leaves: the spine link is each flow's bottleneck,
-                  so a standing queue builds at the leaf's uplink while host links carry 12%.
+  C  tcp-spine    every leaf-spine link slowed to 25 Mbit/s (`lab rate`; host links stay at
+                  200), then one-direction saturating TCP (iperf3) flows between leaves, one
+                  per four spine links (each flow crosses two: up to its spine, down to the
+                  other leaf), so at most half the spine links carry a flow: the spine link
+                  is each flow's bottleneck, a standing queue builds at the leaf's uplink,
+                  and host links carry 12%. The sending hosts use Reno: this machine
+                  defaults to BBR, which keeps queues short, and CUBIC is not in
+                  tcp_allowed_congestion_control inside a namespace; loss-based Reno fills
+                  the 200-packet buffers as the design's measurement did.
                   ECMP places the flows: the links that really held a queue are measured
-                  (tc counters) and reported.
+                  (tc counters and queue lengths looked at every 4 s) and reported.
   C+ tcp-all      the honest limit (8 hosts): every link at 25 Mbit/s, each host sends one
-                  TCP flow to another leaf and one within its leaf, so every link direction,
-                  host and fabric, holds a standing queue. Targets are reported, not expected.
-  D  step         idle; once all hosts are within 1 µs (and 3 s more), the last host's clock
-                  is stepped by +1 ms (`lab clock step`); re-convergence is the time from the
-                  step until that host's |error| is back under 1 µs and stays there for 2 s.
+                  Reno flow to another leaf and one within its leaf, so every host link
+                  direction holds a standing queue and the spine links carry the cross-leaf
+                  half (how many of them queue depends on ECMP; measured and reported).
+                  Targets are reported, not expected.
+  D  step         idle; once all hosts are within 1 µs (and 3 s more), the last host by name
+                  (not the reference) has its clock stepped by +1 ms (`lab clock step`);
+                  re-convergence is the time from the step until that host's |error| is
+                  back under 1 µs and stays there for 2 s.
 
 Beside `sync`, this benchmark watches the agents itself (every 0.5 s): their state files
 (first publish, counters) and /proc/<pid>/stat (CPU), and each host's error against the
@@ -33,7 +41,10 @@ truth with clockfabric.clock.evaluate.ours_errors, as `sync`'s own Sampler does.
 convergence time after that, CPU per agent once converged, probe bytes per host once
 converged (wire + control), and the step's re-convergence.
 
-    sudo .venv/bin/python bench/clocksync.py [--sizes 8,32] [--quick] [--seconds 25] [--json PATH]
+Each sync runs for a start-up allowance (8 s + 1 s per host, x2 under load) plus --seconds
+(+14 s for the step), since `sync` counts its time from before the agents start.
+
+    sudo .venv/bin/python bench/clocksync.py [--sizes 8,32] [--quick] [--seconds 20] [--json PATH]
 """
 
 from __future__ import annotations
@@ -72,6 +83,7 @@ LAB = "csbench-{}"
 SHAPES = {8: (2, 2), 32: (4, 4)}  # hosts: (leaves, spines)
 HOST_RATE = "200mbit"
 UDP_SHARE = 0.8
+TCP_CC = "reno"  # loss-based; set in the sending hosts' namespaces for C and C+ (cubic is not allowed there)
 SPINE_RATE_C = "25mbit"  # scenario C: the spine link is the bottleneck, host links stay at 200
 ALL_RATE = "25mbit"  # scenario C+: every link, so 2 cores can keep all of them saturated
 STEP = "1ms"
@@ -81,6 +93,8 @@ SAMPLE_S = 0.5
 STEP_AFTER_CONVERGED_S = 3.0
 STEP_TAIL_S = 14.0  # sync time kept after the step
 RAMP_TIMEOUT_S = 25.0
+QUEUE_LOOK_S = 4.0
+STARTUP_S, STARTUP_PER_HOST_S, LOADED_STARTUP_FACTOR = 8.0, 1.0, 2.0  # sync time allowed for agents to start
 
 # targets
 IDLE_P99_NS, LOADED_P99_NS, RATIO_MIN = 500.0, 1_000.0, 10.0
@@ -92,7 +106,7 @@ SCENARIOS = {
     "B": ("udp80", f"UDP at {UDP_SHARE:.0%} of link rate, one direction, 2 flows across leaves"),
     "D": ("step", f"idle, one host's clock stepped by +{STEP}"),
     "C": ("tcp-spine", f"saturating TCP on up to half the spine links (leaf-spine at {SPINE_RATE_C})"),
-    "C+": ("tcp-all", f"every link saturated by TCP (all links at {ALL_RATE}): the honest limit"),
+    "C+": ("tcp-all", f"every host link saturated by TCP (all links at {ALL_RATE}): the honest limit"),
 }
 ORDER = ["A", "B", "D", "C", "C+"]  # C and C+ change link rates, so they come last
 
@@ -206,8 +220,9 @@ class Fabric:
                     s["qlen"] = q.get("qlen", 0)
         return stats
 
-    def link_load(self, t0: tuple[float, dict], mid: dict | None, t1: tuple[float, dict]) -> dict:
-        """Per link direction: utilisation, drops, queue at mid-run; and a summary."""
+    def link_load(self, t0: tuple[float, dict], looks: list[dict], t1: tuple[float, dict]) -> dict:
+        """Per link direction: utilisation, drops, queue length (median and max of the looks
+        taken during the run); and a summary."""
         (a_t, a), (b_t, b) = t0, t1
         dt = max(1e-3, b_t - a_t)
         rows = []
@@ -219,10 +234,12 @@ class Fabric:
                 bps = (b[key]["bytes"] - a[key]["bytes"]) * 8 / dt
                 rows.append({"link": f"{src.node}>{dst.node}", "fabric": self.is_fabric(i), "rate_bps": self.rates[i],
                              "util": bps / self.rates[i], "drops": b[key]["drops"] - a[key]["drops"],
-                             "queue_mid_pkts": (mid or {}).get(key, {}).get("qlen")})
+                             "queue_median_pkts": float(np.median(q)) if (q := [x[key]["qlen"] for x in looks
+                                                                                 if key in x]) else None,
+                             "queue_max_pkts": max(q) if q else None})
 
-        def queued(r):  # a standing queue: drops, or a queue at the mid-run look
-            return r["drops"] > 0 or (r["queue_mid_pkts"] or 0) >= 20
+        def queued(r):  # a standing queue: drops, or 3+ packets queued in half the looks
+            return r["drops"] > 0 or (r["queue_median_pkts"] or 0) >= 3
 
         def full(r):  # at line rate (downstream of a bottleneck a link can be full with no queue)
             return queued(r) or r["util"] >= 0.9
@@ -256,11 +273,11 @@ def flows_for(fab: Fabric, scenario: str) -> list[tuple[str, str]]:
     if scenario == "B":  # 2 leaves: each sends one flow to the other; 4: leaf 0 -> 1 and 2 -> 3
         pairs = [(0, 1), (1, 0)] if n == 2 else [(2 * j, 2 * j + 1) for j in range(n // 2)]
         return [(leaves[i][1], leaves[j][2]) for i, j in pairs]
-    if scenario == "C":  # as many flows as half the spine links, leaf k -> leaf k+1
+    if scenario == "C":  # each flow crosses two spine links (up, down): a quarter as many flows
         spine_links = sum(1 for i in range(len(fab.topo.links)) if fab.is_fabric(i))
         per_leaf = len(leaves[0])
         return [(leaves[k % n][1 + k // n], leaves[(k + 1) % n][per_leaf - 1 - k // n])
-                for k in range(spine_links // 2)]
+                for k in range(max(1, spine_links // 4))]
     if scenario == "C+":  # every host: one flow to the next leaf, one within its leaf
         flows = []
         for i, leaf in enumerate(leaves):
@@ -273,6 +290,10 @@ def flows_for(fab: Fabric, scenario: str) -> list[tuple[str, str]]:
 
 def start_traffic(fab: Fabric, scenario: str, seconds: float) -> list[dict]:
     flows = flows_for(fab, scenario)
+    if scenario in ("C", "C+"):  # loss-based TCP fills the port buffers; this machine defaults to BBR
+        for src in sorted({a for a, _ in flows}):
+            subprocess.run(["ip", "netns", "exec", fab.lab.ns(src), "sysctl", "-qw",
+                            f"net.ipv4.tcp_congestion_control={TCP_CC}"], check=True, capture_output=True)
     extra = ["--udp", format_rate(round(UDP_SHARE * fab.host_rate))] if scenario == "B" else []
     procs = [subprocess.Popen([*CLI, "lab", "traffic", a, b, "--seconds", f"{seconds:.0f}", *extra,
                                "--background", "--lab", fab.lab.name],
@@ -283,21 +304,22 @@ def start_traffic(fab: Fabric, scenario: str, seconds: float) -> list[dict]:
         if p.returncode != 0:
             raise BenchError(f"lab traffic failed: {e.strip()[-300:]}")
     return [{"src": a, "dst": b, "protocol": "udp" if extra else "tcp",
-             "rate_bps": round(UDP_SHARE * fab.host_rate) if extra else None} for a, b in flows]
+             "rate_bps": round(UDP_SHARE * fab.host_rate) if extra else None,
+             "congestion_control": None if extra else TCP_CC} for a, b in flows]
 
 
 def wait_flowing(fab: Fabric, flows: list[dict], stage) -> float:
-    """Until every sending host's uplink moves at least 20% of its rate (iperf3 is up)."""
+    """Until every sending host's uplink moves at least 20% of the slowest link's rate (iperf3 is up)."""
     t0 = time.monotonic()
     senders = {f["src"] for f in flows}
+    floor = 0.2 * min(fab.rates.values())
     prev = fab.tc()
     prev_t = time.monotonic()
     while time.monotonic() - t0 < RAMP_TIMEOUT_S:
         time.sleep(1.0)
         now, now_t = fab.tc(), time.monotonic()
         idle = [h for h in senders
-                if (now[(h, "eth0")]["bytes"] - prev[(h, "eth0")]["bytes"]) * 8 / (now_t - prev_t)
-                < 0.2 * min(fab.rates[i] for i, lk in enumerate(fab.topo.links) if h in (lk.a.node, lk.b.node))]
+                if (now[(h, "eth0")]["bytes"] - prev[(h, "eth0")]["bytes"]) * 8 / (now_t - prev_t) < floor]
         stage(f"waiting for iperf3 to flow ({len(senders) - len(idle)}/{len(senders)} senders)")
         if not idle:
             return time.monotonic() - t0
@@ -460,7 +482,9 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
         fab.set_rates(parse_rate(ALL_RATE), fabric_only=False)
     res["rates"] = {"host_link": format_rate(max(r for i, r in fab.rates.items() if not fab.is_fabric(i))),
                     "fabric_link": format_rate(max(r for i, r in fab.rates.items() if fab.is_fabric(i)))}
-    sync_s = startup_s + seconds + (STEP_TAIL_S if key == "D" else 0.0)
+    loaded = key in ("B", "C", "C+")
+    # Python start-up of N agents on 2 cores takes longer while the lab forwards traffic
+    sync_s = startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds + (STEP_TAIL_S if key == "D" else 0.0)
     res["sync_seconds"] = sync_s
     flows = []
     if key in ("B", "C", "C+"):
@@ -473,7 +497,7 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
         f.unlink()
     busy0, load0 = cpu_busy(), Path("/proc/loadavg").read_text().split()[:3]
     tc0 = (time.monotonic(), fab.tc())
-    tc_mid = None
+    looks: list[dict] = []  # queue lengths, every QUEUE_LOOK_S from 30% to 90% of the run
     sync_out = fab.lab.dir / f"bench-sync-{key.replace('+', 'plus')}.json"
     sync_err = sync_out.with_suffix(".err")
     t_launch = time.monotonic()
@@ -483,14 +507,16 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
                                 stdout=so, stderr=se, cwd=ROOT)
     watch = Watch(fab, t_launch)
     step = stepper = None
+    last_look = 0.0
     step_host = fab.hosts[-1]
     try:
         while proc.poll() is None:
             time.sleep(SAMPLE_S)
             watch.sample()
             t = time.monotonic() - t_launch
-            if tc_mid is None and t >= 0.6 * sync_s:
-                tc_mid = fab.tc()
+            if 0.3 * sync_s <= t <= 0.9 * sync_s and t >= last_look + QUEUE_LOOK_S:
+                looks.append(fab.tc())
+                last_look = t
             if key == "D" and stepper is None:
                 due = watch.converged_s is not None and t >= watch.converged_s + STEP_AFTER_CONVERGED_S
                 if due or t >= sync_s - STEP_TAIL_S + 2:
@@ -545,7 +571,8 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     pr["sync_share_of_link"] = sb * 8 / host_rate0 if sb else None
     pr["host_link_bps"] = host_rate0
     res["probes"] = pr
-    res["links"] = fab.link_load(tc0, tc_mid, tc1)
+    res["links"] = fab.link_load(tc0, looks, tc1)
+    res["links"]["queue_looks"] = len(looks)
     res["machine_load"] = {"loadavg_start": load0, "loadavg_end": load1,
                            "cpu_busy_pct": 100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
                            "cpu_pressure_some_avg60_pct": cpu_pressure()}
@@ -576,7 +603,7 @@ def run_size(hosts: int, keys: list[str], seconds: float, bar: Progress, overall
     cli("lab", "up", str(path), "--name", name, "--json")  # ±50 ms offsets, ±100 ppm drifts (defaults)
     try:
         fab = Fabric(name)
-        startup_s = 8.0 + 1.0 * hosts  # Python start-up of N agents on this 2-core machine
+        startup_s = STARTUP_S + STARTUP_PER_HOST_S * hosts  # Python start-up of N agents on 2 cores
         for key in keys:
             try:
                 r = run_scenario(fab, key, seconds, startup_s, bar, stage_id)
@@ -743,9 +770,9 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
          scenarios: str = typer.Option("A,B,D,C,C+", help="Scenarios: A idle, B udp80, C tcp-spine, "
                                                           "C+ tcp-all, D step."),
          limit_sizes: str = typer.Option("8", "--all-saturated-sizes",
-                                         help="Sizes that also run C+ (every link saturated)."),
-         seconds: float = typer.Option(25.0, min=10, help="Seconds each sync runs beyond the agents' "
-                                                           "start-up allowance (8 s + 1 s per host)."),
+                                         help="Sizes that also run C+ (every host link saturated)."),
+         seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' "
+                                                           "start-up allowance (8 s + 1 s per host, x2 under load)."),
          quick: bool = typer.Option(False, "--quick", help="8 hosts, idle and UDP only."),
          json_path: Path = typer.Option(DEFAULT_JSON, "--json", help="Where to write the results.")) -> None:
     if os.geteuid() != 0:
