@@ -222,8 +222,8 @@ def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, 
                 results.append(run_case(n, outliers, repeat, direct_max, bar, task))
     info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     targets = report(results)
-    notes = [f"direct baseline skipped above {direct_max} hosts (--direct-max); it ran "
-             f"{repeat} times up to {DIRECT_FULL_REPEAT_MAX_HOSTS} hosts and once above",
+    notes = [(f"direct baseline skipped above {direct_max} hosts (--direct-max); it ran "
+              f"{repeat} times up to {DIRECT_FULL_REPEAT_MAX_HOSTS} hosts and once above"),
              "times are wall-clock medians; cpu seconds in brackets (a busy machine shows as wall >> cpu)"]
     for note in notes:
         out.print(f"note: {note}")

@@ -26,11 +26,11 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 # The solves stop when no host's Jacobi step (its residual over its diagonal) is above a
-# tolerance in the unknown's own unit. It is absolute, so a solve from a close guess ends after
-# a few iterations. Peeling only needs residuals to a nanosecond; the final solve goes far below
-# what a pair fit resolves (tens of ns; 1e-9 in drift).
-ROUGH_TOL_NS, ROUGH_LOG_DRIFT_TOL = 1.0, 1e-11
+# tolerance in the unknown's own unit; it is absolute, so a solve from a close guess ends after a
+# few iterations. The final solve goes far below what a pair fit resolves (tens of ns; 1e-9 in
+# drift); while edges are being peeled, residuals are only needed to a fraction of outlier_ns.
 OFFSET_TOL_NS, LOG_DRIFT_TOL = 1e-3, 1e-13
+PEEL_TOL, PEEL_LOG_DRIFT_TOL = 0.01, 1e-10  # the first times outlier_ns
 MAX_ITERATIONS = 1000
 MAX_PASSES = 6  # of the fixed point in x_i: each gains a factor |b| < 1e-3
 # The probe graph's diameter (random peers: about log(hosts) / log(peers)); a longer one is
@@ -84,7 +84,7 @@ class _System:
     system is singular (any constant can be added within a connected part) but consistent, which
     conjugate gradients handle, and the caller shifts each part to put its anchor at zero.
     Pinning a host in the matrix instead leaves one tiny eigenvalue (about its degree over the
-    number of hosts) that costs CG ten more iterations per solve."""
+    number of hosts) that costs CG about ten more iterations per solve."""
 
     def __init__(self, n: int, e: Edges):
         m = len(e)
@@ -96,7 +96,8 @@ class _System:
         rows = np.concatenate([e.src, e.dst])
         by_row = sp.csr_matrix((-np.concatenate([self.w, self.w]), rows, np.arange(2 * m + 1)),
                                shape=(2 * m, n)).tocsc()
-        self.order = by_row.indices  # the entry (edge k, or k - m reversed) at each place
+        # the entry at each place of the matrix: k for edge k's (src, dst), m + k for its (dst, src)
+        self.order = by_row.indices
         cols = np.concatenate([e.dst, e.src])[self.order]
         self.offdiag = sp.csr_matrix((by_row.data, cols, by_row.indptr), shape=(n, n))
         self._update_diagonal()
@@ -152,17 +153,21 @@ class _System:
         x = x.copy()
         r = b - self.offdiag @ x - self.diag * x
         z = self.jacobi * r
-        p, rz = z, r @ z
+        p, rz, scratch = z.copy(), _dot(r, z), np.empty(n)
+        # In place where it can be: a fresh array of 100k hosts costs more in page faults than
+        # the arithmetic on it.
         for _ in range(MAX_ITERATIONS):
-            if np.abs(z).max(initial=0.0) <= tol:
+            if np.abs(z, out=scratch).max(initial=0.0) <= tol:
                 break
-            q = self.offdiag @ p + self.diag * p
-            alpha = rz / (p @ q)
-            x += alpha * p
-            r -= alpha * q
-            z = self.jacobi * r
-            rz, rz_old = r @ z, rz
-            p = z + (rz / rz_old) * p
+            q = self.offdiag @ p
+            q += np.multiply(self.diag, p, out=scratch)
+            alpha = rz / _dot(p, q)
+            x += np.multiply(alpha, p, out=scratch)
+            r -= np.multiply(alpha, q, out=scratch)
+            np.multiply(self.jacobi, r, out=z)
+            rz, rz_old = _dot(r, z), rz
+            p *= rz / rz_old
+            p += z
         return x
 
 
@@ -181,13 +186,15 @@ def solve(n: int, edges: Edges, reference: int, t0_ns: int, *, outlier_ns: float
     # The host each one is held relative to: until the peeling is over, the reference for all
     # (a part cut off from it just floats).
     anchor = np.full(n, reference)
+    peel_tol = max(PEEL_TOL * outlier_ns, OFFSET_TOL_NS)
     for round_ in range(max_rounds + 1):
-        u, b_hat = _drifts(system, log_drift, u, anchor, ROUGH_LOG_DRIFT_TOL)
+        u, b_hat, drift_error = _drifts(system, log_drift, u, anchor, PEEL_LOG_DRIFT_TOL)
+        a0 = e.offset_ns - b_hat * span
         for _ in range(2 if round_ == 0 else 1):  # the first round starts from nothing
-            x = _offsets(system, e, span, b_hat, x, anchor, ROUGH_TOL_NS)
+            x = _offsets(system, a0, b_hat, x, anchor, peel_tol)
         if round_ == max_rounds:
             break
-        drop = _suspects(system, kept, np.abs(_residuals(e, span, log_drift, u, x, b_hat)), outlier_ns)
+        drop = _suspects(system, kept, np.abs(_residuals(e, a0, b_hat, drift_error, x)), outlier_ns)
         if not len(drop):
             break
         kept[drop] = False
@@ -201,37 +208,42 @@ def solve(n: int, edges: Edges, reference: int, t0_ns: int, *, outlier_ns: float
     x -= x[anchor]
     # The final solve, to full precision, with as many passes as it takes for the last one not
     # to move the x_i on the right any more (a far part just shifted to its anchor needs several).
-    u, b_hat = _drifts(system, log_drift, u, anchor, LOG_DRIFT_TOL)
+    u, b_hat, drift_error = _drifts(system, log_drift, u, anchor, LOG_DRIFT_TOL)
+    a0 = e.offset_ns - b_hat * span
     for _ in range(MAX_PASSES):
-        x, last = _offsets(system, e, span, b_hat, x, anchor, OFFSET_TOL_NS), x
+        x, last = _offsets(system, a0, b_hat, x, anchor, OFFSET_TOL_NS), x
         if np.abs(x - last).max(initial=0.0) * np.abs(b_hat).max(initial=0.0) <= OFFSET_TOL_NS:
             break
-    residual = _residuals(e, span, log_drift, u, x, b_hat)
+    residual = _residuals(e, a0, b_hat, drift_error, x)
     return Solution(t0_ns, x, np.expm1(u), labels, int(labels[reference]), kept, residual,
                     _host_rms(n, e, kept, residual))
 
 
 def _drifts(system: _System, log_drift: np.ndarray, u: np.ndarray, anchor: np.ndarray,
-            tol: float) -> tuple[np.ndarray, np.ndarray]:
-    """u = log(1 + y), zero at the anchors, and b_hat = (y_dst - y_src) / (1 + y_src) per edge."""
+            tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """u = log(1 + y), zero at the anchors; per edge, b_hat = (y_dst - y_src) / (1 + y_src) and
+    the fit's drift minus that, as the offset error it makes over one second."""
     u = system.solve(log_drift, u, tol)
     u -= u[anchor]
-    return u, np.expm1(u[system.e.dst] - u[system.e.src])
+    gap = u[system.e.dst] - u[system.e.src]
+    return u, np.expm1(gap), (log_drift - gap) * 1e9
 
 
-def _offsets(system: _System, e: Edges, span: np.ndarray, b_hat: np.ndarray, x: np.ndarray,
-             anchor: np.ndarray, tol: float) -> np.ndarray:
-    """One pass of the fixed point: x from the edges, with the x_i on the right taken from x."""
-    x = system.solve(e.offset_ns - b_hat * (span - x[e.src]), x, tol)
+def _offsets(system: _System, a0: np.ndarray, b_hat: np.ndarray, x: np.ndarray, anchor: np.ndarray,
+             tol: float) -> np.ndarray:
+    """One pass of the fixed point: x from x_dst - x_src = a0 + b_hat x_src, the x_src on the
+    right taken from x. (a0 is the pair's offset at src's clock t0; at global time t0 src's
+    clock reads t0 + x_src, where the pair says a0 + b x_src.)"""
+    x = system.solve(a0 + b_hat * x[system.e.src], x, tol)
     return x - x[anchor]
 
 
-def _residuals(e: Edges, span: np.ndarray, log_drift: np.ndarray, u: np.ndarray, x: np.ndarray,
-               b_hat: np.ndarray) -> np.ndarray:
-    """What each edge says minus what the solution says, offsets in ns; a drift that disagrees
-    counts as the offset error it makes over one second."""
-    offset_error = e.offset_ns - (x[e.dst] - x[e.src] + b_hat * (span - x[e.src]))
-    drift_error = (log_drift - (u[e.dst] - u[e.src])) * 1e9
+def _residuals(e: Edges, a0: np.ndarray, b_hat: np.ndarray, drift_error: np.ndarray,
+               x: np.ndarray) -> np.ndarray:
+    """What each edge says minus what the solution says, in ns: the offset's, or the drift's
+    where that is larger."""
+    x_src = x[e.src]
+    offset_error = a0 + b_hat * x_src - (x[e.dst] - x_src)
     return np.where(np.abs(drift_error) > np.abs(offset_error), drift_error, offset_error)
 
 
@@ -245,15 +257,23 @@ def _suspects(system: _System, kept: np.ndarray, size: np.ndarray, outlier_ns: f
     not above the sum of those means at its two ends waits for the next round; the worst edge
     never does."""
     e = system.e
-    scale = 1.4826 * np.median(size[kept]) if kept.any() else 0.0
+    step = max(1, len(size) // 50_000)  # a sample gives as good a scale for much less sorting
+    sample = size[::step][kept[::step]]
+    scale = 1.4826 * np.median(sample) if len(sample) else 0.0
     suspect = np.flatnonzero(kept & (size > max(outlier_ns, 6 * scale)))
     if not len(suspect):
         return suspect
-    wr = system.w * size
+    n, wr = len(system.diag), system.w * size
     with np.errstate(invalid="ignore"):
-        mean = (np.bincount(e.src, wr, len(system.diag)) + np.bincount(e.dst, wr, len(system.diag))) / system.diag
+        mean = (np.bincount(e.src, wr, n) + np.bincount(e.dst, wr, n)) / system.diag
     s, d, sz = e.src[suspect], e.dst[suspect], size[suspect]
     return suspect[sz >= np.minimum(mean[s] + mean[d], sz.max())]
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """a . b on one thread: OpenBLAS spreads a dot of 100k over every core, and its threads
+    then spin, which cost more than they save (twice the CPU time, and slower on a busy machine)."""
+    return float(np.einsum("i,i", a, b))
 
 
 def _host_rms(n: int, e: Edges, kept: np.ndarray, residual: np.ndarray) -> np.ndarray:
