@@ -13,7 +13,7 @@ from rich.table import Table
 
 from clockfabric.agent.agent import Agent, AgentConfig
 from clockfabric.cli.output import err, out, print_json, require_root
-from clockfabric.clock.evaluate import LabAgents, Sampler, read_states, summary
+from clockfabric.clock.evaluate import LabAgents, Sampler, read_states, since, summary
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
 from clockfabric.topology import load
@@ -84,7 +84,7 @@ def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds",
     agents.start()
     try:
         if mesh:
-            mesh.__enter__()
+            mesh.start()
         _run(sampler, agents, duration, as_json)
     finally:
         if mesh:
@@ -127,8 +127,8 @@ def _report(sampler: Sampler, scenario: dict, mesh, reference: str, duration: fl
     # judged from convergence plus two windows, once each pair's drift has some history
     window = scenario["window_s"]
     settle = sampler.converged_s + 2 * window if sampler.converged_s is not None else duration / 2
-    methods = {"clockfabric": summary(sampler.after(sampler.ours, settle)),
-               "ntp_min_rtt": summary(sampler.after(sampler.ntp, settle))}
+    methods = {"clockfabric": summary(since(sampler.ours, settle)),
+               "ntp_min_rtt": summary(since(sampler.ntp, settle))}
     if mesh is not None:
         samples = mesh.samples()
         methods["ptp4l"] = summary([off for s in samples.values() for t, off in s[len(s) // 4:]])

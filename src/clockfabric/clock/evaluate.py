@@ -84,13 +84,6 @@ class LabAgents:
                 p.wait()
         self.procs.clear()
 
-    def __enter__(self) -> LabAgents:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
 
 def read_states(state_dir: Path) -> dict[str, dict]:
     states = {}
@@ -150,6 +143,11 @@ def ntp_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], referen
     return out
 
 
+def since(series: list[tuple[float, str, float]], t0: float) -> list[float]:
+    """The errors of a (seconds, host, error) series from t0 on."""
+    return [e for t, _, e in series if t >= t0]
+
+
 def summary(errors: list[float]) -> dict:
     if not errors:
         return {"p50_ns": None, "p99_ns": None, "max_ns": None, "samples": 0}
@@ -185,9 +183,6 @@ class Sampler:
         if self.converged_s is None and others and all(e is not None and abs(e) <= self.bound_ns for e in others.values()):
             self.converged_s = t
         return errors
-
-    def after(self, series: list[tuple[float, str, float]], t0: float) -> list[float]:
-        return [e for t, _, e in series if t >= t0]
 
     def timeline(self) -> list[dict]:
         """Per whole second: p99 and max |error| of ours across hosts."""

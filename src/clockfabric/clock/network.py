@@ -52,9 +52,6 @@ class Edges:
     def __len__(self) -> int:
         return len(self.src)
 
-    def subset(self, keep: np.ndarray) -> Edges:
-        return Edges(*(getattr(self, f)[keep] for f in ("src", "dst", "offset_ns", "drift", "center_ns", "weight")))
-
 
 @dataclass
 class Solution:

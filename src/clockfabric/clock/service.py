@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from clockfabric.clock.graph import neighbours
 from clockfabric.clock.mapping import Mapping
 from clockfabric.clock.network import Edges, solve
 from clockfabric.clock.pairs import PairWindow
@@ -135,10 +136,7 @@ class Solver:
         mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]),
                               float(np.nan_to_num(sol.uncertainty_ns[i], nan=0.0)), bool(synced[i])).as_dict()
                    for h, i in self.index.items() if h in fresh}
-        near: dict[str, set[str]] = defaultdict(set)
-        for s, d in zip(src, dst):
-            near[self.hosts[s]].add(self.hosts[d])
-            near[self.hosts[d]].add(self.hosts[s])
+        near = neighbours({h: [e[0] for e in edges if e[0] in fresh] for h, edges in fresh.items()})
         parts = len({int(sol.component[self.index[h]]) for h in fresh})
         return {h: {"t": "map", "parts": parts,
                     "dropped_edges": int((~sol.kept).sum()),
