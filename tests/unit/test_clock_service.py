@@ -16,7 +16,8 @@ import pytest
 
 from clockfabric.clock.graph import neighbours, probe_peers
 from clockfabric.clock.mapping import Mapping
-from clockfabric.clock.service import Solver
+from clockfabric.clock.service import FLOOR_HORIZON, HostSync, Solver, percentile
+from clockfabric.probe.engine import Exchange
 
 EPOCH = 1_800_000_000_000_000_000
 
@@ -291,3 +292,32 @@ def test_one_lying_edge_is_dropped_and_the_rest_stay_exact():
     assert np.abs(sol.residual_ns[sol.kept]).max() < 1.0
     assert all(1 <= msg["dropped_edges"] <= 2 for msg in msgs.values())
     assert max_mapping_error(clocks, msgs, "h00", clocks) <= 3.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 20, 101])
+def test_percentile_matches_numpy(n):
+    values = sorted(np.random.default_rng(n).integers(0, 10**6, n).tolist())
+    for q in (0, 50, 99, 100):
+        assert percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def _exchange(t: int, out_ns: int, back_ns: int, path: str = "eth0:7300") -> Exchange:
+    """An exchange between clocks that agree: each direction's one-way delay as given."""
+    return Exchange("b", path, (t, t + 10_000), (t + out_ns, t + out_ns + 10_000),
+                    (t + out_ns + 50_000, t + out_ns + 60_000), (t + out_ns + 50_000 + back_ns,) * 2)
+
+
+def test_owd_per_direction_and_a_floor_that_forgets_early_guesses():
+    sync = HostSync("a", ["b"])
+    sync.on_map({"hosts": {h: Mapping(EPOCH, 0.0, 0.0, 0.0).as_dict() for h in "ab"}})
+    sync.pairs["b"].exchanges.extend([_exchange(EPOCH, -1_000, 30_000)])  # a mapping still converging
+    first = {r["src"]: r for r in sync.owd()}
+    assert first["a"]["floor_ns"] == first["a"]["min_ns"] == -1_000
+    assert (first["b"]["src"], first["b"]["dst"], first["b"]["min_ns"]) == ("b", "a", 30_000)
+    for k in range(FLOOR_HORIZON):
+        sync.pairs["b"].exchanges.clear()
+        sync.pairs["b"].exchanges.extend([_exchange(EPOCH + k, 20_000 + 10 * i, 30_000) for i in range(5)])
+        rows = {r["src"]: r for r in sync.owd()}
+        assert rows["a"]["n"] == 5 and rows["a"]["min_ns"] == 20_000 and rows["a"]["p50_ns"] == 20_020
+        expected = -1_000 if k < FLOOR_HORIZON - 1 else 20_000  # the bad guess ages out, not sooner
+        assert rows["a"]["floor_ns"] == expected

@@ -42,7 +42,8 @@ class AgentConfig:
     reference: str | None = None  # the host whose clock is global time; default the first by name
     window_s: float = 2.0
     update_s: float = 1.0
-    probe_budget: float = 0.0005  # of the host's slowest link, for its probes and replies
+    probe_rate: float = 20.0  # exchanges per second this host starts, over all its peers: what its CPU pays for
+    probe_budget: float = 0.0005  # of the host's slowest link, for its probes and replies: a cap on slow links
     ports: int = 4  # UDP ports per rail: paths through ECMP
     base_port: int = 7300
     seed: int = 0
@@ -58,11 +59,11 @@ class AgentConfig:
         self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]
 
     def probe_interval_s(self) -> float:
-        """Seconds between exchanges with each peer, so probes stay within the budget."""
+        """Seconds between exchanges with each peer: the probe rate, slowed to stay in the budget."""
         rate = min(link.rate_bps for link in self.topology.links_of(self.host))
         k = max(1, len(self.probed))
         bytes_per_round = k * wire.exchange_wire_bytes()  # each host probes k and answers ~k
-        return min(1.0, max(0.01, bytes_per_round / (self.probe_budget * rate / 8)))
+        return min(1.0, max(k / self.probe_rate, bytes_per_round / (self.probe_budget * rate / 8)))
 
 
 class ReloadingClock:

@@ -23,6 +23,9 @@ LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab
 JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts.")
 PeersOpt = typer.Option(10, "--peers", min=1, help="Peers each host probes (K).")
 WindowOpt = typer.Option(2.0, "--window", min=0.2, help="Seconds of probes in each pair fit.")
+ProbeRateOpt = typer.Option(20.0, "--probe-rate", min=1.0, max=1000.0,
+                            help="Exchanges per second each host starts, over all its peers (the agent's CPU "
+                                 "grows with it; slowed on slow links by --probe-budget).")
 
 
 def _seconds(text: str, what: str) -> float:
@@ -39,6 +42,7 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                                                                     "or /run/clockfabric/agent)."),
           peers: int = PeersOpt, window: float = WindowOpt,
           update: float = typer.Option(1.0, "--update", min=0.1, help="Seconds between fits and reports."),
+          probe_rate: float = ProbeRateOpt,
           probe_budget: float = typer.Option(0.0005, "--probe-budget", min=1e-6, max=0.01,
                                              help="Share of the slowest link the probes may use."),
           reference: str = typer.Option(None, "--reference", help="Host whose clock is global time "
@@ -61,11 +65,11 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
         raise ClockfabricError("give --lab NAME (a lab host) or --topology FILE (a real fleet)")
     state.mkdir(parents=True, exist_ok=True)
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
-                      probe_budget=probe_budget)).run()
+                      probe_rate=probe_rate, probe_budget=probe_budget)).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),
-         peers: int = PeersOpt, window: float = WindowOpt,
+         peers: int = PeersOpt, window: float = WindowOpt, probe_rate: float = ProbeRateOpt,
          ptp4l: bool = typer.Option(True, "--ptp4l/--no-ptp4l", help="Run linuxptp ptp4l beside, as a baseline."),
          keep: bool = typer.Option(False, "--keep", help="Leave the agents running (for `owd`); `lab down` stops them."),
          as_json: bool = JsonOpt) -> None:
@@ -76,9 +80,9 @@ def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds",
     if len(lab.topology.hosts) < 2:
         raise ClockfabricError("clock sync needs at least two hosts")
     scenario = {"lab": lab.name, "hosts": len(lab.topology.hosts), "peers": min(peers, len(lab.topology.hosts) - 1),
-                "window_s": window, "seconds": duration,
+                "window_s": window, "probe_rate": probe_rate, "seconds": duration,
                 "background": [p["what"] for p in lab.processes()] or ["none (idle)"]}
-    agents = LabAgents(lab, peers=peers, window_s=window)
+    agents = LabAgents(lab, peers=peers, window_s=window, probe_rate=probe_rate)
     mesh = _ptp4l_mesh(lab, agents.reference) if ptp4l else None
     sampler = Sampler(lab, agents.state_dir, agents.reference)
     agents.start()

@@ -5,20 +5,21 @@ A pure A->B probe sent at t (A's clock) and received at r (B's clock) gives the 
 B->A probe sent at t' (B) and received at r' (A) gives (r', t' - r'), on or below it. The
 two clouds have hard edges, the minimum delays. We fit the separating band of greatest
 width (a hard-margin linear SVM in one dimension, which is a small linear program) and
-take its middle line. The margin m(slope) is concave in the slope, so a golden-section
-search finds the best slope exactly enough (1e-13) in a few dozen vectorised steps.
+take its middle line. The margin m(slope) is concave and piecewise linear in the slope, and
+its corners are the slopes of the edges of two convex hulls (the upper cloud's floor and
+the lower cloud's ceiling): the best slope is the corner with the widest margin, found
+exactly by evaluating every corner at once.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
 MAX_SLOPE = 1e-3  # relative drift search range: clocks within +-500 ppm of each other
 MAX_DROPS = 40  # more overlap than this is not a few late timestamps but mixed-up data
-_GOLDEN = (math.sqrt(5) - 1) / 2
 
 
 @dataclass(frozen=True)
@@ -42,25 +43,34 @@ def _margin(slope: float, xu, yu, xl, yl) -> tuple[float, float]:
     return (low_edge - high_edge) / 2, (low_edge + high_edge) / 2
 
 
+def _hull_slopes(x: np.ndarray, y: np.ndarray) -> list[float]:
+    """Slopes of the edges of the lower convex hull of the points (x, y) (monotone chain)."""
+    order = np.lexsort((y, x))
+    hull: list[tuple[float, float]] = []
+    for px, py in zip(x[order].tolist(), y[order].tolist()):
+        while len(hull) >= 2:
+            (ox, oy), (ax, ay) = hull[-2], hull[-1]
+            if (ax - ox) * (py - oy) - (ay - oy) * (px - ox) > 0:
+                break
+            hull.pop()
+        hull.append((px, py))
+    return [(by - ay) / (bx - ax) for (ax, ay), (bx, by) in pairwise(hull) if bx != ax]
+
+
 def _best_slope(xu, yu, xl, yl, prior: float) -> float:
     overlap = min(xu.max(), xl.max()) - max(xu.min(), xl.min())
     if len(xu) + len(xl) < 3 or overlap < 1e8:
         # the clouds must share a stretch of time (0.1 s) to pin a slope; else the band
         # could tilt freely: keep the last known drift
         return prior
-    lo, hi = -MAX_SLOPE, MAX_SLOPE
-    a, b = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
-    fa, fb = _margin(a, xu, yu, xl, yl)[0], _margin(b, xu, yu, xl, yl)[0]
-    while hi - lo > 1e-13:
-        if fa < fb:
-            lo, a, fa = a, b, fb
-            b = lo + _GOLDEN * (hi - lo)
-            fb = _margin(b, xu, yu, xl, yl)[0]
-        else:
-            hi, b, fb = b, a, fa
-            a = hi - _GOLDEN * (hi - lo)
-            fa = _margin(a, xu, yu, xl, yl)[0]
-    return (lo + hi) / 2
+    corners = np.array([-MAX_SLOPE, MAX_SLOPE, *_hull_slopes(xu, yu),
+                        *(-k for k in _hull_slopes(xl, -yl))])  # the ceiling: a hull upside down
+    corners = corners[np.abs(corners) <= MAX_SLOPE]
+    low_edges = np.min(yu[None, :] - corners[:, None] * xu[None, :], axis=1)
+    high_edges = np.max(yl[None, :] - corners[:, None] * xl[None, :], axis=1)
+    margins = low_edges - high_edges
+    best = corners[margins >= margins.max() - 1e-6]  # a flat top: take its middle
+    return float(best.min() + best.max()) / 2
 
 
 def fit_band(fwd: np.ndarray, rev: np.ndarray, center_ns: int, *, prior_drift: float = 0.0,

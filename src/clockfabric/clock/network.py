@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
 # The solves stop when no host's Jacobi step (its residual over its diagonal) is above a
 # tolerance in the unknown's own unit; it is absolute, so a solve from a close guess ends after a
@@ -84,6 +82,8 @@ class _System:
     number of hosts) that costs CG about ten more iterations per solve."""
 
     def __init__(self, n: int, e: Edges):
+        import scipy.sparse as sp  # here, not at the top: only the solver's host pays its import
+
         m = len(e)
         self.e, self.w = e, e.weight.astype(float)  # w: zero once an edge is dropped
         # Order the 2m off-diagonal entries (-w at (src, dst) and at (dst, src)) by row with
@@ -135,6 +135,8 @@ class _System:
                     return np.cumsum(alone) * alone
                 break
             reached = grown
+        from scipy.sparse.csgraph import connected_components
+
         graph = self.offdiag.copy()
         graph.eliminate_zeros()
         return connected_components(graph, directed=False)[1]

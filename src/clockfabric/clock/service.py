@@ -12,7 +12,7 @@ report again.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from clockfabric.clock.pairs import PairWindow
 from clockfabric.probe.engine import Exchange
 
 MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
+FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many reports
 
 
 class HostSync:
@@ -33,7 +34,9 @@ class HostSync:
         self.mapping: Mapping | None = None
         self.peer_maps: dict[str, Mapping] = {}
         self.parts = 0
-        self.floors: dict[tuple[str, str, str], int] = {}  # (peer, path, direction) -> lowest OWD seen
+        # (peer, path, direction) -> the lowest OWD of each recent report: a floor that forgets,
+        # so the guesses of a mapping still converging (or of a rerouted path) age out
+        self.floors: dict[tuple[str, str, str], deque[int]] = {}
 
     def add(self, exchanges: list[Exchange]) -> None:
         for ex in exchanges:
@@ -75,13 +78,14 @@ class HostSync:
                 by_path[(ex.path, "out")].append(theirs.global_ns(ex.peer_rx[0]) - ours.global_ns(ex.tx[0]))
                 by_path[(ex.path, "back")].append(ours.global_ns(ex.rx[0]) - theirs.global_ns(ex.peer_tx[0]))
             for (path, direction), delays in sorted(by_path.items()):
-                d = np.array(delays)
+                delays.sort()
                 key = (peer, path, direction)
-                self.floors[key] = min(self.floors.get(key, int(d.min())), int(d.min()))
+                lows = self.floors.setdefault(key, deque(maxlen=FLOOR_HORIZON))
+                lows.append(delays[0])
                 src, dst = (self.host, peer) if direction == "out" else (peer, self.host)
-                rows.append({"src": src, "dst": dst, "path": path, "n": len(d), "min_ns": int(d.min()),
-                             "p50_ns": float(np.percentile(d, 50)), "p99_ns": float(np.percentile(d, 99)),
-                             "floor_ns": self.floors[key]})
+                rows.append({"src": src, "dst": dst, "path": path, "n": len(delays), "min_ns": delays[0],
+                             "p50_ns": percentile(delays, 50), "p99_ns": percentile(delays, 99),
+                             "floor_ns": min(lows)})
         return rows
 
     def state(self) -> dict:
@@ -98,6 +102,14 @@ class HostSync:
             }
         return {"mapping": self.mapping.as_dict() if self.mapping else None, "parts": self.parts,
                 "pairs": pairs, "owd": self.owd()}
+
+
+def percentile(ordered: list[int], q: float) -> float:
+    """numpy's default (linear) percentile of a sorted list: a few points want no array."""
+    at = (len(ordered) - 1) * q / 100
+    i = int(at)
+    j = min(i + 1, len(ordered) - 1)
+    return float(ordered[i] + (ordered[j] - ordered[i]) * (at - i))
 
 
 class Solver:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab import netns
 from clockfabric.lab.naming import check_lab_name, netns_name, netns_prefix, parse_netns
 from clockfabric.lab.vclock import CLOCK_ENV, VirtualClock
 from clockfabric.topology import Topology, load
@@ -26,6 +25,8 @@ def run_dir() -> Path:
 
 def lab_names() -> list[str]:
     """Labs with a record, and labs whose namespaces remain after a crash."""
+    from clockfabric.lab import netns  # not at the top: pyroute2 is slow to import and agents never need it
+
     names = {p.name for p in run_dir().glob("*") if p.is_dir()}
     names |= {parsed[0] for ns in netns.listed() if (parsed := parse_netns(ns))}
     return sorted(names)
@@ -142,4 +143,6 @@ def remove_record(name: str) -> None:
 
 
 def lab_namespaces(name: str) -> list[str]:
+    from clockfabric.lab import netns
+
     return netns.listed(netns_prefix(name))

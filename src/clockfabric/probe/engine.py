@@ -1,10 +1,15 @@
-"""The prober and reflector: one thread, one socket per path, kernel timestamps on every packet.
+"""The prober and reflector: one thread, kernel timestamps on every packet.
 
 A path is a rail (the NIC a socket is bound to) and a UDP port: switches hash the ports
 onto an ECMP path, so probing a peer on several ports spreads the probes over several
 paths. Each exchange is a coded pair out and a coded pair back; once the reflector's
 send timestamps arrive (on its next reply) the exchange is complete and is queued for
 the clock estimator: eight timestamps, four in each host's own clock.
+
+Each path has two sockets. The reflector's (port base + k) wakes the thread, so probes
+are answered at once, as any NTP or PTP server would; the prober's (port base + ports + k)
+is read once a tick, because the kernel has timestamped everything in it already. A
+wake-up costs more than reading a few packets, so this keeps the agent's CPU low.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import heapq
 import logging
 import random
-import selectors
+import select
 import socket
 import threading
 import time
@@ -24,6 +29,7 @@ from clockfabric.probe import timestamping, wire
 
 log = logging.getLogger(__name__)
 SO_BINDTODEVICE = 25
+TICK_S = 0.1  # the engine wakes this often to read what arrived and send what is due: wake-ups cost
 PENDING_TIMEOUT_S = 5.0  # an exchange whose reply never came is forgotten after this
 
 
@@ -40,10 +46,11 @@ class Exchange:
 
 
 @dataclass
-class _Path:
-    name: str
+class _Socket:
+    name: str  # the path: rail and the reflector's port
     sock: socket.socket
-    port: int
+    port: int  # the reflector's port of this path, where probes go
+    fd: int
     sends: int = 0  # the kernel numbers our datagrams: this is the next one's id
 
 
@@ -64,8 +71,9 @@ class ProbeEngine(threading.Thread):
         self.counters: Counter[str] = Counter()
         self._stopping = threading.Event()
         self._last_expiry = 0.0
-        self._paths = [self._open(rail, base_port + k) for rail in rails for k in range(ports)]
-        self._by_sock = {p.sock: p for p in self._paths}
+        self._paths = [self._open(rail, base_port + ports + k, base_port + k) for rail in rails for k in range(ports)]
+        self._reflectors = [self._open(rail, base_port + k, base_port + k) for rail in rails for k in range(ports)]
+        self._by_fd = {p.fd: p for p in self._paths + self._reflectors}
         self._tx_ids: dict[tuple[int, int], tuple] = {}  # (socket fd, send id) -> what was sent
         self._pending: dict[tuple[str, int], dict] = {}  # (peer, seq) -> timestamps so far
         self._reflected: dict[tuple[str, int], dict] = {}  # (prober address, session) -> our last reply
@@ -73,32 +81,42 @@ class ProbeEngine(threading.Thread):
         self._next_path: dict[str, int] = {p: self.rng.randrange(len(self._paths)) for p in probed}
         self.paths = [p.name for p in self._paths]
 
-    def _open(self, rail: str | None, port: int) -> _Path:
+    def _open(self, rail: str | None, port: int, path_port: int) -> _Socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        if rail:
-            s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, rail.encode())
-        s.bind((self.address, port))
+        try:
+            if rail:
+                s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, rail.encode())
+            s.bind((self.address, port))
+        except OSError:
+            s.close()
+            raise
         s.setblocking(False)
         timestamping.enable(s)
-        return _Path(f"{rail or 'any'}:{port}", s, port)
+        return _Socket(f"{rail or 'any'}:{path_port}", s, path_port, s.fileno())
 
     # ---- the loop ---------------------------------------------------------------------------
     def stop(self) -> None:
         self._stopping.set()
 
     def run(self) -> None:
-        sel = selectors.DefaultSelector()
+        wake, tick = select.epoll(), select.epoll()
+        for r in self._reflectors:
+            wake.register(r.fd, select.EPOLLIN)
         for p in self._paths:
-            sel.register(p.sock, selectors.EVENT_READ)
-        start = time.monotonic()
-        due = [(start + self.rng.uniform(0, self.interval_s), peer) for peer in self.peers]
+            tick.register(p.fd, select.EPOLLIN)  # send timestamps raise EPOLLERR
+        next_tick = time.monotonic()
+        due = [(next_tick + self.rng.uniform(0, self.interval_s), peer) for peer in self.peers]
         heapq.heapify(due)
         try:
             while not self._stopping.is_set():
-                timeout = max(0.0, due[0][0] - time.monotonic()) if due else 0.2
-                for key, _ in sel.select(min(timeout, 0.2)):
-                    self._drain(self._by_sock[key.fileobj])
+                for fd, events in wake.poll(max(0.0, next_tick - time.monotonic())):
+                    self._service(self._by_fd[fd], events)  # our replies' send timestamps follow
                 now = time.monotonic()
+                if now < next_tick:
+                    continue
+                next_tick = max(next_tick + TICK_S, now)
+                for fd, events in tick.poll(0):
+                    self._service(self._by_fd[fd], events)
                 while due and due[0][0] <= now:
                     _, peer = heapq.heappop(due)
                     self._probe(peer)
@@ -106,53 +124,66 @@ class ProbeEngine(threading.Thread):
                     heapq.heappush(due, (now + self.interval_s * jitter, peer))
                 self._expire(now)
         finally:
-            sel.close()
-            for p in self._paths:
+            wake.close()
+            tick.close()
+            for p in self._paths + self._reflectors:
                 p.sock.close()
 
-    def _drain(self, path: _Path) -> None:
-        while True:  # the error queue first: it holds the send timestamps replies wait for
-            try:
-                _, anc, _, _ = path.sock.recvmsg(0, timestamping.ANC_SIZE, socket.MSG_ERRQUEUE)
-            except BlockingIOError:
-                break
-            if (stamp := timestamping.tx_timestamp(anc)) is not None:
-                self._sent(path, *stamp)
+    def _service(self, sock: _Socket, events: int) -> None:
+        """Read only the queues that have something (an empty read is a wasted syscall): data,
+        then the error queue, where the send timestamps of what we just sent are waiting."""
+        if events & select.EPOLLIN:
+            self._drain_data(sock)
+        if not self._drain_errors(sock) and events & select.EPOLLERR:
+            sock.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # a pending socket error: clear it
+            self.counters["socket_errors"] += 1
+
+    def _drain_errors(self, sock: _Socket) -> int:
+        """Send timestamps off the error queue; how many messages there were."""
+        read = 0
         while True:
             try:
-                data, anc, _, (src, sport) = path.sock.recvmsg(64, timestamping.ANC_SIZE)
+                _, anc, _, _ = sock.sock.recvmsg(0, timestamping.ANC_SIZE, socket.MSG_ERRQUEUE)
+            except BlockingIOError:
+                return read
+            read += 1
+            if (stamp := timestamping.tx_timestamp(anc)) is not None:
+                self._sent(sock, *stamp)
+
+    def _drain_data(self, sock: _Socket) -> None:
+        while True:
+            try:
+                data, anc, _, (src, sport) = sock.sock.recvmsg(64, timestamping.ANC_SIZE)
             except BlockingIOError:
                 return
             except OSError as e:  # e.g. ICMP unreachable queued by the kernel
                 self.counters["socket_errors"] += 1
-                log.debug("recv on %s: %s", path.name, e)
+                log.debug("recv on %s: %s", sock.name, e)
                 continue
-            self._received(path, data, anc, src, sport)
+            self._received(sock, data, anc, src, sport)
 
     # ---- sending ----------------------------------------------------------------------------
-    def _send_pair(self, path: _Path, first: wire.Packet, second: wire.Packet, dest: tuple[str, int],
+    def _send_pair(self, path: _Socket, first: wire.Packet, second: wire.Packet, dest: tuple[str, int],
                    what: tuple) -> None:
         """A warm-up, then two datagrams gap_ns apart: if the gap survives the trip, neither met a queue."""
-        packets, sent = [None, first, second], 0
+        datagrams = [wire.encode(wire.Packet(wire.WARMUP, first.session, first.seq)), wire.encode(first),
+                     wire.encode(second)]
+        sent = 0
         try:
-            path.sock.sendto(wire.encode(wire.Packet(wire.WARMUP, first.session, first.seq)), dest)
-            sent += 1
-            path.sock.sendto(wire.encode(first), dest)
-            sent += 1
-            until = time.perf_counter_ns() + self.gap_ns
-            while time.perf_counter_ns() < until:
-                pass
-            path.sock.sendto(wire.encode(second), dest)
-            sent += 1
+            for i, data in enumerate(datagrams):
+                if i == 2:
+                    until = time.perf_counter_ns() + self.gap_ns
+                    while time.perf_counter_ns() < until:
+                        pass
+                path.sock.sendto(data, dest)
+                sent += 1
         except OSError as e:  # no route (a failed link), a full buffer: this exchange is lost
             self.counters["send_errors"] += 1
             log.debug("send on %s to %s: %s", path.name, dest, e)
-        for i in range(sent):
-            if packets[i] is not None:  # the warm-up's timestamp is not wanted
-                self._tx_ids[(path.sock.fileno(), path.sends)] = (*what, i - 1)
-            path.sends += 1
-        self.counters["wire_bytes_sent"] += sum(
-            (len(wire.encode(p)) if p else wire.HEADER_SIZE) + wire.IP_UDP_ETH_OVERHEAD for p in packets[:sent])
+        for i in range(1, sent):  # the warm-up's timestamp (send id path.sends) is not wanted
+            self._tx_ids[(path.fd, path.sends + i)] = (*what, i - 1)
+        path.sends += sent
+        self.counters["wire_bytes_sent"] += sum(len(d) + wire.IP_UDP_ETH_OVERHEAD for d in datagrams[:sent])
 
     def _probe(self, peer: str) -> None:
         i = self._next_path[peer]
@@ -164,18 +195,17 @@ class ProbeEngine(threading.Thread):
         self._send_pair(path, wire.Packet(wire.PROBE0, self.session, seq), wire.Packet(wire.PROBE1, self.session, seq),
                         (self.peers[peer], path.port), ("probe", peer, seq))
 
-    def _sent(self, path: _Path, send_id: int, real_ns: int) -> None:
-        what = self._tx_ids.pop((path.sock.fileno(), send_id), None)
+    def _sent(self, path: _Socket, send_id: int, real_ns: int) -> None:
+        what = self._tx_ids.pop((path.fd, send_id), None)
         if what is None:
             return
         kind, a, b, i = what
-        if kind == "probe" and (rec := self._pending.get((a, b))):
-            rec["tx"][i] = self.local_ns(real_ns)
-        elif kind == "reply" and (rec := self._reflected.get(a)) and rec["seq"] == b:
+        rec = self._pending.get((a, b)) if kind == "probe" else self._reflected.get(a)
+        if rec and (kind == "probe" or rec["seq"] == b):
             rec["tx"][i] = self.local_ns(real_ns)
 
     # ---- receiving --------------------------------------------------------------------------
-    def _received(self, path: _Path, data: bytes, anc, src: str, sport: int) -> None:
+    def _received(self, path: _Socket, data: bytes, anc, src: str, sport: int) -> None:
         peer = self.names.get(src)
         if peer is None:  # never answer, never trust, an address that is not a peer
             self.counters["foreign_packets"] += 1
@@ -199,7 +229,7 @@ class ProbeEngine(threading.Thread):
         else:
             self.counters["stale_replies"] += 1
 
-    def _reflect(self, path: _Path, pkt: wire.Packet, rx: int, src: str, sport: int) -> None:
+    def _reflect(self, path: _Socket, pkt: wire.Packet, rx: int, src: str, sport: int) -> None:
         key = (src, pkt.session)
         rec = self._reflected.setdefault(key, {"seq": 0, "tx": [wire.NONE, wire.NONE], "probe": None})
         if pkt.kind == wire.PROBE0:

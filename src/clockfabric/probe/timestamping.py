@@ -85,7 +85,7 @@ def tx_timestamp(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, int] | Non
             sec, nsec = _TIMESPECS.unpack_from(data)[:2]
             stamp = sec * 1_000_000_000 + nsec
         elif level == socket.SOL_IP and kind == IP_RECVERR and len(data) >= _EXTENDED_ERR.size:
-            errno_, origin, _, _, _, _, data_ = _EXTENDED_ERR.unpack_from(data)
+            _, origin, _, _, _, _, data_ = _EXTENDED_ERR.unpack_from(data)
             if origin == SO_EE_ORIGIN_TIMESTAMPING:
                 key = data_
     if stamp is None or key is None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
 SWITCH_ROLES = ("leaf", "spine", "core")
 
@@ -121,6 +123,8 @@ class Topology:
     # ---- graphs and paths ----------------------------------------------------------------
     def plane_graph(self, plane: int) -> nx.MultiGraph:
         """Nodes and links of one plane; edge key is the link's index in self.links. Read-only."""
+        import networkx as nx  # here, not at the top: agents load topologies but ask no path questions
+
         if plane not in self._plane_graphs:
             self._plane_graphs[plane] = nx.freeze(self._build_plane_graph(plane))
         return self._plane_graphs[plane]
@@ -130,6 +134,8 @@ class Topology:
         return {}
 
     def _build_plane_graph(self, plane: int) -> nx.MultiGraph:
+        import networkx as nx
+
         g = nx.MultiGraph()
         g.add_nodes_from(s.name for s in self.switches.values() if s.plane == plane)
         g.add_nodes_from(h.name for h in self.hosts.values() if h.nic(plane))
@@ -145,6 +151,8 @@ class Topology:
 
     def paths(self, src: str, dst: str) -> list[Path]:
         """Every shortest path from host src to host dst, over every plane both are on."""
+        import networkx as nx
+
         out = []
         for plane in self.planes:
             g = self.transit_graph(plane, src, dst)
