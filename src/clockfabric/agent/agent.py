@@ -20,16 +20,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clockfabric.agent.metrics import AgentMetrics, serve
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.service import HostSync, Solver
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.vclock import CLOCK_ENV, SystemClock, VirtualClock
 from clockfabric.probe import timestamping, wire
 from clockfabric.probe.engine import ProbeEngine
+from clockfabric.telemetry.base import Collectors
+from clockfabric.telemetry.nic import NicCollector
 from clockfabric.topology import Topology
 
 log = logging.getLogger(__name__)
 CONTROL_PORT = 7299
+METRICS_PORT = 9470
 MAX_MESSAGE = 65_000
 
 
@@ -46,6 +50,7 @@ class AgentConfig:
     probe_budget: float = 0.0005  # of the host's slowest link, for its probes and replies: a cap on slow links
     ports: int = 4  # UDP ports per rail: paths through ECMP
     base_port: int = 7300
+    metrics_port: int = METRICS_PORT  # Prometheus /metrics on the host's address; 0: none
     seed: int = 0
     probed: list[str] = field(init=False)
 
@@ -119,6 +124,16 @@ class Agent:
         self.bad_messages = 0
         self.stopping = threading.Event()
         self.state_path = cfg.state_dir / f"{cfg.host}.json"
+        self.latest: dict | None = None  # the last published state, whole: what /metrics reads
+        self.collectors = Collectors([NicCollector(rails)])
+        self.metrics_server = None
+        if cfg.metrics_port:
+            try:
+                self.metrics_server = serve(AgentMetrics(cfg.host, self.collectors, lambda: self.latest),
+                                            self.address, cfg.metrics_port)
+            except OSError as e:
+                raise ClockfabricError(f"cannot serve /metrics on {self.address}:{cfg.metrics_port} ({e.strerror}): "
+                                       f"give another --metrics-port, or 0 for none") from None
 
     def run(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -139,6 +154,8 @@ class Agent:
             self.engine.join(2)
             sel.close()
             self.control.close()
+            if self.metrics_server:
+                self.metrics_server.shutdown()
 
     def _receive(self) -> None:
         while True:
@@ -188,7 +205,8 @@ class Agent:
                  **self.sync.state()}
         if self.solver and self.solver.last is not None:
             state["solver"] = {"dropped_edges": int((~self.solver.last.kept).sum()),
-                               "edges": int(len(self.solver.last.kept)), "reports": len(self.solver.reports)}
+                               "edges": len(self.solver.last.kept), "reports": len(self.solver.reports)}
+        self.latest = state
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_path)

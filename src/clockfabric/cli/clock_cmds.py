@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from clockfabric.agent.agent import Agent, AgentConfig
+from clockfabric.agent.agent import METRICS_PORT, Agent, AgentConfig
 from clockfabric.cli.output import err, out, print_json, require_root
 from clockfabric.clock.evaluate import LabAgents, Sampler, read_states, since, summary
 from clockfabric.errors import ClockfabricError
@@ -43,6 +43,9 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           peers: int = PeersOpt, window: float = WindowOpt,
           update: float = typer.Option(1.0, "--update", min=0.1, help="Seconds between fits and reports."),
           probe_rate: float = ProbeRateOpt,
+          metrics_port: int = typer.Option(METRICS_PORT, "--metrics-port", min=0, max=65535,
+                                           help="Serve Prometheus /metrics on this port of the host's address "
+                                                "(0: none)."),
           probe_budget: float = typer.Option(0.0005, "--probe-budget", min=1e-6, max=0.01,
                                              help="Share of the slowest link the probes may use."),
           reference: str = typer.Option(None, "--reference", help="Host whose clock is global time "
@@ -65,7 +68,7 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
         raise ClockfabricError("give --lab NAME (a lab host) or --topology FILE (a real fleet)")
     state.mkdir(parents=True, exist_ok=True)
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
-                      probe_rate=probe_rate, probe_budget=probe_budget)).run()
+                      probe_rate=probe_rate, probe_budget=probe_budget, metrics_port=metrics_port)).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),

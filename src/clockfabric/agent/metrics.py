@@ -1,0 +1,81 @@
+"""The agent's Prometheus /metrics: hardware telemetry read at scrape time (as node_exporter
+does), clock sync and one-way delays from the agent's last update.
+
+Every sample carries a `host` label. Names follow the design's conventions: the
+`clockfabric_` prefix, `_total` counters, units in names; known names (node_network_*,
+DCGM_FI_*) are kept as their own exporters spell them, so existing dashboards work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import Metric as Family
+
+from clockfabric.telemetry.base import Collectors, Metric
+
+NS = 1e-9
+
+
+def clock_metrics(state: dict) -> list[Metric]:
+    """Clock sync as metrics, from the state the agent publishes each update."""
+    out = []
+    if m := state.get("mapping"):
+        out += [Metric("clockfabric_clock_offset_seconds", m["offset_ns"] * NS,
+                       help="This host's clock minus global time, at the mapping's epoch"),
+                Metric("clockfabric_clock_drift_ratio", m["drift"], help="Rate of this clock against global time, minus 1"),
+                Metric("clockfabric_clock_uncertainty_seconds", m["uncertainty_ns"] * NS,
+                       help="RMS residual of this host's probe edges in the network solve"),
+                Metric("clockfabric_clock_synced", float(m["synced"]), help="1 if tied to the reference clock")]
+    out.append(Metric("clockfabric_clock_graph_parts", float(state.get("parts", 0)),
+                      help="Parts the probe graph is split into (1 when whole)"))
+    for peer, p in state.get("pairs", {}).items():
+        labels = {"peer": peer}
+        out += [Metric("clockfabric_clock_pair_exchanges_total", p["exchanges"], labels, "counter",
+                       "Probe exchanges with the peer"),
+                Metric("clockfabric_clock_pair_steps_total", p["steps"], labels, "counter",
+                       "Clock steps detected on the pair")]
+    for row in state.get("owd", []):
+        direction = "out" if row["src"] == state["host"] else "back"
+        labels = {"peer": row["dst"] if direction == "out" else row["src"], "path": row["path"],
+                  "direction": direction}
+        for stat in ("min", "p50", "p99", "floor"):
+            out.append(Metric(f"clockfabric_owd_{stat}_seconds", row[f"{stat}_ns"] * NS, labels,
+                              help=f"One-way delay {stat} over the last window, by synced clocks"))
+    for name, value in state.get("counters", {}).items():
+        out.append(Metric(f"clockfabric_probe_{name}_total", float(value), kind="counter",
+                          help=f"Probe engine counter: {name.replace('_', ' ')}"))
+    return out
+
+
+class AgentMetrics:
+    """A prometheus_client collector over the agent's telemetry and its latest state."""
+
+    def __init__(self, host: str, collectors: Collectors, state: Callable[[], dict | None]):
+        self.host = host
+        self.collectors = collectors
+        self.state = state
+
+    def collect(self) -> Iterator[Family]:
+        metrics = self.collectors.collect().metrics
+        if (state := self.state()) is not None:
+            metrics += clock_metrics(state)
+        families: dict[str, tuple[Family, list[str]]] = {}  # name -> family, its label names
+        for m in metrics:
+            labels = {"host": self.host, **m.labels}
+            if m.name not in families:
+                cls = CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily
+                families[m.name] = cls(m.name, m.help or m.name, labels=list(labels)), list(labels)
+            fam, names = families[m.name]
+            fam.add_metric([labels.get(k, "") for k in names], m.value)
+        yield from (fam for fam, _ in families.values())
+
+
+def serve(metrics: AgentMetrics, address: str, port: int):
+    """/metrics on address:port in a thread of its own; returns the server (shutdown() stops it)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+    server, _ = start_http_server(port, addr=address, registry=registry)
+    return server

@@ -1,0 +1,77 @@
+"""What every collector returns, and how the agent runs them all.
+
+A collector answers two questions: is its hardware here (`absent()`: None, or why not),
+and what does it read now (`collect()`: a list of Metric). A collector for absent
+hardware costs nothing after that one check; one that raises is reported down on its own
+(`clockfabric_collector_up`) and takes no other collector with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One sample, named and labelled as Prometheus will show it."""
+
+    name: str  # full name: clockfabric_..., or a known one (node_network_..., DCGM_FI_...)
+    value: float
+    labels: dict[str, str] = field(default_factory=dict)
+    kind: str = "gauge"  # or "counter" (its name ends in _total)
+    help: str = ""
+
+
+class Collector(Protocol):
+    name: str  # short and stable: "nic", "rdma", "nvidia_gpu", ...
+
+    def absent(self) -> str | None:
+        """None if the hardware is here; otherwise one line on why it is not."""
+
+    def collect(self) -> list[Metric]:
+        """Read everything now."""
+
+
+@dataclass
+class Report:
+    """One pass over all collectors: their metrics, and how each one fared."""
+
+    metrics: list[Metric]
+    status: dict[str, str]  # collector -> "ok", "not present: ...", or "error: ..."
+
+
+class Collectors:
+    """The collectors of one host. Absence is checked once, at start."""
+
+    def __init__(self, collectors: Iterable[Collector]):
+        self.all = list(collectors)
+        self.absent = {c.name: why for c in self.all if (why := c.absent()) is not None}
+
+    def collect(self) -> Report:
+        metrics, status = [], {}
+        for c in self.all:
+            if c.name in self.absent:
+                status[c.name] = f"not present: {self.absent[c.name]}"
+                continue
+            start = time.perf_counter()
+            try:
+                got = c.collect()
+            except Exception as e:  # noqa: BLE001 - one broken collector must not take the others down
+                log.warning("collector %s failed: %s", c.name, e)
+                status[c.name] = f"error: {e}"
+                got, up = [], 0.0
+            else:
+                status[c.name] = "ok"
+                up = 1.0
+            metrics += got
+            metrics.append(Metric("clockfabric_collector_up", up, {"collector": c.name},
+                                  help="1 if the collector's last read worked"))
+            metrics.append(Metric("clockfabric_collector_duration_seconds", time.perf_counter() - start,
+                                  {"collector": c.name}, help="How long the collector's last read took"))
+        return Report(metrics, status)
