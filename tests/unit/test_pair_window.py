@@ -287,3 +287,23 @@ def test_ntp_takes_the_min_rtt_sample_and_is_off_by_half_its_asymmetry():
     # offset error: half the asymmetry, (11 - 3) / 2 us; measured against theta midway through the exchange
     mid = (best.tx[0] + best.rx[0]) // 2
     assert s.offset_ns - theta(ours, peer, mid) == pytest.approx(4_000, abs=3.0)
+
+
+def test_after_a_step_the_first_fits_keep_the_drift_the_step_did_not_change():
+    """Right after a step the pair has under 0.1 s of new points, too little to pin a slope:
+    the fit keeps the drift it had, not zero (which would be 85 ppm off here)."""
+    ours = TrueClock(-1_000_000.0, -30e-6)
+    peer = TrueClock(8_000_000.0, 55e-6, steps=((STEP_AT_S * 1e9, 1_000_000),))
+    probes = stream(ours, peer, 6.0, seed=3, queued=0.2)
+    step_local = ours.read(STEP_AT_S * 1e9)
+    w = PairWindow("b")
+    feed(w, [p for p in probes if p.ex.tx[0] < step_local - 1_000_000], ours=ours, peer=peer)
+    drift_before = w.fit.drift
+    soon = [p for p in probes if step_local - 1_000_000 <= p.ex.tx[0] < step_local + 80_000_000]
+    for p in soon:
+        w.add(p.ex)
+    assert w.steps == 1 and w.fit is None
+    fit = w.refit(soon[-1].ex.rx[1])
+    assert fit.drift == drift_before
+    assert abs(fit.drift - rel_drift(ours, peer)) < 5e-9
+    assert abs(fit.offset_ns - theta(ours, peer, fit.center_ns)) < 100.0

@@ -44,6 +44,7 @@ class PairWindow:
         self.rev: deque[tuple[int, int, str]] = deque()  # (r', t' - r', path)
         self.exchanges: deque[Exchange] = deque()
         self.fit: PairFit | None = None
+        self.drift_prior = 0.0  # the last fitted drift: a clock step moves the offset, not the rate
         self.steps = 0
         # per direction (True: forward), our time of a first point that broke the band: a
         # step moves both clouds one way, so only one side breaks while the other looks queued
@@ -82,6 +83,7 @@ class PairWindow:
                 points.popleft()
         while self.exchanges and self.exchanges[0].tx[0] < cut:
             self.exchanges.popleft()
+        self.drift_prior = self.fit.drift
         self.fit = None
         self._suspect = {True: None, False: None}
 
@@ -102,7 +104,7 @@ class PairWindow:
         recent_fwd, recent_rev = fwd[fwd[:, 0] >= start], rev[rev[:, 0] >= start]
         if not len(recent_fwd) or not len(recent_rev):
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
-        prior = self.fit.drift if self.fit else 0.0
+        prior = self.fit.drift if self.fit else self.drift_prior
         long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
         self.fit = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift)
         return self.fit
