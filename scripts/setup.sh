@@ -9,6 +9,7 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v ptp4l >/dev/null || need+=(linuxptp)
+command -v prometheus >/dev/null || need+=(prometheus)  # the server the /metrics test scrapes with
 command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then

@@ -27,8 +27,12 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab.vclock import CLOCK_ENV, SystemClock, VirtualClock
 from clockfabric.probe import timestamping, wire
 from clockfabric.probe.engine import ProbeEngine
+from clockfabric.telemetry.amd_gpu import AmdGpuCollector
 from clockfabric.telemetry.base import Collectors
+from clockfabric.telemetry.links import LinkCollector
 from clockfabric.telemetry.nic import NicCollector
+from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
+from clockfabric.telemetry.rdma import RdmaCollector
 from clockfabric.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -125,7 +129,8 @@ class Agent:
         self.stopping = threading.Event()
         self.state_path = cfg.state_dir / f"{cfg.host}.json"
         self.latest: dict | None = None  # the last published state, whole: what /metrics reads
-        self.collectors = Collectors([NicCollector(rails)])
+        self.collectors = Collectors([NicCollector(rails), LinkCollector(devices=rails), RdmaCollector(),
+                                      NvidiaGpuCollector(), AmdGpuCollector()])
         self.metrics_server = None
         if cfg.metrics_port:
             try:
@@ -156,6 +161,7 @@ class Agent:
             self.control.close()
             if self.metrics_server:
                 self.metrics_server.shutdown()
+            self.collectors.close()
 
     def _receive(self) -> None:
         while True:
@@ -200,6 +206,7 @@ class Agent:
     def _publish(self, now: int) -> None:
         state = {"host": self.cfg.host, "pid": os.getpid(), "updated_local_ns": now,
                  "reference": self.cfg.reference, "timestamping": self.timestamping,
+                 "telemetry_not_present": self.collectors.absent,
                  "probe_interval_s": self.interval_s, "paths": self.engine.paths,
                  "counters": dict(self.engine.counters, bad_control_messages=self.bad_messages),
                  **self.sync.state()}

@@ -7,7 +7,7 @@ not fit a float exactly, so the arithmetic keeps t0 as an integer and floats the
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,8 @@ class Mapping:
         return self.t0_ns + round((local_ns - self.t0_ns - self.offset_ns) / (1 + self.drift))
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {"t0_ns": self.t0_ns, "offset_ns": self.offset_ns, "drift": self.drift,
+                "uncertainty_ns": self.uncertainty_ns, "synced": self.synced}
 
     @classmethod
     def from_dict(cls, d: dict) -> Mapping:

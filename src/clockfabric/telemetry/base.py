@@ -37,6 +37,8 @@ class Collector(Protocol):
     def collect(self) -> list[Metric]:
         """Read everything now."""
 
+    # optional: close(), for a collector that holds a thread or a library handle
+
 
 @dataclass
 class Report:
@@ -75,3 +77,8 @@ class Collectors:
             metrics.append(Metric("clockfabric_collector_duration_seconds", time.perf_counter() - start,
                                   {"collector": c.name}, help="How long the collector's last read took"))
         return Report(metrics, status)
+
+    def close(self) -> None:
+        for c in self.all:
+            if hasattr(c, "close"):
+                c.close()
