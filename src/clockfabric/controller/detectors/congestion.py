@@ -1,0 +1,139 @@
+"""Congestion: a path's OWD (p50, or min) above the path's floor by a margin, k windows in a row.
+
+Where several paths are congested, the culprit is a link they share that no quiet path uses.
+`set_path_links` says which topology links each path crosses (path discovery fills it, the lab
+too). With the topology, each path's links are put in order from its source, so a hop is a
+link *and a direction*: queueing one way says nothing of the other, and a quiet path the other
+way does not clear a link. The links named are a greedy cover: the hop that explains the most
+congested paths first, then the next for what is left. Hops no quiet path can tell apart are
+named together. Congested paths that no link explains are reported per src -> dst pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from clockfabric.controller.config import CongestionConfig
+from clockfabric.controller.detectors.base import (
+    Finding,
+    LinkIndex,
+    PathKey,
+    Streak,
+    format_ns,
+    owd_path,
+    path_label,
+)
+from clockfabric.controller.storage.base import Sample
+
+Hop = tuple[str, str]  # (link name, "from>to" nodes, or "" where the direction is unknown)
+
+
+class Congestion:
+    def __init__(self, config: CongestionConfig, stale_after_ns: int, links: LinkIndex):
+        self.config = config
+        self.stale_after_ns = stale_after_ns
+        self.links = links
+        self.floors: dict[PathKey, tuple[int, float]] = {}  # the latest floor: (t_ns, value)
+        self.paths: dict[PathKey, Streak] = {}
+        self.excess: dict[PathKey, float] = {}  # the latest OWD above floor
+        self.hops: dict[PathKey, list[Hop]] = {}
+
+    def set_path_links(self, mapping: Mapping[tuple[str, str, str], list[str]]) -> None:
+        self.hops = {tuple(key): orient(self.links, key[0], list(names)) for key, names in mapping.items()}
+
+    def on_samples(self, samples: Iterable[Sample]) -> None:
+        samples = list(samples)
+        for s in samples:  # floors first: a report's floor may come after its p50 in the batch
+            if s.name == "owd_floor_ns" and (key := owd_path(s)) and s.t_ns >= self.floors.get(key, (0, 0))[0]:
+                self.floors[key] = (s.t_ns, s.value)
+        stat = f"owd_{self.config.stat}_ns"
+        for s in sorted((s for s in samples if s.name == stat), key=lambda s: s.t_ns):
+            key = owd_path(s)
+            if key is None or key not in self.floors:
+                continue
+            excess = s.value - self.floors[key][1]
+            if self.paths.setdefault(key, Streak(self.config.windows)).add(s.t_ns, excess > self.config.margin_ns):
+                self.excess[key] = excess
+
+    def findings(self, now_ns: int) -> list[Finding]:
+        horizon = now_ns - self.stale_after_ns
+        for key in [k for k, st in self.paths.items() if st.last_ns < horizon]:
+            del self.paths[key], self.excess[key]
+        self.floors = {k: f for k, f in self.floors.items() if f[0] >= horizon}
+        congested = sorted(k for k, st in self.paths.items() if st.open)
+        quiet = {hop for k, st in self.paths.items() if st.quiet for hop in self.hops.get(k, ())}
+        blamed, unexplained = localize({k: self.hops.get(k, []) for k in congested}, quiet)
+        return ([self._link_finding(group, paths) for group, paths in blamed]
+                + self._pair_findings(unexplained))
+
+    def _paths_detail(self, paths: list[PathKey]) -> list[dict]:
+        return [{"src": s, "dst": d, "path": p, "excess_ns": self.excess[(s, d, p)]} for s, d, p in paths]
+
+    def _link_finding(self, group: list[Hop], paths: list[PathKey]) -> Finding:
+        names = [f"{name} ({src} -> {dst})" if way else name
+                 for name, way in group for src, _, dst in [way.partition(">")]]
+        which = names[0] if len(names) == 1 else "one of " + ", ".join(names)
+        worst = max(self.excess[k] for k in paths)
+        return Finding(
+            key="congestion:" + "+".join(f"{name}:{way}" if way else name for name, way in group),
+            kind="congestion", severity=self.config.severity,
+            message=(f"congestion on {which}: {len(paths)} paths up to {format_ns(worst)} over their floor "
+                     f"({', '.join(path_label(k) for k in paths)})"),
+            detail={"links": [{"link": name, "direction": way.replace(">", "->") or None} for name, way in group],
+                    "paths": self._paths_detail(paths)})
+
+    def _pair_findings(self, paths: list[PathKey]) -> list[Finding]:
+        pairs: dict[tuple[str, str], list[PathKey]] = {}
+        for key in paths:
+            pairs.setdefault(key[:2], []).append(key)
+        out = []
+        for (src, dst), keys in sorted(pairs.items()):
+            why = "no link explains it" if all(self.hops.get(k) for k in keys) else "no path map to name a link"
+            worst = max(self.excess[k] for k in keys)
+            out.append(Finding(
+                key=f"congestion:{src}->{dst}", kind="congestion", severity=self.config.severity,
+                message=(f"congestion {src} -> {dst}: {len(keys)} paths up to {format_ns(worst)} over their floor "
+                         f"({', '.join(k[2] for k in keys)}); {why}"),
+                detail={"src": src, "dst": dst, "links": [], "paths": self._paths_detail(keys)}))
+        return out
+
+
+def orient(links: LinkIndex, src: str, names: list[str]) -> list[Hop]:
+    """The path's links as hops from src, in any listed order; undirected if they do not chain."""
+    hops, at, left = [], src, [links.by_name.get(n) for n in names]
+    while left:
+        step = next((lk for lk in left if lk and at in (lk.a.node, lk.b.node)), None)
+        if step is None:
+            return [(n, "") for n in names]
+        nxt = step.other(at).node
+        hops.append((step.name, f"{at}>{nxt}"))
+        left.remove(step)
+        at = nxt
+    return hops
+
+
+def localize(congested: dict[PathKey, list[Hop]], quiet: set[Hop]
+             ) -> tuple[list[tuple[list[Hop], list[PathKey]]], list[PathKey]]:
+    """Groups of hops to blame, each with the congested paths it explains; and the unexplained paths."""
+    quiet_names = {name for name, _ in quiet}
+    quiet_any_way = {name for name, way in quiet if not way}
+
+    def suspect(hop: Hop) -> bool:
+        name, way = hop
+        return hop not in quiet and name not in quiet_any_way and (way or name not in quiet_names)
+
+    left = {k: {h for h in hops if suspect(h)} for k, hops in congested.items()}
+    blamed = []
+    while True:
+        covers: dict[Hop, frozenset[PathKey]] = {}
+        for key, hops in left.items():
+            for hop in hops:
+                covers[hop] = covers.get(hop, frozenset()) | {key}
+        if not covers:
+            break
+        best = max(covers.values(), key=lambda paths: (len(paths), sorted(paths)))
+        group = sorted(h for h, paths in covers.items() if paths == best)
+        blamed.append((group, sorted(best)))
+        for key in best:
+            del left[key]
+    return blamed, sorted(left)
