@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clockfabric.agent.metrics import AgentMetrics, serve
+from clockfabric.agent.push import Pusher, link_payload
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.service import HostSync, Solver
 from clockfabric.errors import ClockfabricError
@@ -29,7 +30,7 @@ from clockfabric.probe import timestamping, wire
 from clockfabric.probe.engine import ProbeEngine
 from clockfabric.telemetry.amd_gpu import AmdGpuCollector
 from clockfabric.telemetry.base import Collectors
-from clockfabric.telemetry.links import LinkCollector
+from clockfabric.telemetry.links import LinkCollector, LinkWatcher
 from clockfabric.telemetry.nic import NicCollector
 from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
 from clockfabric.telemetry.rdma import RdmaCollector
@@ -55,6 +56,9 @@ class AgentConfig:
     ports: int = 4  # UDP ports per rail: paths through ECMP
     base_port: int = 7300
     metrics_port: int = METRICS_PORT  # Prometheus /metrics on the host's address; 0: none
+    controller: str | None = None  # the controller's URL (http://host:port or https://...): push to it
+    token: str = ""  # the fleet token the controller wants
+    ca_file: str | None = None  # to verify an https controller with a private CA
     seed: int = 0
     probed: list[str] = field(init=False)
 
@@ -129,7 +133,12 @@ class Agent:
         self.stopping = threading.Event()
         self.state_path = cfg.state_dir / f"{cfg.host}.json"
         self.latest: dict | None = None  # the last published state, whole: what /metrics reads
-        self.collectors = Collectors([NicCollector(rails), LinkCollector(devices=rails), RdmaCollector(),
+        self.pusher = Pusher(cfg.controller, cfg.token, cfg.host, snapshot=self._for_controller,
+                             interval_s=cfg.update_s, verify=cfg.ca_file or True) if cfg.controller else None
+        # a link going down is pushed at once, not at the next update
+        self.links = LinkWatcher(rails, on_change=self.pusher.wake if self.pusher else None)
+        self._links_seen = 0
+        self.collectors = Collectors([NicCollector(rails), LinkCollector(self.links), RdmaCollector(),
                                       NvidiaGpuCollector(), AmdGpuCollector()])
         self.metrics_server = None
         if cfg.metrics_port:
@@ -144,6 +153,10 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         self.engine.start()
+        if self.pusher:
+            self.pusher.add_events([{"t_ns": time.time_ns(), "synced": False, "kind": "agent_start",
+                                     "detail": {"pid": os.getpid()}}])
+            self.pusher.start()
         sel = selectors.DefaultSelector()
         sel.register(self.control, selectors.EVENT_READ)
         next_tick = time.monotonic() + self.cfg.update_s
@@ -161,6 +174,10 @@ class Agent:
             self.control.close()
             if self.metrics_server:
                 self.metrics_server.shutdown()
+            if self.pusher:
+                self.pusher.stop()
+                self.pusher.join(6)
+            self.links.stop()
             self.collectors.close()
 
     def _receive(self) -> None:
@@ -202,6 +219,25 @@ class Agent:
             for host, msg in self.solver.solve(now).items():
                 self._send(host, msg)
         self._publish(now)
+
+    def _for_controller(self) -> tuple[list[dict], list[dict], dict]:
+        """What the pusher sends (from its thread): new link events, in global time once this
+        host is synced, and the latest one-way delays and link states as samples."""
+        mapping = self.sync.mapping
+
+        def to_time(real_ns: int) -> tuple[int, bool]:
+            local = self.clock.local_ns(real_ns)
+            return (mapping.global_ns(local), True) if mapping else (local, False)
+
+        events, samples, self._links_seen = link_payload(self.links, self._links_seen, to_time)
+        state = self.latest or {}
+        for row in state.get("owd", []):
+            labels = {"src": row["src"], "dst": row["dst"], "path": row["path"]}
+            samples += [{"name": f"owd_{stat}_ns", "value": row[f"{stat}_ns"], "labels": labels}
+                        for stat in ("min", "p50", "p99", "floor")]
+        info = {"address": self.address, "pid": os.getpid(), "reference": self.cfg.reference,
+                "synced": bool(mapping and mapping.synced), "telemetry_not_present": self.collectors.absent}
+        return events, samples, info
 
     def _publish(self, now: int) -> None:
         state = {"host": self.cfg.host, "pid": os.getpid(), "updated_local_ns": now,

@@ -46,6 +46,9 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           metrics_port: int = typer.Option(METRICS_PORT, "--metrics-port", min=0, max=65535,
                                            help="Serve Prometheus /metrics on this port of the host's address "
                                                 "(0: none)."),
+          controller: str = typer.Option(None, "--controller", help="Push events and summaries to this controller URL."),
+          token_file: Path = typer.Option(None, "--token-file", help="The fleet token for --controller."),
+          ca_file: str = typer.Option(None, "--ca-file", help="CA to verify an https controller."),
           probe_budget: float = typer.Option(0.0005, "--probe-budget", min=1e-6, max=0.01,
                                              help="Share of the slowest link the probes may use."),
           reference: str = typer.Option(None, "--reference", help="Host whose clock is global time "
@@ -67,8 +70,14 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
     else:
         raise ClockfabricError("give --lab NAME (a lab host) or --topology FILE (a real fleet)")
     state.mkdir(parents=True, exist_ok=True)
+    token = ""
+    if controller:
+        from clockfabric.controller.server import read_token
+
+        token = read_token(token_file)
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
-                      probe_rate=probe_rate, probe_budget=probe_budget, metrics_port=metrics_port)).run()
+                      probe_rate=probe_rate, probe_budget=probe_budget, metrics_port=metrics_port,
+                      controller=controller, token=token, ca_file=ca_file)).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),

@@ -7,7 +7,7 @@ import sys
 import typer
 
 from clockfabric import __version__
-from clockfabric.cli import clock_cmds, lab_cmds, topology_cmds
+from clockfabric.cli import clock_cmds, lab_cmds, monitor_cmds, topology_cmds
 from clockfabric.cli.output import err
 from clockfabric.errors import ClockfabricError
 
@@ -18,6 +18,10 @@ app.add_typer(lab_cmds.app, name="lab")
 app.command()(clock_cmds.agent)
 app.command()(clock_cmds.sync)
 app.command()(clock_cmds.owd)
+app.command()(monitor_cmds.controller)
+app.command(name="switch-agent")(monitor_cmds.switch_agent)
+app.command()(monitor_cmds.events)
+app.command()(monitor_cmds.monitor)
 
 
 @app.command()

@@ -30,7 +30,8 @@ class LabAgents:
     """`clockfabric agent` on every host of a lab, started and stopped by pid."""
 
     def __init__(self, lab: Lab, *, peers: int = 10, window_s: float = 2.0, update_s: float = 1.0,
-                 probe_rate: float = 20.0, probe_budget: float = 0.0005, reference: str | None = None):
+                 probe_rate: float = 20.0, probe_budget: float = 0.0005, reference: str | None = None,
+                 extra: list[str] = ()):
         self.lab = lab
         self.hosts = sorted(lab.topology.hosts)
         self.reference = reference or self.hosts[0]
@@ -38,7 +39,7 @@ class LabAgents:
         self.args = ["--peers", str(peers), "--window", str(window_s), "--update", str(update_s),
                      "--probe-rate", str(probe_rate), "--probe-budget", str(probe_budget),
                      "--reference", self.reference,
-                     "--state-dir", str(self.state_dir)]
+                     "--state-dir", str(self.state_dir), *extra]
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:

@@ -328,8 +328,10 @@ class LinkWatcher:
 
     def __init__(self, devices: list[str] | None = None, *, flap_window_s: float = 60.0,
                  clock: Callable[[], int] = time.time_ns, netns: str | None = None,
-                 max_events: int = EVENTS_MAX, rcvbuf_bytes: int = RCVBUF_BYTES):
+                 max_events: int = EVENTS_MAX, rcvbuf_bytes: int = RCVBUF_BYTES,
+                 on_change: Callable[[], None] | None = None):
         self.clock = clock
+        self.on_change = on_change  # called from the watcher's thread after new transitions
         self.netns = netns
         self.rcvbuf_bytes = rcvbuf_bytes
         self.tracker = LinkTracker(devices, flap_window_s=flap_window_s, max_events=max_events)
@@ -432,6 +434,14 @@ class LinkWatcher:
             sock.close()
 
     def _drain(self, raw, marshal) -> None:
+        seq = self.tracker.seq
+        try:
+            self._read(raw, marshal)
+        finally:
+            if self.on_change is not None and self.tracker.seq != seq:
+                self.on_change()
+
+    def _read(self, raw, marshal) -> None:
         for _ in range(256):  # then back to poll, to look at the stop pipe
             try:
                 data = raw.recv(RECV_BYTES, socket.MSG_DONTWAIT)

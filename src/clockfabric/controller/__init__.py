@@ -1,0 +1,1 @@
+"""The controller: fleet-wide state from agents' pushes, stored, watched by detectors, alerted on."""

@@ -1,0 +1,89 @@
+"""The controller's core, apart from HTTP: take pushes, store them, keep hosts' liveness,
+run the detectors and the alerts.
+
+A host is stale when it has not pushed for `stale_s`; it is fresh again at its next push,
+and since the agent kept its events while the controller could not hear it, nothing is
+lost in between (the push says if its buffer overflowed).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from clockfabric.controller.storage.base import Event, Sample, Storage, StorageError
+
+log = logging.getLogger(__name__)
+
+
+class UnknownHost(Exception):
+    pass
+
+
+class Fleet:
+    def __init__(self, storage: Storage, *, hosts: list[str], stale_s: float = 5.0, enroll_unknown: bool = False,
+                 monitor: Any = None, clock: Callable[[], int] = time.time_ns):
+        """`monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only."""
+        self.storage = storage
+        self.stale_ns = int(stale_s * 1e9)
+        self.enroll_unknown = enroll_unknown
+        self.monitor = monitor
+        self.clock = clock
+        self.lock = threading.Lock()  # pushes and ticks come from several server threads
+        now = clock()
+        for h in hosts:
+            storage.enroll(h, now)
+        self.stale: set[str] = set()
+
+    def push(self, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
+             dropped_events: int) -> dict:
+        now = self.clock()
+        with self.lock:
+            if self.storage.host(host) is None:
+                if not self.enroll_unknown:
+                    raise UnknownHost(host)
+                self.storage.enroll(host, now)
+            evs = [Event(host=host, seq=e["seq"], boot=boot, t_ns=e["t_ns"], kind=e["kind"],
+                         device=e.get("device", ""), detail=e.get("detail", {}), synced=e.get("synced", True))
+                   for e in events]
+            if dropped_events:
+                evs.append(Event(host=host, seq=0, boot=f"{boot}:drop:{now}", t_ns=now, kind="events_dropped",
+                                 detail={"count": dropped_events}, synced=False))
+            sams = [Sample(host=host, t_ns=s.get("t_ns") or now, name=s["name"], value=float(s["value"]),
+                           labels=s.get("labels", {})) for s in samples]
+            new = self.storage.add_events(evs)
+            self.storage.add_samples(sams)
+            self.storage.seen(host, now, {**info, "boot": boot})
+            self.stale.discard(host)
+            if self.monitor is not None:
+                self.monitor.observe(evs, sams, now)
+        return {"events_new": new, "events": len(evs), "samples": len(sams)}
+
+    def tick(self) -> None:
+        """Once a second: hosts that went quiet, and the alerts."""
+        now = self.clock()
+        with self.lock:
+            try:
+                hosts = self.storage.hosts()
+            except StorageError as e:
+                if self.monitor is not None:
+                    self.monitor.storage_failed(e, now)
+                return
+            quiet = {h.name for h in hosts if h.last_seen_ns is not None and now - h.last_seen_ns > self.stale_ns}
+            for h in quiet - self.stale:
+                log.warning("host %s is stale: no push for %.1f s", h, self.stale_ns / 1e9)
+            self.stale = quiet
+        if self.monitor is not None:  # outside the lock: alerts may wait on a webhook
+            self.monitor.tick(now, stale=quiet)
+
+    def host_rows(self) -> list[dict]:
+        now = self.clock()
+        rows = []
+        for h in self.storage.hosts():
+            state = "never seen" if h.last_seen_ns is None else ("stale" if h.name in self.stale else "ok")
+            rows.append({"host": h.name, "state": state, "last_seen_ns": h.last_seen_ns,
+                         "age_s": None if h.last_seen_ns is None else (now - h.last_seen_ns) / 1e9, "info": h.info})
+        return rows

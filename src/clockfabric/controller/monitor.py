@@ -1,0 +1,82 @@
+"""Detectors and alerts behind the controller: what the fleet pushes goes in, alerts come out.
+
+Pushes arrive on server threads and call `observe`; the controller's ticker calls `tick`
+once a second, which syncs the alerts (webhooks may take a moment, so the detectors' lock
+is not held while they go out). At start, recent history is replayed into the detectors, so
+a restarted controller neither forgets a flapping link nor resolves its alert by mistake.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from clockfabric.controller.alerts import AlertManager
+from clockfabric.controller.config import load_config, parse_config
+from clockfabric.controller.detectors import DetectorSet, Finding
+from clockfabric.controller.storage.base import Event, Sample, Storage, StorageError
+from clockfabric.topology import Topology
+
+log = logging.getLogger(__name__)
+REPLAY_NS = 300 * 10**9  # history fed to the detectors at start
+REPLAY_MAX = 50_000
+
+
+def _for_detectors(samples: list[Sample]) -> list[Sample]:
+    """Agents report one-way delays as measured, labelled src/dst/path; the detectors want them
+    from the source's side (host = src, peer = dst, direction = out)."""
+    out = []
+    for s in samples:
+        if s.name.startswith("owd_") and "src" in s.labels:
+            out.append(Sample(host=s.labels["src"], t_ns=s.t_ns, name=s.name, value=s.value,
+                              labels={"peer": s.labels["dst"], "path": s.labels["path"], "direction": "out"}))
+        else:
+            out.append(s)
+    return out
+
+
+class Monitor:
+    def __init__(self, detectors: DetectorSet, alerts: AlertManager):
+        self.detectors = detectors
+        self.alerts = alerts
+        self.lock = threading.Lock()
+
+    @classmethod
+    def create(cls, storage: Storage, *, topology: Topology | None = None, config: Path | None = None,
+               webhook: str | None = None) -> Monitor:
+        cfg = load_config(config) if config else parse_config({})
+        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, webhook_url=webhook))
+        monitor.replay(storage)
+        return monitor
+
+    def replay(self, storage: Storage) -> None:
+        now = self.alerts.clock()
+        events, after = [], 0
+        while len(events) < REPLAY_MAX:
+            page = storage.events(since_ns=now - REPLAY_NS, after_id=after, limit=1000)
+            events += page
+            if len(page) < 1000:
+                break
+            after = page[-1].id
+        with self.lock:
+            self.detectors.on_events(events, now)
+            self.detectors.on_samples(_for_detectors(storage.latest_samples("link_up")), now)
+        if events:
+            log.info("replayed %d events of the last %d s into the detectors", len(events), REPLAY_NS // 10**9)
+
+    def observe(self, events: list[Event], samples: list[Sample], now_ns: int) -> None:
+        with self.lock:
+            self.detectors.on_events(events, now_ns)
+            self.detectors.on_samples(_for_detectors(samples), now_ns)
+
+    def storage_failed(self, error: StorageError, now_ns: int) -> None:
+        self.alerts.raise_storage_alert(error, now_ns)
+
+    def tick(self, now_ns: int, *, stale: set[str] = frozenset()) -> None:
+        with self.lock:
+            findings = self.detectors.active(now_ns)
+        for host in stale:
+            findings[f"stale:{host}"] = Finding(f"stale:{host}", "host_stale", "warning",
+                                                f"{host} has stopped pushing to the controller")
+        self.alerts.sync(findings, now_ns)

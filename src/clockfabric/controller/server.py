@@ -1,0 +1,69 @@
+"""Run the controller: storage, fleet, detectors and alerts, behind uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from clockfabric.controller.app import create_app
+from clockfabric.controller.fleet import Fleet
+from clockfabric.errors import ClockfabricError
+
+log = logging.getLogger(__name__)
+PORT = 7400
+
+
+@dataclass
+class Listen:
+    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = PORT
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls_cert else 'http'}://{self.host}:{self.port}"
+
+
+def read_token(path: Path | None, *, create: bool = False) -> str:
+    """The fleet token from its file; with `create`, a new random one is written there (mode 600)."""
+    if path is None:
+        raise ClockfabricError("give --token-file FILE (the fleet token agents and tools present)")
+    if create and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32) + "\n")
+    try:
+        token = path.read_text().strip()
+    except OSError as e:
+        raise ClockfabricError(f"cannot read the token file {path}: {e.strerror}") from None
+    if len(token) < 16:
+        raise ClockfabricError(f"the token in {path} is too short: use 16 characters or more")
+    return token
+
+
+def server(fleet: Fleet, token: str, listen: Listen) -> uvicorn.Server:
+    if bool(listen.tls_cert) != bool(listen.tls_key):
+        raise ClockfabricError("TLS needs both --tls-cert and --tls-key")
+    config = uvicorn.Config(create_app(fleet, token), host=listen.host, port=listen.port, log_level="warning",
+                            ssl_certfile=str(listen.tls_cert) if listen.tls_cert else None,
+                            ssl_keyfile=str(listen.tls_key) if listen.tls_key else None)
+    return uvicorn.Server(config)
+
+
+def start_in_thread(srv: uvicorn.Server, timeout_s: float = 10.0) -> threading.Thread:
+    """For tests and `monitor`: serve from a thread, once it is listening."""
+    thread = threading.Thread(target=srv.run, name="controller-http", daemon=True)
+    thread.start()
+    for _ in range(int(timeout_s / 0.05)):
+        if srv.started or not thread.is_alive():
+            break
+        threading.Event().wait(0.05)
+    if not srv.started:
+        raise ClockfabricError(f"the controller did not start listening on {srv.config.host}:{srv.config.port}")
+    return thread

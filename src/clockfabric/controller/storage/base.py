@@ -1,0 +1,92 @@
+"""The storage interface and its records. Implementations: `sqlite.SqliteStorage` (one file,
+WAL; the default) and `postgres.PostgresStorage`. The controller speaks only this interface.
+
+Times are integer nanoseconds since the epoch, in global (synced) time where the agent had a
+mapping, else its own clock (`Event.synced` says which). Every list query is paged by a cursor:
+rows come in ascending `id`, and the next page starts after the last `id` seen. Time windows are
+half-open, since_ns <= t < until_ns; for alerts, t is any time the alert was open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class StorageError(Exception):
+    """The database cannot take a write now (locked, disk full, server gone): retry later."""
+
+
+@dataclass(frozen=True)
+class Event:
+    host: str
+    seq: int  # per host and agent run, increasing: (host, boot, seq) is unique, so a re-sent push stores once
+    boot: str  # the agent run that numbered it
+    t_ns: int
+    kind: str  # "link_down", "link_up", "link_change", "agent_start", ...
+    device: str = ""
+    detail: dict = field(default_factory=dict)
+    synced: bool = True
+    id: int | None = None  # set by storage
+
+
+@dataclass(frozen=True)
+class Sample:
+    host: str
+    t_ns: int
+    name: str  # e.g. "owd_p99_ns", "rx_bytes"
+    value: float
+    labels: dict[str, str] = field(default_factory=dict)  # e.g. peer, path, direction, device
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    enrolled_ns: int
+    last_seen_ns: int | None = None  # the controller's clock, when the host last pushed
+    info: dict = field(default_factory=dict)  # what the agent said of itself at its last push
+
+
+@dataclass(frozen=True)
+class Alert:
+    key: str  # what it is about, stable: "flapping:leaf0-spine1" - one open alert per key
+    kind: str  # "link_down", "flapping", "latency_sla", "congestion", "topology_drift", "storage", ...
+    severity: str  # "warning" | "critical"
+    message: str
+    opened_ns: int
+    resolved_ns: int | None = None
+    detail: dict = field(default_factory=dict)
+    id: int | None = None
+
+
+class Storage(Protocol):
+    def enroll(self, host: str, now_ns: int) -> None: ...
+    def host(self, name: str) -> Host | None: ...
+    def hosts(self) -> list[Host]: ...
+    def seen(self, host: str, now_ns: int, info: dict) -> None: ...
+
+    def add_events(self, events: list[Event]) -> int:
+        """Store what is new; an event already stored (same host, boot, seq) is skipped. Returns how many were new."""
+
+    def events(self, *, since_ns: int | None = None, until_ns: int | None = None, host: str | None = None,
+               kind: str | None = None, after_id: int = 0, limit: int = 100) -> list[Event]: ...
+
+    def add_samples(self, samples: list[Sample]) -> int: ...
+
+    def samples(self, *, name: str | None = None, host: str | None = None, since_ns: int | None = None,
+                until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]: ...
+
+    def latest_samples(self, name: str, *, since_ns: int | None = None) -> list[Sample]:
+        """The newest sample of `name` for each (host, labels): the OWD matrix, link states."""
+
+    def open_alert(self, alert: Alert) -> Alert | None:
+        """Store a new open alert; None if one with that key is open already (de-duplication)."""
+
+    def resolve_alert(self, key: str, now_ns: int) -> Alert | None:
+        """Close the open alert with that key; None if none was open."""
+
+    def alerts(self, *, open_only: bool = False, since_ns: int | None = None, until_ns: int | None = None,
+               after_id: int = 0, limit: int = 100) -> list[Alert]: ...
+
+    def close(self) -> None: ...

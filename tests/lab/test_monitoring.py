@@ -1,0 +1,114 @@
+"""Fleet monitoring on a real lab: controller, switch agents and host agents, as `monitor` runs them.
+
+The proofs of the monitoring issue: a flapped leaf-spine link reaches the controller as down
+and up events on the right link within 1 s, a flapping alert fires and resolves; an agent
+killed goes stale and comes back; a controller that was away loses no events."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from clockfabric.cli.monitor_cmds import LabFleet, api
+from clockfabric.lab import impair
+from clockfabric.lab.exec import command
+from clockfabric.topology import leafspine
+
+FLAP_CONFIG = """\
+flapping:
+  count: 4
+  window: 6s
+"""
+
+
+def get(fleet, path, **params):
+    return api(fleet.lab, fleet.url, fleet.token_file, path, **params)
+
+
+def wait_for(what, check, timeout_s=30.0, every_s=0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(every_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def link_events(fleet, port, kind, after_id=0):
+    rows = get(fleet, "/api/v1/events", host=port.node, kind=kind, after_id=after_id, limit=1000)["items"]
+    return [e for e in rows if e["device"] == port.iface]
+
+
+@pytest.fixture
+def fleet(make_lab, tmp_path):
+    lab = make_lab(leafspine(4, 2, 2, host_rate="200mbit"))
+    config = tmp_path / "monitor.yaml"
+    config.write_text(FLAP_CONFIG)
+    fleet = LabFleet(lab, config=config, peers=3)
+    fleet.start()
+    try:
+        nodes = len(lab.topology.hosts) + len(lab.topology.switches)
+        wait_for("every node pushing", lambda: get(fleet, "/api/v1/fleet")["ok"] == nodes, timeout_s=60)
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+def test_a_flapped_spine_link_is_seen_within_a_second_and_alerted(fleet):
+    link = fleet.lab.topology.find_link("leaf0", "spine1")
+    down_end = impair.far_end(fleet.lab, link)  # the port set down; the other end loses carrier
+    t0 = time.time_ns()
+    impair.set_link(fleet.lab, link, up=False)
+    seen = wait_for("link down event", lambda: link_events(fleet, down_end, "link_down"), timeout_s=5)
+    arrived_down_s = (time.time_ns() - t0) / 1e9
+    t1 = time.time_ns()
+    impair.set_link(fleet.lab, link, up=True)
+    up = wait_for("link up event", lambda: link_events(fleet, down_end, "link_up"), timeout_s=5)
+    arrived_up_s = (time.time_ns() - t1) / 1e9
+    print(f"down event at the controller after {arrived_down_s * 1e3:.0f} ms, up after {arrived_up_s * 1e3:.0f} ms")
+    assert arrived_down_s < 1.0 and arrived_up_s < 1.0
+    # stamped when the switch saw it (switch clocks are the true clock in the lab)
+    assert 0 <= seen[0]["t_ns"] - t0 < 1e9 and 0 <= up[0]["t_ns"] - t1 < 1e9
+    other = link.other(down_end.node)
+    assert link_events(fleet, other, "link_down")  # the far end saw its carrier go too
+
+    impair.flap(fleet.lab, link, down_s=0.2, up_s=0.3, count=3)
+    alert = wait_for("flapping alert", lambda: [a for a in get(fleet, "/api/v1/alerts", open_only=True)["items"]
+                                                 if a["kind"] == "flapping"], timeout_s=5)
+    assert "leaf0" in alert[0]["key"] or "spine1" in alert[0]["key"], alert
+    wait_for("flapping alert resolved", lambda: not [a for a in get(fleet, "/api/v1/alerts", open_only=True)["items"]
+                                                     if a["kind"] == "flapping"], timeout_s=20, every_s=0.5)
+
+
+def test_a_killed_agent_goes_stale_and_a_controller_away_loses_no_events(fleet):
+    lab = fleet.lab
+    victim = next(p for h, p in zip(fleet.agents.hosts, fleet.agents.procs) if h == "h3")
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(5)
+    wait_for("h3 stale", lambda: "h3" in get(fleet, "/api/v1/fleet")["stale"], timeout_s=15, every_s=0.5)
+    argv = [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", lab.name, "--host", "h3", *fleet.agents.args]
+    fleet.agents.procs.append(subprocess.Popen(command(lab, "h3", argv), stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
+    lab.register(fleet.agents.procs[-1].pid, "clock agent on h3")
+    wait_for("h3 back", lambda: "h3" not in get(fleet, "/api/v1/fleet")["stale"], timeout_s=30, every_s=0.5)
+
+    controller = fleet.procs[0]
+    controller.terminate()
+    controller.wait(10)
+    link = lab.topology.links_of("h1")[0]
+    host_port = link.port("h1")
+    impair.set_link(lab, link, up=False)
+    time.sleep(0.3)
+    impair.set_link(lab, link, up=True)
+    time.sleep(1.5)  # several failed pushes while the controller is away
+    fleet.procs[0] = fleet.restart_controller()
+    downs = wait_for("h1's buffered link down", lambda: link_events(fleet, host_port, "link_down"), timeout_s=20,
+                     every_s=0.5)
+    assert link_events(fleet, host_port, "link_up")
+    assert not get(fleet, "/api/v1/events", kind="events_dropped")["items"]
+    assert len(downs) == 1  # once, although the agent may have sent it more than once
