@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The clockfabric demo: an emulated dual-plane cluster on this machine, checked, its clocks
-# synced and its one-way delays measured, impaired, loaded and taken down. Every step is a plain `clockfabric` command you can run yourself.
+# synced and its one-way delays measured, monitored while a link flaps, impaired, loaded and taken down. Every step is a plain `clockfabric` command you can run yourself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAB=demo
@@ -37,8 +37,18 @@ clockfabric lab link down p0-leaf0 p0-spine1 --lab "$LAB"
 clockfabric lab check --lab "$LAB" | tail -n 3 || true
 clockfabric lab link up p0-leaf0 p0-spine1 --lab "$LAB"
 
+step "fleet monitoring: a controller on h0, an agent on every switch and host, pushing to it"
+clockfabric monitor --lab "$LAB" --seconds 8 --keep
+
 step "a host NIC flaps twice (1 s down, 1 s up)"
 clockfabric lab flap h3 p1-leaf0 --down 1s --up 1s --count 2 --lab "$LAB"
+
+step "the controller has every down and up, on both ends of the cable, stamped by the synced clocks"
+clockfabric events --lab "$LAB" --kind link_down
+clockfabric events --lab "$LAB" --kind link_up
+
+step "monitor again: the flapping alert is open (it resolves after a quiet minute)"
+clockfabric monitor --lab "$LAB" --seconds 3
 
 step "lab status: live link state, rates and carrier changes, read from the kernel"
 clockfabric lab status "$LAB" | grep -E "^lab|h3:eth1|p0-leaf0:swp6"

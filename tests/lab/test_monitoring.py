@@ -53,7 +53,8 @@ def fleet(make_lab, tmp_path):
     fleet.start()
     try:
         nodes = len(lab.topology.hosts) + len(lab.topology.switches)
-        wait_for("every node pushing", lambda: get(fleet, "/api/v1/fleet")["ok"] == nodes, timeout_s=60)
+        fleet.wait_pushing()
+        assert get(fleet, "/api/v1/fleet")["ok"] == nodes
         yield fleet
     finally:
         fleet.stop()

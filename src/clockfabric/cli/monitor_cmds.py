@@ -12,13 +12,15 @@ import logging
 import sys
 import time
 import urllib.parse
+from contextlib import nullcontext
 from pathlib import Path
 
 import httpx
 import typer
+from rich.live import Live
 from rich.table import Table
 
-from clockfabric.cli.output import err, out, print_json, require_root
+from clockfabric.cli.output import err, out, print_json, progress_bar, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
@@ -43,6 +45,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                token_file: Path = typer.Option(..., "--token-file", help="Fleet token file (--new-token makes one)."),
                new_token: bool = typer.Option(False, "--new-token", help="Write a new random token if the file is missing."),
                topology: Path = typer.Option(None, "--topology", help="Fleet topology: its hosts and switches are enrolled."),
+               lab_name: str = typer.Option(None, "--lab", help="Enroll a lab's hosts and switches (run it on a lab host)."),
                config: Path = typer.Option(None, "--config", help="Detector thresholds (YAML, see docs/monitoring.md)."),
                webhook: str = typer.Option(None, "--webhook", help="POST alerts (JSON) to this URL."),
                tls_cert: Path = typer.Option(None, "--tls-cert"), tls_key: Path = typer.Option(None, "--tls-key"),
@@ -59,7 +62,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
     host, port = _listen(listen)
     token = read_token(token_file, create=new_token)
-    topo = load(topology) if topology else None
+    topo = load(topology) if topology else (Lab.open(lab_name).topology if lab_name else None)
     nodes = sorted(topo.hosts) + sorted(topo.switches) if topo else []
     storage = open_storage(db)
     monitor = Monitor.create(storage, topology=topo, config=config, webhook=webhook)
@@ -119,9 +122,20 @@ class LabFleet:
         self.agents = LabAgents(lab, peers=peers, extra=["--controller", self.url, "--token-file", str(self.token_file)])
         self.procs: list = []
 
+    def running(self) -> bool:
+        """A monitor kept on this lab (`--keep`) answers."""
+        if not _record(self.lab).exists():
+            return False
+        try:
+            api(self.lab, self.url, self.token_file, "/healthz")
+            return True
+        except (httpx.HTTPError, OSError, ClockfabricError):
+            return False
+
     def start(self) -> None:
         from clockfabric.controller.server import read_token
 
+        self._stop_earlier()
         read_token(self.token_file, create=True)
         (self.lab.dir / "logs").mkdir(exist_ok=True)
         self.procs.append(self.restart_controller())
@@ -131,16 +145,45 @@ class LabFleet:
                                           f"switch agent on {sw}", f"switch-{sw}.log"))
         self.agents.start()
 
+    def wait_pushing(self, timeout_s: float = 90.0) -> None:
+        """Until every node pushes (Python start-up of N agents on few cores takes a while)."""
+        nodes = len(self.lab.topology.hosts) + len(self.lab.topology.switches)
+        deadline = time.monotonic() + timeout_s
+        with progress_bar("agents") as update:
+            while time.monotonic() < deadline:
+                ok = api(self.lab, self.url, self.token_file, "/api/v1/fleet")["ok"]
+                update("pushing to the controller", ok, nodes)
+                if ok == nodes:
+                    return
+                time.sleep(0.5)
+        err.print(f"[yellow]only {ok} of {nodes} nodes push after {timeout_s:.0f} s; logs in {self.lab.dir / 'logs'}")
+
     def restart_controller(self):
         """Start the controller (again: same database and token) and wait until it answers."""
         argv = [*PY, "controller", "--db", str(self.lab.dir / "controller.db"), "--listen",
                 f"{self.lab.topology.hosts[self.host].address}:{self.PORT}", "--token-file", str(self.token_file),
-                "--topology", str(self.lab.dir / "topology.yaml")]
+                "--lab", self.lab.name]
         argv += ["--config", str(self.config)] if self.config else []
         argv += ["--webhook", self.webhook] if self.webhook else []
         proc = self._spawn(self.host, argv, "controller", "controller.log")
         self._wait_ready(proc)
         return proc
+
+    def _stop_earlier(self) -> None:
+        """A dead kept monitor's processes may still hold the ports: stop them, by pid."""
+        import os
+        import signal
+
+        from clockfabric.lab.state import is_ours
+
+        earlier = [p["pid"] for p in self.lab.processes()
+                   if p["what"] == "controller" or p["what"].startswith("switch agent")]
+        for pid in earlier:
+            if is_ours(pid, self.lab.name):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while any(is_ours(pid, self.lab.name) for pid in earlier) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _spawn(self, node: str, argv: list[str], what: str, log_name: str):
         import subprocess
@@ -237,7 +280,8 @@ def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--second
             webhook: str = typer.Option(None, "--webhook", help="Also POST alerts to this URL."),
             keep: bool = typer.Option(False, "--keep", help="Leave controller and agents running; `lab down` stops them."),
             as_json: bool = JsonOpt) -> None:
-    """Start the controller and agents on a lab and watch it live: hosts, links, flaps, worst paths, alerts."""
+    """Watch a lab live: nodes, links, flaps, worst paths, alerts. Starts the controller and agents
+    on it unless a kept monitor is already running there."""
     require_root()
     lab = Lab.open(lab_name)
     try:
@@ -245,19 +289,27 @@ def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--second
     except ValueError as e:
         raise ClockfabricError(f"--seconds: {e}") from None
     fleet = LabFleet(lab, config=config, webhook=webhook)
-    fleet.start()
+    started = not fleet.running()
+    if started:
+        err.print(f"starting the controller on {fleet.host} ({fleet.url}), switch agents and host agents")
+        fleet.start()
+        fleet.wait_pushing()
     try:
-        end = time.monotonic() + duration
-        view = None
-        while time.monotonic() < end:
-            time.sleep(2.0)
-            view = _view(lab, fleet)
-            if not as_json:
-                out.print(_table(view))
+        view = _view(lab, fleet)
+        with Live(_table(view), console=out, auto_refresh=False, transient=False,
+                  redirect_stderr=False) if out.is_terminal and not as_json else nullcontext() as live:
+            end = time.monotonic() + duration
+            while time.monotonic() < end:
+                time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+                view = _view(lab, fleet)
+                if live:
+                    live.update(_table(view), refresh=True)
         if as_json:
             print_json(view)
+        elif not out.is_terminal:
+            out.print(_table(view))
     finally:
-        if not keep:
+        if started and not keep:
             fleet.stop()
 
 
