@@ -10,6 +10,8 @@ command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v ptp4l >/dev/null || need+=(linuxptp)
 command -v prometheus >/dev/null || need+=(prometheus)  # the server the /metrics test scrapes with
+# the throwaway server the storage tests start; Debian keeps its binaries off PATH
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || need+=(postgresql)
 command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then

@@ -26,3 +26,16 @@ def lab_capable() -> str | None:
     if not os.path.exists("/proc/self/ns/net"):
         return "kernel has no network namespaces"
     return None
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL server for the whole session (tests/pg.py); skips where none can start."""
+    # imported here: psycopg loads only for the tests that ask for a server
+    from tests.pg import missing, throwaway_postgres
+
+    why = missing()
+    if why:
+        pytest.skip(why)
+    with throwaway_postgres(fsync=False) as server:
+        yield server

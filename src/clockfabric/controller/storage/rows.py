@@ -1,0 +1,63 @@
+"""Records to rows and back, shared by both databases so that they store and read back alike."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from clockfabric.controller.storage.base import Alert, Event, Host, Sample
+
+HOST_COLS = "name, enrolled_ns, last_seen_ns, info"
+EVENT_COLS = "id, host, seq, boot, t_ns, kind, device, detail, synced"
+SAMPLE_COLS = "id, host, t_ns, name, value, labels"
+ALERT_COLS = "id, key, kind, severity, message, opened_ns, resolved_ns, detail"
+
+
+# canonical JSON (sorted keys, no spaces): equal dicts give equal text, so labels compare as text.
+# One encoder, made once: json.dumps with options builds a new one per call (~1 us a sample).
+dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
+def host(row) -> Host:
+    name, enrolled_ns, last_seen_ns, info = row
+    return Host(name, enrolled_ns, last_seen_ns, json.loads(info))
+
+
+def event_values(e: Event) -> tuple:
+    return e.host, e.seq, e.boot, e.t_ns, e.kind, e.device, dumps(e.detail), e.synced
+
+
+def event(row) -> Event:
+    id_, host_, seq, boot, t_ns, kind, device, detail, synced = row
+    return Event(host_, seq, boot, t_ns, kind, device, json.loads(detail), bool(synced), id_)
+
+
+def sample_values(s: Sample, id_: int) -> tuple:
+    return id_, s.host, s.t_ns, s.name, s.value, dumps(s.labels)
+
+
+def sample(row) -> Sample:
+    id_, host_, t_ns, name, value, labels = row
+    # SQLite stores NaN as NULL; give back the NaN that was stored (PostgreSQL keeps it as is)
+    return Sample(host_, t_ns, name, math.nan if value is None else value, json.loads(labels), id_)
+
+
+def newest_per_key(rows: list[tuple]) -> list[tuple]:
+    """The newest of `sample_values` rows per (name, host, labels), as `latest` rows
+    (name, host, labels, t_ns, value, sample_id): one upsert per key instead of one per sample.
+    On equal times the later row wins, as it would in the database."""
+    newest: dict[tuple, tuple] = {}
+    for id_, host_, t_ns, name, value, labels in rows:
+        key = (name, host_, labels)
+        if key not in newest or t_ns >= newest[key][3]:
+            newest[key] = (name, host_, labels, t_ns, value, id_)
+    return list(newest.values())
+
+
+def alert_values(a: Alert) -> tuple:
+    return a.key, a.kind, a.severity, a.message, a.opened_ns, dumps(a.detail)
+
+
+def alert(row) -> Alert:
+    id_, key, kind, severity, message, opened_ns, resolved_ns, detail = row
+    return Alert(key, kind, severity, message, opened_ns, resolved_ns, json.loads(detail), id_)

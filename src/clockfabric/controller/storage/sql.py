@@ -1,0 +1,232 @@
+"""The Storage methods, written once in the SQL that SQLite (3.35 or newer: upserts, RETURNING) and
+PostgreSQL both speak. `sqlite.SqliteStorage` and `postgres.PostgresStorage` bring the connection,
+transactions, error mapping and the bulk path for samples.
+
+Time windows are half-open, since_ns <= t < until_ns, so consecutive windows never share a row.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from clockfabric.controller.storage import rows
+from clockfabric.controller.storage.base import Alert, Event, Host, Sample
+from clockfabric.errors import ClockfabricError
+
+SCHEMA_VERSION = 1
+
+# {id}: the dialect's auto-numbered key; {latest_options}: how to store the much-updated `latest`.
+# Labels, details and infos are canonical JSON text (rows.dumps): "same labels" is text equality in
+# both databases, and NaN in a detail survives (PostgreSQL's JSONB would refuse it).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS hosts (
+    name TEXT PRIMARY KEY, enrolled_ns BIGINT NOT NULL, last_seen_ns BIGINT, info TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    id {id}, host TEXT NOT NULL, seq BIGINT NOT NULL, boot TEXT NOT NULL, t_ns BIGINT NOT NULL,
+    kind TEXT NOT NULL, device TEXT NOT NULL, detail TEXT NOT NULL, synced BOOLEAN NOT NULL,
+    UNIQUE (host, boot, seq));
+CREATE INDEX IF NOT EXISTS events_t ON events (t_ns);
+CREATE INDEX IF NOT EXISTS events_host ON events (host, id);
+CREATE INDEX IF NOT EXISTS events_kind ON events (kind, id);
+CREATE TABLE IF NOT EXISTS samples (
+    id {id}, host TEXT NOT NULL, t_ns BIGINT NOT NULL, name TEXT NOT NULL, value DOUBLE PRECISION,
+    labels TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS samples_name_t ON samples (name, t_ns);
+CREATE TABLE IF NOT EXISTS latest (
+    name TEXT NOT NULL, host TEXT NOT NULL, labels TEXT NOT NULL, t_ns BIGINT NOT NULL,
+    value DOUBLE PRECISION, sample_id BIGINT NOT NULL, PRIMARY KEY (name, host, labels)){latest_options};
+CREATE TABLE IF NOT EXISTS alerts (
+    id {id}, key TEXT NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL,
+    opened_ns BIGINT NOT NULL, resolved_ns BIGINT, detail TEXT NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS alerts_open_key ON alerts (key) WHERE resolved_ns IS NULL;
+"""
+
+INSERT_SAMPLE = f"INSERT INTO samples ({rows.SAMPLE_COLS}) VALUES (?, ?, ?, ?, ?, ?)"
+# an older sample arriving late (a re-sent push) must not replace a newer one
+LATEST_CONFLICT = """ON CONFLICT (name, host, labels) DO UPDATE SET t_ns = excluded.t_ns,
+    value = excluded.value, sample_id = excluded.sample_id WHERE excluded.t_ns >= latest.t_ns"""
+UPSERT_LATEST = f"""INSERT INTO latest (name, host, labels, t_ns, value, sample_id) VALUES (?, ?, ?, ?, ?, ?)
+    {LATEST_CONFLICT}"""
+
+
+class SqlStorage(ABC):
+    """One connection, one lock: a FastAPI app's threads take turns. Subclasses provide the hooks below."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    # ---- dialect hooks ---------------------------------------------------------------------------
+    ID: str  # the auto-numbered key column's type
+    LATEST_OPTIONS: str  # what follows the `latest` table's definition
+    TABLE_EXISTS: str  # a query giving a row if the table named by its one parameter exists
+
+    def _q(self, sql: str) -> str:
+        """The shared SQL, written with ? placeholders, in the driver's style."""
+        return sql
+
+    @abstractmethod
+    def _errors(self):
+        """A context that turns the driver's retryable errors into StorageError."""
+
+    @abstractmethod
+    def _transaction(self):
+        """A context yielding a cursor inside a write transaction: committed on exit, rolled back on error."""
+
+    @abstractmethod
+    def _cursor(self):
+        """A context yielding a cursor for reads outside any transaction."""
+
+    @abstractmethod
+    def _sample_ids(self, cur, n: int) -> list[int] | range:
+        """n new ascending sample ids, reserved in the current transaction."""
+
+    def _insert_samples(self, cur, values: list[tuple]) -> None:
+        cur.executemany(self._q(INSERT_SAMPLE), values)
+
+    def _upsert_latest(self, cur, values: list[tuple]) -> None:
+        """Keep `latest` up to date with the samples just inserted (`values`, in id order)."""
+        cur.executemany(self._q(UPSERT_LATEST), rows.newest_per_key(values))
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # ---- plumbing --------------------------------------------------------------------------------
+    @contextmanager
+    def _write(self) -> Iterator:
+        with self._lock, self._errors(), self._transaction() as cur:
+            yield cur
+
+    def _fetch(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        with self._lock, self._errors(), self._cursor() as cur:
+            cur.execute(self._q(sql), params)
+            return cur.fetchall()
+
+    def _ensure_schema(self) -> None:
+        exists = self._fetch(self.TABLE_EXISTS, ("schema_version",))
+        found = self._fetch("SELECT version FROM schema_version") if exists else []
+        if found:
+            if found[0][0] != SCHEMA_VERSION:
+                raise ClockfabricError(f"the database has schema version {found[0][0]}, this clockfabric "
+                                       f"knows {SCHEMA_VERSION}: use the matching clockfabric or a new database")
+            return  # nothing to write: a read-only copy still opens for reading
+        with self._write() as cur:
+            for statement in SCHEMA.format(id=self.ID, latest_options=self.LATEST_OPTIONS).split(";"):
+                if statement.strip():
+                    cur.execute(statement)
+            cur.execute("SELECT version FROM schema_version")
+            if cur.fetchone() is None:
+                cur.execute(self._q("INSERT INTO schema_version (version) VALUES (?)"), (SCHEMA_VERSION,))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- hosts -----------------------------------------------------------------------------------
+    def enroll(self, host: str, now_ns: int) -> None:
+        """Idempotent: enrolling again keeps the first enrolment time."""
+        with self._write() as cur:
+            cur.execute(self._q(f"INSERT INTO hosts ({rows.HOST_COLS}) VALUES (?, ?, NULL, ?) "
+                                "ON CONFLICT (name) DO NOTHING"), (host, now_ns, "{}"))
+
+    def host(self, name: str) -> Host | None:
+        found = self._fetch(f"SELECT {rows.HOST_COLS} FROM hosts WHERE name = ?", (name,))
+        return rows.host(found[0]) if found else None
+
+    def hosts(self) -> list[Host]:
+        # sorted here, not in SQL: PostgreSQL's text order follows the database's locale
+        return sorted(map(rows.host, self._fetch(f"SELECT {rows.HOST_COLS} FROM hosts")), key=lambda h: h.name)
+
+    def seen(self, host: str, now_ns: int, info: dict) -> None:
+        """A host seen but never enrolled is enrolled now: storage keeps what it is told, policy is the caller's."""
+        with self._write() as cur:
+            cur.execute(self._q(f"INSERT INTO hosts ({rows.HOST_COLS}) VALUES (?, ?, ?, ?) ON CONFLICT (name) "
+                                "DO UPDATE SET last_seen_ns = excluded.last_seen_ns, info = excluded.info"),
+                        (host, now_ns, now_ns, rows.dumps(info)))
+
+    # ---- events ----------------------------------------------------------------------------------
+    def add_events(self, events: list[Event]) -> int:
+        if not events:
+            return 0
+        with self._write() as cur:
+            cur.executemany(self._q("INSERT INTO events (host, seq, boot, t_ns, kind, device, detail, synced) "
+                                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host, boot, seq) DO NOTHING"),
+                            [rows.event_values(e) for e in events])
+            return cur.rowcount
+
+    def events(self, *, since_ns: int | None = None, until_ns: int | None = None, host: str | None = None,
+               kind: str | None = None, after_id: int = 0, limit: int = 100) -> list[Event]:
+        where, params = _where(after_id, ("t_ns >= ?", since_ns), ("t_ns < ?", until_ns), ("host = ?", host),
+                               ("kind = ?", kind))
+        return [rows.event(r) for r in self._fetch(
+            f"SELECT {rows.EVENT_COLS} FROM events WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)])]
+
+    # ---- samples ---------------------------------------------------------------------------------
+    def add_samples(self, samples: list[Sample]) -> int:
+        if not samples:
+            return 0
+        with self._write() as cur:
+            values = [rows.sample_values(s, id_) for s, id_ in zip(samples, self._sample_ids(cur, len(samples)))]
+            self._insert_samples(cur, values)
+            self._upsert_latest(cur, values)
+        return len(values)
+
+    def samples(self, *, name: str | None = None, host: str | None = None, since_ns: int | None = None,
+                until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]:
+        where, params = _where(after_id, ("name = ?", name), ("host = ?", host), ("t_ns >= ?", since_ns),
+                               ("t_ns < ?", until_ns))
+        return [rows.sample(r) for r in self._fetch(
+            f"SELECT {rows.SAMPLE_COLS} FROM samples WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)])]
+
+    def latest_samples(self, name: str, *, since_ns: int | None = None) -> list[Sample]:
+        """Sorted by host, then labels (as canonical JSON text)."""
+        sql = "SELECT sample_id, host, t_ns, name, value, labels FROM latest WHERE name = ?"
+        params: tuple = (name,)
+        if since_ns is not None:
+            sql, params = sql + " AND t_ns >= ?", (name, since_ns)
+        found = sorted(self._fetch(sql, params), key=lambda r: (r[1], r[5]))
+        return [rows.sample(r) for r in found]
+
+    # ---- alerts ----------------------------------------------------------------------------------
+    def open_alert(self, alert: Alert) -> Alert | None:
+        if alert.resolved_ns is not None:
+            raise ValueError(f"open_alert({alert.key!r}): the alert is resolved already")
+        with self._write() as cur:
+            # the partial unique index on open alerts' keys makes a second open one a conflict
+            cur.execute(self._q("INSERT INTO alerts (key, kind, severity, message, opened_ns, detail) "
+                                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"),
+                        rows.alert_values(alert))
+            row = cur.fetchone()
+        return None if row is None else replace(alert, id=row[0])
+
+    def resolve_alert(self, key: str, now_ns: int) -> Alert | None:
+        with self._write() as cur:
+            cur.execute(self._q(f"UPDATE alerts SET resolved_ns = ? WHERE key = ? AND resolved_ns IS NULL "
+                                f"RETURNING {rows.ALERT_COLS}"), (now_ns, key))
+            row = cur.fetchone()
+        return None if row is None else rows.alert(row)
+
+    def alerts(self, *, open_only: bool = False, since_ns: int | None = None, until_ns: int | None = None,
+               after_id: int = 0, limit: int = 100) -> list[Alert]:
+        """The alerts open at any time in [since_ns, until_ns): opened before its end, not resolved before its start."""
+        where, params = _where(after_id, ("resolved_ns IS NULL", True if open_only else None),
+                               ("(resolved_ns IS NULL OR resolved_ns >= ?)", since_ns), ("opened_ns < ?", until_ns))
+        return [rows.alert(r) for r in self._fetch(
+            f"SELECT {rows.ALERT_COLS} FROM alerts WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)])]
+
+
+def _where(after_id: int, *conditions: tuple[str, object]) -> tuple[str, list]:
+    """`id > after_id` and each condition whose value is not None; a condition without ? takes no value."""
+    clauses, params = ["id > ?"], [after_id]
+    for clause, value in conditions:
+        if value is not None:
+            clauses.append(clause)
+            if "?" in clause:
+                params.append(value)
+    return " AND ".join(clauses), params

@@ -1,0 +1,311 @@
+"""Controller storage: one suite run against SQLite and against a real, throwaway PostgreSQL server."""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+
+from clockfabric.controller.storage import open_storage
+from clockfabric.controller.storage.base import Alert, Event, Sample, StorageError
+from clockfabric.controller.storage.sqlite import SqliteStorage
+from clockfabric.errors import ClockfabricError
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request, tmp_path):
+    """Opens a storage on one fresh database, as often as asked (a reopen sees the same data)."""
+    if request.param == "sqlite":
+        target = str(tmp_path / "controller.db")
+    else:
+        target = request.getfixturevalue("postgres_server").create_database(f"t_{uuid.uuid4().hex[:12]}")
+    opened = []
+
+    def open_():
+        opened.append(open_storage(target))
+        return opened[-1]
+
+    yield open_
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def store(opener):
+    return opener()
+
+
+def ev(host: str, seq: int, t_ns: int, kind: str = "link_down", boot: str = "b1", **kw) -> Event:
+    return Event(host=host, seq=seq, boot=boot, t_ns=t_ns, kind=kind, **kw)
+
+
+def owd(host: str, t_ns: int, value: float, **labels: str) -> Sample:
+    return Sample(host=host, t_ns=t_ns, name="owd_p99_ns", value=value, labels=labels)
+
+
+def alert(key: str, opened_ns: int, **kw) -> Alert:
+    return Alert(key=key, kind="flapping", severity="warning", message=f"{key} flaps", opened_ns=opened_ns, **kw)
+
+
+# ---- hosts -------------------------------------------------------------------------------------------
+def test_enroll_hosts_and_seen(store):
+    assert store.hosts() == [] and store.host("h1") is None
+    store.enroll("h2", 100)
+    store.enroll("h1", 200)
+    store.enroll("h1", 300)  # again: the first enrolment stands
+    assert [(h.name, h.enrolled_ns, h.last_seen_ns) for h in store.hosts()] == [("h1", 200, None), ("h2", 100, None)]
+    store.seen("h1", 400, {"version": "0.1.0", "nics": ["eth0", "eth1"]})
+    store.seen("h1", 500, {"version": "0.2.0"})
+    h1 = store.host("h1")
+    assert (h1.enrolled_ns, h1.last_seen_ns, h1.info) == (200, 500, {"version": "0.2.0"})
+    store.seen("h3", 600, {})  # seen before enrolled: enrolled now
+    assert store.host("h3").enrolled_ns == 600
+
+
+# ---- events ------------------------------------------------------------------------------------------
+def test_events_round_trip(store):
+    e = ev("h1", 1, 10, device="eth0", detail={"carrier_changes": 7, "rtt": math.inf}, synced=False)
+    assert store.add_events([e]) == 1
+    (got,) = store.events()
+    assert got.id is not None and got == Event(**{**e.__dict__, "id": got.id})
+
+
+def test_events_stored_once_when_re_sent(store):
+    push = [ev("h1", seq, 100 + seq) for seq in range(5)]
+    assert store.add_events(push) == 5
+    assert store.add_events(push + [ev("h1", 5, 105)]) == 1  # the agent re-sent a push it thought lost
+    assert store.add_events([ev("h1", 0, 200, boot="b2")]) == 1  # a new agent run numbers from 0 again
+    assert store.add_events([ev("h2", 0, 300)]) == 1
+    assert store.add_events([]) == 0
+    assert [(e.host, e.boot, e.seq) for e in store.events()] == (
+        [("h1", "b1", s) for s in range(6)] + [("h1", "b2", 0), ("h2", "b1", 0)])
+
+
+def test_events_paged_by_id(store):
+    store.add_events([ev(f"h{i % 3}", i, 1000 + i) for i in range(25)])
+    pages, after = [], 0
+    while page := store.events(after_id=after, limit=10):
+        pages.append(page)
+        after = page[-1].id
+    assert [len(p) for p in pages] == [10, 10, 5]
+    ids = [e.id for p in pages for e in p]
+    assert ids == sorted(set(ids))
+    assert [e.seq for p in pages for e in p] == list(range(25))
+
+
+def test_event_filters(store):
+    store.add_events([ev("h1", 0, 100, "link_down"), ev("h1", 1, 200, "link_up"), ev("h2", 0, 150, "link_down"),
+                      ev("h2", 1, 250, "agent_start"), ev("h3", 0, 300, "link_down")])
+
+    def seqs(**kw):
+        return [(e.host, e.seq) for e in store.events(**kw)]
+
+    assert seqs(since_ns=150, until_ns=250) == [("h1", 1), ("h2", 0)]  # since inclusive, until exclusive
+    assert seqs(host="h2") == [("h2", 0), ("h2", 1)]
+    assert seqs(kind="link_down") == [("h1", 0), ("h2", 0), ("h3", 0)]
+    assert seqs(kind="link_down", host="h3", since_ns=300) == [("h3", 0)]
+    assert seqs(kind="link_down", since_ns=101, limit=1) == [("h2", 0)]
+    assert seqs(host="nobody") == []
+
+
+# ---- samples -----------------------------------------------------------------------------------------
+def test_samples_filters_and_paging(store):
+    assert store.add_samples([owd(f"h{i % 2}", 1000 + i, float(i), peer="h9") for i in range(10)]) == 10
+    store.add_samples([Sample("h0", 1003, "rx_bytes", 5e9, {"device": "eth0"})])
+    assert [s.value for s in store.samples(name="owd_p99_ns", host="h1")] == [1.0, 3.0, 5.0, 7.0, 9.0]
+    assert [s.t_ns for s in store.samples(since_ns=1003, until_ns=1005)] == [1003, 1004, 1003]
+    assert [s.name for s in store.samples(since_ns=1003, until_ns=1004)] == ["owd_p99_ns", "rx_bytes"]
+    assert [s.name for s in store.samples(host="h0", since_ns=1003, until_ns=1004)] == ["rx_bytes"]
+    first = store.samples(limit=4)
+    rest = store.samples(after_id=first[-1].id)
+    assert len(first) == 4 and len(rest) == 7 and first[-1].id < rest[0].id
+    assert rest[-1] == Sample("h0", 1003, "rx_bytes", 5e9, {"device": "eth0"}, rest[-1].id)
+
+
+def test_latest_samples_newest_per_host_and_labels(store):
+    store.add_samples([owd("h1", 100, 1.0, peer="h2", path="0"), owd("h1", 200, 2.0, path="0", peer="h2"),
+                       owd("h1", 150, 3.0, peer="h2", path="1"), owd("h2", 120, 4.0, peer="h1", path="0")])
+    store.add_samples([owd("h1", 300, 5.0, path="0", peer="h2"),  # same labels, other key order: same series
+                       owd("h2", 110, 6.0, peer="h1", path="0"),  # late and older than what is stored: ignored
+                       Sample("h1", 999, "rx_bytes", 1.0)])  # another name
+    got = store.latest_samples("owd_p99_ns")
+    assert [(s.host, s.labels, s.t_ns, s.value) for s in got] == [
+        ("h1", {"path": "0", "peer": "h2"}, 300, 5.0), ("h1", {"path": "1", "peer": "h2"}, 150, 3.0),
+        ("h2", {"path": "0", "peer": "h1"}, 120, 4.0)]
+    by_id = {s.id: s for s in store.samples(limit=100)}
+    assert all(by_id[s.id] == s for s in got)  # the id is the stored sample's own
+    assert [(s.host, s.t_ns) for s in store.latest_samples("owd_p99_ns", since_ns=150)] == [("h1", 300), ("h1", 150)]
+    assert store.latest_samples("nothing") == []
+
+
+def test_latest_within_one_batch_and_nan(store):
+    store.add_samples([owd("h1", 100, 1.0, peer="h2"), owd("h1", 300, math.nan, peer="h2"),
+                       owd("h1", 200, 2.0, peer="h2")])
+    (latest,) = store.latest_samples("owd_p99_ns")
+    assert latest.t_ns == 300 and math.isnan(latest.value)  # NaN survives both databases
+    assert math.isnan(store.samples()[1].value)
+    store.add_samples([owd("h1", 300, 7.0, peer="h2"), owd("h1", 300, 8.0, peer="h2")])  # same time: the last wins
+    assert [s.value for s in store.latest_samples("owd_p99_ns")] == [8.0]
+
+
+def test_concurrent_writers_from_threads(store):
+    def push(host: str) -> None:
+        for t in range(20):
+            store.add_samples([owd(host, t, float(t), peer=str(p)) for p in range(50)])
+            store.add_events([ev(host, t, t)])
+
+    threads = [threading.Thread(target=push, args=(f"h{i}",)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(store.samples(limit=10_000)) == 4 * 20 * 50
+    assert len(store.events(limit=1000)) == 4 * 20
+    assert {s.t_ns for s in store.latest_samples("owd_p99_ns")} == {19}
+
+
+# ---- alerts ------------------------------------------------------------------------------------------
+def test_alerts_de_duplicated_resolved_and_reopened(store):
+    first = store.open_alert(alert("flapping:leaf0-spine1", 100, detail={"flaps": 5}))
+    assert first is not None and first.id is not None and first.detail == {"flaps": 5}
+    assert store.open_alert(alert("flapping:leaf0-spine1", 110)) is None  # one open alert per key
+    assert store.open_alert(alert("flapping:leaf1-spine0", 120)) is not None
+    closed = store.resolve_alert("flapping:leaf0-spine1", 200)
+    assert closed == Alert(**{**first.__dict__, "resolved_ns": 200})
+    assert store.resolve_alert("flapping:leaf0-spine1", 210) is None  # nothing open any more
+    assert store.resolve_alert("never", 210) is None
+    again = store.open_alert(alert("flapping:leaf0-spine1", 300))
+    assert again is not None and again.id > first.id
+    assert [(a.key, a.opened_ns) for a in store.alerts(open_only=True)] == [
+        ("flapping:leaf1-spine0", 120), ("flapping:leaf0-spine1", 300)]
+    with pytest.raises(ValueError):
+        store.open_alert(alert("x", 1, resolved_ns=2))
+
+
+def test_alerts_window_and_paging(store):
+    for key, opened, resolved in [("a", 100, 200), ("b", 150, None), ("c", 300, 400), ("d", 500, None)]:
+        store.open_alert(alert(key, opened))
+        if resolved:
+            store.resolve_alert(key, resolved)
+
+    def keys(**kw):
+        return [a.key for a in store.alerts(**kw)]
+
+    assert keys() == ["a", "b", "c", "d"]
+    assert keys(since_ns=250, until_ns=450) == ["b", "c"]  # open at any time in the window
+    assert keys(since_ns=200) == ["a", "b", "c", "d"]  # "a" was still open at 200
+    assert keys(until_ns=150) == ["a"]
+    assert keys(open_only=True, since_ns=600) == ["b", "d"]
+    page = store.alerts(limit=2)
+    assert [a.key for a in page] == ["a", "b"] and keys(after_id=page[-1].id) == ["c", "d"]
+
+
+# ---- opening -----------------------------------------------------------------------------------------
+def test_reopen_keeps_everything(opener):
+    s = opener()
+    s.enroll("h1", 1)
+    s.add_events([ev("h1", 0, 10)])
+    s.add_samples([owd("h1", 10, 1.0)])
+    s.open_alert(alert("k", 10))
+    s.close()
+    again = opener()
+    assert again.host("h1") is not None and len(again.events()) == len(again.samples()) == 1
+    assert again.open_alert(alert("k", 20)) is None
+    assert again.add_events([ev("h1", 0, 10)]) == 0
+
+
+def test_newer_schema_refused(opener):
+    s = opener()
+    with s._write() as cur:  # as a newer clockfabric would have left it
+        cur.execute("UPDATE schema_version SET version = 99")
+    with pytest.raises(ClockfabricError, match="schema version 99"):
+        opener()
+
+
+def test_open_storage_urls(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for url, path in [("sqlite:///rel.db", tmp_path / "rel.db"), (f"sqlite:///{tmp_path}/abs.db", tmp_path / "abs.db"),
+                      (str(tmp_path / "plain.db"), tmp_path / "plain.db")]:
+        with open_storage(url) as s:
+            assert isinstance(s, SqliteStorage)
+        assert path.exists(), url
+    for url, why in [("mysql://db/x", "unknown storage URL 'mysql://db/x'"),
+                     ("sqlite://rel.db", "sqlite:///"), ("", "empty"),
+                     (str(tmp_path / "no" / "such" / "dir.db"), "does not exist")]:
+        with pytest.raises(ClockfabricError, match=why) as e:
+            open_storage(url)
+        assert "\n" not in str(e.value)
+
+
+def test_open_storage_unreachable_postgres(tmp_path):
+    with pytest.raises(ClockfabricError, match="cannot open the storage") as e:
+        open_storage(f"postgresql:///x?host={tmp_path}&connect_timeout=2")
+    assert "\n" not in str(e.value)
+
+
+# ---- the database failing under us -------------------------------------------------------------------
+def test_sqlite_locked_by_another_writer(tmp_path):
+    path = tmp_path / "controller.db"
+    store = SqliteStorage(path, busy_timeout_s=0.1)
+    store.add_samples([owd("h1", 1, 1.0)])
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+    try:
+        for write in (lambda: store.add_samples([owd("h1", 2, 2.0)]), lambda: store.add_events([ev("h1", 0, 1)]),
+                      lambda: store.enroll("h1", 1), lambda: store.open_alert(alert("k", 1))):
+            t = time.monotonic()
+            with pytest.raises(StorageError, match="locked"):
+                write()
+            assert time.monotonic() - t < 2
+        assert [s.t_ns for s in store.samples()] == [1]  # WAL: reads go on meanwhile
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    store.add_samples([owd("h1", 2, 2.0)])  # the retry after the lock is gone
+    assert [s.t_ns for s in store.samples()] == [1, 2]
+    store.close()
+
+
+def test_sqlite_read_only_file(tmp_path):
+    path = tmp_path / "controller.db"
+    with SqliteStorage(path) as s:
+        s.enroll("h1", 1)
+    if os.geteuid() == 0:  # root writes through file modes: make the file immutable instead
+        if subprocess.run(["chattr", "+i", str(path)], check=False, capture_output=True).returncode:
+            pytest.skip(f"cannot make {path} immutable (chattr +i) on this filesystem")
+        undo = ["chattr", "-i", str(path)]
+    else:
+        path.chmod(0o444)
+        undo = ["chmod", "644", str(path)]
+    try:
+        with SqliteStorage(path) as s:
+            assert s.host("h1") is not None  # still opens for reading
+            with pytest.raises(StorageError, match="readonly"):
+                s.enroll("h2", 2)
+            with pytest.raises(StorageError):
+                s.add_samples([owd("h1", 1, 1.0)])
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_postgres_connection_lost_then_back(postgres_server):
+    dsn = postgres_server.create_database(f"t_{uuid.uuid4().hex[:12]}")
+    import psycopg
+
+    from clockfabric.controller.storage.postgres import PostgresStorage
+
+    with PostgresStorage(dsn) as store:
+        store.enroll("h1", 1)
+        with psycopg.connect(dsn, autocommit=True) as admin:  # as a server restart or a failover would
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        with pytest.raises(StorageError, match="PostgreSQL"):
+            store.add_samples([owd("h1", 1, 1.0)])
+        store.add_samples([owd("h1", 1, 1.0)])  # the retry connects again
+        assert len(store.samples()) == 1 and store.host("h1") is not None
