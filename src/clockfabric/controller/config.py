@@ -11,10 +11,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path as FilePath
 from typing import Any
 
-import yaml
-
 from clockfabric.errors import ClockfabricError
 from clockfabric.units import parse_duration
+from clockfabric.yamlfile import read_yaml
 
 US = 1_000
 MS = 1_000_000
@@ -84,16 +83,7 @@ class _Problem(Exception):
 
 def load_config(path: str | FilePath) -> MonitorConfig:
     path = FilePath(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ClockfabricError(f"cannot read monitor config {path}: {e.strerror}; check the path") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where else ""
-        raise ClockfabricError(f"{path}: not valid YAML{line}; fix the syntax") from None
+    data = read_yaml(path, "monitor config")
     return parse_config(data, str(path))
 
 

@@ -9,8 +9,17 @@ from pathlib import Path as FilePath
 import yaml
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.topology.model import SWITCH_ROLES, Host, Link, Nic, Port, Switch, Topology
+from clockfabric.topology.model import (
+    SWITCH_ROLES,
+    Host,
+    Link,
+    Nic,
+    Port,
+    Switch,
+    Topology,
+)
 from clockfabric.topology.rates import RateError, format_rate, parse_rate
+from clockfabric.yamlfile import read_yaml
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}$")
 IFACE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")  # Linux allows 15 characters
@@ -28,16 +37,7 @@ class TopologyError(ClockfabricError):
 
 def load(path: str | FilePath) -> Topology:
     path = FilePath(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ClockfabricError(f"cannot read topology {path}: {e.strerror}; check the path") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where else ""
-        raise ClockfabricError(f"{path}: not valid YAML{line}; fix the syntax") from None
+    data = read_yaml(path, "topology")
     return parse(data, str(path))
 
 
