@@ -72,7 +72,7 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
     state.mkdir(parents=True, exist_ok=True)
     token = ""
     if controller:
-        from clockfabric.controller.server import read_token
+        from clockfabric.controller.token import read_token
 
         token = read_token(token_file)
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -21,9 +24,10 @@ from rich.live import Live
 from rich.table import Table
 
 from clockfabric.cli.output import err, out, print_json, progress_bar, require_root
+from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.exec import command
-from clockfabric.lab.state import Lab
+from clockfabric.lab.state import Lab, is_ours
 from clockfabric.units import parse_duration
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
@@ -55,7 +59,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     """Run the controller: agents push to it; it stores, detects and alerts, and serves the API."""
     from clockfabric.controller.fleet import Fleet
     from clockfabric.controller.monitor import Monitor
-    from clockfabric.controller.server import Listen, read_token, server
+    from clockfabric.controller.server import Listen, server
     from clockfabric.controller.storage.open import open_storage
     from clockfabric.topology import load
 
@@ -80,8 +84,6 @@ def switch_agent(switch: str = typer.Option(..., "--switch", help="This switch's
                  ca_file: str = typer.Option(None, "--ca-file")) -> None:
     """Watch a switch's links by netlink and push their events to the controller (the lab's switches)."""
     from clockfabric.agent.switch import SwitchAgent
-    from clockfabric.controller.server import read_token
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     lab = Lab.open(lab_name)
     if switch not in lab.topology.switches:
@@ -133,8 +135,6 @@ class LabFleet:
             return False
 
     def start(self) -> None:
-        from clockfabric.controller.server import read_token
-
         self._stop_earlier()
         read_token(self.token_file, create=True)
         (self.lab.dir / "logs").mkdir(exist_ok=True)
@@ -171,11 +171,6 @@ class LabFleet:
 
     def _stop_earlier(self) -> None:
         """A dead kept monitor's processes may still hold the ports: stop them, by pid."""
-        import os
-        import signal
-
-        from clockfabric.lab.state import is_ours
-
         earlier = [p["pid"] for p in self.lab.processes()
                    if p["what"] == "controller" or p["what"].startswith("switch agent")]
         for pid in earlier:
@@ -186,8 +181,6 @@ class LabFleet:
             time.sleep(0.05)
 
     def _spawn(self, node: str, argv: list[str], what: str, log_name: str):
-        import subprocess
-
         with open(self.lab.dir / "logs" / log_name, "w") as log:
             proc = subprocess.Popen(command(self.lab, node, argv), stdout=log, stderr=subprocess.STDOUT)
         self.lab.register(proc.pid, what)
@@ -221,8 +214,6 @@ class LabFleet:
 
 def api(lab: Lab | None, url: str, token_file: Path, path: str, **params) -> dict:
     """GET from the controller; a lab's controller is reached from inside its reference host."""
-    from clockfabric.controller.server import read_token
-
     query = {k: v for k, v in params.items() if v is not None}
     full = f"{url}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
     headers = {"Authorization": f"Bearer {read_token(token_file)}"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,23 +27,6 @@ class Listen:
     @property
     def url(self) -> str:
         return f"{'https' if self.tls_cert else 'http'}://{self.host}:{self.port}"
-
-
-def read_token(path: Path | None, *, create: bool = False) -> str:
-    """The fleet token from its file; with `create`, a new random one is written there (mode 600)."""
-    if path is None:
-        raise ClockfabricError("give --token-file FILE (the fleet token agents and tools present)")
-    if create and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(32) + "\n")
-    try:
-        token = path.read_text().strip()
-    except OSError as e:
-        raise ClockfabricError(f"cannot read the token file {path}: {e.strerror}") from None
-    if len(token) < 16:
-        raise ClockfabricError(f"the token in {path} is too short: use 16 characters or more")
-    return token
 
 
 def server(fleet: Fleet, token: str, listen: Listen) -> uvicorn.Server:
