@@ -35,6 +35,8 @@ from clockfabric.telemetry.nic import NicCollector
 from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
 from clockfabric.telemetry.rdma import RdmaCollector
 from clockfabric.topology import Topology
+from clockfabric.traffic.decide import Policy
+from clockfabric.traffic.failover import Failover
 
 log = logging.getLogger(__name__)
 CONTROL_PORT = 7299
@@ -59,6 +61,9 @@ class AgentConfig:
     controller: str | None = None  # the controller's URL (http://host:port or https://...): push to it
     token: str = ""  # the fleet token the controller wants
     ca_file: str | None = None  # to verify an https controller with a private CA
+    failover: bool | None = None  # move traffic off failed planes; None: on when the host has two or more
+    failover_interval_s: float = 0.1  # heartbeats per path; a path is dead after three missed
+    hold_down_s: float = 5.0  # a recovered plane carries traffic again after this long healthy
     seed: int = 0
     probed: list[str] = field(init=False)
 
@@ -70,6 +75,8 @@ class AgentConfig:
         if self.reference not in self.topology.hosts:
             raise ClockfabricError(f"reference {self.reference!r} is not a host of the topology")
         self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]
+        if self.failover is None:
+            self.failover = len(self.topology.hosts[self.host].nics) > 1
 
     def probe_interval_s(self) -> float:
         """Seconds between exchanges with each peer: the probe rate, slowed to stay in the budget."""
@@ -135,9 +142,11 @@ class Agent:
         self.latest: dict | None = None  # the last published state, whole: what /metrics reads
         self.pusher = Pusher(cfg.controller, cfg.token, cfg.host, snapshot=self._for_controller,
                              interval_s=cfg.update_s, verify=cfg.ca_file or True) if cfg.controller else None
-        # a link going down is pushed at once, not at the next update
-        self.links = LinkWatcher(rails, on_change=self.pusher.wake if self.pusher else None)
+        # a link going down is acted on and pushed at once, not at the next update
+        self.links = LinkWatcher(rails, on_change=self._on_link_change)
         self._links_seen = 0
+        self.failover = self._failover(me) if cfg.failover else None
+        self._decisions_seen = 0
         self.collectors = Collectors([NicCollector(rails), LinkCollector(self.links), RdmaCollector(),
                                       NvidiaGpuCollector(), AmdGpuCollector()])
         self.metrics_server = None
@@ -149,10 +158,41 @@ class Agent:
                 raise ClockfabricError(f"cannot serve /metrics on {self.address}:{cfg.metrics_port} ({e.strerror}): "
                                        f"give another --metrics-port, or 0 for none") from None
 
+    def _failover(self, me) -> Failover:
+        nics = {n.plane: n.name for n in me.nics}
+        peers = {h: a for h, a in self.addresses.items() if h != self.cfg.host}
+        try:
+            self.links.start()
+        except Exception as e:  # noqa: BLE001 - heartbeats still see every failure, a little later
+            log.warning("failover without link events (%s): local failures are seen by heartbeats only", e)
+
+        def nic_up(name: str) -> bool | None:
+            state = self.links.state(name) if self.links.running else None
+            return None if state is None else state.up
+
+        try:
+            return Failover(self.address, peers, nics, nic_up=nic_up, interval_s=self.cfg.failover_interval_s,
+                            policy=Policy(hold_down_s=self.cfg.hold_down_s), on_decision=self._on_decision)
+        except OSError as e:
+            raise ClockfabricError(f"cannot open failover heartbeat ports on {self.address} ({e.strerror}): "
+                                   "is another agent running on this host?") from None
+
+    def _on_link_change(self) -> None:
+        if self.failover:
+            self.failover.wake()
+        if self.pusher:
+            self.pusher.wake()
+
+    def _on_decision(self) -> None:
+        if self.pusher:
+            self.pusher.wake()
+
     def run(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         self.engine.start()
+        if self.failover:
+            self.failover.start()
         if self.pusher:
             self.pusher.add_events([{"t_ns": time.time_ns(), "synced": False, "kind": "agent_start",
                                      "detail": {"pid": os.getpid()}}])
@@ -168,6 +208,9 @@ class Agent:
                     self._tick()
                     next_tick += self.cfg.update_s
         finally:
+            if self.failover:  # its routes stay in the kernel: a restarted agent adopts them
+                self.failover.stop()
+                self.failover.join(2)
             self.engine.stop()
             self.engine.join(2)
             sel.close()
@@ -230,6 +273,13 @@ class Agent:
             return (mapping.global_ns(local), True) if mapping else (local, False)
 
         events, samples, self._links_seen = link_payload(self.links, self._links_seen, to_time)
+        if self.failover:
+            for d in self.failover.events(self._decisions_seen):
+                self._decisions_seen = d["seq"]
+                t_ns, synced = to_time(d["t_ns"])
+                events.append({"t_ns": t_ns, "synced": synced, "kind": f"failover_{d['kind']}",
+                               "device": d["peer"], "detail": {k: v for k, v in d.items()
+                                                               if k not in ("seq", "t_ns", "kind", "peer")}})
         state = self.latest or {}
         for row in state.get("owd", []):
             labels = {"src": row["src"], "dst": row["dst"], "path": row["path"]}
@@ -246,6 +296,8 @@ class Agent:
                  "probe_interval_s": self.interval_s, "paths": self.engine.paths,
                  "counters": dict(self.engine.counters, bad_control_messages=self.bad_messages),
                  **self.sync.state()}
+        if self.failover:
+            state["failover"] = self.failover.state()
         if self.solver and self.solver.last is not None:
             state["solver"] = {"dropped_edges": int((~self.solver.last.kept).sum()),
                                "edges": len(self.solver.last.kept), "reports": len(self.solver.reports)}

@@ -53,6 +53,10 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                                              help="Share of the slowest link the probes may use."),
           reference: str = typer.Option(None, "--reference", help="Host whose clock is global time "
                                                                   "(it also runs the solver)."),
+          failover: bool = typer.Option(None, "--failover/--no-failover",
+                                        help="Move traffic off failed planes (default: on for hosts with 2+ NICs)."),
+          hold_down: float = typer.Option(5.0, "--hold-down", min=0.0,
+                                          help="Seconds a recovered plane must stay healthy before traffic returns."),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
@@ -77,7 +81,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
         token = read_token(token_file)
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
                       probe_rate=probe_rate, probe_budget=probe_budget, metrics_port=metrics_port,
-                      controller=controller, token=token, ca_file=ca_file)).run()
+                      controller=controller, token=token, ca_file=ca_file, failover=failover,
+                      hold_down_s=hold_down)).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),

@@ -1,0 +1,198 @@
+"""Failover and restore, run by the agent: heartbeats in, decisions out, routes programmed.
+
+One thread. Every `interval_s` it reads the heartbeats, judges each peer's planes, feeds
+the decider and programs the routes it asks for; a local link event (the agent's
+LinkWatcher calls `wake()`) runs the same at once, so a NIC that goes down moves the
+traffic within milliseconds and the next heartbeats tell the peers to move theirs.
+
+A plane is healthy toward a peer when our NIC on it is up, the peer's is up (it says so),
+and every heartbeat path of the plane works in both directions: a flow may hash onto any
+of them. Every decision is kept (with the flows it moved) for the controller and the
+state file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import select
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict
+
+from clockfabric.traffic import flows
+from clockfabric.traffic.decide import Decider, Decision, Policy
+from clockfabric.traffic.heartbeat import Liveness
+from clockfabric.traffic.routes import PlaneRoutes, RouteError
+
+log = logging.getLogger(__name__)
+KEEP_DECISIONS = 1000
+
+
+class Failover(threading.Thread):
+    def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str], *,
+                 nic_up: Callable[[str], bool | None], policy: Policy = Policy(), interval_s: float = 0.1,
+                 detect_mult: int = 3, ports: int = 2, base_port: int = 7290,
+                 on_decision: Callable[[], None] | None = None, routes: PlaneRoutes | None = None):
+        """`peers`: name -> stable address (not this host); `nics`: plane -> NIC name;
+        `nic_up(name)`: the NIC's link state now (None: unknown, taken as up)."""
+        super().__init__(name="failover", daemon=True)
+        self.address = address
+        self.peers = peers
+        self.nics = nics
+        self.nic_up = nic_up
+        self.interval_s = interval_s
+        self.on_decision = on_decision
+        self.live = Liveness(address, peers, nics, ports=ports, base_port=base_port, interval_s=interval_s,
+                             detect_mult=detect_mult, session=random.getrandbits(32))
+        self.routes = routes or PlaneRoutes(address, nics)
+        self.decider = Decider(tuple(sorted(nics)), policy)
+        self.decisions: deque[dict] = deque(maxlen=KEEP_DECISIONS)
+        self.seq = 0
+        self.isolated = False
+        self.counters = {"route_changes": 0, "route_errors": 0}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Adopt the routes a previous run left in the kernel (fail-static: they kept working)."""
+        by_address = {a: n for n, a in self.peers.items()}
+        now = time.monotonic()
+        for address, planes in self.routes.installed().items():
+            peer = by_address.get(address)
+            if peer is None:  # not a peer any more: its route is ours to remove
+                self.routes.unpin(address)
+                continue
+            self.decider.adopt(peer, planes, now)
+            self._record(Decision(now, "adopted", peer, planes, "route left by a previous run"))
+
+    # ---- lifecycle
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.wake()
+
+    def run(self) -> None:
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        next_send = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                woken = poller.poll(max(0.0, next_send - time.monotonic()) * 1000)
+                if woken:
+                    os.read(self._wake_r, 4096)
+                now = time.monotonic()
+                self.live.tick(now)
+                self._evaluate(now)
+                if woken or now >= next_send:  # after a link event, tell the peers at once
+                    self.live.send(now, self._nics_down_mask(), self._up_planes())
+                if now >= next_send:
+                    next_send = max(next_send + self.interval_s, now)
+        except Exception:
+            log.exception("failover stopped on an error; the routes it set stay (fail-static)")
+        finally:
+            self.live.close()
+            self.routes.close()
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
+
+    # ---- judging
+    def _up_planes(self) -> set[int]:
+        return {p for p, nic in self.nics.items() if self.nic_up(nic) is not False}
+
+    def _nics_down_mask(self) -> int:
+        return sum(1 << p for p in self.nics if p not in self._up_planes())
+
+    def _evaluate(self, now: float) -> None:
+        up = self._up_planes()
+        if not up:
+            if not self.isolated:
+                self.isolated = True
+                self._record(Decision(now, "isolated", "", (), "every NIC of this host is down; routes left as they are"))
+            return
+        if self.isolated:
+            self.isolated = False
+            self._record(Decision(now, "reconnected", "", tuple(sorted(up))))
+        for peer in self.peers:
+            if peer not in self.live.heard:
+                continue  # never heard: no agent there (yet), so no evidence either way
+            if self.live.silent(peer, now):
+                if peer not in self.decider.unreachable:
+                    self.decider.unreachable.add(peer)
+                    self._record(Decision(now, "unreachable", peer, (), "no heartbeat on any path; routes left"))
+                continue
+            if not self.live.fresh(peer, now):
+                continue  # nothing this tick: a dying peer and a dead plane look alike until one path speaks
+            health, reasons = self._health(peer, now, up)
+            for d in self.decider.observe(now, peer, health, "; ".join(reasons)):
+                if d.kind == "moved":
+                    self._move(d)
+                else:
+                    self._record(d)
+
+    def _health(self, peer: str, now: float, up: set[int]) -> tuple[dict[int, bool], list[str]]:
+        report = self.live.reports[peer]
+        dead_in = set(self.live.dead_in(peer, now))
+        health, reasons = {}, []
+        for plane, nic in self.nics.items():
+            why = []
+            if plane not in up:
+                why.append(f"local {nic} down")
+            if report.nics_down >> plane & 1:
+                why.append(f"{peer} reports its plane-{plane} NIC down")
+            quiet = [k for p, k in dead_in if p == plane]
+            if quiet:
+                why.append(f"no heartbeats from {peer} on plane {plane} port {','.join(map(str, quiet))}")
+            deaf = [k for k in range(self.live.ports) if report.dead_in & self.live.bit(plane, k, self.live.ports)]
+            if deaf:
+                why.append(f"{peer} hears nothing from us on plane {plane} port {','.join(map(str, deaf))}")
+            health[plane] = not why
+            reasons += why
+        return health, reasons
+
+    def _move(self, d: Decision) -> None:
+        address = self.peers[d.peer]
+        try:
+            if d.planes == self.decider.planes:
+                self.routes.unpin(address)
+            else:
+                self.routes.pin(address, d.planes)
+            self.counters["route_changes"] += 1
+        except RouteError as e:
+            self.counters["route_errors"] += 1
+            log.warning("failover: %s", e)
+            self._record(d, error=str(e))
+            return
+        self._record(d, flows=flows.to_peers({address}).get(address, []))
+
+    def _record(self, d: Decision, **extra) -> None:
+        with self._lock:
+            self.seq += 1
+            record = {"seq": self.seq, "t_ns": time.time_ns(), **asdict(d), **extra}
+            del record["t"]  # monotonic: meaningless outside this process
+            self.decisions.append(record)
+        log.info("failover %s %s planes=%s %s", d.kind, d.peer, list(d.planes), d.reason)
+        if self.on_decision:
+            self.on_decision()
+
+    # ---- reading (any thread)
+    def events(self, after_seq: int = 0) -> list[dict]:
+        with self._lock:
+            return [d for d in self.decisions if d["seq"] > after_seq]
+
+    def state(self) -> dict:
+        return {"pinned": {p: list(planes) for p, planes in self.decider.pinned().items()},
+                "unreachable": sorted(self.decider.unreachable), "isolated": self.isolated,
+                "peers_heard": len(self.live.heard), "paths": len(self.live.socks),
+                "counters": self.counters | self.live.counters,
+                "decisions": self.events(max(0, self.seq - 50))}

@@ -1,0 +1,160 @@
+"""Path liveness between host agents: BFD-style heartbeats on every path to every peer.
+
+Each host sends a small UDP heartbeat to each peer on each path (a plane's NIC and one of a
+few UDP ports, which the switches hash onto different ECMP paths) every `interval_s`, as
+BFD's asynchronous mode does. A path whose heartbeats stop for `detect_mult` intervals is
+dead in that direction. Each heartbeat also carries what its sender sees: the paths from
+us that it hears nothing on, and its own NICs that are down. So a host learns of a failure
+in its outgoing direction one heartbeat after the peer noticed, over any path that still
+works, and of a peer's dead NIC within one interval of the peer's link event.
+
+The sockets are read once per tick, never woken per packet: a wake-up costs more than the
+few packets it would read.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+MAGIC = b"CFHB"
+VERSION = 1
+FORMAT = struct.Struct("!4sBBBxIIQH")  # magic, version, plane, port index, session, seq, dead_in, nics_down
+SO_BINDTODEVICE = 25
+RECV_BYTES = 512
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    plane: int
+    port: int  # index among the plane's ports
+    session: int  # the sender's run: a new one means the sender restarted
+    seq: int
+    dead_in: int  # bit plane*ports+port: paths *to* the sender it hears nothing on
+    nics_down: int  # bit plane: the sender's NICs that are down
+
+    def pack(self) -> bytes:
+        return FORMAT.pack(MAGIC, VERSION, self.plane, self.port, self.session, self.seq, self.dead_in,
+                           self.nics_down)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Heartbeat | None:
+        if len(data) != FORMAT.size:
+            return None
+        magic, version, plane, port, session, seq, dead_in, nics_down = FORMAT.unpack(data)
+        if magic != MAGIC or version != VERSION:
+            return None
+        return cls(plane, port, session, seq, dead_in, nics_down)
+
+
+@dataclass
+class Report:
+    session: int
+    dead_in: int = 0
+    nics_down: int = 0
+
+
+class Liveness:
+    """The heartbeat sockets and what they have heard; `tick()` reads, `send()` writes."""
+
+    def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str], *, ports: int = 2,
+                 base_port: int = 7290, interval_s: float = 0.1, detect_mult: int = 3, session: int = 0):
+        """`peers`: name -> address; `nics`: plane -> NIC name."""
+        if max(nics) * ports + ports > 64:
+            raise ValueError("heartbeat paths are numbered in 64 bits: too many planes x ports")
+        self.peers = peers
+        self.names = {a: n for n, a in peers.items()}
+        self.nics = nics
+        self.ports = ports
+        self.base_port = base_port
+        self.interval_s = interval_s
+        self.detect_s = (detect_mult - 0.5) * interval_s  # reads are per tick: half a tick of slack
+        self.session = session
+        self.seq = 0
+        self.heard: dict[str, float] = {}  # peer -> when first heard (this session of theirs)
+        self.last_rx: dict[tuple[str, int, int], float] = {}  # (peer, plane, port) -> last heartbeat
+        self.reports: dict[str, Report] = {}
+        self.counters = {"heartbeats_sent": 0, "heartbeats_received": 0, "send_errors": 0, "bad_heartbeats": 0}
+        self.socks: dict[tuple[int, int], socket.socket] = {}
+        try:
+            for plane, nic in nics.items():
+                for k in range(ports):
+                    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                    self.socks[(plane, k)] = s
+                    s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, nic.encode())
+                    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0xC0)  # CS6, network control, as BFD uses
+                    s.bind((address, base_port + k))
+                    s.setblocking(False)
+        except OSError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for s in self.socks.values():
+            s.close()
+
+    def paths(self) -> list[tuple[int, int]]:
+        return list(self.socks)
+
+    @staticmethod
+    def bit(plane: int, port: int, ports: int) -> int:
+        return 1 << (plane * ports + port)
+
+    # ---- receiving
+    def tick(self, now: float) -> None:
+        for (plane, k), s in self.socks.items():
+            while True:
+                try:
+                    data, (src, _) = s.recvfrom(RECV_BYTES)
+                except BlockingIOError:
+                    break
+                except OSError:  # e.g. an ICMP error from an earlier send surfacing here
+                    self.counters["send_errors"] += 1
+                    continue
+                hb = Heartbeat.unpack(data)
+                peer = self.names.get(src)
+                if hb is None or peer is None or (hb.plane, hb.port) != (plane, k):
+                    self.counters["bad_heartbeats"] += 1
+                    continue
+                self.counters["heartbeats_received"] += 1
+                report = self.reports.get(peer)
+                if report is None or report.session != hb.session:  # new peer, or its agent restarted
+                    report = self.reports[peer] = Report(hb.session)
+                    self.heard[peer] = now
+                report.dead_in, report.nics_down = hb.dead_in, hb.nics_down
+                self.last_rx[(peer, plane, k)] = now
+
+    def dead_in(self, peer: str, now: float) -> list[tuple[int, int]]:
+        """Paths from `peer` to us that have gone quiet (a path never heard counts from when
+        the peer was first heard)."""
+        first = self.heard.get(peer)
+        if first is None:
+            return []
+        return [(plane, k) for plane, k in self.socks
+                if now - self.last_rx.get((peer, plane, k), first) > self.detect_s]
+
+    def fresh(self, peer: str, now: float) -> bool:
+        """Something from `peer` arrived within the last tick and a half: it is alive, so a
+        quiet path of its is a dead path, not a dead peer."""
+        return any(now - t <= 1.5 * self.interval_s for (p, *_), t in self.last_rx.items() if p == peer)
+
+    def silent(self, peer: str, now: float) -> bool:
+        """Heard once, and now nothing on any path: the peer (or its agent) is gone."""
+        return peer in self.heard and len(self.dead_in(peer, now)) == len(self.socks)
+
+    # ---- sending
+    def send(self, now: float, nics_down: int, up: set[int]) -> None:
+        """One heartbeat to every peer on every path whose NIC is up."""
+        self.seq = (self.seq + 1) & 0xFFFFFFFF
+        for peer, address in self.peers.items():
+            dead = sum(self.bit(p, k, self.ports) for p, k in self.dead_in(peer, now))
+            for (plane, k), s in self.socks.items():
+                if plane not in up:
+                    continue
+                data = Heartbeat(plane, k, self.session, self.seq, dead, nics_down).pack()
+                try:
+                    s.sendto(data, (address, self.base_port + k))
+                    self.counters["heartbeats_sent"] += 1
+                except OSError:
+                    self.counters["send_errors"] += 1
