@@ -225,17 +225,21 @@ def check_(lab_name: str = LabOpt, as_json: bool = JsonOpt,
 
 
 # ---- impairments --------------------------------------------------------------------------
-def _set_link(a: str, b: str, lab_name: str | None, up_: bool) -> None:
+def _set_link(a: str, b: str, lab_name: str | None, up_: bool, silent: bool = False) -> None:
     lab = _open(lab_name)
     lk = impair.find_link(lab, a, b)
-    impair.set_link(lab, lk, up=up_)
-    err.print(f"link {lk.name} is {'up' if up_ else 'down'}")
+    impair.set_link(lab, lk, up=up_, silent=silent)
+    err.print(f"link {lk.name} is {'up' if up_ else 'silently down' if silent else 'down'}")
+
+
+SilentOpt = typer.Option(False, "--silent", help="Drop every packet but keep carrier: no link event, so the "
+                                                 "fabric's routing never reacts (a grey failure).")
 
 
 @link.command("down")
-def link_down(a: str, b: str, lab_name: str = LabOpt) -> None:
+def link_down(a: str, b: str, lab_name: str = LabOpt, silent: bool = SilentOpt) -> None:
     """Fail the link between A and B (the far end drops: the near end sees carrier loss)."""
-    _set_link(a, b, lab_name, False)
+    _set_link(a, b, lab_name, False, silent)
 
 
 @link.command("up")
@@ -248,7 +252,7 @@ def link_up(a: str, b: str, lab_name: str = LabOpt) -> None:
 def flap(a: str, b: str, down_for: str = typer.Option("20s", "--down", help="How long each outage lasts."),
          up_for: str = typer.Option("10s", "--up", help="How long the link is up between outages."),
          count: int = typer.Option(3, help="How many outages."), lab_name: str = LabOpt,
-         background: bool = BackgroundOpt) -> None:
+         silent: bool = SilentOpt, background: bool = BackgroundOpt) -> None:
     """Take a link down for --down, up for --up, --count times; the link is always left up."""
     lab = _open(lab_name)
     lk = impair.find_link(lab, a, b)
@@ -257,9 +261,10 @@ def flap(a: str, b: str, down_for: str = typer.Option("20s", "--down", help="How
         raise ClockfabricError("--count must be at least 1")
     if background:
         _background(lab, f"flap {lk.name} {down_for} x{count}",
-                    ["flap", a, b, "--down", down_for, "--up", up_for, "--count", str(count)])
+                    ["flap", a, b, "--down", down_for, "--up", up_for, "--count", str(count)]
+                    + (["--silent"] if silent else []))
         return
-    impair.flap(lab, lk, down_s=down_s, up_s=up_s, count=count,
+    impair.flap(lab, lk, down_s=down_s, up_s=up_s, count=count, silent=silent,
                 on_change=lambda i, is_up: err.print(f"{time.strftime('%H:%M:%S')} {lk.name} "
                                                      f"{'up' if is_up else 'down'} ({i + 1}/{count})"))
 

@@ -3,6 +3,9 @@
 A cable pull is emulated by taking the *far* end of the link down (the switch side of a
 host link): the near end then sees carrier loss exactly as it would from a real failure,
 with netlink events and carrier_changes, while its own configuration stays untouched.
+A *silent* failure (a bad optic, a wedged ASIC port) drops every packet both ways while
+both ends keep carrier: no event, so the fabric's routing never converges around it and
+only end-to-end probing can find it. The port buffers are set to hold no packet.
 """
 
 from __future__ import annotations
@@ -35,10 +38,19 @@ def far_end(lab: Lab, link: Link) -> Port:
     return link.a if link.b.node in lab.topology.hosts else link.b
 
 
-def set_link(lab: Lab, link: Link, up: bool) -> None:
+def set_link(lab: Lab, link: Link, up: bool, *, silent: bool = False) -> None:
+    """Down (silently: carrier stays, the fabric does not notice) or back up."""
+    index = lab.topology.links.index(link)
+    silenced = lab.silent_links()
+    if silent or (up and index in silenced):
+        for port in (link.a, link.b):
+            with netns.ipr(lab.ns(port.node)) as ipr:
+                shaping.set_buffer(ipr, ipr.link_lookup(ifname=port.iface)[0], link.buffer_pkts if up else 0)
+        lab.save_silent_links(silenced - {index} if up else silenced | {index})
+        if silent:
+            return
     port = far_end(lab, link)
     failed = lab.failed_links()
-    index = lab.topology.links.index(link)
     failed = failed - {index} if up else failed | {index}
     lab.save_failed_links(failed)
     with netns.ipr(lab.ns(port.node)) as ipr:
@@ -63,12 +75,12 @@ def converge(lab: Lab, plane: int, failed: frozenset[int]) -> None:
                     pass
 
 
-def flap(lab: Lab, link: Link, *, down_s: float, up_s: float, count: int,
+def flap(lab: Lab, link: Link, *, down_s: float, up_s: float, count: int, silent: bool = False,
          on_change: Callable[[int, bool], None] | None = None) -> None:
     """Down for down_s, up for up_s, count times; always leaves the link up."""
     try:
         for i in range(count):
-            set_link(lab, link, up=False)
+            set_link(lab, link, up=False, silent=silent)
             if on_change:
                 on_change(i, False)
             time.sleep(down_s)

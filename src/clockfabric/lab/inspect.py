@@ -37,9 +37,11 @@ def lab_status(lab: Lab) -> dict:
     ports = port_states(lab)
     marker = lab.dir / "up"
     links = []
-    for lk in topo.links:
+    silent = lab.silent_links()
+    for i, lk in enumerate(topo.links):
         a, b = ports.get((lk.a.node, lk.a.iface), {}), ports.get((lk.b.node, lk.b.iface), {})
         state = "up" if all(p.get("admin_up") and p.get("carrier") for p in (a, b)) else "down"
+        state = "down (silent)" if i in silent else state
         rates = {r for r in (a.get("rate"), b.get("rate")) if r}
         links.append({"a": str(lk.a), "b": str(lk.b), "state": state,
                       "rate": format_rate(min(rates)) if rates else None,

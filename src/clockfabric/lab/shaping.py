@@ -29,6 +29,11 @@ def set_rate(ipr: IPRoute, index: int, rate_bps: int) -> None:
     ipr.tc("change-class", "htb", index, CLASS, parent=ROOT, **_class_params(rate_bps))
 
 
+def set_buffer(ipr: IPRoute, index: int, packets: int) -> None:
+    """The port buffer's size; 0 drops everything, with the link still up."""
+    ipr.tc("replace", "pfifo", index, FIFO, parent=CLASS, limit=packets)
+
+
 def read_rate(ipr: IPRoute, index: int) -> int | None:
     """The rate in force on this port, in bits per second, from the kernel."""
     for cls in ipr.get_classes(index=index):

@@ -90,15 +90,27 @@ class Lab:
         tmp.write_text(clock.to_json())
         tmp.replace(path)  # agents may be reading it: swap whole files only
 
-    # ---- failed links (what the fabric's routing currently avoids) ------------------------
+    # ---- failed links: what the fabric's routing avoids, and silent ones it cannot see ----
     def failed_links(self) -> frozenset[int]:
-        path = self.dir / "failed_links.json"
-        return frozenset(json.loads(path.read_text())) if path.exists() else frozenset()
+        return self._links("failed_links")
 
     def save_failed_links(self, failed: frozenset[int]) -> None:
-        tmp = self.dir / "failed_links.tmp"
-        tmp.write_text(json.dumps(sorted(failed)))
-        tmp.replace(self.dir / "failed_links.json")
+        self._save_links("failed_links", failed)
+
+    def silent_links(self) -> frozenset[int]:
+        return self._links("silent_links")
+
+    def save_silent_links(self, silent: frozenset[int]) -> None:
+        self._save_links("silent_links", silent)
+
+    def _links(self, what: str) -> frozenset[int]:
+        path = self.dir / f"{what}.json"
+        return frozenset(json.loads(path.read_text())) if path.exists() else frozenset()
+
+    def _save_links(self, what: str, links: frozenset[int]) -> None:
+        tmp = self.dir / f"{what}.tmp"
+        tmp.write_text(json.dumps(sorted(links)))
+        tmp.replace(self.dir / f"{what}.json")
 
     # ---- background processes (flaps, traffic) -------------------------------------------
     def register(self, pid: int, what: str) -> None:

@@ -1,7 +1,7 @@
 """All-pairs TCP streams between lab hosts, to see whether connections survive a failure.
 
 One process per host (`python -m clockfabric.lab.streams`), bound to the host's stable
-address: it accepts its peers' connections and opens one to each peer, and sends a steady
+address: it accepts its peers' connections and opens some to each peer, and sends a steady
 trickle on each. TCP_USER_TIMEOUT makes a connection fail the way a job's transport does
 (RDMA gives up after a few seconds of unacknowledged data; gloo and NCCL time out): a
 connection that cannot deliver for that long is *broken*. At the end each process writes
@@ -23,8 +23,9 @@ CHUNK = 8192
 TCP_USER_TIMEOUT = 18
 
 
-def _sender(peer: str, address: str, port: int, args, out: dict) -> None:
-    rec = out[peer] = {"peer": peer, "bytes": 0, "broken": False, "error": "", "max_stall_s": 0.0}
+def _sender(connection: str, address: str, port: int, args, out: dict) -> None:
+    rec = out[connection] = {"peer": connection.partition("#")[0], "connection": connection, "bytes": 0,
+                             "broken": False, "error": "", "max_stall_s": 0.0}
     deadline = time.monotonic() + args.seconds
     try:
         s = socket.create_connection((address, port), timeout=10, source_address=(args.address, 0))
@@ -80,6 +81,7 @@ def main() -> None:
     ap.add_argument("--peers", required=True, help="name=address,... of the hosts to stream to")
     ap.add_argument("--port", type=int, default=7270)
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--connections", type=int, default=1, help="per peer (ECMP spreads them over the planes)")
     ap.add_argument("--rate-bps", type=float, default=2e6, help="per connection")
     ap.add_argument("--user-timeout", type=float, default=5.0, help="TCP_USER_TIMEOUT, seconds")
     ap.add_argument("--start-at", type=float, default=0.0, help="time.time() to start sending (all hosts at once)")
@@ -91,8 +93,8 @@ def main() -> None:
     threading.Thread(target=_serve, args=(listener, stop), daemon=True).start()
     time.sleep(max(0.0, args.start_at - time.time()))
     out: dict[str, dict] = {}
-    senders = [threading.Thread(target=_sender, args=(name, address, args.port, args, out))
-               for name, address in peers.items()]
+    senders = [threading.Thread(target=_sender, args=(f"{name}#{i}", address, args.port, args, out))
+               for name, address in peers.items() for i in range(args.connections)]
     for t in senders:
         t.start()
     for t in senders:
@@ -106,7 +108,7 @@ class Mesh:
     """The streams on a set of lab hosts, started together and collected at the end."""
 
     def __init__(self, lab, hosts: list[str], *, seconds: float, user_timeout_s: float = 5.0,
-                 rate_bps: float = 2e6, port: int = 7270):
+                 connections: int = 1, rate_bps: float = 2e6, port: int = 7270):
         from clockfabric.lab.exec import command
 
         self.lab, self.hosts = lab, hosts
@@ -120,6 +122,7 @@ class Mesh:
             (self.dir / f"{h}.json").unlink(missing_ok=True)
             argv = [sys.executable, "-m", "clockfabric.lab.streams", "--address", addresses[h], "--peers", peers,
                     "--port", str(port), "--seconds", str(seconds), "--rate-bps", str(rate_bps),
+                    "--connections", str(connections),
                     "--user-timeout", str(user_timeout_s), "--start-at", str(start_at),
                     "--out", str(self.dir / f"{h}.json")]
             proc = subprocess.Popen(command(lab, h, argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

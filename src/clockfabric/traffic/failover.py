@@ -124,15 +124,13 @@ class Failover(threading.Thread):
             self.isolated = False
             self._record(Decision(now, "reconnected", "", tuple(sorted(up))))
         for peer in self.peers:
-            if peer not in self.live.heard:
+            if peer not in self.live.reports:
                 continue  # never heard: no agent there (yet), so no evidence either way
             if self.live.silent(peer, now):
                 if peer not in self.decider.unreachable:
                     self.decider.unreachable.add(peer)
                     self._record(Decision(now, "unreachable", peer, (), "no heartbeat on any path; routes left"))
                 continue
-            if not self.live.fresh(peer, now):
-                continue  # nothing this tick: a dying peer and a dead plane look alike until one path speaks
             health, reasons = self._health(peer, now, up)
             for d in self.decider.observe(now, peer, health, "; ".join(reasons)):
                 if d.kind == "moved":
@@ -142,7 +140,7 @@ class Failover(threading.Thread):
 
     def _health(self, peer: str, now: float, up: set[int]) -> tuple[dict[int, bool], list[str]]:
         report = self.live.reports[peer]
-        dead_in = set(self.live.dead_in(peer, now))
+        dead_in = set(self.live.dead_in(peer))
         health, reasons = {}, []
         for plane, nic in self.nics.items():
             why = []
@@ -193,6 +191,6 @@ class Failover(threading.Thread):
     def state(self) -> dict:
         return {"pinned": {p: list(planes) for p, planes in self.decider.pinned().items()},
                 "unreachable": sorted(self.decider.unreachable), "isolated": self.isolated,
-                "peers_heard": len(self.live.heard), "paths": len(self.live.socks),
+                "peers_heard": len(self.live.reports), "paths": len(self.live.socks),
                 "counters": self.counters | self.live.counters,
                 "decisions": self.events(max(0, self.seq - 50))}

@@ -2,11 +2,17 @@
 
 Each host sends a small UDP heartbeat to each peer on each path (a plane's NIC and one of a
 few UDP ports, which the switches hash onto different ECMP paths) every `interval_s`, as
-BFD's asynchronous mode does. A path whose heartbeats stop for `detect_mult` intervals is
-dead in that direction. Each heartbeat also carries what its sender sees: the paths from
-us that it hears nothing on, and its own NICs that are down. So a host learns of a failure
-in its outgoing direction one heartbeat after the peer noticed, over any path that still
-works, and of a peer's dead NIC within one interval of the peer's link event.
+BFD's asynchronous mode does. Every round of heartbeats carries one sequence number, so a
+path is dead in that direction when `detect_mult` newer rounds have arrived from the peer
+over other paths and none over this one. Counting rounds rather than seconds means a
+stalled agent (a busy CPU, a long pause) makes no path look dead, on either side: its
+rounds simply stop, on every path at once. A peer heard on no path for `silent_s` is
+*silent* (gone, or cut off), which is no evidence about any one path.
+
+Each heartbeat also carries what its sender sees: the paths from us that it hears nothing
+on, and its own NICs that are down. So a host learns of a failure in its outgoing direction
+one heartbeat after the peer noticed, over any path that still works, and of a peer's dead
+NIC within one interval of the peer's link event.
 
 The sockets are read once per tick, never woken per packet: a wake-up costs more than the
 few packets it would read.
@@ -50,7 +56,12 @@ class Heartbeat:
 
 @dataclass
 class Report:
+    """What we know of one peer in its current session (agent run)."""
+
     session: int
+    first_seq: int  # the round we first heard: paths never heard count from here
+    top_seq: int  # the newest round heard on any path
+    heard_at: float  # when anything last arrived
     dead_in: int = 0
     nics_down: int = 0
 
@@ -59,7 +70,8 @@ class Liveness:
     """The heartbeat sockets and what they have heard; `tick()` reads, `send()` writes."""
 
     def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str], *, ports: int = 2,
-                 base_port: int = 7290, interval_s: float = 0.1, detect_mult: int = 3, session: int = 0):
+                 base_port: int = 7290, interval_s: float = 0.1, detect_mult: int = 3, silent_s: float = 1.0,
+                 session: int = 0):
         """`peers`: name -> address; `nics`: plane -> NIC name."""
         if max(nics) * ports + ports > 64:
             raise ValueError("heartbeat paths are numbered in 64 bits: too many planes x ports")
@@ -69,12 +81,12 @@ class Liveness:
         self.ports = ports
         self.base_port = base_port
         self.interval_s = interval_s
-        self.detect_s = (detect_mult - 0.5) * interval_s  # reads are per tick: half a tick of slack
+        self.detect_mult = detect_mult
+        self.silent_s = silent_s
         self.session = session
         self.seq = 0
-        self.heard: dict[str, float] = {}  # peer -> when first heard (this session of theirs)
-        self.last_rx: dict[tuple[str, int, int], float] = {}  # (peer, plane, port) -> last heartbeat
-        self.reports: dict[str, Report] = {}
+        self.last_seq: dict[tuple[str, int, int], int] = {}  # (peer, plane, port) -> newest round on it
+        self.reports: dict[str, Report] = {}  # peers heard
         self.counters = {"heartbeats_sent": 0, "heartbeats_received": 0, "send_errors": 0, "bad_heartbeats": 0}
         self.socks: dict[tuple[int, int], socket.socket] = {}
         try:
@@ -103,52 +115,63 @@ class Liveness:
 
     # ---- receiving
     def tick(self, now: float) -> None:
-        for (plane, k), s in self.socks.items():
-            while True:
-                try:
-                    data, (src, _) = s.recvfrom(RECV_BYTES)
-                except BlockingIOError:
-                    break
-                except OSError:  # e.g. an ICMP error from an earlier send surfacing here
-                    self.counters["send_errors"] += 1
-                    continue
-                hb = Heartbeat.unpack(data)
-                peer = self.names.get(src)
-                if hb is None or peer is None or (hb.plane, hb.port) != (plane, k):
-                    self.counters["bad_heartbeats"] += 1
-                    continue
-                self.counters["heartbeats_received"] += 1
-                report = self.reports.get(peer)
-                if report is None or report.session != hb.session:  # new peer, or its agent restarted
-                    report = self.reports[peer] = Report(hb.session)
-                    self.heard[peer] = now
-                report.dead_in, report.nics_down = hb.dead_in, hb.nics_down
-                self.last_rx[(peer, plane, k)] = now
+        """Read every socket, and again until a whole pass finds nothing: if this thread is
+        paused between two sockets, the rounds that piled up on the first are read before
+        the paths are compared (else the first would look rounds behind the others)."""
+        for _ in range(8):
+            if not sum(self._read(plane, k, s, now) for (plane, k), s in self.socks.items()):
+                return
 
-    def dead_in(self, peer: str, now: float) -> list[tuple[int, int]]:
-        """Paths from `peer` to us that have gone quiet (a path never heard counts from when
-        the peer was first heard)."""
-        first = self.heard.get(peer)
-        if first is None:
+    def _read(self, plane: int, k: int, s: socket.socket, now: float) -> int:
+        n = 0
+        while True:
+            try:
+                data, (src, _) = s.recvfrom(RECV_BYTES)
+            except BlockingIOError:
+                return n
+            except OSError:  # e.g. an ICMP error from an earlier send surfacing here
+                self.counters["send_errors"] += 1
+                continue
+            n += 1
+            hb = Heartbeat.unpack(data)
+            peer = self.names.get(src)
+            if hb is None or peer is None or (hb.plane, hb.port) != (plane, k):
+                self.counters["bad_heartbeats"] += 1
+                continue
+            self.counters["heartbeats_received"] += 1
+            self._heard(peer, plane, k, hb, now)
+
+    def _heard(self, peer: str, plane: int, k: int, hb: Heartbeat, now: float) -> None:
+        report = self.reports.get(peer)
+        if report is None or report.session != hb.session:  # new peer, or its agent restarted
+            report = self.reports[peer] = Report(hb.session, hb.seq, hb.seq, now)
+            for path in self.socks:
+                self.last_seq.pop((peer, *path), None)
+        report.heard_at = now
+        key = (peer, plane, k)
+        self.last_seq[key] = max(self.last_seq.get(key, hb.seq), hb.seq)
+        if hb.seq >= report.top_seq:  # the newest round says what the peer sees now
+            report.top_seq, report.dead_in, report.nics_down = hb.seq, hb.dead_in, hb.nics_down
+
+    def dead_in(self, peer: str) -> list[tuple[int, int]]:
+        """Paths from `peer` to us that missed its last `detect_mult` rounds while others got them."""
+        report = self.reports.get(peer)
+        if report is None:
             return []
         return [(plane, k) for plane, k in self.socks
-                if now - self.last_rx.get((peer, plane, k), first) > self.detect_s]
-
-    def fresh(self, peer: str, now: float) -> bool:
-        """Something from `peer` arrived within the last tick and a half: it is alive, so a
-        quiet path of its is a dead path, not a dead peer."""
-        return any(now - t <= 1.5 * self.interval_s for (p, *_), t in self.last_rx.items() if p == peer)
+                if report.top_seq - self.last_seq.get((peer, plane, k), report.first_seq) >= self.detect_mult]
 
     def silent(self, peer: str, now: float) -> bool:
-        """Heard once, and now nothing on any path: the peer (or its agent) is gone."""
-        return peer in self.heard and len(self.dead_in(peer, now)) == len(self.socks)
+        """Heard once, and nothing since on any path for `silent_s`: gone, or cut off."""
+        report = self.reports.get(peer)
+        return report is not None and now - report.heard_at > self.silent_s
 
     # ---- sending
     def send(self, now: float, nics_down: int, up: set[int]) -> None:
         """One heartbeat to every peer on every path whose NIC is up."""
         self.seq = (self.seq + 1) & 0xFFFFFFFF
         for peer, address in self.peers.items():
-            dead = sum(self.bit(p, k, self.ports) for p, k in self.dead_in(peer, now))
+            dead = sum(self.bit(p, k, self.ports) for p, k in self.dead_in(peer))
             for (plane, k), s in self.socks.items():
                 if plane not in up:
                     continue
