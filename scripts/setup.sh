@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything clockfabric needs on a fresh Debian/Ubuntu machine: system packages
-# (as root), then a virtual environment in .venv with the package and its test tools.
+# (as root), then a virtual environment in .venv with the package, its test tools and torch
+# (the CPU build, for the lab's real PyTorch job).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,5 +29,5 @@ fi
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
   echo "setup: clockfabric needs Python 3.11 or newer (found $(python3 --version))" >&2; exit 1; }
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test,job]'  # job: torch, for the DDP lab job
 echo "setup: ready (.venv)"
