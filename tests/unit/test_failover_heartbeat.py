@@ -82,7 +82,7 @@ def test_peer_nic_state_travels_in_heartbeats(pair):
 
 
 def test_strangers_and_garbage_are_counted_not_trusted(pair):
-    a, b = pair
+    _, b = pair
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.3", 0))
         s.sendto(Heartbeat(0, 0, 5, 1, 0, 0).pack(), (B, 47290))  # not a peer

@@ -7,7 +7,7 @@ import sys
 import typer
 
 from clockfabric import __version__
-from clockfabric.cli import clock_cmds, lab_cmds, monitor_cmds, topology_cmds
+from clockfabric.cli import bench_cmds, clock_cmds, lab_cmds, monitor_cmds, topology_cmds
 from clockfabric.cli.output import err
 from clockfabric.errors import ClockfabricError
 
@@ -15,6 +15,7 @@ app = typer.Typer(help="clockfabric: synced clocks, one-way delays and path cont
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 app.add_typer(topology_cmds.app, name="topology")
 app.add_typer(lab_cmds.app, name="lab")
+app.add_typer(bench_cmds.app, name="bench")
 app.command()(clock_cmds.agent)
 app.command()(clock_cmds.sync)
 app.command()(clock_cmds.owd)
