@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The clockfabric demo: an emulated dual-plane cluster on this machine, checked, its clocks
-# synced and its one-way delays measured, monitored while a link flaps, impaired, loaded and taken down. Every step is a plain `clockfabric` command you can run yourself.
+# synced and its one-way delays measured, monitored while a link flaps (the agents fail traffic
+# over to the other plane), impaired, loaded and taken down. Every step is a plain `clockfabric` command you can run yourself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAB=demo
@@ -46,6 +47,9 @@ clockfabric lab flap h3 p1-leaf0 --down 1s --up 1s --count 2 --lab "$LAB"
 step "the controller has every down and up, on both ends of the cable, stamped by the synced clocks"
 clockfabric events --lab "$LAB" --kind link_down
 clockfabric events --lab "$LAB" --kind link_up
+
+step "fault tolerance: every agent moved its traffic to h3 off plane 1 within ms (back after a 5 s hold-down)"
+clockfabric events --lab "$LAB" --kind failover_moved
 
 step "monitor again: the flapping alert is open (it resolves after a quiet minute)"
 clockfabric monitor --lab "$LAB" --seconds 3
