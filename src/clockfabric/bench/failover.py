@@ -15,8 +15,8 @@ Each scenario runs the same job with no agents and with an agent on every host, 
 Per run: the job's outcome (completed / crashed / stalled), detection time (failure to the
 first agent decision), time to reroute (failure to the last move off the failed plane),
 the worst step over the no-failure run's median step, training time (first step to last;
-start-up, mostly importing torch, varies by seconds on a busy machine) over the no-failure
-job's, and the longest stall.
+start-up, mostly importing torch, varies by seconds on a busy machine) over what the
+no-failure job's pace gives for as many steps, and the longest stall.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class Run:
     total_over_baseline: float | None = None
     longest_stall_s: float | None = None
     total_s: float | None = None  # launch to end, start-up included
+    training_s: float | None = None  # first step's start to the last step's end
     steps: int = 0
     moves: int = 0  # route changes the agents made
     decisions: list[str] = field(default_factory=list)  # "t host kind peer planes", t from the failure
@@ -184,8 +185,11 @@ class Bench:
         base = self.baseline.get(False)
         if base and base.median_step_s and result.step_s:
             run.worst_step_over_median = round(max(result.step_s) / base.median_step_s, 2)
-        if base and result.outcome == "completed":  # training time: start-up (importing torch) varies too much
-            run.total_over_baseline = round(_training_s(result) / _training_s(base), 3)
+        run.training_s = round(_training_s(result), 2) if result.total_s else None
+        if base and result.outcome == "completed" and result.steps:
+            # against the no-failure job's pace over as many steps; training time only, since
+            # start-up (importing torch) varies by seconds on a busy machine
+            run.total_over_baseline = round(_training_s(result) / (result.steps * _training_s(base) / base.steps), 3)
         decisions.sort(key=lambda d: d["t_ns"])
         run.moves = sum(d["kind"] == "moved" for d in decisions)
         t0 = failure.get("t_ns")
