@@ -20,17 +20,11 @@ from clockfabric.lab import impair
 from clockfabric.lab.exec import command
 from clockfabric.lab.streams import Mesh
 from clockfabric.topology import multirail
+from tests.waiting import wait_for
 
 HOLD_DOWN_S = 2.0
 
 
-def wait_for(what, check, timeout_s=30.0, every_s=0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(every_s)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def failover(lab) -> dict[str, dict]:

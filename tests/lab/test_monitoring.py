@@ -18,6 +18,7 @@ from clockfabric.cli.monitor_cmds import LabFleet, api
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
 from clockfabric.topology import leafspine
+from tests.waiting import wait_for
 
 FLAP_CONFIG = """\
 flapping:
@@ -30,13 +31,6 @@ def get(fleet, path, **params):
     return api(fleet.lab, fleet.url, fleet.token_file, path, **params)
 
 
-def wait_for(what, check, timeout_s=30.0, every_s=0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(every_s)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def link_events(fleet, port, kind, after_id=0):
