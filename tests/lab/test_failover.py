@@ -46,8 +46,7 @@ def agents(lab):
     agents = LabAgents(lab, peers=3, extra=["--metrics-port", "0", "--hold-down", str(HOLD_DOWN_S)])
     agents.start()
     try:
-        wait_for("every agent hearing every peer", lambda: (
-            len(f := failover(lab)) == 4 and all(s["peers_heard"] == 3 for s in f.values())), timeout_s=60)
+        agents.wait_heartbeats(timeout_s=60)
         yield agents
     finally:
         agents.stop()

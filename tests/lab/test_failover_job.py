@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from clockfabric.clock.evaluate import LabAgents, read_states
+from clockfabric.clock.evaluate import LabAgents
 from clockfabric.lab import impair, job
 from clockfabric.topology import multirail
 
@@ -22,11 +22,7 @@ def test_ddp_job_trains_through_a_nic_outage_longer_than_its_timeout(make_lab, t
     agents = LabAgents(lab, peers=3, extra=["--metrics-port", "0"])
     agents.start()
     try:
-        deadline = time.monotonic() + 60
-        while not (len(s := read_states(agents.state_dir)) == 4
-                   and all(x.get("failover", {}).get("peers_heard") == 3 for x in s.values())):
-            assert time.monotonic() < deadline, f"agents not up: {agents.failed()}"
-            time.sleep(0.2)
+        agents.wait_heartbeats(timeout_s=60)
         hosts = ["h0", "h1", "h2", "h3"]
         j = job.start(lab, hosts, [str(SCRIPT), "--steps", "140", "--timeout", "30"], tmp_path / "job")
         while j.running() and not any("step" in r for r in job.read_log(j.logs[0])):

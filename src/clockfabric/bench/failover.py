@@ -94,7 +94,6 @@ class Bench:
     lead_s: float = 8.0
     tail_s: float = 12.0
     hold_down_s: float = 5.0
-    progress: Progress = print
     baseline: dict = field(default_factory=dict)  # agent -> JobResult of the no-failure run
 
     # ---- the pieces of one run
@@ -108,18 +107,12 @@ class Bench:
     def _agents(self) -> LabAgents:
         agents = LabAgents(self.lab, peers=3, extra=["--metrics-port", "0", "--hold-down", str(self.hold_down_s)])
         agents.start()
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            states = read_states(agents.state_dir)
-            if len(states) == len(agents.hosts) and all(
-                    s.get("failover", {}).get("peers_heard") == len(agents.hosts) - 1 for s in states.values()):
-                return agents
-            if failed := agents.failed():
-                agents.stop()
-                raise ClockfabricError(f"agent failed: {failed[0]}")
-            time.sleep(0.2)
-        agents.stop()
-        raise ClockfabricError("agents did not all hear each other within 90 s")
+        try:
+            agents.wait_heartbeats()
+        except ClockfabricError:
+            agents.stop()
+            raise
+        return agents
 
     def _steps(self, scenario: Scenario | None) -> int:
         step_s = self.baseline[False].median_step_s if False in self.baseline else 0.35
@@ -159,7 +152,7 @@ class Bench:
                 if scenario else None
             if injector:
                 injector.start()
-            while j.running() and not any(r["step"] >= 0 for r in _steps_logged(j)):
+            while j.running() and not _steps_logged(j):
                 time.sleep(0.1)
             started.set()
             span = scenario.span_s if scenario else 0.0
@@ -231,7 +224,7 @@ def run(scenarios: list[str], *, agent_modes: list[bool], timeouts: list[str], o
     lab = build.up(multirail(4, 2, 2, 2, name="failover-bench"), name)
     runs: list[Run] = []
     try:
-        bench = Bench(lab, script, out_dir, hold_down_s=hold_down_s, progress=progress)
+        bench = Bench(lab, script, out_dir, hold_down_s=hold_down_s)
         for agent in (False, True):
             progress(f"no-failure job, agents {'on' if agent else 'off'}")
             r, result = bench.run_one(None, agent, "30s")
@@ -270,7 +263,7 @@ def soak(seconds: float, *, out_dir: Path, hold_down_s: float = 5.0, progress: P
     name = f"failover-soak-{int(time.time()) % 100000}"
     lab = build.up(multirail(4, 2, 2, 2, name="failover-soak"), name)
     try:
-        bench = Bench(lab, Path("."), out_dir, hold_down_s=hold_down_s, progress=progress)
+        bench = Bench(lab, Path("."), out_dir, hold_down_s=hold_down_s)
         agents = bench._agents()
         flows = [("h0", "h2"), ("h3", "h1"), ("h1", "h0"), ("h2", "h3")]  # across the spines and within leaves
         progress(f"soak: {seconds:g} s of {len(flows)} saturating TCP flows (2 streams each), agents on")

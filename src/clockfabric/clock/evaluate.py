@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from clockfabric.clock.mapping import Mapping
+from clockfabric.errors import ClockfabricError
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab, is_ours
 from clockfabric.lab.vclock import VirtualClock
@@ -64,6 +65,19 @@ class LabAgents:
         deadline = time.monotonic() + 5
         while any(is_ours(pid, self.lab.name) for pid in earlier) and time.monotonic() < deadline:
             time.sleep(0.05)
+
+    def wait_heartbeats(self, timeout_s: float = 90.0) -> None:
+        """Until every agent's failover hears every other host (raises if one fails or time runs out)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            states = read_states(self.state_dir)
+            if len(states) == len(self.hosts) and all(
+                    s.get("failover", {}).get("peers_heard") == len(self.hosts) - 1 for s in states.values()):
+                return
+            if failed := self.failed():
+                raise ClockfabricError(f"agent failed: {failed[0]}")
+            time.sleep(0.2)
+        raise ClockfabricError(f"agents did not all hear each other's heartbeats within {timeout_s:g} s")
 
     def failed(self) -> list[str]:
         """Hosts whose agent exited, with the last line it wrote."""

@@ -36,7 +36,7 @@ class Failover(threading.Thread):
     def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str], *,
                  nic_up: Callable[[str], bool | None], policy: Policy = Policy(), interval_s: float = 0.1,
                  detect_mult: int = 3, ports: int = 2, base_port: int = 7290,
-                 on_decision: Callable[[], None] | None = None, routes: PlaneRoutes | None = None):
+                 on_decision: Callable[[], None] | None = None):
         """`peers`: name -> stable address (not this host); `nics`: plane -> NIC name;
         `nic_up(name)`: the NIC's link state now (None: unknown, taken as up)."""
         super().__init__(name="failover", daemon=True)
@@ -48,7 +48,7 @@ class Failover(threading.Thread):
         self.on_decision = on_decision
         self.live = Liveness(address, peers, nics, ports=ports, base_port=base_port, interval_s=interval_s,
                              detect_mult=detect_mult, session=random.getrandbits(32))
-        self.routes = routes or PlaneRoutes(address, nics)
+        self.routes = PlaneRoutes(address, nics)
         self.decider = Decider(tuple(sorted(nics)), policy)
         self.decisions: deque[dict] = deque(maxlen=KEEP_DECISIONS)
         self.seq = 0
@@ -92,10 +92,11 @@ class Failover(threading.Thread):
                 if woken:
                     os.read(self._wake_r, 4096)
                 now = time.monotonic()
+                up = self._up_planes()
                 self.live.tick(now)
-                self._evaluate(now)
+                self._evaluate(now, up)
                 if woken or now >= next_send:  # after a link event, tell the peers at once
-                    self.live.send(now, self._nics_down_mask(), self._up_planes())
+                    self.live.send(now, sum(1 << p for p in self.nics if p not in up), up)
                 if now >= next_send:
                     next_send = max(next_send + self.interval_s, now)
         except Exception:
@@ -110,11 +111,7 @@ class Failover(threading.Thread):
     def _up_planes(self) -> set[int]:
         return {p for p, nic in self.nics.items() if self.nic_up(nic) is not False}
 
-    def _nics_down_mask(self) -> int:
-        return sum(1 << p for p in self.nics if p not in self._up_planes())
-
-    def _evaluate(self, now: float) -> None:
-        up = self._up_planes()
+    def _evaluate(self, now: float, up: set[int]) -> None:
         if not up:
             if not self.isolated:
                 self.isolated = True

@@ -106,9 +106,6 @@ class Liveness:
         for s in self.socks.values():
             s.close()
 
-    def paths(self) -> list[tuple[int, int]]:
-        return list(self.socks)
-
     @staticmethod
     def bit(plane: int, port: int, ports: int) -> int:
         return 1 << (plane * ports + port)
