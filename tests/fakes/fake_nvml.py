@@ -3,7 +3,8 @@
 Same function names and return shapes as pynvml (nvidia-ml-py); the constants and the
 NVMLError classes are pynvml's own, raised the way pynvml raises them (NVMLError(code),
 which becomes the subclass for that code), so the collector's error handling is the real one.
-Only what the collector calls is faked: anything else raises AttributeError, not a real call.
+Only what the collector and the audit facts call is faked: anything else raises AttributeError,
+not a real call.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ class FakeGpu:
     utilization: tuple[int, int] = (0, 0)  # gpu %, memory %
     memory: tuple[int, int] = (85_520_809_984, 595_591_168)  # total, used bytes
     clock_reasons: int = pynvml.nvmlClocksThrottleReasonGpuIdle
+    # what the audit facts read (clockfabric.audit.facts.gpus)
+    serial: str = "1654922012345"
+    pci_bus_id: str = "00000000:18:00.0"  # NVML's form: 8-digit domain, upper case
+    persistence: int = pynvml.NVML_FEATURE_ENABLED
+    ecc_mode: tuple[int, int] = (pynvml.NVML_FEATURE_ENABLED, pynvml.NVML_FEATURE_ENABLED)  # current, pending
+    retired_pages: dict = field(default_factory=dict)  # NVML_PAGE_RETIREMENT_CAUSE_* -> pages; missing: none
+    retired_pending: int = pynvml.NVML_FEATURE_DISABLED
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # correctable, uncorrectable, pending, failure
+    clocks: dict = field(default_factory=lambda: {pynvml.NVML_CLOCK_SM: 1980, pynvml.NVML_CLOCK_MEM: 2619})
+    max_clocks: dict = field(default_factory=lambda: {pynvml.NVML_CLOCK_SM: 1980, pynvml.NVML_CLOCK_MEM: 2619})
+    pcie_link: tuple[int, int, int, int] = (5, 5, 16, 16)  # gen, max gen, width, max width
     fail: dict[str, int] = field(default_factory=dict)  # pynvml function name -> NVML error code it returns
 
 
@@ -36,9 +48,13 @@ class FakeHandle:
 
 
 class FakeNvml:
-    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None):
+    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None, driver: str = "550.54.15",
+                 cuda_driver: int = 12040, fail: dict[str, int] | None = None):
         self.gpus = gpus
         self.init_error = init_error
+        self.driver = driver
+        self.cuda_driver = cuda_driver
+        self.fail = fail or {}  # system-wide calls (no handle) -> NVML error code
         self.calls: list[str] = []
         self._sets: list[tuple[deque, dict[int, int]]] = []  # per event set: queue, index -> event mask
 
@@ -50,8 +66,9 @@ class FakeNvml:
     def _call(self, fn: str, handle: FakeHandle | None = None) -> FakeGpu | None:
         self.calls.append(fn)
         gpu = self.gpus[handle.index] if handle is not None else None
-        if gpu is not None and fn in gpu.fail:
-            raise pynvml.NVMLError(gpu.fail[fn])
+        fail = gpu.fail if gpu is not None else self.fail
+        if fn in fail:
+            raise pynvml.NVMLError(fail[fn])
         return gpu
 
     # -- test controls --
@@ -135,3 +152,54 @@ class FakeNvml:
         if not queue:  # pynvml raises on timeout
             raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
         return queue.popleft()
+
+    # -- what the audit facts read --
+    def nvmlSystemGetDriverVersion(self):
+        self._call("nvmlSystemGetDriverVersion")
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        self._call("nvmlSystemGetCudaDriverVersion")
+        return self.cuda_driver
+
+    def nvmlDeviceGetSerial(self, handle):
+        return self._call("nvmlDeviceGetSerial", handle).serial
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        gpu = self._call("nvmlDeviceGetPciInfo", handle)
+        bus_id = gpu.pci_bus_id.encode()  # c_char arrays in pynvml's struct: bytes
+        return SimpleNamespace(busId=bus_id, busIdLegacy=bus_id)
+
+    def nvmlDeviceGetPersistenceMode(self, handle):
+        return self._call("nvmlDeviceGetPersistenceMode", handle).persistence
+
+    def nvmlDeviceGetEccMode(self, handle):
+        return list(self._call("nvmlDeviceGetEccMode", handle).ecc_mode)
+
+    def nvmlDeviceGetRetiredPages(self, handle, cause):
+        n = self._call("nvmlDeviceGetRetiredPages", handle).retired_pages.get(cause, 0)
+        return [0x1F3A000 + 0x1000 * i for i in range(n)]  # page addresses
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle):
+        return self._call("nvmlDeviceGetRetiredPagesPendingStatus", handle).retired_pending
+
+    def nvmlDeviceGetRemappedRows(self, handle):
+        return tuple(self._call("nvmlDeviceGetRemappedRows", handle).remapped_rows)
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return self._call("nvmlDeviceGetClockInfo", handle).clocks[clock]
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock):
+        return self._call("nvmlDeviceGetMaxClockInfo", handle).max_clocks[clock]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle):
+        return self._call("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_link[0]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle):
+        return self._call("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_link[1]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle):
+        return self._call("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_link[2]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle):
+        return self._call("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_link[3]
