@@ -16,7 +16,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, check, impair, inspect, traffic
 from clockfabric.lab.exec import exec_on
 from clockfabric.lab.state import Lab, lab_names, lab_namespaces
-from clockfabric.topology import RateError, format_rate, load, parse_rate
+from clockfabric.topology import Port, RateError, format_rate, load, parse_rate
 from clockfabric.units import parse_duration
 
 app = typer.Typer(help="The emulated cluster: network namespaces as hosts and switches.", no_args_is_help=True)
@@ -278,6 +278,20 @@ def rate(a: str, b: str, new_rate: str = typer.Argument(..., metavar="RATE", hel
     bps = _rate(new_rate)
     impair.set_rate(lab, lk, bps)
     err.print(f"link {lk.name} now runs at {format_rate(bps)}")
+
+
+@app.command()
+def swap(a: str = typer.Argument(..., help="A host NIC, like h3:eth0."),
+         b: str = typer.Argument(..., help="Another host's NIC, like h4:eth0."), lab_name: str = LabOpt) -> None:
+    """Swap two hosts' cables (a cabling mistake: each NIC lands on the other's switch port); again to undo."""
+    lab = _open(lab_name)
+    try:
+        ports = [Port.parse(x) for x in (a, b)]
+    except ValueError as e:
+        raise ClockfabricError(f"{e}; give HOST:NIC, like h3:eth0") from None
+    impair.swap_cables(lab, *ports)
+    state = "swapped" if lab.cables().get(a) == b else "back in place"
+    err.print(f"cables of {a} and {b} {state}")
 
 
 @app.command("traffic")

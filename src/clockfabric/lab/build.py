@@ -2,7 +2,7 @@
 
 up: record -> namespaces -> per-namespace sysctls -> cables (veth pairs made directly
 between namespaces, so the root namespace is never touched) -> addresses, link speeds
--> routes -> host clocks. Any failure, or Ctrl-C, tears down whatever was made.
+-> routes -> hosts files -> host clocks. Any failure, or Ctrl-C, tears down whatever was made.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab import netns, shaping
+from clockfabric.lab import hostsfile, netns, shaping
 from clockfabric.lab.naming import check_lab_name, link_alias
 from clockfabric.lab.state import (Lab, create_record, is_ours, lab_namespaces, remove_record, run_dir)
 from clockfabric.lab.vclock import random_clocks
@@ -66,6 +66,7 @@ def up(topo: Topology, name: str, clocks: ClockSettings = ClockSettings(),
             report("namespaces", i + 1, len(nodes))
         _cable(lab, socks, report)
         _route(lab, socks, report)
+        hostsfile.write(topo, lab.ns)
         epoch = time.time_ns()
         for clock in random_clocks(list(topo.hosts), max_offset_ns=clocks.max_offset_ns,
                                    max_drift_ppm=clocks.max_drift_ppm, wander_ns=clocks.wander_ns,
@@ -158,6 +159,7 @@ def down(name: str) -> list[str]:
     _stop(victims)
     for ns in namespaces:
         netns.remove(ns)
+    hostsfile.remove(name)
     remove_record(name)
     return namespaces
 

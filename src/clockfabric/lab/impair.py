@@ -10,6 +10,7 @@ only end-to-end probing can find it. The port buffers are set to hold no packet.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -19,7 +20,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab import netns, shaping
 from clockfabric.lab.build import install_routes
 from clockfabric.lab.state import Lab
-from clockfabric.topology import Link, Port, routing_tables
+from clockfabric.topology import Link, Port, interfaces, routing_tables
 
 
 def find_link(lab: Lab, a: str, b: str) -> Link:
@@ -98,3 +99,50 @@ def set_rate(lab: Lab, link: Link, rate_bps: int) -> None:
     for port in (link.a, link.b):
         with netns.ipr(lab.ns(port.node)) as ipr:
             shaping.set_rate(ipr, ipr.link_lookup(ifname=port.iface)[0], rate_bps)
+
+
+def swap_cables(lab: Lab, a: Port, b: Port) -> None:
+    """Plug host NIC a's cable into b and b's into a (a cabling mistake); the same call swaps back.
+
+    Each NIC keeps its name, its planned address and its host's routes, but now reaches the
+    other cable's switch port. A veth end that moves between namespaces loses its address,
+    routes and qdisc, so all three are put back."""
+    topo = lab.topology
+    for p in (a, b):
+        if p.node not in topo.hosts or not any(n.name == p.iface for n in topo.hosts[p.node].nics):
+            raise ClockfabricError(f"{p} is not a host NIC of lab {lab.name}; give HOST:NIC, like h3:eth0")
+    if a.node == b.node:
+        raise ClockfabricError("swap cables between two different hosts")
+    cables = lab.cables()
+    if any(cables.get(str(p), str(p)) != str(p) for p in (a, b)) and cables.get(str(a)) != str(b):
+        raise ClockfabricError(f"{a} or {b} already has another host's cable; swap that back first")
+    plan = interfaces(topo)
+    fds = {p: os.open(netns.NETNS_DIR / lab.ns(p.node), os.O_RDONLY) for p in (a, b)}
+    try:
+        for here, there in ((a, b), (b, a)):  # each NIC's veth moves, renamed, to the other host
+            with netns.ipr(lab.ns(here.node)) as ipr:
+                index = ipr.link_lookup(ifname=here.iface)[0]
+                ipr.link("set", index=index, state="down")
+                ipr.link("set", index=index, ifname=f"cfswap-{here.node}", net_ns_fd=fds[there])
+        for here, there in ((a, b), (b, a)):  # ... and takes the place of that host's NIC
+            cable = topo.links[plan[Port.parse(cables.get(str(here), str(here)))].link_index]
+            with netns.ipr(lab.ns(there.node)) as ipr:
+                index = ipr.link_lookup(ifname=f"cfswap-{here.node}")[0]
+                ipr.link("set", index=index, ifname=there.iface)
+                ipr.addr("add", index=index, address=str(plan[there].address.ip), prefixlen=31)
+                shaping.shape(ipr, index, cable.rate_bps, cable.buffer_pkts)
+                ipr.link("set", index=index, state="up")
+        tables = routing_tables(topo)
+        for p in (a, b):
+            with netns.ipr(lab.ns(p.node)) as ipr:
+                install_routes(ipr, tables[p.node])
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    swapped = cables.get(str(a)) == str(b)
+    for p, q in ((a, b), (b, a)):
+        if swapped:
+            cables.pop(str(p), None)
+        else:
+            cables[str(p)] = str(q)
+    lab.save_cables(cables)

@@ -73,7 +73,18 @@ class Lab:
         env = {"CLOCKFABRIC_LAB": self.name, "CLOCKFABRIC_NODE": host}
         if host in self.topology.hosts:
             env[CLOCK_ENV] = str(self.clock_path(host))
-        return env
+        extra = self.dir / "env" / f"{host}.json"
+        return env | (json.loads(extra.read_text()) if extra.exists() else {})
+
+    def set_host_env(self, host: str, env: dict[str, str]) -> None:
+        """Extra environment for everything later run on the host (say, a PYTHONPATH that gives it
+        other package versions than the rest: the lab's hosts share one filesystem). {} clears it."""
+        path = self.dir / "env" / f"{host}.json"
+        if not env:
+            path.unlink(missing_ok=True)
+            return
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(env))
 
     # ---- clocks -------------------------------------------------------------------------
     def clock_path(self, host: str) -> Path:
@@ -111,6 +122,16 @@ class Lab:
         tmp = self.dir / f"{what}.tmp"
         tmp.write_text(json.dumps(sorted(links)))
         tmp.replace(self.dir / f"{what}.json")
+
+    # ---- cables swapped by `lab swap`: NIC -> the NIC whose cable it now has ---------------
+    def cables(self) -> dict[str, str]:
+        path = self.dir / "cables.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def save_cables(self, cables: dict[str, str]) -> None:
+        tmp = self.dir / "cables.tmp"
+        tmp.write_text(json.dumps(cables))
+        tmp.replace(self.dir / "cables.json")
 
     # ---- background processes (flaps, traffic) -------------------------------------------
     def register(self, pid: int, what: str) -> None:

@@ -26,6 +26,14 @@ class Port:
     def __str__(self) -> str:
         return f"{self.node}:{self.iface}"
 
+    @classmethod
+    def parse(cls, text: str) -> Port:
+        """'h3:eth0' -> Port('h3', 'eth0')."""
+        node, sep, iface = text.partition(":")
+        if not (node and sep and iface):
+            raise ValueError(f"{text!r} is not NODE:IFACE")
+        return cls(node, iface)
+
 
 @dataclass(frozen=True)
 class Nic:

@@ -1,0 +1,96 @@
+"""`clockfabric audit`: is this cluster configured right, before a week-long job starts?"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from clockfabric.cli.output import out, print_json, progress_bar, require_root
+from clockfabric.errors import ClockfabricError
+
+
+def _split(values: list[str]) -> list[str]:
+    return [v.strip() for text in values for v in text.split(",") if v.strip()]
+
+
+def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (default: the only lab up)."),
+          hosts_file: Path = typer.Option(None, "--hosts", help="Audit real hosts: the fleet's topology YAML."),
+          via: str = typer.Option("ssh -o BatchMode=yes -o ConnectTimeout=5 {address}", "--via",
+                                  help="With --hosts: the command prefix that reaches a host ({host}, {address})."),
+          only: list[str] = typer.Option([], "--only", help="Run only these categories or check ids (repeat or comma)."),
+          skip: list[str] = typer.Option([], "--skip", help="Skip these categories or check ids."),
+          passive: bool = typer.Option(False, "--passive", help="No traffic: skip pings and collective tests."),
+          expect_file: Path = typer.Option(None, "--expect", help="Expectations YAML (versions, MTU, thresholds); "
+                                                                  "unset values come from the fleet's majority."),
+          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+          junit_file: Path = typer.Option(None, "--junit", help="Also write JUnit XML to this file."),
+          list_checks: bool = typer.Option(False, "--list", help="List the checks and exit.")) -> None:
+    """Audit the fleet: configuration, front-end and back-end network, collectives.
+
+    Exit code 0 ok, 1 warnings, 2 failures, 3 unknown (a check could not decide)."""
+    from clockfabric.audit import expect
+    from clockfabric.audit.registry import all_checks, select
+
+    if list_checks:
+        _list(all_checks(), as_json)
+        return
+    try:
+        checks = select(_split(only), _split(skip), passive=passive)
+    except ValueError as e:
+        raise ClockfabricError(f"--only/--skip: {e}") from None
+    if not checks:
+        raise ClockfabricError("--only/--skip leave no check to run; `clockfabric audit --list` shows them")
+    expectations = expect.load(expect_file)
+    report = _run(lab_name, hosts_file, via, checks, expectations, quiet=as_json)
+    if junit_file:
+        from clockfabric.audit.render import junit
+
+        try:
+            junit_file.write_text(junit(report))
+        except OSError as e:
+            raise ClockfabricError(f"cannot write --junit {junit_file}: {e.strerror}") from None
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        from clockfabric.audit.render import tree
+
+        out.print(tree(report))
+    sys.exit(report.exit_code)
+
+
+def _run(lab_name, hosts_file, via, checks, expectations, *, quiet: bool):
+    from clockfabric.audit.gather import lab_transport, template_transport
+    from clockfabric.audit.run import audit as run_audit
+
+    if lab_name and hosts_file:
+        raise ClockfabricError("give --lab or --hosts, not both")
+    if hosts_file:
+        from clockfabric.topology import load
+
+        topo = load(hosts_file)
+        transport, lab, fleet = template_transport(topo, via), None, str(hosts_file)
+    else:
+        from clockfabric.lab.state import Lab
+
+        require_root()
+        lab = Lab.open(lab_name)
+        topo, transport, fleet = lab.topology, lab_transport(lab), f"lab {lab.name}"
+    with progress_bar("audit") as update:
+        return run_audit(topo, sorted(topo.hosts), checks, transport=transport, expect=expectations, fleet=fleet,
+                         lab=lab, progress=None if quiet else update)
+
+
+def _list(checks, as_json: bool) -> None:
+    if as_json:
+        print_json([{"id": c.id, "category": c.category, "title": c.title, "active": c.active, "fix": c.fix}
+                    for c in checks])
+        return
+    table = Table(title="audit checks")
+    for col in ("id", "title", "sends traffic"):
+        table.add_column(col)
+    for c in checks:
+        table.add_row(c.id, c.title, "yes" if c.active else "")
+    out.print(table)
