@@ -6,7 +6,7 @@ import os
 import pytest
 from pyroute2 import IPRoute
 
-from clockfabric.lab import build, netns
+from clockfabric.lab import build, hostsfile, netns
 from tests.conftest import lab_capable
 
 reason = lab_capable()
@@ -30,6 +30,8 @@ def nothing_left_behind():
     yield
     left = netns.listed(f"cf.{PREFIX}")
     assert not left, f"namespaces left behind: {left}"
+    etc = sorted(p.name for p in hostsfile.ETC_NETNS.glob(f"cf.{PREFIX}*"))
+    assert not etc, f"per-namespace /etc files left behind: {etc}"
     assert root_links() == before, "the root namespace's interfaces changed"
 
 

@@ -17,7 +17,8 @@ from clockfabric.errors import ClockfabricError
        "Test the NIC named alone (clockfabric bench allreduce --hosts A,B --planes P); check its link speed, "
        "optics and switch port counters.", active=True)
 def run(ctx: Context) -> Outcome:
-    from clockfabric.collective.run import allreduce, expected_busbw_gbps
+    from clockfabric.collective.run import allreduce
+    from clockfabric.collective.sizes import parse_size
 
     if ctx.lab is None:
         return Outcome("collective tests need a lab for now",
@@ -29,7 +30,7 @@ def run(ctx: Context) -> Outcome:
         return Outcome("fewer than two healthy hosts", [Finding(Verdict.SKIP, "fewer than two hosts passed the "
                                                                            "back-end checks")])
     cfg = ctx.expect["collective"]
-    size = parse_size(cfg["size"])  # FIXME
+    size = parse_size(cfg["size"])
     rows, short_planes = [], set()
     for algorithm in cfg["algorithms"]:
         for k in cfg["subflows"]:
@@ -39,16 +40,15 @@ def run(ctx: Context) -> Outcome:
             except ClockfabricError as e:
                 return Outcome("the all-reduce did not run", [Finding(Verdict.FAIL, str(e))])
             row = result.rows[-1]
-            want = expected_busbw_gbps(ctx.topology, hosts, k)
-            ratio = row.busbw_gbps / want if want else None
+            ratio = result.ratio(row) if result.expected_busbw_gbps else None
             rows.append({"algorithm": algorithm, "subflows": k, "size_bytes": row.size_bytes,
-                         "busbw_gbps": round(row.busbw_gbps, 5), "expected_gbps": round(want, 5),
+                         "busbw_gbps": round(row.busbw_gbps, 5), "expected_gbps": round(result.expected_busbw_gbps, 5),
                          "ratio": None if ratio is None else round(ratio, 3), "wrong": row.wrong})
             if row.wrong:
                 return Outcome("wrong results", [Finding(Verdict.FAIL, f"{row.wrong} wrong elements in the all-reduce "
                                                                        f"({algorithm}, {k} subflows)", evidence=row.__dict__)])
             if ratio is not None and ratio < cfg["min_ratio"]:
-                short_planes |= set(ctx.topology.planes[:k])
+                short_planes |= set(result.planes[:k])
     ctx.derived["collective.sweep"] = rows
     worst = min((r["ratio"] for r in rows if r["ratio"] is not None), default=None)
     summary = f"{len(hosts)} hosts, {len(rows)} runs, worst busbw {worst:.0%} of expected"

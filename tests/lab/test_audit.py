@@ -1,0 +1,99 @@
+"""The fleet audit on real labs: a clean lab passes, six planted faults are each named (host and
+NIC) with nothing else failing, a hung host is named without holding up the rest, and a cable
+swap is undone by swapping again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clockfabric.audit import expect
+from clockfabric.audit.gather import lab_transport
+from clockfabric.audit.registry import select
+from clockfabric.audit.run import audit
+from clockfabric.lab import check, impair
+from clockfabric.topology import Port, load, multirail
+
+ROOT = Path(__file__).resolve().parents[2]
+BAD = ("fail", "unknown")
+
+
+def run_audit(lab, only=(), skip=(), **overrides):
+    expectations = expect.defaults()
+    for section, values in overrides.items():
+        expectations[section].update(values)
+    topo = lab.topology
+    return audit(topo, sorted(topo.hosts), select(list(only), list(skip)), transport=lab_transport(lab),
+                 expect=expectations, fleet=lab.name, lab=lab)
+
+
+def bad_findings(report) -> set[tuple[str, str, str]]:
+    return {(c.id, f.host, f.device) for c in report.results for f in c.findings if f.verdict.value in BAD}
+
+
+def test_clean_lab_passes_every_check(make_lab):
+    lab = make_lab(multirail(hosts=4, planes=2, leaves=2, spines=2))
+    report = run_audit(lab)
+    assert not bad_findings(report), json.dumps(report.as_dict(), indent=1)
+    verdicts = {c.id: c.verdict.value for c in report.results}
+    # what the lab has, each judged for real (only GPUs, RDMA and PCIe are absent here)
+    for cid in ("configuration.software", "frontend.names", "frontend.mtu", "backend.cabling",
+                "backend.connectivity", "backend.latency", "collective.allreduce"):
+        assert verdicts[cid] == "pass", (cid, verdicts)
+    sweep = report.expectations["collective.sweep"]
+    assert {(r["algorithm"], r["subflows"]) for r in sweep} == {(a, k) for a in ("ring", "hier") for k in (1, 2, 4, 8)}
+    assert all(r["wrong"] == 0 for r in sweep)
+
+
+def test_seeded_faults_are_each_named_and_nothing_else_fails(make_lab):
+    lab = make_lab(load(ROOT / "examples" / "dualplane-8.yaml"))
+    planted = subprocess.run([sys.executable, str(ROOT / "examples" / "seeded_faults.py"), "--lab", lab.name],
+                             capture_output=True, text=True, check=True)
+    faults = json.loads(planted.stdout)
+    assert len(faults) == 7
+    report = run_audit(lab)
+    found = bad_findings(report)
+    expected = {("configuration.software", "h6", ""), ("frontend.mtu", "h2", "eth0"),
+                ("backend.nic_active", "h1", "eth1"), ("backend.cabling", "h3", "eth0"),
+                ("backend.cabling", "h4", "eth0"), ("backend.latency", "h7", "eth1"),
+                ("collective.allreduce", "h5", "eth1")}
+    assert found == expected, json.dumps(report.as_dict(), indent=1)
+    assert report.exit_code == 2
+    planted_where = {(f["host"], f["nic"]) for f in faults} | {(f["host"], "") for f in faults}
+    warned = {(f.host, f.device) for c in report.results for f in c.findings if f.verdict.value == "warn"}
+    assert warned <= planted_where, warned  # warnings too land only where a fault is
+
+
+def test_a_hung_host_is_named_and_the_rest_report(make_lab):
+    lab = make_lab(multirail(hosts=3, planes=1, leaves=1, spines=1))
+    hang = lab.dir / "hang"
+    hang.mkdir()
+    (hang / "sitecustomize.py").write_text("import time\ntime.sleep(60)\n")  # Python on h1 never starts
+    lab.set_host_env("h1", {"PYTHONPATH": str(hang)})
+    report = run_audit(lab, only=["frontend.reach", "configuration.software"], timeouts={"host_s": 3.0})
+    reach = next(c for c in report.results if c.id == "frontend.reach")
+    assert [(f.host, f.verdict.value) for f in reach.findings] == [("h1", "fail")]
+    assert "no answer within 3 s" in reach.findings[0].message
+    assert report.seconds < 15
+    software = next(c for c in report.results if c.id == "configuration.software")
+    assert software.summary.endswith("on 2 hosts")
+
+
+def test_cable_swap_and_back(make_lab, cli):
+    lab = make_lab(multirail(hosts=4, planes=1, leaves=2, spines=1))
+    a, b = Port("h0", "eth0"), Port("h2", "eth0")
+    impair.swap_cables(lab, a, b)
+    assert lab.cables() == {"h0:eth0": "h2:eth0", "h2:eth0": "h0:eth0"}
+    report = run_audit(lab, only=["backend.cabling"])
+    assert bad_findings(report) == {("backend.cabling", "h0", "eth0"), ("backend.cabling", "h2", "eth0")}
+    with pytest.raises(Exception, match="already has another host's cable"):
+        impair.swap_cables(lab, a, Port("h1", "eth0"))
+    cli("lab", "swap", "h0:eth0", "h2:eth0", "--lab", lab.name)
+    assert lab.cables() == {}
+    assert all(p.ok for p in check.check(lab))
+    assert not bad_findings(run_audit(lab, only=["backend.cabling", "backend.connectivity"]))
