@@ -257,7 +257,7 @@ def test_software_package_absent_from_one_hosts_list(fleet):
 
 
 @pytest.mark.xfail(reason="bug: majority() ignores hosts without the package, so a package on 1 host of 4 "
-                          "fails the other 3 as 'not installed; the fleet has X' (config_software.py:47)", strict=True)
+                          "fails the other 3 as 'not installed; the fleet has X' (config_software.py:46)", strict=True)
 def test_software_package_on_a_minority_of_hosts_does_not_fail_the_rest(fleet):
     fleet.reports["h0"]["software"]["packages"]["nvidia-nccl-cu13"] = "2.27.3"
     _, bad = run("configuration.software", fleet.context())
@@ -342,7 +342,7 @@ def test_memory_unreadable_everywhere_is_unknown(fleet):
 
 
 @pytest.mark.xfail(reason="bug: the DIMM count expectation is a median, so two hosts with 16 and 15 DIMMs "
-                          "expect 15.5 and both fail (config_memory.py:29; same for gpu.count, config_gpu.py:23)",
+                          "expect 15.5 and both fail (config_memory.py:29; same for gpu.count, config_gpu.py:22)",
                    strict=True)
 def test_memory_two_hosts_one_dimm_fewer_names_only_that_host():
     fleet = Fleet(leafspine(2, 1, 0))
@@ -492,7 +492,7 @@ def test_gpu_lost_from_the_bus_fails(fleet):
     assert [(f.verdict.value, f.host) for f in bad] == [("fail", "h1")]
 
 
-@pytest.mark.xfail(reason="bug: the max-SM-clock majority's 'firm' is dropped (config_gpu.py:60), so a 1:1 "
+@pytest.mark.xfail(reason="bug: the max-SM-clock majority's 'firm' is dropped (config_gpu.py:26), so a 1:1 "
                           "split blames the GPU of the host that sorts later instead of warning for the fleet",
                    strict=True)
 def test_gpu_max_clock_without_majority_blames_no_single_gpu():
