@@ -15,6 +15,7 @@ ETH_P_LLDP = 0x88CC
 MULTICAST = bytes.fromhex("0180c200000e")  # nearest bridge: never forwarded by a switch
 CHASSIS, PORT, TTL, PORT_DESC, SYSTEM_NAME, END = 1, 2, 3, 4, 5, 0
 LOCAL, IFNAME = 7, 5  # chassis id subtype "locally assigned", port id subtype "interface name"
+MAC_CHASSIS, ADDRESS_CHASSIS, MAC_PORT, ADDRESS_PORT = 4, 5, 3, 4  # the id subtypes that are binary
 MAX_FRAME = 1518
 
 
@@ -45,7 +46,13 @@ def parse(data: bytes) -> dict | None:
         if kind == END or len(value) < length:
             break
         if kind in (CHASSIS, PORT) and value:
-            text = value[1:].hex(":") if value[0] in (3, 4) and length == 7 else value[1:].decode(errors="replace")
+            subtype, ident = value[0], value[1:]
+            if (kind, subtype) in ((CHASSIS, MAC_CHASSIS), (PORT, MAC_PORT)) and len(ident) == 6:
+                text = ident.hex(":")
+            elif (kind, subtype) in ((CHASSIS, ADDRESS_CHASSIS), (PORT, ADDRESS_PORT)):
+                text = ident.hex()  # a network address, family byte first: binary, not text
+            else:
+                text = ident.decode(errors="replace")
             out["chassis" if kind == CHASSIS else "port"] = text
         elif kind == TTL and length == 2:
             out["ttl"], = struct.unpack("!H", value)

@@ -29,3 +29,13 @@ def blame(results: dict[Pair, bool], share: float = 0.25) -> tuple[dict[Endpoint
         blamed[e] = sorted(b if a == e else a for a, b in mine)
         unexplained -= mine
     return dict(sorted(blamed.items())), sorted(unexplained)
+
+
+def whole_planes(results: dict[Pair, bool], plane_of) -> tuple[list[int], dict[Pair, bool]]:
+    """Planes (of three NICs or more) where every pair is bad: the plane itself is the fault,
+    not its NICs. Returns those planes, and the results of the other planes."""
+    by_plane: dict[int, dict[Pair, bool]] = {}
+    for pair, is_bad in results.items():
+        by_plane.setdefault(plane_of(pair[0]), {})[pair] = is_bad
+    dark = sorted(p for p, rs in by_plane.items() if all(rs.values()) and len({e for pr in rs for e in pr}) >= 3)
+    return dark, {pair: bad for p, rs in by_plane.items() if p not in dark for pair, bad in rs.items()}

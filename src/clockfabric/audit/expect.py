@@ -36,7 +36,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple, Any]]] = {
     "timeouts": {"host_s": (NUMBER, 20.0), "check_s": (NUMBER, 300.0),
                  "lldp_s": (NUMBER, 1.5)},  # how long hosts listen for their switch's LLDP
 }
-RDMA_MODES = ("optional", "required", "absent")
+RDMA_MODES = ("optional", "required")
 
 
 def defaults() -> dict:
@@ -59,11 +59,16 @@ def parse(data: Any, source: str = "expectations") -> dict:
             if key not in SCHEMA[section]:
                 raise ClockfabricError(f"{source}: unknown key {section}.{key}; "
                                        f"{section} has {', '.join(SCHEMA[section])}")
-            kind = SCHEMA[section][key][0]
-            if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-                names = "number" if kind is NUMBER else kind.__name__
+            kind, default = SCHEMA[section][key]
+            names = "number" if kind is NUMBER else kind.__name__
+            if value is None and default is not None:
+                raise ClockfabricError(f"{source}: {section}.{key} must be a {names}; leave it out for the default")
+            if value is not None and (not isinstance(value, kind) or (kind is not bool and isinstance(value, bool))):
                 raise ClockfabricError(f"{source}: {section}.{key} must be a {names} (got {value!r})")
             out[section][key] = value
+    for name, version in out["software"]["packages"].items():
+        if not isinstance(version, str):  # YAML reads 1.20 as the number 1.2
+            raise ClockfabricError(f"{source}: software.packages.{name}: quote the version, like \"{version}\"")
     if out["network"]["rdma"] not in RDMA_MODES:
         raise ClockfabricError(f"{source}: network.rdma must be one of {', '.join(RDMA_MODES)}")
     if bad := [a for a in out["collective"]["algorithms"] if a not in ("ring", "hier")]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
+import signal
 import sys
 from collections.abc import Callable
 
@@ -52,15 +54,23 @@ def specs(topo: Topology, hosts: list[str], *, pings: int, lldp_wait_s: float) -
 
 async def _one(host: str, argv: list[str], spec: dict, timeout_s: float) -> tuple[str, dict | None, str]:
     try:
+        # its own session: on a timeout the whole group goes, even a wrapper's children holding the pipes
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                    start_new_session=True)
     except OSError as e:
         return host, None, f"cannot start {argv[0]}: {e.strerror}"
     try:
         out, err = await asyncio.wait_for(proc.communicate(json.dumps(spec).encode()), timeout_s)
     except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except asyncio.TimeoutError:
+            pass  # unkillable (stuck in the kernel): named below all the same
         return host, None, f"no answer within {timeout_s:g} s"
     if proc.returncode != 0:
         last = (err.decode(errors="replace").strip().splitlines() or [f"exit {proc.returncode}"])[-1]

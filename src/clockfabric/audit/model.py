@@ -30,10 +30,10 @@ def worst(verdicts) -> Verdict:
     verdicts = list(verdicts)
     if not verdicts:
         return Verdict.PASS
-    top = max(verdicts, key=lambda v: v.rank)
-    if top is Verdict.PASS and all(v is Verdict.SKIP for v in verdicts):
+    if all(v is Verdict.SKIP for v in verdicts):
         return Verdict.SKIP
-    return top
+    top = max(v.rank for v in verdicts)
+    return Verdict.PASS if top == 0 else next(v for v in verdicts if v.rank == top)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def run(ctx: Context) -> Outcome:
     for h in ctx.reporting():
         for name, info in (ctx.facts(h, "nics") or {}).items():
             if info.get("rdma") and (h, name) not in ctx.broken:
-                indexes[(h, name)] = roce_v2_index(info["rdma"], info.get("ipv4", []))
+                indexes[(h, name)] = roce_v2_index(info["rdma"], info.get("ipv4") or [])
     if not indexes:
         return Outcome("no RDMA NICs", [Finding(Verdict.SKIP, "no RDMA devices on any back-end NIC")])
     want, firm = ctx.expected("network", "gid_index", {f"{h}:{n}": i for (h, n), i in indexes.items()})

@@ -24,8 +24,11 @@ def run(ctx: Context) -> Outcome:
                 problem = "missing: no such interface"
             elif info.get("admin_up") is False:
                 problem = "administratively down"
-            elif (want := planned.get((h, nic.name))) and not any(a.split("/")[0] == want for a in info.get("ipv4", [])):
-                problem = f"has {', '.join(info.get('ipv4', [])) or 'no address'}, not its planned {want}"
+            elif info.get("ipv4") is None:
+                findings.append(Finding(Verdict.WARN, f"addresses not readable: {info.get('ipv4_error', 'unknown')}",
+                                        host=h, device=nic.name))
+            elif (want := planned.get((h, nic.name))) and not any(a.split("/")[0] == want for a in info["ipv4"]):
+                problem = f"has {', '.join(info['ipv4']) or 'no address'}, not its planned {want}"
             elif need_rdma and not info.get("rdma"):
                 problem = "no RDMA device (network.rdma is required)"
             if problem:

@@ -10,6 +10,7 @@ from clockfabric.audit.registry import Outcome, check
 
 FIELDS = ("kernel", "os", "python", "nvidia_driver", "nccl", "rdma_core")
 LENIENT = ("kernel", "os")  # rolling OS updates are common and rarely fatal: warn
+ABSENT = "not installed"  # a vote too: a package on one host of four is that host's oddity
 
 
 @check("configuration.software", "Software versions consistent across hosts",
@@ -43,17 +44,17 @@ def _compare(ctx: Context, name: str, values: dict[str, str | None]) -> list[Fin
     if written is not None:
         want, firm = str(written), True
     else:
-        want, firm = ctx.expected("software", name, values)
+        want, firm = ctx.expected("software", name, {h: ABSENT if v is None else v for h, v in values.items()})
     label = name.removeprefix("packages.")
     if not firm:
         spread = ", ".join(f"{h}={v}" for h, v in sorted(values.items()))
         return [Finding(Verdict.WARN, f"{label}: no majority version across the fleet ({spread})",
                         evidence={"versions": values})]
-    verdict = Verdict.WARN if name in LENIENT else Verdict.FAIL
+    verdict = Verdict.WARN if name in LENIENT or want == ABSENT else Verdict.FAIL
     out = []
     for h, v in sorted(values.items()):
-        if v != want:
-            have = "not installed" if v is None else v
-            out.append(Finding(verdict, f"{label} {have}; the fleet {'expects' if written else 'has'} {want}",
-                               host=h, evidence={"field": label, "found": v, "expected": want}))
+        if (v or ABSENT) != want:
+            message = (f"{label} {v} installed here only" if want == ABSENT else
+                       f"{label} {v or ABSENT}; the fleet {'expects' if written else 'has'} {want}")
+            out.append(Finding(verdict, message, host=h, evidence={"field": label, "found": v, "expected": want}))
     return out
