@@ -9,11 +9,13 @@ import subprocess
 import threading
 import time
 import uuid
+from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 
 from clockfabric.controller.storage import open_storage
-from clockfabric.controller.storage.base import Alert, Event, Sample, StorageError
+from clockfabric.controller.storage.base import Alert, Audit, Event, Sample, StorageError
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.errors import ClockfabricError
 
@@ -51,6 +53,14 @@ def owd(host: str, t_ns: int, value: float, **labels: str) -> Sample:
 
 def alert(key: str, opened_ns: int, **kw) -> Alert:
     return Alert(key=key, kind="flapping", severity="warning", message=f"{key} flaps", opened_ns=opened_ns, **kw)
+
+
+def audit(t_ns: int, verdict: str = "pass", exit_code: int = 0, fleet: str = "lab demo") -> Audit:
+    counts = {"pass": 3, "skip": 1, "warn": 0, "unknown": 0, "fail": 0}
+    finding = {"host": "h2", "evidence": {"mem_gib": 23.5, "dimms": None}}
+    report = {"fleet": fleet, "hosts": ["h1", "h2"], "verdict": verdict, "exit_code": exit_code, "started_ns": t_ns,
+              "counts": counts, "checks": [{"id": "configuration.memory", "verdict": verdict, "findings": [finding]}]}
+    return Audit(t_ns=t_ns, fleet=fleet, verdict=verdict, exit_code=exit_code, counts=counts, report=report)
 
 
 # ---- hosts -------------------------------------------------------------------------------------------
@@ -206,6 +216,34 @@ def test_alerts_window_and_paging(store):
     assert [a.key for a in page] == ["a", "b"] and keys(after_id=page[-1].id) == ["c", "d"]
 
 
+# ---- audits ------------------------------------------------------------------------------------------
+def test_audits_round_trip_and_summaries(store):
+    first = store.add_audit(audit(100))
+    second = store.add_audit(audit(200, "fail", 2, fleet="fleet.yaml"))
+    assert first.id is not None and second.id > first.id
+    assert store.audit(second.id) == second  # the report comes back whole
+    assert list(store.audit(second.id).report) == list(second.report)  # in its own key order
+    assert store.audit(second.id + 1) is None
+    listed = store.audits()
+    assert listed == [replace(first, report=None), replace(second, report=None)]  # summaries: no report
+    with pytest.raises(ValueError, match="report"):
+        store.add_audit(replace(first, report=None, id=None))
+
+
+def test_audits_window_and_paging(store):
+    ids = [store.add_audit(audit(t)).id for t in (100, 300, 200, 400, 500)]
+
+    def times(**kw):
+        return [a.t_ns for a in store.audits(**kw)]
+
+    assert times() == [100, 300, 200, 400, 500]  # in the order stored
+    assert times(since_ns=200, until_ns=400) == [300, 200]  # since inclusive, until exclusive
+    assert times(since_ns=450) == [500] and times(until_ns=100) == []
+    page = store.audits(limit=2)
+    assert [a.id for a in page] == ids[:2] and times(after_id=page[-1].id, limit=2) == [200, 400]
+    assert times(after_id=ids[-1]) == []
+
+
 # ---- opening -----------------------------------------------------------------------------------------
 def test_reopen_keeps_everything(opener):
     s = opener()
@@ -218,6 +256,31 @@ def test_reopen_keeps_everything(opener):
     assert again.host("h1") is not None and len(again.events()) == len(again.samples()) == 1
     assert again.open_alert(alert("k", 20)) is None
     assert again.add_events([ev("h1", 0, 10)]) == 0
+
+
+def test_database_from_before_audits_opens_and_gains_them(opener):
+    s = opener()
+    s.enroll("h1", 1)
+    s.add_events([ev("h1", 0, 10)])
+    with s._write() as cur:  # as clockfabric left it before audits were stored (schema version 1 as now)
+        cur.execute("DROP TABLE audits")
+    s.close()
+    again = opener()
+    assert again.host("h1") is not None and len(again.events()) == 1  # what it had stays
+    stored = again.add_audit(audit(100))
+    assert again.audit(stored.id) == stored and again.audits() == [replace(stored, report=None)]
+
+
+def test_sqlite_file_from_before_audits_read_only(tmp_path):
+    path = tmp_path / "controller.db"
+    with SqliteStorage(path) as s:
+        s.enroll("h1", 1)
+        with s._write() as cur:
+            cur.execute("DROP TABLE audits")
+    with read_only(path), SqliteStorage(path) as s:  # an older file, read-only: it still opens for reading
+        assert s.host("h1") is not None
+    with SqliteStorage(path) as s:  # and gains the table once it can
+        assert s.audits() == []
 
 
 def test_newer_schema_refused(opener):
@@ -272,10 +335,9 @@ def test_sqlite_locked_by_another_writer(tmp_path):
     store.close()
 
 
-def test_sqlite_read_only_file(tmp_path):
-    path = tmp_path / "controller.db"
-    with SqliteStorage(path) as s:
-        s.enroll("h1", 1)
+@contextmanager
+def read_only(path):
+    """The file made read-only for the block."""
     if os.geteuid() == 0:  # root writes through file modes: make the file immutable instead
         if subprocess.run(["chattr", "+i", str(path)], check=False, capture_output=True).returncode:
             pytest.skip(f"cannot make {path} immutable (chattr +i) on this filesystem")
@@ -284,14 +346,21 @@ def test_sqlite_read_only_file(tmp_path):
         path.chmod(0o444)
         undo = ["chmod", "644", str(path)]
     try:
-        with SqliteStorage(path) as s:
-            assert s.host("h1") is not None  # still opens for reading
-            with pytest.raises(StorageError, match="readonly"):
-                s.enroll("h2", 2)
-            with pytest.raises(StorageError):
-                s.add_samples([owd("h1", 1, 1.0)])
+        yield
     finally:
         subprocess.run(undo, check=True)
+
+
+def test_sqlite_read_only_file(tmp_path):
+    path = tmp_path / "controller.db"
+    with SqliteStorage(path) as s:
+        s.enroll("h1", 1)
+    with read_only(path), SqliteStorage(path) as s:
+        assert s.host("h1") is not None  # still opens for reading
+        with pytest.raises(StorageError, match="readonly"):
+            s.enroll("h2", 2)
+        with pytest.raises(StorageError):
+            s.add_samples([owd("h1", 1, 1.0)])
 
 
 def test_postgres_connection_lost_then_back(postgres_server):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
+import urllib.parse
 from pathlib import Path
 
+import httpx
 import typer
 from rich.table import Table
 
-from clockfabric.cli.output import out, print_json, progress_bar, require_root
+from clockfabric.cli.output import err, out, print_json, progress_bar, require_root
+from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
 
 
@@ -27,7 +30,10 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
                                                                   "unset values come from the fleet's majority."),
           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
           junit_file: Path = typer.Option(None, "--junit", help="Also write JUnit XML to this file."),
-          list_checks: bool = typer.Option(False, "--list", help="List the checks and exit.")) -> None:
+          list_checks: bool = typer.Option(False, "--list", help="List the checks and exit."),
+          controller_url: str = typer.Option(None, "--controller", help="Store the report in this controller "
+                                                                         "(default: the lab's kept one, if any)."),
+          token_file: Path = typer.Option(None, "--token-file", help="With --controller: the fleet token.")) -> None:
     """Audit the fleet: configuration, front-end and back-end network, collectives.
 
     Exit code 0 ok, 1 warnings, 2 failures, 3 unknown (a check could not decide)."""
@@ -44,7 +50,11 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
     if not checks:
         raise ClockfabricError("--only/--skip leave no check to run; `clockfabric audit --list` shows them")
     expectations = expect.load(expect_file)
-    report = _run(lab_name, hosts_file, via, checks, expectations, quiet=as_json)
+    if hosts_file and bool(controller_url) != bool(token_file):
+        raise ClockfabricError("give --controller URL and --token-file FILE together: where to store the report")
+    if token_file:
+        read_token(token_file)  # a wrong path is said now, not after the audit
+    report, lab = _run(lab_name, hosts_file, via, checks, expectations, quiet=as_json)
     if junit_file:
         from clockfabric.audit.render import junit
 
@@ -58,6 +68,7 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
         from clockfabric.audit.render import tree
 
         out.print(tree(report))
+    _store(report, lab, controller_url, token_file)
     sys.exit(report.exit_code)
 
 
@@ -80,7 +91,48 @@ def _run(lab_name, hosts_file, via, checks, expectations, *, quiet: bool):
         topo, transport, fleet = lab.topology, lab_transport(lab), f"lab {lab.name}"
     with progress_bar("audit") as update:
         return run_audit(topo, sorted(topo.hosts), checks, transport=transport, expect=expectations, fleet=fleet,
-                         lab=lab, progress=None if quiet else update)
+                         lab=lab, progress=None if quiet else update), lab
+
+
+def _store(report, lab, url: str | None, token_file: Path | None) -> None:
+    """Keep the report in the controller given, or else in the lab's kept one (`monitor --keep`), if any.
+    A failure is one warning: the audit's verdict and exit code stand either way."""
+    from clockfabric.cli.monitor_cmds import _record, _where
+
+    if not url and (lab is None or not _record(lab).exists()):
+        return
+    try:
+        url, token_path = _where(lab, url, token_file)
+        stored = _post(lab, url, token_path, report.as_dict())
+    except (ClockfabricError, OSError, ValueError) as e:  # ValueError: no JSON either way
+        err.print(f"audit not stored: {' '.join(str(e).split())}", style="yellow", markup=False, highlight=False,
+                  soft_wrap=True)
+        return
+    err.print(f"stored as audit {stored['id']} on {url}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _post(lab, url: str, token_file: Path, report: dict) -> dict:
+    """POST the report; from inside the lab when the controller listens on a lab host's address, as
+    `monitor_cmds.api` reaches the lab's controller."""
+    headers = {"Authorization": f"Bearer {read_token(token_file)}"}
+
+    def post() -> dict:
+        try:
+            r = httpx.post(f"{url.rstrip('/')}/api/v1/audits", json=report, headers=headers, timeout=10.0)
+        except httpx.HTTPError as e:
+            raise ClockfabricError(f"{url}: {e}") from None
+        if r.status_code != 201:
+            raise ClockfabricError(f"{url} answered HTTP {r.status_code}: {r.text[:200]}")
+        return r.json()
+
+    address = urllib.parse.urlsplit(url).hostname
+    inside = [h for h, node in lab.topology.hosts.items() if str(node.address) == address] if lab else []
+    if not inside:
+        return post()
+    from clockfabric.lab import netns
+
+    with netns.entered(lab.ns(inside[0])):
+        return post()
 
 
 def _list(checks, as_json: bool) -> None:

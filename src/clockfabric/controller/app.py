@@ -1,4 +1,5 @@
-"""The controller's HTTP API (FastAPI): agents push, people and tools read.
+"""The controller's HTTP API (FastAPI): agents push, `clockfabric audit` posts its reports, people
+and tools read.
 
 Every route but /healthz wants the fleet token (`Authorization: Bearer <token>`). Lists are
 paged by cursor (`after_id`, `limit`; the reply's `next` is the cursor of the next page, or
@@ -9,20 +10,26 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import json
 import threading
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.concurrency import run_in_threadpool
 
 from clockfabric.controller.fleet import Fleet, UnknownHost
-from clockfabric.controller.storage.base import StorageError
+from clockfabric.controller.storage.base import Audit, StorageError
 
 MAX_EVENTS, MAX_SAMPLES, MAX_PAGE = 5_000, 50_000, 1_000
+MAX_AUDIT_BYTES = 4 * 2**20  # a report, every finding with its evidence: room for thousands of findings
 Name = Annotated[str, Field(min_length=1, max_length=128)]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+VerdictName = Literal["pass", "skip", "warn", "unknown", "fail"]
+EXIT_CODES = {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "unknown": 3}  # as audit.model.Report.exit_code
 
 
 class EventIn(BaseModel):
@@ -50,9 +57,65 @@ class Push(BaseModel):
     dropped_events: int = Field(default=0, ge=0)
 
 
+class CheckIn(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    id: Name
+    verdict: VerdictName
+
+
+class AuditIn(BaseModel):
+    """What the controller reads of an audit report (audit.model.Report.as_dict()); it keeps all of it."""
+    model_config = ConfigDict(extra="allow", strict=True)
+    # "lab demo", a hosts file's path; no control characters (PostgreSQL's TEXT refuses NUL)
+    fleet: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f]*$")]
+    verdict: VerdictName
+    exit_code: int = Field(ge=0, le=3)
+    started_ns: int = Field(ge=0, lt=2**63)  # a BIGINT in both databases
+    counts: dict[VerdictName, Annotated[int, Field(ge=0)]]
+    checks: list[CheckIn]
+
+    @model_validator(mode="after")
+    def consistent(self) -> AuditIn:
+        if EXIT_CODES[self.verdict] != self.exit_code:
+            raise ValueError(f"exit_code {self.exit_code} does not go with verdict {self.verdict!r} "
+                             f"(0 pass/skip, 1 warn, 2 fail, 3 unknown)")
+        return self
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused with 413 as soon as it is past `limit` bytes (before it is all read)."""
+    too_big = HTTPException(413, f"body larger than {limit} bytes")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def invalid(errors: list[dict]) -> RequestValidationError:
+    """422 with FastAPI's usual detail (the field at fault, the reason), without echoing the input back."""
+    return RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors])
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
 def page(rows: list, limit: int) -> dict:
     items = [dataclasses.asdict(r) for r in rows]
     return {"items": items, "next": items[-1]["id"] if len(items) == limit else None}
+
+
+def summary(a: Audit) -> dict:
+    """An audit without its report, as the list shows it."""
+    out = dataclasses.asdict(dataclasses.replace(a, report=None))
+    del out["report"]
+    return out
 
 
 def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
@@ -146,5 +209,36 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
                after_id: int = 0, limit: Limit = 100) -> dict:
         return page(fleet.storage.alerts(open_only=open_only, since_ns=since_ns, until_ns=until_ns,
                                          after_id=after_id, limit=limit), limit)
+
+    @app.post("/api/v1/audits", dependencies=auth, status_code=201)
+    async def add_audit(request: Request) -> dict:
+        """Keep an audit's report (`clockfabric audit` posts it). Read here, not by FastAPI, to cap its size."""
+        body = await read_body(request, MAX_AUDIT_BYTES)
+        try:
+            report = json.loads(body, parse_constant=_no_constant)
+        except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise invalid([{"type": "json_invalid", "loc": (), "msg": f"JSON decode error: {e}"}]) from None
+        try:
+            checked = AuditIn.model_validate(report)
+        except ValidationError as e:
+            raise invalid(e.errors(include_url=False, include_context=False, include_input=False)) from None
+        stored = await run_in_threadpool(fleet.storage.add_audit, Audit(
+            t_ns=checked.started_ns, fleet=checked.fleet, verdict=checked.verdict, exit_code=checked.exit_code,
+            counts=dict(checked.counts), report=report))
+        return summary(stored)
+
+    @app.get("/api/v1/audits", dependencies=auth)
+    def audits(since_ns: int | None = None, until_ns: int | None = None, after_id: int = 0,
+               limit: Limit = 100) -> dict:
+        """Summaries (verdict, exit code, counts per verdict), oldest first; /api/v1/audits/{id} has the report."""
+        found = fleet.storage.audits(since_ns=since_ns, until_ns=until_ns, after_id=after_id, limit=limit)
+        return {"items": [summary(a) for a in found], "next": found[-1].id if len(found) == limit else None}
+
+    @app.get("/api/v1/audits/{audit_id}", dependencies=auth)
+    def audit(audit_id: int) -> dict:
+        found = fleet.storage.audit(audit_id)
+        if found is None:
+            raise HTTPException(404, f"no audit {audit_id}")
+        return dataclasses.asdict(found)
 
     return app

@@ -4,7 +4,8 @@ WAL; the default) and `postgres.PostgresStorage`. The controller speaks only thi
 Times are integer nanoseconds since the epoch, in global (synced) time where the agent had a
 mapping, else its own clock (`Event.synced` says which). Every list query is paged by a cursor:
 rows come in ascending `id`, and the next page starts after the last `id` seen. Time windows are
-half-open, since_ns <= t < until_ns; for alerts, t is any time the alert was open.
+half-open, since_ns <= t < until_ns; for alerts, t is any time the alert was open; for audits, the
+time the audit started.
 """
 
 from __future__ import annotations
@@ -60,6 +61,17 @@ class Alert:
     id: int | None = None
 
 
+@dataclass(frozen=True)
+class Audit:
+    t_ns: int  # when the audit started (the report's started_ns), on the auditing machine's clock
+    fleet: str  # what was audited: "lab demo", a hosts file
+    verdict: str  # "pass" | "skip" | "warn" | "unknown" | "fail"
+    exit_code: int  # 0 ok, 1 warn, 2 fail, 3 unknown
+    counts: dict[str, int] = field(default_factory=dict)  # checks per verdict
+    report: dict | None = None  # the whole report (audit.model.Report.as_dict()); None in lists
+    id: int | None = None
+
+
 class Storage(Protocol):
     def enroll(self, host: str, now_ns: int) -> None: ...
     def host(self, name: str) -> Host | None: ...
@@ -88,5 +100,15 @@ class Storage(Protocol):
 
     def alerts(self, *, open_only: bool = False, since_ns: int | None = None, until_ns: int | None = None,
                after_id: int = 0, limit: int = 100) -> list[Alert]: ...
+
+    def add_audit(self, audit: Audit) -> Audit:
+        """Store an audit and its report; returns it with its id."""
+
+    def audits(self, *, since_ns: int | None = None, until_ns: int | None = None, after_id: int = 0,
+               limit: int = 100) -> list[Audit]:
+        """Summaries: everything but the report (`report` is None)."""
+
+    def audit(self, id_: int) -> Audit | None:
+        """One audit with its report; None if there is none with that id."""
 
     def close(self) -> None: ...

@@ -5,17 +5,20 @@ from __future__ import annotations
 import json
 import math
 
-from clockfabric.controller.storage.base import Alert, Event, Host, Sample
+from clockfabric.controller.storage.base import Alert, Audit, Event, Host, Sample
 
 HOST_COLS = "name, enrolled_ns, last_seen_ns, info"
 EVENT_COLS = "id, host, seq, boot, t_ns, kind, device, detail, synced"
 SAMPLE_COLS = "id, host, t_ns, name, value, labels"
 ALERT_COLS = "id, key, kind, severity, message, opened_ns, resolved_ns, detail"
+AUDIT_COLS = "id, t_ns, fleet, verdict, exit_code, counts"  # the summary; the report is a column of its own
 
 
 # canonical JSON (sorted keys, no spaces): equal dicts give equal text, so labels compare as text.
 # One encoder, made once: json.dumps with options builds a new one per call (~1 us a sample).
 dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+# a report is only ever read back whole: it keeps its own key order (verdict before checks, a check's id first)
+dumps_ordered = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def host(row) -> Host:
@@ -61,3 +64,13 @@ def alert_values(a: Alert) -> tuple:
 def alert(row) -> Alert:
     id_, key, kind, severity, message, opened_ns, resolved_ns, detail = row
     return Alert(key, kind, severity, message, opened_ns, resolved_ns, json.loads(detail), id_)
+
+
+def audit_values(a: Audit) -> tuple:
+    return a.t_ns, a.fleet, a.verdict, a.exit_code, dumps(a.counts), dumps_ordered(a.report)
+
+
+def audit(row) -> Audit:
+    """A summary row (AUDIT_COLS), or one with the report after them."""
+    id_, t_ns, fleet, verdict, exit_code, counts, *report = row
+    return Audit(t_ns, fleet, verdict, exit_code, json.loads(counts), json.loads(report[0]) if report else None, id_)

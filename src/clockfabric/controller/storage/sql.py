@@ -7,6 +7,8 @@ Time windows are half-open, since_ns <= t < until_ns, so consecutive windows nev
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -14,14 +16,16 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from clockfabric.controller.storage import rows
-from clockfabric.controller.storage.base import Alert, Event, Host, Sample
+from clockfabric.controller.storage.base import Alert, Audit, Event, Host, Sample, StorageError
 from clockfabric.errors import ClockfabricError
 
+log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 
 # {id}: the dialect's auto-numbered key; {latest_options}: how to store the much-updated `latest`.
 # Labels, details and infos are canonical JSON text (rows.dumps): "same labels" is text equality in
-# both databases, and NaN in a detail survives (PostgreSQL's JSONB would refuse it).
+# both databases, and NaN in a detail survives (PostgreSQL's JSONB would refuse it). An audit's report is
+# JSON text too, in its own key order (rows.dumps_ordered): it is only ever read back whole.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS hosts (
@@ -44,7 +48,14 @@ CREATE TABLE IF NOT EXISTS alerts (
     id {id}, key TEXT NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL,
     opened_ns BIGINT NOT NULL, resolved_ns BIGINT, detail TEXT NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS alerts_open_key ON alerts (key) WHERE resolved_ns IS NULL;
+CREATE TABLE IF NOT EXISTS audits (
+    id {id}, t_ns BIGINT NOT NULL, fleet TEXT NOT NULL, verdict TEXT NOT NULL, exit_code INTEGER NOT NULL,
+    counts TEXT NOT NULL, report TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS audits_t ON audits (t_ns);
 """
+# A table added to SCHEMA without changing what the others hold keeps SCHEMA_VERSION: opening an older
+# database creates what it lacks (each statement is IF NOT EXISTS), and an older clockfabric ignores it.
+TABLES = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)
 
 INSERT_SAMPLE = f"INSERT INTO samples ({rows.SAMPLE_COLS}) VALUES (?, ?, ?, ?, ?, ?)"
 # an older sample arriving late (a re-sent push) must not replace a newer one
@@ -107,20 +118,27 @@ class SqlStorage(ABC):
             return cur.fetchall()
 
     def _ensure_schema(self) -> None:
-        exists = self._fetch(self.TABLE_EXISTS, ("schema_version",))
-        found = self._fetch("SELECT version FROM schema_version") if exists else []
+        missing = [t for t in TABLES if not self._fetch(self.TABLE_EXISTS, (t,))]
+        found = [] if "schema_version" in missing else self._fetch("SELECT version FROM schema_version")
         if found:
             if found[0][0] != SCHEMA_VERSION:
                 raise ClockfabricError(f"the database has schema version {found[0][0]}, this clockfabric "
                                        f"knows {SCHEMA_VERSION}: use the matching clockfabric or a new database")
-            return  # nothing to write: a read-only copy still opens for reading
-        with self._write() as cur:
-            for statement in SCHEMA.format(id=self.ID, latest_options=self.LATEST_OPTIONS).split(";"):
-                if statement.strip():
-                    cur.execute(statement)
-            cur.execute("SELECT version FROM schema_version")
-            if cur.fetchone() is None:
-                cur.execute(self._q("INSERT INTO schema_version (version) VALUES (?)"), (SCHEMA_VERSION,))
+            if not missing:
+                return  # nothing to write: a read-only copy still opens for reading
+        try:
+            with self._write() as cur:
+                for statement in SCHEMA.format(id=self.ID, latest_options=self.LATEST_OPTIONS).split(";"):
+                    if statement.strip():
+                        cur.execute(statement)
+                cur.execute("SELECT version FROM schema_version")
+                if cur.fetchone() is None:
+                    cur.execute(self._q("INSERT INTO schema_version (version) VALUES (?)"), (SCHEMA_VERSION,))
+        except StorageError as e:
+            if not found:
+                raise
+            # an older database that cannot be written (a read-only copy): it still opens for reading what it has
+            log.warning("cannot add tables %s to the database (%s): they stay missing", ", ".join(missing), e)
 
     def __enter__(self):
         return self
@@ -219,6 +237,26 @@ class SqlStorage(ABC):
                                ("(resolved_ns IS NULL OR resolved_ns >= ?)", since_ns), ("opened_ns < ?", until_ns))
         return [rows.alert(r) for r in self._fetch(
             f"SELECT {rows.ALERT_COLS} FROM alerts WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)])]
+
+    # ---- audits ----------------------------------------------------------------------------------
+    def add_audit(self, audit: Audit) -> Audit:
+        if audit.report is None:
+            raise ValueError("add_audit: an audit is stored with its report")
+        with self._write() as cur:
+            cur.execute(self._q("INSERT INTO audits (t_ns, fleet, verdict, exit_code, counts, report) "
+                                "VALUES (?, ?, ?, ?, ?, ?) RETURNING id"), rows.audit_values(audit))
+            id_ = cur.fetchone()[0]
+        return replace(audit, id=id_)
+
+    def audits(self, *, since_ns: int | None = None, until_ns: int | None = None, after_id: int = 0,
+               limit: int = 100) -> list[Audit]:
+        where, params = _where(after_id, ("t_ns >= ?", since_ns), ("t_ns < ?", until_ns))
+        return [rows.audit(r) for r in self._fetch(
+            f"SELECT {rows.AUDIT_COLS} FROM audits WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)])]
+
+    def audit(self, id_: int) -> Audit | None:
+        found = self._fetch(f"SELECT {rows.AUDIT_COLS}, report FROM audits WHERE id = ?", (id_,))
+        return rows.audit(found[0]) if found else None
 
 
 def _where(after_id: int, *conditions: tuple[str, object]) -> tuple[str, list]:
