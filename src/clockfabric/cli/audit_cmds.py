@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import urllib.parse
 from pathlib import Path
 
 import httpx
@@ -97,42 +96,18 @@ def _run(lab_name, hosts_file, via, checks, expectations, *, quiet: bool):
 def _store(report, lab, url: str | None, token_file: Path | None) -> None:
     """Keep the report in the controller given, or else in the lab's kept one (`monitor --keep`), if any.
     A failure is one warning: the audit's verdict and exit code stand either way."""
-    from clockfabric.cli.monitor_cmds import _record, _where
+    from clockfabric.cli.monitor_cmds import _record, _where, api
 
     if not url and (lab is None or not _record(lab).exists()):
         return
     try:
         url, token_path = _where(lab, url, token_file)
-        stored = _post(lab, url, token_path, report.as_dict())
-    except (ClockfabricError, OSError, ValueError) as e:  # ValueError: no JSON either way
+        stored = api(lab, url, token_path, "/api/v1/audits", body=report.as_dict())
+    except (ClockfabricError, httpx.HTTPError, OSError, ValueError) as e:  # ValueError: no JSON either way
         err.print(f"audit not stored: {' '.join(str(e).split())}", style="yellow", markup=False, highlight=False,
                   soft_wrap=True)
         return
     err.print(f"stored as audit {stored['id']} on {url}", markup=False, highlight=False, soft_wrap=True)
-
-
-def _post(lab, url: str, token_file: Path, report: dict) -> dict:
-    """POST the report; from inside the lab when the controller listens on a lab host's address, as
-    `monitor_cmds.api` reaches the lab's controller."""
-    headers = {"Authorization": f"Bearer {read_token(token_file)}"}
-
-    def post() -> dict:
-        try:
-            r = httpx.post(f"{url.rstrip('/')}/api/v1/audits", json=report, headers=headers, timeout=10.0)
-        except httpx.HTTPError as e:
-            raise ClockfabricError(f"{url}: {e}") from None
-        if r.status_code != 201:
-            raise ClockfabricError(f"{url} answered HTTP {r.status_code}: {r.text[:200]}")
-        return r.json()
-
-    address = urllib.parse.urlsplit(url).hostname
-    inside = [h for h, node in lab.topology.hosts.items() if str(node.address) == address] if lab else []
-    if not inside:
-        return post()
-    from clockfabric.lab import netns
-
-    with netns.entered(lab.ns(inside[0])):
-        return post()
 
 
 def _list(checks, as_json: bool) -> None:

@@ -212,24 +212,30 @@ class LabFleet:
         _record(self.lab).unlink(missing_ok=True)
 
 
-def api(lab: Lab | None, url: str, token_file: Path, path: str, **params) -> dict:
-    """GET from the controller; a lab's controller is reached from inside its reference host."""
+def api(lab: Lab | None, url: str, token_file: Path, path: str, *, body: dict | None = None, **params) -> dict:
+    """GET from the controller (POST, with a body); a controller listening on a lab host's address
+    is reached from inside that host."""
     query = {k: v for k, v in params.items() if v is not None}
-    full = f"{url}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    full = f"{url.rstrip('/')}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
     headers = {"Authorization": f"Bearer {read_token(token_file)}"}
 
-    def get() -> dict:
-        r = httpx.get(full, headers=headers, timeout=5.0)
-        if r.status_code != 200:
+    def call() -> dict:
+        if body is None:
+            r = httpx.get(full, headers=headers, timeout=5.0)
+        else:
+            r = httpx.post(full, json=body, headers=headers, timeout=10.0)
+        if r.status_code not in (200, 201):
             raise ClockfabricError(f"controller: HTTP {r.status_code}: {r.text[:200]}")
         return r.json()
 
-    if lab is None:
-        return get()
+    address = urllib.parse.urlsplit(url).hostname
+    inside = [h for h, node in lab.topology.hosts.items() if str(node.address) == address] if lab else []
+    if not inside:
+        return call()
     from clockfabric.lab import netns
 
-    with netns.entered(lab.ns(min(lab.topology.hosts))):
-        return get()
+    with netns.entered(lab.ns(inside[0])):
+        return call()
 
 
 # ---- reading ----------------------------------------------------------------------------------
