@@ -83,12 +83,12 @@ def test_a_failed_post_is_a_warning_and_keeps_the_exit_code(cli, controller, fle
     proc = cli(*audit_args(fleet_file, "--controller", url, "--token-file", str(wrong)), check=False)
     assert proc.returncode == json.loads(proc.stdout)["exit_code"]
     (warning,) = [line for line in proc.stderr.splitlines() if "audit not stored" in line]
-    assert warning.startswith(f"audit not stored: {url} answered HTTP 401") and storage.audits() == []
+    assert warning.startswith(f"audit not stored: controller {url} answered HTTP 401") and storage.audits() == []
     closed = "http://127.0.0.1:1"  # nothing listens there
     proc = cli(*audit_args(fleet_file, "--controller", closed, "--token-file", str(wrong)), check=False)
     assert proc.returncode == json.loads(proc.stdout)["exit_code"]
     (warning,) = [line for line in proc.stderr.splitlines() if "audit not stored" in line]
-    assert warning.startswith(f"audit not stored: {closed}: ") and "refused" in warning
+    assert warning.startswith(f"audit not stored: controller {closed}: ") and "refused" in warning
 
 
 def test_controller_options_are_checked_before_the_audit(cli, fleet_file, tmp_path):

@@ -1,17 +1,20 @@
-"""`clockfabric bench ...`: benchmarks that run on a lab they build and remove."""
+"""`clockfabric bench ...`: benchmarks on a lab they build and remove (failover), or on a lab
+that is up (allreduce)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from clockfabric.cli.output import err, out, print_json, require_root
+from clockfabric.cli.output import err, out, print_json, progress_bar, require_root
 from clockfabric.errors import ClockfabricError
 
-app = typer.Typer(help="Benchmarks on a lab of their own, against a baseline in the same run.", no_args_is_help=True)
+app = typer.Typer(help="Benchmarks, each against a baseline or an expectation in the same run.",
+                  no_args_is_help=True)
 
 
 def _fmt(value, suffix: str = "") -> str:
@@ -70,3 +73,89 @@ def failover(scenarios: str = typer.Option("flap-1s,flap-20s,flap-120s,spine-sil
                       _fmt(r["total_over_baseline"], "x"), _fmt(r["longest_stall_s"], " s"), str(r["moves"]))
     out.print(table)
     err.print(f"JSON and job logs in {out_dir}")
+
+
+# ---- all-reduce ---------------------------------------------------------------------------------
+def _sizes(sizes: str | None, min_bytes: str | None, max_bytes: str | None, factor: float | None) -> list[int]:
+    from clockfabric.collective.sizes import parse_size, size_range
+
+    if sizes is not None:
+        if min_bytes or max_bytes or factor:
+            raise ClockfabricError("give either --sizes or --min-bytes/--max-bytes/--factor, not both")
+        out_sizes = [parse_size(s) for s in sizes.split(",") if s.strip()]
+        if not out_sizes:
+            raise ClockfabricError("--sizes is empty; write it like --sizes 1M,8M")
+        return out_sizes
+    low, high = parse_size(min_bytes or "1M"), parse_size(max_bytes or "64M")
+    return size_range(low, high, 2.0 if factor is None else factor)
+
+
+def _nccl_table(res) -> str:
+    """nccl-tests' columns, plain fixed-width text, with the expectation beside them."""
+    from clockfabric.collective.sizes import format_size
+
+    planes = ", ".join(map(str, res.planes))
+    lines = [f"# all-reduce ({res.algorithm}): {len(res.hosts)} ranks on lab {res.lab} ({', '.join(res.hosts)})",
+             f"# {res.subflows} subflow(s) per peer pair on plane(s) {planes}; time: the slowest rank, mean of "
+             f"{res.iters} iterations after {res.warmup} warmup",
+             f"# GB = 1e9 B; busbw = algbw * 2(n-1)/n; expected busbw from link rates "
+             f"{res.expected_busbw_gbps:.4f} GB/s",
+             "#",
+             f"# {'size':>10} {'count':>12} {'type':>6} {'redop':>6} {'time':>12} {'algbw':>9} {'busbw':>9} "
+             f"{'#wrong':>7} {'expected':>9} {'busbw/':>9}",
+             f"# {'(B)':>10} {'(elements)':>12} {'':>6} {'':>6} {'(us)':>12} {'(GB/s)':>9} {'(GB/s)':>9} "
+             f"{'':>7} {'(GB/s)':>9} {'expected':>9}"]
+    for r in res.rows:
+        lines.append(f"  {r.size_bytes:>10} {r.count:>12} {'float':>6} {'sum':>6} {r.time_us:>12.1f} "
+                     f"{r.algbw_gbps:>9.4f} {r.busbw_gbps:>9.4f} {r.wrong:>7} {res.expected_busbw_gbps:>9.4f} "
+                     f"{res.ratio(r):>9.2f}   ({format_size(r.size_bytes)})")
+    return "\n".join(lines) + "\n"
+
+
+def _list(text: str | None, what: str, cast=str) -> list | None:
+    if text is None:
+        return None
+    try:
+        items = [cast(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        example = "0,1" if cast is int else "h0,h1"
+        raise ClockfabricError(f"{what} {text!r} does not parse; write it like {example}") from None
+    if not items:
+        raise ClockfabricError(f"{what} is empty")
+    return items
+
+
+@app.command()
+def allreduce(lab_name: str = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up)."),
+              hosts: str = typer.Option(None, "--hosts", help="Hosts in ring order, comma-separated (default: all)."),
+              subflows: int = typer.Option(1, "--subflows", help="TCP connections per peer pair."),
+              planes: str = typer.Option(None, "--planes", help="Planes the subflows take in turn, like 0,1 "
+                                                               "(default: every plane the hosts share)."),
+              algorithm: str = typer.Option("ring", "--algorithm", help="ring, or hier (groups by leaf)."),
+              min_bytes: str = typer.Option(None, "--min-bytes", "-b", help="Smallest size (default 1M)."),
+              max_bytes: str = typer.Option(None, "--max-bytes", "-e", help="Largest size (default 64M)."),
+              factor: float = typer.Option(None, "--factor", "-f", help="Size step factor (default 2)."),
+              sizes: str = typer.Option(None, "--sizes", help="Exact sizes instead, like 1M,8M."),
+              iters: int = typer.Option(5, "--iters", "-n", help="Timed iterations per size."),
+              warmup: int = typer.Option(1, "--warmup", "-w", help="Untimed iterations first."),
+              timeout: float = typer.Option(60.0, "--timeout", help="Seconds any one wait may take."),
+              as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
+    """All-reduce between lab hosts over TCP subflows pinned to planes; nccl-tests' columns."""
+    from clockfabric.collective.run import allreduce as run_allreduce
+    from clockfabric.lab.state import Lab
+
+    chosen = _sizes(sizes, min_bytes, max_bytes, factor)  # before the lab: bad input fails fast
+    plane_list = _list(planes, "--planes", int)
+    require_root()
+    lab = Lab.open(lab_name)
+    host_list = _list(hosts, "--hosts") or list(lab.topology.hosts)
+    with progress_bar("all-reduce") as bar:
+        res = run_allreduce(lab, host_list, sizes=chosen, subflows=subflows, planes=plane_list,
+                            algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout, progress=bar)
+    if as_json:
+        print_json(res.as_dict())
+        return
+    sys.stdout.write(_nccl_table(res))
+    if not res.ok:
+        raise ClockfabricError(f"all-reduce gave wrong results ({sum(r.wrong for r in res.rows)} elements); "
+                               "see #wrong")

@@ -220,12 +220,15 @@ def api(lab: Lab | None, url: str, token_file: Path, path: str, *, body: dict | 
     headers = {"Authorization": f"Bearer {read_token(token_file)}"}
 
     def call() -> dict:
-        if body is None:
-            r = httpx.get(full, headers=headers, timeout=5.0)
-        else:
-            r = httpx.post(full, json=body, headers=headers, timeout=10.0)
+        try:
+            if body is None:
+                r = httpx.get(full, headers=headers, timeout=5.0)
+            else:
+                r = httpx.post(full, json=body, headers=headers, timeout=10.0)
+        except httpx.HTTPError as e:
+            raise ClockfabricError(f"controller {url}: {e}; is it running?") from None
         if r.status_code not in (200, 201):
-            raise ClockfabricError(f"controller: HTTP {r.status_code}: {r.text[:200]}")
+            raise ClockfabricError(f"controller {url} answered HTTP {r.status_code}: {r.text[:200]}")
         return r.json()
 
     address = urllib.parse.urlsplit(url).hostname
