@@ -75,11 +75,11 @@ def test_a_hung_host_is_named_and_the_rest_report(make_lab):
     hang.mkdir()
     (hang / "sitecustomize.py").write_text("import time\ntime.sleep(60)\n")  # Python on h1 never starts
     lab.set_host_env("h1", {"PYTHONPATH": str(hang)})
-    report = run_audit(lab, only=["frontend.reach", "configuration.software"], timeouts={"host_s": 3.0})
+    report = run_audit(lab, only=["frontend.reach", "configuration.software"], timeouts={"host_s": 8.0})
     reach = next(c for c in report.results if c.id == "frontend.reach")
     assert [(f.host, f.verdict.value) for f in reach.findings] == [("h1", "fail")]
-    assert "no answer within 3 s" in reach.findings[0].message
-    assert report.seconds < 15
+    assert "no answer within 8 s" in reach.findings[0].message
+    assert report.seconds < 20  # the 60 s hang does not hold the audit up
     software = next(c for c in report.results if c.id == "configuration.software")
     assert software.summary.endswith("on 2 hosts")
 
