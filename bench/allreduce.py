@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""All-reduce busbw on a dual-plane lab: 1, 2, 4, 8 subflows per peer pair, ring and hier,
+against what link rates allow and against what kernel TCP alone carries, in the same run.
+
+The lab (default examples/dualplane-8.yaml: 8 hosts, 2 planes, 2 leaves x 2 spines per
+plane, 100 Mbit/s links) is brought up by this script and always taken down. For each
+subflow count, in turn:
+
+  expected   clockfabric.collective.expected_busbw_gbps for the same hosts, subflows and
+             planes: link rates only (see its docstring for the assumptions).
+  tcp ring   the baseline: iperf3 flows along the same ring (host i -> host i+1), pinned to
+             planes as the subflows are (per hop, one client per plane with -P subflows on
+             that plane, bound NIC to NIC), all at once for --baseline-s seconds. Its busbw is
+             the slowest hop's goodput: what the machine forwards for this pattern right now,
+             with no collective logic at all.
+  ring, hier clockfabric.collective.allreduce, each size, --iters timed iterations.
+
+Every all-reduce result is checked element by element (#wrong must be 0).
+
+    sudo .venv/bin/python bench/allreduce.py [--sizes 1M,16M,64M] [--subflows 1,2,4,8]
+         [--algorithms ring,hier] [--iters 3] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from clockfabric.collective import allreduce, expected_busbw_gbps
+from clockfabric.collective.expected import common_planes
+from clockfabric.collective.sizes import format_size, parse_size
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build
+from clockfabric.lab.exec import command
+from clockfabric.lab.state import Lab
+from clockfabric.topology import Port, format_rate, interfaces, load, parse_rate
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = ROOT / "bench" / "results" / "allreduce.json"
+IPERF_PORT = 5300  # + plane: one server per host and plane
+
+out = Console()
+if not out.is_terminal:
+    out = Console(width=160)
+err = Console(stderr=True)
+
+
+def nic_address(lab: Lab, host: str, plane: int) -> str:
+    topo = lab.topology
+    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(plane).name)].address.ip)
+
+
+def tcp_ring(lab: Lab, hosts: list[str], subflows: int, planes: list[int], seconds: float) -> dict:
+    """iperf3 along the ring, pinned like the subflows; per-hop goodput in GB/s."""
+    per_plane = {p: sum(1 for j in range(subflows) if planes[j % len(planes)] == p) for p in planes}
+    per_plane = {p: k for p, k in per_plane.items() if k}
+    n = len(hosts)
+    servers, clients = [], []
+    try:
+        for i in range(n):
+            dst = hosts[(i + 1) % n]
+            for p in per_plane:
+                servers.append(subprocess.Popen(command(lab, dst, ["iperf3", "-s", "-1", "-B", nic_address(lab, dst, p),
+                                                                   "-p", str(IPERF_PORT + p)]),
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(0.5)  # servers listening
+        for i in range(n):
+            src, dst = hosts[i], hosts[(i + 1) % n]
+            for p, k in per_plane.items():
+                argv = ["iperf3", "-c", nic_address(lab, dst, p), "-B", nic_address(lab, src, p),
+                        "-p", str(IPERF_PORT + p), "-P", str(k), "-t", str(seconds), "-J"]
+                clients.append((i, subprocess.Popen(command(lab, src, argv), stdout=subprocess.PIPE,
+                                                    stderr=subprocess.PIPE, text=True)))
+        hop_bps = [0.0] * n
+        for i, c in clients:
+            stdout, stderr = c.communicate(timeout=seconds + 30)
+            data = json.loads(stdout) if stdout.strip() else {}
+            if "error" in data or "end" not in data:
+                raise ClockfabricError(f"iperf3 from {hosts[i]} failed: {data.get('error') or stderr.strip()}")
+            hop_bps[i] += data["end"]["sum_received"]["bits_per_second"]
+    finally:
+        for s in servers:
+            if s.poll() is None:
+                s.kill()
+            s.wait()
+        for _, c in clients:
+            if c.poll() is None:
+                c.kill()
+                c.wait()
+    hops = [b / 8 / 1e9 for b in hop_bps]
+    return {"busbw_gbps": min(hops), "mean_hop_gbps": sum(hops) / n, "hop_gbps": hops}
+
+
+def machine() -> dict:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), "unknown")
+    iperf = subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.split("\n", 1)[0]
+    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "kernel": platform.release(),
+            "python": platform.python_version(), "iperf3": iperf,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
+
+
+def main(topology: Path = typer.Option(ROOT / "examples" / "dualplane-8.yaml", help="Lab topology."),
+         name: str = typer.Option("coll-bench", help="Name of the lab this benchmark brings up."),
+         rate: str = typer.Option(None, help="Set every link to this rate, like 25mbit (default: the topology's)."),
+         sizes: str = typer.Option("1M,16M,64M", help="Message sizes, comma-separated."),
+         subflows: str = typer.Option("1,2,4,8", help="Subflow counts, comma-separated."),
+         algorithms: str = typer.Option("ring,hier", help="Algorithms: ring, hier."),
+         iters: int = typer.Option(3, min=1, help="Timed iterations per size."),
+         warmup: int = typer.Option(1, min=0, help="Untimed iterations first."),
+         baseline_s: float = typer.Option(6.0, "--baseline-s", help="Seconds of iperf3 per subflow count (0: none)."),
+         json_path: Path = typer.Option(DEFAULT_JSON, "--json", help="Where to write the results.")) -> None:
+    if os.geteuid() != 0:
+        err.print("allreduce needs root (it creates network namespaces); run it with sudo")
+        raise typer.Exit(2)
+    try:
+        size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
+        sub_list = [int(s) for s in subflows.split(",") if s.strip()]
+        alg_list = [a.strip() for a in algorithms.split(",") if a.strip()]
+        topo = load(topology)
+        if rate:  # slower links: a fabric the machine's CPUs can forward at full rate
+            topo.links = [replace(lk, rate_bps=parse_rate(rate)) for lk in topo.links]
+            topo.default_rate_bps = parse_rate(rate)
+    except (ClockfabricError, ValueError) as e:
+        err.print(f"bad input: {e}")
+        raise typer.Exit(2)
+    hosts = list(topo.hosts)
+    planes = common_planes(topo, hosts)
+    info = machine()
+    rows, baselines = [], {}
+    status, code = "ok", 0
+    started = time.monotonic()
+
+    def note(line: str) -> None:
+        err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
+
+    lab = None
+    try:
+        lab = build.up(topo, name)
+        note(f"lab {name} up: {len(hosts)} hosts, planes {planes}")
+        for k in sub_list:
+            if baseline_s > 0:
+                note(f"tcp ring, {k} subflow(s): iperf3 for {baseline_s:g} s")
+                baselines[k] = tcp_ring(lab, hosts, k, planes, baseline_s)
+            for alg in alg_list:
+                note(f"{alg}, {k} subflow(s): sizes {', '.join(map(format_size, size_list))}")
+                res = allreduce(lab, hosts, sizes=size_list, subflows=k, algorithm=alg, iters=iters,
+                                warmup=warmup, timeout_s=60)
+                base = baselines.get(k, {}).get("busbw_gbps")
+                for r in res.rows:
+                    rows.append({"algorithm": alg, "subflows": k, "size_bytes": r.size_bytes, "time_us": r.time_us,
+                                 "algbw_gbps": r.algbw_gbps, "busbw_gbps": r.busbw_gbps, "wrong": r.wrong,
+                                 "expected_busbw_gbps": res.expected_busbw_gbps,
+                                 "ring_expected_busbw_gbps": expected_busbw_gbps(topo, hosts, k, planes),
+                                 "busbw_over_expected": res.ratio(r),
+                                 "tcp_ring_busbw_gbps": base,
+                                 "busbw_over_tcp_ring": r.busbw_gbps / base if base else None})
+    except KeyboardInterrupt:
+        status, code = "interrupted", 130
+    except ClockfabricError as e:
+        status, code = f"failed: {e}", 1
+        err.print(f"[red]benchmark failed:[/] {e}")
+    finally:
+        if lab is not None:
+            build.down(name)
+    info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+
+    rates = sorted({lk.rate_bps for lk in topo.links})
+    table = Table(title=f"all-reduce on {topo.name} ({len(hosts)} hosts, planes {planes}, "
+                        f"{', '.join(map(format_rate, rates))} links); "
+                        f"{info['nproc']} CPUs, load {' '.join(info['loadavg_start'])} -> "
+                        f"{' '.join(info['loadavg_end'])}")
+    for col in ("algorithm", "subflows", "size", "time (ms)", "busbw (GB/s)", "expected", "busbw/expected",
+                "tcp ring", "busbw/tcp ring", "#wrong"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["algorithm"], str(r["subflows"]), format_size(r["size_bytes"]), f"{r['time_us'] / 1e3:.1f}",
+                      f"{r['busbw_gbps']:.4f}", f"{r['expected_busbw_gbps']:.4f}", f"{r['busbw_over_expected']:.2f}",
+                      f"{r['tcp_ring_busbw_gbps']:.4f}" if r["tcp_ring_busbw_gbps"] else "-",
+                      f"{r['busbw_over_tcp_ring']:.2f}" if r["busbw_over_tcp_ring"] else "-", str(r["wrong"]))
+    out.print(table)
+    if any(r["wrong"] for r in rows):
+        status, code = "wrong results", 1
+        err.print("[red]some results were wrong (#wrong > 0)")
+    data = {"benchmark": "allreduce", "status": status, "machine": info,
+            "params": {"topology": str(topology), "link_rates_bps": rates, "hosts": hosts, "planes": planes,
+                       "sizes": size_list,
+                       "subflows": sub_list, "algorithms": alg_list, "iters": iters, "warmup": warmup,
+                       "baseline_s": baseline_s, "timing": "per iteration the slowest rank, mean over iterations"},
+            "tcp_ring": baselines, "rows": rows}
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    err.print(f"results written to {json_path}")
+    raise typer.Exit(code)
+
+
+if __name__ == "__main__":
+    typer.run(main)

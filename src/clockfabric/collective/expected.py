@@ -1,0 +1,108 @@
+"""What an all-reduce should reach on a topology, from its link rates alone."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from clockfabric.errors import ClockfabricError
+from clockfabric.topology import Topology
+
+Flow = tuple[str, str]  # (from host, to host): one ring hop, one direction
+
+
+def common_planes(topo: Topology, hosts: Sequence[str]) -> list[int]:
+    """The planes every one of hosts has a NIC on."""
+    return [p for p in topo.planes if all(topo.hosts[h].nic(p) for h in hosts)]
+
+
+def leaf_groups(topo: Topology, hosts: Sequence[str], plane: int) -> list[list[str]]:
+    """hosts grouped by the switch their NIC on plane is cabled to, in order of first appearance."""
+    groups: dict[str, list[str]] = {}
+    for h in hosts:
+        nic = topo.hosts[h].nic(plane)
+        link = next(lk for lk in topo.links_of(h) if lk.port(h).iface == nic.name)
+        groups.setdefault(link.other(h).node, []).append(h)
+    return list(groups.values())
+
+
+def expected_busbw_gbps(topology: Topology, hosts: Sequence[str], subflows: int,
+                        planes: Sequence[int] | None = None, *, algorithm: str = "ring") -> float:
+    """The busbw (GB/s) an all-reduce over hosts should reach if links were the only limit.
+
+    The ring runs through hosts in the order given (rank i on hosts[i]); hop i sends from
+    hosts[i] to hosts[i+1]. Subflow j of each hop is on plane planes[j % len(planes)]
+    (default: every plane all hosts share). For a ring, busbw is what each hop moves per
+    second; a hop on p planes can use up to the sum of those planes' bottleneck rates along
+    its path, and the expectation is the minimum over the hops. Assumptions:
+
+    - each subflow carries an equal share of a hop's bytes (the transport cuts messages so),
+      so a plane with k_p of the k subflows carries k_p/k of them and the hop runs at
+      min over its planes of (that plane's rate / (k_p/k)); with subflows spread evenly over
+      planes that is the sum of the planes' rates;
+    - within a plane, traffic splits evenly over the equal-cost next hops at every switch,
+      as ECMP does on average; a few flows hashed onto one spine do worse than this;
+    - a link carrying several hops (a leaf uplink the ring crosses more than once) is
+      shared evenly among them; each direction of a link has its full rate;
+    - link rates are line rates: TCP/IP and Ethernet headers cost about 4.4% at MTU 1500
+      (1448 payload bytes per 1514 on the wire), so TCP peaks near 0.956 of this;
+    - no CPU, latency or per-step cost: large messages.
+
+    algorithm="hier" (groups by the leaf on the first plane) adds up three phases, each as
+    above: reduce-scatter in the groups, an all-reduce across groups of 1/m of the buffer
+    (m hosts per group), all-gather in the groups.
+    """
+    hosts = list(hosts)
+    n = len(hosts)
+    if n < 2:
+        raise ClockfabricError("an all-reduce needs at least 2 hosts")
+    if subflows < 1:
+        raise ClockfabricError(f"subflows must be at least 1 (got {subflows})")
+    planes = list(planes) if planes is not None else common_planes(topology, hosts)
+    if not planes:
+        raise ClockfabricError("the hosts share no plane")
+    shares = defaultdict(float)  # plane -> fraction of a hop's bytes
+    for j in range(subflows):
+        shares[planes[j % len(planes)]] += 1 / subflows
+
+    def rate(flows: list[Flow]) -> float:  # bits/s each flow of a phase gets
+        load: dict[tuple[int, str], float] = defaultdict(float)  # (link, from node) -> flows' shares
+        for a, b in flows:
+            for plane, share in shares.items():
+                for key, fraction in _spread(topology, plane, a, b).items():
+                    load[key] += share * fraction
+        return min(topology.links[i].rate_bps / x for (i, _), x in load.items())
+
+    ring = lambda members: [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]  # noqa: E731
+    groups = leaf_groups(topology, hosts, planes[0]) if algorithm == "hier" else [hosts]
+    if algorithm not in ("ring", "hier"):
+        raise ClockfabricError(f"unknown algorithm {algorithm!r}; use ring or hier")
+    if len(groups) == 1 or len(groups) == n:  # one group, or one host per group: the flat ring
+        return rate(ring(hosts)) / 8 / 1e9
+    m, g = len(groups[0]), len(groups)
+    if any(len(gr) != m for gr in groups):
+        raise ClockfabricError(f"hier needs the same number of hosts under each leaf; got {[len(x) for x in groups]}")
+    # bytes per flow in each phase, as a fraction of the buffer, over the rate of that phase
+    intra = (m - 1) / m / rate([f for gr in groups for f in ring(gr)])
+    inter = 2 * (g - 1) / g / m / rate([f for k in range(m) for f in ring([gr[k] for gr in groups])])
+    return 2 * (n - 1) / n / (2 * intra + inter) / 8 / 1e9
+
+
+def _spread(topo: Topology, plane: int, src: str, dst: str) -> dict[tuple[int, str], float]:
+    """Fraction of src->dst traffic on each (link index, sending node), ECMP split hop by hop."""
+    import networkx as nx  # only path questions need it
+
+    g = topo.transit_graph(plane, src, dst)
+    if src not in g or dst not in g or not nx.has_path(g, src, dst):
+        raise ClockfabricError(f"{src} cannot reach {dst} on plane {plane}")
+    dist = nx.single_source_shortest_path_length(g, dst)
+    arriving = defaultdict(float, {src: 1.0})
+    out: dict[tuple[int, str], float] = {}
+    for node in sorted((v for v in dist if dist[v] <= dist[src]), key=lambda v: -dist[v]):
+        if not arriving[node] or node == dst:
+            continue
+        hops = [(nbr, key) for nbr, keys in g[node].items() for key in keys if dist.get(nbr) == dist[node] - 1]
+        for nbr, key in hops:
+            out[(key, node)] = arriving[node] / len(hops)
+            arriving[nbr] += arriving[node] / len(hops)
+    return out

@@ -1,0 +1,60 @@
+"""Benchmark results with nccl-tests' definitions (GB = 1e9 bytes).
+
+algbw = bytes / time. busbw scales algbw to what each link carried, so it compares with
+link speeds whatever the rank count: all-reduce 2(n-1)/n; all-gather, reduce-scatter and
+all-to-all (n-1)/n.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+BUS_FACTORS = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+               "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n}
+
+
+def algbw_gbps(size_bytes: int, time_us: float) -> float:
+    return size_bytes / (time_us * 1e-6) / 1e9
+
+
+def busbw_gbps(size_bytes: int, time_us: float, ranks: int, collective: str = "allreduce") -> float:
+    return algbw_gbps(size_bytes, time_us) * BUS_FACTORS[collective](ranks)
+
+
+@dataclass
+class Row:
+    size_bytes: int
+    count: int  # float32 elements
+    time_us: float  # per iteration: the slowest rank's time, averaged over the timed iterations
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int  # elements that differed from the exact sum: per rank the worst iteration, summed over ranks
+
+
+@dataclass
+class AllreduceResult:
+    lab: str
+    hosts: list[str]  # rank i on hosts[i]; the ring runs in this order
+    algorithm: str  # "ring" | "hier"
+    subflows: int  # TCP connections per peer pair
+    planes: list[int]  # subflow i on planes[i % len(planes)]
+    iters: int
+    warmup: int
+    port_base: int
+    expected_busbw_gbps: float  # expected_busbw_gbps() for these hosts, subflows, planes, algorithm
+    rows: list[Row] = field(default_factory=list)
+    connect_s: float = 0.0  # the slowest rank's time to start and connect its subflows
+
+    @property
+    def ok(self) -> bool:
+        return all(r.wrong == 0 for r in self.rows)
+
+    def ratio(self, row: Row) -> float:
+        """busbw over the expected busbw."""
+        return row.busbw_gbps / self.expected_busbw_gbps if self.expected_busbw_gbps else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        for rd, row in zip(d["rows"], self.rows):
+            rd["busbw_over_expected"] = round(self.ratio(row), 4)
+        return d

@@ -1,0 +1,246 @@
+"""Run the all-reduce benchmark on lab hosts: one worker per host, results gathered.
+
+Each host runs `python -m clockfabric.collective.worker` in its own namespace. The worker
+is told every rank's name and its NIC address on each plane in use (the /31 routed over
+that plane only), so subflow i, pinned to planes[i % len(planes)], connects NIC to NIC.
+Ranks listen on port_base + rank; each call reserves its own port range, so calls from
+several threads never collide, even on one host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from clockfabric.collective.expected import common_planes, expected_busbw_gbps, leaf_groups
+from clockfabric.collective.results import AllreduceResult, Row, algbw_gbps, busbw_gbps
+from clockfabric.collective.sizes import format_size
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab.exec import command
+from clockfabric.lab.state import Lab
+from clockfabric.topology import Port, interfaces
+
+ALGORITHMS = ("ring", "hier")
+PORT_LOW, PORT_HIGH = 20000, 32000  # below the ephemeral range (32768+) that source ports come from
+FAIL_GRACE_S = 3.0  # once a rank fails, the others get this long to notice (their links close) and exit
+STALL_GRACE_S = 10.0  # beyond timeout_s: workers end themselves after timeout_s without progress
+Progress = Callable[[str, int, int], None]  # (stage, done, total), as cli.output.progress_bar takes
+
+_ports_lock = threading.Lock()
+_ports_used: set[int] = set()
+
+
+def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: int = 1,
+              planes: Sequence[int] | None = None, algorithm: str = "ring", iters: int = 5, warmup: int = 1,
+              timeout_s: float = 60.0, port_base: int | None = None,
+              progress: Progress | None = None) -> AllreduceResult:
+    """All-reduce float32 buffers of each size (bytes, rounded down to whole floats) over hosts.
+
+    Rank i runs on hosts[i]; the ring follows that order. subflows: TCP connections per
+    peer pair, subflow j on planes[j % len(planes)] (default: every plane all hosts share).
+    algorithm: "ring", or "hier" (groups by leaf switch). timeout_s bounds every wait:
+    peers connecting, and any transfer that makes no progress. Raises ClockfabricError,
+    naming the host, if a rank fails; its workers are stopped first.
+    """
+    topo = lab.topology
+    hosts, planes, sizes = _check(lab, hosts, sizes, subflows, planes, algorithm, iters, warmup)
+    expected = expected_busbw_gbps(topo, hosts, subflows, planes, algorithm=algorithm)
+    itfs = interfaces(topo)
+    addresses = [[str(itfs[Port(h, topo.hosts[h].nic(p).name)].address.ip) for p in planes] for h in hosts]
+    group_of = {h: g for g, members in enumerate(leaf_groups(topo, hosts, planes[0])) for h in members}
+    reserved = port_base is None
+    base = _reserve_ports(len(hosts)) if reserved else port_base
+    argv = [sys.executable, "-m", "clockfabric.collective.worker", "--lab", lab.name,
+            "--world", str(len(hosts)), "--sizes", ",".join(map(str, sizes)), "--subflows", str(subflows),
+            "--algorithm", algorithm, "--iters", str(iters), "--warmup", str(warmup), "--port-base", str(base),
+            "--timeout", str(timeout_s), "--token", str(random.getrandbits(32)),
+            "--groups", ",".join(str(group_of[h]) for h in hosts)]
+    for h, addrs in zip(hosts, addresses):
+        argv += ["--peer", f"{h}={','.join(addrs)}"]
+    try:
+        records = _launch(lab, hosts, argv, len(sizes) * (warmup + iters), timeout_s, progress)
+    finally:
+        if reserved:
+            _release_ports(base, len(hosts))
+    result = AllreduceResult(lab=lab.name, hosts=hosts, algorithm=algorithm, subflows=subflows, planes=planes,
+                             iters=iters, warmup=warmup, port_base=base, expected_busbw_gbps=expected,
+                             connect_s=max(r["connect_s"] for r in records["connected"]))
+    for size in sizes:
+        per_rank = [r for r in records["result"] if r["size_bytes"] == size]
+        if len(per_rank) != len(hosts):
+            raise ClockfabricError(f"all-reduce of {format_size(size)}: only {len(per_rank)} of {len(hosts)} "
+                                   "ranks reported a result")
+        # the collective ends when its slowest rank does: per iteration the max over ranks, then the mean
+        t = statistics.fmean(max(col) for col in zip(*(r["times_us"] for r in per_rank)))
+        result.rows.append(Row(size_bytes=size, count=size // 4, time_us=round(t, 1),
+                               algbw_gbps=algbw_gbps(size, t), busbw_gbps=busbw_gbps(size, t, len(hosts)),
+                               wrong=sum(r["wrong"] for r in per_rank)))
+    return result
+
+
+def _check(lab: Lab, hosts: Sequence[str], sizes: Sequence[int], subflows: int, planes: Sequence[int] | None,
+           algorithm: str, iters: int, warmup: int) -> tuple[list[str], list[int], list[int]]:
+    topo = lab.topology
+    hosts = list(hosts)
+    for h in hosts:
+        if h not in topo.hosts:
+            names = list(topo.hosts)
+            sample = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+            raise ClockfabricError(f"{h!r} is not a host of lab {lab.name}; hosts are {sample}")
+    if len(hosts) < 2:
+        raise ClockfabricError(f"an all-reduce needs at least 2 hosts (got {len(hosts)})")
+    if len(set(hosts)) != len(hosts):
+        raise ClockfabricError("each host runs one rank; a host is named twice")
+    if algorithm not in ALGORITHMS:
+        raise ClockfabricError(f"unknown algorithm {algorithm!r}; use {' or '.join(ALGORITHMS)}")
+    if subflows < 1 or subflows > 64:
+        raise ClockfabricError(f"subflows must be 1 to 64 (got {subflows})")
+    if iters < 1 or warmup < 0:
+        raise ClockfabricError("iterations must be at least 1 and warmup at least 0")
+    shared = common_planes(topo, hosts)
+    planes = list(dict.fromkeys(planes)) if planes is not None else shared
+    if not planes:
+        raise ClockfabricError("no plane is shared by all the hosts" if not shared else "give at least one plane")
+    if missing := [p for p in planes if p not in shared]:
+        lacking = next(h for h in hosts if not topo.hosts[h].nic(missing[0]))
+        raise ClockfabricError(f"{lacking} has no NIC on plane {missing[0]}; planes all hosts share: "
+                               f"{', '.join(map(str, shared)) or 'none'}")
+    sizes = sorted({s - s % 4 for s in sizes})
+    if not sizes or sizes[0] < 4:
+        raise ClockfabricError("sizes must be at least 4 bytes (one float32)")
+    if algorithm == "hier":
+        counts = [len(g) for g in leaf_groups(topo, hosts, planes[0])]
+        if len(set(counts)) > 1:
+            raise ClockfabricError(f"hier needs the same number of hosts under each leaf; got {counts} "
+                                   "(choose --hosts to match, or use --algorithm ring)")
+    return hosts, planes, sizes
+
+
+# ---- ports -------------------------------------------------------------------------------------
+def _reserve_ports(n: int) -> int:
+    with _ports_lock:
+        while True:
+            base = random.randrange(PORT_LOW, PORT_HIGH - n)
+            if not _ports_used & set(range(base, base + n)):
+                _ports_used.update(range(base, base + n))
+                return base
+
+
+def _release_ports(base: int, n: int) -> None:
+    with _ports_lock:
+        _ports_used.difference_update(range(base, base + n))
+
+
+# ---- the workers -------------------------------------------------------------------------------
+def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeout_s: float,
+            progress: Progress | None) -> dict[str, list[dict]]:
+    """Start rank i on hosts[i]; wait; return their JSON records by event. Never leaves one running."""
+    events: queue.Queue = queue.Queue()  # (rank, record) from every worker's stdout, in arrival order
+    stderr = [deque(maxlen=20) for _ in hosts]
+    procs: list[subprocess.Popen] = []
+    readers: list[threading.Thread] = []
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    try:
+        for rank, host in enumerate(hosts):
+            proc = subprocess.Popen(command(lab, host, [*argv, "--rank", str(rank)]), env=env, text=True,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+            procs.append(proc)
+            readers += [threading.Thread(target=_read_json, args=(proc.stdout, rank, events), daemon=True),
+                        threading.Thread(target=stderr[rank].extend, args=(proc.stderr,), daemon=True)]
+            readers[-2].start()
+            readers[-1].start()
+        records = _watch(procs, hosts, events, stderr, total_iters, timeout_s, progress, lab.name)
+    finally:
+        _stop(procs)
+        for t in readers:
+            t.join(timeout=2)
+    return records
+
+
+def _read_json(stream, rank: int, events: queue.Queue) -> None:
+    for line in stream:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            events.put((rank, rec))
+    events.put((rank, {"event": "eof"}))
+
+
+def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue, stderr: list[deque],
+           total_iters: int, timeout_s: float, progress: Progress | None, lab: str) -> dict[str, list[dict]]:
+    records: dict[str, list[dict]] = {"connected": [], "result": [], "error": []}
+    failures: list[tuple[int, str]] = []  # (rank, why), first failure first
+    last_activity, failed_at, done_iters, eofs = time.monotonic(), None, 0, 0
+    report = progress or (lambda *_: None)
+    report("connecting", 0, len(hosts))
+    while eofs < len(procs) or any(p.poll() is None for p in procs):
+        try:
+            rank, rec = events.get(timeout=0.1)
+        except queue.Empty:
+            rank, rec = None, {}
+        now = time.monotonic()
+        kind = rec.get("event")
+        if kind == "eof":
+            eofs += 1
+        elif kind:
+            last_activity = now
+            records.setdefault(kind, []).append(rec)
+            if kind == "connected":
+                report("connecting", len(records["connected"]), len(hosts))
+            elif kind == "iter":
+                done_iters += 1
+                report("all-reduce", done_iters, total_iters)
+            elif kind == "error":
+                failures.append((rank, rec["error"]))
+        if failed_at is None and (failures or any(p.poll() not in (None, 0) for p in procs)):
+            failed_at = now
+        if failed_at is not None and now - failed_at > FAIL_GRACE_S:
+            break
+        if now - last_activity > timeout_s + STALL_GRACE_S:
+            running = [hosts[r] for r, p in enumerate(procs) if p.poll() is None]
+            raise ClockfabricError(f"all-reduce on lab {lab}: no progress for {timeout_s + STALL_GRACE_S:g} s; "
+                                   f"stopped the ranks on {', '.join(running)}")
+    for r, p in enumerate(procs):  # a rank that died without a word (killed, crashed)
+        if p.poll() not in (None, 0) and all(r != f for f, _ in failures):
+            failures.append((r, _exit_reason(p.returncode, stderr[r])))
+    if failures:
+        rank, why = failures[0]
+        others = sorted({hosts[r] for r, _ in failures[1:]} - {hosts[rank]})
+        also = f" (also failed: {', '.join(others)})" if others else ""
+        raise ClockfabricError(f"all-reduce on lab {lab} failed on {hosts[rank]} (rank {rank}): {why}{also}")
+    return records
+
+
+def _exit_reason(code: int | None, stderr: deque) -> str:
+    lines = [ln.strip() for ln in stderr if ln.strip()]
+    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
+    return f"{how}: {lines[-1]}" if lines else how
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 2.0) -> None:
+    """End our own workers, by pid: SIGTERM, then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in procs if p.poll() is None]
+        for p in alive:
+            try:
+                p.send_signal(sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    for p in procs:
+        p.wait()

@@ -1,0 +1,146 @@
+"""One rank of the all-reduce benchmark: `python -m clockfabric.collective.worker ...`.
+
+Runs on a host (in the lab: inside the host's namespace, started by clockfabric.collective.run).
+Connects its subflows, then for each size: warmup + timed iterations, a barrier before
+each, every element of every result checked against the exactly known sum. Prints JSON
+lines on stdout: {"event": "connected"}, {"event": "iter"} (rank 0, after each iteration),
+{"event": "result"} per size, or {"event": "error"} before exiting 1.
+
+Inputs are chosen so every partial sum is exact in float32 whatever the order of
+additions: rank r holds ((i % 1021) - 510) / 4 * w_r at element i, w_r = r % 64 + 1, so the
+sum is ((i % 1021) - 510) / 4 * sum(w), a multiple of 1/4 far below 2**22. Position (period
+1021, prime) and rank (weight) both show in the value, so a misplaced segment or a rank
+counted twice or never reads as wrong elements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from clockfabric.collective import ring
+from clockfabric.collective.transport import Transport
+from clockfabric.errors import ClockfabricError
+
+
+def weight(rank: int) -> int:
+    return rank % 64 + 1
+
+
+def inputs(count: int, rank: int) -> np.ndarray:
+    base = (np.arange(count, dtype=np.int64) % 1021 - 510).astype(np.float32) / 4
+    return base * np.float32(weight(rank))
+
+
+def expected(count: int, world: int) -> np.ndarray:
+    return inputs(count, 0) * np.float32(sum(weight(r) for r in range(world)))
+
+
+def emit(**fields) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not usage + message
+        sys.stderr.write(f"clockfabric collective worker: {message}\n")
+        sys.exit(2)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = _Parser(prog="python -m clockfabric.collective.worker")
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--peer", action="append", default=[], metavar="NAME=ADDR[,ADDR...]",
+                   help="Each rank in order: its name and its address in each path slot (plane).")
+    p.add_argument("--groups", default="", help="Group (leaf) id of each rank, comma-separated (hier).")
+    p.add_argument("--sizes", required=True, help="Message sizes in bytes, comma-separated, multiples of 4.")
+    p.add_argument("--subflows", type=int, default=1)
+    p.add_argument("--algorithm", choices=sorted(ring.ALGORITHMS), default="ring")
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--port-base", type=int, required=True)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--token", type=int, default=0)
+    p.add_argument("--lab", default="", help="The lab this rank belongs to (marks the process as the lab's).")
+    args = p.parse_args(argv)
+    if args.world < 2 or len(args.peer) != args.world:
+        p.error(f"--world {args.world} needs at least 2 ranks and one --peer per rank (got {len(args.peer)})")
+    if not 0 <= args.rank < args.world:
+        p.error(f"--rank {args.rank} is outside 0..{args.world - 1}")
+    try:
+        args.names = [peer.split("=", 1)[0] for peer in args.peer]
+        args.addresses = [peer.split("=", 1)[1].split(",") for peer in args.peer]
+        args.sizes = [int(s) for s in args.sizes.split(",")]
+        ids = [int(g) for g in args.groups.split(",")] if args.groups else [0] * args.world
+    except (IndexError, ValueError):
+        p.error("--peer needs NAME=ADDR[,ADDR...]; --sizes and --groups need integers, comma-separated")
+    if any(s < 4 or s % 4 for s in args.sizes):
+        p.error(f"--sizes must be positive multiples of 4 bytes (float32); got {args.sizes}")
+    if len(ids) != args.world:
+        p.error(f"--groups needs one id per rank ({args.world}); got {len(ids)}")
+    if args.subflows < 1 or args.iters < 1 or args.warmup < 0 or args.timeout <= 0:
+        p.error("--subflows and --iters must be at least 1, --warmup at least 0, --timeout above 0")
+    args.groups = [[r for r in range(args.world) if ids[r] == g] for g in dict.fromkeys(ids)]
+    if args.algorithm == "hier" and len({len(g) for g in args.groups}) > 1:
+        p.error(f"hier needs the same number of ranks in each group; got {[len(g) for g in args.groups]}")
+    return args
+
+
+def barrier(links: Transport, algorithm: str, groups: list[list[int]], world: int) -> None:
+    """An all-reduce of one value per rank: no rank leaves before every rank has arrived."""
+    ones = np.ones(world, dtype=np.float32)
+    ring.run(algorithm, links, ones, groups)
+    if not np.all(ones == world):
+        raise ClockfabricError(f"barrier summed to {ones.tolist()}, not {world}: ranks are out of step")
+
+
+def run(args: argparse.Namespace) -> None:
+    started = time.monotonic()
+    with Transport(args.rank, args.addresses, port_base=args.port_base, subflows=args.subflows,
+                   timeout_s=args.timeout, names=args.names, token=args.token) as links:
+        links.connect(ring.peers(args.algorithm, args.rank, args.groups))
+        emit(event="connected", rank=args.rank, connect_s=round(time.monotonic() - started, 4))
+        for size in args.sizes:
+            count = size // 4
+            x, want = inputs(count, args.rank), expected(count, args.world)
+            work = np.empty_like(x)
+            times, wrong = [], 0
+            for it in range(args.warmup + args.iters):
+                np.copyto(work, x)
+                barrier(links, args.algorithm, args.groups, args.world)
+                t0 = time.perf_counter()
+                ring.run(args.algorithm, links, work, args.groups)
+                elapsed = time.perf_counter() - t0
+                wrong = max(wrong, int(np.count_nonzero(work != want)))
+                if it >= args.warmup:
+                    times.append(round(elapsed * 1e6, 1))
+                if args.rank == 0:
+                    emit(event="iter", size_bytes=size, iter=it)
+            emit(event="result", rank=args.rank, size_bytes=size, count=count, times_us=times, wrong=wrong)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    who = f"rank {args.rank} ({args.names[args.rank]})"
+    try:
+        run(args)
+    except ClockfabricError as e:
+        error = str(e)
+    except Exception as e:  # noqa: BLE001 - a bug: keep the traceback for whoever reads stderr
+        traceback.print_exc()
+        error = f"{type(e).__name__}: {e}"
+    else:
+        return 0
+    emit(event="error", rank=args.rank, error=error)
+    sys.stderr.write(f"clockfabric collective worker {who}: {error}\n")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

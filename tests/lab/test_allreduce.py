@@ -1,0 +1,85 @@
+"""The all-reduce benchmark on a real 4-host dual-plane lab (h0, h1 under leaf0; h2, h3 under leaf1)."""
+
+import json
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from clockfabric.collective import allreduce
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import impair
+from clockfabric.lab.exec import command
+from clockfabric.topology import multirail
+from tests.conftest import lab_capable
+
+reason = lab_capable()
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(reason is not None, reason=reason or "")]
+
+HOSTS = ["h0", "h1", "h2", "h3"]
+RATE = "40mbit"  # slow links: 4 hosts x 2 planes stay well inside what 2 busy cores forward
+SIZE = 2 << 20  # 3 MB over each ring hop: 0.6 s on one 40 Mbit/s plane
+
+
+def tx_bytes(lab, host: str, iface: str) -> int:
+    proc = subprocess.run(command(lab, host, ["cat", f"/sys/class/net/{iface}/statistics/tx_bytes"]),
+                          capture_output=True, text=True, check=True)
+    return int(proc.stdout)
+
+
+def run_counting(lab, **kw):
+    """allreduce(), and the bytes every host sent on each plane's NIC meanwhile."""
+    before = {(h, i): tx_bytes(lab, h, i) for h in HOSTS for i in ("eth0", "eth1")}
+    res = allreduce(lab, HOSTS, timeout_s=20, **kw)
+    sent = {i: sum(tx_bytes(lab, h, i) - before[(h, i)] for h in HOSTS) for i in ("eth0", "eth1")}
+    return res, sent
+
+
+def test_allreduce_correct_and_subflows_pinned_to_planes(make_lab, cli):
+    lab = make_lab(multirail(4, 2, 2, 2, host_rate=RATE))
+
+    one, sent1 = run_counting(lab, sizes=[SIZE], subflows=1, iters=2)
+    two, sent2 = run_counting(lab, sizes=[SIZE], subflows=2, iters=2)
+    hier = allreduce(lab, HOSTS, sizes=[4, 4 * 1021, 1 << 20], subflows=4, algorithm="hier", iters=1, timeout_s=20)
+
+    for res in (one, two, hier):
+        assert [r.wrong for r in res.rows] == [0] * len(res.rows), res
+    assert one.planes == [0, 1] and one.expected_busbw_gbps == pytest.approx(0.005)
+    assert two.expected_busbw_gbps == pytest.approx(0.010)
+    # one subflow rides plane 0 only; two subflows split every message over both planes
+    assert sent1["eth1"] < 0.02 * sent1["eth0"], sent1
+    assert 0.4 < sent2["eth1"] / (sent2["eth0"] + sent2["eth1"]) < 0.6, sent2
+    # ...and so move it faster: were pinning a no-op, both subflows would share plane 0's links
+    b1, b2 = one.rows[0].busbw_gbps, two.rows[0].busbw_gbps
+    assert b2 > 1.4 * b1, f"2 subflows on 2 planes: {b2:.4f} GB/s, 1 subflow: {b1:.4f} GB/s"
+    assert b1 > 0.5 * one.expected_busbw_gbps  # the lab carries its rate (a busy machine slows it some)
+
+    with ThreadPoolExecutor(2) as pool:  # two calls at once on disjoint hosts: their ports never collide
+        pair = list(pool.map(lambda hs: allreduce(lab, hs, sizes=[1 << 16], subflows=2, iters=1, timeout_s=20),
+                             [["h0", "h2"], ["h1", "h3"]]))
+    assert [r.rows[0].wrong for r in pair] == [0, 0] and pair[0].port_base != pair[1].port_base
+
+    proc = cli("bench", "allreduce", "--lab", lab.name, "--hosts", "h0,h3", "--sizes", "64K,100K", "--iters", "1",
+               "--subflows", "2", "--json")
+    data = json.loads(proc.stdout)
+    assert [r["size_bytes"] for r in data["rows"]] == [65536, 102400] and data["hosts"] == ["h0", "h3"]
+    assert all(r["wrong"] == 0 and r["busbw_gbps"] > 0 for r in data["rows"])
+    bad = cli("bench", "allreduce", "--lab", lab.name, "--hosts", "h0,h9", "--sizes", "1M", check=False)
+    assert bad.returncode == 2 and "'h9' is not a host" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_allreduce_over_a_dead_link_fails_clearly_within_the_timeout(make_lab):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    impair.set_link(lab, impair.find_link(lab, "h2", "p0-leaf1"), up=False)  # h2's plane-0 NIC loses carrier
+    t0 = time.monotonic()
+    with pytest.raises(ClockfabricError) as failure:
+        allreduce(lab, HOSTS, sizes=[1 << 20], subflows=1, planes=[0], timeout_s=3)
+    took = time.monotonic() - t0
+    message = str(failure.value)
+    assert "h2" in message and "\n" not in message, message
+    assert "cannot connect" in message or "no connection" in message, message
+    assert took < 3 + 8, f"took {took:.1f} s"
+    for h in HOSTS:  # every worker was stopped
+        left = subprocess.run(["ip", "netns", "pids", lab.ns(h)], capture_output=True, text=True).stdout.split()
+        assert not left, f"processes left on {h}: {left}"

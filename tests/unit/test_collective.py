@@ -1,0 +1,233 @@
+"""The collective: algorithms over real TCP on loopback, the formulas, the expected busbw."""
+
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from clockfabric.collective import ring, worker
+from clockfabric.collective.expected import expected_busbw_gbps
+from clockfabric.collective.results import algbw_gbps, busbw_gbps
+from clockfabric.collective.sizes import format_size, parse_size, size_range
+from clockfabric.collective.transport import Transport, TransportError
+from clockfabric.errors import ClockfabricError
+from clockfabric.topology import leafspine, multirail
+
+MBIT = 1e6 / 8 / 1e9  # 1 Mbit/s in GB/s
+
+
+# ---- running ranks as threads on 127.0.0.1 -----------------------------------------------------
+def on_loopback(world: int, subflows: int, body, *, timeout_s: float = 20.0, peers=None, absent=()):
+    """Run body(rank, transport) for every rank (but those in absent) as threads on 127.0.0.1,
+    each rank connected to peers(rank) (default: everyone). Returns [(result | exception)]."""
+    for _ in range(5):  # a random port range someone else holds: try another
+        base = random.randrange(20000, 32000 - world)  # under the ephemeral range source ports use
+        results = [None] * world
+
+        def rank_main(r):
+            try:
+                with Transport(r, [["127.0.0.1"]] * world, port_base=base, subflows=subflows,
+                               timeout_s=timeout_s) as t:
+                    t.connect(peers(r) if peers else set(range(world)) - {r})
+                    results[r] = body(r, t)
+            except Exception as e:  # noqa: BLE001 - handed to the test
+                results[r] = e
+
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world) if r not in absent]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout_s + 30)
+        assert not any(t.is_alive() for t in threads), "a rank hung"
+        if not any(isinstance(x, TransportError) and "cannot listen" in str(x) for x in results):
+            return results
+    raise AssertionError("no free port range on loopback")
+
+
+def group_layouts(world: int) -> list[list[list[int]]]:
+    """Ways to group world ranks for hier: one group, equal groups, groups of one."""
+    layouts = [[list(range(world))], [[r] for r in range(world)]]
+    for m in (2, world // 2):
+        if 1 < m < world and world % m == 0:
+            layouts.append([list(range(g, g + m)) for g in range(0, world, m)])
+    return layouts
+
+
+@pytest.mark.parametrize("subflows", [1, 2, 4, 8])
+@pytest.mark.parametrize("world", [2, 3, 4, 5, 8])
+def test_allreduce_matches_numpy_over_tcp(world, subflows):
+    counts = [1, world * subflows - 1, world * subflows + 3, 1021, 40_003]  # none divide evenly
+    cases = [("ring", [list(range(world))])] + [("hier", g) for g in group_layouts(world)]
+    rng = np.random.default_rng(world * 100 + subflows)
+    data = {c: [rng.integers(-1000, 1000, c).astype(np.float32) for _ in range(world)] for c in counts}
+
+    def body(r, t):
+        out = []
+        for algorithm, groups in cases:
+            for c in counts:
+                buf = data[c][r].copy()
+                ring.run(algorithm, t, buf, groups)
+                out.append(buf)
+        return out
+
+    results = on_loopback(world, subflows, body)
+    for r, got in enumerate(results):
+        assert not isinstance(got, Exception), f"rank {r}: {got}"
+        it = iter(got)
+        for algorithm, groups in cases:
+            for c in counts:
+                want = np.sum(data[c], axis=0)  # small integers: exact in any order
+                assert np.array_equal(next(it), want), f"rank {r}, {algorithm} {groups}, {c} elements"
+
+
+def test_peers_are_what_the_algorithms_use():
+    groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert ring.peers("ring", 0, groups) == {1, 7}
+    assert ring.peers("hier", 0, groups) == {1, 3, 4}  # group ring neighbours, and rank 4 across
+    assert ring.peers("hier", 5, groups) == {4, 6, 1}
+    assert ring.peers("ring", 0, [[0, 1]]) == {1}
+    with pytest.raises(ValueError, match="one size"):
+        ring.hier_allreduce(type("L", (), {"rank": 0})(), np.zeros(4, np.float32), [[0, 1], [2]])
+
+
+def test_subflows_carry_equal_shares_of_a_message():
+    """Each subflow of a pair gets its own slice: one message, four connections, all busy."""
+    got = {}
+
+    def body(r, t):
+        if r == 0:
+            t.exchange(sends=[(1, memoryview(np.arange(10, dtype=np.float32)).cast("B"))])
+        else:
+            buf = np.zeros(10, np.float32)
+            t.exchange(recvs=[(0, memoryview(buf).cast("B"))])
+            got["buf"] = buf
+        return [s.sock.getsockname() for s in t.links[1 - r]]
+
+    res = on_loopback(2, 4, body)
+    assert np.array_equal(got["buf"], np.arange(10, dtype=np.float32))
+    assert len({addr[1] for addr in res[0]}) == 4  # four connections, four source ports (ECMP spreads them)
+    assert ring.bounds(40, 4) == [0, 10, 20, 30, 40] and ring.bounds(3, 4) == [0, 0, 1, 2, 3]
+
+
+def test_a_peer_that_never_connects_is_an_error_not_a_hang():
+    t0 = time.monotonic()
+    results = on_loopback(3, 2, lambda r, t: "ok", timeout_s=1.0, absent={2})
+    assert time.monotonic() - t0 < 10
+    assert isinstance(results[0], TransportError) and "rank 2" in str(results[0])
+    assert "within 1 s" in str(results[0])
+
+
+def test_a_peer_that_stops_mid_transfer_is_an_error_not_a_hang():
+    def body(r, t):
+        if r == 1:
+            return "left"  # closes its subflows without sending what rank 0 waits for
+        buf = np.zeros(1 << 16, np.float32)
+        t.exchange(recvs=[(1, memoryview(buf).cast("B"))])
+
+    t0 = time.monotonic()
+    results = on_loopback(2, 2, body, timeout_s=5.0)
+    assert time.monotonic() - t0 < 5
+    assert isinstance(results[0], TransportError) and "link to rank 1 failed" in str(results[0])
+
+
+# ---- the worker's inputs and arguments --------------------------------------------------------------
+@pytest.mark.parametrize("world", [2, 5, 8, 64, 100])
+def test_worker_inputs_sum_exactly(world):
+    count = 5000
+    stack = np.stack([worker.inputs(count, r) for r in range(world)])
+    assert np.array_equal(worker.expected(count, world), stack.astype(np.float64).sum(axis=0))
+    acc = np.zeros(count, np.float32)
+    for r in reversed(range(world)):  # float32, another order: still exact
+        acc += stack[r]
+    assert np.array_equal(acc, worker.expected(count, world))
+    assert not np.array_equal(worker.expected(count, world), worker.expected(count, world - 1))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rank", "0", "--world", "1", "--peer", "a=1.2.3.4", "--sizes", "4", "--port-base", "20000"], "at least 2"),
+    (["--rank", "3", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1"], "outside"),
+    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "6", "--port-base", "1"],
+     "multiples"),
+    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b", "--sizes", "4", "--port-base", "1"], "NAME=ADDR"),
+])
+def test_worker_bad_arguments_are_one_line(args, message):
+    proc = subprocess.run([sys.executable, "-m", "clockfabric.collective.worker", *args],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+# ---- formulas and sizes ----------------------------------------------------------------------------
+def test_busbw_is_nccl_tests_formula():
+    assert algbw_gbps(1_000_000_000, 1e6) == pytest.approx(1.0)  # 1e9 B in 1 s
+    assert busbw_gbps(1_000_000_000, 1e6, 8) == pytest.approx(1.75)  # 2(n-1)/n
+    assert busbw_gbps(1_000_000_000, 1e6, 2) == pytest.approx(1.0)
+    assert busbw_gbps(1_000_000_000, 1e6, 4, "alltoall") == pytest.approx(0.75)
+    assert busbw_gbps(64 << 20, 1e6, 8) == pytest.approx(67108864 / 1e9 * 1.75)
+
+
+def test_sizes_parse_like_nccl_tests():
+    assert parse_size("1M") == 1 << 20 and parse_size("512K") == 512 << 10 and parse_size("4096") == 4096
+    assert parse_size("8MiB") == 8 << 20 and parse_size("1g") == 1 << 30
+    assert size_range(1 << 20, 8 << 20) == [1 << 20, 2 << 20, 4 << 20, 8 << 20]
+    assert size_range(1000, 1000) == [1000]
+    assert format_size(1 << 20) == "1M" and format_size(1536) == "1536"
+    for bad in ("1Q", "", "-4", "0"):
+        with pytest.raises(ClockfabricError):
+            parse_size(bad)
+    with pytest.raises(ClockfabricError, match="above"):
+        size_range(8, 4)
+
+
+def test_cli_bad_sizes_are_one_line(cli):
+    proc = cli("bench", "allreduce", "--lab", "nosuchlab", "--sizes", "1Q", check=False)
+    assert proc.returncode == 2
+    assert "does not parse" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("bench", "allreduce", "--lab", "nosuchlab", "--sizes", "1M", "--min-bytes", "1K", check=False)
+    assert proc.returncode == 2 and "either --sizes" in proc.stderr
+
+
+# ---- expected busbw --------------------------------------------------------------------------------
+HOSTS8 = [f"h{i}" for i in range(8)]
+
+
+def test_expected_busbw_dual_plane():
+    topo = multirail(8, 2, 2, 2)  # 100 Mbit/s everywhere; h0-h3 under leaf0, h4-h7 under leaf1
+    assert expected_busbw_gbps(topo, HOSTS8, 1) == pytest.approx(100 * MBIT)  # one plane's host link
+    assert expected_busbw_gbps(topo, HOSTS8, 2) == pytest.approx(200 * MBIT)  # both planes
+    assert expected_busbw_gbps(topo, HOSTS8, 8) == pytest.approx(200 * MBIT)
+    assert expected_busbw_gbps(topo, HOSTS8, 4, planes=[1]) == pytest.approx(100 * MBIT)
+    # 3 subflows on 2 planes: plane 0 carries 2/3 of each hop's bytes and limits it
+    assert expected_busbw_gbps(topo, HOSTS8, 3) == pytest.approx(150 * MBIT)
+
+
+def test_expected_busbw_shares_oversubscribed_uplinks():
+    topo = multirail(8, 2, 2, 2)
+    zigzag = ["h0", "h4", "h1", "h5", "h2", "h6", "h3", "h7"]  # every hop crosses leaves: 4 hops per 2 uplinks
+    assert expected_busbw_gbps(topo, zigzag, 1, planes=[0]) == pytest.approx(50 * MBIT)
+    assert expected_busbw_gbps(topo, zigzag, 2) == pytest.approx(100 * MBIT)
+    # hier: 3/4 of the buffer at 100 twice (in the leaves), 1/4 at 50 (4 ranks per leaf share 2 uplinks)
+    hier = 1.75 / (1.5 / 100 + 0.25 / 50) * MBIT
+    assert expected_busbw_gbps(topo, HOSTS8, 1, algorithm="hier") == pytest.approx(hier)
+
+
+def test_expected_busbw_leaf_spine():
+    assert expected_busbw_gbps(leafspine(8, 2, 2), HOSTS8, 1) == pytest.approx(100 * MBIT)
+    slow = leafspine(4, 2, 1, fabric_rate="50mbit")  # the ring's leaf crossing runs over one 50 Mbit/s spine link
+    assert expected_busbw_gbps(slow, ["h0", "h1", "h2", "h3"], 4) == pytest.approx(50 * MBIT)
+    two = leafspine(4, 2, 2, fabric_rate="50mbit")  # two spines: ECMP spreads the crossing over both
+    assert expected_busbw_gbps(two, ["h0", "h1", "h2", "h3"], 4) == pytest.approx(100 * MBIT)
+    fast = leafspine(4, 1, 0, host_rate="1gbit")
+    assert expected_busbw_gbps(fast, ["h0", "h1"], 1) == pytest.approx(1000 * MBIT)
+
+
+def test_expected_busbw_bad_input():
+    topo = multirail(4, 2, 2, 2)
+    with pytest.raises(ClockfabricError, match="at least 2"):
+        expected_busbw_gbps(topo, ["h0"], 1)
+    with pytest.raises(ClockfabricError, match="same number"):
+        expected_busbw_gbps(topo, ["h0", "h1", "h2"], 1, algorithm="hier")
