@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The clockfabric demo: an emulated dual-plane cluster on this machine, checked, its clocks
+# The clockfabric demo: an emulated dual-plane cluster on this machine, checked, audited, its clocks
 # synced and its one-way delays measured, monitored while a link flaps (the agents fail traffic
 # over to the other plane), impaired, loaded and taken down. Every step is a plain `clockfabric` command you can run yourself.
 set -euo pipefail
@@ -20,6 +20,16 @@ clockfabric lab up "$TOPO" --name "$LAB"
 
 step "lab check: every host reaches every other, on every plane and every spine path"
 clockfabric lab check --lab "$LAB" | tail -n 4
+
+step "fleet audit: versions, memory, PCIe, GPUs, MTU, names, NICs, cabling (LLDP), rail reach and latency"
+# (the all-reduce check wants links this 2-core machine can forward at full rate: `make test` runs
+#  it on 25 Mbit/s labs, with six planted faults; see docs/audit.md)
+clockfabric audit --lab "$LAB" --skip collective || echo "(audit exit code $?)"
+
+step "a cabling mistake: h1's and h5's plane-0 cables swapped; the audit names both NICs (exit 2)"
+clockfabric lab swap h1:eth0 h5:eth0 --lab "$LAB"
+clockfabric audit --lab "$LAB" --only backend --skip backend.latency || echo "(audit exit code $?)"
+clockfabric lab swap h1:eth0 h5:eth0 --lab "$LAB"
 
 step "each host runs on its own virtual clock (the ground truth for clock sync)"
 clockfabric lab clock show --lab "$LAB"
