@@ -32,7 +32,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple, Any]]] = {
                 "margin_us": (NUMBER, 1000.0), "samples": (int, 5)},
     "collective": {"subflows": (list, [1, 2, 4, 8]), "algorithms": (list, ["ring", "hier"]),
                    "size": (str, "1M"), "iters": (int, 3), "min_ratio": (NUMBER, 0.8),
-                   "timeout_s": (NUMBER, 60.0)},
+                   "timeout_s": (NUMBER, 60.0), "sweep_hosts": (int, 8)},
     "timeouts": {"host_s": (NUMBER, 20.0), "check_s": (NUMBER, 300.0),
                  "lldp_s": (NUMBER, 1.5)},  # how long hosts listen for their switch's LLDP
 }

@@ -2,11 +2,12 @@
 link rates allow.
 
 Judged: a ring on each plane alone (one subflow, pinned to the plane's NICs). A plane that
-falls short is bisected with pair tests down to the NIC (or the pair's path) that is slow: a
+falls short twice in a row is bisected with pair tests down to the NIC (or the pair's path) that is slow: a
 quarter-rate link passes every passive check and every ping.
 Swept, as evidence: 1, 2, 4 and 8 subflows per peer (our queue-pair analogue) over every
-plane, flat ring and hierarchical; only if even the best setting falls short is it a
-warning (the fabric, or the hosts, cannot carry the collective at the link rates).
+plane, flat ring and hierarchical, on a sample of the hosts spread over the leaves (how
+busbw scales with subflows is a property of the fabric, not of each host); only if even the
+best setting falls short is it a warning (the fabric, or the hosts, cannot carry it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from clockfabric.audit.context import Context
 from clockfabric.audit.model import Finding, Verdict
 from clockfabric.audit.registry import Outcome, check
 from clockfabric.errors import ClockfabricError
+
+
+def sweep_sample(ctx: Context, hosts: list[str], most: int) -> list[str]:
+    """Up to `most` hosts, the same number under each leaf (at least two, so hier has groups)."""
+    from clockfabric.collective.expected import leaf_groups
+
+    groups = leaf_groups(ctx.topology, hosts, ctx.topology.planes[0])
+    each = max(2, most // len(groups))
+    return [h for g in groups for h in g[:each]][:max(most, 2)]
 
 
 @check("collective.allreduce", "All-reduce bus bandwidth at link rate (per plane; 1-8 subflows, ring and hier)",
@@ -37,17 +47,23 @@ def run(ctx: Context) -> Outcome:
     cfg = ctx.expect["collective"]
     size = parse_size(cfg["size"])
 
-    def measure(subflows: int, planes: list[int] | None, algorithm: str = "ring") -> dict:
-        result = allreduce(ctx.lab, hosts, sizes=[size], subflows=subflows, planes=planes, algorithm=algorithm,
+    def measure(subflows: int, planes: list[int] | None, algorithm: str = "ring", among: list[str] = hosts) -> dict:
+        result = allreduce(ctx.lab, among, sizes=[size], subflows=subflows, planes=planes, algorithm=algorithm,
                            iters=cfg["iters"], timeout_s=cfg["timeout_s"])
         row = result.rows[-1]
-        return {"algorithm": algorithm, "subflows": subflows, "planes": result.planes, "size_bytes": row.size_bytes,
+        return {"algorithm": algorithm, "subflows": subflows, "planes": result.planes, "hosts": len(among),
+                "size_bytes": row.size_bytes,
                 "busbw_gbps": round(row.busbw_gbps, 5), "expected_gbps": round(result.expected_busbw_gbps, 5),
                 "ratio": round(result.ratio(row), 3), "wrong": row.wrong}
 
     try:
         per_plane = [measure(1, [p]) for p in ctx.topology.planes]
-        sweep = [measure(k, None, a) for a in cfg["algorithms"] for k in cfg["subflows"]]
+        for i, r in enumerate(per_plane):  # a short ring is measured again: a fault repeats, a hiccup does not
+            if r["ratio"] < cfg["min_ratio"]:
+                again = measure(1, r["planes"])
+                per_plane[i] = max(r, again, key=lambda x: x["ratio"]) | {"first_ratio": r["ratio"]}
+        sample = sweep_sample(ctx, hosts, cfg["sweep_hosts"])
+        sweep = [measure(k, None, a, sample) for a in cfg["algorithms"] for k in cfg["subflows"]]
     except ClockfabricError as e:
         return Outcome("the all-reduce did not run", [Finding(Verdict.FAIL, str(e))])
     ctx.derived["collective.per_plane"], ctx.derived["collective.sweep"] = per_plane, sweep
@@ -71,8 +87,8 @@ def run(ctx: Context) -> Outcome:
     findings.append(Finding(Verdict.PASS, "busbw per plane and over subflows", evidence={"per_plane": per_plane,
                                                                                          "sweep": sweep}))
     planes = ", ".join(f"{r['ratio']:.0%}" for r in per_plane)
-    summary = (f"{len(hosts)} hosts; per plane {planes} of expected; best of {len(sweep)} settings "
-               f"{best['ratio']:.0%} ({best['algorithm']}, {best['subflows']} subflows)")
+    summary = (f"{len(hosts)} hosts; per plane {planes} of expected; best of {len(sweep)} settings on "
+               f"{len(sample)} hosts {best['ratio']:.0%} ({best['algorithm']}, {best['subflows']} subflows)")
     if excluded:
         summary += f"; not tried (failed earlier checks): {', '.join(excluded)}"
     return Outcome(summary, findings)
