@@ -64,7 +64,8 @@ def slow_nics(ctx: Context, hosts: list[str], plane: int, size: int) -> dict[tup
     slow = [p for p, r in first.items() if r < bar]
     if len(hosts) % 2 and good:  # the odd host out: test it with a good one
         odd = next(h for h in hosts if not any(h in p for p in pairs))
-        if _test(ctx, [(odd, good[0])], plane, size)[(odd, good[0])] < bar:
+        first |= _test(ctx, [(odd, good[0])], plane, size)
+        if first[(odd, good[0])] < bar:
             slow.append((odd, good[0]))
     culprits: dict[str, list[dict]] = {}
     if slow and len(good) >= 2:
