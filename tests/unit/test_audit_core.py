@@ -628,3 +628,14 @@ def test_audit_end_to_end_with_canned_reports(tmp_path):
     assert rep.expectations["memory.dimms"] == 16
     assert ("checks", len(rep.results), len(rep.results)) in calls
     assert "backend.connectivity" not in by_id  # passive
+
+
+def test_passive_audits_ask_no_host_to_ping():
+    from clockfabric.audit.gather import specs
+    from clockfabric.topology import multirail
+
+    topo = multirail(4, 2, 2, 1)
+    active = specs(topo, sorted(topo.hosts), pings=5, lldp_wait_s=1.0)
+    passive = specs(topo, sorted(topo.hosts), pings=0, lldp_wait_s=1.0)
+    assert len(active["h0"]["reach"]["eth1"]) == 3  # every rail peer
+    assert all(s["reach"] == {} for s in passive.values())

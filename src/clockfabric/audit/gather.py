@@ -37,7 +37,7 @@ def template_transport(topo: Topology, template: str, python: str = "python3") -
 
 
 def specs(topo: Topology, hosts: list[str], *, pings: int, lldp_wait_s: float) -> dict[str, dict]:
-    """What each host is asked: its NICs, the names to resolve, the rail peers to ping."""
+    """What each host is asked: its NICs, the names to resolve, the rail peers to ping (none if pings is 0)."""
     plan = {(p.node, p.iface): str(i.address.ip) for p, i in interfaces(topo).items() if p.node in topo.hosts}
     names = {h: str(topo.hosts[h].address) for h in topo.hosts}
     out = {}
@@ -45,7 +45,7 @@ def specs(topo: Topology, hosts: list[str], *, pings: int, lldp_wait_s: float) -
         nics = topo.hosts[h].nics
         reach = {n.name: [plan[(p, topo.hosts[p].nic(n.plane).name)] for p in hosts
                           if p != h and topo.hosts[p].nic(n.plane) and (p, topo.hosts[p].nic(n.plane).name) in plan]
-                 for n in nics}
+                 for n in nics} if pings else {}
         out[h] = {"host": h, "nics": [{"name": n.name, "plane": n.plane} for n in nics], "names": names,
                   "reach": reach, "sources": {n.name: plan.get((h, n.name)) for n in nics},
                   "pings": pings, "lldp_wait_s": lldp_wait_s}

@@ -18,7 +18,9 @@ def audit(topo: Topology, hosts: list[str], checks: list[Check], *, transport: T
           fleet: str, lab=None, progress: Progress | None = None) -> Report:
     started_ns, t0 = time.time_ns(), time.monotonic()
     report = progress or (lambda *_: None)
-    tell = specs(topo, hosts, pings=expect["latency"]["samples"], lldp_wait_s=expect["timeouts"]["lldp_s"])
+    pinging = any(c.active and c.category == "backend" for c in checks)  # --passive: no traffic at all
+    tell = specs(topo, hosts, pings=expect["latency"]["samples"] if pinging else 0,
+                 lldp_wait_s=expect["timeouts"]["lldp_s"])
     with _switches_speak_lldp(lab):
         reports, missing = gather(tell, transport, timeout_s=expect["timeouts"]["host_s"], progress=report)
     ctx = Context(topo, hosts, reports, missing, expect=expect, lab=lab)
