@@ -321,3 +321,26 @@ def test_owd_per_direction_and_a_floor_that_forgets_early_guesses():
         assert rows["a"]["n"] == 5 and rows["a"]["min_ns"] == 20_000 and rows["a"]["p50_ns"] == 20_020
         expected = -1_000 if k < FLOOR_HORIZON - 1 else 20_000  # the bad guess ages out, not sooner
         assert rows["a"]["floor_ns"] == expected
+
+
+def test_floors_read_with_a_mapping_that_then_moves_are_dropped():
+    sync = HostSync("a", ["b"])
+    settled = {h: Mapping(EPOCH, 0.0, 0.0, 0.0).as_dict() for h in "ab"}
+    sync.on_map({"hosts": settled})
+    sync.pairs["b"].exchanges.append(_exchange(EPOCH, -1_000, 30_000))  # read with a guess
+    assert {r["src"]: r["floor_ns"] for r in sync.owd()} == {"a": -1_000, "b": 30_000}
+
+    nudged = dict(settled, b=Mapping(EPOCH, -500.0, 0.0, 0.0).as_dict())  # within tolerance: kept
+    sync.on_map({"hosts": nudged})
+    rows = {r["src"]: r for r in sync.owd()}
+    assert rows["a"]["min_ns"] == -500 and rows["a"]["floor_ns"] == -1_000
+
+    moved = dict(settled, b=Mapping(EPOCH, -21_000.0, 0.0, 0.0).as_dict())  # b's mapping moved 21 us
+    sync.on_map({"hosts": moved})
+    rows = {r["src"]: r for r in sync.owd()}
+    assert rows["a"]["floor_ns"] == rows["a"]["min_ns"] == 20_000  # re-read with the new mapping only
+    assert rows["b"]["floor_ns"] == 9_000
+
+    ours_moved = dict(moved, a=Mapping(EPOCH, -10_000.0, 0.0, 0.0).as_dict())  # our own mapping moved
+    sync.on_map({"hosts": ours_moved})
+    assert {r["src"]: r["floor_ns"] for r in sync.owd()} == {"a": 10_000, "b": 19_000}

@@ -24,6 +24,7 @@ from clockfabric.probe.engine import Exchange
 
 MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
 FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many reports
+MAP_MOVE_NS = 2_000  # a mapping that moves more than this between solves was not settled (settled: < 1 us)
 
 
 class HostSync:
@@ -35,7 +36,7 @@ class HostSync:
         self.peer_maps: dict[str, Mapping] = {}
         self.parts = 0
         # (peer, path, direction) -> the lowest OWD of each recent report: a floor that forgets,
-        # so the guesses of a mapping still converging (or of a rerouted path) age out
+        # so a rerouted path's old floor ages out
         self.floors: dict[tuple[str, str, str], deque[int]] = {}
 
     def add(self, exchanges: list[Exchange]) -> None:
@@ -58,7 +59,16 @@ class HostSync:
 
     def on_map(self, msg: dict) -> None:
         maps = {h: Mapping.from_dict(m) for h, m in msg["hosts"].items()}
-        self.mapping = maps.pop(self.host, None)
+        mapping = maps.pop(self.host, None)
+        # a floor is only as good as the mappings it was read with: where one moved, the
+        # floors read with it go (a still-converging mapping can put a floor below zero)
+        for peer, pair in self.pairs.items():
+            if pair.exchanges:
+                last = pair.exchanges[-1]
+                if (_moved(self.mapping, mapping, last.tx[0])
+                        or _moved(self.peer_maps.get(peer), maps.get(peer), last.peer_rx[0])):
+                    self.floors = {k: v for k, v in self.floors.items() if k[0] != peer}
+        self.mapping = mapping
         self.peer_maps = maps
         self.parts = msg.get("parts", 1)
 
@@ -102,6 +112,13 @@ class HostSync:
             }
         return {"mapping": self.mapping.as_dict() if self.mapping else None, "parts": self.parts,
                 "pairs": pairs, "owd": self.owd()}
+
+
+def _moved(old: Mapping | None, new: Mapping | None, local_ns: int) -> bool:
+    """Whether two mappings of one clock disagree on a reading by more than MAP_MOVE_NS."""
+    if old is None or new is None:
+        return old is not new
+    return abs(old.global_ns(local_ns) - new.global_ns(local_ns)) > MAP_MOVE_NS
 
 
 def percentile(ordered: list[int], q: float) -> float:
