@@ -7,7 +7,7 @@ import sys
 import typer
 
 from clockfabric import __version__
-from clockfabric.cli import audit_cmds, bench_cmds, clock_cmds, lab_cmds, monitor_cmds, topology_cmds
+from clockfabric.cli import audit_cmds, bench_cmds, clock_cmds, lab_cmds, monitor_cmds, path_cmds, topology_cmds
 from clockfabric.cli.output import err
 from clockfabric.errors import ClockfabricError
 
@@ -24,6 +24,7 @@ app.command(name="switch-agent")(monitor_cmds.switch_agent)
 app.command()(monitor_cmds.events)
 app.command()(monitor_cmds.monitor)
 app.command()(audit_cmds.audit)
+app.command()(path_cmds.paths)
 
 
 @app.command()

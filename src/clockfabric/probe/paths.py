@@ -1,0 +1,235 @@
+"""Path discovery on ECMP fabrics: which TCP source port the switches hash onto which spine.
+
+A switch hashes each packet's 5-tuple with a seed of its own, so a host cannot compute
+where a flow goes: it must ask the fabric. Like Paris traceroute, we send TCP SYNs with
+the flow's exact 5-tuple and a small TTL (2: the hop after the leaf, a spine) and read
+the "time exceeded" each switch answers with: the answering address names the path.
+TCP, not UDP, because the protocol is part of the hash.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import math
+import random
+import select
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from clockfabric.errors import ClockfabricError
+
+# Candidate source ports: above the kernel's ephemeral range (32768-60999, so connect() never
+# hands one out behind our back) and the collective's listen ports (20000-32000).
+SPORTS = range(61000, 65536)
+ICMP_TIME_EXCEEDED = 11
+SOL_RAW, ICMP_FILTER = 255, 1  # linux/icmp.h: a raw ICMP socket's filter of types to drop
+SYN = 0x02
+
+Learner = Callable[..., dict[int, str | None]]
+
+
+@dataclass(frozen=True)
+class Path:
+    hop: str | None  # the address that answered at the probe TTL; None: nothing did (the peer was nearer)
+    sport: int  # a TCP source port whose flows the fabric hashes onto that hop
+
+
+def checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071): ones' complement of the ones' complement sum of 16-bit words."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def tcp_syn(src: str, dst: str, sport: int, dport: int, seq: int) -> bytes:
+    """A 20-byte TCP SYN header; the checksum covers the IPv4 pseudo-header, as the receiver checks it."""
+    header = struct.pack("!HHIIBBHHH", sport, dport, seq, 0, 5 << 4, SYN, 64240, 0, 0)
+    pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, socket.IPPROTO_TCP, len(header))
+    return header[:16] + struct.pack("!H", checksum(pseudo + header)) + header[18:]
+
+
+Flow = tuple[str, str, int, int]  # src, dst, sport, dport
+
+
+def parse_time_exceeded(packet: bytes) -> tuple[str, Flow] | None:
+    """(answering hop, quoted TCP flow) of an IPv4 ICMP time exceeded, or None for anything else."""
+    if len(packet) < 20:
+        return None
+    ihl = (packet[0] & 0x0F) * 4
+    if len(packet) < ihl + 8 + 20 + 4 or packet[ihl] != ICMP_TIME_EXCEEDED:
+        return None
+    inner = packet[ihl + 8:]
+    inner_ihl = (inner[0] & 0x0F) * 4
+    if inner[9] != socket.IPPROTO_TCP or len(inner) < inner_ihl + 4:
+        return None
+    sport, dport = struct.unpack_from("!HH", inner, inner_ihl)
+    flow = (socket.inet_ntoa(inner[12:16]), socket.inet_ntoa(inner[16:20]), sport, dport)
+    return socket.inet_ntoa(packet[12:16]), flow
+
+
+def _reply_from_peer(packet: bytes, src: str, dst: str, dport: int) -> int | None:
+    """The port of ours that the peer itself answered (SYN-ACK or RST): the probe got all the way."""
+    ihl = (packet[0] & 0x0F) * 4
+    if len(packet) < ihl + 4 or packet[9] != socket.IPPROTO_TCP:
+        return None
+    if socket.inet_ntoa(packet[12:16]) != dst or socket.inet_ntoa(packet[16:20]) != src:
+        return None
+    their, ours = struct.unpack_from("!HH", packet, ihl)
+    return ours if their == dport else None
+
+
+def _sockets(src: str, ttl: int) -> tuple[socket.socket, socket.socket]:
+    try:
+        icmp = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    except PermissionError:
+        raise ClockfabricError("path discovery sends raw TCP probes, which needs root or CAP_NET_RAW; "
+                               "run it with sudo") from None
+    try:
+        icmp.setsockopt(SOL_RAW, ICMP_FILTER, struct.pack("I", ~(1 << ICMP_TIME_EXCEEDED) & 0xFFFFFFFF))
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)  # the kernel adds the IP header
+        tcp.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+        try:
+            tcp.bind((src, 0))
+        except OSError as e:
+            tcp.close()
+            raise ClockfabricError(f"cannot send from {src}: {e.strerror}; give an address of this host") from None
+    except BaseException:
+        icmp.close()
+        raise
+    return icmp, tcp
+
+
+def learn(src: str, dst: str, dport: int, *, sports: Iterable[int], ttl: int = 2,
+          timeout_s: float = 0.5) -> dict[int, str | None]:
+    """For each source port, the address that answers a TCP SYN src:port -> dst:dport at `ttl`.
+
+    All probes go out at once, then replies are collected until each is answered or the
+    timeout passes; unanswered ports are probed once more (a probe or its reply may be
+    lost). None: no answer, or the peer itself answered (it is fewer than `ttl` hops away).
+    Must run in the namespace that owns `src`. Needs root or CAP_NET_RAW.
+    """
+    ports = list(dict.fromkeys(sports))
+    found: dict[int, str | None] = dict.fromkeys(ports)
+    pending = set(ports)
+    icmp, tcp = _sockets(src, ttl)
+    rng = random.Random()
+    try:
+        for _ in range(2):
+            for port in (p for p in ports if p in pending):
+                try:
+                    tcp.sendto(tcp_syn(src, dst, port, dport, rng.getrandbits(32)), (dst, 0))
+                except OSError as e:
+                    if e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+                        raise ClockfabricError(f"no route from {src} to {dst}") from None
+                    # a full queue or a NIC without carrier: this probe is lost, as on a wire
+            _collect(icmp, tcp, (src, dst, dport), pending, found, time.monotonic() + timeout_s)
+            if not pending:
+                break
+    finally:
+        icmp.close()
+        tcp.close()
+    return found
+
+
+def _collect(icmp: socket.socket, tcp: socket.socket, key: tuple[str, str, int], pending: set[int],
+             found: dict[int, str | None], deadline: float) -> None:
+    src, dst, dport = key
+    while pending and (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([icmp, tcp], [], [], left)
+        for sock in ready:
+            packet = sock.recv(65535)
+            if sock is icmp:
+                reply = parse_time_exceeded(packet)
+                if reply and reply[1][:2] == (src, dst) and reply[1][3] == dport and reply[1][2] in pending:
+                    found[reply[1][2]] = reply[0]
+                    pending.discard(reply[1][2])
+            else:
+                pending.discard(_reply_from_peer(packet, src, dst, dport))
+
+
+def _by_hop(found: dict[int, str | None]) -> dict[str | None, list[int]]:
+    """Ports grouped by hop. Unanswered ports are a path of their own only if nothing answered at all
+    (the peer is nearer than the probe TTL); otherwise they are probes lost, on some unknown path."""
+    groups: dict[str | None, list[int]] = {}
+    for port, hop in found.items():
+        groups.setdefault(hop, []).append(port)
+    if len(groups) > 1:
+        groups.pop(None, None)
+    return dict(sorted(groups.items(), key=lambda kv: (kv[0] is None, _address_key(kv[0]))))
+
+
+def _address_key(hop: str | None) -> tuple[int, str]:
+    try:
+        return int(ipaddress.ip_address(hop)), ""
+    except ValueError:
+        return 0, str(hop)
+
+
+def spread(src: str, dst: str, dport: int, *, want: int, ttl: int = 2, timeout_s: float = 0.5, seed: int = 0,
+           batch: int = 16, max_ports: int = 256, learn_fn: Learner | None = None) -> list[Path]:
+    """`want` source ports spread as evenly as possible over the distinct hops (round robin).
+
+    Fresh candidate ports (drawn from SPORTS with `seed`) are probed `batch` at a time until
+    every hop seen has its share, or `max_ports` have been tried. Fewer than `want` paths come
+    back only if that many ports never answered.
+    """
+    if want < 1:
+        raise ClockfabricError(f"want at least one path (got {want})")
+    probe = learn_fn or learn
+    candidates = random.Random(seed).sample(SPORTS, min(max_ports, len(SPORTS)))
+    found: dict[int, str | None] = {}
+    groups: dict[str | None, list[int]] = {}
+    for start in range(0, len(candidates), batch):
+        found |= probe(src, dst, dport, sports=candidates[start:start + batch], ttl=ttl, timeout_s=timeout_s)
+        groups = _by_hop(found)
+        share = math.ceil(want / len(groups))
+        if all(len(ports) >= share for ports in groups.values()):
+            break
+    return round_robin(groups, want)
+
+
+def round_robin(groups: dict[str | None, list[int]], want: int) -> list[Path]:
+    """Take one port from each hop in turn, skipping hops that have run out."""
+    chosen: list[Path] = []
+    for i in range(max((len(p) for p in groups.values()), default=0)):
+        for hop, ports in groups.items():
+            if i < len(ports) and len(chosen) < want:
+                chosen.append(Path(hop, ports[i]))
+    return chosen
+
+
+class PathTable:
+    """What was learned per (src, dst, dport), and when. A path is learned again when older than
+    max_age_s, or after forget(): call it on link events, since a changed fabric moves the hash."""
+
+    def __init__(self, *, want: int = 4, ttl: int = 2, max_age_s: float = 300.0, seed: int = 0,
+                 learn_fn: Learner | None = None, clock: Callable[[], float] = time.monotonic):
+        self.want, self.ttl, self.max_age_s, self.seed = want, ttl, max_age_s, seed
+        self._learn, self._clock = learn_fn, clock
+        self._entries: dict[tuple[str, str, int], tuple[float, list[Path]]] = {}
+
+    def paths(self, src: str, dst: str, dport: int) -> list[Path]:
+        key = (src, dst, dport)
+        entry = self._entries.get(key)
+        now = self._clock()
+        if entry is None or now - entry[0] > self.max_age_s:
+            entry = (now, spread(src, dst, dport, want=self.want, ttl=self.ttl, seed=self.seed,
+                                 learn_fn=self._learn))
+            self._entries[key] = entry
+        return entry[1]
+
+    def learned_at(self, src: str, dst: str, dport: int) -> float | None:
+        entry = self._entries.get((src, dst, dport))
+        return entry[0] if entry else None
+
+    def forget(self, src: str | None = None, dst: str | None = None) -> None:
+        """Drop what was learned (for one source or destination address, or all): learned again on next use."""
+        for key in [k for k in self._entries if src in (None, k[0]) and dst in (None, k[1])]:
+            del self._entries[key]
