@@ -19,16 +19,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.skipif(reason is not None, reason=rea
 
 DPORT = 20100
 SIZE = 2 << 20
-# Hash policy 1 reuses a hash the packet already carries, and a TCP socket's packets carry its random
-# sk_txhash across the veth: each connection would pick a spine at random, whatever its ports. Policy 3
-# with these fields hashes the 5-tuple from the headers on every packet, as a switch ASIC does. Set here
-# until the lab's SWITCH_SYSCTLS carry it (then this is a no-op).
-HEADER_HASH = {"net.ipv4.fib_multipath_hash_policy": 3, "net.ipv4.fib_multipath_hash_fields": "0x0037"}
-
-
-def hash_headers(lab) -> None:
-    for sw in lab.topology.switches:
-        netns.write_sysctls(lab.ns(sw), HEADER_HASH)
 
 
 def tx_bytes(lab, node: str, iface: str) -> int:
@@ -75,7 +65,6 @@ def send_through(lab, src: str, sport: int, dst: str) -> int:
 
 def test_learned_port_carries_the_flow_over_its_spine(make_lab):
     lab = make_lab(leafspine(4, 2, 2, host_rate="50mbit"))
-    hash_headers(lab)
     topo = lab.topology
     owner = {str(i.address.ip): i.port.node for i in interfaces(topo).values()}
     h0, h2 = str(topo.hosts["h0"].address), str(topo.hosts["h2"].address)

@@ -37,6 +37,11 @@ SWITCH_SYSCTLS = {
     "net.ipv4.icmp_ratelimit": 0,  # switches answer every TTL-expired probe (path discovery)
     "net.ipv4.icmp_msgs_per_sec": 1_000_000,
     "net.ipv4.icmp_msgs_burst": 1_000_000,  # the global ICMP bucket, else a burst of probes loses replies
+    # hash each packet's own headers, as a switch chip does: under policy 1 Linux reuses the hash a
+    # TCP socket stamped on its packets (random per connection), so a source port would not pick
+    # the spine. Fields: both addresses, protocol, both ports (needs Linux 5.16+)
+    "net.ipv4.fib_multipath_hash_policy": 3,
+    "net.ipv4.fib_multipath_hash_fields": "0x0037",
 }
 
 
