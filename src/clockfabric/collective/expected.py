@@ -1,4 +1,4 @@
-"""What an all-reduce should reach on a topology, from its link rates alone."""
+"""What an all-reduce or an all-to-all should reach on a topology, from its link rates alone."""
 
 from __future__ import annotations
 
@@ -54,26 +54,11 @@ def expected_busbw_gbps(topology: Topology, hosts: Sequence[str], subflows: int,
     """
     hosts = list(hosts)
     n = len(hosts)
-    if n < 2:
-        raise ClockfabricError("an all-reduce needs at least 2 hosts")
-    if subflows < 1:
-        raise ClockfabricError(f"subflows must be at least 1 (got {subflows})")
+    shares = _plane_shares(topology, hosts, subflows, planes, "an all-reduce")
     planes = list(planes) if planes is not None else common_planes(topology, hosts)
-    if not planes:
-        raise ClockfabricError("the hosts share no plane")
-    shares = defaultdict(float)  # plane -> fraction of a hop's bytes
-    for j in range(subflows):
-        shares[planes[j % len(planes)]] += 1 / subflows
+    rate = lambda flows: _flow_rate(topology, shares, flows)
 
-    def rate(flows: list[Flow]) -> float:  # bits/s each flow of a phase gets
-        load: dict[tuple[int, str], float] = defaultdict(float)  # (link, from node) -> flows' shares
-        for a, b in flows:
-            for plane, share in shares.items():
-                for key, fraction in _spread(topology, plane, a, b).items():
-                    load[key] += share * fraction
-        return min(topology.links[i].rate_bps / x for (i, _), x in load.items())
-
-    ring = lambda members: [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]  # noqa: E731
+    ring = lambda members: [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]
     groups = leaf_groups(topology, hosts, planes[0]) if algorithm == "hier" else [hosts]
     if algorithm not in ("ring", "hier"):
         raise ClockfabricError(f"unknown algorithm {algorithm!r}; use ring or hier")
@@ -86,6 +71,61 @@ def expected_busbw_gbps(topology: Topology, hosts: Sequence[str], subflows: int,
     intra = (m - 1) / m / rate([f for gr in groups for f in ring(gr)])
     inter = 2 * (g - 1) / g / m / rate([f for k in range(m) for f in ring([gr[k] for gr in groups])])
     return 2 * (n - 1) / n / (2 * intra + inter) / 8 / 1e9
+
+
+def expected_alltoall_busbw_gbps(topology: Topology, hosts: Sequence[str], subflows: int,
+                                 planes: Sequence[int] | None = None, *, algorithm: str = "pairwise") -> float:
+    """The busbw (GB/s) an all-to-all over hosts should reach if links were the only limit.
+
+    Rank i on hosts[i]; each rank sends 1/n of its buffer to each of the other n-1 (a flow per
+    ordered pair), so a host link carries (n-1)/n of the buffer each way and, across leaves,
+    the uplinks carry every flow between the leaves. Subflows, planes, ECMP, line rates: the
+    same assumptions as expected_busbw_gbps. Flows that run at once, each with the same bytes,
+    are done when the busiest link is: each gets min over links of (rate / flows on it).
+
+    - oneshot: all n(n-1) flows at once. This is the bound for any schedule.
+    - pairwise: n-1 steps one after another, step k the flows hosts[p] -> hosts[(p+k) % n];
+      a step that sends many flows across leaves waits on the uplinks while others leave
+      them idle, so it can fall below oneshot's figure. Assumes ranks stay in step (each
+      step waits for its send and its receive, so they nearly do).
+
+    busbw = algbw (n-1)/n = (n-1) / sum over steps of 1 / (a flow's rate).
+    """
+    hosts = list(hosts)
+    n = len(hosts)
+    shares = _plane_shares(topology, hosts, subflows, planes, "an all-to-all")
+    steps = [[(hosts[p], hosts[(p + k) % n]) for p in range(n)] for k in range(1, n)]
+    if algorithm == "oneshot":
+        steps = [[f for step in steps for f in step]]
+    elif algorithm != "pairwise":
+        raise ClockfabricError(f"unknown all-to-all algorithm {algorithm!r}; use pairwise or oneshot")
+    return (n - 1) / sum(1 / _flow_rate(topology, shares, flows) for flows in steps) / 8 / 1e9
+
+
+def _plane_shares(topo: Topology, hosts: list[str], subflows: int, planes: Sequence[int] | None,
+                  what: str) -> dict[int, float]:
+    """plane -> fraction of every message's bytes (subflow j on planes[j % len(planes)]), after checking input."""
+    if len(hosts) < 2:
+        raise ClockfabricError(f"{what} needs at least 2 hosts")
+    if subflows < 1:
+        raise ClockfabricError(f"subflows must be at least 1 (got {subflows})")
+    planes = list(planes) if planes is not None else common_planes(topo, hosts)
+    if not planes:
+        raise ClockfabricError("the hosts share no plane")
+    shares: dict[int, float] = defaultdict(float)
+    for j in range(subflows):
+        shares[planes[j % len(planes)]] += 1 / subflows
+    return shares
+
+
+def _flow_rate(topo: Topology, shares: dict[int, float], flows: list[Flow]) -> float:
+    """Bits/s each of these flows gets when they all run at once: the busiest link's rate over its load."""
+    load: dict[tuple[int, str], float] = defaultdict(float)  # (link, from node) -> flows' shares
+    for a, b in flows:
+        for plane, share in shares.items():
+            for key, fraction in _spread(topo, plane, a, b).items():
+                load[key] += share * fraction
+    return min(topo.links[i].rate_bps / x for (i, _), x in load.items())
 
 
 def _spread(topo: Topology, plane: int, src: str, dst: str) -> dict[tuple[int, str], float]:
