@@ -105,7 +105,7 @@ def test_subflows_carry_equal_shares_of_a_message():
             buf = np.zeros(10, np.float32)
             t.exchange(recvs=[(0, memoryview(buf).cast("B"))])
             got["buf"] = buf
-        return [s.sock.getsockname() for s in t.links[1 - r]]
+        return [s.getsockname() for s in t.outbound[1 - r].socks]
 
     res = on_loopback(2, 4, body)
     assert np.array_equal(got["buf"], np.arange(10, dtype=np.float32))

@@ -98,6 +98,7 @@ def _nccl_table(res) -> str:
     lines = [f"# all-reduce ({res.algorithm}): {len(res.hosts)} ranks on lab {res.lab} ({', '.join(res.hosts)})",
              f"# {res.subflows} subflow(s) per peer pair on plane(s) {planes}; time: the slowest rank, mean of "
              f"{res.iters} iterations after {res.warmup} warmup",
+             f"# scheduler {res.scheduler}, source ports {res.placement}",
              f"# GB = 1e9 B; busbw = algbw * 2(n-1)/n; expected busbw from link rates "
              f"{res.expected_busbw_gbps:.4f} GB/s",
              "#",
@@ -132,6 +133,11 @@ def allreduce(lab_name: str = typer.Option(None, "--lab", "-l", help="Lab name (
               planes: str = typer.Option(None, "--planes", help="Planes the subflows take in turn, like 0,1 "
                                                                "(default: every plane the hosts share)."),
               algorithm: str = typer.Option("ring", "--algorithm", help="ring, or hier (groups by leaf)."),
+              scheduler: str = typer.Option("ecmp", "--scheduler", "-s",
+                                            help="Which subflow carries each chunk: ecmp, least-outstanding, owd."),
+              placement: str = typer.Option(None, "--placement",
+                                            help="Source ports: hashed (the kernel's) or learned (one per spine "
+                                                 "path); default learned for owd, hashed otherwise."),
               min_bytes: str = typer.Option(None, "--min-bytes", "-b", help="Smallest size (default 1M)."),
               max_bytes: str = typer.Option(None, "--max-bytes", "-e", help="Largest size (default 64M)."),
               factor: float = typer.Option(None, "--factor", "-f", help="Size step factor (default 2)."),
@@ -151,7 +157,8 @@ def allreduce(lab_name: str = typer.Option(None, "--lab", "-l", help="Lab name (
     host_list = _list(hosts, "--hosts") or list(lab.topology.hosts)
     with progress_bar("all-reduce") as bar:
         res = run_allreduce(lab, host_list, sizes=chosen, subflows=subflows, planes=plane_list,
-                            algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout, progress=bar)
+                            algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout,
+                            scheduler=scheduler, placement=placement, progress=bar)
     if as_json:
         print_json(res.as_dict())
         return

@@ -44,7 +44,9 @@ class AllreduceResult:
     expected_busbw_gbps: float  # expected_busbw_gbps() for these hosts, subflows, planes, algorithm
     rows: list[Row] = field(default_factory=list)
     connect_s: float = 0.0  # the slowest rank's time to start and connect its subflows
-
+    scheduler: str = "ecmp"  # which subflow carries each chunk
+    placement: str = "hashed"  # source ports: kernel-picked (hashed) or learned per spine
+    subflow_stats: dict[str, list[dict]] = field(default_factory=dict)  # per host: Transport.stats()
     @property
     def ok(self) -> bool:
         return all(r.wrong == 0 for r in self.rows)

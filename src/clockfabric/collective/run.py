@@ -22,8 +22,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from clockfabric.collective.expected import common_planes, expected_busbw_gbps, leaf_groups
+from clockfabric.collective.expected import (
+    common_planes,
+    expected_busbw_gbps,
+    leaf_groups,
+)
 from clockfabric.collective.results import AllreduceResult, Row, algbw_gbps, busbw_gbps
+from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.collective.sizes import format_size
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.exec import command
@@ -42,18 +47,25 @@ _ports_used: set[int] = set()
 
 def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: int = 1,
               planes: Sequence[int] | None = None, algorithm: str = "ring", iters: int = 5, warmup: int = 1,
-              timeout_s: float = 60.0, port_base: int | None = None,
-              progress: Progress | None = None) -> AllreduceResult:
+              timeout_s: float = 60.0, port_base: int | None = None, scheduler: str = "ecmp",
+              placement: str | None = None, progress: Progress | None = None) -> AllreduceResult:
     """All-reduce float32 buffers of each size (bytes, rounded down to whole floats) over hosts.
 
     Rank i runs on hosts[i]; the ring follows that order. subflows: TCP connections per
     peer pair, subflow j on planes[j % len(planes)] (default: every plane all hosts share).
-    algorithm: "ring", or "hier" (groups by leaf switch). timeout_s bounds every wait:
+    algorithm: "ring", or "hier" (groups by leaf switch). scheduler: which subflow carries
+    each chunk (schedule.SCHEDULERS). placement: "hashed" (kernel source ports, ECMP hashes
+    them) or "learned" (ports learned per spine); default learned for "owd", hashed otherwise.
+    timeout_s bounds every wait:
     peers connecting, and any transfer that makes no progress. Raises ClockfabricError,
     naming the host, if a rank fails; its workers are stopped first.
     """
     topo = lab.topology
     hosts, planes, sizes = _check(lab, hosts, sizes, subflows, planes, algorithm, iters, warmup)
+    placement = placement or ("learned" if scheduler == "owd" else "hashed")
+    if scheduler not in SCHEDULERS or placement not in PLACEMENTS:
+        raise ClockfabricError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r}) and "
+                               f"placement one of {', '.join(PLACEMENTS)} (got {placement!r})")
     expected = expected_busbw_gbps(topo, hosts, subflows, planes, algorithm=algorithm)
     itfs = interfaces(topo)
     addresses = [[str(itfs[Port(h, topo.hosts[h].nic(p).name)].address.ip) for p in planes] for h in hosts]
@@ -64,6 +76,7 @@ def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows:
             "--world", str(len(hosts)), "--sizes", ",".join(map(str, sizes)), "--subflows", str(subflows),
             "--algorithm", algorithm, "--iters", str(iters), "--warmup", str(warmup), "--port-base", str(base),
             "--timeout", str(timeout_s), "--token", str(random.getrandbits(32)),
+            "--scheduler", scheduler, "--placement", placement,
             "--groups", ",".join(str(group_of[h]) for h in hosts)]
     for h, addrs in zip(hosts, addresses):
         argv += ["--peer", f"{h}={','.join(addrs)}"]
@@ -74,7 +87,9 @@ def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows:
             _release_ports(base, len(hosts))
     result = AllreduceResult(lab=lab.name, hosts=hosts, algorithm=algorithm, subflows=subflows, planes=planes,
                              iters=iters, warmup=warmup, port_base=base, expected_busbw_gbps=expected,
-                             connect_s=max(r["connect_s"] for r in records["connected"]))
+                             connect_s=max(r["connect_s"] for r in records["connected"]),
+                             scheduler=scheduler, placement=placement,
+                             subflow_stats={hosts[r["rank"]]: r["subflows"] for r in records.get("subflows", [])})
     for size in sizes:
         per_rank = [r for r in records["result"] if r["size_bytes"] == size]
         if len(per_rank) != len(hosts):

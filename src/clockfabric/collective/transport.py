@@ -1,17 +1,23 @@
 """TCP subflows between ranks: our analogue of RDMA queue pairs, each pinned to a path.
 
-Every pair of ranks that exchanges data shares `subflows` TCP connections. Subflow i uses
-path slot i % len(slots): it connects to the peer's address in that slot, from this rank's
-own address in that slot. With one NIC address per plane in the slots (the /31 that is
-routed over that plane only), subflow i is pinned to a plane. On a single plane every
-subflow has its own source port, which the switches' ECMP hash spreads over the spines.
+A subflow is one TCP connection and carries data one way: the sender dials it, so the
+sender picks its source port and, through the switches' ECMP hash, its spine. Every rank
+dials `subflows` connections to each peer it talks to and accepts as many from it. Subflow
+i uses path slot i % len(slots): it connects from this rank's own address in that slot to
+the peer's (one NIC address per plane, the /31 that only that plane routes), so it is
+pinned to a plane by addressing alone; `source_ports` may pin it to a spine as well.
 
-A message to a peer is cut into `subflows` contiguous byte ranges, one per subflow, and
-the receiver knows the sizes in advance, so nothing is framed. Each subflow has a sender
-and a receiver thread doing blocking calls (sendall, recv_into with MSG_WAITALL): the
-kernel moves the bytes and releases the GIL, and Python wakes once per large piece rather
-than once per packet. Kernel timeouts (SO_RCVTIMEO / SO_SNDTIMEO) end any wait that makes
-no progress, so a dead peer or path gives an error, never a hang.
+A message is cut into chunks; the scheduler (schedule.py) says which subflow carries each.
+A chunk travels behind a header (message number, offset, length, send stamp on the synced
+clock), so the receiver puts it in place whatever subflow brought it, and answers on the
+same connection's idle direction with an ack: the chunk's one-way delay and transfer time.
+Acks drive the schedulers and let no subflow hold more than a window of unacknowledged
+bytes.
+
+Each subflow has a sender and an ack thread on the sending side, a receiver thread on the
+other, all making blocking calls in large pieces, so the kernel moves the bytes with the
+GIL released. Kernel timeouts (SO_RCVTIMEO / SO_SNDTIMEO) end any wait that makes no
+progress, so a dead peer or path gives an error, never a hang.
 """
 
 from __future__ import annotations
@@ -22,24 +28,33 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 
 from clockfabric.collective.ring import Transfer, bounds
+from clockfabric.collective.schedule import CHUNK, SCHEDULERS, SubflowState, pick
 from clockfabric.errors import ClockfabricError
 
 HELLO = struct.Struct("!4sIHH")  # magic, call token, rank, subflow index
-MAGIC = b"CFar"
-PIECE = 1 << 20  # bytes per syscall: how often a thread comes back to Python (progress, timeouts)
-SNDBUF = 4 << 20  # big buffers so one syscall moves a lot; the kernel caps them at wmem_max
+MAGIC = b"CFa2"
+HEADER = struct.Struct("!IQIq")  # message number, offset, length, send stamp (ns, synced clock)
+ACK = struct.Struct("!IIqq")  # message number, length, one-way delay of the first byte, transfer time (ns)
+PIECE = 1 << 20  # bytes per syscall at most
+SNDBUF = 4 << 20  # the kernel caps it at wmem_max
 RETRY_S = 0.05  # between connection attempts to a peer that is not listening yet
+FLUSH_S = 10.0  # at most this long, on close, for the peers to acknowledge what we sent
 
 
 class TransportError(ClockfabricError):
     """A peer or path failed: the message names the peer and what happened."""
 
 
+class _Idle(Exception):
+    """A kernel timeout with nothing owed: not a failure, just quiet."""
+
+
 class _Latch:
-    """Counts a batch of transfers down; remembers the first failure and the last progress."""
+    """Counts a batch of messages down; remembers the first failure and the last progress."""
 
     def __init__(self) -> None:
         self.cv = threading.Condition()
@@ -72,62 +87,233 @@ class _Latch:
                 raise self.error
 
 
-class _Subflow:
-    """One TCP connection to a peer, with a sender and a receiver thread working FIFO jobs."""
+class _Message:
+    """One message in flight: done when `left` (chunks to send, or bytes to receive) is 0."""
 
-    def __init__(self, owner: Transport, sock: socket.socket, peer: int, index: int) -> None:
-        self.owner, self.sock, self.peer, self.index = owner, sock, peer, index
-        self.sends: queue.SimpleQueue = queue.SimpleQueue()
-        self.recvs: queue.SimpleQueue = queue.SimpleQueue()
-        for loop, jobs in ((self._send, self.sends), (self._recv, self.recvs)):
-            threading.Thread(target=self._work, args=(loop, jobs), daemon=True,
-                             name=f"subflow-{peer}.{index}").start()
+    def __init__(self, view: memoryview, left: int, latch: _Latch) -> None:
+        self.view, self.left, self.latch, self.done = view, left, latch, False
 
-    def _work(self, loop, jobs: queue.SimpleQueue) -> None:
-        while (job := jobs.get()) is not None:
-            view, latch = job
+    def settle(self, error: Exception | None = None) -> None:
+        if not self.done:
+            self.done = True
+            self.latch.finish(error)
+
+
+def _recv_into(sock: socket.socket, view: memoryview, idle_ok: Callable[[], bool], progress=None) -> None:
+    """Fill view from sock. A kernel timeout before the first byte raises _Idle if idle_ok()."""
+    off = 0
+    while off < len(view):
+        want = min(PIECE, len(view) - off)
+        try:
+            got = sock.recv_into(view[off:off + want], want, socket.MSG_WAITALL)
+        except BlockingIOError:
+            if off == 0 and idle_ok():
+                raise _Idle from None
+            raise
+        if got == 0:
+            raise ConnectionResetError(errno.ECONNRESET, "the peer closed the connection")
+        off += got
+        if progress:
+            progress()
+
+
+class _Outbound:
+    """Our subflows to one peer: a dispatcher cuts messages into chunks and the scheduler
+    places each; per subflow a sender thread writes them and an ack thread reads the acks."""
+
+    def __init__(self, owner: Transport, peer: int, socks: list[socket.socket]) -> None:
+        self.owner, self.peer, self.socks = owner, peer, socks
+        self.states = [SubflowState() for _ in socks]
+        self.cv = threading.Condition()
+        self.failed: Exception | None = None
+        self.active: set[_Message] = set()
+        self.seq = 0
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.chunks = [queue.SimpleQueue() for _ in socks]
+        self.ahead: list[deque[int]] = [deque() for _ in socks]  # per subflow, per chunk not yet acked
+        threading.Thread(target=self._dispatch, daemon=True, name=f"dispatch-{peer}").start()
+        for i in range(len(socks)):
+            threading.Thread(target=self._guard, args=(i, self._send), daemon=True, name=f"send-{peer}.{i}").start()
+            threading.Thread(target=self._guard, args=(i, self._acks), daemon=True, name=f"acks-{peer}.{i}").start()
+
+    def post(self, view: memoryview, latch: _Latch) -> None:
+        with self.cv:
+            msg = _Message(view, 0, latch)
+            if self.failed:
+                msg.settle(self.failed)
+                return
+            self.jobs.put((self.seq, msg))
+            self.seq += 1
+
+    def _dispatch(self) -> None:
+        scheduler, n_subs = self.owner.scheduler, len(self.socks)
+        while (job := self.jobs.get()) is not None:
+            seq, msg = job
+            size = len(msg.view)
+            cut = bounds(size, max(-(-size // CHUNK), min(n_subs, size)))
+            with self.cv:
+                if self.failed:
+                    msg.settle(self.failed)
+                    continue
+                msg.left = len(cut) - 1
+                self.active.add(msg)
+            for k, (a, b) in enumerate(zip(cut, cut[1:])):
+                with self.cv:
+                    while (i := pick(scheduler, self.states, b - a, k, len(cut) - 1)) is None and not self.failed:
+                        self.cv.wait(1.0)
+                    if self.failed:
+                        break
+                    self.ahead[i].append(self.states[i].on_send(b - a))
+                self.chunks[i].put((seq, a, b, msg))
+
+    def _send(self, i: int) -> None:
+        sock, clock = self.socks[i], self.owner.clock
+        while (job := self.chunks[i].get()) is not None:
+            seq, a, b, msg = job
+            sock.sendall(HEADER.pack(seq, a, b - a, clock()))
+            for off in range(a, b, PIECE):
+                sock.sendall(msg.view[off:min(b, off + PIECE)])
+                msg.latch.progress()
+            with self.cv:
+                msg.left -= 1
+                if msg.left == 0:
+                    self.active.discard(msg)
+                    msg.settle()
+
+    def _acks(self, i: int) -> None:
+        sock, state, buf = self.socks[i], self.states[i], bytearray(ACK.size)
+        while True:
             try:
-                loop(view, latch)
-            except (OSError, ValueError) as e:  # ValueError: the socket was closed under us
-                latch.finish(self.owner._failure(self.peer, self.index, e))
-            else:
-                latch.finish()
+                _recv_into(sock, memoryview(buf), lambda: state.outstanding == 0)
+            except _Idle:
+                continue
+            _, length, delay_ns, transfer_ns = ACK.unpack(buf)
+            with self.cv:
+                state.on_ack(length, self.ahead[i].popleft(), delay_ns, transfer_ns)
+                self.cv.notify_all()
 
-    def _send(self, view: memoryview, latch: _Latch) -> None:
-        for off in range(0, len(view), PIECE):
-            self.sock.sendall(view[off:off + PIECE])
-            latch.progress()
+    def _guard(self, i: int, loop) -> None:
+        try:
+            loop(i)
+        except (OSError, ValueError, IndexError) as e:  # ValueError: closed under us; IndexError: a stray ack
+            self.fail(self.owner.failure(self.peer, i, e))
 
-    def _recv(self, view: memoryview, latch: _Latch) -> None:
-        off = 0
-        while off < len(view):
-            want = min(PIECE, len(view) - off)
-            got = self.sock.recv_into(view[off:off + want], want, socket.MSG_WAITALL)
-            if got == 0:
-                raise ConnectionResetError(errno.ECONNRESET, "the peer closed the connection")
-            off += got
-            latch.progress()
+    def fail(self, error: Exception) -> None:
+        if self.owner.closing:
+            return
+        with self.cv:
+            self.failed = self.failed or error
+            for msg in self.active:
+                msg.settle(self.failed)
+            self.active.clear()
+            self.cv.notify_all()
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        for q in self.chunks:
+            q.put(None)
+
+
+class _Inbound:
+    """The peer's subflows to us: a receiver thread per subflow puts each chunk in place
+    and acknowledges it."""
+
+    def __init__(self, owner: Transport, peer: int, socks: list[socket.socket]) -> None:
+        self.owner, self.peer, self.socks = owner, peer, socks
+        self.cv = threading.Condition()
+        self.posted: dict[int, _Message] = {}
+        self.seq = 0
+        self.failed: Exception | None = None
+        for i in range(len(socks)):
+            threading.Thread(target=self._guard, args=(i,), daemon=True, name=f"recv-{peer}.{i}").start()
+
+    def post(self, view: memoryview, latch: _Latch) -> None:
+        with self.cv:
+            msg = _Message(view, len(view), latch)
+            if self.failed:
+                msg.settle(self.failed)
+                return
+            self.posted[self.seq] = msg
+            self.seq += 1
+            self.cv.notify_all()
+
+    def _receive(self, i: int) -> None:
+        sock, clock, head = self.socks[i], self.owner.clock, bytearray(HEADER.size)
+        while True:
+            try:
+                _recv_into(sock, memoryview(head), lambda: not self.posted)
+            except _Idle:
+                continue
+            first = clock()
+            seq, off, length, stamp = HEADER.unpack(head)
+            waited = False
+            with self.cv:
+                deadline = time.monotonic() + self.owner.timeout_s
+                while seq not in self.posted:  # the sender is a step ahead of us
+                    waited = True
+                    if self.failed or time.monotonic() > deadline:
+                        raise TimeoutError(errno.ETIMEDOUT, "message never posted")
+                    self.cv.wait(0.5)
+                msg = self.posted[seq]
+            if off + length > len(msg.view):
+                raise ValueError(f"chunk {off}+{length} overruns a {len(msg.view)}-byte message")
+            _recv_into(sock, msg.view[off:off + length], lambda: False, msg.latch.progress)
+            done = clock()
+            with self.cv:
+                msg.left -= length
+                if msg.left == 0:
+                    del self.posted[seq]
+                    msg.settle()
+            # acked only once counted: the sender closes after its last ack, and that close must
+            # find nothing here still owed. A chunk that waited for its message sat in the kernel:
+            # its transfer time means nothing.
+            sock.sendall(ACK.pack(seq, length, first - stamp, 0 if waited else done - first))
+
+    def _guard(self, i: int) -> None:
+        try:
+            self._receive(i)
+        except (OSError, ValueError) as e:
+            if self.owner.closing:
+                return
+            with self.cv:
+                self.failed = self.failed or self.owner.failure(self.peer, i, e)
+                for msg in self.posted.values():
+                    msg.settle(self.failed)
+                self.posted.clear()
+                self.cv.notify_all()
 
 
 class Transport:
-    """Links between this rank and its peers, `subflows` TCP connections per peer.
+    """Links between this rank and its peers, `subflows` TCP connections each way per peer.
 
     addresses[r] lists rank r's address in each path slot (one per plane in use; all ranks
     the same number). Rank r listens on port_base + r. names[r] labels rank r in errors.
     token: a number both sides must present, so connections from another call are refused.
+    scheduler: one of SCHEDULERS. source_ports(peer, i): the source port for our subflow i
+    to peer (a learned path), or None to let the kernel pick (the ECMP hash decides).
+    clock: the synced clock, ns, that stamps chunks (the system clock: in the lab every host
+    shares it; on real hosts it is what the agent keeps in sync).
     """
 
     def __init__(self, rank: int, addresses: Sequence[Sequence[str]], *, port_base: int, subflows: int = 1,
-                 timeout_s: float = 60.0, names: Sequence[str] | None = None, token: int = 0) -> None:
+                 timeout_s: float = 60.0, names: Sequence[str] | None = None, token: int = 0,
+                 scheduler: str = "ecmp", source_ports: Callable[[int, int], int | None] | None = None,
+                 clock: Callable[[], int] = time.time_ns) -> None:
         if subflows < 1:
             raise ValueError("subflows must be at least 1")
         if len({len(a) for a in addresses}) != 1 or not addresses[0]:
             raise ValueError("every rank needs the same number of path slots (at least one)")
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}; got {scheduler!r}")
         self.rank, self.addresses, self.port_base = rank, [list(a) for a in addresses], port_base
         self.subflows, self.timeout_s, self.token = subflows, timeout_s, token
+        self.scheduler, self.source_ports, self.clock = scheduler, source_ports, clock
         self.names = list(names) if names else [f"rank {r}" for r in range(len(addresses))]
-        self.links: dict[int, list[_Subflow]] = {}
+        self.outbound: dict[int, _Outbound] = {}
+        self.inbound: dict[int, _Inbound] = {}
+        self.pinned: dict[int, list[bool]] = {}  # per peer, per subflow: did it get its chosen source port
         self.broken: TransportError | None = None
+        self.closing = False
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -139,23 +325,26 @@ class Transport:
 
     # ---- connecting ----------------------------------------------------------------------------
     def connect(self, peers: Iterable[int]) -> None:
-        """Open the subflows to every peer: this rank dials the higher ranks and accepts the lower."""
+        """Dial our subflows to every peer and accept theirs to us."""
         peers = sorted(set(peers) - {self.rank})
         deadline = time.monotonic() + self.timeout_s
-        socks: dict[int, list[socket.socket | None]] = {p: [None] * self.subflows for p in peers}
+        out: dict[int, list[socket.socket | None]] = {p: [None] * self.subflows for p in peers}
+        into: dict[int, list[socket.socket | None]] = {p: [None] * self.subflows for p in peers}
         try:
-            for peer in (p for p in peers if p > self.rank):
+            for peer in peers:
+                self.pinned[peer] = []
                 for i in range(self.subflows):
-                    socks[peer][i] = self._dial(peer, i, deadline)
-            self._accept({p for p in peers if p < self.rank}, socks, deadline)
+                    out[peer][i] = self._dial(peer, i, deadline)
+            self._accept(into, deadline)
         except BaseException:
-            for s in (s for row in socks.values() for s in row if s is not None):
+            for s in (s for socks in (out, into) for row in socks.values() for s in row if s is not None):
                 s.close()
             raise
-        for peer, row in socks.items():
-            for s in row:
+        for peer in peers:
+            for s in out[peer] + into[peer]:
                 self._tune(s)
-            self.links[peer] = [_Subflow(self, s, peer, i) for i, s in enumerate(row)]
+            self.outbound[peer] = _Outbound(self, peer, out[peer])
+            self.inbound[peer] = _Inbound(self, peer, into[peer])
 
     def _slot(self, index: int) -> int:
         return index % len(self.addresses[self.rank])
@@ -163,6 +352,7 @@ class Transport:
     def _dial(self, peer: int, index: int, deadline: float) -> socket.socket:
         slot = self._slot(index)
         src, dst, port = self.addresses[self.rank][slot], self.addresses[peer][slot], self.port_base + peer
+        sport = self.source_ports(peer, index) if self.source_ports else None
         what = f"cannot connect to {self.names[peer]} at {dst}:{port} from {src} (subflow {index}, path slot {slot})"
         last = "no answer"
         while True:
@@ -171,23 +361,40 @@ class Transport:
                 raise TransportError(f"{what}: {last} within {self.timeout_s:g} s")
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                s.bind((src, 0))
+                pinned = self._bind(s, src, sport)
                 s.settimeout(left)
                 s.connect((dst, port))
                 s.sendall(HELLO.pack(MAGIC, self.token, self.rank, index))
+                self.pinned[peer].append(pinned)
                 return s
             except TimeoutError:
                 s.close()
                 last = "no answer"
             except OSError as e:  # refused: not listening yet; unreachable: a path still coming up
                 s.close()
-                if e.errno == errno.EADDRNOTAVAIL:
+                if e.errno == errno.EADDRNOTAVAIL and sport is None:
                     raise TransportError(f"{what}: {src} is not an address of this host") from None
+                if e.errno == errno.EADDRNOTAVAIL:  # the learned port's 4-tuple is still taken
+                    sport = None
                 last = e.strerror or str(e)
                 time.sleep(min(RETRY_S, max(0.0, deadline - time.monotonic())))
 
-    def _accept(self, lower: set[int], socks: dict[int, list[socket.socket | None]], deadline: float) -> None:
-        missing = {(p, i) for p in lower for i in range(self.subflows)}
+    @staticmethod
+    def _bind(s: socket.socket, src: str, sport: int | None) -> bool:
+        """Bind to the learned source port if it is free (else let the kernel pick): pinned?"""
+        if sport is not None:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is fine
+            try:
+                s.bind((src, sport))
+                return True
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+        s.bind((src, 0))
+        return False
+
+    def _accept(self, into: dict[int, list[socket.socket | None]], deadline: float) -> None:
+        missing = {(p, i) for p in into for i in range(self.subflows)}
         self.listener.settimeout(0.2)
         while missing:
             if time.monotonic() > deadline:
@@ -208,7 +415,7 @@ class Transport:
                 s.close()  # another call's, or a stranger's
                 continue
             missing.discard((peer, index))
-            socks[peer][index] = s
+            into[peer][index] = s
 
     def _tune(self, s: socket.socket) -> None:
         s.settimeout(None)  # blocking: each call waits in the kernel, bounded by the kernel timeouts
@@ -220,27 +427,26 @@ class Transport:
 
     # ---- moving data ---------------------------------------------------------------------------
     def exchange(self, sends: Sequence[Transfer] = (), recvs: Sequence[Transfer] = ()) -> None:
-        """Send and receive these messages concurrently, each cut over all subflows of its peer."""
+        """Send and receive these messages concurrently; return when all are complete.
+        Receives are posted first, so a peer's early chunks find their place."""
         if self.broken:
             raise self.broken
         latch = _Latch()
-        for transfers, side in ((sends, "sends"), (recvs, "recvs")):
+        for transfers, links in ((recvs, self.inbound), (sends, self.outbound)):
             for peer, view in transfers:
-                if peer not in self.links:
+                if peer not in links:
                     raise ValueError(f"rank {peer} is not connected to rank {self.rank}")
-                cut = bounds(len(view), self.subflows)
-                for sub, a, b in zip(self.links[peer], cut, cut[1:]):
-                    if b > a:
-                        latch.add()
-                        getattr(sub, side).put((view[a:b], latch))
+                if len(view):  # both sides skip empty messages, so message numbers agree
+                    latch.add()
+                    links[peer].post(view, latch)
         try:
             latch.wait(self.timeout_s + 5, "exchange")
         except TransportError as e:
             self.broken = e
             raise
 
-    def _failure(self, peer: int, index: int, e: Exception) -> TransportError:
-        if isinstance(e, BlockingIOError) or getattr(e, "errno", None) == errno.EAGAIN:  # kernel timeout
+    def failure(self, peer: int, index: int, e: Exception) -> TransportError:
+        if isinstance(e, BlockingIOError) or getattr(e, "errno", None) in (errno.EAGAIN, errno.ETIMEDOUT):
             how = f"no progress for {self.timeout_s:g} s"
         else:
             how = getattr(e, "strerror", None) or str(e)
@@ -248,19 +454,46 @@ class Transport:
         return TransportError(f"link to {self.names[peer]} failed "
                               f"(subflow {index}, to {self.addresses[peer][slot]}): {how}")
 
-    def close(self) -> None:
-        """Close every subflow: peers still waiting see the connection end at once."""
-        self.listener.close()
-        for row in self.links.values():
-            for sub in row:
+    def stats(self) -> list[dict]:
+        """Per peer and subflow: where it runs and what the scheduler gave it."""
+        rows = []
+        for peer, out in sorted(self.outbound.items()):
+            for i, (s, st) in enumerate(zip(out.socks, out.states)):
                 try:
-                    sub.sock.shutdown(socket.SHUT_RDWR)
+                    sport = s.getsockname()[1]
                 except OSError:
-                    pass
-                sub.sock.close()
-                sub.sends.put(None)
-                sub.recvs.put(None)
-        self.links.clear()
+                    sport = None
+                rows.append({"peer": self.names[peer], "subflow": i, "source_port": sport,
+                             "pinned": self.pinned.get(peer, [])[i:i + 1] == [True], "bytes": st.sent,
+                             "chunks": st.chunks, "rate_mbps": round(st.rate * 8e3, 2),
+                             "excess_us": round(st.excess_ns / 1e3, 1)})
+        return rows
+
+    def close(self) -> None:
+        """Close every subflow, once the peers have acknowledged every chunk sent (a message
+        is complete here when its bytes are in the kernel; closing earlier could reset the
+        connection under the peer's last reads). Peers still waiting see the end at once."""
+        if not self.broken:
+            deadline = time.monotonic() + min(self.timeout_s, FLUSH_S)
+            for out in self.outbound.values():
+                with out.cv:
+                    while (not out.failed and any(st.outstanding for st in out.states)
+                           and time.monotonic() < deadline):
+                        out.cv.wait(0.05)
+        self.closing = True
+        self.listener.close()
+        for side in (self.outbound, self.inbound):
+            for link in side.values():
+                for s in link.socks:
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    s.close()
+        for out in self.outbound.values():
+            out.close()
+        self.outbound.clear()
+        self.inbound.clear()
 
     def __enter__(self) -> Transport:
         return self

@@ -4,7 +4,8 @@ Runs on a host (in the lab: inside the host's namespace, started by clockfabric.
 Connects its subflows, then for each size: warmup + timed iterations, a barrier before
 each, every element of every result checked against the exactly known sum. Prints JSON
 lines on stdout: {"event": "connected"}, {"event": "iter"} (rank 0, after each iteration),
-{"event": "result"} per size, or {"event": "error"} before exiting 1.
+{"event": "result"} per size, {"event": "subflows"} (where each subflow ran and what it
+carried, over the whole run), or {"event": "error"} before exiting 1.
 
 Inputs are chosen so every partial sum is exact in float32 whatever the order of
 additions: rank r holds ((i % 1021) - 510) / 4 * w_r at element i, w_r = r % 64 + 1, so the
@@ -24,8 +25,10 @@ import traceback
 import numpy as np
 
 from clockfabric.collective import ring
+from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.collective.transport import Transport
 from clockfabric.errors import ClockfabricError
+from clockfabric.probe.paths import spread
 
 
 def weight(rank: int) -> int:
@@ -62,6 +65,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sizes", required=True, help="Message sizes in bytes, comma-separated, multiples of 4.")
     p.add_argument("--subflows", type=int, default=1)
     p.add_argument("--algorithm", choices=sorted(ring.ALGORITHMS), default="ring")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default="ecmp", help="Which subflow carries each chunk.")
+    p.add_argument("--placement", choices=PLACEMENTS, default="hashed",
+                   help="hashed: the kernel picks source ports, ECMP hashes them; learned: ports learned "
+                        "per spine with TTL-limited probes, spread over the paths found.")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--port-base", type=int, required=True)
@@ -92,6 +99,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def learn_ports(args: argparse.Namespace, peers: set[int]) -> dict[tuple[int, int], int]:
+    """(peer, subflow) -> a source port, spreading each slot's subflows over the paths found
+    to that peer (ports the switches hash onto distinct spines)."""
+    slots = len(args.addresses[args.rank])
+    ports = {}
+    for peer in sorted(peers):
+        for slot in range(slots):
+            mine = [i for i in range(args.subflows) if i % slots == slot]
+            paths = spread(args.addresses[args.rank][slot], args.addresses[peer][slot], args.port_base + peer,
+                           want=len(mine), seed=args.token ^ (args.rank << 8) ^ peer)
+            ports |= {(peer, i): path.sport for i, path in zip(mine, paths)}
+    return ports
+
+
 def barrier(links: Transport, algorithm: str, groups: list[list[int]], world: int) -> None:
     """An all-reduce of one value per rank: no rank leaves before every rank has arrived."""
     ones = np.ones(world, dtype=np.float32)
@@ -102,9 +123,12 @@ def barrier(links: Transport, algorithm: str, groups: list[list[int]], world: in
 
 def run(args: argparse.Namespace) -> None:
     started = time.monotonic()
+    peers = ring.peers(args.algorithm, args.rank, args.groups)
+    ports = learn_ports(args, peers) if args.placement == "learned" else {}
     with Transport(args.rank, args.addresses, port_base=args.port_base, subflows=args.subflows,
-                   timeout_s=args.timeout, names=args.names, token=args.token) as links:
-        links.connect(ring.peers(args.algorithm, args.rank, args.groups))
+                   timeout_s=args.timeout, names=args.names, token=args.token, scheduler=args.scheduler,
+                   source_ports=lambda peer, i: ports.get((peer, i))) as links:
+        links.connect(peers)
         emit(event="connected", rank=args.rank, connect_s=round(time.monotonic() - started, 4))
         for size in args.sizes:
             count = size // 4
@@ -123,6 +147,7 @@ def run(args: argparse.Namespace) -> None:
                 if args.rank == 0:
                     emit(event="iter", size_bytes=size, iter=it)
             emit(event="result", rank=args.rank, size_bytes=size, count=count, times_us=times, wrong=wrong)
+        emit(event="subflows", rank=args.rank, subflows=links.stats())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,117 @@
+"""Which subflow carries the next chunk: the schedulers, as pure functions of subflow state.
+
+A message to a peer is cut into chunks; a chunk goes to one of the peer's subflows. The
+receiver acknowledges each chunk with two timings read off synced clocks: its one-way
+delay (sender's send stamp to the first byte's arrival, so it includes the wait behind
+the subflow's earlier bytes) and its transfer time (first byte to last). From those each
+subflow keeps a rate and its network delay above the floor.
+
+- `ecmp`: the baseline. Each subflow has a fixed, equal share of every message (contiguous
+  ranges, as NCCL's channels); the path is whatever the switches' hash made of it.
+- `least-outstanding`: HPN's scheduler, the strong baseline: the chunk goes to the subflow
+  with the fewest bytes sent and not yet acknowledged.
+- `owd`: ours. The chunk goes to the subflow expected to deliver it first: its network delay
+  above the floor (queueing on the path, from the one-way delays) plus the time to drain
+  what it already holds and the chunk at its measured rate. A subflow that is expected to
+  finish later gets no bytes, so congested paths lose bytes as their delay rises, and a
+  message's last chunks never wait on a slow path. A subflow left idle is sent one chunk
+  now and then to re-measure it (probing back slowly). Paired with learned source ports
+  (one subflow per spine), it also decides *where* the subflows run.
+
+Every scheduler holds at most WINDOW bytes unacknowledged on a subflow, so a slow subflow
+never hides a deep queue in its socket buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHUNK = 64 << 10  # bytes per chunk: small enough to balance, large enough to stay cheap in Python
+WINDOW = 4 * CHUNK  # unacknowledged bytes per subflow
+EWMA = 0.25  # weight of a new sample in the running estimates
+PROBE_EVERY = 32  # an idle subflow gets one chunk after this many chunks went elsewhere
+FLOOR_AGE = 256  # chunks: the delay floor is the lowest seen over about this many acks
+
+SCHEDULERS = ("ecmp", "least-outstanding", "owd")
+PLACEMENTS = ("hashed", "learned")  # source ports: the kernel's (ECMP hashes them) or learned per spine
+
+
+@dataclass
+class SubflowState:
+    """What a sender knows of one subflow; updated as chunks go out and acks come back."""
+
+    outstanding: int = 0  # bytes handed to the subflow and not yet acknowledged
+    sent: int = 0  # bytes ever handed to it
+    chunks: int = 0
+    rate: float = 0.0  # bytes per ns over the chunks' transfers (0: not measured yet)
+    delay_ns: float = 0.0  # running one-way delay of a chunk's first byte, net of the wait behind earlier bytes
+    floor_ns: float = float("inf")
+    floor_seen: int = 0  # acks since the floor was last set
+    idle: int = 0  # chunks sent elsewhere since this one last got one
+
+    def on_send(self, length: int) -> int:
+        """Count a chunk handed to this subflow; returns the bytes queued ahead of it."""
+        ahead = self.outstanding
+        self.outstanding += length
+        self.sent += length
+        self.chunks += 1
+        self.idle = 0
+        return ahead
+
+    def on_ack(self, length: int, ahead: int, delay_ns: int, transfer_ns: int) -> None:
+        """An ack: the chunk took delay_ns to start arriving (with `ahead` bytes in front of
+        it when it was sent) and transfer_ns to arrive whole."""
+        self.outstanding -= length
+        if transfer_ns > 0:
+            sample = length / transfer_ns
+            self.rate = sample if self.rate == 0 else (1 - EWMA) * self.rate + EWMA * sample
+        # the wait behind the bytes ahead is the sender's own queue, not the path's
+        net = delay_ns - (ahead / self.rate if self.rate else 0.0)
+        self.delay_ns = net if self.chunks <= 1 else (1 - EWMA) * self.delay_ns + EWMA * net
+        self.floor_seen += 1
+        if net < self.floor_ns or self.floor_seen > FLOOR_AGE:
+            self.floor_ns, self.floor_seen = max(0.0, net), 0
+
+    @property
+    def excess_ns(self) -> float:
+        """Queueing on the path: the running delay above the floor."""
+        return 0.0 if self.floor_ns == float("inf") else max(0.0, self.delay_ns - self.floor_ns)
+
+    def finish_ns(self, length: int, default_rate: float) -> float:
+        """When a chunk of `length` sent now would be fully delivered, roughly (a subflow not
+        measured yet is taken to run at default_rate)."""
+        return self.excess_ns + (self.outstanding + length) / (self.rate or default_rate)
+
+
+def ecmp(subs: list[SubflowState], length: int, k: int, n: int) -> int | None:
+    """Chunk k of n goes to subflow k * len(subs) // n: contiguous equal shares, fixed."""
+    i = k * len(subs) // n
+    return i if subs[i].outstanding < WINDOW else None
+
+
+def least_outstanding(subs: list[SubflowState], length: int, k: int, n: int) -> int | None:
+    i = min(range(len(subs)), key=lambda j: subs[j].outstanding)
+    return i if subs[i].outstanding < WINDOW else None
+
+
+def owd(subs: list[SubflowState], length: int, k: int, n: int) -> int | None:
+    idle = [j for j in range(len(subs)) if subs[j].idle >= PROBE_EVERY and subs[j].outstanding == 0]
+    if idle:
+        return idle[0]
+    rates = [s.rate for s in subs if s.rate > 0]
+    default = sum(rates) / len(rates) if rates else 1.0
+    i = min(range(len(subs)), key=lambda j: subs[j].finish_ns(length, default))
+    return i if subs[i].outstanding < WINDOW else None  # the best is full: wait for it, don't settle
+
+
+PICK = {"ecmp": ecmp, "least-outstanding": least_outstanding, "owd": owd}
+
+
+def pick(scheduler: str, subs: list[SubflowState], length: int, k: int, n: int) -> int | None:
+    """The subflow for chunk k (of n in its message), or None: wait for an ack, then ask again."""
+    i = PICK[scheduler](subs, length, k, n)
+    if i is not None:
+        for j, s in enumerate(subs):
+            if j != i:
+                s.idle += 1
+    return i
