@@ -1,0 +1,211 @@
+"""`clockfabric bench contention`: the schedulers against each other where flows collide.
+
+Lab: a leaf-spine of 8 hosts (h0-h3 under leaf0, h4-h7 under leaf1) and 2 spines, hosts at
+HOST_RATE and leaf-spine links at FABRIC_RATE, so the uplinks, not the NICs, set the pace
+and where each flow lands matters. Job A is a ring all-reduce over h0, h4, h1, h5 (every
+hop crosses the spines), job B the same over h2, h6, h3, h7. Scenarios:
+
+  none            job A alone: nothing to fix
+  two-allreduce   jobs A and B at once: four flows per direction share the two spines
+  elephants       job A, while iperf3 elephants (h2 -> h6, h7 -> h3) are pinned on spine0
+                  by source ports learned for it
+  degraded        job A, with leaf0-spine0 at a quarter of its rate
+
+Each scenario runs under each scheduler, `seeds` times (a hashed run gets new kernel
+source ports each time, so seeds are fresh ECMP draws). Per run: each job's time per
+all-reduce and busbw. Per scenario and scheduler: the median over seeds of the slowest
+job's time, and its ratio to ecmp's, to least-outstanding's, and to the ideal: the time
+the link rates allow with every flow perfectly placed (ideal_busbw_gbps below).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from clockfabric.collective.run import allreduce
+from clockfabric.collective.schedule import SCHEDULERS
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build, impair, netns
+from clockfabric.lab.exec import command
+from clockfabric.lab.state import Lab
+from clockfabric.probe.paths import spread
+from clockfabric.topology import Topology, interfaces, leafspine, parse_rate
+
+SCENARIOS = ("none", "two-allreduce", "elephants", "degraded")
+JOB_A = ["h0", "h4", "h1", "h5"]
+JOB_B = ["h2", "h6", "h3", "h7"]
+ELEPHANTS = [("h2", "h6"), ("h7", "h3")]
+HOST_RATE, FABRIC_RATE = "50mbit", "25mbit"
+IPERF_PORT = 5400
+
+
+@dataclass
+class Run:
+    scenario: str
+    scheduler: str
+    seed: int
+    jobs: list[dict]  # per job: hosts, time_us, busbw_gbps, wrong
+
+    @property
+    def time_us(self) -> float:
+        return max(j["time_us"] for j in self.jobs)
+
+
+def topology() -> Topology:
+    return leafspine(8, 2, 2, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, name="contention-8")
+
+
+def jobs_of(scenario: str) -> list[list[str]]:
+    return [JOB_A, JOB_B] if scenario == "two-allreduce" else [JOB_A]
+
+
+# ---- the ideal -----------------------------------------------------------------------------------
+def ideal_busbw_gbps(topo: Topology, scenario: str, jobs: list[list[str]] | None = None) -> float:
+    """The busbw of the slowest job if every flow were placed perfectly: per leaf pair, the
+    spine capacity between them (each spine's narrower link) shared evenly by the ring hops
+    that cross it, capped by the host rate. On the elephants' spine the job's flows can
+    claim only a TCP-fair share: flows / (flows + elephants) of it. jobs: the rings (host
+    lists), by default the scenario's."""
+    leaf = {h: next(lk.other(h).node for lk in topo.links_of(h)) for h in topo.hosts}
+    spines = [s for s in topo.switches if s.startswith("spine")]
+
+    def rate(a: str, b: str) -> float:
+        r = topo.find_link(a, b).rate_bps
+        return r / 4 if scenario == "degraded" and {a, b} == {"leaf0", "spine0"} else r
+
+    hops = [(h, job[(i + 1) % len(job)]) for job in jobs or jobs_of(scenario) for i, h in enumerate(job)]
+    crossing: dict[tuple[str, str], int] = {}
+    for a, b in hops:
+        crossing[leaf[a], leaf[b]] = crossing.get((leaf[a], leaf[b]), 0) + 1
+    host_bps = parse_rate(HOST_RATE)
+    worst = host_bps
+    for (la, lb), flows in crossing.items():
+        capacity = 0.0
+        for s in spines:
+            share = min(rate(la, s), rate(s, lb))
+            if scenario == "elephants" and s == "spine0":
+                big = sum(1 for a, b in ELEPHANTS if (leaf[a], leaf[b]) == (la, lb))
+                share *= flows / (flows + big)
+            capacity += share
+        worst = min(worst, capacity / flows)
+    return worst / 8 / 1e9
+
+
+# ---- the scenarios -------------------------------------------------------------------------------
+def _elephants(lab: Lab) -> list[subprocess.Popen]:
+    """iperf3 flows pinned on spine0: a client port learned for spine0 per pair."""
+    topo, procs = lab.topology, []
+    spine0 = {str(i.address.ip) for p, i in interfaces(topo).items() if p.node == "spine0"}
+    for src, dst in ELEPHANTS:
+        a, b = str(topo.hosts[src].address), str(topo.hosts[dst].address)
+        with netns.entered(lab.ns(src)):
+            ports = [p.sport for p in spread(a, b, IPERF_PORT, want=4, seed=7) if p.hop in spine0]
+        if not ports:
+            raise ClockfabricError(f"no source port from {src} to {dst} was found on spine0")
+        procs.append(subprocess.Popen(command(lab, dst, ["iperf3", "-s", "-B", b, "-p", str(IPERF_PORT)]),
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(0.3)
+        procs.append(subprocess.Popen(command(lab, src, ["iperf3", "-c", b, "-B", a, "--cport", str(ports[0]),
+                                                         "-p", str(IPERF_PORT), "-t", "600"]),
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1.0)  # the elephants reach their rate
+    return procs
+
+
+def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int) -> Run:
+    hosts_per_job = jobs_of(scenario)
+    results: list[dict | Exception] = [None] * len(hosts_per_job)  # type: ignore[list-item]
+
+    def job(i: int) -> None:
+        try:
+            res = allreduce(lab, hosts_per_job[i], sizes=[size], subflows=subflows, scheduler=scheduler,
+                            iters=iters, warmup=1, timeout_s=60.0)
+            row = res.rows[0]
+            results[i] = {"hosts": hosts_per_job[i], "time_us": row.time_us, "busbw_gbps": row.busbw_gbps,
+                          "wrong": row.wrong}
+        except ClockfabricError as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(len(hosts_per_job))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors := [r for r in results if isinstance(r, Exception)]:
+        raise errors[0]
+    return Run(scenario, scheduler, seed, results)  # type: ignore[arg-type]
+
+
+def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
+                 subflows: int, progress: Callable[[str], None]) -> list[Run]:
+    procs: list[subprocess.Popen] = []
+    link = impair.find_link(lab, "leaf0", "spine0")
+    try:
+        if scenario == "degraded":
+            impair.set_rate(lab, link, link.rate_bps // 4)
+        elif scenario == "elephants":
+            procs = _elephants(lab)
+        runs = []
+        order = [(seed, s) for seed in range(seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
+        for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
+            run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows)
+            progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s")
+            runs.append(run)
+        return runs
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+        if scenario == "degraded":
+            impair.set_rate(lab, link, link.rate_bps)
+
+
+def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
+    """Per scenario and scheduler: median slowest-job time over seeds, and the ratios."""
+    rows = []
+    for scenario in dict.fromkeys(r.scenario for r in runs):
+        ideal_bw = ideal_busbw_gbps(topo, scenario)
+        n = len(JOB_A)
+        ideal_us = size * 2 * (n - 1) / n / (ideal_bw * 1e9) * 1e6
+        median = {s: statistics.median(r.time_us for r in runs if r.scenario == scenario and r.scheduler == s)
+                  for s in dict.fromkeys(r.scheduler for r in runs if r.scenario == scenario)}
+        for scheduler, t in median.items():
+            rows.append({"scenario": scenario, "scheduler": scheduler, "time_s": round(t / 1e6, 3),
+                         "busbw_gbps": round(size * 2 * (n - 1) / n / (t * 1e-6) / 1e9, 6),
+                         "speedup_vs_ecmp": round(median["ecmp"] / t, 3) if "ecmp" in median else None,
+                         "speedup_vs_least_outstanding": (round(median["least-outstanding"] / t, 3)
+                                                          if "least-outstanding" in median else None),
+                         "of_ideal": round(ideal_us / t, 3), "ideal_busbw_gbps": round(ideal_bw, 6),
+                         "wrong": sum(j["wrong"] for r in runs if r.scenario == scenario and r.scheduler == scheduler
+                                      for j in r.jobs)})
+    return rows
+
+
+def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int, subflows: int,
+        lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
+    """Bring the lab up, run every scenario, take it down; the report (JSON-ready)."""
+    if bad := [s for s in scenarios if s not in SCENARIOS]:
+        raise ClockfabricError(f"unknown scenario {bad[0]!r}; choose from {', '.join(SCENARIOS)}")
+    if bad := [s for s in schedulers if s not in SCHEDULERS]:
+        raise ClockfabricError(f"unknown scheduler {bad[0]!r}; choose from {', '.join(SCHEDULERS)}")
+    if seeds < 1 or iters < 1 or subflows < 1:
+        raise ClockfabricError("--seeds, --iters and --subflows must be at least 1")
+    topo = topology()
+    lab = build.up(topo, lab_name)
+    started = time.monotonic()
+    try:
+        runs = [r for sc in scenarios for r in run_scenario(lab, sc, schedulers, seeds, size=size, iters=iters,
+                                                            subflows=subflows, progress=progress)]
+    finally:
+        build.down(lab_name)
+    return {"lab": {"hosts": 8, "leaves": 2, "spines": 2, "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE},
+            "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds,
+            "seconds": round(time.monotonic() - started, 1),
+            "summary": summarize(topo, runs, size), "runs": [asdict(r) for r in runs]}
