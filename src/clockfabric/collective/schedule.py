@@ -7,7 +7,8 @@ the subflow's earlier bytes) and its transfer time (first byte to last). From th
 subflow keeps a rate and its network delay above the floor.
 
 - `ecmp`: the baseline. Each subflow has a fixed, equal share of every message (contiguous
-  ranges, as NCCL's channels); the path is whatever the switches' hash made of it.
+  ranges, as NCCL's channels); the path is whatever the switches' hash made of it. Shares
+  go out side by side: no subflow waits for another's window.
 - `least-outstanding`: HPN's scheduler, the strong baseline: the chunk goes to the subflow
   with the fewest bytes sent and not yet acknowledged.
 - `owd`: ours. The chunk goes to the subflow expected to deliver it first: its network delay
@@ -25,6 +26,9 @@ never hides a deep queue in its socket buffer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
+
+from clockfabric.collective.ring import bounds
 
 CHUNK = 64 << 10  # bytes per chunk: small enough to balance, large enough to stay cheap in Python
 WINDOW = 4 * CHUNK  # unacknowledged bytes per subflow
@@ -83,18 +87,33 @@ class SubflowState:
         return self.excess_ns + (self.outstanding + length) / (self.rate or default_rate)
 
 
-def ecmp(subs: list[SubflowState], length: int, k: int, n: int) -> int | None:
-    """Chunk k of n goes to subflow k * len(subs) // n: contiguous equal shares, fixed."""
-    i = k * len(subs) // n
-    return i if subs[i].outstanding < WINDOW else None
+def plan(scheduler: str, size: int, subflows: int) -> list[list[tuple[int, int]]]:
+    """A message's chunks as (start, end) byte ranges, in queues: for ecmp one queue per
+    subflow (its fixed share), for the others a single queue any subflow takes from."""
+    if scheduler == "ecmp":
+        share = bounds(size, subflows)
+        return [_cut(a, b, -(-(b - a) // CHUNK)) for a, b in pairwise(share)]
+    return [_cut(0, size, max(-(-size // CHUNK), min(subflows, size)))]
 
 
-def least_outstanding(subs: list[SubflowState], length: int, k: int, n: int) -> int | None:
+def _cut(a: int, b: int, pieces: int) -> list[tuple[int, int]]:
+    edges = [a + e for e in bounds(b - a, pieces)] if pieces else [a]
+    return [(x, y) for x, y in pairwise(edges) if y > x]
+
+
+def ecmp(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
+    """A subflow with chunks of its own share still owed and room in its window (the one
+    owed most): shares are fixed, but no subflow waits for another's window."""
+    ready = [i for i in range(len(subs)) if owed[i] and subs[i].outstanding < WINDOW]
+    return max(ready, key=lambda i: owed[i]) if ready else None
+
+
+def least_outstanding(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
     i = min(range(len(subs)), key=lambda j: subs[j].outstanding)
     return i if subs[i].outstanding < WINDOW else None
 
 
-def owd(subs: list[SubflowState], length: int, k: int, n: int) -> int | None:
+def owd(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
     idle = [j for j in range(len(subs)) if subs[j].idle >= PROBE_EVERY and subs[j].outstanding == 0]
     if idle:
         return idle[0]
@@ -107,9 +126,13 @@ def owd(subs: list[SubflowState], length: int, k: int, n: int) -> int | None:
 PICK = {"ecmp": ecmp, "least-outstanding": least_outstanding, "owd": owd}
 
 
-def pick(scheduler: str, subs: list[SubflowState], length: int, k: int, n: int) -> int | None:
-    """The subflow for chunk k (of n in its message), or None: wait for an ack, then ask again."""
-    i = PICK[scheduler](subs, length, k, n)
+def pick(scheduler: str, subs: list[SubflowState], queues: list[list[tuple[int, int]]]) -> int | None:
+    """The subflow for the next chunk of a message (queues: what plan() made of it, less what
+    went out), or None: wait for an ack, then ask again. The caller takes the chunk from
+    queues[i] for ecmp, from queues[0] otherwise."""
+    owed = [len(q) for q in queues]
+    length = 0 if scheduler == "ecmp" else queues[0][0][1] - queues[0][0][0]
+    i = PICK[scheduler](subs, length, owed)
     if i is not None:
         for j, s in enumerate(subs):
             if j != i:

@@ -31,8 +31,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
-from clockfabric.collective.ring import Transfer, bounds
-from clockfabric.collective.schedule import CHUNK, SCHEDULERS, SubflowState, pick
+from clockfabric.collective.ring import Transfer
+from clockfabric.collective.schedule import SCHEDULERS, SubflowState, pick, plan
 from clockfabric.errors import ClockfabricError
 
 HELLO = struct.Struct("!4sIHH")  # magic, call token, rank, subflow index
@@ -149,20 +149,20 @@ class _Outbound:
         scheduler, n_subs = self.owner.scheduler, len(self.socks)
         while (job := self.jobs.get()) is not None:
             seq, msg = job
-            size = len(msg.view)
-            cut = bounds(size, max(-(-size // CHUNK), min(n_subs, size)))
+            queues = plan(scheduler, len(msg.view), n_subs)
             with self.cv:
                 if self.failed:
                     msg.settle(self.failed)
                     continue
-                msg.left = len(cut) - 1
+                msg.left = sum(len(q) for q in queues)
                 self.active.add(msg)
-            for k, (a, b) in enumerate(zip(cut, cut[1:])):
+            for _ in range(msg.left):
                 with self.cv:
-                    while (i := pick(scheduler, self.states, b - a, k, len(cut) - 1)) is None and not self.failed:
+                    while (i := pick(scheduler, self.states, queues)) is None and not self.failed:
                         self.cv.wait(1.0)
                     if self.failed:
                         break
+                    a, b = queues[i if scheduler == "ecmp" else 0].pop(0)
                     self.ahead[i].append(self.states[i].on_send(b - a))
                 self.chunks[i].put((seq, a, b, msg))
 
