@@ -1,4 +1,5 @@
-"""The all-reduce benchmark on a real 4-host dual-plane lab (h0, h1 under leaf0; h2, h3 under leaf1)."""
+"""The collective benchmark (all-reduce, all-to-all) on a real 4-host dual-plane lab (h0, h1 under leaf0;
+h2, h3 under leaf1)."""
 
 import json
 import subprocess
@@ -8,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from clockfabric.collective import allreduce
+from clockfabric.collective.run import alltoall
+from clockfabric.collective.schedule import SCHEDULERS
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
@@ -67,6 +70,28 @@ def test_allreduce_correct_and_subflows_pinned_to_planes(make_lab, cli):
     assert all(r["wrong"] == 0 and r["busbw_gbps"] > 0 for r in data["rows"])
     bad = cli("bench", "allreduce", "--lab", lab.name, "--hosts", "h0,h9", "--sizes", "1M", check=False)
     assert bad.returncode == 2 and "'h9' is not a host" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_alltoall_correct_with_every_scheduler(make_lab, cli):
+    lab = make_lab(multirail(4, 2, 2, 2, host_rate=RATE))
+    for scheduler in SCHEDULERS:
+        for algorithm in ("pairwise", "oneshot"):
+            res = alltoall(lab, HOSTS, sizes=[1 << 20, 1000], subflows=2, algorithm=algorithm, iters=3,
+                           scheduler=scheduler, timeout_s=20)  # 3 iterations after a warmup: a busy CI machine
+            label = f"{scheduler} {algorithm}: {res.rows}"
+            assert res.collective == "alltoall" and res.algorithm == algorithm, label
+            assert [r.size_bytes for r in res.rows] == [992, 1 << 20], label  # rounded down to 4 * 4 ranks
+            assert [r.count for r in res.rows] == [62, 1 << 16], label  # nccl-tests' count: per peer
+            assert all(r.wrong == 0 and r.busbw_gbps > 0 for r in res.rows), label
+            assert res.expected_busbw_gbps > 0 and res.ratio(res.rows[-1]) > 0.2, label
+    assert res.placement == "learned"  # owd's default
+
+    proc = cli("bench", "alltoall", "--lab", lab.name, "--hosts", "h0,h1,h3", "--sizes", "96K", "--iters", "1",
+               "--warmup", "0", "--algorithm", "oneshot")
+    assert "# all-to-all (oneshot): 3 ranks" in proc.stdout and "busbw = algbw * (n-1)/n;" in proc.stdout
+    assert "98304         8192  float   none" in proc.stdout, proc.stdout
+    bad = cli("bench", "alltoall", "--lab", lab.name, "--hosts", "h0", "--sizes", "1M", check=False)
+    assert bad.returncode == 2 and "an all-to-all needs at least 2 hosts" in bad.stderr
 
 
 def test_allreduce_over_a_dead_link_fails_clearly_within_the_timeout(make_lab):

@@ -153,6 +153,12 @@ def test_worker_inputs_sum_exactly(world):
     (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "6", "--port-base", "1"],
      "multiples"),
     (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b", "--sizes", "4", "--port-base", "1"], "NAME=ADDR"),
+    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "8", "--port-base", "1",
+      "--collective", "alltoall", "--algorithm", "ring"], "not an alltoall algorithm; use pairwise or oneshot"),
+    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "8", "--port-base", "1",
+      "--algorithm", "oneshot"], "not an allreduce algorithm; use ring or hier"),
+    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "12", "--port-base", "1",
+      "--collective", "alltoall"], "multiples of 4 * world = 8 bytes"),
 ])
 def test_worker_bad_arguments_are_one_line(args, message):
     proc = subprocess.run([sys.executable, "-m", "clockfabric.collective.worker", *args],
@@ -181,6 +187,45 @@ def test_sizes_parse_like_nccl_tests():
             parse_size(bad)
     with pytest.raises(ClockfabricError, match="above"):
         size_range(8, 4)
+
+
+def test_worker_connects_to_the_barrier_ring_and_the_collective_peers():
+    base = ["--world", "5", "--sizes", "20", "--port-base", "1"] + [f"--peer=h{r}=x{r}" for r in range(5)]
+    a2a = worker.parse_args(["--rank", "0", "--collective", "alltoall", *base])
+    assert a2a.algorithm == "pairwise" and worker.barrier_algorithm(a2a) == "ring"
+    assert worker.collective_peers(a2a) == {1, 2, 3, 4}
+    ar = worker.parse_args(["--rank", "0", *base])
+    assert ar.algorithm == "ring" and worker.collective_peers(ar) == {1, 4}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["alltoall", "--algorithm", "ring"], "'ring' is not an all-to-all algorithm; use pairwise or oneshot"),
+    (["allreduce", "--algorithm", "pairwise"], "'pairwise' is not an all-reduce algorithm; use ring or hier"),
+    (["alltoall", "--scheduler", "fastest"], "--scheduler 'fastest' is unknown"),
+    (["alltoall", "--placement", "random"], "--placement 'random' is unknown"),
+    (["alltoall", "--sizes", "1Q"], "does not parse"),
+])
+def test_cli_bad_collective_options_are_one_line(cli, args, message):
+    proc = cli("bench", *args, "--lab", "nosuchlab", check=False)
+    text = " ".join(proc.stderr.split())  # rich wraps a long line at 80 columns when stderr is no terminal
+    assert proc.returncode == 2, proc.stderr
+    assert message in text and text.count("error:") == 1 and "Traceback" not in text, proc.stderr
+
+
+def test_nccl_table_names_the_collective():
+    from clockfabric.cli.bench_cmds import _nccl_table
+    from clockfabric.collective.results import CollectiveResult, Row
+
+    row = Row(size_bytes=1 << 20, count=(1 << 20) // 16, time_us=1e5, algbw_gbps=algbw_gbps(1 << 20, 1e5),
+              busbw_gbps=busbw_gbps(1 << 20, 1e5, 4, "alltoall"), wrong=0)
+    res = CollectiveResult(lab="x", hosts=["h0", "h1", "h2", "h3"], algorithm="pairwise", subflows=1, planes=[0],
+                           iters=1, warmup=0, port_base=20000, expected_busbw_gbps=0.01, rows=[row],
+                           collective="alltoall")
+    table = _nccl_table(res)
+    assert "# all-to-all (pairwise): 4 ranks" in table and "busbw = algbw * (n-1)/n;" in table
+    assert "65536  float   none" in table and res.as_dict()["collective"] == "alltoall"
+    res.collective, res.algorithm = "allreduce", "ring"
+    assert "busbw = algbw * 2(n-1)/n" in _nccl_table(res) and "float    sum" in _nccl_table(res)
 
 
 def test_cli_bad_sizes_are_one_line(cli):

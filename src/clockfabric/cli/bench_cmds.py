@@ -1,5 +1,5 @@
 """`clockfabric bench ...`: benchmarks on a lab they build and remove (failover), or on a lab
-that is up (allreduce)."""
+that is up (allreduce, alltoall: one collective benchmark, one set of options, one table)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,11 @@ def failover(scenarios: str = typer.Option("flap-1s,flap-20s,flap-120s,spine-sil
     err.print(f"JSON and job logs in {out_dir}")
 
 
-# ---- all-reduce ---------------------------------------------------------------------------------
+# ---- collectives: all-reduce, all-to-all ------------------------------------------------------
+BUS_FORMULA = {"allreduce": "algbw * 2(n-1)/n", "alltoall": "algbw * (n-1)/n"}
+REDOP = {"allreduce": "sum", "alltoall": "none"}  # as nccl-tests prints them
+
+
 def _sizes(sizes: str | None, min_bytes: str | None, max_bytes: str | None, factor: float | None) -> list[int]:
     from clockfabric.collective.sizes import parse_size, size_range
 
@@ -92,22 +96,25 @@ def _sizes(sizes: str | None, min_bytes: str | None, max_bytes: str | None, fact
 
 def _nccl_table(res) -> str:
     """nccl-tests' columns, plain fixed-width text, with the expectation beside them."""
+    from clockfabric.collective.results import COLLECTIVES
     from clockfabric.collective.sizes import format_size
 
+    collective = res.collective
     planes = ", ".join(map(str, res.planes))
-    lines = [f"# all-reduce ({res.algorithm}): {len(res.hosts)} ranks on lab {res.lab} ({', '.join(res.hosts)})",
+    head = f"# {'size':>10} {'count':>12} {'type':>6} {'redop':>6} {'time':>12} {'algbw':>9} {'busbw':>9} "
+    units = f"# {'(B)':>10} {'(elements)':>12} {'':>6} {'':>6} {'(us)':>12} {'(GB/s)':>9} {'(GB/s)':>9} "
+    lines = [f"# {COLLECTIVES[collective]} ({res.algorithm}): {len(res.hosts)} ranks on lab {res.lab} "
+             + f"({', '.join(res.hosts)})",
              f"# {res.subflows} subflow(s) per peer pair on plane(s) {planes}; time: the slowest rank, mean of "
-             f"{res.iters} iterations after {res.warmup} warmup",
+             + f"{res.iters} iterations after {res.warmup} warmup",
              f"# scheduler {res.scheduler}, source ports {res.placement}",
-             f"# GB = 1e9 B; busbw = algbw * 2(n-1)/n; expected busbw from link rates "
-             f"{res.expected_busbw_gbps:.4f} GB/s",
+             f"# GB = 1e9 B; busbw = {BUS_FORMULA[collective]}; expected busbw from link rates "
+             + f"{res.expected_busbw_gbps:.4f} GB/s",
              "#",
-             f"# {'size':>10} {'count':>12} {'type':>6} {'redop':>6} {'time':>12} {'algbw':>9} {'busbw':>9} "
-             f"{'#wrong':>7} {'expected':>9} {'busbw/':>9}",
-             f"# {'(B)':>10} {'(elements)':>12} {'':>6} {'':>6} {'(us)':>12} {'(GB/s)':>9} {'(GB/s)':>9} "
-             f"{'':>7} {'(GB/s)':>9} {'expected':>9}"]
+             head + f"{'#wrong':>7} {'expected':>9} {'busbw/':>9}",
+             units + f"{'':>7} {'(GB/s)':>9} {'expected':>9}"]
     for r in res.rows:
-        lines.append(f"  {r.size_bytes:>10} {r.count:>12} {'float':>6} {'sum':>6} {r.time_us:>12.1f} "
+        lines.append(f"  {r.size_bytes:>10} {r.count:>12} {'float':>6} {REDOP[collective]:>6} {r.time_us:>12.1f} "
                      f"{r.algbw_gbps:>9.4f} {r.busbw_gbps:>9.4f} {r.wrong:>7} {res.expected_busbw_gbps:>9.4f} "
                      f"{res.ratio(r):>9.2f}   ({format_size(r.size_bytes)})")
     return "\n".join(lines) + "\n"
@@ -126,43 +133,79 @@ def _list(text: str | None, what: str, cast=str) -> list | None:
     return items
 
 
-@app.command()
-def allreduce(lab_name: str = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up)."),
-              hosts: str = typer.Option(None, "--hosts", help="Hosts in ring order, comma-separated (default: all)."),
-              subflows: int = typer.Option(1, "--subflows", help="TCP connections per peer pair."),
-              planes: str = typer.Option(None, "--planes", help="Planes the subflows take in turn, like 0,1 "
-                                                               "(default: every plane the hosts share)."),
-              algorithm: str = typer.Option("ring", "--algorithm", help="ring, or hier (groups by leaf)."),
-              scheduler: str = typer.Option("ecmp", "--scheduler", "-s",
-                                            help="Which subflow carries each chunk: ecmp, least-outstanding, owd."),
-              placement: str = typer.Option(None, "--placement",
-                                            help="Source ports: hashed (the kernel's) or learned (one per spine "
-                                                 "path); default learned for owd, hashed otherwise."),
-              min_bytes: str = typer.Option(None, "--min-bytes", "-b", help="Smallest size (default 1M)."),
-              max_bytes: str = typer.Option(None, "--max-bytes", "-e", help="Largest size (default 64M)."),
-              factor: float = typer.Option(None, "--factor", "-f", help="Size step factor (default 2)."),
-              sizes: str = typer.Option(None, "--sizes", help="Exact sizes instead, like 1M,8M."),
-              iters: int = typer.Option(5, "--iters", "-n", help="Timed iterations per size."),
-              warmup: int = typer.Option(1, "--warmup", "-w", help="Untimed iterations first."),
-              timeout: float = typer.Option(60.0, "--timeout", help="Seconds any one wait may take."),
-              as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
-    """All-reduce between lab hosts over TCP subflows pinned to planes; nccl-tests' columns."""
-    from clockfabric.collective.run import allreduce as run_allreduce
+def _bench_collective(collective: str, lab_name: str | None, hosts: str | None, subflows: int, planes: str | None,
+                      algorithm: str, scheduler: str, placement: str | None, min_bytes: str | None,
+                      max_bytes: str | None, factor: float | None, sizes: str | None, iters: int, warmup: int,
+                      timeout: float, as_json: bool) -> None:
+    from clockfabric.collective.results import COLLECTIVES
+    from clockfabric.collective.run import ALGORITHMS_OF, run_collective
+    from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
     from clockfabric.lab.state import Lab
 
-    chosen = _sizes(sizes, min_bytes, max_bytes, factor)  # before the lab: bad input fails fast
+    what = COLLECTIVES[collective]
+    # bad input fails fast, before root and the lab
+    if algorithm not in ALGORITHMS_OF[collective]:
+        raise ClockfabricError(f"--algorithm {algorithm!r} is not an {what} algorithm; "
+                               f"use {' or '.join(ALGORITHMS_OF[collective])}")
+    if scheduler not in SCHEDULERS:
+        raise ClockfabricError(f"--scheduler {scheduler!r} is unknown; use {', '.join(SCHEDULERS)}")
+    if placement is not None and placement not in PLACEMENTS:
+        raise ClockfabricError(f"--placement {placement!r} is unknown; use {' or '.join(PLACEMENTS)}")
+    chosen = _sizes(sizes, min_bytes, max_bytes, factor)
     plane_list = _list(planes, "--planes", int)
     require_root()
     lab = Lab.open(lab_name)
     host_list = _list(hosts, "--hosts") or list(lab.topology.hosts)
-    with progress_bar("all-reduce") as bar:
-        res = run_allreduce(lab, host_list, sizes=chosen, subflows=subflows, planes=plane_list,
-                            algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout,
-                            scheduler=scheduler, placement=placement, progress=bar)
+    with progress_bar(what) as bar:
+        res = run_collective(lab, host_list, collective=collective, sizes=chosen, subflows=subflows,
+                             planes=plane_list, algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout,
+                             scheduler=scheduler, placement=placement, progress=bar)
     if as_json:
         print_json(res.as_dict())
         return
     sys.stdout.write(_nccl_table(res))
     if not res.ok:
-        raise ClockfabricError(f"all-reduce gave wrong results ({sum(r.wrong for r in res.rows)} elements); "
+        raise ClockfabricError(f"{what} gave wrong results ({sum(r.wrong for r in res.rows)} elements); "
                                "see #wrong")
+
+
+def _collective_command(collective: str, default_algorithm: str, algorithm_help: str, hosts_help: str, doc: str):
+    """One CLI verb per collective, with the same options: typer reads them from this signature."""
+
+    def command(lab_name: str = typer.Option(None, "--lab", "-l",
+                                             help="Lab name (default: the only lab that is up)."),
+                hosts: str = typer.Option(None, "--hosts", help=hosts_help),
+                subflows: int = typer.Option(1, "--subflows", help="TCP connections per peer pair."),
+                planes: str = typer.Option(None, "--planes", help="Planes the subflows take in turn, like 0,1 "
+                                                                 "(default: every plane the hosts share)."),
+                algorithm: str = typer.Option(default_algorithm, "--algorithm", help=algorithm_help),
+                scheduler: str = typer.Option("ecmp", "--scheduler", "-s",
+                                              help="Which subflow carries each chunk: ecmp, least-outstanding, "
+                                                   "owd."),
+                placement: str = typer.Option(None, "--placement",
+                                              help="Source ports: hashed (the kernel's) or learned (one per spine "
+                                                   "path); default learned for owd, hashed otherwise."),
+                min_bytes: str = typer.Option(None, "--min-bytes", "-b", help="Smallest size (default 1M)."),
+                max_bytes: str = typer.Option(None, "--max-bytes", "-e", help="Largest size (default 64M)."),
+                factor: float = typer.Option(None, "--factor", "-f", help="Size step factor (default 2)."),
+                sizes: str = typer.Option(None, "--sizes", help="Exact sizes instead, like 1M,8M."),
+                iters: int = typer.Option(5, "--iters", "-n", help="Timed iterations per size."),
+                warmup: int = typer.Option(1, "--warmup", "-w", help="Untimed iterations first."),
+                timeout: float = typer.Option(60.0, "--timeout", help="Seconds any one wait may take."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
+        _bench_collective(collective, lab_name, hosts, subflows, planes, algorithm, scheduler, placement,
+                          min_bytes, max_bytes, factor, sizes, iters, warmup, timeout, as_json)
+
+    command.__doc__ = doc
+    command.__name__ = collective
+    return command
+
+
+allreduce = app.command("allreduce")(_collective_command(
+    "allreduce", "ring", "ring, or hier (groups by leaf).", "Hosts in ring order, comma-separated (default: all).",
+    "All-reduce between lab hosts over TCP subflows pinned to planes; nccl-tests' columns."))
+alltoall = app.command("alltoall")(_collective_command(
+    "alltoall", "pairwise", "pairwise (n-1 steps, one peer each way) or oneshot (every peer at once).",
+    "Hosts in rank order, comma-separated (default: all).",
+    "All-to-all between lab hosts over TCP subflows pinned to planes; nccl-tests' columns. Sizes are bytes per "
+    "rank's send buffer, rounded down to a multiple of 4 x hosts."))

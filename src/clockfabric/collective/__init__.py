@@ -1,12 +1,17 @@
-"""Our own path-aware collective transport and an nccl-tests-style all-reduce benchmark.
+"""Our own path-aware collective transport and an nccl-tests-style benchmark (all-reduce, all-to-all).
 
-    ring.py       the algorithms (ring, hierarchical) over `Links`: numpy buffers, no sockets
+    ring.py       the all-reduce algorithms (ring, hierarchical) over `Links`: numpy buffers, no sockets
+    alltoall.py   the all-to-all algorithms (pairwise, oneshot) over `Links`, and their check values
     transport.py  TCP subflows per peer pair, each pinned to a plane: the real `Links`
     worker.py     one rank on one host: connect, time, check, print JSON lines
-    run.py        the launcher: allreduce(lab, hosts, ...) -> AllreduceResult
-    expected.py   expected_busbw_gbps(): what link rates allow
+    run.py        the launcher: run_collective(lab, hosts, collective=...) -> CollectiveResult,
+                  and allreduce(...), alltoall(...)
+    expected.py   expected_busbw_gbps(), expected_alltoall_busbw_gbps(): what link rates allow
     results.py    rows and nccl-tests' algbw / busbw formulas
     sizes.py      '64M' -> 67108864
+
+`alltoall` here is the module (the algorithms); the launcher's alltoall() is
+clockfabric.collective.run.alltoall, or run_collective(..., collective="alltoall").
 
 Names below load on first use, so a worker (ring + transport) starts without the topology
 and lab modules.
@@ -14,10 +19,11 @@ and lab modules.
 
 from importlib import import_module
 
-_EXPORTS = {"allreduce": "run", "expected_busbw_gbps": "expected", "AllreduceResult": "results", "Row": "results",
-            "algbw_gbps": "results", "busbw_gbps": "results", "Transport": "transport",
+_EXPORTS = {"allreduce": "run", "run_collective": "run", "expected_busbw_gbps": "expected",
+            "expected_alltoall_busbw_gbps": "expected", "AllreduceResult": "results", "CollectiveResult": "results",
+            "Row": "results", "algbw_gbps": "results", "busbw_gbps": "results", "Transport": "transport",
             "TransportError": "transport", "parse_size": "sizes"}
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - a list, built once
 
 
 def __getattr__(name: str):

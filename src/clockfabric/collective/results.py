@@ -21,32 +21,37 @@ def busbw_gbps(size_bytes: int, time_us: float, ranks: int, collective: str = "a
     return algbw_gbps(size_bytes, time_us) * BUS_FACTORS[collective](ranks)
 
 
+COLLECTIVES = {"allreduce": "all-reduce", "alltoall": "all-to-all"}  # the benchmark's collectives, as written
+
+
 @dataclass
 class Row:
-    size_bytes: int
-    count: int  # float32 elements
+    size_bytes: int  # each rank's buffer (all-to-all: its send buffer)
+    count: int  # float32 elements, as nccl-tests counts them: the buffer's (all-to-all: one block's, per peer)
     time_us: float  # per iteration: the slowest rank's time, averaged over the timed iterations
     algbw_gbps: float
     busbw_gbps: float
-    wrong: int  # elements that differed from the exact sum: per rank the worst iteration, summed over ranks
+    wrong: int  # elements that differed from the exact result: per rank the worst iteration, summed over ranks
 
 
 @dataclass
-class AllreduceResult:
+class CollectiveResult:
     lab: str
     hosts: list[str]  # rank i on hosts[i]; the ring runs in this order
-    algorithm: str  # "ring" | "hier"
+    algorithm: str  # all-reduce: "ring" | "hier"; all-to-all: "pairwise" | "oneshot"
     subflows: int  # TCP connections per peer pair
     planes: list[int]  # subflow i on planes[i % len(planes)]
     iters: int
     warmup: int
     port_base: int
-    expected_busbw_gbps: float  # expected_busbw_gbps() for these hosts, subflows, planes, algorithm
+    expected_busbw_gbps: float  # expected_(alltoall_)busbw_gbps() for these hosts, subflows, planes, algorithm
     rows: list[Row] = field(default_factory=list)
     connect_s: float = 0.0  # the slowest rank's time to start and connect its subflows
     scheduler: str = "ecmp"  # which subflow carries each chunk
     placement: str = "hashed"  # source ports: kernel-picked (hashed) or learned per spine
     subflow_stats: dict[str, list[dict]] = field(default_factory=dict)  # per host: Transport.stats()
+    collective: str = "allreduce"  # a key of COLLECTIVES
+
     @property
     def ok(self) -> bool:
         return all(r.wrong == 0 for r in self.rows)
@@ -60,3 +65,6 @@ class AllreduceResult:
         for rd, row in zip(d["rows"], self.rows):
             rd["busbw_over_expected"] = round(self.ratio(row), 4)
         return d
+
+
+AllreduceResult = CollectiveResult  # the name from before all-to-all joined

@@ -1,4 +1,7 @@
-"""Run the all-reduce benchmark on lab hosts: one worker per host, results gathered.
+"""Run the collective benchmark (all-reduce, all-to-all) on lab hosts: one worker per host, results gathered.
+
+run_collective(lab, hosts, collective=...) is the launcher; allreduce(...) and alltoall(...)
+are it with the collective named.
 
 Each host runs `python -m clockfabric.collective.worker` in its own namespace. The worker
 is told every rank's name and its NIC address on each plane in use (the /31 routed over
@@ -22,12 +25,21 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from clockfabric.collective import alltoall as a2a
+from clockfabric.collective import ring
 from clockfabric.collective.expected import (
     common_planes,
+    expected_alltoall_busbw_gbps,
     expected_busbw_gbps,
     leaf_groups,
 )
-from clockfabric.collective.results import AllreduceResult, Row, algbw_gbps, busbw_gbps
+from clockfabric.collective.results import (
+    COLLECTIVES,
+    CollectiveResult,
+    Row,
+    algbw_gbps,
+    busbw_gbps,
+)
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.collective.sizes import format_size
 from clockfabric.errors import ClockfabricError
@@ -35,7 +47,8 @@ from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 from clockfabric.topology import Port, interfaces
 
-ALGORITHMS = ("ring", "hier")
+ALGORITHMS_OF = {"allreduce": tuple(ring.ALGORITHMS), "alltoall": tuple(a2a.ALGORITHMS)}  # the first: default
+ALGORITHMS = ALGORITHMS_OF["allreduce"]
 PORT_LOW, PORT_HIGH = 20000, 32000  # below the ephemeral range (32768+) that source ports come from
 FAIL_GRACE_S = 3.0  # once a rank fails, the others get this long to notice (their links close) and exit
 STALL_GRACE_S = 10.0  # beyond timeout_s: workers end themselves after timeout_s without progress
@@ -48,32 +61,66 @@ _ports_used: set[int] = set()
 def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: int = 1,
               planes: Sequence[int] | None = None, algorithm: str = "ring", iters: int = 5, warmup: int = 1,
               timeout_s: float = 60.0, port_base: int | None = None, scheduler: str = "ecmp",
-              placement: str | None = None, progress: Progress | None = None) -> AllreduceResult:
+              placement: str | None = None, progress: Progress | None = None) -> CollectiveResult:
     """All-reduce float32 buffers of each size (bytes, rounded down to whole floats) over hosts.
 
-    Rank i runs on hosts[i]; the ring follows that order. subflows: TCP connections per
-    peer pair, subflow j on planes[j % len(planes)] (default: every plane all hosts share).
-    algorithm: "ring", or "hier" (groups by leaf switch). scheduler: which subflow carries
+    Rank i runs on hosts[i]; the ring follows that order. algorithm: "ring", or "hier"
+    (groups by leaf switch). The rest: see run_collective.
+    """
+    return run_collective(lab, hosts, collective="allreduce", sizes=sizes, subflows=subflows, planes=planes,
+                          algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout_s,
+                          port_base=port_base, scheduler=scheduler, placement=placement, progress=progress)
+
+
+def alltoall(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: int = 1,
+             planes: Sequence[int] | None = None, algorithm: str = "pairwise", iters: int = 5, warmup: int = 1,
+             timeout_s: float = 60.0, port_base: int | None = None, scheduler: str = "ecmp",
+             placement: str | None = None, progress: Progress | None = None) -> CollectiveResult:
+    """All-to-all of float32 send buffers of each size over hosts: each rank sends 1/n of its
+    buffer to each rank. Sizes are bytes per rank's send buffer, rounded down to a multiple of
+    4 * len(hosts) (equal blocks of whole floats, as nccl-tests rounds). algorithm:
+    "pairwise" or "oneshot" (alltoall.ALGORITHMS). The rest: see run_collective.
+    """
+    return run_collective(lab, hosts, collective="alltoall", sizes=sizes, subflows=subflows, planes=planes,
+                          algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout_s,
+                          port_base=port_base, scheduler=scheduler, placement=placement, progress=progress)
+
+
+def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allreduce", sizes: Sequence[int],
+                   subflows: int = 1, planes: Sequence[int] | None = None, algorithm: str | None = None,
+                   iters: int = 5, warmup: int = 1, timeout_s: float = 60.0, port_base: int | None = None,
+                   scheduler: str = "ecmp", placement: str | None = None,
+                   progress: Progress | None = None) -> CollectiveResult:
+    """Run one collective ("allreduce" or "alltoall") over hosts, for each size.
+
+    Rank i runs on hosts[i]. sizes: bytes per rank's buffer, rounded down to whole floats
+    (all-to-all: to n equal blocks of them). subflows: TCP connections per peer pair,
+    subflow j on planes[j % len(planes)] (default: every plane all hosts share). algorithm:
+    one of ALGORITHMS_OF[collective] (default its first). scheduler: which subflow carries
     each chunk (schedule.SCHEDULERS). placement: "hashed" (kernel source ports, ECMP hashes
     them) or "learned" (ports learned per spine); default learned for "owd", hashed otherwise.
-    timeout_s bounds every wait:
-    peers connecting, and any transfer that makes no progress. Raises ClockfabricError,
-    naming the host, if a rank fails; its workers are stopped first.
+    timeout_s bounds every wait: peers connecting, and any transfer that makes no progress.
+    Raises ClockfabricError, naming the host, if a rank fails; its workers are stopped first.
     """
     topo = lab.topology
-    hosts, planes, sizes = _check(lab, hosts, sizes, subflows, planes, algorithm, iters, warmup)
+    if collective not in ALGORITHMS_OF:
+        raise ClockfabricError(f"unknown collective {collective!r}; use {' or '.join(ALGORITHMS_OF)}")
+    algorithm = algorithm or ALGORITHMS_OF[collective][0]
+    hosts, planes, sizes = _check(lab, hosts, sizes, subflows, planes, collective, algorithm, iters, warmup)
+    what, n = COLLECTIVES[collective], len(hosts)
     placement = placement or ("learned" if scheduler == "owd" else "hashed")
     if scheduler not in SCHEDULERS or placement not in PLACEMENTS:
         raise ClockfabricError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r}) and "
                                f"placement one of {', '.join(PLACEMENTS)} (got {placement!r})")
-    expected = expected_busbw_gbps(topo, hosts, subflows, planes, algorithm=algorithm)
+    expect = expected_alltoall_busbw_gbps if collective == "alltoall" else expected_busbw_gbps
+    expected = expect(topo, hosts, subflows, planes, algorithm=algorithm)
     itfs = interfaces(topo)
     addresses = [[str(itfs[Port(h, topo.hosts[h].nic(p).name)].address.ip) for p in planes] for h in hosts]
     group_of = {h: g for g, members in enumerate(leaf_groups(topo, hosts, planes[0])) for h in members}
     reserved = port_base is None
-    base = _reserve_ports(len(hosts)) if reserved else port_base
-    argv = [sys.executable, "-m", "clockfabric.collective.worker", "--lab", lab.name,
-            "--world", str(len(hosts)), "--sizes", ",".join(map(str, sizes)), "--subflows", str(subflows),
+    base = _reserve_ports(n) if reserved else port_base
+    argv = [sys.executable, "-m", "clockfabric.collective.worker", "--lab", lab.name, "--collective", collective,
+            "--world", str(n), "--sizes", ",".join(map(str, sizes)), "--subflows", str(subflows),
             "--algorithm", algorithm, "--iters", str(iters), "--warmup", str(warmup), "--port-base", str(base),
             "--timeout", str(timeout_s), "--token", str(random.getrandbits(32)),
             "--scheduler", scheduler, "--placement", placement,
@@ -81,43 +128,45 @@ def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows:
     for h, addrs in zip(hosts, addresses):
         argv += ["--peer", f"{h}={','.join(addrs)}"]
     try:
-        records = _launch(lab, hosts, argv, len(sizes) * (warmup + iters), timeout_s, progress)
+        records = _launch(lab, hosts, argv, len(sizes) * (warmup + iters), timeout_s, progress, what)
     finally:
         if reserved:
-            _release_ports(base, len(hosts))
-    result = AllreduceResult(lab=lab.name, hosts=hosts, algorithm=algorithm, subflows=subflows, planes=planes,
-                             iters=iters, warmup=warmup, port_base=base, expected_busbw_gbps=expected,
-                             connect_s=max(r["connect_s"] for r in records["connected"]),
-                             scheduler=scheduler, placement=placement,
-                             subflow_stats={hosts[r["rank"]]: r["subflows"] for r in records.get("subflows", [])})
+            _release_ports(base, n)
+    result = CollectiveResult(lab=lab.name, hosts=hosts, algorithm=algorithm, subflows=subflows, planes=planes,
+                              iters=iters, warmup=warmup, port_base=base, expected_busbw_gbps=expected,
+                              connect_s=max(r["connect_s"] for r in records["connected"]),
+                              scheduler=scheduler, placement=placement, collective=collective,
+                              subflow_stats={hosts[r["rank"]]: r["subflows"] for r in records.get("subflows", [])})
     for size in sizes:
         per_rank = [r for r in records["result"] if r["size_bytes"] == size]
-        if len(per_rank) != len(hosts):
-            raise ClockfabricError(f"all-reduce of {format_size(size)}: only {len(per_rank)} of {len(hosts)} "
+        if len(per_rank) != n:
+            raise ClockfabricError(f"{what} of {format_size(size)}: only {len(per_rank)} of {n} "
                                    "ranks reported a result")
         # the collective ends when its slowest rank does: per iteration the max over ranks, then the mean
         t = statistics.fmean(max(col) for col in zip(*(r["times_us"] for r in per_rank)))
-        result.rows.append(Row(size_bytes=size, count=size // 4, time_us=round(t, 1),
-                               algbw_gbps=algbw_gbps(size, t), busbw_gbps=busbw_gbps(size, t, len(hosts)),
+        count = size // 4 // n if collective == "alltoall" else size // 4  # nccl-tests' count: per peer for a2a
+        result.rows.append(Row(size_bytes=size, count=count, time_us=round(t, 1),
+                               algbw_gbps=algbw_gbps(size, t), busbw_gbps=busbw_gbps(size, t, n, collective),
                                wrong=sum(r["wrong"] for r in per_rank)))
     return result
 
 
 def _check(lab: Lab, hosts: Sequence[str], sizes: Sequence[int], subflows: int, planes: Sequence[int] | None,
-           algorithm: str, iters: int, warmup: int) -> tuple[list[str], list[int], list[int]]:
+           collective: str, algorithm: str, iters: int, warmup: int) -> tuple[list[str], list[int], list[int]]:
     topo = lab.topology
     hosts = list(hosts)
+    what = COLLECTIVES[collective]
     for h in hosts:
         if h not in topo.hosts:
             names = list(topo.hosts)
             sample = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
             raise ClockfabricError(f"{h!r} is not a host of lab {lab.name}; hosts are {sample}")
     if len(hosts) < 2:
-        raise ClockfabricError(f"an all-reduce needs at least 2 hosts (got {len(hosts)})")
+        raise ClockfabricError(f"an {what} needs at least 2 hosts (got {len(hosts)})")
     if len(set(hosts)) != len(hosts):
         raise ClockfabricError("each host runs one rank; a host is named twice")
-    if algorithm not in ALGORITHMS:
-        raise ClockfabricError(f"unknown algorithm {algorithm!r}; use {' or '.join(ALGORITHMS)}")
+    if algorithm not in ALGORITHMS_OF[collective]:
+        raise ClockfabricError(f"unknown {what} algorithm {algorithm!r}; use {' or '.join(ALGORITHMS_OF[collective])}")
     if subflows < 1 or subflows > 64:
         raise ClockfabricError(f"subflows must be 1 to 64 (got {subflows})")
     if iters < 1 or warmup < 0:
@@ -130,9 +179,11 @@ def _check(lab: Lab, hosts: Sequence[str], sizes: Sequence[int], subflows: int, 
         lacking = next(h for h in hosts if not topo.hosts[h].nic(missing[0]))
         raise ClockfabricError(f"{lacking} has no NIC on plane {missing[0]}; planes all hosts share: "
                                f"{', '.join(map(str, shared)) or 'none'}")
-    sizes = sorted({s - s % 4 for s in sizes})
-    if not sizes or sizes[0] < 4:
-        raise ClockfabricError("sizes must be at least 4 bytes (one float32)")
+    unit = 4 * len(hosts) if collective == "alltoall" else 4  # all-to-all: n equal blocks of whole floats
+    sizes = sorted({s - s % unit for s in sizes})
+    if not sizes or sizes[0] < unit:
+        raise ClockfabricError(f"sizes must be at least {unit} bytes (one float32"
+                               f"{f' per rank: {len(hosts)} ranks' if unit > 4 else ''})")
     if algorithm == "hier":
         counts = [len(g) for g in leaf_groups(topo, hosts, planes[0])]
         if len(set(counts)) > 1:
@@ -158,7 +209,7 @@ def _release_ports(base: int, n: int) -> None:
 
 # ---- the workers -------------------------------------------------------------------------------
 def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeout_s: float,
-            progress: Progress | None) -> dict[str, list[dict]]:
+            progress: Progress | None, what: str = "all-reduce") -> dict[str, list[dict]]:
     """Start rank i on hosts[i]; wait; return their JSON records by event. Never leaves one running."""
     events: queue.Queue = queue.Queue()  # (rank, record) from every worker's stdout, in arrival order
     stderr = [deque(maxlen=20) for _ in hosts]
@@ -175,7 +226,7 @@ def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeo
                         threading.Thread(target=stderr[rank].extend, args=(proc.stderr,), daemon=True)]
             readers[-2].start()
             readers[-1].start()
-        records = _watch(procs, hosts, events, stderr, total_iters, timeout_s, progress, lab.name)
+        records = _watch(procs, hosts, events, stderr, total_iters, timeout_s, progress, lab.name, what)
     finally:
         _stop(procs)
         for t in readers:
@@ -195,7 +246,8 @@ def _read_json(stream, rank: int, events: queue.Queue) -> None:
 
 
 def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue, stderr: list[deque],
-           total_iters: int, timeout_s: float, progress: Progress | None, lab: str) -> dict[str, list[dict]]:
+           total_iters: int, timeout_s: float, progress: Progress | None, lab: str,
+           what: str = "all-reduce") -> dict[str, list[dict]]:
     records: dict[str, list[dict]] = {"connected": [], "result": [], "error": []}
     failures: list[tuple[int, str]] = []  # (rank, why), first failure first
     last_activity, failed_at, done_iters, eofs = time.monotonic(), None, 0, 0
@@ -217,7 +269,7 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
                 report("connecting", len(records["connected"]), len(hosts))
             elif kind == "iter":
                 done_iters += 1
-                report("all-reduce", done_iters, total_iters)
+                report(what, done_iters, total_iters)
             elif kind == "error":
                 failures.append((rank, rec["error"]))
         if failed_at is None and (failures or any(p.poll() not in (None, 0) for p in procs)):
@@ -226,7 +278,7 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
             break
         if now - last_activity > timeout_s + STALL_GRACE_S:
             running = [hosts[r] for r, p in enumerate(procs) if p.poll() is None]
-            raise ClockfabricError(f"all-reduce on lab {lab}: no progress for {timeout_s + STALL_GRACE_S:g} s; "
+            raise ClockfabricError(f"{what} on lab {lab}: no progress for {timeout_s + STALL_GRACE_S:g} s; "
                                    f"stopped the ranks on {', '.join(running)}")
     for r, p in enumerate(procs):  # a rank that died without a word (killed, crashed)
         if p.poll() not in (None, 0) and all(r != f for f, _ in failures):
@@ -235,7 +287,7 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
         rank, why = failures[0]
         others = sorted({hosts[r] for r, _ in failures[1:]} - {hosts[rank]})
         also = f" (also failed: {', '.join(others)})" if others else ""
-        raise ClockfabricError(f"all-reduce on lab {lab} failed on {hosts[rank]} (rank {rank}): {why}{also}")
+        raise ClockfabricError(f"{what} on lab {lab} failed on {hosts[rank]} (rank {rank}): {why}{also}")
     return records
 
 

@@ -1,17 +1,23 @@
-"""One rank of the all-reduce benchmark: `python -m clockfabric.collective.worker ...`.
+"""One rank of the collective benchmark: `python -m clockfabric.collective.worker ...`.
 
 Runs on a host (in the lab: inside the host's namespace, started by clockfabric.collective.run).
-Connects its subflows, then for each size: warmup + timed iterations, a barrier before
-each, every element of every result checked against the exactly known sum. Prints JSON
-lines on stdout: {"event": "connected"}, {"event": "iter"} (rank 0, after each iteration),
-{"event": "result"} per size, {"event": "subflows"} (where each subflow ran and what it
-carried, over the whole run), or {"event": "error"} before exiting 1.
+Connects its subflows, then for each size: warmup + timed iterations of the collective
+(--collective allreduce or alltoall), a barrier before each, every element of every result
+checked against the exactly known one. Prints JSON lines on stdout: {"event": "connected"},
+{"event": "iter"} (rank 0, after each iteration), {"event": "result"} per size,
+{"event": "subflows"} (where each subflow ran and what it carried, over the whole run), or
+{"event": "error"} before exiting 1.
 
-Inputs are chosen so every partial sum is exact in float32 whatever the order of
+All-reduce inputs are chosen so every partial sum is exact in float32 whatever the order of
 additions: rank r holds ((i % 1021) - 510) / 4 * w_r at element i, w_r = r % 64 + 1, so the
 sum is ((i % 1021) - 510) / 4 * sum(w), a multiple of 1/4 far below 2**22. Position (period
 1021, prime) and rank (weight) both show in the value, so a misplaced segment or a rank
-counted twice or never reads as wrong elements.
+counted twice or never reads as wrong elements. All-to-all uses alltoall.alltoall_inputs /
+alltoall_expected (values naming sender, receiver and index); its receive buffer is filled
+with NaN before each iteration, so a block never written reads as wrong too.
+
+The barrier is a tiny all-reduce (of the same algorithm for all-reduce, the ring for
+all-to-all), so the rank connects to the union of the barrier's and the collective's peers.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 
 import numpy as np
 
-from clockfabric.collective import ring
+from clockfabric.collective import alltoall, ring
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.collective.transport import Transport
 from clockfabric.errors import ClockfabricError
@@ -42,6 +49,10 @@ def inputs(count: int, rank: int) -> np.ndarray:
 
 def expected(count: int, world: int) -> np.ndarray:
     return inputs(count, 0) * np.float32(sum(weight(r) for r in range(world)))
+
+
+ALGORITHMS = {"allreduce": ring.ALGORITHMS, "alltoall": alltoall.ALGORITHMS}  # collective -> its algorithms
+DEFAULT_ALGORITHM = {"allreduce": "ring", "alltoall": "pairwise"}
 
 
 def emit(**fields) -> None:
@@ -62,9 +73,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--peer", action="append", default=[], metavar="NAME=ADDR[,ADDR...]",
                    help="Each rank in order: its name and its address in each path slot (plane).")
     p.add_argument("--groups", default="", help="Group (leaf) id of each rank, comma-separated (hier).")
-    p.add_argument("--sizes", required=True, help="Message sizes in bytes, comma-separated, multiples of 4.")
+    p.add_argument("--sizes", required=True,
+                   help="Bytes per rank's (send) buffer, comma-separated: multiples of 4 (all-to-all: of 4 * world).")
     p.add_argument("--subflows", type=int, default=1)
-    p.add_argument("--algorithm", choices=sorted(ring.ALGORITHMS), default="ring")
+    p.add_argument("--collective", choices=sorted(ALGORITHMS), default="allreduce")
+    p.add_argument("--algorithm", default=None,
+                   help="all-reduce: ring (default) or hier; all-to-all: pairwise (default) or oneshot.")
     p.add_argument("--scheduler", choices=SCHEDULERS, default="ecmp", help="Which subflow carries each chunk.")
     p.add_argument("--placement", choices=PLACEMENTS, default="hashed",
                    help="hashed: the kernel picks source ports, ECMP hashes them; learned: ports learned "
@@ -87,8 +101,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ids = [int(g) for g in args.groups.split(",")] if args.groups else [0] * args.world
     except (IndexError, ValueError):
         p.error("--peer needs NAME=ADDR[,ADDR...]; --sizes and --groups need integers, comma-separated")
-    if any(s < 4 or s % 4 for s in args.sizes):
-        p.error(f"--sizes must be positive multiples of 4 bytes (float32); got {args.sizes}")
+    args.algorithm = args.algorithm or DEFAULT_ALGORITHM[args.collective]
+    if args.algorithm not in ALGORITHMS[args.collective]:
+        p.error(f"--algorithm {args.algorithm!r} is not an {args.collective} algorithm; "
+                f"use {' or '.join(ALGORITHMS[args.collective])}")
+    unit = 4 * args.world if args.collective == "alltoall" else 4  # all-to-all: one equal block per rank
+    if any(s < unit or s % unit for s in args.sizes):
+        what = f"4 * world = {unit} bytes (one float32 per rank)" if unit > 4 else "4 bytes (float32)"
+        p.error(f"--sizes must be positive multiples of {what}; got {args.sizes}")
     if len(ids) != args.world:
         p.error(f"--groups needs one id per rank ({args.world}); got {len(ids)}")
     if args.subflows < 1 or args.iters < 1 or args.warmup < 0 or args.timeout <= 0:
@@ -121,9 +141,39 @@ def barrier(links: Transport, algorithm: str, groups: list[list[int]], world: in
         raise ClockfabricError(f"barrier summed to {ones.tolist()}, not {world}: ranks are out of step")
 
 
+def barrier_algorithm(args: argparse.Namespace) -> str:
+    return args.algorithm if args.collective == "allreduce" else "ring"
+
+
+def collective_peers(args: argparse.Namespace) -> set[int]:
+    """The ranks to connect to: the barrier's ring peers and the collective's."""
+    peers = ring.peers(barrier_algorithm(args), args.rank, args.groups)
+    if args.collective == "alltoall":
+        peers |= alltoall.peers(args.algorithm, args.rank, range(args.world))
+    return peers
+
+
+Step = Callable[[], None]
+
+
+def prepare(args: argparse.Namespace, count: int, links: Transport) -> tuple[Step, Step, np.ndarray, np.ndarray]:
+    """For `count` elements per rank: (reset the buffers, run the collective once, its result, the exact result).
+    Only the run is timed."""
+    if args.collective == "alltoall":
+        send = alltoall.alltoall_inputs(count, args.rank, args.world)
+        recv = np.empty_like(send)
+        return (lambda: recv.fill(np.nan),  # a block never received reads as wrong, not as the last iteration's
+                lambda: alltoall.alltoall(links, send, recv, list(range(args.world)), args.algorithm),
+                recv, alltoall.alltoall_expected(count, args.rank, args.world))
+    x = inputs(count, args.rank)
+    work = np.empty_like(x)
+    return (lambda: np.copyto(work, x), lambda: ring.run(args.algorithm, links, work, args.groups),
+            work, expected(count, args.world))
+
+
 def run(args: argparse.Namespace) -> None:
     started = time.monotonic()
-    peers = ring.peers(args.algorithm, args.rank, args.groups)
+    peers = collective_peers(args)
     ports = learn_ports(args, peers) if args.placement == "learned" else {}
     with Transport(args.rank, args.addresses, port_base=args.port_base, subflows=args.subflows,
                    timeout_s=args.timeout, names=args.names, token=args.token, scheduler=args.scheduler,
@@ -132,16 +182,15 @@ def run(args: argparse.Namespace) -> None:
         emit(event="connected", rank=args.rank, connect_s=round(time.monotonic() - started, 4))
         for size in args.sizes:
             count = size // 4
-            x, want = inputs(count, args.rank), expected(count, args.world)
-            work = np.empty_like(x)
+            reset, once, got, want = prepare(args, count, links)
             times, wrong = [], 0
             for it in range(args.warmup + args.iters):
-                np.copyto(work, x)
-                barrier(links, args.algorithm, args.groups, args.world)
+                reset()
+                barrier(links, barrier_algorithm(args), args.groups, args.world)
                 t0 = time.perf_counter()
-                ring.run(args.algorithm, links, work, args.groups)
+                once()
                 elapsed = time.perf_counter() - t0
-                wrong = max(wrong, int(np.count_nonzero(work != want)))
+                wrong = max(wrong, int(np.count_nonzero(got != want)))
                 if it >= args.warmup:
                     times.append(round(elapsed * 1e6, 1))
                 if args.rank == 0:
