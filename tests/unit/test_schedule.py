@@ -1,0 +1,292 @@
+"""The collective's schedulers (schedule.py) on a tiny discrete-event simulator of subflows whose
+rate and one-way delay follow a trace, driven as the transport drives them: a dispatcher cuts a
+message with plan(), asks pick() for each chunk and waits for the next ack when it says None;
+acks carry the chunk's one-way delay (with the wait behind the subflow's earlier bytes) and its
+transfer time."""
+
+import heapq
+from itertools import pairwise
+
+import pytest
+
+from clockfabric.collective.schedule import (
+    CHUNK,
+    EWMA,
+    FLOOR_AGE,
+    PROBE_EVERY,
+    WINDOW,
+    SubflowState,
+    ecmp,
+    least_outstanding,
+    owd,
+    pick,
+    plan,
+)
+
+BASE_NS = 10_000  # one-way delay of an idle path, each way (the acks come back over it)
+FAST = 1.25  # bytes per ns: 10 Gb/s
+T_FAST = CHUNK / FAST  # ns a chunk takes on the wire of a fast subflow
+CONGESTED_NS = 5_000_000  # queueing on a congested spine
+
+
+# ---- the simulator -----------------------------------------------------------------------------
+class Path:
+    """A subflow's path: serves its chunks FIFO at a rate, then delays them. Rate and delay follow
+    a trace of (from ns, rate in bytes/ns, one-way delay ns) steps, read when a chunk starts."""
+
+    def __init__(self, rate: float = FAST, *steps: tuple[float, float, float]) -> None:
+        self.trace, self.free = [(0.0, rate, BASE_NS), *steps], 0.0
+
+    def at(self, t: float) -> tuple[float, float]:
+        return next(step for step in reversed(self.trace) if step[0] <= t)[1:]
+
+
+class Sim:
+    """Messages of n chunks, each sent once the previous has arrived whole (as a ring's steps)."""
+
+    def __init__(self, scheduler: str, paths: list[Path]) -> None:
+        self.scheduler, self.paths, self.subs = scheduler, paths, [SubflowState() for _ in paths]
+        self.t, self.acks, self.sends = 0.0, [], []  # acks: a heap by arrival; sends: (time, subflow, a, b)
+
+    def deliver(self, until: float) -> None:
+        while self.acks and self.acks[0][0] <= until:
+            _, _, i, length, ahead, delay_ns, transfer_ns = heapq.heappop(self.acks)
+            self.subs[i].on_ack(length, ahead, delay_ns, transfer_ns)
+
+    def message(self, n: int) -> tuple[float, list[int], dict[int, float]]:
+        """Send a message of n chunks: its time (first send to last byte in), the subflow of each
+        chunk as sent and when each subflow's last byte of it arrived (ns after the start)."""
+        start, placed, ends = self.t, [], {}
+        queues = plan(self.scheduler, n * CHUNK, len(self.paths))
+        while any(queues):
+            self.deliver(self.t)
+            while (i := pick(self.scheduler, self.subs, queues)) is None:
+                self.t = self.acks[0][0]  # wait for an ack (none pending would be a deadlock)
+                self.deliver(self.t)
+            a, b = queues[i if self.scheduler == "ecmp" else 0].pop(0)
+            ahead = self.subs[i].on_send(b - a)
+            assert self.subs[i].outstanding <= WINDOW
+            path = self.paths[i]
+            begin = max(self.t, path.free)  # behind the subflow's earlier bytes
+            rate, delay = path.at(begin)
+            path.free = begin + (b - a) / rate
+            ends[i] = path.free + delay - start
+            ack = (path.free + delay + BASE_NS, len(self.sends), i, b - a, ahead, round(begin + delay - self.t),
+                   round((b - a) / rate))
+            heapq.heappush(self.acks, ack)
+            self.sends.append((self.t, i, a, b))
+            placed.append(i)
+        self.t = start + max(ends.values())
+        return self.t - start, placed, ends
+
+
+def run(scheduler: str, paths: list[Path], n: int, messages: int) -> tuple[Sim, list[tuple[float, float, list[int]]]]:
+    """Messages back to back: the simulator and, per message, (start, time, subflow per chunk)."""
+    sim, out = Sim(scheduler, paths), []
+    for _ in range(messages):
+        start = sim.t
+        elapsed, placed, _ = sim.message(n)
+        out.append((start, elapsed, placed))
+    return sim, out
+
+
+def shares(placed: list[int], n_subs: int) -> list[int]:
+    return [placed.count(i) for i in range(n_subs)]
+
+
+# ---- 1. ecmp -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("rates", [(FAST, FAST), (FAST, FAST / 4), (FAST, 2 * FAST, FAST / 2), (FAST,) * 4])
+def test_ecmp_gives_every_subflow_an_equal_contiguous_share_whatever_the_rates(rates):
+    sim, n, m = Sim("ecmp", [Path(r) for r in rates]), 24 * len(rates), len(rates)
+    for _ in range(3):  # what the subflows learn changes nothing
+        elapsed, placed, _ = sim.message(n)
+        assert shares(placed, m) == [24] * m
+        ranges = [sorted((a, b) for _, j, a, b in sim.sends[-n:] if j == i) for i in range(m)]
+        assert [(r[0][0], r[-1][1]) for r in ranges] == [(i * 24 * CHUNK, (i + 1) * 24 * CHUNK) for i in range(m)]
+        assert all(x[1] == y[0] for r in ranges for x, y in pairwise(r))  # contiguous
+        slowest = 24 * CHUNK / min(rates) + BASE_NS  # its share on its own wire: the shares run side by side
+        assert slowest - 1 <= elapsed <= slowest + 2 * BASE_NS
+
+
+# ---- 2. least-outstanding ----------------------------------------------------------------------
+def test_least_outstanding_sends_more_on_the_faster_subflow_within_the_window():
+    sim, out = run("least-outstanding", [Path(FAST), Path(FAST / 2)], 96, 4)  # the sim asserts WINDOW
+    fast, slow = shares([i for _, _, placed in out for i in placed], 2)
+    assert fast / slow == pytest.approx(2.0, rel=0.15)
+    sim.deliver(float("inf"))
+    assert all(s.outstanding == 0 for s in sim.subs)  # every ack came back
+
+
+def test_least_outstanding_takes_the_emptiest_subflow_and_ties_to_the_first():
+    subs = [SubflowState(outstanding=2 * CHUNK), SubflowState(outstanding=CHUNK), SubflowState(outstanding=CHUNK)]
+    assert least_outstanding(subs, CHUNK, [8]) == 1
+
+
+# ---- 3. owd on a trace -------------------------------------------------------------------------
+JUMP_NS, BACK_NS = 5e6, 40e6  # subflow 1's path: a spine congests at 5 ms, clears at 40 ms
+
+
+def congested() -> list[Path]:
+    hot = Path(FAST, (JUMP_NS, FAST / 4, BASE_NS + CONGESTED_NS), (BACK_NS, FAST, BASE_NS))
+    return [Path(), hot, Path(), Path()]
+
+
+HOT = (JUMP_NS + 2 * CONGESTED_NS, BACK_NS - 2 * CONGESTED_NS)  # messages starting then see only the congestion
+
+
+def during(out, a: float, b: float) -> list:
+    return [m for m in out if a <= m[0] < b]
+
+
+def test_owd_moves_bytes_off_a_congested_path_and_back_when_it_clears():
+    sim, out = run("owd", congested(), 64, 70)
+    sends = [(t, n) for n, (t, i, _, _) in enumerate(sim.sends) if i == 1]
+    gaps = [(t, n - m) for (_, m), (t, n) in pairwise(sends)]  # chunks since sub 1's previous
+    hot = [(t, gap) for t, gap in gaps if JUMP_NS <= t < BACK_NS]
+    assert sum(gap <= PROBE_EVERY for _, gap in hot) <= WINDOW // CHUNK  # a few acks' worth, then...
+    assert all(t < JUMP_NS + CONGESTED_NS + 10 * T_FAST for t, gap in hot if gap <= PROBE_EVERY)
+    assert len(hot) >= 4 and all(gap > PROBE_EVERY for _, gap in hot[-4:])  # ...an idle probe now and then
+    for _, _, placed in during(out, 0, JUMP_NS):
+        assert shares(placed, 4) == [16, 16, 16, 16]
+    for _, _, placed in during(out, *HOT):
+        assert shares(placed, 4)[1] <= 1  # the probe
+        assert 1 not in placed[-16:]  # the message's tail never goes to the congested path
+    for _, _, placed in during(out, BACK_NS + 10e6, float("inf")):  # probed back: an equal share again
+        assert shares(placed, 4) == [16, 16, 16, 16]
+
+
+def test_owd_beats_least_outstanding_and_ecmp_while_a_path_is_congested():
+    times = {}
+    for scheduler in ("ecmp", "least-outstanding", "owd"):
+        _, out = run(scheduler, congested(), 64, 70)
+        # from the first congested acks on (ecmp's messages there take so long that only one starts)
+        times[scheduler] = max(elapsed for _, elapsed, _ in during(out, JUMP_NS + CONGESTED_NS, HOT[1]))
+    assert times["owd"] < times["least-outstanding"] < times["ecmp"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: the idle probe is a chunk of the message, so the message waits for it on the congested path. "
+    "owd() gives a subflow idle for PROBE_EVERY chunks (and with nothing outstanding) the next chunk, "
+    "however high its excess_ns; with 64-chunk messages every message carries one probe (its 13th "
+    "chunk here) and takes the congestion: 5.2 ms, where the 3 healthy subflows would carry it in "
+    "1.1 ms (least-outstanding: 5.8 ms)"))
+def test_owd_message_does_not_wait_on_the_congested_path():
+    _, out = run("owd", congested(), 64, 70)
+    healthy = 64 * T_FAST / 3 + BASE_NS
+    assert all(elapsed <= 2 * healthy for _, elapsed, _ in during(out, *HOT))
+
+
+def test_owd_with_a_slow_subflow_beats_ecmp_and_matches_least_outstanding_without_the_tail():
+    times, ends = {}, {}
+    for scheduler in ("ecmp", "least-outstanding", "owd"):
+        sim = Sim(scheduler, [Path(FAST), Path(FAST / 4)])
+        for _ in range(4):  # learn the rates
+            sim.message(64)
+        times[scheduler], _, ends[scheduler] = sim.message(64)
+    assert times["owd"] <= times["least-outstanding"] < times["ecmp"]
+    ideal = 64 * CHUNK / (FAST + FAST / 4)
+    assert times["owd"] <= 1.05 * ideal
+    assert ends["owd"][1] - ends["owd"][0] <= T_FAST  # the slow subflow ends with the fast one...
+    assert ends["least-outstanding"][1] - ends["least-outstanding"][0] >= 4 * T_FAST  # ...not a tail after it
+
+
+# ---- 4. owd when there is nothing to fix -------------------------------------------------------
+@pytest.mark.parametrize("n_subs", [2, 4])
+def test_owd_splits_equal_subflows_evenly_at_no_cost(n_subs):
+    _, out = run("owd", [Path() for _ in range(n_subs)], 64, 5)
+    _, lo = run("least-outstanding", [Path() for _ in range(n_subs)], 64, 5)
+    for (_, elapsed, placed), (_, lo_elapsed, _) in zip(out, lo):
+        assert max(shares(placed, n_subs)) - min(shares(placed, n_subs)) <= 1
+        assert elapsed <= lo_elapsed
+        assert elapsed <= 64 * T_FAST / n_subs + 3 * BASE_NS
+
+
+# ---- 5. SubflowState ---------------------------------------------------------------------------
+def test_floor_and_excess_from_recorded_acks():
+    s = SubflowState()
+    assert s.on_send(CHUNK) == 0 and s.excess_ns == 0.0
+    s.on_ack(CHUNK, 0, 20_000, CHUNK)  # 1 byte/ns, 20 µs
+    assert (s.rate, s.delay_ns, s.floor_ns, s.excess_ns, s.outstanding) == (1.0, 20_000, 20_000, 0.0, 0)
+    s.on_send(CHUNK)
+    s.on_ack(CHUNK, 0, 60_000, CHUNK)  # the path queues 40 µs: a quarter of it shows
+    assert (s.delay_ns, s.floor_ns, s.excess_ns) == (30_000, 20_000, 10_000)
+    s.on_send(CHUNK)
+    s.on_ack(CHUNK, 0, 60_000, CHUNK)
+    assert s.excess_ns == 17_500  # 0.75 * 30 µs + 0.25 * 60 µs - 20 µs
+    s.on_send(CHUNK)
+    s.on_ack(CHUNK, 0, 8_000, CHUNK)  # a new floor
+    assert (s.floor_ns, s.delay_ns, s.excess_ns) == (8_000, 30_125, 22_125)
+    assert s.finish_ns(CHUNK, 99.0) == 22_125 + CHUNK  # excess + the chunk at the measured 1 byte/ns
+
+
+def test_wait_behind_earlier_bytes_is_not_path_queueing():
+    s = SubflowState()
+    assert [s.on_send(CHUNK) for _ in range(3)] == [0, CHUNK, 2 * CHUNK]
+    s.rate, s.delay_ns, s.floor_ns = 1.0, 20_000, 20_000
+    s.on_ack(CHUNK, CHUNK, 20_000 + CHUNK, CHUNK)  # waited a chunk's time on our own wire
+    assert (s.delay_ns, s.excess_ns, s.outstanding) == (20_000, 0.0, 2 * CHUNK)
+    s.on_ack(CHUNK, 2 * CHUNK, 20_000 + 2 * CHUNK + 40_000, CHUNK)  # two chunks ahead and 40 µs on the path
+    assert s.excess_ns == 10_000
+
+
+def test_floor_ages_out_after_floor_age_acks():
+    s = SubflowState(chunks=2, rate=1.0)
+    s.on_ack(0, 0, 10_000, 0)  # a floor of 10 µs
+    s.delay_ns = 30_000
+    for _ in range(FLOOR_AGE):  # held for FLOOR_AGE acks above it
+        s.on_ack(0, 0, 30_000, 0)
+        assert s.floor_ns == 10_000 and s.excess_ns == 20_000
+    s.on_ack(0, 0, 30_000, 0)  # then the floor is what the path shows now
+    assert (s.floor_ns, s.excess_ns) == (30_000, 0.0)
+
+
+def test_rate_is_an_ewma_of_the_transfers():
+    s = SubflowState(chunks=1)
+    s.on_ack(0, 0, 0, 0)
+    assert s.rate == 0.0  # no transfer time (the chunk waited for its message): no sample
+    rates = []
+    for transfer in (CHUNK, CHUNK // 2, CHUNK // 2, 0):
+        s.outstanding = CHUNK
+        s.on_ack(CHUNK, 0, 1_000, transfer)
+        rates.append(s.rate)
+    assert rates == [1.0, 1.0 + EWMA, 1.0 + EWMA + (1 - EWMA) * EWMA, 1.0 + EWMA + (1 - EWMA) * EWMA]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: on_ack seeds the running delay with the first sample only when `self.chunks <= 1`, but "
+    "chunks counts sends, not acks: with more than one chunk out before the first ack (the window "
+    "allows 4) delay_ns starts from 0 and reads 0.25 * net, so excess_ns under-reads the path's "
+    "queueing for the first ~10 acks. It should test the number of acks (e.g. floor_ns == inf)"))
+def test_first_ack_seeds_the_running_delay():
+    s = SubflowState()
+    s.on_send(CHUNK)
+    s.on_send(CHUNK)
+    s.on_ack(CHUNK, 0, 20_000, CHUNK)
+    assert s.delay_ns == 20_000
+
+
+# ---- 6. the window -----------------------------------------------------------------------------
+def test_pick_waits_when_the_chosen_subflow_is_full():
+    full, empty = SubflowState(outstanding=WINDOW), SubflowState()
+    assert least_outstanding([SubflowState(outstanding=WINDOW) for _ in range(3)], CHUNK, [8]) is None
+    assert ecmp([full, empty], 0, [3, 0]) is None  # subflow 0's share: wait for it, not for 1
+    assert ecmp([full, empty], 0, [3, 1]) == 1  # but 1 goes on with its own share meanwhile
+    assert ecmp([SubflowState(), empty], 0, [3, 5]) == 1  # the share owed most first
+    assert pick("ecmp", [full, empty], [[(0, CHUNK)], []]) is None
+    fast, slow = SubflowState(outstanding=WINDOW, rate=100.0), SubflowState(rate=0.01)
+    assert owd([fast, slow], CHUNK, [8]) is None  # still the first to deliver: wait, don't settle
+    assert owd([SubflowState(outstanding=WINDOW - CHUNK, rate=100.0), slow], CHUNK, [8]) == 0
+
+
+def test_pick_counts_idle_chunks_and_probes_an_idle_subflow():
+    subs, queue = [SubflowState(rate=100.0), SubflowState(rate=0.01)], [[(0, CHUNK)]]
+    for _ in range(PROBE_EVERY):
+        assert pick("owd", subs, queue) == 0
+        subs[0].on_send(CHUNK)
+        subs[0].outstanding = 0  # acked at once
+    assert subs[1].idle == PROBE_EVERY
+    assert pick("owd", subs, queue) == 1  # however slow it looks
+    subs[1].on_send(CHUNK)
+    assert subs[1].idle == 0 and subs[0].idle == 1
+    subs[0].outstanding = WINDOW
+    assert pick("owd", subs, queue) is None and subs[0].idle == 1  # a wait counts nothing
