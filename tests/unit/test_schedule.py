@@ -21,6 +21,7 @@ from clockfabric.collective.schedule import (
     owd,
     pick,
     plan,
+    probes,
 )
 
 BASE_NS = 10_000  # one-way delay of an idle path, each way (the acks come back over it)
@@ -60,6 +61,13 @@ class Sim:
         queues = plan(self.scheduler, n * CHUNK, len(self.paths))
         while any(queues):
             self.deliver(self.t)
+            for j in probes(self.scheduler, self.subs):  # a header alone: the path's delay, no bytes
+                ahead = self.subs[j].on_probe()
+                _, delay = self.paths[j].at(max(self.t, self.paths[j].free))
+                begin = max(self.t, self.paths[j].free)
+                heapq.heappush(self.acks, (begin + delay + BASE_NS, len(self.sends), j, 0, ahead,
+                                           round(begin + delay - self.t), 0))
+                self.sends.append((self.t, j, 0, 0))
             while (i := pick(self.scheduler, self.subs, queues)) is None:
                 self.t = self.acks[0][0]  # wait for an ack (none pending would be a deadlock)
                 self.deliver(self.t)
@@ -149,10 +157,10 @@ def test_owd_moves_bytes_off_a_congested_path_and_back_when_it_clears():
     for _, _, placed in during(out, 0, JUMP_NS):
         assert shares(placed, 4) == [16, 16, 16, 16]
     for _, _, placed in during(out, *HOT):
-        assert shares(placed, 4)[1] <= 1  # the probe
+        assert shares(placed, 4)[1] == 0  # probes carry no chunk of a message
         assert 1 not in placed[-16:]  # the message's tail never goes to the congested path
-    for _, _, placed in during(out, BACK_NS + 10e6, float("inf")):  # probed back: an equal share again
-        assert shares(placed, 4) == [16, 16, 16, 16]
+    for _, _, placed in during(out, BACK_NS + 10e6, float("inf")):  # probed back: its share again
+        assert min(shares(placed, 4)) >= 14, shares(placed, 4)
 
 
 def test_owd_beats_least_outstanding_and_ecmp_while_a_path_is_congested():
@@ -164,12 +172,6 @@ def test_owd_beats_least_outstanding_and_ecmp_while_a_path_is_congested():
     assert times["owd"] < times["least-outstanding"] < times["ecmp"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the idle probe is a chunk of the message, so the message waits for it on the congested path. "
-    "owd() gives a subflow idle for PROBE_EVERY chunks (and with nothing outstanding) the next chunk, "
-    "however high its excess_ns; with 64-chunk messages every message carries one probe (its 13th "
-    "chunk here) and takes the congestion: 5.2 ms, where the 3 healthy subflows would carry it in "
-    "1.1 ms (least-outstanding: 5.8 ms)"))
 def test_owd_message_does_not_wait_on_the_congested_path():
     _, out = run("owd", congested(), 64, 70)
     healthy = 64 * T_FAST / 3 + BASE_NS
@@ -252,11 +254,6 @@ def test_rate_is_an_ewma_of_the_transfers():
     assert rates == [1.0, 1.0 + EWMA, 1.0 + EWMA + (1 - EWMA) * EWMA, 1.0 + EWMA + (1 - EWMA) * EWMA]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: on_ack seeds the running delay with the first sample only when `self.chunks <= 1`, but "
-    "chunks counts sends, not acks: with more than one chunk out before the first ack (the window "
-    "allows 4) delay_ns starts from 0 and reads 0.25 * net, so excess_ns under-reads the path's "
-    "queueing for the first ~10 acks. It should test the number of acks (e.g. floor_ns == inf)"))
 def test_first_ack_seeds_the_running_delay():
     s = SubflowState()
     s.on_send(CHUNK)
@@ -281,12 +278,15 @@ def test_pick_waits_when_the_chosen_subflow_is_full():
 def test_pick_counts_idle_chunks_and_probes_an_idle_subflow():
     subs, queue = [SubflowState(rate=100.0), SubflowState(rate=0.01)], [[(0, CHUNK)]]
     for _ in range(PROBE_EVERY):
+        assert probes("owd", subs) == []
         assert pick("owd", subs, queue) == 0
         subs[0].on_send(CHUNK)
         subs[0].outstanding = 0  # acked at once
     assert subs[1].idle == PROBE_EVERY
-    assert pick("owd", subs, queue) == 1  # however slow it looks
-    subs[1].on_send(CHUNK)
-    assert subs[1].idle == 0 and subs[0].idle == 1
+    assert probes("owd", subs) == [1] and probes("least-outstanding", subs) == []
+    assert pick("owd", subs, queue) == 0  # the chunk still goes where it is delivered first
+    assert subs[1].on_probe() == 0 and subs[1].idle == 0 and probes("owd", subs) == []
+    subs[1].on_ack(0, 0, 40_000, 0)  # the probe's ack: a delay, no bytes, no rate
+    assert subs[1].delay_ns == 40_000 and subs[1].rate == 0.01 and subs[1].outstanding == 0
     subs[0].outstanding = WINDOW
-    assert pick("owd", subs, queue) is None and subs[0].idle == 1  # a wait counts nothing
+    assert pick("owd", subs, queue) is None and subs[0].idle == 0  # a wait counts nothing

@@ -15,9 +15,11 @@ subflow keeps a rate and its network delay above the floor.
   above the floor (queueing on the path, from the one-way delays) plus the time to drain
   what it already holds and the chunk at its measured rate. A subflow that is expected to
   finish later gets no bytes, so congested paths lose bytes as their delay rises, and a
-  message's last chunks never wait on a slow path. A subflow left idle is sent one chunk
-  now and then to re-measure it (probing back slowly). Paired with learned source ports
-  (one subflow per spine), it also decides *where* the subflows run.
+  message's last chunks never wait on a slow path. A subflow left idle is sent a probe now
+  and then (probes()): a header with no data, which the receiver acknowledges at once with
+  its one-way delay, so a path is re-measured (probing back slowly) without any message
+  waiting on it. Paired with learned source ports (one subflow per spine), it also decides
+  *where* the subflows run.
 
 Every scheduler holds at most WINDOW bytes unacknowledged on a subflow, so a slow subflow
 never hides a deep queue in its socket buffer.
@@ -33,7 +35,7 @@ from clockfabric.collective.ring import bounds
 CHUNK = 64 << 10  # bytes per chunk: small enough to balance, large enough to stay cheap in Python
 WINDOW = 4 * CHUNK  # unacknowledged bytes per subflow
 EWMA = 0.25  # weight of a new sample in the running estimates
-PROBE_EVERY = 32  # an idle subflow gets one chunk after this many chunks went elsewhere
+PROBE_EVERY = 32  # an idle subflow is probed after this many chunks went elsewhere
 FLOOR_AGE = 256  # chunks: the delay floor is the lowest seen over about this many acks
 
 SCHEDULERS = ("ecmp", "least-outstanding", "owd")
@@ -51,7 +53,8 @@ class SubflowState:
     delay_ns: float = 0.0  # running one-way delay of a chunk's first byte, net of the wait behind earlier bytes
     floor_ns: float = float("inf")
     floor_seen: int = 0  # acks since the floor was last set
-    idle: int = 0  # chunks sent elsewhere since this one last got one
+    acks: int = 0
+    idle: int = 0  # chunks sent elsewhere since this one last got one (or a probe)
 
     def on_send(self, length: int) -> int:
         """Count a chunk handed to this subflow; returns the bytes queued ahead of it."""
@@ -62,16 +65,22 @@ class SubflowState:
         self.idle = 0
         return ahead
 
+    def on_probe(self) -> int:
+        """Count a probe (no data) sent on this subflow; returns the bytes queued ahead of it."""
+        self.idle = 0
+        return self.outstanding
+
     def on_ack(self, length: int, ahead: int, delay_ns: int, transfer_ns: int) -> None:
         """An ack: the chunk took delay_ns to start arriving (with `ahead` bytes in front of
-        it when it was sent) and transfer_ns to arrive whole."""
+        it when it was sent) and transfer_ns to arrive whole (a probe: length and transfer 0)."""
         self.outstanding -= length
         if transfer_ns > 0:
             sample = length / transfer_ns
             self.rate = sample if self.rate == 0 else (1 - EWMA) * self.rate + EWMA * sample
         # the wait behind the bytes ahead is the sender's own queue, not the path's
         net = delay_ns - (ahead / self.rate if self.rate else 0.0)
-        self.delay_ns = net if self.chunks <= 1 else (1 - EWMA) * self.delay_ns + EWMA * net
+        self.delay_ns = net if self.acks == 0 else (1 - EWMA) * self.delay_ns + EWMA * net
+        self.acks += 1
         self.floor_seen += 1
         if net < self.floor_ns or self.floor_seen > FLOOR_AGE:
             self.floor_ns, self.floor_seen = max(0.0, net), 0
@@ -114,9 +123,6 @@ def least_outstanding(subs: list[SubflowState], length: int, owed: list[int]) ->
 
 
 def owd(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
-    idle = [j for j in range(len(subs)) if subs[j].idle >= PROBE_EVERY and subs[j].outstanding == 0]
-    if idle:
-        return idle[0]
     rates = [s.rate for s in subs if s.rate > 0]
     default = sum(rates) / len(rates) if rates else 1.0
     i = min(range(len(subs)), key=lambda j: subs[j].finish_ns(length, default))
@@ -124,6 +130,13 @@ def owd(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
 
 
 PICK = {"ecmp": ecmp, "least-outstanding": least_outstanding, "owd": owd}
+
+
+def probes(scheduler: str, subs: list[SubflowState]) -> list[int]:
+    """Subflows to probe now (owd only): idle for PROBE_EVERY chunks, with nothing in flight."""
+    if scheduler != "owd":
+        return []
+    return [j for j, s in enumerate(subs) if s.idle >= PROBE_EVERY and s.outstanding == 0]
 
 
 def pick(scheduler: str, subs: list[SubflowState], queues: list[list[tuple[int, int]]]) -> int | None:

@@ -32,12 +32,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from clockfabric.collective.ring import Transfer
-from clockfabric.collective.schedule import SCHEDULERS, SubflowState, pick, plan
+from clockfabric.collective.schedule import SCHEDULERS, SubflowState, pick, plan, probes
 from clockfabric.errors import ClockfabricError
 
 HELLO = struct.Struct("!4sIHH")  # magic, call token, rank, subflow index
 MAGIC = b"CFa2"
 HEADER = struct.Struct("!IQIq")  # message number, offset, length, send stamp (ns, synced clock)
+PROBE = 0xFFFFFFFF  # the message number of a probe: a header alone, acknowledged at once
 ACK = struct.Struct("!IIqq")  # message number, length, one-way delay of the first byte, transfer time (ns)
 PIECE = 1 << 20  # bytes per syscall at most
 SNDBUF = 4 << 20  # the kernel caps it at wmem_max
@@ -158,6 +159,9 @@ class _Outbound:
                 self.active.add(msg)
             for _ in range(msg.left):
                 with self.cv:
+                    for j in probes(scheduler, self.states):
+                        self.ahead[j].append(self.states[j].on_probe())
+                        self.chunks[j].put((PROBE, 0, 0, None))
                     while (i := pick(scheduler, self.states, queues)) is None and not self.failed:
                         self.cv.wait(1.0)
                     if self.failed:
@@ -171,6 +175,8 @@ class _Outbound:
         while (job := self.chunks[i].get()) is not None:
             seq, a, b, msg = job
             sock.sendall(HEADER.pack(seq, a, b - a, clock()))
+            if msg is None:  # a probe
+                continue
             for off in range(a, b, PIECE):
                 sock.sendall(msg.view[off:min(b, off + PIECE)])
                 msg.latch.progress()
@@ -246,6 +252,9 @@ class _Inbound:
                 continue
             first = clock()
             seq, off, length, stamp = HEADER.unpack(head)
+            if seq == PROBE:
+                sock.sendall(ACK.pack(seq, 0, first - stamp, 0))
+                continue
             waited = False
             with self.cv:
                 deadline = time.monotonic() + self.owner.timeout_s

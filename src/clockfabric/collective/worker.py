@@ -121,15 +121,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def learn_ports(args: argparse.Namespace, peers: set[int]) -> dict[tuple[int, int], int]:
     """(peer, subflow) -> a source port, spreading each slot's subflows over the paths found
-    to that peer (ports the switches hash onto distinct spines)."""
+    to that peer (ports the switches hash onto distinct spines). The ranks under one leaf
+    start the round at different paths (the k-th rank of its group at path k), so their
+    flows out of the leaf spread over the spines even with one subflow each."""
     slots = len(args.addresses[args.rank])
+    turn = next(g.index(args.rank) for g in args.groups if args.rank in g)
     ports = {}
     for peer in sorted(peers):
         for slot in range(slots):
             mine = [i for i in range(args.subflows) if i % slots == slot]
             paths = spread(args.addresses[args.rank][slot], args.addresses[peer][slot], args.port_base + peer,
-                           want=len(mine), seed=args.token ^ (args.rank << 8) ^ peer)
-            ports |= {(peer, i): path.sport for i, path in zip(mine, paths)}
+                           want=turn + len(mine), seed=args.token ^ (args.rank << 8) ^ peer)
+            start = turn % len(paths)
+            chosen = (paths[start:] + paths[:start])[:len(mine)]
+            ports |= {(peer, i): path.sport for i, path in zip(mine, chosen)}
     return ports
 
 
