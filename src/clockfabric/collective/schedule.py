@@ -1,10 +1,12 @@
 """Which subflow carries the next chunk: the schedulers, as pure functions of subflow state.
 
 A message to a peer is cut into chunks; a chunk goes to one of the peer's subflows. The
-receiver acknowledges each chunk with two timings read off synced clocks: its one-way
-delay (sender's send stamp to the first byte's arrival, so it includes the wait behind
-the subflow's earlier bytes) and its transfer time (first byte to last). From those each
-subflow keeps a rate and its network delay above the floor.
+receiver acknowledges each chunk with its one-way delay, read off synced clocks: the
+sender's send stamp to the first byte's arrival, so it includes the wait behind the
+subflow's earlier bytes. With each ack the sender also reads the subflow's rate: the
+kernel's own delivery-rate estimate for the connection (TCP_INFO), which counts bytes as
+the peer's kernel acknowledges them (timings taken in Python, on either side, are bent by
+when threads run and by chunks that sit whole in a socket before they are read).
 
 - `ecmp`: the baseline. Each subflow has a fixed, equal share of every message (contiguous
   ranges, as NCCL's channels); the path is whatever the switches' hash made of it. Shares
@@ -49,7 +51,7 @@ class SubflowState:
     outstanding: int = 0  # bytes handed to the subflow and not yet acknowledged
     sent: int = 0  # bytes ever handed to it
     chunks: int = 0
-    rate: float = 0.0  # bytes per ns over the chunks' transfers (0: not measured yet)
+    rate: float = 0.0  # bytes per ns, the kernel's delivery rate (0: not measured yet)
     delay_ns: float = 0.0  # running one-way delay of a chunk's first byte, net of the wait behind earlier bytes
     floor_ns: float = float("inf")
     floor_seen: int = 0  # acks since the floor was last set
@@ -70,13 +72,13 @@ class SubflowState:
         self.idle = 0
         return self.outstanding
 
-    def on_ack(self, length: int, ahead: int, delay_ns: int, transfer_ns: int) -> None:
-        """An ack: the chunk took delay_ns to start arriving (with `ahead` bytes in front of
-        it when it was sent) and transfer_ns to arrive whole (a probe: length and transfer 0)."""
+    def on_ack(self, length: int, ahead: int, delay_ns: int, rate: float | None) -> None:
+        """An ack: the chunk took delay_ns to start arriving, with `ahead` bytes in front of it
+        when it was sent (a probe: length 0, nothing ahead); rate: bytes per ns the connection
+        delivers now, or None where there is no fresh measure."""
         self.outstanding -= length
-        if transfer_ns > 0:
-            sample = length / transfer_ns
-            self.rate = sample if self.rate == 0 else (1 - EWMA) * self.rate + EWMA * sample
+        if rate:
+            self.rate = rate if self.rate == 0 else (1 - EWMA) * self.rate + EWMA * rate
         # the wait behind the bytes ahead is the sender's own queue, not the path's
         net = delay_ns - (ahead / self.rate if self.rate else 0.0)
         self.delay_ns = net if self.acks == 0 else (1 - EWMA) * self.delay_ns + EWMA * net

@@ -10,7 +10,7 @@ pinned to a plane by addressing alone; `source_ports` may pin it to a spine as w
 A message is cut into chunks; the scheduler (schedule.py) says which subflow carries each.
 A chunk travels behind a header (message number, offset, length, send stamp on the synced
 clock), so the receiver puts it in place whatever subflow brought it, and answers on the
-same connection's idle direction with an ack: the chunk's one-way delay and transfer time.
+same connection's idle direction with an ack: the chunk's one-way delay.
 Acks drive the schedulers and let no subflow hold more than a window of unacknowledged
 bytes.
 
@@ -39,7 +39,8 @@ HELLO = struct.Struct("!4sIHH")  # magic, call token, rank, subflow index
 MAGIC = b"CFa2"
 HEADER = struct.Struct("!IQIq")  # message number, offset, length, send stamp (ns, synced clock)
 PROBE = 0xFFFFFFFF  # the message number of a probe: a header alone, acknowledged at once
-ACK = struct.Struct("!IIqq")  # message number, length, one-way delay of the first byte, transfer time (ns)
+ACK = struct.Struct("!IIq")  # message number, length, one-way delay of the first byte (ns)
+TCP_INFO_LEN = 168  # struct tcp_info up to tcpi_delivery_rate (Linux 4.9+)
 PIECE = 1 << 20  # bytes per syscall at most
 SNDBUF = 4 << 20  # the kernel caps it at wmem_max
 RETRY_S = 0.05  # between connection attempts to a peer that is not listening yet
@@ -98,6 +99,18 @@ class _Message:
         if not self.done:
             self.done = True
             self.latch.finish(error)
+
+
+def delivery_rate(sock: socket.socket) -> float | None:
+    """The kernel's delivery-rate estimate for a TCP connection, bytes per ns; None while it
+    is app-limited (it then measures our sending, not the path) or unknown."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
+    except OSError:
+        return None
+    if len(info) < TCP_INFO_LEN or info[7] & 1:  # tcpi_delivery_rate_app_limited
+        return None
+    return struct.unpack_from("Q", info, 160)[0] / 1e9 or None  # tcpi_delivery_rate, bytes/s
 
 
 def _recv_into(sock: socket.socket, view: memoryview, idle_ok: Callable[[], bool], progress=None) -> None:
@@ -193,9 +206,10 @@ class _Outbound:
                 _recv_into(sock, memoryview(buf), lambda: state.outstanding == 0)
             except _Idle:
                 continue
-            _, length, delay_ns, transfer_ns = ACK.unpack(buf)
+            _, length, delay_ns = ACK.unpack(buf)
+            rate = delivery_rate(sock) if length else None
             with self.cv:
-                state.on_ack(length, self.ahead[i].popleft(), delay_ns, transfer_ns)
+                state.on_ack(length, self.ahead[i].popleft(), delay_ns, rate)
                 self.cv.notify_all()
 
     def _guard(self, i: int, loop) -> None:
@@ -253,13 +267,11 @@ class _Inbound:
             first = clock()
             seq, off, length, stamp = HEADER.unpack(head)
             if seq == PROBE:
-                sock.sendall(ACK.pack(seq, 0, first - stamp, 0))
+                sock.sendall(ACK.pack(seq, 0, first - stamp))
                 continue
-            waited = False
             with self.cv:
                 deadline = time.monotonic() + self.owner.timeout_s
                 while seq not in self.posted:  # the sender is a step ahead of us
-                    waited = True
                     if self.failed or time.monotonic() > deadline:
                         raise TimeoutError(errno.ETIMEDOUT, "message never posted")
                     self.cv.wait(0.5)
@@ -267,16 +279,14 @@ class _Inbound:
             if off + length > len(msg.view):
                 raise ValueError(f"chunk {off}+{length} overruns a {len(msg.view)}-byte message")
             _recv_into(sock, msg.view[off:off + length], lambda: False, msg.latch.progress)
-            done = clock()
             with self.cv:
                 msg.left -= length
                 if msg.left == 0:
                     del self.posted[seq]
                     msg.settle()
             # acked only once counted: the sender closes after its last ack, and that close must
-            # find nothing here still owed. A chunk that waited for its message sat in the kernel:
-            # its transfer time means nothing.
-            sock.sendall(ACK.pack(seq, length, first - stamp, 0 if waited else done - first))
+            # find nothing here still owed
+            sock.sendall(ACK.pack(seq, length, first - stamp))
 
     def _guard(self, i: int) -> None:
         try:
