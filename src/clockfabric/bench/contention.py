@@ -6,6 +6,7 @@ and where each flow lands matters. Job A is a ring all-reduce over h0, h4, h1, h
 hop crosses the spines), job B the same over h2, h6, h3, h7. Scenarios:
 
   none            job A alone: nothing to fix
+  two-alltoall    jobs A and B as all-to-alls (pairwise), at once
   two-allreduce   jobs A and B at once: four flows per direction share the two spines
   elephants       job A, while iperf3 elephants (h2 -> h6, h7 -> h3) are pinned on spine0
                   by source ports learned for it
@@ -28,7 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from clockfabric.collective.run import allreduce
+from clockfabric.collective.results import BUS_FACTORS
+from clockfabric.collective.run import run_collective
 from clockfabric.collective.schedule import SCHEDULERS
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, netns
@@ -37,7 +39,7 @@ from clockfabric.lab.state import Lab
 from clockfabric.probe.paths import spread
 from clockfabric.topology import Topology, interfaces, leafspine, parse_rate
 
-SCENARIOS = ("none", "two-allreduce", "elephants", "degraded")
+SCENARIOS = ("none", "two-alltoall", "two-allreduce", "elephants", "degraded")
 JOB_A = ["h0", "h4", "h1", "h5"]
 JOB_B = ["h2", "h6", "h3", "h7"]
 ELEPHANTS = [("h2", "h6"), ("h7", "h3")]
@@ -61,40 +63,56 @@ def topology() -> Topology:
     return leafspine(8, 2, 2, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, name="contention-8")
 
 
-def jobs_of(scenario: str) -> list[list[str]]:
-    return [JOB_A, JOB_B] if scenario == "two-allreduce" else [JOB_A]
+def jobs_of(scenario: str) -> list[tuple[str, list[str]]]:
+    """(collective, hosts) of each job the scenario runs at once."""
+    if scenario == "two-alltoall":
+        return [("alltoall", JOB_A), ("alltoall", JOB_B)]
+    return [("allreduce", JOB_A), ("allreduce", JOB_B)] if scenario == "two-allreduce" else [("allreduce", JOB_A)]
 
 
 # ---- the ideal -----------------------------------------------------------------------------------
-def ideal_busbw_gbps(topo: Topology, scenario: str, jobs: list[list[str]] | None = None) -> float:
-    """The busbw of the slowest job if every flow were placed perfectly: per leaf pair, the
-    spine capacity between them (each spine's narrower link) shared evenly by the ring hops
-    that cross it, capped by the host rate. On the elephants' spine the job's flows can
-    claim only a TCP-fair share: flows / (flows + elephants) of it. jobs: the rings (host
-    lists), by default the scenario's."""
+def flows(collective: str, hosts: list[str], size: int) -> list[tuple[str, str, float]]:
+    """(src, dst, bytes) a collective of `size` bytes per rank puts on the wire: a ring
+    all-reduce 2(n-1)/n of it per hop, an all-to-all 1/n of it per ordered pair."""
+    n = len(hosts)
+    if collective == "alltoall":
+        return [(a, b, size / n) for a in hosts for b in hosts if a != b]
+    return [(h, hosts[(i + 1) % n], size * 2 * (n - 1) / n) for i, h in enumerate(hosts)]
+
+
+def ideal_time_s(topo: Topology, scenario: str, size: int, jobs: list[tuple[str, list[str]]] | None = None) -> float:
+    """How long the scenario's jobs take at best, all at once, with every byte placed
+    perfectly: the busiest of each host's NIC (its bytes over the host rate) and each leaf
+    pair's spines (the bytes crossing over their capacity: per spine its narrower link; on
+    the elephants' spine the jobs can claim only a TCP-fair share, flows / (flows +
+    elephants) of it). jobs: (collective, hosts), by default the scenario's."""
     leaf = {h: next(lk.other(h).node for lk in topo.links_of(h)) for h in topo.hosts}
     spines = [s for s in topo.switches if s.startswith("spine")]
+    host_bps = parse_rate(HOST_RATE)
 
     def rate(a: str, b: str) -> float:
         r = topo.find_link(a, b).rate_bps
         return r / 4 if scenario == "degraded" and {a, b} == {"leaf0", "spine0"} else r
 
-    hops = [(h, job[(i + 1) % len(job)]) for job in jobs or jobs_of(scenario) for i, h in enumerate(job)]
-    crossing: dict[tuple[str, str], int] = {}
-    for a, b in hops:
-        crossing[leaf[a], leaf[b]] = crossing.get((leaf[a], leaf[b]), 0) + 1
-    host_bps = parse_rate(HOST_RATE)
-    worst = host_bps
-    for (la, lb), flows in crossing.items():
+    wire = [f for collective, hosts in jobs or jobs_of(scenario) for f in flows(collective, hosts, size)]
+    worst = 0.0
+    for h in {a for a, _, _ in wire}:
+        worst = max(worst, sum(b for a, _, b in wire if a == h) * 8 / host_bps)
+    for la, lb in {(leaf[a], leaf[b]) for a, b, _ in wire if leaf[a] != leaf[b]}:
+        crossing = [(a, b, n) for a, b, n in wire if (leaf[a], leaf[b]) == (la, lb)]
         capacity = 0.0
         for s in spines:
             share = min(rate(la, s), rate(s, lb))
             if scenario == "elephants" and s == "spine0":
                 big = sum(1 for a, b in ELEPHANTS if (leaf[a], leaf[b]) == (la, lb))
-                share *= flows / (flows + big)
+                share *= len(crossing) / (len(crossing) + big)
             capacity += share
-        worst = min(worst, capacity / flows)
-    return worst / 8 / 1e9
+        worst = max(worst, sum(n for _, _, n in crossing) * 8 / capacity)
+    return worst
+
+
+def busbw_gbps(collective: str, size: int, ranks: int, seconds: float) -> float:
+    return size / seconds / 1e9 * BUS_FACTORS[collective](ranks)
 
 
 # ---- the scenarios -------------------------------------------------------------------------------
@@ -119,27 +137,29 @@ def _elephants(lab: Lab) -> list[subprocess.Popen]:
 
 
 def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int) -> Run:
-    hosts_per_job = jobs_of(scenario)
-    results: list[dict | Exception] = [None] * len(hosts_per_job)  # type: ignore[list-item]
+    """The scenario's jobs, all at once, under one scheduler."""
+    jobs = jobs_of(scenario)
+    results: list = [None] * len(jobs)
 
     def job(i: int) -> None:
+        collective, hosts = jobs[i]
         try:
-            res = allreduce(lab, hosts_per_job[i], sizes=[size], subflows=subflows, scheduler=scheduler,
-                            iters=iters, warmup=1, timeout_s=60.0)
+            res = run_collective(lab, hosts, collective=collective, sizes=[size], subflows=subflows,
+                                 scheduler=scheduler, iters=iters, warmup=1, timeout_s=60.0)
             row = res.rows[0]
-            results[i] = {"hosts": hosts_per_job[i], "time_us": row.time_us, "busbw_gbps": row.busbw_gbps,
-                          "wrong": row.wrong}
+            results[i] = {"collective": collective, "hosts": hosts, "time_us": row.time_us,
+                          "busbw_gbps": row.busbw_gbps, "wrong": row.wrong}
         except ClockfabricError as e:
             results[i] = e
 
-    threads = [threading.Thread(target=job, args=(i,)) for i in range(len(hosts_per_job))]
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(len(jobs))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors := [r for r in results if isinstance(r, Exception)]:
         raise errors[0]
-    return Run(scenario, scheduler, seed, results)  # type: ignore[arg-type]
+    return Run(scenario, scheduler, seed, results)
 
 
 def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
@@ -168,35 +188,41 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
 
 
 def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
-    """Per scenario and scheduler: median slowest-job time over seeds, and the ratios."""
+    """Per scenario and scheduler: the median over seeds of the slowest job's time, its busbw,
+    and the ratios to ecmp, to least-outstanding and to the ideal."""
     rows = []
     for scenario in dict.fromkeys(r.scenario for r in runs):
-        ideal_bw = ideal_busbw_gbps(topo, scenario)
-        n = len(JOB_A)
-        ideal_us = size * 2 * (n - 1) / n / (ideal_bw * 1e9) * 1e6
-        median = {s: statistics.median(r.time_us for r in runs if r.scenario == scenario and r.scheduler == s)
-                  for s in dict.fromkeys(r.scheduler for r in runs if r.scenario == scenario)}
+        collective, hosts = jobs_of(scenario)[0]
+        ideal_s = ideal_time_s(topo, scenario, size)
+        mine = [r for r in runs if r.scenario == scenario]
+        median = {s: statistics.median(r.time_us for r in mine if r.scheduler == s) / 1e6
+                  for s in dict.fromkeys(r.scheduler for r in mine)}
         for scheduler, t in median.items():
-            rows.append({"scenario": scenario, "scheduler": scheduler, "time_s": round(t / 1e6, 3),
-                         "busbw_gbps": round(size * 2 * (n - 1) / n / (t * 1e-6) / 1e9, 6),
+            rows.append({"scenario": scenario, "scheduler": scheduler, "time_s": round(t, 3),
+                         "busbw_gbps": round(busbw_gbps(collective, size, len(hosts), t), 6),
                          "speedup_vs_ecmp": round(median["ecmp"] / t, 3) if "ecmp" in median else None,
                          "speedup_vs_least_outstanding": (round(median["least-outstanding"] / t, 3)
                                                           if "least-outstanding" in median else None),
-                         "of_ideal": round(ideal_us / t, 3), "ideal_busbw_gbps": round(ideal_bw, 6),
-                         "wrong": sum(j["wrong"] for r in runs if r.scenario == scenario and r.scheduler == scheduler
-                                      for j in r.jobs)})
+                         "of_ideal": round(ideal_s / t, 3), "ideal_time_s": round(ideal_s, 3),
+                         "ideal_busbw_gbps": round(busbw_gbps(collective, size, len(hosts), ideal_s), 6),
+                         "wrong": sum(j["wrong"] for r in mine if r.scheduler == scheduler for j in r.jobs)})
     return rows
 
 
-def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int, subflows: int,
-        lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
-    """Bring the lab up, run every scenario, take it down; the report (JSON-ready)."""
+def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int) -> None:
+    """One clear line for a bad choice, before any lab is built."""
     if bad := [s for s in scenarios if s not in SCENARIOS]:
         raise ClockfabricError(f"unknown scenario {bad[0]!r}; choose from {', '.join(SCENARIOS)}")
     if bad := [s for s in schedulers if s not in SCHEDULERS]:
         raise ClockfabricError(f"unknown scheduler {bad[0]!r}; choose from {', '.join(SCHEDULERS)}")
     if seeds < 1 or iters < 1 or subflows < 1:
         raise ClockfabricError("--seeds, --iters and --subflows must be at least 1")
+
+
+def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int, subflows: int,
+        lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
+    """Bring the lab up, run every scenario, take it down; the report (JSON-ready)."""
+    check(scenarios, schedulers, seeds, iters, subflows)
     topo = topology()
     lab = build.up(topo, lab_name)
     started = time.monotonic()

@@ -1,5 +1,5 @@
-"""`clockfabric bench ...`: benchmarks on a lab they build and remove (failover), or on a lab
-that is up (allreduce, alltoall: one collective benchmark, one set of options, one table)."""
+"""`clockfabric bench ...`: benchmarks on a lab they build and remove (failover, contention), or
+on a lab that is up (allreduce, alltoall: one collective benchmark, one set of options, one table)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,52 @@ def failover(scenarios: str = typer.Option("flap-1s,flap-20s,flap-120s,spine-sil
                       _fmt(r["total_over_baseline"], "x"), _fmt(r["longest_stall_s"], " s"), str(r["moves"]))
     out.print(table)
     err.print(f"JSON and job logs in {out_dir}")
+
+
+@app.command()
+def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,elephants,degraded", "--scenarios",
+                                             help="Comma-separated scenarios to run."),
+               schedulers: str = typer.Option("ecmp,least-outstanding,owd", "--schedulers",
+                                              help="Comma-separated schedulers to compare."),
+               seeds: int = typer.Option(3, "--seeds", help="Runs per scenario and scheduler (fresh ECMP draws)."),
+               size: str = typer.Option("4M", "--size", help="Bytes per rank's buffer."),
+               iters: int = typer.Option(2, "--iters", help="Timed iterations per run (after one warmup)."),
+               subflows: int = typer.Option(2, "--subflows", help="TCP connections per peer pair."),
+               out_file: Path = typer.Option(Path("bench/results/contention.json"), "--out",
+                                             help="Where the JSON report goes."),
+               as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
+    """The schedulers where flows collide, on an 8-host leaf-spine lab it builds and removes."""
+    import json
+
+    from clockfabric.bench import contention as cb
+    from clockfabric.collective.sizes import parse_size
+
+    chosen, sched = _list(scenarios, "--scenarios"), _list(schedulers, "--schedulers")
+    nbytes = parse_size(size)
+    cb.check(chosen, sched, seeds, iters, subflows)
+    require_root()
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
+
+    report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
+                    progress=progress)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(json.dumps(report, indent=1) + "\n")
+    if as_json:
+        print_json(report)
+        return
+    table = Table(title=f"contention: 8 hosts, 2 leaves, 2 spines; {size} per rank, {subflows} subflows, "
+                        f"median of {seeds} seeds")
+    for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs least-outstanding", "of ideal", "#wrong"):
+        table.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right")
+    for r in report["summary"]:
+        table.add_row(r["scenario"], r["scheduler"], f"{r['time_s']:.2f} s", f"{r['busbw_gbps'] * 1e3:.2f} MB/s",
+                      _fmt(r["speedup_vs_ecmp"], "x"), _fmt(r["speedup_vs_least_outstanding"], "x"),
+                      f"{r['of_ideal']:.2f}", str(r["wrong"]))
+    out.print(table)
+    err.print(f"JSON in {out_file}")
 
 
 # ---- collectives: all-reduce, all-to-all ------------------------------------------------------

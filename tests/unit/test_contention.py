@@ -1,0 +1,36 @@
+"""The contention benchmark's ideal: link loads worked out by hand for each scenario."""
+
+import pytest
+
+from clockfabric.bench import contention
+from clockfabric.errors import ClockfabricError
+
+MIB = 1 << 20
+UPLINKS_BPS = 2 * 25e6  # leaf0's two spine links at 25 Mbit/s
+
+
+@pytest.mark.parametrize("scenario, seconds", [
+    # ring of 4 over 2 leaves: 2 hops cross each way, each 2(n-1)/n * 4 MiB = 6 MiB
+    ("none", 2 * 6 * MIB * 8 / UPLINKS_BPS),
+    ("two-allreduce", 4 * 6 * MIB * 8 / UPLINKS_BPS),
+    # all-to-all: per job 2 ranks x 2 far peers x 1 MiB cross each way; two jobs
+    ("two-alltoall", 2 * 4 * MIB * 8 / UPLINKS_BPS),
+    # spine0 at a quarter: 25 + 6.25 Mbit/s
+    ("degraded", 2 * 6 * MIB * 8 / 31.25e6),
+    # one elephant each way on spine0: the job's 2 flows get 2/3 of it
+    ("elephants", 2 * 6 * MIB * 8 / (25e6 + 25e6 * 2 / 3)),
+])
+def test_ideal_time_from_link_loads(scenario, seconds):
+    assert contention.ideal_time_s(contention.topology(), scenario, 4 * MIB) == pytest.approx(seconds)
+
+
+def test_the_host_nic_bounds_a_job_inside_one_leaf():
+    jobs = [("allreduce", ["h0", "h1", "h2", "h3"])]  # all under leaf0: only the 50 Mbit/s NICs count
+    assert contention.ideal_time_s(contention.topology(), "none", 4 * MIB, jobs) == pytest.approx(6 * MIB * 8 / 50e6)
+
+
+def test_bad_choices_are_one_line():
+    with pytest.raises(ClockfabricError, match="unknown scenario 'x'"):
+        contention.run(scenarios=["x"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2)
+    with pytest.raises(ClockfabricError, match="unknown scheduler"):
+        contention.run(scenarios=["none"], schedulers=["fast"], seeds=1, size=MIB, iters=1, subflows=2)
