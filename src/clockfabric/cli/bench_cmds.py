@@ -112,7 +112,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
     table = Table(title=f"contention: 8 hosts, 2 leaves, 2 spines; {size} per rank, {subflows} subflows, "
                         f"median of {seeds} seeds")
     for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs least-outstanding", "of ideal", "#wrong"):
-        table.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right")
+        table.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right", no_wrap=True)
     for r in report["summary"]:
         table.add_row(r["scenario"], r["scheduler"], f"{r['time_s']:.2f} s", f"{r['busbw_gbps'] * 1e3:.2f} MB/s",
                       _fmt(r["speedup_vs_ecmp"], "x"), _fmt(r["speedup_vs_least_outstanding"], "x"),
