@@ -34,3 +34,14 @@ def test_bad_choices_are_one_line():
         contention.run(scenarios=["x"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2)
     with pytest.raises(ClockfabricError, match="unknown scheduler"):
         contention.run(scenarios=["none"], schedulers=["fast"], seeds=1, size=MIB, iters=1, subflows=2)
+
+
+@pytest.mark.parametrize("scenario, seconds", [
+    ("none", 2 * 6 * MIB * 8 / (2 * UPLINKS_BPS)),  # both planes' uplinks
+    ("degraded", 2 * 6 * MIB * 8 / (3 * 25e6 + 6.25e6)),  # p0-leaf0 - p0-spine0 at a quarter
+    ("elephants", 2 * 6 * MIB * 8 / (3 * 25e6 + 25e6 * 2 / 3)),  # the elephants on p0-spine0
+])
+def test_ideal_time_on_a_dual_plane_lab(scenario, seconds):
+    topo = contention.topology("dualplane")
+    assert contention.ideal_time_s(topo, scenario, 4 * MIB) == pytest.approx(seconds)
+    assert contention.plane0(topo, "spine0") == "p0-spine0"

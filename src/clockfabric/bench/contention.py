@@ -1,9 +1,11 @@
 """`clockfabric bench contention`: the schedulers against each other where flows collide.
 
-Lab: a leaf-spine of 8 hosts (h0-h3 under leaf0, h4-h7 under leaf1) and 2 spines, hosts at
-HOST_RATE and leaf-spine links at FABRIC_RATE, so the uplinks, not the NICs, set the pace
-and where each flow lands matters. Job A is a ring all-reduce over h0, h4, h1, h5 (every
-hop crosses the spines), job B the same over h2, h6, h3, h7. Scenarios:
+Lab (`fabric`): a leaf-spine of 8 hosts (h0-h3 under leaf0, h4-h7 under leaf1) and 2
+spines, or the same on each of 2 planes (dual-plane: a NIC per plane, subflow i on plane
+i % 2). Hosts at HOST_RATE and leaf-spine links at FABRIC_RATE, so the uplinks, not the
+NICs, set the pace and where each flow lands matters. Job A is a ring all-reduce over h0,
+h4, h1, h5 (every hop crosses the spines), job B the same over h2, h6, h3, h7. "leaf0" and
+"spine0" below are plane 0's on a dual-plane lab. Scenarios:
 
   none            job A alone: nothing to fix
   two-alltoall    jobs A and B as all-to-alls (pairwise), at once
@@ -37,9 +39,17 @@ from clockfabric.lab import build, impair, netns
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 from clockfabric.probe.paths import spread
-from clockfabric.topology import Topology, interfaces, leafspine, parse_rate
+from clockfabric.topology import (
+    Port,
+    Topology,
+    interfaces,
+    leafspine,
+    multirail,
+    parse_rate,
+)
 
 SCENARIOS = ("none", "two-alltoall", "two-allreduce", "elephants", "degraded")
+FABRICS = ("leafspine", "dualplane")
 JOB_A = ["h0", "h4", "h1", "h5"]
 JOB_B = ["h2", "h6", "h3", "h7"]
 ELEPHANTS = [("h2", "h6"), ("h7", "h3")]
@@ -59,8 +69,25 @@ class Run:
         return max(j["time_us"] for j in self.jobs)
 
 
-def topology() -> Topology:
-    return leafspine(8, 2, 2, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, name="contention-8")
+def topology(fabric: str = "leafspine") -> Topology:
+    if fabric == "dualplane":
+        return multirail(8, 2, 2, 2, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, name="contention-dualplane")
+    return leafspine(8, 2, 2, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, name="contention-leafspine")
+
+
+def plane0(topo: Topology, name: str) -> str:
+    """A switch of plane 0 by its leaf-spine name: leaf0 is p0-leaf0 on a dual-plane lab."""
+    return name if name in topo.switches else f"p0-{name}"
+
+
+def leaf_of(topo: Topology, host: str, plane: int) -> str:
+    nic = topo.hosts[host].nic(plane)
+    return next(lk.other(host).node for lk in topo.links_of(host) if lk.port(host).iface == nic.name)
+
+
+def nic_address(topo: Topology, host: str, plane: int) -> str:
+    """The host's address on its NIC of that plane: routed over that plane only."""
+    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(plane).name)].address.ip)
 
 
 def jobs_of(scenario: str) -> list[tuple[str, list[str]]]:
@@ -82,31 +109,35 @@ def flows(collective: str, hosts: list[str], size: int) -> list[tuple[str, str, 
 
 def ideal_time_s(topo: Topology, scenario: str, size: int, jobs: list[tuple[str, list[str]]] | None = None) -> float:
     """How long the scenario's jobs take at best, all at once, with every byte placed
-    perfectly: the busiest of each host's NIC (its bytes over the host rate) and each leaf
-    pair's spines (the bytes crossing over their capacity: per spine its narrower link; on
-    the elephants' spine the jobs can claim only a TCP-fair share, flows / (flows +
-    elephants) of it). jobs: (collective, hosts), by default the scenario's."""
-    leaf = {h: next(lk.other(h).node for lk in topo.links_of(h)) for h in topo.hosts}
-    spines = [s for s in topo.switches if s.startswith("spine")]
+    perfectly: the busiest of each host's NICs (its bytes over its NICs' rate) and each leaf
+    pair's spines on every plane (the bytes crossing over their capacity: per spine its
+    narrower link; on the elephants' spine the jobs claim only a TCP-fair share, flows /
+    (flows + elephants) of it). jobs: (collective, hosts), by default the scenario's."""
+    planes = sorted({n.plane for h in topo.hosts.values() for n in h.nics})
+    hot = {plane0(topo, "leaf0"), plane0(topo, "spine0")}
     host_bps = parse_rate(HOST_RATE)
 
     def rate(a: str, b: str) -> float:
         r = topo.find_link(a, b).rate_bps
-        return r / 4 if scenario == "degraded" and {a, b} == {"leaf0", "spine0"} else r
+        return r / 4 if scenario == "degraded" and {a, b} == hot else r
 
     wire = [f for collective, hosts in jobs or jobs_of(scenario) for f in flows(collective, hosts, size)]
     worst = 0.0
     for h in {a for a, _, _ in wire}:
-        worst = max(worst, sum(b for a, _, b in wire if a == h) * 8 / host_bps)
-    for la, lb in {(leaf[a], leaf[b]) for a, b, _ in wire if leaf[a] != leaf[b]}:
-        crossing = [(a, b, n) for a, b, n in wire if (leaf[a], leaf[b]) == (la, lb)]
+        worst = max(worst, sum(b for a, _, b in wire if a == h) * 8 / (host_bps * len(topo.hosts[h].nics)))
+    group = {h: leaf_of(topo, h, planes[0]) for h in topo.hosts}  # hosts share a leaf on every plane alike
+    for ga, gb in {(group[a], group[b]) for a, b, _ in wire if group[a] != group[b]}:
+        crossing = [(a, b, n) for a, b, n in wire if (group[a], group[b]) == (ga, gb)]
+        a0, b0 = crossing[0][:2]
         capacity = 0.0
-        for s in spines:
-            share = min(rate(la, s), rate(s, lb))
-            if scenario == "elephants" and s == "spine0":
-                big = sum(1 for a, b in ELEPHANTS if (leaf[a], leaf[b]) == (la, lb))
-                share *= len(crossing) / (len(crossing) + big)
-            capacity += share
+        for p in planes:
+            la, lb = leaf_of(topo, a0, p), leaf_of(topo, b0, p)
+            for s in (sw.name for sw in topo.switches.values() if sw.role == "spine" and sw.plane == p):
+                share = min(rate(la, s), rate(s, lb))
+                if scenario == "elephants" and s in hot:
+                    big = sum(1 for x, y in ELEPHANTS if (group[x], group[y]) == (ga, gb))
+                    share *= len(crossing) / (len(crossing) + big)
+                capacity += share
         worst = max(worst, sum(n for _, _, n in crossing) * 8 / capacity)
     return worst
 
@@ -117,15 +148,17 @@ def busbw_gbps(collective: str, size: int, ranks: int, seconds: float) -> float:
 
 # ---- the scenarios -------------------------------------------------------------------------------
 def _elephants(lab: Lab) -> list[subprocess.Popen]:
-    """iperf3 flows pinned on spine0: a client port learned for spine0 per pair."""
+    """iperf3 flows pinned on (plane 0's) spine0: NIC addresses of plane 0, and a client port
+    learned for spine0 per pair."""
     topo, procs = lab.topology, []
-    spine0 = {str(i.address.ip) for p, i in interfaces(topo).items() if p.node == "spine0"}
+    spine = plane0(topo, "spine0")
+    on_spine = {str(i.address.ip) for p, i in interfaces(topo).items() if p.node == spine}
     for src, dst in ELEPHANTS:
-        a, b = str(topo.hosts[src].address), str(topo.hosts[dst].address)
+        a, b = nic_address(topo, src, 0), nic_address(topo, dst, 0)
         with netns.entered(lab.ns(src)):
-            ports = [p.sport for p in spread(a, b, IPERF_PORT, want=4, seed=7) if p.hop in spine0]
+            ports = [p.sport for p in spread(a, b, IPERF_PORT, want=4, seed=7) if p.hop in on_spine]
         if not ports:
-            raise ClockfabricError(f"no source port from {src} to {dst} was found on spine0")
+            raise ClockfabricError(f"no source port from {src} to {dst} was found on {spine}")
         procs.append(subprocess.Popen(command(lab, dst, ["iperf3", "-s", "-B", b, "-p", str(IPERF_PORT)]),
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(0.3)
@@ -165,7 +198,7 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
 def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
                  subflows: int, progress: Callable[[str], None]) -> list[Run]:
     procs: list[subprocess.Popen] = []
-    link = impair.find_link(lab, "leaf0", "spine0")
+    link = impair.find_link(lab, plane0(lab.topology, "leaf0"), plane0(lab.topology, "spine0"))
     try:
         if scenario == "degraded":
             impair.set_rate(lab, link, link.rate_bps // 4)
@@ -209,8 +242,11 @@ def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
     return rows
 
 
-def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int) -> None:
+def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int,
+          fabric: str = "leafspine") -> None:
     """One clear line for a bad choice, before any lab is built."""
+    if fabric not in FABRICS:
+        raise ClockfabricError(f"unknown fabric {fabric!r}; choose from {', '.join(FABRICS)}")
     if bad := [s for s in scenarios if s not in SCENARIOS]:
         raise ClockfabricError(f"unknown scenario {bad[0]!r}; choose from {', '.join(SCENARIOS)}")
     if bad := [s for s in schedulers if s not in SCHEDULERS]:
@@ -220,10 +256,11 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
 
 
 def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int, subflows: int,
-        lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
+        fabric: str = "leafspine", lab_name: str = "contention",
+        progress: Callable[[str], None] = lambda _: None) -> dict:
     """Bring the lab up, run every scenario, take it down; the report (JSON-ready)."""
-    check(scenarios, schedulers, seeds, iters, subflows)
-    topo = topology()
+    check(scenarios, schedulers, seeds, iters, subflows, fabric)
+    topo = topology(fabric)
     lab = build.up(topo, lab_name)
     started = time.monotonic()
     try:
@@ -231,7 +268,8 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
                                                             subflows=subflows, progress=progress)]
     finally:
         build.down(lab_name)
-    return {"lab": {"hosts": 8, "leaves": 2, "spines": 2, "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE},
+    return {"lab": {"fabric": fabric, "hosts": 8, "leaves": 2, "spines": 2, "planes": 2 if fabric == "dualplane" else 1,
+                    "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE},
             "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds,
             "seconds": round(time.monotonic() - started, 1),
             "summary": summarize(topo, runs, size), "runs": [asdict(r) for r in runs]}

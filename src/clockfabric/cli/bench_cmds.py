@@ -84,6 +84,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                size: str = typer.Option("4M", "--size", help="Bytes per rank's buffer."),
                iters: int = typer.Option(2, "--iters", help="Timed iterations per run (after one warmup)."),
                subflows: int = typer.Option(2, "--subflows", help="TCP connections per peer pair."),
+               fabric: str = typer.Option("leafspine", "--fabric", help="leafspine, or dualplane (2 planes)."),
                out_file: Path = typer.Option(Path("bench/results/contention.json"), "--out",
                                              help="Where the JSON report goes."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
@@ -95,7 +96,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
 
     chosen, sched = _list(scenarios, "--scenarios"), _list(schedulers, "--schedulers")
     nbytes = parse_size(size)
-    cb.check(chosen, sched, seeds, iters, subflows)
+    cb.check(chosen, sched, seeds, iters, subflows, fabric)
     require_root()
     started = time.monotonic()
 
@@ -103,13 +104,13 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
 
     report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
-                    progress=progress)
+                    fabric=fabric, progress=progress)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     if as_json:
         print_json(report)
         return
-    table = Table(title=f"contention: 8 hosts, 2 leaves, 2 spines; {size} per rank, {subflows} subflows, "
+    table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, 2 spines; {size} per rank, {subflows} subflows, "
                         f"median of {seeds} seeds")
     for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs least-outstanding", "of ideal", "#wrong"):
         table.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right", no_wrap=True)
