@@ -2,7 +2,6 @@
 values, the busbw factor and the expected busbw."""
 
 import queue
-import random
 import threading
 
 import numpy as np
@@ -13,6 +12,9 @@ from clockfabric.collective.expected import expected_alltoall_busbw_gbps
 from clockfabric.collective.results import busbw_gbps
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine, multirail
+from tests.unit.test_collective import (
+    on_loopback,  # ranks as threads over real TCP on 127.0.0.1
+)
 
 MBIT = 1e6 / 8 / 1e9  # 1 Mbit/s in GB/s
 ALGORITHMS = sorted(a2a.ALGORITHMS)
@@ -114,44 +116,6 @@ def test_peers_are_everyone_else():
 
 
 # ---- over real TCP ---------------------------------------------------------------------------------
-def on_loopback(world: int, subflows: int, body, timeout_s: float = 20.0) -> list:
-    """body(rank, transport) for every rank as threads on 127.0.0.1, all ranks connected to all.
-    Uses only Transport's constructor, connect and exchange (and close, where it has one)."""
-    # imported here, so the in-memory tests run whatever state the transport is in
-    from clockfabric.collective.transport import Transport
-
-    for _ in range(5):  # a random port range someone else holds: try another
-        base = random.randrange(20000, 32000 - world)  # under the ephemeral range source ports use
-        results, setup_failed = [None] * world, []
-
-        def rank_main(r, base=base, results=results, setup_failed=setup_failed):
-            t = None
-            try:
-                t = Transport(r, [["127.0.0.1"]] * world, port_base=base, subflows=subflows, timeout_s=timeout_s)
-                t.connect(set(range(world)) - {r})
-            except Exception as err:  # noqa: BLE001 - handed to the test
-                results[r] = err
-                setup_failed.append(err)
-            else:
-                try:
-                    results[r] = body(r, t)
-                except Exception as err:  # noqa: BLE001 - handed to the test
-                    results[r] = err
-            finally:
-                if t is not None and hasattr(t, "close"):
-                    t.close()
-
-        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout_s + 30)
-        assert not any(t.is_alive() for t in threads), "a rank hung"
-        if not any("listen" in str(e) or "in use" in str(e) for e in setup_failed):
-            return results
-    raise AssertionError("no free port range on loopback")
-
-
 @pytest.mark.parametrize("subflows", [1, 3])
 @pytest.mark.parametrize("world", [2, 3, 4, 5, 6, 7, 8])
 def test_alltoall_matches_numpy_over_tcp(world, subflows):
