@@ -26,19 +26,20 @@ def test_owd_moves_bytes_off_a_degraded_spine_and_beats_ecmp(make_lab):
     impair.set_rate(lab, link, link.rate_bps // 4)
 
     def run(scheduler):
-        res = allreduce(lab, RING, sizes=[2 << 20], subflows=2, scheduler=scheduler, iters=1, warmup=1,
-                        timeout_s=30)
+        # both on learned ports (one subflow per spine), so only the scheduler differs: with
+        # hashed ports ecmp's luck in the draw decides (seen 2.2 to 8.6 s on this lab)
+        res = allreduce(lab, RING, sizes=[2 << 20], subflows=2, scheduler=scheduler, placement="learned",
+                        iters=1, warmup=1, timeout_s=30)
         assert res.ok, res.rows
+        assert res.placement == "learned"
+        for stats in res.subflow_stats.values():  # every sending subflow got its port
+            assert all(s["pinned"] for s in stats)
         return res
 
     ecmp, owd = run("ecmp"), run("owd")
-    assert owd.placement == "learned" and ecmp.placement == "hashed"
-    # learned placement: every sending subflow got its port, one per spine
-    for stats in owd.subflow_stats.values():
-        assert all(s["pinned"] for s in stats)
     t_ecmp, t_owd = ecmp.rows[0].time_us, owd.rows[0].time_us
     # ecmp's equal split waits on the quarter-rate spine for half the bytes; owd sends most of
-    # them over spine1. Measured about 3x; doing nothing would be 1x.
+    # them over spine1. Doing nothing would be 1x.
     assert t_owd < 0.7 * t_ecmp, (t_owd, t_ecmp)
     # h0 -> h2 leaves leaf0 by the degraded uplink or the good one: owd put far fewer bytes on the slow
     # one (ecmp: 1:1; the links: 4:1; seen 1.7-12:1, the barrier and warmup included)
