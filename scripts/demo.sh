@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The clockfabric demo: an emulated dual-plane cluster on this machine, checked, audited, its clocks
 # synced and its one-way delays measured, monitored while a link flaps (the agents fail traffic
-# over to the other plane), impaired, loaded and taken down. Every step is a plain `clockfabric` command you can run yourself.
+# over to the other plane), steered around a slow spine link, impaired, loaded and taken down. Every step is a plain `clockfabric` command you can run yourself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAB=demo
@@ -47,6 +47,17 @@ step "a spine link fails: the fabric routes around it, and lab check names the l
 clockfabric lab link down p0-leaf0 p0-spine1 --lab "$LAB"
 clockfabric lab check --lab "$LAB" | tail -n 3 || true
 clockfabric lab link up p0-leaf0 p0-spine1 --lab "$LAB"
+
+step "path steering: which source port takes which spine, learned with TTL-limited probes"
+clockfabric paths --lab "$LAB" --from h0 --to h4 --plane 0
+
+step "p0-leaf0 -> p0-spine0 at a quarter rate: a 4-host all-reduce on plane 0, ecmp vs owd (ours)"
+clockfabric lab rate p0-leaf0 p0-spine0 25mbit --lab "$LAB"
+for s in ecmp owd; do
+  clockfabric bench allreduce --lab "$LAB" --hosts h0,h4,h1,h5 --planes 0 --subflows 2 --sizes 8M --iters 1 \
+    --scheduler "$s" | grep -E "^# scheduler|\(8M\)"
+done
+clockfabric lab rate p0-leaf0 p0-spine0 100mbit --lab "$LAB"
 
 step "fleet monitoring: a controller on h0, an agent on every switch and host, pushing to it"
 clockfabric monitor --lab "$LAB" --seconds 8 --keep
