@@ -37,6 +37,7 @@ from clockfabric.telemetry.rdma import RdmaCollector
 from clockfabric.topology import Topology
 from clockfabric.traffic.decide import Policy
 from clockfabric.traffic.failover import Failover
+from clockfabric.traffic.steer import SteerPolicy
 
 log = logging.getLogger(__name__)
 CONTROL_PORT = 7299
@@ -65,6 +66,7 @@ class AgentConfig:
     failover: bool | None = None  # move traffic off failed planes; None: on when the host has two or more
     failover_interval_s: float = 0.1  # heartbeats per path; a path is dead after three missed
     hold_down_s: float = 5.0  # a recovered plane carries traffic again after this long healthy
+    steer: bool = False  # transparent mode: move single TCP flows off a plane congested toward their peer
     seed: int = 0
     probed: list[str] = field(init=False)
 
@@ -78,6 +80,9 @@ class AgentConfig:
         self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]
         if self.failover is None:
             self.failover = len(self.topology.hosts[self.host].nics) > 1
+        if self.steer and not self.failover:
+            raise ClockfabricError("--steer needs failover's heartbeats (they measure each plane's queueing): "
+                                   "drop --no-failover; the host needs two or more NICs")
 
     def probe_interval_s(self) -> float:
         """Seconds between exchanges with each peer: the probe rate, slowed to stay in the budget."""
@@ -177,7 +182,8 @@ class Agent:
 
         try:
             return Failover(self.address, peers, nics, nic_up=nic_up, interval_s=self.cfg.failover_interval_s,
-                            policy=Policy(hold_down_s=self.cfg.hold_down_s), on_decision=self._on_decision)
+                            policy=Policy(hold_down_s=self.cfg.hold_down_s), on_decision=self._on_decision,
+                            steer=SteerPolicy() if self.cfg.steer else None)
         except OSError as e:
             raise ClockfabricError(f"cannot open failover heartbeat ports on {self.address} ({e.strerror}): "
                                    "is another agent running on this host?") from None

@@ -57,6 +57,9 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                                         help="Move traffic off failed planes (default: on for hosts with 2+ NICs)."),
           hold_down: float = typer.Option(5.0, "--hold-down", min=0.0,
                                           help="Seconds a recovered plane must stay healthy before traffic returns."),
+          steer: bool = typer.Option(False, "--steer/--no-steer",
+                                     help="Transparent mode: move single TCP flows off a plane congested toward "
+                                          "their peer (needs failover)."),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
@@ -82,7 +85,7 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
                       probe_rate=probe_rate, probe_budget=probe_budget, metrics_port=metrics_port,
                       controller=controller, token=token, ca_file=ca_file, failover=failover,
-                      hold_down_s=hold_down)).run()
+                      hold_down_s=hold_down, steer=steer)).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),

@@ -9,6 +9,10 @@ A plane is healthy toward a peer when our NIC on it is up, the peer's is up (it 
 and every heartbeat path of the plane works in both directions: a flow may hash onto any
 of them. Every decision is kept (with the flows it moved) for the controller and the
 state file.
+
+With a `SteerPolicy` (transparent mode, steer.py) the same thread also moves single TCP flows
+off a plane that is congested toward their peer, from the queueing the heartbeats measure, and
+never onto a plane this thread does not use toward that peer.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from clockfabric.traffic import flows
 from clockfabric.traffic.decide import Decider, Decision, Policy
 from clockfabric.traffic.heartbeat import Liveness
 from clockfabric.traffic.routes import PlaneRoutes, RouteError
+from clockfabric.traffic.steer import Move, Steering, SteerPolicy
 
 log = logging.getLogger(__name__)
 KEEP_DECISIONS = 1000
@@ -36,7 +41,7 @@ class Failover(threading.Thread):
     def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str], *,
                  nic_up: Callable[[str], bool | None], policy: Policy = Policy(), interval_s: float = 0.1,
                  detect_mult: int = 3, ports: int = 2, base_port: int = 7290,
-                 on_decision: Callable[[], None] | None = None):
+                 on_decision: Callable[[], None] | None = None, steer: SteerPolicy | None = None):
         """`peers`: name -> stable address (not this host); `nics`: plane -> NIC name;
         `nic_up(name)`: the NIC's link state now (None: unknown, taken as up)."""
         super().__init__(name="failover", daemon=True)
@@ -58,6 +63,12 @@ class Failover(threading.Thread):
         self._stopping = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         self._reconcile()
+        self.steering: Steering | None = None
+        self.steer_state: dict = {}
+        if steer is not None:
+            self.steering = Steering(address, peers, nics, self.routes.gateways, steer)
+            for m in self.steering.reconcile(time.monotonic()):
+                self._record_move(m)
 
     def _reconcile(self) -> None:
         """Adopt the routes a previous run left in the kernel (fail-static: they kept working)."""
@@ -95,6 +106,8 @@ class Failover(threading.Thread):
                 up = self._up_planes()
                 self.live.tick(now)
                 self._evaluate(now, up)
+                if self.steering:
+                    self._steer(now, up)
                 if woken or now >= next_send:  # after a link event, tell the peers at once
                     self.live.send(now, sum(1 << p for p in self.nics if p not in up), up)
                 if now >= next_send:
@@ -104,6 +117,8 @@ class Failover(threading.Thread):
         finally:
             self.live.close()
             self.routes.close()
+            if self.steering:  # its rules stay in the kernel too: a restarted agent adopts them
+                self.steering.close()
             for fd in (self._wake_r, self._wake_w):
                 os.close(fd)
 
@@ -170,13 +185,30 @@ class Failover(threading.Thread):
             return
         self._record(d, flows=flows.to_peers({address}).get(address, []))
 
+    def _steer(self, now: float, up: set[int]) -> None:
+        usable, queues = {}, {}
+        for peer in self.peers:
+            if peer not in self.live.reports or peer in self.decider.unreachable or self.live.silent(peer, now):
+                continue
+            usable[peer] = tuple(p for p in self.decider.routed.get(peer, self.decider.planes) if p in up)
+            queues[peer] = self.live.out_queues(peer)
+        for m in self.steering.tick(now, queues, usable):
+            self._record_move(m)
+        self.steer_state = self.steering.state()
+
+    def _record_move(self, m: Move) -> None:
+        kind = m.kind if m.kind in ("steered", "unsteered") else f"steer_{m.kind}"
+        self._record(Decision(m.t, kind, m.peer, () if m.plane is None else (m.plane,), m.reason),
+                     flow=str(m.flow), origin=m.origin)
+
     def _record(self, d: Decision, **extra) -> None:
         with self._lock:
             self.seq += 1
             record = {"seq": self.seq, "t_ns": time.time_ns(), **asdict(d), **extra}
             del record["t"]  # monotonic: meaningless outside this process
             self.decisions.append(record)
-        log.info("failover %s %s planes=%s %s", d.kind, d.peer, list(d.planes), d.reason)
+        log.info("failover %s %s planes=%s %s%s", d.kind, d.peer, list(d.planes), d.reason,
+                 f" flow {extra['flow']}" if "flow" in extra else "")
         if self.on_decision:
             self.on_decision()
 
@@ -190,4 +222,5 @@ class Failover(threading.Thread):
                 "unreachable": sorted(self.decider.unreachable), "isolated": self.isolated,
                 "peers_heard": len(self.live.reports), "paths": len(self.live.socks),
                 "counters": self.counters | self.live.counters,
-                "decisions": self.events(max(0, self.seq - 50))}
+                "decisions": self.events(max(0, self.seq - 50))} | (
+                    {"steer": self.steer_state} if self.steering else {})

@@ -15,19 +15,31 @@ one heartbeat after the peer noticed, over any path that still works, and of a p
 NIC within one interval of the peer's link event.
 
 The sockets are read once per tick, never woken per packet: a wake-up costs more than the
-few packets it would read.
+few packets it would read. The kernel stamps each arrival (SO_TIMESTAMPNS), so the one-way
+delay of every heartbeat is known whenever it is read.
+
+Version 2 adds what transparent mode (steer.py) needs: each heartbeat carries its send time,
+and the standing queue its sender sees on each of the receiver's paths toward it, so every host
+learns the queueing in the direction it *sends*. Version 1 peers are answered in version 1
+(their agents read no other length), and their heartbeats are understood.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+
+from clockfabric.traffic.steer import DelayBook, decode_queue, encode_queue
 
 MAGIC = b"CFHB"
-VERSION = 1
+VERSION = 2
 FORMAT = struct.Struct("!4sBBBxIIQH")  # magic, version, plane, port index, session, seq, dead_in, nics_down
+TRAILER = struct.Struct("!QB")  # v2: send time (ns, the sender's clock), count of queue reports (uint16 each)
 SO_BINDTODEVICE = 25
+SO_TIMESTAMPNS = 35  # SCM_TIMESTAMPNS has the same number
+TIMESPEC = struct.Struct("=qq")
 RECV_BYTES = 512
 
 
@@ -39,19 +51,35 @@ class Heartbeat:
     seq: int
     dead_in: int  # bit plane*ports+port: paths *to* the sender it hears nothing on
     nics_down: int  # bit plane: the sender's NICs that are down
+    sent_ns: int = 0  # v2: when it was sent, by the sender's clock (0: not known)
+    queues: tuple[int, ...] = ()  # v2: index plane*ports+port: the standing queue the sender sees on
+    #                               that path *from* the receiver, in QUEUE_UNIT_S (UNKNOWN: none)
+    version: int = VERSION
 
     def pack(self) -> bytes:
-        return FORMAT.pack(MAGIC, VERSION, self.plane, self.port, self.session, self.seq, self.dead_in,
+        head = FORMAT.pack(MAGIC, self.version, self.plane, self.port, self.session, self.seq, self.dead_in,
                            self.nics_down)
+        if self.version == 1:
+            return head
+        return head + TRAILER.pack(self.sent_ns, len(self.queues)) + struct.pack(f"!{len(self.queues)}H",
+                                                                                 *self.queues)
 
     @classmethod
     def unpack(cls, data: bytes) -> Heartbeat | None:
-        if len(data) != FORMAT.size:
+        if len(data) < FORMAT.size:
             return None
-        magic, version, plane, port, session, seq, dead_in, nics_down = FORMAT.unpack(data)
-        if magic != MAGIC or version != VERSION:
+        magic, version, plane, port, session, seq, dead_in, nics_down = FORMAT.unpack_from(data)
+        if magic != MAGIC:
             return None
-        return cls(plane, port, session, seq, dead_in, nics_down)
+        if version == 1 and len(data) == FORMAT.size:
+            return cls(plane, port, session, seq, dead_in, nics_down, version=1)
+        if version != 2 or len(data) < FORMAT.size + TRAILER.size:
+            return None
+        sent_ns, n = TRAILER.unpack_from(data, FORMAT.size)
+        if len(data) != FORMAT.size + TRAILER.size + 2 * n:
+            return None
+        queues = struct.unpack_from(f"!{n}H", data, FORMAT.size + TRAILER.size)
+        return cls(plane, port, session, seq, dead_in, nics_down, sent_ns, queues, 2)
 
 
 @dataclass
@@ -64,6 +92,8 @@ class Report:
     heard_at: float  # when anything last arrived
     dead_in: int = 0
     nics_down: int = 0
+    version: int = VERSION
+    out_queues: dict[tuple[int, int], float | None] = field(default_factory=dict)  # our paths to it, as it sees them
 
 
 class Liveness:
@@ -88,6 +118,8 @@ class Liveness:
         self.last_seq: dict[tuple[str, int, int], int] = {}  # (peer, plane, port) -> newest round on it
         self.reports: dict[str, Report] = {}  # peers heard
         self.counters = {"heartbeats_sent": 0, "heartbeats_received": 0, "send_errors": 0, "bad_heartbeats": 0}
+        self.delays = DelayBook()  # one-way delays of every path from every peer
+        self.n_paths = (max(nics) + 1) * ports
         self.socks: dict[tuple[int, int], socket.socket] = {}
         try:
             for plane, nic in nics.items():
@@ -96,6 +128,7 @@ class Liveness:
                     self.socks[(plane, k)] = s
                     s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, nic.encode())
                     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0xC0)  # CS6, network control, as BFD uses
+                    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # arrival times from the kernel
                     s.bind((address, base_port + k))
                     s.setblocking(False)
         except OSError:
@@ -123,32 +156,52 @@ class Liveness:
         n = 0
         while True:
             try:
-                data, (src, _) = s.recvfrom(RECV_BYTES)
+                data, ancillary, _, (src, _) = s.recvmsg(RECV_BYTES, socket.CMSG_SPACE(TIMESPEC.size))
             except BlockingIOError:
                 return n
             except OSError:  # e.g. an ICMP error from an earlier send surfacing here
                 self.counters["send_errors"] += 1
                 continue
             n += 1
+            arrived_ns = 0
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
+                    sec, nsec = TIMESPEC.unpack_from(value)
+                    arrived_ns = sec * 1_000_000_000 + nsec
             hb = Heartbeat.unpack(data)
             peer = self.names.get(src)
             if hb is None or peer is None or (hb.plane, hb.port) != (plane, k):
                 self.counters["bad_heartbeats"] += 1
                 continue
             self.counters["heartbeats_received"] += 1
-            self._heard(peer, plane, k, hb, now)
+            self._heard(peer, plane, k, hb, now, arrived_ns or time.time_ns())
 
-    def _heard(self, peer: str, plane: int, k: int, hb: Heartbeat, now: float) -> None:
+    def _heard(self, peer: str, plane: int, k: int, hb: Heartbeat, now: float, arrived_ns: int = 0) -> None:
         report = self.reports.get(peer)
         if report is None or report.session != hb.session:  # new peer, or its agent restarted
             report = self.reports[peer] = Report(hb.session, hb.seq, hb.seq, now)
             for path in self.socks:
                 self.last_seq.pop((peer, *path), None)
+            self.delays.forget(peer)
         report.heard_at = now
+        report.version = hb.version
         key = (peer, plane, k)
         self.last_seq[key] = max(self.last_seq.get(key, hb.seq), hb.seq)
+        if hb.sent_ns and arrived_ns:
+            self.delays.add(peer, (plane, k), now, (arrived_ns - hb.sent_ns) / 1e9)
         if hb.seq >= report.top_seq:  # the newest round says what the peer sees now
             report.top_seq, report.dead_in, report.nics_down = hb.seq, hb.dead_in, hb.nics_down
+            report.out_queues = {divmod(i, self.ports): decode_queue(v) for i, v in enumerate(hb.queues)}
+
+    def out_queues(self, peer: str) -> dict[int, float | None]:
+        """plane -> the standing queue on our paths to `peer`, as it last told us: the worst of
+        the plane's paths (a flow may hash onto any of them); None where it knows none."""
+        report = self.reports.get(peer)
+        out: dict[int, float | None] = {}
+        for plane in self.nics:
+            known = [q for (p, _), q in (report.out_queues.items() if report else ()) if p == plane and q is not None]
+            out[plane] = max(known) if known else None
+        return out
 
     def dead_in(self, peer: str) -> list[tuple[int, int]]:
         """Paths from `peer` to us that missed its last `detect_mult` rounds while others got them."""
@@ -169,10 +222,17 @@ class Liveness:
         self.seq = (self.seq + 1) & 0xFFFFFFFF
         for peer, address in self.peers.items():
             dead = sum(self.bit(p, k, self.ports) for p, k in self.dead_in(peer))
+            report = self.reports.get(peer)
+            version = report.version if report else VERSION
+            queues: tuple[int, ...] = ()
+            if version >= 2:
+                seen = self.delays.queues(peer, now)
+                queues = tuple(encode_queue(seen.get(divmod(i, self.ports))) for i in range(self.n_paths))
             for (plane, k), s in self.socks.items():
                 if plane not in up:
                     continue
-                data = Heartbeat(plane, k, self.session, self.seq, dead, nics_down).pack()
+                data = Heartbeat(plane, k, self.session, self.seq, dead, nics_down, time.time_ns(), queues,
+                                 version).pack()
                 try:
                     s.sendto(data, (address, self.base_port + k))
                     self.counters["heartbeats_sent"] += 1

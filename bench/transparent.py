@@ -1,0 +1,433 @@
+#!/usr/bin/env python3
+"""Transparent mode: an unmodified DDP job with plane 0 loaded by elephants, without agents and
+with agents steering its flows (`clockfabric agent --steer`), repeats interleaved.
+
+Lab: a dual-plane multirail lab (default 8 hosts, 2 planes, 2 leaves x 2 spines per plane,
+25 Mbit/s links: what the 2 cores forward). The job (examples/ddp_train.py, PyTorch DDP over
+gloo, through clockfabric.lab.job, unmodified: its connections are bound to the hosts' stable
+addresses and hash onto a plane each) runs one rank on each of the first two hosts of each
+leaf. The other hosts run iperf3 elephants between the leaves on plane 0 only (bound to their
+plane-0 NIC addresses), both ways: each leaf's plane-0 uplinks are full, and a job flow that
+hashed onto plane 0 across the leaves (data, or the ACKs of data coming the other way) shares
+a standing queue with them. (With --hosts 12 the elephants alone overload the uplinks twice
+over; there the heartbeats lose so many rounds that failover moves whole peers first.)
+
+For each repeat, in alternating order: the job with no agent, and the job with an agent on
+each job host in transparent mode (the elephants' hosts run none: their flows are not the
+job's, and their NIC-bound flows are never candidates anyway). Before the repeats, once
+each: the job on the quiet fabric with no agent and with agents (the reference pace, and the
+agents' false moves where nothing is congested).
+
+Per run: the job's training time (first step to the end; start-up, mostly importing torch,
+varies by seconds here), total time, median step, how many of the job's leaf-crossing
+flows hashed onto plane 0 (the exposure, from `ip route get` with the flow's ports, or the
+plane a steering rule records as the origin), and the agents' moves.
+
+    sudo .venv/bin/python bench/transparent.py [--repeats 3] [--steps 30] [--rate 25mbit] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from clockfabric.clock.evaluate import LabAgents, read_states
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build, job
+from clockfabric.lab.exec import command
+from clockfabric.lab.state import Lab
+from clockfabric.topology import Port, interfaces, multirail
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = ROOT / "bench" / "results" / "transparent.json"
+SCRIPT = ROOT / "examples" / "ddp_train.py"
+ELEPHANT_PORT = 5400  # + pair index
+
+out = Console()
+if not out.is_terminal:
+    out = Console(width=160)
+err = Console(stderr=True)
+
+
+def sh(lab: Lab, host: str, cmd: str) -> str:
+    return subprocess.run(command(lab, host, ["sh", "-c", cmd]), capture_output=True, text=True,
+                          check=False).stdout
+
+
+def layout(hosts: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """The job's hosts (two per leaf) and the elephants (src, dst), both ways between the leaves."""
+    half = hosts // 2
+    job_hosts = ["h0", "h1", f"h{half}", f"h{half + 1}"]
+    rest0 = [f"h{i}" for i in range(2, half)]
+    rest1 = [f"h{i}" for i in range(half + 2, hosts)]
+    return job_hosts, list(zip(rest0, rest1)) + list(zip(rest1, rest0))
+
+
+def nic0(lab: Lab, host: str) -> str:
+    topo = lab.topology
+    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(0).name)].address.ip)
+
+
+class Elephants:
+    """iperf3 flows pinned to plane 0 by their NIC addresses, started and stopped by pid."""
+
+    def __init__(self, lab: Lab, pairs: list[tuple[str, str]], streams: int):
+        self.lab, self.pairs, self.streams = lab, pairs, streams
+        self.procs: list[subprocess.Popen] = []
+        self.t0 = 0.0
+        self.bytes0: dict[str, int] = {}
+
+    def _tx(self) -> dict[str, int]:
+        return {src: int(sh(self.lab, src, "cat /sys/class/net/eth0/statistics/tx_bytes") or 0)
+                for src, _ in self.pairs}
+
+    def start(self) -> None:
+        for i, (_, dst) in enumerate(self.pairs):
+            self.procs.append(subprocess.Popen(
+                command(self.lab, dst, ["iperf3", "-s", "-B", nic0(self.lab, dst), "-p", str(ELEPHANT_PORT + i)]),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(0.5)
+        for i, (src, dst) in enumerate(self.pairs):
+            self.procs.append(subprocess.Popen(
+                command(self.lab, src, ["iperf3", "-c", nic0(self.lab, dst), "-B", nic0(self.lab, src),
+                                        "-p", str(ELEPHANT_PORT + i), "-P", str(self.streams), "-t", "3600"]),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.t0, self.bytes0 = time.monotonic(), self._tx()
+
+    def mbps(self) -> float:
+        """Mean of the elephants' senders since start."""
+        now = self._tx()
+        dt = time.monotonic() - self.t0
+        return round(statistics.mean((now[s] - self.bytes0[s]) * 8 / dt / 1e6 for s in now), 2) if dt > 0 else 0.0
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        self.procs.clear()
+
+
+def clean(lab: Lab) -> None:
+    """What agents leave on purpose (fail-static): their rules, tables and routes."""
+    for h in lab.topology.hosts:
+        sh(lab, h, "ip rule flush protocol 199; ip route flush proto 199; "
+                   "for t in 19900 19901; do ip route flush table $t 2>/dev/null; done; true")
+
+
+def start_agents(lab: Lab, hosts: list[str]) -> LabAgents:
+    agents = LabAgents(lab, peers=3, extra=["--metrics-port", "0", "--steer"])
+    agents.hosts = sorted(hosts)
+    agents.start()
+    try:
+        agents.wait_heartbeats(timeout_s=90)
+    except ClockfabricError:
+        agents.stop()
+        raise
+    return agents
+
+
+def exposure(lab: Lab, j: job.Job, leaf_of: dict[str, str]) -> dict:
+    """Per leaf-crossing job connection and direction: the plane its data goes on (origin
+    for a steered flow). A rule of ours records the origin in its priority (19900 + plane)."""
+    addr_host = {str(h.address): name for name, h in lab.topology.hosts.items()}
+    planes = {}
+    for host, conns in j.connections().items():
+        rules = sh(lab, host, "ip rule show")
+        for local, peer in conns:
+            (lip, lport), (pip, pport) = (c.rsplit(":", 1) for c in (local, peer))
+            other = addr_host.get(pip)
+            if other is None or leaf_of[other] == leaf_of[host]:
+                continue
+            m = re.search(rf"^(\d+):.*sport {lport} dport {pport} ", rules, re.MULTILINE)
+            if m and 19900 <= int(m.group(1)) < 19964:
+                plane = int(m.group(1)) - 19900
+            else:
+                route = sh(lab, host, f"ip route get {pip} from {lip} ipproto tcp sport {lport} dport {pport}")
+                dev = re.search(r" dev (\S+)", route)
+                plane = next((n.plane for n in lab.topology.hosts[host].nics if dev and n.name == dev.group(1)), None)
+            planes[f"{host}:{lport}->{other}:{pport}"] = plane
+    return {"flows": planes, "on_plane0": sum(p == 0 for p in planes.values()), "of": len(planes)}
+
+
+class Tracer:
+    """Every `every_s`: each job host's busy connections (rate, RTT) and the plane each one's data
+    leaves on (a steering rule's table, else a failover /32 route, else the route's own hash)."""
+
+    def __init__(self, lab: Lab, hosts: list[str], every_s: float = 3.0):
+        self.lab, self.hosts, self.every_s = lab, hosts, every_s
+        self.addr_host = {str(h.address): name for name, h in lab.topology.hosts.items()}
+        self.hashed: dict[str, int | None] = {}
+        self.last: dict[str, tuple[float, int, int]] = {}
+        self.samples: list[dict] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.t0 = time.time()
+
+    def _plane(self, host: str, key: str, lip: str, lport: str, pip: str, pport: str, rules: str, pins: str):
+        m = re.search(rf"sport {lport} dport {pport} lookup (\d+)", rules)
+        if m:
+            return int(m.group(1)) - 19900, "rule"
+        m = re.search(rf"^{re.escape(pip)} .*dev (\S+)", pins, re.MULTILINE)
+        if m:
+            return int(m.group(1)[3:]), "failover"
+        if key not in self.hashed:
+            route = sh(self.lab, host, f"ip route get {pip} from {lip} ipproto tcp sport {lport} dport {pport}")
+            dev = re.search(r" dev eth(\d+)", route)
+            self.hashed[key] = int(dev.group(1)) if dev else None
+        return self.hashed[key], "hash"
+
+    def sample(self) -> None:
+        now = time.time()
+        row: dict = {"t": round(now - self.t0, 1), "flows": {}}
+        for host in self.hosts:
+            text = sh(self.lab, host, "ss -tinH state established; echo ===; ip rule show; echo ===; "
+                                      "ip route show proto 199; echo ===; cat /sys/class/net/eth0/statistics/tx_bytes "
+                                      "/sys/class/net/eth1/statistics/tx_bytes")
+            conns, rules, pins, nics = (text.split("===\n") + ["", "", ""])[:4]
+            tx = [int(x) for x in nics.split()]
+            prev_tx = self.last.get(host)
+            self.last[host] = (now, *tx)
+            if prev_tx and len(tx) == 2 and now > prev_tx[0]:
+                row.setdefault("nic_tx_mbps", {})[host] = [round((b - a) * 8 / (now - prev_tx[0]) / 1e6, 1)
+                                                           for a, b in zip(prev_tx[1:], tx)]
+            for m in re.finditer(r"(\d+\.\d+\.\d+\.\d+):(\d+)\s+(\d+\.\d+\.\d+\.\d+):(\d+)(.*?)(?=\n\S|\Z)",
+                                 conns, re.DOTALL):
+                lip, lport, pip, pport, info = m.groups()
+                other = self.addr_host.get(pip)
+                if other is None or other not in self.hosts or lip != str(self.lab.topology.hosts[host].address):
+                    continue
+                key = f"{host}:{lport}->{other}:{pport}"
+                acked = int((re.search(r"bytes_acked:(\d+)", info) or [0, 0])[1])
+                received = int((re.search(r"bytes_received:(\d+)", info) or [0, 0])[1])
+                rtt = re.search(r" rtt:([\d.]+)", info)
+                prev = self.last.get(key)
+                self.last[key] = (now, acked, received)
+                if prev is None or now <= prev[0]:
+                    continue
+                out_mbps = (acked - prev[1]) * 8 / (now - prev[0]) / 1e6
+                in_mbps = (received - prev[2]) * 8 / (now - prev[0]) / 1e6
+                if max(out_mbps, in_mbps) < 0.5:
+                    continue
+                plane, why = self._plane(host, key, lip, lport, pip, pport, rules, pins)
+                row["flows"][key] = {"out": round(out_mbps, 1), "in": round(in_mbps, 1), "plane": plane, "by": why,
+                                     "rtt_ms": float(rtt.group(1)) if rtt else None}
+        self.samples.append(row)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            self.sample()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def finish(self) -> list[dict]:
+        self.stop.set()
+        self.thread.join(10)
+        return self.samples
+
+
+def run_job(lab: Lab, hosts: list[str], steps: int, logs: Path, *, agents_on: bool, loaded: bool,
+            elephants: Elephants, warm_s: float, trace_s: float = 0.0) -> dict:
+    leaf_of = {h: lk.b.node for lk in lab.topology.links for h in [lk.a.node]
+               if h in lab.topology.hosts and lk.a.iface == "eth0"}
+    clean(lab)
+    agents = None
+    rec: dict = {"agents": agents_on, "elephants": loaded}
+    decisions: list[dict] = []
+    try:
+        if loaded:
+            elephants.start()
+            time.sleep(warm_s)
+        if agents_on:
+            agents = start_agents(lab, hosts)
+        j = job.start(lab, hosts, [str(SCRIPT), "--steps", str(steps), "--timeout", "300"], logs)
+        deadline = time.monotonic() + 120
+        while j.running() and time.monotonic() < deadline and not all(
+                any(r.get("event") == "ready" for r in job.read_log(p)) for p in j.logs):
+            time.sleep(0.2)
+        rec["exposure"] = exposure(lab, j, leaf_of) if j.running() else {}
+        tracer = Tracer(lab, hosts, trace_s) if trace_s else None
+        if tracer:
+            tracer.start()
+        result = j.wait(timeout=steps * 30 + 300, stall_s=240)
+        if tracer:
+            rec["trace"] = tracer.finish()
+        if loaded:
+            rec["elephant_mbps_per_sender"] = elephants.mbps()
+        if agents:
+            time.sleep(0.6)
+            decisions = [d | {"host": h} for h, s in read_states(agents.state_dir).items()
+                         for d in s.get("failover", {}).get("decisions", [])]
+            rec["steer_counters"] = {h: s.get("failover", {}).get("steer", {}).get("counters")
+                                     for h, s in read_states(agents.state_dir).items()}
+    finally:
+        if agents:
+            agents.stop()
+        elephants.stop()
+        clean(lab)
+    decisions.sort(key=lambda d: d["t_ns"])
+    training = result.total_s - (result.startup_s or 0.0) if result.total_s else None
+    rec |= {"outcome": result.outcome, "steps": result.steps, "error": result.error,
+            "training_s": round(training, 2) if training else None,
+            "total_s": round(result.total_s, 2) if result.total_s else None,
+            "median_step_s": round(result.median_step_s, 3) if result.median_step_s else None,
+            "steered": sum(d["kind"] == "steered" for d in decisions),
+            "unsteered": sum(d["kind"] == "unsteered" for d in decisions),
+            "failover_moves": sum(d["kind"] == "moved" for d in decisions),
+            "decisions": [f"{(d['t_ns'] - decisions[0]['t_ns']) / 1e9:+.2f}s {d['host']} {d['kind']} {d['peer']} "
+                          f"{d['planes']} {d.get('flow', '')} {d['reason']}".rstrip() for d in decisions]}
+    return rec
+
+
+def write_results(data: dict, path: Path) -> Path | None:
+    """The results as JSON; the runs' traces, if any, beside them (NAME-trace.json, one sample a line)."""
+    traces = {str(i): r.pop("trace") for i, r in enumerate(data["runs"]) if r.get("trace")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    if not traces:
+        return None
+    side = path.with_name(f"{path.stem}-trace.json")
+    lines = [f'"{i}": [\n' + ",\n".join(
+        json.dumps({"t": smp["t"], "nic_tx_mbps": smp.get("nic_tx_mbps"),
+                    "flows": {k: [v["out"], v["in"], v["plane"], v["by"], v["rtt_ms"]]
+                              for k, v in smp["flows"].items()}},
+                   separators=(",", ":")) for smp in rows) + "\n]" for i, rows in traces.items()]
+    side.write_text("{\"format\": \"per run (index into runs): samples; flows: [out Mbit/s, in Mbit/s, plane, "
+                    "by (rule, failover, hash), rtt ms]\",\n" + ",\n".join(lines) + "}\n")
+    return side
+
+
+def machine() -> dict:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), "unknown")
+    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "kernel": platform.release(),
+            "python": platform.python_version(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
+
+
+def main(hosts: int = typer.Option(8, min=8, help="Lab hosts (even; 4 run the job, the rest the elephants)."),
+         rate: str = typer.Option("25mbit", help="Every link's rate."),
+         steps: int = typer.Option(30, min=5, help="Training steps per job."),
+         repeats: int = typer.Option(3, min=1, help="Pairs of runs (no agent, agents), order alternating."),
+         streams: int = typer.Option(4, min=1, help="TCP streams per elephant."),
+         warm_s: float = typer.Option(4.0, "--warm-s", help="Seconds the elephants run before the job starts."),
+         trace_s: float = typer.Option(3.0, "--trace-s", min=0.0,
+                                       help="Sample the job's busy connections this often (0: not at all)."),
+         reference: bool = typer.Option(True, "--reference/--no-reference",
+                                        help="First run the job on the quiet fabric, without and with agents."),
+         name: str = typer.Option("steer-bench", help="Name of the lab this benchmark brings up."),
+         json_path: str = typer.Option(str(DEFAULT_JSON), "--json", help="Where to write the results.")) -> None:
+    if os.geteuid() != 0:
+        err.print("transparent needs root (it creates network namespaces); run it with sudo")
+        raise typer.Exit(2)
+    if hosts % 2:
+        err.print("bad input: --hosts must be even (two leaves)")
+        raise typer.Exit(2)
+    job_hosts, pairs = layout(hosts)
+    info = machine()
+    started = time.monotonic()
+    runs: list[dict] = []
+    status, code = "ok", 0
+
+    def note(line: str) -> None:
+        err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
+
+    logs = Path("/tmp") / f"{name}-logs"
+    lab = None
+    try:
+        lab = build.up(multirail(hosts, 2, 2, 2, host_rate=rate, name="transparent"), name)
+        note(f"lab {name} up: {hosts} hosts; job on {', '.join(job_hosts)}; "
+             f"elephants {', '.join(f'{a}->{b}' for a, b in pairs)} on plane 0, {streams} streams each")
+        elephants = Elephants(lab, pairs, streams)
+        plan = [("reference", False, False), ("reference", True, False)] if reference else []
+        for r in range(repeats):
+            order = (False, True) if r % 2 == 0 else (True, False)
+            plan += [(f"repeat {r + 1}", a, True) for a in order]
+        for label, agents_on, loaded in plan:
+            load = "elephants" if loaded else "quiet fabric"
+            note(f"{label}: {load}, agents {'on (--steer)' if agents_on else 'off'}")
+            rec = run_job(lab, job_hosts, steps, logs / f"{len(runs)}", agents_on=agents_on, loaded=loaded,
+                          elephants=elephants, warm_s=warm_s, trace_s=trace_s)
+            rec["label"] = label
+            runs.append(rec)
+            note(f"  -> {rec['outcome']}, training {rec['training_s']} s, median step {rec['median_step_s']} s, "
+                 f"exposure {rec.get('exposure', {}).get('on_plane0')}/{rec.get('exposure', {}).get('of')} "
+                 f"on plane 0, steered {rec['steered']}, back {rec['unsteered']}, failover {rec['failover_moves']}")
+    except KeyboardInterrupt:
+        status, code = "interrupted", 130
+    except ClockfabricError as e:
+        status, code = f"failed: {e}", 1
+        err.print(f"[red]benchmark failed:[/] {e}")
+    finally:
+        if lab is not None:
+            build.down(name)
+    info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+
+    pairs_out = []
+    for r in range(repeats):
+        pair = {a["agents"]: a for a in runs if a["label"] == f"repeat {r + 1}"}
+        if pair.get(False, {}).get("training_s") and pair.get(True, {}).get("training_s"):
+            pairs_out.append({"repeat": r + 1, "none_s": pair[False]["training_s"],
+                              "agents_s": pair[True]["training_s"],
+                              "ratio": round(pair[False]["training_s"] / pair[True]["training_s"], 3),
+                              "exposure_none": pair[False].get("exposure", {}).get("on_plane0"),
+                              "exposure_agents": pair[True].get("exposure", {}).get("on_plane0"),
+                              "steered": pair[True]["steered"], "unsteered": pair[True]["unsteered"]})
+    summary = {}
+    if pairs_out:
+        summary = {"ratio_mean": round(statistics.mean(p["ratio"] for p in pairs_out), 3),
+                   "ratio_of_totals": round(sum(p["none_s"] for p in pairs_out) / sum(p["agents_s"] for p in pairs_out),
+                                            3),
+                   "ratio_min": min(p["ratio"] for p in pairs_out), "ratio_max": max(p["ratio"] for p in pairs_out),
+                   "steered_total": sum(p["steered"] for p in pairs_out), "target_ratio": 1.3}
+
+    table = Table(title=f"transparent mode: DDP job (gloo) on {', '.join(job_hosts)}, {hosts}-host dual-plane lab, "
+                        f"{rate} links, plane 0 loaded; {info['nproc']} CPUs, "
+                        f"load {' '.join(info['loadavg_start'])} -> "
+                        f"{' '.join(info['loadavg_end'])}")
+    for col in ("run", "elephants", "agents", "outcome", "training (s)", "median step (s)", "crossing flows on p0",
+                "steered", "back", "failover moves"):
+        table.add_column(col, justify="right")
+    for rec in runs:
+        exp = rec.get("exposure") or {}
+        table.add_row(rec["label"], "yes" if rec["elephants"] else "no", "steer" if rec["agents"] else "-",
+                      rec["outcome"], str(rec["training_s"]), str(rec["median_step_s"]),
+                      f"{exp.get('on_plane0')}/{exp.get('of')}", str(rec["steered"]), str(rec["unsteered"]),
+                      str(rec["failover_moves"]))
+    out.print(table)
+    for p in pairs_out:
+        out.print(f"repeat {p['repeat']}: no agent {p['none_s']} s, agents {p['agents_s']} s: "
+                  f"[bold]{p['ratio']:.2f}x[/] (crossing flows on plane 0: {p['exposure_none']} without, "
+                  f"{p['exposure_agents']} with; moves {p['steered']} out, {p['unsteered']} back)")
+    if summary:
+        out.print(f"job time ratio (no agent / agents): mean {summary['ratio_mean']:.2f}x, "
+                  f"of totals {summary['ratio_of_totals']:.2f}x, range {summary['ratio_min']:.2f}-"
+                  f"{summary['ratio_max']:.2f}x; target >= 1.3x")
+    data = {"benchmark": "transparent", "status": status, "machine": info,
+            "params": {"hosts": hosts, "planes": 2, "leaves": 2, "spines": 2, "rate": rate, "steps": steps,
+                       "repeats": repeats, "job_hosts": job_hosts, "elephants": [f"{a}->{b}" for a, b in pairs],
+                       "elephant_streams": streams, "warm_s": warm_s, "trace_s": trace_s,
+                       "job": "examples/ddp_train.py defaults (0.66M params, gloo), --timeout 300",
+                       "time": "training: first step's start to the last rank's end (start-up excluded)"},
+            "summary": summary, "pairs": pairs_out, "runs": runs}
+    json_file = Path(json_path)
+    side = write_results(data, json_file)
+    err.print(f"results written to {json_file}" + (f" (traces: {side})" if side else ""))
+    raise typer.Exit(code)
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,664 @@
+"""Transparent mode: move an unmodified job's TCP flows off a congested plane, one flow at a time.
+
+Failover (failover.py) moves *all* traffic to a peer off a *failed* plane. Steering is the same
+lever per *flow* and for *congestion*: when the plane a flow hashed onto is congested toward its
+peer and another plane is quiet, a policy-routing rule that matches exactly that flow (source and
+destination address, TCP, both ports) sends it through a table that reaches the peer over the
+quiet plane. The connection is bound to the host's stable address, so it carries on: the kernel
+re-routes the socket on its next packet.
+
+What "congested" means here: the one-way delay of the plane's heartbeats above that path's floor,
+in the direction we send. Each heartbeat carries its send time; the receiver stamps its arrival
+in the kernel (SO_TIMESTAMPNS), keeps the *standing* queue of each path (the minimum delay over the
+last second, above the path's floor, as CoDel judges a queue) and tells the sender in its own
+heartbeats. No clock sync is needed: a floor taken on the same pair of clocks cancels their offset.
+Each host steers only what it *sends*, from its own readings, and the peer likewise: no flow
+table crosses the wire, and each direction of a connection may take a different plane. What a
+host sends on a connection that mostly *receives* is its ACKs, and those count too: ACKs queued
+behind 50 ms of someone else's elephants are 50 ms of RTT for the data coming the other way, and
+a job's flows restart from a small window after every idle gap between steps (measured in the
+lab: moving only the data direction left the job as slow as before). So a flow is a candidate
+when it sends *or* receives at a good rate.
+
+Pieces, each usable alone:
+  PathDelay, DelayBook   delays in, standing queue per path out                  (pure)
+  Steerer                congestion readings and flows in, moves out             (pure)
+  FlowReader             the host's TCP flows from sock_diag, with bytes acked   (kernel)
+  RouteLookup            which NIC the kernel sends a 5-tuple on (RTM_GETROUTE)  (kernel)
+  FlowRules              our per-flow rules and per-plane tables                 (kernel)
+  Steering               the above, as the failover thread runs it
+
+Rules carry protocol 199 (as our routes do) and a priority in 19900..19963 (19900 + the plane the
+flow came from), and point at table 19900 + the plane it now uses. A restarted agent finds them
+by that protocol; if the agent dies they stay and keep working (fail-static).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+RTPROT_CLOCKFABRIC = 199
+RULE_PRIORITY = 19900  # + the plane the flow hashed onto
+TABLE_BASE = 19900  # + the plane the flow is sent on
+MAX_PLANES = 64
+UNKNOWN = 0xFFFF  # a queue report with no reading
+QUEUE_UNIT_S = 1e-4  # queue reports travel in units of 100 us
+
+
+# ---- flows ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, order=True)
+class FlowKey:
+    local: str
+    lport: int
+    remote: str
+    rport: int
+
+    def __str__(self) -> str:
+        return f"{self.local}:{self.lport}->{self.remote}:{self.rport}"
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One established connection of this host to a peer, as the steerer sees it."""
+
+    key: FlowKey
+    peer: str  # the peer's name
+    rate_bps: float = 0.0  # sent and acknowledged, or received (whichever is more), over the last readings
+    backlog_bytes: int = 0  # written by the application, not yet acknowledged
+    plane: int | None = None  # where it goes now, when already known
+
+
+# ---- congestion: one-way delay above the floor, per path -----------------------------------------
+class PathDelay:
+    """One path's delay samples (seconds; any constant clock offset included): its standing
+    queue is the least delay of the last `window_s` above its floor, the least delay of the
+    last `floor_s` (kept as per-bucket minima, so an old floor ages out)."""
+
+    def __init__(self, window_s: float = 1.0, floor_s: float = 60.0, bucket_s: float = 5.0):
+        self.window_s, self.floor_s, self.bucket_s = window_s, floor_s, bucket_s
+        self.recent: deque[tuple[float, float]] = deque()
+        self.buckets: deque[tuple[float, float]] = deque()  # (bucket start, least delay in it)
+
+    def add(self, t: float, delay_s: float) -> None:
+        self.recent.append((t, delay_s))
+        start = math.floor(t / self.bucket_s) * self.bucket_s
+        if self.buckets and self.buckets[-1][0] == start:
+            self.buckets[-1] = (start, min(self.buckets[-1][1], delay_s))
+        else:
+            self.buckets.append((start, delay_s))
+        self._expire(t)
+
+    def _expire(self, t: float) -> None:
+        while self.recent and self.recent[0][0] <= t - self.window_s:
+            self.recent.popleft()
+        while self.buckets and self.buckets[0][0] + self.bucket_s <= t - self.floor_s:
+            self.buckets.popleft()
+
+    def standing(self, t: float) -> float | None:
+        self._expire(t)
+        return min((d for _, d in self.recent), default=None)
+
+    def floor(self, t: float) -> float | None:
+        self._expire(t)
+        return min((d for _, d in self.buckets), default=None)
+
+
+class DelayBook:
+    """Every path's delays from every peer. A path's floor is also capped by the best floor
+    among the same peer's paths plus `spread_s`: on one pair of clocks the offset is the same
+    on every path, so a path that was loaded from the start (and never showed its floor) is
+    still judged against its siblings."""
+
+    def __init__(self, window_s: float = 1.0, floor_s: float = 60.0, spread_s: float = 0.001):
+        self.window_s, self.floor_s, self.spread_s = window_s, floor_s, spread_s
+        self.paths: dict[str, dict[tuple[int, int], PathDelay]] = {}
+
+    def add(self, peer: str, path: tuple[int, int], t: float, delay_s: float) -> None:
+        paths = self.paths.setdefault(peer, {})
+        if path not in paths:
+            paths[path] = PathDelay(self.window_s, self.floor_s)
+        paths[path].add(t, delay_s)
+
+    def forget(self, peer: str) -> None:
+        """The peer restarted (a new clock offset, maybe): its floors start again."""
+        self.paths.pop(peer, None)
+
+    def queues(self, peer: str, t: float) -> dict[tuple[int, int], float | None]:
+        """Each path's standing queue above its floor (None: nothing heard within the window)."""
+        paths = self.paths.get(peer, {})
+        floors = {path: pd.floor(t) for path, pd in paths.items()}
+        best = min((f for f in floors.values() if f is not None), default=None)
+        out: dict[tuple[int, int], float | None] = {}
+        for path, pd in paths.items():
+            standing = pd.standing(t)
+            if standing is None or floors[path] is None:
+                out[path] = None
+                continue
+            out[path] = max(0.0, standing - min(floors[path], best + self.spread_s))
+        return out
+
+
+def encode_queue(q: float | None) -> int:
+    return UNKNOWN if q is None else min(UNKNOWN - 1, round(q / QUEUE_UNIT_S))
+
+
+def decode_queue(v: int) -> float | None:
+    return None if v == UNKNOWN else v * QUEUE_UNIT_S
+
+
+# ---- the decision: pure ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SteerPolicy:
+    high_s: float = 0.005  # a standing queue from here (one way, above the floor) is congestion
+    low_s: float = 0.0015  # ...and at or below this the plane is quiet
+    sustain_s: float = 1.0  # a plane must read congested (or quiet) this long before it counts
+    hold_s: float = 10.0  # a moved flow stays at least this long; it goes back only after its
+    #                       plane of origin has been quiet this long. Doubled for each earlier move of
+    #                       the flow within damp_window_s: a plane that was quiet only because the flow
+    #                       had left it is tried again ever more rarely
+    settle_s: float = 2.0  # between moves toward one peer: see the last one's effect first
+    min_rate_bps: float = 1e6  # flows sending (or receiving) less than this...
+    min_backlog_bytes: int = 64 * 1024  # ...and with less than this waiting are not worth a rule
+    moves_per_peer: int = 1  # flows moved toward a peer at a time
+    damp_moves: int = 4  # a flow moved this often within damp_window_s stays where it is
+    damp_window_s: float = 120.0
+    interval_s: float = 0.5  # how often flows are read and moves considered
+
+
+@dataclass(frozen=True)
+class Move:
+    t: float
+    kind: str  # steered | unsteered | released | adopted
+    peer: str
+    flow: FlowKey
+    plane: int | None  # where the flow goes now (None: back to the host's own route)
+    origin: int | None  # the plane it hashed onto
+    reason: str = ""
+
+
+@dataclass
+class PlaneLoad:
+    """One (peer, plane): congested or quiet, each only after it has lasted `sustain_s`."""
+
+    congested: bool = False
+    queue_s: float | None = None
+    above_since: float | None = None  # q >= high continuously since
+    below_since: float | None = None  # q <= low continuously since
+
+    def observe(self, t: float, q: float | None, policy: SteerPolicy) -> None:
+        self.queue_s = q
+        if q is None:  # no reading: neither evidence of congestion nor of quiet
+            self.above_since = self.below_since = None
+            self.congested = False
+            return
+        self.above_since = (t if self.above_since is None else self.above_since) if q >= policy.high_s else None
+        self.below_since = (t if self.below_since is None else self.below_since) if q <= policy.low_s else None
+        if not self.congested and self.above_since is not None and t - self.above_since >= policy.sustain_s:
+            self.congested = True
+        elif self.congested and self.below_since is not None and t - self.below_since >= policy.sustain_s:
+            self.congested = False
+
+    def quiet(self, t: float, for_s: float) -> bool:
+        return not self.congested and self.below_since is not None and t - self.below_since >= for_s
+
+
+@dataclass
+class Steered:
+    peer: str
+    plane: int  # sent on now
+    origin: int | None  # hashed onto (None: unknown, e.g. adopted from an old rule without it)
+    since: float
+
+
+@dataclass
+class Steerer:
+    """Which flows to move where, from per-(peer, plane) queue readings and the flows' rates.
+
+    A flow moves when the plane it is on has been congested for `sustain_s` toward its peer and
+    another plane has been quiet as long: the busiest flows first, `moves_per_peer` at a time,
+    then `settle_s` to see the effect. Nothing moves when every plane is congested or none is.
+    A moved flow stays at least its hold; it goes back (its rule removed) once its plane of
+    origin has been quiet for its hold, or (after `hold_s`) when its new plane turns congested
+    while the origin is quiet; it moves on if its new plane turns congested while a third is quiet. The
+    hold is `hold_s`, doubled for every earlier move of the flow in `damp_window_s` (a plane
+    quiet only because the flow left it is tried again ever more rarely), and a flow moved
+    `damp_moves` times in `damp_window_s` stays where it is. A flow whose new plane fails
+    (failover says so) goes back at once, hold or not.
+    """
+
+    planes: tuple[int, ...]
+    policy: SteerPolicy = field(default_factory=SteerPolicy)
+    loads: dict[tuple[str, int], PlaneLoad] = field(default_factory=dict)
+    steered: dict[FlowKey, Steered] = field(default_factory=dict)
+    history: dict[FlowKey, deque] = field(default_factory=dict)  # per flow: (time, steered?) of its moves
+    last_move: dict[str, float] = field(default_factory=dict)  # per peer
+    counters: dict[str, int] = field(default_factory=lambda: {"moves": 0, "no_quiet_plane": 0, "damped": 0})
+
+    def load(self, peer: str, plane: int) -> PlaneLoad:
+        key = (peer, plane)
+        if key not in self.loads:
+            self.loads[key] = PlaneLoad()
+        return self.loads[key]
+
+    def observe_queues(self, t: float, queues: dict[str, dict[int, float | None]]) -> None:
+        for peer, per_plane in queues.items():
+            for plane in self.planes:
+                self.load(peer, plane).observe(t, per_plane.get(plane), self.policy)
+
+    def adopt(self, t: float, key: FlowKey, peer: str, plane: int, origin: int | None) -> Move:
+        self.steered[key] = Steered(peer, plane, origin, t)
+        return Move(t, "adopted", peer, key, plane, origin, "rule left by a previous run")
+
+    def failed(self, t: float, usable: dict[str, tuple[int, ...]]) -> list[Move]:
+        """Flows sent on a plane failover no longer uses toward their peer go back at once."""
+        out = []
+        for key, st in list(self.steered.items()):
+            if st.plane not in usable.get(st.peer, self.planes):
+                out.append(self._back(t, key, st, "unsteered", f"plane {st.plane} not in use toward {st.peer}"))
+        return out
+
+    def observe(self, t: float, queues: dict[str, dict[int, float | None]], flows: Iterable[Flow] | None,
+                usable: dict[str, tuple[int, ...]], plane_of: Callable[[Flow], int | None] | None = None
+                ) -> list[Move]:
+        """One round. `queues`: peer -> plane -> standing queue toward it (None: unknown);
+        `flows`: this host's flows to peers (None: could not be read, so nothing about flows is
+        decided); `usable`: peer -> planes failover sends on; `plane_of(flow)`: the plane the
+        host's route sends an unsteered flow on (asked only about candidates)."""
+        p = self.policy
+        self.observe_queues(t, queues)
+        out = self.failed(t, usable)
+        if flows is None:
+            return out
+        flows = list(flows)
+        present = {f.key for f in flows}
+        for key, st in list(self.steered.items()):
+            if key not in present:
+                out.append(self._back(t, key, st, "released", "connection closed"))
+        for key, st in list(self.steered.items()):  # back home, or on to a third plane
+            hold = self.hold(t, key)
+            if t - st.since < p.hold_s or self._damped(t, key):
+                continue
+            planes = usable.get(st.peer, self.planes)
+            if (t - st.since >= hold and st.origin is not None and st.origin in planes
+                    and self.load(st.peer, st.origin).quiet(t, hold)):
+                out.append(self._back(t, key, st, "unsteered", f"plane {st.origin} quiet for {hold:g} s"))
+            elif self.load(st.peer, st.plane).congested:
+                target = self._quietest(t, st.peer, [q for q in planes if q != st.plane])
+                if target is not None and target == st.origin:
+                    out.append(self._back(t, key, st, "unsteered", f"plane {st.plane} congested, "
+                                                                     f"plane {target} quiet"))
+                elif target is not None:
+                    out.append(self._steer(t, key, st.peer, st.plane, target, st.origin))
+        by_peer: dict[str, list[Flow]] = {}
+        for f in flows:
+            if f.key not in self.steered and f.peer in usable:
+                by_peer.setdefault(f.peer, []).append(f)
+        for peer, candidates in sorted(by_peer.items()):
+            if t - self.last_move.get(peer, -math.inf) < p.settle_s:
+                continue
+            planes = usable[peer]
+            congested = [q for q in planes if self.load(peer, q).congested]
+            if not congested:
+                continue
+            quiet = [q for q in planes if q not in congested]
+            target = self._quietest(t, peer, quiet)
+            if target is None:
+                self.counters["no_quiet_plane"] += 1
+                continue
+            busy = [f for f in candidates if f.rate_bps >= p.min_rate_bps or f.backlog_bytes >= p.min_backlog_bytes]
+            busy.sort(key=lambda f: (-f.rate_bps, -f.backlog_bytes, f.key))
+            moved = 0
+            for f in busy:
+                if moved >= p.moves_per_peer:
+                    break
+                on = f.plane if f.plane is not None else (plane_of(f) if plane_of else None)
+                if on not in congested:
+                    continue
+                if self._damped(t, f.key):
+                    self.counters["damped"] += 1
+                    continue
+                q = self.load(peer, on).queue_s
+                why = f"plane {on} queue {q * 1e3:.1f} ms, plane {target} quiet, flow at {f.rate_bps / 1e6:.1f} Mbit/s"
+                out.append(self._steer(t, f.key, peer, on, target, on, why))
+                moved += 1
+        return out
+
+    def _quietest(self, t: float, peer: str, planes: Iterable[int]) -> int | None:
+        quiet = [q for q in planes if self.load(peer, q).quiet(t, self.policy.sustain_s)]
+        return min(quiet, key=lambda q: (self.load(peer, q).queue_s or 0.0, q), default=None)
+
+    def hold(self, t: float, key: FlowKey) -> float:
+        """How long the flow stays moved: hold_s, doubled for every earlier move in the window."""
+        self._damped(t, key)  # expires old moves
+        earlier = max(0, sum(steer for _, steer in self.history.get(key, ())) - 1)
+        return min(self.policy.hold_s * 2 ** earlier, self.policy.damp_window_s)
+
+    def _damped(self, t: float, key: FlowKey) -> bool:
+        times = self.history.get(key)
+        if not times:
+            return False
+        while times and times[0][0] <= t - self.policy.damp_window_s:
+            times.popleft()
+        return len(times) >= self.policy.damp_moves
+
+    def _note(self, t: float, key: FlowKey, peer: str, steer: bool) -> None:
+        self.history.setdefault(key, deque()).append((t, steer))
+        self.last_move[peer] = t
+        self.counters["moves"] += 1
+
+    def _steer(self, t: float, key: FlowKey, peer: str, on: int, to: int, origin: int | None,
+               reason: str = "") -> Move:
+        self.steered[key] = Steered(peer, to, origin, t)
+        self._note(t, key, peer, True)
+        return Move(t, "steered", peer, key, to, origin, reason or f"plane {on} congested, plane {to} quiet")
+
+    def _back(self, t: float, key: FlowKey, st: Steered, kind: str, reason: str) -> Move:
+        del self.steered[key]
+        if kind != "released":
+            self._note(t, key, st.peer, False)
+        else:
+            self.history.pop(key, None)
+        return Move(t, kind, st.peer, key, None, st.origin, reason)
+
+
+# ---- the kernel: flows, route lookups, rules ---------------------------------------------------------
+@dataclass(frozen=True)
+class FlowSample:
+    key: FlowKey
+    cookie: int  # the socket's identity: a reused 5-tuple is another connection
+    bytes_acked: int
+    backlog_bytes: int
+    rtt_us: int
+    bytes_received: int = 0
+
+
+class FlowReader:
+    """Established TCP flows from sock_diag (the reading process's namespace), with tcp_info."""
+
+    def __init__(self):
+        from pyroute2 import DiagSocket
+
+        self.ds = DiagSocket()
+        self.ds.bind()
+
+    def close(self) -> None:
+        self.ds.close()
+
+    def read(self) -> list[FlowSample]:
+        inet_diag_info = 2
+        msgs = self.ds.get_sock_stats(family=socket.AF_INET, states=1 << 1, extensions=1 << (inet_diag_info - 1))
+        out = []
+        for m in msgs:
+            info = m.get_attr("INET_DIAG_INFO")
+            if info is None:
+                continue
+            out.append(FlowSample(FlowKey(m["idiag_src"], m["idiag_sport"], m["idiag_dst"], m["idiag_dport"]),
+                                  m["idiag_cookie"], info["tcpi_bytes_acked"], m["idiag_wqueue"], info["tcpi_rtt"],
+                                  info["tcpi_bytes_received"]))
+        return out
+
+
+@dataclass
+class FlowRates:
+    """Rates from successive readings of bytes acknowledged and received, per connection: the
+    larger of the two directions."""
+
+    window_s: float = 2.0
+    seen: dict[FlowKey, tuple[int, deque]] = field(default_factory=dict)  # key -> (cookie, (t, acked))
+
+    def update(self, t: float, samples: Iterable[FlowSample]) -> dict[FlowKey, float]:
+        rates, keep = {}, set()
+        for s in samples:
+            keep.add(s.key)
+            cookie, hist = self.seen.get(s.key, (None, None))
+            if cookie != s.cookie or hist is None:
+                hist = deque()
+                self.seen[s.key] = (s.cookie, hist)
+            hist.append((t, s.bytes_acked, s.bytes_received))
+            while len(hist) > 2 and hist[1][0] <= t - self.window_s:
+                hist.popleft()
+            t0, sent0, received0 = hist[0]
+            moved = max(s.bytes_acked - sent0, s.bytes_received - received0)
+            rates[s.key] = 8 * moved / (t - t0) if t > t0 else 0.0
+        for gone in set(self.seen) - keep:
+            del self.seen[gone]
+        return rates
+
+
+class RouteLookup:
+    """Which interface the kernel routes a TCP 5-tuple out of, as a connection's own lookup
+    does (multipath hash over the ports included): RTM_GETROUTE with RTA_IP_PROTO, RTA_SPORT
+    and RTA_DPORT (Linux 4.17+), which pyroute2 does not encode."""
+
+    HDR = struct.Struct("=IHHII")
+    RTMSG = struct.Struct("=BBBBBBBBI")
+    RTM_NEWROUTE, RTM_GETROUTE, NLMSG_ERROR, NLM_F_REQUEST = 24, 26, 2, 1
+    RTA_DST, RTA_SRC, RTA_OIF, RTA_IP_PROTO, RTA_SPORT, RTA_DPORT = 1, 2, 4, 27, 28, 29
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self.sock.bind((0, 0))
+        self.sock.settimeout(1.0)
+        self.seq = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    @staticmethod
+    def _attr(kind: int, payload: bytes) -> bytes:
+        data = struct.pack("=HH", 4 + len(payload), kind) + payload
+        return data + b"\0" * (-len(data) % 4)
+
+    def oif(self, key: FlowKey) -> int | None:
+        self.seq += 1
+        body = self.RTMSG.pack(socket.AF_INET, 32, 32, 0, 0, 0, 0, 0, 0)
+        body += self._attr(self.RTA_DST, socket.inet_aton(key.remote))
+        body += self._attr(self.RTA_SRC, socket.inet_aton(key.local))
+        body += self._attr(self.RTA_IP_PROTO, bytes([socket.IPPROTO_TCP]))
+        body += self._attr(self.RTA_SPORT, struct.pack("!H", key.lport))
+        body += self._attr(self.RTA_DPORT, struct.pack("!H", key.rport))
+        self.sock.send(self.HDR.pack(self.HDR.size + len(body), self.RTM_GETROUTE, self.NLM_F_REQUEST, self.seq, 0)
+                       + body)
+        while True:
+            data = self.sock.recv(65536)
+            length, kind, _, seq, _ = self.HDR.unpack_from(data)
+            if seq != self.seq:
+                continue
+            if kind != self.RTM_NEWROUTE:
+                return None  # NLMSG_ERROR: no route
+            off = self.HDR.size + self.RTMSG.size
+            while off + 4 <= length:
+                alen, akind = struct.unpack_from("=HH", data, off)
+                if alen < 4:
+                    break
+                if akind == self.RTA_OIF:
+                    return struct.unpack_from("=I", data, off + 4)[0]
+                off += (alen + 3) & ~3
+            return None
+
+
+class FlowRules:
+    """Our per-flow rules and the per-plane tables they point at, by netlink."""
+
+    def __init__(self, source: str, nics: dict[int, str], gateways: Callable[[str], dict[int, str]], ipr=None):
+        from pyroute2 import IPRoute
+
+        if max(nics) >= MAX_PLANES:
+            raise ValueError(f"steering numbers planes below {MAX_PLANES}")
+        self.source = source
+        self.nics = nics
+        self.gateways = gateways
+        self.ipr = ipr or IPRoute()
+        self.index = {p: self.ipr.link_lookup(ifname=n)[0] for p, n in nics.items()}
+        self.tables: set[tuple[str, int]] = set()  # (peer address, plane) routed in our tables
+
+    def close(self) -> None:
+        self.ipr.close()
+
+    def _table_route(self, peer: str, plane: int) -> None:
+        if (peer, plane) in self.tables:
+            return
+        gw = self.gateways(peer).get(plane)
+        if gw is None:
+            raise OSError(f"no next hop toward {peer} on plane {plane}")
+        self.ipr.route("replace", dst=f"{peer}/32", gateway=gw, oif=self.index[plane], table=TABLE_BASE + plane,
+                       proto=RTPROT_CLOCKFABRIC, prefsrc=self.source)
+        self.tables.add((peer, plane))
+
+    @staticmethod
+    def _selectors(key: FlowKey) -> dict:
+        return {"src": key.local, "src_len": 32, "dst": key.remote, "dst_len": 32, "ip_proto": socket.IPPROTO_TCP,
+                "sport_range": f"{key.lport}:{key.lport}", "dport_range": f"{key.rport}:{key.rport}"}
+
+    def add(self, key: FlowKey, plane: int, origin: int | None) -> None:
+        """Send the flow on `plane` (replacing a rule it had)."""
+        from pyroute2 import NetlinkError
+
+        try:
+            self._table_route(key.remote, plane)
+            self.remove(key)
+            self.ipr.rule("add", table=TABLE_BASE + plane, priority=RULE_PRIORITY + (origin or 0),
+                          protocol=RTPROT_CLOCKFABRIC, **self._selectors(key))
+        except NetlinkError as e:
+            raise OSError(f"rule for {key} on plane {plane}: {e}") from None
+
+    def remove(self, key: FlowKey) -> None:
+        """Back to the host's own route; nothing to do if it has no rule."""
+        from pyroute2 import NetlinkError
+
+        for k, plane, origin in self.installed():
+            if k == key:
+                try:
+                    self.ipr.rule("del", table=TABLE_BASE + plane, priority=RULE_PRIORITY + (origin or 0),
+                                  protocol=RTPROT_CLOCKFABRIC, **self._selectors(key))
+                except NetlinkError as e:
+                    if e.code != 2:  # ENOENT: gone already
+                        raise OSError(f"removing the rule for {key}: {e}") from None
+
+    def installed(self) -> list[tuple[FlowKey, int, int]]:
+        """Our rules in the kernel now: (flow, plane it is sent on, plane it came from)."""
+        out = []
+        for r in self.ipr.get_rules(family=socket.AF_INET):
+            attrs = dict(r["attrs"])
+            prio, table = attrs.get("FRA_PRIORITY", 0), attrs.get("FRA_TABLE", r["table"])
+            if attrs.get("FRA_PROTOCOL") != RTPROT_CLOCKFABRIC:
+                continue
+            if not (RULE_PRIORITY <= prio < RULE_PRIORITY + MAX_PLANES
+                    and TABLE_BASE <= table < TABLE_BASE + MAX_PLANES):
+                continue
+            try:
+                lport = int(attrs["FRA_SPORT_RANGE"].split(":")[0])
+                rport = int(attrs["FRA_DPORT_RANGE"].split(":")[0])
+                key = FlowKey(attrs["FRA_SRC"], lport, attrs["FRA_DST"], rport)
+            except (KeyError, ValueError):
+                continue
+            out.append((key, table - TABLE_BASE, prio - RULE_PRIORITY))
+        return out
+
+
+# ---- the glue, run by the failover thread -----------------------------------------------------------
+class Steering:
+    """Reads the flows, asks the Steerer, programs the rules; returns what it did, for the record."""
+
+    def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str],
+                 gateways: Callable[[str], dict[int, str]], policy: SteerPolicy = SteerPolicy(), *,
+                 rules: FlowRules | None = None, reader: FlowReader | None = None, lookup: RouteLookup | None = None):
+        self.address = address
+        self.peers = peers
+        self.by_address = {a: n for n, a in peers.items()}
+        self.rules = rules or FlowRules(address, nics, gateways)
+        self.reader = reader or FlowReader()
+        self.lookup = lookup or RouteLookup()
+        self.plane_of_oif = {i: p for p, i in self.rules.index.items()}
+        self.steerer = Steerer(tuple(sorted(nics)), policy)
+        self.rates = FlowRates()
+        self.next_round = 0.0
+        self.counters = {"rule_errors": 0, "flow_read_errors": 0, "rules": 0}
+        self.last_flows: list[Flow] = []
+
+    def close(self) -> None:
+        for c in (self.rules, self.reader, self.lookup):
+            c.close()
+
+    def reconcile(self, t: float) -> list[Move]:
+        """Adopt the rules a previous run left for connections that still exist; remove the rest."""
+        try:
+            live = {s.key for s in self.reader.read()}
+        except OSError as e:
+            log.warning("steering: cannot read flows (%s); old rules left as they are", e)
+            return []
+        out = []
+        for key, plane, origin in self.rules.installed():
+            peer = self.by_address.get(key.remote)
+            if key in live and peer is not None and key.local == self.address:
+                out.append(self.steerer.adopt(t, key, peer, plane, origin))
+            else:
+                try:
+                    self.rules.remove(key)
+                except OSError as e:
+                    log.warning("steering: %s", e)
+        return out
+
+    def _plane_of(self, f: Flow) -> int | None:
+        try:
+            return self.plane_of_oif.get(self.lookup.oif(f.key))
+        except OSError:
+            return None
+
+    def flows(self, t: float) -> list[Flow] | None:
+        try:
+            samples = [s for s in self.reader.read()
+                       if s.key.local == self.address and s.key.remote in self.by_address]
+        except OSError as e:
+            self.counters["flow_read_errors"] += 1
+            log.debug("steering: reading flows: %s", e)
+            return None
+        rates = self.rates.update(t, samples)
+        return [Flow(s.key, self.by_address[s.key.remote], rates.get(s.key, 0.0), s.backlog_bytes) for s in samples]
+
+    def tick(self, t: float, queues: dict[str, dict[int, float | None]], usable: dict[str, tuple[int, ...]]
+             ) -> list[Move]:
+        """Every call: flows on a plane no longer usable go back. Every `interval_s`: a full round."""
+        if t < self.next_round:
+            moves = self.steerer.failed(t, usable)
+        else:
+            self.next_round = t + self.steerer.policy.interval_s
+            flows = self.flows(t)
+            if flows is not None:
+                self.last_flows = flows
+            moves = self.steerer.observe(t, queues, flows, usable, self._plane_of)
+        done = []
+        for m in moves:
+            try:
+                if m.plane is None:
+                    self.rules.remove(m.flow)
+                else:
+                    self.rules.add(m.flow, m.plane, m.origin)
+            except OSError as e:
+                self.counters["rule_errors"] += 1
+                log.warning("steering: %s", e)
+                if m.plane is not None:  # the rule did not take: the flow stays where it was
+                    self.steerer.steered.pop(m.flow, None)
+                continue
+            done.append(m)
+        self.counters["rules"] = len(self.steerer.steered)
+        return done
+
+    def state(self) -> dict:
+        s = self.steerer
+        loads: dict[str, dict[str, float | None]] = {}
+        for (peer, plane), load in sorted(s.loads.items()):
+            loads.setdefault(peer, {})[str(plane)] = None if load.queue_s is None else round(load.queue_s * 1e3, 2)
+        return {"steered": [{"flow": str(k), "peer": st.peer, "plane": st.plane, "origin": st.origin}
+                            for k, st in sorted(s.steered.items())],
+                "queues_ms": loads,
+                "congested": sorted(f"{peer}/{plane}" for (peer, plane), ld in s.loads.items() if ld.congested),
+                "counters": s.counters | self.counters}
