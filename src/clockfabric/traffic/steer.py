@@ -43,9 +43,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from clockfabric.traffic.routes import RTPROT_CLOCKFABRIC
+
 log = logging.getLogger(__name__)
 
-RTPROT_CLOCKFABRIC = 199
 RULE_PRIORITY = 19900  # + the plane the flow hashed onto
 TABLE_BASE = 19900  # + the plane the flow is sent on
 MAX_PLANES = 64
