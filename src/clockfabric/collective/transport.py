@@ -44,7 +44,6 @@ TCP_INFO_LEN = 168  # struct tcp_info up to tcpi_delivery_rate (Linux 4.9+)
 PIECE = 1 << 20  # bytes per syscall at most
 SNDBUF = 4 << 20  # the kernel caps it at wmem_max
 RETRY_S = 0.05  # between connection attempts to a peer that is not listening yet
-FLUSH_S = 10.0  # at most this long, on close, for the peers to acknowledge what we sent
 
 
 class TransportError(ClockfabricError):
@@ -493,7 +492,7 @@ class Transport:
         is complete here when its bytes are in the kernel; closing earlier could reset the
         connection under the peer's last reads). Peers still waiting see the end at once."""
         if not self.broken:
-            deadline = time.monotonic() + min(self.timeout_s, FLUSH_S)
+            deadline = time.monotonic() + self.timeout_s  # as long as any wait: a busy peer is not a dead one
             for out in self.outbound.values():
                 with out.cv:
                     while (not out.failed and any(st.outstanding for st in out.states)
