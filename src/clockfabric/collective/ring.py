@@ -2,8 +2,8 @@
 
 The algorithms see the network only as `Links`: the rank's own number and `exchange`,
 which sends some buffers to some peers and fills others from other peers, all at once,
-and returns when every transfer is complete. Both sides of a transfer know its size,
-so messages carry no headers. `Transport` (TCP subflows) is the real implementation;
+and returns when every transfer is complete. Both sides of a transfer know its size and
+post it in the same order. `Transport` (TCP subflows) is the real implementation;
 anything with the same two members will do (tests, a simulator).
 
 Ring all-reduce (as NCCL's): the buffer is cut into n segments; n-1 reduce-scatter steps
