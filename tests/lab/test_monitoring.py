@@ -1,8 +1,10 @@
 """Fleet monitoring on a real lab: controller, switch agents and host agents, as `monitor` runs them.
 
 The proofs of the monitoring issue: a flapped leaf-spine link reaches the controller as down
-and up events on the right link within 1 s, a flapping alert fires and resolves; an agent
-killed goes stale and comes back; a controller that was away loses no events."""
+and up events on the right link within 1 s, a flapping alert fires and resolves; a spine link
+filled with iperf3 traffic is named by a congestion alert within 5 s, while paths over the
+other spine stay quiet; an agent killed goes stale and comes back; a controller that was
+away loses no events."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import time
 
 import pytest
 
+from clockfabric.bench.contention import pinned_iperf, stop
 from clockfabric.cli.monitor_cmds import LabFleet, api
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
@@ -31,6 +34,8 @@ def get(fleet, path, **params):
     return api(fleet.lab, fleet.url, fleet.token_file, path, **params)
 
 
+def open_alerts(fleet, kind):
+    return [a for a in get(fleet, "/api/v1/alerts", open_only=True)["items"] if a["kind"] == kind]
 
 
 def link_events(fleet, port, kind, after_id=0):
@@ -107,3 +112,53 @@ def test_a_killed_agent_goes_stale_and_a_controller_away_loses_no_events(fleet):
     assert link_events(fleet, host_port, "link_up")
     assert not get(fleet, "/api/v1/events", kind="events_dropped")["items"]
     assert len(downs) == 1  # once, although the agent may have sent it more than once
+
+
+@pytest.fixture
+def fleet3(make_lab):
+    """Three leaves: every leaf-spine cable has quiet paths beside it, so congestion on one can
+    be told from congestion on the next (with two leaves, leaf0 -> spine0 and spine0 -> leaf1
+    carry exactly the same paths)."""
+    lab = make_lab(leafspine(6, 3, 2, host_rate="100mbit"))
+    fleet = LabFleet(lab, peers=5)
+    fleet.start()
+    try:
+        fleet.wait_pushing()
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+def test_a_filled_spine_link_is_named_by_a_congestion_alert(fleet3):
+    fleet, topo = fleet3, fleet3.lab.topology
+    link = topo.find_link("leaf0", "spine0")
+    hosts = len(topo.hosts)
+    # every agent traced its probe paths: each crosses one spine, or (same leaf) none
+    maps = wait_for("every host's path map", lambda: (rows := get(fleet, "/api/v1/paths")["items"])
+                    and len({r["src"] for r in rows}) == hosts and rows, timeout_s=30, every_s=0.5)
+    via = {(r["src"], r["dst"], r["path"]): r["via"] for r in maps}
+    assert {v for v in via.values()} == {None, "spine0", "spine1"}, via
+    assert all(link.name in r["links"] for r in maps if r["via"] == "spine0" and r["src"] in ("h0", "h1"))
+    wait_for("OWD floors of every host", lambda: len({r["src"] for r in get(fleet, "/api/v1/owd", stat="floor")["items"]})
+             == hosts, timeout_s=30, every_s=0.5)
+    time.sleep(3)  # floors from a quiet fabric
+    assert not open_alerts(fleet, "congestion"), open_alerts(fleet, "congestion")
+
+    # two flows from leaf0 pinned on spine0, 2 x 100 Mbit/s into its 100 Mbit/s cable to spine0
+    t0 = time.monotonic()
+    procs = pinned_iperf(fleet.lab, "h0", "h2", "spine0", port=5401) + pinned_iperf(fleet.lab, "h1", "h4", "spine0",
+                                                                                       port=5402)
+    try:
+        alert = wait_for("congestion alert", lambda: open_alerts(fleet, "congestion"), timeout_s=20, every_s=0.2)[0]
+        named_s = time.monotonic() - t0
+        print(f"congestion alert after {named_s:.1f} s: {alert['message']}")
+        assert alert["detail"]["links"] == [{"link": link.name, "direction": "leaf0->spine0"}], alert
+        # the paths it names all cross spine0; none over spine1 was congested
+        assert all(via[(p["src"], p["dst"], p["path"])] == "spine0" for p in alert["detail"]["paths"]), alert
+        time.sleep(2)
+        others = [a for a in open_alerts(fleet, "congestion") if a["key"] != alert["key"]]
+        assert not others, others
+        assert named_s <= 5.0, f"named after {named_s:.1f} s"
+    finally:
+        stop(procs)
+    wait_for("congestion alert resolved", lambda: not open_alerts(fleet, "congestion"), timeout_s=30, every_s=0.5)

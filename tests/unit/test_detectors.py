@@ -215,6 +215,28 @@ def test_congestion_names_the_shared_link_the_quiet_paths_do_not_use(topo):
     assert d.active(at(4)) == {}
 
 
+def test_a_mapped_path_no_link_explains_waits_before_it_is_reported_by_pair(topo):
+    # h0 -> h2 over spine1 is congested, but every hop it crosses also carries a quiet path: as
+    # when a queue has just begun to build and its other paths have not yet opened
+    congested = {("h0", "h2", "via-spine1")}
+    quiet = {("h0", "h4", "via-spine1"), ("h4", "h2", "via-spine1"), ("h0", "h2", "via-spine0")}
+    mapping = {(s, dst, label): links_of(topo, s, dst, label.removeprefix("via-")) for s, dst, label in congested | quiet}
+    d = DetectorSet(parse_config({"congestion": {"windows": 1, "unexplained_after": "3s"}}), topo)
+    d.set_path_links(mapping)
+    report(d, 1, mapping, congested)
+    assert d.active(at(1)) == {}
+    for t in (2, 3):
+        report(d, t, mapping, congested)
+        assert d.active(at(t)) == {}
+    report(d, 4, mapping, congested)
+    (f,) = d.active(at(4)).values()  # unexplained for 3 s: now it is news
+    assert f.key == "congestion:h0->h2" and "no link explains it" in f.message
+    report(d, 5, mapping, set())
+    assert d.active(at(5)) == {}
+    report(d, 6, mapping, congested)  # a new episode waits again
+    assert d.active(at(6)) == {}
+
+
 def test_congestion_without_a_path_map_names_the_pair():
     d = DetectorSet(parse_config({"congestion": {"margin": "50us", "windows": 1}}))
     paths = [("h0", "h2", "eth0:7000"), ("h0", "h2", "eth0:7001"), ("h0", "h3", "eth0:7000")]

@@ -7,7 +7,7 @@ import pytest
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.probe import paths
-from clockfabric.probe.paths import Path, PathTable, parse_time_exceeded, round_robin, spread, tcp_syn
+from clockfabric.probe.paths import Path, PathTable, parse_time_exceeded, round_robin, spread, tcp_syn, udp_header
 
 # A real ICMP time exceeded recorded in a leafspine(4, 2, 2) lab: spine1 (10.64.0.11) answering
 # h0's SYN 10.0.0.1:61000 -> 10.0.0.3:5000 (seq 12345) sent with TTL 2; it quotes the whole probe.
@@ -46,7 +46,7 @@ def test_tcp_syn_is_what_the_switch_quoted():
 
 
 def test_parse_recorded_time_exceeded():
-    assert parse_time_exceeded(RECORDED) == ("10.64.0.11", ("10.0.0.1", "10.0.0.3", 61000, 5000))
+    assert parse_time_exceeded(RECORDED) == ("10.64.0.11", 6, ("10.0.0.1", "10.0.0.3", 61000, 5000))
 
 
 def icmp_packet(icmp_type: int, proto: int = 6, quoted: int = 8) -> bytes:
@@ -61,11 +61,22 @@ def icmp_packet(icmp_type: int, proto: int = 6, quoted: int = 8) -> bytes:
 
 def test_parse_constructed_packets():
     # RFC 792 promises only 8 bytes of the original datagram: enough for the ports
-    assert parse_time_exceeded(icmp_packet(11)) == ("10.64.0.7", ("10.0.0.5", "10.0.0.9", 61234, 20000))
+    assert parse_time_exceeded(icmp_packet(11)) == ("10.64.0.7", 6, ("10.0.0.5", "10.0.0.9", 61234, 20000))
     assert parse_time_exceeded(icmp_packet(3)) is None  # unreachable, not time exceeded
-    assert parse_time_exceeded(icmp_packet(11, proto=17)) is None  # a UDP probe: not ours
+    # a UDP probe (the agent's probe paths): the protocol says which kind of trace it answers
+    assert parse_time_exceeded(icmp_packet(11, proto=17)) == ("10.64.0.7", 17, ("10.0.0.5", "10.0.0.9", 61234, 20000))
+    assert parse_time_exceeded(icmp_packet(11, proto=1)) is None  # ICMP quoted: not a probe of ours
     assert parse_time_exceeded(icmp_packet(11, quoted=2)) is None  # too short to hold the ports
     assert parse_time_exceeded(b"") is None
+
+
+def test_udp_header_is_empty_and_unchecksummed():
+    assert udp_header(7304, 7300) == struct.pack("!HHHH", 7304, 7300, 8, 0)
+
+
+def test_trace_refuses_an_unknown_protocol():
+    with pytest.raises(ClockfabricError, match="'sctp'.*tcp, udp"):
+        paths.trace("10.0.0.1", "10.0.0.3", [(61000, 5000)], proto="sctp")
 
 
 def stand_in(spines: int, *, silent: set[int] = frozenset(), near: bool = False):

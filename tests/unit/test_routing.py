@@ -257,3 +257,16 @@ def test_ring_takes_both_ways_round_when_they_tie():
     assert len(lookup(tables["s3"], c).nexthops) == 1
     assert sorted(p.nodes for p in topo.paths("a", "c")) == [("a", "s0", "s1", "s2", "c"),
                                                               ("a", "s0", "s3", "s2", "c")]
+
+
+def test_links_through_a_traced_switch():
+    topo = multirail(4, 2, 2, 2)  # h0, h1 under p*-leaf0; h2, h3 under p*-leaf1
+    name = lambda a, b: topo.find_link(a, b).name  # noqa: E731
+    assert topo.links_through("h0", "h2", 1, "p1-spine1") == [
+        name("h0:eth1", "p1-leaf0"), name("p1-leaf0", "p1-spine1"), name("p1-spine1", "p1-leaf1"),
+        name("p1-leaf1", "h2:eth1")]
+    # no switch known: only what every path on the plane shares, the two host cables
+    assert topo.links_through("h0", "h2", 0) == [name("h0:eth0", "p0-leaf0"), name("p0-leaf1", "h2:eth0")]
+    assert topo.links_through("h0", "h1", 0) == [name("h0:eth0", "p0-leaf0"), name("p0-leaf0", "h1:eth0")]
+    assert topo.links_through("h0", "h2", 0, "p1-spine0") == []  # a spine of the other plane
+    assert topo.links_through("h0", "h2", 0, "p0-spine0", at=1) == []  # at TTL 1 a leaf answers, not a spine

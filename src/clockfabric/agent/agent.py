@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clockfabric.agent.metrics import AgentMetrics, serve
+from clockfabric.agent.pathmap import PathMapper
 from clockfabric.agent.push import Pusher, link_payload
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.service import HostSync, Solver
@@ -150,8 +151,12 @@ class Agent:
         self.stopping = threading.Event()
         self.state_path = cfg.state_dir / f"{cfg.host}.json"
         self.latest: dict | None = None  # the last published state, whole: what /metrics reads
+        # which spine each probe path crosses: the controller names congested links with it
+        self.path_map = PathMapper(topo, cfg.host, cfg.probed, self.engine.flows,
+                                   on_change=self._on_decision) if cfg.controller else None
         self.pusher = Pusher(cfg.controller, cfg.token, cfg.host, snapshot=self._for_controller,
-                             interval_s=cfg.update_s, verify=cfg.ca_file or True) if cfg.controller else None
+                             interval_s=cfg.update_s, verify=cfg.ca_file or True,
+                             paths=lambda: self.path_map.rows) if cfg.controller else None
         # a link going down is acted on and pushed at once, not at the next update
         self.links = LinkWatcher(rails, on_change=self._on_link_change)
         self._links_seen = 0
@@ -191,10 +196,12 @@ class Agent:
     def _on_link_change(self) -> None:
         if self.failover:
             self.failover.wake()
+        if self.path_map:
+            self.path_map.wake()
         if self.pusher:
             self.pusher.wake()
 
-    def _on_decision(self) -> None:
+    def _on_decision(self) -> None:  # a failover decision, or a new path map: tell the controller now
         if self.pusher:
             self.pusher.wake()
 
@@ -208,6 +215,7 @@ class Agent:
             self.pusher.add_events([{"t_ns": time.time_ns(), "synced": False, "kind": "agent_start",
                                      "detail": {"pid": os.getpid()}}])
             self.pusher.start()
+            self.path_map.start()
         sel = selectors.DefaultSelector()
         sel.register(self.control, selectors.EVENT_READ)
         next_tick = time.monotonic() + self.cfg.update_s
@@ -229,6 +237,7 @@ class Agent:
             if self.metrics_server:
                 self.metrics_server.shutdown()
             if self.pusher:
+                self.path_map.stop()
                 self.pusher.stop()
                 self.pusher.join(6)
             self.links.stop()
@@ -309,6 +318,9 @@ class Agent:
                  **self.sync.state()}
         if self.failover:
             state["failover"] = self.failover.state()
+        if self.path_map:
+            state["path_map"] = [{"dst": peer, "path": label, "plane": plane, "via": via}
+                                 for peer, label, plane, via in self.path_map.rows]
         if self.solver and self.solver.last is not None:
             state["solver"] = {"dropped_edges": int((~self.solver.last.kept).sum()),
                                "edges": len(self.solver.last.kept), "reports": len(self.solver.reports)}

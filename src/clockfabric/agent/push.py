@@ -27,13 +27,16 @@ MAX_BACKOFF_S = 10.0
 
 class Pusher(threading.Thread):
     def __init__(self, url: str, token: str, host: str, *, snapshot: Callable[[], tuple[list[dict], list[dict], dict]],
-                 interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS, verify: str | bool = True):
+                 interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS, verify: str | bool = True,
+                 paths: Callable[[], list] | None = None):
         """`snapshot()` returns (new events, current samples, agent info); events are taken from
-        the caller's sources exactly once, so they must be kept here until the controller has them."""
+        the caller's sources exactly once, so they must be kept here until the controller has them.
+        `paths()`: the host's path map (agent.pathmap rows), sent whole with every push."""
         super().__init__(name="controller-push", daemon=True)
         self.url = url.rstrip("/") + "/api/v1/push"
         self.host = host
         self.snapshot = snapshot
+        self.paths = paths
         self.interval_s = interval_s
         self.boot = uuid.uuid4().hex[:12]  # this agent run: (host, boot, seq) names an event for good
         self.seq = 0
@@ -79,6 +82,8 @@ class Pusher(threading.Thread):
         batch = list(islice(self.pending, PUSH_EVENTS))
         body = {"host": self.host, "boot": self.boot, "info": info, "events": batch, "samples": samples,
                 "dropped_events": self._unreported_drops}
+        if self.paths:
+            body["paths"] = self.paths()
         try:
             r = self._client.post(self.url, json=body)
         except httpx.HTTPError as e:

@@ -148,25 +148,42 @@ def busbw_gbps(collective: str, size: int, ranks: int, seconds: float) -> float:
 
 # ---- the scenarios -------------------------------------------------------------------------------
 def _elephants(lab: Lab) -> list[subprocess.Popen]:
-    """iperf3 flows pinned on (plane 0's) spine0: NIC addresses of plane 0, and a client port
-    learned for spine0 per pair."""
-    topo, procs = lab.topology, []
-    spine = plane0(topo, "spine0")
-    on_spine = {str(i.address.ip) for p, i in interfaces(topo).items() if p.node == spine}
-    for src, dst in ELEPHANTS:
-        a, b = nic_address(topo, src, 0), nic_address(topo, dst, 0)
-        with netns.entered(lab.ns(src)):
-            ports = [p.sport for p in spread(a, b, IPERF_PORT, want=4, seed=7) if p.hop in on_spine]
-        if not ports:
-            raise ClockfabricError(f"no source port from {src} to {dst} was found on {spine}")
-        procs.append(subprocess.Popen(command(lab, dst, ["iperf3", "-s", "-B", b, "-p", str(IPERF_PORT)]),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(0.3)
-        procs.append(subprocess.Popen(command(lab, src, ["iperf3", "-c", b, "-B", a, "--cport", str(ports[0]),
-                                                         "-p", str(IPERF_PORT), "-t", "600"]),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    procs: list[subprocess.Popen] = []
+    try:
+        for src, dst in ELEPHANTS:
+            procs += pinned_iperf(lab, src, dst, plane0(lab.topology, "spine0"))
+    except BaseException:
+        stop(procs)
+        raise
     time.sleep(1.0)  # the elephants reach their rate
     return procs
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait()
+
+
+def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, seconds: float = 600,
+                 port: int = IPERF_PORT) -> list[subprocess.Popen]:
+    """An iperf3 TCP flow src -> dst pinned on `spine`: the plane's NIC addresses, and a client
+    port learned (probe.paths) to hash onto that spine. Its server and client, to stop()."""
+    topo = lab.topology
+    on_spine = {str(i.address.ip) for p, i in interfaces(topo).items() if p.node == spine}
+    a, b = nic_address(topo, src, plane), nic_address(topo, dst, plane)
+    with netns.entered(lab.ns(src)):
+        ports = [p.sport for p in spread(a, b, port, want=4, seed=7) if p.hop in on_spine]
+    if not ports:
+        raise ClockfabricError(f"no source port from {src} to {dst} was found on {spine}")
+    server = subprocess.Popen(command(lab, dst, ["iperf3", "-s", "-B", b, "-p", str(port)]),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)  # listening
+    client = subprocess.Popen(command(lab, src, ["iperf3", "-c", b, "-B", a, "--cport", str(ports[0]),
+                                                 "-p", str(port), "-t", str(seconds)]),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [server, client]
 
 
 def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int) -> Run:
@@ -212,10 +229,7 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
             runs.append(run)
         return runs
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait()
+        stop(procs)
         if scenario == "degraded":
             impair.set_rate(lab, link, link.rate_bps)
 

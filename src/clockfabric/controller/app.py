@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from clockfabric.controller.fleet import Fleet, UnknownHost
 from clockfabric.controller.storage.base import Audit, StorageError
 
-MAX_EVENTS, MAX_SAMPLES, MAX_PAGE = 5_000, 50_000, 1_000
+MAX_EVENTS, MAX_SAMPLES, MAX_PATHS, MAX_PAGE = 5_000, 50_000, 10_000, 1_000
 MAX_AUDIT_BYTES = 4 * 2**20  # a report, every finding with its evidence: room for thousands of findings
 Name = Annotated[str, Field(min_length=1, max_length=128)]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
@@ -55,6 +55,9 @@ class Push(BaseModel):
     events: list[EventIn] = Field(default=[], max_length=MAX_EVENTS)
     samples: list[SampleIn] = Field(default=[], max_length=MAX_SAMPLES)
     dropped_events: int = Field(default=0, ge=0)
+    # the host's path map: (peer, path label, plane, switch the path crosses at TTL 2, or null)
+    paths: list[tuple[Name, Name, Annotated[int, Field(ge=0)], Name | None]] | None = Field(
+        default=None, max_length=MAX_PATHS)
 
 
 class CheckIn(BaseModel):
@@ -156,7 +159,7 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
     def push(body: Push) -> dict:
         try:
             return fleet.push(body.host, body.boot, body.info, [e.model_dump() for e in body.events],
-                              [s.model_dump() for s in body.samples], body.dropped_events)
+                              [s.model_dump() for s in body.samples], body.dropped_events, body.paths)
         except UnknownHost:
             raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
                                      f"or start the controller with --enroll-unknown") from None
@@ -203,6 +206,12 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
         return {"items": [{"host": h, "device": d, "up": bool(r.value), "t_ns": r.t_ns,
                            "transitions": int(flips.get((h, d), 0))} for (h, d), r in sorted(up.items())],
                 "next": None}
+
+    @app.get("/api/v1/paths", dependencies=auth)
+    def paths(host: str | None = None) -> dict:
+        """Which switch each probe path crosses and the links it takes, as each agent last learned
+        them (t_ns: when that host's map last changed). Empty without a topology."""
+        return {"items": fleet.monitor.path_map(host) if fleet.monitor else [], "next": None}
 
     @app.get("/api/v1/alerts", dependencies=auth)
     def alerts(open_only: bool = False, since_ns: int | None = None, until_ns: int | None = None,

@@ -17,6 +17,7 @@ from clockfabric.yamlfile import read_yaml
 
 US = 1_000
 MS = 1_000_000
+SECOND = 1_000_000_000
 S = 1_000_000_000
 SEVERITIES = ("warning", "critical")
 CONGESTION_STATS = ("p50", "min")
@@ -59,6 +60,9 @@ class CongestionConfig:
     margin_ns: int = 50 * US  # OWD this far above the path's floor is queueing
     windows: int = 2
     stat: str = "p50"  # p50 sees a busy queue; min sees one that never drains
+    # a congested path that has a map but that no link explains waits this long before it is
+    # reported by pair: while a queue builds, paths open one by one, and the link only shows later
+    unexplained_after_ns: int = 3 * SECOND
 
 
 @dataclass(frozen=True)
@@ -165,7 +169,8 @@ _SECTIONS: dict[str, dict[str, tuple[str, Callable[[Any, str], Any]]]] = {
     "latency_sla": {"p99": ("p99_ns", _duration_ns), "windows": ("windows", _positive_int),
                     "overrides": ("overrides", _overrides)},
     "congestion": {"margin": ("margin_ns", _duration_ns), "windows": ("windows", _positive_int),
-                   "stat": ("stat", _choice(CONGESTION_STATS))},
+                   "stat": ("stat", _choice(CONGESTION_STATS)),
+                   "unexplained_after": ("unexplained_after_ns", _duration_ns)},
     "topology_drift": {},
 }
 

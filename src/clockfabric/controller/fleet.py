@@ -39,7 +39,8 @@ class Fleet:
         self.stale: set[str] = set()
 
     def push(self, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
-             dropped_events: int) -> dict:
+             dropped_events: int, paths: list | None = None) -> dict:
+        """`paths`: the host's path map (agent.pathmap rows), when its agent sends one."""
         now = self.clock()
         with self.lock:
             if self.storage.host(host) is None:
@@ -59,6 +60,8 @@ class Fleet:
             self.storage.seen(host, now, {**info, "boot": boot})
             self.stale.discard(host)
             if self.monitor is not None:
+                if paths is not None:
+                    self.monitor.observe_paths(host, paths, now)
                 self.monitor.observe(evs, sams, now)
         return {"events_new": new, "events": len(evs), "samples": len(sams)}
 

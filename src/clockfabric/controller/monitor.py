@@ -8,6 +8,7 @@ a restarted controller neither forgets a flapping link nor resolves its alert by
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from pathlib import Path
@@ -37,16 +38,19 @@ def _for_detectors(samples: list[Sample]) -> list[Sample]:
 
 
 class Monitor:
-    def __init__(self, detectors: DetectorSet, alerts: AlertManager):
+    def __init__(self, detectors: DetectorSet, alerts: AlertManager, topology: Topology | None = None):
         self.detectors = detectors
         self.alerts = alerts
+        self.topology = topology
         self.lock = threading.Lock()
+        self._path_maps: dict[str, tuple[int, list[tuple]]] = {}  # host -> (when it changed, its path map)
+        self._links_through = functools.lru_cache(maxsize=100_000)(self._links)
 
     @classmethod
     def create(cls, storage: Storage, *, topology: Topology | None = None, config: Path | None = None,
                webhook: str | None = None) -> Monitor:
         cfg = load_config(config) if config else parse_config({})
-        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, webhook_url=webhook))
+        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, webhook_url=webhook), topology)
         monitor.replay(storage)
         return monitor
 
@@ -69,6 +73,32 @@ class Monitor:
         with self.lock:
             self.detectors.on_events(events, now_ns)
             self.detectors.on_samples(_for_detectors(samples), now_ns)
+
+    def observe_paths(self, host: str, rows: list[tuple], now_ns: int) -> None:
+        """A host's path map, (peer, path label, plane, switch at TTL 2 or None) per probe path:
+        each path's links go to the detectors, so congestion names a link, not a pair."""
+        rows = [tuple(r) for r in rows]
+        if self.topology is None or self._path_maps.get(host, (0, None))[1] == rows:
+            return
+        mapping = {(host, peer, label): self._links_through(host, peer, plane, via)
+                   for peer, label, plane, via in rows}
+        with self.lock:
+            self._path_maps[host] = (now_ns, rows)
+            self.detectors.set_path_links(mapping, src=host)
+
+    def path_map(self, host: str | None = None) -> list[dict]:
+        """Each probe path's switch and links, as its host last learned them."""
+        with self.lock:
+            maps = sorted((h, m) for h, m in self._path_maps.items() if host in (None, h))
+        return [{"src": src, "dst": peer, "path": label, "plane": plane, "via": via, "t_ns": t_ns,
+                 "links": self._links_through(src, peer, plane, via)}
+                for src, (t_ns, rows) in maps for peer, label, plane, via in rows]
+
+    def _links(self, host: str, peer: str, plane: int, via: str | None) -> list[str]:
+        hosts = self.topology.hosts
+        if host not in hosts or peer not in hosts or (via is not None and via not in self.topology.switches):
+            return []  # a host or switch this topology does not know: no links to name
+        return self.topology.links_through(host, peer, plane, via)
 
     def storage_failed(self, error: StorageError, now_ns: int) -> None:
         self.alerts.raise_storage_alert(error, now_ns)

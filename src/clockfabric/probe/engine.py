@@ -45,6 +45,11 @@ class Exchange:
     rx: tuple[int, int]  # our receives of the reply pair (our clock)
 
 
+def path_label(rail: str | None, port: int) -> str:
+    """A path's name: its rail and the reflector's port."""
+    return f"{rail or 'any'}:{port}"
+
+
 @dataclass
 class _Socket:
     name: str  # the path: rail and the reflector's port
@@ -80,6 +85,9 @@ class ProbeEngine(threading.Thread):
         self._seq: dict[str, int] = {p: 0 for p in probed}
         self._next_path: dict[str, int] = {p: self.rng.randrange(len(self._paths)) for p in probed}
         self.paths = [p.name for p in self._paths]
+        # what the fabric hashes a path by: (label, rail, our source port, the peer's port), to trace it
+        self.flows = [(path_label(rail, base_port + k), rail, base_port + ports + k, base_port + k)
+                      for rail in rails for k in range(ports)]
 
     def _open(self, rail: str | None, port: int, path_port: int) -> _Socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -92,7 +100,7 @@ class ProbeEngine(threading.Thread):
             raise
         s.setblocking(False)
         timestamping.enable(s)
-        return _Socket(f"{rail or 'any'}:{path_port}", s, path_port, s.fileno())
+        return _Socket(path_label(rail, path_port), s, path_port, s.fileno())
 
     # ---- the loop ---------------------------------------------------------------------------
     def stop(self) -> None:

@@ -1,10 +1,11 @@
-"""Path discovery on ECMP fabrics: which TCP source port the switches hash onto which spine.
+"""Path discovery on ECMP fabrics: which source port the switches hash onto which spine.
 
 A switch hashes each packet's 5-tuple with a seed of its own, so a host cannot compute
-where a flow goes: it must ask the fabric. Like Paris traceroute, we send TCP SYNs with
+where a flow goes: it must ask the fabric. Like Paris traceroute, we send a packet with
 the flow's exact 5-tuple and a small TTL (2: the hop after the leaf, a spine) and read
 the "time exceeded" each switch answers with: the answering address names the path.
-TCP, not UDP, because the protocol is part of the hash.
+The protocol is part of the hash, so TCP flows are traced with TCP SYNs and UDP flows
+(the agent's clock probes) with empty UDP datagrams.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ SPORTS = range(61000, 65536)
 ICMP_TIME_EXCEEDED = 11
 SOL_RAW, ICMP_FILTER = 255, 1  # linux/icmp.h: a raw ICMP socket's filter of types to drop
 SYN = 0x02
+PROTOCOLS = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP}
 
 Learner = Callable[..., dict[int, str | None]]
 
@@ -55,11 +57,18 @@ def tcp_syn(src: str, dst: str, sport: int, dport: int, seq: int) -> bytes:
     return header[:16] + struct.pack("!H", checksum(pseudo + header)) + header[18:]
 
 
+def udp_header(sport: int, dport: int) -> bytes:
+    """An 8-byte UDP header with no payload; checksum 0 is "none", which IPv4 allows."""
+    return struct.pack("!HHHH", sport, dport, 8, 0)
+
+
 Flow = tuple[str, str, int, int]  # src, dst, sport, dport
+Ports = tuple[int, int]  # sport, dport
 
 
-def parse_time_exceeded(packet: bytes) -> tuple[str, Flow] | None:
-    """(answering hop, quoted TCP flow) of an IPv4 ICMP time exceeded, or None for anything else."""
+def parse_time_exceeded(packet: bytes) -> tuple[str, int, Flow] | None:
+    """(answering hop, IP protocol, quoted flow) of an IPv4 ICMP time exceeded quoting a TCP or
+    UDP packet, or None for anything else."""
     if len(packet) < 20:
         return None
     ihl = (packet[0] & 0x0F) * 4
@@ -67,91 +76,108 @@ def parse_time_exceeded(packet: bytes) -> tuple[str, Flow] | None:
         return None
     inner = packet[ihl + 8:]
     inner_ihl = (inner[0] & 0x0F) * 4
-    if inner[9] != socket.IPPROTO_TCP or len(inner) < inner_ihl + 4:
+    if inner[9] not in PROTOCOLS.values() or len(inner) < inner_ihl + 4:
         return None
     sport, dport = struct.unpack_from("!HH", inner, inner_ihl)
     flow = (socket.inet_ntoa(inner[12:16]), socket.inet_ntoa(inner[16:20]), sport, dport)
-    return socket.inet_ntoa(packet[12:16]), flow
+    return socket.inet_ntoa(packet[12:16]), inner[9], flow
 
 
-def _reply_from_peer(packet: bytes, src: str, dst: str, dport: int) -> int | None:
-    """The port of ours that the peer itself answered (SYN-ACK or RST): the probe got all the way."""
+def _reply_from_peer(packet: bytes, src: str, dst: str) -> Ports | None:
+    """The flow (ours, theirs) the peer itself answered (SYN-ACK or RST): the probe got all the way."""
     ihl = (packet[0] & 0x0F) * 4
     if len(packet) < ihl + 4 or packet[9] != socket.IPPROTO_TCP:
         return None
     if socket.inet_ntoa(packet[12:16]) != dst or socket.inet_ntoa(packet[16:20]) != src:
         return None
     their, ours = struct.unpack_from("!HH", packet, ihl)
-    return ours if their == dport else None
+    return ours, their
 
 
-def _sockets(src: str, ttl: int) -> tuple[socket.socket, socket.socket]:
+def _sockets(src: str, ttl: int, proto: int, device: str | None) -> tuple[socket.socket, socket.socket]:
     try:
         icmp = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     except PermissionError:
-        raise ClockfabricError("path discovery sends raw TCP probes, which needs root or CAP_NET_RAW; "
+        raise ClockfabricError("path discovery sends raw probes, which needs root or CAP_NET_RAW; "
                                "run it with sudo") from None
     try:
         icmp.setsockopt(SOL_RAW, ICMP_FILTER, struct.pack("I", ~(1 << ICMP_TIME_EXCEEDED) & 0xFFFFFFFF))
-        tcp = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)  # the kernel adds the IP header
-        tcp.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+        probe = socket.socket(socket.AF_INET, socket.SOCK_RAW, proto)  # the kernel adds the IP header
         try:
-            tcp.bind((src, 0))
+            probe.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+            if device:  # a rail: out of this NIC, whatever the routes prefer
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, device.encode())
+            probe.bind((src, 0))
         except OSError as e:
-            tcp.close()
-            raise ClockfabricError(f"cannot send from {src}: {e.strerror}; give an address of this host") from None
+            probe.close()
+            raise ClockfabricError(f"cannot send from {src}{f' on {device}' if device else ''}: {e.strerror}; "
+                                   "give an address (and NIC) of this host") from None
     except BaseException:
         icmp.close()
         raise
-    return icmp, tcp
+    return icmp, probe
 
 
 def learn(src: str, dst: str, dport: int, *, sports: Iterable[int], ttl: int = 2,
           timeout_s: float = 0.5) -> dict[int, str | None]:
-    """For each source port, the address that answers a TCP SYN src:port -> dst:dport at `ttl`.
+    """For each source port, the address that answers a TCP SYN src:port -> dst:dport at `ttl`."""
+    found = trace(src, dst, [(port, dport) for port in sports], ttl=ttl, timeout_s=timeout_s)
+    return {sport: hop for (sport, _), hop in found.items()}
+
+
+def trace(src: str, dst: str, flows: Iterable[Ports], *, proto: str = "tcp", ttl: int = 2,
+          timeout_s: float = 0.5, device: str | None = None) -> dict[Ports, str | None]:
+    """For each (sport, dport), the address that answers a `proto` packet src:sport -> dst:dport at `ttl`.
 
     All probes go out at once, then replies are collected until each is answered or the
-    timeout passes; unanswered ports are probed once more (a probe or its reply may be
-    lost). None: no answer, or the peer itself answered (it is fewer than `ttl` hops away).
-    Must run in the namespace that owns `src`. Needs root or CAP_NET_RAW.
+    timeout passes; unanswered flows are probed once more (a probe or its reply may be
+    lost). None: no answer, or (TCP) the peer itself answered: it is fewer than `ttl` hops
+    away. `device`: send out of this NIC. Must run in the namespace that owns `src`.
+    Needs root or CAP_NET_RAW.
     """
-    ports = list(dict.fromkeys(sports))
-    found: dict[int, str | None] = dict.fromkeys(ports)
-    pending = set(ports)
-    icmp, tcp = _sockets(src, ttl)
+    if proto not in PROTOCOLS:
+        raise ClockfabricError(f"cannot trace {proto!r} flows; protocols are {', '.join(PROTOCOLS)}")
+    wanted = list(dict.fromkeys(flows))
+    found: dict[Ports, str | None] = dict.fromkeys(wanted)
+    pending = set(wanted)
+    icmp, probe = _sockets(src, ttl, PROTOCOLS[proto], device)
     rng = random.Random()
     try:
         for _ in range(2):
-            for port in (p for p in ports if p in pending):
+            for sport, dport in (f for f in wanted if f in pending):
+                packet = (tcp_syn(src, dst, sport, dport, rng.getrandbits(32)) if proto == "tcp"
+                          else udp_header(sport, dport))
                 try:
-                    tcp.sendto(tcp_syn(src, dst, port, dport, rng.getrandbits(32)), (dst, 0))
+                    probe.sendto(packet, (dst, 0))
                 except OSError as e:
                     if e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
                         raise ClockfabricError(f"no route from {src} to {dst}") from None
                     # a full queue or a NIC without carrier: this probe is lost, as on a wire
-            _collect(icmp, tcp, (src, dst, dport), pending, found, time.monotonic() + timeout_s)
+            # a UDP peer answers nothing we could tell from other traffic: only TCP's socket is read
+            _collect(icmp, probe if proto == "tcp" else None, (src, dst, PROTOCOLS[proto]), pending, found,
+                     time.monotonic() + timeout_s)
             if not pending:
                 break
     finally:
         icmp.close()
-        tcp.close()
+        probe.close()
     return found
 
 
-def _collect(icmp: socket.socket, tcp: socket.socket, key: tuple[str, str, int], pending: set[int],
-             found: dict[int, str | None], deadline: float) -> None:
-    src, dst, dport = key
+def _collect(icmp: socket.socket, tcp: socket.socket | None, key: tuple[str, str, int], pending: set[Ports],
+             found: dict[Ports, str | None], deadline: float) -> None:
+    src, dst, proto = key
     while pending and (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([icmp, tcp], [], [], left)
+        ready, _, _ = select.select([icmp] + ([tcp] if tcp else []), [], [], left)
         for sock in ready:
             packet = sock.recv(65535)
             if sock is icmp:
                 reply = parse_time_exceeded(packet)
-                if reply and reply[1][:2] == (src, dst) and reply[1][3] == dport and reply[1][2] in pending:
-                    found[reply[1][2]] = reply[0]
-                    pending.discard(reply[1][2])
+                if reply and reply[1] == proto and reply[2][:2] == (src, dst) and (ports := reply[2][2:]) in pending:
+                    found[ports] = reply[0]
+                    pending.discard(ports)
             else:
-                pending.discard(_reply_from_peer(packet, src, dst, dport))
+                pending.discard(_reply_from_peer(packet, src, dst))
 
 
 def _by_hop(found: dict[int, str | None]) -> dict[str | None, list[int]]:

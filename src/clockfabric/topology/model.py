@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -167,3 +168,21 @@ class Topology:
             if src in g and dst in g and nx.has_path(g, src, dst):
                 out += [Path(plane, tuple(p)) for p in sorted(nx.all_shortest_paths(g, src, dst))]
         return out
+
+    def links_through(self, src: str, dst: str, plane: int, hop: str | None = None, at: int = 2) -> list[str]:
+        """Names of the links that every shortest src -> dst path on `plane` crosses, of those
+        whose node number `at` (a trace's TTL) is `hop` if one is given: what a trace proves
+        of the path a flow takes. In order from src; [] if no such path."""
+        paths = [p.nodes for p in self.paths(src, dst)
+                 if p.plane == plane and (hop is None or (len(p.nodes) > at and p.nodes[at] == hop))]
+        if not paths:
+            return []
+        shared = set.intersection(*({frozenset(step) for step in pairwise(p)} for p in paths))
+        names = []
+        for step in pairwise(paths[0]):
+            if frozenset(step) in shared:
+                try:
+                    names.append(self.find_link(*step).name)
+                except KeyError:  # parallel cables: a trace cannot tell which one
+                    pass
+        return names

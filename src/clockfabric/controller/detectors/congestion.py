@@ -6,7 +6,9 @@ too). With the topology, each path's links are put in order from its source, so 
 link *and a direction*: queueing one way says nothing of the other, and a quiet path the other
 way does not clear a link. The links named are a greedy cover: the hop that explains the most
 congested paths first, then the next for what is left. Hops no quiet path can tell apart are
-named together. Congested paths that no link explains are reported per src -> dst pair.
+named together. Congested paths that no link explains are reported per src -> dst pair, those
+with a map only once they have stayed unexplained a while: as a queue builds, paths open one
+by one, and until enough have, the link they share may not stand out.
 """
 
 from __future__ import annotations
@@ -37,9 +39,12 @@ class Congestion:
         self.paths: dict[PathKey, Streak] = {}
         self.excess: dict[PathKey, float] = {}  # the latest OWD above floor
         self.hops: dict[PathKey, list[Hop]] = {}
+        self.unexplained: dict[PathKey, int] = {}  # a mapped congested path no link explains: since when
 
-    def set_path_links(self, mapping: Mapping[tuple[str, str, str], list[str]]) -> None:
-        self.hops = {tuple(key): orient(self.links, key[0], list(names)) for key, names in mapping.items()}
+    def set_path_links(self, mapping: Mapping[tuple[str, str, str], list[str]], src: str | None = None) -> None:
+        """The links each path crosses; with `src`, the map of that host's paths only (the rest stay)."""
+        kept = {} if src is None else {k: v for k, v in self.hops.items() if k[0] != src}
+        self.hops = kept | {tuple(key): orient(self.links, key[0], list(names)) for key, names in mapping.items()}
 
     def on_samples(self, samples: Iterable[Sample]) -> None:
         samples = list(samples)
@@ -63,8 +68,11 @@ class Congestion:
         congested = sorted(k for k, st in self.paths.items() if st.open)
         quiet = {hop for k, st in self.paths.items() if st.quiet for hop in self.hops.get(k, ())}
         blamed, unexplained = localize({k: self.hops.get(k, []) for k in congested}, quiet)
+        self.unexplained = {k: self.unexplained.get(k, now_ns) for k in unexplained}
+        settled = [k for k in unexplained
+                   if not self.hops.get(k) or now_ns - self.unexplained[k] >= self.config.unexplained_after_ns]
         return ([self._link_finding(group, paths) for group, paths in blamed]
-                + self._pair_findings(unexplained))
+                + self._pair_findings(settled))
 
     def _paths_detail(self, paths: list[PathKey]) -> list[dict]:
         return [{"src": s, "dst": d, "path": p, "excess_ns": self.excess[(s, d, p)]} for s, d, p in paths]

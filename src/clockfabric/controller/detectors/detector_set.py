@@ -52,10 +52,11 @@ class DetectorSet:
         if self.drift:
             self.drift.on_neighbours(host, nic, seen_neighbour, now_ns)
 
-    def set_path_links(self, mapping: Mapping[tuple[str, str, str], list[str]]) -> None:
-        """(src, dst, path label) -> the topology link names the path crosses."""
+    def set_path_links(self, mapping: Mapping[tuple[str, str, str], list[str]], src: str | None = None) -> None:
+        """(src, dst, path label) -> the topology link names the path crosses; with `src`, for
+        that host's paths only."""
         if self.congestion:
-            self.congestion.set_path_links(mapping)
+            self.congestion.set_path_links(mapping, src)
 
     def active(self, now_ns: int) -> dict[str, Finding]:
         found: list[Finding] = []
