@@ -3,7 +3,7 @@
 The proofs of the monitoring issue: a flapped leaf-spine link reaches the controller as down
 and up events on the right link within 1 s, a flapping alert fires and resolves; a spine link
 filled with iperf3 traffic is named by a congestion alert within 5 s, while paths over the
-other spine stay quiet; an agent killed goes stale and comes back; a controller that was
+other spine stay quiet; swapped cables raise topology drift (LLDP); an agent killed goes stale and comes back; a controller that was
 away loses no events."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from clockfabric.bench.contention import pinned_iperf, stop
 from clockfabric.cli.monitor_cmds import LabFleet, api
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
-from clockfabric.topology import leafspine
+from clockfabric.topology import Port, leafspine
 from tests.waiting import wait_for
 
 FLAP_CONFIG = """\
@@ -83,6 +83,28 @@ def test_a_flapped_spine_link_is_seen_within_a_second_and_alerted(fleet):
     assert "leaf0" in alert[0]["key"] or "spine1" in alert[0]["key"], alert
     wait_for("flapping alert resolved", lambda: not [a for a in get(fleet, "/api/v1/alerts", open_only=True)["items"]
                                                      if a["kind"] == "flapping"], timeout_s=20, every_s=0.5)
+
+
+def test_swapped_cables_raise_topology_drift_from_the_switches_and_resolve_when_put_back(fleet):
+    lab, topo = fleet.lab, fleet.lab.topology
+    a, b = Port("h1", "eth0"), Port("h3", "eth0")
+    leaf_a, leaf_b = (topo.find_link(str(p), "leaf0" if p.node == "h1" else "leaf1").other(p.node) for p in (a, b))
+    # every port hears the neighbour the topology expects (hosts and switches announce by LLDP)
+    wait_for("LLDP neighbours", lambda: [s for s in get(fleet, "/api/v1/samples", name="lldp_neighbour",
+                                                         host="leaf0")["items"] if s["value"] == 1.0],
+             timeout_s=15, every_s=0.5)
+    assert not open_alerts(fleet, "topology_drift")
+    impair.swap_cables(lab, a, b)
+    try:
+        # h1 and h3 cannot reach the controller now: their leaves say what they see
+        drifts = wait_for("drift on both leaf ports", lambda: (found := open_alerts(fleet, "topology_drift"))
+                          and {x["detail"]["port"] for x in found} >= {str(leaf_a), str(leaf_b)} and found,
+                          timeout_s=15, every_s=0.5)
+        seen = {x["detail"]["port"]: (x["detail"]["seen"], x["detail"]["expected"]) for x in drifts}
+        assert seen[str(leaf_a)] == ("h3:eth0", "h1:eth0") and seen[str(leaf_b)] == ("h1:eth0", "h3:eth0"), seen
+    finally:
+        impair.swap_cables(lab, a, b)
+    wait_for("drift resolved", lambda: not open_alerts(fleet, "topology_drift"), timeout_s=30, every_s=0.5)
 
 
 def test_a_killed_agent_goes_stale_and_a_controller_away_loses_no_events(fleet):

@@ -185,3 +185,47 @@ def test_listen_hears_a_frame_over_a_veth_pair():
     assert heard["cfl-b"] == {"chassis": "p0-leaf3", "port": "swp9", "ttl": 120, "port_description": "to h5:eth0",
                               "system": "p0-leaf3"}
     assert heard["cfl-missing"] is None
+
+
+RECABLE = textwrap.dedent("""
+    import json, subprocess, time
+    from clockfabric import lldp
+
+    def pair():
+        subprocess.run(["ip", "link", "add", "cfl-a", "type", "veth", "peer", "name", "cfl-b"], check=True)
+        for dev in ("cfl-a", "cfl-b"):
+            subprocess.run(["ip", "link", "set", dev, "up"], check=True)
+
+    def heard_within(neighbours, seconds):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if seen := neighbours.poll()["cfl-b"]:
+                return seen
+            time.sleep(0.05)
+        return None
+
+    pair()
+    announcer = lldp.Announcer(0.1, reopen=True)
+    announcer.add("cfl-a", "leaf0", "swp1", system="leaf0")
+    announcer.start()
+    neighbours = lldp.Neighbours(["cfl-b"])
+    out = {"first": heard_within(neighbours, 5)}
+    subprocess.run(["ip", "link", "del", "cfl-a"], check=True)  # both ends go: a cable pulled ...
+    out["gone"] = neighbours.poll()["cfl-b"]
+    pair()  # ... and new NICs of the same names: both sides must open them again
+    out["again"] = heard_within(neighbours, 5)
+    announcer.stop()
+    neighbours.close()
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a veth pair in its own network namespace")
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+def test_announcer_and_neighbours_follow_a_nic_that_was_replaced():
+    proc = subprocess.run(["unshare", "--net", sys.executable, "-c", RECABLE], capture_output=True, text=True,
+                          timeout=30)
+    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
+        pytest.skip(f"no network namespaces here: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"first": "leaf0:swp1", "gone": None, "again": "leaf0:swp1"}

@@ -20,9 +20,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clockfabric import lldp
 from clockfabric.agent.metrics import AgentMetrics, serve
 from clockfabric.agent.pathmap import PathMapper
-from clockfabric.agent.push import Pusher, link_payload
+from clockfabric.agent.push import Pusher, link_payload, neighbour_samples
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.service import HostSync, Solver
 from clockfabric.errors import ClockfabricError
@@ -32,6 +33,7 @@ from clockfabric.probe.engine import ProbeEngine
 from clockfabric.telemetry.amd_gpu import AmdGpuCollector
 from clockfabric.telemetry.base import Collectors
 from clockfabric.telemetry.links import LinkCollector, LinkWatcher
+from clockfabric.telemetry.lldp_neighbours import LldpCollector
 from clockfabric.telemetry.nic import NicCollector
 from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
 from clockfabric.telemetry.rdma import RdmaCollector
@@ -68,6 +70,7 @@ class AgentConfig:
     failover_interval_s: float = 0.1  # heartbeats per path; a path is dead after three missed
     hold_down_s: float = 5.0  # a recovered plane carries traffic again after this long healthy
     steer: bool = False  # transparent mode: move single TCP flows off a plane congested toward their peer
+    lldp_interval_s: float = 5.0  # announce "host, NIC" by LLDP this often (lldpd's 30 s); 0: only listen
     seed: int = 0
     probed: list[str] = field(init=False)
 
@@ -162,8 +165,9 @@ class Agent:
         self._links_seen = 0
         self.failover = self._failover(me) if cfg.failover else None
         self._decisions_seen = 0
-        self.collectors = Collectors([NicCollector(rails), LinkCollector(self.links), RdmaCollector(),
-                                      NvidiaGpuCollector(), AmdGpuCollector()])
+        self.neighbours, self.lldp = lldp.for_ports(cfg.host, rails, cfg.lldp_interval_s)
+        self.collectors = Collectors([NicCollector(rails), LinkCollector(self.links), LldpCollector(self.neighbours),
+                                      RdmaCollector(), NvidiaGpuCollector(), AmdGpuCollector()])
         self.metrics_server = None
         if cfg.metrics_port:
             try:
@@ -209,6 +213,8 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         self.engine.start()
+        if self.lldp:
+            self.lldp.start()
         if self.failover:
             self.failover.start()
         if self.pusher:
@@ -232,6 +238,8 @@ class Agent:
                 self.failover.join(2)
             self.engine.stop()
             self.engine.join(2)
+            if self.lldp:
+                self.lldp.stop()
             sel.close()
             self.control.close()
             if self.metrics_server:
@@ -300,6 +308,8 @@ class Agent:
                 events.append({"t_ns": t_ns, "synced": synced, "kind": f"failover_{d['kind']}",
                                "device": d["peer"], "detail": {k: v for k, v in d.items()
                                                                if k not in ("seq", "t_ns", "kind", "peer")}})
+        if self.neighbours:
+            samples += neighbour_samples(self.neighbours.poll())
         state = self.latest or {}
         for row in state.get("owd", []):
             labels = {"src": row["src"], "dst": row["dst"], "path": row["path"]}
@@ -328,3 +338,4 @@ class Agent:
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_path)
+

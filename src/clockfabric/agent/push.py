@@ -124,3 +124,9 @@ def link_payload(watcher, after_seq: int, to_time: Callable[[int], tuple[int, bo
         samples.append({"name": "link_transitions_total", "value": float(d["transitions"]),
                         "labels": {"device": device}})
     return events, samples, after_seq
+
+
+def neighbour_samples(heard: dict[str, str | None]) -> list[dict]:
+    """Each interface's LLDP neighbour ("" where none is heard: that withdraws an earlier one)."""
+    return [{"name": "lldp_neighbour", "value": float(bool(seen)), "labels": {"device": device, "neighbour": seen or ""}}
+            for device, seen in heard.items()]

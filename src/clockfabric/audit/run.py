@@ -38,9 +38,9 @@ def _switches_speak_lldp(lab):
     if lab is None:
         yield
         return
-    from clockfabric.lab.lldp import Speaker
+    from clockfabric.lab.lldp import speaker as lldp_speaker
 
-    speaker = Speaker(lab)
+    speaker = lldp_speaker(lab)
     speaker.start()
     try:
         yield

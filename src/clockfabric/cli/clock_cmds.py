@@ -60,6 +60,9 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           steer: bool = typer.Option(False, "--steer/--no-steer",
                                      help="Transparent mode: move single TCP flows off a plane congested toward "
                                           "their peer (needs failover)."),
+          lldp_interval: float = typer.Option(5.0, "--lldp-interval", min=0.0,
+                                              help="Seconds between LLDP announcements on each NIC; 0: only "
+                                                   "listen (where lldpd already announces)."),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
@@ -85,7 +88,7 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
                       probe_rate=probe_rate, probe_budget=probe_budget, metrics_port=metrics_port,
                       controller=controller, token=token, ca_file=ca_file, failover=failover,
-                      hold_down_s=hold_down, steer=steer)).run()
+                      hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval)).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),

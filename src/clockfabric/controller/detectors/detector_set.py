@@ -39,7 +39,7 @@ class DetectorSet:
             self.flapping.on_events(events, now_ns)
 
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
-        """OWD samples by path, link state samples; `now_ns` is unused: windows are the samples' own times."""
+        """OWD samples by path, link state samples (their windows are the samples' own times), LLDP neighbours."""
         samples = list(samples)
         if self.link_down:
             self.link_down.on_samples(samples)
@@ -47,6 +47,9 @@ class DetectorSet:
             self.latency_sla.on_samples(samples)
         if self.congestion:
             self.congestion.on_samples(samples)
+        for s in samples:  # what LLDP tells a host or switch agent: the neighbour of each port
+            if s.name == "lldp_neighbour" and "device" in s.labels:
+                self.on_neighbours(s.host, s.labels["device"], s.labels.get("neighbour") or None, now_ns)
 
     def on_neighbours(self, host: str, nic: str, seen_neighbour: str | None, now_ns: int) -> None:
         if self.drift:
