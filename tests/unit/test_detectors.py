@@ -289,6 +289,21 @@ def test_drift_flags_an_unexpected_neighbour_and_clears_when_fixed(topo):
     assert list(d.active(at(3))) == ["topology_drift:h3:eth0"]
 
 
+def test_drift_from_the_lldp_samples_agents_push(topo):
+    d = DetectorSet(MonitorConfig(), topo)
+    port = topo.find_link("leaf0", "h1").port("leaf0")
+
+    def heard(node, device, neighbour, t):
+        return Sample(host=node, t_ns=at(t), name="lldp_neighbour", value=float(bool(neighbour)),
+                      labels={"device": device, "neighbour": neighbour})
+
+    d.on_samples([heard("leaf0", port.iface, "h3:eth0", 1), heard("h0", "eth0", "leaf0:swp1", 1)], at(1))
+    (f,) = d.active(at(1)).values()
+    assert f.key == f"topology_drift:{port}" and (f.detail["seen"], f.detail["expected"]) == ("h3:eth0", "h1:eth0")
+    d.on_samples([heard("leaf0", port.iface, "", 2)], at(2))  # nothing heard now: withdrawn
+    assert d.active(at(2)) == {}
+
+
 def test_drift_nic_not_in_topology_and_no_topology(topo):
     d = DetectorSet(MonitorConfig(), topo)
     d.on_neighbours("h0", "eth9", "leaf2", at(1))
