@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from clockfabric.agent.push import Pusher
+from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine, save
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make certificates")
@@ -171,5 +172,23 @@ def test_half_a_tls_configuration_is_refused_in_one_line(cli, tmp_path, given):
                "--token-file", str(token_file), given, str(pem), check=False)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr + proc.stdout
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: TLS needs both --tls-cert and --tls-key"], proc.stderr
+    assert proc.stderr.strip() == "error: TLS needs both --tls-cert and --tls-key", proc.stderr
+    assert not (tmp_path / "c.db").exists()  # refused before anything was opened
+
+
+def test_a_certificate_that_does_not_load_is_refused_in_one_line(cli, tmp_path, controller):
+    token_file = tmp_path / "fleet.token"
+    token_file.write_text(TOKEN + "\n")
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    for cert, key in ((tmp_path / "missing.pem", junk), (junk, junk)):
+        proc = cli("controller", "--listen", f"127.0.0.1:{free_port()}", "--db", str(tmp_path / "c.db"),
+                   "--token-file", str(token_file), "--tls-cert", str(cert), "--tls-key", str(key), check=False)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"error: cannot load --tls-cert {cert}") and "PEM" in line, line
+
+
+def test_an_unreadable_ca_file_is_one_clear_error(tmp_path):
+    with pytest.raises(ClockfabricError, match="cannot read the CA file .*missing.pem"):
+        pusher("https://127.0.0.1:1", verify=str(tmp_path / "missing.pem"))

@@ -10,6 +10,7 @@ a summary the controller missed is replaced by a newer one, not replayed.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import uuid
 from collections import deque
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from itertools import islice
 
 import httpx
+
+from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per push
@@ -45,6 +48,12 @@ class Pusher(threading.Thread):
         self._unreported_drops = 0
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        if isinstance(verify, str):  # a private CA's file: httpx wants it as an SSL context
+            try:
+                verify = ssl.create_default_context(cafile=verify)
+            except (OSError, ssl.SSLError) as e:
+                raise ClockfabricError(f"cannot read the CA file {verify}: {e.strerror or e}; "
+                                       "give the PEM file of the CA that signed the controller's certificate") from None
         self._client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=5.0, verify=verify)
 
     def wake(self) -> None:

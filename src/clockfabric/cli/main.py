@@ -7,7 +7,15 @@ import sys
 import typer
 
 from clockfabric import __version__
-from clockfabric.cli import audit_cmds, bench_cmds, clock_cmds, lab_cmds, monitor_cmds, path_cmds, topology_cmds
+from clockfabric.cli import (
+    audit_cmds,
+    bench_cmds,
+    clock_cmds,
+    lab_cmds,
+    monitor_cmds,
+    path_cmds,
+    topology_cmds,
+)
 from clockfabric.cli.output import err
 from clockfabric.errors import ClockfabricError
 
@@ -38,7 +46,7 @@ def main() -> None:
         app()
     except ClockfabricError as e:
         for line in str(e).splitlines():
-            err.print(f"[red]error:[/] {line}", highlight=False, markup=True)
+            err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)  # one line, whatever the width
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -65,13 +65,14 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
     host, port = _listen(listen)
+    listen_at = Listen(host, port, tls_cert, tls_key)
+    listen_at.check()
     token = read_token(token_file, create=new_token)
     topo = load(topology) if topology else (Lab.open(lab_name).topology if lab_name else None)
     nodes = sorted(topo.hosts) + sorted(topo.switches) if topo else []
     storage = open_storage(db)
     monitor = Monitor.create(storage, topology=topo, config=config, webhook=webhook)
     fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None, monitor=monitor)
-    listen_at = Listen(host, port, tls_cert, tls_key)
     err.print(f"controller on {listen_at.url}, storage {db}, {len(nodes)} enrolled nodes")
     try:
         server(fleet, token, listen_at).run()

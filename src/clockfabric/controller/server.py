@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +29,21 @@ class Listen:
     def url(self) -> str:
         return f"{'https' if self.tls_cert else 'http'}://{self.host}:{self.port}"
 
+    def check(self) -> None:
+        """Refuse half a TLS config, or a certificate and key that do not load, in one line (before
+        anything is opened: uvicorn would load them only when it starts, with a traceback)."""
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ClockfabricError("TLS needs both --tls-cert and --tls-key")
+        if self.tls_cert:
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.tls_cert, self.tls_key)
+            except (OSError, ssl.SSLError) as e:
+                raise ClockfabricError(f"cannot load --tls-cert {self.tls_cert} with --tls-key {self.tls_key}: "
+                                       f"{e.strerror or e}; give a PEM certificate and its private key") from None
+
 
 def server(fleet: Fleet, token: str, listen: Listen) -> uvicorn.Server:
-    if bool(listen.tls_cert) != bool(listen.tls_key):
-        raise ClockfabricError("TLS needs both --tls-cert and --tls-key")
+    listen.check()
     config = uvicorn.Config(create_app(fleet, token), host=listen.host, port=listen.port, log_level="warning",
                             ssl_certfile=str(listen.tls_cert) if listen.tls_cert else None,
                             ssl_keyfile=str(listen.tls_key) if listen.tls_key else None)
