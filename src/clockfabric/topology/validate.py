@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-import networkx as nx
-
 from clockfabric.topology.addressing import PLANE_BITS, links_per_plane_max
 from clockfabric.topology.model import Topology
 
@@ -54,7 +52,7 @@ def _unreachable(topo: Topology) -> list[str]:
     # A host has one NIC per plane, so it can never be a transit node: components suffice.
     component: dict[str, set[tuple[int, int]]] = defaultdict(set)
     for plane in topo.planes:
-        for cid, nodes in enumerate(nx.connected_components(topo.plane_graph(plane))):
+        for cid, nodes in enumerate(_components(topo, plane)):
             for n in nodes:
                 component[n].add((plane, cid))
     out = []
@@ -65,3 +63,29 @@ def _unreachable(topo: Topology) -> list[str]:
             shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
             out.append(f"host {h} has no path to {shown}; add links so every plane is connected")
     return out
+
+
+def _components(topo: Topology, plane: int) -> list[set[str]]:
+    """The connected components of one plane, by union-find over its links (no networkx: agents
+    load and validate topologies, and should not pay for a graph library they never use)."""
+    parent: dict[str, str] = {}
+
+    def root(node: str) -> str:
+        while parent.setdefault(node, node) != node:
+            parent[node] = parent[parent[node]]  # halve the path as we go
+            node = parent[node]
+        return node
+
+    for s in topo.switches.values():
+        if s.plane == plane:
+            root(s.name)
+    for h in topo.hosts.values():
+        if h.nic(plane):
+            root(h.name)
+    for lk in topo.links:
+        if topo.plane_of(lk.a) == plane:
+            parent[root(lk.a.node)] = root(lk.b.node)
+    groups: dict[str, set[str]] = defaultdict(set)
+    for node in list(parent):
+        groups[root(node)].add(node)
+    return list(groups.values())
