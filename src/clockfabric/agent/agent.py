@@ -293,7 +293,8 @@ class Agent:
 
     def _for_controller(self) -> tuple[list[dict], list[dict], dict]:
         """What the pusher sends (from its thread): new link events, in global time once this
-        host is synced, and the latest one-way delays and link states as samples."""
+        host is synced, and as samples the latest one-way delays of its probe paths, link
+        states and LLDP neighbours."""
         mapping = self.sync.mapping
 
         def to_time(real_ns: int) -> tuple[int, bool]:
@@ -311,7 +312,9 @@ class Agent:
         if self.neighbours:
             samples += neighbour_samples(self.neighbours.poll())
         state = self.latest or {}
-        for row in state.get("owd", []):
+        # the probes' own direction only: a reply travels another 5-tuple (another path, maybe
+        # another spine) under the same path label, and the controller would mix the two
+        for row in (r for r in state.get("owd", []) if r["src"] == self.cfg.host):
             labels = {"src": row["src"], "dst": row["dst"], "path": row["path"]}
             samples += [{"name": f"owd_{stat}_ns", "value": row[f"{stat}_ns"], "labels": labels}
                         for stat in ("min", "p50", "p99", "floor")]
