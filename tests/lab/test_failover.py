@@ -19,7 +19,7 @@ from clockfabric.clock.evaluate import LabAgents, read_states
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
 from clockfabric.lab.streams import Mesh
-from clockfabric.topology import multirail
+from clockfabric.topology import interfaces, multirail
 from tests.waiting import wait_for
 
 HOLD_DOWN_S = 2.0
@@ -89,14 +89,24 @@ def test_with_agents_a_nic_flap_breaks_no_connection_and_traffic_returns(lab, ag
 
 
 def test_a_silent_spine_link_failure_is_found_by_heartbeats(lab, agents):
+    leaf0, leaf1 = {"h0", "h1"}, {"h2", "h3"}
+    across = {(h, p) for h in leaf0 | leaf1 for p in (leaf1 if h in leaf0 else leaf0)}
+    # every host put its heartbeat paths to each peer across the fabric on both spines of each plane
+    owner = {str(i.address.ip): i.port.node for i in interfaces(lab.topology).values()}  # a spine answers by address
+
+    def spines(states, h, p, plane):
+        return sorted(owner.get(hop, hop) for hop in states[h]["spines"].get(p, {}).get(str(plane), []) if hop)
+
+    placed = wait_for("heartbeat paths placed on spines", lambda: (states := failover(lab)) and all(
+        spines(states, h, p, plane) == [f"p{plane}-spine0", f"p{plane}-spine1"]
+        for h, p in across for plane in (0, 1)) and states, timeout_s=15)
+    assert all(placed[h]["spines"][p]["0"] == [None, None] for h in leaf0 for p in leaf0 - {h})  # no spine between
     link = impair.find_link(lab, "p0-leaf0", "p0-spine0")
     impair.set_link(lab, link, up=False, silent=True)
     try:
-        leaf0, leaf1 = {"h0", "h1"}, {"h2", "h3"}
-        moved = wait_for("a host moving a cross-leaf peer off plane 0", lambda: [
-            (h, p) for h, s in failover(lab).items() for p, planes in s["pinned"].items()
-            if planes == [1] and ({h, p} & leaf0) and ({h, p} & leaf1)], timeout_s=10)
-        assert moved
+        # with a path on each spine, every pair across the fabric sees it, not one by chance
+        wait_for("every host moving every cross-leaf peer off plane 0", lambda: (states := failover(lab)) and all(
+            states[h]["pinned"].get(p) == [1] for h, p in across), timeout_s=10)
         time.sleep(2.0)
         for h, s in failover(lab).items():  # hosts under one leaf never cross a spine: no reason to move
             same_leaf = leaf0 if h in leaf0 else leaf1

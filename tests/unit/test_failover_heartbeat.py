@@ -102,3 +102,30 @@ def test_flows_parse_proc_net_tcp():
             f"   1: {hexaddr('10.0.0.1', 7270)} {hexaddr('0.0.0.0', 0)} 0A 00000000:00000000\n"
             f"   2: {hexaddr('10.0.0.1', 40001)} {hexaddr('10.0.0.6', 7270)} 01 00000000:00000000\n")
     assert flows.parse(text) == [("10.0.0.1", 40000, "10.0.0.5", 7270), ("10.0.0.1", 40001, "10.0.0.6", 7270)]
+
+
+def test_place_puts_each_path_on_a_spine_of_its_own():
+    """Traced spines per source port in, a sender per path out, and heartbeats really leave from it."""
+    try:
+        a = Liveness(A, {"b": B}, {0: "lo"}, ports=2, base_port=47290, session=1, senders=3)
+    except PermissionError:
+        pytest.skip("SO_BINDTODEVICE needs CAP_NET_RAW on this kernel")
+    b1 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    b1.bind((B, 47291))  # where b hears path 1
+    b1.settimeout(2)
+    try:
+        assert a.candidates(0) == [47290, 47291, 47292, 47293, 47294]
+        # as chance had it, both paths' own ports hash onto s0
+        hops = {0: {47290: "s0", 47291: "s0", 47292: "s1", 47293: None, 47294: "s1"},
+                1: {47290: "s0", 47291: "s0", 47292: "s0", 47293: "s1", 47294: "s0"}}
+        assert a.place("b", 0, hops) == {0: "s0", 1: "s1"}
+        assert a.via == {("b", 0, 0): 0, ("b", 0, 1): 3}  # path 0 keeps its own socket
+        a.send(0.0, nics_down=0, up={0})
+        data, (_, sport) = b1.recvfrom(512)
+        assert sport == 47293 and Heartbeat.unpack(data).port == 1
+        # nothing answered (a peer under our own leaf): every path stays on its own socket
+        assert a.place("b", 0, {0: {47290: None}, 1: {}}) == {0: None, 1: None}
+        assert a.via == {("b", 0, 0): 0, ("b", 0, 1): 1}
+    finally:
+        a.close()
+        b1.close()

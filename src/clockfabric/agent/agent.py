@@ -30,6 +30,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab.vclock import CLOCK_ENV, SystemClock, VirtualClock
 from clockfabric.probe import timestamping, wire
 from clockfabric.probe.engine import ProbeEngine
+from clockfabric.probe.paths import trace
 from clockfabric.telemetry.amd_gpu import AmdGpuCollector
 from clockfabric.telemetry.base import Collectors
 from clockfabric.telemetry.links import LinkCollector, LinkWatcher
@@ -192,7 +193,7 @@ class Agent:
         try:
             return Failover(self.address, peers, nics, nic_up=nic_up, interval_s=self.cfg.failover_interval_s,
                             policy=Policy(hold_down_s=self.cfg.hold_down_s), on_decision=self._on_decision,
-                            steer=SteerPolicy() if self.cfg.steer else None)
+                            steer=SteerPolicy() if self.cfg.steer else None, trace=trace)
         except OSError as e:
             raise ClockfabricError(f"cannot open failover heartbeat ports on {self.address} ({e.strerror}): "
                                    "is another agent running on this host?") from None

@@ -35,15 +35,18 @@ from clockfabric.traffic.steer import Move, Steering, SteerPolicy
 
 log = logging.getLogger(__name__)
 KEEP_DECISIONS = 1000
+SENDERS = 6  # send-only heartbeat sockets per plane (ports 7292-7297): candidates to put paths on spines
 
 
 class Failover(threading.Thread):
     def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str], *,
                  nic_up: Callable[[str], bool | None], policy: Policy = Policy(), interval_s: float = 0.1,
                  detect_mult: int = 3, ports: int = 2, base_port: int = 7290,
-                 on_decision: Callable[[], None] | None = None, steer: SteerPolicy | None = None):
+                 on_decision: Callable[[], None] | None = None, steer: SteerPolicy | None = None,
+                 trace: Callable[..., dict] | None = None, senders: int = SENDERS, relearn_s: float = 300.0):
         """`peers`: name -> stable address (not this host); `nics`: plane -> NIC name;
-        `nic_up(name)`: the NIC's link state now (None: unknown, taken as up)."""
+        `nic_up(name)`: the NIC's link state now (None: unknown, taken as up); `trace`:
+        probe.paths.trace, to put each peer's heartbeat paths on distinct spines (None: by chance)."""
         super().__init__(name="failover", daemon=True)
         self.address = address
         self.peers = peers
@@ -52,7 +55,10 @@ class Failover(threading.Thread):
         self.interval_s = interval_s
         self.on_decision = on_decision
         self.live = Liveness(address, peers, nics, ports=ports, base_port=base_port, interval_s=interval_s,
-                             detect_mult=detect_mult, session=random.getrandbits(32))
+                             detect_mult=detect_mult, session=random.getrandbits(32),
+                             senders=senders if trace else 0)
+        self.trace, self.relearn_s = trace, relearn_s
+        self.spines: dict[str, dict[int, dict[int, str | None]]] = {}  # peer -> plane -> path -> spine it takes
         self.routes = PlaneRoutes(address, nics)
         self.decider = Decider(tuple(sorted(nics)), policy)
         self.decisions: deque[dict] = deque(maxlen=KEEP_DECISIONS)
@@ -94,6 +100,8 @@ class Failover(threading.Thread):
         self.wake()
 
     def run(self) -> None:
+        if self.trace:
+            threading.Thread(target=self._place_paths, name="heartbeat-paths", daemon=True).start()
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         next_send = time.monotonic()
@@ -121,6 +129,42 @@ class Failover(threading.Thread):
                 self.steering.close()
             for fd in (self._wake_r, self._wake_w):
                 os.close(fd)
+
+    def _place_paths(self) -> None:
+        """Trace every peer's heartbeat paths and put them on distinct spines; again every
+        relearn_s (a fabric that changed elsewhere moves the hash). Its own thread: a trace can
+        wait a second for answers, and heartbeats must not. A peer with a path down or routed
+        away is left as placed: re-placing its paths now would hide the failure."""
+        warned: set[str] = set()
+        while True:
+            for peer, address in self.peers.items():
+                if self._stopping.is_set():
+                    return
+                try:
+                    busy = bool(self.live.dead_in(peer)) or peer in self.decider.pinned() \
+                        or peer in self.decider.unreachable
+                except RuntimeError:  # the failover thread changed its books under us: next round
+                    busy = True
+                if busy:
+                    continue
+                for plane, nic in self.nics.items():
+                    if self.nic_up(nic) is False:
+                        continue
+                    flows = [(sport, self.live.base_port + k) for sport in self.live.candidates(plane)
+                             for k in range(self.live.ports)]
+                    try:
+                        found = self.trace(self.address, address, flows, proto="udp", ttl=2, device=nic)
+                    except Exception as e:  # noqa: BLE001 - no raw sockets, no route: left as the hash put them
+                        if str(e) not in warned:
+                            warned.add(str(e))
+                            log.warning("heartbeat paths to %s stay where the hash put them: %s", peer, e)
+                        continue
+                    hops: dict[int, dict[int, str | None]] = {}
+                    for (sport, dport), hop in found.items():
+                        hops.setdefault(dport - self.live.base_port, {})[sport] = hop
+                    self.spines.setdefault(peer, {})[plane] = self.live.place(peer, plane, hops)
+            if self._stopping.wait(self.relearn_s):
+                return
 
     # ---- judging
     def _up_planes(self) -> set[int]:
@@ -221,6 +265,8 @@ class Failover(threading.Thread):
         return {"pinned": {p: list(planes) for p, planes in self.decider.pinned().items()},
                 "unreachable": sorted(self.decider.unreachable), "isolated": self.isolated,
                 "peers_heard": len(self.live.reports), "paths": len(self.live.socks),
+                "spines": {peer: {str(p): list(paths.values()) for p, paths in planes.items()}
+                           for peer, planes in self.spines.items()},
                 "counters": self.counters | self.live.counters,
                 "decisions": self.events(max(0, self.seq - 50))} | (
                     {"steer": self.steer_state} if self.steering else {})

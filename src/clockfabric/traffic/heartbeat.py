@@ -18,6 +18,12 @@ The sockets are read once per tick, never woken per packet: a wake-up costs more
 few packets it would read. The kernel stamps each arrival (SO_TIMESTAMPNS), so the one-way
 delay of every heartbeat is known whenever it is read.
 
+Which spine a path takes is the fabric's hash of its 5-tuple. Left to chance, a peer's few
+paths on a plane may all hash onto the same spine and miss a failure on another (with two
+ports and two spines, one peer in four). So each plane also has `senders` send-only sockets,
+and `place()` picks, per peer, the source socket of each path so that the paths cross distinct
+spines, from a trace of the candidates (failover.py does it with probe.paths.trace).
+
 Version 2 adds what transparent mode (steer.py) needs: each heartbeat carries its send time,
 and the standing queue its sender sees on each of the receiver's paths toward it, so every host
 learns the queueing in the direction it *sends*. Version 1 peers are answered in version 1
@@ -101,8 +107,9 @@ class Liveness:
 
     def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str], *, ports: int = 2,
                  base_port: int = 7290, interval_s: float = 0.1, detect_mult: int = 3, silent_s: float = 1.0,
-                 session: int = 0):
-        """`peers`: name -> address; `nics`: plane -> NIC name."""
+                 session: int = 0, senders: int = 0):
+        """`peers`: name -> address; `nics`: plane -> NIC name; `senders`: extra send-only sockets
+        per plane (ports base_port + ports ...), the candidates place() may put a path on."""
         if max(nics) * ports + ports > 64:
             raise ValueError("heartbeat paths are numbered in 64 bits: too many planes x ports")
         self.peers = peers
@@ -120,24 +127,48 @@ class Liveness:
         self.counters = {"heartbeats_sent": 0, "heartbeats_received": 0, "send_errors": 0, "bad_heartbeats": 0}
         self.delays = DelayBook()  # one-way delays of every path from every peer
         self.n_paths = (max(nics) + 1) * ports
-        self.socks: dict[tuple[int, int], socket.socket] = {}
+        self.socks: dict[tuple[int, int], socket.socket] = {}  # (plane, port): where heartbeats arrive
+        self.senders: dict[tuple[int, int], socket.socket] = {}  # (plane, c): a path may leave by any
+        self.via: dict[tuple[str, int, int], int] = {}  # (peer, plane, port) -> the sender placed on it
         try:
             for plane, nic in nics.items():
-                for k in range(ports):
+                for c in range(ports + senders):
                     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                    self.socks[(plane, k)] = s
+                    self.senders[(plane, c)] = s
+                    if c < ports:  # the first `ports` also receive: the paths' own ports
+                        self.socks[(plane, c)] = s
                     s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, nic.encode())
                     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0xC0)  # CS6, network control, as BFD uses
                     s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # arrival times from the kernel
-                    s.bind((address, base_port + k))
+                    s.bind((address, base_port + c))
                     s.setblocking(False)
         except OSError:
             self.close()
             raise
 
     def close(self) -> None:
-        for s in self.socks.values():
+        for s in self.senders.values():
             s.close()
+
+    def candidates(self, plane: int) -> list[int]:
+        """The source ports a path on `plane` may leave from."""
+        return [self.base_port + c for p, c in self.senders if p == plane]
+
+    def place(self, peer: str, plane: int, hops: dict[int, dict[int, str | None]]) -> dict[int, str | None]:
+        """Put each of the plane's paths to `peer` on a sender whose flow to that path's port
+        crosses a spine no other path of it crosses. `hops`: path -> source port -> the switch
+        that answered a trace of (source port -> peer:path port), None where none did. A path
+        with no new spine to take keeps its own socket. Returns path -> the spine it now takes."""
+        taken: dict[int, str | None] = {}
+        for k in range(self.ports):
+            answered = hops.get(k, {})
+            mine = self.base_port + k  # its own socket first: no change unless needed
+            order = [mine] + [sport for sport in sorted(answered) if sport != mine]
+            fresh = [sport for sport in order if answered.get(sport) and answered[sport] not in taken.values()]
+            sport = fresh[0] if fresh else mine
+            self.via[(peer, plane, k)] = sport - self.base_port
+            taken[k] = answered.get(sport)
+        return taken
 
     @staticmethod
     def bit(plane: int, port: int, ports: int) -> int:
@@ -168,6 +199,8 @@ class Liveness:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
                     sec, nsec = TIMESPEC.unpack_from(value)
                     arrived_ns = sec * 1_000_000_000 + nsec
+            if not data:  # an empty datagram: a path trace of a peer's reached us, not a heartbeat
+                continue
             hb = Heartbeat.unpack(data)
             peer = self.names.get(src)
             if hb is None or peer is None or (hb.plane, hb.port) != (plane, k):
@@ -228,11 +261,12 @@ class Liveness:
             if version >= 2:
                 seen = self.delays.queues(peer, now)
                 queues = tuple(encode_queue(seen.get(divmod(i, self.ports))) for i in range(self.n_paths))
-            for (plane, k), s in self.socks.items():
+            for plane, k in self.socks:
                 if plane not in up:
                     continue
                 data = Heartbeat(plane, k, self.session, self.seq, dead, nics_down, time.time_ns(), queues,
                                  version).pack()
+                s = self.senders[(plane, self.via.get((peer, plane, k), k))]
                 try:
                     s.sendto(data, (address, self.base_port + k))
                     self.counters["heartbeats_sent"] += 1
