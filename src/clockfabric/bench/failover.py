@@ -268,13 +268,21 @@ def soak(seconds: float, *, out_dir: Path, hold_down_s: float = 5.0, progress: P
         flows = [("h0", "h2"), ("h3", "h1"), ("h1", "h0"), ("h2", "h3")]  # across the spines and within leaves
         progress(f"soak: {seconds:g} s of {len(flows)} saturating TCP flows (2 streams each), agents on")
         results: list[dict] = []
-        threads = [threading.Thread(target=lambda a=a, b=b: results.append(
-            traffic.run(lab, a, b, seconds=seconds, streams=2)), daemon=True) for a, b in flows]
+        errors: list[str] = []
+
+        def flow(a: str, b: str) -> None:
+            try:
+                results.append(traffic.run(lab, a, b, seconds=seconds, streams=2))
+            except ClockfabricError as e:  # the traffic's own failure: reported, the soak still counts
+                errors.append(str(e))
+
+        threads = [threading.Thread(target=flow, args=ab, daemon=True) for ab in flows]
         try:
             for t in threads:
                 t.start()
+            deadline = time.monotonic() + seconds + 60
             for t in threads:
-                t.join(seconds + 60)
+                t.join(max(0.0, deadline - time.monotonic()))
             decisions = [d for s in read_states(agents.state_dir).values()
                          for d in s.get("failover", {}).get("decisions", [])]
             counters = [s["failover"]["counters"] for s in read_states(agents.state_dir).values()]
@@ -284,7 +292,7 @@ def soak(seconds: float, *, out_dir: Path, hold_down_s: float = 5.0, progress: P
         build.down(name)
     report = {"seconds": seconds, "flows": [f"{a}->{b}" for a, b in flows],
               "throughput_mbps": [round(r["received_bps"] / 1e6, 1) for r in results],
-              "retransmits": [r.get("retransmits") for r in results],
+              "retransmits": [r.get("retransmits") for r in results], "traffic_errors": errors,
               "decisions": [d["kind"] for d in decisions], "moves": sum(d["kind"] == "moved" for d in decisions),
               "heartbeats_sent": sum(c["heartbeats_sent"] for c in counters),
               "heartbeats_received": sum(c["heartbeats_received"] for c in counters)}

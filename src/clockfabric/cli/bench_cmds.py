@@ -55,6 +55,8 @@ def failover(scenarios: str = typer.Option("flap-1s,flap-20s,flap-120s,spine-sil
         else:
             out.print(f"soak {soak:g} s: {report['moves']} reroutes on a healthy fabric; "
                       f"decisions {report['decisions'] or 'none'}; throughput {report['throughput_mbps']} Mbit/s")
+            for e in report["traffic_errors"]:
+                err.print(f"[yellow]background traffic: {e}")
         return
     report = fb.run([s.strip() for s in scenarios.split(",") if s.strip()], agent_modes=modes,
                     timeouts=chosen_timeouts, out_dir=out_dir, script=script, hold_down_s=hold_down,

@@ -36,7 +36,11 @@ def run(lab: Lab, src: str, dst: str, *, seconds: float, rate_bps: int | None = 
         if udp or rate_bps:
             args += ["-u"] if udp else []
             args += ["-b", str(rate_bps or 0)]
-        client = subprocess.run(command(lab, src, args), capture_output=True, text=True)
+        try:  # iperf3 3.12 was seen spinning at the end of a 600 s saturated test, its report unsent
+            client = subprocess.run(command(lab, src, args), capture_output=True, text=True, timeout=seconds + 30)
+        except subprocess.TimeoutExpired:
+            raise ClockfabricError(f"iperf3 {src} -> {dst} did not finish {seconds + 30:g} s after it started "
+                                   f"(a {seconds:g} s test); it was stopped") from None
         try:
             result = json.loads(client.stdout)
         except json.JSONDecodeError:
