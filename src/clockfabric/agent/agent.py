@@ -22,10 +22,11 @@ from pathlib import Path
 
 from clockfabric import lldp
 from clockfabric.agent.metrics import AgentMetrics, serve
-from clockfabric.agent.pathmap import PathMapper
+from clockfabric.agent.pathmap import PathMapper, first_switches
 from clockfabric.agent.push import Pusher, link_payload, neighbour_samples
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.service import HostSync, Solver
+from clockfabric.collective.claims import AGENT_PORT, Ledger
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.vclock import CLOCK_ENV, SystemClock, VirtualClock
 from clockfabric.probe import timestamping, wire
@@ -38,13 +39,13 @@ from clockfabric.telemetry.lldp_neighbours import LldpCollector
 from clockfabric.telemetry.nic import NicCollector
 from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
 from clockfabric.telemetry.rdma import RdmaCollector
-from clockfabric.topology import Topology
+from clockfabric.topology import Topology, interfaces
 from clockfabric.traffic.decide import Policy
 from clockfabric.traffic.failover import Failover
 from clockfabric.traffic.steer import SteerPolicy
 
 log = logging.getLogger(__name__)
-CONTROL_PORT = 7299
+CONTROL_PORT = AGENT_PORT  # clock reports and maps, and collective ranks' spine claims
 METRICS_PORT = 9470
 MAX_MESSAGE = 65_000
 AGENT_NICE = -5
@@ -149,6 +150,14 @@ class Agent:
                                    f"{cfg.host}, and is no other agent running on it?") from None
         self.control.setblocking(False)
         self.sync = HostSync(cfg.host, cfg.probed, window_ns=int(cfg.window_s * 1e9))
+        # spine claims of the collective jobs under this host's leaves (collective/claims.py)
+        self.ledger = Ledger()
+        leaf = first_switches(topo)
+        mine = {leaf[(cfg.host, n.plane)] for n in me.nics if (cfg.host, n.plane) in leaf}
+        self.leafmates = sorted({h for (h, _), sw in leaf.items() if sw in mine} - {cfg.host})
+        self.switch_of = {str(i.address.ip): i.port.node for i in interfaces(topo).values()}
+        self._claims_told = False
+        self.placements = 0
         self.solver = Solver(list(topo.hosts), cfg.reference, stale_s=3 * cfg.update_s) \
             if cfg.host == cfg.reference else None
         self.bad_messages = 0
@@ -255,7 +264,7 @@ class Agent:
     def _receive(self) -> None:
         while True:
             try:
-                data, (src, _) = self.control.recvfrom(MAX_MESSAGE)
+                data, (src, sport) = self.control.recvfrom(MAX_MESSAGE)
             except BlockingIOError:
                 return
             if src not in self.engine.names:  # only lab/fleet hosts may talk to us
@@ -267,8 +276,32 @@ class Agent:
                     self.solver.on_report(msg)
                 elif msg["t"] == "map":
                     self.sync.on_map(msg)
+                elif msg["t"] == "place":
+                    self._place(msg, (src, sport))
+                elif msg["t"] == "release":
+                    self.ledger.release(str(msg["job"]))
+                elif msg["t"] == "claims" and msg["host"] in self.leafmates:
+                    self.ledger.hear(msg["host"], msg["claims"])
             except (ValueError, KeyError, TypeError):
                 self.bad_messages += 1
+
+    def _place(self, msg: dict, reply_to: tuple[str, int]) -> None:
+        """A collective rank's subflows to spines, by the leaf's ledger: answered at once."""
+        wants = [(int(n), [str(h) for h in hops]) for n, hops in msg["want"]]
+        named = self.ledger.place(str(msg["job"]), [(n, [self.switch_of.get(h, h) for h in hops]) for n, hops in wants])
+        hops = [[next(h for h in hops if self.switch_of.get(h, h) == sw) for sw in chosen]
+                for (_, hops), chosen in zip(wants, named)]
+        data = json.dumps({"t": "placed", "job": msg["job"], "hops": hops}).encode()
+        self.control.sendto(data, reply_to)
+        self.placements += 1
+        self._share_claims()
+
+    def _share_claims(self) -> None:
+        claims = self.ledger.shared()
+        if claims or self._claims_told:  # and once more after the last release: mates forget at once
+            for host in self.leafmates:
+                self._send(host, {"t": "claims", "host": self.cfg.host, "claims": claims})
+        self._claims_told = bool(claims)
 
     def _send(self, host: str, msg: dict) -> None:
         data = json.dumps(msg, separators=(",", ":")).encode()
@@ -287,6 +320,7 @@ class Agent:
         self.sync.add(exchanges)
         now = self.clock.now_ns()
         self._send(self.cfg.reference, self.sync.report(now))
+        self._share_claims()
         if self.solver:
             for host, msg in self.solver.solve(now).items():
                 self._send(host, msg)
@@ -332,6 +366,8 @@ class Agent:
                  **self.sync.state()}
         if self.failover:
             state["failover"] = self.failover.state()
+        state["claims"] = {"own": self.ledger.shared(), "placements": self.placements,
+                           "heard": sorted(self.ledger.heard)}
         if self.path_map:
             state["path_map"] = [{"dst": peer, "path": label, "plane": plane, "via": via}
                                  for peer, label, plane, via in self.path_map.rows]

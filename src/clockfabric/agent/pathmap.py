@@ -39,7 +39,7 @@ class PathMapper(threading.Thread):
         self._trace = trace_fn
         self.address = str(topology.hosts[host].address)
         self._owner = {str(i.address.ip): i.port.node for i in interfaces(topology).values()}
-        self._leaf = _first_switches(topology)
+        self._leaf = first_switches(topology)
         self.rows: list[Row] = []  # the latest map, replaced whole: safe to read from other threads
         self.traces = 0
         self._wake = threading.Event()
@@ -91,7 +91,7 @@ class PathMapper(threading.Thread):
         return None if hop is None else self._owner.get(hop, hop)
 
 
-def _first_switches(topo: Topology) -> dict[tuple[str, int], str]:
+def first_switches(topo: Topology) -> dict[tuple[str, int], str]:
     """(host, plane) -> the switch its NIC on that plane is cabled to."""
     out = {}
     for link in topo.links:

@@ -218,7 +218,8 @@ def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeo
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     try:
         for rank, host in enumerate(hosts):
-            proc = subprocess.Popen(command(lab, host, [*argv, "--rank", str(rank)]), env=env, text=True,
+            mine = [*argv, "--rank", str(rank), "--agent", str(lab.topology.hosts[host].address)]  # if one runs there
+            proc = subprocess.Popen(command(lab, host, mine), env=env, text=True,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     start_new_session=True)
             procs.append(proc)

@@ -31,11 +31,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from clockfabric.collective import alltoall, ring
+from clockfabric.collective import alltoall, claims, ring
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.collective.transport import Transport
 from clockfabric.errors import ClockfabricError
-from clockfabric.probe.paths import spread
+from clockfabric.probe.paths import Path, spread
 
 
 def weight(rank: int) -> int:
@@ -89,6 +89,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--token", type=int, default=0)
     p.add_argument("--lab", default="", help="The lab this rank belongs to (marks the process as the lab's).")
+    p.add_argument("--agent", default="", metavar="ADDR",
+                   help="This host's stable address, where its agent listens: learned placement asks it "
+                        "which spines to take (none: spread on our own).")
     args = p.parse_args(argv)
     if args.world < 2 or len(args.peer) != args.world:
         p.error(f"--world {args.world} needs at least 2 ranks and one --peer per rank (got {len(args.peer)})")
@@ -101,6 +104,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ids = [int(g) for g in args.groups.split(",")] if args.groups else [0] * args.world
     except (IndexError, ValueError):
         p.error("--peer needs NAME=ADDR[,ADDR...]; --sizes and --groups need integers, comma-separated")
+    args.agent = (args.agent, claims.AGENT_PORT) if args.agent else None
     args.algorithm = args.algorithm or DEFAULT_ALGORITHM[args.collective]
     if args.algorithm not in ALGORITHMS[args.collective]:
         p.error(f"--algorithm {args.algorithm!r} is not an {args.collective} algorithm; "
@@ -121,21 +125,51 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def learn_ports(args: argparse.Namespace, peers: set[int]) -> dict[tuple[int, int], int]:
     """(peer, subflow) -> a source port, spreading each slot's subflows over the paths found
-    to that peer (ports the switches hash onto distinct spines). The ranks under one leaf
-    start the round at different paths (the k-th rank of its group at path k), so their
-    flows out of the leaf spread over the spines even with one subflow each."""
+    to that peer (ports the switches hash onto distinct spines). With an agent (`--agent`),
+    it picks the spines from what every job under the leaf holds (collective/claims.py).
+    Without one, the ranks under one leaf start the round at different paths (the k-th rank
+    of its group at path k), so their flows out of the leaf spread over the spines even with
+    one subflow each."""
     slots = len(args.addresses[args.rank])
     turn = next(g.index(args.rank) for g in args.groups if args.rank in g)
-    ports = {}
+    found: dict[tuple[int, int], tuple[list[int], list[Path]]] = {}  # (peer, slot) -> (subflows, paths)
     for peer in sorted(peers):
         for slot in range(slots):
             mine = [i for i in range(args.subflows) if i % slots == slot]
-            paths = spread(args.addresses[args.rank][slot], args.addresses[peer][slot], args.port_base + peer,
-                           want=turn + len(mine), seed=args.token ^ (args.rank << 8) ^ peer)
+            found[(peer, slot)] = mine, spread(args.addresses[args.rank][slot], args.addresses[peer][slot],
+                                               args.port_base + peer, want=max(turn + len(mine), 2 * len(mine), 4),
+                                               seed=args.token ^ (args.rank << 8) ^ peer)
+    # where there is a choice of spines (not to a peer under our own leaf), the agent makes it
+    choices = [key for key, (_, paths) in found.items() if len({p.hop for p in paths if p.hop}) > 1]
+    wants = [(len(found[key][0]), list(dict.fromkeys(p.hop for p in found[key][1]))) for key in choices]
+    placed = claims.ask(args.agent, job_id(args), wants, source=args.agent[0]) if args.agent and choices else None
+    ports = {}
+    for (peer, slot), (mine, paths) in found.items():
+        if placed is not None and (peer, slot) in choices:
+            chosen = by_hops(paths, placed[choices.index((peer, slot))])
+        else:
             start = turn % len(paths)
             chosen = (paths[start:] + paths[:start])[:len(mine)]
-            ports |= {(peer, i): path.sport for i, path in zip(mine, chosen)}
+        ports |= {(peer, i): path.sport for i, path in zip(mine, chosen)}
     return ports
+
+
+def by_hops(paths: list[Path], hops: list[str | None]) -> list[Path]:
+    """A path for each hop wanted, each used once: another port on that hop, or any left."""
+    left = list(paths)
+    chosen = []
+    for hop in hops:
+        pick = next((p for p in left if p.hop == hop), left[0] if left else None)
+        if pick is None:
+            break
+        left.remove(pick)
+        chosen.append(pick)
+    return chosen
+
+
+def job_id(args: argparse.Namespace) -> str:
+    """One name per job and rank: the launcher's token is the job's."""
+    return f"{args.token}/{args.rank}"
 
 
 def barrier(links: Transport, algorithm: str, groups: list[list[int]], world: int) -> None:
@@ -202,6 +236,8 @@ def run(args: argparse.Namespace) -> None:
                     emit(event="iter", size_bytes=size, iter=it)
             emit(event="result", rank=args.rank, size_bytes=size, count=count, times_us=times, wrong=wrong)
         emit(event="subflows", rank=args.rank, subflows=links.stats())
+    if args.agent and args.placement == "learned":
+        claims.release(args.agent, job_id(args), source=args.agent[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,73 @@
+"""Spine claims (collective/claims.py): the ledger's choices, and the ask/answer over real UDP on loopback."""
+
+import json
+import socket
+import threading
+
+from clockfabric.collective import claims
+from clockfabric.collective.claims import Ledger
+from clockfabric.collective.worker import by_hops
+from clockfabric.probe.paths import Path
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_second_job_takes_the_spines_the_first_left_light():
+    clock = Clock()
+    ledger = Ledger(ttl_s=60, clock=clock)
+    assert ledger.place("a/0", [(2, ["s0", "s1"]), (1, ["s0", "s1"])]) == [["s0", "s1"], ["s0"]]
+    assert (ledger.load("s0"), ledger.load("s1")) == (2, 1)
+    # job b: one subflow goes where a is lighter; three spread, lightest first
+    assert ledger.place("b/0", [(1, ["s0", "s1"])]) == [["s1"]]
+    assert ledger.place("c/0", [(3, ["s0", "s1", "s2"])]) == [["s2", "s2", "s0"]]
+    ledger.release("a/0")
+    assert (ledger.load("s0"), ledger.load("s1"), ledger.load("s2")) == (1, 1, 2)
+    clock.now += 61  # unreleased claims expire (a job that died never says so)
+    assert ledger.load("s2") == 0 and ledger.shared() == []
+
+
+def test_claims_heard_from_the_leaf_count_and_fade():
+    clock = Clock()
+    ledger = Ledger(clock=clock)
+    ledger.hear("h1", [["x/1", "s0", 4]])
+    assert ledger.place("y/0", [(1, ["s0", "s1"])]) == [["s1"]]
+    assert ledger.shared() == [["y/0", "s1", 1]]  # only our own claims are told on
+    ledger.hear("h1", [])  # h1's job ended
+    assert ledger.load("s0") == 0
+    ledger.hear("h1", [["x/1", "s0", 4]])
+    clock.now += claims.HEARD_TTL_S + 0.1  # h1 went quiet: its word stands only so long
+    assert ledger.load("s0") == 0
+
+
+def test_ask_gets_the_agents_answer_and_falls_back_without_one():
+    agent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    agent.bind(("127.0.0.1", 0))
+    seen = []
+
+    def answer():
+        data, src = agent.recvfrom(65_000)
+        msg = json.loads(data)
+        seen.append(msg)
+        agent.sendto(json.dumps({"t": "placed", "job": msg["job"], "hops": [["10.9.0.1"]]}).encode(), src)
+
+    t = threading.Thread(target=answer)
+    t.start()
+    where = agent.getsockname()
+    got = claims.ask(where, "7/1", [(1, ["10.9.0.0", "10.9.0.1"])], source="127.0.0.1")
+    t.join(5)
+    agent.close()
+    assert got == [["10.9.0.1"]] and seen[0] == {"t": "place", "job": "7/1", "want": [[1, ["10.9.0.0", "10.9.0.1"]]]}
+    # no agent on that port: refused at once, so the rank places on its own
+    assert claims.ask(where, "7/1", [(1, ["a", "b"])], source="127.0.0.1", timeout_s=5) is None
+
+
+def test_by_hops_uses_each_port_once():
+    paths = [Path("s0", 61000), Path("s1", 61001), Path("s0", 61002)]
+    assert by_hops(paths, ["s0", "s0", "s1"]) == [Path("s0", 61000), Path("s0", 61002), Path("s1", 61001)]
+    assert by_hops(paths, ["s1", "s1"]) == [Path("s1", 61001), Path("s0", 61000)]  # out of s1 ports: any left
