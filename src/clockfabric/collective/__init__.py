@@ -4,6 +4,7 @@
     alltoall.py   the all-to-all algorithms (pairwise, oneshot) over `Links`, and their check values
     transport.py  TCP subflows per peer pair, each pinned to a plane: the real `Links`
     worker.py     one rank on one host: connect, time, check, print JSON lines
+    claims.py     the spine ledger the agents keep for learned placement, and a rank's ask
     run.py        the launcher: run_collective(lab, hosts, collective=...) -> CollectiveResult,
                   and allreduce(...), alltoall(...)
     expected.py   expected_busbw_gbps(), expected_alltoall_busbw_gbps(): what link rates allow
