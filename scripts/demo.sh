@@ -75,6 +75,12 @@ clockfabric events --lab "$LAB" --kind failover_moved
 step "monitor again: the flapping alert is open (it resolves after a quiet minute)"
 clockfabric monitor --lab "$LAB" --seconds 3
 
+step "a cabling mistake while monitored: h1's and h5's plane-0 cables swapped; the leaves hear it over LLDP"
+clockfabric lab swap h1:eth0 h5:eth0 --lab "$LAB"
+sleep 6
+clockfabric monitor --lab "$LAB" --seconds 2 | grep -E "topology_drift" || echo "(no drift alert yet)"
+clockfabric lab swap h1:eth0 h5:eth0 --lab "$LAB"
+
 step "lab status: live link state, rates and carrier changes, read from the kernel"
 clockfabric lab status "$LAB" | grep -E "^lab|h3:eth1|p0-leaf0:swp6"
 
