@@ -39,24 +39,32 @@ def far_end(lab: Lab, link: Link) -> Port:
     return link.a if link.b.node in lab.topology.hosts else link.b
 
 
-def set_link(lab: Lab, link: Link, up: bool, *, silent: bool = False) -> None:
-    """Down (silently: carrier stays, the fabric does not notice) or back up."""
+def set_link(lab: Lab, link: Link, up: bool, *, silent: bool = False) -> int:
+    """Down (silently: carrier stays, the fabric does not notice) or back up. Returns the time
+    (time.time_ns) just before the kernel was told: when the failure starts, for whoever
+    measures how fast it is seen (the call's own set-up can take tens of ms on a busy machine)."""
     index = lab.topology.links.index(link)
     silenced = lab.silent_links()
+    changed_ns = 0
     if silent or (up and index in silenced):
         for port in (link.a, link.b):
             with netns.ipr(lab.ns(port.node)) as ipr:
-                shaping.set_buffer(ipr, ipr.link_lookup(ifname=port.iface)[0], link.buffer_pkts if up else 0)
+                nic = ipr.link_lookup(ifname=port.iface)[0]
+                changed_ns = changed_ns or time.time_ns()
+                shaping.set_buffer(ipr, nic, link.buffer_pkts if up else 0)
         lab.save_silent_links(silenced - {index} if up else silenced | {index})
         if silent:
-            return
+            return changed_ns
     port = far_end(lab, link)
     failed = lab.failed_links()
     failed = failed - {index} if up else failed | {index}
     lab.save_failed_links(failed)
     with netns.ipr(lab.ns(port.node)) as ipr:
-        ipr.link("set", index=ipr.link_lookup(ifname=port.iface)[0], state="up" if up else "down")
+        nic = ipr.link_lookup(ifname=port.iface)[0]
+        changed_ns = time.time_ns()
+        ipr.link("set", index=nic, state="up" if up else "down")
     converge(lab, lab.topology.plane_of(link.a), failed)
+    return changed_ns
 
 
 def converge(lab: Lab, plane: int, failed: frozenset[int]) -> None:
