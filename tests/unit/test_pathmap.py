@@ -69,3 +69,18 @@ def test_without_raw_sockets_the_mapper_gives_up_quietly(caplog):
     mapper.join(5)
     assert not mapper.is_alive() and mapper.rows == []
     assert "CAP_NET_RAW" in caplog.text
+
+
+def test_a_peer_without_a_route_does_not_stop_the_map():
+    calls = []
+    inner = fabric(calls)
+    h2 = str(TOPO.hosts["h2"].address)
+
+    def trace(src, dst, flows, **kw):
+        if dst == h2:
+            raise ClockfabricError(f"no route from {src} to {dst}")
+        return inner(src, dst, flows, **kw)
+
+    rows = PathMapper(TOPO, "h0", ["h2", "h3"], FLOWS, trace_fn=trace).learn()
+    assert {r[3] for r in rows if r[0] == "h2"} == {None}  # its paths name no switch
+    assert {r[3] for r in rows if r[0] == "h3"} == {"p0-spine0", "p0-spine1", "p1-spine0", "p1-spine1"}

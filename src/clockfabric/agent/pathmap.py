@@ -68,6 +68,8 @@ class PathMapper(threading.Thread):
 
     def learn(self) -> list[Row]:
         rows: list[Row] = []
+        failures: list[ClockfabricError] = []
+        self.traces = 0
         topo = self.topology
         for rail, plane in ((n.name, n.plane) for n in topo.hosts[self.host].nics):
             flows = [(label, sport, dport) for label, r, sport, dport in self.flows if r == rail]
@@ -79,12 +81,18 @@ class PathMapper(threading.Thread):
                     continue
                 if self._stopping.is_set():
                     return rows
-                found = self._trace(self.address, str(topo.hosts[peer].address),
-                                    [(sport, dport) for _, sport, dport in flows], proto="udp", ttl=TTL,
-                                    device=rail)  # as the engine's sockets are bound
+                try:
+                    found = self._trace(self.address, str(topo.hosts[peer].address),
+                                        [(sport, dport) for _, sport, dport in flows], proto="udp", ttl=TTL,
+                                        device=rail)  # as the engine's sockets are bound
+                except ClockfabricError as e:  # no route to this peer now: its paths say no switch
+                    failures.append(e)
+                    found = {}
                 self.traces += 1
                 rows += [(peer, label, plane, self._switch(found.get((sport, dport))))
                          for label, sport, dport in flows]
+        if failures and len(failures) == self.traces:  # not one trace went out: raw sockets refused, say
+            raise failures[0]
         return rows
 
     def _switch(self, hop: str | None) -> str | None:
