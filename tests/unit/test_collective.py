@@ -135,6 +135,32 @@ def test_a_peer_that_stops_mid_transfer_is_an_error_not_a_hang():
     assert isinstance(results[0], TransportError) and "link to rank 1 failed" in str(results[0])
 
 
+def test_a_peer_that_closes_once_it_has_everything_is_not_a_failure(monkeypatch):
+    """The receiver may have our last bytes, and close, before our sender thread has counted
+    them (a busy machine preempts it right after the write): that is a finished exchange."""
+    from clockfabric.collective import transport
+
+    progress = transport._Latch.progress
+
+    def slow_sender(latch):
+        progress(latch)
+        if threading.current_thread().name.startswith("send-"):
+            time.sleep(0.5)  # preempted between writing the last piece and counting it
+
+    monkeypatch.setattr(transport._Latch, "progress", slow_sender)
+    buf = np.arange(1 << 14, dtype=np.float32)
+
+    def body(r, t):
+        if r == 0:
+            t.exchange(sends=[(1, memoryview(buf).cast("B"))])
+            return "sent"
+        got = np.empty_like(buf)
+        t.exchange(recvs=[(0, memoryview(got).cast("B"))])
+        return bool(np.array_equal(got, buf))  # then closes at once
+
+    assert on_loopback(2, 1, body, timeout_s=5.0) == ["sent", True]
+
+
 # ---- the worker's inputs and arguments --------------------------------------------------------------
 @pytest.mark.parametrize("world", [2, 5, 8, 64, 100])
 def test_worker_inputs_sum_exactly(world):

@@ -44,6 +44,7 @@ TCP_INFO_LEN = 168  # struct tcp_info up to tcpi_delivery_rate (Linux 4.9+)
 PIECE = 1 << 20  # bytes per syscall at most
 SNDBUF = 4 << 20  # the kernel caps it at wmem_max
 RETRY_S = 0.05  # between connection attempts to a peer that is not listening yet
+CLOSED_GRACE_S = 2.0  # a peer closed: how long our sender may take to count what it had already written
 
 
 class TransportError(ClockfabricError):
@@ -52,6 +53,10 @@ class TransportError(ClockfabricError):
 
 class _Idle(Exception):
     """A kernel timeout with nothing owed: not a failure, just quiet."""
+
+
+class _PeerClosed(ConnectionResetError):
+    """The peer closed its end cleanly (end of stream), as it does once it has all it expected."""
 
 
 class _Latch:
@@ -124,7 +129,7 @@ def _recv_into(sock: socket.socket, view: memoryview, idle_ok: Callable[[], bool
                 raise _Idle from None
             raise
         if got == 0:
-            raise ConnectionResetError(errno.ECONNRESET, "the peer closed the connection")
+            raise _PeerClosed(errno.ECONNRESET, "the peer closed the connection")
         off += got
         if progress:
             progress()
@@ -197,6 +202,7 @@ class _Outbound:
                 if msg.left == 0:
                     self.active.discard(msg)
                     msg.settle()
+                    self.cv.notify_all()
 
     def _acks(self, i: int) -> None:
         sock, state, buf = self.socks[i], self.states[i], bytearray(ACK.size)
@@ -205,6 +211,13 @@ class _Outbound:
                 _recv_into(sock, memoryview(buf), lambda: state.outstanding == 0)
             except _Idle:
                 continue
+            except _PeerClosed:
+                # a peer closes once it has every byte it expected, and may do so before our
+                # sender thread, preempted after its last write, has counted it: give that
+                # thread a moment; whatever is still unsent then has failed (and so will later posts)
+                with self.cv:
+                    self.cv.wait_for(lambda: not self.active or self.failed, CLOSED_GRACE_S)
+                raise
             _, length, delay_ns = ACK.unpack(buf)
             rate = delivery_rate(sock) if length else None
             with self.cv:
