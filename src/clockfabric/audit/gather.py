@@ -1,8 +1,11 @@
 """Gather every host's report at once, each under its own timeout: one hung host is named
 and never holds up the rest.
 
-A transport is how a command reaches a host: `ip netns exec` on a lab, or ssh (or anything
-that takes a command: pdsh, kubectl exec) on a real fleet, given as a template.
+A transport is how the report's command reaches a host. Two kinds:
+- a *command* transport: host -> the argv that runs `python -m clockfabric.audit.host` there,
+  run as a local subprocess (`ip netns exec` on a lab; `--via` for launchers like `kubectl exec`);
+- a *session* transport, which talks to the host itself: `audit/ssh.py` (asyncssh), the way
+  real hosts are reached.
 """
 
 from __future__ import annotations
@@ -14,12 +17,26 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from clockfabric.topology import Topology, interfaces
 
-Transport = Callable[[str], list[str]]  # host -> the argv that runs `python -m clockfabric.audit.host` there
+Command = Callable[[str], list[str]]  # host -> the argv that runs `python -m clockfabric.audit.host` there
 Progress = Callable[[str, int, int], None]
 MODULE = ["-m", "clockfabric.audit.host"]
+PARALLEL = 32  # command transports: one local process per host at a time
+
+
+@runtime_checkable
+class Session(Protocol):
+    """A transport that reaches hosts itself: runs the report with stdin on host, within timeout_s."""
+    parallel: int  # how many hosts at once
+
+    async def run(self, host: str, stdin: bytes, timeout_s: float) -> tuple[bytes | None, str]:
+        """(the report's stdout, "") or (None, why it could not be had, in one line)."""
+
+
+Transport = Command | Session
 
 
 def lab_transport(lab) -> Transport:
@@ -29,7 +46,7 @@ def lab_transport(lab) -> Transport:
 
 
 def template_transport(topo: Topology, template: str, python: str = "python3") -> Transport:
-    """`ssh -o BatchMode=yes {address}` and the like: {host} and {address} are filled in per host."""
+    """`kubectl exec {host} --` and the like: {host} and {address} are filled in per host."""
     def argv(host: str) -> list[str]:
         words = [w.format(host=host, address=topo.hosts[host].address) for w in shlex.split(template)]
         return [*words, python, *MODULE]
@@ -52,57 +69,67 @@ def specs(topo: Topology, hosts: list[str], *, pings: int, lldp_wait_s: float) -
     return out
 
 
-async def _one(host: str, argv: list[str], spec: dict, timeout_s: float) -> tuple[str, dict | None, str]:
+async def _command(argv: list[str], stdin: bytes, timeout_s: float) -> tuple[bytes | None, str]:
     try:
         # its own session: on a timeout the whole group goes, even a wrapper's children holding the pipes
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
                                                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                     start_new_session=True)
     except OSError as e:
-        return host, None, f"cannot start {argv[0]}: {e.strerror}"
+        return None, f"cannot start {argv[0]}: {e.strerror}"
     try:
-        out, err = await asyncio.wait_for(proc.communicate(json.dumps(spec).encode()), timeout_s)
-    except asyncio.TimeoutError:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
+    except TimeoutError:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         try:
             await asyncio.wait_for(proc.wait(), 5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass  # unkillable (stuck in the kernel): named below all the same
-        return host, None, f"no answer within {timeout_s:g} s"
+        return None, f"no answer within {timeout_s:g} s"
     if proc.returncode != 0:
-        last = (err.decode(errors="replace").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        return host, None, f"its report failed: {last[:300]}"
-    try:
-        return host, json.loads(out), ""
-    except ValueError:
-        return host, None, "its report was not JSON"
+        return None, failed(err, f"exit {proc.returncode}")
+    return out, ""
 
 
-def gather(specs_by_host: dict[str, dict], transport: Transport, *, timeout_s: float, parallel: int = 32,
+def failed(stderr: bytes, otherwise: str) -> str:
+    """Why a report failed: the last line it wrote on stderr (the error; warnings come first)."""
+    last = (stderr.decode(errors="replace").strip().splitlines() or [otherwise])[-1]
+    return f"its report failed: {last[:300]}"
+
+
+def gather(specs_by_host: dict[str, dict], transport: Transport, *, timeout_s: float, parallel: int | None = None,
            progress: Progress | None = None) -> tuple[dict[str, dict], dict[str, str]]:
     """(reports by host, why each missing host is missing)."""
-    async def main() -> list[tuple[str, dict | None, str]]:
-        gate = asyncio.Semaphore(parallel)
+    if isinstance(transport, Session):
+        call, at_once = transport.run, transport.parallel
+    else:
+        call, at_once = (lambda h, data, t: _command(transport(h), data, t)), PARALLEL
+
+    async def main() -> list[tuple[str, bytes | None, str]]:
+        gate = asyncio.Semaphore(parallel or at_once)
         done = 0
 
-        async def guarded(host: str) -> tuple[str, dict | None, str]:
+        async def guarded(host: str) -> tuple[str, bytes | None, str]:
             nonlocal done
             async with gate:
-                result = await _one(host, transport(host), specs_by_host[host], timeout_s)
+                out, why = await call(host, json.dumps(specs_by_host[host]).encode(), timeout_s)
             done += 1
             if progress:
                 progress("hosts reporting", done, len(specs_by_host))
-            return result
+            return host, out, why
 
         return await asyncio.gather(*(guarded(h) for h in specs_by_host))
 
     reports, missing = {}, {}
-    for host, report, why in asyncio.run(main()):
-        if report is None:
+    for host, out, why in asyncio.run(main()):
+        if out is None:
             missing[host] = why
-        else:
-            reports[host] = report
+            continue
+        try:
+            reports[host] = json.loads(out)
+        except ValueError:
+            missing[host] = "its report was not JSON"
     return reports, missing

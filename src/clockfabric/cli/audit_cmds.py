@@ -19,8 +19,19 @@ def _split(values: list[str]) -> list[str]:
 
 def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (default: the only lab up)."),
           hosts_file: Path = typer.Option(None, "--hosts", help="Audit real hosts: the fleet's topology YAML."),
-          via: str = typer.Option("ssh -o BatchMode=yes -o ConnectTimeout=5 {address}", "--via",
-                                  help="With --hosts: the command prefix that reaches a host ({host}, {address})."),
+          via: str = typer.Option(None, "--via", help="With --hosts: reach hosts through this command prefix instead "
+                                                      "of ssh, e.g. 'kubectl exec {host} --' ({host}, {address})."),
+          ssh_user: str = typer.Option(None, "--ssh-user", help="With --hosts: log in as this user "
+                                                               "(default: ~/.ssh/config, the hosts file's ssh.user)."),
+          ssh_port: int = typer.Option(None, "--ssh-port", help="With --hosts: the hosts' ssh port."),
+          ssh_key: Path = typer.Option(None, "--ssh-key", help="With --hosts: this private key instead of "
+                                                              "ssh-agent and ~/.ssh/id_*."),
+          ssh_known_hosts: Path = typer.Option(None, "--ssh-known-hosts",
+                                               help="With --hosts: trust the host keys in this file, "
+                                                    "not ~/.ssh/known_hosts."),
+          ssh_python: str = typer.Option(None, "--ssh-python",
+                                         help="With --hosts: the command that runs Python on the hosts "
+                                              "(default python3; e.g. 'sudo -n python3')."),
           only: list[str] = typer.Option([], "--only", help="Run only these categories or check ids (repeat or comma)."),
           skip: list[str] = typer.Option([], "--skip", help="Skip these categories or check ids."),
           passive: bool = typer.Option(False, "--passive", help="No traffic: skip pings and collective tests."),
@@ -52,7 +63,9 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
         raise ClockfabricError("give --controller URL and --token-file FILE together: where to store the report")
     if token_file:
         read_token(token_file)  # a wrong path is said now, not after the audit
-    report, lab = _run(lab_name, hosts_file, via, checks, expectations, quiet=as_json)
+    ssh = {"user": ssh_user, "port": ssh_port, "key": ssh_key and str(ssh_key),
+           "known_hosts": ssh_known_hosts and str(ssh_known_hosts), "python": ssh_python}
+    report, lab = _run(lab_name, hosts_file, via, ssh, checks, expectations, quiet=as_json)
     if junit_file:
         from clockfabric.audit.render import junit
 
@@ -70,17 +83,21 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
     sys.exit(report.exit_code)
 
 
-def _run(lab_name, hosts_file, via, checks, expectations, *, quiet: bool):
-    from clockfabric.audit.gather import lab_transport, template_transport
+def _run(lab_name, hosts_file, via, ssh: dict, checks, expectations, *, quiet: bool):
+    from clockfabric.audit.gather import lab_transport
     from clockfabric.audit.run import audit as run_audit
 
     if lab_name and hosts_file:
         raise ClockfabricError("give --lab or --hosts, not both")
+    given = [f"--ssh-{k.replace('_', '-')}" for k, v in ssh.items() if v is not None]
+    if not hosts_file and (via or given):
+        raise ClockfabricError(f"{'--via' if via else given[0]} goes with --hosts FILE (a lab is reached through "
+                               "its namespaces)")
+    if via and given:
+        raise ClockfabricError(f"--via reaches hosts instead of ssh: give it or {given[0]}, not both")
     if hosts_file:
-        from clockfabric.topology import load
-
-        topo = load(hosts_file)
-        transport, lab, fleet = template_transport(topo, via), None, str(hosts_file)
+        topo, transport = _hosts_transport(hosts_file, via, ssh)
+        lab, fleet = None, str(hosts_file)
     else:
         from clockfabric.lab.state import Lab
 
@@ -90,6 +107,20 @@ def _run(lab_name, hosts_file, via, checks, expectations, *, quiet: bool):
     with progress_bar("audit") as update:
         return run_audit(topo, sorted(topo.hosts), checks, transport=transport, expect=expectations, fleet=fleet,
                          lab=lab, progress=None if quiet else update), lab
+
+
+def _hosts_transport(hosts_file: Path, via: str | None, ssh: dict):
+    """Real hosts: over ssh (asyncssh), or through --via's command for hosts ssh does not reach."""
+    from clockfabric.topology import load
+
+    topo = load(hosts_file)
+    if via:
+        from clockfabric.audit.gather import template_transport
+
+        return topo, template_transport(topo, via)
+    from clockfabric.audit.ssh import SshTransport, options
+
+    return topo, SshTransport(topo, options(topo, hosts_file, **ssh))
 
 
 def _store(report, lab, url: str | None, token_file: Path | None) -> None:
