@@ -1,5 +1,6 @@
 """configuration.gpu: GPUs through NVML: the count the fleet expects, ECC on and clean, no
-pending page retirement or row remap, persistence mode, clocks not held down, full PCIe width.
+pending page retirement or row remap, persistence mode, clocks not held down, full PCIe width;
+and the XIDs the driver logged since boot (facts/gpus.py reads them from the kernel log).
 The anchors are DCGM's diagnostics and Azure's HPC health checks."""
 
 from __future__ import annotations
@@ -11,6 +12,12 @@ from clockfabric.audit.model import Finding, Verdict
 from clockfabric.audit.registry import Outcome, check
 
 BAD_THROTTLE = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"}
+# XIDs after which NVIDIA's catalogue has the GPU reset, drained or serviced: these fail. The rest
+# (13, 31, 43, 45, ...) are most often the application's own faults: they warn.
+CRITICAL_XIDS = {46: "GPU stopped processing", 48: "double-bit ECC error", 62: "internal micro-controller halt",
+                 63: "ECC page retirement or row remap recorded", 64: "ECC page retirement or row remap failed",
+                 74: "NVLink error", 79: "GPU has fallen off the bus", 92: "high single-bit ECC error rate",
+                 94: "contained ECC error", 95: "uncontained ECC error", 119: "GSP RPC timeout", 120: "GSP error"}
 
 
 @check("configuration.gpu", "GPUs present, healthy and configured",
@@ -35,6 +42,8 @@ def run(ctx: Context) -> Outcome:
                                 evidence={"max_sm_mhz": clocks}))
     for h, d in devices:
         findings += _judge(ctx, h, d, max_sm if firm else None)
+    for h, g in sorted(gpus.items()):
+        findings += _xids(h, g)
     total = sum(counts.values())
     return Outcome(f"{total} GPUs on {sum(1 for n in counts.values() if n)} hosts (expected {want} each)", findings)
 
@@ -74,4 +83,26 @@ def _judge(ctx: Context, host: str, d: dict, fleet_max_sm: int | None) -> list[F
     pcie = d.get("pcie") or {}
     if pcie.get("width") and pcie.get("max_width") and pcie["width"] < pcie["max_width"]:
         add(Verdict.FAIL, f"PCIe x{pcie['width']}, capable of x{pcie['max_width']}", pcie=pcie)
+    return out
+
+
+def _xids(host: str, gpus: dict) -> list[Finding]:
+    """One finding per GPU and XID logged since boot: critical ones fail, the rest warn."""
+    log = gpus.get("xid")
+    if log is None or not gpus.get("present"):
+        return []  # a host side that does not read the log
+    if not log.get("readable"):
+        return [Finding(Verdict.WARN, f"XID history not read: {log.get('reason')}", host=host, evidence={"xid": log})]
+    gpu_at = {d["pci_bus_id"].rsplit(".", 1)[0]: f"gpu{d.get('index')}" for d in gpus.get("devices", [])
+              if d.get("pci_bus_id")}  # the log names a GPU by bus id, without the function
+    out = []
+    for seen in sorted(log.get("xids", []), key=lambda x: (x["pci_bus_id"], x["xid"])):
+        bus, xid, n, last = seen["pci_bus_id"], seen["xid"], seen["count"], seen.get("last", {})
+        what = CRITICAL_XIDS.get(xid)
+        message = (f"XID {xid} on {bus}: {last.get('message') or what or 'no message'} "
+                   f"({f'{n} times' if n > 1 else 'once'} since boot)")
+        if bus not in gpu_at:
+            message += "; NVML lists no GPU there now"
+        out.append(Finding(Verdict.FAIL if what else Verdict.WARN, message, host=host, device=gpu_at.get(bus, bus),
+                           evidence={**seen, "critical": what}))
     return out

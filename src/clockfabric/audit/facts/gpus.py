@@ -6,16 +6,32 @@ Every field is its own NVML call: one the GPU or driver lacks (NotSupported on a
 retired pages on Ampere and later, remapped rows before it) is null, with NVML's reason in the
 GPU's `unread`, and nothing else is lost. A GPU whose handle cannot be had is listed with its
 error: a GPU that fell off the bus is exactly what an audit is for.
+
+XID history: NVML hands out XID events only as they happen, so the driver's past ones are read
+where operators read them, the kernel's ring buffer ("NVRM: Xid (PCI:0000:3b:00): 79, pid=...,
+GPU has fallen off the bus."), through /dev/kmsg without blocking. A log the audit may not read
+(kernel.dmesg_restrict without root) is said so, with the reason.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+from pathlib import Path
+
 from clockfabric.telemetry.nvidia_gpu import THROTTLE_REASONS, _text
 
 _MISSING = object()
+KMSG = Path("/dev/kmsg")
+MAX_LOG_BYTES = 64 << 20  # the ring buffer is a few MiB at most; a log still growing stops here
 
 
-def read(nvml=None) -> dict:
+def read(nvml=None, kmsg: Path | None = None) -> dict:
+    """kmsg: the kernel log holding this host's XID history. Default: /dev/kmsg with the real NVML;
+    none with a stand-in (a test's fake GPUs have nothing to do with this machine's log)."""
+    if kmsg is None and nvml is None:
+        kmsg = KMSG
     if nvml is None:
         try:
             import pynvml as nvml
@@ -35,12 +51,15 @@ def read(nvml=None) -> dict:
             return {"present": False, "reason": "NVML sees no GPUs"}
         unread: dict = {}
         driver = _call(nv, unread, "driver", "nvmlSystemGetDriverVersion")
-        return {"present": True,
-                "driver": _text(driver) if driver is not None else None,
-                "cuda_driver": _call(nv, unread, "cuda_driver", "nvmlSystemGetCudaDriverVersion"),
-                "count": count,
-                "devices": [device(nv, i) for i in range(count)],
-                "unread": unread}
+        out = {"present": True,
+               "driver": _text(driver) if driver is not None else None,
+               "cuda_driver": _call(nv, unread, "cuda_driver", "nvmlSystemGetCudaDriverVersion"),
+               "count": count,
+               "devices": [device(nv, i) for i in range(count)],
+               "unread": unread}
+        if kmsg is not None:
+            out["xid"] = xid_history(kmsg)
+        return out
     finally:
         try:
             nv.nvmlShutdown()
@@ -142,3 +161,84 @@ def _throttle_reasons(nv, h, unread: dict) -> list[str] | None:
     if mask is None:
         return None
     return [reason for reason, bit in THROTTLE_REASONS.items() if mask & getattr(nv, bit)]
+
+
+# "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."
+# (older drivers write no "PCI:"; the bus id has no function number)
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): "
+                  r"(?P<xid>\d+),\s*(?P<text>.*)")
+_KMSG_HEAD = re.compile(r"^\d+,\d+,(?P<us>\d+),[^;]*;")  # /dev/kmsg: priority,sequence,microseconds,flags;
+_DMESG_HEAD = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]")  # dmesg: [  5107.644336]
+_WHO = re.compile(r"^(?P<key>pid|name)=(?P<value>[^,]*),\s*")
+
+
+def xid_history(path: Path = KMSG) -> dict:
+    """The XIDs in the kernel log at path, one entry per GPU and XID (a GPU in an XID storm logs
+    thousands): {"readable": True, "total": n, "xids": [{pci_bus_id, xid, count, first_uptime_s, last}]},
+    or {"readable": False, "reason": ...}."""
+    try:
+        text = _read_log(path)
+    except OSError as e:
+        return {"readable": False, "source": str(path), "reason": _unreadable(path, e)}
+    events = parse_xids(text)
+    seen: dict[tuple[str, int], dict] = {}
+    for e in events:
+        entry = seen.setdefault((e["pci_bus_id"], e["xid"]), {"pci_bus_id": e["pci_bus_id"], "xid": e["xid"],
+                                                               "count": 0, "first_uptime_s": e.get("uptime_s")})
+        entry["count"] += 1
+        entry["last"] = e
+    return {"readable": True, "source": str(path), "total": len(events), "xids": list(seen.values())}
+
+
+def _read_log(path: Path) -> str:
+    """All of /dev/kmsg's records (one per read) without waiting for new ones; a recorded log (a plain
+    file) reads the same way."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    chunks, size = [], 0
+    try:
+        while size < MAX_LOG_BYTES:
+            try:
+                chunk = os.read(fd, 16384)  # more than a record can hold (8 KiB with its dictionary)
+            except BlockingIOError:
+                break  # caught up with the kernel
+            except BrokenPipeError:
+                continue  # records overwritten under us: the next read goes on from the oldest left
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _unreadable(path: Path, e: OSError) -> str:
+    if e.errno in (errno.EPERM, errno.EACCES):
+        return (f"{path}: {e.strerror} (with kernel.dmesg_restrict=1 only root or CAP_SYSLOG may read "
+                "the kernel log: run the audit's host side as root)")
+    if e.errno == errno.ENOENT:
+        return f"{path}: no such file (a container without the host's kernel log?)"
+    return f"{path}: {e.strerror or e}"
+
+
+def parse_xids(text: str) -> list[dict]:
+    """XID events in kernel-log text, oldest first: /dev/kmsg records, `dmesg` or syslog lines."""
+    events = []
+    for line in text.splitlines():
+        if line.startswith(" "):
+            continue  # a kmsg record's KEY=value lines (SUBSYSTEM=pci, ...)
+        m = _XID.search(line)
+        if not m:
+            continue
+        event: dict = {"pci_bus_id": m["bus"].lower(), "xid": int(m["xid"])}
+        rest = m["text"].strip()
+        while who := _WHO.match(rest):  # the process the driver blames, when it names one
+            event[who["key"]] = who["value"].strip("'")
+            rest = rest[who.end():]
+        event["message"] = rest
+        if head := _KMSG_HEAD.match(line):
+            event["uptime_s"] = int(head["us"]) / 1e6
+        elif head := _DMESG_HEAD.match(line):
+            event["uptime_s"] = float(head["s"])
+        events.append(event)
+    return events
