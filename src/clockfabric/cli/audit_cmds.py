@@ -21,8 +21,9 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
           hosts_file: Path = typer.Option(None, "--hosts", help="Audit real hosts: the fleet's topology YAML."),
           via: str = typer.Option(None, "--via", help="With --hosts: reach hosts through this command prefix instead "
                                                       "of ssh, e.g. 'kubectl exec {host} --' ({host}, {address})."),
-          ssh_user: str = typer.Option(None, "--ssh-user", help="With --hosts: log in as this user "
-                                                               "(default: ~/.ssh/config, the hosts file's ssh.user)."),
+          ssh_user: str = typer.Option(None, "--ssh-user",
+                                       help="With --hosts: log in as this user (default: the hosts file's "
+                                            "ssh.user, else ~/.ssh/config's User, else yours)."),
           ssh_port: int = typer.Option(None, "--ssh-port", help="With --hosts: the hosts' ssh port."),
           ssh_key: Path = typer.Option(None, "--ssh-key", help="With --hosts: this private key instead of "
                                                               "ssh-agent and ~/.ssh/id_*."),
