@@ -127,10 +127,11 @@ def test_only_pure_pairs_are_used():
     assert [x for x, _, _ in w.fwd] == want_f  # exactly the unqueued pairs, in order
     assert [x for x, _, _ in w.rev] == want_r
     # the points are (t, r - t) and (r', t' - r') of each pair's first packet
-    first = next(p.ex for p in probes if not p.fwd_queued)
-    assert w.fwd[0] == (first.tx[0], first.peer_rx[0] - first.tx[0], "p0")
-    first = next(p.ex for p in probes if not p.rev_queued)
-    assert w.rev[0] == (first.rx[0], first.peer_tx[0] - first.rx[0], "p0")
+    # with the exchange's sequence number (from 1)
+    k, first = next((k, p.ex) for k, p in enumerate(probes, 1) if not p.fwd_queued)
+    assert w.fwd[0] == (first.tx[0], first.peer_rx[0] - first.tx[0], k)
+    k, first = next((k, p.ex) for k, p in enumerate(probes, 1) if not p.rev_queued)
+    assert w.rev[0] == (first.rx[0], first.peer_tx[0] - first.rx[0], k)
 
 
 @pytest.mark.parametrize("change_ns,pure", [(0, True), (999, True), (1_000, True), (1_001, False), (-1_001, False),
@@ -307,3 +308,23 @@ def test_after_a_step_the_first_fits_keep_the_drift_the_step_did_not_change():
     assert fit.drift == drift_before
     assert abs(fit.drift - rel_drift(ours, peer)) < 5e-9
     assert abs(fit.offset_ns - theta(ours, peer, fit.center_ns)) < 100.0
+
+
+def test_no_step_while_the_first_fits_cannot_pin_the_drift():
+    """Clocks 200 ppm apart; the first fit has one pure forward point, so its slope is a guess
+    (0) and its line leaves the points at 200 us a second. Points beyond it then are the
+    unknown drift, not a step: no history is cut, and once the clouds pin a slope the pair
+    fits as usual."""
+    ours, peer = TrueClock(0.0, -100e-6), TrueClock(3_000_000.0, 100e-6)
+    w = PairWindow("b")
+    t = 0.0
+    queued = (FLOOR_NS + 20_000, FLOOR_NS + 27_000)  # the gap grows: not pure
+    for k in range(5):  # 0.5 s: every forward pair queued but the first
+        w.add(make_exchange(ours, peer, t, fwd=(FLOOR_NS, FLOOR_NS) if k == 0 else queued))
+        t += 100_000_000
+    fit = w.refit(ours.read(t))
+    assert fit is not None and not fit.pinned and fit.drift == 0.0
+    errors = feed(w, stream(ours, peer, 3.0, seed=6, start_s=t / 1e9), ours=ours, peer=peer)
+    assert w.steps == 0
+    assert w.fit.pinned and abs(w.fit.drift - rel_drift(ours, peer)) < 5e-9
+    assert abs(errors[-1][1]) < 50.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import selectors
 import signal
@@ -49,6 +50,8 @@ CONTROL_PORT = AGENT_PORT  # clock reports and maps, and collective ranks' spine
 METRICS_PORT = 9470
 MAX_MESSAGE = 65_000
 AGENT_NICE = -5
+# after a host reports a clock step, the solver waits this long for its neighbours' reports
+URGENT_SOLVE_S = 0.05
 
 
 @dataclass
@@ -61,6 +64,7 @@ class AgentConfig:
     window_s: float = 2.0
     update_s: float = 1.0
     probe_rate: float = 20.0  # exchanges per second this host starts, over all its peers: what its CPU pays for
+    quiet_rate: float = 10.0  # the same while the clock is settled and the fabric quiet (HostSync.settled)
     probe_budget: float = 0.0005  # of the host's slowest link, for its probes and replies: a cap on slow links
     ports: int = 4  # UDP ports per rail: paths through ECMP
     base_port: int = 7300
@@ -90,12 +94,13 @@ class AgentConfig:
             raise ClockfabricError("--steer needs failover's heartbeats (they measure each plane's queueing): "
                                    "drop --no-failover; the host needs two or more NICs")
 
-    def probe_interval_s(self) -> float:
+    def probe_interval_s(self, *, quiet: bool = False) -> float:
         """Seconds between exchanges with each peer: the probe rate, slowed to stay in the budget."""
         rate = min(link.rate_bps for link in self.topology.links_of(self.host))
         k = max(1, len(self.probed))
         bytes_per_round = k * wire.exchange_wire_bytes()  # each host probes k and answers ~k
-        return min(1.0, max(k / self.probe_rate, bytes_per_round / (self.probe_budget * rate / 8)))
+        wanted = min(self.quiet_rate, self.probe_rate) if quiet else self.probe_rate
+        return min(1.0, max(k / wanted, bytes_per_round / (self.probe_budget * rate / 8)))
 
 
 class ReloadingClock:
@@ -138,7 +143,7 @@ class Agent:
         self.clock = ReloadingClock(os.environ[CLOCK_ENV]) if os.environ.get(CLOCK_ENV) else SystemClock()
         rails = [n.name for n in me.nics]
         self.timestamping = {r: timestamping.capabilities(r).mode for r in rails}
-        self.interval_s = cfg.probe_interval_s()
+        self.interval_s = cfg.probe_interval_s()  # the full rate until the clock has settled
         try:
             self.engine = ProbeEngine(self.address, self.addresses, cfg.probed, rails=rails,
                                       ports=cfg.ports, base_port=cfg.base_port, interval_s=self.interval_s,
@@ -160,6 +165,7 @@ class Agent:
         self.placements = 0
         self.solver = Solver(list(topo.hosts), cfg.reference, stale_s=3 * cfg.update_s) \
             if cfg.host == cfg.reference else None
+        self._solve_due = math.inf
         self.bad_messages = 0
         self.stopping = threading.Event()
         self.state_path = cfg.state_dir / f"{cfg.host}.json"
@@ -237,8 +243,12 @@ class Agent:
         next_tick = time.monotonic() + self.cfg.update_s
         try:
             while not self.stopping.is_set():
-                if sel.select(max(0.0, min(0.2, next_tick - time.monotonic()))):
+                due = min(next_tick, self._solve_due)
+                if sel.select(max(0.0, min(0.2, due - time.monotonic()))):
                     self._receive()
+                self._take_exchanges()
+                if time.monotonic() >= self._solve_due:
+                    self._solve(urgent=True)
                 if time.monotonic() >= next_tick:
                     self._tick()
                     next_tick += self.cfg.update_s
@@ -274,8 +284,14 @@ class Agent:
                 msg = json.loads(data)
                 if msg["t"] == "report" and self.solver:
                     self.solver.on_report(msg)
+                    if msg.get("urgent"):  # a clock stepped: solve soon, once its neighbours also said so
+                        self._solve_due = min(self._solve_due, time.monotonic() + URGENT_SOLVE_S)
                 elif msg["t"] == "map":
                     self.sync.on_map(msg)
+                    if msg.get("urgent"):
+                        self._publish(self.clock.now_ns())
+                elif msg["t"] == "stepped":
+                    self.sync.on_stepped(self.engine.names[src], float(msg["delta_ns"]))
                 elif msg["t"] == "place":
                     self._place(msg, (src, sport))
                 elif msg["t"] == "release":
@@ -311,19 +327,41 @@ class Agent:
         except OSError as e:
             log.debug("control message to %s: %s", host, e)
 
-    def _tick(self) -> None:
-        if isinstance(self.clock, ReloadingClock):
-            self.clock.refresh()
+    def _take_exchanges(self) -> None:
+        """Feed the pair fits as exchanges complete, so a clock step is seen in a fraction of
+        a second; a step is reported (and told to the neighbours, if ours) at once."""
         exchanges = []
         while self.engine.exchanges:
             exchanges.append(self.engine.exchanges.popleft())
         self.sync.add(exchanges)
+        while self.sync.told:
+            delta = self.sync.told.pop()
+            for host in sorted(set(self.sync.peer_maps) | set(self.sync.pairs)):
+                self._send(host, {"t": "stepped", "host": self.cfg.host, "delta_ns": delta})
+        if self.sync.urgent:
+            self._pace(quiet=False)
+            self._send(self.cfg.reference, self.sync.report(self.clock.now_ns()))
+
+    def _pace(self, *, quiet: bool) -> None:
+        """Probe at the quiet rate only while the clock needs no more: an agent's CPU follows
+        its exchanges, and on a settled clock and an idle fabric half of them add little."""
+        self.interval_s = self.engine.interval_s = self.cfg.probe_interval_s(quiet=quiet)
+
+    def _solve(self, *, urgent: bool = False) -> None:
+        self._solve_due = math.inf
+        for host, msg in self.solver.solve(self.clock.now_ns()).items():
+            self._send(host, {**msg, "urgent": True} if urgent else msg)
+
+    def _tick(self) -> None:
+        if isinstance(self.clock, ReloadingClock):
+            self.clock.refresh()
+        self._take_exchanges()
         now = self.clock.now_ns()
         self._send(self.cfg.reference, self.sync.report(now))
+        self._pace(quiet=self.sync.settled(now))
         self._share_claims()
         if self.solver:
-            for host, msg in self.solver.solve(now).items():
-                self._send(host, msg)
+            self._solve()
         self._publish(now)
 
     def _for_controller(self) -> tuple[list[dict], list[dict], dict]:

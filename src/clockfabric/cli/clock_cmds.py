@@ -43,6 +43,9 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           peers: int = PeersOpt, window: float = WindowOpt,
           update: float = typer.Option(1.0, "--update", min=0.1, help="Seconds between fits and reports."),
           probe_rate: float = ProbeRateOpt,
+          quiet_rate: float = typer.Option(10.0, "--quiet-rate", min=1.0, max=1000.0,
+                                           help="Exchanges per second while the clock is settled and the fabric "
+                                                "idle (at most --probe-rate; equal to it: never slow down)."),
           metrics_port: int = typer.Option(METRICS_PORT, "--metrics-port", min=0, max=65535,
                                            help="Serve Prometheus /metrics on this port of the host's address "
                                                 "(0: none)."),
@@ -86,7 +89,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
 
         token = read_token(token_file)
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
-                      probe_rate=probe_rate, probe_budget=probe_budget, metrics_port=metrics_port,
+                      probe_rate=probe_rate, quiet_rate=quiet_rate, probe_budget=probe_budget,
+                      metrics_port=metrics_port,
                       controller=controller, token=token, ca_file=ca_file, failover=failover,
                       hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval)).run()
 

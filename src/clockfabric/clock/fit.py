@@ -31,6 +31,7 @@ class PairFit:
     n_fwd: int
     n_rev: int
     dropped: int = 0  # points discarded as timestamp outliers
+    pinned: bool = True  # the slope came from the points (or was given), not from a prior guess
 
     def at(self, t_ns: int) -> float:
         return self.offset_ns + self.drift * (t_ns - self.center_ns)
@@ -57,12 +58,16 @@ def _hull_slopes(x: np.ndarray, y: np.ndarray) -> list[float]:
     return [(by - ay) / (bx - ax) for (ax, ay), (bx, by) in pairwise(hull) if bx != ax]
 
 
-def _best_slope(xu, yu, xl, yl, prior: float) -> float:
+def _pins_slope(xu, xl) -> bool:
+    """The clouds must share a stretch of time (0.1 s) to pin a slope; else the band could
+    tilt freely."""
     overlap = min(xu.max(), xl.max()) - max(xu.min(), xl.min())
-    if len(xu) + len(xl) < 3 or overlap < 1e8:
-        # the clouds must share a stretch of time (0.1 s) to pin a slope; else the band
-        # could tilt freely: keep the last known drift
-        return prior
+    return len(xu) + len(xl) >= 3 and overlap >= 1e8
+
+
+def _best_slope(xu, yu, xl, yl, prior: float) -> float:
+    if not _pins_slope(xu, xl):
+        return prior  # keep the last known drift
     corners = np.array([-MAX_SLOPE, MAX_SLOPE, *_hull_slopes(xu, yu),
                         *(-k for k in _hull_slopes(xl, -yl))])  # the ceiling: a hull upside down
     corners = corners[np.abs(corners) <= MAX_SLOPE]
@@ -103,4 +108,5 @@ def fit_band(fwd: np.ndarray, rev: np.ndarray, center_ns: int, *, prior_drift: f
         else:
             break
         dropped += 1
-    return PairFit(intercept, slope, center_ns, margin, len(xu), len(xl), dropped)
+    return PairFit(intercept, slope, center_ns, margin, len(xu), len(xl), dropped,
+                   pinned=drift is not None or _pins_slope(xu, xl))

@@ -5,13 +5,14 @@ Purity: a coded pair left with gap g and arrived with gap g' (each in one host's
 if |g' - g| <= epsilon, neither packet met a queue, so the pair's delay is the path's
 floor. Step detection: a pure point on the wrong side of the band (beyond its floor by
 more than a tolerance) cannot come from queueing, only from a clock that jumped; two in
-a row and the pair forgets everything before the first.
+a row and the pair forgets everything before the first. Which clock jumped, ours or the
+peer's, the pair cannot tell; the host can (HostSync), and then shifts the pair at once.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,6 +29,16 @@ class NtpSample:
     rtt_ns: int
 
 
+@dataclass(frozen=True)
+class Step:
+    """A clock step as one pair sees it: from exchange `seq` on (our clock `at_ns`), the
+    offset, peer minus ours, moved by `delta_ns`."""
+
+    seq: int
+    at_ns: int
+    delta_ns: float
+
+
 class PairWindow:
     """Offsets come from the last window; drift, which a two-second window measures poorly
     from software timestamps (a few hundred ns of jitter over two seconds is 100 ppb), from
@@ -40,51 +51,88 @@ class PairWindow:
         self.history_ns = window_ns * drift_windows
         self.epsilon_ns = epsilon_ns
         self.step_tolerance_ns = step_tolerance_ns
-        self.fwd: deque[tuple[int, int, str]] = deque()  # (t, r - t, path)
-        self.rev: deque[tuple[int, int, str]] = deque()  # (r', t' - r', path)
+        # points carry the exchange's sequence number: a step cuts by arrival, not by our
+        # clock, which a backward step sends back over the points before it
+        self.fwd: deque[tuple[int, int, int]] = deque()  # (t, r - t, seq)
+        self.rev: deque[tuple[int, int, int]] = deque()  # (r', t' - r', seq)
         self.exchanges: deque[Exchange] = deque()
         self.fit: PairFit | None = None
         self.drift_prior = 0.0  # the last fitted drift: a clock step moves the offset, not the rate
+        # until some fit pins the drift, a fit's extrapolation drifts away from the points at
+        # up to 200 ppm (two clocks at 100 ppm): that is no step
+        self.drift_known = False
         self.steps = 0
-        # per direction (True: forward), our time of a first point that broke the band: a
-        # step moves both clouds one way, so only one side breaks while the other looks queued
-        self._suspect: dict[bool, int | None] = {True: None, False: None}
+        self.last_step: Step | None = None
+        # per direction (True: forward), the first point that broke the band: a step moves
+        # both clouds one way, so only one side breaks while the other looks queued
+        self._suspect: dict[bool, Step | None] = {True: None, False: None}
         self.seen = self.pure_fwd = self.pure_rev = 0
 
-    def add(self, ex: Exchange) -> None:
+    def add(self, ex: Exchange) -> list[tuple[bool, float | None]]:
+        """Take one exchange. Returns, per pure point checked against the band, its side
+        (True: forward) and the offset change it implies, None where it sits in the band."""
         self.seen += 1
         self.exchanges.append(ex)
+        checked = []
         fwd_pure = abs((ex.peer_rx[1] - ex.peer_rx[0]) - (ex.tx[1] - ex.tx[0])) <= self.epsilon_ns
         rev_pure = abs((ex.rx[1] - ex.rx[0]) - (ex.peer_tx[1] - ex.peer_tx[0])) <= self.epsilon_ns
         if fwd_pure:
             self.pure_fwd += 1
-            self._check_step(ex.tx[0], ex.peer_rx[0] - ex.tx[0], above=True)
-            self.fwd.append((ex.tx[0], ex.peer_rx[0] - ex.tx[0], ex.path))
+            checked.append(self._check_step(ex.tx[0], ex.peer_rx[0] - ex.tx[0], above=True))
+            self.fwd.append((ex.tx[0], ex.peer_rx[0] - ex.tx[0], self.seen))
         if rev_pure:
             self.pure_rev += 1
-            self._check_step(ex.rx[0], ex.peer_tx[0] - ex.rx[0], above=False)
-            self.rev.append((ex.rx[0], ex.peer_tx[0] - ex.rx[0], ex.path))
+            checked.append(self._check_step(ex.rx[0], ex.peer_tx[0] - ex.rx[0], above=False))
+            self.rev.append((ex.rx[0], ex.peer_tx[0] - ex.rx[0], self.seen))
+        return [c for c in checked if c is not None]
 
-    def _check_step(self, x: int, y: int, *, above: bool) -> None:
-        if self.fit is None:
-            return
+    def _check_step(self, x: int, y: int, *, above: bool) -> tuple[bool, float | None] | None:
+        if self.fit is None or not self.drift_known:
+            return None
         side = (y - self.fit.at(x)) if above else (self.fit.at(x) - y)
-        if side - self.fit.margin_ns >= -self.step_tolerance_ns:
+        beyond = side - self.fit.margin_ns
+        if beyond >= -self.step_tolerance_ns:
             self._suspect[above] = None
-            return
-        if self._suspect[above] is None:
-            self._suspect[above] = x
-            return
+            return above, None
+        # the offset (peer minus ours) moved down by at least this much if the forward floor
+        # broke, up if the reverse ceiling did; queueing only adds, so the point nearest the
+        # true floor is the deepest one
+        delta = beyond if above else -beyond
+        first = self._suspect[above]
+        if first is None:
+            self._suspect[above] = Step(self.seen, x, delta)
+            return above, delta
         # a second point in a row beyond the floor: the clock stepped at or before the first
+        self.shift(Step(first.seq, first.at_ns, max(first.delta_ns, delta, key=abs)), provisional=False)
+        return above, delta
+
+    def suspect(self, delta_ns: float) -> Step | None:
+        """The live first break of the side a change of this sign shows on, if it agrees."""
+        first = self._suspect[delta_ns < 0]
+        if first is not None and abs(first.delta_ns - delta_ns) <= self.step_tolerance_ns:
+            return first
+        return None
+
+    def shift(self, step: Step, *, provisional: bool = True) -> None:
+        """A clock stepped by `step.delta_ns` (our view of peer minus ours) at or before
+        exchange `step.seq`: forget everything before it. With `provisional`, the host knows
+        the size (several pairs or the peer itself say so), so the last fit, moved by it,
+        stands in until new points give a fit of their own."""
+        if (self.last_step is not None and abs(step.at_ns - self.last_step.at_ns) <= self.window_ns
+                and abs(self.last_step.delta_ns - step.delta_ns) <= self.step_tolerance_ns):
+            return  # this step, already taken (the pair saw it itself, or was told twice)
         self.steps += 1
-        cut = self._suspect[above]
+        self.last_step = step
         for points in (self.fwd, self.rev):
-            while points and points[0][0] < cut:
+            while points and points[0][2] < step.seq:
                 points.popleft()
-        while self.exchanges and self.exchanges[0].tx[0] < cut:
+        while len(self.exchanges) > self.seen - step.seq + 1:
             self.exchanges.popleft()
-        self.drift_prior = self.fit.drift
-        self.fit = None
+        old, self.fit = self.fit, None
+        if old is not None:
+            self.drift_prior = old.drift
+            if provisional:
+                self.fit = replace(old, offset_ns=old.offset_ns + step.delta_ns)
         self._suspect = {True: None, False: None}
 
     def trim(self, now_ns: int) -> None:
@@ -106,7 +154,9 @@ class PairWindow:
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
         prior = self.fit.drift if self.fit else self.drift_prior
         long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
-        self.fit = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift)
+        self.drift_known = self.drift_known or long.pinned
+        self.fit = replace(fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift),
+                           pinned=long.pinned)
         return self.fit
 
     def ntp(self) -> NtpSample | None:

@@ -19,12 +19,16 @@ import numpy as np
 from clockfabric.clock.graph import neighbours
 from clockfabric.clock.mapping import Mapping
 from clockfabric.clock.network import Edges, solve
-from clockfabric.clock.pairs import PairWindow
+from clockfabric.clock.pairs import PairWindow, Step
 from clockfabric.probe.engine import Exchange
 
 MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
 FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many reports
 MAP_MOVE_NS = 2_000  # a mapping that moves more than this between solves was not settled (settled: < 1 us)
+# settled (HostSync.settled): this share of probe packets pure, i.e. an idle fabric, and no
+# step for this many windows
+QUIET_PURE = 0.7
+QUIET_AFTER_STEP_WINDOWS = 5
 
 
 class HostSync:
@@ -38,24 +42,96 @@ class HostSync:
         # (peer, path, direction) -> the lowest OWD of each recent report: a floor that forgets,
         # so a rerouted path's old floor ages out
         self.floors: dict[tuple[str, str, str], deque[int]] = {}
+        # our own clock may have stepped: the offset change and the pairs that broke by it
+        self._candidate: tuple[float, set[str]] | None = None
+        self.own_steps = 0
+        self.told: list[float] = []  # our steps, for the neighbours (they shift their pairs with us)
+        self.urgent = False  # a pair stepped since the last report: the solver wants it now
+        self._stepped = False  # since the last `settled`
+        self._calm_since: int | None = None  # our clock: since when no step and mostly pure probes
+        self._counted = (0, 0)  # (exchanges, pure points) at the last `settled`
 
     def add(self, exchanges: list[Exchange]) -> None:
         for ex in exchanges:
             if pair := self.pairs.get(ex.peer):
                 steps = pair.steps
-                pair.add(ex)
+                for forward, delta in pair.add(ex):
+                    self._own_step_evidence(ex.peer, forward, delta)
                 if pair.steps != steps:  # a clock stepped: old floors mean nothing now
-                    self.floors = {k: v for k, v in self.floors.items() if k[0] != ex.peer}
+                    self._forget_floors(ex.peer)
+
+    def _own_step_evidence(self, peer: str, forward: bool, delta: float | None) -> None:
+        """Two peers' pairs breaking the band by the same amount is our clock, not theirs: a
+        step of ours moves every pair's offset alike (down on the forward side for a step
+        forward), so one pair's point inside the band on that side rules it out."""
+        cand = self._candidate
+        if delta is None:
+            if cand is not None and (cand[0] < 0) == forward:
+                self._candidate = None
+            return
+        if cand is None or abs(cand[0] - delta) > self.pairs[peer].step_tolerance_ns:
+            self._candidate = (delta, {peer})
+            return
+        cand[1].add(peer)
+        if len(cand[1]) < 2:
+            return
+        size = max((b.delta_ns for p in cand[1] if (b := self.pairs[p].suspect(cand[0]))),
+                   key=abs, default=cand[0])
+        for pair in self.pairs.values():
+            first = pair.suspect(cand[0])
+            pair.shift(Step(first.seq if first else pair.seen + 1, first.at_ns if first else _last_tx(pair), size))
+        self.floors.clear()
+        self._candidate = None
+        self._stepped = True
+        self.own_steps += 1
+        self.told.append(size)
+        self.urgent = True
+
+    def on_stepped(self, peer: str, delta_ns: float) -> None:
+        """A peer says its clock stepped (by `delta_ns`, its view of us minus it): our pair
+        with it moves the other way at once, instead of waiting for two points to break."""
+        if pair := self.pairs.get(peer):
+            steps = pair.steps
+            pair.shift(Step(pair.seen + 1, _last_tx(pair), -delta_ns))
+            if pair.steps != steps:
+                self._forget_floors(peer)
+
+    def _forget_floors(self, peer: str) -> None:
+        self.floors = {k: v for k, v in self.floors.items() if k[0] != peer}
+        self.urgent = self._stepped = True
+
+    def settled(self, now_ns: int) -> bool:
+        """Whether fewer probes would do: mapped onto the reference, no step for a few windows,
+        no break pending, and most probe packets since the last call pure (an idle fabric;
+        under load pure points are scarce and every exchange counts)."""
+        seen = sum(p.seen for p in self.pairs.values())
+        pure = sum(p.pure_fwd + p.pure_rev for p in self.pairs.values())
+        (seen0, pure0), self._counted = self._counted, (seen, pure)
+        quiet = seen > seen0 and (pure - pure0) >= QUIET_PURE * 2 * (seen - seen0)
+        calm = (quiet and not self._stepped and self._candidate is None and self.mapping is not None
+                and self.mapping.synced)
+        self._stepped = False
+        if not calm:
+            self._calm_since = None
+            return False
+        if self._calm_since is None:
+            self._calm_since = now_ns
+        return now_ns - self._calm_since >= QUIET_AFTER_STEP_WINDOWS * self.window_ns
 
     def report(self, now_ns: int) -> dict:
-        """Refit every pair and say what the solver needs: one row per pair with a fit."""
+        """Refit every pair and say what the solver needs: one row per pair with a fit;
+        `urgent` once after a step, so the solver need not wait for its next round."""
         edges = []
         for peer, pair in self.pairs.items():
             fit = pair.refit(now_ns)
             if fit is not None:
                 weight = min(fit.n_fwd, fit.n_rev, MAX_WEIGHT)
                 edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight])
-        return {"t": "report", "host": self.host, "edges": edges}
+        msg = {"t": "report", "host": self.host, "edges": edges}
+        if self.urgent:
+            msg["urgent"] = True
+            self.urgent = False
+        return msg
 
     def on_map(self, msg: dict) -> None:
         maps = {h: Mapping.from_dict(m) for h, m in msg["hosts"].items()}
@@ -112,6 +188,10 @@ class HostSync:
             }
         return {"mapping": self.mapping.as_dict() if self.mapping else None, "parts": self.parts,
                 "pairs": pairs, "owd": self.owd()}
+
+
+def _last_tx(pair: PairWindow) -> int:
+    return pair.exchanges[-1].tx[0] if pair.exchanges else 0
 
 
 def _moved(old: Mapping | None, new: Mapping | None, local_ns: int) -> bool:

@@ -252,6 +252,9 @@ class ProbeEngine(threading.Thread):
         self.counters["probes_reflected"] += 1
         self._send_pair(path, wire.Packet(wire.REPLY0, pkt.session, pkt.seq, probe_rx, prev_seq, prev_tx),
                         wire.Packet(wire.REPLY1, pkt.session, pkt.seq), (src, sport), ("reply", key, pkt.seq))
+        # software send stamps are taken as the packet leaves, usually before sendto returns:
+        # read them now, or the error queue wakes this thread once more for them
+        self._drain_errors(path)
 
     def _reply(self, peer: str, pkt: wire.Packet, rx: int) -> None:
         if pkt.kind == wire.REPLY0:
