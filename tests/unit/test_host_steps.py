@@ -172,3 +172,19 @@ def test_not_settled_when_probes_meet_queues():
             sync.report(ex.rx[1])
             settled.append(sync.settled(ex.rx[1]))
     assert len(settled) == 20 and not any(settled)
+
+
+def test_after_our_step_each_pair_reports_again_as_soon_as_it_has_new_points_both_ways():
+    ours, peers = clocks(ours_steps=[(STEP_AT_S * 1e9, 1_000_000)])
+    sync = warmed(ours, peers)
+    after = exchanges(ours, peers, STEP_AT_S, STEP_AT_S + 1.0)
+    urgent_at = []
+    for k, ex in enumerate(after):
+        sync.add([ex])
+        if sync.urgent:
+            urgent_at.append(k)
+            sync.report(ex.rx[1])
+    assert sync.own_steps == 1 and not any(p.provisional for p in sync.pairs.values())
+    # the step (2nd exchange), then each pair once its next exchange brings points both ways
+    assert urgent_at[0] == 1 and len(urgent_at) == 1 + len(PEERS)
+    assert urgent_at[-1] <= 1 + 2 * len(PEERS)

@@ -63,6 +63,7 @@ class PairWindow:
         self.drift_known = False
         self.steps = 0
         self.last_step: Step | None = None
+        self.provisional = False  # the fit is the last one moved by a step, not yet one of new points
         # per direction (True: forward), the first point that broke the band: a step moves
         # both clouds one way, so only one side breaks while the other looks queued
         self._suspect: dict[bool, Step | None] = {True: None, False: None}
@@ -84,6 +85,8 @@ class PairWindow:
             self.pure_rev += 1
             checked.append(self._check_step(ex.rx[0], ex.peer_tx[0] - ex.rx[0], above=False))
             self.rev.append((ex.rx[0], ex.peer_tx[0] - ex.rx[0], self.seen))
+        if self.provisional and self.fwd and self.rev:  # all cut at the step: new points both ways
+            self.provisional = False
         return [c for c in checked if c is not None]
 
     def _check_step(self, x: int, y: int, *, above: bool) -> tuple[bool, float | None] | None:
@@ -133,6 +136,7 @@ class PairWindow:
             self.drift_prior = old.drift
             if provisional:
                 self.fit = replace(old, offset_ns=old.offset_ns + step.delta_ns)
+                self.provisional = True
         self._suspect = {True: None, False: None}
 
     def trim(self, now_ns: int) -> None:

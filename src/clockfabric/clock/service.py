@@ -54,11 +54,13 @@ class HostSync:
     def add(self, exchanges: list[Exchange]) -> None:
         for ex in exchanges:
             if pair := self.pairs.get(ex.peer):
-                steps = pair.steps
+                steps, provisional = pair.steps, pair.provisional
                 for forward, delta in pair.add(ex):
                     self._own_step_evidence(ex.peer, forward, delta)
                 if pair.steps != steps:  # a clock stepped: old floors mean nothing now
                     self._forget_floors(ex.peer)
+                elif provisional and not pair.provisional:
+                    self.urgent = True  # a fit of its own can replace the moved one: report it now
 
     def _own_step_evidence(self, peer: str, forward: bool, delta: float | None) -> None:
         """Two peers' pairs breaking the band by the same amount is our clock, not theirs: a

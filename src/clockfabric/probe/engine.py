@@ -29,7 +29,7 @@ from clockfabric.probe import timestamping, wire
 
 log = logging.getLogger(__name__)
 SO_BINDTODEVICE = 25
-TICK_S = 0.1  # the engine wakes this often to read what arrived and send what is due: wake-ups cost
+TICK_S = 0.25  # the engine wakes this often to read what arrived and send what is due: wake-ups cost
 PENDING_TIMEOUT_S = 5.0  # an exchange whose reply never came is forgotten after this
 
 
@@ -173,13 +173,17 @@ class ProbeEngine(threading.Thread):
     # ---- sending ----------------------------------------------------------------------------
     def _send_pair(self, path: _Socket, first: wire.Packet, second: wire.Packet, dest: tuple[str, int],
                    what: tuple) -> None:
-        """A warm-up, then two datagrams gap_ns apart: if the gap survives the trip, neither met a queue."""
-        datagrams = [wire.encode(wire.Packet(wire.WARMUP, first.session, first.seq)), wire.encode(first),
-                     wire.encode(second)]
+        """A warm-up, then two datagrams gap_ns apart: if the gap survives the trip, neither met a queue.
+        The warm-up asks for no send timestamp (nor takes a timestamp id): one read less."""
+        warmup = wire.encode(wire.Packet(wire.WARMUP, first.session, first.seq))
+        timed = [wire.encode(first), wire.encode(second)]
+        datagrams = [warmup, *timed]
         sent = 0
         try:
-            for i, data in enumerate(datagrams):
-                if i == 2:
+            path.sock.sendmsg([warmup], timestamping.NO_TX_TIMESTAMP, 0, dest)
+            sent = 1
+            for data in timed:
+                if sent == 2:
                     until = time.perf_counter_ns() + self.gap_ns
                     while time.perf_counter_ns() < until:
                         pass
@@ -188,9 +192,10 @@ class ProbeEngine(threading.Thread):
         except OSError as e:  # no route (a failed link), a full buffer: this exchange is lost
             self.counters["send_errors"] += 1
             log.debug("send on %s to %s: %s", path.name, dest, e)
-        for i in range(1, sent):  # the warm-up's timestamp (send id path.sends) is not wanted
-            self._tx_ids[(path.fd, path.sends + i)] = (*what, i - 1)
-        path.sends += sent
+        stamped = max(0, sent - 1)
+        for i in range(stamped):
+            self._tx_ids[(path.fd, path.sends + i)] = (*what, i)
+        path.sends += stamped
         self.counters["wire_bytes_sent"] += sum(len(d) + wire.IP_UDP_ETH_OVERHEAD for d in datagrams[:sent])
 
     def _probe(self, peer: str) -> None:

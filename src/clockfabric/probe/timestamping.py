@@ -29,6 +29,8 @@ SIOCETHTOOL = 0x8946
 ETHTOOL_GET_TS_INFO = 0x41
 
 SOFTWARE_FLAGS = SOF_TX_SOFTWARE | SOF_RX_SOFTWARE | SOF_SOFTWARE | SOF_OPT_ID | SOF_OPT_TSONLY
+# sendmsg ancillary data: no send timestamp for this datagram (it takes no OPT_ID id either)
+NO_TX_TIMESTAMP = [(socket.SOL_SOCKET, SO_TIMESTAMPING, struct.pack("I", 0))]
 _TIMESPECS = struct.Struct("=qqqqqq")  # struct scm_timestamping: ts[0] software, ts[2] raw hardware
 _EXTENDED_ERR = struct.Struct("=IBBBBII")  # struct sock_extended_err
 ANC_SIZE = 512

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Fleet monitoring: what an agent costs its host. Targets: <= 1% of a core and <= 80 MB RSS at
+10 peers on an idle fabric (issue 4), <= 2% with clock sync's load (issue 3).
+
+Lab: leafspine(12, 2, 2), the fleet as `clockfabric monitor --keep` starts it (controller on h0,
+a switch agent per switch, a pushing clock agent with 10 peers on every host: probes, fits,
+telemetry, LLDP, path map, /metrics, pushes). Each setting runs the whole fleet afresh; after
+the agents push and a settling time, every host agent's CPU (utime + stime from
+/proc/<pid>/stat) and RSS are read over the measuring time. Settings run in turns, `--repeats`
+rounds, so the machine's drift falls on all alike. The reference host (h0) also runs the clock
+solver and is reported apart.
+
+The baseline, in the same run: the agent probing at its full rate all the time
+(`--quiet-rate` equal to `--probe-rate`, 20 exchanges a second), i.e. the agent before it learnt
+to slow down on a settled clock and a quiet fabric.
+
+    sudo .venv/bin/python bench/agent_overhead.py [--repeats 2] [--settle 30] [--measure 30] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from clockfabric.cli.monitor_cmds import LabFleet
+from clockfabric.clock.evaluate import LabAgents
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build
+from clockfabric.lab.state import Lab
+from clockfabric.topology import leafspine
+
+LAB = "bench-aover"
+SETTINGS = {  # name -> extra agent arguments
+    "full rate (baseline)": ["--quiet-rate", "20"],
+    "default": [],
+    "quiet 5/s": ["--quiet-rate", "5"],
+}
+TICK_S = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "agent_overhead.json"
+
+out = Console()
+
+
+def cpu_and_rss(pid: int) -> tuple[float, float, float]:
+    """(user s, system s, RSS MB) of one process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+    return int(fields[11]) / TICK_S, int(fields[12]) / TICK_S, rss
+
+
+def measure(lab: Lab, extra: list[str], settle_s: float, measure_s: float) -> dict:
+    fleet = LabFleet(lab)
+    fleet.agents = LabAgents(lab, peers=10, extra=["--controller", fleet.url, "--token-file", str(fleet.token_file),
+                                                   *extra])
+    fleet.start()
+    try:
+        fleet.wait_pushing()
+        time.sleep(settle_s)
+        pids = {h: p.pid for h, p in zip(fleet.agents.hosts, fleet.agents.procs)}
+        before = {h: cpu_and_rss(pid) for h, pid in pids.items()}
+        t0 = time.monotonic()
+        time.sleep(measure_s)
+        after = {h: cpu_and_rss(pid) for h, pid in pids.items()}
+        wall = time.monotonic() - t0
+        states = {h: json.loads((fleet.agents.state_dir / f"{h}.json").read_text()) for h in pids}
+    finally:
+        fleet.stop()
+    rows = {}
+    for h in pids:
+        user = (after[h][0] - before[h][0]) / wall * 100
+        system = (after[h][1] - before[h][1]) / wall * 100
+        rows[h] = {"user_pct": user, "system_pct": system, "cpu_pct": user + system, "rss_mb": after[h][2],
+                   "probe_interval_s": states[h].get("probe_interval_s")}
+    return rows
+
+
+def main(repeats: Annotated[int, typer.Option(min=1)] = 2, settle: Annotated[float, typer.Option()] = 30.0,
+         measure_s: Annotated[float, typer.Option("--measure")] = 30.0,
+         json_path: Annotated[Path, typer.Option("--json")] = DEFAULT_JSON) -> None:
+    if os.geteuid() != 0:
+        raise SystemExit("bench/agent_overhead.py builds a lab: run it as root (sudo)")
+    lab = build.up(leafspine(12, 2, 2), LAB)
+    runs: dict[str, list[dict]] = {name: [] for name in SETTINGS}
+    try:
+        for r in range(repeats):
+            for name, extra in SETTINGS.items():
+                out.print(f"round {r + 1}/{repeats}: {name}")
+                runs[name].append(measure(lab, extra, settle, measure_s))
+    finally:
+        build.down(LAB)
+    table = Table(title="agent cost, 12-host lab, 10 peers, idle (per agent; reference h0 apart)")
+    for col in ("setting", "CPU % (mean)", "user %", "system %", "max host %", "RSS MB", "h0 CPU %", "h0 RSS MB",
+                "vs baseline"):
+        table.add_column(col, justify="right")
+    summary = {}
+    for name, rs in runs.items():
+        others = [row for rows in rs for h, row in rows.items() if h != "h0"]
+        ref = [rows["h0"] for rows in rs]
+        summary[name] = {k: float(np.mean([o[k] for o in others])) for k in ("cpu_pct", "user_pct", "system_pct",
+                                                                            "rss_mb")}
+        summary[name]["max_cpu_pct"] = max(o["cpu_pct"] for o in others)
+        summary[name]["ref_cpu_pct"] = float(np.mean([o["cpu_pct"] for o in ref]))
+        summary[name]["ref_rss_mb"] = float(np.mean([o["rss_mb"] for o in ref]))
+    base = summary["full rate (baseline)"]["cpu_pct"]
+    for name, s in summary.items():
+        table.add_row(name, f"{s['cpu_pct']:.2f}", f"{s['user_pct']:.2f}", f"{s['system_pct']:.2f}",
+                      f"{s['max_cpu_pct']:.2f}", f"{s['rss_mb']:.0f}", f"{s['ref_cpu_pct']:.2f}",
+                      f"{s['ref_rss_mb']:.0f}", f"{s['cpu_pct'] / base:.2f}x")
+    out.print(table)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps({"date": datetime.now(UTC).isoformat(), "machine": platform.platform(),
+                                     "cpus": os.cpu_count(), "settle_s": settle, "measure_s": measure_s,
+                                     "summary": summary, "runs": runs}, indent=1))
+    out.print(f"raw: {json_path}")
+
+
+if __name__ == "__main__":
+    try:
+        typer.run(main)
+    except ClockfabricError as e:
+        out.print(f"[red]error:[/] {e}")
+        raise SystemExit(1) from None
