@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clockfabric import lldp
 from clockfabric.agent.metrics import AgentMetrics, serve
@@ -41,9 +42,9 @@ from clockfabric.telemetry.nic import NicCollector
 from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
 from clockfabric.telemetry.rdma import RdmaCollector
 from clockfabric.topology import Topology, interfaces
-from clockfabric.traffic.decide import Policy
-from clockfabric.traffic.failover import Failover
-from clockfabric.traffic.steer import SteerPolicy
+
+if TYPE_CHECKING:
+    from clockfabric.traffic.failover import Failover
 
 log = logging.getLogger(__name__)
 CONTROL_PORT = AGENT_PORT  # clock reports and maps, and collective ranks' spine claims
@@ -194,6 +195,12 @@ class Agent:
                                        f"give another --metrics-port, or 0 for none") from None
 
     def _failover(self, me) -> Failover:
+        # only hosts with two or more NICs load the failover stack (pyroute2 alone is ~0.2 s of
+        # start-up: 32 agents starting on two cores wait for each other's imports)
+        from clockfabric.traffic.decide import Policy
+        from clockfabric.traffic.failover import Failover
+        from clockfabric.traffic.steer import SteerPolicy
+
         nics = {n.plane: n.name for n in me.nics}
         peers = {h: a for h, a in self.addresses.items() if h != self.cfg.host}
         try:
