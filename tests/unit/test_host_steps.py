@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from clockfabric.clock.service import HostSync
-from tests.unit.test_pair_window import FLOOR_NS, TrueClock, make_exchange, theta
+from tests.unit.test_pair_window import FLOOR_NS, TrueClock, make_exchange
 
 PEERS = ["p1", "p2", "p3", "p4"]
 STEP_AT_S = 6.0
