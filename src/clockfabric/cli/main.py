@@ -2,48 +2,59 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import typer
 
 from clockfabric import __version__
-from clockfabric.cli import (
-    audit_cmds,
-    bench_cmds,
-    clock_cmds,
-    lab_cmds,
-    monitor_cmds,
-    path_cmds,
-    topology_cmds,
-)
 from clockfabric.cli.output import err
 from clockfabric.errors import ClockfabricError
 
-app = typer.Typer(help="clockfabric: synced clocks, one-way delays and path control for AI cluster fabrics.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
-app.add_typer(topology_cmds.app, name="topology")
-app.add_typer(lab_cmds.app, name="lab")
-app.add_typer(bench_cmds.app, name="bench")
-app.command()(clock_cmds.agent)
-app.command()(clock_cmds.sync)
-app.command()(clock_cmds.owd)
-app.command()(monitor_cmds.controller)
-app.command(name="switch-agent")(monitor_cmds.switch_agent)
-app.command()(monitor_cmds.events)
-app.command()(monitor_cmds.monitor)
-app.command()(audit_cmds.audit)
-app.command()(path_cmds.paths)
+# command -> (module in clockfabric.cli, its attribute, whether it is a group of commands).
+# Only the module of the command given is imported: a lab starts one agent per host, and on
+# a few cores their start-up (imports) is what a 32-host sync waits for.
+COMMANDS = {
+    "topology": ("topology_cmds", "app", True),
+    "lab": ("lab_cmds", "app", True),
+    "bench": ("bench_cmds", "app", True),
+    "agent": ("clock_cmds", "agent", False),
+    "sync": ("clock_cmds", "sync", False),
+    "owd": ("clock_cmds", "owd", False),
+    "controller": ("monitor_cmds", "controller", False),
+    "switch-agent": ("monitor_cmds", "switch_agent", False),
+    "events": ("monitor_cmds", "events", False),
+    "monitor": ("monitor_cmds", "monitor", False),
+    "audit": ("audit_cmds", "audit", False),
+    "paths": ("path_cmds", "paths", False),
+}
 
 
-@app.command()
 def version() -> None:
     """Print the version."""
     print(__version__)
 
 
+def build_app(only: str | None = None) -> typer.Typer:
+    """The command tree; with `only`, just that command (and `version`)."""
+    app = typer.Typer(help="clockfabric: synced clocks, one-way delays and path control for AI cluster fabrics.",
+                      no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+    for name, (module, attr, group) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        obj = getattr(importlib.import_module(f"clockfabric.cli.{module}"), attr)
+        if group:
+            app.add_typer(obj, name=name)
+        else:
+            app.command(name=name)(obj)
+    app.command()(version)
+    return app
+
+
 def main() -> None:
+    first = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        app()
+        build_app(first if first in COMMANDS else None)()
     except ClockfabricError as e:
         for line in str(e).splitlines():
             err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)  # one line, whatever the width
