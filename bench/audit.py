@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
-"""Fleet audit: time on a 32-host lab, and false fails over repeated clean runs.
+"""Fleet audit: time on a 32-host lab, a planted slow link found, false fails over repeated clean runs.
 
-1. Time. A full audit (every check, the all-reduce sweep included) of a clean 32-host
-   dual-plane lab (25 Mbit/s links), phase by phase. Baseline in the same run: the same gather with one host
-   at a time (parallel=1), as a loop over ssh would do it; the ratio is what asking every
-   host at once buys. Target: the whole audit under 60 s.
-2. False fails. N consecutive full audits of one clean 8-host dual-plane lab: any fail,
+1. Time. A full audit (every check, the all-reduce sweep included) of a clean dual-plane lab,
+   phase by phase. Baseline in the same run: the same gather with one host at a time
+   (parallel=1), as a loop over ssh would do it; the ratio is what asking every host at once
+   buys. Target: the whole audit of 32 hosts under 60 s.
+2. A real fault on the same lab (--fault): one host's plane-1 link at a quarter of its rate
+   (a link that trained slow: every passive check and every ping passes). The audit must
+   fail collective.allreduce naming exactly that host and NIC, and nothing else.
+3. False fails. N consecutive full audits of one clean 8-host dual-plane lab: any fail,
    unknown or warn is counted, with the spread of what the checks measured (the latency
    floor, busbw over expected). Target: zero fails.
 
-    sudo .venv/bin/python bench/audit.py [--hosts 32] [--repeat 10] [--json PATH]
+Link rates: the lab's links are forwarded by this machine's CPUs, and so are the all-reduce
+workers (one Python process per host). --rate auto takes the fastest of 25, 10 and 5 Mbit/s
+that keeps hosts x rate at most 200 Mbit/s per plane (8 hosts: 25 Mbit/s, 32 hosts: 5 Mbit/s),
+where the per-plane rings were measured at rate on 2 cores (docs/benchmarks.md, "Fleet audit").
+
+    sudo .venv/bin/python bench/audit.py [--hosts 32] [--rate auto] [--fault/--no-fault] [--repeat 10] [--json PATH]
 """
 
 from __future__ import annotations
@@ -29,25 +37,57 @@ from clockfabric.audit import expect
 from clockfabric.audit.gather import gather, lab_transport, specs
 from clockfabric.audit.registry import select
 from clockfabric.audit.run import audit
-from clockfabric.lab import build
-from clockfabric.topology import multirail
+from clockfabric.lab import build, impair
+from clockfabric.topology import format_rate, multirail, parse_rate
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "audit.json"
 TIME_TARGET_S = 60.0
+PLANE_BUDGET_BPS = 200e6  # per plane, all hosts' links together: what the rings were measured at rate with
+LADDER = ("25mbit", "10mbit", "5mbit")
 out = Console(width=160)
 err = Console(stderr=True)
 
 
-RATE = "25mbit"  # what two cores forward at full rate for 8 hosts (docs/audit.md, "Limits")
+def lab_rate(hosts: int) -> str:
+    """The fastest rate of LADDER with hosts x rate within PLANE_BUDGET_BPS (the slowest if none is)."""
+    return next((r for r in LADDER if hosts * parse_rate(r) <= PLANE_BUDGET_BPS), LADDER[-1])
 
 
-def _lab(name: str, hosts: int):
+def _lab(name: str, hosts: int, rate: str):
     build.down(name)
-    return build.up(multirail(hosts=hosts, planes=2, leaves=max(2, hosts // 8), spines=2, host_rate=RATE), name)
+    return build.up(multirail(hosts=hosts, planes=2, leaves=max(2, hosts // 8), spines=2, host_rate=rate), name)
 
 
-def timing(hosts: int) -> dict:
-    lab = _lab("bench-audit-t", hosts)
+def _audit(lab):
+    return audit(lab.topology, sorted(lab.topology.hosts), select([], []), transport=lab_transport(lab),
+                 expect=expect.defaults(), fleet=lab.name, lab=lab,
+                 progress=lambda stage, done, total: err.print(f"  {stage} {done}/{total}", end="\r"))
+
+
+def _phases(report) -> dict:
+    """Seconds per phase: gather, the other checks, and inside the collective: the per-plane
+    rings (with re-measures), the sweep, and what is left (the bisect, if a plane stayed short)."""
+    checks_s = {c.id: c.seconds for c in report.results}
+    coll = checks_s.get("collective.allreduce", 0.0)
+    per_plane = report.expectations.get("collective.per_plane", [])
+    sweep = report.expectations.get("collective.sweep", [])
+    rings_s = sum(r["seconds"] for r in per_plane)
+    sweep_s = sum(r["seconds"] for r in sweep)
+    return {"gather": round(report.seconds - sum(checks_s.values()), 2),
+            "other_checks": round(sum(checks_s.values()) - coll, 2),
+            "collective": round(coll, 2), "collective_rings": round(rings_s, 2),
+            "collective_sweep": round(sweep_s, 2),
+            "collective_bisect": round(max(0.0, coll - rings_s - sweep_s), 2) if per_plane else None}
+
+
+def _bad(report) -> list[dict]:
+    return [{"check": c.id, "verdict": f.verdict.value, "host": f.host, "device": f.device, "message": f.message,
+             "evidence": f.evidence} for c in report.results for f in c.findings
+            if f.verdict.value in ("fail", "unknown", "warn")]
+
+
+def timing(hosts: int, rate: str, fault: bool) -> dict:
+    lab = _lab("bench-audit-t", hosts, rate)
     try:
         cfg = expect.defaults()
         tell = specs(lab.topology, sorted(lab.topology.hosts), pings=cfg["latency"]["samples"],
@@ -55,22 +95,37 @@ def timing(hosts: int) -> dict:
         t0 = time.monotonic()
         _, missing_serial = gather(tell, lab_transport(lab), timeout_s=60, parallel=1)
         serial_s = time.monotonic() - t0
-        report = audit(lab.topology, sorted(lab.topology.hosts), select([], []), transport=lab_transport(lab),
-                       expect=cfg, fleet=lab.name, lab=lab,
-                       progress=lambda stage, done, total: err.print(f"  {stage} {done}/{total}", end="\r"))
+        report = _audit(lab)
+        faulted = None
+        if fault:
+            slow_host = f"h{hosts - 3}"  # under the last leaf, not its first host
+            link = impair.find_link(lab, slow_host, f"p1-leaf{(hosts - 3) * max(2, hosts // 8) // hosts}")
+            impair.set_rate(lab, link, link.rate_bps // 4)
+            err.print(f"  planted: {slow_host} eth1 at {format_rate(link.rate_bps // 4)}")
+            faulted = _audit(lab)
     finally:
         build.down(lab.name)
-    checks_s = sum(c.seconds for c in report.results)
-    return {"hosts": hosts, "total_s": round(report.seconds, 2), "gather_s": round(report.seconds - checks_s, 2),
-            "gather_serial_s": round(serial_s, 2), "serial_missing": len(missing_serial),
-            "checks_s": {c.id: round(c.seconds, 2) for c in report.results},
-            "verdicts": {c.id: c.verdict.value for c in report.results}, "verdict": report.verdict.value,
-            "speedup": round(serial_s / max(1e-9, report.seconds - checks_s), 1),
-            "target_s": TIME_TARGET_S, "met": report.seconds < TIME_TARGET_S}
+    phases = _phases(report)
+    res = {"hosts": hosts, "rate": rate, "total_s": round(report.seconds, 2), "phases": phases,
+           "gather_serial_s": round(serial_s, 2), "serial_missing": len(missing_serial),
+           "checks_s": {c.id: round(c.seconds, 2) for c in report.results},
+           "verdicts": {c.id: c.verdict.value for c in report.results}, "verdict": report.verdict.value,
+           "not_pass": _bad(report), "speedup": round(serial_s / max(1e-9, phases["gather"]), 1),
+           "per_plane": report.expectations.get("collective.per_plane"),
+           "sweep": report.expectations.get("collective.sweep"),
+           "target_s": TIME_TARGET_S, "met": report.seconds < TIME_TARGET_S and report.verdict.value == "pass"}
+    if faulted is not None:
+        found = {(b["check"], b["host"], b["device"]) for b in _bad(faulted) if b["verdict"] != "warn"}
+        want = {("collective.allreduce", slow_host, "eth1")}
+        res["fault"] = {"planted": [slow_host, "eth1", "quarter rate"], "total_s": round(faulted.seconds, 2),
+                        "phases": _phases(faulted), "not_pass": _bad(faulted),
+                        "per_plane": faulted.expectations.get("collective.per_plane"),
+                        "found_exactly": found == want}
+    return res
 
 
-def repeats(n: int) -> dict:
-    lab = _lab("bench-audit-r", 8)
+def repeats(n: int, rate: str) -> dict:
+    lab = _lab("bench-audit-r", 8, rate)
     runs = []
     try:
         for i in range(n):
@@ -79,40 +134,66 @@ def repeats(n: int) -> dict:
             bad = [f"{c.id} {f.verdict.value} {f.where}: {f.message}" for c in r.results for f in c.findings
                    if f.verdict.value in ("fail", "unknown", "warn")]
             sweep = r.expectations.get("collective.sweep", [])
+            per_plane = r.expectations.get("collective.per_plane", [])
             runs.append({"seconds": round(r.seconds, 2), "verdict": r.verdict.value, "not_pass": bad,
                          "latency_limit_us": r.expectations.get("latency.max_us"),
+                         "per_plane_ratios": [p["ratio"] for p in per_plane],
+                         "remeasured": sum("first_ratio" in p for p in per_plane),
                          "busbw_ratio_min": min((s["ratio"] for s in sweep if s["ratio"]), default=None),
                          "busbw_ratio_max": max((s["ratio"] for s in sweep if s["ratio"]), default=None)})
-            err.print(f"  clean run {i + 1}/{n}: {r.verdict.value} in {r.seconds:.1f} s")
+            err.print(f"  clean run {i + 1}/{n}: {r.verdict.value} in {r.seconds:.1f} s, per plane "
+                      f"{runs[-1]['per_plane_ratios']}")
     finally:
         build.down(lab.name)
     ratios = [x for r in runs for x in (r["busbw_ratio_min"], r["busbw_ratio_max"]) if x]
-    return {"runs": runs, "fails": sum(r["verdict"] in ("fail", "unknown") for r in runs),
+    planes = [x for r in runs for x in r["per_plane_ratios"]]
+    return {"rate": rate, "runs": runs, "fails": sum(r["verdict"] in ("fail", "unknown") for r in runs),
             "warns": sum(r["verdict"] == "warn" for r in runs),
+            "remeasured": sum(r["remeasured"] for r in runs),
             "seconds_median": statistics.median(r["seconds"] for r in runs),
+            "per_plane_ratio_range": [min(planes), max(planes)] if planes else None,
             "busbw_ratio_range": [min(ratios), max(ratios)] if ratios else None}
 
 
 def main(hosts: int = typer.Option(32, help="Hosts in the timed lab."),
+         rate: str = typer.Option("auto", help="Host and fabric link rate of the timed lab (auto: see the top)."),
+         fault: bool = typer.Option(True, help="Also audit the timed lab with one link at a quarter rate."),
          repeat: int = typer.Option(10, help="Clean 8-host audits in a row."),
          json_path: Path = typer.Option(DEFAULT_JSON, "--json")) -> None:
+    rate = lab_rate(hosts) if rate == "auto" else format_rate(parse_rate(rate))
     result = {"machine": {"cpus": __import__("os").cpu_count(), "kernel": platform.release()},
               "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    err.print(f"timing a full audit of a {hosts}-host lab")
-    result["timing"] = t = timing(hosts)
-    table = Table(title=f"audit of a clean {hosts}-host dual-plane lab")
+    err.print(f"timing a full audit of a {hosts}-host lab at {rate}")
+    result["timing"] = t = timing(hosts, rate, fault)
+    table = Table(title=f"audit of a clean {hosts}-host dual-plane lab, {rate} links")
     for col in ("phase", "seconds", "baseline (one host at a time)", "ratio"):
         table.add_column(col, justify="right")
-    table.add_row("gather", f"{t['gather_s']:.1f}", f"{t['gather_serial_s']:.1f}", f"{t['speedup']:.1f}x")
-    for cid, s in t["checks_s"].items():
-        table.add_row(cid, f"{s:.2f}", "", "")
-    table.add_row("total", f"{t['total_s']:.1f}", "", f"target < {TIME_TARGET_S:.0f} s: {'met' if t['met'] else 'MISSED'}")
+    ph = t["phases"]
+    table.add_row("gather", f"{ph['gather']:.1f}", f"{t['gather_serial_s']:.1f}", f"{t['speedup']:.1f}x")
+    table.add_row("other checks", f"{ph['other_checks']:.2f}", "", "")
+    table.add_row("collective.allreduce", f"{ph['collective']:.1f}", "", "")
+    table.add_row("  per-plane rings", f"{ph['collective_rings']:.1f}", "", "")
+    table.add_row("  sweep", f"{ph['collective_sweep']:.1f}", "", "")
+    table.add_row("total", f"{t['total_s']:.1f}", "",
+                  f"target < {TIME_TARGET_S:.0f} s, clean: {'met' if t['met'] else 'MISSED'} ({t['verdict']})")
     out.print(table)
+    for r in t["per_plane"] or []:
+        out.print(f"  plane {r['planes']}: {r['ratio']:.2f} of expected ({r['size_bytes'] / 2**20:.2f} MiB, "
+                  f"{r['seconds']:.1f} s{', first ' + str(r['first_ratio']) if 'first_ratio' in r else ''})")
+    for line in t["not_pass"]:
+        out.print(f"  {line}")
+    if f := t.get("fault"):
+        out.print(f"quarter-rate {f['planted'][0]} {f['planted'][1]}: found exactly: {f['found_exactly']}; "
+                  f"audit {f['total_s']:.1f} s (collective {f['phases']['collective']:.1f} s)")
+        for line in f["not_pass"]:
+            out.print(f"  {line['verdict']} {line['check']} {line['host']} {line['device']}: {line['message']}")
     if repeat:
-        err.print(f"{repeat} clean audits of an 8-host lab")
-        result["repeats"] = r = repeats(repeat)
-        out.print(f"{repeat} clean runs: {r['fails']} with a fail or unknown, {r['warns']} with a warning; "
-                  f"median {r['seconds_median']:.1f} s; busbw/expected {r['busbw_ratio_range']}")
+        rrate = lab_rate(8)
+        err.print(f"{repeat} clean audits of an 8-host lab at {rrate}")
+        result["repeats"] = r = repeats(repeat, rrate)
+        out.print(f"{repeat} clean runs: {r['fails']} with a fail or unknown, {r['warns']} with a warning, "
+                  f"{r['remeasured']} rings re-measured; median {r['seconds_median']:.1f} s; per plane "
+                  f"{r['per_plane_ratio_range']}; sweep busbw/expected {r['busbw_ratio_range']}")
         for run in r["runs"]:
             for line in run["not_pass"]:
                 out.print(f"  {line}")

@@ -1,19 +1,51 @@
-"""Bisect a slow collective down to a NIC: pair tests on one plane, all pairs at once.
+"""Bisect a slow collective down to a NIC: pair tests on one plane.
 
 Round 1 pairs hosts under the same leaf where it can (so pairs share no fabric link) and
-runs a two-rank all-reduce on each, pinned to the plane: same-leaf pairs all at once,
+runs a two-rank all-reduce on each, pinned to the plane: same-leaf pairs several at once,
 cross-leaf pairs one by one (they would share uplinks). Round 2 re-pairs each end of a slow
 pair with a host from a pair that was at rate: an end that is slow again is the culprit;
-if neither is, the pair's own path is (reported on both ends)."""
+if neither is, the pair is tested again alone, and if it is slow again its own path is the
+culprit (reported on both ends); if not, it was a hiccup and nothing is reported.
+
+Also here, for the check and its bisect alike: the ring order (leaf by leaf) and message
+sizes from link rates (auto_size)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from clockfabric.audit.context import Context
 from clockfabric.errors import ClockfabricError
+from clockfabric.topology import Topology
 
 SUBFLOWS = 1  # as the per-plane ring it bisects
+PAIRS_AT_ONCE = 4  # on a lab every pair's workers share the machine's CPUs: 16 pairs at once read 0.78 on a clean 32-host lab
+# a pair's all-reduce is 2 steps, each this many ring steps long (400 ms by default): on a clean
+# 5 Mbit/s lab, pairs with 100 ms steps read 0.79-0.94 of expected, with 400 ms ones 0.90-0.93
+PAIR_STEPS = 16
+MAX_SIZE = 1 << 30  # bytes per rank, whatever the rates
+
+
+def ring_order(topo: Topology, hosts: Sequence[str], plane: int) -> list[str]:
+    """hosts leaf by leaf on plane (in their order within a leaf): the ring then crosses each
+    leaf's uplinks once each way, instead of wherever sorted names happen to change leaf."""
+    from clockfabric.collective.expected import leaf_groups
+
+    return [h for group in leaf_groups(topo, list(hosts), plane) for h in group]
+
+
+def auto_size(topo: Topology, hosts: Sequence[str], subflows: int, planes: Sequence[int] | None,
+              algorithm: str, step_s: float) -> int:
+    """Bytes per rank such that each of a ring's 2(n-1) steps moves step_s of link time: n
+    segments of (expected busbw x step_s), the expectation from link rates alone. Rounded down
+    to n equal segments of whole floats; at least one float per segment, at most MAX_SIZE."""
+    from clockfabric.collective.expected import expected_busbw_gbps
+
+    n = len(hosts)
+    busbw = expected_busbw_gbps(topo, list(hosts), subflows, planes, algorithm=algorithm) * 1e9  # bytes/s per hop
+    size = min(MAX_SIZE, int(n * busbw * step_s))
+    return max(4 * n, size - size % (4 * n))
 
 
 def _leaf(ctx: Context, host: str, plane: int) -> str:
@@ -36,27 +68,33 @@ def pair_up(ctx: Context, hosts: list[str], plane: int) -> list[tuple[str, str]]
     return pairs
 
 
-def _test(ctx: Context, pairs: list[tuple[str, str]], plane: int, size: int) -> dict[tuple[str, str], float]:
+def _test(ctx: Context, pairs: list[tuple[str, str]], plane: int, size: int | None) -> dict[tuple[str, str], float]:
     """busbw / expected for each pair (0.0 when the test fails). Pairs under one leaf share no
-    fabric link and run all at once; pairs across leaves would share uplinks, so run one by one."""
+    fabric link and run together, PAIRS_AT_ONCE at a time; pairs across leaves would share
+    uplinks, so run one by one.
+    size None: from the pair's link rates (auto_size, PAIR_STEPS ring steps per step)."""
     from clockfabric.collective.run import allreduce
+
+    step_s = ctx.expect["collective"]["step_ms"] / 1e3 * PAIR_STEPS
 
     def one(pair: tuple[str, str]) -> float:
         try:
-            res = allreduce(ctx.lab, list(pair), sizes=[size], subflows=SUBFLOWS, planes=[plane],
+            each = size or auto_size(ctx.topology, pair, SUBFLOWS, [plane], "ring", step_s)
+            res = allreduce(ctx.lab, list(pair), sizes=[each], subflows=SUBFLOWS, planes=[plane],
                             iters=ctx.expect["collective"]["iters"], timeout_s=ctx.expect["collective"]["timeout_s"])
         except ClockfabricError:
             return 0.0
         return res.ratio(res.rows[-1])
 
     local = [p for p in pairs if _leaf(ctx, p[0], plane) == _leaf(ctx, p[1], plane)]
-    with ThreadPoolExecutor(max(1, len(local))) as pool:
+    with ThreadPoolExecutor(max(1, min(PAIRS_AT_ONCE, len(local)))) as pool:
         out = dict(zip(local, pool.map(one, local)))
     return out | {p: one(p) for p in pairs if p not in out}
 
 
-def slow_nics(ctx: Context, hosts: list[str], plane: int, size: int) -> dict[tuple[str, str], dict]:
-    """(host, nic) -> evidence, for the NICs on `plane` that pair tests find below the bar."""
+def slow_nics(ctx: Context, hosts: list[str], plane: int, size: int | None = None) -> dict[tuple[str, str], dict]:
+    """(host, nic) -> evidence, for the NICs on `plane` that pair tests find below the bar.
+    size: bytes per rank of every pair test; None: from the link rates."""
     bar = ctx.expect["collective"]["min_ratio"]
     pairs = pair_up(ctx, hosts, plane)
     first = _test(ctx, pairs, plane, size)
@@ -67,7 +105,7 @@ def slow_nics(ctx: Context, hosts: list[str], plane: int, size: int) -> dict[tup
         first |= _test(ctx, [(odd, good[0])], plane, size)
         if first[(odd, good[0])] < bar:
             slow.append((odd, good[0]))
-    culprits: dict[str, list[dict]] = {}
+    second: dict[tuple[str, str], float] = {}
     if slow and len(good) >= 2:
         partners = iter(good)
         retest = []
@@ -80,7 +118,6 @@ def slow_nics(ctx: Context, hosts: list[str], plane: int, size: int) -> dict[tup
                 if partner != end:
                     retest.append((end, partner))
         # the re-tests reuse good hosts, so run them in rounds of disjoint pairs
-        second: dict[tuple[str, str], float] = {}
         while retest:
             used, batch, rest = set(), [], []
             for p in retest:
@@ -88,17 +125,18 @@ def slow_nics(ctx: Context, hosts: list[str], plane: int, size: int) -> dict[tup
                 used |= set(p)
             second |= _test(ctx, batch, plane, size)
             retest = rest
-        for a, b in slow:
-            ends = [e for e in (a, b) if any(r < bar for p, r in second.items() if p[0] == e)]
-            for e in ends or (a, b):  # neither alone is slow: the pair's path is
-                culprits.setdefault(e, []).append({"pair": [a, b], "ratio": round(first.get((a, b), 0.0), 3)})
-            for p, r in second.items():
-                if p[0] in ends:
-                    culprits[p[0]].append({"pair": list(p), "ratio": round(r, 3)})
-    else:
-        for a, b in slow:
-            for e in (a, b):
-                culprits.setdefault(e, []).append({"pair": [a, b], "ratio": round(first.get((a, b), 0.0), 3)})
+    culprits: dict[str, list[dict]] = {}
+    for a, b in slow:
+        was = {"pair": [a, b], "ratio": round(first.get((a, b), 0.0), 3)}
+        ends = [e for e in (a, b) if any(r < bar for p, r in second.items() if p[0] == e)]
+        for e in ends:
+            culprits.setdefault(e, []).append(was)
+            culprits[e] += [{"pair": list(p), "ratio": round(r, 3)} for p, r in second.items() if p[0] == e]
+        if not ends:  # neither end is slow with another host (or none was at rate to try): the pair's
+            again = _test(ctx, [(a, b)], plane, size)[(a, b)]  # own path, if it is slow again, alone
+            if again < bar:  # a fault repeats; a hiccup (a busy CPU) does not
+                for e in (a, b):
+                    culprits.setdefault(e, []).extend([was, {"pair": [a, b], "ratio": round(again, 3)}])
     out = {}
     for host, tests in culprits.items():
         nic = ctx.topology.hosts[host].nic(plane)

@@ -31,7 +31,8 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple, Any]]] = {
     "latency": {"max_us": (NUMBER, None),  # absolute; None: the fleet's median + margin_us
                 "margin_us": (NUMBER, 1000.0), "samples": (int, 5)},
     "collective": {"subflows": (list, [1, 2, 4, 8]), "algorithms": (list, ["ring", "hier"]),
-                   "size": (str, "1M"), "iters": (int, 3), "min_ratio": (NUMBER, 0.8),
+                   "size": (str, "auto"),  # "auto": each ring step moves step_ms of link time
+                   "step_ms": (NUMBER, 25.0), "iters": (int, 3), "min_ratio": (NUMBER, 0.8),
                    "timeout_s": (NUMBER, 60.0), "sweep_hosts": (int, 8)},
     "timeouts": {"host_s": (NUMBER, 20.0), "check_s": (NUMBER, 300.0),
                  "lldp_s": (NUMBER, 1.5)},  # how long hosts listen for their switch's LLDP
@@ -75,6 +76,15 @@ def parse(data: Any, source: str = "expectations") -> dict:
         raise ClockfabricError(f"{source}: collective.algorithms: {bad[0]!r} is not ring or hier")
     if bad := [s for s in out["collective"]["subflows"] if not isinstance(s, int) or s < 1]:
         raise ClockfabricError(f"{source}: collective.subflows: {bad[0]!r} is not a positive whole number")
+    if out["collective"]["size"] != "auto":
+        from clockfabric.collective.sizes import parse_size
+
+        try:  # one clear line now, not a failed check later
+            parse_size(out["collective"]["size"])
+        except ClockfabricError as e:
+            raise ClockfabricError(f"{source}: collective.size: {e}, or auto") from None
+    if out["collective"]["step_ms"] <= 0:
+        raise ClockfabricError(f"{source}: collective.step_ms must be above 0")
     return out
 
 
