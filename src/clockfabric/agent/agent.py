@@ -144,7 +144,10 @@ class Agent:
         self.clock = ReloadingClock(os.environ[CLOCK_ENV]) if os.environ.get(CLOCK_ENV) else SystemClock()
         rails = [n.name for n in me.nics]
         self.timestamping = {r: timestamping.capabilities(r).mode for r in rails}
-        self.interval_s = cfg.probe_interval_s()  # the full rate until the clock has settled
+        # seconds between exchanges with a peer, at the full and the quiet rate (worked out once:
+        # it walks the topology's links); the full rate until the clock has settled
+        self._intervals = {False: cfg.probe_interval_s(), True: cfg.probe_interval_s(quiet=True)}
+        self.interval_s = self._intervals[False]
         try:
             self.engine = ProbeEngine(self.address, self.addresses, cfg.probed, rails=rails,
                                       ports=cfg.ports, base_port=cfg.base_port, interval_s=self.interval_s,
@@ -352,7 +355,7 @@ class Agent:
     def _pace(self, *, quiet: bool) -> None:
         """Probe at the quiet rate only while the clock needs no more: an agent's CPU follows
         its exchanges, and on a settled clock and an idle fabric half of them add little."""
-        self.interval_s = self.engine.interval_s = self.cfg.probe_interval_s(quiet=quiet)
+        self.interval_s = self.engine.interval_s = self._intervals[quiet]
 
     def _solve(self, *, urgent: bool = False) -> None:
         self._solve_due = math.inf
