@@ -34,6 +34,26 @@ def test_bad_choices_are_one_line():
         contention.run(scenarios=["x"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2)
     with pytest.raises(ClockfabricError, match="unknown scheduler"):
         contention.run(scenarios=["none"], schedulers=["fast"], seeds=1, size=MIB, iters=1, subflows=2)
+    with pytest.raises(ClockfabricError, match="unknown placement 'spread'"):
+        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
+                       placement="spread")
+
+
+def test_summary_ratios_medians_and_what_was_possible():
+    ideal = contention.ideal_time_s(contention.topology(), "none", 4 * MIB)  # 2.013 s
+
+    def run(scheduler, seed, seconds):
+        return contention.Run("none", scheduler, seed, [{"time_us": seconds * 1e6, "wrong": 0}])
+
+    runs = [run("ecmp", 0, 4.0), run("ecmp", 1, 5.0), run("ecmp", 2, 4.4),
+            run("owd", 0, 2.2), run("owd", 1, 2.6), run("owd", 2, 2.4)]
+    rows = {r["scheduler"]: r for r in contention.summarize(contention.topology(), runs, 4 * MIB)}
+    assert rows["owd"]["time_s"] == pytest.approx(2.4)  # the median, not the mean or the best
+    assert rows["owd"]["speedup_vs_ecmp"] == pytest.approx(4.4 / 2.4, abs=1e-3)
+    assert rows["owd"]["speedup_vs_least_outstanding"] is None  # not run
+    assert rows["owd"]["of_ideal"] == pytest.approx(ideal / 2.4, abs=1e-3)
+    assert rows["owd"]["of_tcp_ideal"] == pytest.approx(ideal * 1514 / 1448 / 2.4, abs=1e-3)
+    assert rows["ecmp"]["ecmp_over_ideal"] == rows["owd"]["ecmp_over_ideal"] == pytest.approx(4.4 / ideal, abs=1e-3)
 
 
 @pytest.mark.parametrize("scenario, seconds", [

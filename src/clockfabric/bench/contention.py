@@ -18,7 +18,15 @@ Each scenario runs under each scheduler, `seeds` times (a hashed run gets new ke
 source ports each time, so seeds are fresh ECMP draws). Per run: each job's time per
 all-reduce and busbw. Per scenario and scheduler: the median over seeds of the slowest
 job's time, and its ratio to ecmp's, to least-outstanding's, and to the ideal: the time
-the link rates allow with every flow perfectly placed (ideal_busbw_gbps below).
+the link rates allow with every flow perfectly placed (ideal_time_s below). Two more
+columns say what was possible at all: the ideal at TCP/IP's payload ceiling (1448 bytes
+of every 1514 on the wire carry data), and ecmp's time over the ideal, the most any
+scheduler could gain over ecmp here.
+
+Source ports (`placement`): by default each scheduler runs as it would ship, `owd` on ports
+learned per spine and the baselines on the kernel's (hashed). `placement="learned"` puts
+every scheduler on learned ports, so what the path discovery buys and what the scheduling
+buys can be told apart.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from dataclasses import asdict, dataclass
 
 from clockfabric.collective.results import BUS_FACTORS
 from clockfabric.collective.run import run_collective
-from clockfabric.collective.schedule import SCHEDULERS
+from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, netns
 from clockfabric.lab.exec import command
@@ -54,6 +62,7 @@ JOB_A = ["h0", "h4", "h1", "h5"]
 JOB_B = ["h2", "h6", "h3", "h7"]
 ELEPHANTS = [("h2", "h6"), ("h7", "h3")]
 HOST_RATE, FABRIC_RATE = "50mbit", "25mbit"
+TCP_PAYLOAD = 1448 / 1514  # data bytes per byte on the wire: MSS (timestamps on) over an Ethernet frame
 IPERF_PORT = 5400
 
 
@@ -186,7 +195,8 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
     return [server, client]
 
 
-def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int) -> Run:
+def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int,
+            placement: str | None = None) -> Run:
     """The scenario's jobs, all at once, under one scheduler."""
     jobs = jobs_of(scenario)
     results: list = [None] * len(jobs)
@@ -195,7 +205,7 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
         collective, hosts = jobs[i]
         try:
             res = run_collective(lab, hosts, collective=collective, sizes=[size], subflows=subflows,
-                                 scheduler=scheduler, iters=iters, warmup=1, timeout_s=60.0)
+                                 scheduler=scheduler, placement=placement, iters=iters, warmup=1, timeout_s=60.0)
             row = res.rows[0]
             results[i] = {"collective": collective, "hosts": hosts, "time_us": row.time_us,
                           "busbw_gbps": row.busbw_gbps, "wrong": row.wrong}
@@ -213,7 +223,7 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
 
 
 def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
-                 subflows: int, progress: Callable[[str], None]) -> list[Run]:
+                 subflows: int, progress: Callable[[str], None], placement: str | None = None) -> list[Run]:
     procs: list[subprocess.Popen] = []
     link = impair.find_link(lab, plane0(lab.topology, "leaf0"), plane0(lab.topology, "spine0"))
     try:
@@ -224,7 +234,8 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
         runs = []
         order = [(seed, s) for seed in range(seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
-            run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows)
+            run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows,
+                          placement=placement)
             progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s")
             runs.append(run)
         return runs
@@ -236,7 +247,8 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
 
 def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
     """Per scenario and scheduler: the median over seeds of the slowest job's time, its busbw,
-    and the ratios to ecmp, to least-outstanding and to the ideal."""
+    and the ratios to ecmp, to least-outstanding, to the ideal and to the ideal at TCP's
+    payload ceiling; with ecmp's time over the ideal (the most any scheduler could gain)."""
     rows = []
     for scenario in dict.fromkeys(r.scenario for r in runs):
         collective, hosts = jobs_of(scenario)[0]
@@ -251,13 +263,15 @@ def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
                          "speedup_vs_least_outstanding": (round(median["least-outstanding"] / t, 3)
                                                           if "least-outstanding" in median else None),
                          "of_ideal": round(ideal_s / t, 3), "ideal_time_s": round(ideal_s, 3),
+                         "of_tcp_ideal": round(ideal_s / TCP_PAYLOAD / t, 3),
+                         "ecmp_over_ideal": round(median["ecmp"] / ideal_s, 3) if "ecmp" in median else None,
                          "ideal_busbw_gbps": round(busbw_gbps(collective, size, len(hosts), ideal_s), 6),
                          "wrong": sum(j["wrong"] for r in mine if r.scheduler == scheduler for j in r.jobs)})
     return rows
 
 
 def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int,
-          fabric: str = "leafspine") -> None:
+          fabric: str = "leafspine", placement: str | None = None) -> None:
     """One clear line for a bad choice, before any lab is built."""
     if fabric not in FABRICS:
         raise ClockfabricError(f"unknown fabric {fabric!r}; choose from {', '.join(FABRICS)}")
@@ -265,25 +279,30 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
         raise ClockfabricError(f"unknown scenario {bad[0]!r}; choose from {', '.join(SCENARIOS)}")
     if bad := [s for s in schedulers if s not in SCHEDULERS]:
         raise ClockfabricError(f"unknown scheduler {bad[0]!r}; choose from {', '.join(SCHEDULERS)}")
+    if placement is not None and placement not in PLACEMENTS:
+        raise ClockfabricError(f"unknown placement {placement!r}; choose from {', '.join(PLACEMENTS)}")
     if seeds < 1 or iters < 1 or subflows < 1:
         raise ClockfabricError("--seeds, --iters and --subflows must be at least 1")
 
 
 def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int, subflows: int,
-        fabric: str = "leafspine", lab_name: str = "contention",
+        fabric: str = "leafspine", placement: str | None = None, lab_name: str = "contention",
         progress: Callable[[str], None] = lambda _: None) -> dict:
-    """Bring the lab up, run every scenario, take it down; the report (JSON-ready)."""
-    check(scenarios, schedulers, seeds, iters, subflows, fabric)
+    """Bring the lab up, run every scenario, take it down; the report (JSON-ready).
+    placement: None (each scheduler's own), or "hashed"/"learned" for all."""
+    check(scenarios, schedulers, seeds, iters, subflows, fabric, placement)
     topo = topology(fabric)
     lab = build.up(topo, lab_name)
     started = time.monotonic()
     try:
         runs = [r for sc in scenarios for r in run_scenario(lab, sc, schedulers, seeds, size=size, iters=iters,
-                                                            subflows=subflows, progress=progress)]
+                                                            subflows=subflows, progress=progress,
+                                                            placement=placement)]
     finally:
         build.down(lab_name)
     return {"lab": {"fabric": fabric, "hosts": 8, "leaves": 2, "spines": 2, "planes": 2 if fabric == "dualplane" else 1,
                     "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE},
             "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds,
+            "placement": placement or "owd learned, baselines hashed",
             "seconds": round(time.monotonic() - started, 1),
             "summary": summarize(topo, runs, size), "runs": [asdict(r) for r in runs]}

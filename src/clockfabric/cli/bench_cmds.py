@@ -87,6 +87,9 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                iters: int = typer.Option(2, "--iters", help="Timed iterations per run (after one warmup)."),
                subflows: int = typer.Option(2, "--subflows", help="TCP connections per peer pair."),
                fabric: str = typer.Option("leafspine", "--fabric", help="leafspine, or dualplane (2 planes)."),
+               placement: str = typer.Option(None, "--placement",
+                                             help="Source ports for every scheduler: hashed or learned (default: "
+                                                  "learned for owd, hashed for the baselines, as each ships)."),
                out_file: Path = typer.Option(Path("bench/results/contention.json"), "--out",
                                              help="Where the JSON report goes."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
@@ -98,7 +101,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
 
     chosen, sched = _list(scenarios, "--scenarios"), _list(schedulers, "--schedulers")
     nbytes = parse_size(size)
-    cb.check(chosen, sched, seeds, iters, subflows, fabric)
+    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement)
     require_root()
     started = time.monotonic()
 
@@ -106,20 +109,22 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
 
     report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
-                    fabric=fabric, progress=progress)
+                    fabric=fabric, placement=placement, progress=progress)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     if as_json:
         print_json(report)
         return
     table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, 2 spines; {size} per rank, {subflows} subflows, "
-                        f"median of {seeds} seeds")
-    for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs least-outstanding", "of ideal", "#wrong"):
+                        f"median of {seeds} seeds; ports: {report['placement']}")
+    for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs least-outstanding", "of ideal",
+                "of TCP ideal", "ecmp / ideal", "#wrong"):
         table.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right", no_wrap=True)
     for r in report["summary"]:
         table.add_row(r["scenario"], r["scheduler"], f"{r['time_s']:.2f} s", f"{r['busbw_gbps'] * 1e3:.2f} MB/s",
                       _fmt(r["speedup_vs_ecmp"], "x"), _fmt(r["speedup_vs_least_outstanding"], "x"),
-                      f"{r['of_ideal']:.2f}", str(r["wrong"]))
+                      f"{r['of_ideal']:.2f}", f"{r['of_tcp_ideal']:.2f}", _fmt(r["ecmp_over_ideal"], "x"),
+                      str(r["wrong"]))
     out.print(table)
     err.print(f"JSON in {out_file}")
 
