@@ -116,9 +116,11 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         print_json(report)
         return
     table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, 2 spines; {size} per rank, {subflows} subflows, "
-                        f"median of {seeds} seeds; ports: {report['placement']}")
-    for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs least-outstanding", "of ideal",
-                "of TCP ideal", "ecmp / ideal", "#wrong"):
+                        f"median of {seeds} seeds; ports: {report['placement']}",
+                  caption="vs l-o: against least-outstanding; of TCP: of the ideal at TCP/IP's payload ceiling; "
+                          "ecmp/ideal: the most any scheduler could gain over ecmp")
+    for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs l-o", "of ideal", "of TCP", "ecmp/ideal",
+                "#wrong"):
         table.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right", no_wrap=True)
     for r in report["summary"]:
         table.add_row(r["scenario"], r["scheduler"], f"{r['time_s']:.2f} s", f"{r['busbw_gbps'] * 1e3:.2f} MB/s",
