@@ -184,7 +184,7 @@ def test_a_filled_spine_link_is_named_by_a_congestion_alert(fleet3):
         others = [a for a in open_alerts(fleet, "congestion") if a["key"] != alert["key"]]
         assert not [a for a in others if a["detail"]["links"]], others
         assert all(via[(p["src"], p["dst"], p["path"])] == "spine0" for a in others for p in a["detail"]["paths"]), others
-        assert named_s <= 8.0, f"named after {named_s:.1f} s"
+        assert named_s <= 12.0, f"named after {named_s:.1f} s"  # 3.1-7.6 s in 14 runs (docs/monitoring.md)
     finally:
         stop(procs)
     wait_for("congestion alert resolved", lambda: not open_alerts(fleet, "congestion"), timeout_s=30, every_s=0.5)
