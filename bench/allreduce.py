@@ -43,6 +43,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
+from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, format_rate, interfaces, load, parse_rate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,10 +71,7 @@ def tcp_ring(lab: Lab, hosts: list[str], subflows: int, planes: list[int], secon
         for i in range(n):
             dst = hosts[(i + 1) % n]
             for p in per_plane:
-                servers.append(subprocess.Popen(command(lab, dst, ["iperf3", "-s", "-1", "-B", nic_address(lab, dst, p),
-                                                                   "-p", str(IPERF_PORT + p)]),
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(0.5)  # servers listening
+                servers.append(iperf_server(lab, dst, nic_address(lab, dst, p), IPERF_PORT + p, once=True))
         for i in range(n):
             src, dst = hosts[i], hosts[(i + 1) % n]
             for p, k in per_plane.items():

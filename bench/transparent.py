@@ -48,6 +48,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
+from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, interfaces, multirail
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,10 +96,7 @@ class Elephants:
 
     def start(self) -> None:
         for i, (_, dst) in enumerate(self.pairs):
-            self.procs.append(subprocess.Popen(
-                command(self.lab, dst, ["iperf3", "-s", "-B", nic0(self.lab, dst), "-p", str(ELEPHANT_PORT + i)]),
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(0.5)
+            self.procs.append(iperf_server(self.lab, dst, nic0(self.lab, dst), ELEPHANT_PORT + i))
         for i, (src, dst) in enumerate(self.pairs):
             self.procs.append(subprocess.Popen(
                 command(self.lab, src, ["iperf3", "-c", nic0(self.lab, dst), "-B", nic0(self.lab, src),

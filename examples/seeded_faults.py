@@ -17,11 +17,12 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 
+from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair, netns, shaping
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
+from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, interfaces
 
 FAR_RATE_BPS = 20_000_000
@@ -65,16 +66,8 @@ def far_host(lab: Lab) -> None:
         index = ipr.link_lookup(ifname=port.iface)[0]
         shaping.set_rate(ipr, index, FAR_RATE_BPS)
     target = str(interfaces(lab.topology)[Port("h7", "eth1")].address.ip)
-    log = lab.dir / "seeded-far-server.log"
-    with open(log, "w") as out:
-        server = subprocess.Popen(command(lab, "h7", ["iperf3", "-s", "-B", target, "-p", "5299", "--forceflush"]),
-                                  stdout=out, stderr=subprocess.STDOUT)
+    server = iperf_server(lab, "h7", target, 5299)
     lab.register(server.pid, "seeded fault: iperf3 server on h7")
-    deadline = time.monotonic() + 10
-    while "listening" not in log.read_text().lower():  # the client must not race the server
-        if time.monotonic() > deadline or server.poll() is not None:
-            raise SystemExit(f"iperf3 server on h7 did not start: {log.read_text().strip()}")
-        time.sleep(0.05)
     source = str(interfaces(lab.topology)[Port("h4", "eth1")].address.ip)
     client = subprocess.Popen(command(lab, "h4", ["iperf3", "-c", target, "-B", source, "-p", "5299",
                                                   "-t", "86400", "-w", FAR_WINDOW]),
@@ -97,13 +90,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", required=True, help="a lab of examples/dualplane-8.yaml")
     args = parser.parse_args()
-    lab = Lab.open(args.lab)
+    try:
+        lab = Lab.open(args.lab)
+    except ClockfabricError as e:
+        print(e, file=sys.stderr)
+        return 2
     if not {"h1", "h7", "p1-leaf1"} <= set(lab.topology.nodes()):
         print(f"lab {lab.name} is not examples/dualplane-8.yaml (h0-h7, p0/p1 leaves)", file=sys.stderr)
         return 2
-    for _, _, _, plant in FAULTS:
-        if plant:
-            plant(lab)
+    try:
+        for _, _, _, plant in FAULTS:
+            if plant:
+                plant(lab)
+    except ClockfabricError as e:
+        print(f"seeding faults on lab {lab.name} failed: {e}", file=sys.stderr)
+        return 2
     json.dump([{"host": h, "nic": n, "fault": what} for h, n, what, _ in FAULTS], sys.stdout, indent=2)
     print()
     return 0

@@ -171,8 +171,12 @@ def test_a_filled_spine_link_is_named_by_a_congestion_alert(fleet3):
     procs = pinned_iperf(fleet.lab, "h0", "h2", "spine0", port=5401) + pinned_iperf(fleet.lab, "h1", "h4", "spine0",
                                                                                        port=5402)
     try:
-        alert = wait_for("a congestion alert naming a link", lambda: [
-            a for a in open_alerts(fleet, "congestion") if a["detail"]["links"]], timeout_s=20, every_s=0.2)[0]
+        try:
+            alert = wait_for("a congestion alert naming a link", lambda: [
+                a for a in open_alerts(fleet, "congestion") if a["detail"]["links"]], timeout_s=20, every_s=0.2)[0]
+        except AssertionError as e:  # say what the flows and the detector were doing
+            exited = [p.args[-8:] for p in procs if p.poll() is not None]
+            raise AssertionError(f"{e}; iperf3 exited: {exited}; open: {open_alerts(fleet, 'congestion')}") from None
         named_s = time.monotonic() - t0
         print(f"congestion alert after {named_s:.1f} s: {alert['message']}")
         assert alert["detail"]["links"] == [{"link": link.name, "direction": "leaf0->spine0"}], alert

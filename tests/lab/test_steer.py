@@ -17,6 +17,7 @@ import time
 
 from clockfabric.clock.evaluate import LabAgents, read_states
 from clockfabric.lab.exec import command
+from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, interfaces, multirail
 from tests.waiting import wait_for
 
@@ -48,9 +49,7 @@ def test_a_flow_on_a_congested_plane_is_moved_to_the_quiet_one_without_breaking(
         agents.start()
         agents.wait_heartbeats(timeout_s=60)
         for address, port in ((b, PORT), (nic("h1", 0), ELEPHANT_PORT)):
-            procs.append(subprocess.Popen(command(lab, "h1", ["iperf3", "-s", "-B", address, "-p", str(port)]),
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(0.5)
+            procs.append(iperf_server(lab, "h1", address, port))
         stream = subprocess.Popen(command(lab, "h0", ["iperf3", "-c", b, "-B", a, "-p", str(PORT), "--cport",
                                                       str(cport), "-t", str(STREAM_S), "-J"]),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

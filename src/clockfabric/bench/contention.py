@@ -46,6 +46,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, netns
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
+from clockfabric.lab.traffic import iperf_server
 from clockfabric.probe.paths import spread
 from clockfabric.topology import (
     Port,
@@ -186,9 +187,7 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
         ports = [p.sport for p in spread(a, b, port, want=4, seed=7) if p.hop in on_spine]
     if not ports:
         raise ClockfabricError(f"no source port from {src} to {dst} was found on {spine}")
-    server = subprocess.Popen(command(lab, dst, ["iperf3", "-s", "-B", b, "-p", str(port)]),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.3)  # listening
+    server = iperf_server(lab, dst, b, port)
     client = subprocess.Popen(command(lab, src, ["iperf3", "-c", b, "-B", a, "--cport", str(ports[0]),
                                                  "-p", str(port), "-t", str(seconds)]),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

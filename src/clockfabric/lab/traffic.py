@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+import time
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.exec import command
@@ -22,15 +23,8 @@ def run(lab: Lab, src: str, dst: str, *, seconds: float, rate_bps: int | None = 
         raise ClockfabricError("traffic needs two different hosts")
     address = str(topo.hosts[dst].address)
     port = random.randrange(20000, 60000)
-    server = subprocess.Popen(command(lab, dst, ["iperf3", "-s", "-1", "-B", address, "-p", str(port),
-                                                 "--forceflush"]),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = iperf_server(lab, dst, address, port, once=True)
     try:
-        for line in server.stdout:  # wait until it listens, so the client never races it
-            if "listening" in line.lower():
-                break
-        else:
-            raise ClockfabricError(f"iperf3 server on {dst} did not start; is iperf3 installed (make setup)?")
         args = ["iperf3", "-c", address, "-p", str(port), "-B", str(topo.hosts[src].address),
                 "-t", str(seconds), "-J", "-P", str(streams)]
         if udp or rate_bps:
@@ -60,3 +54,26 @@ def run(lab: Lab, src: str, dst: str, *, seconds: float, rate_bps: int | None = 
     return {"src": src, "dst": dst, "protocol": "tcp", "seconds": seconds, "streams": streams,
             "sent_bps": end["sum_sent"]["bits_per_second"], "received_bps": end["sum_received"]["bits_per_second"],
             "retransmits": end["sum_sent"].get("retransmits")}
+
+
+def iperf_server(lab: Lab, host: str, address: str, port: int, *, once: bool = False,
+                 timeout_s: float = 10.0) -> subprocess.Popen:
+    """An iperf3 server on host, returned once it listens: a client started before that is
+    refused and exits, and the flow silently never runs (seen on a loaded machine with a fixed
+    sleep). Its output goes to a log in the lab's folder, never to a pipe no one drains."""
+    log = lab.dir / "iperf3" / f"{host}-{address}-{port}.log"
+    log.parent.mkdir(exist_ok=True)
+    with open(log, "w") as out:
+        server = subprocess.Popen(command(lab, host, ["iperf3", "-s", *(["-1"] if once else []), "-B", address,
+                                                      "-p", str(port), "--forceflush"]),
+                                  stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while "listening" not in (text := log.read_text()).lower():
+        if server.poll() is not None or time.monotonic() > deadline:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+            said = text.strip().splitlines()[-1:] or ["no output; is iperf3 installed (make setup)?"]
+            raise ClockfabricError(f"iperf3 server on {host} ({address}:{port}) did not start: {said[0]}")
+        time.sleep(0.02)
+    return server
