@@ -323,24 +323,35 @@ def test_owd_per_direction_and_a_floor_that_forgets_early_guesses():
         assert rows["a"]["floor_ns"] == expected
 
 
-def test_floors_read_with_a_mapping_that_then_moves_are_dropped():
+def test_floors_are_read_again_with_the_newest_mappings():
     sync = HostSync("a", ["b"])
     settled = {h: Mapping(EPOCH, 0.0, 0.0, 0.0).as_dict() for h in "ab"}
     sync.on_map({"hosts": settled})
     sync.pairs["b"].exchanges.append(_exchange(EPOCH, -1_000, 30_000))  # read with a guess
     assert {r["src"]: r["floor_ns"] for r in sync.owd()} == {"a": -1_000, "b": 30_000}
 
-    nudged = dict(settled, b=Mapping(EPOCH, -500.0, 0.0, 0.0).as_dict())  # within tolerance: kept
-    sync.on_map({"hosts": nudged})
-    rows = {r["src"]: r for r in sync.owd()}
-    assert rows["a"]["min_ns"] == -500 and rows["a"]["floor_ns"] == -1_000
-
     moved = dict(settled, b=Mapping(EPOCH, -21_000.0, 0.0, 0.0).as_dict())  # b's mapping moved 21 us
     sync.on_map({"hosts": moved})
     rows = {r["src"]: r for r in sync.owd()}
-    assert rows["a"]["floor_ns"] == rows["a"]["min_ns"] == 20_000  # re-read with the new mapping only
+    assert rows["a"]["floor_ns"] == rows["a"]["min_ns"] == 20_000  # the old packet, read with the new mapping
     assert rows["b"]["floor_ns"] == 9_000
 
     ours_moved = dict(moved, a=Mapping(EPOCH, -10_000.0, 0.0, 0.0).as_dict())  # our own mapping moved
     sync.on_map({"hosts": ours_moved})
     assert {r["src"]: r["floor_ns"] for r in sync.owd()} == {"a": 10_000, "b": 19_000}
+
+
+def test_a_standing_queue_stays_above_its_floor_when_the_mappings_move():
+    """On the lab, a filled link made the solver's maps move or leave a peer out for a round;
+    when that voided the floors, the queue became the floor and the congestion went unseen."""
+    sync = HostSync("a", ["b"])
+    sync.on_map({"hosts": {h: Mapping(EPOCH, 0.0, 0.0, 0.0).as_dict() for h in "ab"}})
+    sync.pairs["b"].exchanges.extend(_exchange(EPOCH + i, 20_000, 30_000) for i in range(5))
+    sync.owd()
+    for k, hosts in enumerate([{"a": 0.0, "b": 3_000.0}, {"a": 0.0}, {"a": 1_000.0, "b": -300_000.0},
+                               {"a": 0.0, "b": 0.0}]):  # moved; b left out; one bad solve; back
+        sync.on_map({"hosts": {h: Mapping(EPOCH, off, 0.0, 0.0).as_dict() for h, off in hosts.items()}})
+        sync.pairs["b"].exchanges.clear()
+        sync.pairs["b"].exchanges.extend(_exchange(EPOCH + 100 * k + i, 4_020_000, 30_000) for i in range(5))
+        (out,) = [r for r in sync.owd() if r["src"] == "a"]  # b's map stays while a round leaves it out
+        assert out["p50_ns"] - out["floor_ns"] == 4_000_000

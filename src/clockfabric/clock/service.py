@@ -24,7 +24,6 @@ from clockfabric.probe.engine import Exchange
 
 MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
 FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many reports
-MAP_MOVE_NS = 2_000  # a mapping that moves more than this between solves was not settled (settled: < 1 us)
 # settled (HostSync.settled): this share of probe packets pure, i.e. an idle fabric, and no
 # step for this many windows
 QUIET_PURE = 0.7
@@ -39,9 +38,11 @@ class HostSync:
         self.mapping: Mapping | None = None
         self.peer_maps: dict[str, Mapping] = {}
         self.parts = 0
-        # (peer, path, direction) -> the lowest OWD of each recent report: a floor that forgets,
-        # so a rerouted path's old floor ages out
-        self.floors: dict[tuple[str, str, str], deque[int]] = {}
+        # (peer, path, direction) -> the fastest packet of each recent report, as its (sent,
+        # received) local timestamps: a floor that forgets, so a rerouted path's old floor ages
+        # out; read again with every report's mappings, so a mapping that moves (converging, or
+        # one bad solve) moves the floor with the delays instead of voiding it
+        self.floors: dict[tuple[str, str, str], deque[tuple[int, int]]] = {}
         # our own clock may have stepped: the offset change and the pairs that broke by it
         self._candidate: tuple[float, set[str]] | None = None
         self.own_steps = 0
@@ -137,17 +138,10 @@ class HostSync:
 
     def on_map(self, msg: dict) -> None:
         maps = {h: Mapping.from_dict(m) for h, m in msg["hosts"].items()}
-        mapping = maps.pop(self.host, None)
-        # a floor is only as good as the mappings it was read with: where one moved, the
-        # floors read with it go (a still-converging mapping can put a floor below zero)
-        for peer, pair in self.pairs.items():
-            if pair.exchanges:
-                last = pair.exchanges[-1]
-                if (_moved(self.mapping, mapping, last.tx[0])
-                        or _moved(self.peer_maps.get(peer), maps.get(peer), last.peer_rx[0])):
-                    self.floors = {k: v for k, v in self.floors.items() if k[0] != peer}
-        self.mapping = mapping
-        self.peer_maps = maps
+        self.mapping = maps.pop(self.host, None)
+        # a peer left out of one round (no fresh fit for the pair on either side, as under a
+        # standing queue) keeps its last map: its delays stay readable
+        self.peer_maps |= maps
         self.parts = msg.get("parts", 1)
 
     # ---- one-way delays ---------------------------------------------------------------------
@@ -161,19 +155,23 @@ class HostSync:
             if theirs is None or not pair.exchanges:
                 continue
             ours = self.mapping
-            by_path: dict[tuple[str, str], list[int]] = defaultdict(list)
+            by_path: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)  # (sent, received)
             for ex in pair.exchanges:
-                by_path[(ex.path, "out")].append(theirs.global_ns(ex.peer_rx[0]) - ours.global_ns(ex.tx[0]))
-                by_path[(ex.path, "back")].append(ours.global_ns(ex.rx[0]) - theirs.global_ns(ex.peer_tx[0]))
-            for (path, direction), delays in sorted(by_path.items()):
-                delays.sort()
-                key = (peer, path, direction)
-                lows = self.floors.setdefault(key, deque(maxlen=FLOOR_HORIZON))
-                lows.append(delays[0])
+                by_path[(ex.path, "out")].append((ex.tx[0], ex.peer_rx[0]))
+                by_path[(ex.path, "back")].append((ex.peer_tx[0], ex.rx[0]))
+            for (path, direction), stamps in sorted(by_path.items()):
+                sender, receiver = (ours, theirs) if direction == "out" else (theirs, ours)
+
+                def delay(stamp: tuple[int, int]) -> int:
+                    return receiver.global_ns(stamp[1]) - sender.global_ns(stamp[0])
+
+                delays = sorted(map(delay, stamps))
+                lows = self.floors.setdefault((peer, path, direction), deque(maxlen=FLOOR_HORIZON))
+                lows.append(min(stamps, key=delay))
                 src, dst = (self.host, peer) if direction == "out" else (peer, self.host)
                 rows.append({"src": src, "dst": dst, "path": path, "n": len(delays), "min_ns": delays[0],
                              "p50_ns": percentile(delays, 50), "p99_ns": percentile(delays, 99),
-                             "floor_ns": min(lows)})
+                             "floor_ns": min(map(delay, lows))})
         return rows
 
     def state(self) -> dict:
@@ -194,13 +192,6 @@ class HostSync:
 
 def _last_tx(pair: PairWindow) -> int:
     return pair.exchanges[-1].tx[0] if pair.exchanges else 0
-
-
-def _moved(old: Mapping | None, new: Mapping | None, local_ns: int) -> bool:
-    """Whether two mappings of one clock disagree on a reading by more than MAP_MOVE_NS."""
-    if old is None or new is None:
-        return old is not new
-    return abs(old.global_ns(local_ns) - new.global_ns(local_ns)) > MAP_MOVE_NS
 
 
 def percentile(ordered: list[int], q: float) -> float:
