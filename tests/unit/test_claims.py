@@ -6,7 +6,7 @@ import threading
 
 from clockfabric.collective import claims
 from clockfabric.collective.claims import Ledger
-from clockfabric.collective.worker import by_hops
+from clockfabric.collective.worker import by_hops, paths_for_turn
 from clockfabric.probe.paths import Path
 
 
@@ -71,3 +71,12 @@ def test_by_hops_uses_each_port_once():
     paths = [Path("s0", 61000), Path("s1", 61001), Path("s0", 61002)]
     assert by_hops(paths, ["s0", "s0", "s1"]) == [Path("s0", 61000), Path("s0", 61002), Path("s1", 61001)]
     assert by_hops(paths, ["s1", "s1"]) == [Path("s1", 61001), Path("s0", 61000)]  # out of s1 ports: any left
+
+
+def test_ranks_under_one_leaf_take_disjoint_spines_while_there_are_enough():
+    four = [Path(f"s{i}", 61000 + i) for i in range(4)]
+    hops = [[p.hop for p in paths_for_turn(four, turn, 2)] for turn in range(3)]
+    assert hops == [["s0", "s1"], ["s2", "s3"], ["s0", "s1"]]  # a third rank shares evenly
+    two = four[:2]
+    assert [[p.hop for p in paths_for_turn(two, turn, 2)] for turn in range(2)] == [["s0", "s1"], ["s0", "s1"]]
+    assert [[p.hop for p in paths_for_turn(two, turn, 1)] for turn in range(2)] == [["s0"], ["s1"]]

@@ -127,9 +127,9 @@ def learn_ports(args: argparse.Namespace, peers: set[int]) -> dict[tuple[int, in
     """(peer, subflow) -> a source port, spreading each slot's subflows over the paths found
     to that peer (ports the switches hash onto distinct spines). With an agent (`--agent`),
     it picks the spines from what every job under the leaf holds (collective/claims.py).
-    Without one, the ranks under one leaf start the round at different paths (the k-th rank
-    of its group at path k), so their flows out of the leaf spread over the spines even with
-    one subflow each."""
+    Without one, the ranks under one leaf take turns: the k-th rank of its group starts k*n
+    paths along (n: its subflows on that rail), so their flows out of the leaf take disjoint
+    spines while there are enough, and spread evenly when there are not."""
     slots = len(args.addresses[args.rank])
     turn = next(g.index(args.rank) for g in args.groups if args.rank in g)
     found: dict[tuple[int, int], tuple[list[int], list[Path]]] = {}  # (peer, slot) -> (subflows, paths)
@@ -148,10 +148,15 @@ def learn_ports(args: argparse.Namespace, peers: set[int]) -> dict[tuple[int, in
         if placed is not None and (peer, slot) in choices:
             chosen = by_hops(paths, placed[choices.index((peer, slot))])
         else:
-            start = turn % len(paths)
-            chosen = (paths[start:] + paths[:start])[:len(mine)]
+            chosen = paths_for_turn(paths, turn, len(mine))
         ports |= {(peer, i): path.sport for i, path in zip(mine, chosen)}
     return ports
+
+
+def paths_for_turn(paths: list[Path], turn: int, n: int) -> list[Path]:
+    """The n paths of the rank whose turn under its leaf is `turn`: n*turn along the round."""
+    start = turn * n % len(paths)
+    return (paths[start:] + paths[:start])[:n]
 
 
 def by_hops(paths: list[Path], hops: list[str | None]) -> list[Path]:
