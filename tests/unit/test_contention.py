@@ -24,6 +24,17 @@ def test_ideal_time_from_link_loads(scenario, seconds):
     assert contention.ideal_time_s(contention.topology(), scenario, 4 * MIB) == pytest.approx(seconds)
 
 
+@pytest.mark.parametrize("scenario, seconds", [
+    # four spines double the uplinks (100 Mbit/s): the 50 Mbit/s NICs bound the ring as much
+    ("none", 6 * MIB * 8 / 50e6),
+    ("two-allreduce", 4 * 6 * MIB * 8 / 100e6),
+    # spine0 at a quarter: 75 + 6.25 Mbit/s
+    ("degraded", 2 * 6 * MIB * 8 / 81.25e6),
+])
+def test_ideal_time_on_four_spines(scenario, seconds):
+    assert contention.ideal_time_s(contention.topology(spines=4), scenario, 4 * MIB) == pytest.approx(seconds)
+
+
 def test_the_host_nic_bounds_a_job_inside_one_leaf():
     jobs = [("allreduce", ["h0", "h1", "h2", "h3"])]  # all under leaf0: only the 50 Mbit/s NICs count
     assert contention.ideal_time_s(contention.topology(), "none", 4 * MIB, jobs) == pytest.approx(6 * MIB * 8 / 50e6)
@@ -32,6 +43,11 @@ def test_the_host_nic_bounds_a_job_inside_one_leaf():
 def test_bad_choices_are_one_line():
     with pytest.raises(ClockfabricError, match="unknown scenario 'x'"):
         contention.run(scenarios=["x"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2)
+    with pytest.raises(ClockfabricError, match="--spines must be one of 2, 3, 4"):
+        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, spines=5)
+    with pytest.raises(ClockfabricError, match="--spines must be one of"):
+        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
+                       fabric="dualplane", spines=4)
     with pytest.raises(ClockfabricError, match="unknown scheduler"):
         contention.run(scenarios=["none"], schedulers=["fast"], seeds=1, size=MIB, iters=1, subflows=2)
     with pytest.raises(ClockfabricError, match="unknown placement 'spread'"):

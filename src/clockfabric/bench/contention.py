@@ -1,7 +1,7 @@
 """`clockfabric bench contention`: the schedulers against each other where flows collide.
 
 Lab (`fabric`): a leaf-spine of 8 hosts (h0-h3 under leaf0, h4-h7 under leaf1) and 2
-spines, or the same on each of 2 planes (dual-plane: a NIC per plane, subflow i on plane
+spines (or `spines`, 2-4), or the same with 2 spines on each of 2 planes (dual-plane: a NIC per plane, subflow i on plane
 i % 2). Hosts at HOST_RATE and leaf-spine links at FABRIC_RATE, so the uplinks, not the
 NICs, set the pace and where each flow lands matters. Job A is a ring all-reduce over h0,
 h4, h1, h5 (every hop crosses the spines), job B the same over h2, h6, h3, h7. "leaf0" and
@@ -79,10 +79,13 @@ class Run:
         return max(j["time_us"] for j in self.jobs)
 
 
-def topology(fabric: str = "leafspine") -> Topology:
+SPINES = (2, 3, 4)  # the issue's leaf-spine lab: 2-4 spines; more spines make ECMP's collisions costlier
+
+
+def topology(fabric: str = "leafspine", spines: int = 2) -> Topology:
     if fabric == "dualplane":
         return multirail(8, 2, 2, 2, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, name="contention-dualplane")
-    return leafspine(8, 2, 2, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, name="contention-leafspine")
+    return leafspine(8, 2, spines, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, name="contention-leafspine")
 
 
 def plane0(topo: Topology, name: str) -> str:
@@ -270,10 +273,13 @@ def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
 
 
 def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int,
-          fabric: str = "leafspine", placement: str | None = None) -> None:
+          fabric: str = "leafspine", placement: str | None = None, spines: int = 2) -> None:
     """One clear line for a bad choice, before any lab is built."""
     if fabric not in FABRICS:
         raise ClockfabricError(f"unknown fabric {fabric!r}; choose from {', '.join(FABRICS)}")
+    if spines not in SPINES or (fabric == "dualplane" and spines != 2):
+        raise ClockfabricError(f"--spines must be one of {', '.join(map(str, SPINES))} on the leafspine fabric "
+                               f"(the dualplane fabric has 2 per plane); got {spines}")
     if bad := [s for s in scenarios if s not in SCENARIOS]:
         raise ClockfabricError(f"unknown scenario {bad[0]!r}; choose from {', '.join(SCENARIOS)}")
     if bad := [s for s in schedulers if s not in SCHEDULERS]:
@@ -285,12 +291,12 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
 
 
 def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int, subflows: int,
-        fabric: str = "leafspine", placement: str | None = None, lab_name: str = "contention",
+        fabric: str = "leafspine", placement: str | None = None, spines: int = 2, lab_name: str = "contention",
         progress: Callable[[str], None] = lambda _: None) -> dict:
     """Bring the lab up, run every scenario, take it down; the report (JSON-ready).
     placement: None (each scheduler's own), or "hashed"/"learned" for all."""
-    check(scenarios, schedulers, seeds, iters, subflows, fabric, placement)
-    topo = topology(fabric)
+    check(scenarios, schedulers, seeds, iters, subflows, fabric, placement, spines)
+    topo = topology(fabric, spines)
     lab = build.up(topo, lab_name)
     started = time.monotonic()
     try:
@@ -299,7 +305,7 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
                                                             placement=placement)]
     finally:
         build.down(lab_name)
-    return {"lab": {"fabric": fabric, "hosts": 8, "leaves": 2, "spines": 2, "planes": 2 if fabric == "dualplane" else 1,
+    return {"lab": {"fabric": fabric, "hosts": 8, "leaves": 2, "spines": spines, "planes": 2 if fabric == "dualplane" else 1,
                     "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE},
             "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds,
             "placement": placement or "owd learned, baselines hashed",

@@ -87,6 +87,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                iters: int = typer.Option(2, "--iters", help="Timed iterations per run (after one warmup)."),
                subflows: int = typer.Option(2, "--subflows", help="TCP connections per peer pair."),
                fabric: str = typer.Option("leafspine", "--fabric", help="leafspine, or dualplane (2 planes)."),
+               spines: int = typer.Option(2, "--spines", help="Spines of the leafspine fabric: 2, 3 or 4."),
                placement: str = typer.Option(None, "--placement",
                                              help="Source ports for every scheduler: hashed or learned (default: "
                                                   "learned for owd, hashed for the baselines, as each ships)."),
@@ -101,7 +102,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
 
     chosen, sched = _list(scenarios, "--scenarios"), _list(schedulers, "--schedulers")
     nbytes = parse_size(size)
-    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement)
+    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines)
     require_root()
     started = time.monotonic()
 
@@ -109,13 +110,13 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
 
     report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
-                    fabric=fabric, placement=placement, progress=progress)
+                    fabric=fabric, placement=placement, spines=spines, progress=progress)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     if as_json:
         print_json(report)
         return
-    table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, 2 spines; {size} per rank, {subflows} subflows, "
+    table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines; {size} per rank, {subflows} subflows, "
                         f"median of {seeds} seeds; ports: {report['placement']}",
                   caption="vs l-o: against least-outstanding; of TCP: of the ideal at TCP/IP's payload ceiling; "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")
