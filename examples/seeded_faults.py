@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
+import time
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair, netns, shaping
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
-from clockfabric.lab.traffic import iperf_server
+from clockfabric.lab.traffic import iperf_server, server_log
 from clockfabric.topology import Port, interfaces
 
 FAR_RATE_BPS = 20_000_000
@@ -73,6 +75,12 @@ def far_host(lab: Lab) -> None:
                                                   "-t", "86400", "-w", FAR_WINDOW]),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     lab.register(client.pid, "seeded fault: TCP load h4:eth1 -> h7:eth1")
+    # planted means queueing now: an audit started before the flow ran a second once saw h7 near
+    log, deadline = server_log(lab, "h7", target, 5299), time.monotonic() + 15
+    while not re.search(r"\s0\.00-1\.\d+\s+sec", log.read_text()):
+        if time.monotonic() > deadline or client.poll() is not None:
+            raise ClockfabricError(f"the TCP load h4 -> h7 did not start: {log.read_text().strip()[-200:]}")
+        time.sleep(0.05)
 
 
 FAULTS = [  # (host, nic, what, how): what the audit should report, and where

@@ -6,6 +6,7 @@ import json
 import random
 import subprocess
 import time
+from pathlib import Path
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.exec import command
@@ -61,7 +62,7 @@ def iperf_server(lab: Lab, host: str, address: str, port: int, *, once: bool = F
     """An iperf3 server on host, returned once it listens: a client started before that is
     refused and exits, and the flow silently never runs (seen on a loaded machine with a fixed
     sleep). Its output goes to a log in the lab's folder, never to a pipe no one drains."""
-    log = lab.dir / "iperf3" / f"{host}-{address}-{port}.log"
+    log = server_log(lab, host, address, port)
     log.parent.mkdir(exist_ok=True)
     with open(log, "w") as out:
         server = subprocess.Popen(command(lab, host, ["iperf3", "-s", *(["-1"] if once else []), "-B", address,
@@ -77,3 +78,8 @@ def iperf_server(lab: Lab, host: str, address: str, port: int, *, once: bool = F
             raise ClockfabricError(f"iperf3 server on {host} ({address}:{port}) did not start: {said[0]}")
         time.sleep(0.02)
     return server
+
+
+def server_log(lab: Lab, host: str, address: str, port: int) -> Path:
+    """Where iperf_server's server writes (per-second lines once a client's data flows)."""
+    return lab.dir / "iperf3" / f"{host}-{address}-{port}.log"
