@@ -1,8 +1,8 @@
 """`clockfabric bench contention`: the schedulers against each other where flows collide.
 
 Lab (`fabric`): a leaf-spine of 8 hosts (h0-h3 under leaf0, h4-h7 under leaf1) and 2
-spines (or `spines`, 2-4), or the same with 2 spines on each of 2 planes (dual-plane: a NIC per plane, subflow i on plane
-i % 2). Hosts at HOST_RATE and leaf-spine links at FABRIC_RATE, so the uplinks, not the
+spines (or `spines`, 2-4), or the same with 2 spines on each of 2 planes (dual-plane: a NIC
+per plane, subflow i on plane i % 2). Hosts at HOST_RATE and leaf-spine links at FABRIC_RATE, so the uplinks, not the
 NICs, set the pace and where each flow lands matters. Job A is a ring all-reduce over h0,
 h4, h1, h5 (every hop crosses the spines), job B the same over h2, h6, h3, h7. "leaf0" and
 "spine0" below are plane 0's on a dual-plane lab. Scenarios:
@@ -305,8 +305,8 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
                                                             placement=placement)]
     finally:
         build.down(lab_name)
-    return {"lab": {"fabric": fabric, "hosts": 8, "leaves": 2, "spines": spines, "planes": 2 if fabric == "dualplane" else 1,
-                    "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE},
+    return {"lab": {"fabric": fabric, "hosts": 8, "leaves": 2, "spines": spines,
+                    "planes": 2 if fabric == "dualplane" else 1, "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE},
             "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds,
             "placement": placement or "owd learned, baselines hashed",
             "seconds": round(time.monotonic() - started, 1),

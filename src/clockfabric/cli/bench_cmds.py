@@ -116,8 +116,8 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
     if as_json:
         print_json(report)
         return
-    table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines; {size} per rank, {subflows} subflows, "
-                        f"median of {seeds} seeds; ports: {report['placement']}",
+    table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines; {size} per rank, "
+                        f"{subflows} subflows, median of {seeds} seeds; ports: {report['placement']}",
                   caption="vs l-o: against least-outstanding; of TCP: of the ideal at TCP/IP's payload ceiling; "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")
     for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs l-o", "of ideal", "of TCP", "ecmp/ideal",
