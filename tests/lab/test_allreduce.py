@@ -3,6 +3,7 @@ h2, h3 under leaf1)."""
 
 import json
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -108,3 +109,27 @@ def test_allreduce_over_a_dead_link_fails_clearly_within_the_timeout(make_lab):
     for h in HOSTS:  # every worker was stopped
         left = subprocess.run(["ip", "netns", "pids", lab.ns(h)], capture_output=True, text=True).stdout.split()
         assert not left, f"processes left on {h}: {left}"
+
+
+def test_jobs_sharing_a_gate_begin_together_and_a_missing_one_fails_clearly(make_lab):
+    lab = make_lab(multirail(4, 2, 2, 2, host_rate=RATE))
+    gate, late_s = threading.Barrier(2), 3.0
+    t0 = time.monotonic()
+
+    def job(hosts, delay_s):
+        time.sleep(delay_s)
+        res = allreduce(lab, hosts, sizes=[64 << 10], iters=1, timeout_s=20, gate=gate)
+        return res, time.monotonic() - t0
+
+    with ThreadPoolExecutor(2) as pool:
+        early, late = pool.submit(job, ["h0", "h2"], 0.0), pool.submit(job, ["h1", "h3"], late_s)
+        (first, first_end), (second, _) = early.result(), late.result()
+    assert first.rows[0].wrong == 0 and second.rows[0].wrong == 0
+    # alone, the early job's 64 KiB would be done long before the late one is even launched
+    assert first_end > late_s, f"the early job ended {first_end:.2f} s in, before its partner began"
+
+    with pytest.raises(ClockfabricError) as failure:  # a partner that never comes: a clear error, no hang
+        allreduce(lab, ["h0", "h2"], sizes=[64 << 10], iters=1, timeout_s=3, gate=threading.Barrier(2))
+    assert "never connected within 3 s" in str(failure.value) and "\n" not in str(failure.value)
+    left = subprocess.run(["ip", "netns", "pids", lab.ns("h0")], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes left on h0: {left}"

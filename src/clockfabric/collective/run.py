@@ -61,7 +61,8 @@ _ports_used: set[int] = set()
 def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: int = 1,
               planes: Sequence[int] | None = None, algorithm: str = "ring", iters: int = 5, warmup: int = 1,
               timeout_s: float = 60.0, port_base: int | None = None, scheduler: str = "ecmp",
-              placement: str | None = None, progress: Progress | None = None) -> CollectiveResult:
+              placement: str | None = None, progress: Progress | None = None,
+              gate: threading.Barrier | None = None) -> CollectiveResult:
     """All-reduce float32 buffers of each size (bytes, rounded down to whole floats) over hosts.
 
     Rank i runs on hosts[i]; the ring follows that order. algorithm: "ring", or "hier"
@@ -69,13 +70,15 @@ def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows:
     """
     return run_collective(lab, hosts, collective="allreduce", sizes=sizes, subflows=subflows, planes=planes,
                           algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout_s,
-                          port_base=port_base, scheduler=scheduler, placement=placement, progress=progress)
+                          port_base=port_base, scheduler=scheduler, placement=placement, progress=progress,
+                          gate=gate)
 
 
 def alltoall(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: int = 1,
              planes: Sequence[int] | None = None, algorithm: str = "pairwise", iters: int = 5, warmup: int = 1,
              timeout_s: float = 60.0, port_base: int | None = None, scheduler: str = "ecmp",
-             placement: str | None = None, progress: Progress | None = None) -> CollectiveResult:
+             placement: str | None = None, progress: Progress | None = None,
+             gate: threading.Barrier | None = None) -> CollectiveResult:
     """All-to-all of float32 send buffers of each size over hosts: each rank sends 1/n of its
     buffer to each rank. Sizes are bytes per rank's send buffer, rounded down to a multiple of
     4 * len(hosts) (equal blocks of whole floats, as nccl-tests rounds). algorithm:
@@ -83,14 +86,15 @@ def alltoall(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: 
     """
     return run_collective(lab, hosts, collective="alltoall", sizes=sizes, subflows=subflows, planes=planes,
                           algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout_s,
-                          port_base=port_base, scheduler=scheduler, placement=placement, progress=progress)
+                          port_base=port_base, scheduler=scheduler, placement=placement, progress=progress,
+                          gate=gate)
 
 
 def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allreduce", sizes: Sequence[int],
                    subflows: int = 1, planes: Sequence[int] | None = None, algorithm: str | None = None,
                    iters: int = 5, warmup: int = 1, timeout_s: float = 60.0, port_base: int | None = None,
                    scheduler: str = "ecmp", placement: str | None = None,
-                   progress: Progress | None = None) -> CollectiveResult:
+                   progress: Progress | None = None, gate: threading.Barrier | None = None) -> CollectiveResult:
     """Run one collective ("allreduce" or "alltoall") over hosts, for each size.
 
     Rank i runs on hosts[i]. sizes: bytes per rank's buffer, rounded down to whole floats
@@ -100,6 +104,8 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     each chunk (schedule.SCHEDULERS). placement: "hashed" (kernel source ports, ECMP hashes
     them) or "learned" (ports learned per spine); default learned for "owd", hashed otherwise.
     timeout_s bounds every wait: peers connecting, and any transfer that makes no progress.
+    gate: jobs run side by side start together: once every rank has connected, this waits
+    at the barrier, then lets the ranks begin (a job that fails should abort() it).
     Raises ClockfabricError, naming the host, if a rank fails; its workers are stopped first.
     """
     topo = lab.topology
@@ -124,11 +130,11 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
             "--algorithm", algorithm, "--iters", str(iters), "--warmup", str(warmup), "--port-base", str(base),
             "--timeout", str(timeout_s), "--token", str(random.getrandbits(32)),
             "--scheduler", scheduler, "--placement", placement,
-            "--groups", ",".join(str(group_of[h]) for h in hosts)]
+            "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else [])
     for h, addrs in zip(hosts, addresses):
         argv += ["--peer", f"{h}={','.join(addrs)}"]
     try:
-        records = _launch(lab, hosts, argv, len(sizes) * (warmup + iters), timeout_s, progress, what)
+        records = _launch(lab, hosts, argv, len(sizes) * (warmup + iters), timeout_s, progress, what, gate)
     finally:
         if reserved:
             _release_ports(base, n)
@@ -209,7 +215,8 @@ def _release_ports(base: int, n: int) -> None:
 
 # ---- the workers -------------------------------------------------------------------------------
 def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeout_s: float,
-            progress: Progress | None, what: str = "all-reduce") -> dict[str, list[dict]]:
+            progress: Progress | None, what: str = "all-reduce",
+            gate: threading.Barrier | None = None) -> dict[str, list[dict]]:
     """Start rank i on hosts[i]; wait; return their JSON records by event. Never leaves one running."""
     events: queue.Queue = queue.Queue()  # (rank, record) from every worker's stdout, in arrival order
     stderr = [deque(maxlen=20) for _ in hosts]
@@ -220,16 +227,20 @@ def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeo
         for rank, host in enumerate(hosts):
             mine = [*argv, "--rank", str(rank), "--agent", str(lab.topology.hosts[host].address)]  # if one runs there
             proc = subprocess.Popen(command(lab, host, mine), env=env, text=True,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     start_new_session=True)
             procs.append(proc)
             readers += [threading.Thread(target=_read_json, args=(proc.stdout, rank, events), daemon=True),
                         threading.Thread(target=stderr[rank].extend, args=(proc.stderr,), daemon=True)]
             readers[-2].start()
             readers[-1].start()
-        records = _watch(procs, hosts, events, stderr, total_iters, timeout_s, progress, lab.name, what)
+        records = _watch(procs, hosts, events, stderr, total_iters, timeout_s, progress, lab.name, what, gate)
     finally:
         _stop(procs)
+        for p in procs:
+            if p.stdin:
+                p.stdin.close()
         for t in readers:
             t.join(timeout=2)
     return records
@@ -248,7 +259,7 @@ def _read_json(stream, rank: int, events: queue.Queue) -> None:
 
 def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue, stderr: list[deque],
            total_iters: int, timeout_s: float, progress: Progress | None, lab: str,
-           what: str = "all-reduce") -> dict[str, list[dict]]:
+           what: str = "all-reduce", gate: threading.Barrier | None = None) -> dict[str, list[dict]]:
     records: dict[str, list[dict]] = {"connected": [], "result": [], "error": []}
     failures: list[tuple[int, str]] = []  # (rank, why), first failure first
     last_activity, failed_at, done_iters, eofs = time.monotonic(), None, 0, 0
@@ -268,6 +279,8 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
             records.setdefault(kind, []).append(rec)
             if kind == "connected":
                 report("connecting", len(records["connected"]), len(hosts))
+                if gate and len(records["connected"]) == len(hosts):
+                    _open(gate, procs, timeout_s, f"{what} on lab {lab}")
             elif kind == "iter":
                 done_iters += 1
                 report(what, done_iters, total_iters)
@@ -290,6 +303,21 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
         also = f" (also failed: {', '.join(others)})" if others else ""
         raise ClockfabricError(f"{what} on lab {lab} failed on {hosts[rank]} (rank {rank}): {why}{also}")
     return records
+
+
+def _open(gate: threading.Barrier, procs: list[subprocess.Popen], timeout_s: float, what: str) -> None:
+    """Wait for the jobs sharing the gate, then tell our ranks to begin (a line on their stdin)."""
+    try:
+        gate.wait(timeout_s)
+    except threading.BrokenBarrierError:
+        raise ClockfabricError(f"{what}: a job meant to start with it failed or never connected "
+                               f"within {timeout_s:g} s") from None
+    for p in procs:
+        try:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        except OSError:  # that rank has died: its exit is reported as its failure
+            pass
 
 
 def _exit_reason(code: int | None, stderr: deque) -> str:

@@ -1,7 +1,8 @@
 """One rank of the collective benchmark: `python -m clockfabric.collective.worker ...`.
 
 Runs on a host (in the lab: inside the host's namespace, started by clockfabric.collective.run).
-Connects its subflows, then for each size: warmup + timed iterations of the collective
+Connects its subflows (with --gate, then waits for a line on stdin: the launcher starts jobs
+that share the fabric together), then for each size: warmup + timed iterations of the collective
 (--collective allreduce or alltoall), a barrier before each, every element of every result
 checked against the exactly known one. Prints JSON lines on stdout: {"event": "connected"},
 {"event": "iter"} (rank 0, after each iteration), {"event": "result"} per size,
@@ -89,6 +90,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--token", type=int, default=0)
     p.add_argument("--lab", default="", help="The lab this rank belongs to (marks the process as the lab's).")
+    p.add_argument("--gate", action="store_true",
+                   help="After connecting, wait for a line on stdin before the first iteration (the "
+                        "launcher starts jobs that share the fabric together).")
     p.add_argument("--agent", default="", metavar="ADDR",
                    help="This host's stable address, where its agent listens: learned placement asks it "
                         "which spines to take (none: spread on our own).")
@@ -224,6 +228,8 @@ def run(args: argparse.Namespace) -> None:
                    source_ports=lambda peer, i: ports.get((peer, i))) as links:
         links.connect(peers)
         emit(event="connected", rank=args.rank, connect_s=round(time.monotonic() - started, 4))
+        if args.gate and not sys.stdin.readline():
+            raise ClockfabricError("the launcher closed the start gate before opening it")
         for size in args.sizes:
             count = size // 4
             reset, once, got, want = prepare(args, count, links)
