@@ -104,8 +104,9 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     each chunk (schedule.SCHEDULERS). placement: "hashed" (kernel source ports, ECMP hashes
     them) or "learned" (ports learned per spine); default learned for "owd", hashed otherwise.
     timeout_s bounds every wait: peers connecting, and any transfer that makes no progress.
-    gate: jobs run side by side start together: once every rank has connected, this waits
-    at the barrier, then lets the ranks begin (a job that fails should abort() it).
+    gate: a barrier shared by jobs run side by side, so they start together: once every rank
+    has connected, the call waits there, then lets its ranks begin (a job that fails should
+    abort() it).
     Raises ClockfabricError, naming the host, if a rank fails; its workers are stopped first.
     """
     topo = lab.topology
