@@ -43,6 +43,10 @@ ACK = struct.Struct("!IIq")  # message number, length, one-way delay of the firs
 TCP_INFO_LEN = 168  # struct tcp_info up to tcpi_delivery_rate (Linux 4.9+)
 PIECE = 1 << 20  # bytes per syscall at most
 SNDBUF = 4 << 20  # the kernel caps it at wmem_max
+# Loss-based CUBIC, Linux's own default, where the kernel lets us choose: lab namespaces inherit
+# the machine's default, and BBR there left some flows at 0.2-0.6 of a shaped link's rate where
+# CUBIC holds 0.89-0.93 (docs/benchmarks.md). Without CAP_NET_ADMIN the kernel's default stays.
+CONGESTION = b"cubic"
 RETRY_S = 0.05  # between connection attempts to a peer that is not listening yet
 CLOSED_GRACE_S = 2.0  # a peer closed: how long our sender may take to count what it had already written
 
@@ -115,6 +119,21 @@ def delivery_rate(sock: socket.socket) -> float | None:
     if len(info) < TCP_INFO_LEN or info[7] & 1:  # tcpi_delivery_rate_app_limited
         return None
     return struct.unpack_from("Q", info, 160)[0] / 1e9 or None  # tcpi_delivery_rate, bytes/s
+
+
+def _prefer_congestion(sock: socket.socket) -> None:
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CONGESTION)
+    except OSError:  # not built in, or not permitted here: the kernel's default it is
+        pass
+
+
+def congestion(sock: socket.socket) -> str:
+    """The congestion control a connection runs."""
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
+    except OSError:
+        return ""
 
 
 def _recv_into(sock: socket.socket, view: memoryview, idle_ok: Callable[[], bool], progress=None) -> None:
@@ -392,6 +411,7 @@ class Transport:
                 raise TransportError(f"{what}: {last} within {self.timeout_s:g} s")
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
+                _prefer_congestion(s)  # the dialer sends the data: its choice rules the flow
                 pinned = self._bind(s, src, sport)
                 s.settimeout(left)
                 s.connect((dst, port))
@@ -495,6 +515,7 @@ class Transport:
                 except OSError:
                     sport = None
                 rows.append({"peer": self.names[peer], "subflow": i, "source_port": sport,
+                             "congestion": congestion(s),
                              "pinned": self.pinned.get(peer, [])[i:i + 1] == [True], "bytes": st.sent,
                              "chunks": st.chunks, "rate_mbps": round(st.rate * 8e3, 2),
                              "excess_us": round(st.excess_ns / 1e3, 1)})
