@@ -1,5 +1,6 @@
 """The collective: algorithms over real TCP on loopback, the formulas, the expected busbw."""
 
+import os
 import random
 import subprocess
 import sys
@@ -112,6 +113,20 @@ def test_subflows_carry_equal_shares_of_a_message():
     assert np.array_equal(got["buf"], np.arange(10, dtype=np.float32))
     assert len({addr[1] for addr in res[0]}) == 4  # four connections, four source ports (ECMP spreads them)
     assert ring.bounds(40, 4) == [0, 10, 20, 30, 40] and ring.bounds(3, 4) == [0, 0, 1, 2, 3]
+
+
+def test_subflows_run_cubic_where_the_kernel_lets_them():
+    """A subflow asks for CUBIC (this machine's BBR starves some flows behind shaped links); where
+    it may not choose (no CAP_NET_ADMIN, or no cubic), it keeps the kernel's default."""
+    with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        available = f.read().split()
+    with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
+        allowed = f.read().split()
+    with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+        default = f.read().strip()
+    res = on_loopback(2, 2, lambda r, t: [row["congestion"] for row in t.stats()])
+    may_choose = "cubic" in available and (os.geteuid() == 0 or "cubic" in allowed)
+    assert res == [["cubic"] * 2] * 2 if may_choose else res == [[default] * 2] * 2, (res, available, default)
 
 
 def test_a_peer_that_never_connects_is_an_error_not_a_hang():
