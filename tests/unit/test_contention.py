@@ -72,6 +72,25 @@ def test_summary_ratios_medians_and_what_was_possible():
     assert rows["ecmp"]["ecmp_over_ideal"] == rows["owd"]["ecmp_over_ideal"] == pytest.approx(4.4 / ideal, abs=1e-3)
 
 
+def test_subflows_default_to_one_per_spine_path():
+    assert contention.spine_paths(contention.topology("leafspine", 4)) == 4
+    assert contention.spine_paths(contention.topology("dualplane")) == 4  # 2 spines on each of 2 planes
+
+
+def test_cpu_steal_is_the_share_of_ticks_taken_and_summaries_carry_its_median():
+    assert contention.steal_share((100, 10_000), (150, 10_200)) == 0.25
+    assert contention.steal_share(None, (150, 10_200)) is None  # no /proc/stat: unknown, not zero
+    assert contention.steal_share((100, 10_000), (100, 10_000)) is None  # no time passed
+    stolen, total = contention.cpu_ticks()
+    assert 0 <= stolen <= total
+
+    def run(seed, seconds, steal):
+        return contention.Run("none", "owd", seed, [{"time_us": seconds * 1e6, "wrong": 0}], steal)
+
+    rows = contention.summarize(contention.topology(), [run(0, 2.0, 0.1), run(1, 2.0, 0.3), run(2, 2.0, None)], MIB)
+    assert rows[0]["cpu_steal"] == pytest.approx(0.2)  # the median of the runs that know it
+
+
 @pytest.mark.parametrize("scenario, seconds", [
     ("none", 2 * 6 * MIB * 8 / (2 * UPLINKS_BPS)),  # both planes' uplinks
     ("degraded", 2 * 6 * MIB * 8 / (3 * 25e6 + 6.25e6)),  # p0-leaf0 - p0-spine0 at a quarter

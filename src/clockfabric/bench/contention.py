@@ -24,6 +24,10 @@ columns say what was possible at all: the ideal at TCP/IP's payload ceiling (144
 of every 1514 on the wire carry data), and ecmp's time over the ideal, the most any
 scheduler could gain over ecmp here.
 
+The transport moves its bytes in Python, so a CPU-starved machine slows every scheduler.
+Each run records the CPU steal meanwhile (on a VM: time the hypervisor gave elsewhere), and
+the report its median, so a slow run can be told from a slow scheduler.
+
 Source ports (`placement`): by default each scheduler runs as it would ship, `owd` on ports
 learned per spine and the baselines on the kernel's (hashed). `placement="learned"` puts
 every scheduler on learned ports, so what the path discovery buys and what the scheduling
@@ -39,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from clockfabric.collective.results import BUS_FACTORS
 from clockfabric.collective.run import run_collective
@@ -77,6 +82,7 @@ class Run:
     scheduler: str
     seed: int
     jobs: list[dict]  # per job: hosts, time_us, busbw_gbps, wrong
+    cpu_steal: float | None = None  # share of this machine's CPU time the hypervisor took meanwhile
 
     @property
     def time_us(self) -> float:
@@ -226,13 +232,30 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
                 gate.abort()  # the other job must not wait for this one
 
     threads = [threading.Thread(target=job, args=(i,)) for i in range(len(jobs))]
+    before = cpu_ticks()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors := [r for r in results if isinstance(r, Exception)]:
         raise errors[0]
-    return Run(scenario, scheduler, seed, results)
+    return Run(scenario, scheduler, seed, results, steal_share(before, cpu_ticks()))
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """(stolen, total) CPU ticks since boot. On a VM, steal is time the hypervisor gave another
+    guest while this one had work: the transport moves bytes in Python, so steal slows it."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return ticks[7], sum(ticks[:8])  # user .. steal; guest time is already counted in user
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round((after[0] - before[0]) / (after[1] - before[1]), 3)
 
 
 def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
@@ -249,7 +272,8 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
             run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows,
                           placement=placement)
-            progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s")
+            stolen = "" if run.cpu_steal is None else f"  (CPU steal {run.cpu_steal:.0%})"
+            progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s{stolen}")
             runs.append(run)
         return runs
     finally:
@@ -261,7 +285,8 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
 def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
     """Per scenario and scheduler: the median over seeds of the slowest job's time, its busbw,
     and the ratios to ecmp, to least-outstanding, to the ideal and to the ideal at TCP's
-    payload ceiling; with ecmp's time over the ideal (the most any scheduler could gain)."""
+    payload ceiling; with ecmp's time over the ideal (the most any scheduler could gain)
+    and the median CPU steal over those runs."""
     rows = []
     for scenario in dict.fromkeys(r.scenario for r in runs):
         collective, hosts = jobs_of(scenario)[0]
@@ -279,11 +304,22 @@ def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
                          "of_tcp_ideal": round(ideal_s / TCP_PAYLOAD / t, 3),
                          "ecmp_over_ideal": round(median["ecmp"] / ideal_s, 3) if "ecmp" in median else None,
                          "ideal_busbw_gbps": round(busbw_gbps(collective, size, len(hosts), ideal_s), 6),
-                         "wrong": sum(j["wrong"] for r in mine if r.scheduler == scheduler for j in r.jobs)})
+                         "wrong": sum(j["wrong"] for r in mine if r.scheduler == scheduler for j in r.jobs),
+                         "cpu_steal": median_steal(r for r in mine if r.scheduler == scheduler)})
     return rows
 
 
-def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int,
+def median_steal(runs) -> float | None:
+    shares = [r.cpu_steal for r in runs if r.cpu_steal is not None]
+    return round(statistics.median(shares), 3) if shares else None
+
+
+def spine_paths(topo: Topology) -> int:
+    """The distinct paths between hosts under different leaves: one through each spine, of every plane."""
+    return sum(1 for sw in topo.switches.values() if sw.role == "spine")
+
+
+def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int | None,
           fabric: str = "leafspine", placement: str | None = None, spines: int = 2) -> None:
     """One clear line for a bad choice, before any lab is built."""
     if fabric not in FABRICS:
@@ -297,17 +333,20 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
         raise ClockfabricError(f"unknown scheduler {bad[0]!r}; choose from {', '.join(SCHEDULERS)}")
     if placement is not None and placement not in PLACEMENTS:
         raise ClockfabricError(f"unknown placement {placement!r}; choose from {', '.join(PLACEMENTS)}")
-    if seeds < 1 or iters < 1 or subflows < 1:
+    if seeds < 1 or iters < 1 or (subflows is not None and subflows < 1):
         raise ClockfabricError("--seeds, --iters and --subflows must be at least 1")
 
 
-def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int, subflows: int,
-        fabric: str = "leafspine", placement: str | None = None, spines: int = 2, lab_name: str = "contention",
-        progress: Callable[[str], None] = lambda _: None) -> dict:
+def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int,
+        subflows: int | None = None, fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
+        lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
     """Bring the lab up, run every scenario, take it down; the report (JSON-ready).
+    subflows: per peer pair, for every scheduler; by default one per spine path, so that `owd`
+    on learned ports can reach every path (with fewer, a fault leaves it fewer to move to).
     placement: None (each scheduler's own), or "hashed"/"learned" for all."""
     check(scenarios, schedulers, seeds, iters, subflows, fabric, placement, spines)
     topo = topology(fabric, spines)
+    subflows = subflows or spine_paths(topo)
     lab = build.up(topo, lab_name)
     started = time.monotonic()
     try:
@@ -320,5 +359,5 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
                     "planes": 2 if fabric == "dualplane" else 1, "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE},
             "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds,
             "alltoall_algorithm": ALLTOALL_ALGORITHM, "placement": placement or "owd learned, baselines hashed",
-            "seconds": round(time.monotonic() - started, 1),
+            "seconds": round(time.monotonic() - started, 1), "cpu_steal": median_steal(runs),
             "summary": summarize(topo, runs, size), "runs": [asdict(r) for r in runs]}

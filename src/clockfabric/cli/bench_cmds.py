@@ -85,7 +85,10 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                seeds: int = typer.Option(3, "--seeds", help="Runs per scenario and scheduler (fresh ECMP draws)."),
                size: str = typer.Option("4M", "--size", help="Bytes per rank's buffer."),
                iters: int = typer.Option(2, "--iters", help="Timed iterations per run (after one warmup)."),
-               subflows: int = typer.Option(2, "--subflows", help="TCP connections per peer pair."),
+               subflows: int = typer.Option(None, "--subflows",
+                                            help="TCP connections per peer pair, for every scheduler "
+                                                 "(default: one per spine path: the spines, times 2 planes "
+                                                 "on dualplane)."),
                fabric: str = typer.Option("leafspine", "--fabric", help="leafspine, or dualplane (2 planes)."),
                spines: int = typer.Option(2, "--spines", help="Spines of the leafspine fabric: 2, 3 or 4."),
                placement: str = typer.Option(None, "--placement",
@@ -117,7 +120,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         print_json(report)
         return
     table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines; {size} per rank, "
-                        f"{subflows} subflows, median of {seeds} seeds; ports: {report['placement']}",
+                        f"{report['subflows']} subflows, median of {seeds} seeds; ports: {report['placement']}",
                   caption="vs l-o: against least-outstanding; of TCP: of the ideal at TCP/IP's payload ceiling; "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")
     for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs l-o", "of ideal", "of TCP", "ecmp/ideal",
@@ -129,6 +132,9 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                       f"{r['of_ideal']:.2f}", f"{r['of_tcp_ideal']:.2f}", _fmt(r["ecmp_over_ideal"], "x"),
                       str(r["wrong"]))
     out.print(table)
+    if report["cpu_steal"]:
+        err.print(f"CPU steal during the runs: {report['cpu_steal']:.0%} median (the hypervisor's; "
+                  "the transport is Python, so steal slows every scheduler)")
     err.print(f"JSON in {out_file}")
 
 
