@@ -111,7 +111,7 @@ def test_allreduce_over_a_dead_link_fails_clearly_within_the_timeout(make_lab):
         assert not left, f"processes left on {h}: {left}"
 
 
-def test_jobs_sharing_a_gate_begin_together_and_a_missing_one_fails_clearly(make_lab):
+def test_jobs_sharing_a_gate_begin_and_end_together_and_a_missing_one_fails_clearly(make_lab):
     lab = make_lab(multirail(4, 2, 2, 2, host_rate=RATE))
     gate, late_s = threading.Barrier(2), 3.0
     t0 = time.monotonic()
@@ -127,6 +127,16 @@ def test_jobs_sharing_a_gate_begin_together_and_a_missing_one_fails_clearly(make
     assert first.rows[0].wrong == 0 and second.rows[0].wrong == 0
     # alone, the early job's 64 KiB would be done long before the late one is even launched
     assert first_end > late_s, f"the early job ended {first_end:.2f} s in, before its partner began"
+
+    # and end together: the quick job keeps the fabric loaded until the long one has its timings
+    with ThreadPoolExecutor(2) as pool:
+        quick = pool.submit(job, ["h0", "h2"], 0.0)
+        long = pool.submit(lambda: allreduce(lab, ["h1", "h3"], sizes=[8 << 20], iters=3, timeout_s=20, gate=gate))
+        (first, _), second = quick.result(), long.result()
+    assert first.rows[0].wrong == 0 and second.rows[0].wrong == 0
+    sent = sum(row["bytes"] for row in first.subflow_stats["h0"])
+    timed = 2 * (64 << 10)  # warmup and timed iteration: a 2-rank ring sends its whole buffer each
+    assert sent > 10 * timed, f"h0 sent {sent} bytes: the quick job stopped while the long one still ran"
 
     with pytest.raises(ClockfabricError) as failure:  # a partner that never comes: a clear error, no hang
         allreduce(lab, ["h0", "h2"], sizes=[64 << 10], iters=1, timeout_s=3, gate=threading.Barrier(2))

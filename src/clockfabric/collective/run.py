@@ -104,9 +104,10 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     each chunk (schedule.SCHEDULERS). placement: "hashed" (kernel source ports, ECMP hashes
     them) or "learned" (ports learned per spine); default learned for "owd", hashed otherwise.
     timeout_s bounds every wait: peers connecting, and any transfer that makes no progress.
-    gate: a barrier shared by jobs run side by side, so they start together: once every rank
-    has connected, the call waits there, then lets its ranks begin (a job that fails should
-    abort() it).
+    gate: a barrier shared by jobs run side by side, so they start and end together: once every
+    rank has connected, the call waits there, then lets its ranks begin; once every rank has its
+    timings, it waits there again while its ranks keep the fabric loaded with untimed
+    iterations, then lets them stop (a job that fails should abort() it).
     Raises ClockfabricError, naming the host, if a rank fails; its workers are stopped first.
     """
     topo = lab.topology
@@ -241,7 +242,10 @@ def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeo
         _stop(procs)
         for p in procs:
             if p.stdin:
-                p.stdin.close()
+                try:
+                    p.stdin.close()
+                except OSError:  # a line still buffered for a rank that has gone: nothing to flush it to
+                    pass
         for t in readers:
             t.join(timeout=2)
     return records
@@ -281,7 +285,10 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
             if kind == "connected":
                 report("connecting", len(records["connected"]), len(hosts))
                 if gate and len(records["connected"]) == len(hosts):
-                    _open(gate, procs, timeout_s, f"{what} on lab {lab}")
+                    _open(gate, procs, timeout_s, f"{what} on lab {lab}", "start")
+            elif kind == "holding":
+                if len(records["holding"]) == len(hosts):
+                    _open(gate, procs, timeout_s, f"{what} on lab {lab}", "end")
             elif kind == "iter":
                 done_iters += 1
                 report(what, done_iters, total_iters)
@@ -306,12 +313,14 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
     return records
 
 
-def _open(gate: threading.Barrier, procs: list[subprocess.Popen], timeout_s: float, what: str) -> None:
-    """Wait for the jobs sharing the gate, then tell our ranks to begin (a line on their stdin)."""
+def _open(gate: threading.Barrier, procs: list[subprocess.Popen], timeout_s: float, what: str, to: str) -> None:
+    """Wait for the jobs sharing the gate, then tell our ranks to go on (a line on their stdin):
+    to "start" their iterations, or to "end" the untimed ones that keep the fabric loaded."""
     try:
         gate.wait(timeout_s)
     except threading.BrokenBarrierError:
-        raise ClockfabricError(f"{what}: a job meant to start with it failed or never connected "
+        why = "never connected" if to == "start" else "did not finish its iterations"
+        raise ClockfabricError(f"{what}: a job meant to {to} with it failed or {why} "
                                f"within {timeout_s:g} s") from None
     for p in procs:
         try:

@@ -4,10 +4,12 @@ Runs on a host (in the lab: inside the host's namespace, started by clockfabric.
 Connects its subflows (with --gate, then waits for a line on stdin: the launcher starts jobs
 that share the fabric together), then for each size: warmup + timed iterations of the collective
 (--collective allreduce or alltoall), a barrier before each, every element of every result
-checked against the exactly known one. Prints JSON lines on stdout: {"event": "connected"},
-{"event": "iter"} (rank 0, after each iteration), {"event": "result"} per size,
-{"event": "subflows"} (where each subflow ran and what it carried, over the whole run), or
-{"event": "error"} before exiting 1.
+checked against the exactly known one. With --gate it then holds: untimed iterations go on
+until a second line on stdin (every job sharing the fabric has its timings), so no job's last
+timed iteration runs on a fabric the others have left. Prints JSON lines on stdout:
+{"event": "connected"}, {"event": "iter"} (rank 0, after each timed or warmup iteration),
+{"event": "result"} per size, {"event": "holding"} (with --gate), {"event": "subflows"} (where
+each subflow ran and what it carried, over the whole run), or {"event": "error"} before exiting 1.
 
 All-reduce inputs are chosen so every partial sum is exact in float32 whatever the order of
 additions: rank r holds ((i % 1021) - 510) / 4 * w_r at element i, w_r = r % 64 + 1, so the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
 import sys
 import time
 import traceback
@@ -91,8 +94,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--token", type=int, default=0)
     p.add_argument("--lab", default="", help="The lab this rank belongs to (marks the process as the lab's).")
     p.add_argument("--gate", action="store_true",
-                   help="After connecting, wait for a line on stdin before the first iteration (the "
-                        "launcher starts jobs that share the fabric together).")
+                   help="After connecting, wait for a line on stdin before the first iteration, and after "
+                        "the last keep the fabric loaded until another line (the launcher starts and ends "
+                        "jobs that share the fabric together).")
     p.add_argument("--agent", default="", metavar="ADDR",
                    help="This host's stable address, where its agent listens: learned placement asks it "
                         "which spines to take (none: spread on our own).")
@@ -189,6 +193,20 @@ def barrier(links: Transport, algorithm: str, groups: list[list[int]], world: in
         raise ClockfabricError(f"barrier summed to {ones.tolist()}, not {world}: ranks are out of step")
 
 
+def released() -> bool:
+    """Has the launcher written its second line (or gone: end of file reads as one)?"""
+    return bool(select.select([sys.stdin], [], [], 0)[0])
+
+
+def anyone(links: Transport, args: argparse.Namespace, flag: bool) -> bool:
+    """Is `flag` set on any rank? An all-reduce of one flag per rank, so every rank gets the
+    same answer and all stop after the same iteration."""
+    flags = np.zeros(args.world, dtype=np.float32)
+    flags[args.rank] = flag
+    ring.run(barrier_algorithm(args), links, flags, args.groups)
+    return bool(flags.any())
+
+
 def barrier_algorithm(args: argparse.Namespace) -> str:
     return args.algorithm if args.collective == "allreduce" else "ring"
 
@@ -246,6 +264,11 @@ def run(args: argparse.Namespace) -> None:
                 if args.rank == 0:
                     emit(event="iter", size_bytes=size, iter=it)
             emit(event="result", rank=args.rank, size_bytes=size, count=count, times_us=times, wrong=wrong)
+        if args.gate:
+            emit(event="holding", rank=args.rank)
+            while not anyone(links, args, released()):
+                reset()
+                once()
         emit(event="subflows", rank=args.rank, subflows=links.stats())
     if args.agent and args.placement == "learned":
         claims.release(args.agent, job_id(args), source=args.agent[0])
