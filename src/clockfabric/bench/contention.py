@@ -212,8 +212,9 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
     """The scenario's jobs, all at once, under one scheduler."""
     jobs = jobs_of(scenario)
     results: list = [None] * len(jobs)
-    # the jobs begin their iterations together, once all have connected: a job that started
-    # early would run its first iterations on an empty fabric
+    # the jobs begin their iterations together, once all have connected, and keep the fabric
+    # loaded until all have their timings: otherwise a job's first or last iterations could run
+    # on a fabric to itself
     gate = threading.Barrier(len(jobs)) if len(jobs) > 1 else None
 
     def job(i: int) -> None:
