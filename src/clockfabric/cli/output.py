@@ -14,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from clockfabric.errors import ClockfabricError
 
-out = Console()  # results
+# results; into a pipe or a file, Rich would cut tables to 80 columns: give them room instead
+out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)  # progress, notes, errors: stdout stays clean for --json
 
 
