@@ -86,6 +86,36 @@ def test_allreduce_matches_numpy_over_tcp(world, subflows):
                 assert np.array_equal(next(it), want), f"rank {r}, {algorithm} {groups}, {c} elements"
 
 
+@pytest.mark.parametrize("subflows", [1, 3])
+@pytest.mark.parametrize("world", [2, 3, 5, 8])
+def test_pipelined_ring_with_many_slices_matches_numpy(world, subflows, monkeypatch):
+    """Segments cut into many slices, each going on to the next step as soon as it is in: a
+    slice sent before its sum is complete, or landing on data not yet sent on, reads wrong."""
+    monkeypatch.setattr(ring, "SLICE", 256)  # 64 float32s: up to dozens of slices per step
+    counts = [world * 64 - 1, 4001]
+    cases = [("ring", [list(range(world))])] + [("hier", g) for g in group_layouts(world)]
+    rng = np.random.default_rng(world * 10 + subflows)
+    data = {c: [rng.integers(-1000, 1000, c).astype(np.float32) for _ in range(world)] for c in counts}
+
+    def body(r, t):
+        out = []
+        for algorithm, groups in cases:
+            for c in counts:
+                buf = data[c][r].copy()
+                ring.run(algorithm, t, buf, groups)
+                out.append(buf)
+        return out
+
+    results = on_loopback(world, subflows, body, timeout_s=60.0)
+    errors = {r: got for r, got in enumerate(results) if isinstance(got, Exception)}
+    assert not errors, errors
+    for r, got in enumerate(results):
+        it = iter(got)
+        for algorithm, groups in cases:
+            for c in counts:
+                assert np.array_equal(next(it), np.sum(data[c], axis=0)), f"rank {r}, {algorithm} {groups}, {c}"
+
+
 def test_peers_are_what_the_algorithms_use():
     groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert ring.peers("ring", 0, groups) == {1, 7}

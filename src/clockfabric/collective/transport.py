@@ -333,6 +333,20 @@ class _Inbound:
                 self.cv.notify_all()
 
 
+class Pending:
+    """Messages posted by Transport.start: wait() returns once all are complete."""
+
+    def __init__(self, transport: Transport, latch: _Latch) -> None:
+        self.transport, self.latch = transport, latch
+
+    def wait(self) -> None:
+        try:
+            self.latch.wait(self.transport.timeout_s + 5, "exchange")
+        except TransportError as e:
+            self.transport.broken = e
+            raise
+
+
 class Transport:
     """Links between this rank and its peers, `subflows` TCP connections each way per peer.
 
@@ -478,7 +492,12 @@ class Transport:
 
     # ---- moving data ---------------------------------------------------------------------------
     def exchange(self, sends: Sequence[Transfer] = (), recvs: Sequence[Transfer] = ()) -> None:
-        """Send and receive these messages concurrently; return when all are complete.
+        """Send and receive these messages concurrently; return when all are complete."""
+        self.start(sends, recvs).wait()
+
+    def start(self, sends: Sequence[Transfer] = (), recvs: Sequence[Transfer] = ()) -> Pending:
+        """Post these messages and return at once; wait() on the result until all are complete.
+        Messages to or from a peer go in the order posted, whatever call posted them.
         Receives are posted first, so a peer's early chunks find their place."""
         if self.broken:
             raise self.broken
@@ -490,11 +509,7 @@ class Transport:
                 if len(view):  # both sides skip empty messages, so message numbers agree
                     latch.add()
                     links[peer].post(view, latch)
-        try:
-            latch.wait(self.timeout_s + 5, "exchange")
-        except TransportError as e:
-            self.broken = e
-            raise
+        return Pending(self, latch)
 
     def failure(self, peer: int, index: int, e: Exception) -> TransportError:
         if isinstance(e, BlockingIOError) or getattr(e, "errno", None) in (errno.EAGAIN, errno.ETIMEDOUT):
