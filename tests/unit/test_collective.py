@@ -58,12 +58,11 @@ def group_layouts(world: int) -> list[list[list[int]]]:
     return layouts
 
 
-@pytest.mark.parametrize("subflows", [1, 2, 4, 8])
-@pytest.mark.parametrize("world", [2, 3, 4, 5, 8])
-def test_allreduce_matches_numpy_over_tcp(world, subflows):
-    counts = [1, world * subflows - 1, world * subflows + 3, 1021, 40_003]  # none divide evenly
+def check_allreduce_matches_numpy(world: int, subflows: int, counts: list[int], seed: int) -> None:
+    """Every algorithm and grouping over `world` ranks on loopback, each count of elements:
+    every rank ends with numpy's sum."""
     cases = [("ring", [list(range(world))])] + [("hier", g) for g in group_layouts(world)]
-    rng = np.random.default_rng(world * 100 + subflows)
+    rng = np.random.default_rng(seed)
     data = {c: [rng.integers(-1000, 1000, c).astype(np.float32) for _ in range(world)] for c in counts}
 
     def body(r, t):
@@ -86,34 +85,20 @@ def test_allreduce_matches_numpy_over_tcp(world, subflows):
                 assert np.array_equal(next(it), want), f"rank {r}, {algorithm} {groups}, {c} elements"
 
 
+@pytest.mark.parametrize("subflows", [1, 2, 4, 8])
+@pytest.mark.parametrize("world", [2, 3, 4, 5, 8])
+def test_allreduce_matches_numpy_over_tcp(world, subflows):
+    counts = [1, world * subflows - 1, world * subflows + 3, 1021, 40_003]  # none divide evenly
+    check_allreduce_matches_numpy(world, subflows, counts, seed=world * 100 + subflows)
+
+
 @pytest.mark.parametrize("subflows", [1, 3])
 @pytest.mark.parametrize("world", [2, 3, 5, 8])
 def test_pipelined_ring_with_many_slices_matches_numpy(world, subflows, monkeypatch):
     """Segments cut into many slices, each going on to the next step as soon as it is in: a
     slice sent before its sum is complete, or landing on data not yet sent on, reads wrong."""
     monkeypatch.setattr(ring, "SLICE", 256)  # 64 float32s: up to dozens of slices per step
-    counts = [world * 64 - 1, 4001]
-    cases = [("ring", [list(range(world))])] + [("hier", g) for g in group_layouts(world)]
-    rng = np.random.default_rng(world * 10 + subflows)
-    data = {c: [rng.integers(-1000, 1000, c).astype(np.float32) for _ in range(world)] for c in counts}
-
-    def body(r, t):
-        out = []
-        for algorithm, groups in cases:
-            for c in counts:
-                buf = data[c][r].copy()
-                ring.run(algorithm, t, buf, groups)
-                out.append(buf)
-        return out
-
-    results = on_loopback(world, subflows, body, timeout_s=60.0)
-    errors = {r: got for r, got in enumerate(results) if isinstance(got, Exception)}
-    assert not errors, errors
-    for r, got in enumerate(results):
-        it = iter(got)
-        for algorithm, groups in cases:
-            for c in counts:
-                assert np.array_equal(next(it), np.sum(data[c], axis=0)), f"rank {r}, {algorithm} {groups}, {c}"
+    check_allreduce_matches_numpy(world, subflows, [world * 64 - 1, 4001], seed=world * 10 + subflows)
 
 
 def test_peers_are_what_the_algorithms_use():
