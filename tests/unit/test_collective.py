@@ -191,6 +191,22 @@ def test_a_peer_that_closes_once_it_has_everything_is_not_a_failure(monkeypatch)
     assert on_loopback(2, 1, body, timeout_s=5.0) == ["sent", True]
 
 
+def test_a_receive_posted_long_before_its_wait_is_not_a_stall():
+    """The pipelined ring posts every step's receives up front: one may wait many seconds for
+    its first byte, which is no stall until someone waits on it."""
+    from types import SimpleNamespace
+
+    from clockfabric.collective import transport
+
+    latch = transport._Latch()
+    latch.add()
+    latch.last -= 60  # posted a minute ago, nothing in yet
+    pending = transport.Pending(SimpleNamespace(timeout_s=0.5, broken=None), latch)
+    threading.Timer(1.3, latch.finish).start()  # arrives after the wait's first stall check (1 s)
+    pending.wait()
+    assert latch.pending == 0
+
+
 # ---- the worker's inputs and arguments --------------------------------------------------------------
 @pytest.mark.parametrize("world", [2, 5, 8, 64, 100])
 def test_worker_inputs_sum_exactly(world):

@@ -340,6 +340,8 @@ class Pending:
         self.transport, self.latch = transport, latch
 
     def wait(self) -> None:
+        # the stall clock starts now: a receive posted steps ahead rightly has no bytes yet
+        self.latch.progress()
         try:
             self.latch.wait(self.transport.timeout_s + 5, "exchange")
         except TransportError as e:
