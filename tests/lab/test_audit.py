@@ -39,11 +39,17 @@ def bad_findings(report) -> set[tuple[str, str, str]]:
 # Links this machine can carry at full rate: two cores forward about 1 Gbit/s through the lab in all
 # (docs/collective.md), less than an all-reduce over 100 Mbit/s links on both planes asks for.
 RATE = "25mbit"
+# On this 2-core VM lab rings and pairs read 0.5-0.9 of expected from one run to the next
+# (2026-11-23, with the lockstep ring as with the pipelined one), where real NICs hold steady. So
+# the tests give each ring step 100 ms of link time (the default 25 ms is 78 KB at this rate, much
+# of it per-step cost) and call a NIC slow below 0.45. The planted quarter-rate link reads about
+# 0.22: still half of that.
+COLLECTIVE = {"step_ms": 100.0, "min_ratio": 0.45}
 
 
 def test_clean_lab_passes_every_check(make_lab):
     lab = make_lab(multirail(hosts=4, planes=2, leaves=2, spines=2, host_rate=RATE))
-    report = run_audit(lab)
+    report = run_audit(lab, collective=COLLECTIVE)
     assert not bad_findings(report), json.dumps(report.as_dict(), indent=1)
     verdicts = {c.id: c.verdict.value for c in report.results}
     # what the lab has, each judged for real (only GPUs, RDMA and PCIe are absent here)
@@ -53,7 +59,7 @@ def test_clean_lab_passes_every_check(make_lab):
     sweep = report.expectations["collective.sweep"]
     assert {(r["algorithm"], r["subflows"]) for r in sweep} == {(a, k) for a in ("ring", "hier") for k in (1, 2, 4, 8)}
     per_plane = report.expectations["collective.per_plane"]
-    assert [r["planes"] for r in per_plane] == [[0], [1]] and all(r["ratio"] >= 0.8 for r in per_plane)
+    assert [r["planes"] for r in per_plane] == [[0], [1]] and all(r["ratio"] >= COLLECTIVE["min_ratio"] for r in per_plane)
     assert all(r["wrong"] == 0 for r in sweep + per_plane)
 
 
@@ -63,7 +69,7 @@ def test_seeded_faults_are_each_named_and_nothing_else_fails(make_lab):
                              capture_output=True, text=True, check=True)
     faults = json.loads(planted.stdout)
     assert len(faults) == 7
-    report = run_audit(lab)
+    report = run_audit(lab, collective=COLLECTIVE)
     found = bad_findings(report)
     expected = {("configuration.software", "h6", ""), ("frontend.mtu", "h2", "eth0"),
                 ("backend.nic_active", "h1", "eth1"), ("backend.cabling", "h3", "eth0"),
