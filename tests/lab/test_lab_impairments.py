@@ -71,4 +71,6 @@ def test_background_traffic_is_stopped_by_down(make_lab, cli):
 def test_traffic_json_from_cli(make_lab, cli):
     lab = make_lab(leafspine(2, 1, 0, host_rate="100mbit"))
     result = json.loads(cli("lab", "traffic", "h0", "h1", "--seconds", "2", "--json", "--lab", lab.name).stdout)
-    assert result["protocol"] == "tcp" and 80e6 < result["received_bps"] <= 100e6
+    # the JSON, with a rate of the right order: how close to the set rate is test_rate_limit_limits's
+    # question (a 2 s flow at 100 Mbit/s read 71 Mbit/s in a CI run on a slow day)
+    assert result["protocol"] == "tcp" and 50e6 < result["received_bps"] <= 100e6
