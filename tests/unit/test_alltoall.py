@@ -119,6 +119,17 @@ def test_peers_are_everyone_else():
 @pytest.mark.parametrize("subflows", [1, 3])
 @pytest.mark.parametrize("world", [2, 3, 4, 5, 6, 7, 8])
 def test_alltoall_matches_numpy_over_tcp(world, subflows):
+    check_alltoall_matches_numpy(world, subflows)
+
+
+@pytest.mark.parametrize("scheduler", ["least-outstanding", "owd"])
+@pytest.mark.parametrize("world", [3, 5])
+def test_alltoall_matches_numpy_under_every_scheduler(world, scheduler):
+    check_alltoall_matches_numpy(world, 3, scheduler)
+
+
+def check_alltoall_matches_numpy(world: int, subflows: int, scheduler: str = "ecmp") -> None:
+    """Both algorithms, two rank orders, empty, tiny and uneven blocks: numpy's result on every rank."""
     rng = np.random.default_rng(world * 10 + subflows)
     orders = [list(range(world)), list(rng.permutation(world))]  # block j to ranks[j], whatever the order
     counts = [0, world, world * 1021]
@@ -134,7 +145,7 @@ def test_alltoall_matches_numpy_over_tcp(world, subflows):
                     out.append(recv)
         return out
 
-    results = on_loopback(world, subflows, body)
+    results = on_loopback(world, subflows, body, scheduler=scheduler)
     for r, got in enumerate(results):
         assert not isinstance(got, Exception), f"rank {r}: {got}"
         it = iter(got)

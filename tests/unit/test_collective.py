@@ -22,7 +22,8 @@ MBIT = 1e6 / 8 / 1e9  # 1 Mbit/s in GB/s
 
 
 # ---- running ranks as threads on 127.0.0.1 -----------------------------------------------------
-def on_loopback(world: int, subflows: int, body, *, timeout_s: float = 20.0, peers=None, absent=()):
+def on_loopback(world: int, subflows: int, body, *, timeout_s: float = 20.0, peers=None, absent=(),
+                scheduler: str = "ecmp"):
     """Run body(rank, transport) for every rank (but those in absent) as threads on 127.0.0.1,
     each rank connected to peers(rank) (default: everyone). Returns [(result | exception)]."""
     for _ in range(5):  # a random port range someone else holds: try another
@@ -32,7 +33,7 @@ def on_loopback(world: int, subflows: int, body, *, timeout_s: float = 20.0, pee
         def rank_main(r):
             try:
                 with Transport(r, [["127.0.0.1"]] * world, port_base=base, subflows=subflows,
-                               timeout_s=timeout_s) as t:
+                               timeout_s=timeout_s, scheduler=scheduler) as t:
                     t.connect(peers(r) if peers else set(range(world)) - {r})
                     results[r] = body(r, t)
             except Exception as e:  # noqa: BLE001 - handed to the test
@@ -58,7 +59,8 @@ def group_layouts(world: int) -> list[list[list[int]]]:
     return layouts
 
 
-def check_allreduce_matches_numpy(world: int, subflows: int, counts: list[int], seed: int) -> None:
+def check_allreduce_matches_numpy(world: int, subflows: int, counts: list[int], seed: int,
+                                  scheduler: str = "ecmp") -> None:
     """Every algorithm and grouping over `world` ranks on loopback, each count of elements:
     every rank ends with numpy's sum."""
     cases = [("ring", [list(range(world))])] + [("hier", g) for g in group_layouts(world)]
@@ -74,7 +76,7 @@ def check_allreduce_matches_numpy(world: int, subflows: int, counts: list[int], 
                 out.append(buf)
         return out
 
-    results = on_loopback(world, subflows, body)
+    results = on_loopback(world, subflows, body, scheduler=scheduler)
     errors = {r: got for r, got in enumerate(results) if isinstance(got, Exception)}
     assert not errors, errors  # every rank's, so the first to fail is seen, not just rank 0's echo of it
     for r, got in enumerate(results):
@@ -90,6 +92,15 @@ def check_allreduce_matches_numpy(world: int, subflows: int, counts: list[int], 
 def test_allreduce_matches_numpy_over_tcp(world, subflows):
     counts = [1, world * subflows - 1, world * subflows + 3, 1021, 40_003]  # none divide evenly
     check_allreduce_matches_numpy(world, subflows, counts, seed=world * 100 + subflows)
+
+
+@pytest.mark.parametrize("scheduler", ["least-outstanding", "owd"])
+@pytest.mark.parametrize("world", [3, 4])
+def test_every_scheduler_sums_like_numpy(world, scheduler, monkeypatch):
+    """The schedulers that place any chunk on any subflow: chunks of one message arrive out of
+    order over 3 subflows and still land in place (ecmp's fixed shares: the tests above)."""
+    monkeypatch.setattr(ring, "SLICE", 4096)  # many messages in flight per peer at once
+    check_allreduce_matches_numpy(world, 3, [1, 1021, 40_003], seed=world, scheduler=scheduler)
 
 
 @pytest.mark.parametrize("subflows", [1, 3])
