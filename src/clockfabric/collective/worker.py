@@ -3,8 +3,13 @@
 Runs on a host (in the lab: inside the host's namespace, started by clockfabric.collective.run).
 Connects its subflows (with --gate, then waits for a line on stdin: the launcher starts jobs
 that share the fabric together), then for each size: warmup + timed iterations of the collective
-(--collective allreduce or alltoall), a barrier before each, every element of every result
-checked against the exactly known one. With --gate it then holds: untimed iterations go on
+(--collective allreduce or alltoall), every element of every result checked against the
+exactly known one. A barrier starts the warmup and another the timed iterations; within each,
+iterations run back to back, as nccl-tests' do and as a job's collectives follow one another:
+a barrier before every iteration would leave the links idle for its round trips, which under
+load (the barrier's small messages queue behind another job's bytes) took 0.15-0.3 s per
+iteration, time the other job's hosts could not fill. Each rank's iteration times are the
+intervals between its iterations' ends (its own input reset and check included). With --gate it then holds: untimed iterations go on
 until a second line on stdin (every job sharing the fabric has its timings), so no job's last
 timed iteration runs on a fabric the others have left. Prints JSON lines on stdout:
 {"event": "connected"}, {"event": "iter"} (rank 0, after each timed or warmup iteration),
@@ -254,11 +259,13 @@ def run(args: argparse.Namespace) -> None:
             times, wrong = [], 0
             for it in range(args.warmup + args.iters):
                 reset()
-                barrier(links, barrier_algorithm(args), args.groups, args.world)
-                t0 = time.perf_counter()
+                if it in (0, args.warmup):
+                    barrier(links, barrier_algorithm(args), args.groups, args.world)
+                    t0 = time.perf_counter()
                 once()
-                elapsed = time.perf_counter() - t0
                 wrong = max(wrong, int(np.count_nonzero(got != want)))
+                now = time.perf_counter()
+                elapsed, t0 = now - t0, now
                 if it >= args.warmup:
                     times.append(round(elapsed * 1e6, 1))
                 if args.rank == 0:
