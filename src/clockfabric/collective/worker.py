@@ -9,10 +9,13 @@ iterations run back to back, as nccl-tests' do and as a job's collectives follow
 a barrier before every iteration would leave the links idle for its round trips, which under
 load (the barrier's small messages queue behind another job's bytes) took 0.15-0.3 s per
 iteration, time the other job's hosts could not fill. Each rank's iteration times are the
-intervals between its iterations' ends (its own input reset and check included). With --gate it then holds: untimed iterations go on
-until a second line on stdin (every job sharing the fabric has its timings), so no job's last
-timed iteration runs on a fabric the others have left. Prints JSON lines on stdout:
-{"event": "connected"}, {"event": "iter"} (rank 0, after each timed or warmup iteration),
+intervals between its iterations' ends (its own input reset and check included).
+
+With --gate it then holds: untimed iterations go on until a second line on stdin (every job
+sharing the fabric has its timings), so no job's last timed iteration runs on a fabric the
+others have left.
+
+Prints JSON lines on stdout: {"event": "connected"}, {"event": "iter"} (rank 0, after each timed or warmup iteration),
 {"event": "result"} per size, {"event": "holding"} (with --gate), {"event": "subflows"} (where
 each subflow ran and what it carried, over the whole run), or {"event": "error"} before exiting 1.
 
