@@ -12,7 +12,7 @@ import pytest
 
 from clockfabric.collective import ring, worker
 from clockfabric.collective.expected import expected_busbw_gbps
-from clockfabric.collective.results import algbw_gbps, busbw_gbps
+from clockfabric.collective.results import algbw_gbps, busbw_gbps, job_time_us
 from clockfabric.collective.sizes import format_size, parse_size, size_range
 from clockfabric.collective.transport import Transport, TransportError
 from clockfabric.errors import ClockfabricError
@@ -258,6 +258,13 @@ def test_busbw_is_nccl_tests_formula():
     assert busbw_gbps(1_000_000_000, 1e6, 2) == pytest.approx(1.0)
     assert busbw_gbps(1_000_000_000, 1e6, 4, "alltoall") == pytest.approx(0.75)
     assert busbw_gbps(64 << 20, 1e6, 8) == pytest.approx(67108864 / 1e9 * 1.75)
+
+
+def test_job_time_is_the_slowest_ranks_mean_over_back_to_back_iterations():
+    # rank 1 finished iteration 1 late; rank 0, ahead, waited for it inside iteration 2: a
+    # per-iteration maximum over ranks would count that wait twice (300 us, not 200)
+    assert job_time_us([[100.0, 300.0], [300.0, 100.0]]) == 200.0
+    assert job_time_us([[100.0, 100.0], [250.0, 250.0], [50.0]]) == 250.0
 
 
 def test_sizes_parse_like_nccl_tests():

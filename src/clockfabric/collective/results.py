@@ -21,6 +21,13 @@ def busbw_gbps(size_bytes: int, time_us: float, ranks: int, collective: str = "a
     return algbw_gbps(size_bytes, time_us) * BUS_FACTORS[collective](ranks)
 
 
+def job_time_us(times_per_rank: list[list[float]]) -> float:
+    """A collective's time per iteration from each rank's iteration times. Iterations run back
+    to back, so one rank's are skewed against another's (a rank ahead waits inside its next
+    iteration): each rank's mean, then the slowest rank's, as nccl-tests times a loop."""
+    return max(sum(times) / len(times) for times in times_per_rank)
+
+
 COLLECTIVES = {"allreduce": "all-reduce", "alltoall": "all-to-all"}  # the benchmark's collectives, as written
 
 
@@ -28,7 +35,7 @@ COLLECTIVES = {"allreduce": "all-reduce", "alltoall": "all-to-all"}  # the bench
 class Row:
     size_bytes: int  # each rank's buffer (all-to-all: its send buffer)
     count: int  # float32 elements, as nccl-tests counts them: the buffer's (all-to-all: one block's, per peer)
-    time_us: float  # per iteration: the slowest rank's time, averaged over the timed iterations
+    time_us: float  # per iteration: the slowest rank's mean over the timed iterations (job_time_us)
     algbw_gbps: float
     busbw_gbps: float
     wrong: int  # elements that differed from the exact result: per rank the worst iteration, summed over ranks

@@ -17,7 +17,6 @@ import os
 import queue
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -39,6 +38,7 @@ from clockfabric.collective.results import (
     Row,
     algbw_gbps,
     busbw_gbps,
+    job_time_us,
 )
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.collective.sizes import format_size
@@ -150,9 +150,7 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
         if len(per_rank) != n:
             raise ClockfabricError(f"{what} of {format_size(size)}: only {len(per_rank)} of {n} "
                                    "ranks reported a result")
-        # iterations run back to back, so a rank's are skewed against another's: each rank's mean
-        # over its iterations, then the slowest rank's (nccl-tests' way)
-        t = max(statistics.fmean(r["times_us"]) for r in per_rank)
+        t = job_time_us([r["times_us"] for r in per_rank])
         count = size // 4 // n if collective == "alltoall" else size // 4  # nccl-tests' count: per peer for a2a
         result.rows.append(Row(size_bytes=size, count=count, time_us=round(t, 1),
                                algbw_gbps=algbw_gbps(size, t), busbw_gbps=busbw_gbps(size, t, n, collective),
