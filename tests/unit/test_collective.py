@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from clockfabric.collective import ring, worker
+from clockfabric.collective import ring, transport, worker
 from clockfabric.collective.expected import expected_busbw_gbps
 from clockfabric.collective.results import algbw_gbps, busbw_gbps, job_time_us
 from clockfabric.collective.sizes import format_size, parse_size, size_range
@@ -101,6 +101,24 @@ def test_every_scheduler_sums_like_numpy(world, scheduler, monkeypatch):
     order over 3 subflows and still land in place (ecmp's fixed shares: the tests above)."""
     monkeypatch.setattr(ring, "SLICE", 4096)  # many messages in flight per peer at once
     check_allreduce_matches_numpy(world, 3, [1, 1021, 40_003], seed=world, scheduler=scheduler)
+
+
+@pytest.mark.parametrize("world", [2, 3, 5])
+def test_copies_of_chunks_are_kept_once_and_never_land_late(world, monkeypatch):
+    """owd with spare() made greedy: whenever nothing new is to be placed, every chunk a subflow
+    holds unacknowledged is copied onto another. A copy read twice into a segment already summed
+    on, or a late copy landing in a buffer the ring has moved on with, reads wrong."""
+    copied = []
+
+    def greedy(subs, j, lasts):
+        i = next((i for i, last in enumerate(lasts) if last and i != j), None)
+        copied.append(i is not None)
+        return i
+
+    monkeypatch.setattr(transport, "spare", greedy)
+    monkeypatch.setattr(ring, "SLICE", 4096)  # many small messages: copies race originals often
+    check_allreduce_matches_numpy(world, 3, [1, 1021, 40_003], seed=world, scheduler="owd")
+    assert any(copied), "no chunk was ever copied: the test did not exercise copies"
 
 
 @pytest.mark.parametrize("subflows", [1, 3])

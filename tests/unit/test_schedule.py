@@ -22,6 +22,7 @@ from clockfabric.collective.schedule import (
     pick,
     plan,
     probes,
+    spare,
 )
 
 BASE_NS = 10_000  # one-way delay of an idle path, each way (the acks come back over it)
@@ -291,3 +292,36 @@ def test_pick_counts_idle_chunks_and_probes_an_idle_subflow():
     assert subs[1].delay_ns == 40_000 and subs[1].rate == 0.01 and subs[1].outstanding == 0
     subs[0].outstanding = WINDOW
     assert pick("owd", subs, queue) is None and subs[0].idle == 0  # a wait counts nothing
+
+
+# ---- 7. copies of a slow subflow's last chunks ----------------------------------------------------
+def test_spare_copies_the_chunk_a_slow_subflow_delivers_last():
+    slow = SubflowState(outstanding=WINDOW, rate=FAST / 10)
+    idle, busy = SubflowState(rate=FAST), SubflowState(outstanding=WINDOW - CHUNK, rate=FAST)
+    last = (WINDOW, CHUNK)  # its last chunk is behind the whole window
+    assert spare([slow, idle, busy], 1, [last, None, (WINDOW - CHUNK, CHUNK)]) == 0
+    # the busy subflow would deliver a copy a window later, and a tenth-rate window is longer still
+    assert spare([slow, idle, busy], 2, [last, None, None]) == 0
+    # nothing left to copy, or a copy would not gain a chunk's time: no copy
+    assert spare([slow, idle], 1, [None, None]) is None
+    even = SubflowState(outstanding=CHUNK, rate=FAST)
+    assert spare([even, idle], 1, [(CHUNK, CHUNK), None]) is None
+    # a full subflow takes no copies, however slow the others
+    assert spare([slow, SubflowState(outstanding=WINDOW, rate=FAST)], 1, [last, None]) is None
+
+
+def test_spare_copies_only_what_it_would_deliver_a_window_sooner():
+    idle = SubflowState(rate=FAST)
+    level = SubflowState(outstanding=WINDOW, rate=FAST)  # its last chunk a window out, at j's own rate
+    assert spare([level, idle], 1, [(WINDOW, CHUNK), None]) is None  # sooner, but not by a window
+    half = SubflowState(outstanding=WINDOW, rate=FAST / 2)  # two windows' time out
+    assert spare([half, idle], 1, [(WINDOW, CHUNK), None]) == 0
+
+
+def test_spare_prefers_the_copy_that_gains_most():
+    late = SubflowState(outstanding=WINDOW, rate=FAST / 10)
+    later = SubflowState(outstanding=WINDOW, rate=FAST / 10, delay_ns=1_000_000, floor_ns=0.0)  # 1 ms queued
+    idle = SubflowState(rate=FAST)
+    assert spare([late, later, idle], 2, [(WINDOW, CHUNK)] * 2 + [None]) == 1
+    # ...measured from that chunk, not the subflow's end: an early chunk of `later` gains less
+    assert spare([late, later, idle], 2, [(WINDOW, CHUNK), (CHUNK, CHUNK), None]) == 0

@@ -21,7 +21,11 @@ when threads run and by chunks that sit whole in a socket before they are read).
   and then (probes()): a header with no data, which the receiver acknowledges at once with
   its one-way delay, so a path is re-measured (probing back slowly) without any message
   waiting on it. Paired with learned source ports (one subflow per spine), it also decides
-  *where* the subflows run.
+  *where* the subflows run. Once a message's last chunk is placed, a subflow left with
+  nothing to carry takes a copy of the chunk another subflow is expected to deliver last,
+  where it would deliver it sooner by more than a window's time (spare()): TCP cannot take
+  back what a slow subflow holds, so the copy races it and the receiver keeps whichever
+  arrives first.
 
 Every scheduler holds at most WINDOW bytes unacknowledged on a subflow, so a slow subflow
 never hides a deep queue in its socket buffer.
@@ -124,11 +128,39 @@ def least_outstanding(subs: list[SubflowState], length: int, owed: list[int]) ->
     return i if subs[i].outstanding < WINDOW else None
 
 
-def owd(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
+def _default_rate(subs: list[SubflowState]) -> float:
+    """The rate to assume for a subflow not measured yet: the mean of those measured."""
     rates = [s.rate for s in subs if s.rate > 0]
-    default = sum(rates) / len(rates) if rates else 1.0
+    return sum(rates) / len(rates) if rates else 1.0
+
+
+def owd(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
+    default = _default_rate(subs)
     i = min(range(len(subs)), key=lambda j: subs[j].finish_ns(length, default))
     return i if subs[i].outstanding < WINDOW else None  # the best is full: wait for it, don't settle
+
+
+def spare(subs: list[SubflowState], j: int, lasts: list[tuple[int, int] | None]) -> int | None:
+    """owd only, once every chunk of the messages at hand is placed: which subflow's chunk
+    subflow j should carry a copy of, or None. lasts[i]: for subflow i, the last chunk it
+    holds unacknowledged and not yet copied, as (bytes queued up to and including it, its
+    length), or None. The copy goes where it gains most: where i is expected to deliver the
+    chunk later than j would by more than j's time for a whole window. A copy costs a chunk
+    of j's time and of capacity; with a margin of one chunk, copies taken between a pipelined
+    ring's slices cost two all-reduces 6-9% (docs/benchmarks.md)."""
+    if subs[j].outstanding >= WINDOW:
+        return None
+    default = _default_rate(subs)
+    best, most = None, 0.0
+    for i, last in enumerate(lasts):
+        if i == j or last is None:
+            continue
+        upto, length = last
+        there = subs[i].excess_ns + upto / (subs[i].rate or default)
+        gain = there - subs[j].finish_ns(length, default) - WINDOW / (subs[j].rate or default)
+        if gain > most:
+            best, most = i, gain
+    return best
 
 
 PICK = {"ecmp": ecmp, "least-outstanding": least_outstanding, "owd": owd}

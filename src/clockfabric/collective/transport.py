@@ -12,7 +12,9 @@ A chunk travels behind a header (message number, offset, length, send stamp on t
 clock), so the receiver puts it in place whatever subflow brought it, and answers on the
 same connection's idle direction with an ack: the chunk's one-way delay.
 Acks drive the schedulers and let no subflow hold more than a window of unacknowledged
-bytes.
+bytes. Under `owd` a subflow with nothing left to carry may also send a copy of a chunk a
+slower subflow still holds (schedule.spare): the receiver keeps the first copy of each
+chunk to arrive and reads any later one into a spill buffer, so no byte lands twice.
 
 Each subflow has a sender and an ack thread on the sending side, a receiver thread on the
 other, all making blocking calls in large pieces, so the kernel moves the bytes with the
@@ -32,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from clockfabric.collective.ring import Transfer
-from clockfabric.collective.schedule import SCHEDULERS, SubflowState, pick, plan, probes
+from clockfabric.collective.schedule import SCHEDULERS, SubflowState, pick, plan, probes, spare
 from clockfabric.errors import ClockfabricError
 
 HELLO = struct.Struct("!4sIHH")  # magic, call token, rank, subflow index
@@ -98,15 +100,30 @@ class _Latch:
 
 
 class _Message:
-    """One message in flight: done when `left` (chunks to send, or bytes to receive) is 0."""
+    """One message in flight: done when `left` (chunks to send, or bytes to receive) is 0.
+    A receiver notes in `taken` the offsets of the chunks it has begun to read (a copy of
+    one of them, arriving later, is read and dropped)."""
 
     def __init__(self, view: memoryview, left: int, latch: _Latch) -> None:
         self.view, self.left, self.latch, self.done = view, left, latch, False
+        self.taken: set[int] = set()
 
     def settle(self, error: Exception | None = None) -> None:
         if not self.done:
             self.done = True
             self.latch.finish(error)
+
+
+class _Unacked:
+    """A chunk (or probe) sent on a subflow and not yet acknowledged. `copy` holds its bytes
+    once they are written, where another subflow may carry them too (owd; None: not to be
+    copied, not written yet, or copied already). A copy of a chunk not yet written could
+    complete the peer's message, and the peer close, before the original is written."""
+
+    __slots__ = ("ahead", "seq", "a", "b", "copy")
+
+    def __init__(self, ahead: int, seq: int, a: int, b: int, copy: bytes | None) -> None:
+        self.ahead, self.seq, self.a, self.b, self.copy = ahead, seq, a, b, copy
 
 
 def delivery_rate(sock: socket.socket) -> float | None:
@@ -167,7 +184,8 @@ class _Outbound:
         self.seq = 0
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.chunks = [queue.SimpleQueue() for _ in socks]
-        self.ahead: list[deque[int]] = [deque() for _ in socks]  # per subflow, per chunk not yet acked
+        self.unacked: list[deque[_Unacked]] = [deque() for _ in socks]
+        self.placing = False  # the dispatcher has chunks of a message still to place
         threading.Thread(target=self._dispatch, daemon=True, name=f"dispatch-{peer}").start()
         for i in range(len(socks)):
             threading.Thread(target=self._guard, args=(i, self._send), daemon=True, name=f"send-{peer}.{i}").start()
@@ -184,6 +202,7 @@ class _Outbound:
 
     def _dispatch(self) -> None:
         scheduler, n_subs = self.owner.scheduler, len(self.socks)
+        copies = scheduler == "owd"  # only ours races a slow subflow's last chunks (spare())
         while (job := self.jobs.get()) is not None:
             seq, msg = job
             queues = plan(scheduler, len(msg.view), n_subs)
@@ -193,30 +212,69 @@ class _Outbound:
                     continue
                 msg.left = sum(len(q) for q in queues)
                 self.active.add(msg)
+                self.placing = True
             for _ in range(msg.left):
                 with self.cv:
                     for j in probes(scheduler, self.states):
-                        self.ahead[j].append(self.states[j].on_probe())
-                        self.chunks[j].put((PROBE, 0, 0, None))
+                        self.unacked[j].append(_Unacked(self.states[j].on_probe(), PROBE, 0, 0, None))
+                        self.chunks[j].put((PROBE, 0, 0, b"", None, None))
                     while (i := pick(scheduler, self.states, queues)) is None and not self.failed:
                         self.cv.wait(1.0)
                     if self.failed:
                         break
                     a, b = queues[i if scheduler == "ecmp" else 0].pop(0)
-                    self.ahead[i].append(self.states[i].on_send(b - a))
-                self.chunks[i].put((seq, a, b, msg))
+                    sent = _Unacked(self.states[i].on_send(b - a), seq, a, b, None)
+                    self.unacked[i].append(sent)
+                self.chunks[i].put((seq, a, b, msg.view[a:b], msg, sent if copies else None))
+            with self.cv:
+                self.placing = not self.jobs.empty()
+                if copies and not self.placing:
+                    for j in range(n_subs):
+                        self._spare(j)
+
+    def _spare(self, j: int) -> None:
+        """With nothing new to place, let subflow j carry copies of the chunks other subflows
+        are expected to deliver last, while it would deliver them sooner (schedule.spare).
+        Called with self.cv held."""
+        while not self.failed:
+            lasts: list[tuple[int, int] | None] = []
+            for held in self.unacked:
+                upto = sum(u.b - u.a for u in held)
+                last = None
+                for u in reversed(held):
+                    if u.copy is not None:
+                        last = (upto, u.b - u.a)
+                        break
+                    upto -= u.b - u.a
+                lasts.append(last)
+            if (i := spare(self.states, j, lasts)) is None:
+                return
+            u = next(u for u in reversed(self.unacked[i]) if u.copy is not None)
+            data, u.copy = u.copy, None
+            self.unacked[j].append(_Unacked(self.states[j].on_send(u.b - u.a), u.seq, u.a, u.b, None))
+            self.chunks[j].put((u.seq, u.a, u.b, data, None, None))
 
     def _send(self, i: int) -> None:
         sock, clock = self.socks[i], self.owner.clock
         while (job := self.chunks[i].get()) is not None:
-            seq, a, b, msg = job
-            sock.sendall(HEADER.pack(seq, a, b - a, clock()))
-            if msg is None:  # a probe
+            seq, a, b, body, msg, sent = job  # msg None: a probe, or a copy of a chunk sent elsewhere
+            try:
+                sock.sendall(HEADER.pack(seq, a, b - a, clock()))
+                for off in range(0, b - a, PIECE):
+                    sock.sendall(body[off:off + PIECE])
+                    if msg is not None:
+                        msg.latch.progress()
+            except OSError:
+                if msg is None:
+                    # a probe or a copy, which no message waits on: the peer may rightly have closed,
+                    # with every chunk it expected; a peer really gone shows on the acks, within their grace
+                    continue
+                raise
+            if msg is None:
                 continue
-            for off in range(a, b, PIECE):
-                sock.sendall(msg.view[off:min(b, off + PIECE)])
-                msg.latch.progress()
             with self.cv:
+                if sent is not None:
+                    sent.copy = bytes(body)  # the message's buffer may be reused once it is sent
                 msg.left -= 1
                 if msg.left == 0:
                     self.active.discard(msg)
@@ -240,7 +298,9 @@ class _Outbound:
             _, length, delay_ns = ACK.unpack(buf)
             rate = delivery_rate(sock) if length else None
             with self.cv:
-                state.on_ack(length, self.ahead[i].popleft(), delay_ns, rate)
+                state.on_ack(length, self.unacked[i].popleft().ahead, delay_ns, rate)
+                if self.owner.scheduler == "owd" and not self.placing:
+                    self._spare(i)
                 self.cv.notify_all()
 
     def _guard(self, i: int, loop) -> None:
@@ -267,7 +327,7 @@ class _Outbound:
 
 class _Inbound:
     """The peer's subflows to us: a receiver thread per subflow puts each chunk in place
-    and acknowledges it."""
+    and acknowledges it. The first copy of a chunk to arrive is kept; any other is dropped."""
 
     def __init__(self, owner: Transport, peer: int, socks: list[socket.socket]) -> None:
         self.owner, self.peer, self.socks = owner, peer, socks
@@ -290,6 +350,7 @@ class _Inbound:
 
     def _receive(self, i: int) -> None:
         sock, clock, head = self.socks[i], self.owner.clock, bytearray(HEADER.size)
+        spill = bytearray()  # where a copy of a chunk already taken is read, to be dropped
         while True:
             try:
                 _recv_into(sock, memoryview(head), lambda: not self.posted)
@@ -302,19 +363,27 @@ class _Inbound:
                 continue
             with self.cv:
                 deadline = time.monotonic() + self.owner.timeout_s
-                while seq not in self.posted:  # the sender is a step ahead of us
+                while seq >= self.seq:  # the sender is a step ahead of us
                     if self.failed or time.monotonic() > deadline:
                         raise TimeoutError(errno.ETIMEDOUT, "message never posted")
                     self.cv.wait(0.5)
-                msg = self.posted[seq]
-            if off + length > len(msg.view):
-                raise ValueError(f"chunk {off}+{length} overruns a {len(msg.view)}-byte message")
-            _recv_into(sock, msg.view[off:off + length], lambda: False, msg.latch.progress)
-            with self.cv:
-                msg.left -= length
-                if msg.left == 0:
-                    del self.posted[seq]
-                    msg.settle()
+                msg = self.posted.get(seq)  # None: complete, so this chunk is a copy that lost the race
+                if msg is not None and off + length > len(msg.view):
+                    raise ValueError(f"chunk {off}+{length} overruns a {len(msg.view)}-byte message")
+                fresh = msg is not None and off not in msg.taken
+                if fresh:
+                    msg.taken.add(off)
+            if not fresh:
+                if len(spill) < length:
+                    spill = bytearray(length)
+                _recv_into(sock, memoryview(spill)[:length], lambda: False)
+            else:
+                _recv_into(sock, msg.view[off:off + length], lambda: False, msg.latch.progress)
+                with self.cv:
+                    msg.left -= length
+                    if msg.left == 0:
+                        del self.posted[seq]
+                        msg.settle()
             # acked only once counted: the sender closes after its last ack, and that close must
             # find nothing here still owed
             sock.sendall(ACK.pack(seq, length, first - stamp))
