@@ -234,8 +234,8 @@ class _Outbound:
 
     def _spare(self, j: int) -> None:
         """With nothing new to place, let subflow j carry copies of the chunks other subflows
-        are expected to deliver last, while it would deliver them sooner (schedule.spare).
-        Called with self.cv held."""
+        are expected to deliver last, while it would deliver them a window's time sooner
+        (schedule.spare). Called with self.cv held."""
         while not self.failed:
             lasts: list[tuple[int, int] | None] = []
             for held in self.unacked:
