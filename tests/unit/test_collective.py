@@ -103,11 +103,9 @@ def test_every_scheduler_sums_like_numpy(world, scheduler, monkeypatch):
     check_allreduce_matches_numpy(world, 3, [1, 1021, 40_003], seed=world, scheduler=scheduler)
 
 
-@pytest.mark.parametrize("world", [2, 3, 5])
-def test_copies_of_chunks_are_kept_once_and_never_land_late(world, monkeypatch):
-    """owd with spare() made greedy: whenever nothing new is to be placed, every chunk a subflow
-    holds unacknowledged is copied onto another. A copy read twice into a segment already summed
-    on, or a late copy landing in a buffer the ring has moved on with, reads wrong."""
+def greedy_copies(monkeypatch) -> list[bool]:
+    """Make owd's spare() greedy: whenever nothing new is to be placed, every chunk a subflow
+    holds unacknowledged is copied onto another. Returns a list noting, per call, whether it copied."""
     copied = []
 
     def greedy(subs, j, lasts):
@@ -116,8 +114,48 @@ def test_copies_of_chunks_are_kept_once_and_never_land_late(world, monkeypatch):
         return i
 
     monkeypatch.setattr(transport, "spare", greedy)
+    return copied
+
+
+@pytest.mark.parametrize("world", [2, 3, 5])
+def test_copies_of_chunks_are_kept_once_and_never_land_late(world, monkeypatch):
+    """A copy read twice into a segment already summed on, or a late copy landing in a buffer
+    the ring has moved on with, reads wrong."""
+    copied = greedy_copies(monkeypatch)
     monkeypatch.setattr(ring, "SLICE", 4096)  # many small messages: copies race originals often
     check_allreduce_matches_numpy(world, 3, [1, 1021, 40_003], seed=world, scheduler="owd")
+    assert any(copied), "no chunk was ever copied: the test did not exercise copies"
+
+
+def test_a_sent_buffer_is_the_callers_again_while_copies_of_its_chunks_are_in_flight(monkeypatch):
+    """Once a send completes, its sender overwrites the buffer: the chunks it may still copy
+    must hold the bytes as sent, and the receiver, which posts late, must get those bytes
+    whichever copy of each chunk reaches it first."""
+    copied = greedy_copies(monkeypatch)
+    count, messages = 64 << 10, 12  # 256 KiB each: four chunks, and the windows hold three messages
+
+    def body(r, t):
+        buf = np.empty(count, np.float32)
+        if r == 0:
+            stale = 0
+            for k in range(messages):
+                buf[:] = np.arange(count, dtype=np.float32) + k
+                sent = bytes(memoryview(buf).cast("B"))
+                t.exchange(sends=[(1, memoryview(buf).cast("B"))])
+                buf.fill(np.nan)  # the caller's again: a copy read from it now would land NaNs
+                out = t.outbound[1]
+                with out.cv:
+                    kept = [u for held in out.unacked for u in held if u.seq == k and u.body is not None]
+                    stale += sum(bytes(u.body) != sent[u.a:u.b] for u in kept)
+            return stale
+        time.sleep(0.3)  # let the sender get ahead, so copies go out after their message completed
+        wrong = 0
+        for k in range(messages):
+            t.exchange(recvs=[(0, memoryview(buf).cast("B"))])
+            wrong += int(np.count_nonzero(buf != np.arange(count, dtype=np.float32) + k))
+        return wrong
+
+    assert on_loopback(2, 3, body, scheduler="owd") == [0, 0]
     assert any(copied), "no chunk was ever copied: the test did not exercise copies"
 
 

@@ -115,15 +115,21 @@ class _Message:
 
 
 class _Unacked:
-    """A chunk (or probe) sent on a subflow and not yet acknowledged. `copy` holds its bytes
+    """A chunk (or probe) sent on a subflow and not yet acknowledged. `body` holds its bytes
     once they are written, where another subflow may carry them too (owd; None: not to be
-    copied, not written yet, or copied already). A copy of a chunk not yet written could
-    complete the peer's message, and the peer close, before the original is written."""
+    copied, not written yet, or copied already): a view of the message's buffer while the
+    message is sending, a copy once it is done (the buffer is then the caller's again), so
+    bytes are copied only for chunks still unacknowledged at the end of their message, at
+    most a window per subflow. (The ring rewrites a segment it sent while that send may still
+    be completing here, but only once the peer has the whole message, which then drops any
+    copy.) A copy of a chunk not yet written could complete the peer's message, and the peer
+    close, before the original is written."""
 
-    __slots__ = ("ahead", "seq", "a", "b", "copy")
+    __slots__ = ("ahead", "seq", "a", "b", "body")
 
-    def __init__(self, ahead: int, seq: int, a: int, b: int, copy: bytes | None) -> None:
-        self.ahead, self.seq, self.a, self.b, self.copy = ahead, seq, a, b, copy
+    def __init__(self, ahead: int, seq: int, a: int, b: int) -> None:
+        self.ahead, self.seq, self.a, self.b = ahead, seq, a, b
+        self.body: memoryview | bytes | None = None
 
 
 def delivery_rate(sock: socket.socket) -> float | None:
@@ -216,14 +222,14 @@ class _Outbound:
             for _ in range(msg.left):
                 with self.cv:
                     for j in probes(scheduler, self.states):
-                        self.unacked[j].append(_Unacked(self.states[j].on_probe(), PROBE, 0, 0, None))
+                        self.unacked[j].append(_Unacked(self.states[j].on_probe(), PROBE, 0, 0))
                         self.chunks[j].put((PROBE, 0, 0, b"", None, None))
                     while (i := pick(scheduler, self.states, queues)) is None and not self.failed:
                         self.cv.wait(1.0)
                     if self.failed:
                         break
                     a, b = queues[i if scheduler == "ecmp" else 0].pop(0)
-                    sent = _Unacked(self.states[i].on_send(b - a), seq, a, b, None)
+                    sent = _Unacked(self.states[i].on_send(b - a), seq, a, b)
                     self.unacked[i].append(sent)
                 self.chunks[i].put((seq, a, b, msg.view[a:b], msg, sent if copies else None))
             with self.cv:
@@ -242,16 +248,16 @@ class _Outbound:
                 upto = sum(u.b - u.a for u in held)
                 last = None
                 for u in reversed(held):
-                    if u.copy is not None:
+                    if u.body is not None:
                         last = (upto, u.b - u.a)
                         break
                     upto -= u.b - u.a
                 lasts.append(last)
             if (i := spare(self.states, j, lasts)) is None:
                 return
-            u = next(u for u in reversed(self.unacked[i]) if u.copy is not None)
-            data, u.copy = u.copy, None
-            self.unacked[j].append(_Unacked(self.states[j].on_send(u.b - u.a), u.seq, u.a, u.b, None))
+            u = next(u for u in reversed(self.unacked[i]) if u.body is not None)
+            data, u.body = bytes(u.body), None  # a view is copied now; a copy already made is kept
+            self.unacked[j].append(_Unacked(self.states[j].on_send(u.b - u.a), u.seq, u.a, u.b))
             self.chunks[j].put((u.seq, u.a, u.b, data, None, None))
 
     def _send(self, i: int) -> None:
@@ -274,12 +280,22 @@ class _Outbound:
                 continue
             with self.cv:
                 if sent is not None:
-                    sent.copy = bytes(body)  # the message's buffer may be reused once it is sent
+                    sent.body = body
                 msg.left -= 1
                 if msg.left == 0:
+                    if sent is not None:
+                        self._keep_copies(seq)
                     self.active.discard(msg)
                     msg.settle()
                     self.cv.notify_all()
+
+    def _keep_copies(self, seq: int) -> None:
+        """Message `seq` is sent, and its buffer the caller's again: copy the bytes of its
+        chunks still unacknowledged, which spare() may yet send again. Called with self.cv held."""
+        for held in self.unacked:
+            for u in held:
+                if u.seq == seq and isinstance(u.body, memoryview):
+                    u.body = bytes(u.body)
 
     def _acks(self, i: int) -> None:
         sock, state, buf = self.socks[i], self.states[i], bytearray(ACK.size)
