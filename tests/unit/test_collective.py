@@ -345,6 +345,35 @@ def test_worker_connects_to_the_barrier_ring_and_the_collective_peers():
     assert ar.algorithm == "ring" and worker.collective_peers(ar) == {1, 4}
 
 
+def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatch):
+    """Holding, each check whether to stop is an all-reduce: the ranks check once per
+    HOLD_CHECK_S of iterations, paced by the slowest rank, and agree where to stop."""
+    monkeypatch.setattr(worker, "HOLD_CHECK_S", 0.1)
+    stop_at = time.monotonic() + 1.0
+    monkeypatch.setattr(worker, "released", lambda: time.monotonic() > stop_at)
+    checks = [0, 0]
+    anyone = worker.anyone
+
+    def counted(links, args, flag, took_s):
+        checks[args.rank] += 1
+        return anyone(links, args, flag, took_s)
+
+    monkeypatch.setattr(worker, "anyone", counted)
+
+    def body(r, t):
+        args = worker.parse_args(["--rank", str(r), "--world", "2", "--sizes", "4", "--port-base", "1",
+                                  "--peer=h0=127.0.0.1", "--peer=h1=127.0.0.1"])
+        iterations = []
+        worker.hold(t, args, lambda: None, lambda: (iterations.append(1), time.sleep(0.005 + 0.01 * r)))
+        return len(iterations)
+
+    done = on_loopback(2, 1, body)
+    assert done[0] == done[1], f"ranks stopped after {done} iterations"
+    # rank 1's 15 ms iterations set the pace: about 7 per check of 0.1 s (not 20, rank 0's)
+    assert 4 <= done[0] / checks[0] <= 10, f"{done[0]} iterations, {checks[0]} checks"
+    assert checks[0] == checks[1]
+
+
 @pytest.mark.parametrize("args, message", [
     (["alltoall", "--algorithm", "ring"], "'ring' is not an all-to-all algorithm; use pairwise or oneshot"),
     (["allreduce", "--algorithm", "pairwise"], "'pairwise' is not an all-reduce algorithm; use ring or hier"),
