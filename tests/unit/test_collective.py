@@ -13,6 +13,7 @@ import pytest
 from clockfabric.collective import ring, transport, worker
 from clockfabric.collective.expected import expected_busbw_gbps
 from clockfabric.collective.results import algbw_gbps, busbw_gbps, job_time_us
+from clockfabric.collective.schedule import WINDOW
 from clockfabric.collective.sizes import format_size, parse_size, size_range
 from clockfabric.collective.transport import Transport, TransportError
 from clockfabric.errors import ClockfabricError
@@ -125,6 +126,26 @@ def test_copies_of_chunks_are_kept_once_and_never_land_late(world, monkeypatch):
     monkeypatch.setattr(ring, "SLICE", 4096)  # many small messages: copies race originals often
     check_allreduce_matches_numpy(world, 3, [1, 1021, 40_003], seed=world, scheduler="owd")
     assert any(copied), "no chunk was ever copied: the test did not exercise copies"
+
+
+def test_owd_copies_the_bytes_only_of_chunks_it_may_send_again(monkeypatch):
+    """A chunk's bytes are copied only when another subflow takes a copy, or when its message
+    completes while it is still unacknowledged: a window per subflow at most, not every byte."""
+    copied, count, messages = [0], 1 << 20, 8  # 4 MiB messages
+
+    def counting(data):
+        copied[0] += len(data) if isinstance(data, memoryview) else 0
+        return bytes(data)
+
+    monkeypatch.setattr(transport, "bytes", counting, raising=False)
+
+    def body(r, t):
+        buf = np.ones(count, np.float32)
+        for _ in range(messages):
+            t.exchange(**{"sends" if r == 0 else "recvs": [(1 - r, memoryview(buf).cast("B"))]})
+
+    assert on_loopback(2, 4, body, scheduler="owd") == [None, None]
+    assert copied[0] <= messages * 4 * WINDOW, f"{copied[0]} bytes copied of {messages * 4 * count} sent"
 
 
 def test_a_sent_buffer_is_the_callers_again_while_copies_of_its_chunks_are_in_flight(monkeypatch):
@@ -351,12 +372,14 @@ def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatc
     monkeypatch.setattr(worker, "HOLD_CHECK_S", 0.1)
     stop_at = time.monotonic() + 1.0
     monkeypatch.setattr(worker, "released", lambda: time.monotonic() > stop_at)
-    checks = [0, 0]
+    checks, paces = [0, 0], set()
     anyone = worker.anyone
 
     def counted(links, args, flag, took_s):
         checks[args.rank] += 1
-        return anyone(links, args, flag, took_s)
+        stop, slowest_s = anyone(links, args, flag, took_s)
+        paces.add(slowest_s >= 0.015)
+        return stop, slowest_s
 
     monkeypatch.setattr(worker, "anyone", counted)
 
@@ -369,7 +392,8 @@ def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatc
 
     done = on_loopback(2, 1, body)
     assert done[0] == done[1], f"ranks stopped after {done} iterations"
-    # rank 1's 15 ms iterations set the pace: about 7 per check of 0.1 s (not 20, rank 0's)
+    assert paces == {True}, "a check handed back a pace quicker than rank 1's 15 ms iterations"
+    # about 7 iterations per check of 0.1 s (not 20, rank 0's pace), after batches of 1, 2 and 4
     assert 4 <= done[0] / checks[0] <= 10, f"{done[0]} iterations, {checks[0]} checks"
     assert checks[0] == checks[1]
 

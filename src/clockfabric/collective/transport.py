@@ -585,7 +585,9 @@ class Transport:
     def start(self, sends: Sequence[Transfer] = (), recvs: Sequence[Transfer] = ()) -> Pending:
         """Post these messages and return at once; wait() on the result until all are complete.
         Messages to or from a peer go in the order posted, whatever call posted them.
-        Receives are posted first, so a peer's early chunks find their place."""
+        Receives are posted first, so a peer's early chunks find their place. A buffer sent
+        stays ours until wait() returns, or until the peer has the whole message (the ring
+        may rewrite it then: the copies of its chunks still to come are dropped there)."""
         if self.broken:
             raise self.broken
         latch = _Latch()

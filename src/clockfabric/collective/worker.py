@@ -223,18 +223,20 @@ def hold(links: Transport, args: argparse.Namespace, reset: Step, once: Step) ->
     """Untimed iterations until the launcher's second line. Each check whether to stop is a
     small all-reduce which, under load, queues behind the other job's bytes (0.15-0.3 s in
     the lab), time in which the fabric would run lighter than during the other job's timings:
-    so the ranks check only after about HOLD_CHECK_S of iterations, counted from the slowest
-    rank's last iterations."""
-    every = 1
+    so the ranks check only after about HOLD_CHECK_S of iterations, as long as the slowest
+    iteration any rank has had. The batch at most doubles from one check to the next, so one
+    quick first iteration cannot commit the ranks to a long batch."""
+    every, slowest_s = 1, 0.0
     while True:
         started = time.perf_counter()
         for _ in range(every):
             reset()
             once()
-        stop, slowest_s = anyone(links, args, released(), (time.perf_counter() - started) / every)
+        stop, took_s = anyone(links, args, released(), (time.perf_counter() - started) / every)
         if stop:
             return
-        every = math.ceil(HOLD_CHECK_S / max(slowest_s, 1e-3))
+        slowest_s = max(slowest_s, took_s, 1e-9)
+        every = min(2 * every, math.ceil(HOLD_CHECK_S / slowest_s))
 
 
 def barrier_algorithm(args: argparse.Namespace) -> str:
