@@ -11,12 +11,15 @@ load (the barrier's small messages queue behind another job's bytes) took 0.15-0
 iteration, time the other job's hosts could not fill. Each rank's iteration times are the
 intervals between its iterations' ends (its own input reset and check included).
 
-With --gate it then holds: untimed iterations go on until a second line on stdin (every job
-sharing the fabric has its timings), so no job's last timed iteration runs on a fabric the
-others have left.
+With --gate the timed iterations of each size also wait for a line on stdin, so the jobs
+sharing the fabric begin them together: otherwise one job's barrier, queued behind another's
+bytes, starts its timings 0.15-0.3 s late, and the other's first iterations run on a lighter
+fabric. After its timings the job holds: untimed iterations go on until a last line on stdin
+(every job sharing the fabric has its timings), so no job's last timed iteration runs on a
+fabric the others have left.
 
 Prints JSON lines on stdout: {"event": "connected"}, {"event": "iter"} (rank 0, after each timed or warmup iteration),
-{"event": "result"} per size, {"event": "holding"} (with --gate), {"event": "subflows"} (where
+{"event": "warmed"} (with --gate, per size), {"event": "result"} per size, {"event": "holding"} (with --gate), {"event": "subflows"} (where
 each subflow ran and what it carried, over the whole run), or {"event": "error"} before exiting 1.
 
 All-reduce inputs are chosen so every partial sum is exact in float32 whatever the order of
@@ -104,9 +107,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--token", type=int, default=0)
     p.add_argument("--lab", default="", help="The lab this rank belongs to (marks the process as the lab's).")
     p.add_argument("--gate", action="store_true",
-                   help="After connecting, wait for a line on stdin before the first iteration, and after "
-                        "the last keep the fabric loaded until another line (the launcher starts and ends "
-                        "jobs that share the fabric together).")
+                   help="After connecting, and before each size's timed iterations, wait for a line on stdin; "
+                        "after the last keep the fabric loaded until another line (the launcher starts, "
+                        "times and ends jobs that share the fabric together).")
     p.add_argument("--agent", default="", metavar="ADDR",
                    help="This host's stable address, where its agent listens: learned placement asks it "
                         "which spines to take (none: spread on our own).")
@@ -286,6 +289,10 @@ def run(args: argparse.Namespace) -> None:
             times, wrong = [], 0
             for it in range(args.warmup + args.iters):
                 reset()
+                if it == args.warmup and args.gate:
+                    emit(event="warmed", rank=args.rank, size_bytes=size)
+                    if not sys.stdin.readline():
+                        raise ClockfabricError("the launcher closed the gate before the timed iterations")
                 if it in (0, args.warmup):
                     barrier(links, barrier_algorithm(args), args.groups, args.world)
                     t0 = time.perf_counter()
