@@ -18,9 +18,10 @@ fabric. After its timings the job holds: untimed iterations go on until a last l
 (every job sharing the fabric has its timings), so no job's last timed iteration runs on a
 fabric the others have left.
 
-Prints JSON lines on stdout: {"event": "connected"}, {"event": "iter"} (rank 0, after each timed or warmup iteration),
-{"event": "warmed"} (with --gate, per size), {"event": "result"} per size, {"event": "holding"} (with --gate), {"event": "subflows"} (where
-each subflow ran and what it carried, over the whole run), or {"event": "error"} before exiting 1.
+Prints JSON lines on stdout: {"event": "connected"}, {"event": "iter"} (rank 0, after each
+timed or warmup iteration), {"event": "warmed"} (with --gate, per size), {"event": "result"}
+per size, {"event": "holding"} (with --gate), {"event": "subflows"} (where each subflow ran
+and what it carried, over the whole run), or {"event": "error"} before exiting 1.
 
 All-reduce inputs are chosen so every partial sum is exact in float32 whatever the order of
 additions: rank r holds ((i % 1021) - 510) / 4 * w_r at element i, w_r = r % 64 + 1, so the
@@ -223,7 +224,7 @@ def anyone(links: Transport, args: argparse.Namespace, flag: bool, took_s: float
 
 
 def hold(links: Transport, args: argparse.Namespace, reset: Step, once: Step) -> None:
-    """Untimed iterations until the launcher's second line. Each check whether to stop is a
+    """Untimed iterations until the launcher's last line. Each check whether to stop is a
     small all-reduce which, under load, queues behind the other job's bytes (0.15-0.3 s in
     the lab), time in which the fabric would run lighter than during the other job's timings:
     so the ranks check only after about HOLD_CHECK_S of iterations, as long as the slowest
