@@ -11,10 +11,12 @@ import pytest
 
 from clockfabric.collective.schedule import (
     CHUNK,
+    CHUNK_NS,
     EWMA,
     FLOOR_AGE,
+    MIN_CHUNK,
     PROBE_EVERY,
-    WINDOW,
+    WINDOW_CHUNKS,
     SubflowState,
     ecmp,
     least_outstanding,
@@ -29,6 +31,7 @@ BASE_NS = 10_000  # one-way delay of an idle path, each way (the acks come back 
 FAST = 1.25  # bytes per ns: 10 Gb/s
 T_FAST = CHUNK / FAST  # ns a chunk takes on the wire of a fast subflow
 CONGESTED_NS = 5_000_000  # queueing on a congested spine
+WINDOW = WINDOW_CHUNKS * CHUNK  # a fast subflow's window
 
 
 # ---- the simulator -----------------------------------------------------------------------------
@@ -72,9 +75,13 @@ class Sim:
             while (i := pick(self.scheduler, self.subs, queues)) is None:
                 self.t = self.acks[0][0]  # wait for an ack (none pending would be a deadlock)
                 self.deliver(self.t)
-            a, b = queues[i if self.scheduler == "ecmp" else 0].pop(0)
+            q = queues[i if self.scheduler == "ecmp" else 0]
+            a, b = q.pop(0)
+            if b - a > self.subs[i].chunk:  # as the transport cuts a chunk for a slow subflow
+                q.insert(0, (a + self.subs[i].chunk, b))
+                b = a + self.subs[i].chunk
+            assert self.subs[i].outstanding < self.subs[i].window
             ahead = self.subs[i].on_send(b - a)
-            assert self.subs[i].outstanding <= WINDOW
             path = self.paths[i]
             begin = max(self.t, path.free)  # behind the subflow's earlier bytes
             rate, delay = path.at(begin)
@@ -118,7 +125,7 @@ def test_ecmp_gives_every_subflow_an_equal_contiguous_share_whatever_the_rates(r
 
 # ---- 2. least-outstanding ----------------------------------------------------------------------
 def test_least_outstanding_sends_more_on_the_faster_subflow_within_the_window():
-    sim, out = run("least-outstanding", [Path(FAST), Path(FAST / 2)], 96, 4)  # the sim asserts WINDOW
+    sim, out = run("least-outstanding", [Path(FAST), Path(FAST / 2)], 96, 4)  # the sim asserts the window
     fast, slow = shares([i for _, _, placed in out for i in placed], 2)
     assert fast / slow == pytest.approx(2.0, rel=0.15)
     sim.deliver(float("inf"))
@@ -151,7 +158,7 @@ def test_owd_moves_bytes_off_a_congested_path_and_back_when_it_clears():
     sends = [(t, n) for n, (t, i, _, _) in enumerate(sim.sends) if i == 1]
     gaps = [(t, n - m) for (_, m), (t, n) in pairwise(sends)]  # chunks since sub 1's previous
     hot = [(t, gap) for t, gap in gaps if JUMP_NS <= t < BACK_NS]
-    assert sum(gap <= PROBE_EVERY for _, gap in hot) <= WINDOW // CHUNK  # a few acks' worth, then...
+    assert sum(gap <= PROBE_EVERY for _, gap in hot) <= WINDOW_CHUNKS  # a few acks' worth, then...
     assert all(t < JUMP_NS + CONGESTED_NS + 10 * T_FAST for t, gap in hot if gap <= PROBE_EVERY)
     assert len(hot) >= 4 and all(gap > PROBE_EVERY for _, gap in hot[-4:])  # ...an idle probe now and then
     for _, _, placed in during(out, 0, JUMP_NS):
@@ -265,6 +272,27 @@ def test_first_ack_seeds_the_running_delay():
 
 
 # ---- 6. the window -----------------------------------------------------------------------------
+def test_a_slow_subflow_takes_smaller_chunks_and_holds_less():
+    """A chunk is about CHUNK_NS at the subflow's rate, within [MIN_CHUNK, CHUNK]; the window is
+    WINDOW_CHUNKS of them: a 3 Mbit/s subflow holds about 0.3 s of bytes, not 0.7 s."""
+    assert SubflowState().chunk == CHUNK  # not measured yet
+    assert SubflowState(rate=FAST).chunk == CHUNK
+    slow = SubflowState(rate=3e6 / 8 / 1e9)  # 3 Mbit/s in bytes per ns
+    assert MIN_CHUNK < slow.chunk < CHUNK and slow.chunk == int(slow.rate * CHUNK_NS)
+    assert slow.window == WINDOW_CHUNKS * slow.chunk
+    assert SubflowState(rate=1e-9).chunk == MIN_CHUNK
+
+
+@pytest.mark.parametrize("scheduler", ["ecmp", "least-outstanding", "owd"])
+def test_slow_subflows_are_sent_smaller_chunks_once_measured(scheduler):
+    mbit = 1e6 / 8 / 1e9  # bytes per ns
+    sim, _ = run(scheduler, [Path(6 * mbit), Path(3 * mbit)], 16, 2)
+    for i, sub in enumerate(sim.subs):
+        sizes = [b - a for _, j, a, b in sim.sends if j == i and b > a]
+        assert sizes[:WINDOW_CHUNKS] == [CHUNK] * WINDOW_CHUNKS  # before any ack, the rate unknown
+        assert len(sizes) > WINDOW_CHUNKS and max(sizes[WINDOW_CHUNKS + 1:]) < CHUNK
+
+
 def test_pick_waits_when_the_chosen_subflow_is_full():
     full, empty = SubflowState(outstanding=WINDOW), SubflowState()
     assert least_outstanding([SubflowState(outstanding=WINDOW) for _ in range(3)], CHUNK, [8]) is None

@@ -27,8 +27,12 @@ when threads run and by chunks that sit whole in a socket before they are read).
   back what a slow subflow holds, so the copy races it and the receiver keeps whichever
   arrives first.
 
-Every scheduler holds at most WINDOW bytes unacknowledged on a subflow, so a slow subflow
-never hides a deep queue in its socket buffer.
+Every scheduler holds at most a window (WINDOW_CHUNKS chunks) unacknowledged on a subflow, so
+a slow subflow never hides a deep queue in its socket buffer. A chunk is about CHUNK_NS of its
+subflow's measured rate, between MIN_CHUNK and CHUNK: a window of whole 64 KiB chunks held
+0.7 s of bytes on a 3 Mbit/s subflow (a spine uplink shared by 8), committed before any
+scheduler could place them better, and left a 0.17 s chunk as the least a message could
+wait on (docs/benchmarks.md). Fast subflows keep CHUNK, so the Python cost per byte stays.
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ from itertools import pairwise
 
 from clockfabric.collective.ring import bounds
 
-CHUNK = 64 << 10  # bytes per chunk: small enough to balance, large enough to stay cheap in Python
-WINDOW = 4 * CHUNK  # unacknowledged bytes per subflow
+CHUNK = 64 << 10  # bytes per chunk at most: small enough to balance, large enough to stay cheap in Python
+MIN_CHUNK = 16 << 10  # bytes per chunk at least, however slow the subflow
+CHUNK_NS = 80_000_000  # a chunk is about this long at its subflow's measured rate, within those bounds
+WINDOW_CHUNKS = 4  # unacknowledged chunks per subflow
 EWMA = 0.25  # weight of a new sample in the running estimates
 PROBE_EVERY = 32  # an idle subflow is probed after this many chunks went elsewhere
 FLOOR_AGE = 256  # chunks: the delay floor is the lowest seen over about this many acks
@@ -96,6 +102,16 @@ class SubflowState:
         """Queueing on the path: the running delay above the floor."""
         return 0.0 if self.floor_ns == float("inf") else max(0.0, self.delay_ns - self.floor_ns)
 
+    @property
+    def chunk(self) -> int:
+        """Bytes for this subflow's next chunk: CHUNK_NS at its rate, CHUNK until it is measured."""
+        return CHUNK if not self.rate else min(CHUNK, max(MIN_CHUNK, int(self.rate * CHUNK_NS)))
+
+    @property
+    def window(self) -> int:
+        """Bytes this subflow may hold unacknowledged."""
+        return WINDOW_CHUNKS * self.chunk
+
     def finish_ns(self, length: int, default_rate: float) -> float:
         """When a chunk of `length` sent now would be fully delivered, roughly (a subflow not
         measured yet is taken to run at default_rate)."""
@@ -119,13 +135,13 @@ def _cut(a: int, b: int, pieces: int) -> list[tuple[int, int]]:
 def ecmp(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
     """A subflow with chunks of its own share still owed and room in its window (the one
     owed most): shares are fixed, but no subflow waits for another's window."""
-    ready = [i for i in range(len(subs)) if owed[i] and subs[i].outstanding < WINDOW]
+    ready = [i for i in range(len(subs)) if owed[i] and subs[i].outstanding < subs[i].window]
     return max(ready, key=lambda i: owed[i]) if ready else None
 
 
 def least_outstanding(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
     i = min(range(len(subs)), key=lambda j: subs[j].outstanding)
-    return i if subs[i].outstanding < WINDOW else None
+    return i if subs[i].outstanding < subs[i].window else None
 
 
 def _default_rate(subs: list[SubflowState]) -> float:
@@ -137,7 +153,7 @@ def _default_rate(subs: list[SubflowState]) -> float:
 def owd(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
     default = _default_rate(subs)
     i = min(range(len(subs)), key=lambda j: subs[j].finish_ns(length, default))
-    return i if subs[i].outstanding < WINDOW else None  # the best is full: wait for it, don't settle
+    return i if subs[i].outstanding < subs[i].window else None  # the best is full: wait for it, don't settle
 
 
 def spare(subs: list[SubflowState], j: int, lasts: list[tuple[int, int] | None]) -> int | None:
@@ -148,7 +164,7 @@ def spare(subs: list[SubflowState], j: int, lasts: list[tuple[int, int] | None])
     chunk later than j would by more than j's time for a whole window. A copy costs a chunk
     of j's time and of capacity; with a margin of one chunk, copies taken between a pipelined
     ring's slices cost two all-reduces 6-9% (docs/benchmarks.md)."""
-    if subs[j].outstanding >= WINDOW:
+    if subs[j].outstanding >= subs[j].window:
         return None
     default = _default_rate(subs)
     best, most = None, 0.0
@@ -157,7 +173,7 @@ def spare(subs: list[SubflowState], j: int, lasts: list[tuple[int, int] | None])
             continue
         upto, length = last
         there = subs[i].excess_ns + upto / (subs[i].rate or default)
-        gain = there - subs[j].finish_ns(length, default) - WINDOW / (subs[j].rate or default)
+        gain = there - subs[j].finish_ns(length, default) - subs[j].window / (subs[j].rate or default)
         if gain > most:
             best, most = i, gain
     return best
@@ -176,7 +192,7 @@ def probes(scheduler: str, subs: list[SubflowState]) -> list[int]:
 def pick(scheduler: str, subs: list[SubflowState], queues: list[list[tuple[int, int]]]) -> int | None:
     """The subflow for the next chunk of a message (queues: what plan() made of it, less what
     went out), or None: wait for an ack, then ask again. The caller takes the chunk from
-    queues[i] for ecmp, from queues[0] otherwise."""
+    queues[i] for ecmp, from queues[0] otherwise, and cuts it to subflow i's chunk."""
     owed = [len(q) for q in queues]
     length = 0 if scheduler == "ecmp" else queues[0][0][1] - queues[0][0][0]
     i = PICK[scheduler](subs, length, owed)

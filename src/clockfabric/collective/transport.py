@@ -219,7 +219,7 @@ class _Outbound:
                 msg.left = sum(len(q) for q in queues)
                 self.active.add(msg)
                 self.placing = True
-            for _ in range(msg.left):
+            while any(queues):
                 with self.cv:
                     for j in probes(scheduler, self.states):
                         self.unacked[j].append(_Unacked(self.states[j].on_probe(), PROBE, 0, 0))
@@ -228,7 +228,12 @@ class _Outbound:
                         self.cv.wait(1.0)
                     if self.failed:
                         break
-                    a, b = queues[i if scheduler == "ecmp" else 0].pop(0)
+                    q = queues[i if scheduler == "ecmp" else 0]
+                    a, b = q.pop(0)
+                    if b - a > (cut := self.states[i].chunk):  # a slow subflow takes a smaller chunk
+                        q.insert(0, (a + cut, b))
+                        b = a + cut
+                        msg.left += 1
                     sent = _Unacked(self.states[i].on_send(b - a), seq, a, b)
                     self.unacked[i].append(sent)
                 self.chunks[i].put((seq, a, b, msg.view[a:b], msg, sent if copies else None))
