@@ -7,7 +7,8 @@ i uses path slot i % len(slots): it connects from this rank's own address in tha
 the peer's (one NIC address per plane, the /31 that only that plane routes), so it is
 pinned to a plane by addressing alone; `source_ports` may pin it to a spine as well.
 
-A message is cut into chunks; the scheduler (schedule.py) says which subflow carries each.
+A message is cut into chunks; the scheduler (schedule.py) says which subflow carries each,
+and the chunk is cut again to that subflow's size (smaller on a slow one).
 A chunk travels behind a header (message number, offset, length, send stamp on the synced
 clock), so the receiver puts it in place whatever subflow brought it, and answers on the
 same connection's idle direction with an ack: the chunk's one-way delay.
