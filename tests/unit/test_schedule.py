@@ -77,7 +77,7 @@ class Sim:
                 self.deliver(self.t)
             q = queues[i if self.scheduler == "ecmp" else 0]
             a, b = q.pop(0)
-            if b - a > self.subs[i].chunk:  # as the transport cuts a chunk for a slow subflow
+            if b - a >= self.subs[i].chunk + MIN_CHUNK:  # as the transport cuts a chunk for a slow subflow
                 q.insert(0, (a + self.subs[i].chunk, b))
                 b = a + self.subs[i].chunk
             assert self.subs[i].outstanding < self.subs[i].window
@@ -286,11 +286,21 @@ def test_a_slow_subflow_takes_smaller_chunks_and_holds_less():
 @pytest.mark.parametrize("scheduler", ["ecmp", "least-outstanding", "owd"])
 def test_slow_subflows_are_sent_smaller_chunks_once_measured(scheduler):
     mbit = 1e6 / 8 / 1e9  # bytes per ns
-    sim, _ = run(scheduler, [Path(6 * mbit), Path(3 * mbit)], 16, 2)
+    sim, _ = run(scheduler, [Path(3 * mbit), Path(1.5 * mbit)], 16, 2)
     for i, sub in enumerate(sim.subs):
         sizes = [b - a for _, j, a, b in sim.sends if j == i and b > a]
-        assert sizes[:WINDOW_CHUNKS] == [CHUNK] * WINDOW_CHUNKS  # before any ack, the rate unknown
-        assert len(sizes) > WINDOW_CHUNKS and max(sizes[WINDOW_CHUNKS + 1:]) < CHUNK
+        assert sizes[:WINDOW_CHUNKS] == [CHUNK] * WINDOW_CHUNKS  # before its first ack, the rate unknown
+        later = sizes[WINDOW_CHUNKS:]  # each placed after one of its acks: cut to sub.chunk, no piece under MIN_CHUNK
+        assert len(later) > 1 and all(MIN_CHUNK <= n < sub.chunk + MIN_CHUNK for n in later), later
+        assert sub.chunk < CHUNK - MIN_CHUNK
+
+
+def test_least_outstanding_takes_a_subflow_with_room_when_the_emptiest_is_full():
+    """Windows differ with the subflows' rates: a full slow subflow must not hold a fast one back."""
+    slow = SubflowState(rate=3e6 / 8 / 1e9)
+    slow.outstanding = slow.window
+    fast = SubflowState(outstanding=slow.window + 1, rate=FAST)
+    assert least_outstanding([slow, fast], CHUNK, [8]) == 1
 
 
 def test_pick_waits_when_the_chosen_subflow_is_full():

@@ -27,12 +27,14 @@ when threads run and by chunks that sit whole in a socket before they are read).
   back what a slow subflow holds, so the copy races it and the receiver keeps whichever
   arrives first.
 
-Every scheduler holds at most a window (WINDOW_CHUNKS chunks) unacknowledged on a subflow, so
-a slow subflow never hides a deep queue in its socket buffer. A chunk is about CHUNK_NS of its
-subflow's measured rate, between MIN_CHUNK and CHUNK: a window of whole 64 KiB chunks held
-0.7 s of bytes on a 3 Mbit/s subflow (a spine uplink shared by 8), committed before any
-scheduler could place them better, and left a 0.17 s chunk as the least a message could
-wait on (docs/benchmarks.md). Fast subflows keep CHUNK, so the Python cost per byte stays.
+Every scheduler holds about a window unacknowledged on a subflow (WINDOW_CHUNKS of its
+chunks; the chunk placed last, or a copy from spare(), may top it), so a slow subflow never
+hides a deep queue in its socket buffer. A chunk is about CHUNK_NS at its subflow's measured
+rate, between MIN_CHUNK and CHUNK, so fast subflows keep CHUNK and Python's cost per byte.
+On a 3 Mbit/s subflow (a spine uplink shared by 8) a window of whole 64 KiB chunks held
+0.7 s of bytes, placed before any scheduler could place them better, and a message could
+wait 0.17 s on its last chunk (docs/benchmarks.md). The dispatcher cuts a chunk down for a
+slow subflow and leaves no piece under MIN_CHUNK: a short last piece goes with the chunk.
 """
 
 from __future__ import annotations
@@ -140,8 +142,10 @@ def ecmp(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
 
 
 def least_outstanding(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
-    i = min(range(len(subs)), key=lambda j: subs[j].outstanding)
-    return i if subs[i].outstanding < subs[i].window else None
+    """The subflow with the fewest bytes outstanding among those with room in their windows
+    (windows differ: a slow subflow's is smaller)."""
+    room = [j for j in range(len(subs)) if subs[j].outstanding < subs[j].window]
+    return min(room, key=lambda j: subs[j].outstanding) if room else None
 
 
 def _default_rate(subs: list[SubflowState]) -> float:
@@ -152,7 +156,7 @@ def _default_rate(subs: list[SubflowState]) -> float:
 
 def owd(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
     default = _default_rate(subs)
-    i = min(range(len(subs)), key=lambda j: subs[j].finish_ns(length, default))
+    i = min(range(len(subs)), key=lambda j: subs[j].finish_ns(min(length, subs[j].chunk), default))
     return i if subs[i].outstanding < subs[i].window else None  # the best is full: wait for it, don't settle
 
 

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from clockfabric.collective.ring import Transfer
-from clockfabric.collective.schedule import SCHEDULERS, SubflowState, pick, plan, probes, spare
+from clockfabric.collective.schedule import MIN_CHUNK, SCHEDULERS, SubflowState, pick, plan, probes, spare
 from clockfabric.errors import ClockfabricError
 
 HELLO = struct.Struct("!4sIHH")  # magic, call token, rank, subflow index
@@ -231,7 +231,8 @@ class _Outbound:
                         break
                     q = queues[i if scheduler == "ecmp" else 0]
                     a, b = q.pop(0)
-                    if b - a > (cut := self.states[i].chunk):  # a slow subflow takes a smaller chunk
+                    # a slow subflow takes a smaller chunk; no piece left under MIN_CHUNK
+                    if b - a >= (cut := self.states[i].chunk) + MIN_CHUNK:
                         q.insert(0, (a + cut, b))
                         b = a + cut
                         msg.left += 1
