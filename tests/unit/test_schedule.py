@@ -25,6 +25,7 @@ from clockfabric.collective.schedule import (
     plan,
     probes,
     spare,
+    take,
 )
 
 BASE_NS = 10_000  # one-way delay of an idle path, each way (the acks come back over it)
@@ -75,11 +76,7 @@ class Sim:
             while (i := pick(self.scheduler, self.subs, queues)) is None:
                 self.t = self.acks[0][0]  # wait for an ack (none pending would be a deadlock)
                 self.deliver(self.t)
-            q = queues[i if self.scheduler == "ecmp" else 0]
-            a, b = q.pop(0)
-            if b - a >= self.subs[i].chunk + MIN_CHUNK:  # as the transport cuts a chunk for a slow subflow
-                q.insert(0, (a + self.subs[i].chunk, b))
-                b = a + self.subs[i].chunk
+            a, b = take(queues[i if self.scheduler == "ecmp" else 0], self.subs[i].chunk)
             assert self.subs[i].outstanding < self.subs[i].window
             ahead = self.subs[i].on_send(b - a)
             path = self.paths[i]
@@ -293,6 +290,13 @@ def test_slow_subflows_are_sent_smaller_chunks_once_measured(scheduler):
         later = sizes[WINDOW_CHUNKS:]  # each placed after one of its acks: cut to sub.chunk, no piece under MIN_CHUNK
         assert len(later) > 1 and all(MIN_CHUNK <= n < sub.chunk + MIN_CHUNK for n in later), later
         assert sub.chunk < CHUNK - MIN_CHUNK
+
+
+def test_take_cuts_a_chunk_to_the_subflows_size_and_leaves_no_rest_under_min_chunk():
+    q = [(0, CHUNK), (CHUNK, 2 * CHUNK)]
+    assert take(q, 30_000) == (0, 30_000) and q[0] == (30_000, CHUNK)  # rest 35536: kept queued
+    assert take(q, 30_000) == (30_000, CHUNK)  # 35536 < 30000 + MIN_CHUNK: goes whole
+    assert take(q, CHUNK) == (CHUNK, 2 * CHUNK) and q == []
 
 
 def test_least_outstanding_takes_a_subflow_with_room_when_the_emptiest_is_full():

@@ -33,8 +33,8 @@ hides a deep queue in its socket buffer. A chunk is about CHUNK_NS at its subflo
 rate, between MIN_CHUNK and CHUNK, so fast subflows keep CHUNK and Python's cost per byte.
 On a 3 Mbit/s subflow (a spine uplink shared by 8) a window of whole 64 KiB chunks held
 0.7 s of bytes, placed before any scheduler could place them better, and a message could
-wait 0.17 s on its last chunk (docs/benchmarks.md). The dispatcher cuts a chunk down for a
-slow subflow and leaves no piece under MIN_CHUNK: a short last piece goes with the chunk.
+wait 0.17 s on its last chunk (docs/benchmarks.md). take() cuts a chunk down for a slow
+subflow and leaves no piece under MIN_CHUNK: a short last piece goes with the chunk.
 """
 
 from __future__ import annotations
@@ -129,6 +129,16 @@ def plan(scheduler: str, size: int, subflows: int) -> list[list[tuple[int, int]]
     return [_cut(0, size, max(-(-size // CHUNK), min(subflows, size)))]
 
 
+def take(queue: list[tuple[int, int]], size: int) -> tuple[int, int]:
+    """Pop the queue's next chunk for a subflow whose chunk is `size` bytes: cut down to it,
+    its rest left at the head, unless that rest would fall under MIN_CHUNK."""
+    a, b = queue.pop(0)
+    if b - a >= size + MIN_CHUNK:
+        queue.insert(0, (a + size, b))
+        return a, a + size
+    return a, b
+
+
 def _cut(a: int, b: int, pieces: int) -> list[tuple[int, int]]:
     edges = [a + e for e in bounds(b - a, pieces)] if pieces else [a]
     return [(x, y) for x, y in pairwise(edges) if y > x]
@@ -196,7 +206,7 @@ def probes(scheduler: str, subs: list[SubflowState]) -> list[int]:
 def pick(scheduler: str, subs: list[SubflowState], queues: list[list[tuple[int, int]]]) -> int | None:
     """The subflow for the next chunk of a message (queues: what plan() made of it, less what
     went out), or None: wait for an ack, then ask again. The caller takes the chunk from
-    queues[i] for ecmp, from queues[0] otherwise, and cuts it to subflow i's chunk."""
+    queues[i] for ecmp, from queues[0] otherwise, with take(queue, subs[i].chunk)."""
     owed = [len(q) for q in queues]
     length = 0 if scheduler == "ecmp" else queues[0][0][1] - queues[0][0][0]
     i = PICK[scheduler](subs, length, owed)

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from clockfabric.collective.ring import Transfer
-from clockfabric.collective.schedule import MIN_CHUNK, SCHEDULERS, SubflowState, pick, plan, probes, spare
+from clockfabric.collective.schedule import SCHEDULERS, SubflowState, pick, plan, probes, spare, take
 from clockfabric.errors import ClockfabricError
 
 HELLO = struct.Struct("!4sIHH")  # magic, call token, rank, subflow index
@@ -230,12 +230,9 @@ class _Outbound:
                     if self.failed:
                         break
                     q = queues[i if scheduler == "ecmp" else 0]
-                    a, b = q.pop(0)
-                    # a slow subflow takes a smaller chunk; no piece left under MIN_CHUNK
-                    if b - a >= (cut := self.states[i].chunk) + MIN_CHUNK:
-                        q.insert(0, (a + cut, b))
-                        b = a + cut
-                        msg.left += 1
+                    queued = len(q)
+                    a, b = take(q, self.states[i].chunk)  # a slow subflow takes a smaller chunk
+                    msg.left += len(q) - queued + 1  # a cut one leaves its rest queued: a chunk more
                     sent = _Unacked(self.states[i].on_send(b - a), seq, a, b)
                     self.unacked[i].append(sent)
                 self.chunks[i].put((seq, a, b, msg.view[a:b], msg, sent if copies else None))
