@@ -60,26 +60,28 @@ def other_version(lab: Lab) -> None:
 
 def far_host(lab: Lab) -> None:
     """The leaf port towards h7's plane-1 NIC runs slow, with a standing queue in it: a TCP flow
-    from a neighbour under the same leaf, its window capped so that the queue holds ~5 ms and
-    never overflows (pings wait in it, none is dropped). The neighbour is h4, whose plane-0
-    cable is swapped anyway: no healthy host's NIC is busy, no fabric link others use carries it."""
+    from a spine, its window capped so that the queue holds ~5 ms and never overflows (pings
+    wait in it, none is dropped). No audited NIC carries it: sent from a neighbour host, the flow
+    kept that host's own NIC ~80% busy, and a CI audit once named it far as well. Nor can the
+    leaf send it: a sender's kernel keeps only ~1 ms of its flow in its own port's queue."""
     port = impair.find_link(lab, "h7", "p1-leaf1").other("h7")
     with netns.ipr(lab.ns(port.node)) as ipr:
         index = ipr.link_lookup(ifname=port.iface)[0]
         shaping.set_rate(ipr, index, FAR_RATE_BPS)
-    target = str(interfaces(lab.topology)[Port("h7", "eth1")].address.ip)
+    spine = impair.find_link(lab, "p1-spine0", "p1-leaf1").other("p1-leaf1")
+    ends = interfaces(lab.topology)
+    target, source = str(ends[Port("h7", "eth1")].address.ip), str(ends[spine].address.ip)
     server = iperf_server(lab, "h7", target, 5299)
     lab.register(server.pid, "seeded fault: iperf3 server on h7")
-    source = str(interfaces(lab.topology)[Port("h4", "eth1")].address.ip)
-    client = subprocess.Popen(command(lab, "h4", ["iperf3", "-c", target, "-B", source, "-p", "5299",
-                                                  "-t", "86400", "-w", FAR_WINDOW]),
+    client = subprocess.Popen(command(lab, spine.node, ["iperf3", "-c", target, "-B", source, "-p", "5299",
+                                                        "-t", "86400", "-w", FAR_WINDOW]),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    lab.register(client.pid, "seeded fault: TCP load h4:eth1 -> h7:eth1")
+    lab.register(client.pid, f"seeded fault: TCP load {spine.node} -> h7:eth1")
     # planted means queueing now: an audit started before the flow ran a second once saw h7 near
     log, deadline = server_log(lab, "h7", target, 5299), time.monotonic() + 15
     while not re.search(r"\s0\.00-1\.\d+\s+sec", log.read_text()):
         if time.monotonic() > deadline or client.poll() is not None:
-            raise ClockfabricError(f"the TCP load h4 -> h7 did not start: {log.read_text().strip()[-200:]}")
+            raise ClockfabricError(f"the TCP load towards h7 did not start: {log.read_text().strip()[-200:]}")
         time.sleep(0.05)
 
 
