@@ -65,6 +65,7 @@ def test_summary_ratios_medians_and_what_was_possible():
             run("owd", 0, 2.2), run("owd", 1, 2.6), run("owd", 2, 2.4)]
     rows = {r["scheduler"]: r for r in contention.summarize(contention.topology(), runs, 4 * MIB)}
     assert rows["owd"]["time_s"] == pytest.approx(2.4)  # the median, not the mean or the best
+    assert rows["owd"]["time_range_s"] == [2.2, 2.6] and rows["ecmp"]["time_range_s"] == [4.0, 5.0]  # the seeds' spread
     assert rows["owd"]["speedup_vs_ecmp"] == pytest.approx(4.4 / 2.4, abs=1e-3)
     assert rows["owd"]["speedup_vs_least_outstanding"] is None  # not run
     assert rows["owd"]["of_ideal"] == pytest.approx(ideal / 2.4, abs=1e-3)

@@ -284,7 +284,8 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
 
 
 def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
-    """Per scenario and scheduler: the median over seeds of the slowest job's time, its busbw,
+    """Per scenario and scheduler: the median over seeds of the slowest job's time, with the
+    fastest and slowest seed's (a lead smaller than the seeds' spread is noise), its busbw,
     and the ratios to ecmp, to least-outstanding, to the ideal and to the ideal at TCP's
     payload ceiling; with ecmp's time over the ideal (the most any scheduler could gain)
     and the median CPU steal over those runs."""
@@ -293,10 +294,12 @@ def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
         collective, hosts = jobs_of(scenario)[0]
         ideal_s = ideal_time_s(topo, scenario, size)
         mine = [r for r in runs if r.scenario == scenario]
-        median = {s: statistics.median(r.time_us for r in mine if r.scheduler == s) / 1e6
-                  for s in dict.fromkeys(r.scheduler for r in mine)}
+        times = {s: sorted(r.time_us / 1e6 for r in mine if r.scheduler == s)
+                 for s in dict.fromkeys(r.scheduler for r in mine)}
+        median = {s: statistics.median(ts) for s, ts in times.items()}
         for scheduler, t in median.items():
             rows.append({"scenario": scenario, "scheduler": scheduler, "time_s": round(t, 3),
+                         "time_range_s": [round(times[scheduler][0], 3), round(times[scheduler][-1], 3)],
                          "busbw_gbps": round(busbw_gbps(collective, size, len(hosts), t), 6),
                          "speedup_vs_ecmp": round(median["ecmp"] / t, 3) if "ecmp" in median else None,
                          "speedup_vs_least_outstanding": (round(median["least-outstanding"] / t, 3)

@@ -121,13 +121,15 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         return
     table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines; {size} per rank, "
                         f"{report['subflows']} subflows, median of {seeds} seeds; ports: {report['placement']}",
-                  caption="vs l-o: against least-outstanding; of TCP: of the ideal at TCP/IP's payload ceiling; "
+                  caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; of TCP: of the ideal at TCP/IP's payload ceiling; "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")
     for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs l-o", "of ideal", "of TCP", "ecmp/ideal",
                 "#wrong"):
         table.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right", no_wrap=True)
     for r in report["summary"]:
-        table.add_row(r["scenario"], r["scheduler"], f"{r['time_s']:.2f} s", f"{r['busbw_gbps'] * 1e3:.2f} MB/s",
+        lo, hi = r["time_range_s"]
+        table.add_row(r["scenario"], r["scheduler"], f"{r['time_s']:.2f} s ({lo:.2f}-{hi:.2f})",
+                      f"{r['busbw_gbps'] * 1e3:.2f} MB/s",
                       _fmt(r["speedup_vs_ecmp"], "x"), _fmt(r["speedup_vs_least_outstanding"], "x"),
                       f"{r['of_ideal']:.2f}", f"{r['of_tcp_ideal']:.2f}", _fmt(r["ecmp_over_ideal"], "x"),
                       str(r["wrong"]))
