@@ -28,7 +28,7 @@ from clockfabric.lab.traffic import iperf_server, server_log
 from clockfabric.topology import Port, interfaces
 
 FAR_RATE_BPS = 20_000_000
-FAR_WINDOW = "16K"  # a TCP flow with this much in flight keeps about 5 ms of it queued at that rate
+FAR_BUFFER = "16K"  # a UDP sender's socket buffer (the kernel doubles it): ~8 datagrams queued, ~5 ms at that rate
 
 
 def nic_down(lab: Lab) -> None:
@@ -59,29 +59,30 @@ def other_version(lab: Lab) -> None:
 
 
 def far_host(lab: Lab) -> None:
-    """The leaf port towards h7's plane-1 NIC runs slow, with a standing queue in it: a TCP flow
-    from a spine, its window capped so that the queue holds ~5 ms and never overflows (pings
-    wait in it, none is dropped). No audited NIC carries it: sent from a neighbour host, the flow
-    kept that host's own NIC ~80% busy, and a CI audit once named it far as well. Nor can the
-    leaf send it: a sender's kernel keeps only ~1 ms of its flow in its own port's queue."""
+    """The leaf port towards h7's plane-1 NIC runs slow, with a standing queue in it: the leaf
+    itself sends h7 UDP faster than the port drains, from a socket buffer so small that the
+    queue holds ~5 ms and never overflows (pings wait in it, none is dropped). Nothing else
+    carries the load: sent from a neighbour host, it kept that host's own NIC ~80% busy (a CI
+    audit named it far too); sent from a spine, it would load a fabric link that others use; and TCP from the
+    leaf keeps only ~1 ms queued in the leaf's own port."""
     port = impair.find_link(lab, "h7", "p1-leaf1").other("h7")
     with netns.ipr(lab.ns(port.node)) as ipr:
         index = ipr.link_lookup(ifname=port.iface)[0]
         shaping.set_rate(ipr, index, FAR_RATE_BPS)
-    spine = impair.find_link(lab, "p1-spine0", "p1-leaf1").other("p1-leaf1")
     ends = interfaces(lab.topology)
-    target, source = str(ends[Port("h7", "eth1")].address.ip), str(ends[spine].address.ip)
+    target, source = str(ends[Port("h7", "eth1")].address.ip), str(ends[port].address.ip)
     server = iperf_server(lab, "h7", target, 5299)
     lab.register(server.pid, "seeded fault: iperf3 server on h7")
-    client = subprocess.Popen(command(lab, spine.node, ["iperf3", "-c", target, "-B", source, "-p", "5299",
-                                                        "-t", "86400", "-w", FAR_WINDOW]),
+    client = subprocess.Popen(command(lab, port.node, ["iperf3", "-u", "-c", target, "-B", source, "-p", "5299",
+                                                       "-b", str(2 * FAR_RATE_BPS), "-t", "86400",
+                                                       "-w", FAR_BUFFER]),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    lab.register(client.pid, f"seeded fault: TCP load {spine.node} -> h7:eth1")
+    lab.register(client.pid, f"seeded fault: UDP load {port.node} -> h7:eth1")
     # planted means queueing now: an audit started before the flow ran a second once saw h7 near
     log, deadline = server_log(lab, "h7", target, 5299), time.monotonic() + 15
     while not re.search(r"\s0\.00-1\.\d+\s+sec", log.read_text()):
         if time.monotonic() > deadline or client.poll() is not None:
-            raise ClockfabricError(f"the TCP load towards h7 did not start: {log.read_text().strip()[-200:]}")
+            raise ClockfabricError(f"the load towards h7 did not start: {log.read_text().strip()[-200:]}")
         time.sleep(0.05)
 
 
