@@ -121,7 +121,8 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         return
     table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines; {size} per rank, "
                         f"{report['subflows']} subflows, median of {seeds} seeds; ports: {report['placement']}",
-                  caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; of TCP: of the ideal at TCP/IP's payload ceiling; "
+                  caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; "
+                          "of TCP: of the ideal at TCP/IP's payload ceiling; "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")
     for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs l-o", "of ideal", "of TCP", "ecmp/ideal",
                 "#wrong"):
