@@ -101,3 +101,40 @@ def test_ideal_time_on_a_dual_plane_lab(scenario, seconds):
     topo = contention.topology("dualplane")
     assert contention.ideal_time_s(topo, scenario, 4 * MIB) == pytest.approx(seconds)
     assert contention.plane0(topo, "spine0") == "p0-spine0"
+
+
+def test_owd_is_judged_against_the_targets_and_what_no_scheduler_could_reach():
+    topo = contention.topology()
+    tcp_ideal = contention.ideal_time_s(topo, "two-alltoall", 4 * MIB) * 1514 / 1448
+
+    def run(scenario, scheduler, seconds):
+        return contention.Run(scenario, scheduler, 0, [{"time_us": seconds * 1e6, "wrong": 0}])
+
+    runs = [run("two-alltoall", "ecmp", 1.4 * tcp_ideal),  # within 1.5x of the TCP ideal: 1.5x over it is impossible
+            run("two-alltoall", "least-outstanding", 1.3 * tcp_ideal),
+            run("two-alltoall", "owd", 1.05 * tcp_ideal),
+            run("none", "ecmp", 3.0), run("none", "least-outstanding", 2.0), run("none", "owd", 2.1)]
+    verdicts = {v["scenario"]: v for v in contention.judge(contention.summarize(topo, runs, 4 * MIB))}
+    a2a = verdicts["two-alltoall"]
+    assert a2a["vs_ecmp"]["value"] == pytest.approx(1.4 / 1.05, abs=1e-3)
+    assert not a2a["vs_ecmp"]["met"] and not a2a["vs_ecmp"]["possible"]
+    assert a2a["vs_least_outstanding"]["met"] and a2a["vs_least_outstanding"]["possible"]  # 1.24x over 1.2x
+    assert a2a["of_ideal"]["met"] and a2a["of_ideal"]["value"] == pytest.approx(1448 / 1514 / 1.05, abs=1e-3)
+    quiet = verdicts["none"]
+    assert quiet["over_best_baseline"] == pytest.approx(1.05) and not quiet["met"]  # 5% over the best: more than 3%
+
+    from rich.console import Console
+
+    from clockfabric.cli.bench_cmds import _targets_table
+
+    console = Console(width=120, record=True)
+    console.print(_targets_table(list(verdicts.values())))
+    text = console.export_text()
+    assert "1.33x out of reach" in text and "1.24x met" in text and "0.91 met" in text
+    assert "1.05x of best short" in text
+
+
+def test_a_scenario_without_owd_is_not_judged():
+    rows = contention.summarize(contention.topology(), [
+        contention.Run("degraded", "ecmp", 0, [{"time_us": 5e6, "wrong": 0}])], 4 * MIB)
+    assert contention.judge(rows) == []

@@ -82,9 +82,12 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                                              help="Comma-separated scenarios to run."),
                schedulers: str = typer.Option("ecmp,least-outstanding,owd", "--schedulers",
                                               help="Comma-separated schedulers to compare."),
-               seeds: int = typer.Option(3, "--seeds", help="Runs per scenario and scheduler (fresh ECMP draws)."),
+               seeds: int = typer.Option(5, "--seeds", help="Runs per scenario and scheduler (fresh ECMP draws)."),
                size: str = typer.Option("4M", "--size", help="Bytes per rank's buffer."),
-               iters: int = typer.Option(2, "--iters", help="Timed iterations per run (after one warmup)."),
+               iters: int = typer.Option(6, "--iters",
+                                         help="Timed iterations per run (after one warmup). The defaults take "
+                                              "20-40 minutes a lab; --iters 2 --seeds 3 about a third of that, "
+                                              "with noisier medians (docs/benchmarks.md)."),
                subflows: int = typer.Option(None, "--subflows",
                                             help="TCP connections per peer pair, for every scheduler "
                                                  "(default: one per spine path: the spines, times 2 planes "
@@ -135,10 +138,37 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                       f"{r['of_ideal']:.2f}", f"{r['of_tcp_ideal']:.2f}", _fmt(r["ecmp_over_ideal"], "x"),
                       str(r["wrong"]))
     out.print(table)
+    if report["targets"]:
+        out.print(_targets_table(report["targets"]))
     if report["cpu_steal"]:
         err.print(f"CPU steal during the runs: {report['cpu_steal']:.0%} median (the hypervisor's; "
                   "the transport is Python, so steal slows every scheduler)")
     err.print(f"JSON in {out_file}")
+
+
+def _targets_table(verdicts: list[dict]) -> Table:
+    """owd against the issue's bars, one row per scenario: each cell the value and whether it
+    is met, short, or out of reach (no scheduler could: the baseline ran that close to ideal)."""
+    table = Table(title="owd against its targets",
+                  caption="out of reach: the baseline ran within that ratio of the ideal at TCP's payload "
+                          "ceiling; none: owd's time over the best baseline's, at most 1.03")
+    for col in ("scenario", "vs ecmp >= 1.5x", "vs l-o >= 1.2x", "of ideal >= 0.90"):
+        table.add_column(col, justify="left" if col == "scenario" else "right", no_wrap=True)
+
+    def cell(v: dict | None, suffix: str = "") -> str:
+        if v is None:
+            return "-"
+        word = "met" if v["met"] else "short" if v["possible"] else "out of reach"
+        return f"{v['value']:.2f}{suffix} {word}"
+
+    for v in verdicts:
+        if v["scenario"] == "none":
+            over = "-" if v["over_best_baseline"] is None else f"{v['over_best_baseline']:.2f}x"
+            table.add_row("none", f"{over} of best {'met' if v['met'] else 'short'}", "", "")
+            continue
+        table.add_row(v["scenario"], cell(v.get("vs_ecmp"), "x"), cell(v.get("vs_least_outstanding"), "x"),
+                      cell(v["of_ideal"]))
+    return table
 
 
 # ---- collectives: all-reduce, all-to-all ------------------------------------------------------
