@@ -2,6 +2,7 @@
 
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ MBIT = 1e6 / 8 / 1e9  # 1 Mbit/s in GB/s
 
 # ---- running ranks as threads on 127.0.0.1 -----------------------------------------------------
 def on_loopback(world: int, subflows: int, body, *, timeout_s: float = 20.0, peers=None, absent=(),
-                scheduler: str = "ecmp"):
+                scheduler: str = "ecmp", rcvbuf: int | None = None):
     """Run body(rank, transport) for every rank (but those in absent) as threads on 127.0.0.1,
     each rank connected to peers(rank) (default: everyone). Returns [(result | exception)]."""
     for _ in range(5):  # a random port range someone else holds: try another
@@ -34,7 +35,7 @@ def on_loopback(world: int, subflows: int, body, *, timeout_s: float = 20.0, pee
         def rank_main(r):
             try:
                 with Transport(r, [["127.0.0.1"]] * world, port_base=base, subflows=subflows,
-                               timeout_s=timeout_s, scheduler=scheduler) as t:
+                               timeout_s=timeout_s, scheduler=scheduler, rcvbuf=rcvbuf) as t:
                     t.connect(peers(r) if peers else set(range(world)) - {r})
                     results[r] = body(r, t)
             except Exception as e:  # noqa: BLE001 - handed to the test
@@ -337,7 +338,28 @@ def test_worker_inputs_sum_exactly(world):
     assert not np.array_equal(worker.expected(count, world), worker.expected(count, world - 1))
 
 
+def test_a_fixed_receive_buffer_stays_fixed_under_load():
+    """rcvbuf turns autotuning off: after a megabyte each subflow's buffer is what was set
+    (doubled, as the kernel does), where autotuning would have grown it."""
+    def body(r, t):
+        buf = np.arange(1 << 18, dtype=np.float32) * (r + 1)  # 1 MiB
+        ring.run("ring", t, buf, [[0, 1]])
+        socks = [s for link in t.inbound.values() for s in link.socks]
+        return [s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) for s in socks], buf
+
+    for rcvbuf in (16 << 10, 48 << 10):
+        res = on_loopback(2, 2, body, rcvbuf=rcvbuf)
+        assert not any(isinstance(x, Exception) for x in res), res
+        for sizes, buf in res:
+            assert sizes == [2 * rcvbuf] * 2
+            assert np.array_equal(buf, np.arange(1 << 18, dtype=np.float32) * 3)
+    with pytest.raises(ValueError, match="rcvbuf must be at least 4096"):
+        Transport(0, [["127.0.0.1"]] * 2, port_base=1, rcvbuf=100)
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1",
+      "--rcvbuf", "100"], "--rcvbuf must be 0"),
     (["--rank", "0", "--world", "1", "--peer", "a=1.2.3.4", "--sizes", "4", "--port-base", "20000"], "at least 2"),
     (["--rank", "3", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1"], "outside"),
     (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "6", "--port-base", "1"],

@@ -34,6 +34,9 @@ The transport moves its bytes in Python, so a CPU-starved machine slows every sc
 Each run records the CPU steal meanwhile (on a VM: time the hypervisor gave elsewhere), and
 the report its median, so a slow run can be told from a slow scheduler.
 
+Every scheduler's subflows run with a fixed receive buffer (RCVBUF, `rcvbuf`), so the
+kernel's autotuning cannot grow their windows until the lab's FIFOs overflow.
+
 Source ports (`placement`): by default each scheduler runs as it would ship, `owd` on ports
 learned per spine and the baselines on the kernel's (hashed). `placement="learned"` puts
 every scheduler on learned ports, so what the path discovery buys and what the scheduling
@@ -54,6 +57,7 @@ from pathlib import Path
 from clockfabric.collective.results import BUS_FACTORS
 from clockfabric.collective.run import run_collective
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
+from clockfabric.collective.transport import MIN_RCVBUF
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, netns
 from clockfabric.lab.exec import command
@@ -81,6 +85,11 @@ TARGETS = {"vs_ecmp": 1.5, "vs_least_outstanding": 1.2, "of_ideal": 0.9}
 QUIET_SLACK = 1.03
 TCP_PAYLOAD = 1448 / 1514  # data bytes per byte on the wire: MSS (timestamps on) over an Ethernet frame
 IPERF_PORT = 5400
+# Each subflow's receive buffer, fixed. Left to the kernel's autotuning, a subflow's window
+# grows with its round trip until the uplinks' 200-packet FIFOs overflow (about 1% of segments
+# retransmitted in every run). At 16 KiB a window settles near 21 KiB, so the 8 subflows an
+# uplink carries hold at most ~120 packets in flight.
+RCVBUF = 16 << 10
 # NCCL's all-to-all posts every send and receive in one group. Pairwise steps would leave the
 # spines idle while each rank sends to its leaf-mate, which no scheduler can fix.
 ALLTOALL_ALGORITHM = "oneshot"
@@ -218,7 +227,7 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
 
 
 def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int,
-            placement: str | None = None) -> Run:
+            placement: str | None = None, rcvbuf: int | None = RCVBUF) -> Run:
     """The scenario's jobs, all at once, under one scheduler."""
     jobs = jobs_of(scenario)
     results: list = [None] * len(jobs)
@@ -233,7 +242,7 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
             algorithm = ALLTOALL_ALGORITHM if collective == "alltoall" else None
             res = run_collective(lab, hosts, collective=collective, sizes=[size], subflows=subflows,
                                  algorithm=algorithm, scheduler=scheduler, placement=placement, iters=iters,
-                                 warmup=1, timeout_s=60.0, gate=gate)
+                                 warmup=1, timeout_s=60.0, gate=gate, rcvbuf=rcvbuf)
             row = res.rows[0]
             results[i] = {"collective": collective, "hosts": hosts, "time_us": row.time_us,
                           "busbw_gbps": row.busbw_gbps, "wrong": row.wrong}
@@ -270,7 +279,8 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
 
 
 def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
-                 subflows: int, progress: Callable[[str], None], placement: str | None = None) -> list[Run]:
+                 subflows: int, progress: Callable[[str], None], placement: str | None = None,
+                 rcvbuf: int | None = RCVBUF) -> list[Run]:
     procs: list[subprocess.Popen] = []
     link = impair.find_link(lab, plane0(lab.topology, "leaf0"), plane0(lab.topology, "spine0"))
     try:
@@ -282,7 +292,7 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
         order = [(seed, s) for seed in range(seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
             run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows,
-                          placement=placement)
+                          placement=placement, rcvbuf=rcvbuf)
             stolen = "" if run.cpu_steal is None else f"  (CPU steal {run.cpu_steal:.0%})"
             progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s{stolen}")
             runs.append(run)
@@ -365,7 +375,8 @@ def spine_paths(topo: Topology) -> int:
 
 
 def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int | None,
-          fabric: str = "leafspine", placement: str | None = None, spines: int = 2) -> None:
+          fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
+          rcvbuf: int | None = RCVBUF) -> None:
     """One clear line for a bad choice, before any lab is built."""
     if fabric not in FABRICS:
         raise ClockfabricError(f"unknown fabric {fabric!r}; choose from {', '.join(FABRICS)}")
@@ -380,16 +391,21 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
         raise ClockfabricError(f"unknown placement {placement!r}; choose from {', '.join(PLACEMENTS)}")
     if seeds < 1 or iters < 1 or (subflows is not None and subflows < 1):
         raise ClockfabricError("--seeds, --iters and --subflows must be at least 1")
+    if rcvbuf is not None and rcvbuf < MIN_RCVBUF:
+        raise ClockfabricError(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; "
+                               f"got {rcvbuf}")
 
 
 def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int,
         subflows: int | None = None, fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
-        lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
+        rcvbuf: int | None = RCVBUF, lab_name: str = "contention",
+        progress: Callable[[str], None] = lambda _: None) -> dict:
     """Bring the lab up, run every scenario, take it down; the report (JSON-ready).
     subflows: per peer pair, for every scheduler; by default one per spine path, so that `owd`
     on learned ports can reach every path (with fewer, a fault leaves it fewer to move to).
-    placement: None (each scheduler's own), or "hashed"/"learned" for all."""
-    check(scenarios, schedulers, seeds, iters, subflows, fabric, placement, spines)
+    placement: None (each scheduler's own), or "hashed"/"learned" for all. rcvbuf: every
+    subflow's receive buffer, bytes, fixed, or None for the kernel's autotuning."""
+    check(scenarios, schedulers, seeds, iters, subflows, fabric, placement, spines, rcvbuf)
     topo = topology(fabric, spines)
     subflows = subflows or spine_paths(topo)
     lab = build.up(topo, lab_name)
@@ -397,13 +413,13 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
     try:
         runs = [r for sc in scenarios for r in run_scenario(lab, sc, schedulers, seeds, size=size, iters=iters,
                                                             subflows=subflows, progress=progress,
-                                                            placement=placement)]
+                                                            placement=placement, rcvbuf=rcvbuf)]
     finally:
         build.down(lab_name)
     summary = summarize(topo, runs, size)
     return {"lab": {"fabric": fabric, "hosts": 8, "leaves": 2, "spines": spines,
                     "planes": 2 if fabric == "dualplane" else 1, "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE},
-            "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds,
+            "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds, "rcvbuf_bytes": rcvbuf,
             "alltoall_algorithm": ALLTOALL_ALGORITHM, "placement": placement or "owd learned, baselines hashed",
             "seconds": round(time.monotonic() - started, 1), "cpu_steal": median_steal(runs),
             "summary": summary, "targets": judge(summary),

@@ -94,6 +94,9 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                                                  "on dualplane)."),
                fabric: str = typer.Option("leafspine", "--fabric", help="leafspine, or dualplane (2 planes)."),
                spines: int = typer.Option(2, "--spines", help="Spines of the leafspine fabric: 2, 3 or 4."),
+               rcvbuf: str = typer.Option("16K", "--rcvbuf",
+                                          help="Each subflow's receive buffer, fixed (0: the kernel's autotuning, "
+                                               "whose windows overflow the lab's FIFOs)."),
                placement: str = typer.Option(None, "--placement",
                                              help="Source ports for every scheduler: hashed or learned (default: "
                                                   "learned for owd, hashed for the baselines, as each ships)."),
@@ -108,7 +111,8 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
 
     chosen, sched = _list(scenarios, "--scenarios"), _list(schedulers, "--schedulers")
     nbytes = parse_size(size)
-    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines)
+    rcvbuf_bytes = _rcvbuf(rcvbuf)
+    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines, rcvbuf_bytes)
     require_root()
     started = time.monotonic()
 
@@ -116,14 +120,15 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
 
     report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
-                    fabric=fabric, placement=placement, spines=spines, progress=progress)
+                    fabric=fabric, placement=placement, spines=spines, rcvbuf=rcvbuf_bytes, progress=progress)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     if as_json:
         print_json(report)
         return
     table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines; {size} per rank, "
-                        f"{report['subflows']} subflows, median of {seeds} seeds; ports: {report['placement']}",
+                        f"{report['subflows']} subflows ({rcvbuf if rcvbuf_bytes else 'autotuned'} receive buffers), "
+                        f"median of {seeds} seeds; ports: {report['placement']}",
                   caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; "
                           "of TCP: of the ideal at TCP/IP's payload ceiling; "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")
@@ -216,6 +221,19 @@ def _nccl_table(res) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rcvbuf(text: str) -> int | None:
+    """--rcvbuf: bytes, or None for "0" (the kernel's autotuning)."""
+    from clockfabric.collective.sizes import parse_size
+    from clockfabric.collective.transport import MIN_RCVBUF
+
+    if text.strip() == "0":
+        return None
+    if (size := parse_size(text)) < MIN_RCVBUF:
+        raise ClockfabricError(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; "
+                               f"got {text}")
+    return size
+
+
 def _list(text: str | None, what: str, cast=str) -> list | None:
     if text is None:
         return None
@@ -230,7 +248,7 @@ def _list(text: str | None, what: str, cast=str) -> list | None:
 
 
 def _bench_collective(collective: str, lab_name: str | None, hosts: str | None, subflows: int, planes: str | None,
-                      algorithm: str, scheduler: str, placement: str | None, min_bytes: str | None,
+                      algorithm: str, scheduler: str, placement: str | None, rcvbuf: str, min_bytes: str | None,
                       max_bytes: str | None, factor: float | None, sizes: str | None, iters: int, warmup: int,
                       timeout: float, as_json: bool) -> None:
     from clockfabric.collective.results import COLLECTIVES
@@ -249,13 +267,14 @@ def _bench_collective(collective: str, lab_name: str | None, hosts: str | None, 
         raise ClockfabricError(f"--placement {placement!r} is unknown; use {' or '.join(PLACEMENTS)}")
     chosen = _sizes(sizes, min_bytes, max_bytes, factor)
     plane_list = _list(planes, "--planes", int)
+    rcvbuf_bytes = _rcvbuf(rcvbuf)
     require_root()
     lab = Lab.open(lab_name)
     host_list = _list(hosts, "--hosts") or list(lab.topology.hosts)
     with progress_bar(what) as bar:
         res = run_collective(lab, host_list, collective=collective, sizes=chosen, subflows=subflows,
                              planes=plane_list, algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout,
-                             scheduler=scheduler, placement=placement, progress=bar)
+                             scheduler=scheduler, placement=placement, rcvbuf=rcvbuf_bytes, progress=bar)
     if as_json:
         print_json(res.as_dict())
         return
@@ -281,6 +300,9 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
                 placement: str = typer.Option(None, "--placement",
                                               help="Source ports: hashed (the kernel's) or learned (one per spine "
                                                    "path); default learned for owd, hashed otherwise."),
+                rcvbuf: str = typer.Option("0", "--rcvbuf",
+                                           help="Each subflow's receive buffer, fixed, like 16K (default 0: the "
+                                                "kernel's autotuning)."),
                 min_bytes: str = typer.Option(None, "--min-bytes", "-b", help="Smallest size (default 1M)."),
                 max_bytes: str = typer.Option(None, "--max-bytes", "-e", help="Largest size (default 64M)."),
                 factor: float = typer.Option(None, "--factor", "-f", help="Size step factor (default 2)."),
@@ -289,7 +311,7 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
                 warmup: int = typer.Option(1, "--warmup", "-w", help="Untimed iterations first."),
                 timeout: float = typer.Option(60.0, "--timeout", help="Seconds any one wait may take."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
-        _bench_collective(collective, lab_name, hosts, subflows, planes, algorithm, scheduler, placement,
+        _bench_collective(collective, lab_name, hosts, subflows, planes, algorithm, scheduler, placement, rcvbuf,
                           min_bytes, max_bytes, factor, sizes, iters, warmup, timeout, as_json)
 
     command.__doc__ = doc

@@ -42,6 +42,7 @@ from clockfabric.collective.results import (
 )
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.collective.sizes import format_size
+from clockfabric.collective.transport import MIN_RCVBUF
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
@@ -93,7 +94,7 @@ def alltoall(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: 
 def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allreduce", sizes: Sequence[int],
                    subflows: int = 1, planes: Sequence[int] | None = None, algorithm: str | None = None,
                    iters: int = 5, warmup: int = 1, timeout_s: float = 60.0, port_base: int | None = None,
-                   scheduler: str = "ecmp", placement: str | None = None,
+                   scheduler: str = "ecmp", placement: str | None = None, rcvbuf: int | None = None,
                    progress: Progress | None = None, gate: threading.Barrier | None = None) -> CollectiveResult:
     """Run one collective ("allreduce" or "alltoall") over hosts, for each size.
 
@@ -103,6 +104,7 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     one of ALGORITHMS_OF[collective] (default its first). scheduler: which subflow carries
     each chunk (schedule.SCHEDULERS). placement: "hashed" (kernel source ports, ECMP hashes
     them) or "learned" (ports learned per spine); default learned for "owd", hashed otherwise.
+    rcvbuf: each subflow's receive buffer, bytes, fixed (None: the kernel's autotuning; Transport).
     timeout_s bounds every wait: peers connecting, and any transfer that makes no progress.
     gate: a barrier shared by jobs run side by side (with the same sizes), so they start, time
     and end together: once every rank has connected, the call waits there, then lets its ranks
@@ -121,6 +123,8 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     if scheduler not in SCHEDULERS or placement not in PLACEMENTS:
         raise ClockfabricError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r}) and "
                                f"placement one of {', '.join(PLACEMENTS)} (got {placement!r})")
+    if rcvbuf is not None and rcvbuf < MIN_RCVBUF:
+        raise ClockfabricError(f"a receive buffer must be at least {MIN_RCVBUF} bytes; got {rcvbuf}")
     expect = expected_alltoall_busbw_gbps if collective == "alltoall" else expected_busbw_gbps
     expected = expect(topo, hosts, subflows, planes, algorithm=algorithm)
     itfs = interfaces(topo)
@@ -132,7 +136,7 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
             "--world", str(n), "--sizes", ",".join(map(str, sizes)), "--subflows", str(subflows),
             "--algorithm", algorithm, "--iters", str(iters), "--warmup", str(warmup), "--port-base", str(base),
             "--timeout", str(timeout_s), "--token", str(random.getrandbits(32)),
-            "--scheduler", scheduler, "--placement", placement,
+            "--scheduler", scheduler, "--placement", placement, "--rcvbuf", str(rcvbuf or 0),
             "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else [])
     for h, addrs in zip(hosts, addresses):
         argv += ["--peer", f"{h}={','.join(addrs)}"]

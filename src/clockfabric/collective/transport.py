@@ -50,6 +50,7 @@ SNDBUF = 4 << 20  # the kernel caps it at wmem_max
 # the machine's default, and BBR there left some flows at 0.2-0.6 of a shaped link's rate where
 # CUBIC holds 0.89-0.93 (docs/benchmarks.md). Without CAP_NET_ADMIN the kernel's default stays.
 CONGESTION = b"cubic"
+MIN_RCVBUF = 4096  # a receive buffer under a few segments would stall on delayed acks
 RETRY_S = 0.05  # between connection attempts to a peer that is not listening yet
 CLOSED_GRACE_S = 2.0  # a peer closed: how long our sender may take to count what it had already written
 
@@ -143,6 +144,15 @@ def delivery_rate(sock: socket.socket) -> float | None:
     if len(info) < TCP_INFO_LEN or info[7] & 1:  # tcpi_delivery_rate_app_limited
         return None
     return struct.unpack_from("Q", info, 160)[0] / 1e9 or None  # tcpi_delivery_rate, bytes/s
+
+
+def fixed_rcvbuf(sock: socket.socket, size: int) -> None:
+    """Fix the connection's receive buffer at `size` bytes: autotuning stops, and the window it
+    advertises stays within the buffer. The kernel doubles the size and counts packets' whole
+    memory against it, so on a 1500-byte MTU the window settles near 1.3x `size` (a lab
+    subflow read 41984 bytes at 32 KiB). TCP_WINDOW_CLAMP would not hold: Linux resets the
+    clamp from the buffer whenever its payload-to-memory ratio moves."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
 
 
 def _prefer_congestion(sock: socket.socket) -> None:
@@ -448,21 +458,27 @@ class Transport:
     to peer (a learned path), or None to let the kernel pick (the ECMP hash decides).
     clock: the synced clock, ns, that stamps chunks (the system clock: in the lab every host
     shares it; on real hosts it is what the agent keeps in sync).
+    rcvbuf: each subflow's receive buffer here, bytes, fixed (fixed_rcvbuf), or None for the
+    kernel's autotuning. Autotuning grows a subflow's window with its round trip, so behind a
+    deep FIFO it grows until the FIFO overflows; a fixed buffer bounds what the sender may have
+    in flight.
     """
 
     def __init__(self, rank: int, addresses: Sequence[Sequence[str]], *, port_base: int, subflows: int = 1,
                  timeout_s: float = 60.0, names: Sequence[str] | None = None, token: int = 0,
                  scheduler: str = "ecmp", source_ports: Callable[[int, int], int | None] | None = None,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns, rcvbuf: int | None = None) -> None:
         if subflows < 1:
             raise ValueError("subflows must be at least 1")
+        if rcvbuf is not None and rcvbuf < MIN_RCVBUF:
+            raise ValueError(f"rcvbuf must be at least {MIN_RCVBUF} bytes; got {rcvbuf}")
         if len({len(a) for a in addresses}) != 1 or not addresses[0]:
             raise ValueError("every rank needs the same number of path slots (at least one)")
         if scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}; got {scheduler!r}")
         self.rank, self.addresses, self.port_base = rank, [list(a) for a in addresses], port_base
         self.subflows, self.timeout_s, self.token = subflows, timeout_s, token
-        self.scheduler, self.source_ports, self.clock = scheduler, source_ports, clock
+        self.scheduler, self.source_ports, self.clock, self.rcvbuf = scheduler, source_ports, clock, rcvbuf
         self.names = list(names) if names else [f"rank {r}" for r in range(len(addresses))]
         self.outbound: dict[int, _Outbound] = {}
         self.inbound: dict[int, _Inbound] = {}
@@ -498,6 +514,9 @@ class Transport:
         for peer in peers:
             for s in out[peer] + into[peer]:
                 self._tune(s)
+            if self.rcvbuf:
+                for s in into[peer]:
+                    fixed_rcvbuf(s, self.rcvbuf)
             self.outbound[peer] = _Outbound(self, peer, out[peer])
             self.inbound[peer] = _Inbound(self, peer, into[peer])
 

@@ -50,7 +50,7 @@ import numpy as np
 
 from clockfabric.collective import alltoall, claims, ring
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
-from clockfabric.collective.transport import Transport
+from clockfabric.collective.transport import MIN_RCVBUF, Transport
 from clockfabric.errors import ClockfabricError
 from clockfabric.probe.paths import Path, spread
 
@@ -101,6 +101,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--placement", choices=PLACEMENTS, default="hashed",
                    help="hashed: the kernel picks source ports, ECMP hashes them; learned: ports learned "
                         "per spine with TTL-limited probes, spread over the paths found.")
+    p.add_argument("--rcvbuf", type=int, default=0,
+                   help="Receive buffer per subflow, bytes, fixed (0: the kernel's autotuning).")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--port-base", type=int, required=True)
@@ -139,6 +141,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--groups needs one id per rank ({args.world}); got {len(ids)}")
     if args.subflows < 1 or args.iters < 1 or args.warmup < 0 or args.timeout <= 0:
         p.error("--subflows and --iters must be at least 1, --warmup at least 0, --timeout above 0")
+    if args.rcvbuf and args.rcvbuf < MIN_RCVBUF:
+        p.error(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; got {args.rcvbuf}")
     args.groups = [[r for r in range(args.world) if ids[r] == g] for g in dict.fromkeys(ids)]
     if args.algorithm == "hier" and len({len(g) for g in args.groups}) > 1:
         p.error(f"hier needs the same number of ranks in each group; got {[len(g) for g in args.groups]}")
@@ -279,7 +283,7 @@ def run(args: argparse.Namespace) -> None:
     ports = learn_ports(args, peers) if args.placement == "learned" else {}
     with Transport(args.rank, args.addresses, port_base=args.port_base, subflows=args.subflows,
                    timeout_s=args.timeout, names=args.names, token=args.token, scheduler=args.scheduler,
-                   source_ports=lambda peer, i: ports.get((peer, i))) as links:
+                   source_ports=lambda peer, i: ports.get((peer, i)), rcvbuf=args.rcvbuf or None) as links:
         links.connect(peers)
         emit(event="connected", rank=args.rank, connect_s=round(time.monotonic() - started, 4))
         if args.gate and not sys.stdin.readline():
