@@ -86,7 +86,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                size: str = typer.Option("4M", "--size", help="Bytes per rank's buffer."),
                iters: int = typer.Option(6, "--iters",
                                          help="Timed iterations per run (after one warmup). The defaults take "
-                                              "20-40 minutes a lab; --iters 2 --seeds 3 about a third of that, "
+                                              "20-45 minutes a lab; --iters 2 --seeds 3 about a third of that, "
                                               "with noisier medians (docs/benchmarks.md)."),
                subflows: int = typer.Option(None, "--subflows",
                                             help="TCP connections per peer pair, for every scheduler "
