@@ -455,6 +455,7 @@ def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatc
     (["alltoall", "--scheduler", "fastest"], "--scheduler 'fastest' is unknown"),
     (["alltoall", "--placement", "random"], "--placement 'random' is unknown"),
     (["alltoall", "--sizes", "1Q"], "does not parse"),
+    (["allreduce", "--rcvbuf", "1K"], "--rcvbuf must be 0 (the kernel's autotuning) or at least 4096 bytes"),
 ])
 def test_cli_bad_collective_options_are_one_line(cli, args, message):
     proc = cli("bench", *args, "--lab", "nosuchlab", check=False)

@@ -50,6 +50,8 @@ def test_bad_choices_are_one_line():
                        fabric="dualplane", spines=4)
     with pytest.raises(ClockfabricError, match="unknown scheduler"):
         contention.run(scenarios=["none"], schedulers=["fast"], seeds=1, size=MIB, iters=1, subflows=2)
+    with pytest.raises(ClockfabricError, match="--rcvbuf must be 0"):
+        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, rcvbuf=1024)
     with pytest.raises(ClockfabricError, match="unknown placement 'spread'"):
         contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
                        placement="spread")
