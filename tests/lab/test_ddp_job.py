@@ -61,4 +61,5 @@ def test_ddp_job_runs_over_stable_addresses(make_lab, tmp_path):
         ready = next(r for r in recs if r.get("event") == "ready")
         assert ready["address"] == str(lab.topology.hosts[hosts[rank]].address)
     assert 0 < result.median_step_s < 5 and result.startup_s > 0 and result.total_s > result.startup_s
-    assert all(p.returncode == 0 for p in j.procs)
+    codes = [p.returncode for p in j.procs]
+    assert codes == [0] * len(hosts), (codes, j.killed, [p.read_text()[-2000:] for p in j.outputs])
