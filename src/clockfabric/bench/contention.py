@@ -87,9 +87,11 @@ TCP_PAYLOAD = 1448 / 1514  # data bytes per byte on the wire: MSS (timestamps on
 IPERF_PORT = 5400
 # Each subflow's receive buffer, fixed. Left to the kernel's autotuning, a subflow's window
 # grows with its round trip until the uplinks' 200-packet FIFOs overflow (about 1% of segments
-# retransmitted in every run). At 16 KiB a window settles near 21 KiB, so the 8 subflows an
-# uplink carries hold at most ~120 packets in flight.
-RCVBUF = 16 << 10
+# retransmitted in every run). At 32 KiB a window settles near 42 KiB. 16 KiB (21 KiB windows)
+# kept our own queues shorter still, but against iperf3 elephants a window that small carried
+# under 2 Mbit/s through their full FIFO: 32 KiB ran elephants 11% faster and the other
+# scenarios within 2% (docs/benchmarks.md).
+RCVBUF = 32 << 10
 # NCCL's all-to-all posts every send and receive in one group. Pairwise steps would leave the
 # spines idle while each rank sends to its leaf-mate, which no scheduler can fix.
 ALLTOALL_ALGORITHM = "oneshot"

@@ -94,7 +94,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                                                  "on dualplane)."),
                fabric: str = typer.Option("leafspine", "--fabric", help="leafspine, or dualplane (2 planes)."),
                spines: int = typer.Option(2, "--spines", help="Spines of the leafspine fabric: 2, 3 or 4."),
-               rcvbuf: str = typer.Option("16K", "--rcvbuf",
+               rcvbuf: str = typer.Option("32K", "--rcvbuf",
                                           help="Each subflow's receive buffer, fixed (0: the kernel's autotuning, "
                                                "whose windows overflow the lab's FIFOs)."),
                placement: str = typer.Option(None, "--placement",
