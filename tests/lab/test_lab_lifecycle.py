@@ -2,7 +2,10 @@
 
 import json
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -10,6 +13,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, netns, shaping
 from clockfabric.lab.state import Lab, run_dir
 from clockfabric.topology import dumps, leafspine, multirail
+from tests.lab.conftest import PREFIX
 
 
 def test_invalid_topology_creates_nothing(tmp_path, cli):
@@ -50,6 +54,25 @@ def test_failure_half_way_removes_everything(monkeypatch):
         build.up(multirail(4, 2, 2, 2), "thalf")
     assert calls["n"] == 5
     assert not netns.listed("cf.thalf.") and not (run_dir() / "thalf").exists()
+
+
+def test_terminated_lab_up_removes_everything(tmp_path):
+    """`kill` (SIGTERM) mid-build does what Ctrl-C does: everything made so far is removed, one line says so."""
+    path, name = tmp_path / "big.yaml", f"{PREFIX}term"
+    path.write_text(dumps(multirail(32, 2, 2, 2)))
+    proc = subprocess.Popen([sys.executable, "-m", "clockfabric.cli", "lab", "up", str(path), "--name", name],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not netns.listed(f"cf.{name}.") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    try:
+        assert proc.returncode == 2, f"exited {proc.returncode} (signalled too late?):\n{out}\n{err}"
+        assert err.strip().splitlines() == [f"error: lab up {name} interrupted; everything it made was removed"]
+        assert not netns.listed(f"cf.{name}.") and not (run_dir() / name).exists()
+    finally:
+        build.down(name)
 
 
 def test_down_is_idempotent_and_cleans_crashed_labs(make_lab, cli):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import typer
@@ -51,7 +52,19 @@ def build_app(only: str | None = None) -> typer.Typer:
     return app
 
 
+def _interrupted(signum: int, frame) -> None:
+    # the interrupt may land inside a constructor (an event loop half made): its finalizer's
+    # complaint at exit would bury the one line that says what was cleaned up
+    sys.unraisablehook = lambda _: None
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    # `kill`, `timeout` or a service manager end a command as Ctrl-C does, so whatever it was
+    # building (a lab, a bench's lab) is taken down on the way out; daemons (agent, controller)
+    # install their own handlers for a graceful stop
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupted)
     first = sys.argv[1] if len(sys.argv) > 1 else None
     try:
         build_app(first if first in COMMANDS else None)()
