@@ -75,6 +75,24 @@ def test_terminated_lab_up_removes_everything(tmp_path):
         build.down(name)
 
 
+def test_terminated_bench_stops_its_workers(make_lab):
+    """SIGTERM to a command running a job on a lab: its workers are stopped, and it says it was interrupted."""
+    lab = make_lab(leafspine(2, 1, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "clockfabric.cli", "bench", "allreduce", "--lab", lab.name,
+                             "--sizes", "64M", "--iters", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not netns.pids(lab.ns("h1")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert netns.pids(lab.ns("h1")), "no worker started on h1"
+    time.sleep(1.0)  # the ranks connect and begin their iterations
+    assert proc.poll() is None, "the bench ended before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, f"exited {proc.returncode}:\n{out}\n{err}"
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert not netns.pids(lab.ns("h0")) and not netns.pids(lab.ns("h1"))
+
+
 def test_down_is_idempotent_and_cleans_crashed_labs(make_lab, cli):
     assert "nothing left" in cli("lab", "down", "tnever").stderr
     lab = make_lab(multirail(4, 2, 2, 2))

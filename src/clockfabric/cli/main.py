@@ -72,6 +72,10 @@ def main() -> None:
         for line in str(e).splitlines():
             err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)  # one line, whatever the width
         sys.exit(2)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the command began
         err.print("interrupted")
         sys.exit(130)
+    except SystemExit as e:
+        if e.code == 130:  # typer's exit for an interrupted command, after its cleanup ran
+            err.print("interrupted")
+        raise

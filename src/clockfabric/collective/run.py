@@ -237,10 +237,10 @@ def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeo
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     start_new_session=True)
             procs.append(proc)
-            readers += [threading.Thread(target=_read_json, args=(proc.stdout, rank, events), daemon=True),
-                        threading.Thread(target=stderr[rank].extend, args=(proc.stderr,), daemon=True)]
-            readers[-2].start()
-            readers[-1].start()
+            for target, args in ((_read_json, (proc.stdout, rank, events)), (stderr[rank].extend, (proc.stderr,))):
+                reader = threading.Thread(target=target, args=args, daemon=True)
+                reader.start()  # before it is listed: an interrupt in between must not leave one to join unstarted
+                readers.append(reader)
         records = _watch(procs, hosts, events, stderr, total_iters, timeout_s, progress, lab.name, what, gate)
     finally:
         _stop(procs)
