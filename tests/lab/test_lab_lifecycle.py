@@ -62,16 +62,19 @@ def test_terminated_lab_up_removes_everything(tmp_path):
     path.write_text(dumps(multirail(32, 2, 2, 2)))
     proc = subprocess.Popen([sys.executable, "-m", "clockfabric.cli", "lab", "up", str(path), "--name", name],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not netns.listed(f"cf.{name}.") and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
     try:
+        deadline = time.monotonic() + 60
+        while not netns.listed(f"cf.{name}.") and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, f"exited {proc.returncode} (signalled too late?):\n{out}\n{err}"
         assert err.strip().splitlines() == [f"error: lab up {name} interrupted; everything it made was removed"]
         assert not netns.listed(f"cf.{name}.") and not (run_dir() / name).exists()
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         build.down(name)
 
 
@@ -80,14 +83,19 @@ def test_terminated_bench_stops_its_workers(make_lab):
     lab = make_lab(leafspine(2, 1, 0))
     proc = subprocess.Popen([sys.executable, "-m", "clockfabric.cli", "bench", "allreduce", "--lab", lab.name,
                              "--sizes", "64M", "--iters", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not netns.pids(lab.ns("h1")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert netns.pids(lab.ns("h1")), "no worker started on h1"
-    time.sleep(1.0)  # the ranks connect and begin their iterations
-    assert proc.poll() is None, "the bench ended before it could be stopped"
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not netns.pids(lab.ns("h1")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert netns.pids(lab.ns("h1")), "no worker started on h1"
+        time.sleep(1.0)  # the ranks connect and begin their iterations
+        assert proc.poll() is None, "the bench ended before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # it ignored the signal: the test fails, but leaves nothing running
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130, f"exited {proc.returncode}:\n{out}\n{err}"
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
     assert not netns.pids(lab.ns("h0")) and not netns.pids(lab.ns("h1"))
