@@ -215,7 +215,7 @@ class Fabric:
                 s = stats.setdefault((node, q.get("dev")), {"bytes": 0, "drops": 0, "qlen": 0})
                 if q.get("kind") == "htb" and q.get("root"):
                     s["bytes"] = q.get("bytes", 0)
-                if q.get("kind") == "pfifo":
+                if q.get("kind") == "bfifo":
                     s["drops"] = q.get("drops", 0)
                     s["qlen"] = q.get("qlen", 0)
         return stats

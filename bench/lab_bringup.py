@@ -3,7 +3,7 @@
 
 Ours: clockfabric.lab.build.up / down (one process, netlink sockets opened inside each
 namespace). Baseline, in the same run and from the same plan (interfaces(), routing_tables(),
-COMMON_SYSCTLS / SWITCH_SYSCTLS, the htb + pfifo of shaping.py): one `ip` / `tc` / `sysctl`
+COMMON_SYSCTLS / SWITCH_SYSCTLS, the htb + bfifo of shaping.py): one `ip` / `tc` / `sysctl`
 process per operation, the way a shell script builds such a lab. Both labs must answer a ping
 from h0 to the last host, and on the first run of each size their routes, addresses, links,
 qdiscs and h0's htb class must match, before their times count.
@@ -174,9 +174,10 @@ def baseline_plan(topo: Topology, lab: str) -> list[list[str]]:
         cmds.append(["ip", "-n", ns[h.name], "link", "set", "dev", "lo", "up"])
         cmds.append(["ip", "-n", ns[h.name], "addr", "add", f"{h.address}/32", "dev", "lo"])
     for lk in topo.links:
-        cmds.append(["ip", "-n", ns[lk.a.node], "link", "add", lk.a.iface, "gso_max_segs", "1", "type", "veth",
-                     "peer", "name", lk.b.iface, "netns", ns[lk.b.node], "gso_max_segs", "1"])
-        params = shaping._class_params(lk.rate_bps)  # the very numbers clockfabric hands the kernel
+        cmds.append(["ip", "-n", ns[lk.a.node], "link", "add", lk.a.iface, "gso_max_segs", "1", "mtu", str(topo.mtu),
+                     "type", "veth", "peer", "name", lk.b.iface, "netns", ns[lk.b.node], "gso_max_segs", "1",
+                     "mtu", str(topo.mtu)])
+        params = shaping._class_params(lk.rate_bps, topo.mtu)  # the very numbers clockfabric hands the kernel
         for port in (lk.a, lk.b):
             n, dev = ns[port.node], port.iface
             cmds += [
@@ -186,8 +187,8 @@ def baseline_plan(topo: Topology, lab: str) -> list[list[str]]:
                 ["tc", "-n", n, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
                  "rate", f"{params['rate']}bps", "ceil", f"{params['ceil']}bps", "burst", str(params["burst"]),
                  "cburst", str(params["cburst"]), "quantum", str(params["quantum"])],
-                ["tc", "-n", n, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "pfifo",
-                 "limit", str(lk.buffer_pkts)],
+                ["tc", "-n", n, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "bfifo",
+                 "limit", str(shaping.buffer_bytes(lk.buffer_pkts, topo.mtu))],
                 ["ip", "-n", n, "link", "set", "dev", dev, "up"],
             ]
     for node, routes in routing_tables(topo).items():

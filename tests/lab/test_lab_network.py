@@ -91,3 +91,19 @@ def test_host_link_down_is_carrier_loss_on_the_host(make_lab, cli):
     cli("lab", "link", "up", "h0", "p0-leaf0", "--lab", lab.name)
     assert wait_for_oper(lab, "h0", "eth0", ("up",))["oper"] == "up"
     assert json.loads(cli("lab", "check", "--lab", lab.name, "--json").stdout)["ok"]
+
+
+def test_jumbo_frames_cross_the_fabric_and_buffers_hold_bytes(make_lab):
+    lab = make_lab(leafspine(4, 2, 1, mtu=9000, buffer=10))
+
+    def df_ping(size: int) -> bool:  # don't fragment: the packet crosses whole or not at all
+        return subprocess.run(["ip", "netns", "exec", lab.ns("h0"), "ping", "-c", "1", "-W", "2", "-M", "do",
+                               "-s", str(size), "10.0.0.4"], capture_output=True).returncode == 0
+
+    assert df_ping(9000 - 28)  # h0 -> leaf0 -> spine0 -> leaf1 -> h3, IP and ICMP headers included
+    assert not df_ping(9000 - 27)
+    for node, iface in (("h0", "eth0"), ("leaf0", "swp3")):
+        qdiscs = json.loads(subprocess.run(["tc", "-j", "-n", lab.ns(node), "qdisc", "show", "dev", iface],
+                                           capture_output=True, text=True, check=True).stdout)
+        fifo = next(q for q in qdiscs if q.get("parent") == "1:1")
+        assert (fifo["kind"], fifo["options"]["limit"]) == ("bfifo", 10 * 9014)

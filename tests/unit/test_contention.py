@@ -52,6 +52,8 @@ def test_bad_choices_are_one_line():
         contention.run(scenarios=["none"], schedulers=["fast"], seeds=1, size=MIB, iters=1, subflows=2)
     with pytest.raises(ClockfabricError, match="--rcvbuf must be 0"):
         contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, rcvbuf=1024)
+    with pytest.raises(ClockfabricError, match="--mtu must be one of 1500, 9000; got 4000"):
+        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, mtu=4000)
     with pytest.raises(ClockfabricError, match="unknown placement 'spread'"):
         contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
                        placement="spread")
@@ -73,6 +75,15 @@ def test_summary_ratios_medians_and_what_was_possible():
     assert rows["owd"]["of_ideal"] == pytest.approx(ideal / 2.4, abs=1e-3)
     assert rows["owd"]["of_tcp_ideal"] == pytest.approx(ideal * 1514 / 1448 / 2.4, abs=1e-3)
     assert rows["ecmp"]["ecmp_over_ideal"] == rows["owd"]["ecmp_over_ideal"] == pytest.approx(4.4 / ideal, abs=1e-3)
+
+
+def test_jumbo_frames_keep_the_port_buffers_bytes_and_raise_tcps_ceiling():
+    std, jumbo = contention.topology(), contention.topology(mtu=9000)
+    assert (std.mtu, std.default_buffer_pkts) == (1500, 200)
+    assert jumbo.mtu == 9000 and jumbo.default_buffer_pkts == 34  # 34 x 9014 bytes ~ 200 x 1514
+    assert contention.tcp_payload(1500) == pytest.approx(1448 / 1514)
+    assert contention.tcp_payload(9000) == pytest.approx(8948 / 9014)
+    assert contention.ideal_time_s(jumbo, "two-alltoall", 4 * MIB) == contention.ideal_time_s(std, "two-alltoall", 4 * MIB)
 
 
 def test_subflows_default_to_one_per_spine_path():

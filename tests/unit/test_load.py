@@ -155,6 +155,7 @@ def test_bare_host_endpoint_is_an_error_for_multi_nic_host():
     lambda: parse(yaml.safe_load(VALID_YAML)),
     lambda: leafspine(8, 2, 2, fabric_rate="10gbit"),
     lambda: multirail(8, 2, 2, 2, buffer=64),
+    lambda: leafspine(8, 2, 2, mtu=9000),
 ])
 def test_dumps_parse_round_trip_is_exact(make):
     topo = make()
@@ -165,6 +166,7 @@ def test_dumps_parse_round_trip_is_exact(make):
     assert again.switches == topo.switches
     assert again.links == topo.links
     assert again.meta == topo.meta
+    assert again.mtu == topo.mtu
     assert (again.host_pool, again.fabric_pool) == (topo.host_pool, topo.fabric_pool)
 
 
@@ -328,6 +330,26 @@ def test_problem_bad_default_buffer():
     data = one_leaf()
     data["defaults"] = {"buffer": 0}
     assert only_problem(data).startswith("defaults: buffer 0")
+
+
+def test_mtu_defaults_to_1500_and_is_written_only_where_it_differs():
+    assert leafspine(4, 1, 0).mtu == 1500 and "mtu" not in dumps(leafspine(4, 1, 0))
+    assert "\nmtu: 9000\n" in dumps(leafspine(4, 1, 0, mtu=9000))
+
+
+@pytest.mark.parametrize("mtu", [1279, 9217, "jumbo", 1500.0, True])
+def test_problem_bad_mtu(mtu):
+    data = one_leaf()
+    data["mtu"] = mtu
+    problem = only_problem(data)
+    assert problem.startswith(f"mtu {mtu!r} must be a byte count from 1280 to 9216")
+
+
+@pytest.mark.parametrize("mtu", [1280, 9216])
+def test_mtu_limits_are_inclusive(mtu):
+    data = one_leaf()
+    data["mtu"] = mtu
+    assert parse(data).mtu == mtu
 
 
 @pytest.mark.parametrize("buffer", [1, 100_000])

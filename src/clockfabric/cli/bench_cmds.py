@@ -94,6 +94,9 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                                                  "on dualplane)."),
                fabric: str = typer.Option("leafspine", "--fabric", help="leafspine, or dualplane (2 planes)."),
                spines: int = typer.Option(2, "--spines", help="Spines of the leafspine fabric: 2, 3 or 4."),
+               mtu: int = typer.Option(None, "--mtu",
+                                       help="Every cable's MTU: 1500, or 9000 (jumbo frames, as AI fabrics run); "
+                                            "port buffers hold the same bytes at either (default 1500)."),
                rcvbuf: str = typer.Option("32K", "--rcvbuf",
                                           help="Each subflow's receive buffer, fixed (0: the kernel's autotuning, "
                                                "whose windows overflow the lab's FIFOs)."),
@@ -112,7 +115,8 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
     chosen, sched = _list(scenarios, "--scenarios"), _list(schedulers, "--schedulers")
     nbytes = parse_size(size)
     rcvbuf_bytes = _rcvbuf(rcvbuf)
-    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines, rcvbuf_bytes)
+    mtu = mtu or cb.MTU
+    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines, rcvbuf_bytes, mtu)
     require_root()
     started = time.monotonic()
 
@@ -120,13 +124,14 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
 
     report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
-                    fabric=fabric, placement=placement, spines=spines, rcvbuf=rcvbuf_bytes, progress=progress)
+                    fabric=fabric, placement=placement, spines=spines, rcvbuf=rcvbuf_bytes, mtu=mtu,
+                    progress=progress)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     if as_json:
         print_json(report)
         return
-    table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines; {size} per rank, "
+    table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines, MTU {mtu}; {size} per rank, "
                         f"{report['subflows']} subflows ({rcvbuf if rcvbuf_bytes else 'autotuned'} receive buffers), "
                         f"median of {seeds} seeds; ports: {report['placement']}",
                   caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; "

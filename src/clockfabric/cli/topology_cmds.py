@@ -33,11 +33,12 @@ def gen_leafspine(hosts: int = typer.Option(8, help="Number of hosts."),
                   host_rate: str = typer.Option("100mbit", help="Host-to-leaf link speed (the lab forwards a few hundred Mbit/s in all on 2 cores: keep rates where queues, not CPU, set the pace)."),
                   fabric_rate: str = typer.Option(None, help="Leaf-to-spine link speed (default: host rate)."),
                   buffer: int = typer.Option(200, help="Port buffer, packets per link direction."),
+                  mtu: int = typer.Option(1500, help="Every cable's MTU in bytes (9000: jumbo frames, as AI fabrics run)."),
                   name: str = typer.Option(None, help="Topology name."),
                   output: Path = Output) -> None:
     """H hosts under L leaves, S spines, ECMP between leaves over all spines."""
     _emit(leafspine(hosts, leaves, spines, host_rate=host_rate, fabric_rate=fabric_rate, buffer=buffer,
-                    name=name), output)
+                    mtu=mtu, name=name), output)
 
 
 @generate.command("multirail")
@@ -48,11 +49,12 @@ def gen_multirail(hosts: int = typer.Option(8, help="Number of hosts."),
                   host_rate: str = typer.Option("100mbit", help="Host-to-leaf link speed (the lab forwards a few hundred Mbit/s in all on 2 cores: keep rates where queues, not CPU, set the pace)."),
                   fabric_rate: str = typer.Option(None, help="Leaf-to-spine link speed (default: host rate)."),
                   buffer: int = typer.Option(200, help="Port buffer, packets per link direction."),
+                  mtu: int = typer.Option(1500, help="Every cable's MTU in bytes (9000: jumbo frames, as AI fabrics run)."),
                   name: str = typer.Option(None, help="Topology name."),
                   output: Path = Output) -> None:
     """Multi-rail / dual-plane: each plane its own leaf-spine; hosts keep one stable address."""
     _emit(multirail(hosts, planes, leaves, spines, host_rate=host_rate, fabric_rate=fabric_rate,
-                    buffer=buffer, name=name), output)
+                    buffer=buffer, mtu=mtu, name=name), output)
 
 
 @app.command("show")

@@ -112,8 +112,8 @@ def _cable(lab: Lab, socks: dict[str, IPRoute], report: Progress) -> None:
             ipr.addr("add", index=lo, address=str(h.address), prefixlen=32)
         for i, lk in enumerate(topo.links):
             a, b = socks[lk.a.node], socks[lk.b.node]
-            a.link("add", ifname=lk.a.iface, kind="veth", gso_max_segs=1,  # MTU-sized packets in queues
-                   peer={"ifname": lk.b.iface, "net_ns_fd": fds[lk.b.node], "gso_max_segs": 1})
+            a.link("add", ifname=lk.a.iface, kind="veth", gso_max_segs=1, mtu=topo.mtu,  # MTU-sized packets in queues
+                   peer={"ifname": lk.b.iface, "net_ns_fd": fds[lk.b.node], "gso_max_segs": 1, "mtu": topo.mtu})
             for ipr, port in ((a, lk.a), (b, lk.b)):
                 index = ipr.link_lookup(ifname=port.iface)[0]
                 itf = ifaces[port]

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.topology.load import DEFAULT_BUFFER, parse
+from clockfabric.topology.load import DEFAULT_BUFFER, DEFAULT_MTU, parse
 from clockfabric.topology.model import Topology
 from clockfabric.topology.rates import format_rate, parse_rate
 
 
 def leafspine(hosts: int, leaves: int, spines: int, *, host_rate: str = "100mbit",
-              fabric_rate: str | None = None, buffer: int = DEFAULT_BUFFER, name: str | None = None) -> Topology:
+              fabric_rate: str | None = None, buffer: int = DEFAULT_BUFFER, mtu: int = DEFAULT_MTU,
+              name: str | None = None) -> Topology:
     """H hosts spread evenly under L leaves, every leaf cabled to every one of S spines."""
     return multirail(hosts, 1, leaves, spines, host_rate=host_rate, fabric_rate=fabric_rate,
-                     buffer=buffer, name=name or f"leafspine-{hosts}")
+                     buffer=buffer, mtu=mtu, name=name or f"leafspine-{hosts}")
 
 
 def multirail(hosts: int, planes: int, leaves: int, spines: int, *, host_rate: str = "100mbit",
-              fabric_rate: str | None = None, buffer: int = DEFAULT_BUFFER, name: str | None = None) -> Topology:
+              fabric_rate: str | None = None, buffer: int = DEFAULT_BUFFER, mtu: int = DEFAULT_MTU,
+              name: str | None = None) -> Topology:
     """NIC r of every host on plane r; each plane its own leaf-spine of L leaves and S spines.
 
     With one plane the switches are named leaf0, spine0; with more, p0-leaf0, p1-spine0.
@@ -40,6 +42,7 @@ def multirail(hosts: int, planes: int, leaves: int, spines: int, *, host_rate: s
         "meta": {"generator": "leafspine" if planes == 1 else "multirail", "hosts": hosts, "planes": planes,
                  "leaves": leaves, "spines": spines},
         "defaults": {"rate": format_rate(host_bps), "buffer": buffer},
+        "mtu": mtu,
         "hosts": [{"name": f"h{i}", "nics": [{"name": f"eth{r}", "plane": r} for r in range(planes)]}
                   for i in range(hosts)],
         "switches": [{"name": sw(r, role, i), "role": role, "plane": r}

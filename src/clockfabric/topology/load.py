@@ -27,6 +27,8 @@ DEFAULT_HOST_POOL = "10.0.0.0/16"
 DEFAULT_FABRIC_POOL = "10.64.0.0/10"
 DEFAULT_RATE = "100mbit"
 DEFAULT_BUFFER = 200  # packets, per link direction
+DEFAULT_MTU = 1500
+MTU_RANGE = (1280, 9216)  # IPv6's minimum; the largest jumbo frame switches commonly take
 
 
 class TopologyError(ClockfabricError):
@@ -53,8 +55,10 @@ def dumps(topo: Topology) -> str:
     lines += [
         f"addressing: {{hosts: {topo.host_pool}, fabric: {topo.fabric_pool}}}",
         f"defaults: {{rate: {format_rate(topo.default_rate_bps)}, buffer: {topo.default_buffer_pkts}}}",
-        "hosts:",
     ]
+    if topo.mtu != DEFAULT_MTU:
+        lines.append(f"mtu: {topo.mtu}")
+    lines.append("hosts:")
     for h in topo.hosts.values():
         nics = ", ".join(f"{{name: {n.name}, plane: {n.plane}}}" for n in h.nics)
         lines.append(f"  - {{name: {_q(h.name)}, address: {h.address}, nics: [{nics}]}}")
@@ -113,6 +117,7 @@ def parse(data: object, source: str = "topology") -> Topology:
         problems.append(f"defaults: {e}")
         default_rate = parse_rate(DEFAULT_RATE)
     default_buffer = _buffer(defaults.get("buffer", DEFAULT_BUFFER), "defaults", problems)
+    mtu = _mtu(data.get("mtu", DEFAULT_MTU), problems)
 
     hosts: dict[str, Host] = {}
     raw_hosts = section("hosts")
@@ -165,7 +170,7 @@ def parse(data: object, source: str = "topology") -> Topology:
         links.append(Link(a, b, rate, buffer))
 
     topo = Topology(name, hosts, switches, links, pools["hosts"], pools["fabric"],
-                    default_rate, default_buffer, dict(data.get("meta") or {}))
+                    default_rate, default_buffer, dict(data.get("meta") or {}), mtu)
     if not problems:
         from clockfabric.topology.validate import problems as semantic_problems
 
@@ -188,6 +193,14 @@ def _buffer(value: object, label: str, problems: list[str]) -> int:
         return value
     problems.append(f"{label}: buffer {value!r} must be a packet count from 1 to 100000")
     return DEFAULT_BUFFER
+
+
+def _mtu(value: object, problems: list[str]) -> int:
+    low, high = MTU_RANGE
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return value
+    problems.append(f"mtu {value!r} must be a byte count from {low} to {high} (1500, or 9000 for jumbo frames)")
+    return DEFAULT_MTU
 
 
 def _host(raw: object, i: int, free, problems: list[str]) -> Host | None:

@@ -100,6 +100,7 @@ class Topology:
     default_rate_bps: int
     default_buffer_pkts: int
     meta: dict = field(default_factory=dict)  # generator and its arguments, kept for people
+    mtu: int = 1500  # every cable's, in bytes of IP packet: AI back-end fabrics run jumbo frames (9000)
 
     # ---- lookups -------------------------------------------------------------------------
     def nodes(self) -> list[str]:
