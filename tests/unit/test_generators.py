@@ -1,5 +1,6 @@
 """Topology generators: leaf-spine and multi-rail."""
 
+import json
 from collections import Counter
 
 import pytest
@@ -188,3 +189,12 @@ def test_uneven_host_counts_still_spread_evenly(hosts, leaves):
     counts = [per_leaf.get(f"leaf{j}", 0) for j in range(leaves)]
     assert min(counts) >= 1
     assert max(counts) - min(counts) <= 1
+
+
+def test_the_cli_writes_and_shows_a_jumbo_topology(cli, tmp_path):
+    path = tmp_path / "jumbo.yaml"
+    cli("topology", "generate", "leafspine", "--hosts", "4", "--spines", "1", "--mtu", "9000", "-o", str(path))
+    assert json.loads(cli("topology", "show", str(path), "--json").stdout)["mtu"] == 9000
+    bad = cli("topology", "generate", "leafspine", "--mtu", "100000", "-o", str(tmp_path / "bad.yaml"), check=False)
+    assert bad.returncode != 0 and "mtu 100000 must be a byte count from 1280 to 9216" in bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "bad.yaml").exists()

@@ -67,13 +67,13 @@ def show(path: Path = typer.Argument(..., help="Topology YAML file."),
     summary = {"name": topo.name, "hosts": len(topo.hosts), "switches": len(topo.switches),
                "links": len(topo.links), "planes": topo.planes,
                "host_pool": str(topo.host_pool), "fabric_pool": str(topo.fabric_pool),
-               "rates": sorted({format_rate(lk.rate_bps) for lk in topo.links}),
+               "rates": sorted({format_rate(lk.rate_bps) for lk in topo.links}), "mtu": topo.mtu,
                "paths_first_to_last": [{"plane": p.plane, "via": list(p.switches)} for p in paths]}
     if as_json:
         print_json(summary)
         return
     table = Table(title=f"topology {topo.name} (valid)", show_header=False)
-    for key in ("hosts", "switches", "links", "planes", "host_pool", "fabric_pool", "rates"):
+    for key in ("hosts", "switches", "links", "planes", "host_pool", "fabric_pool", "rates", "mtu"):
         table.add_row(key, str(summary[key]))
     if paths:
         table.add_row(f"paths {hosts[0]}→{hosts[-1]}", "\n".join(f"plane {p.plane}: {' → '.join(p.nodes)}"
