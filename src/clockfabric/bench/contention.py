@@ -92,7 +92,7 @@ MTUS = (1500, 9000)  # Ethernet's, and the jumbo frames AI back-end fabrics run
 BUFFER_BYTES = 200 * 1514  # each port's FIFO: the lab's default 200 packets, as bytes of full-sized frames
 IPERF_PORT = 5400
 # Each subflow's receive buffer, fixed. Left to the kernel's autotuning, a subflow's window
-# grows with its round trip until the uplinks' 200-packet FIFOs overflow (about 1% of segments
+# grows with its round trip until the uplinks' FIFOs overflow (about 1% of segments
 # retransmitted in every run). At 32 KiB a window settles near 42 KiB. 16 KiB (21 KiB windows)
 # kept our own queues shorter still, but against iperf3 elephants a window that small carried
 # under 2 Mbit/s through their full FIFO: 32 KiB ran elephants 11% faster and the other

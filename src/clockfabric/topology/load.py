@@ -26,7 +26,7 @@ IFACE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")  # Linux allows 15 characte
 DEFAULT_HOST_POOL = "10.0.0.0/16"
 DEFAULT_FABRIC_POOL = "10.64.0.0/10"
 DEFAULT_RATE = "100mbit"
-DEFAULT_BUFFER = 200  # packets, per link direction
+DEFAULT_BUFFER = 200  # full-sized frames per link direction (lab/shaping.py holds them as bytes)
 DEFAULT_MTU = 1500
 MTU_RANGE = (1280, 9216)  # IPv6's minimum; the largest jumbo frame switches commonly take
 
@@ -191,7 +191,7 @@ def _mapping(data: dict, key: str, example: str, problems: list[str]) -> dict:
 def _buffer(value: object, label: str, problems: list[str]) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100_000:
         return value
-    problems.append(f"{label}: buffer {value!r} must be a packet count from 1 to 100000")
+    problems.append(f"{label}: buffer {value!r} must be a count of full-sized frames from 1 to 100000")
     return DEFAULT_BUFFER
 
 
