@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import signal
 import sys
+import warnings
 
 import typer
 
@@ -53,9 +55,12 @@ def build_app(only: str | None = None) -> typer.Typer:
 
 
 def _interrupted(signum: int, frame) -> None:
-    # the interrupt may land inside a constructor (an event loop half made): its finalizer's
-    # complaint at exit would bury the one line that says what was cleaned up
+    # the interrupt may land inside pyroute2's asyncio machinery (an event loop half made, a
+    # coroutine never awaited, a task left pending): the complaints of their finalizers at exit
+    # would bury the one line that says what was cleaned up
     sys.unraisablehook = lambda _: None
+    warnings.simplefilter("ignore", RuntimeWarning)
+    logging.getLogger("asyncio").disabled = True
     raise KeyboardInterrupt
 
 
