@@ -89,7 +89,7 @@ TARGETS = {"vs_ecmp": 1.5, "vs_least_outstanding": 1.2, "of_ideal": 0.9}
 QUIET_SLACK = 1.03
 MTU = 1500
 MTUS = (1500, 9000)  # Ethernet's, and the jumbo frames AI back-end fabrics run
-BUFFER_BYTES = 200 * 1514  # each port's FIFO: the lab's default 200 packets, as bytes of full-sized frames
+BUFFER_BYTES = 200 * 1514  # each port's FIFO: the lab's default 200 full-sized frames at MTU 1500
 IPERF_PORT = 5400
 # Each subflow's receive buffer, fixed. Left to the kernel's autotuning, a subflow's window
 # grows with its round trip until the uplinks' FIFOs overflow (about 1% of segments
