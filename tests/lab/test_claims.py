@@ -9,7 +9,7 @@ import time
 import pytest
 
 from clockfabric.clock.evaluate import LabAgents, read_states
-from clockfabric.collective import allreduce, claims
+from clockfabric.collective import claims, run_collective
 from clockfabric.lab import netns
 from clockfabric.topology import interfaces, leafspine
 from tests.conftest import lab_capable
@@ -49,6 +49,13 @@ def test_a_second_job_under_the_leaf_takes_the_other_spine(lab_with_agents):
              timeout_s=5, every_s=0.2)
     time.sleep(1.2)  # a state file is a second behind: let h0's claim itself arrive too
     assert ask("h1", "B/0", 1) == [[hop["spine1"]]]  # the other job, under the same leaf: the other spine
+    address = str(topo.hosts["h0"].address)
+
+    def loads():
+        with netns.entered(lab.ns("h0")):
+            return claims.loads((address, claims.AGENT_PORT), "A/0", spines, source=address, timeout_s=2)
+
+    wait_for("h0's agent counting a subflow on each spine", lambda: loads() == [1, 1], timeout_s=5, every_s=0.2)
     with netns.entered(lab.ns("h0")):
         claims.release((str(topo.hosts["h0"].address), claims.AGENT_PORT), "A/0", source=str(topo.hosts["h0"].address))
     time.sleep(2.5)  # h0 tells its mates it holds nothing now
@@ -57,9 +64,20 @@ def test_a_second_job_under_the_leaf_takes_the_other_spine(lab_with_agents):
 
 def test_a_collective_asks_the_agents_and_stays_correct(lab_with_agents):
     lab, agents = lab_with_agents
-    res = allreduce(lab, ["h0", "h2", "h1", "h3"], sizes=[1 << 20], subflows=2, scheduler="owd", iters=1, warmup=1,
-                    timeout_s=30)
+    budget = 64 << 10
+    res = run_collective(lab, ["h0", "h2", "h1", "h3"], sizes=[1 << 20], subflows=2, scheduler="owd", iters=1,
+                         warmup=1, timeout_s=30, rcvbuf=48 << 10, rcvbuf_budget=budget)
     assert res.ok, res.rows
+    # each rank sends to its right-hand neighbour, across the spines: those subflows get their share
+    # of the budget, split on each spine from under a leaf between its 2 ranks (all of it while a
+    # rank's agent has not heard of the other's claim yet). The subflows to the left neighbour
+    # carry only the barrier's bytes: not counted, they keep rcvbuf.
+    right = {"h0": "h2", "h2": "h1", "h1": "h3", "h3": "h0"}
+    asked = [(host, row["peer"] == right[host], row["peer_rcvbuf"])
+             for host, rows in res.subflow_stats.items() for row in rows]
+    assert len(asked) == 16, asked  # 4 ranks, 2 neighbours each, 2 subflows to each
+    for host, sends, size in asked:
+        assert size in ({budget // 2, budget} if sends else {48 << 10}), (host, sends, size)
     time.sleep(1.5)
     states = read_states(agents.state_dir)
     assert all(states[h]["claims"]["placements"] >= 1 for h in lab.topology.hosts), {

@@ -80,3 +80,34 @@ def test_ranks_under_one_leaf_take_disjoint_spines_while_there_are_enough():
     two = four[:2]
     assert [[p.hop for p in paths_for_turn(two, turn, 2)] for turn in range(2)] == [["s0", "s1"], ["s0", "s1"]]
     assert [[p.hop for p in paths_for_turn(two, turn, 1)] for turn in range(2)] == [["s0"], ["s1"]]
+
+
+def test_loads_gets_the_agents_counts_and_none_without_a_fitting_answer():
+    agent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    agent.bind(("127.0.0.1", 0))
+    seen = []
+    replies = [{"t": "loads", "job": "7/1", "loads": [4, 2]}, {"t": "loads", "job": "7/1", "loads": [4]}]
+
+    def answer():
+        for reply in replies:
+            data, src = agent.recvfrom(65_000)
+            seen.append(json.loads(data))
+            agent.sendto(json.dumps(reply).encode(), src)
+
+    t = threading.Thread(target=answer)
+    t.start()
+    where = agent.getsockname()
+    got = claims.loads(where, "7/1", ["10.9.0.0", "10.9.0.1"], source="127.0.0.1")
+    short = claims.loads(where, "7/1", ["10.9.0.0", "10.9.0.1"], source="127.0.0.1")  # a count short: unusable
+    t.join(5)
+    agent.close()
+    assert got == [4, 2] and short is None
+    assert seen[0] == {"t": "loads", "job": "7/1", "hops": ["10.9.0.0", "10.9.0.1"]}
+    assert claims.loads(where, "7/1", ["a"], source="127.0.0.1", timeout_s=5) is None  # no agent: refused at once
+
+
+def test_a_port_budget_is_shared_among_the_subflows_on_it():
+    assert claims.share(128 << 10, 2, 4096) == 64 << 10  # a job alone: wide windows
+    assert claims.share(128 << 10, 8, 4096) == 16 << 10  # two all-to-alls crowd the uplink: narrow ones
+    assert claims.share(128 << 10, 0, 4096) == 128 << 10  # nothing counted yet: ours is the only one
+    assert claims.share(16 << 10, 100, 4096) == 4096  # never under the floor

@@ -16,7 +16,7 @@ from clockfabric.collective.expected import expected_busbw_gbps
 from clockfabric.collective.results import algbw_gbps, busbw_gbps, job_time_us
 from clockfabric.collective.schedule import CHUNK, WINDOW_CHUNKS
 from clockfabric.collective.sizes import format_size, parse_size, size_range
-from clockfabric.collective.transport import Transport, TransportError
+from clockfabric.collective.transport import MIN_RCVBUF, Transport, TransportError
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine, multirail
 
@@ -225,6 +225,10 @@ def test_peers_are_what_the_algorithms_use():
     assert ring.peers("hier", 0, groups) == {1, 3, 4}  # group ring neighbours, and rank 4 across
     assert ring.peers("hier", 5, groups) == {4, 6, 1}
     assert ring.peers("ring", 0, [[0, 1]]) == {1}
+    # what each rank sends to: its right-hand neighbour in each of its rings
+    assert ring.successors("ring", 0, groups) == {1} and ring.successors("ring", 7, groups) == {0}
+    assert ring.successors("hier", 0, groups) == {1, 4} and ring.successors("hier", 5, groups) == {6, 1}
+    assert ring.successors("ring", 0, [[0, 1]]) == {1}
     with pytest.raises(ValueError, match="one size"):
         ring.hier_allreduce(type("L", (), {"rank": 0})(), np.zeros(4, np.float32), [[0, 1], [2]])
 
@@ -360,6 +364,8 @@ def test_a_fixed_receive_buffer_stays_fixed_under_load():
 @pytest.mark.parametrize("args, message", [
     (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1",
       "--rcvbuf", "100"], "--rcvbuf must be 0"),
+    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1",
+      "--rcvbuf-budget", "100"], "--rcvbuf-budget must be 0 (none) or at least 4096"),
     (["--rank", "0", "--world", "1", "--peer", "a=1.2.3.4", "--sizes", "4", "--port-base", "20000"], "at least 2"),
     (["--rank", "3", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1"], "outside"),
     (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "6", "--port-base", "1"],
@@ -456,6 +462,7 @@ def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatc
     (["alltoall", "--placement", "random"], "--placement 'random' is unknown"),
     (["alltoall", "--sizes", "1Q"], "does not parse"),
     (["allreduce", "--rcvbuf", "1K"], "--rcvbuf must be 0 (the kernel's autotuning) or at least 4096 bytes"),
+    (["alltoall", "--rcvbuf-budget", "1K"], "--rcvbuf-budget must be 0 (none) or at least 4096 bytes"),
 ])
 def test_cli_bad_collective_options_are_one_line(cli, args, message):
     proc = cli("bench", *args, "--lab", "nosuchlab", check=False)
@@ -528,3 +535,26 @@ def test_expected_busbw_bad_input():
         expected_busbw_gbps(topo, ["h0"], 1)
     with pytest.raises(ClockfabricError, match="same number"):
         expected_busbw_gbps(topo, ["h0", "h1", "h2"], 1, algorithm="hier")
+
+
+def test_a_resize_reaches_the_peers_receive_buffer_and_every_byte_still_lands():
+    """Transport.resize asks the peer, in-band, for a new receive buffer on one subflow: the
+    peer applies it (doubled, as the kernel does; never under MIN_RCVBUF) before the chunks
+    queued after it, and the data is untouched."""
+    def body(r, t):
+        if r == 0:
+            t.resize(1, 0, 40 << 10)
+            t.resize(1, 1, 100)
+        buf = np.arange(1 << 18, dtype=np.float32) * (r + 1)  # 1 MiB: every subflow carries chunks
+        ring.run("ring", t, buf, [[0, 1]])
+        sizes = [s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) for s in t.inbound[1 - r].socks]
+        return sizes, [row["peer_rcvbuf"] for row in t.stats()], buf
+
+    res = on_loopback(2, 2, body, rcvbuf=16 << 10)
+    assert not any(isinstance(x, Exception) for x in res), res
+    (sizes0, asked0, buf0), (sizes1, asked1, buf1) = res
+    assert sizes1 == [2 * (40 << 10), 2 * MIN_RCVBUF]  # rank 1 holds what rank 0 asked for
+    assert sizes0 == [2 * (16 << 10)] * 2  # rank 1 asked nothing: rank 0 keeps the fixed size
+    assert asked0 == [40 << 10, MIN_RCVBUF] and asked1 == [16 << 10] * 2
+    for buf in (buf0, buf1):
+        assert np.array_equal(buf, np.arange(1 << 18, dtype=np.float32) * 3)

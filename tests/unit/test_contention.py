@@ -52,6 +52,9 @@ def test_bad_choices_are_one_line():
         contention.run(scenarios=["none"], schedulers=["fast"], seeds=1, size=MIB, iters=1, subflows=2)
     with pytest.raises(ClockfabricError, match="--rcvbuf must be 0"):
         contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, rcvbuf=1024)
+    with pytest.raises(ClockfabricError, match="--rcvbuf-budget must be 0"):
+        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
+                       rcvbuf_budget=1024)
     with pytest.raises(ClockfabricError, match="--mtu must be one of 1500, 9000; got 4000"):
         contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, mtu=4000)
     with pytest.raises(ClockfabricError, match="unknown placement 'spread'"):

@@ -306,6 +306,9 @@ class Agent:
                     self._place(msg, (src, sport))
                 elif msg["t"] == "release":
                     self.ledger.release(str(msg["job"]))
+                    self._share_claims()  # at once: a job starting next must not count this one's
+                elif msg["t"] == "loads":
+                    self._loads(msg, (src, sport))
                 elif msg["t"] == "claims" and msg["host"] in self.leafmates:
                     self.ledger.hear(msg["host"], msg["claims"])
             except (ValueError, KeyError, TypeError):
@@ -321,6 +324,11 @@ class Agent:
         self.control.sendto(data, reply_to)
         self.placements += 1
         self._share_claims()
+
+    def _loads(self, msg: dict, reply_to: tuple[str, int]) -> None:
+        """How many subflows jobs under the leaf hold on each hop's spine: a rank sizes its windows by them."""
+        counts = [self.ledger.load(self.switch_of.get(h, h)) for h in map(str, msg["hops"])]
+        self.control.sendto(json.dumps({"t": "loads", "job": msg["job"], "loads": counts}).encode(), reply_to)
 
     def _share_claims(self) -> None:
         claims = self.ledger.shared()

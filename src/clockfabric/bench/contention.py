@@ -39,7 +39,11 @@ any MTU (BUFFER_BYTES: 200 full-sized frames at 1500), so a larger MTU means few
 packets in the same queues, not deeper queues.
 
 Every scheduler's subflows run with a fixed receive buffer (RCVBUF, `rcvbuf`), so the
-kernel's autotuning cannot grow their windows until the lab's FIFOs overflow.
+kernel's autotuning cannot grow their windows until the lab's FIFOs overflow. Every host runs
+its agent, as a fleet would. Subflows that the agents placed on spines (learned placement:
+`owd`'s) then take their share of RCVBUF_BUDGET (`rcvbuf_budget`) instead: split among the
+subflows that the jobs under the leaf hold on that spine, so a job alone keeps wide windows
+against someone else's elephant flows, and jobs that crowd an uplink keep narrow ones.
 
 Source ports (`placement`): by default each scheduler runs as it would ship, `owd` on ports
 learned per spine and the baselines on the kernel's (hashed). `placement="learned"` puts
@@ -58,6 +62,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from clockfabric.clock.evaluate import LabAgents, read_states
 from clockfabric.collective.results import BUS_FACTORS
 from clockfabric.collective.run import run_collective
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
@@ -98,6 +103,12 @@ IPERF_PORT = 5400
 # under 2 Mbit/s through their full FIFO: 32 KiB ran elephants 11% faster and the other
 # scenarios within 2% (docs/benchmarks.md).
 RCVBUF = 32 << 10
+# The receive buffer that the subflows on one spine from under a leaf share (claims.share).
+# A job alone puts 2 subflows on each uplink: 96 KiB each carried 15-20% more than 32 KiB
+# against iperf3's elephants, whose windows fill the FIFOs. Two all-reduces put 4 there, 48
+# KiB each, and two all-to-alls 8, 24 KiB each: within 1-2% of 32 KiB for both, where 64
+# KiB for every subflow cost two all-reduces 5% (docs/benchmarks.md).
+RCVBUF_BUDGET = 192 << 10
 # NCCL's all-to-all posts every send and receive in one group. Pairwise steps would leave the
 # spines idle while each rank sends to its leaf-mate, which no scheduler can fix.
 ALLTOALL_ALGORITHM = "oneshot"
@@ -243,7 +254,8 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
 
 
 def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int,
-            placement: str | None = None, rcvbuf: int | None = RCVBUF) -> Run:
+            placement: str | None = None, rcvbuf: int | None = RCVBUF,
+            rcvbuf_budget: int | None = RCVBUF_BUDGET) -> Run:
     """The scenario's jobs, all at once, under one scheduler."""
     jobs = jobs_of(scenario)
     results: list = [None] * len(jobs)
@@ -258,7 +270,8 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
             algorithm = ALLTOALL_ALGORITHM if collective == "alltoall" else None
             res = run_collective(lab, hosts, collective=collective, sizes=[size], subflows=subflows,
                                  algorithm=algorithm, scheduler=scheduler, placement=placement, iters=iters,
-                                 warmup=1, timeout_s=60.0, gate=gate, rcvbuf=rcvbuf)
+                                 warmup=1, timeout_s=60.0, gate=gate, rcvbuf=rcvbuf,
+                                 rcvbuf_budget=rcvbuf_budget)
             row = res.rows[0]
             results[i] = {"collective": collective, "hosts": hosts, "time_us": row.time_us,
                           "busbw_gbps": row.busbw_gbps, "wrong": row.wrong}
@@ -296,7 +309,7 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
 
 def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
                  subflows: int, progress: Callable[[str], None], placement: str | None = None,
-                 rcvbuf: int | None = RCVBUF) -> list[Run]:
+                 rcvbuf: int | None = RCVBUF, rcvbuf_budget: int | None = RCVBUF_BUDGET) -> list[Run]:
     procs: list[subprocess.Popen] = []
     link = impair.find_link(lab, plane0(lab.topology, "leaf0"), plane0(lab.topology, "spine0"))
     try:
@@ -308,7 +321,7 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
         order = [(seed, s) for seed in range(seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
             run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows,
-                          placement=placement, rcvbuf=rcvbuf)
+                          placement=placement, rcvbuf=rcvbuf, rcvbuf_budget=rcvbuf_budget)
             stolen = "" if run.cpu_steal is None else f"  (CPU steal {run.cpu_steal:.0%})"
             progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s{stolen}")
             runs.append(run)
@@ -382,6 +395,20 @@ def judge(summary: list[dict]) -> list[dict]:
     return verdicts
 
 
+def start_agents(agents: LabAgents, progress: Callable[[str], None], timeout_s: float = 90.0) -> None:
+    """Every host's agent, up and publishing: the ranks ask theirs where to place subflows and how
+    the spines are shared. Raises if one fails or time runs out."""
+    progress("starting the hosts' agents")
+    agents.start()
+    deadline = time.monotonic() + timeout_s
+    while len(read_states(agents.state_dir)) < len(agents.hosts):
+        if failed := agents.failed():
+            raise ClockfabricError(f"agent failed: {failed[0]}")
+        if time.monotonic() > deadline:
+            raise ClockfabricError(f"the hosts' agents were not all publishing within {timeout_s:g} s")
+        time.sleep(0.5)
+
+
 def median_steal(runs) -> float | None:
     shares = [r.cpu_steal for r in runs if r.cpu_steal is not None]
     return round(statistics.median(shares), 3) if shares else None
@@ -394,7 +421,7 @@ def spine_paths(topo: Topology) -> int:
 
 def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int | None,
           fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
-          rcvbuf: int | None = RCVBUF, mtu: int = MTU) -> None:
+          rcvbuf: int | None = RCVBUF, mtu: int = MTU, rcvbuf_budget: int | None = RCVBUF_BUDGET) -> None:
     """One clear line for a bad choice, before any lab is built."""
     if fabric not in FABRICS:
         raise ClockfabricError(f"unknown fabric {fabric!r}; choose from {', '.join(FABRICS)}")
@@ -412,35 +439,44 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
     if rcvbuf is not None and rcvbuf < MIN_RCVBUF:
         raise ClockfabricError(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; "
                                f"got {rcvbuf}")
+    if rcvbuf_budget is not None and rcvbuf_budget < MIN_RCVBUF:
+        raise ClockfabricError(f"--rcvbuf-budget must be 0 (none: every subflow keeps --rcvbuf) or at least "
+                               f"{MIN_RCVBUF} bytes; got {rcvbuf_budget}")
     if mtu not in MTUS:
         raise ClockfabricError(f"--mtu must be one of {', '.join(map(str, MTUS))}; got {mtu}")
 
 
 def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int,
         subflows: int | None = None, fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
-        rcvbuf: int | None = RCVBUF, mtu: int = MTU, lab_name: str = "contention",
-        progress: Callable[[str], None] = lambda _: None) -> dict:
+        rcvbuf: int | None = RCVBUF, mtu: int = MTU, rcvbuf_budget: int | None = RCVBUF_BUDGET,
+        lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
     """Bring the lab up, run every scenario, take it down; the report (JSON-ready).
     subflows: per peer pair, for every scheduler; by default one per spine path, so that `owd`
     on learned ports can reach every path (with fewer, a fault leaves it fewer to move to).
     placement: None (each scheduler's own), or "hashed"/"learned" for all. rcvbuf: every
-    subflow's receive buffer, bytes, fixed, or None for the kernel's autotuning."""
-    check(scenarios, schedulers, seeds, iters, subflows, fabric, placement, spines, rcvbuf, mtu)
+    subflow's receive buffer, bytes, fixed, or None for the kernel's autotuning. rcvbuf_budget:
+    what the subflows the agents placed on one spine share instead (None: they keep rcvbuf)."""
+    check(scenarios, schedulers, seeds, iters, subflows, fabric, placement, spines, rcvbuf, mtu, rcvbuf_budget)
     topo = topology(fabric, spines, mtu)
     subflows = subflows or spine_paths(topo)
     lab = build.up(topo, lab_name)
     started = time.monotonic()
+    agents = LabAgents(lab, extra=["--no-failover", "--no-steer", "--metrics-port", "0"])
     try:
+        start_agents(agents, progress)
         runs = [r for sc in scenarios for r in run_scenario(lab, sc, schedulers, seeds, size=size, iters=iters,
                                                             subflows=subflows, progress=progress,
-                                                            placement=placement, rcvbuf=rcvbuf)]
+                                                            placement=placement, rcvbuf=rcvbuf,
+                                                            rcvbuf_budget=rcvbuf_budget)]
     finally:
+        agents.stop()
         build.down(lab_name)
     summary = summarize(topo, runs, size)
     return {"lab": {"fabric": fabric, "hosts": 8, "leaves": 2, "spines": spines,
                     "planes": 2 if fabric == "dualplane" else 1, "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE,
                     "mtu": mtu, "buffer_pkts": topo.default_buffer_pkts},
             "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds, "rcvbuf_bytes": rcvbuf,
+            "rcvbuf_budget_bytes": rcvbuf_budget,
             "alltoall_algorithm": ALLTOALL_ALGORITHM, "placement": placement or "owd learned, baselines hashed",
             "seconds": round(time.monotonic() - started, 1), "cpu_steal": median_steal(runs),
             "summary": summary, "targets": judge(summary),

@@ -100,6 +100,10 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                rcvbuf: str = typer.Option("32K", "--rcvbuf",
                                           help="Each subflow's receive buffer, fixed (0: the kernel's autotuning, "
                                                "whose windows overflow the lab's FIFOs)."),
+               rcvbuf_budget: str = typer.Option("192K", "--rcvbuf-budget",
+                                                 help="What the subflows that the agents placed on one spine share "
+                                                      "(learned placement: owd's), each instead of --rcvbuf "
+                                                      "(0: none)."),
                placement: str = typer.Option(None, "--placement",
                                              help="Source ports for every scheduler: hashed or learned (default: "
                                                   "learned for owd, hashed for the baselines, as each ships)."),
@@ -115,8 +119,9 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
     chosen, sched = _list(scenarios, "--scenarios"), _list(schedulers, "--schedulers")
     nbytes = parse_size(size)
     rcvbuf_bytes = _rcvbuf(rcvbuf)
+    budget_bytes = _rcvbuf(rcvbuf_budget, "--rcvbuf-budget", "none")
     mtu = mtu or cb.MTU
-    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines, rcvbuf_bytes, mtu)
+    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines, rcvbuf_bytes, mtu, budget_bytes)
     require_root()
     started = time.monotonic()
 
@@ -125,14 +130,15 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
 
     report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
                     fabric=fabric, placement=placement, spines=spines, rcvbuf=rcvbuf_bytes, mtu=mtu,
-                    progress=progress)
+                    rcvbuf_budget=budget_bytes, progress=progress)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     if as_json:
         print_json(report)
         return
     table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines, MTU {mtu}; {size} per rank, "
-                        f"{report['subflows']} subflows ({rcvbuf if rcvbuf_bytes else 'autotuned'} receive buffers), "
+                        f"{report['subflows']} subflows ({rcvbuf if rcvbuf_bytes else 'autotuned'} receive buffers"
+                        f"{f', {rcvbuf_budget} shared per spine' if budget_bytes else ''}), "
                         f"median of {seeds} seeds; ports: {report['placement']}",
                   caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; "
                           "of TCP: of the ideal at TCP/IP's payload ceiling; "
@@ -226,16 +232,15 @@ def _nccl_table(res) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _rcvbuf(text: str) -> int | None:
-    """--rcvbuf: bytes, or None for "0" (the kernel's autotuning)."""
+def _rcvbuf(text: str, option: str = "--rcvbuf", zero: str = "the kernel's autotuning") -> int | None:
+    """--rcvbuf (or another buffer option): bytes, or None for "0"."""
     from clockfabric.collective.sizes import parse_size
     from clockfabric.collective.transport import MIN_RCVBUF
 
     if text.strip() == "0":
         return None
     if (size := parse_size(text)) < MIN_RCVBUF:
-        raise ClockfabricError(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; "
-                               f"got {text}")
+        raise ClockfabricError(f"{option} must be 0 ({zero}) or at least {MIN_RCVBUF} bytes; got {text}")
     return size
 
 
@@ -253,9 +258,9 @@ def _list(text: str | None, what: str, cast=str) -> list | None:
 
 
 def _bench_collective(collective: str, lab_name: str | None, hosts: str | None, subflows: int, planes: str | None,
-                      algorithm: str, scheduler: str, placement: str | None, rcvbuf: str, min_bytes: str | None,
-                      max_bytes: str | None, factor: float | None, sizes: str | None, iters: int, warmup: int,
-                      timeout: float, as_json: bool) -> None:
+                      algorithm: str, scheduler: str, placement: str | None, rcvbuf: str, rcvbuf_budget: str,
+                      min_bytes: str | None, max_bytes: str | None, factor: float | None, sizes: str | None,
+                      iters: int, warmup: int, timeout: float, as_json: bool) -> None:
     from clockfabric.collective.results import COLLECTIVES
     from clockfabric.collective.run import ALGORITHMS_OF, run_collective
     from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
@@ -273,13 +278,15 @@ def _bench_collective(collective: str, lab_name: str | None, hosts: str | None, 
     chosen = _sizes(sizes, min_bytes, max_bytes, factor)
     plane_list = _list(planes, "--planes", int)
     rcvbuf_bytes = _rcvbuf(rcvbuf)
+    budget_bytes = _rcvbuf(rcvbuf_budget, "--rcvbuf-budget", "none")
     require_root()
     lab = Lab.open(lab_name)
     host_list = _list(hosts, "--hosts") or list(lab.topology.hosts)
     with progress_bar(what) as bar:
         res = run_collective(lab, host_list, collective=collective, sizes=chosen, subflows=subflows,
                              planes=plane_list, algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout,
-                             scheduler=scheduler, placement=placement, rcvbuf=rcvbuf_bytes, progress=bar)
+                             scheduler=scheduler, placement=placement, rcvbuf=rcvbuf_bytes,
+                             rcvbuf_budget=budget_bytes, progress=bar)
     if as_json:
         print_json(res.as_dict())
         return
@@ -308,6 +315,10 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
                 rcvbuf: str = typer.Option("0", "--rcvbuf",
                                            help="Each subflow's receive buffer, fixed, like 16K (default 0: the "
                                                 "kernel's autotuning)."),
+                rcvbuf_budget: str = typer.Option("0", "--rcvbuf-budget",
+                                                  help="With learned placement and the hosts' agents up: what the "
+                                                       "subflows on one spine from under a leaf share, each instead "
+                                                       "of --rcvbuf, like 192K (default 0: none)."),
                 min_bytes: str = typer.Option(None, "--min-bytes", "-b", help="Smallest size (default 1M)."),
                 max_bytes: str = typer.Option(None, "--max-bytes", "-e", help="Largest size (default 64M)."),
                 factor: float = typer.Option(None, "--factor", "-f", help="Size step factor (default 2)."),
@@ -317,7 +328,7 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
                 timeout: float = typer.Option(60.0, "--timeout", help="Seconds any one wait may take."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
         _bench_collective(collective, lab_name, hosts, subflows, planes, algorithm, scheduler, placement, rcvbuf,
-                          min_bytes, max_bytes, factor, sizes, iters, warmup, timeout, as_json)
+                          rcvbuf_budget, min_bytes, max_bytes, factor, sizes, iters, warmup, timeout, as_json)
 
     command.__doc__ = doc
     command.__name__ = collective

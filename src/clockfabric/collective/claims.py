@@ -13,8 +13,11 @@ Messages, JSON over UDP to the agent's control port on the host's address:
   rank -> agent    {"t": "place", "job": J, "want": [[n, [hop, ...]], ...]}
   agent -> rank    {"t": "placed", "job": J, "hops": [[hop, ...], ...]}   n hops per want
   rank -> agent    {"t": "release", "job": J}
+  rank -> agent    {"t": "loads", "job": J, "hops": [hop, ...]}
+  agent -> rank    {"t": "loads", "job": J, "loads": [n, ...]}    subflows on each hop's spine now
   agent -> agent   {"t": "claims", "host": H, "claims": [[job, spine, count], ...]}
-                   to the agents under its leaves, each second while it holds claims
+                   to the agents under its leaves: each second while it holds claims,
+                   and at once on a place or a release
 A hop is the address that answered the rank's trace (probe.paths); the agent names its
 switch from the topology, so claims from different hosts on one spine add up.
 """
@@ -83,18 +86,48 @@ class Ledger:
 def ask(agent: tuple[str, int], job: str, want: list[tuple[int, list[str | None]]], *, source: str,
         timeout_s: float = 0.5) -> list[list[str]] | None:
     """The hops the agent picks for each want, or None if no agent answered (place on our own)."""
+    reply = _request(agent, {"t": "place", "job": job, "want": want}, "placed", source=source, timeout_s=timeout_s)
+    try:
+        return None if reply is None else [list(map(str, hops)) for hops in reply["hops"]]
+    except (KeyError, TypeError):
+        return None
+
+
+def loads(agent: tuple[str, int], job: str, hops: list[str], *, source: str,
+          timeout_s: float = 0.5) -> list[int] | None:
+    """The subflows that jobs under our leaf hold now on each hop's spine (those that share the
+    leaf's uplink to it), or None if no agent answered."""
+    reply = _request(agent, {"t": "loads", "job": job, "hops": hops}, "loads", source=source, timeout_s=timeout_s)
+    try:
+        counts = None if reply is None else [int(n) for n in reply["loads"]]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return counts if counts is not None and len(counts) == len(hops) else None
+
+
+def share(budget: int, load: int, least: int) -> int:
+    """A subflow's receive buffer when `load` subflows share a port's `budget`, at least `least`.
+    An uplink's FIFO holds what the windows of every subflow through it put in flight. With
+    each window its share of a budget sized to the FIFO, a job alone on its spines (a few
+    subflows, against someone else's elephant flow) keeps wide windows and holds its place in
+    the queue, while jobs that crowd an uplink together keep narrow ones that fit it."""
+    return max(least, budget // max(1, load))
+
+
+def _request(agent: tuple[str, int], msg: dict, answer: str, *, source: str, timeout_s: float) -> dict | None:
+    """Send msg to the agent; its answer of type `answer` for the same job, or None."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.bind((source, 0))  # from an address the agent trusts: a host of the topology
             s.connect(agent)  # connected: a host with no agent answers "refused" at once
-            s.send(json.dumps({"t": "place", "job": job, "want": want}).encode())
+            s.send(json.dumps(msg).encode())
             deadline = time.monotonic() + timeout_s
             while (left := deadline - time.monotonic()) > 0:
                 s.settimeout(left)
-                msg = json.loads(s.recv(65_000))
-                if msg.get("t") == "placed" and msg.get("job") == job:
-                    return [list(map(str, hops)) for hops in msg["hops"]]
-        except (OSError, ValueError, KeyError, TypeError):
+                reply = json.loads(s.recv(65_000))
+                if isinstance(reply, dict) and reply.get("t") == answer and reply.get("job") == msg["job"]:
+                    return reply
+        except (OSError, ValueError):
             return None
     return None
 

@@ -155,14 +155,25 @@ def _ring_peers(ring: Sequence[int], rank: int) -> set[int]:
     return {ring[(p + 1) % len(ring)], ring[(p - 1) % len(ring)]}
 
 
-def peers(algorithm: str, rank: int, groups: Sequence[Sequence[int]]) -> set[int]:
-    """The ranks this rank exchanges data with (the pairs a transport must connect)."""
+def _rings(algorithm: str, rank: int, groups: Sequence[Sequence[int]]) -> list[list[int]]:
+    """The rings this rank takes part in, each in its order (a rank sends to its right)."""
     everyone = sorted(r for g in groups for r in g)
     if algorithm == "ring" or len(groups) == 1:
-        return _ring_peers(everyone, rank)
+        return [everyone]
     group = next(g for g in groups if rank in g)
     local = list(group).index(rank)
-    return _ring_peers(group, rank) | _ring_peers([g[local] for g in groups], rank)
+    return [list(group), [g[local] for g in groups]]
+
+
+def peers(algorithm: str, rank: int, groups: Sequence[Sequence[int]]) -> set[int]:
+    """The ranks this rank exchanges data with (the pairs a transport must connect)."""
+    return {r for ring in _rings(algorithm, rank, groups) for r in _ring_peers(ring, rank)}
+
+
+def successors(algorithm: str, rank: int, groups: Sequence[Sequence[int]]) -> set[int]:
+    """The ranks this rank sends data to: its right-hand neighbour in each of its rings."""
+    return {ring[(ring.index(rank) + 1) % len(ring)] for ring in _rings(algorithm, rank, groups)
+            if rank in ring and len(ring) > 1}
 
 
 def run(algorithm: str, links: Links, buf: np.ndarray, groups: Sequence[Sequence[int]]) -> None:

@@ -95,7 +95,8 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
                    subflows: int = 1, planes: Sequence[int] | None = None, algorithm: str | None = None,
                    iters: int = 5, warmup: int = 1, timeout_s: float = 60.0, port_base: int | None = None,
                    scheduler: str = "ecmp", placement: str | None = None, rcvbuf: int | None = None,
-                   progress: Progress | None = None, gate: threading.Barrier | None = None) -> CollectiveResult:
+                   rcvbuf_budget: int | None = None, progress: Progress | None = None,
+                   gate: threading.Barrier | None = None) -> CollectiveResult:
     """Run one collective ("allreduce" or "alltoall") over hosts, for each size.
 
     Rank i runs on hosts[i]. sizes: bytes per rank's buffer, rounded down to whole floats
@@ -105,6 +106,10 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     each chunk (schedule.SCHEDULERS). placement: "hashed" (kernel source ports, ECMP hashes
     them) or "learned" (ports learned per spine); default learned for "owd", hashed otherwise.
     rcvbuf: each subflow's receive buffer, bytes, fixed (None: the kernel's autotuning; Transport).
+    rcvbuf_budget: with learned placement and the hosts' agents running, the receive buffer
+    bytes that the subflows on one spine from under a leaf share: each subflow the agent
+    placed gets its share as the agent counts them, kept up to date (worker.share_windows);
+    the others keep rcvbuf.
     timeout_s bounds every wait: peers connecting, and any transfer that makes no progress.
     gate: a barrier shared by jobs run side by side (with the same sizes), so they start, time
     and end together: once every rank has connected, the call waits there, then lets its ranks
@@ -123,8 +128,9 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     if scheduler not in SCHEDULERS or placement not in PLACEMENTS:
         raise ClockfabricError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r}) and "
                                f"placement one of {', '.join(PLACEMENTS)} (got {placement!r})")
-    if rcvbuf is not None and rcvbuf < MIN_RCVBUF:
-        raise ClockfabricError(f"a receive buffer must be at least {MIN_RCVBUF} bytes; got {rcvbuf}")
+    for what, size in (("receive buffer", rcvbuf), ("receive buffer budget", rcvbuf_budget)):
+        if size is not None and size < MIN_RCVBUF:
+            raise ClockfabricError(f"a {what} must be at least {MIN_RCVBUF} bytes; got {size}")
     expect = expected_alltoall_busbw_gbps if collective == "alltoall" else expected_busbw_gbps
     expected = expect(topo, hosts, subflows, planes, algorithm=algorithm)
     itfs = interfaces(topo)
@@ -137,6 +143,7 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
             "--algorithm", algorithm, "--iters", str(iters), "--warmup", str(warmup), "--port-base", str(base),
             "--timeout", str(timeout_s), "--token", str(random.getrandbits(32)),
             "--scheduler", scheduler, "--placement", placement, "--rcvbuf", str(rcvbuf or 0),
+            "--rcvbuf-budget", str(rcvbuf_budget or 0),
             "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else [])
     for h, addrs in zip(hosts, addresses):
         argv += ["--peer", f"{h}={','.join(addrs)}"]

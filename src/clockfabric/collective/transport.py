@@ -11,7 +11,9 @@ A message is cut into chunks; the scheduler (schedule.py) says which subflow car
 and the chunk is cut again to that subflow's size (smaller on a slow one).
 A chunk travels behind a header (message number, offset, length, send stamp on the synced
 clock), so the receiver puts it in place whatever subflow brought it, and answers on the
-same connection's idle direction with an ack: the chunk's one-way delay.
+same connection's idle direction with an ack: the chunk's one-way delay. The sender may also
+ask, in-band, for a new receive buffer on a subflow (resize), so its window can follow what
+the ports on its path are shared among.
 Acks drive the schedulers and let no subflow hold more than a window of unacknowledged
 bytes. Under `owd` a subflow with nothing left to carry may also send a copy of a chunk a
 slower subflow still holds (schedule.spare): the receiver keeps the first copy of each
@@ -42,6 +44,7 @@ HELLO = struct.Struct("!4sIHH")  # magic, call token, rank, subflow index
 MAGIC = b"CFa2"
 HEADER = struct.Struct("!IQIq")  # message number, offset, length, send stamp (ns, synced clock)
 PROBE = 0xFFFFFFFF  # the message number of a probe: a header alone, acknowledged at once
+RESIZE = 0xFFFFFFFE  # a header alone asking the receiver for a receive buffer of `offset` bytes; not acknowledged
 ACK = struct.Struct("!IIq")  # message number, length, one-way delay of the first byte (ns)
 TCP_INFO_LEN = 168  # struct tcp_info up to tcpi_delivery_rate (Linux 4.9+)
 PIECE = 1 << 20  # bytes per syscall at most
@@ -277,7 +280,7 @@ class _Outbound:
     def _send(self, i: int) -> None:
         sock, clock = self.socks[i], self.owner.clock
         while (job := self.chunks[i].get()) is not None:
-            seq, a, b, body, msg, sent = job  # msg None: a probe, or a copy of a chunk sent elsewhere
+            seq, a, b, body, msg, sent = job  # msg None: a probe, a resize, or a copy of a chunk sent elsewhere
             try:
                 sock.sendall(HEADER.pack(seq, a, b - a, clock()))
                 for off in range(0, b - a, PIECE):
@@ -286,7 +289,7 @@ class _Outbound:
                         msg.latch.progress()
             except OSError:
                 if msg is None:
-                    # a probe or a copy, which no message waits on: the peer may rightly have closed,
+                    # a probe, resize or copy, which no message waits on: the peer may rightly have closed,
                     # with every chunk it expected; a peer really gone shows on the acks, within their grace
                     continue
                 raise
@@ -391,6 +394,9 @@ class _Inbound:
             if seq == PROBE:
                 sock.sendall(ACK.pack(seq, 0, first - stamp))
                 continue
+            if seq == RESIZE:
+                fixed_rcvbuf(sock, max(MIN_RCVBUF, off))
+                continue
             with self.cv:
                 deadline = time.monotonic() + self.owner.timeout_s
                 while seq >= self.seq:  # the sender is a step ahead of us
@@ -483,6 +489,7 @@ class Transport:
         self.outbound: dict[int, _Outbound] = {}
         self.inbound: dict[int, _Inbound] = {}
         self.pinned: dict[int, list[bool]] = {}  # per peer, per subflow: did it get its chosen source port
+        self.resized: dict[tuple[int, int], int] = {}  # (peer, subflow) -> the receive buffer last asked of the peer
         self.broken: TransportError | None = None
         self.closing = False
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -623,6 +630,14 @@ class Transport:
                     links[peer].post(view, latch)
         return Pending(self, latch)
 
+    def resize(self, peer: int, index: int, size: int) -> None:
+        """Ask the peer to hold `size` bytes of receive buffer (fixed_rcvbuf) for our subflow
+        `index` to it (at least MIN_RCVBUF), once the chunks already queued on it are written:
+        its window follows."""
+        if out := self.outbound.get(peer):  # None once closed
+            size = self.resized[(peer, index)] = max(MIN_RCVBUF, size)
+            out.chunks[index].put((RESIZE, size, size, b"", None, None))
+
     def failure(self, peer: int, index: int, e: Exception) -> TransportError:
         if isinstance(e, BlockingIOError) or getattr(e, "errno", None) in (errno.EAGAIN, errno.ETIMEDOUT):
             how = f"no progress for {self.timeout_s:g} s"
@@ -633,7 +648,8 @@ class Transport:
                               f"(subflow {index}, to {self.addresses[peer][slot]}): {how}")
 
     def stats(self) -> list[dict]:
-        """Per peer and subflow: where it runs and what the scheduler gave it."""
+        """Per peer and subflow: where it runs, what the scheduler gave it, and the receive buffer
+        the peer holds for it (peer_rcvbuf: last asked by resize, else the fixed one; None: autotuned)."""
         rows = []
         for peer, out in sorted(self.outbound.items()):
             for i, (s, st) in enumerate(zip(out.socks, out.states)):
@@ -644,6 +660,7 @@ class Transport:
                 rows.append({"peer": self.names[peer], "subflow": i, "source_port": sport,
                              "congestion": congestion(s),
                              "pinned": self.pinned.get(peer, [])[i:i + 1] == [True], "bytes": st.sent,
+                             "peer_rcvbuf": self.resized.get((peer, i), self.rcvbuf),
                              "chunks": st.chunks, "rate_mbps": round(st.rate * 8e3, 2),
                              "excess_us": round(st.excess_ns / 1e3, 1)})
         return rows

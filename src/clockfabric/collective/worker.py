@@ -42,6 +42,7 @@ import json
 import math
 import select
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -69,6 +70,8 @@ def expected(count: int, world: int) -> np.ndarray:
 
 
 HOLD_CHECK_S = 2.0  # holding: untimed iterations between checks whether to stop (see hold())
+SHARE_EVERY_S = 1.0  # how often a rank asks its agent how its spines are shared (share_windows())
+Subflow = tuple[int, int]  # (peer rank, subflow index)
 ALGORITHMS = {"allreduce": ring.ALGORITHMS, "alltoall": alltoall.ALGORITHMS}  # collective -> its algorithms
 DEFAULT_ALGORITHM = {"allreduce": "ring", "alltoall": "pairwise"}
 
@@ -103,6 +106,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "per spine with TTL-limited probes, spread over the paths found.")
     p.add_argument("--rcvbuf", type=int, default=0,
                    help="Receive buffer per subflow, bytes, fixed (0: the kernel's autotuning).")
+    p.add_argument("--rcvbuf-budget", type=int, default=0,
+                   help="With learned placement and an agent: the receive buffer bytes that the subflows on one "
+                        "spine from under a leaf share, each its share as the agent counts them (0: --rcvbuf).")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--port-base", type=int, required=True)
@@ -143,16 +149,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--subflows and --iters must be at least 1, --warmup at least 0, --timeout above 0")
     if args.rcvbuf and args.rcvbuf < MIN_RCVBUF:
         p.error(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; got {args.rcvbuf}")
+    if args.rcvbuf_budget and args.rcvbuf_budget < MIN_RCVBUF:
+        p.error(f"--rcvbuf-budget must be 0 (none) or at least {MIN_RCVBUF} bytes; got {args.rcvbuf_budget}")
     args.groups = [[r for r in range(args.world) if ids[r] == g] for g in dict.fromkeys(ids)]
     if args.algorithm == "hier" and len({len(g) for g in args.groups}) > 1:
         p.error(f"hier needs the same number of ranks in each group; got {[len(g) for g in args.groups]}")
     return args
 
 
-def learn_ports(args: argparse.Namespace, peers: set[int]) -> dict[tuple[int, int], int]:
+def learn_ports(args: argparse.Namespace, peers: set[int]) -> tuple[dict[Subflow, int], dict[Subflow, str]]:
     """(peer, subflow) -> a source port, spreading each slot's subflows over the paths found
-    to that peer (ports the switches hash onto distinct spines). With an agent (`--agent`),
-    it picks the spines from what every job under the leaf holds (collective/claims.py).
+    to that peer (ports the switches hash onto distinct spines); and (peer, subflow) -> the
+    hop (spine) the agent placed it on. With an agent (`--agent`), it picks the spines from
+    what every job under the leaf holds (collective/claims.py).
     Without one, the ranks under one leaf take turns: the k-th rank of its group starts k*n
     paths along (n: its subflows on that rail), so their flows out of the leaf take disjoint
     spines while there are enough, and spread evenly when there are not."""
@@ -165,18 +174,42 @@ def learn_ports(args: argparse.Namespace, peers: set[int]) -> dict[tuple[int, in
             found[(peer, slot)] = mine, spread(args.addresses[args.rank][slot], args.addresses[peer][slot],
                                                args.port_base + peer, want=max(turn + len(mine), 2 * len(mine), 4),
                                                seed=args.token ^ (args.rank << 8) ^ peer)
-    # where there is a choice of spines (not to a peer under our own leaf), the agent makes it
-    choices = [key for key, (_, paths) in found.items() if len({p.hop for p in paths if p.hop}) > 1]
+    # where there is a choice of spines (not to a peer under our own leaf), the agent makes it for
+    # the subflows that carry our data; it counts them, and so must not count those to a ring's
+    # left neighbour, which carry only the barrier's few bytes
+    sends = receivers(args)
+    choices = [key for key, (_, paths) in found.items()
+               if key[0] in sends and len({p.hop for p in paths if p.hop}) > 1]
     wants = [(len(found[key][0]), list(dict.fromkeys(p.hop for p in found[key][1]))) for key in choices]
     placed = claims.ask(args.agent, job_id(args), wants, source=args.agent[0]) if args.agent and choices else None
-    ports = {}
+    ports, spines = {}, {}
     for (peer, slot), (mine, paths) in found.items():
         if placed is not None and (peer, slot) in choices:
             chosen = by_hops(paths, placed[choices.index((peer, slot))])
+            spines |= {(peer, i): path.hop for i, path in zip(mine, chosen) if path.hop}
         else:
             chosen = paths_for_turn(paths, turn, len(mine))
         ports |= {(peer, i): path.sport for i, path in zip(mine, chosen)}
-    return ports
+    return ports, spines
+
+
+def share_windows(links: Transport, args: argparse.Namespace, spines: dict[Subflow, str],
+                  done: threading.Event) -> None:
+    """Each subflow the agent placed on a spine gets its share of --rcvbuf-budget (claims.share),
+    by how many subflows the jobs under our leaf hold there: asked of the agent now and every
+    SHARE_EVERY_S, so a job that comes or goes later reshapes the shares. The receiver applies
+    it (Transport.resize). With no answer, the buffers stay as they are."""
+    keys = sorted(spines)
+    given: dict[Subflow, int] = {}
+    while True:
+        counts = claims.loads(args.agent, job_id(args), [spines[k] for k in keys], source=args.agent[0])
+        for key, load in zip(keys, counts or []):
+            size = claims.share(args.rcvbuf_budget, load, MIN_RCVBUF)
+            if given.get(key) != size:
+                links.resize(*key, size)
+                given[key] = size
+        if done.wait(SHARE_EVERY_S):
+            return
 
 
 def paths_for_turn(paths: list[Path], turn: int, n: int) -> list[Path]:
@@ -251,6 +284,13 @@ def barrier_algorithm(args: argparse.Namespace) -> str:
     return args.algorithm if args.collective == "allreduce" else "ring"
 
 
+def receivers(args: argparse.Namespace) -> set[int]:
+    """The ranks this rank sends the collective's data to."""
+    if args.collective == "alltoall":
+        return alltoall.peers(args.algorithm, args.rank, range(args.world))
+    return ring.successors(args.algorithm, args.rank, args.groups)
+
+
 def collective_peers(args: argparse.Namespace) -> set[int]:
     """The ranks to connect to: the barrier's ring peers and the collective's."""
     peers = ring.peers(barrier_algorithm(args), args.rank, args.groups)
@@ -280,11 +320,15 @@ def prepare(args: argparse.Namespace, count: int, links: Transport) -> tuple[Ste
 def run(args: argparse.Namespace) -> None:
     started = time.monotonic()
     peers = collective_peers(args)
-    ports = learn_ports(args, peers) if args.placement == "learned" else {}
+    ports, spines = learn_ports(args, peers) if args.placement == "learned" else ({}, {})
     with Transport(args.rank, args.addresses, port_base=args.port_base, subflows=args.subflows,
                    timeout_s=args.timeout, names=args.names, token=args.token, scheduler=args.scheduler,
                    source_ports=lambda peer, i: ports.get((peer, i)), rcvbuf=args.rcvbuf or None) as links:
         links.connect(peers)
+        done = threading.Event()
+        if args.rcvbuf_budget and args.agent and spines:
+            threading.Thread(target=share_windows, args=(links, args, spines, done), daemon=True,
+                             name="share-windows").start()
         emit(event="connected", rank=args.rank, connect_s=round(time.monotonic() - started, 4))
         if args.gate and not sys.stdin.readline():
             raise ClockfabricError("the launcher closed the start gate before opening it")
@@ -313,6 +357,7 @@ def run(args: argparse.Namespace) -> None:
         if args.gate:
             emit(event="holding", rank=args.rank)
             hold(links, args, reset, once)
+        done.set()
         emit(event="subflows", rank=args.rank, subflows=links.stats())
     if args.agent and args.placement == "learned":
         claims.release(args.agent, job_id(args), source=args.agent[0])
