@@ -25,8 +25,7 @@ def lab_with_agents(make_lab):
     agents = LabAgents(lab, peers=3, extra=["--metrics-port", "0"])
     agents.start()
     try:
-        wait_for("every agent publishing", lambda: len(read_states(agents.state_dir)) == 4, timeout_s=60,
-                 every_s=0.5)
+        agents.wait_publishing(timeout_s=60)
         yield lab, agents
     finally:
         agents.stop()

@@ -62,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from clockfabric.clock.evaluate import LabAgents, read_states
+from clockfabric.clock.evaluate import LabAgents
 from clockfabric.collective.results import BUS_FACTORS
 from clockfabric.collective.run import run_collective
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
@@ -395,20 +395,6 @@ def judge(summary: list[dict]) -> list[dict]:
     return verdicts
 
 
-def start_agents(agents: LabAgents, progress: Callable[[str], None], timeout_s: float = 90.0) -> None:
-    """Every host's agent, up and publishing: the ranks ask theirs where to place subflows and how
-    the spines are shared. Raises if one fails or time runs out."""
-    progress("starting the hosts' agents")
-    agents.start()
-    deadline = time.monotonic() + timeout_s
-    while len(read_states(agents.state_dir)) < len(agents.hosts):
-        if failed := agents.failed():
-            raise ClockfabricError(f"agent failed: {failed[0]}")
-        if time.monotonic() > deadline:
-            raise ClockfabricError(f"the hosts' agents were not all publishing within {timeout_s:g} s")
-        time.sleep(0.5)
-
-
 def median_steal(runs) -> float | None:
     shares = [r.cpu_steal for r in runs if r.cpu_steal is not None]
     return round(statistics.median(shares), 3) if shares else None
@@ -463,7 +449,9 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
     started = time.monotonic()
     agents = LabAgents(lab, extra=["--no-failover", "--no-steer", "--metrics-port", "0"])
     try:
-        start_agents(agents, progress)
+        progress("starting the hosts' agents")  # the ranks ask theirs where to place subflows and how to share spines
+        agents.start()
+        agents.wait_publishing()
         runs = [r for sc in scenarios for r in run_scenario(lab, sc, schedulers, seeds, size=size, iters=iters,
                                                             subflows=subflows, progress=progress,
                                                             placement=placement, rcvbuf=rcvbuf,

@@ -79,6 +79,16 @@ class LabAgents:
             time.sleep(0.2)
         raise ClockfabricError(f"agents did not all hear each other's heartbeats within {timeout_s:g} s")
 
+    def wait_publishing(self, timeout_s: float = 90.0) -> None:
+        """Until every agent has published its state (raises if one fails or time runs out)."""
+        deadline = time.monotonic() + timeout_s
+        while len(read_states(self.state_dir)) < len(self.hosts):
+            if failed := self.failed():
+                raise ClockfabricError(f"agent failed: {failed[0]}")
+            if time.monotonic() > deadline:
+                raise ClockfabricError(f"the agents were not all publishing within {timeout_s:g} s")
+            time.sleep(0.2)
+
     def failed(self) -> list[str]:
         """Hosts whose agent exited, with the last line it wrote."""
         out = []
