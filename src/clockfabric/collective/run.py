@@ -128,9 +128,9 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     if scheduler not in SCHEDULERS or placement not in PLACEMENTS:
         raise ClockfabricError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r}) and "
                                f"placement one of {', '.join(PLACEMENTS)} (got {placement!r})")
-    for what, size in (("receive buffer", rcvbuf), ("receive buffer budget", rcvbuf_budget)):
+    for name, size in (("receive buffer", rcvbuf), ("receive buffer budget", rcvbuf_budget)):
         if size is not None and size < MIN_RCVBUF:
-            raise ClockfabricError(f"a {what} must be at least {MIN_RCVBUF} bytes; got {size}")
+            raise ClockfabricError(f"a {name} must be at least {MIN_RCVBUF} bytes; got {size}")
     expect = expected_alltoall_busbw_gbps if collective == "alltoall" else expected_busbw_gbps
     expected = expect(topo, hosts, subflows, planes, algorithm=algorithm)
     itfs = interfaces(topo)
