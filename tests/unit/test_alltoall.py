@@ -37,8 +37,17 @@ class QueueLinks:
 
     def exchange(self, sends=(), recvs=()):
         self.calls.append(([p for p, _ in sends], [p for p, _ in recvs]))
+        self.start(sends, recvs, record=False).wait()
+
+    def start(self, sends=(), recvs=(), record=True):
+        """Sends at once; receives on wait(). Recorded as ((peer, bytes) sent, (peer, bytes) received)."""
+        if record:
+            self.calls.append(("start", [(p, len(v)) for p, v in sends], [(p, len(v)) for p, v in recvs]))
         for peer, view in sends:
             self.mailboxes[(self.rank, peer)].put(bytes(view))
+        return type("Pending", (), {"wait": lambda _: self._fill(recvs)})()
+
+    def _fill(self, recvs):
         for peer, view in recvs:
             data = self.mailboxes[(peer, self.rank)].get(timeout=10)
             assert len(data) == len(view), f"rank {self.rank} expected {len(view)} B from {peer}, got {len(data)}"
@@ -94,6 +103,53 @@ def test_alltoall_matches_numpy_in_memory(algorithm, ranks):
                 assert len(calls) == 1 and sorted(calls[0][0]) == sorted(calls[0][1]) == sorted(set(ranks) - {r})
 
 
+@pytest.mark.parametrize("ranks", [[0, 1, 2, 3], [3, 0, 2, 1], list(range(8))])
+def test_oneshot_sends_to_leaf_mates_once_the_crossing_blocks_are_half_sent(ranks):
+    """Leaf groups: evens under one leaf, odds under the other. Each leaf-crossing block goes in
+    two halves, and a leaf-mate's block is posted only after the first halves were sent."""
+    groups = [[r for r in ranks if r % 2 == 0], [r for r in ranks if r % 2]]
+    n, per = len(ranks), 6  # elements per block
+    rng = np.random.default_rng(n)
+    sends = {r: rng.standard_normal(n * per).astype(np.float32) for r in ranks}
+
+    def body(links):
+        recv = np.full(n * per, np.nan, np.float32)
+        a2a.alltoall(links, sends[links.rank], recv, ranks, "oneshot", groups)
+        return recv, links.calls
+
+    out = in_memory(ranks, body)
+    want = reference(sends, ranks)
+    half = per // 2 * 4  # bytes
+    for r in ranks:
+        assert not isinstance(out[r], Exception), f"rank {r}: {out[r]}"
+        recv, calls = out[r]
+        assert np.array_equal(recv, want[r])
+        crossing = [q for q in ranks if q % 2 != r % 2]
+        mates = [q for q in ranks if q % 2 == r % 2 and q != r]
+        assert [c[0] for c in calls] == ["start"] * 4
+        assert calls[0][2] == [(q, half) for q in crossing] * 2 + [(q, 2 * half) for q in mates]  # all receives first
+        assert calls[1][1] == calls[2][1] == [(q, half) for q in crossing]  # then both halves of the crossing blocks
+        assert calls[3][1] == [(q, 2 * half) for q in mates]  # the leaf-mates' blocks last
+
+
+def test_oneshot_cuts_crossing_blocks_alike_on_both_ends():
+    """A rank alone under its leaf has no leaf-mate to hold back, yet its peers cut the blocks it
+    sends and receives in halves: so must it. Under one leaf, or with no groups: one exchange."""
+    ranks, data = [0, 1, 2], {r: np.arange(6, dtype=np.float32) + 10 * r for r in (0, 1, 2)}
+    for groups, one_exchange in (([[0, 2], [1]], False), ([[0], [1], [2]], False), ([[0, 1, 2]], True), ((), True)):
+        def body(links, g=groups):
+            recv = np.full(6, np.nan, np.float32)
+            a2a.alltoall(links, data[links.rank], recv, ranks, "oneshot", g)
+            return recv, links.calls
+
+        out = in_memory(ranks, body)
+        for r in ranks:
+            assert not isinstance(out[r], Exception), f"groups {groups}, rank {r}: {out[r]}"
+            recv, calls = out[r]
+            assert np.array_equal(recv, reference(data, ranks)[r])
+            assert (len(calls) == 1 and calls[0][0] != "start") == one_exchange, (groups, r, calls)
+
+
 def test_alltoall_bad_input():
     links = type("L", (), {"rank": 0})()
     x = np.zeros(6, np.float32)
@@ -129,20 +185,25 @@ def test_alltoall_matches_numpy_under_every_scheduler(world, scheduler):
 
 
 def check_alltoall_matches_numpy(world: int, subflows: int, scheduler: str = "ecmp") -> None:
-    """Both algorithms, two rank orders, empty, tiny and uneven blocks: numpy's result on every rank."""
+    """Both algorithms, two rank orders, three leaf groupings, empty, tiny and uneven blocks: numpy's
+    result on every rank."""
     rng = np.random.default_rng(world * 10 + subflows)
     orders = [list(range(world)), list(rng.permutation(world))]  # block j to ranks[j], whatever the order
     counts = [0, world, world * 1021]
     data = {c: {r: rng.integers(-1000, 1000, c).astype(np.float32) for r in range(world)} for c in counts}
+
+    # leaf groups as the worker passes them: none, everyone under one leaf, and two leaves
+    groupings = [(), [list(range(world))], [list(range(0, world, 2)), list(range(1, world, 2))]]
 
     def body(r, t):
         out = []
         for algorithm in ALGORITHMS:
             for ranks in orders:
                 for c in counts:
-                    recv = np.full(c, np.nan, np.float32)
-                    a2a.alltoall(t, data[c][r], recv, ranks, algorithm)
-                    out.append(recv)
+                    for groups in groupings:
+                        recv = np.full(c, np.nan, np.float32)
+                        a2a.alltoall(t, data[c][r], recv, ranks, algorithm, groups)
+                        out.append(recv)
         return out
 
     results = on_loopback(world, subflows, body, scheduler=scheduler)
@@ -152,8 +213,9 @@ def check_alltoall_matches_numpy(world: int, subflows: int, scheduler: str = "ec
         for algorithm in ALGORITHMS:
             for ranks in orders:
                 for c in counts:
-                    assert np.array_equal(next(it), reference(data[c], ranks)[r]), \
-                        f"rank {r}, {algorithm}, ranks {ranks}, {c} elements"
+                    for groups in groupings:
+                        assert np.array_equal(next(it), reference(data[c], ranks)[r]), \
+                            f"rank {r}, {algorithm}, ranks {ranks}, {c} elements, groups {groups}"
 
 
 # ---- the worker's check values ---------------------------------------------------------------------

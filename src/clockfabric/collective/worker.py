@@ -309,7 +309,8 @@ def prepare(args: argparse.Namespace, count: int, links: Transport) -> tuple[Ste
         send = alltoall.alltoall_inputs(count, args.rank, args.world)
         recv = np.empty_like(send)
         return (lambda: recv.fill(np.nan),  # a block never received reads as wrong, not as the last iteration's
-                lambda: alltoall.alltoall(links, send, recv, list(range(args.world)), args.algorithm),
+                lambda: alltoall.alltoall(links, send, recv, list(range(args.world)), args.algorithm,
+                                          args.groups),
                 recv, alltoall.alltoall_expected(count, args.rank, args.world))
     x = inputs(count, args.rank)
     work = np.empty_like(x)
