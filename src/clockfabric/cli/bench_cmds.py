@@ -141,7 +141,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                         f"{f', {rcvbuf_budget} shared per spine' if budget_bytes else ''}), "
                         f"median of {seeds} seeds; ports: {report['placement']}",
                   caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; "
-                          "of TCP: of the ideal at TCP/IP's payload ceiling; "
+                          "of TCP: of the ideal at TCP/IP's ceiling (headers and acks); "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")
     for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs l-o", "of ideal", "of TCP", "ecmp/ideal",
                 "#wrong"):
@@ -166,7 +166,7 @@ def _targets_table(verdicts: list[dict]) -> Table:
     """owd against the issue's bars, one row per scenario: each cell the value and whether it
     is met, short, or out of reach (no scheduler could: the baseline ran that close to ideal)."""
     table = Table(title="owd against its targets",
-                  caption="out of reach: the baseline ran within that ratio of the ideal at TCP's payload "
+                  caption="out of reach: the baseline ran within that ratio of the ideal at TCP's "
                           "ceiling; none: owd's time over the best baseline's, at most 1.03")
     for col in ("scenario", "vs ecmp >= 1.5x", "vs l-o >= 1.2x", "of ideal >= 0.90"):
         table.add_column(col, justify="left" if col == "scenario" else "right", no_wrap=True)
