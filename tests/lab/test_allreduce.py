@@ -130,25 +130,26 @@ def test_jobs_sharing_a_gate_begin_and_end_together_and_a_missing_one_fails_clea
     # alone, the early job's 64 KiB would be done long before the late one is even launched
     assert first_end > late_s, f"the early job ended {first_end:.2f} s in, before its partner began"
 
-    # time together: the quick job's timed iteration waits for the long job's warmup; and end
-    # together: the quick job keeps the fabric loaded until the long one has its timings
-    done = []  # (when, job, iterations done)
+    # each size starts together: the quick job's second size waits for the long job to finish its
+    # first; and end together: the quick job keeps the fabric loaded until the long one has its timings
+    done = []  # (when, job, iterations done over all sizes)
 
     def noted(name):
         return lambda stage, k, total: done.append((time.monotonic(), name, k)) if stage == "all-reduce" else None
 
     with ThreadPoolExecutor(2) as pool:
-        quick = pool.submit(lambda: allreduce(lab, ["h0", "h2"], sizes=[64 << 10], iters=1, timeout_s=20,
+        quick = pool.submit(lambda: allreduce(lab, ["h0", "h2"], sizes=[64 << 10, 128 << 10], iters=1, timeout_s=20,
                                               gate=gate, progress=noted("quick")))
-        long = pool.submit(lambda: allreduce(lab, ["h1", "h3"], sizes=[8 << 20], iters=3, timeout_s=20, gate=gate,
-                                             progress=noted("long")))
+        long = pool.submit(lambda: allreduce(lab, ["h1", "h3"], sizes=[2 << 20, 4 << 20], iters=3, timeout_s=20,
+                                             gate=gate, progress=noted("long")))
         first, second = quick.result(), long.result()
-    assert first.rows[0].wrong == 0 and second.rows[0].wrong == 0
-    warmed = next(t for t, name, k in done if name == "long" and k == 1)
-    timed = next(t for t, name, k in done if name == "quick" and k == 2)
-    assert timed > warmed, "the quick job timed its iteration before the long one had warmed up"
+    assert all(row.wrong == 0 for row in first.rows + second.rows)
+    long_sized = next(t for t, name, k in done if name == "long" and k == 4)  # warmup and 3 timed: its first size
+    quick_second = next(t for t, name, k in done if name == "quick" and k == 3)  # its second size's warmup
+    assert quick_second > long_sized, "the quick job began its second size before the long job had ended its first"
     sent = sum(row["bytes"] for row in first.subflow_stats["h0"])
-    timed = 2 * (64 << 10)  # warmup and timed iteration: a 2-rank ring sends its whole buffer each
+    timed = 2 * (64 << 10) + 2 * (128 << 10)  # warmup and timed iteration of each size: a 2-rank ring sends its
+    # whole buffer in each
     assert sent > 10 * timed, f"h0 sent {sent} bytes: the quick job stopped while the long one still ran"
 
     with pytest.raises(ClockfabricError) as failure:  # a partner that never comes: a clear error, no hang

@@ -60,6 +60,8 @@ def test_bad_choices_are_one_line():
     with pytest.raises(ClockfabricError, match="unknown placement 'spread'"):
         contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
                        placement="spread")
+    with pytest.raises(ClockfabricError, match="--warmup must be at least 0; got -1"):
+        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, warmup=-1)
 
 
 def test_summary_ratios_medians_and_what_was_possible():

@@ -93,6 +93,10 @@ HOST_RATE, FABRIC_RATE = "50mbit", "25mbit"
 # ideal; with nothing to fix, at most this much slower than the best baseline
 TARGETS = {"vs_ecmp": 1.5, "vs_least_outstanding": 1.2, "of_ideal": 0.9}
 QUIET_SLACK = 1.03
+# untimed iterations first, after the jobs' common start: they take the jobs past the start's
+# transient (on an idle fabric one job falls behind for a few iterations) into the steady state
+# the timed iterations measure; nccl-tests' default too
+WARMUP = 5
 MTU = 1500
 MTUS = (1500, 9000)  # Ethernet's, and the jumbo frames AI back-end fabrics run
 BUFFER_BYTES = 200 * 1514  # each port's FIFO: the lab's default 200 full-sized frames at MTU 1500
@@ -261,14 +265,14 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
 
 
 def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int,
-            placement: str | None = None, rcvbuf: int | None = RCVBUF,
+            warmup: int = WARMUP, placement: str | None = None, rcvbuf: int | None = RCVBUF,
             rcvbuf_budget: int | None = RCVBUF_BUDGET) -> Run:
     """The scenario's jobs, all at once, under one scheduler."""
     jobs = jobs_of(scenario)
     results: list = [None] * len(jobs)
-    # the jobs begin their iterations together, once all have connected, and keep the fabric
-    # loaded until all have their timings: otherwise a job's first or last iterations could run
-    # on a fabric to itself
+    # the jobs begin their warmup together, once all have connected, and keep the fabric loaded
+    # until all have their timings: otherwise a job's first or last iterations could run on a
+    # fabric to itself
     gate = threading.Barrier(len(jobs)) if len(jobs) > 1 else None
 
     def job(i: int) -> None:
@@ -277,7 +281,7 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
             algorithm = ALLTOALL_ALGORITHM if collective == "alltoall" else None
             res = run_collective(lab, hosts, collective=collective, sizes=[size], subflows=subflows,
                                  algorithm=algorithm, scheduler=scheduler, placement=placement, iters=iters,
-                                 warmup=1, timeout_s=60.0, gate=gate, rcvbuf=rcvbuf,
+                                 warmup=warmup, timeout_s=60.0, gate=gate, rcvbuf=rcvbuf,
                                  rcvbuf_budget=rcvbuf_budget)
             row = res.rows[0]
             results[i] = {"collective": collective, "hosts": hosts, "time_us": row.time_us,
@@ -315,7 +319,7 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
 
 
 def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
-                 subflows: int, progress: Callable[[str], None], placement: str | None = None,
+                 subflows: int, warmup: int, progress: Callable[[str], None], placement: str | None = None,
                  rcvbuf: int | None = RCVBUF, rcvbuf_budget: int | None = RCVBUF_BUDGET) -> list[Run]:
     procs: list[subprocess.Popen] = []
     link = impair.find_link(lab, plane0(lab.topology, "leaf0"), plane0(lab.topology, "spine0"))
@@ -328,7 +332,7 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
         order = [(seed, s) for seed in range(seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
             run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows,
-                          placement=placement, rcvbuf=rcvbuf, rcvbuf_budget=rcvbuf_budget)
+                          warmup=warmup, placement=placement, rcvbuf=rcvbuf, rcvbuf_budget=rcvbuf_budget)
             stolen = "" if run.cpu_steal is None else f"  (CPU steal {run.cpu_steal:.0%})"
             progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s{stolen}")
             runs.append(run)
@@ -414,7 +418,8 @@ def spine_paths(topo: Topology) -> int:
 
 def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int | None,
           fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
-          rcvbuf: int | None = RCVBUF, mtu: int = MTU, rcvbuf_budget: int | None = RCVBUF_BUDGET) -> None:
+          rcvbuf: int | None = RCVBUF, mtu: int = MTU, rcvbuf_budget: int | None = RCVBUF_BUDGET,
+          warmup: int = WARMUP) -> None:
     """One clear line for a bad choice, before any lab is built."""
     if fabric not in FABRICS:
         raise ClockfabricError(f"unknown fabric {fabric!r}; choose from {', '.join(FABRICS)}")
@@ -429,6 +434,8 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
         raise ClockfabricError(f"unknown placement {placement!r}; choose from {', '.join(PLACEMENTS)}")
     if seeds < 1 or iters < 1 or (subflows is not None and subflows < 1):
         raise ClockfabricError("--seeds, --iters and --subflows must be at least 1")
+    if warmup < 0:
+        raise ClockfabricError(f"--warmup must be at least 0; got {warmup}")
     if rcvbuf is not None and rcvbuf < MIN_RCVBUF:
         raise ClockfabricError(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; "
                                f"got {rcvbuf}")
@@ -442,14 +449,14 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
 def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int,
         subflows: int | None = None, fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
         rcvbuf: int | None = RCVBUF, mtu: int = MTU, rcvbuf_budget: int | None = RCVBUF_BUDGET,
-        lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
+        warmup: int = WARMUP, lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
     """Bring the lab up, run every scenario, take it down; the report (JSON-ready).
     subflows: per peer pair, for every scheduler; by default one per spine path, so that `owd`
     on learned ports can reach every path (with fewer, a fault leaves it fewer to move to).
     placement: None (each scheduler's own), or "hashed"/"learned" for all. rcvbuf: every
     subflow's receive buffer, bytes, fixed, or None for the kernel's autotuning. rcvbuf_budget:
     what the subflows the agents placed on one spine share instead (None: they keep rcvbuf)."""
-    check(scenarios, schedulers, seeds, iters, subflows, fabric, placement, spines, rcvbuf, mtu, rcvbuf_budget)
+    check(scenarios, schedulers, seeds, iters, subflows, fabric, placement, spines, rcvbuf, mtu, rcvbuf_budget, warmup)
     topo = topology(fabric, spines, mtu)
     subflows = subflows or spine_paths(topo)
     lab = build.up(topo, lab_name)
@@ -460,7 +467,7 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
         agents.start()
         agents.wait_publishing()
         runs = [r for sc in scenarios for r in run_scenario(lab, sc, schedulers, seeds, size=size, iters=iters,
-                                                            subflows=subflows, progress=progress,
+                                                            subflows=subflows, warmup=warmup, progress=progress,
                                                             placement=placement, rcvbuf=rcvbuf,
                                                             rcvbuf_budget=rcvbuf_budget)]
     finally:
@@ -470,7 +477,7 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
     return {"lab": {"fabric": fabric, "hosts": 8, "leaves": 2, "spines": spines,
                     "planes": 2 if fabric == "dualplane" else 1, "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE,
                     "mtu": mtu, "buffer_pkts": topo.default_buffer_pkts},
-            "size_bytes": size, "iters": iters, "subflows": subflows, "seeds": seeds, "rcvbuf_bytes": rcvbuf,
+            "size_bytes": size, "warmup": warmup, "iters": iters, "subflows": subflows, "seeds": seeds, "rcvbuf_bytes": rcvbuf,
             "rcvbuf_budget_bytes": rcvbuf_budget,
             "alltoall_algorithm": ALLTOALL_ALGORITHM, "placement": placement or "owd learned, baselines hashed",
             "seconds": round(time.monotonic() - started, 1), "cpu_steal": median_steal(runs),

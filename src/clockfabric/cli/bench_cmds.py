@@ -84,10 +84,13 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                                               help="Comma-separated schedulers to compare."),
                seeds: int = typer.Option(5, "--seeds", help="Runs per scenario and scheduler (fresh ECMP draws)."),
                size: str = typer.Option("4M", "--size", help="Bytes per rank's buffer."),
-               iters: int = typer.Option(6, "--iters",
-                                         help="Timed iterations per run (after one warmup). The defaults take "
-                                              "20-45 minutes a lab; --iters 2 --seeds 3 about a third of that, "
-                                              "with noisier medians (docs/benchmarks.md)."),
+               iters: int = typer.Option(12, "--iters",
+                                         help="Timed iterations per run, after --warmup. The defaults take "
+                                              "about 1-2 hours a lab; --warmup 2 --iters 4 --seeds 3 about a "
+                                              "fifth of that, with noisier medians (docs/benchmarks.md)."),
+               warmup: int = typer.Option(5, "--warmup",
+                                          help="Untimed iterations per run first, from the jobs' common start "
+                                               "into their steady state."),
                subflows: int = typer.Option(None, "--subflows",
                                             help="TCP connections per peer pair, for every scheduler "
                                                  "(default: one per spine path: the spines, times 2 planes "
@@ -121,7 +124,8 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
     rcvbuf_bytes = _rcvbuf(rcvbuf)
     budget_bytes = _rcvbuf(rcvbuf_budget, "--rcvbuf-budget", "none")
     mtu = mtu or cb.MTU
-    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines, rcvbuf_bytes, mtu, budget_bytes)
+    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines, rcvbuf_bytes, mtu, budget_bytes,
+             warmup)
     require_root()
     started = time.monotonic()
 
@@ -130,7 +134,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
 
     report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
                     fabric=fabric, placement=placement, spines=spines, rcvbuf=rcvbuf_bytes, mtu=mtu,
-                    rcvbuf_budget=budget_bytes, progress=progress)
+                    rcvbuf_budget=budget_bytes, warmup=warmup, progress=progress)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     if as_json:
@@ -139,7 +143,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
     table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines, MTU {mtu}; {size} per rank, "
                         f"{report['subflows']} subflows ({rcvbuf if rcvbuf_bytes else 'autotuned'} receive buffers"
                         f"{f', {rcvbuf_budget} shared per spine' if budget_bytes else ''}), "
-                        f"median of {seeds} seeds; ports: {report['placement']}",
+                        f"{report['warmup']}+{iters} iterations, median of {seeds} seeds; ports: {report['placement']}",
                   caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; "
                           "of TCP: of the ideal at TCP/IP's ceiling (headers and acks); "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")

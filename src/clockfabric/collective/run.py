@@ -112,10 +112,11 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     the others keep rcvbuf.
     timeout_s bounds every wait: peers connecting, and any transfer that makes no progress.
     gate: a barrier shared by jobs run side by side (with the same sizes), so they start, time
-    and end together: once every rank has connected, the call waits there, then lets its ranks
-    begin; once every rank has warmed up at a size, it waits there again, then lets them time
-    that size; once every rank has its timings, it waits there while its ranks keep the fabric
-    loaded with untimed iterations, then lets them stop (a job that fails should abort() it).
+    and end together: once every rank is ready for a size (connected, buffers made), the call
+    waits there, then lets its ranks begin that size's warmup, from which its timed iterations
+    follow without a pause; once every rank has its timings, it waits there while its ranks
+    keep the fabric loaded with untimed iterations, then lets them stop (a job that fails
+    should abort() it).
     Raises ClockfabricError, naming the host, if a rank fails; its workers are stopped first.
     """
     topo = lab.topology
@@ -295,11 +296,9 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
             records.setdefault(kind, []).append(rec)
             if kind == "connected":
                 report("connecting", len(records["connected"]), len(hosts))
-                if gate and len(records["connected"]) == len(hosts):
+            elif kind == "ready":
+                if len(records["ready"]) % len(hosts) == 0:  # every rank, for this size
                     _open(gate, procs, timeout_s, f"{what} on lab {lab}", "start")
-            elif kind == "warmed":
-                if len(records["warmed"]) % len(hosts) == 0:  # every rank, for this size
-                    _open(gate, procs, timeout_s, f"{what} on lab {lab}", "time")
             elif kind == "holding":
                 if len(records["holding"]) == len(hosts):
                     _open(gate, procs, timeout_s, f"{what} on lab {lab}", "end")
@@ -329,12 +328,11 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
 
 def _open(gate: threading.Barrier, procs: list[subprocess.Popen], timeout_s: float, what: str, to: str) -> None:
     """Wait for the jobs sharing the gate, then tell our ranks to go on (a line on their stdin):
-    to "start" their iterations, to "time" a size once warmed up, or to "end" the untimed ones
-    that keep the fabric loaded."""
+    to "start" a size's iterations, or to "end" the untimed ones that keep the fabric loaded."""
     try:
         gate.wait(timeout_s)
     except threading.BrokenBarrierError:
-        why = {"start": "never connected", "time": "never warmed up"}.get(to, "did not finish its iterations")
+        why = "never connected" if to == "start" else "did not finish its iterations"
         raise ClockfabricError(f"{what}: a job meant to {to} with it failed or {why} "
                                f"within {timeout_s:g} s") from None
     for p in procs:

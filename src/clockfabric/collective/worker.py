@@ -1,25 +1,26 @@
 """One rank of the collective benchmark: `python -m clockfabric.collective.worker ...`.
 
 Runs on a host (in the lab: inside the host's namespace, started by clockfabric.collective.run).
-Connects its subflows (with --gate, then waits for a line on stdin: the launcher starts jobs
-that share the fabric together), then for each size: warmup + timed iterations of the collective
+Connects its subflows, then for each size: warmup + timed iterations of the collective
 (--collective allreduce or alltoall), every element of every result checked against the
-exactly known one. A barrier starts the warmup and another the timed iterations; within each,
-iterations run back to back, as nccl-tests' do and as a job's collectives follow one another:
-a barrier before every iteration would leave the links idle for its round trips, which under
+exactly known one. A barrier starts the warmup; from there iterations run back to back,
+warmup and timed alike, as nccl-tests' do and as a job's collectives follow one another: a
+barrier before every iteration would leave the links idle for its round trips, which under
 load (the barrier's small messages queue behind another job's bytes) took 0.15-0.3 s per
 iteration, time the other job's hosts could not fill. Each rank's iteration times are the
-intervals between its iterations' ends (its own input reset and check included).
+intervals between its iterations' ends (its own input reset and check included), so the
+timings measure the steady state the warmup led into.
 
-With --gate the timed iterations of each size also wait for a line on stdin, so the jobs
-sharing the fabric begin them together: otherwise one job's barrier, queued behind another's
-bytes, starts its timings 0.15-0.3 s late, and the other's first iterations run on a lighter
-fabric. After its timings the job holds: untimed iterations go on until a last line on stdin
-(every job sharing the fabric has its timings), so no job's last timed iteration runs on a
-fabric the others have left.
+With --gate each size's warmup waits for a line on stdin, so the jobs sharing the fabric
+begin it together. They are not stopped again before their timed iterations: a second
+common start, on a fabric idle for the pause, put the jobs back through the transient the
+warmup had taken them past, and the job that came out of it behind stayed behind for
+several iterations. After its timings the job holds: untimed iterations go on until a last
+line on stdin (every job sharing the fabric has its timings), so no job's last timed
+iteration runs on a fabric the others have left.
 
-Prints JSON lines on stdout: {"event": "connected"}, {"event": "iter"} (rank 0, after each
-timed or warmup iteration), {"event": "warmed"} (with --gate, per size), {"event": "result"}
+Prints JSON lines on stdout: {"event": "connected"}, {"event": "ready"} (with --gate, per size),
+{"event": "iter"} (rank 0, after each timed or warmup iteration), {"event": "result"}
 per size, {"event": "holding"} (with --gate), {"event": "subflows"} (where each subflow ran
 and what it carried, over the whole run), or {"event": "error"} before exiting 1.
 
@@ -116,9 +117,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--token", type=int, default=0)
     p.add_argument("--lab", default="", help="The lab this rank belongs to (marks the process as the lab's).")
     p.add_argument("--gate", action="store_true",
-                   help="After connecting, and before each size's timed iterations, wait for a line on stdin; "
-                        "after the last keep the fabric loaded until another line (the launcher starts, "
-                        "times and ends jobs that share the fabric together).")
+                   help="Before each size's warmup, wait for a line on stdin; after the last size's timings "
+                        "keep the fabric loaded until another line (the launcher starts and ends jobs that "
+                        "share the fabric together).")
     p.add_argument("--agent", default="", metavar="ADDR",
                    help="This host's stable address, where its agent listens: learned placement asks it "
                         "which spines to take (none: spread on our own).")
@@ -331,19 +332,17 @@ def run(args: argparse.Namespace) -> None:
             threading.Thread(target=share_windows, args=(links, args, spines, done), daemon=True,
                              name="share-windows").start()
         emit(event="connected", rank=args.rank, connect_s=round(time.monotonic() - started, 4))
-        if args.gate and not sys.stdin.readline():
-            raise ClockfabricError("the launcher closed the start gate before opening it")
         for size in args.sizes:
             count = size // 4
             reset, once, got, want = prepare(args, count, links)
+            if args.gate:
+                emit(event="ready", rank=args.rank, size_bytes=size)
+                if not sys.stdin.readline():
+                    raise ClockfabricError("the launcher closed the gate before opening it")
             times, wrong = [], 0
             for it in range(args.warmup + args.iters):
                 reset()
-                if it == args.warmup and args.gate:
-                    emit(event="warmed", rank=args.rank, size_bytes=size)
-                    if not sys.stdin.readline():
-                        raise ClockfabricError("the launcher closed the gate before the timed iterations")
-                if it in (0, args.warmup):
+                if it == 0:
                     barrier(links, barrier_algorithm(args), args.groups, args.world)
                     t0 = time.perf_counter()
                 once()
