@@ -86,8 +86,8 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                size: str = typer.Option("4M", "--size", help="Bytes per rank's buffer."),
                iters: int = typer.Option(12, "--iters",
                                          help="Timed iterations per run, after --warmup. The defaults take "
-                                              "about 1-2 hours a lab; --warmup 2 --iters 4 --seeds 3 about a "
-                                              "fifth of that, with noisier medians (docs/benchmarks.md)."),
+                                              "45-90 minutes a lab; --warmup 2 --iters 4 --seeds 3 about a "
+                                              "quarter of that, with noisier medians (docs/benchmarks.md)."),
                warmup: int = typer.Option(5, "--warmup",
                                           help="Untimed iterations per run first, from the jobs' common start "
                                                "into their steady state."),
