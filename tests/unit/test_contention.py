@@ -157,3 +157,43 @@ def test_a_scenario_without_owd_is_not_judged():
     rows = contention.summarize(contention.topology(), [
         contention.Run("degraded", "ecmp", 0, [{"time_us": 5e6, "wrong": 0}])], 4 * MIB)
     assert contention.judge(rows) == []
+
+
+def test_each_judged_ratio_carries_a_bootstrap_interval_over_the_seeds():
+    topo = contention.topology()
+    ideal = contention.ideal_time_s(topo, "two-alltoall", 4 * MIB)
+
+    def run(scenario, scheduler, seed, seconds):
+        return contention.Run(scenario, scheduler, seed, [{"time_us": seconds * 1e6, "wrong": 0}])
+
+    ecmp = [1.2, 1.3, 1.5, 1.6, 1.9, 2.0, 2.1, 2.6]  # a baseline's draws of paths: wide
+    owd = [1.00, 1.00, 1.01, 1.01, 1.02, 1.02, 1.03, 1.03]  # tight
+    runs = ([run("two-alltoall", "ecmp", i, t) for i, t in enumerate(ecmp)]
+            + [run("two-alltoall", "least-outstanding", i, 1.25) for i in range(8)]
+            + [run("two-alltoall", "owd", i, t) for i, t in enumerate(owd)])
+    summary = contention.summarize(topo, runs, 4 * MIB)
+    assert {r["scheduler"]: r["times_s"] for r in summary}["ecmp"] == sorted(ecmp)  # every seed, in the JSON
+    a2a = contention.judge(summary)[0]
+    lo, hi = a2a["vs_ecmp"]["interval"]
+    assert lo < a2a["vs_ecmp"]["value"] < hi  # the median ratio, 1.75 / 1.015, inside
+    assert 1.2 / 1.03 <= lo and hi <= 2.6 / 1.0  # no further than the seeds themselves reach
+    assert hi - lo > 0.3  # ecmp's spread shows
+    # a baseline whose seeds agree moves only with owd's: a narrow interval
+    lo_lo, hi_lo = a2a["vs_least_outstanding"]["interval"]
+    assert 1.25 / 1.03 <= lo_lo < hi_lo <= 1.25 / 1.0 and hi_lo - lo_lo < 0.03
+    assert a2a["of_ideal"]["interval"][0] <= a2a["of_ideal"]["value"] <= a2a["of_ideal"]["interval"][1]
+    assert a2a["of_ideal"]["interval"][1] <= ideal / 1.0
+    assert contention.judge(summary) == contention.judge(summary)  # seeded: the same report, the same intervals
+
+    quiet = contention.judge(contention.summarize(topo, [run("none", "ecmp", 0, 3.0), run("none", "owd", 0, 2.1)],
+                                                  4 * MIB))[0]
+    assert quiet["interval"] == [0.7, 0.7]  # one seed each: nothing to resample
+
+    from rich.console import Console
+
+    from clockfabric.cli.bench_cmds import _targets_table
+
+    console = Console(width=160, record=True)
+    console.print(_targets_table([a2a, quiet]))
+    text = console.export_text()
+    assert f"({lo:.2f}-{hi:.2f})" in text and "0.70x of best met (0.70-0.70)" in text

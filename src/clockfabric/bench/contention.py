@@ -29,7 +29,9 @@ The report also judges `owd` against the issue's targets (TARGETS below): per sc
 contention, whether it is 1.5x faster than ecmp, 1.2x faster than least-outstanding and
 within 10% of the ideal; with nothing to fix, whether it is within 3% of the best baseline.
 A ratio is marked out of reach where no scheduler could have met it: the baseline itself ran
-within that ratio of the ideal at TCP's ceiling.
+within that ratio of the ideal at TCP's ceiling. Each judged ratio carries a 90% bootstrap
+interval over the seeds: a baseline's median is one of a few draws of paths that spread by
+tens of percent, so a ratio a point or two from its bar may read met or short by the draw.
 
 The transport moves its bytes in Python, so a CPU-starved machine slows every scheduler.
 Each run records the CPU steal meanwhile (on a VM: time the hypervisor gave elsewhere), and
@@ -63,6 +65,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from clockfabric.clock.evaluate import LabAgents
 from clockfabric.collective.results import BUS_FACTORS
 from clockfabric.collective.run import run_collective
@@ -93,6 +97,9 @@ HOST_RATE, FABRIC_RATE = "50mbit", "25mbit"
 # ideal; with nothing to fix, at most this much slower than the best baseline
 TARGETS = {"vs_ecmp": 1.5, "vs_least_outstanding": 1.2, "of_ideal": 0.9}
 QUIET_SLACK = 1.03
+# each judged ratio's interval: the central 90% of its value over seeds resampled with replacement
+INTERVAL = 0.90
+RESAMPLES = 4000
 # untimed iterations first, after the jobs' common start: they take the jobs past the start's
 # transient (on an idle fabric one job falls behind for a few iterations) into the steady state
 # the timed iterations measure; nccl-tests' default too
@@ -361,6 +368,7 @@ def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
         for scheduler, t in median.items():
             rows.append({"scenario": scenario, "scheduler": scheduler, "time_s": round(t, 3),
                          "time_range_s": [round(times[scheduler][0], 3), round(times[scheduler][-1], 3)],
+                         "times_s": [round(x, 4) for x in times[scheduler]],
                          "busbw_gbps": round(busbw_gbps(collective, size, len(hosts), t), 6),
                          "speedup_vs_ecmp": round(median["ecmp"] / t, 3) if "ecmp" in median else None,
                          "speedup_vs_least_outstanding": (round(median["least-outstanding"] / t, 3)
@@ -377,19 +385,23 @@ def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
 
 def judge(summary: list[dict]) -> list[dict]:
     """owd against TARGETS, per scenario it ran in. Contention: per target the value, the bar,
-    met, and possible (False where even the TCP ideal is not that much faster than the
-    baseline). No contention ("none"): owd's time over the best baseline's, and met."""
+    met, possible (False where even the TCP ideal is not that much faster than the baseline)
+    and its interval. No contention ("none"): owd's time over the best baseline's, met, and
+    its interval."""
     verdicts = []
     for scenario in dict.fromkeys(r["scenario"] for r in summary):
         rows = {r["scheduler"]: r for r in summary if r["scenario"] == scenario}
         if "owd" not in rows:
             continue
         mine = rows["owd"]
+        medians = resampled_medians({s: r["times_s"] for s, r in rows.items()})
         if scenario == "none":
-            best = min((r["time_s"] for s, r in rows.items() if s != "owd"), default=None)
+            baselines = [s for s in rows if s != "owd"]
+            best = min((rows[s]["time_s"] for s in baselines), default=None)
             over = None if best is None else round(mine["time_s"] / best, 3)
+            spread = interval(medians["owd"] / np.min([medians[s] for s in baselines], axis=0)) if baselines else None
             verdicts.append({"scenario": scenario, "over_best_baseline": over, "bar": QUIET_SLACK,
-                             "met": over is not None and over <= QUIET_SLACK})
+                             "met": over is not None and over <= QUIET_SLACK, "interval": spread})
             continue
         tcp_ideal_s = mine["tcp_ideal_time_s"]
         verdict = {"scenario": scenario}
@@ -398,12 +410,33 @@ def judge(summary: list[dict]) -> list[dict]:
             if value is None:
                 continue
             verdict[key] = {"value": value, "bar": TARGETS[key], "met": value >= TARGETS[key],
-                            "possible": rows[baseline]["time_s"] / tcp_ideal_s >= TARGETS[key]}
+                            "possible": rows[baseline]["time_s"] / tcp_ideal_s >= TARGETS[key],
+                            "interval": interval(medians[baseline] / medians["owd"])}
         verdict["of_ideal"] = {"value": mine["of_ideal"], "bar": TARGETS["of_ideal"],
                                "met": mine["of_ideal"] >= TARGETS["of_ideal"],
-                               "possible": mine["ideal_time_s"] / tcp_ideal_s >= TARGETS["of_ideal"]}
+                               "possible": mine["ideal_time_s"] / tcp_ideal_s >= TARGETS["of_ideal"],
+                               "interval": interval(mine["ideal_time_s"] / medians["owd"])}
         verdicts.append(verdict)
     return verdicts
+
+
+def resampled_medians(times: dict[str, list[float]], resamples: int = RESAMPLES, seed: int = 0) -> dict[str, np.ndarray]:
+    """Per scheduler, its median time over each of `resamples` draws of its seeds with
+    replacement (the bootstrap): how far its median could move with other draws of paths.
+    Seeded, so a report's intervals can be recomputed from its JSON."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for scheduler, ts in times.items():
+        t = np.asarray(ts, dtype=float)
+        out[scheduler] = np.median(t[rng.integers(0, len(t), size=(resamples, len(t)))], axis=1)
+    return out
+
+
+def interval(values: np.ndarray, share: float = INTERVAL) -> list[float]:
+    """The central `share` of a ratio's resampled values: [low, high]."""
+    tail = (1 - share) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return [round(float(low), 3), round(float(high), 3)]
 
 
 def median_steal(runs) -> float | None:

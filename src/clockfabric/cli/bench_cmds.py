@@ -167,11 +167,13 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
 
 
 def _targets_table(verdicts: list[dict]) -> Table:
-    """owd against the issue's bars, one row per scenario: each cell the value and whether it
-    is met, short, or out of reach (no scheduler could: the baseline ran that close to ideal)."""
+    """owd against the issue's bars, one row per scenario: each cell the value, whether it is
+    met, short, or out of reach (no scheduler could: the baseline ran that close to ideal), and
+    its 90% bootstrap interval over the seeds."""
     table = Table(title="owd against its targets",
                   caption="out of reach: the baseline ran within that ratio of the ideal at TCP's "
-                          "ceiling; none: owd's time over the best baseline's, at most 1.03")
+                          "ceiling; none: owd's time over the best baseline's, at most 1.03; "
+                          "(low-high): 90% of the ratio's values over the seeds resampled")
     for col in ("scenario", "vs ecmp >= 1.5x", "vs l-o >= 1.2x", "of ideal >= 0.90"):
         table.add_column(col, justify="left" if col == "scenario" else "right", no_wrap=True)
 
@@ -179,16 +181,20 @@ def _targets_table(verdicts: list[dict]) -> Table:
         if v is None:
             return "-"
         word = "met" if v["met"] else "short" if v["possible"] else "out of reach"
-        return f"{v['value']:.2f}{suffix} {word}"
+        return f"{v['value']:.2f}{suffix} {word}{_spread(v['interval'])}"
 
     for v in verdicts:
         if v["scenario"] == "none":
             over = "-" if v["over_best_baseline"] is None else f"{v['over_best_baseline']:.2f}x"
-            table.add_row("none", f"{over} of best {'met' if v['met'] else 'short'}", "", "")
+            table.add_row("none", f"{over} of best {'met' if v['met'] else 'short'}{_spread(v['interval'])}", "", "")
             continue
         table.add_row(v["scenario"], cell(v.get("vs_ecmp"), "x"), cell(v.get("vs_least_outstanding"), "x"),
                       cell(v["of_ideal"]))
     return table
+
+
+def _spread(interval: list[float] | None) -> str:
+    return "" if interval is None else f" ({interval[0]:.2f}-{interval[1]:.2f})"
 
 
 # ---- collectives: all-reduce, all-to-all ------------------------------------------------------
