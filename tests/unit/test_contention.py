@@ -197,3 +197,33 @@ def test_each_judged_ratio_carries_a_bootstrap_interval_over_the_seeds():
     console.print(_targets_table([a2a, quiet]))
     text = console.export_text()
     assert f"({lo:.2f}-{hi:.2f})" in text and "0.70x of best met (0.70-0.70)" in text
+
+
+def test_a_saved_report_is_judged_again_from_its_runs(cli, tmp_path):
+    import json
+    from dataclasses import asdict
+
+    topo = contention.topology("leafspine", 4)
+    runs = [contention.Run("two-alltoall", s, seed, [{"time_us": t * 1e6, "wrong": 0}], 0.0)
+            for seed in range(4) for s, t in (("ecmp", 1.0 + 0.2 * seed), ("least-outstanding", 0.9), ("owd", 0.75))]
+    # as an older version wrote it: no per-seed times in the summary, no intervals in the verdicts
+    report = {"lab": {"fabric": "leafspine", "spines": 4, "mtu": 1500}, "size_bytes": 4 * MIB, "warmup": 5,
+              "iters": 12, "subflows": 4, "seeds": 4, "rcvbuf_bytes": 32 << 10, "rcvbuf_budget_bytes": 192 << 10,
+              "placement": "owd learned, baselines hashed", "cpu_steal": 0.0, "summary": [], "targets": [],
+              "runs": [asdict(r) for r in runs]}
+    again = contention.rejudge(report)
+    assert again["summary"] == contention.summarize(topo, runs, 4 * MIB)
+    assert again["targets"][0]["vs_least_outstanding"]["value"] == pytest.approx(1.2)
+    assert again["targets"][0]["vs_ecmp"]["interval"][0] < again["targets"][0]["vs_ecmp"]["interval"][1]
+
+    saved = tmp_path / "report.json"
+    saved.write_text(json.dumps(report))
+    text = cli("bench", "contention", "--from", str(saved)).stdout
+    assert "owd against its targets" in text and "1.20x met (1.20-1.20)" in text and "4 spines" in text
+    assert json.loads(cli("bench", "contention", "--from", str(saved), "--json").stdout)["targets"] == again["targets"]
+
+    saved.write_text(json.dumps({"runs": []}))
+    for path, message in ((saved, "not a contention report"), (tmp_path / "none.json", "cannot read the report")):
+        proc = cli("bench", "contention", "--from", str(path), check=False)
+        text = " ".join(proc.stderr.split())
+        assert proc.returncode == 2 and message in text and "Traceback" not in text, proc.stderr

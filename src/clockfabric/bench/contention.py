@@ -516,3 +516,17 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
             "seconds": round(time.monotonic() - started, 1), "cpu_steal": median_steal(runs),
             "summary": summary, "targets": judge(summary),
             "runs": [asdict(r) for r in runs]}
+
+
+def rejudge(report: dict) -> dict:
+    """A saved report with its summary and verdicts worked out again from its runs, by this
+    version's rules: a 45-90 minute run need not be repeated to read it another way."""
+    try:
+        lab = report["lab"]
+        topo = topology(lab["fabric"], lab["spines"], lab["mtu"])
+        runs = [Run(**r) for r in report["runs"]]
+        summary = summarize(topo, runs, report["size_bytes"])
+    except (KeyError, TypeError, ValueError, AttributeError, ClockfabricError) as e:
+        raise ClockfabricError(f"not a contention report ({type(e).__name__}: {e}); give a JSON file that "
+                               "'clockfabric bench contention' wrote") from None
+    return {**report, "summary": summary, "targets": judge(summary)}

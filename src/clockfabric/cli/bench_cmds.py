@@ -112,6 +112,9 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                                                   "learned for owd, hashed for the baselines, as each ships)."),
                out_file: Path = typer.Option(Path("bench/results/contention.json"), "--out",
                                              help="Where the JSON report goes."),
+               from_file: Path = typer.Option(None, "--from",
+                                              help="Run nothing: read a report this command wrote and judge "
+                                                   "its runs again (the other options are ignored)."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
     """The schedulers where flows collide, on an 8-host leaf-spine lab it builds and removes."""
     import json
@@ -119,6 +122,13 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
     from clockfabric.bench import contention as cb
     from clockfabric.collective.sizes import parse_size
 
+    if from_file is not None:
+        try:
+            report = cb.rejudge(json.loads(from_file.read_text()))
+        except (OSError, ValueError) as e:
+            raise ClockfabricError(f"cannot read the report {from_file}: {e}") from None
+        _print_contention(report, as_json)
+        return
     chosen, sched = _list(scenarios, "--scenarios"), _list(schedulers, "--schedulers")
     nbytes = parse_size(size)
     rcvbuf_bytes = _rcvbuf(rcvbuf)
@@ -137,13 +147,23 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                     rcvbuf_budget=budget_bytes, warmup=warmup, progress=progress)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
+    _print_contention(report, as_json)
+    err.print(f"JSON in {out_file}")
+
+
+def _print_contention(report: dict, as_json: bool) -> None:
+    from clockfabric.collective.sizes import format_size
+
     if as_json:
         print_json(report)
         return
-    table = Table(title=f"contention ({fabric}): 8 hosts, 2 leaves, {spines} spines, MTU {mtu}; {size} per rank, "
-                        f"{report['subflows']} subflows ({rcvbuf if rcvbuf_bytes else 'autotuned'} receive buffers"
-                        f"{f', {rcvbuf_budget} shared per spine' if budget_bytes else ''}), "
-                        f"{report['warmup']}+{iters} iterations, median of {seeds} seeds; ports: {report['placement']}",
+    lab, rcvbuf, budget = report["lab"], report["rcvbuf_bytes"], report["rcvbuf_budget_bytes"]
+    table = Table(title=f"contention ({lab['fabric']}): 8 hosts, 2 leaves, {lab['spines']} spines, MTU {lab['mtu']}; "
+                        f"{format_size(report['size_bytes'])} per rank, {report['subflows']} subflows "
+                        f"({format_size(rcvbuf) if rcvbuf else 'autotuned'} receive buffers"
+                        f"{f', {format_size(budget)} shared per spine' if budget else ''}), "
+                        f"{report['warmup']}+{report['iters']} iterations, median of {report['seeds']} seeds; "
+                        f"ports: {report['placement']}",
                   caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; "
                           "of TCP: of the ideal at TCP/IP's ceiling (headers and acks); "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")
@@ -163,7 +183,6 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
     if report["cpu_steal"]:
         err.print(f"CPU steal during the runs: {report['cpu_steal']:.0%} median (the hypervisor's; "
                   "the transport is Python, so steal slows every scheduler)")
-    err.print(f"JSON in {out_file}")
 
 
 def _targets_table(verdicts: list[dict]) -> Table:
