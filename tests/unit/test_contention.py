@@ -227,3 +227,20 @@ def test_a_saved_report_is_judged_again_from_its_runs(cli, tmp_path):
         proc = cli("bench", "contention", "--from", str(path), check=False)
         text = " ".join(proc.stderr.split())
         assert proc.returncode == 2 and message in text and "Traceback" not in text, proc.stderr
+
+
+def test_background_traffic_that_ends_early_stops_the_bench():
+    import subprocess
+    import sys
+
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    done = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    try:
+        done.wait()
+        contention.still_running([alive], "elephants under owd, seed 0")  # running: nothing to say
+        with pytest.raises(ClockfabricError, match=r"elephant flow ended \(exit code 1\) before elephants under "
+                                                   r"owd, seed 2 was done"):
+            contention.still_running([alive, done], "elephants under owd, seed 2")
+        assert contention.ELEPHANT_SECONDS >= 3600  # past any scenario the bench runs; it stops them itself
+    finally:
+        contention.stop([alive])

@@ -108,6 +108,10 @@ MTU = 1500
 MTUS = (1500, 9000)  # Ethernet's, and the jumbo frames AI back-end fabrics run
 BUFFER_BYTES = 200 * 1514  # each port's FIFO: the lab's default 200 full-sized frames at MTU 1500
 IPERF_PORT = 5400
+# how long the elephants may run: iperf3's longest (a day); the bench stops them once the
+# scenario is done. A fixed 600 s ended them halfway through 2 spines' 5 seeds at 5 + 12
+# iterations (15 minutes), and the later seeds ran on a quiet fabric.
+ELEPHANT_SECONDS = 86400
 # Each subflow's receive buffer, fixed. Left to the kernel's autotuning, a subflow's window
 # grows with its round trip until the uplinks' FIFOs overflow (about 1% of segments
 # retransmitted in every run). At 32 KiB a window settles near 42 KiB. 16 KiB (21 KiB windows)
@@ -238,12 +242,20 @@ def _elephants(lab: Lab) -> list[subprocess.Popen]:
     procs: list[subprocess.Popen] = []
     try:
         for src, dst in ELEPHANTS:
-            procs += pinned_iperf(lab, src, dst, plane0(lab.topology, "spine0"))
+            procs += pinned_iperf(lab, src, dst, plane0(lab.topology, "spine0"), seconds=ELEPHANT_SECONDS)
     except BaseException:
         stop(procs)
         raise
     time.sleep(1.0)  # the elephants reach their rate
     return procs
+
+
+def still_running(procs: list[subprocess.Popen], during: str) -> None:
+    """A clear error where background traffic ended: the run it was meant to load would
+    otherwise be counted as if loaded."""
+    if ended := [p for p in procs if p.poll() is not None]:
+        raise ClockfabricError(f"an iperf3 elephant flow ended (exit code {ended[0].returncode}) before {during} "
+                               "was done: that run was not loaded as the scenario says, so the bench stops")
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
@@ -340,6 +352,7 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
             run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows,
                           warmup=warmup, placement=placement, rcvbuf=rcvbuf, rcvbuf_budget=rcvbuf_budget)
+            still_running(procs, f"{scenario} under {scheduler}, seed {seed}")
             stolen = "" if run.cpu_steal is None else f"  (CPU steal {run.cpu_steal:.0%})"
             progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s{stolen}")
             runs.append(run)
