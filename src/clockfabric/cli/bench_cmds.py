@@ -191,7 +191,7 @@ def _targets_table(verdicts: list[dict]) -> Table:
     its 90% bootstrap interval over the seeds."""
     table = Table(title="owd against its targets",
                   caption="out of reach: the baseline ran within that ratio of the ideal at TCP's "
-                          "ceiling; none: owd's time over the best baseline's, at most 1.03; "
+                          "ceiling (with elephants: of all of their spine); none: owd's time over the best baseline's, at most 1.03; "
                           "(low-high): 90% of the ratio's values over the seeds resampled")
     for col in ("scenario", "vs ecmp >= 1.5x", "vs l-o >= 1.2x", "of ideal >= 0.90"):
         table.add_column(col, justify="left" if col == "scenario" else "right", no_wrap=True)
