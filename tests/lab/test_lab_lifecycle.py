@@ -56,19 +56,38 @@ def test_failure_half_way_removes_everything(monkeypatch):
     assert not netns.listed("cf.thalf.") and not (run_dir() / "thalf").exists()
 
 
+# `lab up` with the fifth link's shaping held until the test signals it: a whole lab builds in
+# under a second, so a signal sent when the first namespace appears can land after the build
+PAUSED_LAB_UP = """
+import pathlib, sys, time
+from clockfabric.cli.main import main
+from clockfabric.lab import shaping
+real, calls, marker = shaping.shape, [0], pathlib.Path(sys.argv.pop(1))
+def held_on_fifth(*args):
+    calls[0] += 1
+    if calls[0] == 5:
+        marker.touch()
+        time.sleep(60)
+    real(*args)
+shaping.shape = held_on_fifth
+main()
+"""
+
+
 def test_terminated_lab_up_removes_everything(tmp_path):
     """`kill` (SIGTERM) mid-build does what Ctrl-C does: everything made so far is removed, one line says so."""
-    path, name = tmp_path / "big.yaml", f"{PREFIX}term"
+    path, name, paused = tmp_path / "big.yaml", f"{PREFIX}term", tmp_path / "paused"
     path.write_text(dumps(multirail(32, 2, 2, 2)))
-    proc = subprocess.Popen([sys.executable, "-m", "clockfabric.cli", "lab", "up", str(path), "--name", name],
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_LAB_UP, str(paused), "lab", "up", str(path), "--name", name],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not netns.listed(f"cf.{name}.") and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
+        while not paused.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert paused.exists() and netns.listed(f"cf.{name}."), "lab up never reached its fifth link"
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 2, f"exited {proc.returncode} (signalled too late?):\n{out}\n{err}"
+        assert proc.returncode == 2, f"exited {proc.returncode}:\n{out}\n{err}"
         assert err.strip().splitlines() == [f"error: lab up {name} interrupted; everything it made was removed"]
         assert not netns.listed(f"cf.{name}.") and not (run_dir() / name).exists()
     finally:
