@@ -6,11 +6,15 @@ every hop, so a subflow hashed onto spine0 drags the whole all-reduce down unles
 move to spine1.
 """
 
+import subprocess
+
 import pytest
 
+from clockfabric.bench import contention
 from clockfabric.bench.contention import ideal_time_s
 from clockfabric.collective import allreduce
 from clockfabric.lab import impair
+from clockfabric.lab.exec import command
 from clockfabric.topology import leafspine
 from tests.conftest import lab_capable
 
@@ -46,3 +50,21 @@ def test_owd_moves_bytes_off_a_degraded_spine_and_beats_ecmp(make_lab):
     h0 = [s["bytes"] for s in owd.subflow_stats["h0"] if s["peer"] == "h2"]
     assert max(h0) > 1.4 * min(h0), h0
     assert ideal_time_s(lab.topology, "degraded", 2 << 20, [("allreduce", RING)]) > 0.4 * t_owd / 1e6
+
+
+def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
+    """The lab's namespaces inherit the machine's default TCP (BBR on some), and iperf3 runs it
+    unless told: the elephants scenario would then depend on the host's sysctl."""
+    lab = make_lab(contention.topology())
+    procs = contention._elephants(lab)
+    try:
+        for src, dst in contention.ELEPHANTS:
+            out = subprocess.run(command(lab, src, ["ss", "-tin", "dst", contention.nic_address(lab.topology, dst, 0)]),
+                                 capture_output=True, text=True, check=True).stdout
+            # the data connection has carried the bytes; iperf3's control one, a few hundred
+            conns = [c for c in out.split("\n\t") if "bytes_acked:" in c]
+            data = max(conns, key=lambda c: int(c.split("bytes_acked:")[1].split()[0]))
+            assert data.split()[0] == contention.ELEPHANT_CONGESTION, out
+        contention.still_running(procs, "the check")
+    finally:
+        contention.stop(procs)

@@ -11,8 +11,8 @@ h4, h1, h5 (every hop crosses the spines), job B the same over h2, h6, h3, h7. "
   two-alltoall    jobs A and B as all-to-alls (oneshot: every peer at once, as NCCL's
                   grouped sends), at once
   two-allreduce   jobs A and B at once: four flows per direction share the two spines
-  elephants       job A, while iperf3 elephants (h2 -> h6, h7 -> h3) are pinned on spine0
-                  by source ports learned for it
+  elephants       job A, while iperf3 elephants (h2 -> h6, h7 -> h3, TCP CUBIC) are pinned
+                  on spine0 by source ports learned for it
   degraded        job A, with leaf0-spine0 at a quarter of its rate
 
 Each scenario runs under each scheduler, `seeds` times (a hashed run gets new kernel
@@ -114,6 +114,11 @@ IPERF_PORT = 5400
 # scenario is done. A fixed 600 s ended them halfway through 2 spines' 5 seeds at 5 + 12
 # iterations (15 minutes), and the later seeds ran on a quiet fabric.
 ELEPHANT_SECONDS = 86400
+# The elephants' TCP, named rather than inherited: iperf3 runs the namespace's default, which
+# lab namespaces take from the machine, so the scenario changed with the host's sysctl (this
+# machine's BBR took 6-12 Mbit/s of a 25 Mbit/s spine from the job, run to run). CUBIC is
+# Linux's own default, and what the job's subflows run (transport.CONGESTION).
+ELEPHANT_CONGESTION = "cubic"
 # Each subflow's receive buffer, fixed. Left to the kernel's autotuning, a subflow's window
 # grows with its round trip until the uplinks' FIFOs overflow (about 1% of segments
 # retransmitted in every run). At 32 KiB a window settles near 42 KiB. 16 KiB (21 KiB windows)
@@ -247,11 +252,16 @@ def _elephants(lab: Lab) -> list[subprocess.Popen]:
     procs: list[subprocess.Popen] = []
     try:
         for src, dst in ELEPHANTS:
-            procs += pinned_iperf(lab, src, dst, plane0(lab.topology, "spine0"), seconds=ELEPHANT_SECONDS)
+            procs += pinned_iperf(lab, src, dst, plane0(lab.topology, "spine0"), seconds=ELEPHANT_SECONDS,
+                                  congestion=ELEPHANT_CONGESTION)
     except BaseException:
         stop(procs)
         raise
     time.sleep(1.0)  # the elephants reach their rate
+    if ended := [p for p in procs if p.poll() is not None]:
+        stop(procs)
+        raise ClockfabricError(f"an iperf3 elephant flow exited at once (exit code {ended[0].returncode}); does this "
+                               f"kernel offer TCP {ELEPHANT_CONGESTION}? (sysctl net.ipv4.tcp_available_congestion_control)")
     return procs
 
 
@@ -271,9 +281,10 @@ def stop(procs: list[subprocess.Popen]) -> None:
 
 
 def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, seconds: float = 600,
-                 port: int = IPERF_PORT) -> list[subprocess.Popen]:
+                 port: int = IPERF_PORT, congestion: str | None = None) -> list[subprocess.Popen]:
     """An iperf3 TCP flow src -> dst pinned on `spine`: the plane's NIC addresses, and a client
-    port learned (probe.paths) to hash onto that spine. Its server and client, to stop()."""
+    port learned (probe.paths) to hash onto that spine; congestion: the sender's TCP congestion
+    control (None: the namespace's default). Its server and client, to stop()."""
     topo = lab.topology
     on_spine = {str(i.address.ip) for p, i in interfaces(topo).items() if p.node == spine}
     a, b = nic_address(topo, src, plane), nic_address(topo, dst, plane)
@@ -283,7 +294,8 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
         raise ClockfabricError(f"no source port from {src} to {dst} was found on {spine}")
     server = iperf_server(lab, dst, b, port)
     client = subprocess.Popen(command(lab, src, ["iperf3", "-c", b, "-B", a, "--cport", str(ports[0]),
-                                                 "-p", str(port), "-t", str(seconds)]),
+                                                 "-p", str(port), "-t", str(seconds)]
+                                            + (["-C", congestion] if congestion else [])),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return [server, client]
 
@@ -530,7 +542,7 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
                     "planes": 2 if fabric == "dualplane" else 1, "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE,
                     "mtu": mtu, "buffer_pkts": topo.default_buffer_pkts},
             "size_bytes": size, "warmup": warmup, "iters": iters, "subflows": subflows, "seeds": seeds, "rcvbuf_bytes": rcvbuf,
-            "rcvbuf_budget_bytes": rcvbuf_budget,
+            "rcvbuf_budget_bytes": rcvbuf_budget, "elephant_congestion": ELEPHANT_CONGESTION,
             "alltoall_algorithm": ALLTOALL_ALGORITHM, "placement": placement or "owd learned, baselines hashed",
             "seconds": round(time.monotonic() - started, 1), "cpu_steal": median_steal(runs),
             "summary": summary, "targets": judge(summary),

@@ -163,7 +163,9 @@ def _print_contention(report: dict, as_json: bool) -> None:
                         f"({format_size(rcvbuf) if rcvbuf else 'autotuned'} receive buffers"
                         f"{f', {format_size(budget)} shared per spine' if budget else ''}), "
                         f"{report['warmup']}+{report['iters']} iterations, median of {report['seeds']} seeds; "
-                        f"ports: {report['placement']}",
+                        f"ports: {report['placement']}"
+                        + (f"; elephants: TCP {report.get('elephant_congestion', 'the host default')}"
+                           if any(r["scenario"] == "elephants" for r in report["summary"]) else ""),
                   caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; "
                           "of TCP: of the ideal at TCP/IP's ceiling (headers and acks); "
                           "ecmp/ideal: the most any scheduler could gain over ecmp")
