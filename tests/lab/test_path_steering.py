@@ -12,10 +12,11 @@ import pytest
 
 from clockfabric.bench import contention
 from clockfabric.bench.contention import ideal_time_s
-from clockfabric.collective import allreduce
+from clockfabric.clock.evaluate import LabAgents
+from clockfabric.collective import allreduce, run_collective
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
-from clockfabric.topology import leafspine
+from clockfabric.topology import interfaces, leafspine
 from tests.conftest import lab_capable
 
 reason = lab_capable()
@@ -68,3 +69,41 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
         contention.still_running(procs, "the check")
     finally:
         contention.stop(procs)
+
+
+def test_standbys_go_to_work_only_on_the_spine_the_elephants_crowd(make_lab):
+    """With standbys, each subflow the agents placed on a spine has a second one beside it,
+    parked. Alone on the fabric, the job's subflows are held by their receive windows and none
+    wakes; with CUBIC elephants on spine0, the subflows there lose segments to them and their
+    standbys go to work, while those on spine1 stay parked."""
+    lab = make_lab(contention.topology())
+    topo = lab.topology
+    _, hosts = contention.jobs_of("elephants")[0]
+    # the addresses spine0 answers a trace with, from under each leaf: the hops of its subflows
+    hot = {str(interfaces(topo)[topo.find_link(leaf, "spine0").port("spine0")].address.ip) for leaf in ("leaf0", "leaf1")}
+
+    def standbys():
+        res = run_collective(lab, hosts, sizes=[4 << 20], subflows=2, scheduler="owd", iters=2, warmup=4,
+                             timeout_s=60, rcvbuf=contention.RCVBUF, rcvbuf_budget=contention.RCVBUF_BUDGET,
+                             standby=True)
+        assert res.ok, res.rows
+        rows = [row for stats in res.subflow_stats.values() for row in stats if row["subflow"] >= 2]
+        assert rows and all(row["spine"] for row in rows if row["bytes"]), rows
+        return rows
+
+    agents = LabAgents(lab, extra=["--no-failover", "--no-steer", "--metrics-port", "0"])
+    agents.start()
+    try:
+        agents.wait_publishing(timeout_s=60)
+        alone = standbys()
+        procs = contention._elephants(lab)
+        try:
+            crowded = standbys()
+            contention.still_running(procs, "the job")
+        finally:
+            contention.stop(procs)
+    finally:
+        agents.stop()
+    assert all(row["bytes"] == 0 and row["parked"] for row in alone), alone
+    assert sum(row["bytes"] for row in crowded if row["spine"] in hot) > 0, crowded
+    assert all(row["bytes"] == 0 for row in crowded if row["spine"] not in hot), crowded

@@ -263,3 +263,27 @@ def test_with_elephants_out_of_reach_is_judged_against_the_whole_spine_not_a_fai
     assert ecmp / (whole / payload) >= 1.5
     verdict = contention.judge(contention.summarize(topo, [run("ecmp", ecmp), run("owd", ecmp / 1.498)], 4 * MIB))[0]
     assert not verdict["vs_ecmp"]["met"] and verdict["vs_ecmp"]["possible"]  # short, not out of reach
+
+
+def test_summaries_say_what_share_of_the_bytes_standbys_carried(cli, tmp_path):
+    import json
+    from dataclasses import asdict
+
+    def run(scheduler, seed, carried, on_standby):
+        return contention.Run("elephants", scheduler, seed, [{"time_us": 2e6, "wrong": 0, "bytes": carried,
+                                                             "standby_bytes": on_standby}])
+
+    runs = [run("owd", 0, 100, 30), run("owd", 1, 300, 10), run("ecmp", 0, 100, 0),
+            contention.Run("elephants", "least-outstanding", 0, [{"time_us": 3e6, "wrong": 0}])]  # an older report's
+    rows = {r["scheduler"]: r for r in contention.summarize(contention.topology(), runs, 4 * MIB)}
+    assert rows["owd"]["on_standbys"] == 0.1 and rows["ecmp"]["on_standbys"] == 0.0
+    assert rows["least-outstanding"]["on_standbys"] is None
+    report = {"lab": {"fabric": "leafspine", "spines": 2, "mtu": 1500}, "size_bytes": 4 * MIB, "warmup": 5,
+              "iters": 12, "subflows": 2, "seeds": 2, "rcvbuf_bytes": 32 << 10, "rcvbuf_budget_bytes": 192 << 10,
+              "standby": True, "placement": "owd learned, baselines hashed", "cpu_steal": 0.0, "summary": [],
+              "targets": [], "runs": [asdict(r) for r in runs]}
+    saved = tmp_path / "report.json"
+    saved.write_text(json.dumps(report))
+    lines = cli("bench", "contention", "--from", str(saved)).stdout.splitlines()
+    owd = next(line for line in lines if "│ owd" in line)
+    assert "10%" in owd and "no standbys" not in "".join(lines)

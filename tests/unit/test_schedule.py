@@ -63,7 +63,7 @@ class Sim:
         """Send a message of n chunks: its time (first send to last byte in), the subflow of each
         chunk as sent and when each subflow's last byte of it arrived (ns after the start)."""
         start, placed, ends = self.t, [], {}
-        queues = plan(self.scheduler, n * CHUNK, len(self.paths))
+        queues = plan(self.scheduler, n * CHUNK, self.subs)
         while any(queues):
             self.deliver(self.t)
             for j in probes(self.scheduler, self.subs):  # a header alone: the path's delay, no bytes
@@ -367,3 +367,30 @@ def test_spare_prefers_the_copy_that_gains_most():
     assert spare([late, later, idle], 2, [(WINDOW, CHUNK)] * 2 + [None]) == 1
     # ...measured from that chunk, not the subflow's end: an early chunk of `later` gains less
     assert spare([late, later, idle], 2, [(WINDOW, CHUNK), (CHUNK, CHUNK), None]) == 0
+
+
+# ---- 8. parked subflows (standbys) ----------------------------------------------------------------
+@pytest.mark.parametrize("scheduler", ["ecmp", "least-outstanding", "owd"])
+def test_a_parked_subflow_gets_no_chunk_and_no_probe(scheduler):
+    """The emptiest, fastest subflow, idle long enough to be probed, but parked: nothing goes to it."""
+    subs = [SubflowState(outstanding=CHUNK, rate=FAST), SubflowState(rate=100 * FAST, parked=True)]
+    subs[1].idle = 10 * PROBE_EVERY
+    queues = plan(scheduler, 8 * CHUNK, subs)
+    placed = []
+    while any(queues):
+        i = pick(scheduler, subs, queues)
+        assert i is not None
+        take(queues[i if scheduler == "ecmp" else 0], subs[i].chunk)
+        subs[i].outstanding = 0  # acked at once
+        placed.append(i)
+    assert set(placed) == {0} and probes(scheduler, subs) == []
+    assert spare(subs, 1, [(CHUNK, CHUNK), None]) is None  # nor copies of another's chunks
+
+
+def test_ecmp_shares_a_message_among_the_subflows_at_work():
+    subs = [SubflowState(), SubflowState(parked=True), SubflowState()]
+    queues = plan("ecmp", 8 * CHUNK, subs)
+    assert queues[1] == [] and queues[0][0] == (0, CHUNK) and queues[2][0] == (4 * CHUNK, 5 * CHUNK)
+    assert sum(b - a for q in queues for a, b in q) == 8 * CHUNK
+    subs[1].parked = False  # at work again: its share of the next message
+    assert [len(q) for q in plan("ecmp", 9 * CHUNK, subs)] == [3, 3, 3]

@@ -50,6 +50,11 @@ its agent, as a fleet would. Subflows that the agents placed on spines (learned 
 subflows that the jobs under the leaf hold on that spine, so a job alone keeps wide windows
 against someone else's elephant flows, and jobs that crowd an uplink keep narrow ones.
 
+With `standby` (the default), every subflow on learned ports has a standby beside it on its
+spine, at work only while traffic from outside the jobs' claims crowds that spine
+(collective/standby.py): against the elephants, then, a job holds two subflows per peer on
+their spine, and one elsewhere.
+
 Source ports (`placement`): by default each scheduler runs as it would ship, `owd` on ports
 learned per spine and the baselines on the kernel's (hashed). `placement="learned"` puts
 every scheduler on learned ports, so what the path discovery buys and what the scheduling
@@ -142,7 +147,7 @@ class Run:
     scenario: str
     scheduler: str
     seed: int
-    jobs: list[dict]  # per job: hosts, time_us, busbw_gbps, wrong
+    jobs: list[dict]  # per job: hosts, time_us, busbw_gbps, wrong, bytes (its subflows carried), standby_bytes
     cpu_steal: float | None = None  # share of this machine's CPU time the hypervisor took meanwhile
 
     @property
@@ -302,7 +307,7 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
 
 def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int,
             warmup: int = WARMUP, placement: str | None = None, rcvbuf: int | None = RCVBUF,
-            rcvbuf_budget: int | None = RCVBUF_BUDGET) -> Run:
+            rcvbuf_budget: int | None = RCVBUF_BUDGET, standby: bool = True) -> Run:
     """The scenario's jobs, all at once, under one scheduler."""
     jobs = jobs_of(scenario)
     results: list = [None] * len(jobs)
@@ -318,10 +323,12 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
             res = run_collective(lab, hosts, collective=collective, sizes=[size], subflows=subflows,
                                  algorithm=algorithm, scheduler=scheduler, placement=placement, iters=iters,
                                  warmup=warmup, timeout_s=60.0, gate=gate, rcvbuf=rcvbuf,
-                                 rcvbuf_budget=rcvbuf_budget)
+                                 rcvbuf_budget=rcvbuf_budget, standby=standby)
             row = res.rows[0]
+            carried = [(r["subflow"] >= subflows, r["bytes"]) for rows in res.subflow_stats.values() for r in rows]
             results[i] = {"collective": collective, "hosts": hosts, "time_us": row.time_us,
-                          "busbw_gbps": row.busbw_gbps, "wrong": row.wrong}
+                          "busbw_gbps": row.busbw_gbps, "wrong": row.wrong, "bytes": sum(b for _, b in carried),
+                          "standby_bytes": sum(b for spare, b in carried if spare)}
         except ClockfabricError as e:
             results[i] = e
             if gate:
@@ -356,7 +363,8 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
 
 def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
                  subflows: int, warmup: int, progress: Callable[[str], None], placement: str | None = None,
-                 rcvbuf: int | None = RCVBUF, rcvbuf_budget: int | None = RCVBUF_BUDGET) -> list[Run]:
+                 rcvbuf: int | None = RCVBUF, rcvbuf_budget: int | None = RCVBUF_BUDGET,
+                 standby: bool = True) -> list[Run]:
     procs: list[subprocess.Popen] = []
     link = impair.find_link(lab, plane0(lab.topology, "leaf0"), plane0(lab.topology, "spine0"))
     try:
@@ -368,7 +376,8 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
         order = [(seed, s) for seed in range(seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
             run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows,
-                          warmup=warmup, placement=placement, rcvbuf=rcvbuf, rcvbuf_budget=rcvbuf_budget)
+                          warmup=warmup, placement=placement, rcvbuf=rcvbuf, rcvbuf_budget=rcvbuf_budget,
+                          standby=standby)
             still_running(procs, f"{scenario} under {scheduler}, seed {seed}")
             stolen = "" if run.cpu_steal is None else f"  (CPU steal {run.cpu_steal:.0%})"
             progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s{stolen}")
@@ -410,6 +419,7 @@ def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
                          "ecmp_over_ideal": round(median["ecmp"] / ideal_s, 3) if "ecmp" in median else None,
                          "ideal_busbw_gbps": round(busbw_gbps(collective, size, len(hosts), ideal_s), 6),
                          "wrong": sum(j["wrong"] for r in mine if r.scheduler == scheduler for j in r.jobs),
+                         "on_standbys": standby_share(r for r in mine if r.scheduler == scheduler),
                          "cpu_steal": median_steal(r for r in mine if r.scheduler == scheduler)})
     return rows
 
@@ -470,6 +480,13 @@ def interval(values: np.ndarray, share: float = INTERVAL) -> list[float]:
     return [round(float(low), 3), round(float(high), 3)]
 
 
+def standby_share(runs) -> float | None:
+    """Of the bytes the runs' subflows carried, the share their standbys carried (None: not recorded)."""
+    jobs = [j for r in runs for j in r.jobs if "standby_bytes" in j]
+    total = sum(j["bytes"] for j in jobs)
+    return round(sum(j["standby_bytes"] for j in jobs) / total, 3) if total else None
+
+
 def median_steal(runs) -> float | None:
     shares = [r.cpu_steal for r in runs if r.cpu_steal is not None]
     return round(statistics.median(shares), 3) if shares else None
@@ -513,13 +530,15 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
 def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int,
         subflows: int | None = None, fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
         rcvbuf: int | None = RCVBUF, mtu: int = MTU, rcvbuf_budget: int | None = RCVBUF_BUDGET,
-        warmup: int = WARMUP, lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:
+        warmup: int = WARMUP, standby: bool = True, lab_name: str = "contention",
+        progress: Callable[[str], None] = lambda _: None) -> dict:
     """Bring the lab up, run every scenario, take it down; the report (JSON-ready).
     subflows: per peer pair, for every scheduler; by default one per spine path, so that `owd`
     on learned ports can reach every path (with fewer, a fault leaves it fewer to move to).
     placement: None (each scheduler's own), or "hashed"/"learned" for all. rcvbuf: every
     subflow's receive buffer, bytes, fixed, or None for the kernel's autotuning. rcvbuf_budget:
-    what the subflows the agents placed on one spine share instead (None: they keep rcvbuf)."""
+    what the subflows the agents placed on one spine share instead (None: they keep rcvbuf).
+    standby: subflows on learned ports (owd's) get standbys (collective/standby.py)."""
     check(scenarios, schedulers, seeds, iters, subflows, fabric, placement, spines, rcvbuf, mtu, rcvbuf_budget, warmup)
     topo = topology(fabric, spines, mtu)
     subflows = subflows or spine_paths(topo)
@@ -533,7 +552,7 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
         runs = [r for sc in scenarios for r in run_scenario(lab, sc, schedulers, seeds, size=size, iters=iters,
                                                             subflows=subflows, warmup=warmup, progress=progress,
                                                             placement=placement, rcvbuf=rcvbuf,
-                                                            rcvbuf_budget=rcvbuf_budget)]
+                                                            rcvbuf_budget=rcvbuf_budget, standby=standby)]
     finally:
         agents.stop()
         build.down(lab_name)
@@ -542,7 +561,7 @@ def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, i
                     "planes": 2 if fabric == "dualplane" else 1, "host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE,
                     "mtu": mtu, "buffer_pkts": topo.default_buffer_pkts},
             "size_bytes": size, "warmup": warmup, "iters": iters, "subflows": subflows, "seeds": seeds, "rcvbuf_bytes": rcvbuf,
-            "rcvbuf_budget_bytes": rcvbuf_budget, "elephant_congestion": ELEPHANT_CONGESTION,
+            "rcvbuf_budget_bytes": rcvbuf_budget, "standby": standby, "elephant_congestion": ELEPHANT_CONGESTION,
             "alltoall_algorithm": ALLTOALL_ALGORITHM, "placement": placement or "owd learned, baselines hashed",
             "seconds": round(time.monotonic() - started, 1), "cpu_steal": median_steal(runs),
             "summary": summary, "targets": judge(summary),

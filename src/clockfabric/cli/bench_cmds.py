@@ -110,6 +110,9 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                placement: str = typer.Option(None, "--placement",
                                              help="Source ports for every scheduler: hashed or learned (default: "
                                                   "learned for owd, hashed for the baselines, as each ships)."),
+               standby: bool = typer.Option(True, "--standby/--no-standby",
+                                            help="Subflows on learned ports get a standby on their spine, at work "
+                                                 "while traffic from outside the jobs crowds it."),
                out_file: Path = typer.Option(Path("bench/results/contention.json"), "--out",
                                              help="Where the JSON report goes."),
                from_file: Path = typer.Option(None, "--from",
@@ -144,7 +147,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
 
     report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
                     fabric=fabric, placement=placement, spines=spines, rcvbuf=rcvbuf_bytes, mtu=mtu,
-                    rcvbuf_budget=budget_bytes, warmup=warmup, progress=progress)
+                    rcvbuf_budget=budget_bytes, warmup=warmup, standby=standby, progress=progress)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     _print_contention(report, as_json)
@@ -164,13 +167,15 @@ def _print_contention(report: dict, as_json: bool) -> None:
                         f"{f', {format_size(budget)} shared per spine' if budget else ''}), "
                         f"{report['warmup']}+{report['iters']} iterations, median of {report['seeds']} seeds; "
                         f"ports: {report['placement']}"
+                        + ("" if report.get("standby", False) else "; no standbys")
                         + (f"; elephants: TCP {report.get('elephant_congestion', 'the host default')}"
                            if any(r["scenario"] == "elephants" for r in report["summary"]) else ""),
                   caption="time: the median seed's (the fastest-slowest seed's); vs l-o: against least-outstanding; "
                           "of TCP: of the ideal at TCP/IP's ceiling (headers and acks); "
-                          "ecmp/ideal: the most any scheduler could gain over ecmp")
+                          "ecmp/ideal: the most any scheduler could gain over ecmp; "
+                          "standby: of the bytes, the share standby subflows carried")
     for col in ("scenario", "scheduler", "time", "busbw", "vs ecmp", "vs l-o", "of ideal", "of TCP", "ecmp/ideal",
-                "#wrong"):
+                "standby", "#wrong"):
         table.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right", no_wrap=True)
     for r in report["summary"]:
         lo, hi = r["time_range_s"]
@@ -178,7 +183,7 @@ def _print_contention(report: dict, as_json: bool) -> None:
                       f"{r['busbw_gbps'] * 1e3:.2f} MB/s",
                       _fmt(r["speedup_vs_ecmp"], "x"), _fmt(r["speedup_vs_least_outstanding"], "x"),
                       f"{r['of_ideal']:.2f}", f"{r['of_tcp_ideal']:.2f}", _fmt(r["ecmp_over_ideal"], "x"),
-                      str(r["wrong"]))
+                      "-" if r.get("on_standbys") is None else f"{r['on_standbys']:.0%}", str(r["wrong"]))
     out.print(table)
     if report["targets"]:
         out.print(_targets_table(report["targets"]))
@@ -290,7 +295,7 @@ def _list(text: str | None, what: str, cast=str) -> list | None:
 
 def _bench_collective(collective: str, lab_name: str | None, hosts: str | None, subflows: int, planes: str | None,
                       algorithm: str, scheduler: str, placement: str | None, rcvbuf: str, rcvbuf_budget: str,
-                      min_bytes: str | None, max_bytes: str | None, factor: float | None, sizes: str | None,
+                      standby: bool, min_bytes: str | None, max_bytes: str | None, factor: float | None, sizes: str | None,
                       iters: int, warmup: int, timeout: float, as_json: bool) -> None:
     from clockfabric.collective.results import COLLECTIVES
     from clockfabric.collective.run import ALGORITHMS_OF, run_collective
@@ -317,7 +322,7 @@ def _bench_collective(collective: str, lab_name: str | None, hosts: str | None, 
         res = run_collective(lab, host_list, collective=collective, sizes=chosen, subflows=subflows,
                              planes=plane_list, algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout,
                              scheduler=scheduler, placement=placement, rcvbuf=rcvbuf_bytes,
-                             rcvbuf_budget=budget_bytes, progress=bar)
+                             rcvbuf_budget=budget_bytes, standby=standby, progress=bar)
     if as_json:
         print_json(res.as_dict())
         return
@@ -350,6 +355,9 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
                                                   help="With learned placement and the hosts' agents up: what the "
                                                        "subflows on one spine from under a leaf share, each instead "
                                                        "of --rcvbuf, like 192K (default 0: none)."),
+                standby: bool = typer.Option(False, "--standby",
+                                             help="With learned placement: beside each subflow on a spine, a standby "
+                                                  "at work while traffic from outside the jobs crowds it."),
                 min_bytes: str = typer.Option(None, "--min-bytes", "-b", help="Smallest size (default 1M)."),
                 max_bytes: str = typer.Option(None, "--max-bytes", "-e", help="Largest size (default 64M)."),
                 factor: float = typer.Option(None, "--factor", "-f", help="Size step factor (default 2)."),
@@ -359,7 +367,7 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
                 timeout: float = typer.Option(60.0, "--timeout", help="Seconds any one wait may take."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
         _bench_collective(collective, lab_name, hosts, subflows, planes, algorithm, scheduler, placement, rcvbuf,
-                          rcvbuf_budget, min_bytes, max_bytes, factor, sizes, iters, warmup, timeout, as_json)
+                          rcvbuf_budget, standby, min_bytes, max_bytes, factor, sizes, iters, warmup, timeout, as_json)
 
     command.__doc__ = doc
     command.__name__ = collective

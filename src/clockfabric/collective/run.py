@@ -95,7 +95,7 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
                    subflows: int = 1, planes: Sequence[int] | None = None, algorithm: str | None = None,
                    iters: int = 5, warmup: int = 1, timeout_s: float = 60.0, port_base: int | None = None,
                    scheduler: str = "ecmp", placement: str | None = None, rcvbuf: int | None = None,
-                   rcvbuf_budget: int | None = None, progress: Progress | None = None,
+                   rcvbuf_budget: int | None = None, standby: bool = False, progress: Progress | None = None,
                    gate: threading.Barrier | None = None) -> CollectiveResult:
     """Run one collective ("allreduce" or "alltoall") over hosts, for each size.
 
@@ -110,6 +110,10 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     bytes that the subflows on one spine from under a leaf share: each subflow the agent
     placed gets its share as the agent counts them, kept up to date (worker.share_windows);
     the others keep rcvbuf.
+    standby: with learned placement, each subflow placed on a spine gets a standby through the
+    same spine, at work only while traffic from outside the jobs' claims crowds it
+    (collective/standby.py; subflows must then be a multiple of the planes). With hashed
+    ports there is no spine to stand by on, and it changes nothing.
     timeout_s bounds every wait: peers connecting, and any transfer that makes no progress.
     gate: a barrier shared by jobs run side by side (with the same sizes), so they start, time
     and end together: once every rank is ready for a size (connected, buffers made), the call
@@ -129,6 +133,10 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     if scheduler not in SCHEDULERS or placement not in PLACEMENTS:
         raise ClockfabricError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r}) and "
                                f"placement one of {', '.join(PLACEMENTS)} (got {placement!r})")
+    standby = standby and placement == "learned"
+    if standby and subflows % len(planes):
+        raise ClockfabricError(f"standby subflows need the subflows ({subflows}) to be a multiple of the planes "
+                               f"({len(planes)}): each stands by on its subflow's plane and spine")
     for name, size in (("receive buffer", rcvbuf), ("receive buffer budget", rcvbuf_budget)):
         if size is not None and size < MIN_RCVBUF:
             raise ClockfabricError(f"a {name} must be at least {MIN_RCVBUF} bytes; got {size}")
@@ -145,7 +153,8 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
             "--timeout", str(timeout_s), "--token", str(random.getrandbits(32)),
             "--scheduler", scheduler, "--placement", placement, "--rcvbuf", str(rcvbuf or 0),
             "--rcvbuf-budget", str(rcvbuf_budget or 0),
-            "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else [])
+            "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else []) \
+        + (["--standby"] if standby else [])
     for h, addrs in zip(hosts, addresses):
         argv += ["--peer", f"{h}={','.join(addrs)}"]
     try:

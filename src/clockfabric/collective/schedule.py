@@ -27,6 +27,10 @@ when threads run and by chunks that sit whole in a socket before they are read).
   back what a slow subflow holds, so the copy races it and the receiver keeps whichever
   arrives first.
 
+A subflow may be parked (a standby, collective/standby.py): it gets no new chunk and no
+probe, under any scheduler, until it is unparked; ecmp's shares are planned over the others
+(a share already planned on a subflow parked since stays on it).
+
 Every scheduler holds about a window unacknowledged on a subflow (WINDOW_CHUNKS of its
 chunks; the chunk placed last, or a copy from spare(), may top it), so a slow subflow never
 hides a deep queue in its socket buffer. A chunk is about CHUNK_NS at its subflow's measured
@@ -69,6 +73,7 @@ class SubflowState:
     floor_seen: int = 0  # acks since the floor was last set
     acks: int = 0
     idle: int = 0  # chunks sent elsewhere since this one last got one (or a probe)
+    parked: bool = False  # a standby: no new chunk or probe until it is unparked (what it holds drains)
 
     def on_send(self, length: int) -> int:
         """Count a chunk handed to this subflow; returns the bytes queued ahead of it."""
@@ -120,13 +125,17 @@ class SubflowState:
         return self.excess_ns + (self.outstanding + length) / (self.rate or default_rate)
 
 
-def plan(scheduler: str, size: int, subflows: int) -> list[list[tuple[int, int]]]:
+def plan(scheduler: str, size: int, subs: list[SubflowState]) -> list[list[tuple[int, int]]]:
     """A message's chunks as (start, end) byte ranges, in queues: for ecmp one queue per
-    subflow (its fixed share), for the others a single queue any subflow takes from."""
+    subflow (its fixed share; none for a parked one), for the others a single queue any
+    subflow takes from."""
+    active = [i for i, s in enumerate(subs) if not s.parked]
     if scheduler == "ecmp":
-        share = bounds(size, subflows)
-        return [_cut(a, b, -(-(b - a) // CHUNK)) for a, b in pairwise(share)]
-    return [_cut(0, size, max(-(-size // CHUNK), min(subflows, size)))]
+        queues: list[list[tuple[int, int]]] = [[] for _ in subs]
+        for i, (a, b) in zip(active, pairwise(bounds(size, len(active)))):
+            queues[i] = _cut(a, b, -(-(b - a) // CHUNK))
+        return queues
+    return [_cut(0, size, max(-(-size // CHUNK), min(len(active), size)))]
 
 
 def take(queue: list[tuple[int, int]], size: int) -> tuple[int, int]:
@@ -154,7 +163,7 @@ def ecmp(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
 def least_outstanding(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
     """The subflow with the fewest bytes outstanding among those with room in their windows
     (windows differ: a slow subflow's is smaller)."""
-    room = [j for j in range(len(subs)) if subs[j].outstanding < subs[j].window]
+    room = [j for j in range(len(subs)) if not subs[j].parked and subs[j].outstanding < subs[j].window]
     return min(room, key=lambda j: subs[j].outstanding) if room else None
 
 
@@ -166,7 +175,7 @@ def _default_rate(subs: list[SubflowState]) -> float:
 
 def owd(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
     default = _default_rate(subs)
-    i = min(range(len(subs)), key=lambda j: subs[j].finish_ns(min(length, subs[j].chunk), default))
+    i = min((j for j in range(len(subs)) if not subs[j].parked), key=lambda j: subs[j].finish_ns(min(length, subs[j].chunk), default))
     return i if subs[i].outstanding < subs[i].window else None  # the best is full: wait for it, don't settle
 
 
@@ -178,7 +187,7 @@ def spare(subs: list[SubflowState], j: int, lasts: list[tuple[int, int] | None])
     chunk later than j would by more than j's time for a whole window. A copy costs a chunk
     of j's time and of capacity; with a margin of one chunk, copies taken between a pipelined
     ring's slices cost two all-reduces 6-9% (docs/benchmarks.md)."""
-    if subs[j].outstanding >= subs[j].window:
+    if subs[j].parked or subs[j].outstanding >= subs[j].window:
         return None
     default = _default_rate(subs)
     best, most = None, 0.0
@@ -200,7 +209,7 @@ def probes(scheduler: str, subs: list[SubflowState]) -> list[int]:
     """Subflows to probe now (owd only): idle for PROBE_EVERY chunks, with nothing in flight."""
     if scheduler != "owd":
         return []
-    return [j for j, s in enumerate(subs) if s.idle >= PROBE_EVERY and s.outstanding == 0]
+    return [j for j, s in enumerate(subs) if s.idle >= PROBE_EVERY and s.outstanding == 0 and not s.parked]
 
 
 def pick(scheduler: str, subs: list[SubflowState], queues: list[list[tuple[int, int]]]) -> int | None:

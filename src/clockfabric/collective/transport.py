@@ -35,6 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import astuple, dataclass
 
 from clockfabric.collective.ring import Transfer
 from clockfabric.collective.schedule import SCHEDULERS, SubflowState, pick, plan, probes, spare, take
@@ -47,6 +48,7 @@ PROBE = 0xFFFFFFFF  # the message number of a probe: a header alone, acknowledge
 RESIZE = 0xFFFFFFFE  # a header alone asking the receiver for a receive buffer of `offset` bytes; not acknowledged
 ACK = struct.Struct("!IIq")  # message number, length, one-way delay of the first byte (ns)
 TCP_INFO_LEN = 168  # struct tcp_info up to tcpi_delivery_rate (Linux 4.9+)
+TCP_CHRONO_LEN = 192  # ... and on to the chrono stats: busy, rwnd- and sndbuf-limited time (Linux 4.10+)
 PIECE = 1 << 20  # bytes per syscall at most
 SNDBUF = 4 << 20  # the kernel caps it at wmem_max
 # Loss-based CUBIC, Linux's own default, where the kernel lets us choose: lab namespaces inherit
@@ -149,6 +151,40 @@ def delivery_rate(sock: socket.socket) -> float | None:
     return struct.unpack_from("Q", info, 160)[0] / 1e9 or None  # tcpi_delivery_rate, bytes/s
 
 
+@dataclass(frozen=True)
+class TcpCounters:
+    """A connection's sending, as the kernel counts it since it opened: time (µs) with data
+    in flight (busy), and the part of it that the receive window or the send buffer held
+    back; the rest the congestion window held. retrans: segments sent again."""
+
+    busy_us: int = 0
+    rwnd_limited_us: int = 0
+    sndbuf_limited_us: int = 0
+    retrans: int = 0
+
+    def __add__(self, other: TcpCounters) -> TcpCounters:
+        return TcpCounters(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+    def __sub__(self, other: TcpCounters) -> TcpCounters:
+        return TcpCounters(*(a - b for a, b in zip(astuple(self), astuple(other))))
+
+    @property
+    def cwnd_limited_us(self) -> int:
+        return max(0, self.busy_us - self.rwnd_limited_us - self.sndbuf_limited_us)
+
+
+def tcp_counters(sock: socket.socket) -> TcpCounters | None:
+    """The kernel's counters for a TCP connection; None where it keeps none (closed, too old a kernel)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_CHRONO_LEN)
+    except OSError:
+        return None
+    if len(info) < TCP_CHRONO_LEN:
+        return None
+    busy, rwnd, sndbuf = struct.unpack_from("QQQ", info, 168)
+    return TcpCounters(busy, rwnd, sndbuf, struct.unpack_from("I", info, 100)[0])  # tcpi_total_retrans
+
+
 def fixed_rcvbuf(sock: socket.socket, size: int) -> None:
     """Fix the connection's receive buffer at `size` bytes: autotuning stops, and the window it
     advertises stays within the buffer. The kernel doubles the size and counts packets' whole
@@ -197,7 +233,7 @@ class _Outbound:
 
     def __init__(self, owner: Transport, peer: int, socks: list[socket.socket]) -> None:
         self.owner, self.peer, self.socks = owner, peer, socks
-        self.states = [SubflowState() for _ in socks]
+        self.states = [SubflowState(parked=i in owner.parked) for i in range(len(socks))]
         self.cv = threading.Condition()
         self.failed: Exception | None = None
         self.active: set[_Message] = set()
@@ -225,7 +261,8 @@ class _Outbound:
         copies = scheduler == "owd"  # only ours races a slow subflow's last chunks (spare())
         while (job := self.jobs.get()) is not None:
             seq, msg = job
-            queues = plan(scheduler, len(msg.view), n_subs)
+            with self.cv:
+                queues = plan(scheduler, len(msg.view), self.states)
             with self.cv:
                 if self.failed:
                     msg.settle(self.failed)
@@ -464,6 +501,8 @@ class Transport:
     to peer (a learned path), or None to let the kernel pick (the ECMP hash decides).
     clock: the synced clock, ns, that stamps chunks (the system clock: in the lab every host
     shares it; on real hosts it is what the agent keeps in sync).
+    parked: subflow indices dialled to every peer but parked (SubflowState.parked): standbys,
+    which carry nothing until unpark()ed.
     rcvbuf: each subflow's receive buffer here, bytes, fixed (fixed_rcvbuf), or None for the
     kernel's autotuning. Autotuning grows a subflow's window with its round trip, so behind a
     deep FIFO it grows until the FIFO overflows; a fixed buffer bounds what the sender may have
@@ -473,13 +512,17 @@ class Transport:
     def __init__(self, rank: int, addresses: Sequence[Sequence[str]], *, port_base: int, subflows: int = 1,
                  timeout_s: float = 60.0, names: Sequence[str] | None = None, token: int = 0,
                  scheduler: str = "ecmp", source_ports: Callable[[int, int], int | None] | None = None,
-                 clock: Callable[[], int] = time.time_ns, rcvbuf: int | None = None) -> None:
+                 clock: Callable[[], int] = time.time_ns, rcvbuf: int | None = None,
+                 parked: Iterable[int] = ()) -> None:
         if subflows < 1:
             raise ValueError("subflows must be at least 1")
         if rcvbuf is not None and rcvbuf < MIN_RCVBUF:
             raise ValueError(f"rcvbuf must be at least {MIN_RCVBUF} bytes; got {rcvbuf}")
         if len({len(a) for a in addresses}) != 1 or not addresses[0]:
             raise ValueError("every rank needs the same number of path slots (at least one)")
+        self.parked = frozenset(parked)
+        if not set(range(subflows)) - self.parked:
+            raise ValueError("at least one subflow must not be parked")
         if scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}; got {scheduler!r}")
         self.rank, self.addresses, self.port_base = rank, [list(a) for a in addresses], port_base
@@ -638,6 +681,22 @@ class Transport:
             size = self.resized[(peer, index)] = max(MIN_RCVBUF, size)
             out.chunks[index].put((RESIZE, size, size, b"", None, None))
 
+    def park(self, peer: int, index: int, parked: bool = True) -> None:
+        """Park our subflow `index` to the peer (no new chunks; what it holds drains) or put it
+        back to work. One subflow to each peer always stays at work."""
+        if out := self.outbound.get(peer):  # None once closed
+            with out.cv:
+                states = out.states
+                if parked and all(s.parked for j, s in enumerate(states) if j != index):
+                    raise ValueError(f"subflow {index} is the last at work to {self.names[peer]}")
+                states[index].parked = parked
+                out.cv.notify_all()
+
+    def counters(self, peer: int, index: int) -> TcpCounters | None:
+        """The kernel's counters for our subflow `index` to the peer (tcp_counters); None once closed."""
+        out = self.outbound.get(peer)
+        return tcp_counters(out.socks[index]) if out else None
+
     def failure(self, peer: int, index: int, e: Exception) -> TransportError:
         if isinstance(e, BlockingIOError) or getattr(e, "errno", None) in (errno.EAGAIN, errno.ETIMEDOUT):
             how = f"no progress for {self.timeout_s:g} s"
@@ -657,12 +716,14 @@ class Transport:
                     sport = s.getsockname()[1]
                 except OSError:
                     sport = None
+                tcp = tcp_counters(s) or TcpCounters()
                 rows.append({"peer": self.names[peer], "subflow": i, "source_port": sport,
                              "congestion": congestion(s),
                              "pinned": self.pinned.get(peer, [])[i:i + 1] == [True], "bytes": st.sent,
                              "peer_rcvbuf": self.resized.get((peer, i), self.rcvbuf),
-                             "chunks": st.chunks, "rate_mbps": round(st.rate * 8e3, 2),
-                             "excess_us": round(st.excess_ns / 1e3, 1)})
+                             "parked": st.parked, "chunks": st.chunks, "rate_mbps": round(st.rate * 8e3, 2),
+                             "excess_us": round(st.excess_ns / 1e3, 1), "busy_s": round(tcp.busy_us / 1e6, 3),
+                             "cwnd_limited_s": round(tcp.cwnd_limited_us / 1e6, 3), "retrans": tcp.retrans})
         return rows
 
     def close(self) -> None:

@@ -47,11 +47,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from clockfabric.collective import alltoall, claims, ring
+from clockfabric.collective import alltoall, claims, ring, standby
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
+from clockfabric.collective.standby import Subflow
 from clockfabric.collective.transport import MIN_RCVBUF, Transport
 from clockfabric.errors import ClockfabricError
 from clockfabric.probe.paths import Path, spread
@@ -72,7 +74,6 @@ def expected(count: int, world: int) -> np.ndarray:
 
 HOLD_CHECK_S = 2.0  # holding: untimed iterations between checks whether to stop (see hold())
 SHARE_EVERY_S = 1.0  # how often a rank asks its agent how its spines are shared (share_windows())
-Subflow = tuple[int, int]  # (peer rank, subflow index)
 ALGORITHMS = {"allreduce": ring.ALGORITHMS, "alltoall": alltoall.ALGORITHMS}  # collective -> its algorithms
 DEFAULT_ALGORITHM = {"allreduce": "ring", "alltoall": "pairwise"}
 
@@ -105,6 +106,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--placement", choices=PLACEMENTS, default="hashed",
                    help="hashed: the kernel picks source ports, ECMP hashes them; learned: ports learned "
                         "per spine with TTL-limited probes, spread over the paths found.")
+    p.add_argument("--standby", action="store_true",
+                   help="With learned placement: beside each subflow placed on a spine, a standby through the "
+                        "same spine, at work only while traffic from outside the jobs' claims crowds it.")
     p.add_argument("--rcvbuf", type=int, default=0,
                    help="Receive buffer per subflow, bytes, fixed (0: the kernel's autotuning).")
     p.add_argument("--rcvbuf-budget", type=int, default=0,
@@ -148,6 +152,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--groups needs one id per rank ({args.world}); got {len(ids)}")
     if args.subflows < 1 or args.iters < 1 or args.warmup < 0 or args.timeout <= 0:
         p.error("--subflows and --iters must be at least 1, --warmup at least 0, --timeout above 0")
+    slots = len(args.addresses[0])
+    if args.standby and (args.placement != "learned" or args.subflows % slots):
+        p.error(f"--standby needs --placement learned and --subflows a multiple of the path slots ({slots}): "
+                "a standby takes its subflow's slot and spine")
     if args.rcvbuf and args.rcvbuf < MIN_RCVBUF:
         p.error(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; got {args.rcvbuf}")
     if args.rcvbuf_budget and args.rcvbuf_budget < MIN_RCVBUF:
@@ -158,14 +166,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def learn_ports(args: argparse.Namespace, peers: set[int]) -> tuple[dict[Subflow, int], dict[Subflow, str]]:
-    """(peer, subflow) -> a source port, spreading each slot's subflows over the paths found
-    to that peer (ports the switches hash onto distinct spines); and (peer, subflow) -> the
-    hop (spine) the agent placed it on. With an agent (`--agent`), it picks the spines from
-    what every job under the leaf holds (collective/claims.py).
+@dataclass
+class Placement:
+    """Where a rank's subflows run: ports[(peer, i)], the source port learned for subflow i
+    (none: the kernel's); spines[(peer, i)], the hop (spine) the agent placed it on; and
+    standbys[(peer, i)], the standby beside subflow i on its spine (--standby)."""
+
+    ports: dict[Subflow, int] = field(default_factory=dict)
+    spines: dict[Subflow, str] = field(default_factory=dict)
+    standbys: dict[Subflow, Subflow] = field(default_factory=dict)
+
+
+def learn_ports(args: argparse.Namespace, peers: set[int]) -> Placement:
+    """Source ports for our subflows to each peer, spreading each slot's subflows over the paths
+    found to that peer (ports the switches hash onto distinct spines). With an agent
+    (`--agent`), it picks the spines from what every job under the leaf holds
+    (collective/claims.py), and says which hop each subflow took.
     Without one, the ranks under one leaf take turns: the k-th rank of its group starts k*n
     paths along (n: its subflows on that rail), so their flows out of the leaf take disjoint
-    spines while there are enough, and spread evenly when there are not."""
+    spines while there are enough, and spread evenly when there are not.
+    With --standby, subflow i + --subflows is subflow i's standby: another port on its spine,
+    where there is a choice of spines and a second port on that one was found."""
     slots = len(args.addresses[args.rank])
     turn = next(g.index(args.rank) for g in args.groups if args.rank in g)
     found: dict[tuple[int, int], tuple[list[int], list[Path]]] = {}  # (peer, slot) -> (subflows, paths)
@@ -183,15 +204,24 @@ def learn_ports(args: argparse.Namespace, peers: set[int]) -> tuple[dict[Subflow
                if key[0] in sends and len({p.hop for p in paths if p.hop}) > 1]
     wants = [(len(found[key][0]), list(dict.fromkeys(p.hop for p in found[key][1]))) for key in choices]
     placed = claims.ask(args.agent, job_id(args), wants, source=args.agent[0]) if args.agent and choices else None
-    ports, spines = {}, {}
+    out = Placement()
     for (peer, slot), (mine, paths) in found.items():
         if placed is not None and (peer, slot) in choices:
             chosen = by_hops(paths, placed[choices.index((peer, slot))])
-            spines |= {(peer, i): path.hop for i, path in zip(mine, chosen) if path.hop}
+            out.spines |= {(peer, i): path.hop for i, path in zip(mine, chosen) if path.hop}
         else:
             chosen = paths_for_turn(paths, turn, len(mine))
-        ports |= {(peer, i): path.sport for i, path in zip(mine, chosen)}
-    return ports, spines
+        out.ports |= {(peer, i): path.sport for i, path in zip(mine, chosen)}
+        if args.standby and (peer, slot) in choices:
+            left = [p for p in paths if p not in chosen]
+            for i, path in zip(mine, chosen):
+                if path.hop and (beside := next((p for p in left if p.hop == path.hop), None)):
+                    left.remove(beside)
+                    spare = (peer, i + args.subflows)
+                    out.ports[spare], out.standbys[(peer, i)] = beside.sport, spare
+                    if (peer, i) in out.spines:  # it shares its spine's budget as its subflow does
+                        out.spines[spare] = path.hop
+    return out
 
 
 def share_windows(links: Transport, args: argparse.Namespace, spines: dict[Subflow, str],
@@ -322,15 +352,20 @@ def prepare(args: argparse.Namespace, count: int, links: Transport) -> tuple[Ste
 def run(args: argparse.Namespace) -> None:
     started = time.monotonic()
     peers = collective_peers(args)
-    ports, spines = learn_ports(args, peers) if args.placement == "learned" else ({}, {})
-    with Transport(args.rank, args.addresses, port_base=args.port_base, subflows=args.subflows,
+    placement = learn_ports(args, peers) if args.placement == "learned" else Placement()
+    spines, n = placement.spines, args.subflows
+    with Transport(args.rank, args.addresses, port_base=args.port_base, subflows=2 * n if args.standby else n,
                    timeout_s=args.timeout, names=args.names, token=args.token, scheduler=args.scheduler,
-                   source_ports=lambda peer, i: ports.get((peer, i)), rcvbuf=args.rcvbuf or None) as links:
+                   source_ports=lambda peer, i: placement.ports.get((peer, i)), rcvbuf=args.rcvbuf or None,
+                   parked=range(n, 2 * n) if args.standby else ()) as links:
         links.connect(peers)
         done = threading.Event()
         if args.rcvbuf_budget and args.agent and spines:
             threading.Thread(target=share_windows, args=(links, args, spines, done), daemon=True,
                              name="share-windows").start()
+        if placement.standbys:
+            threading.Thread(target=standby.watch, args=(links, placement.standbys, done), daemon=True,
+                             name="standby").start()
         emit(event="connected", rank=args.rank, connect_s=round(time.monotonic() - started, 4))
         for size in args.sizes:
             count = size // 4
@@ -358,7 +393,9 @@ def run(args: argparse.Namespace) -> None:
             emit(event="holding", rank=args.rank)
             hold(links, args, reset, once)
         done.set()
-        emit(event="subflows", rank=args.rank, subflows=links.stats())
+        rank_of = {name: r for r, name in enumerate(args.names)}
+        stats = [{**row, "spine": spines.get((rank_of[row["peer"]], row["subflow"]))} for row in links.stats()]
+        emit(event="subflows", rank=args.rank, subflows=stats)
     if args.agent and args.placement == "learned":
         claims.release(args.agent, job_id(args), source=args.agent[0])
 
