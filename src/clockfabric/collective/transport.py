@@ -707,8 +707,10 @@ class Transport:
                               f"(subflow {index}, to {self.addresses[peer][slot]}): {how}")
 
     def stats(self) -> list[dict]:
-        """Per peer and subflow: where it runs, what the scheduler gave it, and the receive buffer
-        the peer holds for it (peer_rcvbuf: last asked by resize, else the fixed one; None: autotuned)."""
+        """Per peer and subflow: where it runs, what the scheduler gave it, the receive buffer the
+        peer holds for it (peer_rcvbuf: last asked by resize, else the fixed one; None: autotuned),
+        whether it is parked, and the kernel's counters (tcp_counters): seconds busy, of which
+        held by the congestion window, and segments resent."""
         rows = []
         for peer, out in sorted(self.outbound.items()):
             for i, (s, st) in enumerate(zip(out.socks, out.states)):
@@ -717,7 +719,7 @@ class Transport:
                 except OSError:
                     sport = None
                 tcp = tcp_counters(s) or TcpCounters()
-                rows.append({"peer": self.names[peer], "subflow": i, "source_port": sport,
+                rows.append({"peer": self.names[peer], "peer_rank": peer, "subflow": i, "source_port": sport,
                              "congestion": congestion(s),
                              "pinned": self.pinned.get(peer, [])[i:i + 1] == [True], "bytes": st.sent,
                              "peer_rcvbuf": self.resized.get((peer, i), self.rcvbuf),

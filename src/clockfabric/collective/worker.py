@@ -21,8 +21,8 @@ iteration runs on a fabric the others have left.
 
 Prints JSON lines on stdout: {"event": "connected"}, {"event": "ready"} (with --gate, per size),
 {"event": "iter"} (rank 0, after each timed or warmup iteration), {"event": "result"}
-per size, {"event": "holding"} (with --gate), {"event": "subflows"} (where each subflow ran
-and what it carried, over the whole run), or {"event": "error"} before exiting 1.
+per size, {"event": "holding"} (with --gate), {"event": "subflows"} (where each subflow ran,
+on which spine the agent placed it, and what it carried, over the whole run), or {"event": "error"} before exiting 1.
 
 All-reduce inputs are chosen so every partial sum is exact in float32 whatever the order of
 additions: rank r holds ((i % 1021) - 510) / 4 * w_r at element i, w_r = r % 64 + 1, so the
@@ -393,8 +393,7 @@ def run(args: argparse.Namespace) -> None:
             emit(event="holding", rank=args.rank)
             hold(links, args, reset, once)
         done.set()
-        rank_of = {name: r for r, name in enumerate(args.names)}
-        stats = [{**row, "spine": spines.get((rank_of[row["peer"]], row["subflow"]))} for row in links.stats()]
+        stats = [{**row, "spine": spines.get((row["peer_rank"], row["subflow"]))} for row in links.stats()]
         emit(event="subflows", rank=args.rank, subflows=stats)
     if args.agent and args.placement == "learned":
         claims.release(args.agent, job_id(args), source=args.agent[0])
