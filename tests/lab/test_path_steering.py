@@ -7,6 +7,7 @@ move to spine1.
 """
 
 import subprocess
+import time
 
 import pytest
 
@@ -66,6 +67,16 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
             conns = [c for c in out.split("\n\t") if "bytes_acked:" in c]
             data = max(conns, key=lambda c: int(c.split("bytes_acked:")[1].split()[0]))
             assert data.split()[0] == contention.ELEPHANT_CONGESTION, out
+        # what the bench reads as their rate: one elephant each way on spine0's 25 Mbit/s links,
+        # near TCP's ceiling of both together (0.936 of 50 Mbit/s at MTU 1500)
+        outsiders = contention.Outsiders(lab)
+        try:
+            start = outsiders.mark()
+            time.sleep(2)
+            rate = contention.mbps(start, outsiders.mark())
+        finally:
+            outsiders.close()
+        assert 0.8 * 50 * contention.tcp_payload(1500) < rate <= 50, rate
         contention.still_running(procs, "the check")
     finally:
         contention.stop(procs)

@@ -55,6 +55,11 @@ spine, at work only while traffic from outside the jobs' claims crowds that spin
 (collective/standby.py): against the elephants, then, a job holds two subflows per peer on
 their spine, and one elsewhere.
 
+With elephants, each run also records what the jobs left them: their rate alone just before
+the run (the jobs not yet started), and over the run (connect, warmup and timed iterations),
+from the bytes their senders' sockets had acknowledged (sock_diag). The report's `outside_kept`
+is the second over the first: a scheduler's speed bought from someone else's flows shows there.
+
 Source ports (`placement`): by default each scheduler runs as it would ship, `owd` on ports
 learned per spine and the baselines on the kernel's (hashed). `placement="learned"` puts
 every scheduler on learned ports, so what the path discovery buys and what the scheduling
@@ -93,6 +98,7 @@ from clockfabric.topology import (
     multirail,
     parse_rate,
 )
+from clockfabric.traffic.steer import FlowReader
 
 SCENARIOS = ("none", "two-alltoall", "two-allreduce", "elephants", "degraded")
 FABRICS = ("leafspine", "dualplane")
@@ -124,6 +130,9 @@ ELEPHANT_SECONDS = 86400
 # machine's BBR took 6-12 Mbit/s of a 25 Mbit/s spine from the job, run to run). CUBIC is
 # Linux's own default, and what the job's subflows run (transport.CONGESTION).
 ELEPHANT_CONGESTION = "cubic"
+# Before each run with elephants, the bench lets them regain the spine the last run's jobs shared
+# (SETTLE_S), then reads their rate alone over ALONE_S: the baseline of what each run leaves them.
+SETTLE_S, ALONE_S = 1.0, 2.0
 # Each subflow's receive buffer, fixed. Left to the kernel's autotuning, a subflow's window
 # grows with its round trip until the uplinks' FIFOs overflow (about 1% of segments
 # retransmitted in every run). At 32 KiB a window settles near 42 KiB. 16 KiB (21 KiB windows)
@@ -149,6 +158,8 @@ class Run:
     seed: int
     jobs: list[dict]  # per job: hosts, time_us, busbw_gbps, wrong, bytes (its subflows carried), standby_bytes
     cpu_steal: float | None = None  # share of this machine's CPU time the hypervisor took meanwhile
+    outside_mbps: float | None = None  # with elephants: their rate over the run, Mbit/s (all of them)
+    outside_alone_mbps: float | None = None  # ... and just before it, alone on the fabric
 
     @property
     def time_us(self) -> float:
@@ -270,6 +281,35 @@ def _elephants(lab: Lab) -> list[subprocess.Popen]:
     return procs
 
 
+class Outsiders:
+    """The elephants' bytes acknowledged so far, read from their senders' sockets (sock_diag,
+    bound in each sender's namespace): the rate a run left the traffic outside the jobs."""
+
+    def __init__(self, lab: Lab, port: int = IPERF_PORT):
+        self.port, self.readers = port, []
+        try:
+            for src in dict.fromkeys(src for src, _ in ELEPHANTS):
+                with netns.entered(lab.ns(src)):
+                    self.readers.append(FlowReader())
+        except BaseException:
+            self.close()
+            raise
+
+    def mark(self) -> tuple[float, int]:
+        """(now, bytes acknowledged to the elephants' port so far)."""
+        acked = sum(s.bytes_acked for r in self.readers for s in r.read() if s.key.dport == self.port)
+        return time.monotonic(), acked
+
+    def close(self) -> None:
+        for r in self.readers:
+            r.close()
+
+
+def mbps(start: tuple[float, int], end: tuple[float, int]) -> float | None:
+    """The rate between two Outsiders.mark()s, Mbit/s."""
+    return round((end[1] - start[1]) * 8 / (end[0] - start[0]) / 1e6, 3) if end[0] > start[0] else None
+
+
 def still_running(procs: list[subprocess.Popen], during: str) -> None:
     """A clear error where background traffic ended: the run it was meant to load would
     otherwise be counted as if loaded."""
@@ -307,8 +347,10 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
 
 def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int,
             warmup: int = WARMUP, placement: str | None = None, rcvbuf: int | None = RCVBUF,
-            rcvbuf_budget: int | None = RCVBUF_BUDGET, standby: bool = True) -> Run:
-    """The scenario's jobs, all at once, under one scheduler."""
+            rcvbuf_budget: int | None = RCVBUF_BUDGET, standby: bool = True,
+            outsiders: Outsiders | None = None) -> Run:
+    """The scenario's jobs, all at once, under one scheduler; with `outsiders`, their rate
+    alone just before and over the run."""
     jobs = jobs_of(scenario)
     results: list = [None] * len(jobs)
     # the jobs begin their warmup together, once all have connected, and keep the fabric loaded
@@ -335,14 +377,23 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
                 gate.abort()  # the other job must not wait for this one
 
     threads = [threading.Thread(target=job, args=(i,)) for i in range(len(jobs))]
+    alone = outside = None
+    if outsiders:
+        time.sleep(SETTLE_S)
+        first = outsiders.mark()
+        time.sleep(ALONE_S)
+        start = outsiders.mark()
+        alone = mbps(first, start)
     before = cpu_ticks()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if outsiders:
+        outside = mbps(start, outsiders.mark())
     if errors := [r for r in results if isinstance(r, Exception)]:
         raise errors[0]
-    return Run(scenario, scheduler, seed, results, steal_share(before, cpu_ticks()))
+    return Run(scenario, scheduler, seed, results, steal_share(before, cpu_ticks()), outside, alone)
 
 
 def cpu_ticks() -> tuple[int, int] | None:
@@ -366,24 +417,28 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
                  rcvbuf: int | None = RCVBUF, rcvbuf_budget: int | None = RCVBUF_BUDGET,
                  standby: bool = True) -> list[Run]:
     procs: list[subprocess.Popen] = []
+    outsiders = None
     link = impair.find_link(lab, plane0(lab.topology, "leaf0"), plane0(lab.topology, "spine0"))
     try:
         if scenario == "degraded":
             impair.set_rate(lab, link, link.rate_bps // 4)
         elif scenario == "elephants":
             procs = _elephants(lab)
+            outsiders = Outsiders(lab)
         runs = []
         order = [(seed, s) for seed in range(seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
             run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows,
                           warmup=warmup, placement=placement, rcvbuf=rcvbuf, rcvbuf_budget=rcvbuf_budget,
-                          standby=standby)
+                          standby=standby, outsiders=outsiders)
             still_running(procs, f"{scenario} under {scheduler}, seed {seed}")
             stolen = "" if run.cpu_steal is None else f"  (CPU steal {run.cpu_steal:.0%})"
             progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s{stolen}")
             runs.append(run)
         return runs
     finally:
+        if outsiders:
+            outsiders.close()
         stop(procs)
         if scenario == "degraded":
             impair.set_rate(lab, link, link.rate_bps)
@@ -420,6 +475,7 @@ def summarize(topo: Topology, runs: list[Run], size: int) -> list[dict]:
                          "ideal_busbw_gbps": round(busbw_gbps(collective, size, len(hosts), ideal_s), 6),
                          "wrong": sum(j["wrong"] for r in mine if r.scheduler == scheduler for j in r.jobs),
                          "on_standbys": standby_share(r for r in mine if r.scheduler == scheduler),
+                         **outside(r for r in mine if r.scheduler == scheduler),
                          "cpu_steal": median_steal(r for r in mine if r.scheduler == scheduler)})
     return rows
 
@@ -485,6 +541,15 @@ def standby_share(runs) -> float | None:
     jobs = [j for r in runs for j in r.jobs if "standby_bytes" in j]
     total = sum(j["bytes"] for j in jobs)
     return round(sum(j["standby_bytes"] for j in jobs) / total, 3) if total else None
+
+
+def outside(runs) -> dict:
+    """The outside traffic's median rate over the runs (Mbit/s), and the median share of its rate
+    alone that it kept (None: no elephants, or an older report)."""
+    pairs = [(r.outside_mbps, r.outside_alone_mbps) for r in runs if r.outside_mbps is not None]
+    kept = [during / alone for during, alone in pairs if alone]
+    return {"outside_mbps": round(statistics.median(d for d, _ in pairs), 3) if pairs else None,
+            "outside_kept": round(statistics.median(kept), 3) if kept else None}
 
 
 def median_steal(runs) -> float | None:

@@ -185,11 +185,27 @@ def _print_contention(report: dict, as_json: bool) -> None:
                       f"{r['of_ideal']:.2f}", f"{r['of_tcp_ideal']:.2f}", _fmt(r["ecmp_over_ideal"], "x"),
                       "-" if r.get("on_standbys") is None else f"{r['on_standbys']:.0%}", str(r["wrong"]))
     out.print(table)
+    if any(r.get("outside_mbps") is not None for r in report["summary"]):
+        out.print(_outside_table(report["summary"]))
     if report["targets"]:
         out.print(_targets_table(report["targets"]))
     if report["cpu_steal"]:
         err.print(f"CPU steal during the runs: {report['cpu_steal']:.0%} median (the hypervisor's; "
                   "the transport is Python, so steal slows every scheduler)")
+
+
+def _outside_table(summary: list[dict]) -> Table:
+    """What each scheduler's job left the traffic outside it (the elephants)."""
+    table = Table(title="the elephants while the job ran",
+                  caption="rate: all elephants' together, the median run's; kept: of their rate alone just before "
+                          "each run, the median run's")
+    for col in ("scenario", "scheduler", "rate", "kept"):
+        table.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right", no_wrap=True)
+    for r in summary:
+        if r.get("outside_mbps") is not None:
+            table.add_row(r["scenario"], r["scheduler"], f"{r['outside_mbps']:.1f} Mbit/s",
+                          "-" if r["outside_kept"] is None else f"{r['outside_kept']:.0%}")
+    return table
 
 
 def _targets_table(verdicts: list[dict]) -> Table:
