@@ -59,6 +59,8 @@ class Watch:
         self.last_crowded = 0.0
 
     def read(self, now_s: float, counters: TcpCounters) -> bool:
+        """Take the pair's counters as read at now_s (cumulative since connect); whether the
+        standby should be at work now."""
         self.reads.append((now_s, counters))
         while len(self.reads) > 1 and now_s - self.reads[1][0] >= LOOK_S:  # keep one read LOOK_S back
             self.reads.popleft()
