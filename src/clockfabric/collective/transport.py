@@ -22,7 +22,9 @@ chunk to arrive and reads any later one into a spill buffer, so no byte lands tw
 Each subflow has a sender and an ack thread on the sending side, a receiver thread on the
 other, all making blocking calls in large pieces, so the kernel moves the bytes with the
 GIL released. Kernel timeouts (SO_RCVTIMEO / SO_SNDTIMEO) end any wait that makes no
-progress, so a dead peer or path gives an error, never a hang.
+progress, so a dead peer or path gives an error, never a hang. A subflow that hears nothing
+while the same peer's bytes arrive on another is quiet, not dead: the scheduler may leave it
+idle (a parked standby, for a whole job); its sender sees a dead path by the acks it is owed.
 """
 
 from __future__ import annotations
@@ -405,6 +407,7 @@ class _Inbound:
         self.posted: dict[int, _Message] = {}
         self.seq = 0
         self.failed: Exception | None = None
+        self.heard = time.monotonic()  # when any of the peer's subflows last brought us something
         for i in range(len(socks)):
             threading.Thread(target=self._guard, args=(i,), daemon=True, name=f"recv-{peer}.{i}").start()
 
@@ -421,12 +424,17 @@ class _Inbound:
     def _receive(self, i: int) -> None:
         sock, clock, head = self.socks[i], self.owner.clock, bytearray(HEADER.size)
         spill = bytearray()  # where a copy of a chunk already taken is read, to be dropped
+
+        def idle() -> bool:  # nothing owed, or owed and arriving on the peer's other subflows
+            return not self.posted or time.monotonic() - self.heard < self.owner.timeout_s
+
         while True:
             try:
-                _recv_into(sock, memoryview(head), lambda: not self.posted)
+                _recv_into(sock, memoryview(head), idle)
             except _Idle:
                 continue
             first = clock()
+            self.heard = time.monotonic()
             seq, off, length, stamp = HEADER.unpack(head)
             if seq == PROBE:
                 sock.sendall(ACK.pack(seq, 0, first - stamp))
@@ -455,7 +463,7 @@ class _Inbound:
                 with self.cv:
                     msg.left -= length
                     if msg.left == 0:
-                        del self.posted[seq]
+                        self.posted.pop(seq, None)  # gone already where another subflow failed
                         msg.settle()
             # acked only once counted: the sender closes after its last ack, and that close must
             # find nothing here still owed
