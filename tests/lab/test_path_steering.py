@@ -68,9 +68,10 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
             data = max(conns, key=lambda c: int(c.split("bytes_acked:")[1].split()[0]))
             assert data.split()[0] == contention.ELEPHANT_CONGESTION, out
         # what the bench reads as their rate: one elephant each way on spine0's 25 Mbit/s links,
-        # near TCP's ceiling of both together (0.936 of 50 Mbit/s at MTU 1500)
+        # near TCP's ceiling of both together (0.936 of 50 Mbit/s at MTU 1500), past their start
         outsiders = contention.Outsiders(lab)
         try:
+            time.sleep(contention.SETTLE_S)
             start = outsiders.mark()
             time.sleep(2)
             rate = contention.mbps(start, outsiders.mark())
