@@ -287,6 +287,26 @@ def test_a_peer_that_stops_mid_transfer_is_an_error_not_a_hang():
     assert isinstance(results[0], TransportError) and "link to rank 1 failed" in str(results[0])
 
 
+def test_a_peer_silent_on_every_subflow_is_an_error_within_the_timeout():
+    """Connected, owing us a message, and sending nothing on any subflow: that is a stall, however
+    quiet a single subflow may rightly be while its siblings carry the peer's bytes."""
+    def body(r, t):
+        if r == 1:
+            time.sleep(4)  # alive and connected, but sends nothing
+            return "late"
+        buf = np.zeros(1 << 16, np.float32)
+        t0 = time.monotonic()
+        try:
+            t.exchange(recvs=[(1, memoryview(buf).cast("B"))])
+        except TransportError as e:
+            return e, time.monotonic() - t0
+
+    results = on_loopback(2, 2, body, timeout_s=1.0)
+    error, took = results[0]
+    assert "link to rank 1 failed" in str(error) and "no progress for 1 s" in str(error), error
+    assert took < 3, took
+
+
 def test_a_peer_that_closes_once_it_has_everything_is_not_a_failure(monkeypatch):
     """The receiver may have our last bytes, and close, before our sender thread has counted
     them (a busy machine preempts it right after the write): that is a finished exchange."""
