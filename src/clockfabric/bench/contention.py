@@ -435,7 +435,7 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
             still_running(procs, f"{scenario} under {scheduler}, seed {seed}")
             stolen = "" if run.cpu_steal is None else f"  (CPU steal {run.cpu_steal:.0%})"
             left = ("" if run.outside_mbps is None or run.outside_alone_mbps is None else
-                    f"  (elephants {run.outside_mbps:.1f} Mbit/s, {run.outside_alone_mbps:.1f} alone)")
+                    f"  (elephants {run.outside_mbps:.1f} of {run.outside_alone_mbps:.1f} Mbit/s alone)")
             progress(f"{scenario:14} {scheduler:18} seed {seed}: {run.time_us / 1e6:6.2f} s{stolen}{left}")
             runs.append(run)
         return runs

@@ -16,7 +16,8 @@ from clockfabric.errors import ClockfabricError
 
 # results; into a pipe or a file, Rich would cut tables to 80 columns: give them room instead
 out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True)  # progress, notes, errors: stdout stays clean for --json
+# progress, notes, errors: stdout stays clean for --json; into a log, a progress line stays one line
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def print_json(data: object) -> None:
