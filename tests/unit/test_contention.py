@@ -265,10 +265,21 @@ def test_with_elephants_out_of_reach_is_judged_against_the_whole_spine_not_a_fai
     assert not verdict["vs_ecmp"]["met"] and verdict["vs_ecmp"]["possible"]  # short, not out of reach
 
 
-def test_summaries_say_what_share_of_the_bytes_standbys_carried(cli, tmp_path):
+def saved_report(tmp_path, runs) -> str:
+    """A contention report of these runs on the 2-spine lab, saved as the bench saves one: its path."""
     import json
     from dataclasses import asdict
 
+    report = {"lab": {"fabric": "leafspine", "spines": 2, "mtu": 1500}, "size_bytes": 4 * MIB, "warmup": 5,
+              "iters": 12, "subflows": 2, "seeds": len({r.seed for r in runs}), "rcvbuf_bytes": 32 << 10,
+              "rcvbuf_budget_bytes": 192 << 10, "standby": True, "placement": "owd learned, baselines hashed",
+              "cpu_steal": 0.0, "summary": [], "targets": [], "runs": [asdict(r) for r in runs]}
+    saved = tmp_path / "report.json"
+    saved.write_text(json.dumps(report))
+    return str(saved)
+
+
+def test_summaries_say_what_share_of_the_bytes_standbys_carried(cli, tmp_path):
     def run(scheduler, seed, carried, on_standby):
         return contention.Run("elephants", scheduler, seed, [{"time_us": 2e6, "wrong": 0, "bytes": carried,
                                                              "standby_bytes": on_standby}])
@@ -278,21 +289,12 @@ def test_summaries_say_what_share_of_the_bytes_standbys_carried(cli, tmp_path):
     rows = {r["scheduler"]: r for r in contention.summarize(contention.topology(), runs, 4 * MIB)}
     assert rows["owd"]["on_standbys"] == 0.1 and rows["ecmp"]["on_standbys"] == 0.0
     assert rows["least-outstanding"]["on_standbys"] is None
-    report = {"lab": {"fabric": "leafspine", "spines": 2, "mtu": 1500}, "size_bytes": 4 * MIB, "warmup": 5,
-              "iters": 12, "subflows": 2, "seeds": 2, "rcvbuf_bytes": 32 << 10, "rcvbuf_budget_bytes": 192 << 10,
-              "standby": True, "placement": "owd learned, baselines hashed", "cpu_steal": 0.0, "summary": [],
-              "targets": [], "runs": [asdict(r) for r in runs]}
-    saved = tmp_path / "report.json"
-    saved.write_text(json.dumps(report))
-    lines = cli("bench", "contention", "--from", str(saved)).stdout.splitlines()
+    lines = cli("bench", "contention", "--from", saved_report(tmp_path, runs)).stdout.splitlines()
     owd = next(line for line in lines if "│ owd" in line)
     assert "10%" in owd and "no standbys" not in "".join(lines)
 
 
 def test_summaries_say_what_the_jobs_left_the_elephants(cli, tmp_path):
-    import json
-    from dataclasses import asdict
-
     def run(scheduler, seed, during, alone):
         return contention.Run("elephants", scheduler, seed, [{"time_us": 2e6, "wrong": 0}],
                               outside_mbps=during, outside_alone_mbps=alone)
@@ -305,17 +307,10 @@ def test_summaries_say_what_the_jobs_left_the_elephants(cli, tmp_path):
     assert rows["ecmp"]["outside_mbps"] == 20.0 and rows["ecmp"]["outside_kept"] == 0.5
     assert rows["least-outstanding"]["outside_mbps"] is None and rows["least-outstanding"]["outside_kept"] is None
     assert contention.mbps((1.0, 0), (3.0, 5_000_000)) == 20.0 and contention.mbps((1.0, 0), (1.0, 9)) is None
-    report = {"lab": {"fabric": "leafspine", "spines": 2, "mtu": 1500}, "size_bytes": 4 * MIB, "warmup": 5,
-              "iters": 12, "subflows": 2, "seeds": 3, "rcvbuf_bytes": 32 << 10, "rcvbuf_budget_bytes": 192 << 10,
-              "standby": True, "placement": "owd learned, baselines hashed", "cpu_steal": 0.0, "summary": [],
-              "targets": [], "runs": [asdict(r) for r in runs]}
-    saved = tmp_path / "report.json"
-    saved.write_text(json.dumps(report))
-    text = cli("bench", "contention", "--from", str(saved)).stdout
+    text = cli("bench", "contention", "--from", saved_report(tmp_path, runs)).stdout
     assert "the elephants while the job ran" in text
     owd = [line for line in text.splitlines() if "│ owd" in line][-1]
     assert "12.0 Mbit/s" in owd and "30%" in owd
     # a report without elephants prints no such table
-    report["runs"] = [asdict(contention.Run("none", "owd", 0, [{"time_us": 2e6, "wrong": 0}]))]
-    saved.write_text(json.dumps(report))
-    assert "elephants while" not in cli("bench", "contention", "--from", str(saved)).stdout
+    quiet = [contention.Run("none", "owd", 0, [{"time_us": 2e6, "wrong": 0}])]
+    assert "elephants while" not in cli("bench", "contention", "--from", saved_report(tmp_path, quiet)).stdout
