@@ -7,6 +7,7 @@ move to spine1.
 """
 
 import subprocess
+import threading
 import time
 
 import pytest
@@ -24,6 +25,14 @@ reason = lab_capable()
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(reason is not None, reason=reason or "")]
 
 RING = ["h0", "h2", "h1", "h3"]
+
+
+def _raised(call) -> list[Exception]:
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the test looks at what it was
+        return [e]
+    return []
 
 
 def test_owd_moves_bytes_off_a_degraded_spine_and_beats_ecmp(make_lab):
@@ -75,9 +84,26 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
             start = outsiders.mark()
             time.sleep(2)
             rate = contention.mbps(start, outsiders.mark())
+            # a thread in another namespace (this test's) would open its own socket there and
+            # read no elephants: refused instead
+            refused: list[Exception] = []
+            other = threading.Thread(target=lambda: refused.extend(_raised(outsiders.mark)))
+            other.start()
+            other.join()
+            assert refused and isinstance(refused[0], RuntimeError), refused
         finally:
             outsiders.close()
         assert 0.8 * 50 * contention.tcp_payload(1500) < rate <= 50, rate
+        # a run reads them alone before it and over its job's timed iterations (marked as rank 0
+        # ends its warmup and its last timed iteration: None if either never came)
+        outsiders = contention.Outsiders(lab)
+        try:
+            run = contention.run_one(lab, "elephants", "ecmp", 0, size=1 << 20, iters=3, warmup=1, subflows=2,
+                                     outsiders=outsiders)
+        finally:
+            outsiders.close()
+        assert 0.8 * 50 * contention.tcp_payload(1500) < run.outside_alone_mbps <= 50, run
+        assert run.outside_mbps is not None and 0 < run.outside_mbps <= 50, run
         contention.still_running(procs, "the check")
     finally:
         contention.stop(procs)

@@ -56,8 +56,7 @@ spine, at work only while traffic from outside the jobs' claims crowds that spin
 their spine, and one elsewhere.
 
 With elephants, each run also records what the jobs left them: their rate alone just before
-the run (the jobs not yet started), and over the run (connect, warmup and timed iterations),
-from the bytes their senders' sockets had acknowledged (sock_diag). The report's `outside_kept`
+the run (the jobs not yet started), and over the job's timed iterations, from the bytes their senders' sockets had acknowledged (sock_diag). The report's `outside_kept`
 is the second over the first: a scheduler's speed bought from someone else's flows shows there.
 
 Source ports (`placement`): by default each scheduler runs as it would ship, `owd` on ports
@@ -68,6 +67,7 @@ buys can be told apart.
 
 from __future__ import annotations
 
+import queue
 import random
 import statistics
 import subprocess
@@ -159,7 +159,7 @@ class Run:
     seed: int
     jobs: list[dict]  # per job: hosts, time_us, busbw_gbps, wrong, bytes (its subflows carried), standby_bytes
     cpu_steal: float | None = None  # share of this machine's CPU time the hypervisor took meanwhile
-    outside_mbps: float | None = None  # with elephants: their rate over the run, Mbit/s (all of them)
+    outside_mbps: float | None = None  # with elephants: their rate over the timed iterations, Mbit/s (all of them)
     outside_alone_mbps: float | None = None  # ... and just before it, alone on the fabric
 
     @property
@@ -351,13 +351,21 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
             rcvbuf_budget: int | None = RCVBUF_BUDGET, standby: bool = True,
             outsiders: Outsiders | None = None) -> Run:
     """The scenario's jobs, all at once, under one scheduler; with `outsiders`, their rate
-    alone just before and over the run."""
+    alone just before the run and over its timed iterations."""
     jobs = jobs_of(scenario)
     results: list = [None] * len(jobs)
     # the jobs begin their warmup together, once all have connected, and keep the fabric loaded
     # until all have their timings: otherwise a job's first or last iterations could run on a
     # fabric to itself
     gate = threading.Barrier(len(jobs)) if len(jobs) > 1 else None
+
+    # the first job's timed iterations start and end (rank 0's warmup, then its last iteration,
+    # done): the outsiders are read then, on this thread, whose sockets they are
+    marks: queue.SimpleQueue = queue.SimpleQueue()
+
+    def timing(stage: str, done: int, total: int) -> None:
+        if stage != "connecting" and done in (warmup, total):
+            marks.put("end" if done == total else "start")
 
     def job(i: int) -> None:
         collective, hosts = jobs[i]
@@ -366,7 +374,8 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
             res = run_collective(lab, hosts, collective=collective, sizes=[size], subflows=subflows,
                                  algorithm=algorithm, scheduler=scheduler, placement=placement, iters=iters,
                                  warmup=warmup, timeout_s=60.0, gate=gate, rcvbuf=rcvbuf,
-                                 rcvbuf_budget=rcvbuf_budget, standby=standby)
+                                 rcvbuf_budget=rcvbuf_budget, standby=standby,
+                                 progress=timing if outsiders and i == 0 else None)
             row = res.rows[0]
             carried = [(r["subflow"] >= subflows, r["bytes"]) for rows in res.subflow_stats.values() for r in rows]
             results[i] = {"collective": collective, "hosts": hosts, "time_us": row.time_us,
@@ -383,15 +392,18 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
         time.sleep(SETTLE_S)
         first = outsiders.mark()
         time.sleep(ALONE_S)
-        start = outsiders.mark()
-        alone = mbps(first, start)
+        alone = mbps(first, outsiders.mark())
     before = cpu_ticks()
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
-    if outsiders:
-        outside = mbps(start, outsiders.mark())
+    timed = {}
+    while any(t.is_alive() for t in threads):
+        try:
+            timed[marks.get(timeout=0.1)] = outsiders.mark()
+        except queue.Empty:
+            pass
+    if "start" in timed and "end" in timed:
+        outside = mbps(timed["start"], timed["end"])
     if errors := [r for r in results if isinstance(r, Exception)]:
         raise errors[0]
     return Run(scenario, scheduler, seed, results, steal_share(before, cpu_ticks()), outside, alone)

@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import struct
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -382,18 +384,24 @@ class FlowSample:
 
 
 class FlowReader:
-    """Established TCP flows from sock_diag (the reading process's namespace), with tcp_info."""
+    """Established TCP flows from sock_diag, with tcp_info, of the network namespace it was
+    made in. pyroute2 opens a socket per thread, in the namespace the thread is in at its first
+    read: so the thread that made it may read it, and so may any thread in the namespace it was
+    made in; any other is refused rather than silently read another namespace's flows."""
 
     def __init__(self):
         from pyroute2 import DiagSocket
 
         self.ds = DiagSocket()
         self.ds.bind()
+        self.thread, self.netns = threading.get_ident(), _netns_here()
 
     def close(self) -> None:
         self.ds.close()
 
     def read(self) -> list[FlowSample]:
+        if threading.get_ident() != self.thread and _netns_here() != self.netns:
+            raise RuntimeError("FlowReader.read() from another thread, in another network namespace than it was made in")
         inet_diag_info = 2
         msgs = self.ds.get_sock_stats(family=socket.AF_INET, states=1 << 1, extensions=1 << (inet_diag_info - 1))
         out = []
@@ -405,6 +413,11 @@ class FlowReader:
                                   m["idiag_cookie"], info["tcpi_bytes_acked"], m["idiag_wqueue"], info["tcpi_rtt"],
                                   info["tcpi_bytes_received"]))
         return out
+
+
+def _netns_here() -> int:
+    """The calling thread's network namespace (its inode)."""
+    return os.stat("/proc/thread-self/ns/net").st_ino
 
 
 @dataclass
