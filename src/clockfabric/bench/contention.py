@@ -56,8 +56,9 @@ spine, at work only while traffic from outside the jobs' claims crowds that spin
 their spine, and one elsewhere.
 
 With elephants, each run also records what the jobs left them: their rate alone just before
-the run (the jobs not yet started), and over the job's timed iterations, from the bytes their senders' sockets had acknowledged (sock_diag). The report's `outside_kept`
-is the second over the first: a scheduler's speed bought from someone else's flows shows there.
+the run (the jobs not yet started), and over the job's timed iterations, from the bytes
+their senders' sockets had acknowledged (sock_diag). The report's `outside_kept` is the
+second over the first: a scheduler's speed bought from someone else's flows shows there.
 
 Source ports (`placement`): by default each scheduler runs as it would ship, `owd` on ports
 learned per spine and the baselines on the kernel's (hashed). `placement="learned"` puts
@@ -396,7 +397,7 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
     before = cpu_ticks()
     for t in threads:
         t.start()
-    timed = {}
+    timed: dict[str, tuple[float, int]] = {}
     while any(t.is_alive() for t in threads):
         try:
             timed[marks.get(timeout=0.1)] = outsiders.mark()
