@@ -141,14 +141,21 @@ class _Unacked:
         self.body: memoryview | bytes | None = None
 
 
+def _tcp_info(sock: socket.socket, length: int) -> bytes | None:
+    """The first `length` bytes of the connection's struct tcp_info; None where the kernel
+    gives fewer (too old) or none (closed)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, length)
+    except OSError:
+        return None
+    return info if len(info) >= length else None
+
+
 def delivery_rate(sock: socket.socket) -> float | None:
     """The kernel's delivery-rate estimate for a TCP connection, bytes per ns; None while it
     is app-limited (it then measures our sending, not the path) or unknown."""
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
-    except OSError:
-        return None
-    if len(info) < TCP_INFO_LEN or info[7] & 1:  # tcpi_delivery_rate_app_limited
+    info = _tcp_info(sock, TCP_INFO_LEN)
+    if info is None or info[7] & 1:  # tcpi_delivery_rate_app_limited
         return None
     return struct.unpack_from("Q", info, 160)[0] / 1e9 or None  # tcpi_delivery_rate, bytes/s
 
@@ -177,11 +184,8 @@ class TcpCounters:
 
 def tcp_counters(sock: socket.socket) -> TcpCounters | None:
     """The kernel's counters for a TCP connection; None where it keeps none (closed, too old a kernel)."""
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_CHRONO_LEN)
-    except OSError:
-        return None
-    if len(info) < TCP_CHRONO_LEN:
+    info = _tcp_info(sock, TCP_CHRONO_LEN)
+    if info is None:
         return None
     busy, rwnd, sndbuf = struct.unpack_from("QQQ", info, 168)
     return TcpCounters(busy, rwnd, sndbuf, struct.unpack_from("I", info, 100)[0])  # tcpi_total_retrans
