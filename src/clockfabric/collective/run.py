@@ -16,7 +16,6 @@ import json
 import os
 import queue
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -44,6 +43,7 @@ from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.collective.sizes import format_size
 from clockfabric.collective.transport import MIN_RCVBUF
 from clockfabric.errors import ClockfabricError
+from clockfabric.lab import process
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 from clockfabric.topology import Port, interfaces
@@ -260,7 +260,7 @@ def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeo
                 readers.append(reader)
         records = _watch(procs, hosts, events, stderr, total_iters, timeout_s, progress, lab.name, what, gate)
     finally:
-        _stop(procs)
+        process.stop(procs)
         for p in procs:
             if p.stdin:
                 try:
@@ -356,19 +356,3 @@ def _exit_reason(code: int | None, stderr: deque) -> str:
     lines = [ln.strip() for ln in stderr if ln.strip()]
     how = f"killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
     return f"{how}: {lines[-1]}" if lines else how
-
-
-def _stop(procs: list[subprocess.Popen], grace_s: float = 2.0) -> None:
-    """End our own workers, by pid: SIGTERM, then SIGKILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [p for p in procs if p.poll() is None]
-        for p in alive:
-            try:
-                p.send_signal(sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    for p in procs:
-        p.wait()

@@ -8,7 +8,6 @@ between namespaces, so the root namespace is never touched) -> addresses, link s
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab import hostsfile, netns, shaping
+from clockfabric.lab import hostsfile, netns, process, shaping
 from clockfabric.lab.naming import check_lab_name, link_alias
 from clockfabric.lab.state import (Lab, create_record, is_ours, lab_namespaces, remove_record, run_dir)
 from clockfabric.lab.vclock import random_clocks
@@ -155,55 +154,11 @@ def down(name: str) -> list[str]:
     """
     check_lab_name(name)
     namespaces = lab_namespaces(name)
-    victims = [p for ns in namespaces for p in netns.pids(ns)]
-    folder = run_dir() / name
-    for rec in folder.glob("procs/*.json"):
-        pid = int(rec.stem)
-        if is_ours(pid, name):
-            victims.append(pid)
-    _stop(victims)
+    inside = {p for ns in namespaces for p in netns.pids(ns)}  # everything in the lab's namespaces is ours
+    recorded = [int(rec.stem) for rec in (run_dir() / name).glob("procs/*.json")]
+    process.stop_pids([*inside, *recorded], lambda pid: pid in inside or is_ours(pid, name))
     for ns in namespaces:
         netns.remove(ns)
     hostsfile.remove(name)
     remove_record(name)
     return namespaces
-
-
-def _stop(pids: list[int], grace_s: float = 2.0) -> None:
-    """SIGTERM, then SIGKILL whatever is still alive after the grace period."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = []
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-                alive.append(pid)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while alive and time.monotonic() < deadline:
-            alive = [p for p in alive if _alive(p)]
-            time.sleep(0.02)
-        pids = alive
-        if not pids:
-            return
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)  # reap our own children so they do not linger as zombies
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-

@@ -25,7 +25,6 @@ import json
 import math
 import os
 import random
-import signal
 import socket
 import statistics
 import subprocess
@@ -35,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from clockfabric.errors import ClockfabricError
+from clockfabric.lab import process
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 
@@ -201,20 +201,7 @@ class Job:
             self.killed = True
             self.ended_at = time.time()
             self.exited_before_stop = [p.poll() for p in self.procs]
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for p in self.procs:
-                if p.poll() is None:
-                    try:
-                        p.send_signal(sig)
-                    except ProcessLookupError:
-                        pass
-            deadline = time.monotonic() + grace_s
-            while self.running() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if not self.running():
-                break
-        for p in self.procs:
-            p.wait()
+        process.stop(self.procs, grace_s)
 
     def result(self) -> JobResult:
         """Judge the job from its logs, and from how its ranks exited where the logs are silent."""
