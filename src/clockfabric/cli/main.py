@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import logging
 import signal
 import sys
@@ -33,15 +34,37 @@ COMMANDS = {
 }
 
 
+def installed_version() -> str:
+    """The installed package's version; a source tree run without installing has only its own."""
+    try:
+        return importlib.metadata.version("clockfabric")
+    except importlib.metadata.PackageNotFoundError:
+        return __version__
+
+
 def version() -> None:
     """Print the version."""
-    print(__version__)
+    print(installed_version())
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"clockfabric {installed_version()}")
+        raise typer.Exit()
+
+
+def _options(
+    show_version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
+                                      help="Print the version and exit."),
+) -> None:
+    """clockfabric: synced clocks, one-way delays and path control for AI cluster fabrics."""
 
 
 def build_app(only: str | None = None) -> typer.Typer:
     """The command tree; with `only`, just that command (and `version`)."""
     app = typer.Typer(help="clockfabric: synced clocks, one-way delays and path control for AI cluster fabrics.",
                       no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+    app.callback()(_options)
     for name, (module, attr, group) in COMMANDS.items():
         if only is not None and name != only:
             continue
