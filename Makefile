@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test unit bench clean
+.PHONY: setup demo test unit lint bench clean
 
 setup: $(VENV)/.ready
 
@@ -18,6 +18,10 @@ test: setup
 
 unit: setup
 	$(BIN)/python -m pytest -ra tests/unit
+
+# both run, whatever the first finds; configuration in pyproject.toml
+lint: setup
+	$(BIN)/ruff check src; status=$$?; $(BIN)/mypy || status=1; exit $$status
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/lab_bringup.py
