@@ -132,7 +132,8 @@ def test_every_allowed_exception_is_still_used():
 
 
 @pytest.mark.parametrize("module, source, expected", [
-    ("clockfabric.lab.build", "import clockfabric.agent.agent", ["clockfabric.lab.build imports agent, a higher layer"]),
+    ("clockfabric.lab.build", "import clockfabric.agent.agent",
+     ["clockfabric.lab.build imports agent, a higher layer"]),
     ("clockfabric.lab.build", "def f():\n    from clockfabric.controller import app",
      ["clockfabric.lab.build imports controller, a higher layer"]),
     ("clockfabric.probe.engine", "from clockfabric import clock", ["clockfabric.probe.engine imports its peer clock: "
@@ -152,5 +153,7 @@ def test_the_rule_catches_each_kind_of_import(module, source, expected):
 
 
 def test_relative_imports_resolve_from_the_package():
-    assert imported_modules("clockfabric.audit.checks.x", "from ...collective import run") == {"clockfabric.collective"}
-    assert imported_modules("clockfabric.audit", "from .checks import x", is_package=True) == {"clockfabric.audit.checks"}
+    assert imported_modules("clockfabric.audit.checks.x", "from ...collective import run") \
+        == {"clockfabric.collective"}
+    assert imported_modules("clockfabric.audit", "from .checks import x", is_package=True) \
+        == {"clockfabric.audit.checks"}

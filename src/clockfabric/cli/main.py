@@ -98,7 +98,8 @@ def main() -> None:
         build_app(first if first in COMMANDS else None)()
     except ClockfabricError as e:
         for line in str(e).splitlines():
-            err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)  # one line, whatever the width
+            # soft_wrap: one line, whatever the terminal's width
+            err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:  # before the command began
         err.print("interrupted")
