@@ -32,8 +32,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from clockfabric.cli.monitor_cmds import LabFleet
-from clockfabric.clock.evaluate import LabAgents
+from clockfabric.agent.on_lab import LabAgents
+from clockfabric.controller.on_lab import LabFleet
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build
 from clockfabric.lab.state import Lab

@@ -60,7 +60,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from clockfabric.cli.monitor_cmds import LabFleet
+from clockfabric.controller.on_lab import LabFleet
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, netns

@@ -43,7 +43,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from clockfabric.clock.evaluate import LabAgents, read_states
+from clockfabric.agent.on_lab import LabAgents
+from clockfabric.clock.evaluate import read_states
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
 from clockfabric.lab.exec import command

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from clockfabric.clock.evaluate import LabAgents, read_states
+from clockfabric.agent.on_lab import LabAgents
+from clockfabric.clock.evaluate import read_states
 from clockfabric.collective import claims, run_collective
 from clockfabric.lab import netns
 from clockfabric.topology import interfaces, leafspine

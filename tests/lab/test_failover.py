@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from clockfabric.clock.evaluate import LabAgents, read_states
+from clockfabric.agent.on_lab import LabAgents
+from clockfabric.clock.evaluate import read_states
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
 from clockfabric.lab.streams import Mesh

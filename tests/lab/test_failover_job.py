@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from clockfabric.clock.evaluate import LabAgents
+from clockfabric.agent.on_lab import LabAgents
 from clockfabric.lab import impair, job
 from clockfabric.topology import multirail
 

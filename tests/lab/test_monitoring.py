@@ -17,7 +17,8 @@ import time
 import pytest
 
 from clockfabric.bench.contention import pinned_iperf, stop
-from clockfabric.cli.monitor_cmds import LabFleet, api
+from clockfabric.controller.client import api
+from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
 from clockfabric.topology import Port, leafspine

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
+from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import contention
 from clockfabric.bench.contention import ideal_time_s
-from clockfabric.clock.evaluate import LabAgents
 from clockfabric.collective import allreduce, run_collective
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from clockfabric.agent.agent import METRICS_PORT
-from clockfabric.clock.evaluate import LabAgents
+from clockfabric.agent.on_lab import LabAgents
 from clockfabric.lab import netns
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab

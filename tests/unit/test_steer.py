@@ -7,7 +7,8 @@ import socket
 import pytest
 
 from clockfabric.traffic.heartbeat import FORMAT, Heartbeat, Liveness
-from clockfabric.traffic.steer import (
+from clockfabric.traffic.steer import Steering
+from clockfabric.traffic.steer_decide import (
     UNKNOWN,
     DelayBook,
     Flow,
@@ -16,7 +17,6 @@ from clockfabric.traffic.steer import (
     FlowSample,
     PathDelay,
     Steerer,
-    Steering,
     SteerPolicy,
     decode_queue,
     encode_queue,

@@ -80,7 +80,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clockfabric.clock.evaluate import LabAgents
+from clockfabric.agent.on_lab import LabAgents
 from clockfabric.collective.results import BUS_FACTORS
 from clockfabric.collective.run import run_collective
 from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS

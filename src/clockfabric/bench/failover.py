@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from clockfabric.clock.evaluate import LabAgents, read_states
+from clockfabric.agent.on_lab import LabAgents
+from clockfabric.clock.evaluate import read_states
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, job
 from clockfabric.lab.exec import command

@@ -127,12 +127,12 @@ def _hosts_transport(hosts_file: Path, via: str | None, ssh: dict):
 def _store(report, lab, url: str | None, token_file: Path | None) -> None:
     """Keep the report in the controller given, or else in the lab's kept one (`monitor --keep`), if any.
     A failure is one warning: the audit's verdict and exit code stand either way."""
-    from clockfabric.cli.monitor_cmds import _record, _where, api
+    from clockfabric.controller.client import api, locate, record_path
 
-    if not url and (lab is None or not _record(lab).exists()):
+    if not url and (lab is None or not record_path(lab).exists()):
         return
     try:
-        url, token_path = _where(lab, url, token_file)
+        url, token_path = locate(lab, url, token_file)
         stored = api(lab, url, token_path, "/api/v1/audits", body=report.as_dict())
     except (ClockfabricError, OSError, ValueError) as e:  # ValueError: no JSON either way
         err.print(f"audit not stored: {' '.join(str(e).split())}", style="yellow", markup=False, highlight=False,

@@ -12,8 +12,9 @@ import typer
 from rich.table import Table
 
 from clockfabric.agent.agent import METRICS_PORT, Agent, AgentConfig
+from clockfabric.agent.on_lab import LabAgents
 from clockfabric.cli.output import err, out, print_json, require_root
-from clockfabric.clock.evaluate import LabAgents, Sampler, read_states, since, summary
+from clockfabric.clock.evaluate import Sampler, read_states, since, summary
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
 from clockfabric.topology import load

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from clockfabric.cli.output import err, out, print_json, progress_bar, require_root, require_tool
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab import build, check, impair, inspect, traffic
+from clockfabric.lab import build, check, impair, inspect, process, traffic
 from clockfabric.lab.exec import exec_on
 from clockfabric.lab.state import Lab, lab_names, lab_namespaces
 from clockfabric.topology import Port, RateError, format_rate, load, parse_rate
@@ -55,9 +55,9 @@ def _background(lab: Lab, what: str, argv: list[str]) -> None:
     log = lab.dir / "logs"
     log.mkdir(exist_ok=True)
     stamp = time.strftime("%H%M%S")
-    with open(log / f"{what.split()[0]}-{stamp}.log", "ab") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "clockfabric.cli", "lab", *argv, "--lab", lab.name],
-                                stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(log / f"{what.split()[0]}-{stamp}.log", "ab") as f:  # two starts in one second share it
+        proc = process.spawn([sys.executable, "-m", "clockfabric.cli", "lab", *argv, "--lab", lab.name],
+                             new_session=True, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
     lab.register(proc.pid, what)
     err.print(f"started in the background (pid {proc.pid}): {what}; log in {log}")
 

@@ -7,34 +7,30 @@ on every switch, and a clock agent on every host that pushes to the controller.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.parse
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import typer
 from rich.live import Live
 from rich.table import Table
 
 from clockfabric.cli.output import err, out, print_json, progress_bar, require_root
+from clockfabric.controller.client import api, locate
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab.exec import command
-from clockfabric.lab.state import Lab, is_ours
+from clockfabric.lab.state import Lab
 from clockfabric.units import parse_duration
+
+if TYPE_CHECKING:  # `controller` and `switch-agent` start faster without the fleet runner's imports
+    from clockfabric.controller.on_lab import LabFleet
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
 JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts.")
 ControllerOpt = typer.Option(None, "--controller", help="Controller URL (default: the lab's controller).")
 TokenOpt = typer.Option(None, "--token-file", help="File holding the fleet token.")
-PY = [sys.executable, "-m", "clockfabric.cli"]
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -89,157 +85,9 @@ def switch_agent(switch: str = typer.Option(..., "--switch", help="This switch's
     lab = Lab.open(lab_name)
     if switch not in lab.topology.switches:
         raise ClockfabricError(f"{switch!r} is not a switch of lab {lab.name}")
-    url, token_path = _where(lab, controller_url, token_file)
+    url, token_path = locate(lab, controller_url, token_file)
     ports = sorted({lk.port(switch).iface for lk in lab.topology.links if switch in (lk.a.node, lk.b.node)})
     SwitchAgent(switch, ports, url, read_token(token_path), ca_file=ca_file).run()
-
-
-# ---- the lab's controller --------------------------------------------------------------------
-def _record(lab: Lab) -> Path:
-    return lab.dir / "controller.json"
-
-
-def _where(lab: Lab | None, url: str | None, token_file: Path | None) -> tuple[str, Path]:
-    if url and token_file:
-        return url, token_file
-    if lab is None or not _record(lab).exists():
-        raise ClockfabricError("no controller known: give --controller URL --token-file FILE, "
-                               "or start one on the lab with `clockfabric monitor --lab NAME --keep`")
-    rec = json.loads(_record(lab).read_text())
-    return url or rec["url"], token_file or Path(rec["token_file"])
-
-
-class LabFleet:
-    """Controller, switch agents and pushing clock agents on a lab, started and stopped by pid."""
-
-    PORT = 7400
-
-    def __init__(self, lab: Lab, *, config: Path | None = None, webhook: str | None = None, peers: int = 10):
-        from clockfabric.clock.evaluate import LabAgents
-
-        self.lab = lab
-        self.host = min(lab.topology.hosts)  # the reference host, as for clock sync
-        self.url = f"http://{lab.topology.hosts[self.host].address}:{self.PORT}"
-        self.token_file = lab.dir / "fleet.token"
-        self.config, self.webhook = config, webhook
-        self.agents = LabAgents(lab, peers=peers, extra=["--controller", self.url, "--token-file", str(self.token_file)])
-        self.procs: list = []
-
-    def running(self) -> bool:
-        """A monitor kept on this lab (`--keep`) answers."""
-        if not _record(self.lab).exists():
-            return False
-        try:
-            api(self.lab, self.url, self.token_file, "/healthz")
-            return True
-        except (httpx.HTTPError, OSError, ClockfabricError):
-            return False
-
-    def start(self) -> None:
-        self._stop_earlier()
-        read_token(self.token_file, create=True)
-        (self.lab.dir / "logs").mkdir(exist_ok=True)
-        self.procs.append(self.restart_controller())
-        _record(self.lab).write_text(json.dumps({"url": self.url, "token_file": str(self.token_file)}))
-        for sw in sorted(self.lab.topology.switches):
-            self.procs.append(self._spawn(sw, [*PY, "switch-agent", "--lab", self.lab.name, "--switch", sw],
-                                          f"switch agent on {sw}", f"switch-{sw}.log"))
-        self.agents.start()
-
-    def wait_pushing(self, timeout_s: float = 90.0) -> None:
-        """Until every node pushes (Python start-up of N agents on few cores takes a while)."""
-        nodes = len(self.lab.topology.hosts) + len(self.lab.topology.switches)
-        deadline = time.monotonic() + timeout_s
-        with progress_bar("agents") as update:
-            while time.monotonic() < deadline:
-                ok = api(self.lab, self.url, self.token_file, "/api/v1/fleet")["ok"]
-                update("pushing to the controller", ok, nodes)
-                if ok == nodes:
-                    return
-                time.sleep(0.5)
-        err.print(f"[yellow]only {ok} of {nodes} nodes push after {timeout_s:.0f} s; logs in {self.lab.dir / 'logs'}")
-
-    def restart_controller(self):
-        """Start the controller (again: same database and token) and wait until it answers."""
-        argv = [*PY, "controller", "--db", str(self.lab.dir / "controller.db"), "--listen",
-                f"{self.lab.topology.hosts[self.host].address}:{self.PORT}", "--token-file", str(self.token_file),
-                "--lab", self.lab.name]
-        argv += ["--config", str(self.config)] if self.config else []
-        argv += ["--webhook", self.webhook] if self.webhook else []
-        proc = self._spawn(self.host, argv, "controller", "controller.log")
-        self._wait_ready(proc)
-        return proc
-
-    def _stop_earlier(self) -> None:
-        """A dead kept monitor's processes may still hold the ports: stop them, by pid."""
-        earlier = [p["pid"] for p in self.lab.processes()
-                   if p["what"] == "controller" or p["what"].startswith("switch agent")]
-        for pid in earlier:
-            if is_ours(pid, self.lab.name):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while any(is_ours(pid, self.lab.name) for pid in earlier) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    def _spawn(self, node: str, argv: list[str], what: str, log_name: str):
-        with open(self.lab.dir / "logs" / log_name, "w") as log:
-            proc = subprocess.Popen(command(self.lab, node, argv), stdout=log, stderr=subprocess.STDOUT)
-        self.lab.register(proc.pid, what)
-        return proc
-
-    def _wait_ready(self, proc, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                log = (self.lab.dir / "logs" / "controller.log").read_text().strip().splitlines()
-                raise ClockfabricError(f"the controller exited: {log[-1] if log else proc.returncode}")
-            try:
-                api(self.lab, self.url, self.token_file, "/healthz")
-                return
-            except (httpx.HTTPError, OSError, ClockfabricError):
-                time.sleep(0.2)
-        raise ClockfabricError(f"the controller did not answer on {self.url} within {timeout_s:.0f} s")
-
-    def stop(self) -> None:
-        self.agents.stop()
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except Exception:  # noqa: BLE001 - stuck: kill that one process, by its own handle
-                p.kill()
-        _record(self.lab).unlink(missing_ok=True)
-
-
-def api(lab: Lab | None, url: str, token_file: Path, path: str, *, body: dict | None = None, **params) -> dict:
-    """GET from the controller (POST, with a body); a controller listening on a lab host's address
-    is reached from inside that host."""
-    query = {k: v for k, v in params.items() if v is not None}
-    full = f"{url.rstrip('/')}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
-    headers = {"Authorization": f"Bearer {read_token(token_file)}"}
-
-    def call() -> dict:
-        try:
-            if body is None:
-                r = httpx.get(full, headers=headers, timeout=5.0)
-            else:
-                r = httpx.post(full, json=body, headers=headers, timeout=10.0)
-        except httpx.HTTPError as e:
-            raise ClockfabricError(f"controller {url}: {e}; is it running?") from None
-        if r.status_code not in (200, 201):
-            raise ClockfabricError(f"controller {url} answered HTTP {r.status_code}: {r.text[:200]}")
-        return r.json()
-
-    address = urllib.parse.urlsplit(url).hostname
-    inside = [h for h, node in lab.topology.hosts.items() if str(node.address) == address] if lab else []
-    if not inside:
-        return call()
-    from clockfabric.lab import netns
-
-    with netns.entered(lab.ns(inside[0])):
-        return call()
 
 
 # ---- reading ----------------------------------------------------------------------------------
@@ -249,7 +97,7 @@ def events(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_fi
            limit: int = typer.Option(1000, "--limit", min=1), as_json: bool = JsonOpt) -> None:
     """Events the controller has stored (link downs and ups, agent starts, drops), oldest first."""
     lab = Lab.open(lab_name) if not (controller_url and token_file) else None
-    url, token_path = _where(lab, controller_url, token_file)
+    url, token_path = locate(lab, controller_url, token_file)
     since_ns = None
     if since:
         try:
@@ -283,6 +131,8 @@ def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--second
             as_json: bool = JsonOpt) -> None:
     """Watch a lab live: nodes, links, flaps, worst paths, alerts. Starts the controller and agents
     on it unless a kept monitor is already running there."""
+    from clockfabric.controller.on_lab import LabFleet
+
     require_root()
     lab = Lab.open(lab_name)
     try:
@@ -294,7 +144,7 @@ def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--second
     if started:
         err.print(f"starting the controller on {fleet.host} ({fleet.url}), switch agents and host agents")
         fleet.start()
-        fleet.wait_pushing()
+        _wait_pushing(fleet)
     try:
         view = _view(lab, fleet)
         with Live(_table(view), console=out, auto_refresh=False, transient=False,
@@ -312,6 +162,15 @@ def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--second
     finally:
         if started and not keep:
             fleet.stop()
+
+
+def _wait_pushing(fleet: LabFleet) -> None:
+    nodes = len(fleet.lab.topology.hosts) + len(fleet.lab.topology.switches)
+    timeout_s = 90.0
+    with progress_bar("agents") as update:
+        ok = fleet.wait_pushing(timeout_s, progress=update)
+    if ok < nodes:
+        err.print(f"[yellow]only {ok} of {nodes} nodes push after {timeout_s:.0f} s; logs in {fleet.logs}")
 
 
 def _view(lab: Lab, fleet: LabFleet) -> dict:

@@ -1,7 +1,7 @@
 """Judge clock sync on a lab against the truth only the lab knows: its virtual clocks.
 
-Agents run on every lab host and publish their mappings; at each sample instant (one real
-time for all hosts) a host's error is what its mapping says global time is, minus what
+Agents run on every lab host (agent.on_lab.LabAgents) and publish their mappings; at each
+sample instant (one real time for all hosts) a host's error is what its mapping says global time is, minus what
 the reference host's clock really reads. The NTP-style baseline (min-RTT/2 from the same
 probes, composed hop by hop down a stratum tree from the reference, as NTP servers chain)
 is judged at each of its samples' own instants: no extrapolation error is charged to it.
@@ -10,10 +10,6 @@ is judged at each of its samples' own instants: no extrapolation error is charge
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -21,97 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from clockfabric.clock.mapping import Mapping
-from clockfabric.errors import ClockfabricError
-from clockfabric.lab.exec import command
-from clockfabric.lab.state import Lab, is_ours
+from clockfabric.lab.state import Lab
 from clockfabric.lab.vclock import VirtualClock
 
 
-class LabAgents:
-    """`clockfabric agent` on every host of a lab, started and stopped by pid."""
-
-    def __init__(self, lab: Lab, *, peers: int = 10, window_s: float = 2.0, update_s: float = 1.0,
-                 probe_rate: float = 20.0, probe_budget: float = 0.0005, reference: str | None = None,
-                 extra: list[str] = ()):
-        self.lab = lab
-        self.hosts = sorted(lab.topology.hosts)
-        self.reference = reference or self.hosts[0]
-        self.state_dir = lab.dir / "agents"
-        self.args = ["--peers", str(peers), "--window", str(window_s), "--update", str(update_s),
-                     "--probe-rate", str(probe_rate), "--probe-budget", str(probe_budget),
-                     "--reference", self.reference,
-                     "--state-dir", str(self.state_dir), *extra]
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self) -> None:
-        self._stop_earlier()
-        self.state_dir.mkdir(exist_ok=True)
-        for f in self.state_dir.glob("*.json"):
-            f.unlink()
-        logs = self.lab.dir / "logs"
-        logs.mkdir(exist_ok=True)
-        for h in self.hosts:
-            argv = [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", self.lab.name, "--host", h, *self.args]
-            with open(logs / f"agent-{h}.log", "w") as log:
-                proc = subprocess.Popen(command(self.lab, h, argv), stdout=log, stderr=subprocess.STDOUT)
-            self.procs.append(proc)
-            self.lab.register(proc.pid, f"clock agent on {h}")
-
-    def _stop_earlier(self) -> None:
-        """Agents left running by an earlier `sync --keep` hold the ports: stop them first."""
-        earlier = [p["pid"] for p in self.lab.processes() if p["what"].startswith("clock agent")]
-        for pid in earlier:
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while any(is_ours(pid, self.lab.name) for pid in earlier) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    def wait_heartbeats(self, timeout_s: float = 90.0) -> None:
-        """Until every agent's failover hears every other host (raises if one fails or time runs out)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            states = read_states(self.state_dir)
-            if len(states) == len(self.hosts) and all(
-                    s.get("failover", {}).get("peers_heard") == len(self.hosts) - 1 for s in states.values()):
-                return
-            if failed := self.failed():
-                raise ClockfabricError(f"agent failed: {failed[0]}")
-            time.sleep(0.2)
-        raise ClockfabricError(f"agents did not all hear each other's heartbeats within {timeout_s:g} s")
-
-    def wait_publishing(self, timeout_s: float = 90.0) -> None:
-        """Until every agent has published its state (raises if one fails or time runs out)."""
-        deadline = time.monotonic() + timeout_s
-        while len(read_states(self.state_dir)) < len(self.hosts):
-            if failed := self.failed():
-                raise ClockfabricError(f"agent failed: {failed[0]}")
-            if time.monotonic() > deadline:
-                raise ClockfabricError(f"the agents were not all publishing within {timeout_s:g} s")
-            time.sleep(0.2)
-
-    def failed(self) -> list[str]:
-        """Hosts whose agent exited, with the last line it wrote."""
-        out = []
-        for h, p in zip(self.hosts, self.procs):
-            if p.poll() is not None:
-                text = (self.lab.dir / "logs" / f"agent-{h}.log").read_text().strip().splitlines()
-                out.append(f"{h}: {text[-1] if text else f'exit {p.returncode}'}")
-        return out
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None and is_ours(p.pid, self.lab.name):
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs.clear()
-
-
 def read_states(state_dir: Path) -> dict[str, dict]:
+    """Every agent's last published state, by host."""
     states = {}
     for f in state_dir.glob("*.json"):
         try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Self
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab.exec import command
+from clockfabric.lab import process
 from clockfabric.lab.state import Lab
 
 COMMON = """[global]
@@ -137,11 +137,9 @@ class Ptp4lMesh:
         conf.write_text(COMMON.format(sync=self._sync, uds=self.dir / f"{host}.sock") + role)
         # the lab name as an argument lets `lab down` and lab.processes() know it as ours
         argv = ["ptp4l", "-f", str(conf), "--userDescription", self.lab.name]
-        with open(self.log(host), "wb") as out:
-            proc = subprocess.Popen(command(self.lab, host, argv), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        self._procs[host] = proc
-        self.lab.register(proc.pid, f"ptp4l {'master' if host == self.master else 'slave'} on {host}")
+        side = "master" if host == self.master else "slave"
+        self._procs[host] = self.lab.spawn(host, argv, f"ptp4l {side} on {host}", log=self.log(host),
+                                           new_session=True, stdin=subprocess.DEVNULL)
 
     def _poll(self) -> None:
         """Ask each slave for its last offset a few times per Sync; keep each Sync once."""
@@ -186,13 +184,5 @@ class Ptp4lMesh:
         if self._poller is not None:
             self._poller.join()
             self._poller = None
-        for p in self._procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self._procs.values():
-            try:
-                p.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        process.stop(self._procs.values(), grace_s=2.0)
         self._procs.clear()

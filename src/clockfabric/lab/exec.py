@@ -4,8 +4,10 @@ sysfs counters (carrier_changes, statistics) read as on a real host."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from clockfabric.lab.state import Lab
+if TYPE_CHECKING:  # state imports this module: Lab.spawn runs commands on nodes
+    from clockfabric.lab.state import Lab
 
 
 def command(lab: Lab, node: str, argv: list[str]) -> list[str]:

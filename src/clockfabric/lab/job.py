@@ -284,11 +284,9 @@ def start(lab: Lab, hosts: list[str], argv: list[str], log_dir: Path | str, *,
         for rank, (host, address) in enumerate(zip(hosts, addresses)):
             rank_argv = [sys.executable, "-m", "clockfabric.lab.job", "--lab", lab.name, "--hostname", address,
                          "--", *argv, "--log", str(logs[rank])]
-            with open(outputs[rank], "wb") as out:
-                proc = subprocess.Popen(command(lab, host, rank_argv), env=base | {"RANK": str(rank)},
-                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-            procs.append(proc)
+            procs.append(process.spawn(command(lab, host, rank_argv), log=outputs[rank],
+                                       env=base | {"RANK": str(rank)}, new_session=True,
+                                       stdin=subprocess.DEVNULL))
         # Register each rank once `ip netns exec` and `env` have exec'd into the rank itself: while
         # the pid is between programs its command line reads empty, and the lab (`lab status`)
         # would drop the record as not its own. A lab's `down` kills its namespaces' processes anyway.

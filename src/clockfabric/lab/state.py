@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from clockfabric.errors import ClockfabricError
+from clockfabric.lab import process
+from clockfabric.lab.exec import command
 from clockfabric.lab.naming import check_lab_name, netns_name, netns_prefix, parse_netns
 from clockfabric.lab.vclock import CLOCK_ENV, VirtualClock
 from clockfabric.topology import Topology, load
@@ -133,7 +136,14 @@ class Lab:
         tmp.write_text(json.dumps(cables))
         tmp.replace(self.dir / "cables.json")
 
-    # ---- background processes (flaps, traffic) -------------------------------------------
+    # ---- background processes (flaps, traffic, agents) -----------------------------------
+    def spawn(self, node: str, argv: list[str], what: str, *, log: Path | None = None,
+              **popen) -> subprocess.Popen:
+        """Start argv on a node, recorded as `what` so that `lab down` and `lab status` know it."""
+        proc = process.spawn(command(self, node, argv), log=log, **popen)
+        self.register(proc.pid, what)
+        return proc
+
     def register(self, pid: int, what: str) -> None:
         procs = self.dir / "procs"
         procs.mkdir(exist_ok=True)

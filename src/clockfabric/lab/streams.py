@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from clockfabric.lab import process
+
 CHUNK = 8192
 TCP_USER_TIMEOUT = 18
 
@@ -109,8 +111,6 @@ class Mesh:
 
     def __init__(self, lab, hosts: list[str], *, seconds: float, user_timeout_s: float = 5.0,
                  connections: int = 1, rate_bps: float = 2e6, port: int = 7270):
-        from clockfabric.lab.exec import command
-
         self.lab, self.hosts = lab, hosts
         self.dir = Path(lab.dir) / "streams"
         self.dir.mkdir(exist_ok=True)
@@ -125,9 +125,7 @@ class Mesh:
                     "--connections", str(connections),
                     "--user-timeout", str(user_timeout_s), "--start-at", str(start_at),
                     "--out", str(self.dir / f"{h}.json")]
-            proc = subprocess.Popen(command(lab, h, argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            lab.register(proc.pid, f"tcp streams on {h}")
-            self.procs.append(proc)
+            self.procs.append(lab.spawn(h, argv, f"tcp streams on {h}", log=self.dir / f"{h}.log"))
 
     def wait(self, timeout_s: float) -> list[dict]:
         """Every connection's record, as {src, peer, bytes, broken, error, max_stall_s}."""
@@ -136,12 +134,11 @@ class Mesh:
             try:
                 proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                process.stop([proc])
             try:
                 out += [{"src": h, **rec} for rec in json.loads((self.dir / f"{h}.json").read_text())]
             except (OSError, ValueError):
-                err = proc.stderr.read().decode(errors="replace").strip().splitlines()
+                err = (self.dir / f"{h}.log").read_text(errors="replace").strip().splitlines()
                 out.append({"src": h, "peer": "*", "bytes": 0, "broken": True, "max_stall_s": 0.0,
                             "error": f"streams on {h} wrote nothing: {err[-1] if err else proc.returncode}"})
         return out

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from clockfabric.errors import ClockfabricError
+from clockfabric.lab import process
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 
@@ -43,8 +44,7 @@ def run(lab: Lab, src: str, dst: str, *, seconds: float, rate_bps: int | None = 
         if "error" in result:
             raise ClockfabricError(f"iperf3 {src} -> {dst} failed: {result['error']}")
     finally:
-        server.kill()
-        server.wait()
+        process.stop([server])
     end = result["end"]
     if udp:
         summary = end["sum"]
@@ -63,17 +63,12 @@ def iperf_server(lab: Lab, host: str, address: str, port: int, *, once: bool = F
     refused and exits, and the flow silently never runs (seen on a loaded machine with a fixed
     sleep). Its output goes to a log in the lab's folder, never to a pipe no one drains."""
     log = server_log(lab, host, address, port)
-    log.parent.mkdir(exist_ok=True)
-    with open(log, "w") as out:
-        server = subprocess.Popen(command(lab, host, ["iperf3", "-s", *(["-1"] if once else []), "-B", address,
-                                                      "-p", str(port), "--forceflush"]),
-                                  stdout=out, stderr=subprocess.STDOUT)
+    server = process.spawn(command(lab, host, ["iperf3", "-s", *(["-1"] if once else []), "-B", address,
+                                               "-p", str(port), "--forceflush"]), log=log)
     deadline = time.monotonic() + timeout_s
     while "listening" not in (text := log.read_text()).lower():
         if server.poll() is not None or time.monotonic() > deadline:
-            if server.poll() is None:
-                server.kill()
-            server.wait()
+            process.stop([server])
             said = text.strip().splitlines()[-1:] or ["no output; is iperf3 installed (make setup)?"]
             raise ClockfabricError(f"iperf3 server on {host} ({address}:{port}) did not start: {said[0]}")
         time.sleep(0.02)

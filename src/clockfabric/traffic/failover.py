@@ -31,7 +31,8 @@ from clockfabric.traffic import flows
 from clockfabric.traffic.decide import Decider, Decision, Policy
 from clockfabric.traffic.heartbeat import Liveness
 from clockfabric.traffic.routes import PlaneRoutes, RouteError
-from clockfabric.traffic.steer import Move, Steering, SteerPolicy
+from clockfabric.traffic.steer import Steering
+from clockfabric.traffic.steer_decide import Move, SteerPolicy
 
 log = logging.getLogger(__name__)
 KEEP_DECISIONS = 1000

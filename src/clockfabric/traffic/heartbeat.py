@@ -37,7 +37,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from clockfabric.traffic.steer import DelayBook, decode_queue, encode_queue
+from clockfabric.traffic.steer_decide import DelayBook, decode_queue, encode_queue
 
 MAGIC = b"CFHB"
 VERSION = 2

@@ -1,0 +1,114 @@
+"""The monitoring stack on a lab: the controller on the reference host (listening on its lab
+address, so every push crosses the lab's own fabric), a switch agent on every switch, and a
+clock agent on every host that pushes to the controller. Started and stopped by pid."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from clockfabric.agent.on_lab import LabAgents
+from clockfabric.controller.client import api, record_path
+from clockfabric.controller.token import read_token
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import process
+from clockfabric.lab.state import Lab, is_ours
+
+PY = [sys.executable, "-m", "clockfabric.cli"]
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+class LabFleet:
+    """Controller, switch agents and pushing clock agents on a lab."""
+
+    PORT = 7400
+
+    def __init__(self, lab: Lab, *, config: Path | None = None, webhook: str | None = None, peers: int = 10):
+        self.lab = lab
+        self.host = min(lab.topology.hosts)  # the reference host, as for clock sync
+        self.url = f"http://{lab.topology.hosts[self.host].address}:{self.PORT}"
+        self.token_file = lab.dir / "fleet.token"
+        self.config, self.webhook = config, webhook
+        self.agents = LabAgents(lab, peers=peers, extra=["--controller", self.url, "--token-file", str(self.token_file)])
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def logs(self) -> Path:
+        return self.lab.dir / "logs"
+
+    def running(self) -> bool:
+        """A monitor kept on this lab (`--keep`) answers."""
+        if not record_path(self.lab).exists():
+            return False
+        try:
+            api(self.lab, self.url, self.token_file, "/healthz")
+            return True
+        except (httpx.HTTPError, OSError, ClockfabricError):
+            return False
+
+    def start(self) -> None:
+        self._stop_earlier()
+        read_token(self.token_file, create=True)
+        self.procs.append(self.restart_controller())
+        record_path(self.lab).write_text(json.dumps({"url": self.url, "token_file": str(self.token_file)}))
+        for sw in sorted(self.lab.topology.switches):
+            self.procs.append(self.lab.spawn(sw, [*PY, "switch-agent", "--lab", self.lab.name, "--switch", sw],
+                                             f"switch agent on {sw}", log=self.logs / f"switch-{sw}.log"))
+        self.agents.start()
+
+    def wait_pushing(self, timeout_s: float = 90.0, progress: Progress | None = None) -> int:
+        """Until every node pushes (Python start-up of N agents on few cores takes a while), or
+        time runs out; returns how many do."""
+        nodes = len(self.lab.topology.hosts) + len(self.lab.topology.switches)
+        deadline = time.monotonic() + timeout_s
+        ok = 0
+        while time.monotonic() < deadline:
+            ok = api(self.lab, self.url, self.token_file, "/api/v1/fleet")["ok"]
+            if progress:
+                progress("pushing to the controller", ok, nodes)
+            if ok == nodes:
+                break
+            time.sleep(0.5)
+        return ok
+
+    def restart_controller(self) -> subprocess.Popen:
+        """Start the controller (again: same database and token) and wait until it answers."""
+        argv = [*PY, "controller", "--db", str(self.lab.dir / "controller.db"), "--listen",
+                f"{self.lab.topology.hosts[self.host].address}:{self.PORT}", "--token-file", str(self.token_file),
+                "--lab", self.lab.name]
+        argv += ["--config", str(self.config)] if self.config else []
+        argv += ["--webhook", self.webhook] if self.webhook else []
+        proc = self.lab.spawn(self.host, argv, "controller", log=self.logs / "controller.log")
+        self._wait_ready(proc)
+        return proc
+
+    def _stop_earlier(self) -> None:
+        """A dead kept monitor's processes may still hold the ports: stop them, by pid."""
+        earlier = [p["pid"] for p in self.lab.processes()
+                   if p["what"] == "controller" or p["what"].startswith("switch agent")]
+        process.stop_pids(earlier, ours=lambda pid: is_ours(pid, self.lab.name), grace_s=5.0)
+
+    def _wait_ready(self, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                log = (self.logs / "controller.log").read_text().strip().splitlines()
+                raise ClockfabricError(f"the controller exited: {log[-1] if log else proc.returncode}")
+            try:
+                api(self.lab, self.url, self.token_file, "/healthz")
+                return
+            except (httpx.HTTPError, OSError, ClockfabricError):
+                time.sleep(0.2)
+        raise ClockfabricError(f"the controller did not answer on {self.url} within {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        self.agents.stop()
+        process.stop(reversed(self.procs), grace_s=10.0)
+        record_path(self.lab).unlink(missing_ok=True)
