@@ -11,7 +11,7 @@ import pytest
 
 from clockfabric.collective import allreduce
 from clockfabric.collective.run import alltoall
-from clockfabric.collective.schedule import SCHEDULERS
+from clockfabric.collective.schedulers import SCHEDULERS
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
@@ -77,7 +77,7 @@ def test_allreduce_correct_and_subflows_pinned_to_planes(make_lab, cli):
 
 def test_alltoall_correct_with_every_scheduler(make_lab, cli):
     lab = make_lab(multirail(4, 2, 2, 2, host_rate=RATE))
-    for scheduler in SCHEDULERS:
+    for scheduler in SCHEDULERS.names():
         for algorithm in ("pairwise", "oneshot"):
             res = alltoall(lab, HOSTS, sizes=[1 << 20, 1000], subflows=2, algorithm=algorithm, iters=3,
                            scheduler=scheduler, timeout_s=20)  # 3 iterations after a warmup: a busy CI machine

@@ -10,7 +10,7 @@ import pytest
 
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.clock.evaluate import read_states
-from clockfabric.collective import claims, run_collective
+from clockfabric.collective import CollectiveOptions, claims, run_collective
 from clockfabric.lab import netns
 from clockfabric.topology import interfaces, leafspine
 from tests.conftest import lab_capable
@@ -65,8 +65,9 @@ def test_a_second_job_under_the_leaf_takes_the_other_spine(lab_with_agents):
 def test_a_collective_asks_the_agents_and_stays_correct(lab_with_agents):
     lab, agents = lab_with_agents
     budget = 64 << 10
-    res = run_collective(lab, ["h0", "h2", "h1", "h3"], sizes=[1 << 20], subflows=2, scheduler="owd", iters=1,
-                         warmup=1, timeout_s=30, rcvbuf=48 << 10, rcvbuf_budget=budget)
+    options = CollectiveOptions(subflows=2, scheduler="owd", iters=1, warmup=1, timeout_s=30, rcvbuf=48 << 10,
+                                rcvbuf_budget=budget)
+    res = run_collective(lab, ["h0", "h2", "h1", "h3"], options, sizes=[1 << 20])
     assert res.ok, res.rows
     # each rank sends to its right-hand neighbour, across the spines: those subflows get their share
     # of the budget, split on each spine from under a leaf between its 2 ranks (all of it while a

@@ -15,7 +15,7 @@ import pytest
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import contention
 from clockfabric.bench.contention import ideal_time_s
-from clockfabric.collective import allreduce, run_collective
+from clockfabric.collective import CollectiveOptions, allreduce, run_collective
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
 from clockfabric.topology import interfaces, leafspine
@@ -121,9 +121,9 @@ def test_standbys_go_to_work_only_on_the_spine_the_elephants_crowd(make_lab):
     hot = {str(interfaces(topo)[topo.find_link(leaf, "spine0").port("spine0")].address.ip) for leaf in ("leaf0", "leaf1")}
 
     def standbys():
-        res = run_collective(lab, hosts, sizes=[4 << 20], subflows=2, scheduler="owd", iters=2, warmup=4,
-                             timeout_s=60, rcvbuf=contention.RCVBUF, rcvbuf_budget=contention.RCVBUF_BUDGET,
-                             standby=True)
+        options = CollectiveOptions(subflows=2, scheduler="owd", iters=2, warmup=4, timeout_s=60,
+                                    rcvbuf=contention.RCVBUF, rcvbuf_budget=contention.RCVBUF_BUDGET, standby=True)
+        res = run_collective(lab, hosts, options, sizes=[4 << 20])
         assert res.ok, res.rows
         rows = [row for stats in res.subflow_stats.values() for row in stats if row["subflow"] >= 2]
         assert rows and all(row["spine"] for row in rows if row["bytes"]), rows

@@ -6,7 +6,7 @@ import threading
 
 from clockfabric.collective import claims
 from clockfabric.collective.claims import Ledger
-from clockfabric.collective.worker import by_hops, paths_for_turn
+from clockfabric.collective.placement import by_hops, paths_for_turn
 from clockfabric.probe.paths import Path
 
 

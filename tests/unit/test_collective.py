@@ -1,5 +1,6 @@
 """The collective: algorithms over real TCP on loopback, the formulas, the expected busbw."""
 
+import json
 import os
 import random
 import socket
@@ -11,10 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from clockfabric.collective import ring, schedule, transport, worker
+from clockfabric.collective import messages, ring, sending, worker
 from clockfabric.collective.expected import expected_busbw_gbps
 from clockfabric.collective.results import algbw_gbps, busbw_gbps, job_time_us
 from clockfabric.collective.schedule import CHUNK, WINDOW_CHUNKS
+from clockfabric.collective.schedulers import SCHEDULERS
+from clockfabric.collective.schedulers.owd import Owd
 from clockfabric.collective.sizes import format_size, parse_size, size_range
 from clockfabric.collective.transport import MIN_RCVBUF, Transport, TransportError
 from clockfabric.errors import ClockfabricError
@@ -110,12 +113,12 @@ def greedy_copies(monkeypatch) -> list[bool]:
     holds unacknowledged is copied onto another. Returns a list noting, per call, whether it copied."""
     copied = []
 
-    def greedy(subs, j, lasts):
+    def greedy(self, subs, j, lasts):
         i = next((i for i, last in enumerate(lasts) if last and i != j), None)
         copied.append(i is not None)
         return i
 
-    monkeypatch.setattr(transport, "spare", greedy)
+    monkeypatch.setattr(Owd, "spare", greedy)
     return copied
 
 
@@ -135,7 +138,7 @@ def test_a_slow_subflow_is_sent_smaller_chunks_and_every_byte_lands_once(schedul
     kernel seldom measures its rate (app-limited), so here every ack reads 3 Mbit/s: a subflow
     of a spine uplink shared by 8 in the lab (its real path runs in the contention lab test)."""
     slow = 3e6 / 8 / 1e9  # bytes per ns
-    monkeypatch.setattr(transport, "delivery_rate", lambda sock: slow)
+    monkeypatch.setattr(sending, "delivery_rate", lambda sock: slow)
     count, messages = 1 << 18, 4  # 1 MiB messages
     want = lambda k: np.arange(count, dtype=np.float32) + k
 
@@ -167,7 +170,7 @@ def test_owd_copies_the_bytes_only_of_chunks_it_may_send_again(monkeypatch):
         copied[0] += len(data) if isinstance(data, memoryview) else 0
         return bytes(data)
 
-    monkeypatch.setattr(transport, "bytes", counting, raising=False)
+    monkeypatch.setattr(sending, "bytes", counting, raising=False)
 
     def body(r, t):
         buf = np.ones(count, np.float32)
@@ -197,7 +200,7 @@ def test_a_sent_buffer_is_the_callers_again_while_copies_of_its_chunks_are_in_fl
                 out = t.outbound[1]
                 with out.cv:
                     kept = [u for held in out.unacked for u in held if u.seq == k and u.body is not None]
-                    stale += sum(bytes(u.body) != sent[u.a:u.b] for u in kept)
+                    stale += sum(bytes(u.body) != sent[u.start:u.end] for u in kept)
             return stale
         time.sleep(0.3)  # let the sender get ahead, so copies go out after their message completed
         wrong = 0
@@ -310,16 +313,14 @@ def test_a_peer_silent_on_every_subflow_is_an_error_within_the_timeout():
 def test_a_peer_that_closes_once_it_has_everything_is_not_a_failure(monkeypatch):
     """The receiver may have our last bytes, and close, before our sender thread has counted
     them (a busy machine preempts it right after the write): that is a finished exchange."""
-    from clockfabric.collective import transport
-
-    progress = transport._Latch.progress
+    progress = messages.Latch.progress
 
     def slow_sender(latch):
         progress(latch)
         if threading.current_thread().name.startswith("send-"):
             time.sleep(0.5)  # preempted between writing the last piece and counting it
 
-    monkeypatch.setattr(transport._Latch, "progress", slow_sender)
+    monkeypatch.setattr(messages.Latch, "progress", slow_sender)
     buf = np.arange(1 << 14, dtype=np.float32)
 
     def body(r, t):
@@ -338,12 +339,10 @@ def test_a_receive_posted_long_before_its_wait_is_not_a_stall():
     its first byte, which is no stall until someone waits on it."""
     from types import SimpleNamespace
 
-    from clockfabric.collective import transport
-
-    latch = transport._Latch()
+    latch = messages.Latch()
     latch.add()
     latch.last -= 60  # posted a minute ago, nothing in yet
-    pending = transport.Pending(SimpleNamespace(timeout_s=0.5, broken=None), latch)
+    pending = messages.Pending(SimpleNamespace(timeout_s=0.5, broken=None), latch)
     threading.Timer(1.3, latch.finish).start()  # arrives after the wait's first stall check (1 s)
     pending.wait()
     assert latch.pending == 0
@@ -377,30 +376,36 @@ def test_a_fixed_receive_buffer_stays_fixed_under_load():
         for sizes, buf in res:
             assert sizes == [2 * rcvbuf] * 2
             assert np.array_equal(buf, np.arange(1 << 18, dtype=np.float32) * 3)
-    with pytest.raises(ValueError, match="rcvbuf must be at least 4096"):
-        Transport(0, [["127.0.0.1"]] * 2, port_base=1, rcvbuf=100)
+
+
+def opts(**fields) -> str:
+    """Worker --options as JSON, written by hand so that bad values reach the worker."""
+    return json.dumps({"port_base": 1, **fields})
+
+
+PAIR = ["--world", "2", "--peer", "a=x", "--peer", "b=y"]
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1",
-      "--rcvbuf", "100"], "--rcvbuf must be 0"),
-    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1",
-      "--rcvbuf-budget", "100"], "--rcvbuf-budget must be 0 (none) or at least 4096"),
-    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1",
-      "--standby"], "--standby needs --placement learned"),
-    (["--rank", "0", "--world", "2", "--peer", "a=x,x2", "--peer", "b=y,y2", "--sizes", "4", "--port-base", "1",
-      "--placement", "learned", "--subflows", "3", "--standby"], "a multiple of the path slots (2)"),
-    (["--rank", "0", "--world", "1", "--peer", "a=1.2.3.4", "--sizes", "4", "--port-base", "20000"], "at least 2"),
-    (["--rank", "3", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "4", "--port-base", "1"], "outside"),
-    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "6", "--port-base", "1"],
-     "multiples"),
-    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b", "--sizes", "4", "--port-base", "1"], "NAME=ADDR"),
-    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "8", "--port-base", "1",
-      "--collective", "alltoall", "--algorithm", "ring"], "not an alltoall algorithm; use pairwise or oneshot"),
-    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "8", "--port-base", "1",
-      "--algorithm", "oneshot"], "not an allreduce algorithm; use ring or hier"),
-    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b=y", "--sizes", "12", "--port-base", "1",
-      "--collective", "alltoall"], "multiples of 4 * world = 8 bytes"),
+    (["--rank", "0", *PAIR, "--sizes", "4", "--options", opts(rcvbuf=100)],
+     "--options: --rcvbuf must be 0 (the kernel's autotuning) or at least 4096 bytes; got 100"),
+    (["--rank", "0", *PAIR, "--sizes", "4", "--options", opts(rcvbuf_budget=100)],
+     "--rcvbuf-budget must be 0 (none) or at least 4096"),
+    (["--rank", "0", *PAIR, "--sizes", "4", "--options", opts(scheduler="fastest")],
+     "no scheduler named 'fastest'; schedulers are ecmp, least-outstanding, owd"),
+    (["--rank", "0", *PAIR, "--sizes", "4", "--options", opts(bogus=1)], "collective options have no 'bogus'"),
+    (["--rank", "0", *PAIR, "--sizes", "4", "--options", "{port_base"], "collective options are not JSON"),
+    (["--rank", "0", *PAIR, "--sizes", "4", "--options", "{}"], "--options needs a port_base"),
+    (["--rank", "0", "--world", "1", "--peer", "a=1.2.3.4", "--sizes", "4", "--options", opts()], "at least 2"),
+    (["--rank", "3", *PAIR, "--sizes", "4", "--options", opts()], "outside"),
+    (["--rank", "0", *PAIR, "--sizes", "6", "--options", opts()], "multiples"),
+    (["--rank", "0", "--world", "2", "--peer", "a=x", "--peer", "b", "--sizes", "4", "--options", opts()], "NAME=ADDR"),
+    (["--rank", "0", *PAIR, "--sizes", "8", "--options", opts(collective="alltoall", algorithm="ring")],
+     "'ring' is not an all-to-all algorithm; use pairwise or oneshot"),
+    (["--rank", "0", *PAIR, "--sizes", "8", "--options", opts(algorithm="oneshot")],
+     "'oneshot' is not an all-reduce algorithm; use ring or hier"),
+    (["--rank", "0", *PAIR, "--sizes", "12", "--options", opts(collective="alltoall")],
+     "multiples of 4 * world = 8 bytes"),
 ])
 def test_worker_bad_arguments_are_one_line(args, message):
     proc = subprocess.run([sys.executable, "-m", "clockfabric.collective.worker", *args],
@@ -439,12 +444,12 @@ def test_sizes_parse_like_nccl_tests():
 
 
 def test_worker_connects_to_the_barrier_ring_and_the_collective_peers():
-    base = ["--world", "5", "--sizes", "20", "--port-base", "1"] + [f"--peer=h{r}=x{r}" for r in range(5)]
-    a2a = worker.parse_args(["--rank", "0", "--collective", "alltoall", *base])
-    assert a2a.algorithm == "pairwise" and worker.barrier_algorithm(a2a) == "ring"
+    base = ["--world", "5", "--sizes", "20"] + [f"--peer=h{r}=x{r}" for r in range(5)]
+    a2a = worker.parse_args(["--rank", "0", "--options", opts(collective="alltoall"), *base])
+    assert a2a.options.algorithm == "pairwise" and worker.barrier_algorithm(a2a) == "ring"
     assert worker.collective_peers(a2a) == {1, 2, 3, 4}
-    ar = worker.parse_args(["--rank", "0", *base])
-    assert ar.algorithm == "ring" and worker.collective_peers(ar) == {1, 4}
+    ar = worker.parse_args(["--rank", "0", "--options", opts(), *base])
+    assert ar.options.algorithm == "ring" and worker.collective_peers(ar) == {1, 4}
 
 
 def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatch):
@@ -465,7 +470,7 @@ def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatc
     monkeypatch.setattr(worker, "anyone", counted)
 
     def body(r, t):
-        args = worker.parse_args(["--rank", str(r), "--world", "2", "--sizes", "4", "--port-base", "1",
+        args = worker.parse_args(["--rank", str(r), "--world", "2", "--sizes", "4", "--options", opts(),
                                   "--peer=h0=127.0.0.1", "--peer=h1=127.0.0.1"])
         iterations = []
         worker.hold(t, args, lambda: None, lambda: (iterations.append(1), time.sleep(0.005 + 0.01 * r)))
@@ -482,7 +487,7 @@ def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatc
 @pytest.mark.parametrize("args, message", [
     (["alltoall", "--algorithm", "ring"], "'ring' is not an all-to-all algorithm; use pairwise or oneshot"),
     (["allreduce", "--algorithm", "pairwise"], "'pairwise' is not an all-reduce algorithm; use ring or hier"),
-    (["alltoall", "--scheduler", "fastest"], "--scheduler 'fastest' is unknown"),
+    (["alltoall", "--scheduler", "fastest"], "no scheduler named 'fastest'; schedulers are ecmp, least-outstanding"),
     (["alltoall", "--placement", "random"], "--placement 'random' is unknown"),
     (["alltoall", "--sizes", "1Q"], "does not parse"),
     (["allreduce", "--rcvbuf", "1K"], "--rcvbuf must be 0 (the kernel's autotuning) or at least 4096 bytes"),
@@ -584,7 +589,7 @@ def test_a_resize_reaches_the_peers_receive_buffer_and_every_byte_still_lands():
         assert np.array_equal(buf, np.arange(1 << 18, dtype=np.float32) * 3)
 
 
-@pytest.mark.parametrize("scheduler", schedule.SCHEDULERS)
+@pytest.mark.parametrize("scheduler", SCHEDULERS.names())
 def test_a_parked_subflow_carries_nothing_until_put_to_work(scheduler):
     """Standbys are dialled up front and parked: no scheduler gives one a chunk (or a probe).
     Put to work, it carries its part; parked again, it takes nothing new. The last subflow at
@@ -620,7 +625,7 @@ def test_a_parked_subflow_carries_nothing_until_put_to_work(scheduler):
     assert busy is not None and standby is not None and idle.busy_us == 0 and idle.retrans == 0
 
 
-@pytest.mark.parametrize("scheduler", schedule.SCHEDULERS)
+@pytest.mark.parametrize("scheduler", SCHEDULERS.names())
 def test_a_subflow_parked_longer_than_the_timeout_is_not_a_failure(scheduler):
     """A standby may stay parked for a whole job: its receiving end hears nothing for far longer
     than the kernel timeout while the peer's messages keep arriving on the other subflow. That is

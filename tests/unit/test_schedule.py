@@ -1,6 +1,7 @@
-"""The collective's schedulers (schedule.py) on a tiny discrete-event simulator of subflows whose
-rate and one-way delay follow a trace, driven as the transport drives them: a dispatcher cuts a
-message with plan(), asks pick() for each chunk and waits for the next ack when it says None;
+"""The collective's schedulers (schedulers/, over schedule.SubflowState) on a tiny
+discrete-event simulator of subflows whose rate and one-way delay follow a trace, driven as
+the transport drives them: a dispatcher cuts a message with plan(), asks pick() for each
+chunk and waits for the next ack when it says None;
 acks carry the chunk's one-way delay (with the wait behind the subflow's earlier bytes) and the
 path's delivery rate, as the transport reads it from the kernel."""
 
@@ -18,15 +19,25 @@ from clockfabric.collective.schedule import (
     PROBE_EVERY,
     WINDOW_CHUNKS,
     SubflowState,
-    ecmp,
-    least_outstanding,
-    owd,
-    pick,
-    plan,
-    probes,
-    spare,
     take,
 )
+from clockfabric.collective.schedulers import SCHEDULERS, scheduler
+from clockfabric.errors import ClockfabricError
+
+ecmp, least_outstanding, owd = (scheduler(name).choose for name in ("ecmp", "least-outstanding", "owd"))
+spare = scheduler("owd").spare
+
+
+def pick(name, subs, queues):
+    return scheduler(name).pick(subs, queues)
+
+
+def plan(name, size, subs):
+    return scheduler(name).plan(size, subs)
+
+
+def probes(name, subs):
+    return scheduler(name).probes(subs)
 
 BASE_NS = 10_000  # one-way delay of an idle path, each way (the acks come back over it)
 FAST = 1.25  # bytes per ns: 10 Gb/s
@@ -50,8 +61,8 @@ class Path:
 class Sim:
     """Messages of n chunks, each sent once the previous has arrived whole (as a ring's steps)."""
 
-    def __init__(self, scheduler: str, paths: list[Path]) -> None:
-        self.scheduler, self.paths, self.subs = scheduler, paths, [SubflowState() for _ in paths]
+    def __init__(self, name: str, paths: list[Path]) -> None:
+        self.scheduler, self.paths, self.subs = scheduler(name), paths, [SubflowState() for _ in paths]
         self.t, self.acks, self.sends = 0.0, [], []  # acks: a heap by arrival; sends: (time, subflow, a, b)
 
     def deliver(self, until: float) -> None:
@@ -63,20 +74,20 @@ class Sim:
         """Send a message of n chunks: its time (first send to last byte in), the subflow of each
         chunk as sent and when each subflow's last byte of it arrived (ns after the start)."""
         start, placed, ends = self.t, [], {}
-        queues = plan(self.scheduler, n * CHUNK, self.subs)
+        queues = self.scheduler.plan(n * CHUNK, self.subs)
         while any(queues):
             self.deliver(self.t)
-            for j in probes(self.scheduler, self.subs):  # a header alone: the path's delay, no bytes
+            for j in self.scheduler.probes(self.subs):  # a header alone: the path's delay, no bytes
                 ahead = self.subs[j].on_probe()
                 _, delay = self.paths[j].at(max(self.t, self.paths[j].free))
                 begin = max(self.t, self.paths[j].free)
                 heapq.heappush(self.acks, (begin + delay + BASE_NS, len(self.sends), j, 0, ahead,
                                            round(begin + delay - self.t), None))
                 self.sends.append((self.t, j, 0, 0))
-            while (i := pick(self.scheduler, self.subs, queues)) is None:
+            while (i := self.scheduler.pick(self.subs, queues)) is None:
                 self.t = self.acks[0][0]  # wait for an ack (none pending would be a deadlock)
                 self.deliver(self.t)
-            a, b = take(queues[i if self.scheduler == "ecmp" else 0], self.subs[i].chunk)
+            a, b = take(self.scheduler.queue(queues, i), self.subs[i].chunk)
             assert self.subs[i].outstanding < self.subs[i].window
             ahead = self.subs[i].on_send(b - a)
             path = self.paths[i]
@@ -370,20 +381,20 @@ def test_spare_prefers_the_copy_that_gains_most():
 
 
 # ---- 8. parked subflows (standbys) ----------------------------------------------------------------
-@pytest.mark.parametrize("scheduler", ["ecmp", "least-outstanding", "owd"])
-def test_a_parked_subflow_gets_no_chunk_and_no_probe(scheduler):
+@pytest.mark.parametrize("name", ["ecmp", "least-outstanding", "owd"])
+def test_a_parked_subflow_gets_no_chunk_and_no_probe(name):
     """The emptiest, fastest subflow, idle long enough to be probed, but parked: nothing goes to it."""
     subs = [SubflowState(outstanding=CHUNK, rate=FAST), SubflowState(rate=100 * FAST, parked=True)]
     subs[1].idle = 10 * PROBE_EVERY
-    queues = plan(scheduler, 8 * CHUNK, subs)
+    queues = plan(name, 8 * CHUNK, subs)
     placed = []
     while any(queues):
-        i = pick(scheduler, subs, queues)
+        i = pick(name, subs, queues)
         assert i is not None
-        take(queues[i if scheduler == "ecmp" else 0], subs[i].chunk)
+        take(scheduler(name).queue(queues, i), subs[i].chunk)
         subs[i].outstanding = 0  # acked at once
         placed.append(i)
-    assert set(placed) == {0} and probes(scheduler, subs) == []
+    assert set(placed) == {0} and probes(name, subs) == []
     assert spare(subs, 1, [(CHUNK, CHUNK), None]) is None  # nor copies of another's chunks
 
 
@@ -394,3 +405,15 @@ def test_ecmp_shares_a_message_among_the_subflows_at_work():
     assert sum(b - a for q in queues for a, b in q) == 8 * CHUNK
     subs[1].parked = False  # at work again: its share of the next message
     assert [len(q) for q in plan("ecmp", 9 * CHUNK, subs)] == [3, 3, 3]
+
+
+def test_the_registry_names_every_scheduler_and_what_each_needs():
+    assert SCHEDULERS.names() == ["ecmp", "least-outstanding", "owd"]
+    assert {n: (scheduler(n).placement, scheduler(n).copies) for n in SCHEDULERS.names()} == {
+        "ecmp": ("hashed", False), "least-outstanding": ("hashed", False), "owd": ("learned", True)}
+
+
+def test_an_unknown_scheduler_is_one_line_listing_the_known_ones():
+    with pytest.raises(ClockfabricError) as e:
+        scheduler("fastest")
+    assert str(e.value) == "no scheduler named 'fastest'; schedulers are ecmp, least-outstanding, owd"

@@ -82,9 +82,8 @@ import numpy as np
 
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.collective.results import BUS_FACTORS
+from clockfabric.collective.options import CollectiveOptions
 from clockfabric.collective.run import run_collective
-from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
-from clockfabric.collective.transport import MIN_RCVBUF
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, netns
 from clockfabric.lab.exec import command
@@ -129,7 +128,7 @@ ELEPHANT_SECONDS = 86400
 # The elephants' TCP, named rather than inherited: iperf3 runs the namespace's default, which
 # lab namespaces take from the machine, so the scenario changed with the host's sysctl (this
 # machine's BBR took 6-12 Mbit/s of a 25 Mbit/s spine from the job, run to run). CUBIC is
-# Linux's own default, and what the job's subflows run (transport.CONGESTION).
+# Linux's own default, and what the job's subflows run (tcpinfo.CONGESTION).
 ELEPHANT_CONGESTION = "cubic"
 # Before each run with elephants, the bench lets them regain the spine the last run's jobs shared
 # (SETTLE_S), then reads their rate alone over ALONE_S: the baseline of what each run leaves them.
@@ -372,10 +371,11 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
         collective, hosts = jobs[i]
         try:
             algorithm = ALLTOALL_ALGORITHM if collective == "alltoall" else None
-            res = run_collective(lab, hosts, collective=collective, sizes=[size], subflows=subflows,
-                                 algorithm=algorithm, scheduler=scheduler, placement=placement, iters=iters,
-                                 warmup=warmup, timeout_s=60.0, gate=gate, rcvbuf=rcvbuf,
-                                 rcvbuf_budget=rcvbuf_budget, standby=standby,
+            options = CollectiveOptions(collective=collective, algorithm=algorithm, subflows=subflows,
+                                        scheduler=scheduler, placement=placement, rcvbuf=rcvbuf,
+                                        rcvbuf_budget=rcvbuf_budget, standby=standby, iters=iters, warmup=warmup,
+                                        timeout_s=60.0)
+            res = run_collective(lab, hosts, options, sizes=[size], gate=gate,
                                  progress=timing if outsiders and i == 0 else None)
             row = res.rows[0]
             carried = [(r["subflow"] >= subflows, r["bytes"]) for rows in res.subflow_stats.values() for r in rows]
@@ -590,20 +590,12 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
                                f"(the dualplane fabric has 2 per plane); got {spines}")
     if bad := [s for s in scenarios if s not in SCENARIOS]:
         raise ClockfabricError(f"unknown scenario {bad[0]!r}; choose from {', '.join(SCENARIOS)}")
-    if bad := [s for s in schedulers if s not in SCHEDULERS]:
-        raise ClockfabricError(f"unknown scheduler {bad[0]!r}; choose from {', '.join(SCHEDULERS)}")
-    if placement is not None and placement not in PLACEMENTS:
-        raise ClockfabricError(f"unknown placement {placement!r}; choose from {', '.join(PLACEMENTS)}")
     if seeds < 1 or iters < 1 or (subflows is not None and subflows < 1):
         raise ClockfabricError("--seeds, --iters and --subflows must be at least 1")
     if warmup < 0:
         raise ClockfabricError(f"--warmup must be at least 0; got {warmup}")
-    if rcvbuf is not None and rcvbuf < MIN_RCVBUF:
-        raise ClockfabricError(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; "
-                               f"got {rcvbuf}")
-    if rcvbuf_budget is not None and rcvbuf_budget < MIN_RCVBUF:
-        raise ClockfabricError(f"--rcvbuf-budget must be 0 (none: every subflow keeps --rcvbuf) or at least "
-                               f"{MIN_RCVBUF} bytes; got {rcvbuf_budget}")
+    for scheduler in schedulers:  # each scheduler's options as its runs will make them: a bad one fails here
+        CollectiveOptions(scheduler=scheduler, placement=placement, rcvbuf=rcvbuf, rcvbuf_budget=rcvbuf_budget)
     if mtu not in MTUS:
         raise ClockfabricError(f"--mtu must be one of {', '.join(map(str, MTUS))}; got {mtu}")
 

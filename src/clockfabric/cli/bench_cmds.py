@@ -134,8 +134,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         return
     chosen, sched = _list(scenarios, "--scenarios"), _list(schedulers, "--schedulers")
     nbytes = parse_size(size)
-    rcvbuf_bytes = _rcvbuf(rcvbuf)
-    budget_bytes = _rcvbuf(rcvbuf_budget, "--rcvbuf-budget", "none")
+    rcvbuf_bytes, budget_bytes = _rcvbuf(rcvbuf), _rcvbuf(rcvbuf_budget)
     mtu = mtu or cb.MTU
     cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines, rcvbuf_bytes, mtu, budget_bytes,
              warmup)
@@ -284,16 +283,11 @@ def _nccl_table(res) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _rcvbuf(text: str, option: str = "--rcvbuf", zero: str = "the kernel's autotuning") -> int | None:
-    """--rcvbuf (or another buffer option): bytes, or None for "0"."""
+def _rcvbuf(text: str) -> int | None:
+    """--rcvbuf (or another buffer option): bytes, or None for "0" (CollectiveOptions says what is too small)."""
     from clockfabric.collective.sizes import parse_size
-    from clockfabric.collective.transport import MIN_RCVBUF
 
-    if text.strip() == "0":
-        return None
-    if (size := parse_size(text)) < MIN_RCVBUF:
-        raise ClockfabricError(f"{option} must be 0 ({zero}) or at least {MIN_RCVBUF} bytes; got {text}")
-    return size
+    return None if text.strip() == "0" else parse_size(text)
 
 
 def _list(text: str | None, what: str, cast=str) -> list | None:
@@ -309,36 +303,17 @@ def _list(text: str | None, what: str, cast=str) -> list | None:
     return items
 
 
-def _bench_collective(collective: str, lab_name: str | None, hosts: str | None, subflows: int, planes: str | None,
-                      algorithm: str, scheduler: str, placement: str | None, rcvbuf: str, rcvbuf_budget: str,
-                      standby: bool, min_bytes: str | None, max_bytes: str | None, factor: float | None, sizes: str | None,
-                      iters: int, warmup: int, timeout: float, as_json: bool) -> None:
+def _bench_collective(options, lab_name: str | None, hosts: str | None, sizes: list[int], as_json: bool) -> None:
     from clockfabric.collective.results import COLLECTIVES
-    from clockfabric.collective.run import ALGORITHMS_OF, run_collective
-    from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
+    from clockfabric.collective.run import run_collective
     from clockfabric.lab.state import Lab
 
-    what = COLLECTIVES[collective]
-    # bad input fails fast, before root and the lab
-    if algorithm not in ALGORITHMS_OF[collective]:
-        raise ClockfabricError(f"--algorithm {algorithm!r} is not an {what} algorithm; "
-                               f"use {' or '.join(ALGORITHMS_OF[collective])}")
-    if scheduler not in SCHEDULERS:
-        raise ClockfabricError(f"--scheduler {scheduler!r} is unknown; use {', '.join(SCHEDULERS)}")
-    if placement is not None and placement not in PLACEMENTS:
-        raise ClockfabricError(f"--placement {placement!r} is unknown; use {' or '.join(PLACEMENTS)}")
-    chosen = _sizes(sizes, min_bytes, max_bytes, factor)
-    plane_list = _list(planes, "--planes", int)
-    rcvbuf_bytes = _rcvbuf(rcvbuf)
-    budget_bytes = _rcvbuf(rcvbuf_budget, "--rcvbuf-budget", "none")
+    what = COLLECTIVES[options.collective]
     require_root()
     lab = Lab.open(lab_name)
     host_list = _list(hosts, "--hosts") or list(lab.topology.hosts)
     with progress_bar(what) as bar:
-        res = run_collective(lab, host_list, collective=collective, sizes=chosen, subflows=subflows,
-                             planes=plane_list, algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout,
-                             scheduler=scheduler, placement=placement, rcvbuf=rcvbuf_bytes,
-                             rcvbuf_budget=budget_bytes, standby=standby, progress=bar)
+        res = run_collective(lab, host_list, options, sizes=sizes, progress=bar)
     if as_json:
         print_json(res.as_dict())
         return
@@ -382,8 +357,14 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
                 warmup: int = typer.Option(1, "--warmup", "-w", help="Untimed iterations first."),
                 timeout: float = typer.Option(60.0, "--timeout", help="Seconds any one wait may take."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
-        _bench_collective(collective, lab_name, hosts, subflows, planes, algorithm, scheduler, placement, rcvbuf,
-                          rcvbuf_budget, standby, min_bytes, max_bytes, factor, sizes, iters, warmup, timeout, as_json)
+        from clockfabric.collective.options import CollectiveOptions
+
+        # bad input fails here, fast, before root and the lab
+        options = CollectiveOptions(collective=collective, algorithm=algorithm, subflows=subflows,
+                                    planes=_list(planes, "--planes", int), scheduler=scheduler, placement=placement,
+                                    rcvbuf=_rcvbuf(rcvbuf), rcvbuf_budget=_rcvbuf(rcvbuf_budget), standby=standby,
+                                    iters=iters, warmup=warmup, timeout_s=timeout)
+        _bench_collective(options, lab_name, hosts, _sizes(sizes, min_bytes, max_bytes, factor), as_json)
 
     command.__doc__ = doc
     command.__name__ = collective

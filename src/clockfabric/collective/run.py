@@ -1,13 +1,13 @@
 """Run the collective benchmark (all-reduce, all-to-all) on lab hosts: one worker per host, results gathered.
 
-run_collective(lab, hosts, collective=...) is the launcher; allreduce(...) and alltoall(...)
-are it with the collective named.
+run_collective(lab, hosts, options, sizes=...) is the launcher (options: CollectiveOptions);
+allreduce(...) and alltoall(...) are it with the collective named and the options as keywords.
 
 Each host runs `python -m clockfabric.collective.worker` in its own namespace. The worker
 is told every rank's name and its NIC address on each plane in use (the /31 routed over
 that plane only), so subflow i, pinned to planes[i % len(planes)], connects NIC to NIC.
 Ranks listen on port_base + rank; each call reserves its own port range, so calls from
-several threads never collide, even on one host.
+several threads never collide, even on one host. The options travel to the workers as JSON.
 """
 
 from __future__ import annotations
@@ -22,15 +22,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
 
-from clockfabric.collective import alltoall as a2a
-from clockfabric.collective import ring
 from clockfabric.collective.expected import (
     common_planes,
     expected_alltoall_busbw_gbps,
     expected_busbw_gbps,
     leaf_groups,
 )
+from clockfabric.collective.options import CollectiveOptions
 from clockfabric.collective.results import (
     COLLECTIVES,
     CollectiveResult,
@@ -39,17 +40,13 @@ from clockfabric.collective.results import (
     busbw_gbps,
     job_time_us,
 )
-from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
 from clockfabric.collective.sizes import format_size
-from clockfabric.collective.transport import MIN_RCVBUF
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import process
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 from clockfabric.topology import Port, interfaces
 
-ALGORITHMS_OF = {"allreduce": tuple(ring.ALGORITHMS), "alltoall": tuple(a2a.ALGORITHMS)}  # the first: default
-ALGORITHMS = ALGORITHMS_OF["allreduce"]
 PORT_LOW, PORT_HIGH = 20000, 32000  # below the ephemeral range (32768+) that source ports come from
 FAIL_GRACE_S = 3.0  # once a rank fails, the others get this long to notice (their links close) and exit
 STALL_GRACE_S = 10.0  # beyond timeout_s: workers end themselves after timeout_s without progress
@@ -59,62 +56,38 @@ _ports_lock = threading.Lock()
 _ports_used: set[int] = set()
 
 
-def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: int = 1,
-              planes: Sequence[int] | None = None, algorithm: str = "ring", iters: int = 5, warmup: int = 1,
-              timeout_s: float = 60.0, port_base: int | None = None, scheduler: str = "ecmp",
-              placement: str | None = None, progress: Progress | None = None,
-              gate: threading.Barrier | None = None) -> CollectiveResult:
+def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], progress: Progress | None = None,
+              gate: threading.Barrier | None = None, **knobs: Any) -> CollectiveResult:
     """All-reduce float32 buffers of each size (bytes, rounded down to whole floats) over hosts.
 
-    Rank i runs on hosts[i]; the ring follows that order. algorithm: "ring", or "hier"
-    (groups by leaf switch). The rest: see run_collective.
+    Rank i runs on hosts[i]; the ring follows that order. knobs: any CollectiveOptions field
+    but the collective (algorithm: "ring", or "hier", which groups by leaf switch). The rest:
+    see run_collective.
     """
-    return run_collective(lab, hosts, collective="allreduce", sizes=sizes, subflows=subflows, planes=planes,
-                          algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout_s,
-                          port_base=port_base, scheduler=scheduler, placement=placement, progress=progress,
-                          gate=gate)
+    return run_collective(lab, hosts, CollectiveOptions(collective="allreduce", **knobs), sizes=sizes,
+                          progress=progress, gate=gate)
 
 
-def alltoall(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], subflows: int = 1,
-             planes: Sequence[int] | None = None, algorithm: str = "pairwise", iters: int = 5, warmup: int = 1,
-             timeout_s: float = 60.0, port_base: int | None = None, scheduler: str = "ecmp",
-             placement: str | None = None, progress: Progress | None = None,
-             gate: threading.Barrier | None = None) -> CollectiveResult:
+def alltoall(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], progress: Progress | None = None,
+             gate: threading.Barrier | None = None, **knobs: Any) -> CollectiveResult:
     """All-to-all of float32 send buffers of each size over hosts: each rank sends 1/n of its
     buffer to each rank. Sizes are bytes per rank's send buffer, rounded down to a multiple of
-    4 * len(hosts) (equal blocks of whole floats, as nccl-tests rounds). algorithm:
-    "pairwise" or "oneshot" (alltoall.ALGORITHMS). The rest: see run_collective.
+    4 * len(hosts) (equal blocks of whole floats, as nccl-tests rounds). knobs: any
+    CollectiveOptions field but the collective (algorithm: "pairwise" or "oneshot"). The
+    rest: see run_collective.
     """
-    return run_collective(lab, hosts, collective="alltoall", sizes=sizes, subflows=subflows, planes=planes,
-                          algorithm=algorithm, iters=iters, warmup=warmup, timeout_s=timeout_s,
-                          port_base=port_base, scheduler=scheduler, placement=placement, progress=progress,
-                          gate=gate)
+    return run_collective(lab, hosts, CollectiveOptions(collective="alltoall", **knobs), sizes=sizes,
+                          progress=progress, gate=gate)
 
 
-def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allreduce", sizes: Sequence[int],
-                   subflows: int = 1, planes: Sequence[int] | None = None, algorithm: str | None = None,
-                   iters: int = 5, warmup: int = 1, timeout_s: float = 60.0, port_base: int | None = None,
-                   scheduler: str = "ecmp", placement: str | None = None, rcvbuf: int | None = None,
-                   rcvbuf_budget: int | None = None, standby: bool = False, progress: Progress | None = None,
+def run_collective(lab: Lab, hosts: Sequence[str], options: CollectiveOptions = CollectiveOptions(), *,
+                   sizes: Sequence[int], progress: Progress | None = None,
                    gate: threading.Barrier | None = None) -> CollectiveResult:
-    """Run one collective ("allreduce" or "alltoall") over hosts, for each size.
+    """Run one collective (options.collective) over hosts, for each size.
 
     Rank i runs on hosts[i]. sizes: bytes per rank's buffer, rounded down to whole floats
-    (all-to-all: to n equal blocks of them). subflows: TCP connections per peer pair,
-    subflow j on planes[j % len(planes)] (default: every plane all hosts share). algorithm:
-    one of ALGORITHMS_OF[collective] (default its first). scheduler: which subflow carries
-    each chunk (schedule.SCHEDULERS). placement: "hashed" (kernel source ports, ECMP hashes
-    them) or "learned" (ports learned per spine); default learned for "owd", hashed otherwise.
-    rcvbuf: each subflow's receive buffer, bytes, fixed (None: the kernel's autotuning; Transport).
-    rcvbuf_budget: with learned placement and the hosts' agents running, the receive buffer
-    bytes that the subflows on one spine from under a leaf share: each subflow the agent
-    placed gets its share as the agent counts them, kept up to date (worker.share_windows);
-    the others keep rcvbuf.
-    standby: with learned placement, each subflow placed on a spine gets a standby through the
-    same spine, at work only while traffic from outside the jobs' claims crowds it
-    (collective/standby.py; subflows must then be a multiple of the planes). With hashed
-    ports there is no spine to stand by on, and it changes nothing.
-    timeout_s bounds every wait: peers connecting, and any transfer that makes no progress.
+    (all-to-all: to n equal blocks of them). options: every other knob (CollectiveOptions);
+    the planes default to every plane all hosts share.
     gate: a barrier shared by jobs run side by side (with the same sizes), so they start, time
     and end together: once every rank is ready for a size (connected, buffers made), the call
     waits there, then lets its ranks begin that size's warmup, from which its timed iterations
@@ -123,49 +96,33 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     should abort() it).
     Raises ClockfabricError, naming the host, if a rank fails; its workers are stopped first.
     """
-    topo = lab.topology
-    if collective not in ALGORITHMS_OF:
-        raise ClockfabricError(f"unknown collective {collective!r}; use {' or '.join(ALGORITHMS_OF)}")
-    algorithm = algorithm or ALGORITHMS_OF[collective][0]
-    hosts, planes, sizes = _check(lab, hosts, sizes, subflows, planes, collective, algorithm, iters, warmup)
+    topo, collective = lab.topology, options.collective
+    hosts, planes, sizes = _check(lab, hosts, sizes, options)
     what, n = COLLECTIVES[collective], len(hosts)
-    placement = placement or ("learned" if scheduler == "owd" else "hashed")
-    if scheduler not in SCHEDULERS or placement not in PLACEMENTS:
-        raise ClockfabricError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r}) and "
-                               f"placement one of {', '.join(PLACEMENTS)} (got {placement!r})")
-    standby = standby and placement == "learned"
-    if standby and subflows % len(planes):
-        raise ClockfabricError(f"standby subflows need the subflows ({subflows}) to be a multiple of the planes "
-                               f"({len(planes)}): each stands by on its subflow's plane and spine")
-    for name, size in (("receive buffer", rcvbuf), ("receive buffer budget", rcvbuf_budget)):
-        if size is not None and size < MIN_RCVBUF:
-            raise ClockfabricError(f"a {name} must be at least {MIN_RCVBUF} bytes; got {size}")
     expect = expected_alltoall_busbw_gbps if collective == "alltoall" else expected_busbw_gbps
-    expected = expect(topo, hosts, subflows, planes, algorithm=algorithm)
+    expected = expect(topo, hosts, options.subflows, planes, algorithm=options.algorithm)
     itfs = interfaces(topo)
     addresses = [[str(itfs[Port(h, topo.hosts[h].nic(p).name)].address.ip) for p in planes] for h in hosts]
     group_of = {h: g for g, members in enumerate(leaf_groups(topo, hosts, planes[0])) for h in members}
-    reserved = port_base is None
-    base = _reserve_ports(n) if reserved else port_base
-    argv = [sys.executable, "-m", "clockfabric.collective.worker", "--lab", lab.name, "--collective", collective,
-            "--world", str(n), "--sizes", ",".join(map(str, sizes)), "--subflows", str(subflows),
-            "--algorithm", algorithm, "--iters", str(iters), "--warmup", str(warmup), "--port-base", str(base),
-            "--timeout", str(timeout_s), "--token", str(random.getrandbits(32)),
-            "--scheduler", scheduler, "--placement", placement, "--rcvbuf", str(rcvbuf or 0),
-            "--rcvbuf-budget", str(rcvbuf_budget or 0),
-            "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else []) \
-        + (["--standby"] if standby else [])
+    reserved = options.port_base is None
+    base = _reserve_ports(n) if reserved else options.port_base
+    ours = replace(options, planes=tuple(planes), port_base=base)
+    argv = [sys.executable, "-m", "clockfabric.collective.worker", "--lab", lab.name, "--options", ours.to_json(),
+            "--world", str(n), "--sizes", ",".join(map(str, sizes)), "--token", str(random.getrandbits(32)),
+            "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else [])
     for h, addrs in zip(hosts, addresses):
         argv += ["--peer", f"{h}={','.join(addrs)}"]
     try:
-        records = _launch(lab, hosts, argv, len(sizes) * (warmup + iters), timeout_s, progress, what, gate)
+        records = _launch(lab, hosts, argv, len(sizes) * (options.warmup + options.iters), options.timeout_s,
+                          progress, what, gate)
     finally:
         if reserved:
             _release_ports(base, n)
-    result = CollectiveResult(lab=lab.name, hosts=hosts, algorithm=algorithm, subflows=subflows, planes=planes,
-                              iters=iters, warmup=warmup, port_base=base, expected_busbw_gbps=expected,
+    result = CollectiveResult(lab=lab.name, hosts=hosts, algorithm=ours.algorithm, subflows=ours.subflows,
+                              planes=planes, iters=ours.iters, warmup=ours.warmup, port_base=base,
+                              expected_busbw_gbps=expected,
                               connect_s=max(r["connect_s"] for r in records["connected"]),
-                              scheduler=scheduler, placement=placement, collective=collective,
+                              scheduler=ours.scheduler, placement=ours.placement, collective=collective,
                               subflow_stats={hosts[r["rank"]]: r["subflows"] for r in records.get("subflows", [])})
     for size in sizes:
         per_rank = [r for r in records["result"] if r["size_bytes"] == size]
@@ -180,11 +137,12 @@ def run_collective(lab: Lab, hosts: Sequence[str], *, collective: str = "allredu
     return result
 
 
-def _check(lab: Lab, hosts: Sequence[str], sizes: Sequence[int], subflows: int, planes: Sequence[int] | None,
-           collective: str, algorithm: str, iters: int, warmup: int) -> tuple[list[str], list[int], list[int]]:
+def _check(lab: Lab, hosts: Sequence[str], sizes: Sequence[int],
+           options: CollectiveOptions) -> tuple[list[str], list[int], list[int]]:
+    """What the options cannot check alone: the hosts, planes and sizes against the lab."""
     topo = lab.topology
     hosts = list(hosts)
-    what = COLLECTIVES[collective]
+    what = COLLECTIVES[options.collective]
     for h in hosts:
         if h not in topo.hosts:
             names = list(topo.hosts)
@@ -194,26 +152,23 @@ def _check(lab: Lab, hosts: Sequence[str], sizes: Sequence[int], subflows: int, 
         raise ClockfabricError(f"an {what} needs at least 2 hosts (got {len(hosts)})")
     if len(set(hosts)) != len(hosts):
         raise ClockfabricError("each host runs one rank; a host is named twice")
-    if algorithm not in ALGORITHMS_OF[collective]:
-        raise ClockfabricError(f"unknown {what} algorithm {algorithm!r}; use {' or '.join(ALGORITHMS_OF[collective])}")
-    if subflows < 1 or subflows > 64:
-        raise ClockfabricError(f"subflows must be 1 to 64 (got {subflows})")
-    if iters < 1 or warmup < 0:
-        raise ClockfabricError("iterations must be at least 1 and warmup at least 0")
     shared = common_planes(topo, hosts)
-    planes = list(dict.fromkeys(planes)) if planes is not None else shared
+    planes = list(options.planes) if options.planes is not None else shared
     if not planes:
-        raise ClockfabricError("no plane is shared by all the hosts" if not shared else "give at least one plane")
+        raise ClockfabricError("no plane is shared by all the hosts")
     if missing := [p for p in planes if p not in shared]:
         lacking = next(h for h in hosts if not topo.hosts[h].nic(missing[0]))
         raise ClockfabricError(f"{lacking} has no NIC on plane {missing[0]}; planes all hosts share: "
                                f"{', '.join(map(str, shared)) or 'none'}")
-    unit = 4 * len(hosts) if collective == "alltoall" else 4  # all-to-all: n equal blocks of whole floats
+    if options.standby and options.subflows % len(planes):
+        raise ClockfabricError(f"standby subflows need the subflows ({options.subflows}) to be a multiple of the "
+                               f"planes ({len(planes)}): each stands by on its subflow's plane and spine")
+    unit = 4 * len(hosts) if options.collective == "alltoall" else 4  # all-to-all: n equal blocks of whole floats
     sizes = sorted({s - s % unit for s in sizes})
     if not sizes or sizes[0] < unit:
         raise ClockfabricError(f"sizes must be at least {unit} bytes (one float32"
                                f"{f' per rank: {len(hosts)} ranks' if unit > 4 else ''})")
-    if algorithm == "hier":
+    if options.algorithm == "hier":
         counts = [len(g) for g in leaf_groups(topo, hosts, planes[0])]
         if len(set(counts)) > 1:
             raise ClockfabricError(f"hier needs the same number of hosts under each leaf; got {counts} "

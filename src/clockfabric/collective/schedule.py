@@ -1,35 +1,15 @@
-"""Which subflow carries the next chunk: the schedulers, as pure functions of subflow state.
+"""What a sender knows of each subflow, and how a message is cut into chunks for it.
 
-A message to a peer is cut into chunks; a chunk goes to one of the peer's subflows. The
-receiver acknowledges each chunk with its one-way delay, read off synced clocks: the
-sender's send stamp to the first byte's arrival, so it includes the wait behind the
-subflow's earlier bytes. With each ack the sender also reads the subflow's rate: the
-kernel's own delivery-rate estimate for the connection (TCP_INFO), which counts bytes as
-the peer's kernel acknowledges them (timings taken in Python, on either side, are bent by
-when threads run and by chunks that sit whole in a socket before they are read).
-
-- `ecmp`: the baseline. Each subflow has a fixed, equal share of every message (contiguous
-  ranges, as NCCL's channels); the path is whatever the switches' hash made of it. Shares
-  go out side by side: no subflow waits for another's window.
-- `least-outstanding`: HPN's scheduler, the strong baseline: the chunk goes to the subflow
-  with the fewest bytes sent and not yet acknowledged.
-- `owd`: ours. The chunk goes to the subflow expected to deliver it first: its network delay
-  above the floor (queueing on the path, from the one-way delays) plus the time to drain
-  what it already holds and the chunk at its measured rate. A subflow that is expected to
-  finish later gets no bytes, so congested paths lose bytes as their delay rises, and a
-  message's last chunks never wait on a slow path. A subflow left idle is sent a probe now
-  and then (probes()): a header with no data, which the receiver acknowledges at once with
-  its one-way delay, so a path is re-measured (probing back slowly) without any message
-  waiting on it. Paired with learned source ports (one subflow per spine), it also decides
-  *where* the subflows run. Once a message's last chunk is placed, a subflow left with
-  nothing to carry takes a copy of the chunk another subflow is expected to deliver last,
-  where it would deliver it sooner by more than a window's time (spare()): TCP cannot take
-  back what a slow subflow holds, so the copy races it and the receiver keeps whichever
-  arrives first.
+The schedulers (schedulers/: ecmp, least-outstanding, owd) read this state to say which
+subflow carries each chunk. The receiver acknowledges each chunk with its one-way delay, read
+off synced clocks: the sender's send stamp to the first byte's arrival, so it includes the
+wait behind the subflow's earlier bytes. With each ack the sender also reads the subflow's
+rate: the kernel's own delivery-rate estimate for the connection (TCP_INFO), which counts
+bytes as the peer's kernel acknowledges them (timings taken in Python, on either side, are
+bent by when threads run and by chunks that sit whole in a socket before they are read).
 
 A subflow may be parked (a standby, collective/standby.py): it gets no new chunk and no
-probe, under any scheduler, until it is unparked; ecmp's shares are planned over the others
-(a share already planned on a subflow parked since stays on it).
+probe, under any scheduler, until it is unparked.
 
 Every scheduler holds about a window unacknowledged on a subflow (WINDOW_CHUNKS of its
 chunks; the chunk placed last, or a copy from spare(), may top it), so a slow subflow never
@@ -56,8 +36,7 @@ EWMA = 0.25  # weight of a new sample in the running estimates
 PROBE_EVERY = 32  # an idle subflow is probed after this many chunks went elsewhere
 FLOOR_AGE = 256  # chunks: the delay floor is the lowest seen over about this many acks
 
-SCHEDULERS = ("ecmp", "least-outstanding", "owd")
-PLACEMENTS = ("hashed", "learned")  # source ports: the kernel's (ECMP hashes them) or learned per spine
+Range = tuple[int, int]  # a chunk's bytes of its message: [start, end)
 
 
 @dataclass
@@ -125,20 +104,7 @@ class SubflowState:
         return self.excess_ns + (self.outstanding + length) / (self.rate or default_rate)
 
 
-def plan(scheduler: str, size: int, subs: list[SubflowState]) -> list[list[tuple[int, int]]]:
-    """A message's chunks as (start, end) byte ranges, in queues: for ecmp one queue per
-    subflow (its fixed share; none for a parked one), for the others a single queue any
-    subflow takes from."""
-    active = [i for i, s in enumerate(subs) if not s.parked]
-    if scheduler == "ecmp":
-        queues: list[list[tuple[int, int]]] = [[] for _ in subs]
-        for i, (a, b) in zip(active, pairwise(bounds(size, len(active)))):
-            queues[i] = _cut(a, b, -(-(b - a) // CHUNK))
-        return queues
-    return [_cut(0, size, max(-(-size // CHUNK), min(len(active), size)))]
-
-
-def take(queue: list[tuple[int, int]], size: int) -> tuple[int, int]:
+def take(queue: list[Range], size: int) -> Range:
     """Pop the queue's next chunk for a subflow whose chunk is `size` bytes: cut down to it,
     its rest left at the head, unless that rest would fall under MIN_CHUNK."""
     a, b = queue.pop(0)
@@ -148,79 +114,7 @@ def take(queue: list[tuple[int, int]], size: int) -> tuple[int, int]:
     return a, b
 
 
-def _cut(a: int, b: int, pieces: int) -> list[tuple[int, int]]:
+def cut(a: int, b: int, pieces: int) -> list[Range]:
+    """[a, b) in `pieces` near-equal ranges (none empty)."""
     edges = [a + e for e in bounds(b - a, pieces)] if pieces else [a]
     return [(x, y) for x, y in pairwise(edges) if y > x]
-
-
-def ecmp(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
-    """A subflow with chunks of its own share still owed and room in its window (the one
-    owed most): shares are fixed, but no subflow waits for another's window."""
-    ready = [i for i in range(len(subs)) if owed[i] and subs[i].outstanding < subs[i].window]
-    return max(ready, key=lambda i: owed[i]) if ready else None
-
-
-def least_outstanding(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
-    """The subflow with the fewest bytes outstanding among those with room in their windows
-    (windows differ: a slow subflow's is smaller)."""
-    room = [j for j in range(len(subs)) if not subs[j].parked and subs[j].outstanding < subs[j].window]
-    return min(room, key=lambda j: subs[j].outstanding) if room else None
-
-
-def _default_rate(subs: list[SubflowState]) -> float:
-    """The rate to assume for a subflow not measured yet: the mean of those measured."""
-    rates = [s.rate for s in subs if s.rate > 0]
-    return sum(rates) / len(rates) if rates else 1.0
-
-
-def owd(subs: list[SubflowState], length: int, owed: list[int]) -> int | None:
-    default = _default_rate(subs)
-    i = min((j for j in range(len(subs)) if not subs[j].parked), key=lambda j: subs[j].finish_ns(min(length, subs[j].chunk), default))
-    return i if subs[i].outstanding < subs[i].window else None  # the best is full: wait for it, don't settle
-
-
-def spare(subs: list[SubflowState], j: int, lasts: list[tuple[int, int] | None]) -> int | None:
-    """owd only, once every chunk of the messages at hand is placed: which subflow's chunk
-    subflow j should carry a copy of, or None. lasts[i]: for subflow i, the last chunk it
-    holds unacknowledged and not yet copied, as (bytes queued up to and including it, its
-    length), or None. The copy goes where it gains most: where i is expected to deliver the
-    chunk later than j would by more than j's time for a whole window. A copy costs a chunk
-    of j's time and of capacity; with a margin of one chunk, copies taken between a pipelined
-    ring's slices cost two all-reduces 6-9% (docs/benchmarks.md)."""
-    if subs[j].parked or subs[j].outstanding >= subs[j].window:
-        return None
-    default = _default_rate(subs)
-    best, most = None, 0.0
-    for i, last in enumerate(lasts):
-        if i == j or last is None:
-            continue
-        upto, length = last
-        there = subs[i].excess_ns + upto / (subs[i].rate or default)
-        gain = there - subs[j].finish_ns(length, default) - subs[j].window / (subs[j].rate or default)
-        if gain > most:
-            best, most = i, gain
-    return best
-
-
-PICK = {"ecmp": ecmp, "least-outstanding": least_outstanding, "owd": owd}
-
-
-def probes(scheduler: str, subs: list[SubflowState]) -> list[int]:
-    """Subflows to probe now (owd only): idle for PROBE_EVERY chunks, with nothing in flight."""
-    if scheduler != "owd":
-        return []
-    return [j for j, s in enumerate(subs) if s.idle >= PROBE_EVERY and s.outstanding == 0 and not s.parked]
-
-
-def pick(scheduler: str, subs: list[SubflowState], queues: list[list[tuple[int, int]]]) -> int | None:
-    """The subflow for the next chunk of a message (queues: what plan() made of it, less what
-    went out), or None: wait for an ack, then ask again. The caller takes the chunk from
-    queues[i] for ecmp, from queues[0] otherwise, with take(queue, subs[i].chunk)."""
-    owed = [len(q) for q in queues]
-    length = 0 if scheduler == "ecmp" else queues[0][0][1] - queues[0][0][0]
-    i = PICK[scheduler](subs, length, owed)
-    if i is not None:
-        for j, s in enumerate(subs):
-            if j != i:
-                s.idle += 1
-    return i

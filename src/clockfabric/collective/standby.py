@@ -13,7 +13,7 @@ about an equal share against each outside flow, and less where its window runs s
 So with learned placement every subflow placed on a spine has a standby: a second
 connection through the same spine (another learned source port), dialled up front and
 parked (the transport gives it no chunk). Every WATCH_S the rank reads the kernel's counters
-of both (transport.tcp_counters), and over the last LOOK_S:
+of both (tcpinfo.tcp_counters), and over the last LOOK_S:
 
 - crowded: the pair was busy for at least BUSY of the time, its congestion window held it
   for at least CWND of that, and it lost at least LOSSES segments: the standby goes to work;

@@ -2,7 +2,7 @@
 
 Runs on a host (in the lab: inside the host's namespace, started by clockfabric.collective.run).
 Connects its subflows, then for each size: warmup + timed iterations of the collective
-(--collective allreduce or alltoall), every element of every result checked against the
+(the options' collective: allreduce or alltoall), every element of every result checked against the
 exactly known one. A barrier starts the warmup; from there iterations run back to back,
 warmup and timed alike, as nccl-tests' do and as a job's collectives follow one another: a
 barrier before every iteration would leave the links idle for its round trips, which under
@@ -47,16 +47,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from clockfabric.collective import alltoall, claims, ring, standby
-from clockfabric.collective.schedule import PLACEMENTS, SCHEDULERS
-from clockfabric.collective.standby import Subflow
-from clockfabric.collective.transport import MIN_RCVBUF, Transport
+from clockfabric.collective.options import CollectiveOptions
+from clockfabric.collective.placement import Placement, job_id, learn_ports, share_windows
+from clockfabric.collective.transport import Transport
 from clockfabric.errors import ClockfabricError
-from clockfabric.probe.paths import Path, spread
 
 
 def weight(rank: int) -> int:
@@ -73,9 +71,6 @@ def expected(count: int, world: int) -> np.ndarray:
 
 
 HOLD_CHECK_S = 2.0  # holding: untimed iterations between checks whether to stop (see hold())
-SHARE_EVERY_S = 1.0  # how often a rank asks its agent how its spines are shared (share_windows())
-ALGORITHMS = {"allreduce": ring.ALGORITHMS, "alltoall": alltoall.ALGORITHMS}  # collective -> its algorithms
-DEFAULT_ALGORITHM = {"allreduce": "ring", "alltoall": "pairwise"}
 
 
 def emit(**fields) -> None:
@@ -93,31 +88,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = _Parser(prog="python -m clockfabric.collective.worker")
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--world", type=int, required=True)
+    p.add_argument("--options", default=None, metavar="JSON",
+                   help="The run's CollectiveOptions (to_json()), port_base set (default: the defaults).")
     p.add_argument("--peer", action="append", default=[], metavar="NAME=ADDR[,ADDR...]",
                    help="Each rank in order: its name and its address in each path slot (plane).")
     p.add_argument("--groups", default="", help="Group (leaf) id of each rank, comma-separated (hier).")
     p.add_argument("--sizes", required=True,
                    help="Bytes per rank's (send) buffer, comma-separated: multiples of 4 (all-to-all: of 4 * world).")
-    p.add_argument("--subflows", type=int, default=1)
-    p.add_argument("--collective", choices=sorted(ALGORITHMS), default="allreduce")
-    p.add_argument("--algorithm", default=None,
-                   help="all-reduce: ring (default) or hier; all-to-all: pairwise (default) or oneshot.")
-    p.add_argument("--scheduler", choices=SCHEDULERS, default="ecmp", help="Which subflow carries each chunk.")
-    p.add_argument("--placement", choices=PLACEMENTS, default="hashed",
-                   help="hashed: the kernel picks source ports, ECMP hashes them; learned: ports learned "
-                        "per spine with TTL-limited probes, spread over the paths found.")
-    p.add_argument("--standby", action="store_true",
-                   help="With learned placement: beside each subflow placed on a spine, a standby through the "
-                        "same spine, at work only while traffic from outside the jobs' claims crowds it.")
-    p.add_argument("--rcvbuf", type=int, default=0,
-                   help="Receive buffer per subflow, bytes, fixed (0: the kernel's autotuning).")
-    p.add_argument("--rcvbuf-budget", type=int, default=0,
-                   help="With learned placement and an agent: the receive buffer bytes that the subflows on one "
-                        "spine from under a leaf share, each its share as the agent counts them (0: --rcvbuf).")
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--port-base", type=int, required=True)
-    p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--token", type=int, default=0)
     p.add_argument("--lab", default="", help="The lab this rank belongs to (marks the process as the lab's).")
     p.add_argument("--gate", action="store_true",
@@ -128,6 +105,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="This host's stable address, where its agent listens: learned placement asks it "
                         "which spines to take (none: spread on our own).")
     args = p.parse_args(argv)
+    try:
+        args.options = CollectiveOptions.from_json(args.options) if args.options else CollectiveOptions()
+    except ClockfabricError as e:
+        p.error(f"--options: {e}")
+    if args.options.port_base is None:
+        p.error("--options needs a port_base: rank r listens on port_base + r")
     if args.world < 2 or len(args.peer) != args.world:
         p.error(f"--world {args.world} needs at least 2 ranks and one --peer per rank (got {len(args.peer)})")
     if not 0 <= args.rank < args.world:
@@ -140,131 +123,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     except (IndexError, ValueError):
         p.error("--peer needs NAME=ADDR[,ADDR...]; --sizes and --groups need integers, comma-separated")
     args.agent = (args.agent, claims.AGENT_PORT) if args.agent else None
-    args.algorithm = args.algorithm or DEFAULT_ALGORITHM[args.collective]
-    if args.algorithm not in ALGORITHMS[args.collective]:
-        p.error(f"--algorithm {args.algorithm!r} is not an {args.collective} algorithm; "
-                f"use {' or '.join(ALGORITHMS[args.collective])}")
-    unit = 4 * args.world if args.collective == "alltoall" else 4  # all-to-all: one equal block per rank
+    unit = 4 * args.world if args.options.collective == "alltoall" else 4  # all-to-all: one equal block per rank
     if any(s < unit or s % unit for s in args.sizes):
         what = f"4 * world = {unit} bytes (one float32 per rank)" if unit > 4 else "4 bytes (float32)"
         p.error(f"--sizes must be positive multiples of {what}; got {args.sizes}")
     if len(ids) != args.world:
         p.error(f"--groups needs one id per rank ({args.world}); got {len(ids)}")
-    if args.subflows < 1 or args.iters < 1 or args.warmup < 0 or args.timeout <= 0:
-        p.error("--subflows and --iters must be at least 1, --warmup at least 0, --timeout above 0")
-    slots = len(args.addresses[0])
-    if args.standby and (args.placement != "learned" or args.subflows % slots):
-        p.error(f"--standby needs --placement learned and --subflows a multiple of the path slots ({slots}): "
-                "a standby takes its subflow's slot and spine")
-    if args.rcvbuf and args.rcvbuf < MIN_RCVBUF:
-        p.error(f"--rcvbuf must be 0 (the kernel's autotuning) or at least {MIN_RCVBUF} bytes; got {args.rcvbuf}")
-    if args.rcvbuf_budget and args.rcvbuf_budget < MIN_RCVBUF:
-        p.error(f"--rcvbuf-budget must be 0 (none) or at least {MIN_RCVBUF} bytes; got {args.rcvbuf_budget}")
     args.groups = [[r for r in range(args.world) if ids[r] == g] for g in dict.fromkeys(ids)]
-    if args.algorithm == "hier" and len({len(g) for g in args.groups}) > 1:
+    if args.options.algorithm == "hier" and len({len(g) for g in args.groups}) > 1:
         p.error(f"hier needs the same number of ranks in each group; got {[len(g) for g in args.groups]}")
     return args
-
-
-@dataclass
-class Placement:
-    """Where a rank's subflows run: ports[(peer, i)], the source port learned for subflow i
-    (none: the kernel's); spines[(peer, i)], the hop (spine) the agent placed it on; and
-    standbys[(peer, i)], the standby beside subflow i on its spine (--standby)."""
-
-    ports: dict[Subflow, int] = field(default_factory=dict)
-    spines: dict[Subflow, str] = field(default_factory=dict)
-    standbys: dict[Subflow, Subflow] = field(default_factory=dict)
-
-
-def learn_ports(args: argparse.Namespace, peers: set[int]) -> Placement:
-    """Source ports for our subflows to each peer, spreading each slot's subflows over the paths
-    found to that peer (ports the switches hash onto distinct spines). With an agent
-    (`--agent`), it picks the spines from what every job under the leaf holds
-    (collective/claims.py), and says which hop each subflow took.
-    Without one, the ranks under one leaf take turns: the k-th rank of its group starts k*n
-    paths along (n: its subflows on that rail), so their flows out of the leaf take disjoint
-    spines while there are enough, and spread evenly when there are not.
-    With --standby, subflow i + --subflows is subflow i's standby: another port on its spine,
-    where there is a choice of spines and a second port on that one was found."""
-    slots = len(args.addresses[args.rank])
-    turn = next(g.index(args.rank) for g in args.groups if args.rank in g)
-    found: dict[tuple[int, int], tuple[list[int], list[Path]]] = {}  # (peer, slot) -> (subflows, paths)
-    for peer in sorted(peers):
-        for slot in range(slots):
-            mine = [i for i in range(args.subflows) if i % slots == slot]
-            found[(peer, slot)] = mine, spread(args.addresses[args.rank][slot], args.addresses[peer][slot],
-                                               args.port_base + peer, want=max(turn + len(mine), 2 * len(mine), 4),
-                                               seed=args.token ^ (args.rank << 8) ^ peer)
-    # where there is a choice of spines (not to a peer under our own leaf), the agent makes it for
-    # the subflows that carry our data; it counts them, and so must not count those to a ring's
-    # left neighbour, which carry only the barrier's few bytes
-    sends = receivers(args)
-    choices = [key for key, (_, paths) in found.items()
-               if key[0] in sends and len({p.hop for p in paths if p.hop}) > 1]
-    wants = [(len(found[key][0]), list(dict.fromkeys(p.hop for p in found[key][1]))) for key in choices]
-    placed = claims.ask(args.agent, job_id(args), wants, source=args.agent[0]) if args.agent and choices else None
-    out = Placement()
-    for (peer, slot), (mine, paths) in found.items():
-        if placed is not None and (peer, slot) in choices:
-            chosen = by_hops(paths, placed[choices.index((peer, slot))])
-            out.spines |= {(peer, i): path.hop for i, path in zip(mine, chosen) if path.hop}
-        else:
-            chosen = paths_for_turn(paths, turn, len(mine))
-        out.ports |= {(peer, i): path.sport for i, path in zip(mine, chosen)}
-        if args.standby and (peer, slot) in choices:
-            left = [p for p in paths if p not in chosen]
-            for i, path in zip(mine, chosen):
-                if path.hop and (beside := next((p for p in left if p.hop == path.hop), None)):
-                    left.remove(beside)
-                    spare = (peer, i + args.subflows)
-                    out.ports[spare], out.standbys[(peer, i)] = beside.sport, spare
-                    if (peer, i) in out.spines:  # it shares its spine's budget as its subflow does
-                        out.spines[spare] = path.hop
-    return out
-
-
-def share_windows(links: Transport, args: argparse.Namespace, spines: dict[Subflow, str],
-                  done: threading.Event) -> None:
-    """Each subflow the agent placed on a spine gets its share of --rcvbuf-budget (claims.share),
-    by how many subflows the jobs under our leaf hold there: asked of the agent now and every
-    SHARE_EVERY_S, so a job that comes or goes later reshapes the shares. The receiver applies
-    it (Transport.resize). With no answer, the buffers stay as they are."""
-    keys = sorted(spines)
-    given: dict[Subflow, int] = {}
-    while True:
-        counts = claims.loads(args.agent, job_id(args), [spines[k] for k in keys], source=args.agent[0])
-        for key, load in zip(keys, counts or []):
-            size = claims.share(args.rcvbuf_budget, load, MIN_RCVBUF)
-            if given.get(key) != size:
-                links.resize(*key, size)
-                given[key] = size
-        if done.wait(SHARE_EVERY_S):
-            return
-
-
-def paths_for_turn(paths: list[Path], turn: int, n: int) -> list[Path]:
-    """The n paths of the rank whose turn under its leaf is `turn`: n*turn along the round."""
-    start = turn * n % len(paths)
-    return (paths[start:] + paths[:start])[:n]
-
-
-def by_hops(paths: list[Path], hops: list[str | None]) -> list[Path]:
-    """A path for each hop wanted, each used once: another port on that hop, or any left."""
-    left = list(paths)
-    chosen = []
-    for hop in hops:
-        pick = next((p for p in left if p.hop == hop), left[0] if left else None)
-        if pick is None:
-            break
-        left.remove(pick)
-        chosen.append(pick)
-    return chosen
-
-
-def job_id(args: argparse.Namespace) -> str:
-    """One name per job and rank: the launcher's token is the job's."""
-    return f"{args.token}/{args.rank}"
 
 
 def barrier(links: Transport, algorithm: str, groups: list[list[int]], world: int) -> None:
@@ -312,21 +180,14 @@ def hold(links: Transport, args: argparse.Namespace, reset: Step, once: Step) ->
 
 
 def barrier_algorithm(args: argparse.Namespace) -> str:
-    return args.algorithm if args.collective == "allreduce" else "ring"
-
-
-def receivers(args: argparse.Namespace) -> set[int]:
-    """The ranks this rank sends the collective's data to."""
-    if args.collective == "alltoall":
-        return alltoall.peers(args.algorithm, args.rank, range(args.world))
-    return ring.successors(args.algorithm, args.rank, args.groups)
+    return args.options.algorithm if args.options.collective == "allreduce" else "ring"
 
 
 def collective_peers(args: argparse.Namespace) -> set[int]:
     """The ranks to connect to: the barrier's ring peers and the collective's."""
     peers = ring.peers(barrier_algorithm(args), args.rank, args.groups)
-    if args.collective == "alltoall":
-        peers |= alltoall.peers(args.algorithm, args.rank, range(args.world))
+    if args.options.collective == "alltoall":
+        peers |= alltoall.peers(args.options.algorithm, args.rank, range(args.world))
     return peers
 
 
@@ -336,31 +197,31 @@ Step = Callable[[], None]
 def prepare(args: argparse.Namespace, count: int, links: Transport) -> tuple[Step, Step, np.ndarray, np.ndarray]:
     """For `count` elements per rank: (reset the buffers, run the collective once, its result, the exact result).
     Only the run is timed."""
-    if args.collective == "alltoall":
+    if args.options.collective == "alltoall":
         send = alltoall.alltoall_inputs(count, args.rank, args.world)
         recv = np.empty_like(send)
         return (lambda: recv.fill(np.nan),  # a block never received reads as wrong, not as the last iteration's
-                lambda: alltoall.alltoall(links, send, recv, list(range(args.world)), args.algorithm,
+                lambda: alltoall.alltoall(links, send, recv, list(range(args.world)), args.options.algorithm,
                                           args.groups),
                 recv, alltoall.alltoall_expected(count, args.rank, args.world))
     x = inputs(count, args.rank)
     work = np.empty_like(x)
-    return (lambda: np.copyto(work, x), lambda: ring.run(args.algorithm, links, work, args.groups),
+    return (lambda: np.copyto(work, x), lambda: ring.run(args.options.algorithm, links, work, args.groups),
             work, expected(count, args.world))
 
 
 def run(args: argparse.Namespace) -> None:
-    started = time.monotonic()
+    started, opts = time.monotonic(), args.options
     peers = collective_peers(args)
-    placement = learn_ports(args, peers) if args.placement == "learned" else Placement()
-    spines, n = placement.spines, args.subflows
-    with Transport(args.rank, args.addresses, port_base=args.port_base, subflows=2 * n if args.standby else n,
-                   timeout_s=args.timeout, names=args.names, token=args.token, scheduler=args.scheduler,
-                   source_ports=lambda peer, i: placement.ports.get((peer, i)), rcvbuf=args.rcvbuf or None,
-                   parked=range(n, 2 * n) if args.standby else ()) as links:
+    placement = learn_ports(args, peers) if opts.placement == "learned" else Placement()
+    spines, n = placement.spines, opts.subflows
+    with Transport(args.rank, args.addresses, port_base=opts.port_base, subflows=2 * n if opts.standby else n,
+                   timeout_s=opts.timeout_s, names=args.names, token=args.token, scheduler=opts.scheduler,
+                   source_ports=lambda peer, i: placement.ports.get((peer, i)), rcvbuf=opts.rcvbuf,
+                   parked=range(n, 2 * n) if opts.standby else ()) as links:
         links.connect(peers)
         done = threading.Event()
-        if args.rcvbuf_budget and args.agent and spines:
+        if opts.rcvbuf_budget and args.agent and spines:
             threading.Thread(target=share_windows, args=(links, args, spines, done), daemon=True,
                              name="share-windows").start()
         if placement.standbys:
@@ -375,7 +236,7 @@ def run(args: argparse.Namespace) -> None:
                 if not sys.stdin.readline():
                     raise ClockfabricError("the launcher closed the gate before opening it")
             times, wrong = [], 0
-            for it in range(args.warmup + args.iters):
+            for it in range(opts.warmup + opts.iters):
                 reset()
                 if it == 0:
                     barrier(links, barrier_algorithm(args), args.groups, args.world)
@@ -384,7 +245,7 @@ def run(args: argparse.Namespace) -> None:
                 wrong = max(wrong, int(np.count_nonzero(got != want)))
                 now = time.perf_counter()
                 elapsed, t0 = now - t0, now
-                if it >= args.warmup:
+                if it >= opts.warmup:
                     times.append(round(elapsed * 1e6, 1))
                 if args.rank == 0:
                     emit(event="iter", size_bytes=size, iter=it)
@@ -395,7 +256,7 @@ def run(args: argparse.Namespace) -> None:
         done.set()
         stats = [{**row, "spine": spines.get((row["peer_rank"], row["subflow"]))} for row in links.stats()]
         emit(event="subflows", rank=args.rank, subflows=stats)
-    if args.agent and args.placement == "learned":
+    if args.agent and opts.placement == "learned":
         claims.release(args.agent, job_id(args), source=args.agent[0])
 
 
