@@ -16,9 +16,10 @@ import time
 
 import pytest
 
-from clockfabric.bench.contention import pinned_iperf, stop
+from clockfabric.bench.contention import pinned_iperf
 from clockfabric.cli.monitor_cmds import LabFleet, api
 from clockfabric.lab import impair
+from clockfabric.lab.process import stop
 from clockfabric.lab.exec import command
 from clockfabric.topology import Port, leafspine
 from tests.waiting import wait_for

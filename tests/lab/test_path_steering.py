@@ -16,7 +16,7 @@ from clockfabric.bench import contention
 from clockfabric.bench.contention import ideal_time_s
 from clockfabric.clock.evaluate import LabAgents
 from clockfabric.collective import allreduce, run_collective
-from clockfabric.lab import impair
+from clockfabric.lab import impair, process
 from clockfabric.lab.exec import command
 from clockfabric.topology import interfaces, leafspine
 from tests.conftest import lab_capable
@@ -106,7 +106,7 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
         assert run.outside_mbps is not None and 0 < run.outside_mbps <= 50, run
         contention.still_running(procs, "the check")
     finally:
-        contention.stop(procs)
+        process.stop(procs)
 
 
 def test_standbys_go_to_work_only_on_the_spine_the_elephants_crowd(make_lab):
@@ -139,7 +139,7 @@ def test_standbys_go_to_work_only_on_the_spine_the_elephants_crowd(make_lab):
             crowded = standbys()
             contention.still_running(procs, "the job")
         finally:
-            contention.stop(procs)
+            process.stop(procs)
     finally:
         agents.stop()
     assert all(row["bytes"] == 0 and row["parked"] for row in alone), alone
