@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test unit bench clean
+.PHONY: setup demo test unit bench benchmarks-doc clean
 
 setup: $(VENV)/.ready
 
@@ -20,7 +20,11 @@ unit: setup
 	$(BIN)/python -m pytest -ra tests/unit
 
 bench: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/lab_bringup.py
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/clockfabric bench lab-bringup
+
+# docs/benchmarks.md from the records in bench/results/
+benchmarks-doc: setup
+	$(BIN)/clockfabric bench report
 
 clean:
 	-$(BIN)/clockfabric lab down --all

@@ -146,6 +146,8 @@ class Target:
     interval: list[float] | None = None
     possible: bool = True
     note: str = ""
+    commit: str | None = None  # where one target was measured apart from the rest of its record
+    date: str | None = None
 
     @property
     def met(self) -> bool:

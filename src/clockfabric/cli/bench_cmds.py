@@ -42,7 +42,8 @@ def report(results: Path = typer.Option(RESULTS, "--results", help="The records 
     from clockfabric.bench.harness import load_results
     from clockfabric.errors import ClockfabricError
 
-    text = render(load_results(results))
+    notes = [n.name for n in (page.parent / "notes").glob("*.md")]
+    text = render(load_results(results), notes)
     if check:
         if not page.exists() or page.read_text() != text:
             raise ClockfabricError(f"{page} is not what {results} renders; run `clockfabric bench report`")

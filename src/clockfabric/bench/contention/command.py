@@ -46,7 +46,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                iters: int = typer.Option(12, "--iters",
                                          help="Timed iterations per run, after --warmup. The defaults take "
                                               "45-90 minutes a lab; --warmup 2 --iters 4 --seeds 3 about a "
-                                              "quarter of that, with noisier medians (docs/benchmarks.md)."),
+                                              "quarter of that, with noisier medians (docs/notes/2026-11-23-contention.md)."),
                warmup: int = typer.Option(5, "--warmup",
                                           help="Untimed iterations per run first, from the jobs' common start "
                                                "into their steady state."),

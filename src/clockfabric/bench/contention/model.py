@@ -1,6 +1,6 @@
 """The contention lab and what its link rates allow: the topology, the jobs each scenario
 runs, the bytes a collective puts on the wire, and the ideal time (every byte placed perfectly).
-Why each constant has its value: docs/notes/2026-11-26-contention-constants.md."""
+Why each constant has its value: docs/notes/2026-11-26-contention.md."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def tcp_payload(mtu: int) -> float:
     binds a scenario here does: per full-sized segment, the MSS (IP and TCP headers with
     timestamps: 52 bytes) in an Ethernet frame (14 more), and half an ack for the other way's
     data, since TCP acks at least every second full-sized segment (RFC 5681, and Linux's
-    delayed acks; the lab's uplinks carried 0.58 acks per segment, docs/benchmarks.md)."""
+    delayed acks; the lab's uplinks carried 0.58 acks per segment, docs/notes/2026-11-23-contention.md)."""
     return (mtu - 52) / (mtu + 14 + ACK_FRAME / 2)
 
 
