@@ -67,7 +67,7 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
     """The lab's namespaces inherit the machine's default TCP (BBR on some), and iperf3 runs it
     unless told: the elephants scenario would then depend on the host's sysctl."""
     lab = make_lab(contention.topology())
-    procs = contention._elephants(lab)
+    procs = contention.scenarios._elephants(lab)
     try:
         for src, dst in contention.ELEPHANTS:
             out = subprocess.run(command(lab, src, ["ss", "-tin", "dst", contention.nic_address(lab.topology, dst, 0)]),
@@ -134,7 +134,7 @@ def test_standbys_go_to_work_only_on_the_spine_the_elephants_crowd(make_lab):
     try:
         agents.wait_publishing(timeout_s=60)
         alone = standbys()
-        procs = contention._elephants(lab)
+        procs = contention.scenarios._elephants(lab)
         try:
             crowded = standbys()
             contention.still_running(procs, "the job")
