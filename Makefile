@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test unit lint bench clean
+.PHONY: setup demo test unit lint bench benchmarks-doc clean
 
 setup: $(VENV)/.ready
 
@@ -24,7 +24,11 @@ lint: setup
 	$(BIN)/ruff check src; status=$$?; $(BIN)/mypy || status=1; exit $$status
 
 bench: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/lab_bringup.py
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/clockfabric bench lab-bringup
+
+# docs/benchmarks.md from the records in bench/results/
+benchmarks-doc: setup
+	$(BIN)/clockfabric bench report
 
 clean:
 	-$(BIN)/clockfabric lab down --all

@@ -16,10 +16,11 @@ import time
 
 import pytest
 
-from clockfabric.bench.contention import pinned_iperf, stop
+from clockfabric.bench.contention import pinned_iperf
 from clockfabric.controller.client import api
 from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import impair
+from clockfabric.lab.process import stop
 from clockfabric.lab.exec import command
 from clockfabric.topology import Port, leafspine
 from tests.waiting import wait_for

@@ -16,7 +16,7 @@ from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import contention
 from clockfabric.bench.contention import ideal_time_s
 from clockfabric.collective import CollectiveOptions, allreduce, run_collective
-from clockfabric.lab import impair
+from clockfabric.lab import impair, process
 from clockfabric.lab.exec import command
 from clockfabric.topology import interfaces, leafspine
 from tests.conftest import lab_capable
@@ -67,7 +67,7 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
     """The lab's namespaces inherit the machine's default TCP (BBR on some), and iperf3 runs it
     unless told: the elephants scenario would then depend on the host's sysctl."""
     lab = make_lab(contention.topology())
-    procs = contention._elephants(lab)
+    procs = contention.scenarios._elephants(lab)
     try:
         for src, dst in contention.ELEPHANTS:
             out = subprocess.run(command(lab, src, ["ss", "-tin", "dst", contention.nic_address(lab.topology, dst, 0)]),
@@ -106,7 +106,7 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
         assert run.outside_mbps is not None and 0 < run.outside_mbps <= 50, run
         contention.still_running(procs, "the check")
     finally:
-        contention.stop(procs)
+        process.stop(procs)
 
 
 def test_standbys_go_to_work_only_on_the_spine_the_elephants_crowd(make_lab):
@@ -134,12 +134,12 @@ def test_standbys_go_to_work_only_on_the_spine_the_elephants_crowd(make_lab):
     try:
         agents.wait_publishing(timeout_s=60)
         alone = standbys()
-        procs = contention._elephants(lab)
+        procs = contention.scenarios._elephants(lab)
         try:
             crowded = standbys()
             contention.still_running(procs, "the job")
         finally:
-            contention.stop(procs)
+            process.stop(procs)
     finally:
         agents.stop()
     assert all(row["bytes"] == 0 and row["parked"] for row in alone), alone

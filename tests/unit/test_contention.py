@@ -2,8 +2,9 @@
 
 import pytest
 
-from clockfabric.bench import contention
+from clockfabric.bench import contention, harness
 from clockfabric.errors import ClockfabricError
+from clockfabric.lab import process
 
 MIB = 1 << 20
 UPLINKS_BPS = 2 * 25e6  # leaf0's two spine links at 25 Mbit/s
@@ -98,10 +99,10 @@ def test_subflows_default_to_one_per_spine_path():
 
 
 def test_cpu_steal_is_the_share_of_ticks_taken_and_summaries_carry_its_median():
-    assert contention.steal_share((100, 10_000), (150, 10_200)) == 0.25
-    assert contention.steal_share(None, (150, 10_200)) is None  # no /proc/stat: unknown, not zero
-    assert contention.steal_share((100, 10_000), (100, 10_000)) is None  # no time passed
-    stolen, total = contention.cpu_ticks()
+    assert harness.steal_share((100, 10_000), (150, 10_200)) == 0.25
+    assert harness.steal_share(None, (150, 10_200)) is None  # no /proc/stat: unknown, not zero
+    assert harness.steal_share((100, 10_000), (100, 10_000)) is None  # no time passed
+    stolen, total = harness.cpu_ticks()
     assert 0 <= stolen <= total
 
     def run(seed, seconds, steal):
@@ -144,7 +145,7 @@ def test_owd_is_judged_against_the_targets_and_what_no_scheduler_could_reach():
 
     from rich.console import Console
 
-    from clockfabric.cli.bench_cmds import _targets_table
+    from clockfabric.bench.contention.command import _targets_table
 
     console = Console(width=120, record=True)
     console.print(_targets_table(list(verdicts.values())))
@@ -191,7 +192,7 @@ def test_each_judged_ratio_carries_a_bootstrap_interval_over_the_seeds():
 
     from rich.console import Console
 
-    from clockfabric.cli.bench_cmds import _targets_table
+    from clockfabric.bench.contention.command import _targets_table
 
     console = Console(width=160, record=True)
     console.print(_targets_table([a2a, quiet]))
@@ -243,7 +244,7 @@ def test_background_traffic_that_ends_early_stops_the_bench():
             contention.still_running([alive, done], "elephants under owd, seed 2")
         assert contention.ELEPHANT_SECONDS >= 3600  # past any scenario the bench runs; it stops them itself
     finally:
-        contention.stop([alive])
+        process.stop([alive])
 
 
 def test_with_elephants_out_of_reach_is_judged_against_the_whole_spine_not_a_fair_share():

@@ -30,7 +30,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import typer
+from rich.table import Table
+
 from clockfabric.agent.on_lab import LabAgents
+from clockfabric.bench.harness import BENCHMARKS, Target, labs_removed, machine, record
+from clockfabric.cli.output import err, out, print_json, require_root
 from clockfabric.clock.evaluate import read_states
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, job
@@ -222,9 +227,9 @@ def run(scenarios: list[str], *, agent_modes: list[bool], timeouts: list[str], o
         raise ClockfabricError(f"job script {script} not found; run from the repository or give --script")
     out_dir.mkdir(parents=True, exist_ok=True)
     name = f"failover-bench-{int(time.time()) % 100000}"
-    lab = build.up(multirail(4, 2, 2, 2, name="failover-bench"), name)
     runs: list[Run] = []
-    try:
+    with labs_removed(name):
+        lab = build.up(multirail(4, 2, 2, 2, name="failover-bench"), name)
         bench = Bench(lab, script, out_dir, hold_down_s=hold_down_s)
         for agent in (False, True):
             progress(f"no-failure job, agents {'on' if agent else 'off'}")
@@ -242,8 +247,6 @@ def run(scenarios: list[str], *, agent_modes: list[bool], timeouts: list[str], o
                     runs.append(r)
                     progress(f"  -> {r.outcome}, detection {r.detection_s} s, reroute {r.reroute_s} s, "
                              f"total x{r.total_over_baseline}")
-    finally:
-        build.down(name)
     base = bench.baseline
     report = {
         "lab": "4 hosts, 2 planes x (2 leaves, 2 spines), 100 Mbit/s", "job_hosts": JOB_HOSTS,
@@ -262,8 +265,8 @@ def soak(seconds: float, *, out_dir: Path, hold_down_s: float = 5.0, progress: P
 
     out_dir.mkdir(parents=True, exist_ok=True)
     name = f"failover-soak-{int(time.time()) % 100000}"
-    lab = build.up(multirail(4, 2, 2, 2, name="failover-soak"), name)
-    try:
+    with labs_removed(name):
+        lab = build.up(multirail(4, 2, 2, 2, name="failover-soak"), name)
         bench = Bench(lab, Path("."), out_dir, hold_down_s=hold_down_s)
         agents = bench._agents()
         flows = [("h0", "h2"), ("h3", "h1"), ("h1", "h0"), ("h2", "h3")]  # across the spines and within leaves
@@ -289,8 +292,6 @@ def soak(seconds: float, *, out_dir: Path, hold_down_s: float = 5.0, progress: P
             counters = [s["failover"]["counters"] for s in read_states(agents.state_dir).values()]
         finally:
             agents.stop()
-    finally:
-        build.down(name)
     report = {"seconds": seconds, "flows": [f"{a}->{b}" for a, b in flows],
               "throughput_mbps": [round(r["received_bps"] / 1e6, 1) for r in results],
               "retransmits": [r.get("retransmits") for r in results], "traffic_errors": errors,
@@ -299,3 +300,78 @@ def soak(seconds: float, *, out_dir: Path, hold_down_s: float = 5.0, progress: P
               "heartbeats_received": sum(c["heartbeats_received"] for c in counters)}
     (out_dir / "failover-soak.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def _fmt(value, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:g}{suffix}"
+
+
+def targets(report: dict) -> list[Target]:
+    """With the agents on, every failure a path survives is survived: the share of those runs
+    whose job completed, against the same runs without agents."""
+    survivable = [r for r in report["runs"] if r["scenario"] != "isolated" and r["scenario"] in SCENARIOS]
+
+    def completed(agent: bool) -> float | None:
+        runs = [r for r in survivable if r["agent"] == agent]
+        return round(sum(r["outcome"] == "completed" for r in runs) / len(runs), 3) if runs else None
+
+    return [Target("jobs completed through survivable failures, agents on", completed(True), 1.0,
+                   baseline=completed(False))]
+
+
+@BENCHMARKS.register("failover")
+def failover(scenarios: str = typer.Option("flap-1s,flap-20s,flap-120s,spine-silent,flaps-10,isolated",
+                                           "--scenarios", help="Comma-separated scenarios to run."),
+             agents: str = typer.Option("both", "--agents", help="Run with agents: both, on or off."),
+             timeouts: str = typer.Option("30s,default", "--timeouts",
+                                          help="Collective timeouts to run: 30s (like RDMA), default (gloo's)."),
+             soak_s: float = typer.Option(0.0, "--soak", help="Instead: this many seconds on a healthy fabric "
+                                                             "under background TCP, counting false reroutes."),
+             hold_down: float = typer.Option(5.0, "--hold-down", help="The agents' hold-down, seconds."),
+             script: Path = typer.Option(Path("examples/ddp_train.py"), "--script", help="The DDP job."),
+             out_dir: Path = typer.Option(Path("bench/results/failover"), "--out",
+                                          help="Where its report and job logs go (the record: "
+                                               "bench/results/failover.json)."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
+    """A real DDP job through link and NIC failures, without and with the agents."""
+    require_root()
+    modes = {"both": [False, True], "on": [True], "off": [False]}.get(agents)
+    if modes is None:
+        raise ClockfabricError(f"--agents must be both, on or off (got {agents!r})")
+    chosen_timeouts = [t.strip() for t in timeouts.split(",") if t.strip()]
+    if bad := [t for t in chosen_timeouts if t not in TIMEOUTS]:
+        raise ClockfabricError(f"--timeouts: {bad[0]!r} is not one of {', '.join(TIMEOUTS)}")
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
+
+    if soak_s > 0:
+        report = soak(soak_s, out_dir=out_dir, hold_down_s=hold_down, progress=progress)
+        if as_json:
+            print_json(report)
+        else:
+            out.print(f"soak {soak_s:g} s: {report['moves']} reroutes on a healthy fabric; "
+                      f"decisions {report['decisions'] or 'none'}; throughput {report['throughput_mbps']} Mbit/s")
+            for e in report["traffic_errors"]:
+                err.print(f"[yellow]background traffic: {e}")
+        return
+    facts = machine()
+    report = run([s.strip() for s in scenarios.split(",") if s.strip()], agent_modes=modes,
+                 timeouts=chosen_timeouts, out_dir=out_dir, script=script, hold_down_s=hold_down,
+                 progress=progress)
+    record("failover", targets(report), facts, report)
+    if as_json:
+        print_json(report)
+        return
+    table = Table(title=f"failover: DDP job on 4 hosts, no-failure training {report['baseline']['training_s']:.1f} s, "
+                        f"median step {report['baseline']['median_step_s']:.3f} s")
+    for col in ("scenario", "agents", "timeout", "outcome", "detection", "reroute", "worst step / median",
+                "training / no-failure", "longest stall", "moves"):
+        table.add_column(col)
+    for r in report["runs"]:
+        table.add_row(r["scenario"], "on" if r["agent"] else "off", r["timeout"], r["outcome"],
+                      _fmt(r["detection_s"], " s"), _fmt(r["reroute_s"], " s"), _fmt(r["worst_step_over_median"], "x"),
+                      _fmt(r["total_over_baseline"], "x"), _fmt(r["longest_stall_s"], " s"), str(r["moves"]))
+    out.print(table)
+    err.print(f"JSON and job logs in {out_dir}")

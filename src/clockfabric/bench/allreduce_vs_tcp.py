@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""All-reduce busbw on a dual-plane lab: 1, 2, 4, 8 subflows per peer pair, ring and hier,
+"""`clockfabric bench allreduce-vs-tcp`: all-reduce busbw on a dual-plane lab: 1, 2, 4, 8 subflows per peer pair, ring and hier,
 against what link rates allow and against what kernel TCP alone carries, in the same run.
 
 The lab (default examples/dualplane-8.yaml: 8 hosts, 2 planes, 2 leaves x 2 spines per
@@ -17,25 +16,25 @@ subflow count, in turn:
 
 Every all-reduce result is checked element by element (#wrong must be 0).
 
-    sudo .venv/bin/python bench/allreduce.py [--sizes 1M,16M,64M] [--subflows 1,2,4,8]
+    sudo clockfabric bench allreduce-vs-tcp [--sizes 1M,16M,64M] [--subflows 1,2,4,8]
          [--algorithms ring,hier] [--iters 3] [--json PATH]
 """
 
 from __future__ import annotations
 
 import json
-import os
-import platform
 import subprocess
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from clockfabric.bench import harness
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
+from clockfabric.cli.output import require_root
 from clockfabric.collective import allreduce, expected_busbw_gbps
 from clockfabric.collective.expected import common_planes
 from clockfabric.collective.sizes import format_size, parse_size
@@ -46,9 +45,9 @@ from clockfabric.lab.state import Lab
 from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, format_rate, interfaces, load, parse_rate
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_JSON = ROOT / "bench" / "results" / "allreduce.json"
+DEFAULT_JSON = RESULTS / "allreduce-vs-tcp.json"
 IPERF_PORT = 5300  # + plane: one server per host and plane
+EXPECTED_SHARE = 0.9  # of the busbw that link rates allow
 
 out = Console()
 if not out.is_terminal:
@@ -100,16 +99,23 @@ def tcp_ring(lab: Lab, hosts: list[str], subflows: int, planes: list[int], secon
 
 
 def machine() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "unknown")
     iperf = subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.split("\n", 1)[0]
-    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "kernel": platform.release(),
-            "python": platform.python_version(), "iperf3": iperf,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
+    return {**harness.machine(), "iperf3": iperf}
 
 
-def main(topology: Path = typer.Option(ROOT / "examples" / "dualplane-8.yaml", help="Lab topology."),
+def targets(rows: list[dict]) -> list[Target]:
+    """At the largest size, per algorithm and subflow count: busbw of what the link rates allow,
+    against iperf3 along the same ring (the baseline)."""
+    largest = max((r["size_bytes"] for r in rows), default=None)
+    return [Target(f"{r['algorithm']}, {r['subflows']} subflow(s), {format_size(r['size_bytes'])}: busbw of expected",
+                   round(r["busbw_over_expected"], 3), EXPECTED_SHARE,
+                   baseline=round(r["tcp_ring_busbw_gbps"] / r["expected_busbw_gbps"], 3)
+                   if r["tcp_ring_busbw_gbps"] else None)
+            for r in rows if r["size_bytes"] == largest]
+
+
+@BENCHMARKS.register("allreduce-vs-tcp")
+def main(topology: Path = typer.Option(Path("examples/dualplane-8.yaml"), help="Lab topology."),
          name: str = typer.Option("coll-bench", help="Name of the lab this benchmark brings up."),
          rate: str = typer.Option(None, help="Set every link to this rate, like 25mbit (default: the topology's)."),
          sizes: str = typer.Option("1M,16M,64M", help="Message sizes, comma-separated."),
@@ -119,9 +125,8 @@ def main(topology: Path = typer.Option(ROOT / "examples" / "dualplane-8.yaml", h
          warmup: int = typer.Option(1, min=0, help="Untimed iterations first."),
          baseline_s: float = typer.Option(6.0, "--baseline-s", help="Seconds of iperf3 per subflow count (0: none)."),
          json_path: Path = typer.Option(DEFAULT_JSON, "--json", help="Where to write the results.")) -> None:
-    if os.geteuid() != 0:
-        err.print("allreduce needs root (it creates network namespaces); run it with sudo")
-        raise typer.Exit(2)
+    """All-reduce busbw (ring, hier; 1-8 subflows) against link rates and against plain TCP (iperf3) along the ring."""
+    require_root()
     try:
         size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
         sub_list = [int(s) for s in subflows.split(",") if s.strip()]
@@ -143,41 +148,38 @@ def main(topology: Path = typer.Option(ROOT / "examples" / "dualplane-8.yaml", h
     def note(line: str) -> None:
         err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
 
-    lab = None
     try:
-        lab = build.up(topo, name)
-        note(f"lab {name} up: {len(hosts)} hosts, planes {planes}")
-        for k in sub_list:
-            if baseline_s > 0:
-                note(f"tcp ring, {k} subflow(s): iperf3 for {baseline_s:g} s")
-                baselines[k] = tcp_ring(lab, hosts, k, planes, baseline_s)
-            for alg in alg_list:
-                note(f"{alg}, {k} subflow(s): sizes {', '.join(map(format_size, size_list))}")
-                res = allreduce(lab, hosts, sizes=size_list, subflows=k, algorithm=alg, iters=iters,
-                                warmup=warmup, timeout_s=60)
-                base = baselines.get(k, {}).get("busbw_gbps")
-                for r in res.rows:
-                    rows.append({"algorithm": alg, "subflows": k, "size_bytes": r.size_bytes, "time_us": r.time_us,
-                                 "algbw_gbps": r.algbw_gbps, "busbw_gbps": r.busbw_gbps, "wrong": r.wrong,
-                                 "expected_busbw_gbps": res.expected_busbw_gbps,
-                                 "ring_expected_busbw_gbps": expected_busbw_gbps(topo, hosts, k, planes),
-                                 "busbw_over_expected": res.ratio(r),
-                                 "tcp_ring_busbw_gbps": base,
-                                 "busbw_over_tcp_ring": r.busbw_gbps / base if base else None})
+        with labs_removed(name):
+            lab = build.up(topo, name)
+            note(f"lab {name} up: {len(hosts)} hosts, planes {planes}")
+            for k in sub_list:
+                if baseline_s > 0:
+                    note(f"tcp ring, {k} subflow(s): iperf3 for {baseline_s:g} s")
+                    baselines[k] = tcp_ring(lab, hosts, k, planes, baseline_s)
+                for alg in alg_list:
+                    note(f"{alg}, {k} subflow(s): sizes {', '.join(map(format_size, size_list))}")
+                    res = allreduce(lab, hosts, sizes=size_list, subflows=k, algorithm=alg, iters=iters,
+                                    warmup=warmup, timeout_s=60)
+                    base = baselines.get(k, {}).get("busbw_gbps")
+                    for r in res.rows:
+                        rows.append({"algorithm": alg, "subflows": k, "size_bytes": r.size_bytes, "time_us": r.time_us,
+                                     "algbw_gbps": r.algbw_gbps, "busbw_gbps": r.busbw_gbps, "wrong": r.wrong,
+                                     "expected_busbw_gbps": res.expected_busbw_gbps,
+                                     "ring_expected_busbw_gbps": expected_busbw_gbps(topo, hosts, k, planes),
+                                     "busbw_over_expected": res.ratio(r),
+                                     "tcp_ring_busbw_gbps": base,
+                                     "busbw_over_tcp_ring": r.busbw_gbps / base if base else None})
     except KeyboardInterrupt:
         status, code = "interrupted", 130
     except ClockfabricError as e:
         status, code = f"failed: {e}", 1
         err.print(f"[red]benchmark failed:[/] {e}")
-    finally:
-        if lab is not None:
-            build.down(name)
-    info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    info = harness.finish(info)
 
     rates = sorted({lk.rate_bps for lk in topo.links})
     table = Table(title=f"all-reduce on {topo.name} ({len(hosts)} hosts, planes {planes}, "
                         f"{', '.join(map(format_rate, rates))} links); "
-                        f"{info['nproc']} CPUs, load {' '.join(info['loadavg_start'])} -> "
+                        f"{info['cores']} CPUs, load {' '.join(info['loadavg_start'])} -> "
                         f"{' '.join(info['loadavg_end'])}")
     for col in ("algorithm", "subflows", "size", "time (ms)", "busbw (GB/s)", "expected", "busbw/expected",
                 "tcp ring", "busbw/tcp ring", "#wrong"):
@@ -191,17 +193,12 @@ def main(topology: Path = typer.Option(ROOT / "examples" / "dualplane-8.yaml", h
     if any(r["wrong"] for r in rows):
         status, code = "wrong results", 1
         err.print("[red]some results were wrong (#wrong > 0)")
-    data = {"benchmark": "allreduce", "status": status, "machine": info,
+    data = {"benchmark": "allreduce-vs-tcp", "status": status, "machine": info,
             "params": {"topology": str(topology), "link_rates_bps": rates, "hosts": hosts, "planes": planes,
                        "sizes": size_list,
                        "subflows": sub_list, "algorithms": alg_list, "iters": iters, "warmup": warmup,
                        "baseline_s": baseline_s, "timing": "per iteration the slowest rank, mean over iterations"},
             "tcp_ring": baselines, "rows": rows}
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    record("allreduce-vs-tcp", targets(rows), info, data, path=json_path)
     err.print(f"results written to {json_path}")
     raise typer.Exit(code)
-
-
-if __name__ == "__main__":
-    typer.run(main)

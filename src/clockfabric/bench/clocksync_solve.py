@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The network-effect solve (clockfabric.clock.network.solve): time and accuracy on synthetic
 probe graphs with known truth, for 1k, 3k, 10k and 100k hosts x 10 peers, clean and with 1% of
 the edges lying (asymmetric paths). Target: 100k hosts under 1 s on this machine.
@@ -16,18 +15,14 @@ reference pinned, factored once per round. A random graph has no small separator
 fills in and its cost grows about as hosts^3: the baseline runs only up to --direct-max hosts.
 Its solution also checks ours: the two must agree to well under a nanosecond.
 
-    .venv/bin/python bench/clocksync_solve.py [--sizes 1000,3000,10000,100000] [--repeat 5] [--json PATH]
+    clockfabric bench clocksync-solve [--sizes 1000,3000,10000,100000] [--repeat 5] [--json PATH]
 """
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +34,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from scipy.sparse.linalg import splu
 
+from clockfabric.bench import harness
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.clock import network
 from clockfabric.clock.network import Edges, Solution, solve
 
@@ -48,7 +45,7 @@ NOISE_NS, DRIFT_NOISE = 100.0, 1e-9
 T0 = 1_700_000_000_000_000_000
 TARGET_HOSTS, TARGET_S = 100_000, 1.0
 DIRECT_FULL_REPEAT_MAX_HOSTS = 1000  # larger direct solves run once: they are the slow side
-DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "clocksync_solve.json"
+DEFAULT_JSON = RESULTS / "clocksync-solve.json"
 
 out = Console()
 if not out.is_terminal:
@@ -161,12 +158,7 @@ def run_case(n: int, outliers: float, repeat: int, direct_max: int, bar: Progres
 
 # ---- report --------------------------------------------------------------------------------------
 def machine() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "unknown")
-    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "kernel": platform.release(),
-            "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
+    return {**harness.machine(), "numpy": np.__version__, "scipy": scipy.__version__}
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
@@ -198,6 +190,7 @@ def report(results: list[dict]) -> dict:
     return targets
 
 
+@BENCHMARKS.register("clocksync-solve", help="The network-effect clock solve on 1k-100k synthetic hosts: time and accuracy, against a sparse direct solve.")
 def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, comma-separated."),
          repeat: int = typer.Option(5, min=1, help="Solves per size and case (the direct one: 1 above "
                                     f"{DIRECT_FULL_REPEAT_MAX_HOSTS} hosts)."),
@@ -211,7 +204,6 @@ def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, 
     except ValueError:
         err.print(f"--sizes {sizes!r}: give host counts above {PEERS}, comma-separated, e.g. --sizes 1000,100000")
         raise typer.Exit(2)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
     info = machine()
     results = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -220,7 +212,6 @@ def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, 
         for n in size_list:
             for outliers in (0.0, OUTLIER_FRACTION):
                 results.append(run_case(n, outliers, repeat, direct_max, bar, task))
-    info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     targets = report(results)
     notes = [(f"direct baseline skipped above {direct_max} hosts (--direct-max); it ran "
               f"{repeat} times up to {DIRECT_FULL_REPEAT_MAX_HOSTS} hosts and once above"),
@@ -232,11 +223,11 @@ def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, 
                        "noise_ns": NOISE_NS, "drift_noise": DRIFT_NOISE, "direct_max": direct_max,
                        "tolerances": {"offset_ns": network.OFFSET_TOL_NS, "log_drift": network.LOG_DRIFT_TOL}},
             "results": results, "targets": targets, "notes": notes}
-    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    direct = {r["case"]: r["direct"] for r in results if r["hosts"] == TARGET_HOSTS and r["direct"]}
+    judged = [Target(f"{TARGET_HOSTS // 1000}k hosts x {PEERS} peers, {case}: solve time", t["wall_median_s"],
+                     TARGET_S, "s", better="lower", baseline=(direct.get(case) or {}).get("wall_median_s"))
+              for case, t in targets.items()]
+    record("clocksync-solve", judged, info, data, path=json_path)
     err.print(f"results written to {json_path}")
     if targets and not all(t["met"] for t in targets.values()):
         raise typer.Exit(1)
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Fleet monitoring: what an agent costs its host. Targets: <= 1% of a core and <= 80 MB RSS at
 10 peers on an idle fabric (issue 4), <= 2% with clock sync's load (issue 3).
 
@@ -14,16 +13,14 @@ The baseline, in the same run: the agent probing at its full rate all the time
 (`--quiet-rate` equal to `--probe-rate`, 20 exchanges a second), i.e. the agent before it learnt
 to slow down on a settled clock and a quiet fabric.
 
-    sudo .venv/bin/python bench/agent_overhead.py [--repeats 2] [--settle 30] [--measure 30] [--json PATH]
+    sudo clockfabric bench agent-overhead [--repeats 2] [--settle 30] [--measure 30] [--json PATH]
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -33,6 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 from clockfabric.agent.on_lab import LabAgents
+from clockfabric.bench import harness
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
+from clockfabric.cli.output import require_root
 from clockfabric.controller.on_lab import LabFleet
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build
@@ -40,13 +40,14 @@ from clockfabric.lab.state import Lab
 from clockfabric.topology import leafspine
 
 LAB = "bench-aover"
+CPU_TARGET_PCT, RSS_TARGET_MB = 1.0, 80.0  # per agent, idle fabric, 10 peers
 SETTINGS = {  # name -> extra agent arguments
     "full rate (baseline)": ["--quiet-rate", "20"],
     "default": [],
 }
 TICK_S = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "agent_overhead.json"
+DEFAULT_JSON = RESULTS / "agent-overhead.json"
 
 out = Console(width=max(120, Console().width))  # the table is wide: do not squeeze it into 80 columns
 
@@ -84,20 +85,20 @@ def measure(lab: Lab, extra: list[str], settle_s: float, measure_s: float) -> di
     return rows
 
 
+@BENCHMARKS.register("agent-overhead")
 def main(repeats: Annotated[int, typer.Option(min=1)] = 2, settle: Annotated[float, typer.Option()] = 30.0,
          measure_s: Annotated[float, typer.Option("--measure")] = 30.0,
          json_path: Annotated[Path, typer.Option("--json")] = DEFAULT_JSON) -> None:
-    if os.geteuid() != 0:
-        raise SystemExit("bench/agent_overhead.py builds a lab: run it as root (sudo)")
-    lab = build.up(leafspine(12, 2, 2), LAB)
+    """Fleet monitoring: what an agent costs its host (CPU, RSS), against the agent probing at full rate."""
+    require_root()
+    facts = harness.machine()
     runs: dict[str, list[dict]] = {name: [] for name in SETTINGS}
-    try:
+    with labs_removed(LAB):
+        lab = build.up(leafspine(12, 2, 2), LAB)
         for r in range(repeats):
             for name, extra in SETTINGS.items():
                 out.print(f"round {r + 1}/{repeats}: {name}")
                 runs[name].append(measure(lab, extra, settle, measure_s))
-    finally:
-        build.down(LAB)
     table = Table(title="agent cost, 12-host lab, 10 peers, idle (per agent; reference h0 apart)")
     for col in ("setting", "CPU % (mean)", "user %", "system %", "max host %", "RSS MB", "h0 CPU %", "h0 RSS MB",
                 "vs baseline"):
@@ -117,16 +118,10 @@ def main(repeats: Annotated[int, typer.Option(min=1)] = 2, settle: Annotated[flo
                       f"{s['max_cpu_pct']:.2f}", f"{s['rss_mb']:.0f}", f"{s['ref_cpu_pct']:.2f}",
                       f"{s['ref_rss_mb']:.0f}", f"{s['cpu_pct'] / base:.2f}x")
     out.print(table)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"date": datetime.now(UTC).isoformat(), "machine": platform.platform(),
-                                     "cpus": os.cpu_count(), "settle_s": settle, "measure_s": measure_s,
-                                     "summary": summary, "runs": runs}, indent=1))
+    ours = summary["default"]
+    judged = [Target("agent CPU, idle, 10 peers", ours["cpu_pct"], CPU_TARGET_PCT, "% of a core", better="lower",
+                     baseline=base),
+              Target("agent RSS", ours["rss_mb"], RSS_TARGET_MB, "MB", better="lower")]
+    record("agent-overhead", judged, facts, {"settle_s": settle, "measure_s": measure_s, "summary": summary,
+                                             "runs": runs}, path=json_path)
     out.print(f"raw: {json_path}")
-
-
-if __name__ == "__main__":
-    try:
-        typer.run(main)
-    except ClockfabricError as e:
-        out.print(f"[red]error:[/] {e}")
-        raise SystemExit(1) from None

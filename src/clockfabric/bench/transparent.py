@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Transparent mode: an unmodified DDP job with plane 0 loaded by elephants, without agents and
 with agents steering its flows (`clockfabric agent --steer`), repeats interleaved.
 
@@ -23,20 +22,14 @@ varies by seconds here), total time, median step, how many of the job's leaf-cro
 flows hashed onto plane 0 (the exposure, from `ip route get` with the flow's ports, or the
 plane a steering rule records as the origin), and the agents' moves.
 
-    sudo .venv/bin/python bench/transparent.py [--repeats 3] [--steps 30] [--rate 25mbit] [--json PATH]
+    sudo clockfabric bench transparent [--repeats 3] [--steps 30] [--rate 25mbit] [--json PATH]
 """
 
 from __future__ import annotations
 
 import json
-import os
-import platform
-import re
 import statistics
-import subprocess
-import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -44,28 +37,25 @@ from rich.console import Console
 from rich.table import Table
 
 from clockfabric.agent.on_lab import LabAgents
+from clockfabric.bench import harness
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
+from clockfabric.cli.output import require_root
 from clockfabric.clock.evaluate import read_states
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
-from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
-from clockfabric.lab.traffic import iperf_server
-from clockfabric.topology import Port, interfaces, multirail
+from clockfabric.topology import multirail
+from clockfabric.bench.transparent_trace import Elephants, Tracer, exposure, sh
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_JSON = ROOT / "bench" / "results" / "transparent.json"
-SCRIPT = ROOT / "examples" / "ddp_train.py"
-ELEPHANT_PORT = 5400  # + pair index
+
+DEFAULT_JSON = RESULTS / "transparent.json"
+SCRIPT = Path("examples/ddp_train.py")
+TARGET_RATIO = 1.3  # the job's time without agents over with them, under elephants
 
 out = Console()
 if not out.is_terminal:
     out = Console(width=160)
 err = Console(stderr=True)
-
-
-def sh(lab: Lab, host: str, cmd: str) -> str:
-    return subprocess.run(command(lab, host, ["sh", "-c", cmd]), capture_output=True, text=True,
-                          check=False).stdout
 
 
 def layout(hosts: int) -> tuple[list[str], list[tuple[str, str]]]:
@@ -75,48 +65,6 @@ def layout(hosts: int) -> tuple[list[str], list[tuple[str, str]]]:
     rest0 = [f"h{i}" for i in range(2, half)]
     rest1 = [f"h{i}" for i in range(half + 2, hosts)]
     return job_hosts, list(zip(rest0, rest1)) + list(zip(rest1, rest0))
-
-
-def nic0(lab: Lab, host: str) -> str:
-    topo = lab.topology
-    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(0).name)].address.ip)
-
-
-class Elephants:
-    """iperf3 flows pinned to plane 0 by their NIC addresses, started and stopped by pid."""
-
-    def __init__(self, lab: Lab, pairs: list[tuple[str, str]], streams: int):
-        self.lab, self.pairs, self.streams = lab, pairs, streams
-        self.procs: list[subprocess.Popen] = []
-        self.t0 = 0.0
-        self.bytes0: dict[str, int] = {}
-
-    def _tx(self) -> dict[str, int]:
-        return {src: int(sh(self.lab, src, "cat /sys/class/net/eth0/statistics/tx_bytes") or 0)
-                for src, _ in self.pairs}
-
-    def start(self) -> None:
-        for i, (_, dst) in enumerate(self.pairs):
-            self.procs.append(iperf_server(self.lab, dst, nic0(self.lab, dst), ELEPHANT_PORT + i))
-        for i, (src, dst) in enumerate(self.pairs):
-            self.procs.append(subprocess.Popen(
-                command(self.lab, src, ["iperf3", "-c", nic0(self.lab, dst), "-B", nic0(self.lab, src),
-                                        "-p", str(ELEPHANT_PORT + i), "-P", str(self.streams), "-t", "3600"]),
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        self.t0, self.bytes0 = time.monotonic(), self._tx()
-
-    def mbps(self) -> float:
-        """Mean of the elephants' senders since start."""
-        now = self._tx()
-        dt = time.monotonic() - self.t0
-        return round(statistics.mean((now[s] - self.bytes0[s]) * 8 / dt / 1e6 for s in now), 2) if dt > 0 else 0.0
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        self.procs.clear()
 
 
 def clean(lab: Lab) -> None:
@@ -136,106 +84,6 @@ def start_agents(lab: Lab, hosts: list[str]) -> LabAgents:
         agents.stop()
         raise
     return agents
-
-
-def exposure(lab: Lab, j: job.Job, leaf_of: dict[str, str]) -> dict:
-    """Per leaf-crossing job connection and direction: the plane its data goes on (origin
-    for a steered flow). A rule of ours records the origin in its priority (19900 + plane)."""
-    addr_host = {str(h.address): name for name, h in lab.topology.hosts.items()}
-    planes = {}
-    for host, conns in j.connections().items():
-        rules = sh(lab, host, "ip rule show")
-        for local, peer in conns:
-            (lip, lport), (pip, pport) = (c.rsplit(":", 1) for c in (local, peer))
-            other = addr_host.get(pip)
-            if other is None or leaf_of[other] == leaf_of[host]:
-                continue
-            m = re.search(rf"^(\d+):.*sport {lport} dport {pport} ", rules, re.MULTILINE)
-            if m and 19900 <= int(m.group(1)) < 19964:
-                plane = int(m.group(1)) - 19900
-            else:
-                route = sh(lab, host, f"ip route get {pip} from {lip} ipproto tcp sport {lport} dport {pport}")
-                dev = re.search(r" dev (\S+)", route)
-                plane = next((n.plane for n in lab.topology.hosts[host].nics if dev and n.name == dev.group(1)), None)
-            planes[f"{host}:{lport}->{other}:{pport}"] = plane
-    return {"flows": planes, "on_plane0": sum(p == 0 for p in planes.values()), "of": len(planes)}
-
-
-class Tracer:
-    """Every `every_s`: each job host's busy connections (rate, RTT) and the plane each one's data
-    leaves on (a steering rule's table, else a failover /32 route, else the route's own hash)."""
-
-    def __init__(self, lab: Lab, hosts: list[str], every_s: float = 3.0):
-        self.lab, self.hosts, self.every_s = lab, hosts, every_s
-        self.addr_host = {str(h.address): name for name, h in lab.topology.hosts.items()}
-        self.hashed: dict[str, int | None] = {}
-        self.last: dict[str, tuple[float, int, int]] = {}
-        self.samples: list[dict] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.t0 = time.time()
-
-    def _plane(self, host: str, key: str, lip: str, lport: str, pip: str, pport: str, rules: str, pins: str):
-        m = re.search(rf"sport {lport} dport {pport} lookup (\d+)", rules)
-        if m:
-            return int(m.group(1)) - 19900, "rule"
-        m = re.search(rf"^{re.escape(pip)} .*dev (\S+)", pins, re.MULTILINE)
-        if m:
-            return int(m.group(1)[3:]), "failover"
-        if key not in self.hashed:
-            route = sh(self.lab, host, f"ip route get {pip} from {lip} ipproto tcp sport {lport} dport {pport}")
-            dev = re.search(r" dev eth(\d+)", route)
-            self.hashed[key] = int(dev.group(1)) if dev else None
-        return self.hashed[key], "hash"
-
-    def sample(self) -> None:
-        now = time.time()
-        row: dict = {"t": round(now - self.t0, 1), "flows": {}}
-        for host in self.hosts:
-            text = sh(self.lab, host, "ss -tinH state established; echo ===; ip rule show; echo ===; "
-                                      "ip route show proto 199; echo ===; cat /sys/class/net/eth0/statistics/tx_bytes "
-                                      "/sys/class/net/eth1/statistics/tx_bytes")
-            conns, rules, pins, nics = (text.split("===\n") + ["", "", ""])[:4]
-            tx = [int(x) for x in nics.split()]
-            prev_tx = self.last.get(host)
-            self.last[host] = (now, *tx)
-            if prev_tx and len(tx) == 2 and now > prev_tx[0]:
-                row.setdefault("nic_tx_mbps", {})[host] = [round((b - a) * 8 / (now - prev_tx[0]) / 1e6, 1)
-                                                           for a, b in zip(prev_tx[1:], tx)]
-            for m in re.finditer(r"(\d+\.\d+\.\d+\.\d+):(\d+)\s+(\d+\.\d+\.\d+\.\d+):(\d+)(.*?)(?=\n\S|\Z)",
-                                 conns, re.DOTALL):
-                lip, lport, pip, pport, info = m.groups()
-                other = self.addr_host.get(pip)
-                if other is None or other not in self.hosts or lip != str(self.lab.topology.hosts[host].address):
-                    continue
-                key = f"{host}:{lport}->{other}:{pport}"
-                acked = int((re.search(r"bytes_acked:(\d+)", info) or [0, 0])[1])
-                received = int((re.search(r"bytes_received:(\d+)", info) or [0, 0])[1])
-                rtt = re.search(r" rtt:([\d.]+)", info)
-                prev = self.last.get(key)
-                self.last[key] = (now, acked, received)
-                if prev is None or now <= prev[0]:
-                    continue
-                out_mbps = (acked - prev[1]) * 8 / (now - prev[0]) / 1e6
-                in_mbps = (received - prev[2]) * 8 / (now - prev[0]) / 1e6
-                if max(out_mbps, in_mbps) < 0.5:
-                    continue
-                plane, why = self._plane(host, key, lip, lport, pip, pport, rules, pins)
-                row["flows"][key] = {"out": round(out_mbps, 1), "in": round(in_mbps, 1), "plane": plane, "by": why,
-                                     "rtt_ms": float(rtt.group(1)) if rtt else None}
-        self.samples.append(row)
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.every_s):
-            self.sample()
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def finish(self) -> list[dict]:
-        self.stop.set()
-        self.thread.join(10)
-        return self.samples
 
 
 def run_job(lab: Lab, hosts: list[str], steps: int, logs: Path, *, agents_on: bool, loaded: bool,
@@ -291,11 +139,10 @@ def run_job(lab: Lab, hosts: list[str], steps: int, logs: Path, *, agents_on: bo
     return rec
 
 
-def write_results(data: dict, path: Path) -> Path | None:
-    """The results as JSON; the runs' traces, if any, beside them (NAME-trace.json, one sample a line)."""
+def write_traces(data: dict, path: Path) -> Path | None:
+    """The runs' traces, if any, taken out of `data` and written beside its record at `path`
+    (NAME-trace.json, one sample a line)."""
     traces = {str(i): r.pop("trace") for i, r in enumerate(data["runs"]) if r.get("trace")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
     if not traces:
         return None
     side = path.with_name(f"{path.stem}-trace.json")
@@ -304,19 +151,13 @@ def write_results(data: dict, path: Path) -> Path | None:
                     "flows": {k: [v["out"], v["in"], v["plane"], v["by"], v["rtt_ms"]]
                               for k, v in smp["flows"].items()}},
                    separators=(",", ":")) for smp in rows) + "\n]" for i, rows in traces.items()]
+    side.parent.mkdir(parents=True, exist_ok=True)
     side.write_text("{\"format\": \"per run (index into runs): samples; flows: [out Mbit/s, in Mbit/s, plane, "
                     "by (rule, failover, hash), rtt ms]\",\n" + ",\n".join(lines) + "}\n")
     return side
 
 
-def machine() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "unknown")
-    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "kernel": platform.release(),
-            "python": platform.python_version(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
-
-
+@BENCHMARKS.register("transparent")
 def main(hosts: int = typer.Option(8, min=8, help="Lab hosts (even; 4 run the job, the rest the elephants)."),
          rate: str = typer.Option("25mbit", help="Every link's rate."),
          steps: int = typer.Option(30, min=5, help="Training steps per job."),
@@ -329,14 +170,13 @@ def main(hosts: int = typer.Option(8, min=8, help="Lab hosts (even; 4 run the jo
                                         help="First run the job on the quiet fabric, without and with agents."),
          name: str = typer.Option("steer-bench", help="Name of the lab this benchmark brings up."),
          json_path: str = typer.Option(str(DEFAULT_JSON), "--json", help="Where to write the results.")) -> None:
-    if os.geteuid() != 0:
-        err.print("transparent needs root (it creates network namespaces); run it with sudo")
-        raise typer.Exit(2)
+    """Transparent mode: a DDP job under elephant flows, agents off against agents steering."""
+    require_root()
     if hosts % 2:
         err.print("bad input: --hosts must be even (two leaves)")
         raise typer.Exit(2)
     job_hosts, pairs = layout(hosts)
-    info = machine()
+    info = harness.machine()
     started = time.monotonic()
     runs: list[dict] = []
     status, code = "ok", 0
@@ -345,7 +185,6 @@ def main(hosts: int = typer.Option(8, min=8, help="Lab hosts (even; 4 run the jo
         err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
 
     logs = Path("/tmp") / f"{name}-logs"
-    lab = None
     try:
         lab = build.up(multirail(hosts, 2, 2, 2, host_rate=rate, name="transparent"), name)
         note(f"lab {name} up: {hosts} hosts; job on {', '.join(job_hosts)}; "
@@ -371,9 +210,8 @@ def main(hosts: int = typer.Option(8, min=8, help="Lab hosts (even; 4 run the jo
         status, code = f"failed: {e}", 1
         err.print(f"[red]benchmark failed:[/] {e}")
     finally:
-        if lab is not None:
-            build.down(name)
-    info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+        build.down(name)
+    info = harness.finish(info)
 
     pairs_out = []
     for r in range(repeats):
@@ -391,10 +229,10 @@ def main(hosts: int = typer.Option(8, min=8, help="Lab hosts (even; 4 run the jo
                    "ratio_of_totals": round(sum(p["none_s"] for p in pairs_out) / sum(p["agents_s"] for p in pairs_out),
                                             3),
                    "ratio_min": min(p["ratio"] for p in pairs_out), "ratio_max": max(p["ratio"] for p in pairs_out),
-                   "steered_total": sum(p["steered"] for p in pairs_out), "target_ratio": 1.3}
+                   "steered_total": sum(p["steered"] for p in pairs_out), "target_ratio": TARGET_RATIO}
 
     table = Table(title=f"transparent mode: DDP job (gloo) on {', '.join(job_hosts)}, {hosts}-host dual-plane lab, "
-                        f"{rate} links, plane 0 loaded; {info['nproc']} CPUs, "
+                        f"{rate} links, plane 0 loaded; {info['cores']} CPUs, "
                         f"load {' '.join(info['loadavg_start'])} -> "
                         f"{' '.join(info['loadavg_end'])}")
     for col in ("run", "elephants", "agents", "outcome", "training (s)", "median step (s)", "crossing flows on p0",
@@ -423,10 +261,9 @@ def main(hosts: int = typer.Option(8, min=8, help="Lab hosts (even; 4 run the jo
                        "time": "training: first step's start to the last rank's end (start-up excluded)"},
             "summary": summary, "pairs": pairs_out, "runs": runs}
     json_file = Path(json_path)
-    side = write_results(data, json_file)
+    side = write_traces(data, json_file)
+    record("transparent", [Target("DDP job under elephants: training time without agents over with",
+                                  summary.get("ratio_of_totals"), TARGET_RATIO, "x")] if summary else [],
+           info, data, path=json_file)
     err.print(f"results written to {json_file}" + (f" (traces: {side})" if side else ""))
     raise typer.Exit(code)
-
-
-if __name__ == "__main__":
-    typer.run(main)

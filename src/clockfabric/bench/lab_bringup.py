@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Lab bring-up and tear-down time for 8, 32 and 64 hosts (dual-plane, 2 spines per plane).
 
 Ours: clockfabric.lab.build.up / down (one process, netlink sockets opened inside each
@@ -15,21 +14,18 @@ veth pair is cabled from a separate observer namespace into every lab namespace,
 counts as released when the kernel has destroyed all of them (it does so while dismantling
 each lab namespace, after the lab's own devices and qdiscs are unregistered).
 
-    sudo .venv/bin/python bench/lab_bringup.py [--sizes 8,32,64] [--repeat 3] [--json PATH]
+    sudo clockfabric bench lab-bringup [--sizes 8,32,64] [--repeat 3] [--json PATH]
 """
 
 from __future__ import annotations
 
-import json
 import math
+
 import os
-import platform
 import signal
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import typer
@@ -37,10 +33,22 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from clockfabric.bench import harness
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
+from clockfabric.cli.output import require_root
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab import build, netns, shaping
-from clockfabric.lab.naming import link_alias, netns_name, netns_prefix
-from clockfabric.topology import Topology, interfaces, multirail, routing_tables
+from clockfabric.lab import build, netns
+from clockfabric.lab.naming import netns_name, netns_prefix
+from clockfabric.topology import Topology, multirail, routing_tables
+from clockfabric.bench.lab_bringup_baseline import (
+    BenchError,
+    baseline_down,
+    baseline_plan,
+    baseline_up,
+    compare,
+    fingerprint,
+)
+
 
 OURS, BASE, PROBE = "bench-up-{}", "benchbase-{}", "benchprobe-{}"  # lab names; namespaces cf.<lab>.<node>
 OUR_PREFIXES = tuple(netns_prefix(p.format("")).rstrip(".") for p in (OURS, BASE, PROBE))  # cf.bench-up- ...
@@ -48,24 +56,12 @@ PLANES, SPINES = 2, 2
 UP_TARGET_S, DOWN_TARGET_S, TARGET_HOSTS = 20.0, 10.0, 64
 BASELINE_FULL_REPEAT_MAX_HOSTS = 32  # larger baselines run once: they are the slow side
 RELEASE_TIMEOUT_S = 120.0
-DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "lab_bringup.json"
+DEFAULT_JSON = RESULTS / "lab-bringup.json"
 
 out = Console()
 if not out.is_terminal:
     out = Console(width=160)  # a log or a pipe: keep the table's columns readable
 err = Console(stderr=True)
-
-
-class BenchError(Exception):
-    pass
-
-
-# ---- helpers --------------------------------------------------------------------------------
-def sh(argv: list[str]) -> str:
-    p = subprocess.run(argv, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise BenchError(f"`{' '.join(argv)}` failed: {(p.stderr or p.stdout).strip()}")
-    return p.stdout
 
 
 def ours_present() -> list[str]:
@@ -85,44 +81,6 @@ def ping(src_ns: str, addr: str, what: str) -> None:
     if p.returncode != 0:
         raise BenchError(f"{what}: ping {src_ns} -> {addr} got no answer, so its times would mean nothing:\n"
                          f"{(p.stdout + p.stderr).strip()}")
-
-
-def fingerprint(lab: str, topo: Topology) -> dict[str, list]:
-    """Routes, addresses, links, qdiscs of every node (lab name masked), and h0's htb class."""
-    fp: dict[str, list] = {}
-    for node in topo.nodes():
-        ns = netns_name(lab, node)
-        routes = []
-        for r in json.loads(sh(["ip", "-j", "-n", ns, "route", "show"]) or "[]"):
-            hops = r.get("nexthops") or [{"gateway": r.get("gateway"), "dev": r.get("dev")}]
-            routes.append((r["dst"], r.get("prefsrc"), tuple(sorted((h.get("gateway"), h.get("dev")) for h in hops))))
-        addrs = [(a["ifname"], i["family"], i["local"], i["prefixlen"])
-                 for a in json.loads(sh(["ip", "-j", "-n", ns, "addr", "show"]))
-                 for i in a.get("addr_info", [])]
-        links = [(ln["ifname"], "UP" in ln.get("flags", []), ln.get("mtu"),
-                  (ln.get("ifalias") or "").replace(f"lab={lab} ", "lab=LAB "), ln.get("gso_max_segs"))
-                 for ln in json.loads(sh(["ip", "-j", "-d", "-n", ns, "link", "show"]))]
-        qdiscs = [(q["dev"], q["kind"], q.get("handle"), q.get("parent", "root"),
-                   q.get("options", {}).get("limit"), q.get("options", {}).get("default"))
-                  for q in json.loads(sh(["tc", "-j", "-n", ns, "qdisc", "show"]))]
-        fp[node] = [sorted(routes), sorted(addrs), sorted(links), sorted(qdiscs)]
-    h0 = netns_name(lab, "h0")
-    fp["h0-class"] = [sh(["tc", "-n", h0, "class", "show", "dev", "eth0"]).split()]
-    return fp
-
-
-def compare(ours: dict, base: dict, hosts: int) -> None:
-    kinds = ("routes", "addresses", "links", "qdiscs")
-    bad = []
-    for node in ours:
-        for kind, a, b in zip(("htb class",) if node == "h0-class" else kinds, ours[node], base.get(node, [])):
-            if a != b:
-                only_a = [x for x in a if x not in b][:3]
-                only_b = [x for x in b if x not in a][:3]
-                bad.append(f"  {node} {kind}: clockfabric only {only_a}; baseline only {only_b}")
-    if bad:
-        raise BenchError(f"{hosts} hosts: the baseline lab is not equivalent to the clockfabric lab:\n"
-                         + "\n".join(bad[:12]))
 
 
 # ---- probes: when has the kernel really dismantled a set of namespaces? ---------------------------
@@ -158,64 +116,6 @@ def wait_gone(prefix: str, t0: float) -> float:
     while netns.listed(prefix):
         time.sleep(0.002)
     return time.perf_counter() - t0
-
-
-# ---- the baseline: one process per operation -------------------------------------------------
-def baseline_plan(topo: Topology, lab: str) -> list[list[str]]:
-    ns = {n: netns_name(lab, n) for n in topo.nodes()}
-    ifaces = interfaces(topo)
-    cmds: list[list[str]] = []
-    for node in topo.nodes():
-        sysctls = build.COMMON_SYSCTLS | (build.SWITCH_SYSCTLS if node in topo.switches else {})
-        cmds.append(["ip", "netns", "add", ns[node]])
-        # one `sysctl -w` per namespace with all its keys (not one per key): a fair baseline
-        cmds.append(["ip", "netns", "exec", ns[node], "sysctl", "-qw", *(f"{k}={v}" for k, v in sysctls.items())])
-    for h in topo.hosts.values():
-        cmds.append(["ip", "-n", ns[h.name], "link", "set", "dev", "lo", "up"])
-        cmds.append(["ip", "-n", ns[h.name], "addr", "add", f"{h.address}/32", "dev", "lo"])
-    for lk in topo.links:
-        cmds.append(["ip", "-n", ns[lk.a.node], "link", "add", lk.a.iface, "gso_max_segs", "1", "mtu", str(topo.mtu),
-                     "type", "veth", "peer", "name", lk.b.iface, "netns", ns[lk.b.node], "gso_max_segs", "1",
-                     "mtu", str(topo.mtu)])
-        params = shaping._class_params(lk.rate_bps, topo.mtu)  # the very numbers clockfabric hands the kernel
-        for port in (lk.a, lk.b):
-            n, dev = ns[port.node], port.iface
-            cmds += [
-                ["ip", "-n", n, "link", "set", "dev", dev, "alias", link_alias(lab, lk.name)],
-                ["ip", "-n", n, "addr", "add", f"{ifaces[port].address.ip}/31", "dev", dev],
-                ["tc", "-n", n, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
-                ["tc", "-n", n, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
-                 "rate", f"{params['rate']}bps", "ceil", f"{params['ceil']}bps", "burst", str(params["burst"]),
-                 "cburst", str(params["cburst"]), "quantum", str(params["quantum"])],
-                ["tc", "-n", n, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "bfifo",
-                 "limit", str(shaping.buffer_bytes(lk.buffer_pkts, topo.mtu))],
-                ["ip", "-n", n, "link", "set", "dev", dev, "up"],
-            ]
-    for node, routes in routing_tables(topo).items():
-        for r in routes:
-            cmd = ["ip", "-n", ns[node], "route", "replace", str(r.dst)]
-            if r.src:
-                cmd += ["src", str(r.src)]
-            if len(r.nexthops) == 1:
-                cmd += ["via", str(r.nexthops[0].gateway), "dev", r.nexthops[0].iface]
-            else:
-                for hop in r.nexthops:
-                    cmd += ["nexthop", "via", str(hop.gateway), "dev", hop.iface]
-            cmds.append(cmd)
-    return cmds
-
-
-def baseline_up(topo: Topology, lab: str, tick: Callable[[int, int], None]) -> int:
-    cmds = baseline_plan(topo, lab)
-    for i, cmd in enumerate(cmds):
-        sh(cmd)
-        tick(i + 1, len(cmds))
-    return len(cmds)
-
-
-def baseline_down(lab: str) -> None:
-    for ns in netns.listed(netns_prefix(lab)):
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 # ---- one size ----------------------------------------------------------------------------------
@@ -314,18 +214,26 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 # ---- report ------------------------------------------------------------------------------------
 def machine() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "unknown")
     ip_v = subprocess.run(["ip", "-V"], capture_output=True, text=True).stdout.strip()
     try:
         import pyroute2
         pr2 = pyroute2.__version__
     except Exception:  # noqa: BLE001 - informational only
         pr2 = "unknown"
-    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "kernel": platform.release(),
-            "python": platform.python_version(), "iproute2": ip_v, "pyroute2": pr2,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
+    return {**harness.machine(), "iproute2": ip_v, "pyroute2": pr2}
+
+
+def targets(results: list[dict], judged: dict) -> list[Target]:
+    """At TARGET_HOSTS: up and down times, each against the baseline's at the same size."""
+    at = next((r for r in results if r["hosts"] == TARGET_HOSTS), None)
+    if at is None or not judged:
+        return []
+    base = at["baseline"]
+    return [Target(f"{TARGET_HOSTS} hosts up", judged["up_s"], UP_TARGET_S, "s", better="lower",
+                   baseline=base["up_median_s"]),
+            Target(f"{TARGET_HOSTS} hosts down", judged["down_s"], DOWN_TARGET_S, "s", better="lower"),
+            Target(f"{TARGET_HOSTS} hosts down until the kernel released them", judged["released_s"],
+                   DOWN_TARGET_S, "s", better="lower", baseline=base["released_median_s"])]
 
 
 def fmt(x: float | None, unit: str = "") -> str:
@@ -406,12 +314,12 @@ def cleanup(labs: list[str]) -> list[str]:
     return ours_present()
 
 
+@BENCHMARKS.register("lab-bringup")
 def main(sizes: str = typer.Option("8,32,64", help="Host counts, comma-separated."),
          repeat: int = typer.Option(3, min=1, help="Runs per size (baseline: 1 above 32 hosts)."),
          json_path: Path = typer.Option(DEFAULT_JSON, "--json", help="Where to write the results.")) -> None:
-    if os.geteuid() != 0:
-        err.print("lab_bringup needs root (it creates network namespaces); run it with sudo")
-        raise typer.Exit(2)
+    """Lab bring-up and tear-down at 8-64 hosts, against the same lab built with one ip/tc process per step."""
+    require_root()
     try:
         size_list = sorted({int(s) for s in sizes.split(",") if s.strip()})
         if not size_list or min(size_list) < 2:
@@ -423,7 +331,6 @@ def main(sizes: str = typer.Option("8,32,64", help="Host counts, comma-separated
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
             err.print(f"{tool} is not installed; apt-get install iproute2 iputils-ping")
             raise typer.Exit(2)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
 
     def on_term(*_):
         raise KeyboardInterrupt
@@ -467,17 +374,12 @@ def main(sizes: str = typer.Option("8,32,64", help="Host counts, comma-separated
             err.print(f"[red]could not remove {len(left)} namespaces: {', '.join(left[:5])}; "
                       f"try: ip netns del NAME")
             code = code or 1
-    info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     summary = report(results, notes) if results else {}
     data = {"benchmark": "lab_bringup", "status": status, "machine": info,
             "params": {"sizes": size_list, "repeat": repeat, "planes": PLANES, "spines_per_plane": SPINES,
                        "leaves": "max(2, hosts // 16)",
                        "baseline_repeat": {h: b for h, _, b in plan}},
             "results": results, **summary, "notes": notes}
-    json_path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    record("lab-bringup", targets(results, summary.get("targets", {})), info, data, path=json_path)
     err.print(f"results written to {json_path}")
     raise typer.Exit(code)
-
-
-if __name__ == "__main__":
-    typer.run(main)

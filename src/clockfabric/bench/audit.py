@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Fleet audit: time on a 32-host lab, a planted slow link found, false fails over repeated clean runs.
 
 1. Time. A full audit (every check, the all-reduce sweep included) of a clean dual-plane lab,
@@ -19,22 +18,23 @@ the slowest), where plain iperf3 along the ring still reaches line rate on 2 cor
 (docs/benchmarks.md, "Fleet audit"). The clean runs also measure that in the same run: iperf3
 along each plane's ring, what kernel TCP alone reaches on this machine.
 
-    sudo .venv/bin/python bench/audit.py [--hosts 32] [--rate auto] [--fault/--no-fault] [--repeat 10] [--json PATH]
+    sudo clockfabric bench audit [--hosts 32] [--rate auto] [--fault/--no-fault] [--repeat 10] [--json PATH]
 """
 
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from clockfabric.bench import harness
+from clockfabric.bench.allreduce_vs_tcp import tcp_ring  # the same-run kernel TCP baseline
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
+from clockfabric.cli.output import require_root
 from clockfabric.audit import expect
 from clockfabric.audit.bisect import ring_order
 from clockfabric.audit.gather import gather, lab_transport, specs
@@ -44,9 +44,7 @@ from clockfabric.collective.expected import expected_busbw_gbps
 from clockfabric.lab import build, impair
 from clockfabric.topology import format_rate, multirail, parse_rate
 
-from allreduce import tcp_ring  # bench/allreduce.py: the same-run kernel TCP baseline
-
-DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "audit.json"
+DEFAULT_JSON = RESULTS / "audit.json"
 TIME_TARGET_S = 60.0
 PLANE_BUDGET_BPS = 100e6  # per plane, all hosts' links together: what iperf3 along a ring carries at rate
 LADDER = ("25mbit", "10mbit", "5mbit")
@@ -93,8 +91,8 @@ def _bad(report) -> list[dict]:
 
 
 def timing(hosts: int, rate: str, fault: bool) -> dict:
-    lab = _lab("bench-audit-t", hosts, rate)
-    try:
+    with labs_removed("bench-audit-t"):
+        lab = _lab("bench-audit-t", hosts, rate)
         cfg = expect.defaults()
         tell = specs(lab.topology, sorted(lab.topology.hosts), pings=cfg["latency"]["samples"],
                      lldp_wait_s=cfg["timeouts"]["lldp_s"])
@@ -109,8 +107,6 @@ def timing(hosts: int, rate: str, fault: bool) -> dict:
             impair.set_rate(lab, link, link.rate_bps // 4)
             err.print(f"  planted: {slow_host} eth1 at {format_rate(link.rate_bps // 4)}")
             faulted = _audit(lab)
-    finally:
-        build.down(lab.name)
     phases = _phases(report)
     res = {"hosts": hosts, "rate": rate, "total_s": round(report.seconds, 2), "phases": phases,
            "gather_serial_s": round(serial_s, 2), "serial_missing": len(missing_serial),
@@ -139,9 +135,9 @@ def tcp_ring_ratio(lab, plane: int, seconds: float = 6.0) -> float:
 
 
 def repeats(n: int, rate: str) -> dict:
-    lab = _lab("bench-audit-r", 8, rate)
     runs = []
-    try:
+    with labs_removed("bench-audit-r"):
+        lab = _lab("bench-audit-r", 8, rate)
         kernel = {p: tcp_ring_ratio(lab, p) for p in lab.topology.planes}
         err.print(f"  iperf3 along each plane's ring: slowest hop {kernel} of line rate")
         for i in range(n):
@@ -159,8 +155,6 @@ def repeats(n: int, rate: str) -> dict:
                          "busbw_ratio_max": max((s["ratio"] for s in sweep if s["ratio"]), default=None)})
             err.print(f"  clean run {i + 1}/{n}: {r.verdict.value} in {r.seconds:.1f} s, per plane "
                       f"{runs[-1]['per_plane_ratios']}")
-    finally:
-        build.down(lab.name)
     ratios = [x for r in runs for x in (r["busbw_ratio_min"], r["busbw_ratio_max"]) if x]
     planes = [x for r in runs for x in r["per_plane_ratios"]]
     return {"rate": rate, "iperf3_ring_ratio": kernel, "runs": runs,
@@ -172,14 +166,30 @@ def repeats(n: int, rate: str) -> dict:
             "busbw_ratio_range": [min(ratios), max(ratios)] if ratios else None}
 
 
+def targets(result: dict) -> list[Target]:
+    """The whole audit's time (baseline: the gather one host at a time, plus the rest as timed);
+    with --fault, the planted link found exactly; with --repeat, no false fails."""
+    t = result["timing"]
+    serial_s = t["total_s"] - t["phases"]["gather"] + t["gather_serial_s"]
+    found = [Target(f"full audit of {t['hosts']} hosts", t["total_s"], TIME_TARGET_S, "s", better="lower",
+                    baseline=round(serial_s, 2), note="baseline: the same audit gathering one host at a time")]
+    if f := t.get("fault"):
+        found.append(Target("quarter-rate link found, and only it", float(f["found_exactly"]), 1.0))
+    if r := result.get("repeats"):
+        found.append(Target(f"clean audits failing, of {len(r['runs'])}", r["fails"], 0, better="lower"))
+    return found
+
+
+@BENCHMARKS.register("audit", help="Fleet audit: a 32-host lab's audit time, a planted slow link found, false fails over clean runs.")
 def main(hosts: int = typer.Option(32, help="Hosts in the timed lab."),
          rate: str = typer.Option("auto", help="Host and fabric link rate of the timed lab (auto: see the top)."),
          fault: bool = typer.Option(True, help="Also audit the timed lab with one link at a quarter rate."),
          repeat: int = typer.Option(10, help="Clean 8-host audits in a row."),
          json_path: Path = typer.Option(DEFAULT_JSON, "--json")) -> None:
     rate_arg, rate = rate, lab_rate(hosts) if rate == "auto" else format_rate(parse_rate(rate))
-    result = {"machine": {"cpus": __import__("os").cpu_count(), "kernel": platform.release()},
-              "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    require_root()
+    facts = harness.machine()
+    result = {}
     err.print(f"timing a full audit of a {hosts}-host lab at {rate}")
     result["timing"] = t = timing(hosts, rate, fault)
     table = Table(title=f"audit of a clean {hosts}-host dual-plane lab, {rate} links")
@@ -215,10 +225,5 @@ def main(hosts: int = typer.Option(32, help="Hosts in the timed lab."),
         for run in r["runs"]:
             for line in run["not_pass"]:
                 out.print(f"  {line}")
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(result, indent=1))
+    record("audit", targets(result), facts, result, path=json_path)
     err.print(f"wrote {json_path}")
-
-
-if __name__ == "__main__":
-    typer.run(main)

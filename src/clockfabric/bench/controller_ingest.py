@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Controller storage ingest: samples per second into SQLite and PostgreSQL, in batches the size of
 an agent's push. Target: 50k samples/s into SQLite on this machine.
 
@@ -19,14 +18,11 @@ Baselines, in the same run, on the same schema and indexes and the same database
 PostgreSQL is a throwaway server (tests/pg.py) with its default, durable settings (fsync on,
 synchronous_commit on); SQLite is WAL with synchronous=NORMAL, as SqliteStorage sets it.
 
-    .venv/bin/python bench/controller_ingest.py [--samples 100000] [--repeat 3] [--no-postgres] [--json PATH]
+    clockfabric bench controller-ingest [--samples 100000] [--repeat 3] [--no-postgres] [--json PATH]
 """
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import random
 import sqlite3
 import statistics
@@ -34,7 +30,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from itertools import product
 from pathlib import Path
 from typing import Annotated
@@ -51,20 +46,20 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from clockfabric.bench import harness
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.controller.storage.base import Sample
 from clockfabric.controller.storage.postgres import PostgresStorage
 from clockfabric.controller.storage.rows import dumps
 from clockfabric.controller.storage.sql import SqlStorage
 from clockfabric.controller.storage.sqlite import SqliteStorage
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the throwaway server is the tests' own
-from tests.pg import missing, throwaway_postgres
 
 HOSTS, PEERS, PATHS = 32, 25, 2
 NAMES = ("owd_p50_ns", "owd_p99_ns", "owd_min_ns", "loss_ratio", "probes_total")
 T0 = 1_700_000_000_000_000_000
 TARGET_SAMPLES_S = 50_000
-DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "controller_ingest.json"
+DEFAULT_JSON = RESULTS / "controller-ingest.json"
 INSERT_SQL = "INSERT INTO samples (host, t_ns, name, value, labels) VALUES ({p}, {p}, {p}, {p}, {p})"
 
 out = Console()
@@ -191,7 +186,20 @@ def sqlite_cases(pushes, naive_pushes, repeat, workdir: Path, bar, task) -> list
                     repeat, bar, task)]
 
 
-def postgres_cases(pushes, naive_pushes, repeat, bar, task) -> tuple[list[dict], str]:
+def _test_postgres():
+    """The tests' throwaway PostgreSQL server (tests/pg.py): (missing, throwaway_postgres), or a
+    `missing` that says why there is none outside a checkout of the repository."""
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        from tests.pg import missing, throwaway_postgres
+    except ImportError:
+        return (lambda: "tests/pg.py not found: run from the repository"), None
+    finally:
+        sys.path.pop(0)
+    return missing, throwaway_postgres
+
+
+def postgres_cases(pushes, naive_pushes, repeat, bar, task, throwaway_postgres) -> tuple[list[dict], str]:
     counter = iter(range(1_000_000))
     with throwaway_postgres(fsync=True) as server:
         def fresh() -> str:
@@ -212,12 +220,7 @@ def postgres_cases(pushes, naive_pushes, repeat, bar, task) -> tuple[list[dict],
 
 # ---- report ------------------------------------------------------------------------------------------
 def machine() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "unknown")
-    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "kernel": platform.release(),
-            "python": platform.python_version(), "sqlite": sqlite3.sqlite_version, "psycopg": psycopg.__version__,
-            "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
+    return {**harness.machine(), "sqlite": sqlite3.sqlite_version, "psycopg": psycopg.__version__}
 
 
 def report(results: list[dict]) -> dict:
@@ -242,6 +245,7 @@ def report(results: list[dict]) -> dict:
     return targets
 
 
+@BENCHMARKS.register("controller-ingest", help="Controller storage ingest into SQLite and PostgreSQL, against per-row and executemany inserts.")
 def main(samples: Annotated[int, typer.Option(min=500, help="Samples per run for ours and executemany.")] = 100_000,
          naive_samples: Annotated[int, typer.Option(
              min=500, help="Samples per run for the naive SQLite baseline.")] = 20_000,
@@ -252,10 +256,10 @@ def main(samples: Annotated[int, typer.Option(min=500, help="Samples per run for
          postgres: Annotated[bool, typer.Option(help="Also measure PostgreSQL (a throwaway server).")] = True,
          json_path: Annotated[Path, typer.Option("--json", help="Where to write the results.")] = DEFAULT_JSON,
          ) -> None:
+    missing, throwaway_postgres = _test_postgres()
     why_no_pg = missing() if postgres else "--no-postgres"
     if postgres and why_no_pg:
         err.print(f"PostgreSQL skipped: {why_no_pg}")
-    json_path.parent.mkdir(parents=True, exist_ok=True)
     info = machine()
     pushes = make_pushes(samples, batch)
     naive = make_pushes(naive_samples, batch)
@@ -266,9 +270,8 @@ def main(samples: Annotated[int, typer.Option(min=500, help="Samples per run for
         task = bar.add_task("", total=repeat * (3 if why_no_pg else 7))
         results = sqlite_cases(pushes, naive, repeat, Path(workdir), bar, task)
         if not why_no_pg:
-            pg_results, info["postgres"] = postgres_cases(pushes, naive_pg, repeat, bar, task)
+            pg_results, info["postgres"] = postgres_cases(pushes, naive_pg, repeat, bar, task, throwaway_postgres)
             results += pg_results
-    info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     targets = report(results)
     notes = ["ours and executemany write the same rows; ours also keeps `latest` (one upsert per series per push)",
              "naive baselines run on fewer samples (--naive-samples, --naive-pg-samples): per-row commits are slow",
@@ -281,11 +284,11 @@ def main(samples: Annotated[int, typer.Option(min=500, help="Samples per run for
             "params": {"samples": samples, "naive_samples": naive_samples, "naive_pg_samples": naive_pg_samples,
                        "batch": batch, "repeat": repeat, "hosts": HOSTS, "series_per_host": len(NAMES) * PEERS * PATHS * 2},
             "results": results, "targets": targets, "notes": notes}
-    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    naive_rate = next((r["median_samples_per_s"] for r in results if r["case"].startswith("sqlite: naive")), None)
+    judged = [Target("samples/s into SQLite", t["median"], t["target"], "samples/s", baseline=naive_rate,
+                     note="baseline: one INSERT per sample, each its own transaction")
+              for t in targets.values()]
+    record("controller-ingest", judged, info, data, path=json_path)
     err.print(f"results written to {json_path}")
     if not all(t["met"] for t in targets.values()):
         raise typer.Exit(1)
-
-
-if __name__ == "__main__":
-    typer.run(main)

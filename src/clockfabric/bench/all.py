@@ -1,0 +1,18 @@
+"""Every benchmark, registered by importing its module (harness.BENCHMARKS loads this). The
+order is the order `clockfabric bench` lists them: the lab, clocks, monitoring, failover, the
+collective and path steering, the audit."""
+
+from clockfabric.bench import (  # noqa: F401
+    lab_bringup,
+    clocksync,
+    clocksync_solve,
+    controller_ingest,
+    agent_overhead,
+    monitor_latency,
+    failover,
+    transparent,
+    collective,
+    allreduce_vs_tcp,
+)
+from clockfabric.bench.contention import command  # noqa: F401
+from clockfabric.bench import audit  # noqa: F401, E402

@@ -1,0 +1,377 @@
+"""Clock sync accuracy, convergence and overhead on leaf-spine labs, against two baselines.
+
+For each lab size (8 hosts: 2 leaves x 2 spines; 32 hosts: 4 x 4; 200 Mbit/s links, virtual
+host clocks with offsets up to ±50 ms and drifts up to ±100 ppm, `lab up`'s defaults) the
+scenarios below each run one `clockfabric sync --json`: it starts an agent on every host and
+linuxptp ptp4l beside them, and judges ours, the NTP-style baseline (min-RTT/2 on the same
+probes) and ptp4l against the lab's ground truth, in the same run, so all three share lab
+and load.
+
+  A  idle         no traffic.
+  B  udp80        one-direction UDP at 80% of the host link rate between leaves (8 hosts:
+                  leaf0 -> leaf1 and leaf1 -> leaf0; 32 hosts: leaf0 -> leaf1, leaf2 -> leaf3:
+                  two flows, what 2 cores forward beside 32 agents), no link direction
+                  carries two flows: every loaded link runs at 80%, wherever ECMP puts them.
+  C  tcp-spine    every leaf-spine link slowed to 25 Mbit/s (`lab rate`; host links stay at
+                  200), then one-direction saturating TCP (iperf3) flows between leaves, one
+                  per four spine links (each flow crosses two: up to its spine, down to the
+                  other leaf), so at most half the spine links carry a flow: the spine link
+                  is each flow's bottleneck, a standing queue builds at the leaf's uplink,
+                  and host links carry 12%. The sending hosts use Reno: this machine
+                  defaults to BBR, which keeps queues short, and CUBIC is not in
+                  tcp_allowed_congestion_control inside a namespace; loss-based Reno fills
+                  the 200-packet buffers as the design's measurement did.
+                  ECMP places the flows: the links that really held a queue are measured
+                  (tc counters and queue lengths looked at every 4 s) and reported.
+  C+ tcp-all      the honest limit (8 hosts): every link at 25 Mbit/s, each host sends one
+                  Reno flow to another leaf and one within its leaf, so every host link
+                  direction holds a standing queue and the spine links carry the cross-leaf
+                  half (how many of them queue depends on ECMP; measured and reported).
+                  Targets are reported, not expected.
+  D  step         idle; once all hosts are within 1 µs (and 3 s more), the last host by name
+                  (not the reference) has its clock stepped by +1 ms (`lab clock step`);
+                  re-convergence is the time from the step until that host's |error| is
+                  back under 1 µs and stays there for 2 s.
+
+Beside `sync`, this benchmark watches the agents itself (every 0.5 s): their state files
+(first publish, counters) and /proc/<pid>/stat (CPU), and each host's error against the
+truth with clockfabric.clock.evaluate.ours_errors, as `sync`'s own Sampler does. That gives
+"agents up" (every agent has published once: Python start-up of N agents on 2 cores), the
+convergence time after that, CPU per agent once converged, probe bytes per host once
+converged (wire + control), and the step's re-convergence.
+
+Each sync runs for a start-up allowance (8 s + 1 s per host, x2 under load) plus --seconds
+(+14 s for the step), since `sync` counts its time from before the agents start.
+
+    sudo clockfabric bench clocksync [--sizes 8,32] [--quick] [--seconds 20] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from clockfabric.bench import harness
+from clockfabric.bench.clocksync_report import PEERS, STEP, WINDOW_S, machine, report, verdicts
+from clockfabric.bench.clocksync_traffic import (
+    CLI,
+    UDP_SHARE,
+    BenchError,
+    cleanup,
+    flows_for,
+    leftovers,
+    start_traffic,
+    stop_traffic,
+    wait_flowing,
+)
+from clockfabric.bench.clocksync_watch import Fabric, Watch
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
+from clockfabric.cli.output import err, out, require_root
+from clockfabric.lab.state import lab_names
+from clockfabric.topology import format_rate, parse_rate
+
+DEFAULT_JSON = RESULTS / "clocksync.json"
+LAB = "csbench-{}"
+SHAPES = {8: (2, 2), 32: (4, 4)}  # hosts: (leaves, spines)
+HOST_RATE = "200mbit"
+SPINE_RATE_C = "25mbit"  # scenario C: the spine link is the bottleneck, host links stay at 200
+ALL_RATE = "25mbit"  # scenario C+: every link, so 2 cores can keep all of them saturated
+SAMPLE_S = 0.5
+STEP_AFTER_CONVERGED_S = 3.0
+STEP_TAIL_S = 14.0  # sync time kept after the step
+QUEUE_LOOK_S = 4.0
+STARTUP_S, STARTUP_PER_HOST_S, LOADED_STARTUP_FACTOR = 8.0, 1.0, 2.0  # sync time allowed for agents to start
+
+
+SCENARIOS = {
+    "A": ("idle", "no traffic"),
+    "B": ("udp80", f"UDP at {UDP_SHARE:.0%} of link rate, one direction, 2 flows across leaves"),
+    "D": ("step", f"idle, one host's clock stepped by +{STEP}"),
+    "C": ("tcp-spine", f"saturating TCP on up to half the spine links (leaf-spine at {SPINE_RATE_C})"),
+    "C+": ("tcp-all", f"every host link saturated by TCP (all links at {ALL_RATE}): the honest limit"),
+}
+ORDER = ["A", "B", "D", "C", "C+"]  # C and C+ change link rates, so they come last
+
+
+
+# ---- helpers --------------------------------------------------------------------------------
+def cli(*args: str, timeout: float = 120) -> str:
+    p = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise BenchError(f"`clockfabric {' '.join(args)}` failed: {(p.stderr or p.stdout).strip()[-500:]}")
+    return p.stdout
+
+
+def cpu_pressure() -> float | None:
+    """Share of the last 60 s in which some runnable task waited for a CPU (PSI)."""
+    try:
+        return float(Path("/proc/pressure/cpu").read_text().split()[2].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpu_busy() -> tuple[int, int]:
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + f[4]
+    return sum(f) - idle, sum(f)
+
+
+# ---- one scenario ----------------------------------------------------------------------------
+def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: Progress, stage_id) -> dict:
+    name, what = SCENARIOS[key]
+    hosts = len(fab.hosts)
+
+    def stage(text: str) -> None:
+        bar.update(stage_id, description=f"{hosts:>2} hosts, {key} {name}: {text}")
+
+    res = {"scenario": key, "name": name, "what": what, "hosts": hosts}
+    if key == "C":
+        stage(f"leaf-spine links to {SPINE_RATE_C}")
+        fab.set_rates(parse_rate(SPINE_RATE_C), fabric_only=True)
+    if key == "C+":
+        stage(f"every link to {ALL_RATE}")
+        fab.set_rates(parse_rate(ALL_RATE), fabric_only=False)
+    res["rates"] = {"host_link": format_rate(max(r for i, r in fab.rates.items() if not fab.is_fabric(i))),
+                    "fabric_link": format_rate(max(r for i, r in fab.rates.items() if fab.is_fabric(i)))}
+    loaded = key in ("B", "C", "C+")
+    # Python start-up of N agents on 2 cores takes longer while the lab forwards traffic
+    sync_s = startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds + (STEP_TAIL_S if key == "D" else 0.0)
+    res["sync_seconds"] = sync_s
+    flows = []
+    if key in ("B", "C", "C+"):
+        stage(f"starting {len(flows_for(fab, key))} iperf3 flows")
+        flows = start_traffic(fab, key, sync_s + 60)  # stopped explicitly once sync is done
+        res["ramp_s"] = wait_flowing(fab, flows, stage)
+    res["flows"] = flows
+
+    for f in (fab.lab.dir / "agents").glob("*.json"):  # never read the last scenario's states
+        f.unlink()
+    busy0, load0 = cpu_busy(), Path("/proc/loadavg").read_text().split()[:3]
+    tc0 = (time.monotonic(), fab.tc())
+    looks: list[dict] = []  # queue lengths, every QUEUE_LOOK_S from 30% to 90% of the run
+    sync_out = fab.lab.dir / f"bench-sync-{key.replace('+', 'plus')}.json"
+    sync_err = sync_out.with_suffix(".err")
+    t_launch = time.monotonic()
+    with open(sync_out, "w") as so, open(sync_err, "w") as se:
+        proc = subprocess.Popen([*CLI, "sync", "--lab", fab.lab.name, "--seconds", f"{sync_s:.0f}s",
+                                 "--peers", str(PEERS), "--window", str(WINDOW_S), "--json"],
+                                stdout=so, stderr=se)
+    watch = Watch(fab, t_launch)
+    step = stepper = None
+    last_look = 0.0
+    step_host = fab.hosts[-1]
+    try:
+        while proc.poll() is None:
+            time.sleep(SAMPLE_S)
+            watch.sample()
+            t = time.monotonic() - t_launch
+            if 0.3 * sync_s <= t <= 0.9 * sync_s and t >= last_look + QUEUE_LOOK_S:
+                looks.append(fab.tc())
+                last_look = t
+            if key == "D" and stepper is None:
+                due = watch.converged_s is not None and t >= watch.converged_s + STEP_AFTER_CONVERGED_S
+                if due or t >= sync_s - STEP_TAIL_S + 2:
+                    before = len(fab.lab.clocks()[step_host].steps)
+                    stepper = subprocess.Popen([*CLI, "lab", "clock", "step", step_host, STEP, "--lab", fab.lab.name],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if stepper is not None and step is None and stepper.poll() is not None:
+                steps = fab.lab.clocks()[step_host].steps
+                if stepper.returncode != 0 or len(steps) <= before:
+                    raise BenchError(f"lab clock step failed: {stepper.stderr.read().decode().strip()}")
+                step = steps[-1][0]
+            up = f"{len(watch.first)}/{hosts} agents up"
+            worst = f", worst |error| {watch.worst:,.0f} ns" if watch.worst is not None else ""
+            conv = f", converged at {watch.converged_s:.1f} s" if watch.converged_s is not None else ""
+            stepped = ", stepped" if step else ""
+            stage(f"sync {t:4.0f}/{sync_s:.0f} s, {up}{worst}{conv}{stepped}")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)
+    tc1 = (time.monotonic(), fab.tc())
+    busy1, load1 = cpu_busy(), Path("/proc/loadavg").read_text().split()[:3]
+    if flows:
+        stage("stopping traffic")
+        stop_traffic(fab.lab)
+    if proc.returncode != 0:
+        raise BenchError(f"sync failed ({key} {name}, {hosts} hosts): {sync_err.read_text().strip()[-600:]}")
+    report = json.loads(sync_out.read_text())
+
+    m = report["methods"]
+    ours = m["clockfabric"]["p99_ns"]
+    res["methods"] = m
+    res["ratio_p99"] = {b: (m[b]["p99_ns"] / ours if ours and m[b].get("p99_ns") else None)
+                        for b in ("ntp_min_rtt", "ptp4l")}
+    res["sync"] = {k: report.get(k) for k in ("converged_s", "stats_from_s", "probe_bytes_per_host_per_s",
+                                              "reference", "timestamping", "scenario")}
+    res["sync"]["stats_window_s"] = sync_s - report["stats_from_s"] if report.get("stats_from_s") else None
+    res["per_host"] = report.get("hosts")
+    res["timeline"] = report.get("timeline")
+    res["agents_up_s"] = watch.agents_up_s
+    res["converged_watch_s"] = watch.converged_s
+    res["converged_after_up_s"] = (watch.converged_s - watch.agents_up_s
+                                   if watch.converged_s is not None and watch.agents_up_s is not None else None)
+    res["cpu"] = watch.cpu_pct()
+    pr = watch.probe_rate()
+    pr["sync_bytes_per_host_per_s"] = report.get("probe_bytes_per_host_per_s")
+    host_rate0 = parse_rate(HOST_RATE)
+    for k in ("wire_mean", "wire_max", "total_max"):
+        v = pr[f"{k}_bytes_per_s"]
+        pr[f"{k}_share_of_link"] = v * 8 / host_rate0 if v else None
+    sb = pr["sync_bytes_per_host_per_s"]
+    pr["sync_share_of_link"] = sb * 8 / host_rate0 if sb else None
+    pr["host_link_bps"] = host_rate0
+    res["probes"] = pr
+    res["links"] = fab.link_load(tc0, looks, tc1)
+    res["links"]["queue_looks"] = len(looks)
+    res["machine_load"] = {"loadavg_start": load0, "loadavg_end": load1,
+                           "cpu_busy_pct": 100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
+                           "cpu_pressure_some_avg60_pct": cpu_pressure()}
+    if key == "D":
+        if step is None:
+            res["step"] = {"host": step_host, "size": STEP, "at_s": None, "reconverged_s": None,
+                           "note": "the step never happened (sync ended first)"}
+        else:
+            t_step = None
+            for t, real, _, _ in watch.errors:
+                if real >= step:
+                    t_step = t
+                    break
+            res["step"] = {"host": step_host, "size": STEP, "at_s": t_step,
+                           **watch.reconvergence(step_host, step)}
+    return res
+
+
+# ---- one size --------------------------------------------------------------------------------
+def run_size(hosts: int, keys: list[str], seconds: float, bar: Progress, overall, stage_id,
+             results: list[dict], failures: list[str]) -> None:
+    leaves, spines = SHAPES.get(hosts, (max(2, hosts // 8), max(2, hosts // 8)))
+    name = LAB.format(hosts)
+    path = Path(f"/tmp/{name}.yaml")
+    bar.update(stage_id, description=f"{hosts:>2} hosts: lab up")
+    cli("topology", "generate", "leafspine", "--hosts", str(hosts), "--leaves", str(leaves), "--spines", str(spines),
+        "--host-rate", HOST_RATE, "--name", name, "-o", str(path))
+    cli("lab", "up", str(path), "--name", name, "--json")  # ±50 ms offsets, ±100 ppm drifts (defaults)
+    try:
+        fab = Fabric(name)
+        startup_s = STARTUP_S + STARTUP_PER_HOST_S * hosts  # Python start-up of N agents on 2 cores
+        for key in keys:
+            try:
+                r = run_scenario(fab, key, seconds, startup_s, bar, stage_id)
+                r.update({"leaves": leaves, "spines": spines})
+                results.append(r)
+            except BenchError as e:
+                failures.append(str(e))
+                err.print(f"[red]{hosts} hosts, {key}: {e}")
+                stop_traffic(fab.lab)
+            bar.advance(overall)
+    finally:
+        bar.update(stage_id, description=f"{hosts:>2} hosts: lab down")
+        cleanup([name])
+
+
+# ---- main --------------------------------------------------------------------------------------
+@BENCHMARKS.register("clocksync")
+def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separated: 8 and 32 are defined."),
+         scenarios: str = typer.Option("A,B,D,C,C+", help="Scenarios: A idle, B udp80, C tcp-spine, "
+                                                          "C+ tcp-all, D step."),
+         limit_sizes: str = typer.Option("8", "--all-saturated-sizes",
+                                         help="Sizes that also run C+ (every host link saturated)."),
+         seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' "
+                                                           "start-up allowance (8 s + 1 s per host, x2 under load)."),
+         quick: bool = typer.Option(False, "--quick", help="8 hosts, idle and UDP only."),
+         json_path: Path = typer.Option(DEFAULT_JSON, "--json", help="Where to write the results.")) -> None:
+    """Clock sync on 8- and 32-host labs, idle and loaded, against NTP-style and ptp4l in the same run."""
+    require_root()
+    for tool in ("ip", "tc", "iperf3", "ptp4l"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            err.print(f"{tool} is not installed; run: make setup (iproute2, iperf3, linuxptp)")
+            raise typer.Exit(2)
+    try:
+        size_list = [8] if quick else sorted({int(s) for s in sizes.split(",") if s.strip()})
+        all_sat = {int(s) for s in limit_sizes.split(",") if s.strip()}
+        keys = ["A", "B"] if quick else [k for k in ORDER if k in {s.strip().upper() for s in scenarios.split(",")}]
+        if not size_list or min(size_list) < 8 or not keys:
+            raise ValueError
+    except ValueError:
+        err.print("--sizes: host counts of at least 8 (e.g. 8,32); --scenarios: some of A,B,C,C+,D")
+        raise typer.Exit(2)
+
+    def on_term(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+
+    names = [LAB.format(h) for h in size_list]
+    if stale := [n for n in names if n in lab_names()]:
+        err.print(f"removing labs left by an earlier run: {', '.join(stale)}")
+        cleanup(stale)
+    info = machine()
+    results: list[dict] = []
+    failures: list[str] = []
+    status, code = "ok", 0
+    plan = [(h, [k for k in keys if k != "C+" or h in all_sat]) for h in size_list]
+    started = time.monotonic()
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=True) as bar:
+            overall = bar.add_task("all scenarios", total=sum(len(k) for _, k in plan))
+            stage = bar.add_task("", total=None)
+            for h, ks in plan:
+                run_size(h, ks, seconds, bar, overall, stage, results, failures)
+    except KeyboardInterrupt:
+        status, code = "interrupted", 130
+        err.print("interrupted; cleaning up")
+    except (BenchError, Exception) as e:  # noqa: BLE001 - report, clean, write what we have
+        status, code = f"failed: {e}", 1
+        err.print(f"[red]benchmark failed:[/] {e!r}")
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the cleanup
+        left = cleanup(names)
+        procs = leftovers(names)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if left or procs:
+            err.print(f"[red]left behind: labs {left}, processes {procs[:5]}")
+            code = code or 1
+    if failures and status == "ok":
+        status, code = f"{len(failures)} scenario(s) failed", 1
+    info = {**harness.finish(info), "wall_s": time.monotonic() - started}
+    checks = verdicts(results)
+    if results:
+        report(results, checks)
+    for f in failures:
+        out.print(f"[red]failed:[/] {f}")
+    data = {"benchmark": "clocksync", "status": status, "machine": info,
+            "params": {"sizes": size_list, "shapes": {h: SHAPES.get(h) for h in size_list}, "host_rate": HOST_RATE,
+                       "max_offset": "50ms", "max_drift_ppm": 100.0, "peers": PEERS, "window_s": WINDOW_S,
+                       "seconds_beyond_startup": seconds, "udp_share": UDP_SHARE, "spine_rate_c": SPINE_RATE_C,
+                       "all_rate": ALL_RATE, "step": STEP, "quick": quick},
+            "results": results, "targets": checks, "failures": failures}
+    record("clocksync", targets(checks), info, data, path=json_path)
+    err.print(f"results written to {json_path} ({info['wall_s'] / 60:.1f} min)")
+    raise typer.Exit(code)
+
+
+def targets(checks: list[dict]) -> list[Target]:
+    """verdicts() as the harness's targets: the figure and bar read back from their text."""
+    found = []
+    for v in checks:
+        bar = re.search(r"(<=|>=|within) ([\d.]+)", v["target"])
+        figure = re.match(r"-?[\d,.]+", v["value"])
+        value = float(figure[0].replace(",", "")) if figure else None
+        found.append(Target(f"{v['hosts']} hosts, {v['scenario']}: {v['target']}", value,
+                            float(bar[2]) if bar else 0.0, better="higher" if bar and bar[1] == ">=" else "lower",
+                            possible="not expected to pass" not in v["note"], note=v["note"]))
+    return found

@@ -1,0 +1,144 @@
+"""`clockfabric bench clocksync`: the load its scenarios put on the lab (UDP and TCP flows, started and
+stopped through `clockfabric lab traffic`), and the helpers that run the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+from clockfabric.bench.clocksync_watch import Fabric
+from clockfabric.cli.output import err
+from clockfabric.lab import build
+from clockfabric.lab.process import alive, children
+from clockfabric.lab.state import Lab, lab_names
+from clockfabric.topology import format_rate
+
+
+CLI = [sys.executable, "-m", "clockfabric.cli"]
+
+
+UDP_SHARE = 0.8
+
+
+TCP_CC = "reno"  # loss-based; set in the sending hosts' namespaces for C and C+ (cubic is not allowed there)
+
+
+RAMP_TIMEOUT_S = 25.0
+
+
+class BenchError(Exception):
+    pass
+
+
+# ---- traffic ---------------------------------------------------------------------------------
+def flows_for(fab: Fabric, scenario: str) -> list[tuple[str, str]]:
+    leaves = list(fab.leaves.values())
+    n = len(leaves)
+    if scenario == "B":  # 2 leaves: each sends one flow to the other; 4: leaf 0 -> 1 and 2 -> 3
+        pairs = [(0, 1), (1, 0)] if n == 2 else [(2 * j, 2 * j + 1) for j in range(n // 2)]
+        return [(leaves[i][1], leaves[j][2]) for i, j in pairs]
+    if scenario == "C":  # each flow crosses two spine links (up, down): a quarter as many flows
+        spine_links = sum(1 for i in range(len(fab.topo.links)) if fab.is_fabric(i))
+        per_leaf = len(leaves[0])
+        return [(leaves[k % n][1 + k // n], leaves[(k + 1) % n][per_leaf - 1 - k // n])
+                for k in range(max(1, spine_links // 4))]
+    if scenario == "C+":  # every host: one flow to the next leaf, one within its leaf
+        flows = []
+        for i, leaf in enumerate(leaves):
+            for j, h in enumerate(leaf):
+                flows.append((h, leaves[(i + 1) % n][j]))
+                flows.append((h, leaf[(j + 1) % len(leaf)]))
+        return flows
+    return []
+
+
+def start_traffic(fab: Fabric, scenario: str, seconds: float) -> list[dict]:
+    flows = flows_for(fab, scenario)
+    if scenario in ("C", "C+"):  # loss-based TCP fills the port buffers; this machine defaults to BBR
+        for src in sorted({a for a, _ in flows}):
+            subprocess.run(["ip", "netns", "exec", fab.lab.ns(src), "sysctl", "-qw",
+                            f"net.ipv4.tcp_congestion_control={TCP_CC}"], check=True, capture_output=True)
+    extra = ["--udp", format_rate(round(UDP_SHARE * fab.host_rate))] if scenario == "B" else []
+    procs = [subprocess.Popen([*CLI, "lab", "traffic", a, b, "--seconds", f"{seconds:.0f}", *extra,
+                               "--background", "--lab", fab.lab.name],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for a, b in flows]
+    for p in procs:
+        _, e = p.communicate(timeout=120)
+        if p.returncode != 0:
+            raise BenchError(f"lab traffic failed: {e.strip()[-300:]}")
+    return [{"src": a, "dst": b, "protocol": "udp" if extra else "tcp",
+             "rate_bps": round(UDP_SHARE * fab.host_rate) if extra else None,
+             "congestion_control": None if extra else TCP_CC} for a, b in flows]
+
+
+def wait_flowing(fab: Fabric, flows: list[dict], stage) -> float:
+    """Until every sending host's uplink moves at least 20% of the slowest link's rate (iperf3 is up)."""
+    t0 = time.monotonic()
+    senders = {f["src"] for f in flows}
+    floor = 0.2 * min(fab.rates.values())
+    prev = fab.tc()
+    prev_t = time.monotonic()
+    while time.monotonic() - t0 < RAMP_TIMEOUT_S:
+        time.sleep(1.0)
+        now, now_t = fab.tc(), time.monotonic()
+        idle = [h for h in senders
+                if (now[(h, "eth0")]["bytes"] - prev[(h, "eth0")]["bytes"]) * 8 / (now_t - prev_t) < floor]
+        stage(f"waiting for iperf3 to flow ({len(senders) - len(idle)}/{len(senders)} senders)")
+        if not idle:
+            return time.monotonic() - t0
+        prev, prev_t = now, now_t
+    raise BenchError(f"traffic did not start within {RAMP_TIMEOUT_S:.0f} s on {', '.join(sorted(idle)[:4])}")
+
+
+def stop_traffic(lab: Lab) -> None:
+    """The background `lab traffic` processes this benchmark started: iperf3 first, then them."""
+    procs = [r for r in lab.processes() if r["what"].startswith("traffic ")]
+    for rec in procs:
+        for kid in children(rec["pid"]):
+            try:
+                os.kill(kid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        while any(alive(r["pid"]) for r in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for rec in procs:
+            if alive(rec["pid"]):
+                try:
+                    os.kill(rec["pid"], sig)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 3
+
+
+def cleanup(names: list[str]) -> list[str]:
+    for n in names:
+        try:
+            subprocess.run([*CLI, "lab", "down", n], capture_output=True, timeout=120)
+        except Exception as e:  # noqa: BLE001 - keep cleaning
+            err.print(f"cleanup: lab down {n}: {e}")
+        if n in lab_names():
+            build.down(n)
+    return [n for n in names if n in lab_names()]
+
+
+def leftovers(names: list[str]) -> list[str]:
+    """Processes whose command line still names one of our labs."""
+    left = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(f"--lab {n}" in argv or f"/labs/{n}/" in argv for n in names):
+            left.append(f"{p.name}: {argv[:100]}")
+    return left
