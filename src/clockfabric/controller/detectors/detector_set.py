@@ -22,7 +22,8 @@ class DetectorSet:
         config = config or MonitorConfig()
         links = LinkIndex(topology)
         self.detectors = {e.name: e.factory(config, links) for e in DETECTORS.entries()
-                          if getattr(config, e.name).enabled and (topology is not None or not e.meta.get("needs_topology"))}
+                          if getattr(config, e.name).enabled
+                          and (topology is not None or not e.meta.get("needs_topology"))}
         self._hooks = {hook: [getattr(d, hook) for d in self.detectors.values() if hasattr(d, hook)] for hook in HOOKS}
 
     def on_events(self, events: Iterable[Event], now_ns: int) -> None:
