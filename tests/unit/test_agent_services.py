@@ -116,15 +116,16 @@ def test_collectors_run_by_default_plus_enabled_less_disabled(tmp_path):
     topo = leafspine(4, 2, 2)
     ctx, _, _ = fake_context(topo, metrics_port=0, no_collectors=("links", "nvidia_gpu", "amd_gpu"))
     telemetry = Telemetry(ctx)
-    assert [c.name for c in telemetry.collectors.all] == ["nic", "lldp", "rdma"]
+    # (in the order their modules were first imported: here, maybe by other tests)
+    assert sorted(c.name for c in telemetry.collectors.all) == ["lldp", "nic", "rdma"]
     assert "lldp" in telemetry.report()["telemetry_not_present"]  # no listener given: absent, said why
-    assert [e.name for e in COLLECTORS.enabled(disable=["rdma"])] == ["nic", "links", "lldp", "nvidia_gpu", "amd_gpu"]
+    assert {e.name for e in COLLECTORS.enabled(disable=["rdma"])} == {"nic", "links", "lldp", "nvidia_gpu", "amd_gpu"}
 
 
 def test_an_unknown_collector_name_is_one_clear_error_naming_the_known(tmp_path):
     topo = leafspine(4, 2, 2)
-    with pytest.raises(ClockfabricError, match="no collector named 'nvme'; collectors are nic, links, lldp, rdma, "
-                                               "nvidia_gpu, amd_gpu"):
+    with pytest.raises(ClockfabricError, match="no collector named 'nvme'; collectors are ") as e:
         AgentConfig("h0", topo, tmp_path, no_collectors=("nvme",))
+    assert set(str(e.value).split("are ")[1].split(", ")) == {"nic", "links", "lldp", "rdma", "nvidia_gpu", "amd_gpu"}
     with pytest.raises(ClockfabricError, match="'nic' is both enabled and disabled"):
         AgentConfig("h0", topo, tmp_path, collectors=("nic",), no_collectors=("nic",))
