@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from clockfabric.lab import netns
-from clockfabric.telemetry.links import LinkCollector, LinkWatcher
+from clockfabric.telemetry.link_watcher import LinkWatcher
+from clockfabric.telemetry.links import LinkCollector
 from tests.conftest import lab_capable
 
 reason = lab_capable()

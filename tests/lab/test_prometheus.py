@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from clockfabric.agent.agent import METRICS_PORT
+from clockfabric.agent.config import METRICS_PORT
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.lab import netns
 from clockfabric.lab.exec import command

@@ -21,7 +21,7 @@ from clockfabric.audit.context import Context
 from clockfabric.audit.facts import gpus as gpu_facts
 from clockfabric.audit.gather import specs
 from clockfabric.audit.model import Verdict
-from clockfabric.audit.registry import REGISTRY, all_checks
+from clockfabric.audit.registry import all_checks, get_check
 from clockfabric.topology import interfaces, leafspine, multirail
 from tests.fakes.fake_nvml import FakeGpu, FakeNvml
 
@@ -147,7 +147,7 @@ class Fleet:
 
 
 def run(check_id: str, ctx: Context):
-    outcome = REGISTRY[check_id].run(ctx)
+    outcome = get_check(check_id).run(ctx)
     return outcome, [f for f in outcome.findings if f.verdict is not Verdict.PASS]
 
 
@@ -184,7 +184,7 @@ def test_a_clean_fleet_passes_every_check(fleet, check):
 def test_clean_fleet_every_check_judged_something(fleet):
     """A clean pass that judged nothing would be a check that cannot fail."""
     ctx = fleet.context()
-    summaries = {c.id: REGISTRY[c.id].run(ctx).summary for c in CHECKS}
+    summaries = {c.id: get_check(c.id).run(ctx).summary for c in CHECKS}
     assert summaries["configuration.software"] == "11 versions compared on 4 hosts"  # nvidia-nccl-cu13: nowhere
     assert summaries["configuration.memory"] == "4 hosts, median 503.5 GiB, 4 with DIMM counts"
     assert summaries["configuration.pcie"] == "24 PCIe links on 4 hosts"
@@ -699,7 +699,7 @@ def test_cabling_does_not_blame_a_nic_nic_init_failed(fleet):
 def test_cabling_without_any_lldp_section_does_not_pass(fleet):
     for r in fleet.reports.values():
         del r["lldp"]
-    out = REGISTRY["backend.cabling"].run(fleet.context())
+    out = get_check("backend.cabling").run(fleet.context())
     assert out.findings and all(f.verdict is not Verdict.PASS for f in out.findings)
 
 

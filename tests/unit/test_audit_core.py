@@ -19,7 +19,7 @@ from clockfabric.audit.blame import blame
 from clockfabric.audit.context import Context
 from clockfabric.audit.gather import gather, specs, template_transport
 from clockfabric.audit.model import CheckResult, Finding, Report, Verdict, worst
-from clockfabric.audit.registry import CATEGORIES, REGISTRY, Check, Outcome, all_checks, check, select
+from clockfabric.audit.registry import CATEGORIES, CHECKS, Check, Outcome, all_checks, check, select
 from clockfabric.audit.render import SHOWN, junit, tree
 from clockfabric.audit.run import audit, run_check
 from clockfabric.errors import ClockfabricError
@@ -360,12 +360,12 @@ def test_select_unknown_name(only, skip):
 
 
 def test_register_rejects_unknown_category_and_duplicates():
-    before = dict(REGISTRY)
+    before = CHECKS.names()
     with pytest.raises(ValueError, match="category 'bogus'"):
         check("bogus.thing", "t", "f")
     with pytest.raises(ValueError, match="registered twice"):
         check("frontend.mtu", "t", "f")(lambda ctx: Outcome("x"))
-    assert REGISTRY == before
+    assert CHECKS.names() == before
 
 
 # ---- run_check --------------------------------------------------------------------------------------

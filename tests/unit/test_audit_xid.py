@@ -25,7 +25,7 @@ from clockfabric.audit.checks.config_gpu import CRITICAL_XIDS
 from clockfabric.audit.context import Context
 from clockfabric.audit.facts import gpus
 from clockfabric.audit.model import Verdict
-from clockfabric.audit.registry import REGISTRY
+from clockfabric.audit.registry import get_check
 from clockfabric.audit.run import run_check
 from clockfabric.topology import leafspine
 from tests.fakes.fake_nvml import FakeGpu, FakeNvml
@@ -45,7 +45,7 @@ def judge(sections: dict[str, dict]):
     topo = leafspine(len(sections), 1, 0)
     names = sorted(topo.hosts)
     reports = {h: {"host": h, "gpus": sections[h]} for h in names if h in sections}
-    result = run_check(Context(topo, names, reports, {}, expect=expect.parse(None)), REGISTRY["configuration.gpu"], 30)
+    result = run_check(Context(topo, names, reports, {}, expect=expect.parse(None)), get_check("configuration.gpu"), 30)
     return result, [f for f in result.findings if f.verdict is not Verdict.PASS]
 
 

@@ -374,3 +374,33 @@ def write(tmp_path, text):
     path = tmp_path / "monitor.yaml"
     path.write_text(text)
     return path
+
+
+# ---- which detectors run ---------------------------------------------------------------------
+
+def test_every_detector_runs_by_default_and_drift_only_with_a_topology(topo):
+    assert list(DetectorSet(MonitorConfig(), topo).detectors) == [
+        "link_down", "flapping", "latency_sla", "congestion", "topology_drift"]
+    assert "topology_drift" not in DetectorSet(MonitorConfig()).detectors
+
+
+def test_a_detector_disabled_in_the_config_is_not_built_and_finds_nothing(topo):
+    cfg = parse_config({"link_down": {"enabled": False}})
+    d = DetectorSet(cfg, topo)
+    assert "link_down" not in d.detectors and "flapping" in d.detectors
+    d.on_events([ev("link_down", 1, host="h2")], at(1))
+    assert d.active(at(2)) == {}
+    on = DetectorSet(MonitorConfig(), topo)
+    on.on_events([ev("link_down", 1, host="h2")], at(1))
+    assert list(on.active(at(2))) == ["link_down:h2:eth0--leaf1:swp1"]
+
+
+def test_with_every_detector_disabled_each_call_is_a_no_op(topo):
+    sections = ("link_down", "flapping", "latency_sla", "congestion", "topology_drift")
+    d = DetectorSet(parse_config({s: {"enabled": False} for s in sections}), topo)
+    assert d.detectors == {}
+    d.on_events([ev("link_down", 1)], at(1))
+    d.on_samples(owd("h0", "h2", "eth0:7300", 1, p99=9000, floor=10, p50=9000), at(1))
+    d.on_neighbours("h0", "eth0", "spine0:swp9", at(1))
+    d.set_path_links({("h0", "h2", "eth0:7300"): ["h0:eth0--leaf0:swp1"]})
+    assert d.active(at(2)) == {}

@@ -7,16 +7,9 @@ from pyroute2.netlink.rtnl import RTM_NEWLINK
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 
-from clockfabric.telemetry.links import (
-    IFF_LOWER_UP,
-    IFF_UP,
-    LinkCollector,
-    LinkInfo,
-    LinkState,
-    LinkTracker,
-    LinkWatcher,
-    parse_link,
-)
+from clockfabric.telemetry.link_state import IFF_LOWER_UP, IFF_UP, LinkInfo, LinkState, LinkTracker, parse_link
+from clockfabric.telemetry.link_watcher import LinkWatcher
+from clockfabric.telemetry.links import LinkCollector
 
 MS = 1_000_000
 S = 1_000_000_000

@@ -380,7 +380,7 @@ def test_reconcile_adopts_rules_of_live_connections_and_removes_stale_ones():
 
 
 def test_the_agent_option_needs_failover(tmp_path):
-    from clockfabric.agent.agent import AgentConfig
+    from clockfabric.agent.config import AgentConfig
     from clockfabric.errors import ClockfabricError
     from clockfabric.topology import multirail
 

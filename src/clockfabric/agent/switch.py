@@ -17,7 +17,7 @@ import time
 from clockfabric import lldp
 from clockfabric.agent.push import Pusher, link_payload, neighbour_samples
 from clockfabric.errors import ClockfabricError
-from clockfabric.telemetry.links import LinkWatcher
+from clockfabric.telemetry.link_watcher import LinkWatcher
 
 log = logging.getLogger(__name__)
 

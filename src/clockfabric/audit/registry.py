@@ -2,7 +2,9 @@
 
 A check is a function of the audit context that returns an Outcome: a one-line summary and
 the findings that matter. Checks register themselves on import (one file per check, in
-`audit/checks/`), so adding a check is adding a file.
+`audit/checks/`), so adding a check is adding a file. They live in `CHECKS`, the one registry
+shape (clockfabric.registry): the id is the entry's name, the title its help, and the category,
+fix and active flag its meta.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from clockfabric.audit.model import Finding
+from clockfabric.registry import Entry, Registry
 
 if TYPE_CHECKING:
     from clockfabric.audit.context import Context
@@ -34,29 +37,29 @@ class Check:
     run: Callable[[Context], Outcome]
     active: bool = False  # sends traffic or runs jobs (slow): skipped by --passive
 
+    @classmethod
+    def of(cls, entry: Entry) -> Check:
+        return cls(entry.name, entry.meta["category"], entry.help, entry.meta["fix"], entry.factory,
+                   entry.meta["active"])
 
-REGISTRY: dict[str, Check] = {}
+
+CHECKS: Registry = Registry("check", load="clockfabric.audit.checks")
 
 
 def check(id: str, title: str, fix: str, *, active: bool = False):
     category = id.split(".", 1)[0]
     if category not in CATEGORIES:
         raise ValueError(f"check {id}: category {category!r} is not one of {CATEGORIES}")
+    return CHECKS.register(id, help=title, category=category, fix=fix, active=active)
 
-    def register(fn: Callable[[Context], Outcome]) -> Callable[[Context], Outcome]:
-        if id in REGISTRY:
-            raise ValueError(f"check {id} registered twice")
-        REGISTRY[id] = Check(id, category, title, fix, fn, active)
-        return fn
 
-    return register
+def get_check(id: str) -> Check:
+    return Check.of(CHECKS.get(id))
 
 
 def all_checks() -> list[Check]:
-    import clockfabric.audit.checks  # noqa: F401 - registers every check
-
     order = {c: i for i, c in enumerate(CATEGORIES)}  # within a category: the order checks/__init__ imports them
-    return sorted(REGISTRY.values(), key=lambda c: order[c.category])
+    return sorted(map(Check.of, CHECKS.entries()), key=lambda c: order[c.category])
 
 
 def select(only: list[str], skip: list[str], *, passive: bool = False) -> list[Check]:

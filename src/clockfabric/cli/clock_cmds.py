@@ -11,7 +11,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from clockfabric.agent.agent import METRICS_PORT, Agent, AgentConfig
+from clockfabric.agent.agent import Agent
+from clockfabric.agent.config import METRICS_PORT, AgentConfig
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.cli.output import err, out, print_json, require_root
 from clockfabric.clock.evaluate import Sampler, read_states, since, summary
@@ -67,6 +68,10 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           lldp_interval: float = typer.Option(5.0, "--lldp-interval", min=0.0,
                                               help="Seconds between LLDP announcements on each NIC; 0: only "
                                                    "listen (where lldpd already announces)."),
+          collectors: list[str] = typer.Option([], "--collector", metavar="NAME",
+                                               help="Also run this telemetry collector (repeatable)."),
+          no_collectors: list[str] = typer.Option([], "--no-collector", metavar="NAME",
+                                                  help="Do not run this telemetry collector (repeatable)."),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
@@ -93,7 +98,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                       probe_rate=probe_rate, quiet_rate=quiet_rate, probe_budget=probe_budget,
                       metrics_port=metrics_port,
                       controller=controller, token=token, ca_file=ca_file, failover=failover,
-                      hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval)).run()
+                      hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,
+                      collectors=tuple(collectors), no_collectors=tuple(no_collectors))).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),

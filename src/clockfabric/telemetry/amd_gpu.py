@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from clockfabric.telemetry.base import Metric
+from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
 
 log = logging.getLogger(__name__)
 P = "clockfabric_amd_gpu_"
@@ -86,3 +86,8 @@ class AmdGpuCollector:
                 except (self.smi.AmdSmiException, AttributeError, KeyError) as e:  # not offered here
                     log.debug("AMD GPU %d: %s", i, e)
         return out
+
+
+@COLLECTORS.register("amd_gpu", help="AMD GPUs by amdsmi: temperature, power, ECC, PCIe replays")
+def amd_gpu_collector(ctx: CollectorContext) -> AmdGpuCollector:
+    return AmdGpuCollector()

@@ -4,6 +4,10 @@ A collector answers two questions: is its hardware here (`absent()`: None, or wh
 and what does it read now (`collect()`: a list of Metric). A collector for absent
 hardware costs nothing after that one check; one that raises is reported down on its own
 (`clockfabric_collector_up`) and takes no other collector with it.
+
+Each collector module registers a factory in `COLLECTORS` (one module each, imported by
+telemetry/collectors.py); the factory takes the host's `CollectorContext`. Which run is
+chosen as node_exporter does: the defaults, plus `--collector NAME`, less `--no-collector NAME`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,13 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from clockfabric.registry import Registry
+
+if TYPE_CHECKING:
+    from clockfabric.lldp import Neighbours
+    from clockfabric.telemetry.link_watcher import LinkWatcher
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +48,18 @@ class Collector(Protocol):
         """Read everything now."""
 
     # optional: close(), for a collector that holds a thread or a library handle
+
+
+@dataclass(frozen=True)
+class CollectorContext:
+    """What a host's collectors may need: its NICs, its link watcher, its LLDP listener."""
+
+    rails: list[str]
+    links: LinkWatcher | None = None  # None: the collector starts its own
+    neighbours: Neighbours | None = None  # None: no LLDP here (not root)
+
+
+COLLECTORS: Registry = Registry("collector", load="clockfabric.telemetry.collectors")
 
 
 @dataclass

@@ -2,12 +2,13 @@
 
 The agent listens on each NIC (lldp.Neighbours; real switches send LLDP every 30 s, lab
 switch agents every few seconds). A neighbour is kept until its frame's TTL runs out.
+The listener is the agent's (its LLDP service opens and closes it); this only reads it.
 """
 
 from __future__ import annotations
 
 from clockfabric.lldp import Neighbours
-from clockfabric.telemetry.base import Metric
+from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
 
 
 class LldpCollector:
@@ -27,6 +28,7 @@ class LldpCollector:
                        help="1 with the neighbour (node:port) LLDP announces on this NIC; 0 if none is heard")
                 for device, seen in self.neighbours.poll().items()]
 
-    def close(self) -> None:
-        if self.neighbours is not None:
-            self.neighbours.close()
+
+@COLLECTORS.register("lldp", help="LLDP neighbours: the switch port each NIC is cabled to")
+def lldp_collector(ctx: CollectorContext) -> LldpCollector:
+    return LldpCollector(ctx.neighbours)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clockfabric.telemetry.base import Metric
+from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
 
 # statistics file -> node_exporter metric
 COUNTERS = {
@@ -67,3 +67,8 @@ class NicCollector:
                 out.append(Metric("node_network_speed_bytes", int(v) * 1e6 / 8, labels,
                                   help="Link speed the driver reports, bytes per second"))
         return out
+
+
+@COLLECTORS.register("nic", help="NIC counters and link state from sysfs, as node_exporter names them")
+def nic_collector(ctx: CollectorContext) -> NicCollector:
+    return NicCollector(ctx.rails)

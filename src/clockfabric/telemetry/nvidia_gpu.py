@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clockfabric.telemetry.base import Metric
+from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +229,11 @@ class NvidiaGpuCollector:
                        "NVML reads that failed, other than for an unsupported field")
                 for (i, field), n in sorted(self._errors.items())]
         return out
+
+
+@COLLECTORS.register("nvidia_gpu", help="NVIDIA GPUs by NVML, as DCGM names them; XID events")
+def nvidia_gpu_collector(ctx: CollectorContext) -> NvidiaGpuCollector:
+    return NvidiaGpuCollector()
 
 
 def main(c: NvidiaGpuCollector | None = None) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from clockfabric.telemetry.base import Metric
+from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
 
 P = "clockfabric_rdma_"
 # PortRcvData / PortXmitData count 4-byte words (IB spec, PortCounters), and sysfs passes
@@ -142,3 +142,8 @@ class RdmaCollector:
         if not self.root.is_dir():
             return []
         return [g for dev, port, d in self._ports() for g in self._gids(dev, port, d)]
+
+
+@COLLECTORS.register("rdma", help="RDMA ports from sysfs: state, rate, counters, RoCE GIDs")
+def rdma_collector(ctx: CollectorContext) -> RdmaCollector:
+    return RdmaCollector()

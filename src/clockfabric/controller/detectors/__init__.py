@@ -1,9 +1,12 @@
 """Detectors: link down, flapping, latency SLA, congestion, topology drift; one file each.
 
 The controller feeds a `DetectorSet` the events and samples agents push and asks it, each
-tick, which findings are active; `controller.alerts` turns those into alerts.
+tick, which findings are active; `controller.alerts` turns those into alerts. Importing this
+package registers every detector, in the order their findings are listed.
 """
 
+from clockfabric.controller.detectors import (  # noqa: F401 - imported to register, in this order
+    link_down, flapping, latency_sla, congestion, drift)
 from clockfabric.controller.detectors.base import Finding
 from clockfabric.controller.detectors.detector_set import DetectorSet
 

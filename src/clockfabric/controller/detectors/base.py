@@ -1,12 +1,20 @@
-"""What the detectors share: the finding each reports, OWD sample keys, streaks, link names."""
+"""What the detectors share: their registry, the finding each reports, OWD sample keys, streaks,
+link names.
+
+Each detector module registers a factory `(MonitorConfig, LinkIndex) -> detector` in
+`DETECTORS` under the name of its config section; a detector implements whichever of
+on_events / on_samples / on_neighbours / set_path_links / findings it needs (see DetectorSet).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from clockfabric.controller.storage.base import Sample
+from clockfabric.registry import Registry
 from clockfabric.topology.model import Link, Port, Topology
 
+DETECTORS: Registry = Registry("detector", load="clockfabric.controller.detectors")
 PathKey = tuple[str, str, str]  # (src host, dst host, path label): one direction of one path
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from clockfabric.controller.config import CongestionConfig
+from clockfabric.controller.config import CongestionConfig, MonitorConfig
 from clockfabric.controller.detectors.base import (
+    DETECTORS,
     Finding,
     LinkIndex,
     PathKey,
@@ -46,7 +47,7 @@ class Congestion:
         kept = {} if src is None else {k: v for k, v in self.hops.items() if k[0] != src}
         self.hops = kept | {tuple(key): orient(self.links, key[0], list(names)) for key, names in mapping.items()}
 
-    def on_samples(self, samples: Iterable[Sample]) -> None:
+    def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         samples = list(samples)
         for s in samples:  # floors first: a report's floor may come after its p50 in the batch
             if s.name == "owd_floor_ns" and (key := owd_path(s)) and s.t_ns >= self.floors.get(key, (0, 0))[0]:
@@ -145,3 +146,8 @@ def localize(congested: dict[PathKey, list[Hop]], quiet: set[Hop]
         for key in best:
             del left[key]
     return blamed, sorted(left)
+
+
+@DETECTORS.register("congestion", help="Paths' delay above their floor, and the link they share")
+def congestion(config: MonitorConfig, links: LinkIndex) -> Congestion:
+    return Congestion(config.congestion, config.stale_after_ns, links)

@@ -7,8 +7,8 @@ the wrong port is drift too. The latest observation of each NIC stands until the
 
 from __future__ import annotations
 
-from clockfabric.controller.config import DriftConfig
-from clockfabric.controller.detectors.base import Finding, LinkIndex
+from clockfabric.controller.config import DriftConfig, MonitorConfig
+from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex
 from clockfabric.topology.model import Port
 
 
@@ -27,7 +27,7 @@ class TopologyDrift:
         elif self.drifted.get(port, ("",))[0] != seen:  # a repeat of the same sighting keeps its start
             self.drifted[port] = (seen, now_ns)
 
-    def findings(self) -> list[Finding]:
+    def findings(self, now_ns: int) -> list[Finding]:
         out = []
         for port, (seen, since_ns) in sorted(self.drifted.items()):
             link = self.links.at(port.node, port.iface)
@@ -39,3 +39,10 @@ class TopologyDrift:
                 detail={"port": str(port), "seen": seen, "expected": expected,
                         "link": link.name if link else None, "since_ns": since_ns}))
         return out
+
+
+# without a topology nothing is expected, so nothing can drift
+@DETECTORS.register("topology_drift", needs_topology=True,
+                    help="A NIC whose LLDP neighbour is not the one the topology expects")
+def topology_drift(config: MonitorConfig, links: LinkIndex) -> TopologyDrift:
+    return TopologyDrift(config.topology_drift, links)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from clockfabric.controller.config import FlappingConfig
-from clockfabric.controller.detectors.base import Finding, LinkIndex, format_ns
+from clockfabric.controller.config import FlappingConfig, MonitorConfig
+from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex, format_ns
 from clockfabric.controller.storage.base import Event
 from clockfabric.topology.model import Port
 
@@ -74,3 +74,8 @@ class Flapping:
                     "transitions": len(episode), "in_window": recent, "window_ns": window,
                     "times_ns": [[t, "up" if up else "down"] for t, up in episode[-DETAIL_MAX:]],
                     "down_durations_ns": downs[-DETAIL_MAX:], "down_since_ns": down_since})
+
+
+@DETECTORS.register("flapping", help="Downs and ups of one link, `count` within `window`")
+def flapping(config: MonitorConfig, links: LinkIndex) -> Flapping:
+    return Flapping(config.flapping, links)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from clockfabric.controller.config import SlaConfig
+from clockfabric.controller.config import MonitorConfig, SlaConfig
 from clockfabric.controller.detectors.base import (
+    DETECTORS,
     Finding,
     PathKey,
     Streak,
@@ -28,7 +29,7 @@ class LatencySla:
         self.paths: dict[PathKey, Streak] = {}
         self.recent: dict[PathKey, deque[float]] = {}  # the last k p99s, for the message
 
-    def on_samples(self, samples: Iterable[Sample]) -> None:
+    def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         for s in sorted((s for s in samples if s.name == "owd_p99_ns"), key=lambda s: s.t_ns):
             key = owd_path(s)
             if key is None:
@@ -54,3 +55,8 @@ class LatencySla:
                 detail={"src": src, "dst": dst, "path": path, "threshold_ns": threshold,
                         "windows": self.config.windows, "recent_p99_ns": recent, "since_ns": streak.since_ns}))
         return out
+
+
+@DETECTORS.register("latency_sla", help="A path's p99 one-way delay over its SLA, k windows in a row")
+def latency_sla(config: MonitorConfig, links: LinkIndex) -> LatencySla:
+    return LatencySla(config.latency_sla, config.stale_after_ns)

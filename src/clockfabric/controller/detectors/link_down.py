@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from clockfabric.controller.config import LinkDownConfig
-from clockfabric.controller.detectors.base import Finding, LinkIndex
+from clockfabric.controller.config import LinkDownConfig, MonitorConfig
+from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex
 from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.topology.model import Port
 
-UPNESS = {"link_down": False, "link_up": True}  # "link_change" keeps up-ness (see telemetry/links.py)
+UPNESS = {"link_down": False, "link_up": True}  # "link_change" keeps up-ness (see telemetry/link_state.py)
 
 
 class LinkDown:
@@ -27,12 +27,12 @@ class LinkDown:
         self.links = links
         self.ends: dict[Port, tuple[int, bool, int]] = {}  # each reporting end: (latest report, up, since)
 
-    def on_events(self, events: Iterable[Event]) -> None:
+    def on_events(self, events: Iterable[Event], now_ns: int) -> None:
         for e in events:
             if e.kind in UPNESS and e.device:
                 self._report(Port(e.host, e.device), e.t_ns, UPNESS[e.kind])
 
-    def on_samples(self, samples: Iterable[Sample]) -> None:
+    def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         for s in samples:
             if s.name == "link_up" and s.labels.get("device"):
                 self._report(Port(s.host, s.labels["device"]), s.t_ns, s.value > 0)
@@ -43,7 +43,7 @@ class LinkDown:
             return
         self.ends[port] = (t_ns, up, last[2] if last and last[1] == up else t_ns)
 
-    def findings(self) -> list[Finding]:
+    def findings(self, now_ns: int) -> list[Finding]:
         down: dict[str, dict[str, int]] = {}  # link key -> {down end: since}
         for port, (_, up, since_ns) in self.ends.items():
             if not up:
@@ -58,3 +58,8 @@ class LinkDown:
                 detail={"link": link.name if link else None, "ends_down": dict(sorted(ends.items())),
                         "since_ns": min(ends.values())}))
         return out
+
+
+@DETECTORS.register("link_down", help="A link is down while any end's latest report says so")
+def link_down(config: MonitorConfig, links: LinkIndex) -> LinkDown:
+    return LinkDown(config.link_down, links)

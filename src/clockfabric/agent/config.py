@@ -1,0 +1,68 @@
+"""The host agent's configuration: what `clockfabric agent` is told, checked once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clockfabric.clock.graph import probe_peers
+from clockfabric.collective.claims import AGENT_PORT
+from clockfabric.errors import ClockfabricError
+from clockfabric.probe import wire
+from clockfabric.telemetry.base import COLLECTORS
+from clockfabric.topology import Topology
+
+CONTROL_PORT = AGENT_PORT  # clock reports and maps, and collective ranks' spine claims
+METRICS_PORT = 9470
+
+
+@dataclass
+class AgentConfig:
+    host: str
+    topology: Topology
+    state_dir: Path
+    peers: int = 10
+    reference: str | None = None  # the host whose clock is global time; default the first by name
+    window_s: float = 2.0
+    update_s: float = 1.0
+    probe_rate: float = 20.0  # exchanges per second this host starts, over all its peers: what its CPU pays for
+    quiet_rate: float = 10.0  # the same while the clock is settled and the fabric quiet (HostSync.settled)
+    probe_budget: float = 0.0005  # of the host's slowest link, for its probes and replies: a cap on slow links
+    ports: int = 4  # UDP ports per rail: paths through ECMP
+    base_port: int = 7300
+    metrics_port: int = METRICS_PORT  # Prometheus /metrics on the host's address; 0: none
+    controller: str | None = None  # the controller's URL (http://host:port or https://...): push to it
+    token: str = ""  # the fleet token the controller wants
+    ca_file: str | None = None  # to verify an https controller with a private CA
+    failover: bool | None = None  # move traffic off failed planes; None: on when the host has two or more
+    failover_interval_s: float = 0.1  # heartbeats per path; a path is dead after three missed
+    hold_down_s: float = 5.0  # a recovered plane carries traffic again after this long healthy
+    steer: bool = False  # transparent mode: move single TCP flows off a plane congested toward their peer
+    lldp_interval_s: float = 5.0  # announce "host, NIC" by LLDP this often (lldpd's 30 s); 0: only listen
+    collectors: tuple[str, ...] = ()  # telemetry collectors to run besides the default ones
+    no_collectors: tuple[str, ...] = ()  # default collectors not to run
+    seed: int = 0
+    probed: list[str] = field(init=False)
+
+    def __post_init__(self):
+        hosts = list(self.topology.hosts)
+        if self.host not in self.topology.hosts:
+            raise ClockfabricError(f"host {self.host!r} is not in the topology; hosts are {', '.join(hosts[:5])}...")
+        self.reference = self.reference or min(hosts)
+        if self.reference not in self.topology.hosts:
+            raise ClockfabricError(f"reference {self.reference!r} is not a host of the topology")
+        self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]
+        if self.failover is None:
+            self.failover = len(self.topology.hosts[self.host].nics) > 1
+        if self.steer and not self.failover:
+            raise ClockfabricError("--steer needs failover's heartbeats (they measure each plane's queueing): "
+                                   "drop --no-failover; the host needs two or more NICs")
+        COLLECTORS.enabled(self.collectors, self.no_collectors)  # an unknown name: one line naming the known
+
+    def probe_interval_s(self, *, quiet: bool = False) -> float:
+        """Seconds between exchanges with each peer: the probe rate, slowed to stay in the budget."""
+        rate = min(link.rate_bps for link in self.topology.links_of(self.host))
+        k = max(1, len(self.probed))
+        bytes_per_round = k * wire.exchange_wire_bytes()  # each host probes k and answers ~k
+        wanted = min(self.quiet_rate, self.probe_rate) if quiet else self.probe_rate
+        return min(1.0, max(k / wanted, bytes_per_round / (self.probe_budget * rate / 8)))

@@ -1,0 +1,74 @@
+"""What the agent's services share: the host, its clock, its probe engine and control socket,
+its link watcher, and a few hooks by which one service's news reaches the others."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from clockfabric.agent.config import CONTROL_PORT
+from clockfabric.probe import wire
+
+if TYPE_CHECKING:
+    from clockfabric.agent.config import AgentConfig
+    from clockfabric.clock.service import HostSync
+    from clockfabric.lldp import Neighbours
+    from clockfabric.probe.engine import ProbeEngine
+    from clockfabric.telemetry.link_watcher import LinkWatcher
+
+log = logging.getLogger(__name__)
+
+
+class HostClock(Protocol):
+    def local_ns(self, real_ns: int) -> int: ...
+
+    def now_ns(self) -> int: ...
+
+
+@dataclass
+class AgentContext:
+    cfg: AgentConfig
+    address: str  # this host's
+    addresses: dict[str, str]  # every host's, by name
+    rails: list[str]  # this host's NICs
+    clock: HostClock
+    engine: ProbeEngine
+    control: socket.socket  # the agent's control port: clock reports and maps, claims
+    links: LinkWatcher
+    publish: Callable[[], None]  # write the state file now
+    push_snapshot: Callable[[], tuple[list[dict], list[dict], dict]]  # what a push to the controller carries
+    latest: dict | None = None  # the last published state, whole: what /metrics reads
+    neighbours: Neighbours | None = None  # the LLDP service's listener, where it runs
+    time_source: HostSync | None = None  # the clock service's: the mapping to global time
+    on_link_change: list[Callable[[], None]] = field(default_factory=list)  # a link of this host changed
+    on_news: list[Callable[[], None]] = field(default_factory=list)  # something the controller should hear now
+
+    def link_changed(self) -> None:
+        for wake in self.on_link_change:
+            wake()
+
+    def news(self) -> None:
+        for wake in self.on_news:
+            wake()
+
+    def send(self, host: str, msg: dict) -> None:
+        """A control message to another host's agent, counted in the probe engine's bytes."""
+        data = json.dumps(msg, separators=(",", ":")).encode()
+        try:
+            self.control.sendto(data, (self.addresses[host], CONTROL_PORT))
+            self.engine.counters["control_bytes_sent"] += len(data) + wire.IP_UDP_ETH_OVERHEAD
+        except OSError as e:
+            log.debug("control message to %s: %s", host, e)
+
+    def reply(self, msg: dict, reply_to: tuple[str, int]) -> None:
+        self.control.sendto(json.dumps(msg).encode(), reply_to)
+
+    def to_time(self, real_ns: int) -> tuple[int, bool]:
+        """A real-clock time as reported to the controller: global once this host is synced."""
+        local = self.clock.local_ns(real_ns)
+        mapping = self.time_source.mapping if self.time_source else None
+        return (mapping.global_ns(local), True) if mapping else (local, False)

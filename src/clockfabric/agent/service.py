@@ -1,0 +1,99 @@
+"""The agent is a router of services: each concern of the host agent is one `Service`.
+
+A service is built from the agent's shared context (context.py) when its config wants it,
+and then the agent drives it: `start()`; each control message of a type it declared in
+`handles` goes to `on_message`; `poll()` each time the main loop wakes (a fraction of a
+second apart, for work that cannot wait for the update); `tick()` once per update; its
+`report()` joins the published state (and so /metrics); its `snapshot()` joins each push to
+the controller; `stop()` in the reverse order of the start. A service registers itself with
+`@service(name)` in a module of clockfabric.agent.services: adding one is adding a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from clockfabric.registry import Registry
+
+if TYPE_CHECKING:
+    from clockfabric.agent.config import AgentConfig
+
+SERVICES: Registry = Registry("service", load="clockfabric.agent.services")
+
+
+@dataclass
+class Snapshot:
+    """A service's part of one push to the controller."""
+
+    events: list[dict] = field(default_factory=list)  # new since the last push: taken once
+    samples: list[dict] = field(default_factory=list)  # the current values
+    info: dict = field(default_factory=dict)  # fields of the push's agent info
+
+
+class Service:
+    """What the agent calls; a service overrides the parts it does (these do nothing)."""
+
+    name: str = ""  # set by @service
+    handles: frozenset[str] = frozenset()  # control message types ("t") it answers
+
+    def start(self) -> None:
+        pass
+
+    def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
+        raise NotImplementedError(f"service {self.name} declared {msg.get('t')!r} but does not handle it")
+
+    def poll(self, now_s: float) -> float:
+        """Quick work each time the main loop wakes (`now_s`: time.monotonic()); returns when,
+        on that clock, it wants the next poll at the latest (math.inf: no hurry)."""
+        return math.inf
+
+    def tick(self, now_ns: int) -> None:
+        """The periodic work of one update; `now_ns`: the host clock's reading."""
+
+    def report(self) -> dict:
+        """Its fields of the published state."""
+        return {}
+
+    def snapshot(self) -> Snapshot:
+        """Its part of a push to the controller (called from the pusher's thread)."""
+        return Snapshot()
+
+    def stop(self) -> None:
+        pass
+
+
+def service(name: str, *, help: str, wanted: Callable[[AgentConfig], bool] = lambda cfg: True):
+    """Class decorator: register a Service under `name`; `wanted(cfg)` says whether an agent runs it."""
+    def add(cls: type[Service]) -> type[Service]:
+        cls.name = name
+        return SERVICES.register(name, help=help, wanted=wanted)(cls)
+    return add
+
+
+class Router:
+    """Control messages to the service that declared their type; what fits none is counted."""
+
+    def __init__(self, services: Iterable[Service]):
+        self.routes: dict[str, Service] = {}
+        for s in services:
+            for kind in sorted(s.handles):
+                if kind in self.routes:
+                    raise ValueError(f"control message {kind!r} is claimed by both the {self.routes[kind].name} "
+                                     f"and the {s.name} service")
+                self.routes[kind] = s
+        self.bad_messages = 0
+
+    def deliver(self, data: bytes, reply_to: tuple[str, int]) -> None:
+        try:
+            msg = json.loads(data)
+            to = self.routes.get(msg["t"])
+            if to is None:
+                self.bad_messages += 1
+                return
+            to.on_message(msg, reply_to)
+        except (ValueError, KeyError, TypeError):  # not JSON, no type, a field missing or of the wrong kind
+            self.bad_messages += 1

@@ -1,0 +1,104 @@
+"""Clock sync: the pair fits of this host's probe exchanges, its reports to the reference host,
+the mapping to global time it gets back; on the reference host also the network solve.
+
+Exchanges are taken as they complete (each poll), so a clock step is seen in a fraction of a
+second; a step is reported (and told to the neighbours, if ours) at once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from clockfabric.agent.context import AgentContext
+from clockfabric.agent.service import Service, Snapshot, service
+from clockfabric.clock.service import HostSync, Solver
+
+# after a host reports a clock step, the solver waits this long for its neighbours' reports
+URGENT_SOLVE_S = 0.05
+
+
+@service("clock", help="Clock sync: pair fits, reports to the reference and its maps; the solver there")
+class ClockSync(Service):
+    handles = frozenset({"report", "map", "stepped"})
+
+    def __init__(self, ctx: AgentContext):
+        cfg = ctx.cfg
+        self.ctx = ctx
+        self.sync = HostSync(cfg.host, cfg.probed, window_ns=int(cfg.window_s * 1e9))
+        ctx.time_source = self.sync
+        self.solver = Solver(list(cfg.topology.hosts), cfg.reference, stale_s=3 * cfg.update_s) \
+            if cfg.host == cfg.reference else None
+        self._solve_due = math.inf
+        # seconds between exchanges with a peer, at the full rate (the engine starts at it, until
+        # the clock has settled) and the quiet one; worked out once: it walks the topology's links
+        self._intervals = {False: ctx.engine.interval_s, True: cfg.probe_interval_s(quiet=True)}
+
+    def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
+        if msg["t"] == "report":
+            if self.solver:
+                self.solver.on_report(msg)
+                if msg.get("urgent"):  # a clock stepped: solve soon, once its neighbours also said so
+                    self._solve_due = min(self._solve_due, time.monotonic() + URGENT_SOLVE_S)
+        elif msg["t"] == "map":
+            self.sync.on_map(msg)
+            if msg.get("urgent"):
+                self.ctx.publish()
+        else:  # "stepped"
+            self.sync.on_stepped(self.ctx.engine.names[reply_to[0]], float(msg["delta_ns"]))
+
+    def poll(self, now_s: float) -> float:
+        self._take_exchanges()
+        if now_s >= self._solve_due:
+            self._solve(urgent=True)
+        return self._solve_due
+
+    def tick(self, now_ns: int) -> None:
+        self.ctx.send(self.ctx.cfg.reference, self.sync.report(now_ns))
+        self._pace(quiet=self.sync.settled(now_ns))
+        if self.solver:
+            self._solve()
+
+    def report(self) -> dict:
+        state = {"probe_interval_s": self.ctx.engine.interval_s, **self.sync.state()}
+        if self.solver and self.solver.last is not None:
+            state["solver"] = {"dropped_edges": int((~self.solver.last.kept).sum()),
+                               "edges": len(self.solver.last.kept), "reports": len(self.solver.reports)}
+        return state
+
+    def snapshot(self) -> Snapshot:
+        """The latest one-way delays of this host's probe paths, and whether it is synced."""
+        samples = []
+        state = self.ctx.latest or {}
+        # the probes' own direction only: a reply travels another 5-tuple (another path, maybe
+        # another spine) under the same path label, and the controller would mix the two
+        for row in (r for r in state.get("owd", []) if r["src"] == self.ctx.cfg.host):
+            labels = {"src": row["src"], "dst": row["dst"], "path": row["path"]}
+            samples += [{"name": f"owd_{stat}_ns", "value": row[f"{stat}_ns"], "labels": labels}
+                        for stat in ("min", "p50", "p99", "floor")]
+        mapping = self.sync.mapping
+        return Snapshot(samples=samples, info={"synced": bool(mapping and mapping.synced)})
+
+    def _take_exchanges(self) -> None:
+        engine = self.ctx.engine
+        exchanges = []
+        while engine.exchanges:
+            exchanges.append(engine.exchanges.popleft())
+        self.sync.add(exchanges)
+        while self.sync.told:
+            delta = self.sync.told.pop()
+            for host in sorted(set(self.sync.peer_maps) | set(self.sync.pairs)):
+                self.ctx.send(host, {"t": "stepped", "host": self.ctx.cfg.host, "delta_ns": delta})
+        if self.sync.urgent:
+            self._pace(quiet=False)
+            self.ctx.send(self.ctx.cfg.reference, self.sync.report(self.ctx.clock.now_ns()))
+
+    def _pace(self, *, quiet: bool) -> None:
+        """Probe at the quiet rate only while the clock needs no more: an agent's CPU follows
+        its exchanges, and on a settled clock and an idle fabric half of them add little."""
+        self.ctx.engine.interval_s = self._intervals[quiet]
+
+    def _solve(self, *, urgent: bool = False) -> None:
+        self._solve_due = math.inf
+        for host, msg in self.solver.solve(self.ctx.clock.now_ns()).items():
+            self.ctx.send(host, {**msg, "urgent": True} if urgent else msg)

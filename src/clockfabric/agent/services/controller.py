@@ -1,0 +1,47 @@
+"""Pushes to the controller: events and samples from every service, and the path map (which
+spine each probe path crosses: the controller names congested links with it).
+
+The path map is learned only for the controller, and sent whole with every push, so both
+live here. A link change or a failover decision is pushed at once, not at the next update.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from clockfabric.agent.config import AgentConfig
+from clockfabric.agent.context import AgentContext
+from clockfabric.agent.pathmap import PathMapper
+from clockfabric.agent.push import Pusher
+from clockfabric.agent.service import Service, service
+
+
+def _wanted(cfg: AgentConfig) -> bool:
+    return bool(cfg.controller)
+
+
+@service("controller", wanted=_wanted, help="Push events, samples and the path map to the controller")
+class ControllerPush(Service):
+    def __init__(self, ctx: AgentContext):
+        cfg = ctx.cfg
+        self.path_map = PathMapper(cfg.topology, cfg.host, cfg.probed, ctx.engine.flows, on_change=ctx.news)
+        self.pusher = Pusher(cfg.controller, cfg.token, cfg.host, snapshot=ctx.push_snapshot,
+                             interval_s=cfg.update_s, verify=cfg.ca_file or True, paths=lambda: self.path_map.rows)
+        ctx.on_link_change += [self.path_map.wake, self.pusher.wake]
+        ctx.on_news.append(self.pusher.wake)
+
+    def start(self) -> None:
+        self.pusher.add_events([{"t_ns": time.time_ns(), "synced": False, "kind": "agent_start",
+                                 "detail": {"pid": os.getpid()}}])
+        self.pusher.start()
+        self.path_map.start()
+
+    def report(self) -> dict:
+        return {"path_map": [{"dst": peer, "path": label, "plane": plane, "via": via}
+                             for peer, label, plane, via in self.path_map.rows]}
+
+    def stop(self) -> None:
+        self.path_map.stop()
+        self.pusher.stop()
+        self.pusher.join(6)  # its last push: what happened just before the stop

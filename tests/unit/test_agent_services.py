@@ -1,0 +1,131 @@
+"""The agent as a router of services: control messages to the service that declared their type,
+the services' registry, and which telemetry collectors an agent runs."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from clockfabric.agent.config import AgentConfig
+from clockfabric.agent.service import SERVICES, Router, Service
+from clockfabric.agent.services.claims import Claims
+from clockfabric.agent.services.telemetry import Telemetry
+from clockfabric.errors import ClockfabricError
+from clockfabric.telemetry.base import COLLECTORS
+from clockfabric.topology import leafspine
+
+
+class Recorder(Service):
+    def __init__(self, name: str, *kinds: str):
+        self.name = name
+        self.handles = frozenset(kinds)
+        self.got: list[tuple[dict, tuple[str, int]]] = []
+
+    def on_message(self, msg, reply_to):
+        self.got.append((msg, reply_to))
+
+
+def send(router: Router, msg) -> None:
+    router.deliver(json.dumps(msg).encode(), ("10.0.0.2", 7400))
+
+
+def test_a_message_goes_to_the_service_that_declared_its_type():
+    clock, claims = Recorder("clock", "map", "report"), Recorder("claims", "place")
+    router = Router([clock, claims])
+    send(router, {"t": "place", "job": "j1"})
+    send(router, {"t": "map", "maps": {}})
+    assert claims.got == [({"t": "place", "job": "j1"}, ("10.0.0.2", 7400))]
+    assert [m["t"] for m, _ in clock.got] == ["map"]
+    assert router.bad_messages == 0
+
+
+def test_a_type_declared_by_two_services_fails_at_start():
+    with pytest.raises(ValueError, match="'map' is claimed by both the clock and the other service"):
+        Router([Recorder("clock", "map"), Recorder("other", "map")])
+
+
+@pytest.mark.parametrize("data", [json.dumps({"t": "nobody"}).encode(), json.dumps({"no": "type"}).encode(),
+                                  b"not json", json.dumps(["t"]).encode(), json.dumps({"t": ["x"]}).encode()])
+def test_an_unknown_or_malformed_message_is_counted_not_raised(data):
+    clock = Recorder("clock", "map")
+    router = Router([clock])
+    router.deliver(data, ("10.0.0.2", 7400))
+    assert router.bad_messages == 1 and clock.got == []
+
+
+def test_a_service_that_raises_on_a_bad_field_counts_the_message_bad():
+    class Strict(Service):
+        name, handles = "strict", frozenset({"x"})
+
+        def on_message(self, msg, reply_to):
+            int(msg["n"])
+
+    router = Router([Strict()])
+    send(router, {"t": "x"})
+    send(router, {"t": "x", "n": "many"})
+    send(router, {"t": "x", "n": 3})
+    assert router.bad_messages == 2
+
+
+def test_the_agents_services_declare_disjoint_message_types():
+    router = Router(entry.factory for entry in SERVICES.entries())  # the classes carry name and handles
+    assert SERVICES.names() == ["clock", "claims", "lldp", "failover", "telemetry", "controller"]
+    assert {kind: s.name for kind, s in router.routes.items()} == {
+        "report": "clock", "map": "clock", "stepped": "clock",
+        "place": "claims", "release": "claims", "loads": "claims", "claims": "claims"}
+
+
+def wanted(cfg: AgentConfig) -> list[str]:
+    return [e.name for e in SERVICES.entries() if e.meta["wanted"](cfg)]
+
+
+def test_failover_and_controller_services_run_only_when_configured(tmp_path):
+    topo = leafspine(4, 2, 2)
+    assert wanted(AgentConfig("h0", topo, tmp_path)) == ["clock", "claims", "lldp", "telemetry"]
+    assert wanted(AgentConfig("h0", topo, tmp_path, controller="http://c:9400", failover=True)) == [
+        "clock", "claims", "lldp", "failover", "telemetry", "controller"]
+
+
+def fake_context(topo, **cfg):
+    sent, replies = [], []
+    ctx = SimpleNamespace(cfg=AgentConfig("h0", topo, "/nonexistent", **cfg), rails=["eth0"], links=None,
+                          neighbours=None, address="10.0.0.1", latest=None,
+                          send=lambda host, msg: sent.append((host, msg)),
+                          reply=lambda msg, to: replies.append((msg, to)))
+    return ctx, sent, replies
+
+
+def test_claims_placed_through_the_router_are_answered_and_told_to_the_leafmates():
+    topo = leafspine(4, 2, 2)  # h0, h1 under leaf0
+    ctx, sent, replies = fake_context(topo)
+    claims = Claims(ctx)
+    router = Router([claims])
+    send(router, {"t": "place", "job": "j1", "want": [[1, ["spine0", "spine1"]]]})  # 1 subflow, over either
+    assert router.bad_messages == 0
+    (answer, to), = replies
+    assert answer["t"] == "placed" and answer["job"] == "j1"
+    assert len(answer["hops"][0]) == 1 and answer["hops"][0][0] in ("spine0", "spine1")
+    assert to == ("10.0.0.2", 7400)
+    assert claims.leafmates == ["h1"] and [h for h, m in sent if m["t"] == "claims"] == ["h1"]
+    assert claims.report()["claims"]["placements"] == 1
+
+
+def test_collectors_run_by_default_plus_enabled_less_disabled(tmp_path):
+    topo = leafspine(4, 2, 2)
+    ctx, _, _ = fake_context(topo, metrics_port=0, no_collectors=("links", "nvidia_gpu", "amd_gpu"))
+    telemetry = Telemetry(ctx)
+    # (in the order their modules were first imported: here, maybe by other tests)
+    assert sorted(c.name for c in telemetry.collectors.all) == ["lldp", "nic", "rdma"]
+    assert "lldp" in telemetry.report()["telemetry_not_present"]  # no listener given: absent, said why
+    assert {e.name for e in COLLECTORS.enabled(disable=["rdma"])} == {"nic", "links", "lldp", "nvidia_gpu", "amd_gpu"}
+
+
+def test_an_unknown_collector_name_is_one_clear_error_naming_the_known(tmp_path):
+    topo = leafspine(4, 2, 2)
+    with pytest.raises(ClockfabricError, match="no collector named 'nvme'; collectors are ") as e:
+        AgentConfig("h0", topo, tmp_path, no_collectors=("nvme",))
+    assert set(str(e.value).split("are ")[1].split(", ")) == {"nic", "links", "lldp", "rdma", "nvidia_gpu", "amd_gpu"}
+    with pytest.raises(ClockfabricError, match="'nic' is both enabled and disabled"):
+        AgentConfig("h0", topo, tmp_path, collectors=("nic",), no_collectors=("nic",))
