@@ -18,10 +18,10 @@ import clockfabric
 
 ROOT = "clockfabric"  # the package itself (`__version__`) counts with the foundations
 LAYERS = [
-    {ROOT, "units", "errors", "registry", "yamlfile"},
+    {ROOT, "units", "errors", "registry", "yamlfile", "console", "lldp"},
     {"topology"},
     {"lab"},
-    {"probe", "clock", "telemetry", "traffic", "collective", "audit", "lldp"},
+    {"probe", "clock", "telemetry", "traffic", "collective", "audit"},
     {"agent"},
     {"controller"},
     {"bench"},
@@ -33,18 +33,15 @@ LEVEL = {component: i for i, layer in enumerate(LAYERS) for component in layer}
 PEER_IMPORTS = {
     ("registry", "errors"): "a name not registered is a user's mistake: one clear line",
     ("yamlfile", "errors"): "a malformed file is a user's mistake: one clear line",
+    ("console", "errors"): "a command's unmet precondition is one clear line",
     ("clock", "probe"): "pair fits and the sync service read the probes' timestamps",
     ("collective", "probe"): "the workers learn each subflow's spine with probe.paths",
-    ("telemetry", "lldp"): "the neighbour collector hears LLDP frames",
-    ("audit", "lldp"): "the cabling check hears LLDP frames on each NIC",
     ("audit", "telemetry"): "the host facts reuse the collectors' sysfs and NVML readers",
     ("audit", "collective"): "the collective check runs all-reduces and bisects slow planes",
 }
 
 # (importing module, imported component) across layers the wrong way, and why
-UPWARD_IMPORTS = {
-    ("clockfabric.lab.lldp", "lldp"): "the lab's switches announce themselves with the frame codec "
-                                      "(clockfabric.lldp imports nothing of ours: it belongs lower)",
+UPWARD_IMPORTS: dict[tuple[str, str], str] = {
 }
 
 SRC = Path(clockfabric.__file__).parent

@@ -32,7 +32,7 @@ from rich.table import Table
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
-from clockfabric.cli.output import require_root
+from clockfabric.console import require_root
 from clockfabric.controller.on_lab import LabFleet
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build

@@ -34,7 +34,7 @@ from rich.table import Table
 from clockfabric.bench import harness
 from clockfabric.bench.allreduce_vs_tcp import tcp_ring  # the same-run kernel TCP baseline
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
-from clockfabric.cli.output import require_root
+from clockfabric.console import require_root
 from clockfabric.audit import expect
 from clockfabric.audit.bisect import ring_order
 from clockfabric.audit.gather import gather, lab_transport, specs

@@ -79,7 +79,7 @@ from clockfabric.bench.clocksync_traffic import (
 )
 from clockfabric.bench.clocksync_watch import Fabric, Watch
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.cli.output import err, out, require_root
+from clockfabric.console import err, out, require_root
 from clockfabric.lab.state import lab_names
 from clockfabric.topology import format_rate, parse_rate
 

@@ -7,7 +7,7 @@ import subprocess
 from rich.table import Table
 
 from clockfabric.bench import harness
-from clockfabric.cli.output import out
+from clockfabric.console import out
 
 
 STEP = "1ms"

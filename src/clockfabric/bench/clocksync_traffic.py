@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 from clockfabric.bench.clocksync_watch import Fabric
-from clockfabric.cli.output import err
+from clockfabric.console import err
 from clockfabric.lab import build
 from clockfabric.lab.process import alive, children
 from clockfabric.lab.state import Lab, lab_names

@@ -9,7 +9,7 @@ import sys
 import typer
 
 from clockfabric.bench.harness import BENCHMARKS
-from clockfabric.cli.output import print_json, progress_bar, require_root
+from clockfabric.console import print_json, progress_bar, require_root
 from clockfabric.errors import ClockfabricError
 
 

@@ -35,7 +35,7 @@ from rich.table import Table
 
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench.harness import BENCHMARKS, Target, labs_removed, machine, record
-from clockfabric.cli.output import err, out, print_json, require_root
+from clockfabric.console import err, out, print_json, require_root
 from clockfabric.clock.evaluate import read_states
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, job

@@ -35,7 +35,7 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.cli.output import require_root
+from clockfabric.console import require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, netns
 from clockfabric.lab.naming import netns_name, netns_prefix

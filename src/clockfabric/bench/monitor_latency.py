@@ -56,7 +56,7 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.cli.output import require_root
+from clockfabric.console import require_root
 from clockfabric.controller.on_lab import LabFleet
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError

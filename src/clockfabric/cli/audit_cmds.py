@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from clockfabric.cli.output import err, out, print_json, progress_bar, require_root
+from clockfabric.console import err, out, print_json, progress_bar, require_root
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
 

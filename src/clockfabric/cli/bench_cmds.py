@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from clockfabric.bench.harness import BENCHMARKS, RESULTS
-from clockfabric.cli.output import err, out
+from clockfabric.console import err, out
 
 app = typer.Typer(help="Benchmarks, each against a baseline or an expectation in the same run. "
                        "With no name: the list.", invoke_without_command=True)

@@ -14,7 +14,7 @@ from rich.table import Table
 from clockfabric.agent.agent import Agent
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
 from clockfabric.agent.on_lab import LabAgents
-from clockfabric.cli.output import err, out, print_json, require_root
+from clockfabric.console import err, out, print_json, require_root
 from clockfabric.clock.evaluate import Sampler, read_states, since, summary
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from clockfabric.cli.output import err, out, print_json, progress_bar, require_root, require_tool
+from clockfabric.console import err, out, print_json, progress_bar, require_root, require_tool
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, check, impair, inspect, process, traffic
 from clockfabric.lab.exec import exec_on

@@ -12,7 +12,7 @@ import warnings
 import typer
 
 from clockfabric import __version__
-from clockfabric.cli.output import err
+from clockfabric.console import err
 from clockfabric.errors import ClockfabricError
 
 # command -> (module in clockfabric.cli, its attribute, whether it is a group of commands).

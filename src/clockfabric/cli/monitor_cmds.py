@@ -17,7 +17,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from clockfabric.cli.output import err, out, print_json, progress_bar, require_root
+from clockfabric.console import err, out, print_json, progress_bar, require_root
 from clockfabric.controller.client import api, locate
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError

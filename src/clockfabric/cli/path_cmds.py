@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from clockfabric.cli.lab_cmds import JsonOpt, LabOpt
-from clockfabric.cli.output import out, print_json, require_root
+from clockfabric.console import out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import netns
 from clockfabric.lab.state import Lab

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from clockfabric.cli.output import err, out, print_json
+from clockfabric.console import err, out, print_json
 from clockfabric.topology import dumps, format_rate, leafspine, load, multirail
 
 app = typer.Typer(help="Write, show and validate topology files.", no_args_is_help=True)

@@ -50,7 +50,7 @@ from clockfabric.topology import Port, interfaces
 PORT_LOW, PORT_HIGH = 20000, 32000  # below the ephemeral range (32768+) that source ports come from
 FAIL_GRACE_S = 3.0  # once a rank fails, the others get this long to notice (their links close) and exit
 STALL_GRACE_S = 10.0  # beyond timeout_s: workers end themselves after timeout_s without progress
-Progress = Callable[[str, int, int], None]  # (stage, done, total), as cli.output.progress_bar takes
+Progress = Callable[[str, int, int], None]  # (stage, done, total), as console.progress_bar takes
 
 _ports_lock = threading.Lock()
 _ports_used: set[int] = set()

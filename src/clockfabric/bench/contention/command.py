@@ -10,7 +10,7 @@ from rich.table import Table
 
 from clockfabric.bench.collective import _list, _rcvbuf
 from clockfabric.bench.harness import BENCHMARKS, Target, machine, record
-from clockfabric.cli.output import err, out, print_json, require_root
+from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 
 

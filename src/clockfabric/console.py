@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: consoles, JSON, progress bars, and the preconditions of lab verbs."""
+"""Terminal plumbing for commands and benchmarks: consoles, JSON, progress bars, and the preconditions of lab verbs."""
 
 from __future__ import annotations
 
