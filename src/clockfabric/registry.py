@@ -18,6 +18,7 @@ file; `load` names the package whose import registers them all.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -53,12 +54,16 @@ class Registry(Generic[F]):
         return add
 
     def _loaded(self) -> dict[str, Entry[F]]:
-        if self._load:
-            importlib.import_module(self._load)
-        return self._entries
+        """Every entry, in the order the loading module imports the modules that define them (not
+        the order they happened to be imported in: a test or a command may import one first)."""
+        if not self._load:
+            return self._entries
+        listed = [m.__name__ for m in vars(importlib.import_module(self._load)).values() if inspect.ismodule(m)]
+        rank = {name: i for i, name in enumerate(listed)}
+        return dict(sorted(self._entries.items(), key=lambda kv: rank.get(kv[1].factory.__module__, len(rank))))
 
     def names(self) -> list[str]:
-        """In registration order (the order the loading package imports its modules)."""
+        """In the loading module's order (registration order within one module)."""
         return list(self._loaded())
 
     def entries(self) -> list[Entry[F]]:

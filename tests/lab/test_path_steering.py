@@ -98,8 +98,9 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
         # ends its warmup and its last timed iteration: None if either never came)
         outsiders = contention.Outsiders(lab)
         try:
-            run = contention.run_one(lab, "elephants", "ecmp", 0, size=1 << 20, iters=3, warmup=1, subflows=2,
-                                     outsiders=outsiders)
+            plan = contention.Plan(scenarios=("elephants",), schedulers=("ecmp",), seeds=1, size=1 << 20, iters=3,
+                                   warmup=1, subflows=2)
+            run = contention.run_one(lab, "elephants", "ecmp", 0, plan, outsiders=outsiders)
         finally:
             outsiders.close()
         assert 0.8 * 50 * contention.tcp_payload(1500) < run.outside_alone_mbps <= 50, run

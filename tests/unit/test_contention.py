@@ -43,26 +43,26 @@ def test_the_host_nic_bounds_a_job_inside_one_leaf():
 
 def test_bad_choices_are_one_line():
     with pytest.raises(ClockfabricError, match="unknown scenario 'x'"):
-        contention.run(scenarios=["x"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2)
+        contention.Plan(scenarios=["x"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2)
     with pytest.raises(ClockfabricError, match="--spines must be one of 2, 3, 4"):
-        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, spines=5)
+        contention.Plan(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, spines=5)
     with pytest.raises(ClockfabricError, match="--spines must be one of"):
-        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
+        contention.Plan(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
                        fabric="dualplane", spines=4)
     with pytest.raises(ClockfabricError, match="no scheduler named .fast.; schedulers are ecmp"):
-        contention.run(scenarios=["none"], schedulers=["fast"], seeds=1, size=MIB, iters=1, subflows=2)
+        contention.Plan(scenarios=["none"], schedulers=["fast"], seeds=1, size=MIB, iters=1, subflows=2)
     with pytest.raises(ClockfabricError, match="--rcvbuf must be 0"):
-        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, rcvbuf=1024)
+        contention.Plan(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, rcvbuf=1024)
     with pytest.raises(ClockfabricError, match="--rcvbuf-budget must be 0"):
-        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
+        contention.Plan(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
                        rcvbuf_budget=1024)
     with pytest.raises(ClockfabricError, match="--mtu must be one of 1500, 9000; got 4000"):
-        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, mtu=4000)
+        contention.Plan(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, mtu=4000)
     with pytest.raises(ClockfabricError, match="--placement 'spread' is unknown; use hashed or learned"):
-        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
+        contention.Plan(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2,
                        placement="spread")
     with pytest.raises(ClockfabricError, match="--warmup must be at least 0; got -1"):
-        contention.run(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, warmup=-1)
+        contention.Plan(scenarios=["none"], schedulers=["owd"], seeds=1, size=MIB, iters=1, subflows=2, warmup=-1)
 
 
 def test_summary_ratios_medians_and_what_was_possible():

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from clockfabric.traffic import flows
 from clockfabric.traffic.decide import Decider, Decision, Policy
@@ -39,12 +39,25 @@ KEEP_DECISIONS = 1000
 SENDERS = 6  # send-only heartbeat sockets per plane (ports 7292-7297): candidates to put paths on spines
 
 
+@dataclass(frozen=True)
+class Heartbeats:
+    """How the heartbeats run: one every `interval_s` on each path, a path dead after
+    `detect_mult` missed; `ports` paths a plane from `base_port` on, and `senders` send-only
+    sockets a plane that the paths can be moved onto (with a tracer)."""
+
+    interval_s: float = 0.1
+    detect_mult: int = 3
+    ports: int = 2
+    base_port: int = 7290
+    senders: int = SENDERS
+
+
 class Failover(threading.Thread):
     def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str], *,
-                 nic_up: Callable[[str], bool | None], policy: Policy = Policy(), interval_s: float = 0.1,
-                 detect_mult: int = 3, ports: int = 2, base_port: int = 7290,
-                 on_decision: Callable[[], None] | None = None, steer: SteerPolicy | None = None,
-                 trace: Callable[..., dict] | None = None, senders: int = SENDERS, relearn_s: float = 300.0):
+                 nic_up: Callable[[str], bool | None], policy: Policy | None = None,
+                 heartbeats: Heartbeats = Heartbeats(), on_decision: Callable[[], None] | None = None,
+                 steer: SteerPolicy | None = None, trace: Callable[..., dict] | None = None,
+                 relearn_s: float = 300.0):
         """`peers`: name -> stable address (not this host); `nics`: plane -> NIC name;
         `nic_up(name)`: the NIC's link state now (None: unknown, taken as up); `trace`:
         probe.paths.trace, to put each peer's heartbeat paths on distinct spines (None: by chance)."""
@@ -53,15 +66,15 @@ class Failover(threading.Thread):
         self.peers = peers
         self.nics = nics
         self.nic_up = nic_up
-        self.interval_s = interval_s
+        self.interval_s = heartbeats.interval_s
         self.on_decision = on_decision
-        self.live = Liveness(address, peers, nics, ports=ports, base_port=base_port, interval_s=interval_s,
-                             detect_mult=detect_mult, session=random.getrandbits(32),
-                             senders=senders if trace else 0)
+        self.live = Liveness(address, peers, nics, ports=heartbeats.ports, base_port=heartbeats.base_port,
+                             interval_s=heartbeats.interval_s, detect_mult=heartbeats.detect_mult,
+                             session=random.getrandbits(32), senders=heartbeats.senders if trace else 0)
         self.trace, self.relearn_s = trace, relearn_s
         self.spines: dict[str, dict[int, dict[int, str | None]]] = {}  # peer -> plane -> path -> spine it takes
         self.routes = PlaneRoutes(address, nics)
-        self.decider = Decider(tuple(sorted(nics)), policy)
+        self.decider = Decider(tuple(sorted(nics)), policy or Policy())
         self.decisions: deque[dict] = deque(maxlen=KEEP_DECISIONS)
         self.seq = 0
         self.isolated = False

@@ -26,7 +26,7 @@ def _wanted(cfg: AgentConfig) -> bool:
 class PlaneFailover(Service):
     def __init__(self, ctx: AgentContext):
         from clockfabric.traffic.decide import Policy
-        from clockfabric.traffic.failover import Failover
+        from clockfabric.traffic.failover import Failover, Heartbeats
         from clockfabric.traffic.steer import SteerPolicy
 
         cfg, links = ctx.cfg, ctx.links
@@ -41,7 +41,8 @@ class PlaneFailover(Service):
         nics = {n.plane: n.name for n in cfg.topology.hosts[cfg.host].nics}
         peers = {h: a for h, a in ctx.addresses.items() if h != cfg.host}
         try:
-            self.failover = Failover(ctx.address, peers, nics, nic_up=nic_up, interval_s=cfg.failover_interval_s,
+            self.failover = Failover(ctx.address, peers, nics, nic_up=nic_up,
+                                     heartbeats=Heartbeats(interval_s=cfg.failover_interval_s),
                                      policy=Policy(hold_down_s=cfg.hold_down_s), on_decision=ctx.news,
                                      steer=SteerPolicy() if cfg.steer else None, trace=trace)
         except OSError as e:

@@ -92,6 +92,7 @@ from clockfabric.bench.contention.model import (
     SPINES,
     TARGETS,
     WARMUP,
+    Plan,
     Run,
     busbw_gbps,
     flows,
@@ -104,7 +105,7 @@ from clockfabric.bench.contention.model import (
     tcp_payload,
     topology,
 )
-from clockfabric.bench.contention.run import check, rejudge, run
+from clockfabric.bench.contention.run import rejudge, run
 from clockfabric.bench.contention.scenarios import (
     Outsiders,
     mbps,
@@ -117,7 +118,7 @@ from clockfabric.bench.contention.summary import judge, median_steal, outside, s
 
 __all__ = ["ALLTOALL_ALGORITHM", "ALONE_S", "BUFFER_BYTES", "ELEPHANTS", "ELEPHANT_CONGESTION", "ELEPHANT_SECONDS",
            "FABRICS", "FABRIC_RATE", "HOST_RATE", "IPERF_PORT", "JOB_A", "JOB_B", "MTU", "MTUS", "QUIET_SLACK",
-           "RCVBUF", "RCVBUF_BUDGET", "SCENARIOS", "SETTLE_S", "SPINES", "TARGETS", "WARMUP", "Outsiders", "Run",
-           "busbw_gbps", "check", "flows", "ideal_time_s", "jobs_of", "judge", "leaf_of", "mbps", "median_steal",
+           "RCVBUF", "RCVBUF_BUDGET", "SCENARIOS", "SETTLE_S", "SPINES", "TARGETS", "WARMUP", "Outsiders", "Plan", "Run",
+           "busbw_gbps", "flows", "ideal_time_s", "jobs_of", "judge", "leaf_of", "mbps", "median_steal",
            "nic_address", "outside", "pinned_iperf", "plane0", "rejudge", "run", "run_one", "run_scenario",
            "spine_paths", "standby_share", "still_running", "summarize", "tcp_payload", "topology"]

@@ -96,8 +96,9 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
     nbytes = parse_size(size)
     rcvbuf_bytes, budget_bytes = _rcvbuf(rcvbuf), _rcvbuf(rcvbuf_budget)
     mtu = mtu or cb.MTU
-    cb.check(chosen, sched, seeds, iters, subflows, fabric, placement, spines, rcvbuf_bytes, mtu, budget_bytes,
-             warmup)
+    plan = cb.Plan(scenarios=tuple(chosen), schedulers=tuple(sched), seeds=seeds, size=nbytes, iters=iters,
+                   subflows=subflows, fabric=fabric, spines=spines, mtu=mtu, placement=placement,
+                   rcvbuf=rcvbuf_bytes, rcvbuf_budget=budget_bytes, warmup=warmup, standby=standby)
     require_root()
     started = time.monotonic()
 
@@ -105,9 +106,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
         err.print(f"[dim]{time.monotonic() - started:6.0f}s[/] {line}", highlight=False)
 
     facts = machine()
-    report = cb.run(scenarios=chosen, schedulers=sched, seeds=seeds, size=nbytes, iters=iters, subflows=subflows,
-                    fabric=fabric, placement=placement, spines=spines, rcvbuf=rcvbuf_bytes, mtu=mtu,
-                    rcvbuf_budget=budget_bytes, warmup=warmup, standby=standby, progress=progress)
+    report = cb.run(plan, progress=progress)
     record("contention", targets(report["targets"]), facts, report, path=out_file)
     _print_contention(report, as_json)
     err.print(f"JSON in {out_file}")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clockfabric.collective.options import CollectiveOptions
 from clockfabric.collective.results import BUS_FACTORS
+from clockfabric.errors import ClockfabricError
 from clockfabric.topology import (
     Port,
     Topology,
@@ -166,3 +168,54 @@ def busbw_gbps(collective: str, size: int, ranks: int, seconds: float) -> float:
 def spine_paths(topo: Topology) -> int:
     """The distinct paths between hosts under different leaves: one through each spine, of every plane."""
     return sum(1 for sw in topo.switches.values() if sw.role == "spine")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one contention run does, checked once: a bad choice is one clear line before any lab
+    is built. subflows: per peer pair, for every scheduler; None: one per spine path, so that
+    `owd` on learned ports can reach every path (with fewer, a fault leaves it fewer to move
+    to). placement: None (each scheduler's own), or "hashed"/"learned" for all. rcvbuf: every
+    subflow's receive buffer, bytes, fixed, or None for the kernel's autotuning. rcvbuf_budget:
+    what the subflows the agents placed on one spine share instead (None: they keep rcvbuf).
+    standby: subflows on learned ports (owd's) get standbys (collective/standby.py)."""
+
+    scenarios: tuple[str, ...]
+    schedulers: tuple[str, ...]
+    seeds: int
+    size: int
+    iters: int
+    subflows: int | None = None
+    fabric: str = "leafspine"
+    spines: int = 2
+    mtu: int = MTU
+    placement: str | None = None
+    rcvbuf: int | None = RCVBUF
+    rcvbuf_budget: int | None = RCVBUF_BUDGET
+    warmup: int = WARMUP
+    standby: bool = True
+
+    def __post_init__(self) -> None:
+        if self.fabric not in FABRICS:
+            raise ClockfabricError(f"unknown fabric {self.fabric!r}; choose from {', '.join(FABRICS)}")
+        if self.spines not in SPINES or (self.fabric == "dualplane" and self.spines != 2):
+            raise ClockfabricError(f"--spines must be one of {', '.join(map(str, SPINES))} on the leafspine "
+                                   f"fabric (the dualplane fabric has 2 per plane); got {self.spines}")
+        if bad := [s for s in self.scenarios if s not in SCENARIOS]:
+            raise ClockfabricError(f"unknown scenario {bad[0]!r}; choose from {', '.join(SCENARIOS)}")
+        if self.seeds < 1 or self.iters < 1 or (self.subflows is not None and self.subflows < 1):
+            raise ClockfabricError("--seeds, --iters and --subflows must be at least 1")
+        if self.warmup < 0:
+            raise ClockfabricError(f"--warmup must be at least 0; got {self.warmup}")
+        for scheduler in self.schedulers:  # each scheduler's options as its runs will make them
+            self.options(scheduler)
+        if self.mtu not in MTUS:
+            raise ClockfabricError(f"--mtu must be one of {', '.join(map(str, MTUS))}; got {self.mtu}")
+
+    def options(self, scheduler: str, collective: str = "allreduce") -> CollectiveOptions:
+        """The collective's options for one job of a run under `scheduler`."""
+        return CollectiveOptions(collective=collective,
+                                 algorithm=ALLTOALL_ALGORITHM if collective == "alltoall" else None,
+                                 subflows=self.subflows or 1, scheduler=scheduler, placement=self.placement,
+                                 rcvbuf=self.rcvbuf, rcvbuf_budget=self.rcvbuf_budget, standby=self.standby,
+                                 iters=self.iters, warmup=self.warmup, timeout_s=60.0)

@@ -12,23 +12,19 @@ import time
 from collections.abc import Callable
 
 from clockfabric.bench.contention.model import (
-    ALLTOALL_ALGORITHM,
     ALONE_S,
     ELEPHANT_CONGESTION,
     ELEPHANT_SECONDS,
     ELEPHANTS,
     IPERF_PORT,
-    RCVBUF,
-    RCVBUF_BUDGET,
     SETTLE_S,
-    WARMUP,
+    Plan,
     Run,
     jobs_of,
     nic_address,
     plane0,
 )
 from clockfabric.bench.harness import cpu_ticks, steal_share
-from clockfabric.collective.options import CollectiveOptions
 from clockfabric.collective.run import run_collective
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair, netns
@@ -115,12 +111,11 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
     return [server, client]
 
 
-def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int,
-            warmup: int = WARMUP, placement: str | None = None, rcvbuf: int | None = RCVBUF,
-            rcvbuf_budget: int | None = RCVBUF_BUDGET, standby: bool = True,
+def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, plan: Plan, *,
             outsiders: Outsiders | None = None) -> Run:
-    """The scenario's jobs, all at once, under one scheduler; with `outsiders`, their rate
-    alone just before the run and over its timed iterations."""
+    """The scenario's jobs, all at once, under one scheduler, as the plan says (its subflows
+    given); with `outsiders`, their rate alone just before the run and over its timed iterations."""
+    subflows, warmup = plan.subflows or 1, plan.warmup
     jobs = jobs_of(scenario)
     results: list = [None] * len(jobs)
     # the jobs begin their warmup together, once all have connected, and keep the fabric loaded
@@ -139,12 +134,7 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
     def job(i: int) -> None:
         collective, hosts = jobs[i]
         try:
-            algorithm = ALLTOALL_ALGORITHM if collective == "alltoall" else None
-            options = CollectiveOptions(collective=collective, algorithm=algorithm, subflows=subflows,
-                                        scheduler=scheduler, placement=placement, rcvbuf=rcvbuf,
-                                        rcvbuf_budget=rcvbuf_budget, standby=standby, iters=iters, warmup=warmup,
-                                        timeout_s=60.0)
-            res = run_collective(lab, hosts, options, sizes=[size], gate=gate,
+            res = run_collective(lab, hosts, plan.options(scheduler, collective), sizes=[plan.size], gate=gate,
                                  progress=timing if outsiders and i == 0 else None)
             row = res.rows[0]
             carried = [(r["subflow"] >= subflows, r["bytes"]) for rows in res.subflow_stats.values() for r in rows]
@@ -179,10 +169,9 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
     return Run(scenario, scheduler, seed, results, steal_share(before, cpu_ticks()), outside, alone)
 
 
-def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
-                 subflows: int, warmup: int, progress: Callable[[str], None], placement: str | None = None,
-                 rcvbuf: int | None = RCVBUF, rcvbuf_budget: int | None = RCVBUF_BUDGET,
-                 standby: bool = True) -> list[Run]:
+def run_scenario(lab: Lab, scenario: str, plan: Plan, progress: Callable[[str], None]) -> list[Run]:
+    """Every seed of the plan under each of its schedulers, the scenario's fault or traffic set up first."""
+    schedulers = list(plan.schedulers)
     procs: list[subprocess.Popen] = []
     outsiders = None
     link = impair.find_link(lab, plane0(lab.topology, "leaf0"), plane0(lab.topology, "spine0"))
@@ -193,11 +182,9 @@ def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, 
             procs = _elephants(lab)
             outsiders = Outsiders(lab)
         runs = []
-        order = [(seed, s) for seed in range(seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
+        order = [(seed, s) for seed in range(plan.seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
-            run = run_one(lab, scenario, scheduler, seed, size=size, iters=iters, subflows=subflows,
-                          warmup=warmup, placement=placement, rcvbuf=rcvbuf, rcvbuf_budget=rcvbuf_budget,
-                          standby=standby, outsiders=outsiders)
+            run = run_one(lab, scenario, scheduler, seed, plan, outsiders=outsiders)
             still_running(procs, f"{scenario} under {scheduler}, seed {seed}")
             stolen = "" if run.cpu_steal is None else f"  (CPU steal {run.cpu_steal:.0%})"
             left = ("" if run.outside_mbps is None or run.outside_alone_mbps is None else
