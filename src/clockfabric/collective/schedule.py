@@ -17,7 +17,7 @@ hides a deep queue in its socket buffer. A chunk is about CHUNK_NS at its subflo
 rate, between MIN_CHUNK and CHUNK, so fast subflows keep CHUNK and Python's cost per byte.
 On a 3 Mbit/s subflow (a spine uplink shared by 8) a window of whole 64 KiB chunks held
 0.7 s of bytes, placed before any scheduler could place them better, and a message could
-wait 0.17 s on its last chunk (docs/benchmarks.md). take() cuts a chunk down for a slow
+wait 0.17 s on its last chunk (docs/notes/2026-11-23-contention.md). take() cuts a chunk down for a slow
 subflow and leaves no piece under MIN_CHUNK: a short last piece goes with the chunk.
 """
 

@@ -19,7 +19,7 @@ of both (tcpinfo.tcp_counters), and over the last LOOK_S:
   for at least CWND of that, and it lost at least LOSSES segments: the standby goes to work;
 - once QUIET_S have passed with no crowded look back, it is parked again (what it holds drains).
 
-In the lab (docs/benchmarks.md): against CUBIC elephants, the subflows on their spine were
+In the lab (docs/notes/2026-11-23-contention.md): against CUBIC elephants, the subflows on their spine were
 congestion-window-limited 0.98-1.00 of their busy time and resent 54-75 segments in 25 s;
 with only the jobs' own subflows (two all-reduces, two all-to-alls, a job alone), 0.01-0.27
 and 0-2 segments in 14-43 s; on a link cut to a quarter of its rate, 1.00 but 0-1 segments.

@@ -12,7 +12,7 @@ TCP_INFO_LEN = 168  # struct tcp_info up to tcpi_delivery_rate (Linux 4.9+)
 TCP_CHRONO_LEN = 192  # ... and on to the chrono stats: busy, rwnd- and sndbuf-limited time (Linux 4.10+)
 # Loss-based CUBIC, Linux's own default, where the kernel lets us choose: lab namespaces inherit
 # the machine's default, and BBR there left some flows at 0.2-0.6 of a shaped link's rate where
-# CUBIC holds 0.89-0.93 (docs/benchmarks.md). Without CAP_NET_ADMIN the kernel's default stays.
+# CUBIC holds 0.89-0.93 (docs/notes/2026-11-23-contention.md). Without CAP_NET_ADMIN the kernel's default stays.
 CONGESTION = b"cubic"
 MIN_RCVBUF = 4096  # a receive buffer under a few segments would stall on delayed acks
 

@@ -47,7 +47,7 @@ class Owd(SharedQueue):
         length), or None. The copy goes where it gains most: where i is expected to deliver
         the chunk later than j would by more than j's time for a whole window. A copy costs a
         chunk of j's time and of capacity; with a margin of one chunk, copies taken between a
-        pipelined ring's slices cost two all-reduces 6-9% (docs/benchmarks.md)."""
+        pipelined ring's slices cost two all-reduces 6-9% (docs/notes/2026-11-23-contention.md)."""
         if subs[j].parked or subs[j].outstanding >= subs[j].window:
             return None
         default = default_rate(subs)
