@@ -188,3 +188,27 @@ def test_push_samples_label_by_jobid_and_flow_never_job(proc):
     tx = [s for s in out if s["name"] == "job_flow_tx_bps"]
     assert tx == [{"name": "job_flow_tx_bps", "value": 0.0,
                    "labels": {"jobid": "J", "flow": "10.0.0.1:1->10.0.1.1:2"}}]
+
+
+# ---- the agent's service and its /metrics ---------------------------------------------------------
+def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypatch):
+    from clockfabric.agent.metrics import workload_metrics
+    from clockfabric.agent.services import workload as service
+
+    readings = [reading(1, 2, 11, 1, acked=0)]
+    monkeypatch.setattr(service, "ProcFs", lambda: ProcFs(proc))
+    monkeypatch.setattr(service, "KernelSockets", lambda: lambda: readings)
+    svc = service.Workload(ctx=None)
+    svc.tick(0)
+    readings[0] = reading(1, 2, 11, 1, acked=125_000)
+    svc.tick(0)
+    state = svc.report()
+    assert [j["jobid"] for j in state["workload"]["jobs"]] == ["J", "slurm:77"]
+    assert state["workload"]["flows"][0]["tx_bps"] > 0
+    snap = svc.snapshot()
+    assert snap.info["workload"]["jobs"] == 2 and snap.info["workload"]["hidden_processes"] == 1
+    assert {s["name"] for s in snap.samples} >= {"job_process", "job_flow_tx_bps", "job_flow_rtt_us"}
+    metrics = workload_metrics({"host": "h0", **state})
+    assert all("job" not in m.labels for m in metrics)
+    rtt = [m for m in metrics if m.name == "clockfabric_job_flow_rtt_seconds"]
+    assert rtt[0].labels == {"jobid": "J", "flow": "10.0.0.1:1->10.0.1.1:2"} and rtt[0].value == pytest.approx(120e-6)
