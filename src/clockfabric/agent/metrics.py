@@ -50,6 +50,34 @@ def clock_metrics(state: dict) -> list[Metric]:
     return out
 
 
+def workload_metrics(state: dict) -> list[Metric]:
+    """Jobs and their flows (labels `jobid` and `flow`; `job` is Prometheus's own), from the
+    workload service's last update."""
+    w = state.get("workload")
+    if not w:
+        return []
+    out = []
+    for j in w["jobs"]:
+        labels = {"jobid": j["jobid"]}
+        out += [Metric("clockfabric_job_processes", float(len(j["pids"])), labels,
+                       help="The job's processes on this host"),
+                Metric("clockfabric_job_start_seconds", j["start_s"], labels,
+                       help="When the job's first process on this host started, seconds since the epoch")]
+    for f in w["flows"]:
+        labels = {"jobid": f["jobid"], "flow": f["flow"]}
+        out += [Metric("clockfabric_job_flow_acked_bytes_total", float(f["bytes_acked"]), labels, "counter",
+                       "Bytes the flow sent that its peer acknowledged"),
+                Metric("clockfabric_job_flow_received_bytes_total", float(f["bytes_received"]), labels, "counter",
+                       "Bytes the flow received"),
+                Metric("clockfabric_job_flow_retransmits_total", float(f["retransmits"]), labels, "counter",
+                       "Segments the flow retransmitted"),
+                Metric("clockfabric_job_flow_rtt_seconds", f["rtt_us"] * 1e-6, labels, help="Smoothed RTT of the flow"),
+                Metric("clockfabric_job_flow_cwnd_segments", float(f["cwnd"]), labels, help="Congestion window")]
+    out.append(Metric("clockfabric_workload_cpu_seconds_total", w["cpu_seconds"], kind="counter",
+                      help="CPU time the agent spent reading jobs and flows"))
+    return out
+
+
 class AgentMetrics:
     """A prometheus_client collector over the agent's telemetry and its latest state."""
 
@@ -61,7 +89,7 @@ class AgentMetrics:
     def collect(self) -> Iterator[Family]:
         metrics = self.collectors.collect().metrics
         if (state := self.state()) is not None:
-            metrics += clock_metrics(state)
+            metrics += clock_metrics(state) + workload_metrics(state)
         families: dict[str, tuple[Family, list[str]]] = {}  # name -> family, its label names
         for m in metrics:
             labels = {"host": self.host, **m.labels}

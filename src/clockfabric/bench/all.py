@@ -15,4 +15,4 @@ from clockfabric.bench import (  # noqa: F401
     allreduce_vs_tcp,
 )
 from clockfabric.bench.contention import command  # noqa: F401
-from clockfabric.bench import audit  # noqa: F401, E402
+from clockfabric.bench import audit, workload_cost  # noqa: F401, E402

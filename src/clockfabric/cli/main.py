@@ -31,6 +31,8 @@ COMMANDS = {
     "monitor": ("monitor_cmds", "monitor", False),
     "audit": ("audit_cmds", "audit", False),
     "paths": ("path_cmds", "paths", False),
+    "jobs": ("job_cmds", "jobs", False),
+    "job": ("job_cmds", "app", True),
 }
 
 

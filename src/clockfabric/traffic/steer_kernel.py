@@ -13,6 +13,7 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from clockfabric.traffic.routes import RTPROT_CLOCKFABRIC
 from clockfabric.traffic.steer_decide import FlowKey, FlowSample
@@ -38,20 +39,23 @@ class FlowReader:
     def close(self) -> None:
         self.ds.close()
 
-    def read(self) -> list[FlowSample]:
+    def diag(self) -> list[tuple[FlowKey, Any, Any]]:
+        """Each established flow: its key, its inet_diag message (idiag_cookie, idiag_inode,
+        idiag_wqueue, ...) and its tcp_info (tcpi_*)."""
         if threading.get_ident() != self.thread and _netns_here() != self.netns:
-            raise RuntimeError("FlowReader.read() from another thread, in another network namespace than it was made in")
+            raise RuntimeError("FlowReader read from another thread, in another network namespace than it was made in")
         inet_diag_info = 2
         msgs = self.ds.get_sock_stats(family=socket.AF_INET, states=1 << 1, extensions=1 << (inet_diag_info - 1))
         out = []
         for m in msgs:
             info = m.get_attr("INET_DIAG_INFO")
-            if info is None:
-                continue
-            out.append(FlowSample(FlowKey(m["idiag_src"], m["idiag_sport"], m["idiag_dst"], m["idiag_dport"]),
-                                  m["idiag_cookie"], info["tcpi_bytes_acked"], m["idiag_wqueue"], info["tcpi_rtt"],
-                                  info["tcpi_bytes_received"]))
+            if info is not None:
+                out.append((FlowKey(m["idiag_src"], m["idiag_sport"], m["idiag_dst"], m["idiag_dport"]), m, info))
         return out
+
+    def read(self) -> list[FlowSample]:
+        return [FlowSample(key, m["idiag_cookie"], info["tcpi_bytes_acked"], m["idiag_wqueue"], info["tcpi_rtt"],
+                           info["tcpi_bytes_received"]) for key, m, info in self.diag()]
 
 
 def _netns_here() -> int:

@@ -1,0 +1,104 @@
+"""What the workload service costs a host: CPU per update at 4 jobs x 16 flows, real processes
+with real sockets on loopback, read through /proc and sock_diag as the agent reads them.
+
+Against, in the same run, the bare sock_diag read of the same sockets (traffic's FlowReader, the
+reader the service is built on): the difference is what finding each socket's process and job
+costs. Target: at one update a second, at most 1% of a core."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, machine, record, targets_table
+from clockfabric.console import out, print_json
+from clockfabric.lab import process
+
+BUDGET = 0.01  # of a core, at one update a second
+# a job's process: `connections` connections to itself, a little traffic on each, then it waits
+JOB = """
+import socket, sys, time
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+pairs = []
+for _ in range(int(sys.argv[1])):
+    c = socket.create_connection(srv.getsockname()); a, _ = srv.accept(); pairs.append((c, a))
+for c, a in pairs:
+    c.sendall(b"x" * 65536); a.recv(65536)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@contextmanager
+def jobs_running(jobs: int, connections: int, prefix: str = "bench") -> Iterator[list[str]]:
+    """`jobs` processes, each its own job (`CLOCKFABRIC_JOB=<prefix><i>`) with 2 x `connections`
+    TCP flows on loopback; the job ids, and every process stopped on the way out."""
+    names = [f"{prefix}{i}" for i in range(jobs)]
+    procs = [process.spawn([sys.executable, "-c", JOB, str(connections)], stdout=subprocess.PIPE, text=True,
+                           env={**os.environ, "CLOCKFABRIC_JOB": name, "RANK": "0"}) for name in names]
+    try:
+        for p in procs:
+            if p.stdout is None or p.stdout.readline().strip() != "ready":
+                raise RuntimeError("a job process did not open its connections")
+        yield names
+    finally:
+        process.stop(procs, grace_s=1.0)
+
+
+def cpu_per_call(fn: Callable[[], object], calls: int) -> list[float]:
+    """This thread's CPU seconds for each of `calls` calls of fn."""
+    times = []
+    for _ in range(calls):
+        start = time.thread_time()
+        fn()
+        times.append(time.thread_time() - start)
+    return times
+
+
+@BENCHMARKS.register("workload-cost", help="Workload monitoring: CPU per update at 4 jobs x 16 flows, "
+                                           "against the bare sock_diag read of the same sockets.")
+def main(jobs: int = typer.Option(4, min=1, max=64, help="Jobs, one process each."),
+         flows: int = typer.Option(16, min=2, max=512, help="TCP flows a job (an even number: both ends)."),
+         updates: int = typer.Option(30, min=3, help="Updates measured, after one to warm up."),
+         out_file: Path = typer.Option(RESULTS / "workload-cost.json", "--out", help="Where the record goes."),
+         as_json: bool = typer.Option(False, "--json", help="Print the record's report as JSON.")) -> None:
+    from clockfabric.traffic.steer_kernel import FlowReader
+    from clockfabric.workload.monitor import WorkloadMonitor
+    from clockfabric.workload.procfs import ProcFs
+    from clockfabric.workload.sockets import KernelSockets
+
+    facts = machine()
+    with jobs_running(jobs, flows // 2) as names:
+        sockets, reader = KernelSockets(), FlowReader()
+        try:
+            monitor = WorkloadMonitor(ProcFs(), sockets)
+            view = monitor.update()  # the first update reads every process's environment once
+            ours = cpu_per_call(monitor.update, updates)
+            bare = cpu_per_call(reader.read, updates)
+        finally:
+            sockets.close()
+            reader.close()
+    found = sum(1 for f in view.flows if f.jobid in names)
+    median_ours, median_bare = statistics.median(ours), statistics.median(bare)
+    report = {"jobs": jobs, "flows_per_job": flows, "updates": updates, "flows_found": found,
+              "host_tcp_sockets": len(view.flows) + view.other_flows,
+              "update_cpu_s": median_ours, "sock_diag_cpu_s": median_bare,
+              "update_cpu_s_all": ours, "sock_diag_cpu_s_all": bare}
+    target = Target(f"CPU at one update a second, {jobs} jobs x {flows} flows", round(median_ours, 5), BUDGET,
+                    "core", better="lower", baseline=round(median_bare, 5),
+                    note=f"{found} of {jobs * flows} flows attributed; baseline: the bare sock_diag read")
+    record("workload-cost", [target], facts, report, path=out_file)
+    if as_json:
+        print_json(report)
+        return
+    out.print(targets_table("workload monitoring's cost", [target]))
+    out.print(f"{found} of {jobs * flows} job flows attributed; {report['host_tcp_sockets']} TCP sockets on the "
+              f"host; update {median_ours * 1e3:.2f} ms CPU, bare sock_diag read {median_bare * 1e3:.2f} ms")

@@ -1,0 +1,102 @@
+"""`clockfabric jobs`, `clockfabric job show ID`, `clockfabric job run --name N -- CMD`: the jobs on
+the fleet and their flows, as the controller has them; a command run as a named job."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from clockfabric.console import out, print_json
+from clockfabric.controller.client import api, locate
+from clockfabric.lab.state import Lab
+
+LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
+ControllerOpt = typer.Option(None, "--controller", help="Controller URL (default: the lab's controller).")
+TokenOpt = typer.Option(None, "--token-file", help="File holding the fleet token.")
+JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts.")
+
+app = typer.Typer(help="One job: run a command as a named job, or show a job and its flows.",
+                  no_args_is_help=True)
+
+
+def _controller(lab_name: str | None, url: str | None, token_file: Path | None) -> tuple[Lab | None, str, Path]:
+    lab = Lab.open(lab_name) if not (url and token_file) else None
+    found_url, token_path = locate(lab, url, token_file)
+    return lab, found_url, token_path
+
+
+def _bits(bps: float | None) -> str:
+    if bps is None:
+        return "-"
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.1f} {unit}"
+    return f"{bps:.0f} bit/s"
+
+
+def _when(t_ns: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t_ns / 1e9))
+
+
+def jobs(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file: Path = TokenOpt,
+         active_only: bool = typer.Option(False, "--active", help="Only jobs that still run."),
+         as_json: bool = JsonOpt) -> None:
+    """The jobs the controller knows: hosts, ranks, start, and whether they still run."""
+    lab, url, token_path = _controller(lab_name, controller_url, token_file)
+    rows: list[dict] = []
+    after = ""
+    while True:
+        page = api(lab, url, token_path, "/api/v1/jobs", after=after, limit=1000, active_only=active_only)
+        rows += page["items"]
+        if page["next"] is None:
+            break
+        after = page["next"]
+    if as_json:
+        print_json(rows)
+        return
+    t = Table(title=f"{len(rows)} jobs")
+    for col in ("job", "source", "hosts", "ranks", "processes", "started (UTC)", "state"):
+        t.add_column(col)
+    for j in rows:
+        t.add_row(j["jobid"], j["source"], ", ".join(j["hosts"]), ", ".join(map(str, j["ranks"])) or "-",
+                  str(j["processes"]), _when(j["start_ns"]), "running" if j["active"] else "ended")
+    out.print(t)
+
+
+@app.command()
+def show(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric jobs` lists it."),
+         lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file: Path = TokenOpt,
+         as_json: bool = JsonOpt) -> None:
+    """One job: its hosts and ranks, and its flows (peers, rate, RTT, retransmits, cwnd)."""
+    lab, url, token_path = _controller(lab_name, controller_url, token_file)
+    job = api(lab, url, token_path, f"/api/v1/jobs/{jobid}")
+    if as_json:
+        print_json(job)
+        return
+    out.print(f"job [bold]{job['jobid']}[/] ({job['source']}), started {_when(job['start_ns'])} UTC, "
+              f"{'running' if job['active'] else 'ended'}")
+    for h in job["by_host"]:
+        out.print(f"  {h['host']}: ranks {', '.join(map(str, h['ranks'])) or '-'}, "
+                  f"pids {', '.join(str(p['pid']) for p in h['processes'])}")
+    t = Table(title=f"{len(job['flows'])} flows")
+    for col in ("host", "local", "peer", "remote", "sent", "received", "RTT", "retransmits", "cwnd", "state"):
+        t.add_column(col)
+    for f in job["flows"]:
+        t.add_row(f["host"], f["local"], f["peer"] or "?", f["remote"], _bits(f["tx_bps"]), _bits(f["rx_bps"]),
+                  "-" if f["rtt_us"] is None else f"{f['rtt_us'] / 1e3:.2f} ms",
+                  "-" if f["retransmits_total"] is None else str(int(f["retransmits_total"])),
+                  "-" if f["cwnd"] is None else str(int(f["cwnd"])), "active" if f["active"] else "ended")
+    out.print(t)
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def run(name: str = typer.Option(..., "--name", "-n", help="The job's name: how agents and the controller call it."),
+        run_id: str = typer.Option(None, "--run-id", help="This run's id (default: a new random one)."),
+        command: list[str] = typer.Argument(..., help="The command, after --.")) -> None:
+    """Run a command as job NAME (CLOCKFABRIC_JOB in its environment), passing signals and its exit status through."""
+    from clockfabric.workload.run import run as run_job
+
+    raise typer.Exit(run_job(name, command, run_id))

@@ -1,0 +1,78 @@
+"""Jobs and their flows as the controller answers for them, assembled from the newest sample of
+each process and flow that the agents' workload services pushed (storage's `latest`). Pure:
+the samples and the clock come in, dicts go out.
+
+A process or flow is active while its agent keeps reporting it (within `active_ns`); one that
+ended keeps its last values, marked inactive. A flow's peer is the host that reports the same
+connection from its own end (its key reversed), else the host whose address is the far end.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from clockfabric.controller.storage.base import Sample
+from clockfabric.workload.flows import parse_flow_label
+from clockfabric.workload.samples import FLOW_STATS
+
+PROCESS = "job_process"
+FLOW_SAMPLES = [f"job_flow_{stat}" for stat in FLOW_STATS]
+ACTIVE_NS = 10 * 10**9  # three missed pushes and some
+
+
+def processes_by_job(rows: Iterable[Sample], now_ns: int, active_ns: int = ACTIVE_NS) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for s in rows:
+        if jobid := s.labels.get("jobid"):
+            rank = s.labels.get("rank", "")
+            out[jobid].append({"host": s.host, "pid": int(s.labels.get("pid", 0) or 0),
+                               "rank": int(rank) if rank.isdigit() else None, "source": s.labels.get("source", ""),
+                               "run": s.labels.get("run", ""), "start_ns": int(s.value * 1e9), "t_ns": s.t_ns,
+                               "flows_visible": s.labels.get("visible", "1") == "1",
+                               "active": now_ns - s.t_ns < active_ns})
+    return out
+
+
+def summary(jobid: str, procs: list[dict]) -> dict:
+    """A job in a list: where it runs, its ranks, when it started, whether it still runs."""
+    return {"jobid": jobid, "source": procs[0]["source"], "hosts": sorted({p["host"] for p in procs}),
+            "ranks": sorted({p["rank"] for p in procs if p["rank"] is not None}),
+            "processes": sum(p["active"] for p in procs), "start_ns": min(p["start_ns"] for p in procs),
+            "last_seen_ns": max(p["t_ns"] for p in procs), "active": any(p["active"] for p in procs)}
+
+
+def flows_of(jobid: str, by_stat: dict[str, list[Sample]], addresses: dict[str, str], now_ns: int,
+             active_ns: int = ACTIVE_NS) -> list[dict]:
+    """Each flow of the job, one row per (reporting host, flow) with every stat; `addresses`: host by address."""
+    rows: dict[tuple[str, str], dict] = {}
+    for name, found in by_stat.items():
+        stat = name.removeprefix("job_flow_")
+        for s in found:
+            if s.labels.get("jobid") != jobid or (key := parse_flow_label(s.labels.get("flow", ""))) is None:
+                continue
+            row = rows.setdefault((s.host, s.labels["flow"]), {
+                "host": s.host, "flow": s.labels["flow"], "local": f"{key.local}:{key.lport}",
+                "remote": f"{key.remote}:{key.rport}", "peer": addresses.get(key.remote), "t_ns": 0,
+                **{k: None for k in FLOW_STATS}})
+            row[stat] = s.value
+            row["t_ns"] = max(row["t_ns"], s.t_ns)
+    reported = {}  # (local, remote) -> the host that reports it
+    for row in rows.values():
+        reported[(row["local"], row["remote"])] = row["host"]
+    for row in rows.values():
+        row["peer"] = reported.get((row["remote"], row["local"]), row["peer"])
+        row["active"] = now_ns - row["t_ns"] < active_ns
+    return sorted(rows.values(), key=lambda r: (not r["active"], r["host"], r["flow"]))
+
+
+def detail(jobid: str, procs: list[dict], flows: list[dict]) -> dict:
+    """One job whole: its hosts with their ranks and processes, and its flows."""
+    hosts: dict[str, dict] = {}
+    for p in sorted(procs, key=lambda p: (p["host"], p["pid"])):
+        h = hosts.setdefault(p["host"], {"host": p["host"], "ranks": [], "processes": [], "start_ns": p["start_ns"]})
+        if p["rank"] is not None and p["rank"] not in h["ranks"]:
+            h["ranks"].append(p["rank"])
+        h["processes"].append({k: p[k] for k in ("pid", "rank", "run", "start_ns", "active", "flows_visible")})
+        h["start_ns"] = min(h["start_ns"], p["start_ns"])
+    return {**summary(jobid, procs), "by_host": list(hosts.values()), "flows": flows}

@@ -1,0 +1,90 @@
+"""Per-flow TCP readings in, rates out; a flow's key as one label and back.
+
+A flow is a socket, not a 5-tuple: sock_diag's cookie names it, so a port reused by a new
+connection starts a new flow (its counters from zero) and never shows as a rate spike or a
+negative one. A flow missing from a reading has ended: it is reported once as ended, then
+forgotten. Rates need two readings of the same socket; the first gives none (None, not 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from clockfabric.traffic.steer_decide import FlowKey
+
+
+@dataclass(frozen=True)
+class SocketReading:
+    """One sock_diag reading of an established TCP socket, with its tcp_info."""
+
+    key: FlowKey
+    inode: int  # the socket's inode: /proc/PID/fd links name it, so it leads to the process
+    cookie: int  # the socket's identity
+    bytes_acked: int
+    bytes_received: int
+    retransmits: int  # tcpi_total_retrans: segments retransmitted over the socket's life
+    rtt_us: int  # smoothed
+    cwnd: int  # segments
+    delivery_rate_bps: float  # the kernel's estimate of the recent delivery rate, bits per second
+
+
+@dataclass(frozen=True)
+class FlowRates:
+    reading: SocketReading
+    tx_bps: float | None  # bytes acknowledged by the peer, as bits per second since the last reading
+    rx_bps: float | None  # bytes received from it
+    new_retransmits: int  # since the last reading
+
+    @property
+    def key(self) -> FlowKey:
+        return self.reading.key
+
+
+@dataclass(frozen=True)
+class _Last:
+    t_s: float
+    reading: SocketReading
+
+
+class FlowTracker:
+    """The last reading of each live socket: rates from the next one."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, _Last] = {}  # by cookie
+
+    def update(self, readings: Iterable[SocketReading], t_s: float) -> tuple[list[FlowRates], list[FlowKey]]:
+        """(each socket of this reading with its rates, the flows that ended since the last one)."""
+        out, seen = [], {}
+        for r in readings:
+            seen[r.cookie] = _Last(t_s, r)
+            before = self.last.get(r.cookie)
+            if before is None or before.reading.key != r.key or t_s <= before.t_s:
+                out.append(FlowRates(r, None, None, 0))
+                continue
+            dt = t_s - before.t_s
+            out.append(FlowRates(r, _rate(r.bytes_acked - before.reading.bytes_acked, dt),
+                                 _rate(r.bytes_received - before.reading.bytes_received, dt),
+                                 max(0, r.retransmits - before.reading.retransmits)))
+        ended = sorted(last.reading.key for cookie, last in self.last.items() if cookie not in seen)
+        self.last = seen
+        return out, ended
+
+
+def _rate(delta_bytes: int, dt_s: float) -> float | None:
+    return delta_bytes * 8 / dt_s if delta_bytes >= 0 else None
+
+
+def flow_label(key: FlowKey) -> str:
+    """"10.0.0.1:40000->10.0.1.1:5201": the flow's label value, local end first."""
+    return str(key)
+
+
+def parse_flow_label(text: str) -> FlowKey | None:
+    """A flow label back into its key; None for text that is not one."""
+    local, sep, remote = text.partition("->")
+    la, _, lp = local.rpartition(":")
+    ra, _, rp = remote.rpartition(":")
+    if not (sep and la and ra and lp.isdigit() and rp.isdigit()):
+        return None
+    return FlowKey(la, int(lp), ra, int(rp))

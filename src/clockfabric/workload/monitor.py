@@ -1,0 +1,111 @@
+"""Each update: the host's processes into jobs, its sockets into those jobs' flows, with rates.
+
+Where a process lives decides what we can see of it. The agent runs in the host's network
+namespace, and sock_diag answers for that namespace only:
+  - a process in our network namespace: its job, and its flows;
+  - one in a network namespace *and* a PID namespace of its own (a container): its job, marked
+    `visible=False`: its flows are not read from here (the job says how many such processes);
+  - one in another network namespace but our PID namespace is what `ip netns exec` makes: on
+    a lab, another host's processes. Not this host's: skipped.
+
+Cost: a process's job variables are read once (a young one again for a few seconds, as it may
+still exec with a new environment); only the job processes' fds are listed each update.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from clockfabric.traffic.steer_decide import FlowKey
+from clockfabric.workload.flows import FlowRates, FlowTracker, SocketReading
+from clockfabric.workload.jobs import Job, JobProcess, group, identify
+from clockfabric.workload.procfs import ProcFs
+
+YOUNG_S = 5.0  # a process this new is read again: `env X=1 cmd` and `ip netns exec` exec after we may look
+
+
+@dataclass(frozen=True)
+class JobFlow:
+    jobid: str
+    pid: int
+    rates: FlowRates
+
+
+@dataclass
+class WorkloadView:
+    """One update's jobs and their flows."""
+
+    jobs: dict[str, Job] = field(default_factory=dict)
+    flows: list[JobFlow] = field(default_factory=list)
+    ended: list[FlowKey] = field(default_factory=list)  # flows gone since the last update
+    other_flows: int = 0  # established flows of no job
+    flows_readable: bool = True  # False: sock_diag could not be read (jobs only)
+
+
+def owners(inodes_by_pid: dict[int, set[int]], job_of: dict[int, str]) -> dict[int, tuple[int, str]]:
+    """Socket inode -> (pid, job id). A socket shared by a parent and its children (fork keeps the
+    fds) goes to the lowest pid: the one that most likely made it."""
+    out: dict[int, tuple[int, str]] = {}
+    for pid in sorted(inodes_by_pid):
+        for inode in inodes_by_pid[pid]:
+            out.setdefault(inode, (pid, job_of[pid]))
+    return out
+
+
+def attribute(rates: list[FlowRates], owner: dict[int, tuple[int, str]]) -> tuple[list[JobFlow], int]:
+    """(the flows of jobs, how many flows belong to no job)."""
+    flows, other = [], 0
+    for r in rates:
+        if (found := owner.get(r.reading.inode)) is None:
+            other += 1
+        else:
+            flows.append(JobFlow(found[1], found[0], r))
+    return flows, other
+
+
+class WorkloadMonitor:
+    def __init__(self, proc: ProcFs, read_sockets: Callable[[], list[SocketReading]] | None,
+                 clock: Callable[[], float] = time.monotonic):
+        """`read_sockets`: the host's established TCP sockets (None where they cannot be read)."""
+        self.proc = proc
+        self.read_sockets = read_sockets
+        self.clock = clock
+        self.netns, self.pidns = proc.own_namespaces()
+        self.known: dict[int, tuple[float, JobProcess | None]] = {}  # by pid: its start, its job (or None)
+        self.tracker = FlowTracker()
+
+    def _classify(self, pid: int) -> tuple[float, JobProcess | None] | None:
+        """(its start, its job or None: no job, or not this host's); None if it is gone."""
+        facts = self.proc.process(pid)
+        if facts is None:
+            return None
+        tag = identify(facts.environ, facts.cgroup)
+        if tag is None or (facts.netns != self.netns and facts.pidns == self.pidns):
+            return facts.start_s, None
+        return facts.start_s, JobProcess(pid, tag, facts.start_s, visible=facts.netns == self.netns)
+
+    def processes(self) -> list[JobProcess]:
+        """This host's job processes now."""
+        now_s = time.time()
+        pids = set(self.proc.pids())
+        self.known = {pid: k for pid, k in self.known.items() if pid in pids}
+        for pid in pids:
+            before = self.known.get(pid)
+            if before is None or (before[1] is None and now_s - before[0] < YOUNG_S):
+                if (found := self._classify(pid)) is not None:
+                    self.known[pid] = found
+        return [p for _, p in self.known.values() if p is not None]
+
+    def update(self) -> WorkloadView:
+        procs = self.processes()
+        view = WorkloadView(jobs=group(procs))
+        if self.read_sockets is None:
+            view.flows_readable = False
+            return view
+        visible = [p for p in procs if p.visible]
+        inodes = {p.pid: self.proc.socket_inodes(p.pid) for p in visible}
+        rates, view.ended = self.tracker.update(self.read_sockets(), self.clock())
+        view.flows, view.other_flows = attribute(rates, owners(inodes, {p.pid: p.tag.jobid for p in visible}))
+        return view

@@ -1,0 +1,87 @@
+"""/proc, read for the workload monitor: which processes there are, the job variables and
+start time of each, its namespaces, and the sockets it holds. Every reading of a process that
+has just exited (or that we may not read) is None or empty, never an error: processes come
+and go between a listing and a read. `root` is /proc, or a test's recorded copy of one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from clockfabric.workload.jobs import parse_environ
+
+GONE = (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError)
+SOCKET_LINK = "socket:["
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    pid: int
+    environ: dict[str, str]  # only the variables jobs.py reads
+    cgroup: str
+    start_s: float  # seconds since the epoch
+    netns: int  # network namespace inode
+    pidns: int  # PID namespace inode
+
+
+class ProcFs:
+    def __init__(self, root: str | Path = "/proc"):
+        self.root = Path(root)
+        self.boot_s = self._boot_time()
+        self.ticks = os.sysconf("SC_CLK_TCK")
+
+    def _boot_time(self) -> float:
+        for line in (self.root / "stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+        raise OSError(f"no btime in {self.root / 'stat'}")
+
+    def pids(self) -> list[int]:
+        return [int(name) for name in os.listdir(self.root) if name.isdigit()]
+
+    def own_namespaces(self) -> tuple[int, int]:
+        """(network, PID) namespace inodes of this process: what "ours" is."""
+        return self._ns(self.root / "self", "net"), self._ns(self.root / "self", "pid")
+
+    @staticmethod
+    def _ns(proc: Path, kind: str) -> int:
+        link = os.readlink(proc / "ns" / kind)  # "net:[4026531840]"
+        return int(link[link.index("[") + 1:-1])
+
+    def process(self, pid: int) -> ProcessFacts | None:
+        proc = self.root / str(pid)
+        try:
+            environ = parse_environ((proc / "environ").read_bytes())
+            cgroup = (proc / "cgroup").read_text()
+            stat = (proc / "stat").read_text()
+            netns, pidns = self._ns(proc, "net"), self._ns(proc, "pid")
+        except GONE:
+            return None
+        # the command name (field 2) may hold spaces and parentheses: count fields after its last ')'
+        start_ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+        return ProcessFacts(pid, environ, cgroup, self.boot_s + start_ticks / self.ticks, netns, pidns)
+
+    def netns(self, pid: int) -> int | None:
+        try:
+            return self._ns(self.root / str(pid), "net")
+        except GONE:
+            return None
+
+    def socket_inodes(self, pid: int) -> set[int]:
+        """The inodes of the sockets among the process's open files."""
+        fds = self.root / str(pid) / "fd"
+        try:
+            names = os.listdir(fds)
+        except GONE:
+            return set()
+        out = set()
+        for name in names:
+            try:
+                link = os.readlink(fds / name)
+            except GONE:
+                continue
+            if link.startswith(SOCKET_LINK):
+                out.add(int(link[len(SOCKET_LINK):-1]))
+        return out

@@ -1,0 +1,64 @@
+"""A workload view as the agent hands it on: samples for the controller's push, and the
+state the agent publishes (which its /metrics reads).
+
+Samples, each labelled with `jobid` (never `job`: Prometheus owns that label):
+  job_process             one per process; value: its start (s since the epoch); labels pid, rank, source, run
+  job_flow_<stat>         one per flow and stat (FLOW_STATS); label flow: "local:port->remote:port"
+A flow's rates appear from its second reading on.
+"""
+
+from __future__ import annotations
+
+from clockfabric.workload.flows import flow_label
+from clockfabric.workload.monitor import JobFlow, WorkloadView
+
+# name -> how to read it from a flow; None values are left out
+FLOW_STATS = {
+    "tx_bps": lambda f: f.rates.tx_bps,
+    "rx_bps": lambda f: f.rates.rx_bps,
+    "rtt_us": lambda f: f.rates.reading.rtt_us,
+    "retransmits_total": lambda f: f.rates.reading.retransmits,
+    "cwnd": lambda f: f.rates.reading.cwnd,
+    "delivery_bps": lambda f: f.rates.reading.delivery_rate_bps,
+}
+
+
+def push_samples(view: WorkloadView) -> list[dict]:
+    out = []
+    for job in view.jobs.values():
+        for p in job.processes:
+            labels = {"jobid": job.jobid, "pid": str(p.pid), "rank": "" if p.tag.rank is None else str(p.tag.rank),
+                      "source": job.source, "run": p.tag.run, "visible": "1" if p.visible else "0"}
+            out.append({"name": "job_process", "value": p.start_s, "labels": labels})
+    for f in view.flows:
+        labels = {"jobid": f.jobid, "flow": flow_label(f.rates.key)}
+        for stat, read in FLOW_STATS.items():
+            if (value := read(f)) is not None:
+                out.append({"name": f"job_flow_{stat}", "value": float(value), "labels": labels})
+    return out
+
+
+def flow_state(f: JobFlow) -> dict:
+    r = f.rates.reading
+    return {"jobid": f.jobid, "pid": f.pid, "flow": flow_label(r.key), "tx_bps": f.rates.tx_bps,
+            "rx_bps": f.rates.rx_bps, "bytes_acked": r.bytes_acked, "bytes_received": r.bytes_received,
+            "retransmits": r.retransmits, "rtt_us": r.rtt_us, "cwnd": r.cwnd, "delivery_bps": r.delivery_rate_bps}
+
+
+def state(view: WorkloadView) -> dict:
+    """The view as published state (JSON)."""
+    return {
+        "jobs": [{"jobid": j.jobid, "source": j.source, "ranks": j.ranks, "runs": j.runs, "start_s": j.start_s,
+                  "pids": [p.pid for p in j.processes], "hidden_processes": j.hidden} for j in view.jobs.values()],
+        "flows": [flow_state(f) for f in view.flows],
+        "ended_flows": [flow_label(k) for k in view.ended],
+        "other_flows": view.other_flows,
+        "flows_readable": view.flows_readable,
+    }
+
+
+def summary(view: WorkloadView) -> dict:
+    """A push's agent info: counts, and what could not be seen."""
+    return {"jobs": len(view.jobs), "job_flows": len(view.flows), "other_flows": view.other_flows,
+            "flows_readable": view.flows_readable,
+            "hidden_processes": sum(j.hidden for j in view.jobs.values())}

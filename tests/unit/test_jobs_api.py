@@ -1,0 +1,102 @@
+"""The controller's jobs API: what two agents' workload services push becomes one job with both
+hosts, its ranks and start, and its flows with peers matched end to end; paging; jobs that end."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from clockfabric.controller.app import create_app
+from clockfabric.controller.fleet import Fleet
+from clockfabric.controller.storage.sqlite import SqliteStorage
+
+TOKEN = "t" * 32
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+T0 = 1_800_000_000 * 10**9
+
+
+class Clock:
+    def __init__(self):
+        self.now = T0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def env(tmp_path):
+    storage = SqliteStorage(tmp_path / "c.db")
+    clock = Clock()
+    fleet = Fleet(storage, hosts=["h1", "h2", "h3"], clock=clock)
+    with TestClient(create_app(fleet, TOKEN, tick_s=3600)) as client:
+        yield client, clock
+    storage.close()
+
+
+def process(jobid, pid, rank, start_s=1_799_999_000.0):
+    return {"name": "job_process", "value": start_s, "labels": {"jobid": jobid, "pid": str(pid), "rank": str(rank),
+                                                                "source": "clockfabric", "run": "r1", "visible": "1"}}
+
+
+def flow(jobid, label, **stats):
+    return [{"name": f"job_flow_{k}", "value": v, "labels": {"jobid": jobid, "flow": label}} for k, v in stats.items()]
+
+
+def push(client, host, address, samples):
+    r = client.post("/api/v1/push", headers=AUTH, json={"host": host, "boot": "b", "info": {"address": address},
+                                                          "samples": samples})
+    assert r.status_code == 200, r.text
+
+
+def get(client, path, **params):
+    r = client.get(path, headers=AUTH, params=params)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_job_on_two_hosts_with_a_flow_between_them(env):
+    client, clock = env
+    push(client, "h1", "10.0.0.1", [process("J", 100, 0, start_s=1_799_999_500.0), *flow(
+        "J", "10.1.0.2:40000->10.0.0.2:5201", tx_bps=8e8, rx_bps=1e4, rtt_us=150, retransmits_total=2, cwnd=40,
+        delivery_bps=9e8)])
+    push(client, "h2", "10.0.0.2", [process("J", 200, 1), *flow("J", "10.0.0.2:5201->10.1.0.2:40000",
+                                                                 tx_bps=1e4, rx_bps=8e8, rtt_us=90)])
+    listed = get(client, "/api/v1/jobs")
+    assert listed["next"] is None
+    [job] = listed["items"]
+    assert job["jobid"] == "J" and job["hosts"] == ["h1", "h2"] and job["ranks"] == [0, 1]
+    assert job["start_ns"] == 1_799_999_000 * 10**9 and job["active"] and job["processes"] == 2
+    shown = get(client, "/api/v1/jobs/J")
+    assert [h["host"] for h in shown["by_host"]] == ["h1", "h2"] and shown["by_host"][1]["ranks"] == [1]
+    by_host = {f["host"]: f for f in shown["flows"]}
+    # h1's source address is a NIC's, not its host address: the peer is found by the reversed key
+    assert by_host["h1"]["peer"] == "h2" and by_host["h2"]["peer"] == "h1"
+    assert by_host["h1"]["tx_bps"] == 8e8 and by_host["h1"]["rtt_us"] == 150 and by_host["h1"]["cwnd"] == 40
+    assert by_host["h1"]["retransmits_total"] == 2 and by_host["h2"]["cwnd"] is None
+
+
+def test_a_peer_without_an_agent_is_named_by_its_address(env):
+    client, _ = env
+    push(client, "h1", "10.0.0.1", [process("J", 100, 0), *flow("J", "10.0.0.1:40000->10.0.0.3:22", tx_bps=1.0)])
+    push(client, "h3", "10.0.0.3", [])
+    assert get(client, "/api/v1/jobs/J")["flows"][0]["peer"] == "h3"
+
+
+def test_jobs_page_by_id_and_ended_jobs_stay_marked_ended(env):
+    client, clock = env
+    push(client, "h1", "10.0.0.1", [process(f"job{i}", 100 + i, 0) for i in range(5)])
+    clock.now += 60 * 10**9
+    push(client, "h2", "10.0.0.2", [process("job4", 300, 1)])
+    first = get(client, "/api/v1/jobs", limit=2)
+    assert [j["jobid"] for j in first["items"]] == ["job0", "job1"] and first["next"] == "job1"
+    rest = get(client, "/api/v1/jobs", after=first["next"], limit=10)
+    assert [j["jobid"] for j in rest["items"]] == ["job2", "job3", "job4"] and rest["next"] is None
+    assert [j["active"] for j in rest["items"]] == [False, False, True]
+    assert [j["jobid"] for j in get(client, "/api/v1/jobs", active_only=True)["items"]] == ["job4"]
+
+
+def test_an_unknown_job_is_404_and_the_routes_want_the_token(env):
+    client, _ = env
+    assert client.get("/api/v1/jobs/nope", headers=AUTH).status_code == 404
+    assert client.get("/api/v1/jobs").status_code == 401
+    assert client.get("/api/v1/jobs/J").status_code == 401

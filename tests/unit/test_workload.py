@@ -1,0 +1,214 @@
+"""Workload monitoring on recorded /proc trees and sock_diag readings: which job a process is in,
+its flows, their rates; ended flows, reused ports, processes in other namespaces."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from clockfabric.traffic.steer_decide import FlowKey
+from clockfabric.workload import samples
+from clockfabric.workload.flows import FlowTracker, SocketReading, flow_label, parse_flow_label
+from clockfabric.workload.jobs import JobProcess, JobTag, group, identify, parse_environ, pod_uid
+from clockfabric.workload.monitor import WorkloadMonitor
+from clockfabric.workload.procfs import ProcFs
+
+NETNS, PIDNS, OTHER_NETNS, OTHER_PIDNS = 4026531840, 4026531836, 4026532999, 4026532888
+BTIME = 1_700_000_000
+CGROUP_POD = ("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_"
+              "b5c6d7e8f901.slice/cri-containerd-0123.scope\n")
+
+
+# ---- a recorded /proc ----------------------------------------------------------------------------
+def fake_proc(root: Path, processes: dict[int, dict]) -> Path:
+    """/proc as the monitor reads it: stat (btime), self/ns, and per pid environ, cgroup, stat, ns, fd."""
+    root.mkdir(exist_ok=True)
+    (root / "stat").write_text(f"cpu  1 2 3\nbtime {BTIME}\n")
+    _ns(root / "self", NETNS, PIDNS)
+    for pid, p in processes.items():
+        d = root / str(pid)
+        d.mkdir()
+        (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in p.get("env", {}).items()) + b"\0")
+        (d / "cgroup").write_text(p.get("cgroup", "0::/user.slice\n"))
+        ticks = int(p.get("start_after_boot_s", 100) * os.sysconf("SC_CLK_TCK"))
+        fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 30
+        (d / "stat").write_text(f"{pid} (py (worker) 1) " + " ".join(fields) + "\n")
+        _ns(d, p.get("netns", NETNS), p.get("pidns", PIDNS))
+        (d / "fd").mkdir()
+        for fd, inode in enumerate(p.get("sockets", [])):
+            os.symlink(f"socket:[{inode}]", d / "fd" / str(fd + 3))
+        os.symlink("/dev/null", d / "fd" / "0")
+    return root
+
+
+def _ns(d: Path, net: int, pid: int) -> None:
+    (d / "ns").mkdir(parents=True)
+    os.symlink(f"net:[{net}]", d / "ns" / "net")
+    os.symlink(f"pid:[{pid}]", d / "ns" / "pid")
+
+
+def reading(lport: int, rport: int, inode: int, cookie: int, acked: int = 0, received: int = 0, retrans: int = 0):
+    return SocketReading(FlowKey("10.0.0.1", lport, "10.0.1.1", rport), inode, cookie, acked, received, retrans,
+                         120, 10, 1e9)
+
+
+# ---- which job ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("environ, cgroup, expected", [
+    ({"CLOCKFABRIC_JOB": "train7", "RANK": "3", "CLOCKFABRIC_JOB_RUN": "r1"}, "",
+     JobTag("train7", "clockfabric", 3, "r1")),
+    ({"SLURM_JOB_ID": "4242", "SLURM_PROCID": "5"}, "", JobTag("slurm:4242", "slurm", 5)),
+    ({"TORCHELASTIC_RUN_ID": "abc", "RANK": "0"}, "", JobTag("torchelastic:abc", "torchelastic", 0)),
+    ({"CLOCKFABRIC_JOB": "named", "SLURM_JOB_ID": "1"}, "", JobTag("named", "clockfabric")),  # explicit wins
+    ({"RANK": "x"}, CGROUP_POD, JobTag("kubernetes:1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901", "kubernetes")),
+    ({"RANK": "2"}, "0::/user.slice/session-1.scope\n", None),
+    ({"SLURM_JOB_ID": "  "}, "", None),
+])
+def test_a_process_is_placed_in_its_job_by_environment_or_cgroup(environ, cgroup, expected):
+    assert identify(environ, cgroup) == expected
+
+
+def test_environ_keeps_only_the_job_variables():
+    data = b"PATH=/bin\0RANK=1\0SLURM_JOB_ID=9\0EMPTY\0X=a=b\0"
+    assert parse_environ(data) == {"RANK": "1", "SLURM_JOB_ID": "9"}
+
+
+def test_pod_uid_from_cgroupfs_paths_too():
+    assert pod_uid("11:memory:/kubepods/burstable/pod0a1b2c3d-0000-1111-2222-333344445555/c0ffee\n") \
+        == "0a1b2c3d-0000-1111-2222-333344445555"
+    assert pod_uid("0::/system.slice/docker-abc.scope") is None
+
+
+def test_processes_group_into_jobs_with_their_ranks_and_first_start():
+    procs = [JobProcess(30, JobTag("a", "clockfabric", 1), 50.0), JobProcess(10, JobTag("a", "clockfabric", 0), 60.0),
+             JobProcess(20, JobTag("slurm:1", "slurm", None), 70.0, visible=False)]
+    jobs = group(procs)
+    assert list(jobs) == ["a", "slurm:1"]
+    assert [p.pid for p in jobs["a"].processes] == [10, 30]
+    assert jobs["a"].ranks == [0, 1] and jobs["a"].start_s == 50.0
+    assert jobs["slurm:1"].ranks == [] and jobs["slurm:1"].hidden == 1
+
+
+# ---- flows ----------------------------------------------------------------------------------------
+def test_rates_come_from_the_second_reading_of_the_same_socket():
+    t = FlowTracker()
+    first, ended = t.update([reading(40000, 5201, 11, cookie=1, acked=1000)], 10.0)
+    assert first[0].tx_bps is None and ended == []
+    second, _ = t.update([reading(40000, 5201, 11, cookie=1, acked=1000 + 125_000, received=500, retrans=3)], 10.5)
+    assert second[0].tx_bps == pytest.approx(2e6) and second[0].rx_bps == pytest.approx(8000)
+    assert second[0].new_retransmits == 3
+
+
+def test_a_reused_port_is_a_new_flow_not_a_negative_rate():
+    t = FlowTracker()
+    t.update([reading(40000, 5201, 11, cookie=1, acked=10**9)], 1.0)
+    after, ended = t.update([reading(40000, 5201, 12, cookie=2, acked=100)], 2.0)
+    assert after[0].tx_bps is None  # a new socket: no rate until its second reading
+    assert ended == [FlowKey("10.0.0.1", 40000, "10.0.1.1", 5201)]  # the old one ended
+
+
+def test_an_ended_flow_is_reported_once_then_forgotten():
+    t = FlowTracker()
+    t.update([reading(1, 2, 11, cookie=1), reading(3, 4, 12, cookie=2)], 1.0)
+    _, ended = t.update([reading(3, 4, 12, cookie=2)], 2.0)
+    assert [k.lport for k in ended] == [1]
+    _, ended = t.update([reading(3, 4, 12, cookie=2)], 3.0)
+    assert ended == []
+
+
+def test_flow_labels_round_trip_and_refuse_garbage():
+    key = FlowKey("10.0.0.1", 40000, "10.0.1.1", 5201)
+    assert flow_label(key) == "10.0.0.1:40000->10.0.1.1:5201"
+    assert parse_flow_label(flow_label(key)) == key
+    assert parse_flow_label("10.0.0.1:x->10.0.1.1:5201") is None and parse_flow_label("nonsense") is None
+
+
+# ---- the monitor on a recorded /proc --------------------------------------------------------------
+@pytest.fixture
+def proc(tmp_path):
+    return fake_proc(tmp_path / "proc", {
+        100: {"env": {"CLOCKFABRIC_JOB": "J", "RANK": "0"}, "sockets": [11, 12], "start_after_boot_s": 10},
+        101: {"env": {"CLOCKFABRIC_JOB": "J", "RANK": "1"}, "sockets": [13], "start_after_boot_s": 20},
+        102: {"env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [11]},  # a forked worker sharing its parent's socket
+        200: {"env": {"SLURM_JOB_ID": "77", "SLURM_PROCID": "4"}, "netns": OTHER_NETNS, "pidns": OTHER_PIDNS},
+        300: {"env": {"CLOCKFABRIC_JOB": "elsewhere"}, "netns": OTHER_NETNS, "sockets": [14]},  # another lab host
+        400: {"env": {"PATH": "/bin"}, "sockets": [15]},
+    })
+
+
+def test_procfs_reads_start_time_namespaces_and_sockets(proc):
+    fs = ProcFs(proc)
+    facts = fs.process(100)
+    assert facts.start_s == pytest.approx(BTIME + 10)
+    assert facts.environ == {"CLOCKFABRIC_JOB": "J", "RANK": "0"} and facts.netns == NETNS
+    assert fs.socket_inodes(100) == {11, 12}
+    assert fs.process(999) is None and fs.socket_inodes(999) == set()  # gone: nothing, no error
+
+
+def test_monitor_maps_sockets_to_processes_to_jobs(proc):
+    readings = [reading(1, 2, 11, 1, acked=0), reading(3, 4, 13, 2), reading(5, 6, 15, 3), reading(7, 8, 14, 4)]
+    clock = iter([1.0, 2.0])
+    mon = WorkloadMonitor(ProcFs(proc), lambda: readings, clock=lambda: next(clock))
+    view = mon.update()
+    assert sorted(view.jobs) == ["J", "slurm:77"]  # "elsewhere" is another namespace's (lab host's) job
+    assert view.jobs["J"].ranks == [0, 1] and view.jobs["J"].start_s == pytest.approx(BTIME + 10)
+    assert view.jobs["slurm:77"].hidden == 1  # in a container: its flows are not visible here
+    assert {(f.jobid, f.pid, f.rates.reading.inode) for f in view.flows} == {("J", 100, 11), ("J", 101, 13)}
+    assert view.other_flows == 2  # the plain process's and the other namespace's socket
+    readings[0] = reading(1, 2, 11, 1, acked=1_000_000)
+    view = mon.update()
+    rates = {f.rates.reading.inode: f.rates.tx_bps for f in view.flows}
+    assert rates[11] == pytest.approx(8e6) and rates[13] == 0
+
+
+def test_a_job_that_exits_leaves_the_view(proc):
+    mon = WorkloadMonitor(ProcFs(proc), lambda: [])
+    assert "J" in mon.update().jobs
+    for pid in (100, 101, 102):
+        os.rename(proc / str(pid), proc / f"gone{pid}")
+    assert "J" not in mon.update().jobs
+
+
+def test_without_sock_diag_jobs_are_still_reported(proc):
+    view = WorkloadMonitor(ProcFs(proc), None).update()
+    assert "J" in view.jobs and not view.flows_readable and view.flows == []
+
+
+def test_push_samples_label_by_jobid_and_flow_never_job(proc):
+    clock = iter([1.0, 2.0])
+    readings = [reading(1, 2, 11, 1)]
+    mon = WorkloadMonitor(ProcFs(proc), lambda: readings, clock=lambda: next(clock))
+    first = samples.push_samples(mon.update())
+    assert not [s for s in first if s["name"] == "job_flow_tx_bps"]  # no rate from one reading
+    out = samples.push_samples(mon.update())
+    assert all("job" not in s["labels"] for s in out)
+    procs = [s for s in out if s["name"] == "job_process"]
+    assert {s["labels"]["pid"] for s in procs} == {"100", "101", "102", "200"}
+    tx = [s for s in out if s["name"] == "job_flow_tx_bps"]
+    assert tx == [{"name": "job_flow_tx_bps", "value": 0.0,
+                   "labels": {"jobid": "J", "flow": "10.0.0.1:1->10.0.1.1:2"}}]
+
+
+# ---- the agent's service and its /metrics ---------------------------------------------------------
+def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypatch):
+    from clockfabric.agent.metrics import workload_metrics
+    from clockfabric.agent.services import workload as service
+
+    readings = [reading(1, 2, 11, 1, acked=0)]
+    monkeypatch.setattr(service, "ProcFs", lambda: ProcFs(proc))
+    monkeypatch.setattr(service, "KernelSockets", lambda: lambda: readings)
+    svc = service.Workload(ctx=None)
+    svc.tick(0)
+    readings[0] = reading(1, 2, 11, 1, acked=125_000)
+    svc.tick(0)
+    state = svc.report()
+    assert [j["jobid"] for j in state["workload"]["jobs"]] == ["J", "slurm:77"]
+    assert state["workload"]["flows"][0]["tx_bps"] > 0
+    snap = svc.snapshot()
+    assert snap.info["workload"]["jobs"] == 2 and snap.info["workload"]["hidden_processes"] == 1
+    assert {s["name"] for s in snap.samples} >= {"job_process", "job_flow_tx_bps", "job_flow_rtt_us"}
+    metrics = workload_metrics({"host": "h0", **state})
+    assert all("job" not in m.labels for m in metrics)
+    rtt = [m for m in metrics if m.name == "clockfabric_job_flow_rtt_seconds"]
+    assert rtt[0].labels == {"jobid": "J", "flow": "10.0.0.1:1->10.0.1.1:2"} and rtt[0].value == pytest.approx(120e-6)

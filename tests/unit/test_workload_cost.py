@@ -1,0 +1,34 @@
+"""The workload monitor on real processes with real sockets on loopback, read through /proc and
+sock_diag as the agent reads them: every job found, every flow of it attributed. (What it costs
+is `clockfabric bench workload-cost`'s to measure, not a test's.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from clockfabric.bench.workload_cost import jobs_running
+from clockfabric.workload.monitor import WorkloadMonitor
+from clockfabric.workload.procfs import ProcFs
+
+JOBS, CONNECTIONS = 4, 8  # each connection is two sockets of the job's process: 16 flows a job
+
+
+@pytest.fixture
+def sockets():
+    try:
+        from clockfabric.workload.sockets import KernelSockets
+        reader = KernelSockets()
+    except Exception as e:  # noqa: BLE001 - a sandbox without sock_diag
+        pytest.skip(f"no sock_diag here: {e}")
+    yield reader
+    reader.close()
+
+
+def test_4_jobs_of_16_flows_are_all_found(sockets):
+    with jobs_running(JOBS, CONNECTIONS, prefix="costtest") as names:
+        view = WorkloadMonitor(ProcFs(), sockets).update()
+    mine = {j for j in view.jobs if j in names}
+    assert mine == set(names)
+    flows = [f for f in view.flows if f.jobid in names]
+    assert len(flows) == JOBS * 2 * CONNECTIONS
+    assert {f.jobid for f in flows} == set(names)
