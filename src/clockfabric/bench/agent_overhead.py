@@ -34,7 +34,6 @@ from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
 from clockfabric.console import require_root
 from clockfabric.controller.on_lab import LabFleet
-from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build
 from clockfabric.lab.state import Lab
 from clockfabric.topology import leafspine

@@ -34,10 +34,10 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
-from clockfabric.console import require_root
 from clockfabric.collective import allreduce, expected_busbw_gbps
 from clockfabric.collective.expected import common_planes
 from clockfabric.collective.sizes import format_size, parse_size
+from clockfabric.console import require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build
 from clockfabric.lab.exec import command

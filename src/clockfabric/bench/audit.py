@@ -31,16 +31,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from clockfabric.bench import harness
-from clockfabric.bench.allreduce_vs_tcp import tcp_ring  # the same-run kernel TCP baseline
-from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
-from clockfabric.console import require_root
 from clockfabric.audit import expect
 from clockfabric.audit.bisect import ring_order
 from clockfabric.audit.gather import gather, lab_transport, specs
 from clockfabric.audit.registry import select
 from clockfabric.audit.run import audit
+from clockfabric.bench import harness
+from clockfabric.bench.allreduce_vs_tcp import tcp_ring  # the same-run kernel TCP baseline
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
 from clockfabric.collective.expected import expected_busbw_gbps
+from clockfabric.console import require_root
 from clockfabric.lab import build, impair
 from clockfabric.topology import format_rate, multirail, parse_rate
 

@@ -9,7 +9,6 @@ from rich.table import Table
 from clockfabric.bench import harness
 from clockfabric.console import out
 
-
 STEP = "1ms"
 
 

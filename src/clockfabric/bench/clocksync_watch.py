@@ -15,7 +15,6 @@ from clockfabric.clock.evaluate import ours_errors, read_states
 from clockfabric.lab import impair
 from clockfabric.lab.state import Lab
 
-
 BOUND_NS = 1_000.0  # "converged": |error| within 1 µs
 
 

@@ -12,7 +12,6 @@ from clockfabric.bench.harness import BENCHMARKS
 from clockfabric.console import print_json, progress_bar, require_root
 from clockfabric.errors import ClockfabricError
 
-
 # ---- collectives: all-reduce, all-to-all ------------------------------------------------------
 BUS_FORMULA = {"allreduce": "algbw * 2(n-1)/n", "alltoall": "algbw * (n-1)/n"}
 REDOP = {"allreduce": "sum", "alltoall": "none"}  # as nccl-tests prints them

@@ -54,7 +54,6 @@ from clockfabric.controller.storage.rows import dumps
 from clockfabric.controller.storage.sql import SqlStorage
 from clockfabric.controller.storage.sqlite import SqliteStorage
 
-
 HOSTS, PEERS, PATHS = 32, 25, 2
 NAMES = ("owd_p50_ns", "owd_p99_ns", "owd_min_ns", "loss_ratio", "probes_total")
 T0 = 1_700_000_000_000_000_000

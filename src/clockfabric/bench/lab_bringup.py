@@ -20,7 +20,6 @@ each lab namespace, after the lab's own devices and qdiscs are unregistered).
 from __future__ import annotations
 
 import math
-
 import os
 import signal
 import statistics
@@ -35,11 +34,6 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.console import require_root
-from clockfabric.errors import ClockfabricError
-from clockfabric.lab import build, netns
-from clockfabric.lab.naming import netns_name, netns_prefix
-from clockfabric.topology import Topology, multirail, routing_tables
 from clockfabric.bench.lab_bringup_baseline import (
     BenchError,
     baseline_down,
@@ -48,7 +42,11 @@ from clockfabric.bench.lab_bringup_baseline import (
     compare,
     fingerprint,
 )
-
+from clockfabric.console import require_root
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build, netns
+from clockfabric.lab.naming import netns_name, netns_prefix
+from clockfabric.topology import Topology, multirail, routing_tables
 
 OURS, BASE, PROBE = "bench-up-{}", "benchbase-{}", "benchprobe-{}"  # lab names; namespaces cf.<lab>.<node>
 OUR_PREFIXES = tuple(netns_prefix(p.format("")).rstrip(".") for p in (OURS, BASE, PROBE))  # cf.bench-up- ...

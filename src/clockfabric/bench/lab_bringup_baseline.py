@@ -8,7 +8,6 @@ import json
 import subprocess
 from collections.abc import Callable
 
-
 from clockfabric.lab import build, netns, shaping
 from clockfabric.lab.naming import link_alias, netns_name, netns_prefix
 from clockfabric.topology import Topology, interfaces, routing_tables

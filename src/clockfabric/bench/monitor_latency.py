@@ -56,25 +56,23 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.console import require_root
-from clockfabric.controller.on_lab import LabFleet
-from clockfabric.controller.token import read_token
-from clockfabric.errors import ClockfabricError
-from clockfabric.lab import build, impair
-from clockfabric.lab.state import Lab, lab_namespaces
-from clockfabric.topology import Link, leafspine
 from clockfabric.bench.monitor_latency_match import (
     MISSED_S,
-    Observer,
     POLL_S,
     SCRAPE_S,
     SLOW_SCRAPE,
+    Observer,
     Scraper,
     baseline,
     match,
     summarize,
 )
-
+from clockfabric.console import require_root
+from clockfabric.controller.on_lab import LabFleet
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build, impair
+from clockfabric.lab.state import Lab, lab_namespaces
+from clockfabric.topology import Link, leafspine
 
 LAB = "bench-mlat"
 LINKS = (("leaf0", "spine1"), ("leaf1", "spine0"), ("h1", "leaf0"), ("h2", "leaf1"))

@@ -16,7 +16,6 @@ from clockfabric.lab import netns
 from clockfabric.lab.state import Lab
 from clockfabric.topology import Link
 
-
 POLL_S = 0.02  # the observer's poll of the controller's API
 
 

@@ -39,14 +39,13 @@ from rich.table import Table
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.console import require_root
+from clockfabric.bench.transparent_trace import Elephants, Tracer, exposure, sh
 from clockfabric.clock.evaluate import read_states
+from clockfabric.console import require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
 from clockfabric.lab.state import Lab
 from clockfabric.topology import multirail
-from clockfabric.bench.transparent_trace import Elephants, Tracer, exposure, sh
-
 
 DEFAULT_JSON = RESULTS / "transparent.json"
 SCRIPT = Path("examples/ddp_train.py")

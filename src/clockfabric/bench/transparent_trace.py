@@ -9,13 +9,11 @@ import subprocess
 import threading
 import time
 
-
 from clockfabric.lab import job
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, interfaces
-
 
 ELEPHANT_PORT = 5400  # + pair index
 

@@ -14,8 +14,8 @@ from rich.table import Table
 from clockfabric.agent.agent import Agent
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
 from clockfabric.agent.on_lab import LabAgents
-from clockfabric.console import err, out, print_json, require_root
 from clockfabric.clock.evaluate import Sampler, read_states, since, summary
+from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
 from clockfabric.topology import load
