@@ -72,7 +72,7 @@ class LabAgents:
     def failed(self) -> list[str]:
         """Hosts whose agent exited, with the last line it wrote."""
         out = []
-        for h, p in zip(self.hosts, self.procs):
+        for h, p in zip(self.hosts, self.procs, strict=False):
             if p.poll() is not None:
                 text = self.log(h).read_text().strip().splitlines()
                 out.append(f"{h}: {text[-1] if text else f'exit {p.returncode}'}")

@@ -61,10 +61,10 @@ def pair_up(ctx: Context, hosts: list[str], plane: int) -> list[tuple[str, str]]
         by_leaf.setdefault(_leaf(ctx, h, plane), []).append(h)
     pairs, leftover = [], []
     for group in by_leaf.values():
-        pairs += list(zip(group[::2], group[1::2]))
+        pairs += list(zip(group[::2], group[1::2], strict=False))
         if len(group) % 2:
             leftover.append(group[-1])
-    pairs += list(zip(leftover[::2], leftover[1::2]))
+    pairs += list(zip(leftover[::2], leftover[1::2], strict=False))
     return pairs
 
 
@@ -88,7 +88,7 @@ def _test(ctx: Context, pairs: list[tuple[str, str]], plane: int, size: int | No
 
     local = [p for p in pairs if _leaf(ctx, p[0], plane) == _leaf(ctx, p[1], plane)]
     with ThreadPoolExecutor(max(1, min(PAIRS_AT_ONCE, len(local)))) as pool:
-        out = dict(zip(local, pool.map(one, local)))
+        out = dict(zip(local, pool.map(one, local), strict=True))
     return out | {p: one(p) for p in pairs if p not in out}
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 
-class Verdict(str, Enum):
+class Verdict(str, Enum):  # noqa: UP042 - a StrEnum would print "pass" where this prints "Verdict.PASS"
     PASS = "pass"
     SKIP = "skip"  # nothing to judge here (no GPU, no RDMA), with the reason
     WARN = "warn"

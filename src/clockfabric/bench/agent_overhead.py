@@ -66,7 +66,7 @@ def measure(lab: Lab, extra: list[str], settle_s: float, measure_s: float) -> di
     try:
         fleet.wait_pushing()
         time.sleep(settle_s)
-        pids = {h: p.pid for h, p in zip(fleet.agents.hosts, fleet.agents.procs)}
+        pids = {h: p.pid for h, p in zip(fleet.agents.hosts, fleet.agents.procs, strict=True)}
         before = {h: cpu_and_rss(pid) for h, pid in pids.items()}
         t0 = time.monotonic()
         time.sleep(measure_s)

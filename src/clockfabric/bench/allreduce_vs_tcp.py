@@ -137,7 +137,7 @@ def main(topology: Path = typer.Option(Path("examples/dualplane-8.yaml"), help="
             topo.default_rate_bps = parse_rate(rate)
     except (ClockfabricError, ValueError) as e:
         err.print(f"bad input: {e}")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     hosts = list(topo.hosts)
     planes = common_planes(topo, hosts)
     info = machine()

@@ -308,7 +308,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
             raise ValueError
     except ValueError:
         err.print("--sizes: host counts of at least 8 (e.g. 8,32); --scenarios: some of A,B,C,C+,D")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
     def on_term(*_):
         raise KeyboardInterrupt

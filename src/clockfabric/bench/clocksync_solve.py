@@ -203,7 +203,7 @@ def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, 
             raise ValueError
     except ValueError:
         err.print(f"--sizes {sizes!r}: give host counts above {PEERS}, comma-separated, e.g. --sizes 1000,100000")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     info = machine()
     results = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -63,7 +63,7 @@ def layout(hosts: int) -> tuple[list[str], list[tuple[str, str]]]:
     job_hosts = ["h0", "h1", f"h{half}", f"h{half + 1}"]
     rest0 = [f"h{i}" for i in range(2, half)]
     rest1 = [f"h{i}" for i in range(half + 2, hosts)]
-    return job_hosts, list(zip(rest0, rest1)) + list(zip(rest1, rest0))
+    return job_hosts, list(zip(rest0, rest1, strict=True)) + list(zip(rest1, rest0, strict=True))
 
 
 def clean(lab: Lab) -> None:

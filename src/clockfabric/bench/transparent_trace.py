@@ -128,7 +128,7 @@ class Tracer:
             self.last[host] = (now, *tx)
             if prev_tx and len(tx) == 2 and now > prev_tx[0]:
                 row.setdefault("nic_tx_mbps", {})[host] = [round((b - a) * 8 / (now - prev_tx[0]) / 1e6, 1)
-                                                           for a, b in zip(prev_tx[1:], tx)]
+                                                           for a, b in zip(prev_tx[1:], tx, strict=False)]
             for m in re.finditer(r"(\d+\.\d+\.\d+\.\d+):(\d+)\s+(\d+\.\d+\.\d+\.\d+):(\d+)(.*?)(?=\n\S|\Z)",
                                  conns, re.DOTALL):
                 lip, lport, pip, pport, info = m.groups()

@@ -110,7 +110,7 @@ def run_collective(lab: Lab, hosts: Sequence[str], options: CollectiveOptions = 
     argv = [sys.executable, "-m", "clockfabric.collective.worker", "--lab", lab.name, "--options", ours.to_json(),
             "--world", str(n), "--sizes", ",".join(map(str, sizes)), "--token", str(random.getrandbits(32)),
             "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else [])
-    for h, addrs in zip(hosts, addresses):
+    for h, addrs in zip(hosts, addresses, strict=True):
         argv += ["--peer", f"{h}={','.join(addrs)}"]
     try:
         records = _launch(lab, hosts, argv, len(sizes) * (options.warmup + options.iters), options.timeout_s,

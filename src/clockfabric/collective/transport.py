@@ -280,7 +280,7 @@ class Transport:
         held by the congestion window, and segments resent."""
         rows = []
         for peer, out in sorted(self.outbound.items()):
-            for i, (s, st) in enumerate(zip(out.socks, out.states)):
+            for i, (s, st) in enumerate(zip(out.socks, out.states, strict=True)):
                 try:
                     sport = s.getsockname()[1]
                 except OSError:
