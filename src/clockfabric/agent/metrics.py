@@ -25,7 +25,8 @@ def clock_metrics(state: dict) -> list[Metric]:
     if m := state.get("mapping"):
         out += [Metric("clockfabric_clock_offset_seconds", m["offset_ns"] * NS,
                        help="This host's clock minus global time, at the mapping's epoch"),
-                Metric("clockfabric_clock_drift_ratio", m["drift"], help="Rate of this clock against global time, minus 1"),
+                Metric("clockfabric_clock_drift_ratio", m["drift"],
+                       help="Rate of this clock against global time, minus 1"),
                 Metric("clockfabric_clock_uncertainty_seconds", m["uncertainty_ns"] * NS,
                        help="RMS residual of this host's probe edges in the network solve"),
                 Metric("clockfabric_clock_synced", float(m["synced"]), help="1 if tied to the reference clock")]

@@ -116,7 +116,8 @@ class Pusher(threading.Thread):
         return False
 
 
-def link_payload(watcher, after_seq: int, to_time: Callable[[int], tuple[int, bool]]) -> tuple[list[dict], list[dict], int]:
+def link_payload(watcher, after_seq: int,
+                 to_time: Callable[[int], tuple[int, bool]]) -> tuple[list[dict], list[dict], int]:
     """A LinkWatcher's news for the controller: transitions after `after_seq` as events (their
     time through `to_time`: real ns -> (ns to report, synced?)), every link's state as samples,
     and the last seq taken."""
@@ -137,5 +138,6 @@ def link_payload(watcher, after_seq: int, to_time: Callable[[int], tuple[int, bo
 
 def neighbour_samples(heard: dict[str, str | None]) -> list[dict]:
     """Each interface's LLDP neighbour ("" where none is heard: that withdraws an earlier one)."""
-    return [{"name": "lldp_neighbour", "value": float(bool(seen)), "labels": {"device": device, "neighbour": seen or ""}}
+    return [{"name": "lldp_neighbour", "value": float(bool(seen)),
+             "labels": {"device": device, "neighbour": seen or ""}}
             for device, seen in heard.items()]

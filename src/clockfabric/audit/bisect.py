@@ -20,7 +20,9 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology
 
 SUBFLOWS = 1  # as the per-plane ring it bisects
-PAIRS_AT_ONCE = 4  # on a lab every pair's workers share the machine's CPUs: 16 pairs at once read 0.78 on a clean 32-host lab
+# on a lab every pair's workers share the machine's CPUs: 16 pairs at once read 0.78 on a clean
+# 32-host lab
+PAIRS_AT_ONCE = 4
 # a pair's all-reduce is 2 steps, each this many ring steps long (400 ms by default): on a clean
 # 5 Mbit/s lab, pairs with 100 ms steps read 0.79-0.94 of expected, with 400 ms ones 0.90-0.93
 PAIR_STEPS = 16

@@ -65,7 +65,8 @@ class CheckResult:
 
     def as_dict(self) -> dict:
         return {"id": self.id, "category": self.category, "title": self.title, "verdict": self.verdict.value,
-                "summary": self.summary, "fix": self.fix if self.verdict.rank else "", "seconds": round(self.seconds, 3),
+                "summary": self.summary, "fix": self.fix if self.verdict.rank else "",
+                "seconds": round(self.seconds, 3),
                 "findings": [f.as_dict() for f in self.findings]}
 
 

@@ -1,5 +1,6 @@
-"""`clockfabric bench allreduce-vs-tcp`: all-reduce busbw on a dual-plane lab: 1, 2, 4, 8 subflows per peer pair, ring and hier,
-against what link rates allow and against what kernel TCP alone carries, in the same run.
+"""`clockfabric bench allreduce-vs-tcp`: all-reduce busbw on a dual-plane lab: 1, 2, 4, 8
+subflows per peer pair, ring and hier, against what link rates allow and against what kernel
+TCP alone carries, in the same run.
 
 The lab (default examples/dualplane-8.yaml: 8 hosts, 2 planes, 2 leaves x 2 spines per
 plane, 100 Mbit/s links) is brought up by this script and always taken down. For each

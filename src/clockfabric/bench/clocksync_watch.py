@@ -235,7 +235,8 @@ class Watch:
         others_all = [abs(e) for _, real, h, e in self.errors if h != host and real >= step_real_ns]
         return {"reconverged_s": settled, "first_under_1us_s": first_under,
                 "others_after_step": {k: v for k, v in zip(("p50_ns", "p99_ns", "max_ns"),
-                                      np.percentile(others_all, [50, 99, 100]).tolist(), strict=True)} if others_all else None,
+                                                           np.percentile(others_all, [50, 99, 100]).tolist(),
+                                                           strict=True)} if others_all else None,
                 "max_error_after_step_ns": max(abs(e) for _, e in mine),
                 "others_max_error_10s_before_ns": max(others_before, default=None),
                 "others_max_error_10s_after_ns": max(others_after, default=None),

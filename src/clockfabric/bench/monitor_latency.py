@@ -141,7 +141,8 @@ def report(summary: dict, notes: list[str]) -> dict:
                               ms(x["max_s"]), str(x["missed"]),
                               f"{ms(x['stamp_error']['p50_s'])} / {ms(x['stamp_error']['max_s'])}", "")
         table.add_row(f"  {kind}: baseline, 1 s scrape", str(row["transitions"]), ms(b1["p50_s"]), ms(b1["p99_s"]),
-                      ms(b1["max_s"]), str(b1["missed"]), "", "-" if r1 is None else f"{r1:.1f}× ours", end_section=False)
+                      ms(b1["max_s"]), str(b1["missed"]), "", "-" if r1 is None else f"{r1:.1f}× ours",
+                      end_section=False)
         table.add_row(f"  {kind}: baseline, 15 s scrape (derived)", f"{b15['samples']} (x phases)", ms(b15["p50_s"]),
                       ms(b15["p99_s"]), ms(b15["max_s"]), str(b15["missed"]), "",
                       "-" if r15 is None else f"{r15:.1f}× ours", end_section=kind != "all")

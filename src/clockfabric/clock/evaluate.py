@@ -117,7 +117,8 @@ class Sampler:
         for h, e in ntp_errors(states, clocks, self.reference).items():
             if h != self.reference and e is not None:
                 self.ntp.append((t, h, e))
-        if self.converged_s is None and others and all(e is not None and abs(e) <= self.bound_ns for e in others.values()):
+        if (self.converged_s is None and others
+                and all(e is not None and abs(e) <= self.bound_ns for e in others.values())):
             self.converged_s = t
         return errors
 

@@ -60,7 +60,8 @@ class _Socket:
 
 
 class ProbeEngine(threading.Thread):
-    def __init__(self, address: str, hosts: dict[str, str], probed: list[str], *, rails: list[str | None], ports: int = 4,
+    def __init__(self, address: str, hosts: dict[str, str], probed: list[str], *, rails: list[str | None],
+                 ports: int = 4,
                  base_port: int = 7300, interval_s: float = 0.2, gap_ns: int = 10_000,
                  local_ns: Callable[[int], int] = lambda t: t, seed: int | None = None):
         super().__init__(name="probe-engine", daemon=True)

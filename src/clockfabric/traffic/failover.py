@@ -175,7 +175,8 @@ class Failover(threading.Thread):
         if not up:
             if not self.isolated:
                 self.isolated = True
-                self._record(Decision(now, "isolated", "", (), "every NIC of this host is down; routes left as they are"))
+                self._record(Decision(now, "isolated", "", (),
+                                      "every NIC of this host is down; routes left as they are"))
             return
         if self.isolated:
             self.isolated = False

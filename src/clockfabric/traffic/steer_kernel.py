@@ -40,7 +40,8 @@ class FlowReader:
 
     def read(self) -> list[FlowSample]:
         if threading.get_ident() != self.thread and _netns_here() != self.netns:
-            raise RuntimeError("FlowReader.read() from another thread, in another network namespace than it was made in")
+            raise RuntimeError("FlowReader.read() from another thread, "
+                               "in another network namespace than it was made in")
         inet_diag_info = 2
         msgs = self.ds.get_sock_stats(family=socket.AF_INET, states=1 << 1, extensions=1 << (inet_diag_info - 1))
         out = []

@@ -94,7 +94,8 @@ def run(ctx: Context) -> Outcome:
             plane = r["planes"][0]
             slow = slow_nics(ctx, hosts, plane, fixed)
             slow_hosts |= {h for h, _ in slow}
-            findings += [Finding(Verdict.FAIL, f"slow on plane {plane}: pair all-reduce at {e['ratio']:.0%} of expected",
+            findings += [Finding(Verdict.FAIL,
+                                 f"slow on plane {plane}: pair all-reduce at {e['ratio']:.0%} of expected",
                                  host=h, device=nic, evidence=e) for (h, nic), e in slow.items()]
             if not slow:
                 findings.append(Finding(Verdict.FAIL, f"plane {plane}: ring at {r['ratio']:.0%} of expected while "

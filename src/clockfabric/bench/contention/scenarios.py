@@ -54,7 +54,8 @@ def _elephants(lab: Lab) -> list[subprocess.Popen]:
     if ended := [p for p in procs if p.poll() is not None]:
         stop(procs)
         raise ClockfabricError(f"an iperf3 elephant flow exited at once (exit code {ended[0].returncode}); does this "
-                               f"kernel offer TCP {ELEPHANT_CONGESTION}? (sysctl net.ipv4.tcp_available_congestion_control)")
+                               f"kernel offer TCP {ELEPHANT_CONGESTION}? "
+                               "(sysctl net.ipv4.tcp_available_congestion_control)")
     return procs
 
 

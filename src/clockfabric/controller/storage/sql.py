@@ -190,7 +190,8 @@ class SqlStorage(ABC):
         if not samples:
             return 0
         with self._write() as cur:
-            values = [rows.sample_values(s, id_) for s, id_ in zip(samples, self._sample_ids(cur, len(samples)), strict=True)]
+            ids = self._sample_ids(cur, len(samples))
+            values = [rows.sample_values(s, id_) for s, id_ in zip(samples, ids, strict=True)]
             self._insert_samples(cur, values)
             self._upsert_latest(cur, values)
         return len(values)
