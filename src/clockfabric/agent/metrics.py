@@ -63,7 +63,8 @@ class AgentMetrics:
         metrics = self.collectors.collect().metrics
         if (state := self.state()) is not None:
             metrics += clock_metrics(state)
-        families: dict[str, tuple[Family, list[str]]] = {}  # name -> family, its label names
+        # name -> family, its label names
+        families: dict[str, tuple[CounterMetricFamily | GaugeMetricFamily, list[str]]] = {}
         for m in metrics:
             labels = {"host": self.host, **m.labels}
             if m.name not in families:

@@ -58,7 +58,7 @@ err = Console(stderr=True)
 
 def nic_address(lab: Lab, host: str, plane: int) -> str:
     topo = lab.topology
-    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(plane).name)].address.ip)
+    return str(interfaces(topo)[Port(host, topo.hosts[host].nic_on(plane).name)].address.ip)
 
 
 def tcp_ring(lab: Lab, hosts: list[str], subflows: int, planes: list[int], seconds: float) -> dict:

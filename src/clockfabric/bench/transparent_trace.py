@@ -25,7 +25,7 @@ def sh(lab: Lab, host: str, cmd: str) -> str:
 
 def nic0(lab: Lab, host: str) -> str:
     topo = lab.topology
-    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(0).name)].address.ip)
+    return str(interfaces(topo)[Port(host, topo.hosts[host].nic_on(0).name)].address.ip)
 
 
 class Elephants:
@@ -79,7 +79,7 @@ def exposure(lab: Lab, j: job.Job, leaf_of: dict[str, str]) -> dict:
                 continue
             m = re.search(rf"^(\d+):.*sport {lport} dport {pport} ", rules, re.MULTILINE)
             if m and 19900 <= int(m.group(1)) < 19964:
-                plane = int(m.group(1)) - 19900
+                plane: int | None = int(m.group(1)) - 19900
             else:
                 route = sh(lab, host, f"ip route get {pip} from {lip} ipproto tcp sport {lport} dport {pport}")
                 dev = re.search(r" dev (\S+)", route)
@@ -96,7 +96,7 @@ class Tracer:
         self.lab, self.hosts, self.every_s = lab, hosts, every_s
         self.addr_host = {str(h.address): name for name, h in lab.topology.hosts.items()}
         self.hashed: dict[str, int | None] = {}
-        self.last: dict[str, tuple[float, int, int]] = {}
+        self.last: dict[str, tuple[float, ...]] = {}  # host or flow -> (when, its counters)
         self.samples: list[dict] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)

@@ -20,7 +20,7 @@ def leaf_groups(topo: Topology, hosts: Sequence[str], plane: int) -> list[list[s
     """hosts grouped by the switch their NIC on plane is cabled to, in order of first appearance."""
     groups: dict[str, list[str]] = {}
     for h in hosts:
-        nic = topo.hosts[h].nic(plane)
+        nic = topo.hosts[h].nic_on(plane)
         link = next(lk for lk in topo.links_of(h) if lk.port(h).iface == nic.name)
         groups.setdefault(link.other(h).node, []).append(h)
     return list(groups.values())

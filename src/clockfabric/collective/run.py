@@ -102,7 +102,7 @@ def run_collective(lab: Lab, hosts: Sequence[str], options: CollectiveOptions = 
     expect = expected_alltoall_busbw_gbps if collective == "alltoall" else expected_busbw_gbps
     expected = expect(topo, hosts, options.subflows, planes, algorithm=options.algorithm)
     itfs = interfaces(topo)
-    addresses = [[str(itfs[Port(h, topo.hosts[h].nic(p).name)].address.ip) for p in planes] for h in hosts]
+    addresses = [[str(itfs[Port(h, topo.hosts[h].nic_on(p).name)].address.ip) for p in planes] for h in hosts]
     group_of = {h: g for g, members in enumerate(leaf_groups(topo, hosts, planes[0])) for h in members}
     reserved = options.port_base is None
     base = _reserve_ports(n) if reserved else options.port_base

@@ -252,7 +252,7 @@ class ProbeEngine(threading.Thread):
         if not rec["probe"] or rec["probe"][0] != pkt.seq:
             self.counters["unpaired_probes"] += 1
             return
-        prev_seq, prev_tx = rec["seq"], tuple(t or wire.NONE for t in rec["tx"])
+        prev_seq, prev_tx = rec["seq"], (rec["tx"][0] or wire.NONE, rec["tx"][1] or wire.NONE)
         probe_rx = (rec["probe"][1], rx)
         rec.update(seq=pkt.seq, tx=[None, None], probe=None, at=time.monotonic())
         self.counters["probes_reflected"] += 1

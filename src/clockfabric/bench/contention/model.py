@@ -95,13 +95,13 @@ def plane0(topo: Topology, name: str) -> str:
 
 
 def leaf_of(topo: Topology, host: str, plane: int) -> str:
-    nic = topo.hosts[host].nic(plane)
+    nic = topo.hosts[host].nic_on(plane)
     return next(lk.other(host).node for lk in topo.links_of(host) if lk.port(host).iface == nic.name)
 
 
 def nic_address(topo: Topology, host: str, plane: int) -> str:
     """The host's address on its NIC of that plane: routed over that plane only."""
-    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(plane).name)].address.ip)
+    return str(interfaces(topo)[Port(host, topo.hosts[host].nic_on(plane).name)].address.ip)
 
 
 def jobs_of(scenario: str) -> list[tuple[str, list[str]]]:

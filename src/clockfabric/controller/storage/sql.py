@@ -262,7 +262,8 @@ class SqlStorage(ABC):
 
 def _where(after_id: int, *conditions: tuple[str, object]) -> tuple[str, list]:
     """`id > after_id` and each condition whose value is not None; a condition without ? takes no value."""
-    clauses, params = ["id > ?"], [after_id]
+    clauses: list[str] = ["id > ?"]
+    params: list[object] = [after_id]
     for clause, value in conditions:
         if value is not None:
             clauses.append(clause)
