@@ -30,7 +30,8 @@ MAX_BACKOFF_S = 10.0
 
 class Pusher(threading.Thread):
     def __init__(self, url: str, token: str, host: str, *, snapshot: Callable[[], tuple[list[dict], list[dict], dict]],
-                 interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS, verify: str | bool = True,
+                 interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS,
+                 verify: str | bool | ssl.SSLContext = True,
                  paths: Callable[[], list] | None = None):
         """`snapshot()` returns (new events, current samples, agent info); events are taken from
         the caller's sources exactly once, so they must be kept here until the controller has them.

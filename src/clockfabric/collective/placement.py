@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from clockfabric.collective import alltoall, claims, ring
@@ -104,7 +105,7 @@ def paths_for_turn(paths: list[Path], turn: int, n: int) -> list[Path]:
     return (paths[start:] + paths[:start])[:n]
 
 
-def by_hops(paths: list[Path], hops: list[str | None]) -> list[Path]:
+def by_hops(paths: list[Path], hops: Sequence[str | None]) -> list[Path]:
     """A path for each hop wanted, each used once: another port on that hop, or any left."""
     left = list(paths)
     chosen = []

@@ -66,7 +66,7 @@ class JobResult:
 
 def read_log(path: Path) -> list[dict]:
     """A rank's JSON lines; a torn last line (the process was killed mid-write) is skipped."""
-    out = []
+    out: list[dict] = []
     try:
         text = Path(path).read_text()
     except FileNotFoundError:

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clockfabric.probe import timestamping, wire
@@ -60,7 +60,7 @@ class _Socket:
 
 
 class ProbeEngine(threading.Thread):
-    def __init__(self, address: str, hosts: dict[str, str], probed: list[str], *, rails: list[str | None],
+    def __init__(self, address: str, hosts: dict[str, str], probed: list[str], *, rails: Sequence[str | None],
                  ports: int = 4,
                  base_port: int = 7300, interval_s: float = 0.2, gap_ns: int = 10_000,
                  local_ns: Callable[[int], int] = lambda t: t, seed: int | None = None):
