@@ -46,8 +46,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import NoReturn
 from collections.abc import Callable
+from typing import NoReturn
 
 import numpy as np
 
