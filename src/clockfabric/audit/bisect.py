@@ -77,12 +77,15 @@ def _test(ctx: Context, pairs: list[tuple[str, str]], plane: int, size: int | No
     size None: from the pair's link rates (auto_size, PAIR_STEPS ring steps per step)."""
     from clockfabric.collective.run import allreduce
 
+    lab = ctx.lab
+    assert lab is not None  # the collective check runs these on a lab only
+
     step_s = ctx.expect["collective"]["step_ms"] / 1e3 * PAIR_STEPS
 
     def one(pair: tuple[str, str]) -> float:
         try:
             each = size or auto_size(ctx.topology, pair, SUBFLOWS, [plane], "ring", step_s)
-            res = allreduce(ctx.lab, list(pair), sizes=[each], subflows=SUBFLOWS, planes=[plane],
+            res = allreduce(lab, list(pair), sizes=[each], subflows=SUBFLOWS, planes=[plane],
                             iters=ctx.expect["collective"]["iters"], timeout_s=ctx.expect["collective"]["timeout_s"])
         except ClockfabricError:
             return 0.0
@@ -121,7 +124,9 @@ def slow_nics(ctx: Context, hosts: list[str], plane: int, size: int | None = Non
                     retest.append((end, partner))
         # the re-tests reuse good hosts, so run them in rounds of disjoint pairs
         while retest:
-            used, batch, rest = set(), [], []
+            used: set[str] = set()
+            batch: list[tuple[str, str]] = []
+            rest: list[tuple[str, str]] = []
             for p in retest:
                 (rest if used & set(p) else batch).append(p)
                 used |= set(p)

@@ -135,7 +135,7 @@ def tcp_ring_ratio(lab, plane: int, seconds: float = 6.0) -> float:
 
 
 def repeats(n: int, rate: str) -> dict:
-    runs = []
+    runs: list[dict] = []
     with labs_removed("bench-audit-r"):
         lab = _lab("bench-audit-r", 8, rate)
         kernel = {p: tcp_ring_ratio(lab, p) for p in lab.topology.planes}

@@ -206,7 +206,8 @@ def postgres_cases(pushes, naive_pushes, repeat, bar, task, throwaway_postgres) 
             return server.create_database(f"ingest{next(counter)}")
 
         with psycopg.connect(server.dsn()) as conn:
-            version = conn.execute("SHOW server_version").fetchone()[0]
+            row = conn.execute("SHOW server_version").fetchone()
+            version = row[0] if row else "unknown"
         n, n_naive = sum(map(len, pushes)), sum(map(len, naive_pushes))
         return [measure("postgres: ours (add_samples, COPY)",
                         lambda: timed_storage(lambda: PostgresStorage(fresh()), pushes), n, repeat, bar, task),

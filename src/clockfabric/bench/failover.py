@@ -207,6 +207,8 @@ class Bench:
 
 
 def _training_s(result: job.JobResult) -> float:
+    if result.total_s is None:  # no rank ever ended
+        raise ClockfabricError(f"the training job {result.outcome} with no end time: no training time to compare")
     return result.total_s - (result.startup_s or 0.0)
 
 

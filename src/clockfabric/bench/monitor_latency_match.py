@@ -201,7 +201,7 @@ def summarize(transitions: list[dict]) -> dict:
     s: dict = {}
     for kind in ("down", "up", "all"):
         trs = [t for t in transitions if kind == "all" or t["kind"] == kind]
-        row = {"transitions": len(trs)}
+        row: dict = {"transitions": len(trs)}
         row["ours"] = stats([t["ours"]["arrival_s"] for t in trs if not t["ours"]["missed"]])
         row["ours"]["missed"] = sum(t["ours"]["missed"] for t in trs)
         for role in ("far", "near"):

@@ -76,8 +76,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
-    host = host or os.environ.get("CLOCKFABRIC_NODE")
-    lab_name = lab_name or os.environ.get("CLOCKFABRIC_LAB")
+    host = host or os.environ.get("CLOCKFABRIC_NODE", "")
+    lab_name = lab_name or os.environ.get("CLOCKFABRIC_LAB", "")
     if not host:
         raise ClockfabricError("which host is this? give --host NAME")
     if topology:
@@ -174,7 +174,7 @@ def _report(sampler: Sampler, scenario: dict, mesh, reference: str, duration: fl
         methods["ptp4l"] = summary([off for s in samples.values() for t, off in s[len(s) // 4:]])
     else:
         methods["ptp4l"] = {"skipped": "ptp4l not run"}
-    per_host = {}
+    per_host: dict[str, list] = {}
     for t, h, e in sampler.ours:
         if t >= settle:
             per_host.setdefault(h, []).append(e)

@@ -109,7 +109,8 @@ def events(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_fi
             since_ns = time.time_ns() - int(parse_duration(since) * 1e9)
         except ValueError as e:
             raise ClockfabricError(f"--since: {e}") from None
-    rows, after = [], 0
+    rows: list[dict] = []
+    after = 0
     while len(rows) < limit:
         page = api(lab, url, token_path, "/api/v1/events", since_ns=since_ns, host=host, kind=kind,
                    after_id=after, limit=min(1000, limit - len(rows)))
@@ -123,9 +124,9 @@ def events(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_fi
     t = Table(title=f"{len(rows)} events")
     for col in ("time (UTC)", "host", "kind", "device", "synced"):
         t.add_column(col)
-    for e in rows:
-        stamp = time.strftime("%H:%M:%S", time.gmtime(e["t_ns"] / 1e9)) + f".{e['t_ns'] % 10**9 // 10**6:03d}"
-        t.add_row(stamp, e["host"], e["kind"], e["device"], "yes" if e["synced"] else "no")
+    for ev in rows:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(ev["t_ns"] / 1e9)) + f".{ev['t_ns'] % 10**9 // 10**6:03d}"
+        t.add_row(stamp, ev["host"], ev["kind"], ev["device"], "yes" if ev["synced"] else "no")
     out.print(t)
 
 

@@ -50,7 +50,8 @@ def run(ctx: Context) -> Outcome:
     from clockfabric.collective.run import allreduce
     from clockfabric.collective.sizes import parse_size
 
-    if ctx.lab is None:
+    lab = ctx.lab
+    if lab is None:
         return Outcome("collective tests need a lab for now",
                        [Finding(Verdict.SKIP, "collective tests run on labs (--lab); on real hosts: not yet")])
     broken_hosts = {h for h, _ in ctx.broken}
@@ -66,7 +67,7 @@ def run(ctx: Context) -> Outcome:
     def measure(subflows: int, planes: list[int] | None, algorithm: str = "ring", among: list[str] = hosts) -> dict:
         size = fixed or auto_size(ctx.topology, among, subflows, planes, algorithm, step_s)
         t0 = time.monotonic()
-        result = allreduce(ctx.lab, among, sizes=[size], subflows=subflows, planes=planes, algorithm=algorithm,
+        result = allreduce(lab, among, sizes=[size], subflows=subflows, planes=planes, algorithm=algorithm,
                            iters=cfg["iters"], timeout_s=cfg["timeout_s"])
         row = result.rows[-1]
         return {"algorithm": algorithm, "subflows": subflows, "planes": result.planes, "hosts": len(among),

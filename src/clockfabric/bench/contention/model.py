@@ -82,11 +82,12 @@ def tcp_payload(mtu: int) -> float:
 
 
 def topology(fabric: str = "leafspine", spines: int = 2, mtu: int = MTU) -> Topology:
-    rates = {"host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE, "mtu": mtu,
-             "buffer": round(BUFFER_BYTES / (mtu + 14))}
+    buffer = round(BUFFER_BYTES / (mtu + 14))
     if fabric == "dualplane":
-        return multirail(8, 2, 2, 2, **rates, name="contention-dualplane")
-    return leafspine(8, 2, spines, **rates, name="contention-leafspine")
+        return multirail(8, 2, 2, 2, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, mtu=mtu, buffer=buffer,
+                         name="contention-dualplane")
+    return leafspine(8, 2, spines, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, mtu=mtu, buffer=buffer,
+                     name="contention-leafspine")
 
 
 def plane0(topo: Topology, name: str) -> str:

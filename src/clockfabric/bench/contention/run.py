@@ -34,7 +34,7 @@ from clockfabric.lab import build
 
 
 def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, subflows: int | None,
-          fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
+          fabric: str = "leafspine", placement: str = "", spines: int = 2,
           rcvbuf: int | None = RCVBUF, mtu: int = MTU, rcvbuf_budget: int | None = RCVBUF_BUDGET,
           warmup: int = WARMUP) -> None:
     """One clear line for a bad choice, before any lab is built."""
@@ -56,14 +56,14 @@ def check(scenarios: list[str], schedulers: list[str], seeds: int, iters: int, s
 
 
 def run(*, scenarios: list[str], schedulers: list[str], seeds: int, size: int, iters: int,
-        subflows: int | None = None, fabric: str = "leafspine", placement: str | None = None, spines: int = 2,
+        subflows: int | None = None, fabric: str = "leafspine", placement: str = "", spines: int = 2,
         rcvbuf: int | None = RCVBUF, mtu: int = MTU, rcvbuf_budget: int | None = RCVBUF_BUDGET,
         warmup: int = WARMUP, standby: bool = True, lab_name: str = "contention",
         progress: Callable[[str], None] = lambda _: None) -> dict:
     """Bring the lab up, run every scenario, take it down; the report (JSON-ready).
     subflows: per peer pair, for every scheduler; by default one per spine path, so that `owd`
     on learned ports can reach every path (with fewer, a fault leaves it fewer to move to).
-    placement: None (each scheduler's own), or "hashed"/"learned" for all. rcvbuf: every
+    placement: "" (each scheduler's own), or "hashed"/"learned" for all. rcvbuf: every
     subflow's receive buffer, bytes, fixed, or None for the kernel's autotuning. rcvbuf_budget:
     what the subflows the agents placed on one spine share instead (None: they keep rcvbuf).
     standby: subflows on learned ports (owd's) get standbys (collective/standby.py)."""

@@ -117,7 +117,7 @@ def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, se
 
 
 def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, iters: int, subflows: int,
-            warmup: int = WARMUP, placement: str | None = None, rcvbuf: int | None = RCVBUF,
+            warmup: int = WARMUP, placement: str = "", rcvbuf: int | None = RCVBUF,
             rcvbuf_budget: int | None = RCVBUF_BUDGET, standby: bool = True,
             outsiders: Outsiders | None = None) -> Run:
     """The scenario's jobs, all at once, under one scheduler; with `outsiders`, their rate
@@ -140,7 +140,7 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
     def job(i: int) -> None:
         collective, hosts = jobs[i]
         try:
-            algorithm = ALLTOALL_ALGORITHM if collective == "alltoall" else None
+            algorithm = ALLTOALL_ALGORITHM if collective == "alltoall" else ""
             options = CollectiveOptions(collective=collective, algorithm=algorithm, subflows=subflows,
                                         scheduler=scheduler, placement=placement, rcvbuf=rcvbuf,
                                         rcvbuf_budget=rcvbuf_budget, standby=standby, iters=iters, warmup=warmup,
@@ -170,9 +170,11 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
     timed: dict[str, tuple[float, int]] = {}
     while any(t.is_alive() for t in threads):
         try:
-            timed[marks.get(timeout=0.1)] = outsiders.mark()
+            mark = marks.get(timeout=0.1)
         except queue.Empty:
-            pass
+            continue
+        if outsiders is not None:  # marks come only with outsiders to read
+            timed[mark] = outsiders.mark()
     if "start" in timed and "end" in timed:
         outside = mbps(timed["start"], timed["end"])
     if errors := [r for r in results if isinstance(r, Exception)]:
@@ -181,7 +183,7 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, *, size: int, it
 
 
 def run_scenario(lab: Lab, scenario: str, schedulers: list[str], seeds: int, *, size: int, iters: int,
-                 subflows: int, warmup: int, progress: Callable[[str], None], placement: str | None = None,
+                 subflows: int, warmup: int, progress: Callable[[str], None], placement: str = "",
                  rcvbuf: int | None = RCVBUF, rcvbuf_budget: int | None = RCVBUF_BUDGET,
                  standby: bool = True) -> list[Run]:
     procs: list[subprocess.Popen] = []
