@@ -59,6 +59,7 @@ def throwaway_postgres(*, fsync: bool = True) -> Iterator[PgServer]:
     if why:
         raise RuntimeError(why)
     bindir = pg_bin()
+    assert bindir is not None  # missing() says why not
     root = Path(tempfile.mkdtemp(prefix="cfpg-"))  # short: a socket path must fit in 107 bytes
     as_user: list[str] = []
     if os.geteuid() == 0:

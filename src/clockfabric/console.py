@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from clockfabric.errors import ClockfabricError
 
@@ -29,7 +29,7 @@ def progress_bar(label: str) -> Iterator[Callable[[str, int, int], None]]:
     """A progress callback (stage, done, total) drawn on stderr; silent when not a terminal."""
     with Progress(TextColumn(f"{label} [bold]{{task.description}}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def update(stage: str, done: int, total: int) -> None:
             if stage not in tasks:

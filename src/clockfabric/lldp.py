@@ -92,7 +92,8 @@ def _open(iface: str, proto: int) -> socket.socket:
 
 def listen(ifaces: list[str], wait_s: float) -> dict[str, dict | None]:
     """The first neighbour heard on each interface within wait_s (None where none was heard)."""
-    socks, heard = {}, {i: None for i in ifaces}
+    socks: dict[socket.socket, str] = {}
+    heard: dict[str, dict | None] = {i: None for i in ifaces}
     try:
         for name in ifaces:
             try:
@@ -158,8 +159,9 @@ class Announcer(threading.Thread):
                 try:
                     if self.reopen and not _bound(p.sock, p.iface):
                         self._bind(p)
-                    p.sock.send(p.frame)
-                except (OSError, AttributeError):
+                    if p.sock is not None:  # None: its last reopen failed
+                        p.sock.send(p.frame)
+                except OSError:
                     pass  # a port that is down (or not there now) sends nothing, as on a real switch
             if self.stopping.wait(self.interval_s):
                 return
@@ -246,8 +248,10 @@ def for_ports(node: str, ports: list[str], interval_s: float) -> tuple[Neighbour
     except PermissionError:
         log.info("no LLDP: raw packet sockets need root or CAP_NET_RAW")
         return None, None
-    announcer = Announcer(interval_s, reopen=True) if interval_s > 0 else None
-    for port in ports if announcer else ():
+    if interval_s <= 0:
+        return neighbours, None
+    announcer = Announcer(interval_s, reopen=True)
+    for port in ports:
         try:
             announcer.add(port, node, port, system=node)
         except OSError as e:

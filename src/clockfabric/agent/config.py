@@ -22,7 +22,7 @@ class AgentConfig:
     topology: Topology
     state_dir: Path
     peers: int = 10
-    reference: str | None = None  # the host whose clock is global time; default the first by name
+    reference: str = ""  # the host whose clock is global time; default ("" or None) the first by name
     window_s: float = 2.0
     update_s: float = 1.0
     probe_rate: float = 20.0  # exchanges per second this host starts, over all its peers: what its CPU pays for

@@ -25,7 +25,8 @@ def clock_metrics(state: dict) -> list[Metric]:
     if m := state.get("mapping"):
         out += [Metric("clockfabric_clock_offset_seconds", m["offset_ns"] * NS,
                        help="This host's clock minus global time, at the mapping's epoch"),
-                Metric("clockfabric_clock_drift_ratio", m["drift"], help="Rate of this clock against global time, minus 1"),
+                Metric("clockfabric_clock_drift_ratio", m["drift"],
+                       help="Rate of this clock against global time, minus 1"),
                 Metric("clockfabric_clock_uncertainty_seconds", m["uncertainty_ns"] * NS,
                        help="RMS residual of this host's probe edges in the network solve"),
                 Metric("clockfabric_clock_synced", float(m["synced"]), help="1 if tied to the reference clock")]
@@ -90,7 +91,8 @@ class AgentMetrics:
         metrics = self.collectors.collect().metrics
         if (state := self.state()) is not None:
             metrics += clock_metrics(state) + workload_metrics(state)
-        families: dict[str, tuple[Family, list[str]]] = {}  # name -> family, its label names
+        # name -> family, its label names
+        families: dict[str, tuple[CounterMetricFamily | GaugeMetricFamily, list[str]]] = {}
         for m in metrics:
             labels = {"host": self.host, **m.labels}
             if m.name not in families:

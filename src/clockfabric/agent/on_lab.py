@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from clockfabric.clock.evaluate import read_states
@@ -18,7 +19,7 @@ class LabAgents:
 
     def __init__(self, lab: Lab, *, peers: int = 10, window_s: float = 2.0, update_s: float = 1.0,
                  probe_rate: float = 20.0, probe_budget: float = 0.0005, reference: str | None = None,
-                 extra: list[str] = ()):
+                 extra: Sequence[str] = ()):
         self.lab = lab
         self.hosts = sorted(lab.topology.hosts)
         self.reference = reference or self.hosts[0]
@@ -72,7 +73,7 @@ class LabAgents:
     def failed(self) -> list[str]:
         """Hosts whose agent exited, with the last line it wrote."""
         out = []
-        for h, p in zip(self.hosts, self.procs):
+        for h, p in zip(self.hosts, self.procs, strict=False):
             if p.poll() is not None:
                 text = self.log(h).read_text().strip().splitlines()
                 out.append(f"{h}: {text[-1] if text else f'exit {p.returncode}'}")

@@ -30,7 +30,8 @@ MAX_BACKOFF_S = 10.0
 
 class Pusher(threading.Thread):
     def __init__(self, url: str, token: str, host: str, *, snapshot: Callable[[], tuple[list[dict], list[dict], dict]],
-                 interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS, verify: str | bool = True,
+                 interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS,
+                 verify: str | bool | ssl.SSLContext = True,
                  paths: Callable[[], list] | None = None):
         """`snapshot()` returns (new events, current samples, agent info); events are taken from
         the caller's sources exactly once, so they must be kept here until the controller has them.
@@ -116,7 +117,8 @@ class Pusher(threading.Thread):
         return False
 
 
-def link_payload(watcher, after_seq: int, to_time: Callable[[int], tuple[int, bool]]) -> tuple[list[dict], list[dict], int]:
+def link_payload(watcher, after_seq: int,
+                 to_time: Callable[[int], tuple[int, bool]]) -> tuple[list[dict], list[dict], int]:
     """A LinkWatcher's news for the controller: transitions after `after_seq` as events (their
     time through `to_time`: real ns -> (ns to report, synced?)), every link's state as samples,
     and the last seq taken."""
@@ -137,5 +139,6 @@ def link_payload(watcher, after_seq: int, to_time: Callable[[int], tuple[int, bo
 
 def neighbour_samples(heard: dict[str, str | None]) -> list[dict]:
     """Each interface's LLDP neighbour ("" where none is heard: that withdraws an earlier one)."""
-    return [{"name": "lldp_neighbour", "value": float(bool(seen)), "labels": {"device": device, "neighbour": seen or ""}}
+    return [{"name": "lldp_neighbour", "value": float(bool(seen)),
+             "labels": {"device": device, "neighbour": seen or ""}}
             for device, seen in heard.items()]

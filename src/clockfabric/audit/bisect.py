@@ -20,7 +20,9 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology
 
 SUBFLOWS = 1  # as the per-plane ring it bisects
-PAIRS_AT_ONCE = 4  # on a lab every pair's workers share the machine's CPUs: 16 pairs at once read 0.78 on a clean 32-host lab
+# on a lab every pair's workers share the machine's CPUs: 16 pairs at once read 0.78 on a clean
+# 32-host lab
+PAIRS_AT_ONCE = 4
 # a pair's all-reduce is 2 steps, each this many ring steps long (400 ms by default): on a clean
 # 5 Mbit/s lab, pairs with 100 ms steps read 0.79-0.94 of expected, with 400 ms ones 0.90-0.93
 PAIR_STEPS = 16
@@ -61,10 +63,10 @@ def pair_up(ctx: Context, hosts: list[str], plane: int) -> list[tuple[str, str]]
         by_leaf.setdefault(_leaf(ctx, h, plane), []).append(h)
     pairs, leftover = [], []
     for group in by_leaf.values():
-        pairs += list(zip(group[::2], group[1::2]))
+        pairs += list(zip(group[::2], group[1::2], strict=False))
         if len(group) % 2:
             leftover.append(group[-1])
-    pairs += list(zip(leftover[::2], leftover[1::2]))
+    pairs += list(zip(leftover[::2], leftover[1::2], strict=False))
     return pairs
 
 
@@ -75,12 +77,15 @@ def _test(ctx: Context, pairs: list[tuple[str, str]], plane: int, size: int | No
     size None: from the pair's link rates (auto_size, PAIR_STEPS ring steps per step)."""
     from clockfabric.collective.run import allreduce
 
+    lab = ctx.lab
+    assert lab is not None  # the collective check runs these on a lab only
+
     step_s = ctx.expect["collective"]["step_ms"] / 1e3 * PAIR_STEPS
 
     def one(pair: tuple[str, str]) -> float:
         try:
             each = size or auto_size(ctx.topology, pair, SUBFLOWS, [plane], "ring", step_s)
-            res = allreduce(ctx.lab, list(pair), sizes=[each], subflows=SUBFLOWS, planes=[plane],
+            res = allreduce(lab, list(pair), sizes=[each], subflows=SUBFLOWS, planes=[plane],
                             iters=ctx.expect["collective"]["iters"], timeout_s=ctx.expect["collective"]["timeout_s"])
         except ClockfabricError:
             return 0.0
@@ -88,7 +93,7 @@ def _test(ctx: Context, pairs: list[tuple[str, str]], plane: int, size: int | No
 
     local = [p for p in pairs if _leaf(ctx, p[0], plane) == _leaf(ctx, p[1], plane)]
     with ThreadPoolExecutor(max(1, min(PAIRS_AT_ONCE, len(local)))) as pool:
-        out = dict(zip(local, pool.map(one, local)))
+        out = dict(zip(local, pool.map(one, local), strict=True))
     return out | {p: one(p) for p in pairs if p not in out}
 
 
@@ -119,7 +124,9 @@ def slow_nics(ctx: Context, hosts: list[str], plane: int, size: int | None = Non
                     retest.append((end, partner))
         # the re-tests reuse good hosts, so run them in rounds of disjoint pairs
         while retest:
-            used, batch, rest = set(), [], []
+            used: set[str] = set()
+            batch: list[tuple[str, str]] = []
+            rest: list[tuple[str, str]] = []
             for p in retest:
                 (rest if used & set(p) else batch).append(p)
                 used |= set(p)

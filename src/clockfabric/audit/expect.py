@@ -61,7 +61,7 @@ def parse(data: Any, source: str = "expectations") -> dict:
                 raise ClockfabricError(f"{source}: unknown key {section}.{key}; "
                                        f"{section} has {', '.join(SCHEMA[section])}")
             kind, default = SCHEMA[section][key]
-            names = "number" if kind is NUMBER else kind.__name__
+            names = "number" if isinstance(kind, tuple) else kind.__name__
             if value is None and default is not None:
                 raise ClockfabricError(f"{source}: {section}.{key} must be a {names}; leave it out for the default")
             if value is not None and (not isinstance(value, kind) or (kind is not bool and isinstance(value, bool))):

@@ -16,7 +16,7 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from clockfabric.topology import Topology, interfaces
@@ -60,8 +60,8 @@ def specs(topo: Topology, hosts: list[str], *, pings: int, lldp_wait_s: float) -
     out = {}
     for h in hosts:
         nics = topo.hosts[h].nics
-        reach = {n.name: [plan[(p, topo.hosts[p].nic(n.plane).name)] for p in hosts
-                          if p != h and topo.hosts[p].nic(n.plane) and (p, topo.hosts[p].nic(n.plane).name) in plan]
+        reach = {n.name: [plan[(p, peer_nic.name)] for p in hosts
+                          if p != h and (peer_nic := topo.hosts[p].nic(n.plane)) and (p, peer_nic.name) in plan]
                  for n in nics} if pings else {}
         out[h] = {"host": h, "nics": [{"name": n.name, "plane": n.plane} for n in nics], "names": names,
                   "reach": reach, "sources": {n.name: plan.get((h, n.name)) for n in nics},
@@ -103,6 +103,7 @@ def failed(stderr: bytes, otherwise: str) -> str:
 def gather(specs_by_host: dict[str, dict], transport: Transport, *, timeout_s: float, parallel: int | None = None,
            progress: Progress | None = None) -> tuple[dict[str, dict], dict[str, str]]:
     """(reports by host, why each missing host is missing)."""
+    call: Callable[[str, bytes, float], Awaitable[tuple[bytes | None, str]]]
     if isinstance(transport, Session):
         call, at_once = transport.run, transport.parallel
     else:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 
-class Verdict(str, Enum):
+class Verdict(str, Enum):  # noqa: UP042 - a StrEnum would print "pass" where this prints "Verdict.PASS"
     PASS = "pass"
     SKIP = "skip"  # nothing to judge here (no GPU, no RDMA), with the reason
     WARN = "warn"
@@ -65,7 +65,8 @@ class CheckResult:
 
     def as_dict(self) -> dict:
         return {"id": self.id, "category": self.category, "title": self.title, "verdict": self.verdict.value,
-                "summary": self.summary, "fix": self.fix if self.verdict.rank else "", "seconds": round(self.seconds, 3),
+                "summary": self.summary, "fix": self.fix if self.verdict.rank else "",
+                "seconds": round(self.seconds, 3),
                 "findings": [f.as_dict() for f in self.findings]}
 
 

@@ -32,7 +32,8 @@ def tree(r: Report) -> Tree:
             continue
         branch = root.add(Text(cat, style="bold"))
         for c in results:
-            node = branch.add(Text.assemble(_mark(c.verdict), f" {c.id} ", (c.title, "bold"), (f"  {c.summary}", "dim")))
+            node = branch.add(Text.assemble(_mark(c.verdict), f" {c.id} ", (c.title, "bold"),
+                                            (f"  {c.summary}", "dim")))
             shown = [f for f in c.findings if f.verdict is not Verdict.PASS]
             for f in shown[:SHOWN]:
                 node.add(Text.assemble(_mark(f.verdict), f" {f.where}: {f.message}"))

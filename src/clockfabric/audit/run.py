@@ -63,7 +63,8 @@ def run_check(ctx: Context, check: Check, timeout_s: float) -> CheckResult:
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
-        outcome = Outcome(f"timed out after {timeout_s:g} s", [Finding(Verdict.UNKNOWN, f"no verdict within {timeout_s:g} s")])
+        outcome = Outcome(f"timed out after {timeout_s:g} s",
+                          [Finding(Verdict.UNKNOWN, f"no verdict within {timeout_s:g} s")])
     elif "error" in box:
         outcome = Outcome("the check failed to run", [Finding(Verdict.UNKNOWN, box["error"])])
     else:

@@ -23,6 +23,7 @@ import os
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, cast
 
 import asyncssh
 
@@ -41,7 +42,7 @@ class SshOptions:
     python: str = "python3"
 
 
-_TYPES = {"user": str, "port": int, "key": str, "known_hosts": str, "python": str}
+_TYPES: dict[str, Any] = {"user": str, "port": int, "key": str, "known_hosts": str, "python": str}
 _PATHS = {"key", "known_hosts"}
 
 
@@ -134,8 +135,8 @@ class SshTransport:
         if done.exit_status != 0:
             code = (f"killed by {done.exit_signal[0]}" if done.exit_signal else
                     f"exit {done.exit_status}" if done.exit_status is not None else "no exit status")
-            return None, failed(done.stderr or b"", code)
-        return done.stdout, ""
+            return None, failed(cast(bytes, done.stderr or b""), code)
+        return cast(bytes | None, done.stdout), ""  # bytes: run without an encoding
 
 
 class _Phase:

@@ -34,7 +34,6 @@ from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
 from clockfabric.console import require_root
 from clockfabric.controller.on_lab import LabFleet
-from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build
 from clockfabric.lab.state import Lab
 from clockfabric.topology import leafspine
@@ -67,7 +66,7 @@ def measure(lab: Lab, extra: list[str], settle_s: float, measure_s: float) -> di
     try:
         fleet.wait_pushing()
         time.sleep(settle_s)
-        pids = {h: p.pid for h, p in zip(fleet.agents.hosts, fleet.agents.procs)}
+        pids = {h: p.pid for h, p in zip(fleet.agents.hosts, fleet.agents.procs, strict=True)}
         before = {h: cpu_and_rss(pid) for h, pid in pids.items()}
         t0 = time.monotonic()
         time.sleep(measure_s)

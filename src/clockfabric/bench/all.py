@@ -2,7 +2,7 @@
 order is the order `clockfabric bench` lists them: the lab, clocks, monitoring, failover, the
 collective and path steering, the audit."""
 
-from clockfabric.bench import (  # noqa: F401
+from clockfabric.bench import (  # noqa: F401, I001 - imported to register, in listing order
     lab_bringup,
     clocksync,
     clocksync_solve,

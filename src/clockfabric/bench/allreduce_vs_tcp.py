@@ -1,5 +1,6 @@
-"""`clockfabric bench allreduce-vs-tcp`: all-reduce busbw on a dual-plane lab: 1, 2, 4, 8 subflows per peer pair, ring and hier,
-against what link rates allow and against what kernel TCP alone carries, in the same run.
+"""`clockfabric bench allreduce-vs-tcp`: all-reduce busbw on a dual-plane lab: 1, 2, 4, 8
+subflows per peer pair, ring and hier, against what link rates allow and against what kernel
+TCP alone carries, in the same run.
 
 The lab (default examples/dualplane-8.yaml: 8 hosts, 2 planes, 2 leaves x 2 spines per
 plane, 100 Mbit/s links) is brought up by this script and always taken down. For each
@@ -34,10 +35,10 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
-from clockfabric.console import require_root
 from clockfabric.collective import allreduce, expected_busbw_gbps
 from clockfabric.collective.expected import common_planes
 from clockfabric.collective.sizes import format_size, parse_size
+from clockfabric.console import require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build
 from clockfabric.lab.exec import command
@@ -57,7 +58,7 @@ err = Console(stderr=True)
 
 def nic_address(lab: Lab, host: str, plane: int) -> str:
     topo = lab.topology
-    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(plane).name)].address.ip)
+    return str(interfaces(topo)[Port(host, topo.hosts[host].nic_on(plane).name)].address.ip)
 
 
 def tcp_ring(lab: Lab, hosts: list[str], subflows: int, planes: list[int], seconds: float) -> dict:
@@ -137,7 +138,7 @@ def main(topology: Path = typer.Option(Path("examples/dualplane-8.yaml"), help="
             topo.default_rate_bps = parse_rate(rate)
     except (ClockfabricError, ValueError) as e:
         err.print(f"bad input: {e}")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     hosts = list(topo.hosts)
     planes = common_planes(topo, hosts)
     info = machine()

@@ -31,16 +31,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from clockfabric.bench import harness
-from clockfabric.bench.allreduce_vs_tcp import tcp_ring  # the same-run kernel TCP baseline
-from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
-from clockfabric.console import require_root
 from clockfabric.audit import expect
 from clockfabric.audit.bisect import ring_order
 from clockfabric.audit.gather import gather, lab_transport, specs
 from clockfabric.audit.registry import select
 from clockfabric.audit.run import audit
+from clockfabric.bench import harness
+from clockfabric.bench.allreduce_vs_tcp import tcp_ring  # the same-run kernel TCP baseline
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
 from clockfabric.collective.expected import expected_busbw_gbps
+from clockfabric.console import require_root
 from clockfabric.lab import build, impair
 from clockfabric.topology import format_rate, multirail, parse_rate
 
@@ -135,7 +135,7 @@ def tcp_ring_ratio(lab, plane: int, seconds: float = 6.0) -> float:
 
 
 def repeats(n: int, rate: str) -> dict:
-    runs = []
+    runs: list[dict] = []
     with labs_removed("bench-audit-r"):
         lab = _lab("bench-audit-r", 8, rate)
         kernel = {p: tcp_ring_ratio(lab, p) for p in lab.topology.planes}
@@ -180,7 +180,8 @@ def targets(result: dict) -> list[Target]:
     return found
 
 
-@BENCHMARKS.register("audit", help="Fleet audit: a 32-host lab's audit time, a planted slow link found, false fails over clean runs.")
+@BENCHMARKS.register("audit", help="Fleet audit: a 32-host lab's audit time, a planted slow link found, "
+                                   "false fails over clean runs.")
 def main(hosts: int = typer.Option(32, help="Hosts in the timed lab."),
          rate: str = typer.Option("auto", help="Host and fabric link rate of the timed lab (auto: see the top)."),
          fault: bool = typer.Option(True, help="Also audit the timed lab with one link at a quarter rate."),

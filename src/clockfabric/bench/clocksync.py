@@ -137,7 +137,7 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     def stage(text: str) -> None:
         bar.update(stage_id, description=f"{hosts:>2} hosts, {key} {name}: {text}")
 
-    res = {"scenario": key, "name": name, "what": what, "hosts": hosts}
+    res: dict = {"scenario": key, "name": name, "what": what, "hosts": hosts}
     if key == "C":
         stage(f"leaf-spine links to {SPINE_RATE_C}")
         fab.set_rates(parse_rate(SPINE_RATE_C), fabric_only=True)
@@ -190,7 +190,8 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
             if stepper is not None and step is None and stepper.poll() is not None:
                 steps = fab.lab.clocks()[step_host].steps
                 if stepper.returncode != 0 or len(steps) <= before:
-                    raise BenchError(f"lab clock step failed: {stepper.stderr.read().decode().strip()}")
+                    why = stepper.stderr.read().decode().strip() if stepper.stderr else ""
+                    raise BenchError(f"lab clock step failed: {why}")
                 step = steps[-1][0]
             up = f"{len(watch.first)}/{hosts} agents up"
             worst = f", worst |error| {watch.worst:,.0f} ns" if watch.worst is not None else ""
@@ -308,7 +309,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
             raise ValueError
     except ValueError:
         err.print("--sizes: host counts of at least 8 (e.g. 8,32); --scenarios: some of A,B,C,C+,D")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
     def on_term(*_):
         raise KeyboardInterrupt

@@ -9,7 +9,6 @@ from rich.table import Table
 from clockfabric.bench import harness
 from clockfabric.console import out
 
-
 STEP = "1ms"
 
 
@@ -86,7 +85,8 @@ def verdicts(results: list[dict]) -> list[dict]:
 
 
 def report(results: list[dict], checks: list[dict]) -> None:
-    t = Table(title="Clock sync |error| against the lab's truth after convergence (ns); ratio = baseline p99 / ours p99")
+    t = Table(title="Clock sync |error| against the lab's truth after convergence (ns); "
+                    "ratio = baseline p99 / ours p99")
     for col in ("hosts", "scenario", "method", "p50", "p99", "max", "samples", "ratio p99"):
         t.add_column(col, justify="right")
     for r in results:
@@ -102,7 +102,8 @@ def report(results: list[dict], checks: list[dict]) -> None:
     out.print(t)
     t = Table(title="Convergence, overhead, load (times from `sync` start; CPU and probes once converged)")
     for col in ("hosts", "scenario", "agents up", "converged\n(sync)", "converged\nafter up", "stats\nwindow",
-                "probes / +control\n% of link, max", "agent CPU %\nmean / max / ref", "spine links\nqueued / full", "host dirs\nqueued / full",
+                "probes / +control\n% of link, max", "agent CPU %\nmean / max / ref", "spine links\nqueued / full",
+                "host dirs\nqueued / full",
                 "machine\nload", "step: re-\nconverged"):
         t.add_column(col, justify="right")
     for r in results:

@@ -24,6 +24,8 @@ import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import scipy
@@ -79,6 +81,7 @@ class DirectSystem(network._System):
     pinned at zero. The factor is reused until edges are dropped."""
 
     reference = 0
+    lu: Any = None  # scipy's SuperLU factor of the free hosts' Laplacian, once made
 
     def drop(self, k: np.ndarray) -> None:
         super().drop(k)
@@ -88,7 +91,7 @@ class DirectSystem(network._System):
         e, w, n = self.e, self.w, len(x)
         free = self.diag > 0
         free[self.reference] = False
-        if getattr(self, "lu", None) is None:
+        if self.lu is None:
             laplacian = (self.offdiag + sp.diags(self.diag)).tocsr()[free][:, free].tocsc()
             self.lu = splu(laplacian, permc_spec="MMD_AT_PLUS_A")
         b = np.bincount(e.dst, w * rhs, n) - np.bincount(e.src, w * rhs, n)
@@ -99,12 +102,8 @@ class DirectSystem(network._System):
 
 @contextmanager
 def direct_solver():
-    saved = network._System
-    network._System = DirectSystem
-    try:
+    with patch.object(network, "_System", DirectSystem):
         yield
-    finally:
-        network._System = saved
 
 
 # ---- measuring -----------------------------------------------------------------------------------
@@ -115,6 +114,7 @@ def timed(n: int, edges: Edges, repeat: int) -> tuple[Solution, list[float], lis
         sol = solve(n, edges, 0, T0)
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
+    assert sol is not None  # repeat >= 1
     return sol, wall, cpu
 
 
@@ -134,7 +134,7 @@ def run_case(n: int, outliers: float, repeat: int, direct_max: int, bar: Progres
     case = f"{outliers:.0%} liars" if outliers else "clean"
     bar.update(task, description=f"{n} hosts, {case}: making data")
     x, y, edges, lying = make_case(n, outliers, seed=n + int(outliers * 1000))
-    res = {"hosts": n, "edges": len(edges), "case": case, "outlier_fraction": outliers}
+    res: dict[str, Any] = {"hosts": n, "edges": len(edges), "case": case, "outlier_fraction": outliers}
     bar.update(task, description=f"{n} hosts, {case}: clockfabric solve x{repeat}")
     sol, wall, cpu = timed(n, edges, repeat)
     res["ours"] = {"wall_s": wall, "cpu_s": cpu, "wall_median_s": statistics.median(wall),
@@ -190,7 +190,8 @@ def report(results: list[dict]) -> dict:
     return targets
 
 
-@BENCHMARKS.register("clocksync-solve", help="The network-effect clock solve on 1k-100k synthetic hosts: time and accuracy, against a sparse direct solve.")
+@BENCHMARKS.register("clocksync-solve", help="The network-effect clock solve on 1k-100k synthetic hosts: "
+                                             "time and accuracy, against a sparse direct solve.")
 def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, comma-separated."),
          repeat: int = typer.Option(5, min=1, help="Solves per size and case (the direct one: 1 above "
                                     f"{DIRECT_FULL_REPEAT_MAX_HOSTS} hosts)."),
@@ -203,7 +204,7 @@ def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, 
             raise ValueError
     except ValueError:
         err.print(f"--sizes {sizes!r}: give host counts above {PEERS}, comma-separated, e.g. --sizes 1000,100000")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     info = machine()
     results = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -10,14 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-
 from clockfabric.bench.clocksync_watch import Fabric
 from clockfabric.console import err
 from clockfabric.lab import build
 from clockfabric.lab.process import alive, children
 from clockfabric.lab.state import Lab, lab_names
 from clockfabric.topology import format_rate
-
 
 CLI = [sys.executable, "-m", "clockfabric.cli"]
 

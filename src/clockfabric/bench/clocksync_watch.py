@@ -15,7 +15,6 @@ from clockfabric.clock.evaluate import ours_errors, read_states
 from clockfabric.lab import impair
 from clockfabric.lab.state import Lab
 
-
 BOUND_NS = 1_000.0  # "converged": |error| within 1 µs
 
 
@@ -69,7 +68,7 @@ class Fabric:
 
     def tc(self) -> dict[tuple[str, str], dict]:
         """Egress counters of every port: (node, iface) -> bytes, drops, queued packets."""
-        stats = {}
+        stats: dict[tuple[str, str], dict] = {}
         for node in self.topo.nodes():
             p = subprocess.run(["tc", "-s", "-j", "-n", self.lab.ns(node), "qdisc", "show"],
                                capture_output=True, text=True)
@@ -140,7 +139,7 @@ class Watch:
         self.errors: list[tuple[float, int, str, float]] = []  # (t, real ns, host, error)
         self.agents_up_s: float | None = None
         self.converged_s: float | None = None
-        self.worst = None
+        self.worst: float | None = None
 
     def sample(self) -> None:
         t = time.monotonic() - self.t0
@@ -211,10 +210,10 @@ class Watch:
         wire = {h: v[0] for h, v in per.items()}
         total = {h: v[0] + v[1] for h, v in per.items()}
         return {"wire_mean_bytes_per_s": float(np.mean(list(wire.values()))),
-                "wire_max_bytes_per_s": max(wire.values()), "wire_max_host": max(wire, key=wire.get),
+                "wire_max_bytes_per_s": max(wire.values()), "wire_max_host": max(wire, key=lambda h: wire[h]),
                 "control_mean_bytes_per_s": float(np.mean([v[1] for v in per.values()])),
                 "control_max_bytes_per_s": max(v[1] for v in per.values()),
-                "total_max_bytes_per_s": max(total.values()), "total_max_host": max(total, key=total.get)}
+                "total_max_bytes_per_s": max(total.values()), "total_max_host": max(total, key=lambda h: total[h])}
 
     def reconvergence(self, host: str, step_real_ns: int) -> dict:
         mine = [(real, e) for _, real, h, e in self.errors if h == host and real >= step_real_ns]
@@ -236,7 +235,8 @@ class Watch:
         others_all = [abs(e) for _, real, h, e in self.errors if h != host and real >= step_real_ns]
         return {"reconverged_s": settled, "first_under_1us_s": first_under,
                 "others_after_step": {k: v for k, v in zip(("p50_ns", "p99_ns", "max_ns"),
-                                      np.percentile(others_all, [50, 99, 100]).tolist())} if others_all else None,
+                                                           np.percentile(others_all, [50, 99, 100]).tolist(),
+                                                           strict=True)} if others_all else None,
                 "max_error_after_step_ns": max(abs(e) for _, e in mine),
                 "others_max_error_10s_before_ns": max(others_before, default=None),
                 "others_max_error_10s_after_ns": max(others_after, default=None),

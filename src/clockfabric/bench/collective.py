@@ -12,7 +12,6 @@ from clockfabric.bench.harness import BENCHMARKS
 from clockfabric.console import print_json, progress_bar, require_root
 from clockfabric.errors import ClockfabricError
 
-
 # ---- collectives: all-reduce, all-to-all ------------------------------------------------------
 BUS_FORMULA = {"allreduce": "algbw * 2(n-1)/n", "alltoall": "algbw * (n-1)/n"}
 REDOP = {"allreduce": "sum", "alltoall": "none"}  # as nccl-tests prints them
@@ -78,6 +77,11 @@ def _list(text: str | None, what: str, cast=str) -> list | None:
     return items
 
 
+def _planes(text: str | None) -> tuple[int, ...] | None:
+    items = _list(text, "--planes", int)
+    return None if items is None else tuple(items)
+
+
 def _bench_collective(options, lab_name: str | None, hosts: str | None, sizes: list[int], as_json: bool) -> None:
     from clockfabric.collective.results import COLLECTIVES
     from clockfabric.collective.run import run_collective
@@ -136,7 +140,7 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
 
         # bad input fails here, fast, before root and the lab
         options = CollectiveOptions(collective=collective, algorithm=algorithm, subflows=subflows,
-                                    planes=_list(planes, "--planes", int), scheduler=scheduler, placement=placement,
+                                    planes=_planes(planes), scheduler=scheduler, placement=placement,
                                     rcvbuf=_rcvbuf(rcvbuf), rcvbuf_budget=_rcvbuf(rcvbuf_budget), standby=standby,
                                     iters=iters, warmup=warmup, timeout_s=timeout)
         _bench_collective(options, lab_name, hosts, _sizes(sizes, min_bytes, max_bytes, factor), as_json)

@@ -54,7 +54,6 @@ from clockfabric.controller.storage.rows import dumps
 from clockfabric.controller.storage.sql import SqlStorage
 from clockfabric.controller.storage.sqlite import SqliteStorage
 
-
 HOSTS, PEERS, PATHS = 32, 25, 2
 NAMES = ("owd_p50_ns", "owd_p99_ns", "owd_min_ns", "loss_ratio", "probes_total")
 T0 = 1_700_000_000_000_000_000
@@ -181,7 +180,8 @@ def sqlite_cases(pushes, naive_pushes, repeat, workdir: Path, bar, task) -> list
     n, n_naive = sum(map(len, pushes)), sum(map(len, naive_pushes))
     return [measure("sqlite: ours (add_samples)", lambda: timed_storage(lambda: SqliteStorage(fresh()), pushes),
                     n, repeat, bar, task),
-            measure("sqlite: executemany, no latest", lambda: sqlite_executemany(fresh(), pushes), n, repeat, bar, task),
+            measure("sqlite: executemany, no latest", lambda: sqlite_executemany(fresh(), pushes), n, repeat,
+                    bar, task),
             measure("sqlite: naive, row per transaction", lambda: sqlite_naive(fresh(), naive_pushes), n_naive,
                     repeat, bar, task)]
 
@@ -206,7 +206,8 @@ def postgres_cases(pushes, naive_pushes, repeat, bar, task, throwaway_postgres) 
             return server.create_database(f"ingest{next(counter)}")
 
         with psycopg.connect(server.dsn()) as conn:
-            version = conn.execute("SHOW server_version").fetchone()[0]
+            row = conn.execute("SHOW server_version").fetchone()
+            version = row[0] if row else "unknown"
         n, n_naive = sum(map(len, pushes)), sum(map(len, naive_pushes))
         return [measure("postgres: ours (add_samples, COPY)",
                         lambda: timed_storage(lambda: PostgresStorage(fresh()), pushes), n, repeat, bar, task),
@@ -245,7 +246,8 @@ def report(results: list[dict]) -> dict:
     return targets
 
 
-@BENCHMARKS.register("controller-ingest", help="Controller storage ingest into SQLite and PostgreSQL, against per-row and executemany inserts.")
+@BENCHMARKS.register("controller-ingest", help="Controller storage ingest into SQLite and PostgreSQL, "
+                                               "against per-row and executemany inserts.")
 def main(samples: Annotated[int, typer.Option(min=500, help="Samples per run for ours and executemany.")] = 100_000,
          naive_samples: Annotated[int, typer.Option(
              min=500, help="Samples per run for the naive SQLite baseline.")] = 20_000,
@@ -282,7 +284,8 @@ def main(samples: Annotated[int, typer.Option(min=500, help="Samples per run for
         out.print(f"note: {note}")
     data = {"benchmark": "controller_ingest", "machine": info,
             "params": {"samples": samples, "naive_samples": naive_samples, "naive_pg_samples": naive_pg_samples,
-                       "batch": batch, "repeat": repeat, "hosts": HOSTS, "series_per_host": len(NAMES) * PEERS * PATHS * 2},
+                       "batch": batch, "repeat": repeat, "hosts": HOSTS,
+                       "series_per_host": len(NAMES) * PEERS * PATHS * 2},
             "results": results, "targets": targets, "notes": notes}
     naive_rate = next((r["median_samples_per_s"] for r in results if r["case"].startswith("sqlite: naive")), None)
     judged = [Target("samples/s into SQLite", t["median"], t["target"], "samples/s", baseline=naive_rate,

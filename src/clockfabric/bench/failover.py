@@ -35,8 +35,8 @@ from rich.table import Table
 
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench.harness import BENCHMARKS, Target, labs_removed, machine, record
-from clockfabric.console import err, out, print_json, require_root
 from clockfabric.clock.evaluate import read_states
+from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, job
 from clockfabric.lab.exec import command
@@ -207,6 +207,8 @@ class Bench:
 
 
 def _training_s(result: job.JobResult) -> float:
+    if result.total_s is None:  # no rank ever ended
+        raise ClockfabricError(f"the training job {result.outcome} with no end time: no training time to compare")
     return result.total_s - (result.startup_s or 0.0)
 
 

@@ -20,13 +20,13 @@ each lab namespace, after the lab's own devices and qdiscs are unregistered).
 from __future__ import annotations
 
 import math
-
 import os
 import signal
 import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -35,11 +35,6 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.console import require_root
-from clockfabric.errors import ClockfabricError
-from clockfabric.lab import build, netns
-from clockfabric.lab.naming import netns_name, netns_prefix
-from clockfabric.topology import Topology, multirail, routing_tables
 from clockfabric.bench.lab_bringup_baseline import (
     BenchError,
     baseline_down,
@@ -48,7 +43,11 @@ from clockfabric.bench.lab_bringup_baseline import (
     compare,
     fingerprint,
 )
-
+from clockfabric.console import require_root
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build, netns
+from clockfabric.lab.naming import netns_name, netns_prefix
+from clockfabric.topology import Topology, multirail, routing_tables
 
 OURS, BASE, PROBE = "bench-up-{}", "benchbase-{}", "benchprobe-{}"  # lab names; namespaces cf.<lab>.<node>
 OUR_PREFIXES = tuple(netns_prefix(p.format("")).rstrip(".") for p in (OURS, BASE, PROBE))  # cf.bench-up- ...
@@ -123,7 +122,8 @@ def run_size(hosts: int, repeat: int, base_repeat: int, bar: Progress, overall, 
     topo = multirail(hosts, PLANES, leaves_for(hosts), SPINES)
     ours_lab, base_lab, probe_lab = OURS.format(hosts), BASE.format(hosts), PROBE.format(hosts)
     target = str(last_host(topo).address)
-    res = {"hosts": hosts, "planes": PLANES, "leaves_per_plane": leaves_for(hosts), "spines_per_plane": SPINES,
+    res: dict[str, Any] = {
+           "hosts": hosts, "planes": PLANES, "leaves_per_plane": leaves_for(hosts), "spines_per_plane": SPINES,
            "namespaces": len(topo.nodes()), "links": len(topo.links),
            "routes": sum(len(r) for r in routing_tables(topo).values()),
            "baseline_commands": len(baseline_plan(topo, base_lab)),
@@ -135,15 +135,16 @@ def run_size(hosts: int, repeat: int, base_repeat: int, bar: Progress, overall, 
     def label(text: str) -> None:
         bar.update(stage, description=f"{hosts:>2} hosts: {text}", completed=0, total=None)
 
+    marks: dict[str, float] = {}  # stage -> when it finished, for the run in progress
+
+    def progress(st: str, done: int, total: int) -> None:
+        marks[st] = time.perf_counter()
+        bar.update(stage, description=f"{hosts:>2} hosts: clockfabric up, {st}", completed=done, total=total)
+
     for r in range(max(repeat, base_repeat)):
         if r < repeat:  # ---- clockfabric
             label(f"clockfabric up (run {r + 1}/{repeat})")
-            marks: dict[str, float] = {}
-
-            def progress(st: str, done: int, total: int) -> None:
-                marks[st] = time.perf_counter()
-                bar.update(stage, description=f"{hosts:>2} hosts: clockfabric up, {st}", completed=done, total=total)
-
+            marks.clear()
             t0 = time.perf_counter()
             lab = build.up(topo, ours_lab, progress=progress)
             res["ours"]["up_s"].append(time.perf_counter() - t0)
@@ -169,7 +170,7 @@ def run_size(hosts: int, repeat: int, base_repeat: int, bar: Progress, overall, 
                 probes.close()
             bar.advance(overall)
         if r < base_repeat:  # ---- baseline
-            probes = None
+            base_probes: Probes | None = None
             try:
                 label(f"baseline up, one process per operation (run {r + 1}/{base_repeat})")
                 t0 = time.perf_counter()
@@ -183,18 +184,18 @@ def run_size(hosts: int, repeat: int, base_repeat: int, bar: Progress, overall, 
                     if ours_fp is not None:
                         compare(ours_fp, fingerprint(base_lab, topo), hosts)
                         res["equivalence"] = "routes, addresses, links, qdiscs, h0 htb class identical"
-                probes = Probes(probe_lab, netns.listed(netns_prefix(base_lab)))
+                base_probes = Probes(probe_lab, netns.listed(netns_prefix(base_lab)))
                 label("baseline down (ip netns del per namespace)")
                 t0 = time.perf_counter()
                 baseline_down(base_lab)
                 res["baseline"]["down_s"].append(time.perf_counter() - t0)
                 res["baseline"]["netns_gone_s"].append(wait_gone(netns_prefix(base_lab), t0))
                 label("waiting for the kernel to release the baseline lab")
-                res["baseline"]["released_s"].append(probes.wait(t0))
+                res["baseline"]["released_s"].append(base_probes.wait(t0))
             finally:
                 baseline_down(base_lab)  # always, even after a failure or Ctrl-C
-                if probes:
-                    probes.close()
+                if base_probes is not None:
+                    base_probes.close()
             bar.advance(overall)
 
     for side in ("ours", "baseline"):
@@ -326,7 +327,7 @@ def main(sizes: str = typer.Option("8,32,64", help="Host counts, comma-separated
             raise ValueError
     except ValueError:
         err.print(f"--sizes {sizes!r}: give host counts of at least 2, comma-separated, e.g. --sizes 8,32,64")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     for tool in ("ip", "tc", "ping"):
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
             err.print(f"{tool} is not installed; apt-get install iproute2 iputils-ping")

@@ -8,7 +8,6 @@ import json
 import subprocess
 from collections.abc import Callable
 
-
 from clockfabric.lab import build, netns, shaping
 from clockfabric.lab.naming import link_alias, netns_name, netns_prefix
 from clockfabric.topology import Topology, interfaces, routing_tables
@@ -54,7 +53,8 @@ def compare(ours: dict, base: dict, hosts: int) -> None:
     kinds = ("routes", "addresses", "links", "qdiscs")
     bad = []
     for node in ours:
-        for kind, a, b in zip(("htb class",) if node == "h0-class" else kinds, ours[node], base.get(node, [])):
+        names = ("htb class",) if node == "h0-class" else kinds
+        for kind, a, b in zip(names, ours[node], base.get(node, []), strict=False):
             if a != b:
                 only_a = [x for x in a if x not in b][:3]
                 only_b = [x for x in b if x not in a][:3]

@@ -56,25 +56,23 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.console import require_root
-from clockfabric.controller.on_lab import LabFleet
-from clockfabric.controller.token import read_token
-from clockfabric.errors import ClockfabricError
-from clockfabric.lab import build, impair
-from clockfabric.lab.state import Lab, lab_namespaces
-from clockfabric.topology import Link, leafspine
 from clockfabric.bench.monitor_latency_match import (
     MISSED_S,
-    Observer,
     POLL_S,
     SCRAPE_S,
     SLOW_SCRAPE,
+    Observer,
     Scraper,
     baseline,
     match,
     summarize,
 )
-
+from clockfabric.console import require_root
+from clockfabric.controller.on_lab import LabFleet
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build, impair
+from clockfabric.lab.state import Lab, lab_namespaces
+from clockfabric.topology import Link, leafspine
 
 LAB = "bench-mlat"
 LINKS = (("leaf0", "spine1"), ("leaf1", "spine0"), ("h1", "leaf0"), ("h2", "leaf1"))
@@ -143,7 +141,8 @@ def report(summary: dict, notes: list[str]) -> dict:
                               ms(x["max_s"]), str(x["missed"]),
                               f"{ms(x['stamp_error']['p50_s'])} / {ms(x['stamp_error']['max_s'])}", "")
         table.add_row(f"  {kind}: baseline, 1 s scrape", str(row["transitions"]), ms(b1["p50_s"]), ms(b1["p99_s"]),
-                      ms(b1["max_s"]), str(b1["missed"]), "", "-" if r1 is None else f"{r1:.1f}× ours", end_section=False)
+                      ms(b1["max_s"]), str(b1["missed"]), "", "-" if r1 is None else f"{r1:.1f}× ours",
+                      end_section=False)
         table.add_row(f"  {kind}: baseline, 15 s scrape (derived)", f"{b15['samples']} (x phases)", ms(b15["p50_s"]),
                       ms(b15["p99_s"]), ms(b15["max_s"]), str(b15["missed"]), "",
                       "-" if r15 is None else f"{r15:.1f}× ours", end_section=kind != "all")

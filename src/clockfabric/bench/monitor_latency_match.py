@@ -16,7 +16,6 @@ from clockfabric.lab import netns
 from clockfabric.lab.state import Lab
 from clockfabric.topology import Link
 
-
 POLL_S = 0.02  # the observer's poll of the controller's API
 
 
@@ -202,7 +201,7 @@ def summarize(transitions: list[dict]) -> dict:
     s: dict = {}
     for kind in ("down", "up", "all"):
         trs = [t for t in transitions if kind == "all" or t["kind"] == kind]
-        row = {"transitions": len(trs)}
+        row: dict = {"transitions": len(trs)}
         row["ours"] = stats([t["ours"]["arrival_s"] for t in trs if not t["ours"]["missed"]])
         row["ours"]["missed"] = sum(t["ours"]["missed"] for t in trs)
         for role in ("far", "near"):

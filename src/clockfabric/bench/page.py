@@ -68,5 +68,6 @@ def _row(t: Target, r: Result) -> str:
     if t.interval:
         verdict += f" ({t.interval[0]:g}-{t.interval[1]:g})"
     measured = " ".join(x for x in (t.date or r.date, t.commit or r.commit) if x) or "-"
-    return (f"| {t.name.replace('|', chr(92) + '|')} | {fmt(t.value, t.unit)} | {sign} {fmt(t.bar, t.unit)} | {fmt(t.baseline, t.unit)} | "
+    return (f"| {t.name.replace('|', chr(92) + '|')} | {fmt(t.value, t.unit)} | {sign} {fmt(t.bar, t.unit)} | "
+            f"{fmt(t.baseline, t.unit)} | "
             f"{fmt(t.ratio, 'x')} | {verdict} | {measured} |")

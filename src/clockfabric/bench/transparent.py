@@ -39,14 +39,13 @@ from rich.table import Table
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.console import require_root
+from clockfabric.bench.transparent_trace import Elephants, Tracer, exposure, sh
 from clockfabric.clock.evaluate import read_states
+from clockfabric.console import require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
 from clockfabric.lab.state import Lab
 from clockfabric.topology import multirail
-from clockfabric.bench.transparent_trace import Elephants, Tracer, exposure, sh
-
 
 DEFAULT_JSON = RESULTS / "transparent.json"
 SCRIPT = Path("examples/ddp_train.py")
@@ -64,7 +63,7 @@ def layout(hosts: int) -> tuple[list[str], list[tuple[str, str]]]:
     job_hosts = ["h0", "h1", f"h{half}", f"h{half + 1}"]
     rest0 = [f"h{i}" for i in range(2, half)]
     rest1 = [f"h{i}" for i in range(half + 2, hosts)]
-    return job_hosts, list(zip(rest0, rest1)) + list(zip(rest1, rest0))
+    return job_hosts, list(zip(rest0, rest1, strict=True)) + list(zip(rest1, rest0, strict=True))
 
 
 def clean(lab: Lab) -> None:

@@ -9,13 +9,11 @@ import subprocess
 import threading
 import time
 
-
 from clockfabric.lab import job
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, interfaces
-
 
 ELEPHANT_PORT = 5400  # + pair index
 
@@ -27,7 +25,7 @@ def sh(lab: Lab, host: str, cmd: str) -> str:
 
 def nic0(lab: Lab, host: str) -> str:
     topo = lab.topology
-    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(0).name)].address.ip)
+    return str(interfaces(topo)[Port(host, topo.hosts[host].nic_on(0).name)].address.ip)
 
 
 class Elephants:
@@ -81,7 +79,7 @@ def exposure(lab: Lab, j: job.Job, leaf_of: dict[str, str]) -> dict:
                 continue
             m = re.search(rf"^(\d+):.*sport {lport} dport {pport} ", rules, re.MULTILINE)
             if m and 19900 <= int(m.group(1)) < 19964:
-                plane = int(m.group(1)) - 19900
+                plane: int | None = int(m.group(1)) - 19900
             else:
                 route = sh(lab, host, f"ip route get {pip} from {lip} ipproto tcp sport {lport} dport {pport}")
                 dev = re.search(r" dev (\S+)", route)
@@ -98,7 +96,7 @@ class Tracer:
         self.lab, self.hosts, self.every_s = lab, hosts, every_s
         self.addr_host = {str(h.address): name for name, h in lab.topology.hosts.items()}
         self.hashed: dict[str, int | None] = {}
-        self.last: dict[str, tuple[float, int, int]] = {}
+        self.last: dict[str, tuple[float, ...]] = {}  # host or flow -> (when, its counters)
         self.samples: list[dict] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -130,7 +128,7 @@ class Tracer:
             self.last[host] = (now, *tx)
             if prev_tx and len(tx) == 2 and now > prev_tx[0]:
                 row.setdefault("nic_tx_mbps", {})[host] = [round((b - a) * 8 / (now - prev_tx[0]) / 1e6, 1)
-                                                           for a, b in zip(prev_tx[1:], tx)]
+                                                           for a, b in zip(prev_tx[1:], tx, strict=False)]
             for m in re.finditer(r"(\d+\.\d+\.\d+\.\d+):(\d+)\s+(\d+\.\d+\.\d+\.\d+):(\d+)(.*?)(?=\n\S|\Z)",
                                  conns, re.DOTALL):
                 lip, lport, pip, pport, info = m.groups()

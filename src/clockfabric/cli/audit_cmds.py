@@ -33,7 +33,8 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
           ssh_python: str = typer.Option(None, "--ssh-python",
                                          help="With --hosts: the command that runs Python on the hosts "
                                               "(default python3; e.g. 'sudo -n python3')."),
-          only: list[str] = typer.Option([], "--only", help="Run only these categories or check ids (repeat or comma)."),
+          only: list[str] = typer.Option([], "--only",
+                                         help="Run only these categories or check ids (repeat or comma)."),
           skip: list[str] = typer.Option([], "--skip", help="Skip these categories or check ids."),
           passive: bool = typer.Option(False, "--passive", help="No traffic: skip pings and collective tests."),
           expect_file: Path = typer.Option(None, "--expect", help="Expectations YAML (versions, MTU, thresholds); "

@@ -38,8 +38,8 @@ def report(results: Path = typer.Option(RESULTS, "--results", help="The records 
                                                             "records render.")) -> None:
     """Render docs/benchmarks.md from the benchmarks' records: every target's current figure,
     its baseline and ratio, its verdict, and the machine, commit and date it was measured at."""
-    from clockfabric.bench.page import render
     from clockfabric.bench.harness import load_results
+    from clockfabric.bench.page import render
     from clockfabric.errors import ClockfabricError
 
     notes = [n.name for n in (page.parent / "notes").glob("*.md")]

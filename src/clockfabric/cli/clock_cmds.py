@@ -14,8 +14,8 @@ from rich.table import Table
 from clockfabric.agent.agent import Agent
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
 from clockfabric.agent.on_lab import LabAgents
-from clockfabric.console import err, out, print_json, require_root
 from clockfabric.clock.evaluate import Sampler, read_states, since, summary
+from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
 from clockfabric.topology import load
@@ -51,7 +51,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           metrics_port: int = typer.Option(METRICS_PORT, "--metrics-port", min=0, max=65535,
                                            help="Serve Prometheus /metrics on this port of the host's address "
                                                 "(0: none)."),
-          controller: str = typer.Option(None, "--controller", help="Push events and summaries to this controller URL."),
+          controller: str = typer.Option(None, "--controller",
+                                         help="Push events and summaries to this controller URL."),
           token_file: Path = typer.Option(None, "--token-file", help="The fleet token for --controller."),
           ca_file: str = typer.Option(None, "--ca-file", help="CA to verify an https controller."),
           probe_budget: float = typer.Option(0.0005, "--probe-budget", min=1e-6, max=0.01,
@@ -75,8 +76,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
-    host = host or os.environ.get("CLOCKFABRIC_NODE")
-    lab_name = lab_name or os.environ.get("CLOCKFABRIC_LAB")
+    host = host or os.environ.get("CLOCKFABRIC_NODE", "")
+    lab_name = lab_name or os.environ.get("CLOCKFABRIC_LAB", "")
     if not host:
         raise ClockfabricError("which host is this? give --host NAME")
     if topology:
@@ -105,7 +106,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),
          peers: int = PeersOpt, window: float = WindowOpt, probe_rate: float = ProbeRateOpt,
          ptp4l: bool = typer.Option(True, "--ptp4l/--no-ptp4l", help="Run linuxptp ptp4l beside, as a baseline."),
-         keep: bool = typer.Option(False, "--keep", help="Leave the agents running (for `owd`); `lab down` stops them."),
+         keep: bool = typer.Option(False, "--keep",
+                                   help="Leave the agents running (for `owd`); `lab down` stops them."),
          as_json: bool = JsonOpt) -> None:
     """Start agents on every lab host, run, and report every host's error against the truth."""
     require_root()
@@ -172,7 +174,7 @@ def _report(sampler: Sampler, scenario: dict, mesh, reference: str, duration: fl
         methods["ptp4l"] = summary([off for s in samples.values() for t, off in s[len(s) // 4:]])
     else:
         methods["ptp4l"] = {"skipped": "ptp4l not run"}
-    per_host = {}
+    per_host: dict[str, list] = {}
     for t, h, e in sampler.ours:
         if t >= settle:
             per_host.setdefault(h, []).append(e)
@@ -215,7 +217,8 @@ def owd(lab_name: str = LabOpt, as_json: bool = JsonOpt) -> None:
     states = read_states(lab.dir / "agents")
     rows = [row for st in states.values() for row in st.get("owd", [])]
     if not rows:
-        raise ClockfabricError(f"no one-way delays in lab {lab.name} yet; run: clockfabric sync --lab {lab.name} --keep")
+        raise ClockfabricError(f"no one-way delays in lab {lab.name} yet; "
+                               f"run: clockfabric sync --lab {lab.name} --keep")
     newest = max(p.stat().st_mtime for p in (lab.dir / "agents").glob("*.json"))
     age = time.time() - newest
     if as_json:

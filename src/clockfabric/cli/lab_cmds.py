@@ -330,7 +330,7 @@ def clock_show(lab_name: str = LabOpt, as_json: bool = JsonOpt) -> None:
     """Each host's clock model and its error against true time right now."""
     lab = _open(lab_name)
     now = time.time_ns()
-    rows = [{"host": c.host, "offset_ns": c.offset_ns, "drift_ppm": c.drift_ppm, "wander_ns": c.wander_ns,
+    rows: list[dict] = [{"host": c.host, "offset_ns": c.offset_ns, "drift_ppm": c.drift_ppm, "wander_ns": c.wander_ns,
              "steps": len(c.steps), "error_now_ns": c.local_ns(now) - now} for c in lab.clocks().values()]
     if as_json:
         print_json(rows)

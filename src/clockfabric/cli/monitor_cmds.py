@@ -43,14 +43,19 @@ def _listen(text: str) -> tuple[str, int]:
 def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite file or path, or postgresql://..."),
                listen: str = typer.Option("127.0.0.1:7400", "--listen", help="ADDRESS:PORT (loopback by default)."),
                token_file: Path = typer.Option(..., "--token-file", help="Fleet token file (--new-token makes one)."),
-               new_token: bool = typer.Option(False, "--new-token", help="Write a new random token if the file is missing."),
-               topology: Path = typer.Option(None, "--topology", help="Fleet topology: its hosts and switches are enrolled."),
-               lab_name: str = typer.Option(None, "--lab", help="Enroll a lab's hosts and switches (run it on a lab host)."),
-               config: Path = typer.Option(None, "--config", help="Detector thresholds (YAML, see docs/monitoring.md)."),
+               new_token: bool = typer.Option(False, "--new-token",
+                                              help="Write a new random token if the file is missing."),
+               topology: Path = typer.Option(None, "--topology",
+                                             help="Fleet topology: its hosts and switches are enrolled."),
+               lab_name: str = typer.Option(None, "--lab",
+                                            help="Enroll a lab's hosts and switches (run it on a lab host)."),
+               config: Path = typer.Option(None, "--config",
+                                           help="Detector thresholds (YAML, see docs/monitoring.md)."),
                webhook: str = typer.Option(None, "--webhook", help="POST alerts (JSON) to this URL."),
                tls_cert: Path = typer.Option(None, "--tls-cert"), tls_key: Path = typer.Option(None, "--tls-key"),
                enroll_unknown: bool = typer.Option(False, "--enroll-unknown", help="Accept hosts not in the topology."),
-               stale: float = typer.Option(5.0, "--stale", min=0.5, help="Seconds without a push before a host is stale."),
+               stale: float = typer.Option(5.0, "--stale", min=0.5,
+                                           help="Seconds without a push before a host is stale."),
                verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: agents push to it; it stores, detects and alerts, and serves the API."""
     from clockfabric.controller.fleet import Fleet
@@ -104,7 +109,8 @@ def events(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_fi
             since_ns = time.time_ns() - int(parse_duration(since) * 1e9)
         except ValueError as e:
             raise ClockfabricError(f"--since: {e}") from None
-    rows, after = [], 0
+    rows: list[dict] = []
+    after = 0
     while len(rows) < limit:
         page = api(lab, url, token_path, "/api/v1/events", since_ns=since_ns, host=host, kind=kind,
                    after_id=after, limit=min(1000, limit - len(rows)))
@@ -118,16 +124,17 @@ def events(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_fi
     t = Table(title=f"{len(rows)} events")
     for col in ("time (UTC)", "host", "kind", "device", "synced"):
         t.add_column(col)
-    for e in rows:
-        stamp = time.strftime("%H:%M:%S", time.gmtime(e["t_ns"] / 1e9)) + f".{e['t_ns'] % 10**9 // 10**6:03d}"
-        t.add_row(stamp, e["host"], e["kind"], e["device"], "yes" if e["synced"] else "no")
+    for ev in rows:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(ev["t_ns"] / 1e9)) + f".{ev['t_ns'] % 10**9 // 10**6:03d}"
+        t.add_row(stamp, ev["host"], ev["kind"], ev["device"], "yes" if ev["synced"] else "no")
     out.print(t)
 
 
 def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--seconds", "-s", help="How long to watch."),
             config: Path = typer.Option(None, "--config", help="Detector thresholds (YAML)."),
             webhook: str = typer.Option(None, "--webhook", help="Also POST alerts to this URL."),
-            keep: bool = typer.Option(False, "--keep", help="Leave controller and agents running; `lab down` stops them."),
+            keep: bool = typer.Option(False, "--keep",
+                                      help="Leave controller and agents running; `lab down` stops them."),
             as_json: bool = JsonOpt) -> None:
     """Watch a lab live: nodes, links, flaps, worst paths, alerts. Starts the controller and agents
     on it unless a kept monitor is already running there."""
@@ -190,7 +197,8 @@ def _table(view: dict) -> Table:
     t.add_column("detail")
     flapped = [lk for lk in view["links"] if lk["transitions"] or not lk["up"]]
     for lk in flapped:
-        t.add_row(f"link {lk['host']}:{lk['device']}", f"{'up' if lk['up'] else 'DOWN'}, {lk['transitions']} transitions")
+        t.add_row(f"link {lk['host']}:{lk['device']}",
+                  f"{'up' if lk['up'] else 'DOWN'}, {lk['transitions']} transitions")
     for p in view["worst_paths"]:
         t.add_row(f"path {p['src']}->{p['dst']} {p['path']}", f"p99 {p['owd_ns'] / 1e3:.1f} µs")
     for a in view["alerts"]:

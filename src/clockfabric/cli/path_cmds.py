@@ -61,7 +61,7 @@ def paths(lab_name: str = LabOpt,
         raise ClockfabricError(f"--to: {dst} has no NIC on plane {plane}")
     ifaces = interfaces(topo)
     # the plane's own NIC addresses: a host routes them out of that plane's NIC only
-    src_nic, dst_nic = topo.hosts[src].nic(plane), topo.hosts[dst].nic(plane)
+    src_nic, dst_nic = topo.hosts[src].nic_on(plane), topo.hosts[dst].nic_on(plane)
     src_addr = str(ifaces[Port(src, src_nic.name)].address.ip)
     dst_addr = str(ifaces[Port(dst, dst_nic.name)].address.ip)
     with netns.entered(lab.ns(src)):
@@ -70,7 +70,8 @@ def paths(lab_name: str = LabOpt,
     hops: dict[str | None, list[int]] = {}
     for p in found:
         hops.setdefault(p.hop, []).append(p.sport)
-    rows = [{"hop": hop, "switch": owner.get(hop) if hop else None, "sports": sports} for hop, sports in hops.items()]
+    rows: list[dict] = [{"hop": hop, "switch": owner.get(hop) if hop else None, "sports": sports}
+                        for hop, sports in hops.items()]
     if as_json:
         print_json({"lab": lab.name, "from": src, "to": dst, "plane": plane, "nic": src_nic.name, "src": src_addr,
                     "dst": dst_addr, "dport": dport, "ttl": ttl, "paths": rows})

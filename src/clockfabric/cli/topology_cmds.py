@@ -15,6 +15,10 @@ generate = typer.Typer(help="Write a generated topology as YAML.", no_args_is_he
 app.add_typer(generate, name="generate")
 
 Output = typer.Option(None, "-o", "--output", help="File to write (default: print to stdout).")
+HOST_RATE_HELP = ("Host-to-leaf link speed (the lab forwards a few hundred Mbit/s in all on 2 cores: "
+                  "keep rates where queues, not CPU, set the pace).")
+BUFFER_HELP = "Port buffer per link direction, in full-sized frames (held as bytes)."
+MTU_HELP = "Every cable's MTU in bytes (9000: jumbo frames, as AI fabrics run)."
 
 
 def _emit(topo, output: Path | None) -> None:
@@ -30,10 +34,10 @@ def _emit(topo, output: Path | None) -> None:
 def gen_leafspine(hosts: int = typer.Option(8, help="Number of hosts."),
                   leaves: int = typer.Option(2, help="Leaf switches; hosts are spread evenly."),
                   spines: int = typer.Option(2, help="Spine switches; every leaf links to each."),
-                  host_rate: str = typer.Option("100mbit", help="Host-to-leaf link speed (the lab forwards a few hundred Mbit/s in all on 2 cores: keep rates where queues, not CPU, set the pace)."),
+                  host_rate: str = typer.Option("100mbit", help=HOST_RATE_HELP),
                   fabric_rate: str = typer.Option(None, help="Leaf-to-spine link speed (default: host rate)."),
-                  buffer: int = typer.Option(200, help="Port buffer per link direction, in full-sized frames (held as bytes)."),
-                  mtu: int = typer.Option(1500, help="Every cable's MTU in bytes (9000: jumbo frames, as AI fabrics run)."),
+                  buffer: int = typer.Option(200, help=BUFFER_HELP),
+                  mtu: int = typer.Option(1500, help=MTU_HELP),
                   name: str = typer.Option(None, help="Topology name."),
                   output: Path = Output) -> None:
     """H hosts under L leaves, S spines, ECMP between leaves over all spines."""
@@ -46,10 +50,10 @@ def gen_multirail(hosts: int = typer.Option(8, help="Number of hosts."),
                   planes: int = typer.Option(2, help="Planes (rails): NIC r of each host joins plane r."),
                   leaves: int = typer.Option(2, help="Leaf switches per plane."),
                   spines: int = typer.Option(2, help="Spine switches per plane."),
-                  host_rate: str = typer.Option("100mbit", help="Host-to-leaf link speed (the lab forwards a few hundred Mbit/s in all on 2 cores: keep rates where queues, not CPU, set the pace)."),
+                  host_rate: str = typer.Option("100mbit", help=HOST_RATE_HELP),
                   fabric_rate: str = typer.Option(None, help="Leaf-to-spine link speed (default: host rate)."),
-                  buffer: int = typer.Option(200, help="Port buffer per link direction, in full-sized frames (held as bytes)."),
-                  mtu: int = typer.Option(1500, help="Every cable's MTU in bytes (9000: jumbo frames, as AI fabrics run)."),
+                  buffer: int = typer.Option(200, help=BUFFER_HELP),
+                  mtu: int = typer.Option(1500, help=MTU_HELP),
                   name: str = typer.Option(None, help="Topology name."),
                   output: Path = Output) -> None:
     """Multi-rail / dual-plane: each plane its own leaf-spine; hosts keep one stable address."""

@@ -70,13 +70,13 @@ def ntp_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], referen
             edge_error.setdefault((peer, h), -e)
     out: dict[str, float | None] = {h: None for h in clocks}
     out[reference] = 0.0
-    queue = deque([reference])
+    queue = deque([(reference, 0.0)])  # a host placed, with its error
     while queue:
-        h = queue.popleft()
+        h, at = queue.popleft()
         for (a, b), e in sorted(edge_error.items()):
             if a == h and out[b] is None:
-                out[b] = out[h] + e
-                queue.append(b)
+                out[b] = at + e
+                queue.append((b, at + e))
     return out
 
 
@@ -117,7 +117,8 @@ class Sampler:
         for h, e in ntp_errors(states, clocks, self.reference).items():
             if h != self.reference and e is not None:
                 self.ntp.append((t, h, e))
-        if self.converged_s is None and others and all(e is not None and abs(e) <= self.bound_ns for e in others.values()):
+        if (self.converged_s is None and others
+                and all(e is not None and abs(e) <= self.bound_ns for e in others.values())):
             self.converged_s = t
         return errors
 

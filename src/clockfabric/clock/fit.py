@@ -48,7 +48,7 @@ def _hull_slopes(x: np.ndarray, y: np.ndarray) -> list[float]:
     """Slopes of the edges of the lower convex hull of the points (x, y) (monotone chain)."""
     order = np.lexsort((y, x))
     hull: list[tuple[float, float]] = []
-    for px, py in zip(x[order].tolist(), y[order].tolist()):
+    for px, py in zip(x[order].tolist(), y[order].tolist(), strict=True):
         while len(hull) >= 2:
             (ox, oy), (ax, ay) = hull[-2], hull[-1]
             if (ax - ox) * (py - oy) - (ay - oy) * (px - ox) > 0:

@@ -158,9 +158,11 @@ class PairWindow:
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
         prior = self.fit.drift if self.fit else self.drift_prior
         long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
+        assert long is not None  # both directions have points: the recent ones
         self.drift_known = self.drift_known or long.pinned
-        self.fit = replace(fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift),
-                           pinned=long.pinned)
+        recent = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift)
+        assert recent is not None
+        self.fit = replace(recent, pinned=long.pinned)
         return self.fit
 
     def ntp(self) -> NtpSample | None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
+from functools import partial
 
 import numpy as np
 
 from clockfabric.clock.graph import neighbours
 from clockfabric.clock.mapping import Mapping
-from clockfabric.clock.network import Edges, solve
+from clockfabric.clock.network import Edges, Solution, solve
 from clockfabric.clock.pairs import PairWindow, Step
 from clockfabric.probe.engine import Exchange
 
@@ -130,7 +131,7 @@ class HostSync:
             if fit is not None:
                 weight = min(fit.n_fwd, fit.n_rev, MAX_WEIGHT)
                 edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight])
-        msg = {"t": "report", "host": self.host, "edges": edges}
+        msg: dict[str, object] = {"t": "report", "host": self.host, "edges": edges}
         if self.urgent:
             msg["urgent"] = True
             self.urgent = False
@@ -161,10 +162,7 @@ class HostSync:
                 by_path[(ex.path, "back")].append((ex.peer_tx[0], ex.rx[0]))
             for (path, direction), stamps in sorted(by_path.items()):
                 sender, receiver = (ours, theirs) if direction == "out" else (theirs, ours)
-
-                def delay(stamp: tuple[int, int]) -> int:
-                    return receiver.global_ns(stamp[1]) - sender.global_ns(stamp[0])
-
+                delay = partial(_one_way_ns, sender, receiver)
                 delays = sorted(map(delay, stamps))
                 lows = self.floors.setdefault((peer, path, direction), deque(maxlen=FLOOR_HORIZON))
                 lows.append(min(stamps, key=delay))
@@ -190,6 +188,11 @@ class HostSync:
                 "pairs": pairs, "owd": self.owd()}
 
 
+def _one_way_ns(sender: Mapping, receiver: Mapping, stamp: tuple[int, int]) -> int:
+    """A packet's one-way delay from its (sent, received) local timestamps, on the global clock."""
+    return receiver.global_ns(stamp[1]) - sender.global_ns(stamp[0])
+
+
 def _last_tx(pair: PairWindow) -> int:
     return pair.exchanges[-1].tx[0] if pair.exchanges else 0
 
@@ -210,7 +213,7 @@ class Solver:
         self.stale_s = stale_s
         self.outlier_ns = outlier_ns
         self.reports: dict[str, tuple[float, list]] = {}
-        self.last = None
+        self.last: Solution | None = None
         self.rejected = 0
 
     def on_report(self, msg: dict, now: float | None = None) -> None:
@@ -228,7 +231,7 @@ class Solver:
                 for p, a, b, c, w in edges if p in self.index and p in fresh]
         if not rows:
             return {}
-        src, dst, a, b, c, w = zip(*rows)
+        src, dst, a, b, c, w = zip(*rows, strict=True)
         edges = Edges(np.array(src), np.array(dst), np.array(a, dtype=float), np.array(b, dtype=float),
                       np.array(c, dtype=np.int64), np.array(w, dtype=float))
         guess = self.last.offset_ns if self.last is not None else None

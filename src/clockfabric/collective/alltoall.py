@@ -42,7 +42,7 @@ LOCAL_AFTER = 0.5
 
 
 def _bytes(a: np.ndarray) -> memoryview:
-    return memoryview(a).cast("B")
+    return a.data.cast("B")
 
 
 def block_count(count: int, n: int) -> int:

@@ -20,7 +20,7 @@ def leaf_groups(topo: Topology, hosts: Sequence[str], plane: int) -> list[list[s
     """hosts grouped by the switch their NIC on plane is cabled to, in order of first appearance."""
     groups: dict[str, list[str]] = {}
     for h in hosts:
-        nic = topo.hosts[h].nic(plane)
+        nic = topo.hosts[h].nic_on(plane)
         link = next(lk for lk in topo.links_of(h) if lk.port(h).iface == nic.name)
         groups.setdefault(link.other(h).node, []).append(h)
     return list(groups.values())
@@ -56,9 +56,13 @@ def expected_busbw_gbps(topology: Topology, hosts: Sequence[str], subflows: int,
     n = len(hosts)
     shares = _plane_shares(topology, hosts, subflows, planes, "an all-reduce")
     planes = list(planes) if planes is not None else common_planes(topology, hosts)
-    rate = lambda flows: _flow_rate(topology, shares, flows)
 
-    ring = lambda members: [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]
+    def rate(flows):
+        return _flow_rate(topology, shares, flows)
+
+    def ring(members):
+        return [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]
+
     groups = leaf_groups(topology, hosts, planes[0]) if algorithm == "hier" else [hosts]
     if algorithm not in ("ring", "hier"):
         raise ClockfabricError(f"unknown algorithm {algorithm!r}; use ring or hier")

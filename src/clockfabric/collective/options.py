@@ -31,10 +31,10 @@ MAX_SUBFLOWS = 64
 @dataclass(frozen=True)
 class CollectiveOptions:
     """collective: "allreduce" or "alltoall". algorithm: one of ALGORITHMS_OF[collective]
-    (None: its first). subflows: TCP connections per peer pair, subflow j on
+    ("" or None: its first). subflows: TCP connections per peer pair, subflow j on
     planes[j % len(planes)] (None: every plane all hosts share). scheduler: which subflow
     carries each chunk (a name in schedulers.SCHEDULERS). placement: "hashed" (kernel source
-    ports, ECMP hashes them) or "learned" (ports learned per spine); None: the scheduler's own
+    ports, ECMP hashes them) or "learned" (ports learned per spine); "" or None: the scheduler's own
     (learned for owd, hashed otherwise). rcvbuf: each subflow's receive buffer, bytes, fixed
     (None or 0: the kernel's autotuning). rcvbuf_budget: with learned placement and the hosts'
     agents running, the receive buffer bytes the subflows on one spine from under a leaf share
@@ -45,11 +45,11 @@ class CollectiveOptions:
     progress. port_base: rank r listens on port_base + r (None: the launcher reserves a range)."""
 
     collective: str = "allreduce"
-    algorithm: str | None = None
+    algorithm: str = ""
     subflows: int = 1
     planes: tuple[int, ...] | None = None
     scheduler: str = "ecmp"
-    placement: str | None = None
+    placement: str = ""
     rcvbuf: int | None = None
     rcvbuf_budget: int | None = None
     standby: bool = False
@@ -62,7 +62,7 @@ class CollectiveOptions:
         if self.collective not in ALGORITHMS_OF:
             raise ClockfabricError(f"--collective {self.collective!r} is unknown; use {' or '.join(ALGORITHMS_OF)}")
         algorithms = ALGORITHMS_OF[self.collective]
-        if self.algorithm is None:
+        if not self.algorithm:
             self._set("algorithm", algorithms[0])
         elif self.algorithm not in algorithms:
             raise ClockfabricError(f"--algorithm {self.algorithm!r} is not an {COLLECTIVES[self.collective]} "
@@ -74,7 +74,7 @@ class CollectiveOptions:
             if not self.planes:
                 raise ClockfabricError("--planes is empty; give at least one plane, like 0,1")
         placement = SCHEDULERS.get(self.scheduler).factory.placement  # an unknown scheduler: one line naming them
-        if self.placement is None:
+        if not self.placement:
             self._set("placement", placement)
         elif self.placement not in PLACEMENTS:
             raise ClockfabricError(f"--placement {self.placement!r} is unknown; use {' or '.join(PLACEMENTS)}")

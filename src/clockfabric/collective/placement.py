@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from clockfabric.collective import alltoall, claims, ring
@@ -63,13 +64,13 @@ def learn_ports(args: argparse.Namespace, peers: set[int]) -> Placement:
     for (peer, slot), (mine, paths) in found.items():
         if placed is not None and (peer, slot) in choices:
             chosen = by_hops(paths, placed[choices.index((peer, slot))])
-            out.spines |= {(peer, i): path.hop for i, path in zip(mine, chosen) if path.hop}
+            out.spines |= {(peer, i): path.hop for i, path in zip(mine, chosen, strict=False) if path.hop}
         else:
             chosen = paths_for_turn(paths, turn, len(mine))
-        out.ports |= {(peer, i): path.sport for i, path in zip(mine, chosen)}
+        out.ports |= {(peer, i): path.sport for i, path in zip(mine, chosen, strict=False)}
         if opts.standby and (peer, slot) in choices:
             left = [p for p in paths if p not in chosen]
-            for i, path in zip(mine, chosen):
+            for i, path in zip(mine, chosen, strict=False):
                 if path.hop and (beside := next((p for p in left if p.hop == path.hop), None)):
                     left.remove(beside)
                     spare = (peer, i + opts.subflows)
@@ -89,7 +90,7 @@ def share_windows(links: Transport, args: argparse.Namespace, spines: dict[Subfl
     given: dict[Subflow, int] = {}
     while True:
         counts = claims.loads(args.agent, job_id(args), [spines[k] for k in keys], source=args.agent[0])
-        for key, load in zip(keys, counts or []):
+        for key, load in zip(keys, counts or [], strict=False):
             size = claims.share(args.options.rcvbuf_budget, load, MIN_RCVBUF)
             if given.get(key) != size:
                 links.resize(*key, size)
@@ -104,7 +105,7 @@ def paths_for_turn(paths: list[Path], turn: int, n: int) -> list[Path]:
     return (paths[start:] + paths[:start])[:n]
 
 
-def by_hops(paths: list[Path], hops: list[str | None]) -> list[Path]:
+def by_hops(paths: list[Path], hops: Sequence[str | None]) -> list[Path]:
     """A path for each hop wanted, each used once: another port on that hop, or any left."""
     left = list(paths)
     chosen = []

@@ -72,9 +72,9 @@ class Inbound:
                 if msg is not None and off + length > len(msg.view):
                     raise ValueError(f"chunk {off}+{length} overruns a {len(msg.view)}-byte message")
                 fresh = msg is not None and off not in msg.taken
-                if fresh:
+                if msg is not None and fresh:
                     msg.taken.add(off)
-            if not fresh:
+            if msg is None or not fresh:
                 if len(spill) < length:
                     spill = bytearray(length)
                 recv_into(sock, memoryview(spill)[:length], lambda: False)

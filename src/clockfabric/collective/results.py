@@ -69,7 +69,7 @@ class CollectiveResult:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        for rd, row in zip(d["rows"], self.rows):
+        for rd, row in zip(d["rows"], self.rows, strict=True):
             rd["busbw_over_expected"] = round(self.ratio(row), 4)
         return d
 

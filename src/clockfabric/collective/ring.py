@@ -58,7 +58,7 @@ def bounds(count: int, parts: int) -> list[int]:
 
 
 def _bytes(a: np.ndarray) -> memoryview:
-    return memoryview(a).cast("B")
+    return a.data.cast("B")
 
 
 # ---- ring building blocks ---------------------------------------------------------------------

@@ -102,15 +102,15 @@ def run_collective(lab: Lab, hosts: Sequence[str], options: CollectiveOptions = 
     expect = expected_alltoall_busbw_gbps if collective == "alltoall" else expected_busbw_gbps
     expected = expect(topo, hosts, options.subflows, planes, algorithm=options.algorithm)
     itfs = interfaces(topo)
-    addresses = [[str(itfs[Port(h, topo.hosts[h].nic(p).name)].address.ip) for p in planes] for h in hosts]
+    addresses = [[str(itfs[Port(h, topo.hosts[h].nic_on(p).name)].address.ip) for p in planes] for h in hosts]
     group_of = {h: g for g, members in enumerate(leaf_groups(topo, hosts, planes[0])) for h in members}
     reserved = options.port_base is None
-    base = _reserve_ports(n) if reserved else options.port_base
+    base = _reserve_ports(n) if options.port_base is None else options.port_base
     ours = replace(options, planes=tuple(planes), port_base=base)
     argv = [sys.executable, "-m", "clockfabric.collective.worker", "--lab", lab.name, "--options", ours.to_json(),
             "--world", str(n), "--sizes", ",".join(map(str, sizes)), "--token", str(random.getrandbits(32)),
             "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else [])
-    for h, addrs in zip(hosts, addresses):
+    for h, addrs in zip(hosts, addresses, strict=True):
         argv += ["--peer", f"{h}={','.join(addrs)}"]
     try:
         records = _launch(lab, hosts, argv, len(sizes) * (options.warmup + options.iters), options.timeout_s,
@@ -197,7 +197,7 @@ def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeo
             gate: threading.Barrier | None = None) -> dict[str, list[dict]]:
     """Start rank i on hosts[i]; wait; return their JSON records by event. Never leaves one running."""
     events: queue.Queue = queue.Queue()  # (rank, record) from every worker's stdout, in arrival order
-    stderr = [deque(maxlen=20) for _ in hosts]
+    stderr: list[deque[str]] = [deque(maxlen=20) for _ in hosts]
     procs: list[subprocess.Popen] = []
     readers: list[threading.Thread] = []
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
@@ -260,10 +260,10 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
             records.setdefault(kind, []).append(rec)
             if kind == "connected":
                 report("connecting", len(records["connected"]), len(hosts))
-            elif kind == "ready":
+            elif kind == "ready" and gate is not None:  # ready and holding come with --gate only
                 if len(records["ready"]) % len(hosts) == 0:  # every rank, for this size
                     _open(gate, procs, timeout_s, f"{what} on lab {lab}", "start")
-            elif kind == "holding":
+            elif kind == "holding" and gate is not None:
                 if len(records["holding"]) == len(hosts):
                     _open(gate, procs, timeout_s, f"{what} on lab {lab}", "end")
             elif kind == "iter":
@@ -300,6 +300,7 @@ def _open(gate: threading.Barrier, procs: list[subprocess.Popen], timeout_s: flo
         raise ClockfabricError(f"{what}: a job meant to {to} with it failed or {why} "
                                f"within {timeout_s:g} s") from None
     for p in procs:
+        assert p.stdin is not None  # gated ranks read their go from a pipe
         try:
             p.stdin.write("go\n")
             p.stdin.flush()

@@ -121,7 +121,7 @@ class Outbound:
                         self.chunks[j].put(Chunk.probe())
                     while (i := scheduler.pick(self.states, queues)) is None and not self.failed:
                         self.cv.wait(1.0)
-                    if self.failed:
+                    if self.failed or i is None:  # None only once failed
                         break
                     q = scheduler.queue(queues, i)
                     queued = len(q)
@@ -154,6 +154,7 @@ class Outbound:
             if (i := self.scheduler.spare(self.states, j, lasts)) is None:
                 return
             u = next(u for u in reversed(self.unacked[i]) if u.body is not None)
+            assert u.body is not None
             data, u.body = bytes(u.body), None  # a view is copied now; a copy already made is kept
             self.unacked[j].append(Unacked(self.states[j].on_send(u.length), u.seq, u.start, u.end))
             self.chunks[j].put(Chunk(u.seq, u.start, u.end, data))

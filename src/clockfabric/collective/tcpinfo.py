@@ -48,10 +48,10 @@ class TcpCounters:
     retrans: int = 0
 
     def __add__(self, other: TcpCounters) -> TcpCounters:
-        return TcpCounters(*(a + b for a, b in zip(astuple(self), astuple(other))))
+        return TcpCounters(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def __sub__(self, other: TcpCounters) -> TcpCounters:
-        return TcpCounters(*(a - b for a, b in zip(astuple(self), astuple(other))))
+        return TcpCounters(*(a - b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     @property
     def cwnd_limited_us(self) -> int:

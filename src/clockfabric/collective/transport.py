@@ -129,13 +129,14 @@ class Transport:
                 s.close()
             raise
         for peer in peers:
-            for s in out[peer] + into[peer]:
+            dialed, accepted = _filled(out[peer]), _filled(into[peer])
+            for s in dialed + accepted:
                 self._tune(s)
             if self.rcvbuf:
-                for s in into[peer]:
+                for s in accepted:
                     fixed_rcvbuf(s, self.rcvbuf)
-            self.outbound[peer] = Outbound(self, peer, out[peer])
-            self.inbound[peer] = Inbound(self, peer, into[peer])
+            self.outbound[peer] = Outbound(self, peer, dialed)
+            self.inbound[peer] = Inbound(self, peer, accepted)
 
     def _slot(self, index: int) -> int:
         return index % len(self.addresses[self.rank])
@@ -280,7 +281,7 @@ class Transport:
         held by the congestion window, and segments resent."""
         rows = []
         for peer, out in sorted(self.outbound.items()):
-            for i, (s, st) in enumerate(zip(out.socks, out.states)):
+            for i, (s, st) in enumerate(zip(out.socks, out.states, strict=True)):
                 try:
                     sport = s.getsockname()[1]
                 except OSError:
@@ -327,3 +328,9 @@ class Transport:
     def __exit__(self, *_exc) -> None:
         self.close()
 
+
+def _filled(row: list[socket.socket | None]) -> list[socket.socket]:
+    """A peer's sockets, every one dialed or accepted by now (connect raised otherwise)."""
+    socks = [s for s in row if s is not None]
+    assert len(socks) == len(row)
+    return socks

@@ -47,6 +47,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from typing import NoReturn
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def emit(**fields) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not usage + message
+    def error(self, message: str) -> NoReturn:  # one line, not usage + message
         sys.stderr.write(f"clockfabric collective worker: {message}\n")
         sys.exit(2)
 

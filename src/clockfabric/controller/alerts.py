@@ -112,13 +112,16 @@ class AlertManager:
                 self._notify("resolved", resolved, changes)
 
     def _read_open(self) -> dict[str, Alert]:
-        found, after = {}, 0
+        found: dict[str, Alert] = {}
+        after = 0
         while True:
             page = self.storage.alerts(open_only=True, after_id=after, limit=PAGE)
             found.update((a.key, a) for a in page if a.key != STORAGE_KEY)
             if len(page) < PAGE:
                 return found
-            after = page[-1].id
+            last = page[-1].id
+            assert last is not None  # stored rows have ids
+            after = last
 
     def _storage_failed(self, error: Exception, now_ns: int, changes: list[Change]) -> None:
         self.storage_failures += 1
@@ -154,6 +157,9 @@ class AlertManager:
             self._outbox.append({"action": action, "alert": asdict(alert)})
 
     def _deliver(self) -> None:
+        client, url = self._client, self.webhook_url
+        if client is None or url is None:  # no webhook: nothing is ever queued
+            return
         while True:
             with self._lock:
                 if not self._outbox:
@@ -161,7 +167,7 @@ class AlertManager:
                 item = self._outbox[0]
             body = json.dumps(item, default=str)  # default: an odd detail value must never stop delivery
             try:
-                r = self._client.post(self.webhook_url, content=body, headers={"content-type": "application/json"})
+                r = client.post(url, content=body, headers={"content-type": "application/json"})
             except httpx.HTTPError as e:
                 return self._webhook_failed(f"{type(e).__name__}: {e}")
             if r.status_code >= 500 or r.status_code in (408, 429):  # the receiver may take it later

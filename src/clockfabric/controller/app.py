@@ -12,8 +12,9 @@ import dataclasses
 import hmac
 import json
 import threading
+from collections.abc import Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -101,7 +102,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def invalid(errors: list[dict]) -> RequestValidationError:
+def invalid(errors: Sequence[Mapping[str, Any]]) -> RequestValidationError:
     """422 with FastAPI's usual detail (the field at fault, the reason), without echoing the input back."""
     return RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors])
 
@@ -234,7 +235,7 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
             raise invalid(e.errors(include_url=False, include_context=False, include_input=False)) from None
         stored = await run_in_threadpool(fleet.storage.add_audit, Audit(
             t_ns=checked.started_ns, fleet=checked.fleet, verdict=checked.verdict, exit_code=checked.exit_code,
-            counts=dict(checked.counts), report=report))
+            counts={k: n for k, n in checked.counts.items()}, report=report))
         return summary(stored)
 
     @app.get("/api/v1/audits", dependencies=auth)

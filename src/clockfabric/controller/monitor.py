@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 from clockfabric.controller.alerts import AlertManager
@@ -56,13 +57,16 @@ class Monitor:
 
     def replay(self, storage: Storage) -> None:
         now = self.alerts.clock()
-        events, after = [], 0
+        events: list[Event] = []
+        after = 0
         while len(events) < REPLAY_MAX:
             page = storage.events(since_ns=now - REPLAY_NS, after_id=after, limit=1000)
             events += page
             if len(page) < 1000:
                 break
-            after = page[-1].id
+            last = page[-1].id
+            assert last is not None  # stored rows have ids
+            after = last
         with self.lock:
             self.detectors.on_events(events, now)
             self.detectors.on_samples(_for_detectors(storage.latest_samples("link_up")), now)
@@ -95,6 +99,8 @@ class Monitor:
                 for src, (t_ns, rows) in maps for peer, label, plane, via in rows]
 
     def _links(self, host: str, peer: str, plane: int, via: str | None) -> list[str]:
+        if self.topology is None:
+            return []
         hosts = self.topology.hosts
         if host not in hosts or peer not in hosts or (via is not None and via not in self.topology.switches):
             return []  # a host or switch this topology does not know: no links to name
@@ -103,7 +109,7 @@ class Monitor:
     def storage_failed(self, error: StorageError, now_ns: int) -> None:
         self.alerts.raise_storage_alert(error, now_ns)
 
-    def tick(self, now_ns: int, *, stale: set[str] = frozenset()) -> None:
+    def tick(self, now_ns: int, *, stale: Iterable[str] = ()) -> None:
         with self.lock:
             findings = self.detectors.active(now_ns)
         for host in stale:

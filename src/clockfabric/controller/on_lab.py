@@ -36,7 +36,8 @@ class LabFleet:
         self.url = f"http://{lab.topology.hosts[self.host].address}:{self.PORT}"
         self.token_file = lab.dir / "fleet.token"
         self.config, self.webhook = config, webhook
-        self.agents = LabAgents(lab, peers=peers, extra=["--controller", self.url, "--token-file", str(self.token_file)])
+        self.agents = LabAgents(lab, peers=peers,
+                                extra=["--controller", self.url, "--token-file", str(self.token_file)])
         self.procs: list[subprocess.Popen] = []
 
     @property

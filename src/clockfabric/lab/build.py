@@ -17,13 +17,13 @@ from pyroute2 import IPRoute
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import hostsfile, netns, process, shaping
 from clockfabric.lab.naming import check_lab_name, link_alias
-from clockfabric.lab.state import (Lab, create_record, is_ours, lab_namespaces, remove_record, run_dir)
+from clockfabric.lab.state import Lab, create_record, is_ours, lab_namespaces, remove_record, run_dir
 from clockfabric.lab.vclock import random_clocks
 from clockfabric.topology import Route, Topology, dumps, interfaces, routing_tables
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
-COMMON_SYSCTLS = {
+COMMON_SYSCTLS: dict[str, str | int] = {
     "net.ipv6.conf.all.disable_ipv6": 1,  # keep the fabric quiet: no RS, DAD or MLD chatter
     "net.ipv6.conf.default.disable_ipv6": 1,
     "net.ipv4.conf.all.rp_filter": 0,  # replies may return over another plane
@@ -31,7 +31,7 @@ COMMON_SYSCTLS = {
     "net.ipv4.conf.all.ignore_routes_with_linkdown": 1,  # a dead cable leaves ECMP at once
     "net.ipv4.fib_multipath_hash_policy": 1,  # ECMP hashes the 5-tuple
 }
-SWITCH_SYSCTLS = {
+SWITCH_SYSCTLS: dict[str, str | int] = {
     "net.ipv4.ip_forward": 1,
     "net.ipv4.icmp_ratelimit": 0,  # switches answer every TTL-expired probe (path discovery)
     "net.ipv4.icmp_msgs_per_sec": 1_000_000,
@@ -137,7 +137,7 @@ def install_routes(ipr: IPRoute, routes: list[Route]) -> None:
     """Install (or restore) a node's routes; `replace` makes it safe to run again."""
     index = {link.get("ifname"): link["index"] for link in ipr.get_links()}
     for r in routes:
-        spec = {"dst": str(r.dst)}
+        spec: dict[str, object] = {"dst": str(r.dst)}
         if r.src:
             spec["prefsrc"] = str(r.src)
         if len(r.nexthops) == 1:

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 from clockfabric.errors import ClockfabricError
@@ -65,7 +66,7 @@ class JobResult:
 
 def read_log(path: Path) -> list[dict]:
     """A rank's JSON lines; a torn last line (the process was killed mid-write) is skipped."""
-    out = []
+    out: list[dict] = []
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -118,7 +119,7 @@ def parse(logs: list[Path] | list[list[dict]], *, launched_at: float | None = No
             if lost:
                 missing[rank] = lost
 
-    gaps = [b - a for a, b in zip(ends, ends[1:])]
+    gaps = [b - a for a, b in pairwise(ends)]
     if ends:
         gaps.append(step_s[0])  # the first step, from its start to every rank done
     if outcome != "completed":
@@ -221,7 +222,7 @@ class Job:
     def connections(self) -> dict[str, list[tuple[str, str]]]:
         """Each host's established TCP connections of this job's rank, as (local, peer)."""
         out = {}
-        for host, pid in zip(self.hosts, self.pids):
+        for host, pid in zip(self.hosts, self.pids, strict=True):
             proc = subprocess.run(command(self.lab, host, ["ss", "-tnpH", "state", "established"]),
                                   capture_output=True, text=True)
             conns = []
@@ -281,7 +282,7 @@ def start(lab: Lab, hosts: list[str], argv: list[str], log_dir: Path | str, *,
     procs: list[subprocess.Popen] = []
     job = Job(lab, list(hosts), logs, outputs, procs, launched, port)
     try:
-        for rank, (host, address) in enumerate(zip(hosts, addresses)):
+        for rank, (host, address) in enumerate(zip(hosts, addresses, strict=True)):
             rank_argv = [sys.executable, "-m", "clockfabric.lab.job", "--lab", lab.name, "--hostname", address,
                          "--", *argv, "--log", str(logs[rank])]
             procs.append(process.spawn(command(lab, host, rank_argv), log=outputs[rank],

@@ -130,7 +130,7 @@ class Mesh:
     def wait(self, timeout_s: float) -> list[dict]:
         """Every connection's record, as {src, peer, bytes, broken, error, max_stall_s}."""
         out = []
-        for h, proc in zip(self.hosts, self.procs):
+        for h, proc in zip(self.hosts, self.procs, strict=True):
             try:
                 proc.wait(timeout_s)
             except subprocess.TimeoutExpired:

@@ -40,7 +40,8 @@ def run(lab: Lab, src: str, dst: str, *, seconds: float, rate_bps: int | None = 
         try:
             result = json.loads(client.stdout)
         except json.JSONDecodeError:
-            raise ClockfabricError(f"iperf3 {src} -> {dst} failed: {client.stderr.strip() or client.stdout[:200]}") from None
+            raise ClockfabricError(
+                f"iperf3 {src} -> {dst} failed: {client.stderr.strip() or client.stdout[:200]}") from None
         if "error" in result:
             raise ClockfabricError(f"iperf3 {src} -> {dst} failed: {result['error']}")
     finally:

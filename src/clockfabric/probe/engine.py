@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clockfabric.probe import timestamping, wire
@@ -60,7 +60,8 @@ class _Socket:
 
 
 class ProbeEngine(threading.Thread):
-    def __init__(self, address: str, hosts: dict[str, str], probed: list[str], *, rails: list[str | None], ports: int = 4,
+    def __init__(self, address: str, hosts: dict[str, str], probed: list[str], *, rails: Sequence[str | None],
+                 ports: int = 4,
                  base_port: int = 7300, interval_s: float = 0.2, gap_ns: int = 10_000,
                  local_ns: Callable[[int], int] = lambda t: t, seed: int | None = None):
         super().__init__(name="probe-engine", daemon=True)
@@ -251,7 +252,7 @@ class ProbeEngine(threading.Thread):
         if not rec["probe"] or rec["probe"][0] != pkt.seq:
             self.counters["unpaired_probes"] += 1
             return
-        prev_seq, prev_tx = rec["seq"], tuple(t or wire.NONE for t in rec["tx"])
+        prev_seq, prev_tx = rec["seq"], (rec["tx"][0] or wire.NONE, rec["tx"][1] or wire.NONE)
         probe_rx = (rec["probe"][1], rx)
         rec.update(seq=pkt.seq, tx=[None, None], probe=None, at=time.monotonic())
         self.counters["probes_reflected"] += 1

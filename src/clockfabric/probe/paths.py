@@ -192,6 +192,8 @@ def _by_hop(found: dict[int, str | None]) -> dict[str | None, list[int]]:
 
 
 def _address_key(hop: str | None) -> tuple[int, str]:
+    if hop is None:
+        return 0, ""
     try:
         return int(ipaddress.ip_address(hop)), ""
     except ValueError:

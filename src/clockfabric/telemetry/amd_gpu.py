@@ -51,10 +51,10 @@ class AmdGpuCollector:
     def __init__(self, amdsmi=None):
         self.smi = amdsmi  # a stand-in with amdsmi's names, or None for amdsmi itself
         self._why: str | None = None
-        self._handles: list | None = None
+        self._handles: list = []  # empty until started: absent() never keeps an empty list
 
     def absent(self) -> str | None:
-        if self._handles is None and self._why is None:
+        if not self._handles and self._why is None:
             self._why = self._start()
         return self._why
 

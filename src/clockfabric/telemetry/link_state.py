@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 IFF_UP = 0x1
 IFF_LOWER_UP = 0x10000
@@ -148,7 +148,7 @@ class LinkTracker:
         self.states: dict[int, tuple[str, LinkState]] = {}  # ifindex -> (name, state)
         self.devices: dict[str, _Device] = {}
 
-    def wanted(self, name: str | None) -> bool:
+    def wanted(self, name: str | None) -> TypeGuard[str]:
         if name is None:
             return False
         return name in self.only if self.only is not None else name != "lo"

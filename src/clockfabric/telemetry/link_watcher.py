@@ -101,7 +101,7 @@ class LinkWatcher:
 
     # -- lifecycle
 
-    def start(self, timeout_s: float = 10.0) -> LinkWatcher:
+    def start(self, timeout_s: float = 10.0) -> Self:
         if self._thread is not None:
             return self
         self._wake_r, self._wake_w = os.pipe()

@@ -16,13 +16,13 @@ class LinkCollector:
                  flap_window_s: float = 60.0, netns: str | None = None):
         self.watcher = watcher
         self._own = watcher is None
-        self._kw = {"flap_window_s": flap_window_s, "netns": netns}
+        self._flap_window_s, self._netns = flap_window_s, netns
         self.devices = devices
 
     def absent(self) -> str | None:
         if self.watcher is None:
             try:
-                self.watcher = LinkWatcher(self.devices, **self._kw).start()
+                self.watcher = LinkWatcher(self.devices, flap_window_s=self._flap_window_s, netns=self._netns).start()
             except Exception as e:  # noqa: BLE001 - no netlink here: the collector is absent, not broken
                 return f"cannot watch netlink link events: {e}"
         elif not self.watcher.running:

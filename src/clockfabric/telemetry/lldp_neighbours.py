@@ -23,6 +23,8 @@ class LldpCollector:
         return None
 
     def collect(self) -> list[Metric]:
+        if self.neighbours is None:
+            raise RuntimeError(f"not present: {self.absent()}")
         return [Metric("clockfabric_lldp_neighbour_info", 1.0 if seen else 0.0,
                        {"device": device, "neighbour": seen or ""},
                        help="1 with the neighbour (node:port) LLDP announces on this NIC; 0 if none is heard")

@@ -126,13 +126,13 @@ class NvidiaGpuCollector:
     def __init__(self, nvml=None):
         self.nvml = nvml  # a stand-in with pynvml's names, or None for pynvml itself
         self._why: str | None = None
-        self._gpus: list[_Gpu] | None = None
+        self._gpus: list[_Gpu] = []  # empty until started: _start never keeps an empty list
         self._events = None
         self._unsupported: set[tuple[int, str]] = set()
         self._errors: Counter[tuple[int, str]] = Counter()
 
     def absent(self) -> str | None:
-        if self._gpus is None and self._why is None:
+        if not self._gpus and self._why is None:
             self._why = self._start()
         return self._why
 

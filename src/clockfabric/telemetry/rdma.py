@@ -99,7 +99,8 @@ class RdmaCollector:
                               help="Logical port state: 1 down, 2 init, 3 armed, 4 active, 5 active defer"))
         if phys:
             out.append(Metric(P + "port_phys_state", phys[0], labels,
-                              help="Physical port state: 2 polling, 3 disabled, 4 training, 5 link up, 6 error recovery"))
+                              help="Physical port state: 2 polling, 3 disabled, 4 training, 5 link up, "
+                                   "6 error recovery"))
         if (bps := _rate_bytes(rate)) is not None:
             out.append(Metric(P + "port_rate_bytes_per_second", bps, labels,
                               help="Port rate the adapter reports, bytes per second"))

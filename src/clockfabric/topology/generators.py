@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology.load import DEFAULT_BUFFER, DEFAULT_MTU, parse
 from clockfabric.topology.model import Topology
@@ -37,7 +39,7 @@ def multirail(hosts: int, planes: int, leaves: int, spines: int, *, host_rate: s
     def sw(plane: int, role: str, i: int) -> str:
         return f"{role}{i}" if planes == 1 else f"p{plane}-{role}{i}"
 
-    data = {
+    data: dict[str, Any] = {
         "name": name or (f"dualplane-{hosts}" if planes == 2 else f"multirail{planes}-{hosts}"),
         "meta": {"generator": "leafspine" if planes == 1 else "multirail", "hosts": hosts, "planes": planes,
                  "leaves": leaves, "spines": spines},

@@ -157,9 +157,9 @@ def parse(data: object, source: str = "topology") -> Topology:
             problems.append(f"{label}: {e}")
             continue
         buffer = _buffer(raw.get("buffer", default_buffer), label, problems)
-        if None in ends:
-            continue
         a, b = ends
+        if a is None or b is None:
+            continue
         if a.node == b.node:
             problems.append(f"{label}: a link must join two different nodes")
             continue

@@ -13,6 +13,8 @@ from functools import cached_property
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
+from clockfabric.errors import ClockfabricError
+
 if TYPE_CHECKING:
     import networkx as nx
 
@@ -50,6 +52,12 @@ class Host:
 
     def nic(self, plane: int) -> Nic | None:
         return next((n for n in self.nics if n.plane == plane), None)
+
+    def nic_on(self, plane: int) -> Nic:
+        """The NIC on plane, for callers that need one: its absence is the caller's input error."""
+        if (nic := self.nic(plane)) is None:
+            raise ClockfabricError(f"host {self.name} has no NIC on plane {plane}")
+        return nic
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ class PlaneState:
         self.healthy = healthy
         if self.damped and self.penalty(t) < self.policy.reuse:
             self.damped = False
-        if (not self.in_use and healthy and not self.damped
+        if (not self.in_use and healthy and not self.damped and self.healthy_since is not None
                 and t - self.healthy_since >= self.policy.hold_down_s):
             self.in_use = True
             changes.append("restored")

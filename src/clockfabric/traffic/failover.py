@@ -115,7 +115,8 @@ class Failover(threading.Thread):
 
     def run(self) -> None:
         if self.trace:
-            threading.Thread(target=self._place_paths, name="heartbeat-paths", daemon=True).start()
+            threading.Thread(target=self._place_paths, args=(self.trace,), name="heartbeat-paths",
+                             daemon=True).start()
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         next_send = time.monotonic()
@@ -129,7 +130,7 @@ class Failover(threading.Thread):
                 self.live.tick(now)
                 self._evaluate(now, up)
                 if self.steering:
-                    self._steer(now, up)
+                    self._steer(self.steering, now, up)
                 if woken or now >= next_send:  # after a link event, tell the peers at once
                     self.live.send(now, sum(1 << p for p in self.nics if p not in up), up)
                 if now >= next_send:
@@ -144,7 +145,7 @@ class Failover(threading.Thread):
             for fd in (self._wake_r, self._wake_w):
                 os.close(fd)
 
-    def _place_paths(self) -> None:
+    def _place_paths(self, trace: Callable[..., dict]) -> None:
         """Trace every peer's heartbeat paths and put them on distinct spines; again every
         relearn_s (a fabric that changed elsewhere moves the hash). Its own thread: a trace can
         wait a second for answers, and heartbeats must not. A peer with a path down or routed
@@ -167,7 +168,7 @@ class Failover(threading.Thread):
                     flows = [(sport, self.live.base_port + k) for sport in self.live.candidates(plane)
                              for k in range(self.live.ports)]
                     try:
-                        found = self.trace(self.address, address, flows, proto="udp", ttl=2, device=nic)
+                        found = trace(self.address, address, flows, proto="udp", ttl=2, device=nic)
                     except Exception as e:  # noqa: BLE001 - no raw sockets, no route: left as the hash put them
                         if str(e) not in warned:
                             warned.add(str(e))
@@ -188,7 +189,8 @@ class Failover(threading.Thread):
         if not up:
             if not self.isolated:
                 self.isolated = True
-                self._record(Decision(now, "isolated", "", (), "every NIC of this host is down; routes left as they are"))
+                self._record(Decision(now, "isolated", "", (),
+                                      "every NIC of this host is down; routes left as they are"))
             return
         if self.isolated:
             self.isolated = False
@@ -243,16 +245,16 @@ class Failover(threading.Thread):
             return
         self._record(d, flows=flows.to_peers({address}).get(address, []))
 
-    def _steer(self, now: float, up: set[int]) -> None:
+    def _steer(self, steering: Steering, now: float, up: set[int]) -> None:
         usable, queues = {}, {}
         for peer in self.peers:
             if peer not in self.live.reports or peer in self.decider.unreachable or self.live.silent(peer, now):
                 continue
             usable[peer] = tuple(p for p in self.decider.routed.get(peer, self.decider.planes) if p in up)
             queues[peer] = self.live.out_queues(peer)
-        for m in self.steering.tick(now, queues, usable):
+        for m in steering.tick(now, queues, usable):
             self._record_move(m)
-        self.steer_state = self.steering.state()
+        self.steer_state = steering.state()
 
     def _record_move(self, m: Move) -> None:
         kind = m.kind if m.kind in ("steered", "unsteered") else f"steer_{m.kind}"

@@ -27,8 +27,8 @@ from clockfabric.traffic.steer_decide import (
     Flow,
     FlowRates,
     Move,
-    SteerPolicy,
     Steerer,
+    SteerPolicy,
     decode_queue,
     encode_queue,
 )

@@ -148,11 +148,11 @@ class DelayBook:
         best = min((f for f in floors.values() if f is not None), default=None)
         out: dict[tuple[int, int], float | None] = {}
         for path, pd in paths.items():
-            standing = pd.standing(t)
-            if standing is None or floors[path] is None:
+            standing, floor = pd.standing(t), floors[path]
+            if standing is None or floor is None or best is None:  # best is None only when every floor is
                 out[path] = None
                 continue
-            out[path] = max(0.0, standing - min(floors[path], best + self.spread_s))
+            out[path] = max(0.0, standing - min(floor, best + self.spread_s))
         return out
 
 
@@ -336,6 +336,7 @@ class Steerer:
                     self.counters["damped"] += 1
                     continue
                 q = self.load(peer, on).queue_s
+                assert q is not None  # a congested plane has a reading
                 why = f"plane {on} queue {q * 1e3:.1f} ms, plane {target} quiet, flow at {f.rate_bps / 1e6:.1f} Mbit/s"
                 out.append(self._steer(t, f.key, peer, on, target, on, why))
                 moved += 1

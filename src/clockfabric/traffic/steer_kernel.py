@@ -43,7 +43,8 @@ class FlowReader:
         """Each established flow: its key, its inet_diag message (idiag_cookie, idiag_inode,
         idiag_wqueue, ...) and its tcp_info (tcpi_*)."""
         if threading.get_ident() != self.thread and _netns_here() != self.netns:
-            raise RuntimeError("FlowReader read from another thread, in another network namespace than it was made in")
+            raise RuntimeError("FlowReader read from another thread, "
+                               "in another network namespace than it was made in")
         inet_diag_info = 2
         msgs = self.ds.get_sock_stats(family=socket.AF_INET, states=1 << 1, extensions=1 << (inet_diag_info - 1))
         out = []

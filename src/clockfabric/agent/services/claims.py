@@ -52,7 +52,7 @@ class Claims(Service):
         wants = [(int(n), [str(h) for h in hops]) for n, hops in msg["want"]]
         named = self.ledger.place(str(msg["job"]), [(n, [self.switch_of.get(h, h) for h in hops]) for n, hops in wants])
         hops = [[next(h for h in hops if self.switch_of.get(h, h) == sw) for sw in chosen]
-                for (_, hops), chosen in zip(wants, named)]
+                for (_, hops), chosen in zip(wants, named, strict=True)]
         self.ctx.reply({"t": "placed", "job": msg["job"], "hops": hops}, reply_to)
         self.placements += 1
         self._share_claims()

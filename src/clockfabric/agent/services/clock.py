@@ -49,15 +49,15 @@ class ClockSync(Service):
 
     def poll(self, now_s: float) -> float:
         self._take_exchanges()
-        if now_s >= self._solve_due:
-            self._solve(urgent=True)
+        if self.solver and now_s >= self._solve_due:  # due only on the reference, which solves
+            self._solve(self.solver, urgent=True)
         return self._solve_due
 
     def tick(self, now_ns: int) -> None:
         self.ctx.send(self.ctx.cfg.reference, self.sync.report(now_ns))
         self._pace(quiet=self.sync.settled(now_ns))
         if self.solver:
-            self._solve()
+            self._solve(self.solver)
 
     def report(self) -> dict:
         state = {"probe_interval_s": self.ctx.engine.interval_s, **self.sync.state()}
@@ -98,7 +98,7 @@ class ClockSync(Service):
         its exchanges, and on a settled clock and an idle fabric half of them add little."""
         self.ctx.engine.interval_s = self._intervals[quiet]
 
-    def _solve(self, *, urgent: bool = False) -> None:
+    def _solve(self, solver: Solver, *, urgent: bool = False) -> None:
         self._solve_due = math.inf
-        for host, msg in self.solver.solve(self.ctx.clock.now_ns()).items():
+        for host, msg in solver.solve(self.ctx.clock.now_ns()).items():
             self.ctx.send(host, {**msg, "urgent": True} if urgent else msg)

@@ -25,6 +25,7 @@ def _wanted(cfg: AgentConfig) -> bool:
 class ControllerPush(Service):
     def __init__(self, ctx: AgentContext):
         cfg = ctx.cfg
+        assert cfg.controller  # _wanted: made only with one
         self.path_map = PathMapper(cfg.topology, cfg.host, cfg.probed, ctx.engine.flows, on_change=ctx.news)
         self.pusher = Pusher(cfg.controller, cfg.token, cfg.host, snapshot=ctx.push_snapshot,
                              interval_s=cfg.update_s, verify=cfg.ca_file or True, paths=lambda: self.path_map.rows)

@@ -28,7 +28,8 @@ def rail_pairs(ctx: Context) -> tuple[dict[Pair, list[dict]], list[Finding]]:
             for addr, res in targets.items():
                 dst = owner.get(addr)
                 if dst and dst not in ctx.broken and dst[0] in ctx.reports:
-                    pairs.setdefault(tuple(sorted([(h, nic), dst])), []).append(res)
+                    first, second = sorted([(h, nic), dst])
+                    pairs.setdefault((first, second), []).append(res)
     return pairs, unknown
 
 

@@ -37,7 +37,8 @@ def run(ctx: Context) -> Outcome:
         mine = [v for p, v in floors.items() if (h, nic) in p and v > limit]
         ctx.mark_broken(h, nic, "backend.latency")
         findings.append(Finding(Verdict.FAIL, f"far: round trips of {statistics.median(mine) / 1e3:.2f} ms with "
-                                              f"{len(peers)} peers (limit {limit / 1e3:.2f} ms, typical {typical:.0f} µs)",
+                                              f"{len(peers)} peers (limit {limit / 1e3:.2f} ms, "
+                                              f"typical {typical:.0f} µs)",
                                 host=h, device=nic, evidence={"rtt_us": round(statistics.median(mine), 1),
                                                               "limit_us": round(limit, 1),
                                                               "peers": [f"{a}:{b}" for a, b in peers]}))

@@ -23,9 +23,11 @@ def run(ctx: Context) -> Outcome:
             if info.get("carrier") is False or info.get("operstate") not in ("up", "unknown"):
                 problem = f"link down (operstate {info.get('operstate')}, carrier {info.get('carrier')})"
             elif (rdma := info.get("rdma")) and (rdma.get("state") or "").upper() != "ACTIVE":
-                problem = f"RDMA port {rdma.get('device')}/{rdma.get('port')} is {rdma.get('state')} ({rdma.get('phys_state')})"
+                problem = (f"RDMA port {rdma.get('device')}/{rdma.get('port')} is {rdma.get('state')} "
+                           f"({rdma.get('phys_state')})")
             if problem:
                 ctx.mark_broken(h, nic.name, "backend.nic_active")
                 findings.append(Finding(Verdict.FAIL, problem, host=h, device=nic.name,
-                                        evidence={k: info.get(k) for k in ("operstate", "carrier", "carrier_changes", "rdma")}))
+                                        evidence={k: info.get(k)
+                                                  for k in ("operstate", "carrier", "carrier_changes", "rdma")}))
     return Outcome(f"{judged} NICs up and running checked", findings)

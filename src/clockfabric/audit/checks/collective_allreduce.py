@@ -50,7 +50,8 @@ def run(ctx: Context) -> Outcome:
     from clockfabric.collective.run import allreduce
     from clockfabric.collective.sizes import parse_size
 
-    if ctx.lab is None:
+    lab = ctx.lab
+    if lab is None:
         return Outcome("collective tests need a lab for now",
                        [Finding(Verdict.SKIP, "collective tests run on labs (--lab); on real hosts: not yet")])
     broken_hosts = {h for h, _ in ctx.broken}
@@ -66,7 +67,7 @@ def run(ctx: Context) -> Outcome:
     def measure(subflows: int, planes: list[int] | None, algorithm: str = "ring", among: list[str] = hosts) -> dict:
         size = fixed or auto_size(ctx.topology, among, subflows, planes, algorithm, step_s)
         t0 = time.monotonic()
-        result = allreduce(ctx.lab, among, sizes=[size], subflows=subflows, planes=planes, algorithm=algorithm,
+        result = allreduce(lab, among, sizes=[size], subflows=subflows, planes=planes, algorithm=algorithm,
                            iters=cfg["iters"], timeout_s=cfg["timeout_s"])
         row = result.rows[-1]
         return {"algorithm": algorithm, "subflows": subflows, "planes": result.planes, "hosts": len(among),
@@ -94,7 +95,8 @@ def run(ctx: Context) -> Outcome:
             plane = r["planes"][0]
             slow = slow_nics(ctx, hosts, plane, fixed)
             slow_hosts |= {h for h, _ in slow}
-            findings += [Finding(Verdict.FAIL, f"slow on plane {plane}: pair all-reduce at {e['ratio']:.0%} of expected",
+            findings += [Finding(Verdict.FAIL,
+                                 f"slow on plane {plane}: pair all-reduce at {e['ratio']:.0%} of expected",
                                  host=h, device=nic, evidence=e) for (h, nic), e in slow.items()]
             if not slow:
                 findings.append(Finding(Verdict.FAIL, f"plane {plane}: ring at {r['ratio']:.0%} of expected while "

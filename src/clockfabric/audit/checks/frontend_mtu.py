@@ -16,7 +16,9 @@ def run(ctx: Context) -> Outcome:
         mtus = {}
         for h in ctx.reporting():
             nic = ctx.topology.hosts[h].nic(plane)
-            info = (ctx.facts(h, "nics") or {}).get(nic.name) if nic else None
+            if nic is None:
+                continue
+            info = (ctx.facts(h, "nics") or {}).get(nic.name)
             if info and info.get("present") and info.get("mtu"):
                 mtus[(h, nic.name)] = info["mtu"]
         if not mtus:

@@ -34,9 +34,10 @@ def read(nvml=None, kmsg: Path | None = None) -> dict:
         kmsg = KMSG
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError:
             return {"present": False, "reason": "pynvml not installed (pip install nvidia-ml-py)"}
+        nvml = pynvml
     nv = nvml
     try:
         nv.nvmlInit()
@@ -136,10 +137,13 @@ def _retired_pages(nv, h, unread: dict) -> dict | None:
     """Pre-Ampere page retirement; NotSupported (null) on Ampere and later, which remap rows instead."""
     sbe = _call(nv, unread, "retired_pages", "nvmlDeviceGetRetiredPages", h,
                 nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    if sbe is None:
+        return None
     dbe = _call(nv, unread, "retired_pages", "nvmlDeviceGetRetiredPages", h,
-                nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR) if sbe is not None else None
-    pending = _call(nv, unread, "retired_pages", "nvmlDeviceGetRetiredPagesPendingStatus", h) \
-        if dbe is not None else None
+                nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    if dbe is None:
+        return None
+    pending = _call(nv, unread, "retired_pages", "nvmlDeviceGetRetiredPagesPendingStatus", h)
     if pending is None:
         return None
     return {"single_bit": len(sbe), "double_bit": len(dbe), "pending": pending == nv.NVML_FEATURE_ENABLED}
@@ -182,11 +186,11 @@ def xid_history(path: Path = KMSG) -> dict:
         return {"readable": False, "source": str(path), "reason": _unreadable(path, e)}
     events = parse_xids(text)
     seen: dict[tuple[str, int], dict] = {}
-    for e in events:
-        entry = seen.setdefault((e["pci_bus_id"], e["xid"]), {"pci_bus_id": e["pci_bus_id"], "xid": e["xid"],
-                                                               "count": 0, "first_uptime_s": e.get("uptime_s")})
+    for ev in events:
+        entry = seen.setdefault((ev["pci_bus_id"], ev["xid"]), {"pci_bus_id": ev["pci_bus_id"], "xid": ev["xid"],
+                                                                "count": 0, "first_uptime_s": ev.get("uptime_s")})
         entry["count"] += 1
-        entry["last"] = e
+        entry["last"] = ev
     return {"readable": True, "source": str(path), "total": len(events), "xids": list(seen.values())}
 
 

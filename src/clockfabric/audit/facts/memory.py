@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from clockfabric.telemetry.rdma import _entries, _int, _read
 
@@ -21,7 +22,8 @@ UNITS = {"kB": 2**10, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 
 def read(root: Path = Path("/"), dmidecode: Callable[[], str | None] | None = None) -> dict:
     """dmidecode: returns `dmidecode -t 17` output or None; default: run it, on the real host only."""
-    out = {"total_bytes": mem_total(root), "dimms": None, "dimm_bytes": None, "dimm_labels": None, "source": None}
+    out: dict[str, Any] = {"total_bytes": mem_total(root), "dimms": None, "dimm_bytes": None, "dimm_labels": None,
+                           "source": None}
     if dimms := edac_dimms(root):
         source = "edac"
     else:

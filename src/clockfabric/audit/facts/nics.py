@@ -69,12 +69,12 @@ def netlink_ipv4(names: list[str]) -> dict[str, list[str]]:
         for name in names:
             for index in ipr.link_lookup(ifname=name):
                 by_index[index] = name
-        out = {name: [] for name in by_index.values()}
+        out: dict[str, list[str]] = {name: [] for name in by_index.values()}
         for msg in ipr.get_addr(family=socket.AF_INET):
-            if (name := by_index.get(msg["index"])) is not None:
+            if (owner := by_index.get(msg["index"])) is not None:
                 # IFA_LOCAL is our end; IFA_ADDRESS is the peer's on a point-to-point link
                 addr = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
-                out[name].append(f"{addr}/{msg['prefixlen']}")
+                out[owner].append(f"{addr}/{msg['prefixlen']}")
     return out
 
 

@@ -46,7 +46,8 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                iters: int = typer.Option(12, "--iters",
                                          help="Timed iterations per run, after --warmup. The defaults take "
                                               "45-90 minutes a lab; --warmup 2 --iters 4 --seeds 3 about a "
-                                              "quarter of that, with noisier medians (docs/notes/2026-11-23-contention.md)."),
+                                              "quarter of that, with noisier medians "
+                                              "(docs/notes/2026-11-23-contention.md)."),
                warmup: int = typer.Option(5, "--warmup",
                                           help="Untimed iterations per run first, from the jobs' common start "
                                                "into their steady state."),
@@ -66,7 +67,7 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                                                  help="What the subflows that the agents placed on one spine share "
                                                       "(learned placement: owd's), each instead of --rcvbuf "
                                                       "(0: none)."),
-               placement: str = typer.Option(None, "--placement",
+               placement: str = typer.Option("", "--placement",
                                              help="Source ports for every scheduler: hashed or learned (default: "
                                                   "learned for owd, hashed for the baselines, as each ships)."),
                standby: bool = typer.Option(True, "--standby/--no-standby",
@@ -172,7 +173,8 @@ def _targets_table(verdicts: list[dict]) -> Table:
     its 90% bootstrap interval over the seeds."""
     table = Table(title="owd against its targets",
                   caption="out of reach: the baseline ran within that ratio of the ideal at TCP's "
-                          "ceiling (with elephants: of all of their spine); none: owd's time over the best baseline's, at most 1.03; "
+                          "ceiling (with elephants: of all of their spine); "
+                          "none: owd's time over the best baseline's, at most 1.03; "
                           "(low-high): 90% of the ratio's values over the seeds resampled")
     for col in ("scenario", "vs ecmp >= 1.5x", "vs l-o >= 1.2x", "of ideal >= 0.90"):
         table.add_column(col, justify="left" if col == "scenario" else "right", no_wrap=True)

@@ -84,11 +84,12 @@ def tcp_payload(mtu: int) -> float:
 
 
 def topology(fabric: str = "leafspine", spines: int = 2, mtu: int = MTU) -> Topology:
-    rates = {"host_rate": HOST_RATE, "fabric_rate": FABRIC_RATE, "mtu": mtu,
-             "buffer": round(BUFFER_BYTES / (mtu + 14))}
+    buffer = round(BUFFER_BYTES / (mtu + 14))
     if fabric == "dualplane":
-        return multirail(8, 2, 2, 2, **rates, name="contention-dualplane")
-    return leafspine(8, 2, spines, **rates, name="contention-leafspine")
+        return multirail(8, 2, 2, 2, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, mtu=mtu, buffer=buffer,
+                         name="contention-dualplane")
+    return leafspine(8, 2, spines, host_rate=HOST_RATE, fabric_rate=FABRIC_RATE, mtu=mtu, buffer=buffer,
+                     name="contention-leafspine")
 
 
 def plane0(topo: Topology, name: str) -> str:
@@ -97,13 +98,13 @@ def plane0(topo: Topology, name: str) -> str:
 
 
 def leaf_of(topo: Topology, host: str, plane: int) -> str:
-    nic = topo.hosts[host].nic(plane)
+    nic = topo.hosts[host].nic_on(plane)
     return next(lk.other(host).node for lk in topo.links_of(host) if lk.port(host).iface == nic.name)
 
 
 def nic_address(topo: Topology, host: str, plane: int) -> str:
     """The host's address on its NIC of that plane: routed over that plane only."""
-    return str(interfaces(topo)[Port(host, topo.hosts[host].nic(plane).name)].address.ip)
+    return str(interfaces(topo)[Port(host, topo.hosts[host].nic_on(plane).name)].address.ip)
 
 
 def jobs_of(scenario: str) -> list[tuple[str, list[str]]]:
@@ -175,7 +176,7 @@ class Plan:
     """What one contention run does, checked once: a bad choice is one clear line before any lab
     is built. subflows: per peer pair, for every scheduler; None: one per spine path, so that
     `owd` on learned ports can reach every path (with fewer, a fault leaves it fewer to move
-    to). placement: None (each scheduler's own), or "hashed"/"learned" for all. rcvbuf: every
+    to). placement: "" (each scheduler's own), or "hashed"/"learned" for all. rcvbuf: every
     subflow's receive buffer, bytes, fixed, or None for the kernel's autotuning. rcvbuf_budget:
     what the subflows the agents placed on one spine share instead (None: they keep rcvbuf).
     standby: subflows on learned ports (owd's) get standbys (collective/standby.py)."""
@@ -189,7 +190,7 @@ class Plan:
     fabric: str = "leafspine"
     spines: int = 2
     mtu: int = MTU
-    placement: str | None = None
+    placement: str = ""
     rcvbuf: int | None = RCVBUF
     rcvbuf_budget: int | None = RCVBUF_BUDGET
     warmup: int = WARMUP
@@ -215,7 +216,7 @@ class Plan:
     def options(self, scheduler: str, collective: str = "allreduce") -> CollectiveOptions:
         """The collective's options for one job of a run under `scheduler`."""
         return CollectiveOptions(collective=collective,
-                                 algorithm=ALLTOALL_ALGORITHM if collective == "alltoall" else None,
+                                 algorithm=ALLTOALL_ALGORITHM if collective == "alltoall" else "",
                                  subflows=self.subflows or 1, scheduler=scheduler, placement=self.placement,
                                  rcvbuf=self.rcvbuf, rcvbuf_budget=self.rcvbuf_budget, standby=self.standby,
                                  iters=self.iters, warmup=self.warmup, timeout_s=60.0)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 
+from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench.contention.model import (
     ALLTOALL_ALGORITHM,
     ELEPHANT_CONGESTION,
@@ -19,7 +20,6 @@ from clockfabric.bench.contention.model import (
 )
 from clockfabric.bench.contention.scenarios import run_scenario
 from clockfabric.bench.contention.summary import judge, median_steal, summarize
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench.harness import labs_removed
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build

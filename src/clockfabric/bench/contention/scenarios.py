@@ -50,7 +50,8 @@ def _elephants(lab: Lab) -> list[subprocess.Popen]:
     if ended := [p for p in procs if p.poll() is not None]:
         stop(procs)
         raise ClockfabricError(f"an iperf3 elephant flow exited at once (exit code {ended[0].returncode}); does this "
-                               f"kernel offer TCP {ELEPHANT_CONGESTION}? (sysctl net.ipv4.tcp_available_congestion_control)")
+                               f"kernel offer TCP {ELEPHANT_CONGESTION}? "
+                               "(sysctl net.ipv4.tcp_available_congestion_control)")
     return procs
 
 
@@ -159,9 +160,11 @@ def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, plan: Plan, *,
     timed: dict[str, tuple[float, int]] = {}
     while any(t.is_alive() for t in threads):
         try:
-            timed[marks.get(timeout=0.1)] = outsiders.mark()
+            mark = marks.get(timeout=0.1)
         except queue.Empty:
-            pass
+            continue
+        if outsiders is not None:  # marks come only with outsiders to read
+            timed[mark] = outsiders.mark()
     if "start" in timed and "end" in timed:
         outside = mbps(timed["start"], timed["end"])
     if errors := [r for r in results if isinstance(r, Exception)]:

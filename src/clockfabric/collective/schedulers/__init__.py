@@ -7,8 +7,8 @@ transport asks of them.
     owd.py                the subflow expected to deliver first, by one-way delays (ours)
 """
 
-from clockfabric.collective.schedulers.base import SCHEDULERS, Scheduler, SharedQueue, scheduler
 # importing each registers it, in this order
 from clockfabric.collective.schedulers import ecmp, least_outstanding, owd  # noqa: F401, I001
+from clockfabric.collective.schedulers.base import SCHEDULERS, Scheduler, SharedQueue, scheduler
 
 __all__ = ["SCHEDULERS", "Scheduler", "SharedQueue", "scheduler"]

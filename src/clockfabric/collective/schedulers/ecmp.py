@@ -18,7 +18,7 @@ class Ecmp(SharedQueue):
         """One queue per subflow: its share (none for a parked one)."""
         active = [i for i, s in enumerate(subs) if not s.parked]
         queues: list[list[Range]] = [[] for _ in subs]
-        for i, (a, b) in zip(active, pairwise(bounds(size, len(active)))):
+        for i, (a, b) in zip(active, pairwise(bounds(size, len(active))), strict=True):
             queues[i] = cut(a, b, -(-(b - a) // CHUNK))
         return queues
 

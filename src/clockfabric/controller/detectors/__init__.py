@@ -5,7 +5,7 @@ tick, which findings are active; `controller.alerts` turns those into alerts. Im
 package registers every detector, in the order their findings are listed.
 """
 
-from clockfabric.controller.detectors import (  # noqa: F401 - imported to register, in this order
+from clockfabric.controller.detectors import (  # noqa: F401, I001 - imported to register, in this order
     link_down, flapping, latency_sla, congestion, drift)
 from clockfabric.controller.detectors.base import Finding
 from clockfabric.controller.detectors.detector_set import DetectorSet

@@ -45,7 +45,7 @@ class Congestion:
     def set_path_links(self, mapping: Mapping[tuple[str, str, str], list[str]], src: str | None = None) -> None:
         """The links each path crosses; with `src`, the map of that host's paths only (the rest stay)."""
         kept = {} if src is None else {k: v for k, v in self.hops.items() if k[0] != src}
-        self.hops = kept | {tuple(key): orient(self.links, key[0], list(names)) for key, names in mapping.items()}
+        self.hops = kept | {(*key,): orient(self.links, key[0], list(names)) for key, names in mapping.items()}
 
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         samples = list(samples)
@@ -129,7 +129,7 @@ def localize(congested: dict[PathKey, list[Hop]], quiet: set[Hop]
 
     def suspect(hop: Hop) -> bool:
         name, way = hop
-        return hop not in quiet and name not in quiet_any_way and (way or name not in quiet_names)
+        return hop not in quiet and name not in quiet_any_way and (way != "" or name not in quiet_names)
 
     left = {k: {h for h in hops if suspect(h)} for k, hops in congested.items()}
     blamed = []

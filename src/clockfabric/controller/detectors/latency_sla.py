@@ -13,6 +13,7 @@ from clockfabric.controller.config import MonitorConfig, SlaConfig
 from clockfabric.controller.detectors.base import (
     DETECTORS,
     Finding,
+    LinkIndex,
     PathKey,
     Streak,
     format_ns,

@@ -190,7 +190,8 @@ class SqlStorage(ABC):
         if not samples:
             return 0
         with self._write() as cur:
-            values = [rows.sample_values(s, id_) for s, id_ in zip(samples, self._sample_ids(cur, len(samples)))]
+            ids = self._sample_ids(cur, len(samples))
+            values = [rows.sample_values(s, id_) for s, id_ in zip(samples, ids, strict=True)]
             self._insert_samples(cur, values)
             self._upsert_latest(cur, values)
         return len(values)
@@ -261,7 +262,8 @@ class SqlStorage(ABC):
 
 def _where(after_id: int, *conditions: tuple[str, object]) -> tuple[str, list]:
     """`id > after_id` and each condition whose value is not None; a condition without ? takes no value."""
-    clauses, params = ["id > ?"], [after_id]
+    clauses: list[str] = ["id > ?"]
+    params: list[object] = [after_id]
     for clause, value in conditions:
         if value is not None:
             clauses.append(clause)
