@@ -118,7 +118,7 @@ from clockfabric.bench.contention.summary import judge, median_steal, outside, s
 
 __all__ = ["ALLTOALL_ALGORITHM", "ALONE_S", "BUFFER_BYTES", "ELEPHANTS", "ELEPHANT_CONGESTION", "ELEPHANT_SECONDS",
            "FABRICS", "FABRIC_RATE", "HOST_RATE", "IPERF_PORT", "JOB_A", "JOB_B", "MTU", "MTUS", "QUIET_SLACK",
-           "RCVBUF", "RCVBUF_BUDGET", "SCENARIOS", "SETTLE_S", "SPINES", "TARGETS", "WARMUP", "Outsiders", "Plan", "Run",
-           "busbw_gbps", "flows", "ideal_time_s", "jobs_of", "judge", "leaf_of", "mbps", "median_steal",
+           "RCVBUF", "RCVBUF_BUDGET", "SCENARIOS", "SETTLE_S", "SPINES", "TARGETS", "WARMUP", "Outsiders", "Plan",
+           "Run", "busbw_gbps", "flows", "ideal_time_s", "jobs_of", "judge", "leaf_of", "mbps", "median_steal",
            "nic_address", "outside", "pinned_iperf", "plane0", "rejudge", "run", "run_one", "run_scenario",
            "spine_paths", "standby_share", "still_running", "summarize", "tcp_payload", "topology"]

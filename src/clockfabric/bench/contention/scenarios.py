@@ -185,7 +185,8 @@ def run_scenario(lab: Lab, scenario: str, plan: Plan, progress: Callable[[str], 
             procs = _elephants(lab)
             outsiders = Outsiders(lab)
         runs = []
-        order = [(seed, s) for seed in range(plan.seeds) for s in random.Random(seed).sample(schedulers, len(schedulers))]
+        order = [(seed, s) for seed in range(plan.seeds)
+                 for s in random.Random(seed).sample(schedulers, len(schedulers))]
         for seed, scheduler in order:  # schedulers interleaved, in a shuffled order per seed: drift hits all
             run = run_one(lab, scenario, scheduler, seed, plan, outsiders=outsiders)
             still_running(procs, f"{scenario} under {scheduler}, seed {seed}")
