@@ -87,7 +87,7 @@ def measure(lab: Lab, extra: list[str], settle_s: float, measure_s: float) -> di
 @BENCHMARKS.register("agent-overhead")
 def main(repeats: Annotated[int, typer.Option(min=1)] = 2, settle: Annotated[float, typer.Option()] = 30.0,
          measure_s: Annotated[float, typer.Option("--measure")] = 30.0,
-         json_path: Annotated[Path, typer.Option("--json")] = DEFAULT_JSON) -> None:
+         json_path: Annotated[Path, typer.Option("--out", help="Where the record goes.")] = DEFAULT_JSON) -> None:
     """Fleet monitoring: what an agent costs its host (CPU, RSS), against the agent probing at full rate."""
     require_root()
     facts = harness.machine()

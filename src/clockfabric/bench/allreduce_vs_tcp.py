@@ -125,7 +125,7 @@ def main(topology: Path = typer.Option(Path("examples/dualplane-8.yaml"), help="
          iters: int = typer.Option(3, min=1, help="Timed iterations per size."),
          warmup: int = typer.Option(1, min=0, help="Untimed iterations first."),
          baseline_s: float = typer.Option(6.0, "--baseline-s", help="Seconds of iperf3 per subflow count (0: none)."),
-         json_path: Path = typer.Option(DEFAULT_JSON, "--json", help="Where to write the results.")) -> None:
+         json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     """All-reduce busbw (ring, hier; 1-8 subflows) against link rates and against plain TCP (iperf3) along the ring."""
     require_root()
     try:

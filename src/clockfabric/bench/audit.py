@@ -186,7 +186,7 @@ def main(hosts: int = typer.Option(32, help="Hosts in the timed lab."),
          rate: str = typer.Option("auto", help="Host and fabric link rate of the timed lab (auto: see the top)."),
          fault: bool = typer.Option(True, help="Also audit the timed lab with one link at a quarter rate."),
          repeat: int = typer.Option(10, help="Clean 8-host audits in a row."),
-         json_path: Path = typer.Option(DEFAULT_JSON, "--json")) -> None:
+         json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     rate_arg, rate = rate, lab_rate(hosts) if rate == "auto" else format_rate(parse_rate(rate))
     require_root()
     facts = harness.machine()

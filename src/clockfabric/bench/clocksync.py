@@ -294,7 +294,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
          seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' "
                                                            "start-up allowance (8 s + 1 s per host, x2 under load)."),
          quick: bool = typer.Option(False, "--quick", help="8 hosts, idle and UDP only."),
-         json_path: Path = typer.Option(DEFAULT_JSON, "--json", help="Where to write the results.")) -> None:
+         json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     """Clock sync on 8- and 32-host labs, idle and loaded, against NTP-style and ptp4l in the same run."""
     require_root()
     for tool in ("ip", "tc", "iperf3", "ptp4l"):

@@ -197,7 +197,7 @@ def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, 
                                     f"{DIRECT_FULL_REPEAT_MAX_HOSTS} hosts)."),
          direct_max: int = typer.Option(3000, help="Largest host count for the direct baseline "
                                         "(~30 s per factorization at 10k hosts, ~hosts^3)."),
-         json_path: Path = typer.Option(DEFAULT_JSON, "--json", help="Where to write the results.")) -> None:
+         json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     try:
         size_list = sorted({int(s) for s in sizes.split(",") if s.strip()})
         if not size_list or min(size_list) < PEERS + 1:

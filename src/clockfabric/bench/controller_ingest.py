@@ -256,7 +256,7 @@ def main(samples: Annotated[int, typer.Option(min=500, help="Samples per run for
          batch: Annotated[int, typer.Option(min=1, help="Samples per push.")] = 500,
          repeat: Annotated[int, typer.Option(min=1, help="Runs per case, each on a fresh database.")] = 3,
          postgres: Annotated[bool, typer.Option(help="Also measure PostgreSQL (a throwaway server).")] = True,
-         json_path: Annotated[Path, typer.Option("--json", help="Where to write the results.")] = DEFAULT_JSON,
+         json_path: Annotated[Path, typer.Option("--out", help="Where the record goes.")] = DEFAULT_JSON,
          ) -> None:
     missing, throwaway_postgres = _test_postgres()
     why_no_pg = missing() if postgres else "--no-postgres"

@@ -318,7 +318,7 @@ def cleanup(labs: list[str]) -> list[str]:
 @BENCHMARKS.register("lab-bringup")
 def main(sizes: str = typer.Option("8,32,64", help="Host counts, comma-separated."),
          repeat: int = typer.Option(3, min=1, help="Runs per size (baseline: 1 above 32 hosts)."),
-         json_path: Path = typer.Option(DEFAULT_JSON, "--json", help="Where to write the results.")) -> None:
+         json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     """Lab bring-up and tear-down at 8-64 hosts, against the same lab built with one ip/tc process per step."""
     require_root()
     try:

@@ -182,7 +182,7 @@ def leftovers() -> list[str]:
 
 @BENCHMARKS.register("monitor-latency")
 def main(flaps: Annotated[int, typer.Option(min=1, help="Down-up cycles, taking turns over the 4 links.")] = 40,
-         json_path: Annotated[Path, typer.Option("--json", help="Where to write the results.")] = DEFAULT_JSON,
+         json_path: Annotated[Path, typer.Option("--out", help="Where the record goes.")] = DEFAULT_JSON,
          ) -> None:
     """Fleet monitoring: link flap to event at the controller, against a 1 s and a 15 s scrape."""
     require_root()

@@ -168,7 +168,7 @@ def main(hosts: int = typer.Option(8, min=8, help="Lab hosts (even; 4 run the jo
          reference: bool = typer.Option(True, "--reference/--no-reference",
                                         help="First run the job on the quiet fabric, without and with agents."),
          name: str = typer.Option("steer-bench", help="Name of the lab this benchmark brings up."),
-         json_path: str = typer.Option(str(DEFAULT_JSON), "--json", help="Where to write the results.")) -> None:
+         json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     """Transparent mode: a DDP job under elephant flows, agents off against agents steering."""
     require_root()
     if hosts % 2:
