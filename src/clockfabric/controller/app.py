@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
+from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
 from clockfabric.controller.storage.base import Audit, StorageError
 
@@ -250,4 +251,5 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
             raise HTTPException(404, f"no audit {audit_id}")
         return dataclasses.asdict(found)
 
+    register_dashboard(app, fleet, token)
     return app
