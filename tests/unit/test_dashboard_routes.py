@@ -4,6 +4,7 @@ page, the fleet and viewer tokens, the fabric map's link states, and the live st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -176,3 +177,26 @@ def test_a_real_server_streams_a_push_to_a_viewer_holding_the_token_as_a_paramet
     finally:
         srv.should_exit = True
         thread.join(10)
+
+
+def test_an_open_stream_does_not_hold_the_server_at_exit(fleet):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = server(fleet, TOKEN, Listen("127.0.0.1", port))
+    thread = start_in_thread(srv)
+    opened = threading.Event()
+
+    def watch() -> None:
+        with contextlib.suppress(httpx.HTTPError), httpx.stream(
+                "GET", f"http://127.0.0.1:{port}/api/v1/stream", headers=FLEET_AUTH, timeout=30) as r:
+            opened.set()
+            for _ in r.iter_lines():
+                pass
+
+    threading.Thread(target=watch, daemon=True).start()
+    assert opened.wait(5)
+    t0 = time.monotonic()
+    srv.should_exit = True
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - t0 < 6

@@ -48,7 +48,8 @@ def server(fleet: Fleet, token: str, listen: Listen, viewer_token: str | None = 
     listen.check()
     app = create_app(fleet, token)
     allow_viewer(app, viewer_token)
-    config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning",
+    # an open dashboard's live stream never ends by itself: do not wait on it past a few seconds at exit
+    config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", timeout_graceful_shutdown=3,
                             ssl_certfile=str(listen.tls_cert) if listen.tls_cert else None,
                             ssl_keyfile=str(listen.tls_key) if listen.tls_key else None)
     return uvicorn.Server(config)
