@@ -45,6 +45,8 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                token_file: Path = typer.Option(..., "--token-file", help="Fleet token file (--new-token makes one)."),
                new_token: bool = typer.Option(False, "--new-token",
                                               help="Write a new random token if the file is missing."),
+               viewer_token_file: Path = typer.Option(None, "--viewer-token-file",
+                                                      help="A read-only token for the dashboard and API reads."),
                topology: Path = typer.Option(None, "--topology",
                                              help="Fleet topology: its hosts and switches are enrolled."),
                lab_name: str = typer.Option(None, "--lab",
@@ -69,14 +71,16 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     listen_at = Listen(host, port, tls_cert, tls_key)
     listen_at.check()
     token = read_token(token_file, create=new_token)
+    viewer_token = read_token(viewer_token_file) if viewer_token_file else None
     topo = load(topology) if topology else (Lab.open(lab_name).topology if lab_name else None)
     nodes = sorted(topo.hosts) + sorted(topo.switches) if topo else []
     storage = open_storage(db)
     monitor = Monitor.create(storage, topology=topo, config=config, webhook=webhook)
     fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None, monitor=monitor)
-    err.print(f"controller on {listen_at.url}, storage {db}, {len(nodes)} enrolled nodes")
+    err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
+              f"{len(nodes)} enrolled nodes")
     try:
-        server(fleet, token, listen_at).run()
+        server(fleet, token, listen_at, viewer_token).run()
     finally:
         storage.close()
 
@@ -152,6 +156,8 @@ def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--second
         err.print(f"starting the controller on {fleet.host} ({fleet.url}), switch agents and host agents")
         fleet.start()
         _wait_pushing(fleet)
+    err.print(f"dashboard: {fleet.url}/dashboard/ on the lab's network (a browser there: `clockfabric lab exec "
+              f"{fleet.host} --lab {lab.name} -- chromium ...`); token in {fleet.token_file}")
     try:
         view = _view(lab, fleet)
         with Live(_table(view), console=out, auto_refresh=False, transient=False,

@@ -11,6 +11,7 @@ from pathlib import Path
 import uvicorn
 
 from clockfabric.controller.app import create_app
+from clockfabric.controller.dashboard.routes import allow_viewer
 from clockfabric.controller.fleet import Fleet
 from clockfabric.errors import ClockfabricError
 
@@ -42,9 +43,13 @@ class Listen:
                                        f"{e.strerror or e}; give a PEM certificate and its private key") from None
 
 
-def server(fleet: Fleet, token: str, listen: Listen) -> uvicorn.Server:
+def server(fleet: Fleet, token: str, listen: Listen, viewer_token: str | None = None) -> uvicorn.Server:
+    """`viewer_token`: also accepted, for reads only (the dashboard's read-only access)."""
     listen.check()
-    config = uvicorn.Config(create_app(fleet, token), host=listen.host, port=listen.port, log_level="warning",
+    app = create_app(fleet, token)
+    allow_viewer(app, viewer_token)
+    # an open dashboard's live stream never ends by itself: do not wait on it past a few seconds at exit
+    config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", timeout_graceful_shutdown=3,
                             ssl_certfile=str(listen.tls_cert) if listen.tls_cert else None,
                             ssl_keyfile=str(listen.tls_key) if listen.tls_key else None)
     return uvicorn.Server(config)

@@ -1,0 +1,86 @@
+// Fabric map: leaf-spine drawn per plane, side by side; each link coloured by its state.
+// Click (or Enter on) a link for its events and the probe paths that cross it.
+import { all, get } from "./api.js";
+import { clock, el, svg, table } from "./dom.js";
+
+const WIDTH = 1200, HEIGHT = 430, ROWS = { core: 40, spine: 90, leaf: 220, host: 360 };
+
+export const topics = ["hosts", "events"];
+let selected = null;
+
+export async function render(refresh) {
+  let fabric;
+  try {
+    fabric = await get("/api/v1/fabric");
+  } catch (e) {
+    if (e.status === 404) return el("p", { class: "muted" }, e.message);
+    throw e;
+  }
+  const details = el("div", { id: "link-details" });
+  const select = async (name) => { selected = name; await refresh(); };
+  const map = draw(fabric, select);
+  if (selected && fabric.links.some((l) => l.name === selected)) details.append(await linkDetails(fabric, selected));
+  return el("section", { "aria-label": "Fabric map" },
+    el("p", { class: "legend" }, ["up", "down", "flapping", "unknown"].map((s) =>
+      el("span", {}, el("i", { style: `background: var(--${s})` }), s)),
+      el("span", { class: "muted" }, `${fabric.name}: ${fabric.links.length} links; click a link for its events`)),
+    map, details);
+}
+
+function draw(fabric, select) {
+  const planes = fabric.planes.length ? fabric.planes : [0];
+  const width = WIDTH / planes.length;
+  const where = {};  // `${plane}/${node}` -> [x, y]
+  const layer = svg("g");
+  planes.forEach((plane, i) => {
+    const x0 = i * width;
+    layer.append(svg("text", { class: "plane", x: x0 + width / 2, y: 14 }, `plane ${plane}`));
+    const inPlane = fabric.nodes.filter((n) => n.planes.includes(plane));
+    for (const role of Object.keys(ROWS)) {
+      const row = inPlane.filter((n) => n.role === role);
+      row.forEach((n, j) => { where[`${plane}/${n.name}`] = [x0 + (width * (j + 0.5)) / row.length, ROWS[role]]; });
+    }
+  });
+  const lines = fabric.links.map((l) => {
+    const [a, b] = [l.a, l.b].map((end) => where[`${l.plane}/${end.split(":")[0]}`]);
+    if (!a || !b) return null;
+    return svg("line", { class: `link ${l.state}${l.name === selected ? " selected" : ""}`, x1: a[0], y1: a[1],
+      x2: b[0], y2: b[1], tabindex: 0, role: "button", "data-link": l.name, "data-state": l.state,
+      "aria-label": `link ${l.name}: ${l.state}`, onclick: () => select(l.name),
+      onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") select(l.name); } },
+    svg("title", {}, `${l.name}: ${l.state}, ${l.transitions} transitions in the last minute`));
+  });
+  const boxes = Object.entries(where).map(([key, [x, y]]) => {
+    const name = key.split("/")[1];
+    const isHost = y === ROWS.host;
+    return svg("g", { "data-node": name },
+      svg("rect", { class: `node${isHost ? " host" : ""}`, x: x - 26, y: y - 11, width: 52, height: 22, rx: 4 }),
+      svg("text", { x, y }, name));
+  });
+  return svg("svg", { class: "fabric", viewBox: `0 0 ${WIDTH} ${HEIGHT}`, role: "group",
+    "aria-label": "Fabric map" }, layer, lines, boxes);
+}
+
+async function linkDetails(fabric, name) {
+  const link = fabric.links.find((l) => l.name === name);
+  const ends = [link.a, link.b].map((e) => e.split(":"));
+  const since = Date.now() * 1e6 - 3600e9;
+  const [events, paths] = await Promise.all([
+    Promise.all(ends.map(([host]) => all("/api/v1/events", { host, since_ns: since }, 2000))),
+    get("/api/v1/paths")]);
+  const mine = events.flat().filter((e) => ends.some(([host, dev]) => e.host === host && e.device === dev))
+    .sort((a, b) => b.t_ns - a.t_ns);
+  const crossing = paths.items.filter((p) => p.links.includes(name));
+  return el("div", { "data-details": name },
+    el("h2", {}, `Link ${name}`),
+    el("p", {}, `state ${link.state}, ${(link.rate_bps / 1e6).toFixed(0)} Mbit/s, plane ${link.plane}`),
+    el("div", { class: "cols" },
+      el("div", {}, el("h2", {}, `Events at its ends (last hour): ${mine.length}`),
+        el("div", { class: "scroll" }, table(["time (UTC)", "end", "kind"], mine.slice(0, 200).map((e) =>
+          el("tr", { "data-kind": e.kind }, el("td", {}, clock(e.t_ns)), el("td", {}, `${e.host}:${e.device}`),
+            el("td", {}, e.kind))), { "aria-label": "Link events" }))),
+      el("div", {}, el("h2", {}, `Probe paths crossing it: ${crossing.length}`),
+        el("div", { class: "scroll" }, table(["from", "to", "path", "via"], crossing.map((p) =>
+          el("tr", {}, el("td", {}, p.src), el("td", {}, p.dst), el("td", {}, p.path), el("td", {}, p.via || ""))),
+          { "aria-label": "Paths crossing the link" })))));
+}

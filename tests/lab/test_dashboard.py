@@ -1,0 +1,197 @@
+"""The dashboard in a real browser (Debian's headless Chromium, driven by Selenium) against a
+real controller fed by a real lab: every view renders real content, a link set down turns red
+on the map within 2 s and its event reaches the timeline, and the browser logs no error.
+
+CLOCKFABRIC_SCREENSHOTS=DIR also saves a 1280x800 screenshot of each view there (docs/img)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from clockfabric.audit.model import CheckResult, Finding, Report, Verdict
+from clockfabric.controller.client import api
+from clockfabric.controller.on_lab import LabFleet
+from clockfabric.controller.token import read_token
+from clockfabric.lab import impair, netns
+from clockfabric.topology import leafspine
+from tests.waiting import wait_for
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
+pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+                                reason="needs Debian's chromium and chromium-driver (scripts/setup.sh)")
+from selenium.webdriver.chrome.service import Service  # noqa: E402 - after the skip: selenium may be absent
+from selenium.webdriver.common.by import By  # noqa: E402
+
+VIEWS = ("fleet", "fabric", "owd", "events", "audit")
+
+
+class Forward:
+    """A port on the root namespace's loopback that leads to ADDRESS:PORT inside a lab host's
+    namespace, where the controller listens: the browser runs outside the lab."""
+
+    def __init__(self, namespace: str, address: str, port: int):
+        self.namespace, self.target = namespace, (address, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                with netns.entered(self.namespace):  # the socket stays in the namespace it was made in
+                    upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def fleet(make_lab):
+    lab = make_lab(leafspine(4, 2, 2, host_rate="200mbit"))
+    fleet = LabFleet(lab, peers=3)
+    fleet.start()
+    try:
+        assert fleet.wait_pushing() == len(lab.topology.hosts) + len(lab.topology.switches)
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+@pytest.fixture
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,800"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)  # never downloads a driver
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def store_audit(fleet: LabFleet) -> None:
+    """An audit report with one failing NIC, as `clockfabric audit --controller` posts it."""
+    failing = Finding(Verdict.FAIL, "no carrier", host="h2", device="eth0")
+    report = Report(fleet=f"lab {fleet.lab.name}", hosts=sorted(fleet.lab.topology.hosts), started_ns=time.time_ns(),
+                    seconds=1.0, results=[
+                        CheckResult("nic.link", "backend-nics", "NIC links up", Verdict.FAIL, "1 of 4 NICs down",
+                                    [failing], fix="reseat the cable of h2:eth0"),
+                        CheckResult("clock.sync", "clocks", "Clocks synced", Verdict.PASS, "4 of 4 synced", [])])
+    api(fleet.lab, fleet.url, fleet.token_file, "/api/v1/audits", body=report.as_dict())
+
+
+def show(driver, view: str) -> None:
+    driver.find_element(By.CSS_SELECTOR, f'#tabs [data-view="{view}"]').click()
+    wait_for(f"the {view} view", lambda: attrs(driver, "#view", "data-view") == [view], timeout_s=5)
+
+
+# read and click through scripts, in one step each: the page re-renders a view as it changes,
+# and an element found a moment earlier may be gone
+def texts(driver, css: str) -> list[str]:
+    return driver.execute_script("return [...document.querySelectorAll(arguments[0])]"
+                                 ".map((e) => e.textContent.replace(/\\s+/g, ' ').trim())", css)
+
+
+def attrs(driver, css: str, name: str) -> list[str]:
+    return driver.execute_script("return [...document.querySelectorAll(arguments[0])]"
+                                 ".map((e) => e.getAttribute(arguments[1]))", css, name)
+
+
+def click(driver, css: str) -> None:
+    driver.execute_script("document.querySelector(arguments[0]).dispatchEvent("
+                          "new MouseEvent('click', {bubbles: true}))", css)
+
+
+def test_every_view_renders_and_a_link_set_down_turns_red_within_2_s(fleet, browser):
+    lab = fleet.lab
+    store_audit(fleet)
+    forward = Forward(lab.ns(fleet.host), str(lab.topology.hosts[fleet.host].address), fleet.PORT)
+    try:
+        browser.get(f"http://127.0.0.1:{forward.port}/dashboard/")
+        assert browser.find_element(By.ID, "login-dialog").is_displayed()  # nothing shown without a token
+        browser.find_element(By.ID, "token").send_keys("wrong-token-but-long-enough")
+        browser.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait_for("the refusal", lambda: "refused" in browser.find_element(By.ID, "login-reason").text, timeout_s=5)
+        refused = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]  # and cleared
+        assert all("401" in m for m in refused), refused  # the wrong token's answer, and nothing else
+        browser.find_element(By.ID, "token").clear()
+        browser.find_element(By.ID, "token").send_keys(read_token(fleet.token_file))
+        browser.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait_for("live", lambda: browser.find_element(By.ID, "status").text == "live", timeout_s=10)
+
+        show(browser, "fleet")
+        hosts = wait_for("hosts pushing", lambda: len(rows := texts(browser, 'table[aria-label="Hosts"] tbody tr')) == 4
+                         and rows, timeout_s=10)
+        assert all(row.startswith(f"h{i}pushing") for i, row in enumerate(hosts)), hosts
+        assert len(texts(browser, 'table[aria-label="Switches"] tbody tr')) == 4
+        show(browser, "owd")
+        wait_for("the heatmap", lambda: len(texts(browser, "td[data-pair]")) >= 4, timeout_s=30, every_s=0.5)
+        show(browser, "audit")
+        tree = wait_for("the audit tree", lambda: texts(browser, "#audit-tree .finding"), timeout_s=5)
+        assert tree == ["fail h2:eth0: no carrier"], tree
+        assert "reseat the cable" in browser.find_element(By.ID, "audit-tree").text
+        show(browser, "fabric")
+        wait_for("every link drawn", lambda: len(attrs(browser, "line.link", "data-link")) == len(lab.topology.links),
+                 timeout_s=5)
+        wait_for("every link up", lambda: set(attrs(browser, "line.link", "data-state")) == {"up"}, timeout_s=10)
+        _screenshots(browser)
+
+        link = lab.topology.find_link("leaf0", "spine1")
+        t0 = time.monotonic()
+        impair.set_link(lab, link, up=False)
+        try:
+            line = f'line[data-link="{link.name}"]'
+            wait_for("the link red on the map", lambda: attrs(browser, line, "data-state") == ["down"], timeout_s=5)
+            red_after_s = time.monotonic() - t0
+            print(f"red on the map {red_after_s * 1e3:.0f} ms after the link went down")
+            assert red_after_s < 2.0
+            click(browser, line)
+            wait_for("the link's events", lambda: "link_down" in attrs(browser, "[data-details] tr", "data-kind"),
+                     timeout_s=5)
+            show(browser, "events")
+            wait_for("link_down in the timeline", lambda: texts(browser, '#timeline tr[data-kind="link_down"]'),
+                     timeout_s=5)
+        finally:
+            impair.set_link(lab, link, up=True)
+        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        forward.close()
+
+
+def _screenshots(driver) -> None:
+    where = os.environ.get("CLOCKFABRIC_SCREENSHOTS")
+    if not where:
+        return
+    Path(where).mkdir(parents=True, exist_ok=True)
+    for view in VIEWS:
+        show(driver, view)
+        if view == "fabric":
+            click(driver, "line.link")
+            wait_for("link details", lambda: texts(driver, "[data-details]"), timeout_s=5)
+        time.sleep(0.5)
+        driver.save_screenshot(str(Path(where) / f"dashboard-{view}.png"))
+    show(driver, "fabric")

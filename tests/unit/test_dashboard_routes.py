@@ -1,0 +1,202 @@
+"""The dashboard's routes on the controller (FastAPI's test client, real SQLite storage): the
+page, the fleet and viewer tokens, the fabric map's link states, and the live stream's changes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from clockfabric.controller.app import create_app
+from clockfabric.controller.dashboard.changes import Changes, stream
+from clockfabric.controller.dashboard.routes import allow_viewer
+from clockfabric.controller.fleet import Fleet
+from clockfabric.controller.monitor import Monitor
+from clockfabric.controller.server import Listen, server, start_in_thread
+from clockfabric.controller.storage.sqlite import SqliteStorage
+from clockfabric.errors import ClockfabricError
+from clockfabric.topology import leafspine
+
+TOKEN, VIEWER = "f" * 32, "v" * 32
+FLEET_AUTH, VIEWER_AUTH = {"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"Bearer {VIEWER}"}
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    topo = leafspine(4, 2, 2)
+    storage = SqliteStorage(tmp_path / "c.db")
+    monitor = Monitor.create(storage, topology=topo)
+    fleet = Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), monitor=monitor)
+    yield fleet
+    storage.close()
+
+
+@pytest.fixture
+def client(fleet):
+    app = create_app(fleet, TOKEN, tick_s=3600)
+    allow_viewer(app, VIEWER)
+    with TestClient(app) as c:
+        yield c
+
+
+def push(client, host, samples=(), events=(), auth=FLEET_AUTH):
+    return client.post("/api/v1/push", headers=auth, json={"host": host, "boot": "b", "samples": list(samples),
+                                                          "events": list(events)})
+
+
+def link_up(device, up):
+    return {"name": "link_up", "value": float(up), "labels": {"device": device}}
+
+
+def test_the_page_and_its_files_load_without_a_token_but_hold_no_data(client):
+    assert client.get("/", follow_redirects=False).headers["location"] == "/dashboard/"
+    page = client.get("/dashboard/")
+    assert page.status_code == 200 and '<script type="module" src="/dashboard/static/js/main.js">' in page.text
+    for path in ("js/main.js", "js/api.js", "js/fabric.js", "dashboard.css"):
+        assert client.get(f"/dashboard/static/{path}").status_code == 200, path
+    assert client.get("/dashboard/static/nothing.js").status_code == 404
+
+
+@pytest.mark.parametrize("path", ["/api/v1/fabric", "/api/v1/hosts", "/api/v1/events", "/api/v1/stream"])
+def test_data_needs_the_fleet_or_the_viewer_token(client, path):
+    assert client.get(path).status_code == 401
+    assert client.get(path, headers={"Authorization": "Bearer " + "x" * 32}).status_code == 401
+    if path != "/api/v1/stream":  # the stream never ends: its accepted case is tested below
+        assert client.get(path, headers=FLEET_AUTH).status_code == 200
+        assert client.get(path, headers=VIEWER_AUTH).status_code == 200
+
+
+def test_the_viewer_token_reads_but_cannot_write(client):
+    r = push(client, "h1", auth=VIEWER_AUTH)
+    assert r.status_code == 403 and "read-only" in r.json()["detail"]
+    assert client.post("/api/v1/audits", headers=VIEWER_AUTH, json={}).status_code == 403
+    assert push(client, "h1").status_code == 200
+    assert client.get("/api/v1/hosts", headers=VIEWER_AUTH).json()["items"]
+
+
+def test_without_a_viewer_token_only_the_fleet_token_reads(fleet):
+    with TestClient(create_app(fleet, TOKEN, tick_s=3600)) as c:
+        assert c.get("/api/v1/hosts", headers=VIEWER_AUTH).status_code == 401
+
+
+def test_a_viewer_token_equal_to_the_fleet_token_is_refused(fleet):
+    with pytest.raises(ClockfabricError, match="differ"):
+        allow_viewer(create_app(fleet, TOKEN), TOKEN)
+
+
+def test_the_fabric_gives_each_link_its_state_from_both_ends(client):
+    fabric = client.get("/api/v1/fabric", headers=FLEET_AUTH).json()
+    states = {lk["name"]: lk["state"] for lk in fabric["links"]}
+    assert set(states.values()) == {"unknown"}  # nobody has pushed yet
+    assert {n["role"] for n in fabric["nodes"]} == {"host", "leaf", "spine"}
+    spine_link = next(lk for lk in fabric["links"] if "spine0" in lk["name"] and "leaf0" in lk["name"])
+    leaf_end = next(e for e in (spine_link["a"], spine_link["b"]) if e.startswith("leaf0:"))
+    push(client, "leaf0", samples=[link_up(leaf_end.split(":")[1], True)])
+    assert _state(client, spine_link["name"]) == "up"
+    push(client, "leaf0", samples=[link_up(leaf_end.split(":")[1], False)])
+    assert _state(client, spine_link["name"]) == "down"
+    flaps = [{"seq": i + 1, "kind": "link_down" if i % 2 == 0 else "link_up",
+              "device": leaf_end.split(":")[1]} for i in range(4)]
+    push(client, "leaf0", samples=[link_up(leaf_end.split(":")[1], True)],
+         events=[{**e, "t_ns": time.time_ns()} for e in flaps])
+    assert _state(client, spine_link["name"]) == "flapping"
+
+
+def _state(client, name):
+    return next(lk["state"] for lk in client.get("/api/v1/fabric", headers=FLEET_AUTH).json()["links"]
+                if lk["name"] == name)
+
+
+def test_the_fabric_is_404_without_a_topology(tmp_path):
+    storage = SqliteStorage(tmp_path / "c.db")
+    with TestClient(create_app(Fleet(storage, hosts=[]), TOKEN, tick_s=3600)) as c:
+        r = c.get("/api/v1/fabric", headers=FLEET_AUTH)
+    storage.close()
+    assert r.status_code == 404 and "--topology" in r.json()["detail"]
+
+
+def test_changes_bump_only_the_topics_that_moved(fleet):
+    changes = Changes(fleet, every_s=0)
+    first = changes.poll()
+    assert changes.poll() == first
+    fleet.push("h1", "b", {}, [{"seq": 1, "t_ns": fleet.clock(), "kind": "link_down", "device": "eth0"}], [], 0)
+    after_push = changes.poll()
+    assert after_push["hosts"] == first["hosts"] + 1 and after_push["events"] == first["events"] + 1
+    assert after_push["alerts"] == first["alerts"] and after_push["audits"] == first["audits"]
+    fleet.tick()  # the link_down detector opens an alert
+    assert changes.poll()["alerts"] == first["alerts"] + 1
+
+
+def test_the_stream_says_hello_then_only_what_changed():
+    versions = iter([{"hosts": 0, "events": 0, "alerts": 0, "audits": 0}] * 3
+                    + [{"hosts": 0, "events": 1, "alerts": 0, "audits": 0}])
+
+    async def poll():
+        return next(versions)
+
+    async def disconnected():
+        return False
+
+    async def first_messages(n):
+        out = []
+        async for m in stream(poll, disconnected, every_s=0):
+            out.append(m)
+            if len(out) == n:
+                return out
+
+    hello, change = asyncio.run(first_messages(2))
+    assert hello.startswith("retry: 1000\nevent: hello\n")
+    assert change.startswith("event: change\n")
+    assert json.loads(change.split("data: ")[1])["topics"] == ["events"]
+
+
+def test_a_real_server_streams_a_push_to_a_viewer_holding_the_token_as_a_parameter(fleet):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = server(fleet, TOKEN, Listen("127.0.0.1", port), VIEWER)
+    thread = start_in_thread(srv)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with httpx.stream("GET", f"{url}/api/v1/stream", params={"token": VIEWER}, timeout=5) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            lines = r.iter_lines()
+            assert "event: hello" in [next(lines) for _ in range(2)]
+            threading.Timer(0.3, lambda: httpx.post(f"{url}/api/v1/push", headers=FLEET_AUTH,
+                                                    json={"host": "h2", "boot": "b"})).start()
+            next(line for line in lines if line == "event: change")
+            assert json.loads(next(lines)[len("data: "):])["topics"] == ["hosts"]  # h2 pushed, nothing else
+        assert httpx.get(f"{url}/api/v1/stream", params={"token": "x" * 32}).status_code == 401
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+def test_an_open_stream_does_not_hold_the_server_at_exit(fleet):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = server(fleet, TOKEN, Listen("127.0.0.1", port))
+    thread = start_in_thread(srv)
+    opened = threading.Event()
+
+    def watch() -> None:
+        with contextlib.suppress(httpx.HTTPError), httpx.stream(
+                "GET", f"http://127.0.0.1:{port}/api/v1/stream", headers=FLEET_AUTH, timeout=30) as r:
+            opened.set()
+            for _ in r.iter_lines():
+                pass
+
+    threading.Thread(target=watch, daemon=True).start()
+    assert opened.wait(5)
+    t0 = time.monotonic()
+    srv.should_exit = True
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - t0 < 6
