@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from clockfabric.console import out, print_json
-from clockfabric.controller.client import api, locate
+from clockfabric.controller.client import api, fetch_all, locate
 from clockfabric.lab.state import Lab
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
@@ -46,14 +46,7 @@ def jobs(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file
          as_json: bool = JsonOpt) -> None:
     """The jobs the controller knows: hosts, ranks, start, and whether they still run."""
     lab, url, token_path = _controller(lab_name, controller_url, token_file)
-    rows: list[dict] = []
-    after = ""
-    while True:
-        page = api(lab, url, token_path, "/api/v1/jobs", after=after, limit=1000, active_only=active_only)
-        rows += page["items"]
-        if page["next"] is None:
-            break
-        after = page["next"]
+    rows = fetch_all(lab, url, token_path, "/api/v1/jobs", cursor="after", start="", active_only=active_only)
     if as_json:
         print_json(rows)
         return

@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.table import Table
 
 from clockfabric.console import err, out, print_json, progress_bar, require_root
-from clockfabric.controller.client import api, locate
+from clockfabric.controller.client import api, fetch_all, locate
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
@@ -113,15 +113,8 @@ def events(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_fi
             since_ns = time.time_ns() - int(parse_duration(since) * 1e9)
         except ValueError as e:
             raise ClockfabricError(f"--since: {e}") from None
-    rows: list[dict] = []
-    after = 0
-    while len(rows) < limit:
-        page = api(lab, url, token_path, "/api/v1/events", since_ns=since_ns, host=host, kind=kind,
-                   after_id=after, limit=min(1000, limit - len(rows)))
-        rows += page["items"]
-        if page["next"] is None:
-            break
-        after = page["next"]
+    rows = fetch_all(lab, url, token_path, "/api/v1/events", cursor="after_id", start=0, most=limit,
+                     since_ns=since_ns, host=host, kind=kind)
     if as_json:
         print_json(rows)
         return

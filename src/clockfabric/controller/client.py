@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -56,3 +57,20 @@ def api(lab: Lab | None, url: str, token_file: Path, path: str, *, body: dict | 
 
     with netns.entered(lab.ns(inside[0])):
         return call()
+
+
+def fetch_all(lab: Lab | None, url: str, token_file: Path, path: str, *, cursor: str, start: int | str,
+              most: int | None = None, **params: Any) -> list[dict]:
+    """Every item of a paged listing (`{"items": [...], "next": cursor or null}`), page after page,
+    `most` at the most; `cursor` names the query parameter that takes the next page's start."""
+    rows: list[dict] = []
+    after = start
+    while most is None or len(rows) < most:
+        limit = 1000 if most is None else min(1000, most - len(rows))
+        query: dict[str, Any] = {**params, cursor: after, "limit": limit}
+        page = api(lab, url, token_file, path, **query)
+        rows += page["items"]
+        if page["next"] is None:
+            break
+        after = page["next"]
+    return rows
