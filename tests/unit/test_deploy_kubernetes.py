@@ -1,0 +1,179 @@
+"""The Kubernetes manifests in deploy/kubernetes: valid against the Kubernetes schemas (offline,
+kubernetes-validate ships them), CRDs checked structurally, references between objects
+resolved, and every flag a container passes known to the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clockfabric.topology import load
+from tests.unit.cli_flags import unknown_options
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+KUBERNETES_VERSION = "1.30"
+CRDS = {"ServiceMonitor", "PrometheusRule"}
+
+
+def documents() -> list[dict]:
+    docs = [d for path in sorted(K8S.glob("*.yaml")) for d in yaml.safe_load_all(path.read_text()) if d]
+    assert docs, f"no manifests in {K8S}"
+    return docs
+
+
+def by_kind(kind: str) -> list[dict]:
+    return [d for d in documents() if d["kind"] == kind]
+
+
+def one(kind: str, name: str) -> dict:
+    (doc,) = [d for d in by_kind(kind) if d["metadata"]["name"] == name]
+    return doc
+
+
+def workloads() -> list[dict]:
+    return by_kind("DaemonSet") + by_kind("Deployment")
+
+
+def test_manifests_validate_against_the_kubernetes_schemas():
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (the test extras)")
+    for doc in documents():
+        if doc["kind"] in CRDS:
+            continue
+        try:
+            kv.validate(doc, KUBERNETES_VERSION, strict=True)
+        except kv.ValidationError as e:
+            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: {str(e).splitlines()[0]}")
+
+
+def test_the_validator_rejects_a_misspelt_field():
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (the test extras)")
+    broken = one("DaemonSet", "clockfabric-agent")
+    broken["spec"]["template"]["spec"]["hostNetwrok"] = True
+    with pytest.raises(kv.ValidationError):
+        kv.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def test_every_object_is_in_the_clockfabric_namespace():
+    for doc in documents():
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"].get("namespace") == "clockfabric", doc["metadata"]["name"]
+
+
+@pytest.mark.parametrize("kind", ["DaemonSet", "Deployment"])
+def test_every_flag_a_container_passes_exists_in_the_cli(kind):
+    for workload in by_kind(kind):
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            assert container["command"] == ["clockfabric"]
+            assert unknown_options(container["args"]) == [], workload["metadata"]["name"]
+
+
+def test_containers_have_requests_limits_and_both_probes():
+    for workload in workloads():
+        for c in workload["spec"]["template"]["spec"]["containers"]:
+            assert set(c["resources"]) == {"requests", "limits"}, c["name"]
+            assert {"cpu", "memory"} <= set(c["resources"]["requests"]), c["name"]
+            assert "memory" in c["resources"]["limits"], c["name"]
+            assert "livenessProbe" in c and "readinessProbe" in c, c["name"]
+
+
+def test_exec_probes_are_valid_python():
+    for workload in workloads():
+        for c in workload["spec"]["template"]["spec"]["containers"]:
+            for probe in (c["livenessProbe"], c["readinessProbe"]):
+                if "exec" in probe:
+                    argv = probe["exec"]["command"]
+                    assert argv[:2] == ["python3", "-c"]
+                    compile(argv[2], f"{c['name']} probe", "exec")
+
+
+def test_the_agent_runs_on_gpu_nodes_in_the_host_network_with_only_the_capabilities_it_needs():
+    pod = one("DaemonSet", "clockfabric-agent")["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
+    (agent,) = pod["containers"]
+    ctx = agent["securityContext"]
+    assert ctx["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW", "SYS_NICE"]}
+    assert ctx["allowPrivilegeEscalation"] is False and ctx["readOnlyRootFilesystem"] is True
+    assert "privileged" not in ctx
+    node = {e["name"]: e for e in agent["env"]}["CLOCKFABRIC_NODE"]  # the agent's default --host
+    assert node["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_the_controller_runs_unprivileged():
+    pod = one("Deployment", "clockfabric-controller")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (controller,) = pod["containers"]
+    assert controller["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert controller["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "/api/v1/fleet" in controller["readinessProbe"]["exec"]["command"][2]  # needs token and storage
+
+
+def test_files_the_containers_read_are_mounted_from_objects_that_exist():
+    names = {(d["kind"], d["metadata"]["name"]) for d in documents()}
+    for workload in workloads():
+        pod = workload["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for v in volumes.values():
+            if "secret" in v:
+                assert ("Secret", v["secret"]["secretName"]) in names
+            if "configMap" in v:
+                assert ("ConfigMap", v["configMap"]["name"]) in names
+            if "persistentVolumeClaim" in v:
+                assert ("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]) in names
+        for c in pod["containers"]:
+            mounts = [m["mountPath"] for m in c["volumeMounts"]]
+            assert {m["name"] for m in c["volumeMounts"]} <= set(volumes)
+            for arg in c["args"]:
+                if arg.startswith(("--topology=", "--token-file=", "--state-dir=", "--db=/")):
+                    path = arg.split("=", 1)[1]
+                    assert any(path.startswith(m + "/") for m in mounts), f"{arg}: not on a mounted volume"
+
+
+def test_the_example_fleet_loads_and_the_token_is_long_enough(tmp_path):
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(one("ConfigMap", "clockfabric-fleet")["data"]["fleet.yaml"])
+    assert len(load(fleet).hosts) == 4
+    assert len(one("Secret", "clockfabric-token")["stringData"]["token"]) >= 16  # the controller's minimum
+
+
+def test_services_select_their_pods_and_name_their_ports():
+    for service in by_kind("Service"):
+        pods = [w for w in workloads() if service["spec"]["selector"].items()
+                <= w["spec"]["template"]["metadata"]["labels"].items()]
+        assert len(pods) == 1, service["metadata"]["name"]
+        ports = {p["name"] for c in pods[0]["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
+    agent_url = next(a for a in one("DaemonSet", "clockfabric-agent")["spec"]["template"]["spec"]["containers"][0]
+                     ["args"] if a.startswith("--controller="))
+    assert agent_url == "--controller=http://clockfabric-controller.clockfabric.svc:7400"
+    assert one("Service", "clockfabric-controller")["spec"]["ports"][0]["port"] == 7400
+
+
+def test_the_servicemonitor_scrapes_the_agents_under_the_job_the_rules_select():
+    monitor = one("ServiceMonitor", "clockfabric-agent")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    service = one("Service", "clockfabric-agent")  # its name is the scrape's job label
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+    port_names = {p["name"] for p in service["spec"]["ports"]}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout"}
+        assert endpoint["port"] in port_names
+    rules = yaml.safe_dump(one("PrometheusRule", "clockfabric")["spec"])
+    assert 'job="clockfabric-agent"' in rules
+
+
+def test_the_prometheusrule_is_well_formed():
+    rule = one("PrometheusRule", "clockfabric")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(rule["spec"]) == {"groups"}
+    for group in rule["spec"]["groups"]:
+        assert set(group) <= {"name", "interval", "rules"} and group["name"]
+        for r in group["rules"]:
+            assert ("record" in r) != ("alert" in r), r
+            assert isinstance(r["expr"], str) and r["expr"]
+            assert set(r) <= {"record", "alert", "expr", "for", "labels", "annotations"}, r
