@@ -7,9 +7,9 @@ import time
 
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.clock.evaluate import Sampler, summary
-from clockfabric.lab import inspect, netns, process
+from clockfabric.lab import impair, inspect, netns, process
 from clockfabric.lab.traffic import iperf_server
-from clockfabric.topology import TrafficClasses, leafspine
+from clockfabric.topology import Port, TrafficClasses, leafspine
 
 LOADED, QUIET = "h2", "h3"  # bulk TCP h2 -> h3: h2's NIC queue fills (both under leaf1)
 # p99 |error| of the loaded host, the idle lab's bound (test_clock_sync): measured 0.07-0.17 us with
@@ -68,3 +68,20 @@ def test_probes_in_the_priority_class_hold_the_clock_under_saturation(make_lab):
     assert with_classes["p99_ns"] < BOUND_NS, with_classes
     # sharing the bulk FIFO the clock misses the bound, or never syncs at all
     assert one_fifo["samples"] == 0 or one_fifo["p99_ns"] > BOUND_NS, one_fifo
+
+
+def test_impairments_keep_every_port_classed(make_lab):
+    lab = make_lab(dataclasses.replace(leafspine(2, 1, 0), classes=TrafficClasses()))
+    impair.swap_cables(lab, Port("h0", "eth0"), Port("h1", "eth0"))  # a moved veth loses its qdisc
+    link = lab.topology.find_link("h0", "leaf0")
+    impair.set_rate(lab, link, 50_000_000)
+    impair.set_link(lab, link, up=False, silent=True)  # every class's buffer to 0 bytes
+    impair.set_link(lab, link, up=True)
+    links = {lk["a"]: lk for lk in inspect.lab_status(lab)["links"]}
+    assert links["h0:eth0"]["rate"] == "50mbit", links
+    classed = ["priority", "collective", "best-effort"]
+    assert all(classes == classed for lk in links.values() for classes in lk["classes"].values()), links
+    with netns.ipr(lab.ns("h0")) as ipr:
+        index = ipr.link_lookup(ifname="eth0")[0]
+        fifos = [q for q in ipr.get_qdiscs(index) if q.get_attr("TCA_KIND") == "bfifo"]
+    assert len(fifos) == 3, fifos
