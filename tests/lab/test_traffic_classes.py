@@ -12,9 +12,9 @@ from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, TrafficClasses, leafspine
 
 LOADED, QUIET = "h2", "h3"  # bulk TCP h2 -> h3: h2's NIC queue fills (both under leaf1)
-# p99 |error| of the loaded host, the idle lab's bound (test_clock_sync): measured 0.07-0.17 us with
-# classes; with one FIFO p50 ~3.3 us, p99 9-26 us (2-core machine, docs/clock.md)
-BOUND_NS = 2_000
+# p99 |error| of the loaded host: measured 0.07-0.17 us with classes; with one FIFO p50 1.4-3.4 us,
+# p99 2.2-26 us (2-core machine, docs/clock.md): 1 us leaves room on both sides
+BOUND_NS = 1_000
 RUN_S, SETTLE_S = 40.0, 20.0  # agents run this long; errors count from SETTLE_S on
 
 
