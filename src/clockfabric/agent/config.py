@@ -11,6 +11,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.probe import wire
 from clockfabric.telemetry.base import COLLECTORS
 from clockfabric.topology import Topology
+from clockfabric.topology.classes import PRIORITY_DSCP
 
 CONTROL_PORT = AGENT_PORT  # clock reports and maps, and collective ranks' spine claims
 METRICS_PORT = 9470
@@ -30,6 +31,7 @@ class AgentConfig:
     probe_budget: float = 0.0005  # of the host's slowest link, for its probes and replies: a cap on slow links
     ports: int = 4  # UDP ports per rail: paths through ECMP
     base_port: int = 7300
+    probe_dscp: int = PRIORITY_DSCP  # on probes and control messages: the fabric's priority class (EF)
     metrics_port: int = METRICS_PORT  # Prometheus /metrics on the host's address; 0: none
     controller: str | None = None  # the controller's URL (http://host:port or https://...): push to it
     token: str = ""  # the fleet token the controller wants
@@ -48,6 +50,8 @@ class AgentConfig:
         hosts = list(self.topology.hosts)
         if self.host not in self.topology.hosts:
             raise ClockfabricError(f"host {self.host!r} is not in the topology; hosts are {', '.join(hosts[:5])}...")
+        if not 0 <= self.probe_dscp <= 63:
+            raise ClockfabricError(f"probe DSCP {self.probe_dscp} must be 0..63 (46 is EF, PTP's usual class)")
         self.reference = self.reference or min(hosts)
         if self.reference not in self.topology.hosts:
             raise ClockfabricError(f"reference {self.reference!r} is not a host of the topology")

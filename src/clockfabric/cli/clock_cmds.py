@@ -19,6 +19,7 @@ from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
 from clockfabric.topology import load
+from clockfabric.topology.classes import PRIORITY_DSCP
 from clockfabric.units import parse_duration
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
@@ -57,6 +58,9 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           ca_file: str = typer.Option(None, "--ca-file", help="CA to verify an https controller."),
           probe_budget: float = typer.Option(0.0005, "--probe-budget", min=1e-6, max=0.01,
                                              help="Share of the slowest link the probes may use."),
+          probe_dscp: int = typer.Option(PRIORITY_DSCP, "--probe-dscp", min=0, max=63,
+                                         help="DSCP on probes and control messages: the fabric's strict-priority "
+                                              "class (46, EF, as PTP usually runs; 0: best-effort)."),
           reference: str = typer.Option(None, "--reference", help="Host whose clock is global time "
                                                                   "(it also runs the solver)."),
           failover: bool = typer.Option(None, "--failover/--no-failover",
@@ -97,7 +101,7 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
         token = read_token(token_file)
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
                       probe_rate=probe_rate, quiet_rate=quiet_rate, probe_budget=probe_budget,
-                      metrics_port=metrics_port,
+                      metrics_port=metrics_port, probe_dscp=probe_dscp,
                       controller=controller, token=token, ca_file=ca_file, failover=failover,
                       hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,
                       collectors=tuple(collectors), no_collectors=tuple(no_collectors))).run()

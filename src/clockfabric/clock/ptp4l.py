@@ -9,6 +9,9 @@ Free-running ptp4l logs "master offset" only once per freq_est_interval (1 s at 
 fastest), not once per Sync. So the per-Sync offsets are read from each slave's
 management socket instead: TIME_STATUS_NP holds the last offset and that Sync's ingress
 time, polled a few times per Sync interval and kept once per Sync.
+
+Its packets carry the DSCP clockfabric's probes carry (`dscp_event`, `dscp_general`), so on a
+lab with traffic classes both baselines ride the priority class: a fair comparison.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Self
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import process
 from clockfabric.lab.state import Lab
+from clockfabric.topology.classes import PRIORITY_DSCP
 
 COMMON = """[global]
 time_stamping software
@@ -36,6 +40,8 @@ logSyncInterval {sync}
 logMinDelayReqInterval {sync}
 freq_est_interval 0
 summary_interval {sync}
+dscp_event {dscp}
+dscp_general {dscp}
 tx_timestamp_timeout 10
 uds_address {uds}
 verbose 1
@@ -86,7 +92,7 @@ class Ptp4lMesh:
     """One ptp4l master and one slave per host, free-running; a context manager."""
 
     def __init__(self, lab: Lab, master: str, slaves: list[str], *, log_sync_interval: int = -4,
-                 iface: str = "eth0"):
+                 iface: str = "eth0", dscp: int = PRIORITY_DSCP):
         if shutil.which("ptp4l") is None:
             raise ClockfabricError("ptp4l not found; install linuxptp: apt-get install linuxptp, or run make setup")
         for h in (master, *slaves):
@@ -97,7 +103,7 @@ class Ptp4lMesh:
         self.lab, self.master, self.slaves = lab, master, list(slaves)
         self.dir = lab.dir / "ptp4l"
         self.sync_s = 2.0 ** log_sync_interval
-        self._sync, self._iface = log_sync_interval, iface
+        self._sync, self._iface, self._dscp = log_sync_interval, iface, dscp
         self._procs: dict[str, subprocess.Popen] = {}
         self._samples: dict[str, list[tuple[float, int]]] = {h: [] for h in slaves}
         self._stop = threading.Event()
@@ -134,7 +140,7 @@ class Ptp4lMesh:
 
     def _launch(self, host: str, role: str) -> None:
         conf = self.dir / f"{host}.conf"
-        conf.write_text(COMMON.format(sync=self._sync, uds=self.dir / f"{host}.sock") + role)
+        conf.write_text(COMMON.format(sync=self._sync, dscp=self._dscp, uds=self.dir / f"{host}.sock") + role)
         # the lab name as an argument lets `lab down` and lab.processes() know it as ours
         argv = ["ptp4l", "-f", str(conf), "--userDescription", self.lab.name]
         side = "master" if host == self.master else "slave"

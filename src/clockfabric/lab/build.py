@@ -118,7 +118,7 @@ def _cable(lab: Lab, socks: dict[str, IPRoute], report: Progress) -> None:
                 itf = ifaces[port]
                 ipr.link("set", index=index, ifalias=link_alias(lab.name, lk.name))
                 ipr.addr("add", index=index, address=str(itf.address.ip), prefixlen=31)
-                shaping.shape(ipr, index, lk.rate_bps, lk.buffer_pkts)
+                shaping.shape(ipr, index, lk.rate_bps, lk.buffer_pkts, topo.classes)
                 ipr.link("set", index=index, state="up")
             report("links", i + 1, len(topo.links))
     finally:

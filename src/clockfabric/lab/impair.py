@@ -51,7 +51,7 @@ def set_link(lab: Lab, link: Link, up: bool, *, silent: bool = False) -> int:
             with netns.ipr(lab.ns(port.node)) as ipr:
                 nic = ipr.link_lookup(ifname=port.iface)[0]
                 changed_ns = changed_ns or time.time_ns()
-                shaping.set_buffer(ipr, nic, link.buffer_pkts if up else 0)
+                shaping.set_buffer(ipr, nic, link.buffer_pkts if up else 0, lab.topology.classes)
         lab.save_silent_links(silenced - {index} if up else silenced | {index})
         if silent:
             return changed_ns
@@ -106,7 +106,7 @@ def set_rate(lab: Lab, link: Link, rate_bps: int) -> None:
     """New speed for both directions of the link."""
     for port in (link.a, link.b):
         with netns.ipr(lab.ns(port.node)) as ipr:
-            shaping.set_rate(ipr, ipr.link_lookup(ifname=port.iface)[0], rate_bps)
+            shaping.set_rate(ipr, ipr.link_lookup(ifname=port.iface)[0], rate_bps, lab.topology.classes)
 
 
 def swap_cables(lab: Lab, a: Port, b: Port) -> None:
@@ -138,7 +138,7 @@ def swap_cables(lab: Lab, a: Port, b: Port) -> None:
                 index = ipr.link_lookup(ifname=f"cfswap-{here.node}")[0]
                 ipr.link("set", index=index, ifname=there.iface)
                 ipr.addr("add", index=index, address=str(plan[there].address.ip), prefixlen=31)
-                shaping.shape(ipr, index, cable.rate_bps, cable.buffer_pkts)
+                shaping.shape(ipr, index, cable.rate_bps, cable.buffer_pkts, topo.classes)
                 ipr.link("set", index=index, state="up")
         tables = routing_tables(topo)
         for p in (a, b):

@@ -6,13 +6,13 @@ import time
 
 from clockfabric.lab import netns, shaping
 from clockfabric.lab.state import Lab, lab_namespaces
-from clockfabric.topology import format_rate
+from clockfabric.topology import Topology, format_rate
 
 IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
 
 
 def port_states(lab: Lab) -> dict[tuple[str, str], dict]:
-    """(node, iface) -> operstate, admin state, carrier changes, rate in force."""
+    """(node, iface) -> operstate, admin state, carrier changes, rate and traffic classes in force."""
     out = {}
     for node in lab.topology.nodes():
         if not netns.exists(lab.ns(node)):
@@ -28,8 +28,17 @@ def port_states(lab: Lab) -> dict[tuple[str, str], dict]:
                     "carrier": bool(link["flags"] & IFF_LOWER_UP),  # immediate
                     "carrier_changes": link.get("carrier_changes"),
                     "rate": shaping.read_rate(ipr, link["index"]),
+                    "classes": shaping.read_classes(ipr, link["index"]),
                 }
     return out
+
+
+def _classes(topo: Topology) -> list[dict] | None:
+    """The traffic classes every port was built with (None: one FIFO per port)."""
+    if topo.classes is None:
+        return None
+    return [{"name": c.name, "dscp": list(c.dscp) or "every other", "percent": c.percent,
+             "limit": "cap" if c.name == "priority" else "guaranteed"} for c in topo.classes.classes()]
 
 
 def lab_status(lab: Lab) -> dict:
@@ -46,6 +55,8 @@ def lab_status(lab: Lab) -> dict:
         links.append({"a": str(lk.a), "b": str(lk.b), "state": state,
                       "rate": format_rate(min(rates)) if rates else None,
                       "rate_configured": format_rate(lk.rate_bps),
+                      # per end, as the kernel has them: [] is one FIFO
+                      "classes": {str(port): p.get("classes", []) for port, p in ((lk.a, a), (lk.b, b))},
                       "carrier_changes": max(a.get("carrier_changes") or 0, b.get("carrier_changes") or 0)})
     namespaces = lab_namespaces(lab.name)
     return {
@@ -57,6 +68,7 @@ def lab_status(lab: Lab) -> dict:
         "hosts": {h.name: {"address": str(h.address), "nics": {n.name: n.plane for n in h.nics}}
                   for h in topo.hosts.values()},
         "switches": {s.name: {"role": s.role, "plane": s.plane} for s in topo.switches.values()},
+        "classes": _classes(topo),
         "namespaces": len(namespaces),
         "links": links,
         "links_down": sum(1 for lk in links if lk["state"] != "up"),

@@ -10,6 +10,10 @@ Each path has two sockets. The reflector's (port base + k) wakes the thread, so 
 are answered at once, as any NTP or PTP server would; the prober's (port base + ports + k)
 is read once a tick, because the kernel has timestamped everything in it already. A
 wake-up costs more than reading a few packets, so this keeps the agent's CPU low.
+
+Every probe and reply carries a DSCP (default EF, 46): a fabric that maps it to a
+strict-priority queue lets probes pass the bulk queues a job builds, so the delays they see
+stay the fabric's, not the jobs' (topology/classes.py; docs/clock.md).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clockfabric.probe import timestamping, wire
+from clockfabric.topology.classes import PRIORITY_DSCP
 
 log = logging.getLogger(__name__)
 SO_BINDTODEVICE = 25
@@ -63,7 +68,8 @@ class ProbeEngine(threading.Thread):
     def __init__(self, address: str, hosts: dict[str, str], probed: list[str], *, rails: Sequence[str | None],
                  ports: int = 4,
                  base_port: int = 7300, interval_s: float = 0.2, gap_ns: int = 10_000,
-                 local_ns: Callable[[int], int] = lambda t: t, seed: int | None = None):
+                 local_ns: Callable[[int], int] = lambda t: t, seed: int | None = None,
+                 dscp: int = PRIORITY_DSCP):
         super().__init__(name="probe-engine", daemon=True)
         self.address = address
         self.peers = {p: hosts[p] for p in probed}  # whom we probe
@@ -71,6 +77,7 @@ class ProbeEngine(threading.Thread):
         self.interval_s = interval_s
         self.gap_ns = gap_ns
         self.local_ns = local_ns  # kernel real time -> this host's clock
+        self.tos = dscp << 2  # the IP TOS byte: DSCP in its upper six bits, ECN (unused) below
         self.session = random.getrandbits(32)
         self.rng = random.Random(seed)
         self.exchanges: deque[Exchange] = deque(maxlen=100_000)
@@ -95,6 +102,7 @@ class ProbeEngine(threading.Thread):
         try:
             if rail:
                 s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, rail.encode())
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos)
             s.bind((self.address, port))
         except OSError:
             s.close()

@@ -1,6 +1,7 @@
 """The topology model: hosts, NICs on planes, switches, links, paths, addresses, routes."""
 
 from clockfabric.topology.addressing import Interface, interfaces, plane_subnet
+from clockfabric.topology.classes import TrafficClass, TrafficClasses
 from clockfabric.topology.generators import leafspine, multirail
 from clockfabric.topology.load import TopologyError, dumps, load, parse, save
 from clockfabric.topology.model import Host, Link, Nic, Path, Port, Switch, Topology
@@ -9,6 +10,6 @@ from clockfabric.topology.routing import NextHop, Route, routing_tables
 
 __all__ = [
     "Host", "Interface", "Link", "NextHop", "Nic", "Path", "Port", "RateError", "Route", "Switch",
-    "Topology", "TopologyError", "dumps", "format_rate", "interfaces", "leafspine", "load", "multirail",
-    "parse", "parse_rate", "plane_subnet", "routing_tables", "save",
+    "Topology", "TopologyError", "TrafficClass", "TrafficClasses", "dumps", "format_rate", "interfaces",
+    "leafspine", "load", "multirail", "parse", "parse_rate", "plane_subnet", "routing_tables", "save",
 ]

@@ -9,6 +9,7 @@ from pathlib import Path as FilePath
 import yaml
 
 from clockfabric.errors import ClockfabricError
+from clockfabric.topology import classes as traffic_classes
 from clockfabric.topology.model import (
     SWITCH_ROLES,
     Host,
@@ -58,6 +59,8 @@ def dumps(topo: Topology) -> str:
     ]
     if topo.mtu != DEFAULT_MTU:
         lines.append(f"mtu: {topo.mtu}")
+    if topo.classes is not None:
+        lines.append(f"classes: {topo.classes.dumps()}")
     lines.append("hosts:")
     for h in topo.hosts.values():
         nics = ", ".join(f"{{name: {n.name}, plane: {n.plane}}}" for n in h.nics)
@@ -118,6 +121,7 @@ def parse(data: object, source: str = "topology") -> Topology:
         default_rate = parse_rate(DEFAULT_RATE)
     default_buffer = _buffer(defaults.get("buffer", DEFAULT_BUFFER), "defaults", problems)
     mtu = _mtu(data.get("mtu", DEFAULT_MTU), problems)
+    classes = traffic_classes.parse(data["classes"], problems) if "classes" in data else None
 
     hosts: dict[str, Host] = {}
     raw_hosts = section("hosts")
@@ -170,7 +174,7 @@ def parse(data: object, source: str = "topology") -> Topology:
         links.append(Link(a, b, rate, buffer))
 
     topo = Topology(name, hosts, switches, links, pools["hosts"], pools["fabric"],
-                    default_rate, default_buffer, dict(data.get("meta") or {}), mtu)
+                    default_rate, default_buffer, dict(data.get("meta") or {}), mtu, classes)
     if not problems:
         from clockfabric.topology.validate import problems as semantic_problems
 

@@ -14,6 +14,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from clockfabric.errors import ClockfabricError
+from clockfabric.topology.classes import TrafficClasses
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -109,6 +110,7 @@ class Topology:
     default_buffer_pkts: int
     meta: dict = field(default_factory=dict)  # generator and its arguments, kept for people
     mtu: int = 1500  # every cable's, in bytes of IP packet: AI back-end fabrics run jumbo frames (9000)
+    classes: TrafficClasses | None = None  # every port's traffic classes; None: one FIFO per port
 
     # ---- lookups -------------------------------------------------------------------------
     def nodes(self) -> list[str]:
