@@ -198,3 +198,13 @@ def test_the_cli_writes_and_shows_a_jumbo_topology(cli, tmp_path):
     bad = cli("topology", "generate", "leafspine", "--mtu", "100000", "-o", str(tmp_path / "bad.yaml"), check=False)
     assert bad.returncode != 0 and "mtu 100000 must be a byte count from 1280 to 9216" in bad.stderr
     assert "Traceback" not in bad.stderr and not (tmp_path / "bad.yaml").exists()
+
+
+def test_the_cli_writes_traffic_classes_only_when_asked(cli, tmp_path):
+    from clockfabric.topology import TrafficClasses, load
+
+    classed, plain = tmp_path / "classed.yaml", tmp_path / "plain.yaml"
+    cli("topology", "generate", "multirail", "--hosts", "4", "--classes", "-o", str(classed))
+    cli("topology", "generate", "multirail", "--hosts", "4", "-o", str(plain))
+    assert load(classed).classes == TrafficClasses()
+    assert load(plain).classes is None

@@ -152,14 +152,15 @@ def status(name: str = typer.Argument(None, help="Lab to describe (default: all 
         hosts.add_row(h, info["address"], ", ".join(f"{n} ({p})" for n, p in info["nics"].items()))
     out.print(hosts)
     links = Table(title="links")
-    for col in ("a", "b", "state", "rate", "carrier changes"):
+    for col in ("a", "b", "state", "rate", "classes", "carrier changes"):
         links.add_column(col)
     for lk in s["links"]:
         state = "[green]up[/]" if lk["state"] == "up" else "[red]down[/]"
         rate = lk["rate"] or "?"
         if lk["rate"] != lk["rate_configured"]:
             rate += f" (topology: {lk['rate_configured']})"
-        links.add_row(lk["a"], lk["b"], state, rate, str(lk["carrier_changes"]))
+        ends = {", ".join(c) or "one FIFO" for c in lk["classes"].values()}  # each end's, as the kernel has them
+        links.add_row(lk["a"], lk["b"], state, rate, " / ".join(sorted(ends)), str(lk["carrier_changes"]))
     out.print(links)
     for p in s["processes"]:
         out.print(f"background pid {p['pid']}: {p['what']}")

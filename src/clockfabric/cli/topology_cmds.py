@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from clockfabric.console import err, out, print_json
-from clockfabric.topology import dumps, format_rate, leafspine, load, multirail
+from clockfabric.topology import TrafficClasses, dumps, format_rate, leafspine, load, multirail
 
 app = typer.Typer(help="Write, show and validate topology files.", no_args_is_help=True)
 generate = typer.Typer(help="Write a generated topology as YAML.", no_args_is_help=True)
@@ -19,9 +20,14 @@ HOST_RATE_HELP = ("Host-to-leaf link speed (the lab forwards a few hundred Mbit/
                   "keep rates where queues, not CPU, set the pace).")
 BUFFER_HELP = "Port buffer per link direction, in full-sized frames (held as bytes)."
 MTU_HELP = "Every cable's MTU in bytes (9000: jumbo frames, as AI fabrics run)."
+ClassesOpt = typer.Option(False, "--classes/--no-classes",
+                          help="Traffic classes by DSCP on every port (priority for control and time, the jobs' "
+                               "collectives, best-effort; see docs/lab.md); default one FIFO a port.")
 
 
-def _emit(topo, output: Path | None) -> None:
+def _emit(topo, output: Path | None, classes: bool) -> None:
+    if classes:
+        topo = replace(topo, classes=TrafficClasses())
     text = dumps(topo)
     if output is None:
         out.print(text, end="", markup=False, highlight=False)
@@ -39,10 +45,11 @@ def gen_leafspine(hosts: int = typer.Option(8, help="Number of hosts."),
                   buffer: int = typer.Option(200, help=BUFFER_HELP),
                   mtu: int = typer.Option(1500, help=MTU_HELP),
                   name: str = typer.Option(None, help="Topology name."),
+                  classes: bool = ClassesOpt,
                   output: Path = Output) -> None:
     """H hosts under L leaves, S spines, ECMP between leaves over all spines."""
     _emit(leafspine(hosts, leaves, spines, host_rate=host_rate, fabric_rate=fabric_rate, buffer=buffer,
-                    mtu=mtu, name=name), output)
+                    mtu=mtu, name=name), output, classes)
 
 
 @generate.command("multirail")
@@ -55,10 +62,11 @@ def gen_multirail(hosts: int = typer.Option(8, help="Number of hosts."),
                   buffer: int = typer.Option(200, help=BUFFER_HELP),
                   mtu: int = typer.Option(1500, help=MTU_HELP),
                   name: str = typer.Option(None, help="Topology name."),
+                  classes: bool = ClassesOpt,
                   output: Path = Output) -> None:
     """Multi-rail / dual-plane: each plane its own leaf-spine; hosts keep one stable address."""
     _emit(multirail(hosts, planes, leaves, spines, host_rate=host_rate, fabric_rate=fabric_rate,
-                    buffer=buffer, mtu=mtu, name=name), output)
+                    buffer=buffer, mtu=mtu, name=name), output, classes)
 
 
 @app.command("show")
