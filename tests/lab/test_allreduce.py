@@ -12,7 +12,7 @@ import pytest
 from clockfabric.collective import allreduce
 from clockfabric.collective.run import alltoall
 from clockfabric.collective.schedulers import SCHEDULERS
-from clockfabric.errors import ClockfabricError
+from clockfabric.errors import USAGE_EXIT, ClockfabricError
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
 from clockfabric.topology import multirail
@@ -72,7 +72,7 @@ def test_allreduce_correct_and_subflows_pinned_to_planes(make_lab, cli):
     assert [r["size_bytes"] for r in data["rows"]] == [65536, 102400] and data["hosts"] == ["h0", "h3"]
     assert all(r["wrong"] == 0 and r["busbw_gbps"] > 0 for r in data["rows"])
     bad = cli("bench", "allreduce", "--lab", lab.name, "--hosts", "h0,h9", "--sizes", "1M", check=False)
-    assert bad.returncode == 2 and "'h9' is not a host" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == USAGE_EXIT and "'h9' is not a host" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_alltoall_correct_with_every_scheduler(make_lab, cli):
@@ -94,7 +94,7 @@ def test_alltoall_correct_with_every_scheduler(make_lab, cli):
     assert "# all-to-all (oneshot): 3 ranks" in proc.stdout and "busbw = algbw * (n-1)/n;" in proc.stdout
     assert "98304         8192  float   none" in proc.stdout, proc.stdout
     bad = cli("bench", "alltoall", "--lab", lab.name, "--hosts", "h0", "--sizes", "1M", check=False)
-    assert bad.returncode == 2 and "an all-to-all needs at least 2 hosts" in bad.stderr
+    assert bad.returncode == USAGE_EXIT and "an all-to-all needs at least 2 hosts" in bad.stderr
 
 
 def test_allreduce_over_a_dead_link_fails_clearly_within_the_timeout(make_lab):

@@ -5,6 +5,7 @@ import json
 import socket
 import time
 
+from clockfabric.errors import USAGE_EXIT
 from clockfabric.lab import netns
 from clockfabric.topology import leafspine
 
@@ -81,5 +82,5 @@ def test_agent_bad_input_is_one_line(cli, tmp_path):
     topo = tmp_path / "t.yaml"
     cli("topology", "generate", "leafspine", "--hosts", "2", "--leaves", "1", "--spines", "0", "-o", str(topo))
     proc = cli("agent", "--topology", str(topo), "--host", "nope", check=False)
-    assert proc.returncode == 2
+    assert proc.returncode == USAGE_EXIT
     assert proc.stderr.strip().count("\n") == 0 and "nope" in proc.stderr

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from clockfabric.errors import ClockfabricError
+from clockfabric.errors import USAGE_EXIT, ClockfabricError
 from clockfabric.lab import build, netns, shaping
 from clockfabric.lab.state import Lab, run_dir
 from clockfabric.topology import dumps, leafspine, multirail
@@ -21,7 +21,7 @@ def test_invalid_topology_creates_nothing(tmp_path, cli):
     bad.write_text("name: broken\nhosts: [{name: h0}, {name: h1}]\nswitches: [{name: leaf0}]\n"
                    "links: [{a: h0, b: leaf0, rate: fast}, {a: h9, b: leaf0}]\n")
     proc = cli("lab", "up", str(bad), "--name", "tbad", check=False)
-    assert proc.returncode == 2
+    assert proc.returncode == USAGE_EXIT
     lines = proc.stderr.strip().splitlines()
     assert any("rate 'fast' does not parse" in line for line in lines)
     assert any("unknown node 'h9'" in line for line in lines)
@@ -34,7 +34,7 @@ def test_name_clash_refused_and_existing_lab_untouched(make_lab, tmp_path, cli):
     path = tmp_path / "t.yaml"
     path.write_text(dumps(leafspine(4, 1, 0)))
     proc = cli("lab", "up", str(path), "--name", lab.name, check=False)
-    assert proc.returncode == 2 and "already" in proc.stderr
+    assert proc.returncode == USAGE_EXIT and "already" in proc.stderr
     assert len(netns.listed(f"cf.{lab.name}.")) == 3
     assert json.loads(cli("lab", "check", "--lab", lab.name, "--json").stdout)["ok"]
 
@@ -87,7 +87,7 @@ def test_terminated_lab_up_removes_everything(tmp_path):
         assert paused.exists() and netns.listed(f"cf.{name}."), "lab up never reached its fifth link"
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 2, f"exited {proc.returncode}:\n{out}\n{err}"
+        assert proc.returncode == USAGE_EXIT, f"exited {proc.returncode}:\n{out}\n{err}"
         assert err.strip().splitlines() == [f"error: lab up {name} interrupted; everything it made was removed"]
         assert not netns.listed(f"cf.{name}.") and not (run_dir() / name).exists()
     finally:
@@ -139,13 +139,13 @@ def test_status_and_unknown_names(make_lab, cli):
     status = json.loads(cli("lab", "status", lab.name, "--json").stdout)
     assert status["state"] == "up" and status["links_down"] == 0 and len(status["links"]) == 8
     proc = cli("lab", "link", "down", "h0", "h9", "--lab", lab.name, check=False)
-    assert proc.returncode == 2 and "no host or switch 'h9'" in proc.stderr
+    assert proc.returncode == USAGE_EXIT and "no host or switch 'h9'" in proc.stderr
     proc = cli("lab", "link", "down", "h0", "h1", "--lab", lab.name, check=False)
-    assert proc.returncode == 2 and "no link between h0 and h1" in proc.stderr
+    assert proc.returncode == USAGE_EXIT and "no link between h0 and h1" in proc.stderr
     proc = cli("lab", "rate", "h0", "leaf0", "fast", "--lab", lab.name, check=False)
-    assert proc.returncode == 2 and "does not parse" in proc.stderr
+    assert proc.returncode == USAGE_EXIT and "does not parse" in proc.stderr
     proc = cli("lab", "check", "--lab", "tnosuchlab", check=False)
-    assert proc.returncode == 2 and "no lab named 'tnosuchlab'" in proc.stderr
+    assert proc.returncode == USAGE_EXIT and "no lab named 'tnosuchlab'" in proc.stderr
 
 
 def test_agents_read_their_own_virtual_clock(make_lab, cli):

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from clockfabric.errors import USAGE_EXIT
 from clockfabric.lab import netns
 from clockfabric.probe.paths import learn, spread
 from clockfabric.topology import interfaces, leafspine, multirail
@@ -108,4 +109,4 @@ def test_paths_command_on_each_plane(make_lab, cli):
     table = cli("paths", "--lab", lab.name, "--from", "h0", "--to", "h1").stdout
     assert "1 distinct path" in table
     bad = cli("paths", "--lab", lab.name, "--from", "h0", "--to", "h9", check=False)
-    assert bad.returncode == 2 and "no host 'h9'" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == USAGE_EXIT and "no host 'h9'" in bad.stderr and "Traceback" not in bad.stderr

@@ -19,6 +19,7 @@ from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.controller.token import read_token
+from clockfabric.errors import USAGE_EXIT
 
 TOPOLOGY = """\
 name: two
@@ -93,10 +94,10 @@ def test_a_failed_post_is_a_warning_and_keeps_the_exit_code(cli, controller, fle
 
 def test_controller_options_are_checked_before_the_audit(cli, fleet_file, tmp_path):
     proc = cli(*audit_args(fleet_file, "--controller", "http://127.0.0.1:7400"), check=False)
-    assert proc.returncode == 2 and "--token-file" in proc.stderr and proc.stdout == ""
+    assert proc.returncode == USAGE_EXIT and "--token-file" in proc.stderr and proc.stdout == ""
     proc = cli(*audit_args(fleet_file, "--controller", "http://127.0.0.1:7400", "--token-file",
                            str(tmp_path / "missing")), check=False)
-    assert proc.returncode == 2 and "cannot read the token file" in proc.stderr and proc.stdout == ""
+    assert proc.returncode == USAGE_EXIT and "cannot read the token file" in proc.stderr and proc.stdout == ""
 
 
 def report() -> Report:

@@ -20,7 +20,7 @@ from clockfabric.collective.schedulers import SCHEDULERS
 from clockfabric.collective.schedulers.owd import Owd
 from clockfabric.collective.sizes import format_size, parse_size, size_range
 from clockfabric.collective.transport import MIN_RCVBUF, Transport, TransportError
-from clockfabric.errors import ClockfabricError
+from clockfabric.errors import USAGE_EXIT, ClockfabricError
 from clockfabric.topology import leafspine, multirail
 
 MBIT = 1e6 / 8 / 1e9  # 1 Mbit/s in GB/s
@@ -496,7 +496,7 @@ def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatc
 def test_cli_bad_collective_options_are_one_line(cli, args, message):
     proc = cli("bench", *args, "--lab", "nosuchlab", check=False)
     text = " ".join(proc.stderr.split())  # rich wraps a long line at 80 columns when stderr is no terminal
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == USAGE_EXIT, proc.stderr
     assert message in text and text.count("error:") == 1 and "Traceback" not in text, proc.stderr
 
 
@@ -518,10 +518,10 @@ def test_nccl_table_names_the_collective():
 
 def test_cli_bad_sizes_are_one_line(cli):
     proc = cli("bench", "allreduce", "--lab", "nosuchlab", "--sizes", "1Q", check=False)
-    assert proc.returncode == 2
+    assert proc.returncode == USAGE_EXIT
     assert "does not parse" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli("bench", "allreduce", "--lab", "nosuchlab", "--sizes", "1M", "--min-bytes", "1K", check=False)
-    assert proc.returncode == 2 and "either --sizes" in proc.stderr
+    assert proc.returncode == USAGE_EXIT and "either --sizes" in proc.stderr
 
 
 # ---- expected busbw --------------------------------------------------------------------------------

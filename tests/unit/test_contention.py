@@ -3,7 +3,7 @@
 import pytest
 
 from clockfabric.bench import contention, harness
-from clockfabric.errors import ClockfabricError
+from clockfabric.errors import USAGE_EXIT, ClockfabricError
 from clockfabric.lab import process
 
 MIB = 1 << 20
@@ -227,7 +227,7 @@ def test_a_saved_report_is_judged_again_from_its_runs(cli, tmp_path):
     for path, message in ((saved, "not a contention report"), (tmp_path / "none.json", "cannot read the report")):
         proc = cli("bench", "contention", "--from", str(path), check=False)
         text = " ".join(proc.stderr.split())
-        assert proc.returncode == 2 and message in text and "Traceback" not in text, proc.stderr
+        assert proc.returncode == USAGE_EXIT and message in text and "Traceback" not in text, proc.stderr
 
 
 def test_background_traffic_that_ends_early_stops_the_bench():

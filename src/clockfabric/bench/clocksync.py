@@ -80,6 +80,7 @@ from clockfabric.bench.clocksync_traffic import (
 from clockfabric.bench.clocksync_watch import Fabric, Watch
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.console import err, out, require_root
+from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import lab_names
 from clockfabric.topology import format_rate, parse_rate
 
@@ -299,8 +300,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
     require_root()
     for tool in ("ip", "tc", "iperf3", "ptp4l"):
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-            err.print(f"{tool} is not installed; run: make setup (iproute2, iperf3, linuxptp)")
-            raise typer.Exit(2)
+            raise ClockfabricError(f"{tool} is not installed; run: make setup (iproute2, iperf3, linuxptp)")
     try:
         size_list = [8] if quick else sorted({int(s) for s in sizes.split(",") if s.strip()})
         all_sat = {int(s) for s in limit_sizes.split(",") if s.strip()}
@@ -308,8 +308,8 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
         if not size_list or min(size_list) < 8 or not keys:
             raise ValueError
     except ValueError:
-        err.print("--sizes: host counts of at least 8 (e.g. 8,32); --scenarios: some of A,B,C,C+,D")
-        raise typer.Exit(2) from None
+        raise ClockfabricError("--sizes: host counts of at least 8 (e.g. 8,32); "
+                               "--scenarios: some of A,B,C,C+,D") from None
 
     def on_term(*_):
         raise KeyboardInterrupt

@@ -40,6 +40,7 @@ from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.clock import network
 from clockfabric.clock.network import Edges, Solution, solve
+from clockfabric.errors import ClockfabricError
 
 PEERS = 10
 OUTLIER_FRACTION = 0.01
@@ -203,8 +204,8 @@ def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, 
         if not size_list or min(size_list) < PEERS + 1:
             raise ValueError
     except ValueError:
-        err.print(f"--sizes {sizes!r}: give host counts above {PEERS}, comma-separated, e.g. --sizes 1000,100000")
-        raise typer.Exit(2) from None
+        raise ClockfabricError(f"--sizes {sizes!r}: give host counts above {PEERS}, comma-separated, "
+                               "e.g. --sizes 1000,100000") from None
     info = machine()
     results = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -9,7 +9,7 @@ import sys
 import typer
 
 from clockfabric.bench.harness import BENCHMARKS
-from clockfabric.console import print_json, progress_bar, require_root
+from clockfabric.console import err, print_json, progress_bar, require_root
 from clockfabric.errors import ClockfabricError
 
 # ---- collectives: all-reduce, all-to-all ------------------------------------------------------
@@ -97,9 +97,10 @@ def _bench_collective(options, lab_name: str | None, hosts: str | None, sizes: l
         print_json(res.as_dict())
         return
     sys.stdout.write(_nccl_table(res))
-    if not res.ok:
-        raise ClockfabricError(f"{what} gave wrong results ({sum(r.wrong for r in res.rows)} elements); "
-                               "see #wrong")
+    if not res.ok:  # a failed run, not a usage error: exit 1, as a failing test does
+        err.print(f"[red]error:[/] {what} gave wrong results ({sum(r.wrong for r in res.rows)} elements); "
+                  "see #wrong")
+        raise typer.Exit(1)
 
 
 def _collective_command(collective: str, default_algorithm: str, algorithm_help: str, hosts_help: str, doc: str):

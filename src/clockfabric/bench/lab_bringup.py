@@ -326,12 +326,11 @@ def main(sizes: str = typer.Option("8,32,64", help="Host counts, comma-separated
         if not size_list or min(size_list) < 2:
             raise ValueError
     except ValueError:
-        err.print(f"--sizes {sizes!r}: give host counts of at least 2, comma-separated, e.g. --sizes 8,32,64")
-        raise typer.Exit(2) from None
+        raise ClockfabricError(f"--sizes {sizes!r}: give host counts of at least 2, comma-separated, "
+                               "e.g. --sizes 8,32,64") from None
     for tool in ("ip", "tc", "ping"):
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-            err.print(f"{tool} is not installed; apt-get install iproute2 iputils-ping")
-            raise typer.Exit(2)
+            raise ClockfabricError(f"{tool} is not installed; apt-get install iproute2 iputils-ping")
 
     def on_term(*_):
         raise KeyboardInterrupt

@@ -172,8 +172,7 @@ def main(hosts: int = typer.Option(8, min=8, help="Lab hosts (even; 4 run the jo
     """Transparent mode: a DDP job under elephant flows, agents off against agents steering."""
     require_root()
     if hosts % 2:
-        err.print("bad input: --hosts must be even (two leaves)")
-        raise typer.Exit(2)
+        raise ClockfabricError(f"--hosts must be even (two leaves); got {hosts}")
     job_hosts, pairs = layout(hosts)
     info = harness.machine()
     started = time.monotonic()

@@ -72,7 +72,7 @@ def gen_multirail(hosts: int = typer.Option(8, help="Number of hosts."),
 @app.command("show")
 def show(path: Path = typer.Argument(..., help="Topology YAML file."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Validate a topology file and summarise it (exit 2 and one line per problem if invalid)."""
+    """Validate a topology file and summarise it (exit 64 and one line per problem if invalid)."""
     topo = load(path)
     hosts = list(topo.hosts)
     paths = topo.paths(hosts[0], hosts[-1]) if len(hosts) > 1 else []
