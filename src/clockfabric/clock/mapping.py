@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # How far a solved drift may be from the truth: a pair's drift comes from up to 8 windows of
-# software timestamps (~10 ppb when idle); 200 ppb leaves room for bands bent by queues.
-DRIFT_BOUND = 200e-9
+# software timestamps (~10 ppb when idle); 500 ppb leaves room for bands tilted by queues.
+DRIFT_BOUND = 500e-9
 SYNCED, HOLDOVER, UNSYNCED = "synced", "holdover", "unsynced"
 
 

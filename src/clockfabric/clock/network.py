@@ -48,7 +48,7 @@ class Edges:
     drift: np.ndarray  # b
     center_ns: np.ndarray  # int64, src's clock
     weight: np.ndarray
-    # the pair's band half-width: how far its offset can be from the truth (None: unknown, 0)
+    # how far each pair's offset can be from the truth (PairFit.bound_ns; None: taken as 0)
     margin_ns: np.ndarray | None = None
 
     def __len__(self) -> int:

@@ -31,6 +31,7 @@ FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many 
 # step for this many windows
 QUIET_PURE = 0.7
 QUIET_AFTER_STEP_WINDOWS = 5
+FLAG_HOLD_S = 10.0  # a host found queued on every path stays out of the solve this long
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
 
@@ -136,7 +137,7 @@ class HostSync:
             fit = pair.refit(now_ns)
             if fit is not None:
                 weight = min(fit.n_fwd, fit.n_rev, MAX_WEIGHT)
-                edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight, fit.margin_ns])
+                edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight, fit.bound_ns()])
         msg: dict[str, object] = {"t": "report", "host": self.host, "edges": edges}
         if self.urgent:
             msg["urgent"] = True
@@ -246,6 +247,7 @@ class Solver:
         self.reports: dict[str, tuple[float, list]] = {}
         self.last: Solution | None = None
         self.rejected = 0
+        self.flagged: dict[str, tuple[float, str]] = {}  # host -> (left out until, why)
         self.anchor = reference  # the host the solve holds fixed: the reference unless it is queued
 
     def on_report(self, msg: dict, now: float | None = None) -> None:
@@ -269,7 +271,11 @@ class Solver:
         for i, j, *_, m in rows:
             margins[self.hosts[i]].append(abs(m))
             margins[self.hosts[j]].append(abs(m))
-        reasons = asymmetric_hosts(margins)
+        # a queue drains now and then: a flagged host stays out for FLAG_HOLD_S, or its skewed
+        # edges would come back at each lull and bend the solve
+        self.flagged |= {h: (now + FLAG_HOLD_S, why) for h, why in asymmetric_hosts(margins).items()}
+        self.flagged = {h: f for h, f in self.flagged.items() if now <= f[0]}
+        reasons = {h: why for h, (_, why) in self.flagged.items()}
         flagged = {self.index[h] for h in reasons}
         rows = [r for r in rows if r[0] not in flagged and r[1] not in flagged]
         reasons |= {h: NO_PURE for h in fresh if h not in margins}
