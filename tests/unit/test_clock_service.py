@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from clockfabric.clock.graph import neighbours, probe_peers
-from clockfabric.clock.mapping import Mapping
+from clockfabric.clock.mapping import DRIFT_BOUND, Mapping
 from clockfabric.clock.service import FLOOR_HORIZON, HostSync, Solver, percentile
 from clockfabric.probe.engine import Exchange
 
@@ -117,13 +117,13 @@ class Host:
         return ((reading - EPOCH) - self.offset_ns) / (1 + self.drift)
 
 
-def edge_row(clocks: dict[str, Host], i: str, j: str, center: int, weight: int = 20) -> list:
-    """[peer, a, b, C, weight] as i's pair fit of j would report it, exactly."""
+def edge_row(clocks: dict[str, Host], i: str, j: str, center: int, weight: int = 20, margin: float = 0.0) -> list:
+    """[peer, a, b, C, weight, margin] as i's pair fit of j would report it, exactly."""
     ci, cj = clocks[i], clocks[j]
     tau = ci.real(center)
     a = (cj.offset_ns + (1 + cj.drift) * tau) - (center - EPOCH)
     b = (cj.drift - ci.drift) / (1 + ci.drift)
-    return [j, a, b, center, weight]
+    return [j, a, b, center, weight, margin]
 
 
 def make_fleet(n: int, seed: int = 0) -> dict[str, Host]:
@@ -167,7 +167,8 @@ def test_solver_maps_every_host_onto_the_reference_clock():
         assert set(msg["hosts"]) == near[h] | {h}  # its own mapping and its neighbours'
         for m in msg["hosts"].values():
             assert m["t0_ns"] == t0 and m["synced"] is True
-            assert m["uncertainty_ns"] < 1.0  # exact edges agree to well under a ns
+            # exact edges with no band: only the drift allowance over the fits' age (1 s) per hop
+            assert m["uncertainty_ns"] <= 4 * DRIFT_BOUND * 1e9 + 1.0
         assert msg["hosts"][h] == msgs[next(iter(near[h]))]["hosts"][h]  # everyone hears the same
     ref = Mapping.from_dict(msgs["h03"]["hosts"]["h03"])
     assert ref.offset_ns == 0.0 and ref.drift == 0.0
@@ -233,13 +234,13 @@ def test_reports_from_unknown_hosts_are_rejected_and_unknown_peers_ignored():
     clocks = make_fleet(6, seed=4)
     peers = probe_peers(list(clocks), 2, seed=4)
     solver = Solver(list(clocks), "h00")
-    solver.on_report({"t": "report", "host": "intruder", "edges": [["h00", 1e6, 0.0, EPOCH, 20]]}, now=0.0)
+    solver.on_report({"t": "report", "host": "intruder", "edges": [["h00", 1e6, 0.0, EPOCH, 20, 0.0]]}, now=0.0)
     solver.on_report({"t": "report", "edges": []}, now=0.0)  # no host at all
     assert solver.rejected == 2
     assert "intruder" not in solver.reports
     for h in clocks:
         msg = report(clocks, h, peers[h], NOW_TAU)
-        msg["edges"].append(["ghost", 5e6, 1e-5, EPOCH, 20])  # a peer the solver does not know
+        msg["edges"].append(["ghost", 5e6, 1e-5, EPOCH, 20, 0.0])  # a peer the solver does not know
         solver.on_report(msg, now=0.0)
     assert solver.rejected == 2
     msgs = solver.solve(clocks["h00"].read(NOW_TAU), now=1.0)

@@ -28,7 +28,7 @@ def clock_metrics(state: dict) -> list[Metric]:
                 Metric("clockfabric_clock_drift_ratio", m["drift"],
                        help="Rate of this clock against global time, minus 1"),
                 Metric("clockfabric_clock_uncertainty_seconds", m["uncertainty_ns"] * NS,
-                       help="RMS residual of this host's probe edges in the network solve"),
+                       help="Bound on this clock's offset from global time, at the mapping's epoch"),
                 Metric("clockfabric_clock_synced", float(m["synced"]), help="1 if tied to the reference clock")]
     out.append(Metric("clockfabric_clock_graph_parts", float(state.get("parts", 0)),
                       help="Parts the probe graph is split into (1 when whole)"))

@@ -14,7 +14,7 @@ from rich.table import Table
 from clockfabric.agent.agent import Agent
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
 from clockfabric.agent.on_lab import LabAgents
-from clockfabric.clock.evaluate import Sampler, read_states, since, summary
+from clockfabric.clock.evaluate import Sampler, coverage, read_states, since, summary
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
@@ -179,17 +179,26 @@ def _report(sampler: Sampler, scenario: dict, mesh, reference: str, duration: fl
     else:
         methods["ptp4l"] = {"skipped": "ptp4l not run"}
     per_host: dict[str, list] = {}
-    for t, h, e in sampler.ours:
+    for t, h, e, b in sampler.judged:
         if t >= settle:
-            per_host.setdefault(h, []).append(e)
+            per_host.setdefault(h, []).append((t, h, e, b))
+    judged = [j for j in sampler.judged if j[0] >= settle]
     states = sampler.last_states
     probe_bytes = sum(s.get("counters", {}).get("wire_bytes_sent", 0) for s in states.values())
     return {"scenario": scenario, "reference": reference, "converged_s": sampler.converged_s,
             "stats_from_s": settle, "methods": methods,
-            "hosts": {h: summary(v) for h, v in sorted(per_host.items())},
+            "hosts": {h: {**summary([e for _, _, e, _ in v]), **_bound(v)} for h, v in sorted(per_host.items())},
+            "bound": _bound(judged),
+            "unsynced": {h: {"after_s": t, "reason": why} for h, (t, why) in sorted(sampler.named.items())},
             "timeline": sampler.timeline(),
             "probe_bytes_per_host_per_s": probe_bytes / max(1, len(states)) / duration,
             "timestamping": next(iter(states.values()), {}).get("timestamping")}
+
+
+def _bound(judged: list) -> dict:
+    """The bound's coverage (share of samples with |error| <= bound) and its size."""
+    c = coverage(judged)
+    return {"coverage": c["coverage"], "bound_p50_ns": c["bound_p50_ns"], "bound_p99_ns": c["bound_p99_ns"]}
 
 
 def _ns(v) -> str:
@@ -210,6 +219,12 @@ def _print_report(r: dict) -> None:
         else:
             table.add_row(name, _ns(m["p50_ns"]), _ns(m["p99_ns"]), _ns(m["max_ns"]), str(m["samples"]))
     out.print(table)
+    b = r["bound"]
+    if b["coverage"] is not None:
+        out.print(f"bound: covers the error in {b['coverage']:.1%} of samples; median {_ns(b['bound_p50_ns'])} ns, "
+                  f"p99 {_ns(b['bound_p99_ns'])} ns")
+    for h, u in r["unsynced"].items():
+        out.print(f"{h} not synced from {u['after_s']:.1f} s: {u['reason']}")
     out.print(f"probe traffic {r['probe_bytes_per_host_per_s'] * 8 / 1e3:.1f} kbit/s per host; "
               f"timestamps: {r['timestamping']}")
 

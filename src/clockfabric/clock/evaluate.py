@@ -54,6 +54,33 @@ def ours_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], refere
     return out
 
 
+def ours_bounds(states: dict[str, dict], clocks: dict[str, VirtualClock], real_ns: int) -> dict[str, float]:
+    """Each synced host's published bound at one real instant (mapping.bound_at)."""
+    out = {}
+    for h, clock in clocks.items():
+        m = (states.get(h) or {}).get("mapping")
+        if m and m.get("synced"):
+            out[h] = Mapping.from_dict(m).bound_at(clock.local_ns(real_ns))
+    return out
+
+
+def unsynced_reasons(states: dict[str, dict]) -> dict[str, str]:
+    """Hosts whose agent says it is not synced (or holds over), with the reason it gives."""
+    return {h: f"{m.get('state')}: {m.get('reason', '')}" for h, st in states.items()
+            if (m := st.get("mapping")) and m.get("state", "synced") != "synced"}
+
+
+def coverage(judged: list[tuple[float, str, float, float]]) -> dict:
+    """Of (seconds, host, error, bound) samples: the share with |error| <= bound, and the bound's
+    median and p99."""
+    if not judged:
+        return {"coverage": None, "bound_p50_ns": None, "bound_p99_ns": None, "samples": 0}
+    errors = np.abs(np.array([e for _, _, e, _ in judged]))
+    bounds = np.array([b for _, _, _, b in judged])
+    return {"coverage": float(np.mean(errors <= bounds)), "bound_p50_ns": float(np.percentile(bounds, 50)),
+            "bound_p99_ns": float(np.percentile(bounds, 99)), "samples": len(judged)}
+
+
 def ntp_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], reference: str) -> dict[str, float | None]:
     """NTP-style errors: each edge's min-RTT/2 error at its own instant, summed down a
     breadth-first (stratum) tree from the reference."""
@@ -101,6 +128,8 @@ class Sampler:
         self.start = time.monotonic()
         self.ours: list[tuple[float, str, float]] = []  # (seconds since start, host, error)
         self.ntp: list[tuple[float, str, float]] = []
+        self.judged: list[tuple[float, str, float, float]] = []  # (seconds, host, error, its bound)
+        self.named: dict[str, tuple[float, str]] = {}  # host not synced now -> (since when, why)
         self.converged_s: float | None = None
         self.last_states: dict[str, dict] = {}
 
@@ -109,11 +138,19 @@ class Sampler:
         states = read_states(self.state_dir)
         self.last_states = states
         t = time.monotonic() - self.start
-        errors = ours_errors(states, clocks, self.reference, time.time_ns())
+        real = time.time_ns()
+        errors = ours_errors(states, clocks, self.reference, real)
+        bounds = ours_bounds(states, clocks, real)
         others = {h: e for h, e in errors.items() if h != self.reference}
         for h, e in others.items():
             if e is not None:
                 self.ours.append((t, h, e))
+                self.judged.append((t, h, e, bounds[h]))
+        reasons = unsynced_reasons(states)
+        for h in set(self.named) - set(reasons):
+            del self.named[h]  # synced again: named only while it stays out
+        for h, reason in reasons.items():
+            self.named.setdefault(h, (t, reason))
         for h, e in ntp_errors(states, clocks, self.reference).items():
             if h != self.reference and e is not None:
                 self.ntp.append((t, h, e))

@@ -18,6 +18,8 @@ from itertools import pairwise
 
 import numpy as np
 
+from clockfabric.clock.mapping import DRIFT_BOUND
+
 MAX_SLOPE = 1e-3  # relative drift search range: clocks within +-500 ppm of each other
 MAX_DROPS = 40  # more overlap than this is not a few late timestamps but mixed-up data
 
@@ -32,9 +34,16 @@ class PairFit:
     n_rev: int
     dropped: int = 0  # points discarded as timestamp outliers
     pinned: bool = True  # the slope came from the points (or was given), not from a prior guess
+    reach_ns: float = 0.0  # the farthest kept point from the centre, in time
 
     def at(self, t_ns: int) -> float:
         return self.offset_ns + self.drift * (t_ns - self.center_ns)
+
+    def bound_ns(self) -> float:
+        """How far the offset at the centre can be from the truth. Every delay is positive, so
+        the true line runs inside the band at the true slope: within the half-width of the
+        middle line, widened where the fitted slope may be off by up to DRIFT_BOUND."""
+        return abs(self.margin_ns) + DRIFT_BOUND * self.reach_ns
 
 
 def _margin(slope: float, xu, yu, xl, yl) -> tuple[float, float]:
@@ -109,4 +118,5 @@ def fit_band(fwd: np.ndarray, rev: np.ndarray, center_ns: int, *, prior_drift: f
             break
         dropped += 1
     return PairFit(intercept, slope, center_ns, margin, len(xu), len(xl), dropped,
-                   pinned=drift is not None or _pins_slope(xu, xl))
+                   pinned=drift is not None or _pins_slope(xu, xl),
+                   reach_ns=float(max(np.abs(xu).max(), np.abs(xl).max())))

@@ -23,6 +23,8 @@ from functools import cached_property
 
 import numpy as np
 
+from clockfabric.clock.mapping import DRIFT_BOUND
+
 # The solves stop when no host's Jacobi step (its residual over its diagonal) is above a
 # tolerance in the unknown's own unit; it is absolute, so a solve from a close guess ends after a
 # few iterations. The final solve goes far below what a pair fit resolves (tens of ns; 1e-9 in
@@ -46,6 +48,8 @@ class Edges:
     drift: np.ndarray  # b
     center_ns: np.ndarray  # int64, src's clock
     weight: np.ndarray
+    # how far each pair's offset can be from the truth (PairFit.bound_ns; None: taken as 0)
+    margin_ns: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src)
@@ -60,7 +64,7 @@ class Solution:
     reference_component: int
     kept: np.ndarray  # bool per input edge
     residual_ns: np.ndarray  # per input edge, after the final solve
-    uncertainty_ns: np.ndarray  # per host: RMS residual of its kept edges
+    bound_ns: np.ndarray  # per host, at t0: its offset is within this of the truth (nan: not synced)
 
     @property
     def parts(self) -> int:
@@ -214,8 +218,8 @@ def solve(n: int, edges: Edges, reference: int, t0_ns: int, *, outlier_ns: float
         if np.abs(x - last).max(initial=0.0) * np.abs(b_hat).max(initial=0.0) <= OFFSET_TOL_NS:
             break
     residual = _residuals(e, a0, b_hat, drift_error, x)
-    return Solution(t0_ns, x, np.expm1(u), labels, int(labels[reference]), kept, residual,
-                    _host_rms(n, e, kept, residual))
+    bound = _bounds(system, e, kept, residual, span, reference, labels)
+    return Solution(t0_ns, x, np.expm1(u), labels, int(labels[reference]), kept, residual, bound)
 
 
 def _drifts(system: _System, log_drift: np.ndarray, u: np.ndarray, anchor: np.ndarray,
@@ -275,9 +279,26 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.einsum("i,i", a, b))
 
 
-def _host_rms(n: int, e: Edges, kept: np.ndarray, residual: np.ndarray) -> np.ndarray:
-    r2 = np.where(kept, residual, 0.0) ** 2
-    sq = np.bincount(e.src, r2, n) + np.bincount(e.dst, r2, n)
-    count = np.bincount(e.src, kept, n) + np.bincount(e.dst, kept, n)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, np.sqrt(sq / count), np.nan)
+def _bounds(system: _System, e: Edges, kept: np.ndarray, residual: np.ndarray, span: np.ndarray,
+            reference: int, labels: np.ndarray) -> np.ndarray:
+    """Per host, how far its offset at t0 can be from the truth.
+
+    Along any path of kept edges from the reference, the solution's offsets differ by what the
+    edges said less their residuals, and the truth by what they said less their errors; so a
+    host's error is at most the sum, along the path, of each edge's error bound (its band's
+    half-width, plus its drift's error over the time from its centre to t0) and |residual|. The
+    shortest such path is the bound. Hosts outside the reference's part have none (nan)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    n = len(system.diag)
+    margin = np.zeros(len(e)) if e.margin_ns is None else np.abs(e.margin_ns)
+    # dijkstra takes an explicit zero as no edge: a floor of 1e-3 ns keeps exact edges
+    cost = np.maximum(margin + np.abs(residual) + DRIFT_BOUND * np.abs(span), 1e-3)[kept]
+    graph = csr_matrix((cost, (e.src[kept], e.dst[kept])), shape=(n, n))
+    # undirected: an edge may be walked either way (each host reports a peer once, so no pair of
+    # hosts has two entries in one direction for the matrix to add up)
+    bound = dijkstra(graph, directed=False, indices=reference)
+    return np.where((labels == labels[reference]) & np.isfinite(bound), bound, np.nan)
+
+

@@ -19,6 +19,8 @@ import numpy as np
 from clockfabric.clock.fit import PairFit, fit_band
 from clockfabric.probe.engine import Exchange
 
+MIN_PURE = 3  # pure points a side that make a window's offset fit worth taking
+
 
 @dataclass(frozen=True)
 class NtpSample:
@@ -148,12 +150,19 @@ class PairWindow:
             self.exchanges.popleft()
 
     def refit(self, now_ns: int) -> PairFit | None:
-        """Fit the band over the window ending now; None until both directions have points."""
+        """Fit the band over the window ending now, widened (doubling, up to the drift history)
+        while it holds fewer than MIN_PURE pure points a side: under a queue that rarely drains,
+        the few moments it did are worth an older centre. None until both directions have points."""
         self.trim(now_ns)
         fwd = np.array([p[:2] for p in self.fwd], dtype=np.int64).reshape(-1, 2)
         rev = np.array([p[:2] for p in self.rev], dtype=np.int64).reshape(-1, 2)
-        start = now_ns - self.window_ns
-        recent_fwd, recent_rev = fwd[fwd[:, 0] >= start], rev[rev[:, 0] >= start]
+        span = self.window_ns
+        while True:
+            start = now_ns - span
+            recent_fwd, recent_rev = fwd[fwd[:, 0] >= start], rev[rev[:, 0] >= start]
+            if min(len(recent_fwd), len(recent_rev)) >= MIN_PURE or span >= self.history_ns:
+                break
+            span = min(2 * span, self.history_ns)
         if not len(recent_fwd) or not len(recent_rev):
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
         prior = self.fit.drift if self.fit else self.drift_prior

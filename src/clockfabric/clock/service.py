@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
 
 from clockfabric.clock.graph import neighbours
-from clockfabric.clock.mapping import Mapping
+from clockfabric.clock.health import NO_PURE, asymmetric_hosts, hold_over
+from clockfabric.clock.mapping import DRIFT_BOUND, SYNCED, UNSYNCED, Mapping
 from clockfabric.clock.network import Edges, Solution, solve
 from clockfabric.clock.pairs import PairWindow, Step
 from clockfabric.probe.engine import Exchange
@@ -29,11 +31,16 @@ FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many 
 # step for this many windows
 QUIET_PURE = 0.7
 QUIET_AFTER_STEP_WINDOWS = 5
+FLAG_HOLD_S = 10.0  # a host found queued on every path stays out of the solve this long
+# a one-way delay whose two clocks' bounds add up to more than this is not published as a number
+OWD_TRUST_NS = 100_000.0
 
 
 class HostSync:
-    def __init__(self, host: str, probed: list[str], *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000):
+    def __init__(self, host: str, probed: list[str], *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000,
+                 owd_trust_ns: float = OWD_TRUST_NS):
         self.host = host
+        self.owd_trust_ns = owd_trust_ns
         self.window_ns = window_ns
         self.pairs = {p: PairWindow(p, window_ns=window_ns, epsilon_ns=epsilon_ns) for p in probed}
         self.mapping: Mapping | None = None
@@ -130,7 +137,7 @@ class HostSync:
             fit = pair.refit(now_ns)
             if fit is not None:
                 weight = min(fit.n_fwd, fit.n_rev, MAX_WEIGHT)
-                edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight])
+                edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight, fit.bound_ns()])
         msg: dict[str, object] = {"t": "report", "host": self.host, "edges": edges}
         if self.urgent:
             msg["urgent"] = True
@@ -139,7 +146,9 @@ class HostSync:
 
     def on_map(self, msg: dict) -> None:
         maps = {h: Mapping.from_dict(m) for h, m in msg["hosts"].items()}
-        self.mapping = maps.pop(self.host, None)
+        new = maps.pop(self.host, None)
+        # not synced this round (queued on every path, or no pure pair): hold over the last good one
+        self.mapping = hold_over(self.mapping, new, new.t0_ns) if new is not None else self.mapping
         # a peer left out of one round (no fresh fit for the pair on either side, as under a
         # standing queue) keeps its last map: its delays stay readable
         self.peer_maps |= maps
@@ -147,7 +156,10 @@ class HostSync:
 
     # ---- one-way delays ---------------------------------------------------------------------
     def owd(self) -> list[dict]:
-        """Per probed peer, path and direction: min, p50, p99 of the window, and the floor."""
+        """Per probed peer, path and direction: min, p50, p99 of the window, and the floor,
+        with `bound_ns` (the two clocks' bounds at the window's last packet, added). A delay
+        read by an unsynced clock, or whose bound is over `owd_trust_ns`, is no number anyone
+        should act on: its row has `trusted` false, a `reason`, and no delays."""
         if self.mapping is None:
             return []
         rows = []
@@ -156,6 +168,9 @@ class HostSync:
             if theirs is None or not pair.exchanges:
                 continue
             ours = self.mapping
+            last = pair.exchanges[-1]
+            bound = ours.bound_at(last.rx[1]) + theirs.bound_at(last.peer_tx[1])
+            distrust = _distrust(ours, theirs, bound, self.owd_trust_ns)
             by_path: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)  # (sent, received)
             for ex in pair.exchanges:
                 by_path[(ex.path, "out")].append((ex.tx[0], ex.peer_rx[0]))
@@ -167,9 +182,14 @@ class HostSync:
                 lows = self.floors.setdefault((peer, path, direction), deque(maxlen=FLOOR_HORIZON))
                 lows.append(min(stamps, key=delay))
                 src, dst = (self.host, peer) if direction == "out" else (peer, self.host)
-                rows.append({"src": src, "dst": dst, "path": path, "n": len(delays), "min_ns": delays[0],
-                             "p50_ns": percentile(delays, 50), "p99_ns": percentile(delays, 99),
-                             "floor_ns": min(map(delay, lows))})
+                row = {"src": src, "dst": dst, "path": path, "n": len(delays), "bound_ns": bound,
+                       "trusted": not distrust}
+                if distrust:
+                    row["reason"] = distrust
+                else:
+                    row |= {"min_ns": delays[0], "p50_ns": percentile(delays, 50), "p99_ns": percentile(delays, 99),
+                            "floor_ns": min(map(delay, lows))}
+                rows.append(row)
         return rows
 
     def state(self) -> dict:
@@ -184,13 +204,25 @@ class HostSync:
                                                  "points_out": fit.n_fwd, "points_back": fit.n_rev},
                 "ntp": None if ntp is None else {"offset_ns": ntp.offset_ns, "at_ns": ntp.at_ns, "rtt_ns": ntp.rtt_ns},
             }
+        owd = self.owd()
         return {"mapping": self.mapping.as_dict() if self.mapping else None, "parts": self.parts,
-                "pairs": pairs, "owd": self.owd()}
+                "pairs": pairs, "owd": [r for r in owd if r["trusted"]],
+                "owd_untrusted": [r for r in owd if not r["trusted"]]}
 
 
 def _one_way_ns(sender: Mapping, receiver: Mapping, stamp: tuple[int, int]) -> int:
     """A packet's one-way delay from its (sent, received) local timestamps, on the global clock."""
     return receiver.global_ns(stamp[1]) - sender.global_ns(stamp[0])
+
+
+def _distrust(ours: Mapping, theirs: Mapping, bound_ns: float, trust_ns: float) -> str:
+    """Why a delay between these two clocks cannot be trusted; empty if it can."""
+    for who, m in (("ours", ours), ("the peer's", theirs)):
+        if not m.synced:
+            return f"{who} clock unsynced: {m.reason or 'not tied to the reference'}"
+    if bound_ns > trust_ns:
+        return f"clock bound {bound_ns / 1e3:.1f} us over {trust_ns / 1e3:.1f} us"
+    return ""
 
 
 def _last_tx(pair: PairWindow) -> int:
@@ -215,6 +247,8 @@ class Solver:
         self.reports: dict[str, tuple[float, list]] = {}
         self.last: Solution | None = None
         self.rejected = 0
+        self.flagged: dict[str, tuple[float, str]] = {}  # host -> (left out until, why)
+        self.anchor = reference  # the host the solve holds fixed: the reference unless it is queued
 
     def on_report(self, msg: dict, now: float | None = None) -> None:
         host = msg.get("host")
@@ -224,26 +258,69 @@ class Solver:
         self.reports[host] = (time.monotonic() if now is None else now, msg.get("edges", []))
 
     def solve(self, t0_ns: int, now: float | None = None) -> dict[str, dict]:
-        """One solve over the fresh reports; the map message for each reporting host."""
+        """One solve over the fresh reports; the map message for each reporting host.
+
+        Hosts queued on every path (health.asymmetric_hosts) are left out of the solve and
+        named. If that is the reference, another host anchors the solve, carrying the offset
+        and drift it had, so global time goes on without a step (clock.network's model)."""
         now = time.monotonic() if now is None else now
         fresh = {h: e for h, (at, e) in self.reports.items() if now - at <= self.stale_s}
-        rows = [(self.index[h], self.index[p], a, b, c, w) for h, edges in fresh.items()
-                for p, a, b, c, w in edges if p in self.index and p in fresh]
+        rows = [(self.index[h], self.index[p], a, b, c, w, m) for h, edges in fresh.items()
+                for p, a, b, c, w, m in edges if p in self.index and p in fresh]
+        margins: dict[str, list[float]] = defaultdict(list)
+        for i, j, *_, m in rows:
+            margins[self.hosts[i]].append(abs(m))
+            margins[self.hosts[j]].append(abs(m))
+        # a queue drains now and then: a flagged host stays out for FLAG_HOLD_S, or its skewed
+        # edges would come back at each lull and bend the solve
+        self.flagged |= {h: (now + FLAG_HOLD_S, why) for h, why in asymmetric_hosts(margins).items()}
+        self.flagged = {h: f for h, f in self.flagged.items() if now <= f[0]}
+        reasons = {h: why for h, (_, why) in self.flagged.items()}
+        flagged = {self.index[h] for h in reasons}
+        rows = [r for r in rows if r[0] not in flagged and r[1] not in flagged]
+        reasons |= {h: NO_PURE for h in fresh if h not in margins}
         if not rows:
             return {}
-        src, dst, a, b, c, w = zip(*rows, strict=True)
-        edges = Edges(np.array(src), np.array(dst), np.array(a, dtype=float), np.array(b, dtype=float),
-                      np.array(c, dtype=np.int64), np.array(w, dtype=float))
+        src, dst, a, b, c, w, m = (np.array(col) for col in zip(*rows, strict=True))
+        edges = Edges(src, dst, a.astype(float), b.astype(float), c.astype(np.int64), w.astype(float), m.astype(float))
+        anchor = self._anchor(set(self.hosts[i] for i in np.concatenate([src, dst])))
         guess = self.last.offset_ns if self.last is not None else None
-        sol = solve(len(self.hosts), edges, self.index[self.reference], t0_ns, outlier_ns=self.outlier_ns, guess=guess)
+        sol = solve(len(self.hosts), edges, self.index[anchor], t0_ns, outlier_ns=self.outlier_ns, guess=guess)
+        if anchor != self.reference:
+            sol = self._carry(sol, self.index[anchor])
         self.last = sol
         synced = sol.synced()
         mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]),
-                              float(np.nan_to_num(sol.uncertainty_ns[i], nan=0.0)), bool(synced[i])).as_dict()
+                              float(sol.bound_ns[i]) if synced[i] else float("inf"), bool(synced[i]),
+                              SYNCED if synced[i] else UNSYNCED,
+                              "" if synced[i] else reasons.get(h, "cut off from the reference")).as_dict()
                    for h, i in self.index.items() if h in fresh}
         near = neighbours({h: [e[0] for e in edges if e[0] in fresh] for h, edges in fresh.items()})
         parts = len({int(sol.component[self.index[h]]) for h in fresh})
         return {h: {"t": "map", "parts": parts,
-                    "dropped_edges": int((~sol.kept).sum()),
+                    "dropped_edges": int((~sol.kept).sum()), "unsynced": reasons,
                     "hosts": {p: mapping[p] for p in (near[h] | {h}) if p in mapping}}
                 for h in fresh}
+
+    def _anchor(self, solvable: set[str]) -> str:
+        """The reference, while its edges are in the solve; else the host that stood in last
+        time, or the first that the last solve placed (its offset is carried)."""
+        if self.reference in solvable or self.last is None:
+            self.anchor = self.reference
+        elif self.anchor not in solvable:
+            placed = [h for h in self.hosts if h in solvable and self.last.synced()[self.index[h]]]
+            self.anchor = placed[0] if placed else self.reference
+        return self.anchor
+
+    def _carry(self, sol: Solution, a: int) -> Solution:
+        """Restate a solve anchored at host a in global time, by a's offset and drift from the
+        last solve (extrapolated to this t0): c_i = c_a + x'_i + y'_i (c_a - t0) gives
+        x_i = x_a + x'_i + y'_i x_a and 1 + y_i = (1 + y_a)(1 + y'_i). Its bound adds to all."""
+        last = self.last
+        assert last is not None
+        since = sol.t0_ns - last.t0_ns
+        x_a = last.offset_ns[a] + last.drift[a] * since
+        y_a = last.drift[a]
+        bound_a = last.bound_ns[a] + DRIFT_BOUND * abs(since)
+        return replace(sol, offset_ns=x_a + sol.offset_ns + sol.drift * x_a,
+                       drift=(1 + y_a) * (1 + sol.drift) - 1, bound_ns=sol.bound_ns + bound_a)

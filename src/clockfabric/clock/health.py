@@ -1,0 +1,46 @@
+"""Which hosts the solve must not trust, and how a host holds over without a fresh mapping.
+
+A host whose every path is queued in one direction (a saturated downlink) sees every pair's
+minimum delay one-sided: each pair's offset is off by half that queue, and since every edge
+of the host is off alike, no loop of the probe graph shows it. What does show is the band: a
+pure pair's band half-width is the mean of the two minimum delays, so the host's narrowest
+band stands out against the fleet's. Such a host is left out of the solve (its edges would
+bend its neighbours too) and named, and it holds over on its last good mapping, whose bound
+grows with the time since (mapping.bound_at), until HOLDOVER_MAX_NS.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from clockfabric.clock.mapping import HOLDOVER, SYNCED, UNSYNCED, Mapping
+
+# A host's narrowest band beyond twice the fleet's typical narrowest plus this is queued on
+# every path: tens of us of standing queue, where hop counts change a band by a few us.
+ASYMMETRY_NS = 10_000.0
+HOLDOVER_MAX_NS = 60_000_000_000  # past this a held-over mapping's drift term says little
+NO_PURE = "no pure probe pair on any path"
+
+
+def asymmetric_hosts(margins: dict[str, list[float]]) -> dict[str, str]:
+    """Host -> why it cannot be synced, from the band half-widths of each host's edges (both
+    the ones it reports and the ones its peers report with it)."""
+    narrowest = {h: min(m) for h, m in margins.items() if m}
+    if len(narrowest) < 3:
+        return {}  # two hosts share every path: nothing to tell one's queue from the other's
+    typical = statistics.median(narrowest.values())
+    limit = 2 * typical + ASYMMETRY_NS
+    return {h: f"asymmetric: every path queued (narrowest band {m / 1e3:.0f} us, fleet {typical / 1e3:.0f} us)"
+            for h, m in narrowest.items() if m > limit}
+
+
+def hold_over(last: Mapping | None, new: Mapping | None, now_ns: int) -> Mapping | None:
+    """The mapping a host serves: the new one if synced; else its last good one, held over
+    (with the new one's reason) while young enough; else the new one, unsynced."""
+    if new is None or new.state == SYNCED:
+        return new
+    base = last if last is not None and last.state in (SYNCED, HOLDOVER) else None
+    if base is not None and now_ns - base.t0_ns <= HOLDOVER_MAX_NS:
+        return replace(base, state=HOLDOVER, reason=new.reason or base.reason)
+    return replace(new, synced=False, state=UNSYNCED)

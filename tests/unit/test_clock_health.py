@@ -1,0 +1,125 @@
+"""The honest side of clock sync: the queued-host flag and holdover (clock/health.py), the
+solver leaving a queued host (or reference) out without a step in global time, the bound
+covering generated loaded traces, and one-way delays that a loose bound makes untrusted."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clockfabric.clock.graph import probe_peers
+from clockfabric.clock.health import HOLDOVER_MAX_NS, asymmetric_hosts, hold_over
+from clockfabric.clock.mapping import DRIFT_BOUND, HOLDOVER, UNSYNCED, Mapping
+from clockfabric.clock.pairs import PairWindow
+from clockfabric.clock.service import HostSync, Solver
+from tests.unit.test_clock_service import EPOCH, NOW_TAU, edge_row, make_fleet
+from tests.unit.test_pair_window import FLOOR_NS, TrueClock, feed, make_exchange, stream, theta
+
+
+def test_a_host_whose_every_band_is_wide_is_named_and_others_are_not():
+    margins = {"a": [1_000.0, 2_000.0], "b": [1_500.0, 40_000.0], "c": [900.0], "d": [45_000.0, 60_000.0]}
+    flagged = asymmetric_hosts(margins)
+    assert set(flagged) == {"d"} and flagged["d"].startswith("asymmetric")
+    assert asymmetric_hosts({"a": [1e3], "b": [1e6]}) == {}  # two hosts: no fleet to compare with
+
+
+def test_hold_over_keeps_the_last_good_mapping_then_gives_up():
+    good = Mapping(EPOCH, 100.0, 1e-6, 50.0)
+    lost = Mapping(EPOCH + 10**9, 0.0, 0.0, float("inf"), False, UNSYNCED, "asymmetric: queued")
+    held = hold_over(good, lost, lost.t0_ns)
+    assert held.state == HOLDOVER and held.offset_ns == 100.0 and held.reason == "asymmetric: queued"
+    assert held.bound_at(EPOCH + 10**9) == 50.0 + DRIFT_BOUND * 1e9  # grows with the time held
+    late = replace_t0(lost, EPOCH + HOLDOVER_MAX_NS + 1)
+    assert hold_over(held, late, late.t0_ns).state == UNSYNCED
+    assert hold_over(held, good, good.t0_ns) == good  # synced again: the new one
+
+
+def replace_t0(m: Mapping, t0: int) -> Mapping:
+    return Mapping(t0, m.offset_ns, m.drift, m.uncertainty_ns, m.synced, m.state, m.reason)
+
+
+def _reports(clocks, peers, *, margin=lambda h, p: 1_000.0):
+    center = {h: clocks[h].read(NOW_TAU - 1e9) for h in clocks}
+    return {h: {"t": "report", "host": h,
+                "edges": [edge_row(clocks, h, p, center[h], margin=margin(h, p)) for p in peers[h]]} for h in clocks}
+
+
+def test_the_solver_leaves_a_queued_host_out_and_names_it():
+    clocks = make_fleet(8, seed=5)
+    peers = probe_peers(list(clocks), 3, seed=5)
+    solver = Solver(list(clocks), "h00")
+    for msg in _reports(clocks, peers, margin=lambda h, p: 80_000.0 if "h05" in (h, p) else 1_000.0).values():
+        solver.on_report(msg, now=0.0)
+    msgs = solver.solve(clocks["h00"].read(NOW_TAU), now=0.5)
+    mine = msgs["h05"]["hosts"]["h05"]
+    assert mine["synced"] is False and mine["reason"].startswith("asymmetric")
+    assert "h05" in msgs["h00"]["unsynced"]
+    others = [msgs[h]["hosts"][h] for h in clocks if h != "h05"]
+    assert all(m["synced"] and m["uncertainty_ns"] < 10_000 for m in others)
+
+
+def test_a_queued_reference_hands_over_without_a_step():
+    clocks = make_fleet(8, seed=6)
+    peers = probe_peers(list(clocks), 3, seed=6)
+    solver = Solver(list(clocks), "h00")
+    t0 = clocks["h00"].read(NOW_TAU)
+    for msg in _reports(clocks, peers).values():
+        solver.on_report(msg, now=0.0)
+    before = solver.solve(t0, now=0.5)
+    for msg in _reports(clocks, peers, margin=lambda h, p: 80_000.0 if "h00" in (h, p) else 1_000.0).values():
+        solver.on_report(msg, now=1.0)
+    after = solver.solve(t0, now=1.5)
+    assert solver.anchor != "h00"
+    for h in clocks:
+        if h == "h00":
+            continue
+        old, new = before[h]["hosts"][h], after[h]["hosts"][h]
+        assert new["synced"]
+        assert abs(new["offset_ns"] - old["offset_ns"]) < 1.0  # global time did not move
+        assert abs(new["drift"] - old["drift"]) < 1e-12
+        assert new["uncertainty_ns"] >= old["uncertainty_ns"]  # the stand-in's own bound adds
+
+
+def test_the_pair_bound_covers_a_one_sided_standing_queue():
+    """Every reverse packet waits behind a standing queue (pure: it barely changes within a
+    pair): no loop can see it, and the fit is off by half of it, but never beyond its bound."""
+    ours, peer = TrueClock(0.0, 0.0), TrueClock(3e6, 20e-6)
+    rng = np.random.default_rng(2)
+    w = PairWindow("b")
+    probes = []
+    for k in range(3000):
+        tau = k * 2e6
+        q = 200_000 + 50_000 * np.sin(k / 200)  # TCP's sawtooth, slowly
+        j = rng.uniform(0, 200, 2)
+        probes.append(type("P", (), {"ex": make_exchange(ours, peer, tau, fwd=(FLOOR_NS + j[0],) * 2,
+                                                          rev=(FLOOR_NS + q + j[1],) * 2)})())
+    errors = feed(w, probes, ours=ours, peer=peer)
+    assert abs(errors[-1][1]) > 50_000  # really off
+    fit = w.fit
+    assert abs(fit.offset_ns - theta(ours, peer, fit.center_ns)) <= fit.bound_ns()
+
+
+def test_the_window_widens_when_pure_points_are_scarce():
+    ours, peer = TrueClock(0.0, 0.0), TrueClock(5e5, -10e-6)
+    w = PairWindow("b")
+    # every forward pair but one a second queued: two pure ones in a 2 s window
+    feed(w, stream(ours, peer, 12.0, queued=0.0, fwd_pure_every=500, seed=4))
+    fit = w.refit(w.exchanges[-1].rx[1])
+    assert fit.n_fwd >= 3 and fit.reach_ns > w.window_ns / 2  # from more than one window
+    assert abs(fit.offset_ns - theta(ours, peer, fit.center_ns)) <= fit.bound_ns()
+
+
+def test_an_owd_read_by_an_unsynced_or_loose_clock_is_untrusted():
+    sync = HostSync("a", ["b"], owd_trust_ns=10_000.0)
+    sync.add([make_exchange(TrueClock(), TrueClock(), 1e6 * k, name="b") for k in range(5)])
+    sync.on_map({"hosts": {"a": Mapping(EPOCH, 0.0, 0.0, 100.0).as_dict(),
+                           "b": Mapping(EPOCH, 0.0, 0.0, 200.0).as_dict()}})
+    [row] = [r for r in sync.owd() if r["src"] == "a"]
+    assert row["trusted"] and row["bound_ns"] >= 300.0 and "p50_ns" in row
+    sync.on_map({"hosts": {"a": Mapping(EPOCH, 0.0, 0.0, 100.0).as_dict(),
+                           "b": Mapping(EPOCH, 0.0, 0.0, float("inf"), False, UNSYNCED, "asymmetric").as_dict()}})
+    state = sync.state()
+    assert state["owd"] == [] and all("p50_ns" not in r for r in state["owd_untrusted"])
+    assert "asymmetric" in state["owd_untrusted"][0]["reason"]
+    sync.on_map({"hosts": {"a": Mapping(EPOCH, 0.0, 0.0, 100.0).as_dict(),
+                           "b": Mapping(EPOCH, 0.0, 0.0, 50_000.0).as_dict()}})
+    assert not any(r["trusted"] for r in sync.owd())
