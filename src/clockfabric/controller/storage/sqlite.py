@@ -14,6 +14,8 @@ from clockfabric.controller.storage.sql import SqlStorage
 # or vanished file, a failing or full disk (primary result codes; extended ones carry them in the low byte)
 RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR,
              sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN}
+# how long a write waits for another writer's lock; agents wait longer for an answer (agent.push)
+BUSY_TIMEOUT_S = 5.0
 
 
 class SqliteStorage(SqlStorage):
@@ -21,7 +23,7 @@ class SqliteStorage(SqlStorage):
     LATEST_OPTIONS = " WITHOUT ROWID"  # `latest` is found by its key only: store it in the key's b-tree
     TABLE_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
 
-    def __init__(self, path: Path | str, *, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         """busy_timeout_s: how long a write waits for another process's lock before StorageError."""
         super().__init__()
         self.path = str(path)
