@@ -10,6 +10,7 @@ import sys
 import warnings
 
 import typer
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # typer's own click
 
 from clockfabric import __version__
 from clockfabric.console import err
@@ -95,16 +96,26 @@ def main() -> None:
         signal.signal(sig, _interrupted)
     first = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        build_app(first if first in COMMANDS else None)()
-    except ClockfabricError as e:
-        for line in str(e).splitlines():
-            # soft_wrap: one line, whatever the terminal's width
-            err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)
+        # not standalone: usage errors come here, to be one line like every other bad input
+        code = build_app(first if first in COMMANDS else None)(standalone_mode=False)
+    except NoArgsIsHelpError as e:
+        e.show()  # the help, as a bare `clockfabric` or command group asks for it
         sys.exit(2)
-    except KeyboardInterrupt:  # before the command began
+    except ClickException as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if isinstance(e, UsageError) and e.ctx else ""
+        _error(f"{e.format_message()}{hint}")
+    except ClockfabricError as e:
+        _error(str(e))
+    except (KeyboardInterrupt, typer.Abort):  # before the command began
         err.print("interrupted")
         sys.exit(130)
-    except SystemExit as e:
-        if e.code == 130:  # typer's exit for an interrupted command, after its cleanup ran
-            err.print("interrupted")
-        raise
+    if code == 130:  # typer's exit for an interrupted command, after its cleanup ran
+        err.print("interrupted")
+    sys.exit(code or 0)
+
+
+def _error(message: str) -> None:
+    """Bad input: exit 2 with the message, each of its lines as one line whatever the terminal's width."""
+    for line in message.splitlines():
+        err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)
+    sys.exit(2)

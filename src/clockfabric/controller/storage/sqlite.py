@@ -9,6 +9,7 @@ from pathlib import Path
 
 from clockfabric.controller.storage.base import StorageError
 from clockfabric.controller.storage.sql import SqlStorage
+from clockfabric.errors import ClockfabricError
 
 # errors of the moment, which a retry later may not meet: another writer holding the lock, a read-only
 # or vanished file, a failing or full disk (primary result codes; extended ones carry them in the low byte)
@@ -27,15 +28,19 @@ class SqliteStorage(SqlStorage):
         """busy_timeout_s: how long a write waits for another process's lock before StorageError."""
         super().__init__()
         self.path = str(path)
-        with self._errors():
-            # isolation_level=None: no implicit transactions; writes BEGIN IMMEDIATE themselves
-            self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
-                                       check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # with WAL, NORMAL syncs at checkpoints, not at each commit: a power cut may lose the last
-            # commits, never corrupt the file
-            self._db.execute("PRAGMA synchronous=NORMAL")
-        self._ensure_schema()
+        try:
+            with self._errors():
+                # isolation_level=None: no implicit transactions; writes BEGIN IMMEDIATE themselves
+                self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
+                                           check_same_thread=False)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                # with WAL, NORMAL syncs at checkpoints, not at each commit: a power cut may lose the last
+                # commits, never corrupt the file
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._ensure_schema()
+        except sqlite3.DatabaseError as e:  # not a database (a text file, a corrupt one): no retry helps
+            raise ClockfabricError(f"storage {self.path} is not a SQLite database ({e}); "
+                                   "give a database file or a new path") from None
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
