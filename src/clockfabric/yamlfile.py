@@ -15,8 +15,12 @@ def read_yaml(path: str | Path, what: str) -> Any:
     path = Path(path)
     try:
         text = path.read_text()
+    except IsADirectoryError:
+        raise ClockfabricError(f"{what} {path} is a directory; give the YAML file") from None
     except OSError as e:
         raise ClockfabricError(f"cannot read {what} {path}: {e.strerror}; check the path") from None
+    except UnicodeDecodeError as e:
+        raise ClockfabricError(f"{what} {path} is not text (byte {e.start} is not UTF-8); give the YAML file") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

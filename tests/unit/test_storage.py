@@ -125,6 +125,16 @@ def test_event_filters(store):
 
 
 # ---- samples -----------------------------------------------------------------------------------------
+def test_a_push_is_one_transaction(store):
+    store.enroll("h1", 1)
+    assert store.add_push("h1", 50, {"pid": 7}, [ev("h1", 1, 10)], [owd("h1", 10, 1.0, peer="h2")]) == 1
+    assert store.host("h1").info == {"pid": 7} and len(store.samples()) == 1
+    with pytest.raises(Exception):  # noqa: B017 - each driver has its own: the point is what is left after
+        store.add_push("h1", 60, {"pid": 8}, [ev("h1", 2, 20)], [owd("h1", 2**70, 2.0, peer="h2")])
+    assert [e.seq for e in store.events()] == [1] and len(store.samples()) == 1  # nothing of the failed push
+    assert store.host("h1").last_seen_ns == 50 and store.host("h1").info == {"pid": 7}
+
+
 def test_samples_filters_and_paging(store):
     assert store.add_samples([owd(f"h{i % 2}", 1000 + i, float(i), peer="h9") for i in range(10)]) == 10
     store.add_samples([Sample("h0", 1003, "rx_bytes", 5e9, {"device": "eth0"})])

@@ -17,6 +17,8 @@ from prometheus_client.core import Metric as Family
 from clockfabric.telemetry.base import Collectors, Metric
 
 NS = 1e-9
+PUSH_HELP = {"quarantined": "Events the controller refused as invalid: dropped, so that the ones after them go on",
+             "failures": "Pushes the controller could not take then (sent again)"}
 
 
 def clock_metrics(state: dict) -> list[Metric]:
@@ -48,6 +50,9 @@ def clock_metrics(state: dict) -> list[Metric]:
     for name, value in state.get("counters", {}).items():
         out.append(Metric(f"clockfabric_probe_{name}_total", float(value), kind="counter",
                           help=f"Probe engine counter: {name.replace('_', ' ')}"))
+    for name, value in state.get("push", {}).items():
+        out.append(Metric(f"clockfabric_push_{name}_total", float(value), kind="counter",
+                          help=PUSH_HELP.get(name, name)))
     return out
 
 

@@ -5,16 +5,22 @@ controller should know within a second). Events wait in a bounded buffer until t
 controller has taken them; if the buffer fills while the controller is away, the oldest go
 first and the next push says how many were dropped. Samples are only the latest summary:
 a summary the controller missed is replaced by a newer one, not replayed.
+
+What the controller cannot take for now (5xx, a timeout, 401, 408, 429) is sent again, with
+backoff and at no sooner than its Retry-After. What it refuses as invalid (any other 4xx) would
+be refused for ever: those events are quarantined (counted, logged, dropped), the ones the
+refusal names if it names any, else the push's, and the stream goes on with the events after them.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import ssl
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import islice
 
 import httpx
@@ -26,6 +32,10 @@ logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per push
 BUFFER_EVENTS = 10_000
 PUSH_EVENTS = 2_000  # per request; more go in the next one, at once
 MAX_BACKOFF_S = 10.0
+MAX_RETRY_AFTER_S = 60.0
+# past the controller's wait for a busy SQLite file (5 s): a locked database is answered 503, not timed out
+PUSH_TIMEOUT_S = 10.0
+RETRIED = frozenset({401, 408, 429})  # 4xx that pass: a token being rotated, a slow client, a throttle
 
 
 class Pusher(threading.Thread):
@@ -45,8 +55,11 @@ class Pusher(threading.Thread):
         self.boot = uuid.uuid4().hex[:12]  # this agent run: (host, boot, seq) names an event for good
         self.seq = 0
         self.pending: deque[dict] = deque(maxlen=buffer_events)
-        self.counters = {"pushes": 0, "push_failures": 0, "events_sent": 0, "events_dropped": 0}
+        self.counters = {"pushes": 0, "push_failures": 0, "events_sent": 0, "events_dropped": 0,
+                         "quarantined": 0}
         self._unreported_drops = 0
+        self._retry_after_s = 0.0  # the controller's last Retry-After
+        self._last_refusal = ""
         self._wake = threading.Event()
         self._stopping = threading.Event()
         if isinstance(verify, str):  # a private CA's file: httpx wants it as an SSL context
@@ -55,7 +68,8 @@ class Pusher(threading.Thread):
             except (OSError, ssl.SSLError) as e:
                 raise ClockfabricError(f"cannot read the CA file {verify}: {e.strerror or e}; "
                                        "give the PEM file of the CA that signed the controller's certificate") from None
-        self._client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=5.0, verify=verify)
+        self._client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=PUSH_TIMEOUT_S,
+                                   verify=verify)
 
     def wake(self) -> None:
         self._wake.set()
@@ -81,7 +95,7 @@ class Pusher(threading.Thread):
                 if self.push_once():
                     backoff = self.interval_s
                 else:
-                    backoff = min(MAX_BACKOFF_S, backoff * 2)
+                    backoff = max(min(MAX_BACKOFF_S, backoff * 2), self._retry_after_s)
             self.push_once()  # a last one: what happened just before we stopped
         finally:
             self._client.close()
@@ -89,25 +103,50 @@ class Pusher(threading.Thread):
     def push_once(self) -> bool:
         events, samples, info = self.snapshot()
         self.add_events(events)
+        # a summary without a number to give (NaN, inf) is left out: the controller refuses them
+        samples = [x for x in samples if math.isfinite(x["value"])]
         batch = list(islice(self.pending, PUSH_EVENTS))
         body = {"host": self.host, "boot": self.boot, "info": info, "events": batch, "samples": samples,
                 "dropped_events": self._unreported_drops}
         if self.paths:
             body["paths"] = self.paths()
+        self._retry_after_s = 0.0
         try:
             r = self._client.post(self.url, json=body)
         except httpx.HTTPError as e:
             return self._failed(f"{type(e).__name__}: {e}")
+        if 400 <= r.status_code < 500 and r.status_code not in RETRIED:
+            self._quarantine(batch, r)
+            return True
         if r.status_code != 200:
+            self._retry_after_s = _retry_after(r)
             return self._failed(f"HTTP {r.status_code}: {r.text[:200]}")
-        for _ in batch:  # taken: forget them (new ones may have been added behind)
-            self.pending.popleft()
+        self._taken(batch)
         self._unreported_drops = 0
-        if self.pending:
-            self._wake.set()
         self.counters["pushes"] += 1
         self.counters["events_sent"] += len(batch)
         return True
+
+    def _taken(self, batch: list[dict], keep: Sequence[dict] = ()) -> None:
+        """The batch leaves the buffer (new events may have been added behind it), but for `keep`."""
+        for _ in batch:
+            self.pending.popleft()
+        self.pending.extendleft(reversed(keep))
+        if self.pending:
+            self._wake.set()
+
+    def _quarantine(self, batch: list[dict], r: httpx.Response) -> None:
+        """The controller refused the push as invalid: drop the events it names (all of the
+        batch if it names none), keep the others for the next push."""
+        named = _event_indexes(r)
+        bad = [e for i, e in enumerate(batch) if i in named] if named else batch
+        self._taken(batch, [e for i, e in enumerate(batch) if i not in named] if named else [])
+        self.counters["quarantined"] += len(bad)
+        reason = f"HTTP {r.status_code}: {r.text[:300]}"
+        if reason != self._last_refusal:  # once per reason, not once per push
+            self._last_refusal = reason
+            log.warning("controller %s refused %d event(s) (seq %s), dropped so that the events after them go "
+                        "on: %s", self.url, len(bad), ", ".join(str(e["seq"]) for e in bad[:10]) or "none", reason)
 
     def _failed(self, why: str) -> bool:
         self.counters["push_failures"] += 1
@@ -115,6 +154,26 @@ class Pusher(threading.Thread):
             log.warning("push to %s failed (%d so far, %d events held): %s", self.url,
                         self.counters["push_failures"], len(self.pending), why)
         return False
+
+
+def _event_indexes(r: httpx.Response) -> set[int]:
+    """The batch's events a 422 names (its detail's places: ["body", "events", i, ...])."""
+    try:
+        errors = r.json().get("detail")
+    except ValueError:
+        return set()
+    if not isinstance(errors, list):
+        return set()
+    return {e["loc"][2] for e in errors if isinstance(e, dict) and isinstance(e.get("loc"), list)
+            and e["loc"][:2] == ["body", "events"] and len(e["loc"]) > 2 and isinstance(e["loc"][2], int)}
+
+
+def _retry_after(r: httpx.Response) -> float:
+    """Seconds the controller asked to wait (Retry-After in seconds; 0 if none), at most MAX_RETRY_AFTER_S."""
+    try:
+        return min(MAX_RETRY_AFTER_S, max(0.0, float(r.headers.get("retry-after", 0))))
+    except ValueError:  # an HTTP date: the backoff does
+        return 0.0
 
 
 def link_payload(watcher, after_seq: int,

@@ -80,6 +80,10 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
+    if lab_name and topology:
+        raise ClockfabricError("give --lab NAME (a lab host) or --topology FILE (a real fleet), not both")
+    if both := sorted(set(collectors) & set(no_collectors)):
+        raise ClockfabricError(f"--collector {both[0]} and --no-collector {both[0]}: choose one")
     host = host or os.environ.get("CLOCKFABRIC_NODE", "")
     lab_name = lab_name or os.environ.get("CLOCKFABRIC_LAB", "")
     if not host:

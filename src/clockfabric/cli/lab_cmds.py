@@ -118,7 +118,10 @@ def status(name: str = typer.Argument(None, help="Lab to describe (default: all 
            as_json: bool = JsonOpt) -> None:
     """Labs that are up; with a name (or one lab), its hosts, links and their live state."""
     require_root()
-    names = [name] if name else lab_names()
+    known = lab_names()
+    if name and name not in known:
+        raise ClockfabricError(f"no lab named {name!r}; labs up: {', '.join(known) or 'none'}")
+    names = [name] if name else known
     if len(names) != 1:
         rows = [_summary(n) for n in names]
         if as_json:

@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 import warnings
+from typing import NoReturn
 
 import click
 import typer
@@ -16,6 +17,9 @@ import typer.core
 from clockfabric import __version__
 from clockfabric.console import err
 from clockfabric.errors import USAGE_EXIT, ClockfabricError
+
+# the click typer runs on: newer typer carries its own copy, whose exceptions are the ones raised
+CLICK = getattr(typer.core, "_click", click).exceptions
 
 # command -> (module in clockfabric.cli, its attribute, whether it is a group of commands).
 # Only the module of the command given is imported: a lab starts one agent per host, and on
@@ -98,21 +102,27 @@ def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupted)
     first = sys.argv[1] if len(sys.argv) > 1 else None
-    # click's own usage errors (an unknown flag, a bad value, a missing argument) leave with
-    # USAGE_EXIT too, not the 2 an audit's failing verdict has; typer may carry its own copy of click
-    for click_module in {click, getattr(typer.core, "_click", click)}:
-        click_module.exceptions.UsageError.exit_code = USAGE_EXIT
     try:
-        build_app(first if first in COMMANDS else None)()
-    except ClockfabricError as e:
-        for line in str(e).splitlines():
-            # soft_wrap: one line, whatever the terminal's width
-            err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)
+        # not standalone: usage errors come here, to be one line like every other bad input
+        code = build_app(first if first in COMMANDS else None)(standalone_mode=False)
+    except CLICK.NoArgsIsHelpError as e:
+        e.show()  # the help, as a bare `clockfabric` or command group asks for it
         sys.exit(USAGE_EXIT)
-    except KeyboardInterrupt:  # before the command began
+    except CLICK.ClickException as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if isinstance(e, CLICK.UsageError) and e.ctx else ""
+        _error(f"{e.format_message()}{hint}")
+    except ClockfabricError as e:
+        _error(str(e))
+    except (KeyboardInterrupt, CLICK.Abort):  # before the command began
         err.print("interrupted")
         sys.exit(130)
-    except SystemExit as e:
-        if e.code == 130:  # typer's exit for an interrupted command, after its cleanup ran
-            err.print("interrupted")
-        raise
+    if code == 130:  # typer's exit for an interrupted command, after its cleanup ran
+        err.print("interrupted")
+    sys.exit(code if isinstance(code, int) else 0)  # typer.Exit(code) comes back as its code
+
+
+def _error(message: str) -> NoReturn:
+    """Bad input: USAGE_EXIT with the message, each of its lines as one line whatever the terminal's width."""
+    for line in message.splitlines():
+        err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)
+    sys.exit(USAGE_EXIT)

@@ -66,6 +66,8 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     from clockfabric.controller.storage.open import open_storage
     from clockfabric.topology import load
 
+    if topology and lab_name:
+        raise ClockfabricError("give --topology FILE or --lab NAME (whose nodes to enroll), not both")
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
     host, port = _listen(listen)
     listen_at = Listen(host, port, tls_cert, tls_key)

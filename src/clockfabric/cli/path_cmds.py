@@ -24,8 +24,6 @@ def _host(topo: Topology, name: str, flag: str) -> str:
 
 def _plane(topo: Topology, src: str, plane: int | None, nic: str | None) -> int:
     nics = topo.hosts[src].nics
-    if plane is not None and nic is not None:
-        raise ClockfabricError("give --plane or --nic, not both")
     if nic is not None:
         match = [n for n in nics if n.name == nic]
         if not match:
@@ -50,6 +48,8 @@ def paths(lab_name: str = LabOpt,
           seed: int = typer.Option(0, "--seed", help="Seed for the candidate source ports, so runs repeat."),
           as_json: bool = JsonOpt) -> None:
     """Learn the distinct paths from one host to another, and a TCP source port for each (ECMP)."""
+    if plane is not None and nic is not None:
+        raise ClockfabricError("give --plane or --nic, not both")
     require_root()
     lab = Lab.open(lab_name)
     topo = lab.topology

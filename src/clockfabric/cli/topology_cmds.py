@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from clockfabric.console import err, out, print_json
+from clockfabric.errors import ClockfabricError
 from clockfabric.topology import TrafficClasses, dumps, format_rate, leafspine, load, multirail
 
 app = typer.Typer(help="Write, show and validate topology files.", no_args_is_help=True)
@@ -32,7 +33,10 @@ def _emit(topo, output: Path | None, classes: bool) -> None:
     if output is None:
         out.print(text, end="", markup=False, highlight=False)
         return
-    output.write_text(text)
+    try:
+        output.write_text(text)
+    except OSError as e:
+        raise ClockfabricError(f"cannot write {output}: {e.strerror}; give a file in an existing directory") from None
     err.print(f"wrote {output}: {len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links")
 
 

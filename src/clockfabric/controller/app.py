@@ -10,28 +10,32 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-import json
+import math
 import threading
-from collections.abc import Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from clockfabric.controller import jobs_api
+from clockfabric.controller.body import Bounds, invalid, parse, read_body
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
+from clockfabric.controller.render import record, renderable
 from clockfabric.controller.storage.base import Audit, StorageError
 
 MAX_EVENTS, MAX_SAMPLES, MAX_PATHS, MAX_PAGE = 5_000, 50_000, 10_000, 1_000
 MAX_AUDIT_BYTES = 4 * 2**20  # a report, every finding with its evidence: room for thousands of findings
+# the largest push an agent sends (2,000 events, a summary of every path and device), many times over
+MAX_PUSH_BYTES = 16 * 2**20
+AUDIT_BOUNDS = Bounds(max_string=MAX_AUDIT_BYTES)  # evidence may be a long command output; the size cap holds it
 Name = Annotated[str, Field(min_length=1, max_length=128)]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 VerdictName = Literal["pass", "skip", "warn", "unknown", "fail"]
+M = TypeVar("M", bound=BaseModel)
 EXIT_CODES = {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "unknown": 3}  # as audit.model.Report.exit_code
 
 
@@ -88,38 +92,25 @@ class AuditIn(BaseModel):
         return self
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request's body, refused with 413 as soon as it is past `limit` bytes (before it is all read)."""
-    too_big = HTTPException(413, f"body larger than {limit} bytes")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_big
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
-    return b"".join(chunks)
+def validated(model: type[M], value: object) -> M:
+    try:
+        return model.model_validate(value)
+    except ValidationError as e:
+        raise invalid(e.errors(include_url=False, include_context=False, include_input=False)) from None
 
 
-def invalid(errors: Sequence[Mapping[str, Any]]) -> RequestValidationError:
-    """422 with FastAPI's usual detail (the field at fault, the reason), without echoing the input back."""
-    return RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors])
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
+def _count(value: float) -> int | None:
+    return int(value) if math.isfinite(value) else None
 
 
 def page(rows: list, limit: int) -> dict:
-    items = [dataclasses.asdict(r) for r in rows]
+    items = [record(r) for r in rows]
     return {"items": items, "next": items[-1]["id"] if len(items) == limit else None}
 
 
 def summary(a: Audit) -> dict:
     """An audit without its report, as the list shows it."""
-    out = dataclasses.asdict(dataclasses.replace(a, report=None))
+    out = record(dataclasses.replace(a, report=None))
     del out["report"]
     return out
 
@@ -159,10 +150,13 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
         return {"ok": True}
 
     @app.post("/api/v1/push", dependencies=auth)
-    def push(body: Push) -> dict:
+    async def push(request: Request) -> dict:
+        """Store a push, all of it or nothing. Read here, not by FastAPI, to cap and bound it."""
+        body = validated(Push, parse(await read_body(request, MAX_PUSH_BYTES)))
         try:
-            return fleet.push(body.host, body.boot, body.info, [e.model_dump() for e in body.events],
-                              [s.model_dump() for s in body.samples], body.dropped_events, body.paths)
+            return await run_in_threadpool(
+                fleet.push, body.host, body.boot, body.info, [e.model_dump() for e in body.events],
+                [s.model_dump() for s in body.samples], body.dropped_events, body.paths)
         except UnknownHost:
             raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
                                      f"or start the controller with --enroll-unknown") from None
@@ -178,7 +172,8 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
 
     @app.get("/api/v1/hosts", dependencies=auth)
     def hosts(state: str | None = None) -> dict:
-        return {"items": [h for h in fleet.host_rows() if state is None or h["state"] == state], "next": None}
+        return {"items": [renderable(h) for h in fleet.host_rows() if state is None or h["state"] == state],
+                "next": None}
 
     @app.get("/api/v1/events", dependencies=auth)
     def events(since_ns: int | None = None, until_ns: int | None = None, host: str | None = None,
@@ -196,18 +191,18 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
     def owd(stat: str = Query("p50", pattern="^(min|p50|p99|floor)$"), since_ns: int | None = None) -> dict:
         """The newest one-way delay of every (src, dst, path), as each agent last pushed it."""
         rows = fleet.storage.latest_samples(f"owd_{stat}_ns", since_ns=since_ns)
-        return {"stat": stat, "items": [{"src": r.labels.get("src", r.host), "dst": r.labels.get("dst"),
+        return {"stat": stat, "items": [renderable({"src": r.labels.get("src", r.host), "dst": r.labels.get("dst"),
                                          "path": r.labels.get("path"), "owd_ns": r.value, "t_ns": r.t_ns,
-                                         "reported_by": r.host} for r in rows], "next": None}
+                                         "reported_by": r.host}) for r in rows], "next": None}
 
     @app.get("/api/v1/links", dependencies=auth)
     def links() -> dict:
         """Each host NIC's state and transition count, as its agent last pushed them."""
-        up = {(r.host, r.labels.get("device")): r for r in fleet.storage.latest_samples("link_up")}
-        flips = {(r.host, r.labels.get("device")): r.value
+        up = {(r.host, r.labels.get("device", "")): r for r in fleet.storage.latest_samples("link_up")}
+        flips = {(r.host, r.labels.get("device", "")): r.value
                  for r in fleet.storage.latest_samples("link_transitions_total")}
         return {"items": [{"host": h, "device": d, "up": bool(r.value), "t_ns": r.t_ns,
-                           "transitions": int(flips.get((h, d), 0))} for (h, d), r in sorted(up.items())],
+                           "transitions": _count(flips.get((h, d), 0.0))} for (h, d), r in sorted(up.items())],
                 "next": None}
 
     @app.get("/api/v1/paths", dependencies=auth)
@@ -225,18 +220,11 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
     @app.post("/api/v1/audits", dependencies=auth, status_code=201)
     async def add_audit(request: Request) -> dict:
         """Keep an audit's report (`clockfabric audit` posts it). Read here, not by FastAPI, to cap its size."""
-        body = await read_body(request, MAX_AUDIT_BYTES)
-        try:
-            report = json.loads(body, parse_constant=_no_constant)
-        except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise invalid([{"type": "json_invalid", "loc": (), "msg": f"JSON decode error: {e}"}]) from None
-        try:
-            checked = AuditIn.model_validate(report)
-        except ValidationError as e:
-            raise invalid(e.errors(include_url=False, include_context=False, include_input=False)) from None
+        report = parse(await read_body(request, MAX_AUDIT_BYTES), AUDIT_BOUNDS)
+        checked = validated(AuditIn, report)
         stored = await run_in_threadpool(fleet.storage.add_audit, Audit(
             t_ns=checked.started_ns, fleet=checked.fleet, verdict=checked.verdict, exit_code=checked.exit_code,
-            counts={k: n for k, n in checked.counts.items()}, report=report))
+            counts={str(k): n for k, n in checked.counts.items()}, report=report))
         return summary(stored)
 
     @app.get("/api/v1/audits", dependencies=auth)
@@ -251,7 +239,7 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
         found = fleet.storage.audit(audit_id)
         if found is None:
             raise HTTPException(404, f"no audit {audit_id}")
-        return dataclasses.asdict(found)
+        return record(found)
 
     app.include_router(jobs_api.router(fleet, auth))
     register_dashboard(app, fleet, token)

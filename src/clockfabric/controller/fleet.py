@@ -43,10 +43,8 @@ class Fleet:
         """`paths`: the host's path map (agent.pathmap rows), when its agent sends one."""
         now = self.clock()
         with self.lock:
-            if self.storage.host(host) is None:
-                if not self.enroll_unknown:
-                    raise UnknownHost(host)
-                self.storage.enroll(host, now)
+            if self.storage.host(host) is None and not self.enroll_unknown:
+                raise UnknownHost(host)  # else the push enrols it: `seen` does
             evs = [Event(host=host, seq=e["seq"], boot=boot, t_ns=e["t_ns"], kind=e["kind"],
                          device=e.get("device", ""), detail=e.get("detail", {}), synced=e.get("synced", True))
                    for e in events]
@@ -55,9 +53,7 @@ class Fleet:
                                  detail={"count": dropped_events}, synced=False))
             sams = [Sample(host=host, t_ns=s.get("t_ns") or now, name=s["name"], value=float(s["value"]),
                            labels=s.get("labels", {})) for s in samples]
-            new = self.storage.add_events(evs)
-            self.storage.add_samples(sams)
-            self.storage.seen(host, now, {**info, "boot": boot})
+            new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, sams)
             self.stale.discard(host)
             if self.monitor is not None:
                 if paths is not None:

@@ -39,8 +39,10 @@ class ControllerPush(Service):
         self.path_map.start()
 
     def report(self) -> dict:
+        c = self.pusher.counters
         return {"path_map": [{"dst": peer, "path": label, "plane": plane, "via": via}
-                             for peer, label, plane, via in self.path_map.rows]}
+                             for peer, label, plane, via in self.path_map.rows],
+                "push": {"quarantined": c["quarantined"], "failures": c["push_failures"]}}
 
     def stop(self) -> None:
         self.path_map.stop()

@@ -86,6 +86,10 @@ class Storage(Protocol):
 
     def add_samples(self, samples: list[Sample]) -> int: ...
 
+    def add_push(self, host: str, now_ns: int, info: dict, events: list[Event], samples: list[Sample]) -> int:
+        """A host's push in one transaction: add_events, add_samples and seen, all or nothing.
+        Returns how many events were new."""
+
     def samples(self, *, name: str | None = None, host: str | None = None, since_ns: int | None = None,
                 until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]: ...
 

@@ -21,9 +21,18 @@ dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 dumps_ordered = json.JSONEncoder(separators=(",", ":")).encode
 
 
+def loads(text: str) -> dict:
+    """A stored JSON object; one that cannot be read back (stored before input was bounded) is
+    shown as what went wrong, so that one row never breaks a listing."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        return {"unreadable": f"{type(e).__name__}: {str(e)[:200]}"}
+
+
 def host(row) -> Host:
     name, enrolled_ns, last_seen_ns, info = row
-    return Host(name, enrolled_ns, last_seen_ns, json.loads(info))
+    return Host(name, enrolled_ns, last_seen_ns, loads(info))
 
 
 def event_values(e: Event) -> tuple:
@@ -32,7 +41,7 @@ def event_values(e: Event) -> tuple:
 
 def event(row) -> Event:
     id_, host_, seq, boot, t_ns, kind, device, detail, synced = row
-    return Event(host_, seq, boot, t_ns, kind, device, json.loads(detail), bool(synced), id_)
+    return Event(host_, seq, boot, t_ns, kind, device, loads(detail), bool(synced), id_)
 
 
 def sample_values(s: Sample, id_: int) -> tuple:
@@ -42,7 +51,7 @@ def sample_values(s: Sample, id_: int) -> tuple:
 def sample(row) -> Sample:
     id_, host_, t_ns, name, value, labels = row
     # SQLite stores NaN as NULL; give back the NaN that was stored (PostgreSQL keeps it as is)
-    return Sample(host_, t_ns, name, math.nan if value is None else value, json.loads(labels), id_)
+    return Sample(host_, t_ns, name, math.nan if value is None else value, loads(labels), id_)
 
 
 def newest_per_key(rows: list[tuple]) -> list[tuple]:
@@ -63,7 +72,7 @@ def alert_values(a: Alert) -> tuple:
 
 def alert(row) -> Alert:
     id_, key, kind, severity, message, opened_ns, resolved_ns, detail = row
-    return Alert(key, kind, severity, message, opened_ns, resolved_ns, json.loads(detail), id_)
+    return Alert(key, kind, severity, message, opened_ns, resolved_ns, loads(detail), id_)
 
 
 def audit_values(a: Audit) -> tuple:
@@ -73,4 +82,4 @@ def audit_values(a: Audit) -> tuple:
 def audit(row) -> Audit:
     """A summary row (AUDIT_COLS), or one with the report after them."""
     id_, t_ns, fleet, verdict, exit_code, counts, *report = row
-    return Audit(t_ns, fleet, verdict, exit_code, json.loads(counts), json.loads(report[0]) if report else None, id_)
+    return Audit(t_ns, fleet, verdict, exit_code, loads(counts), loads(report[0]) if report else None, id_)

@@ -164,19 +164,25 @@ class SqlStorage(ABC):
     def seen(self, host: str, now_ns: int, info: dict) -> None:
         """A host seen but never enrolled is enrolled now: storage keeps what it is told, policy is the caller's."""
         with self._write() as cur:
-            cur.execute(self._q(f"INSERT INTO hosts ({rows.HOST_COLS}) VALUES (?, ?, ?, ?) ON CONFLICT (name) "
-                                "DO UPDATE SET last_seen_ns = excluded.last_seen_ns, info = excluded.info"),
-                        (host, now_ns, now_ns, rows.dumps(info)))
+            self._seen(cur, host, now_ns, info)
+
+    def _seen(self, cur, host: str, now_ns: int, info: dict) -> None:
+        cur.execute(self._q(f"INSERT INTO hosts ({rows.HOST_COLS}) VALUES (?, ?, ?, ?) ON CONFLICT (name) "
+                            "DO UPDATE SET last_seen_ns = excluded.last_seen_ns, info = excluded.info"),
+                    (host, now_ns, now_ns, rows.dumps(info)))
 
     # ---- events ----------------------------------------------------------------------------------
     def add_events(self, events: list[Event]) -> int:
         if not events:
             return 0
         with self._write() as cur:
-            cur.executemany(self._q("INSERT INTO events (host, seq, boot, t_ns, kind, device, detail, synced) "
-                                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host, boot, seq) DO NOTHING"),
-                            [rows.event_values(e) for e in events])
-            return cur.rowcount
+            return self._add_events(cur, events)
+
+    def _add_events(self, cur, events: list[Event]) -> int:
+        cur.executemany(self._q("INSERT INTO events (host, seq, boot, t_ns, kind, device, detail, synced) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host, boot, seq) DO NOTHING"),
+                        [rows.event_values(e) for e in events])
+        return cur.rowcount
 
     def events(self, *, since_ns: int | None = None, until_ns: int | None = None, host: str | None = None,
                kind: str | None = None, after_id: int = 0, limit: int = 100) -> list[Event]:
@@ -190,11 +196,25 @@ class SqlStorage(ABC):
         if not samples:
             return 0
         with self._write() as cur:
-            ids = self._sample_ids(cur, len(samples))
-            values = [rows.sample_values(s, id_) for s, id_ in zip(samples, ids, strict=True)]
-            self._insert_samples(cur, values)
-            self._upsert_latest(cur, values)
-        return len(values)
+            self._add_samples(cur, samples)
+        return len(samples)
+
+    def _add_samples(self, cur, samples: list[Sample]) -> None:
+        ids = self._sample_ids(cur, len(samples))
+        values = [rows.sample_values(s, id_) for s, id_ in zip(samples, ids, strict=True)]
+        self._insert_samples(cur, values)
+        self._upsert_latest(cur, values)
+
+    # ---- a push, whole -----------------------------------------------------------------------------
+    def add_push(self, host: str, now_ns: int, info: dict, events: list[Event], samples: list[Sample]) -> int:
+        """A host's push in one transaction: its events (as add_events), its samples, and `seen`; all
+        of it is stored or none. Returns how many events were new."""
+        with self._write() as cur:
+            new = self._add_events(cur, events) if events else 0
+            if samples:
+                self._add_samples(cur, samples)
+            self._seen(cur, host, now_ns, info)
+        return new
 
     def samples(self, *, name: str | None = None, host: str | None = None, since_ns: int | None = None,
                 until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]:

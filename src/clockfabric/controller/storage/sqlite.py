@@ -9,11 +9,14 @@ from pathlib import Path
 
 from clockfabric.controller.storage.base import StorageError
 from clockfabric.controller.storage.sql import SqlStorage
+from clockfabric.errors import ClockfabricError
 
 # errors of the moment, which a retry later may not meet: another writer holding the lock, a read-only
 # or vanished file, a failing or full disk (primary result codes; extended ones carry them in the low byte)
 RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR,
              sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN}
+# how long a write waits for another writer's lock; agents wait longer for an answer (agent.push)
+BUSY_TIMEOUT_S = 5.0
 
 
 class SqliteStorage(SqlStorage):
@@ -21,19 +24,23 @@ class SqliteStorage(SqlStorage):
     LATEST_OPTIONS = " WITHOUT ROWID"  # `latest` is found by its key only: store it in the key's b-tree
     TABLE_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
 
-    def __init__(self, path: Path | str, *, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         """busy_timeout_s: how long a write waits for another process's lock before StorageError."""
         super().__init__()
         self.path = str(path)
-        with self._errors():
-            # isolation_level=None: no implicit transactions; writes BEGIN IMMEDIATE themselves
-            self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
-                                       check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # with WAL, NORMAL syncs at checkpoints, not at each commit: a power cut may lose the last
-            # commits, never corrupt the file
-            self._db.execute("PRAGMA synchronous=NORMAL")
-        self._ensure_schema()
+        try:
+            with self._errors():
+                # isolation_level=None: no implicit transactions; writes BEGIN IMMEDIATE themselves
+                self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
+                                           check_same_thread=False)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                # with WAL, NORMAL syncs at checkpoints, not at each commit: a power cut may lose the last
+                # commits, never corrupt the file
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._ensure_schema()
+        except sqlite3.DatabaseError as e:  # not a database (a text file, a corrupt one): no retry helps
+            raise ClockfabricError(f"storage {self.path} is not a SQLite database ({e}); "
+                                   "give a database file or a new path") from None
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
