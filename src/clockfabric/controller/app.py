@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
-from clockfabric.controller import jobs_api
+from clockfabric.controller import jobs_api, neighbours_api
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
 from clockfabric.controller.storage.base import Audit, StorageError
@@ -254,5 +254,6 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
         return dataclasses.asdict(found)
 
     app.include_router(jobs_api.router(fleet, auth))
+    app.include_router(neighbours_api.router(fleet, auth))
     register_dashboard(app, fleet, token)
     return app
