@@ -294,7 +294,7 @@ def test_problem_address_not_ipv4_is_reported():
     data = one_leaf()
     data["hosts"][1]["address"] = "10.0.0.300"
     problems = problems_of(data)
-    assert "host 'h1': address '10.0.0.300' is not an IPv4 address" in problems
+    assert "host 'h1': address '10.0.0.300' is not an IPv4 address; write it like 10.0.0.7" in problems
 
 
 def test_problem_address_not_ipv4_is_one_line():
@@ -461,7 +461,7 @@ def test_problem_fabric_pool_too_small():
 @pytest.mark.parametrize(("field", "value", "expected"), [
     ("role", "router", "switch 'leaf0': role 'router' must be one of leaf, spine, core"),
     ("plane", 64, "switch 'leaf0': plane 64 must be 0..63"),
-    ("name", "bad name!", "switch 'bad name!': use letters"),
+    ("name", "bad name!", "switch 'bad name!': use DNS labels"),
 ])
 def test_problem_bad_switch_fields(field, value, expected):
     data = one_leaf()

@@ -55,9 +55,9 @@ def test_classes_survive_a_save_and_load():
 
 @pytest.mark.parametrize(("classes", "says"), [
     ("yes", "'classes' must be a mapping"),
-    ({"gold": {}}, "unknown class 'gold'"),
+    ({"gold": {}}, "classes: unknown key 'gold'; known keys: priority, collective"),
     ({"priority": [46]}, "classes.priority must be a mapping"),
-    ({"priority": {"rate": "5%"}}, "classes.priority: unknown key 'rate'"),
+    ({"priority": {"rate": "5%"}}, "classes.priority: unknown key 'rate'; known keys: dscp, cap"),
     ({"priority": {"dscp": 64}}, "dscp 64 must be a DSCP (0..63)"),
     ({"priority": {"dscp": []}}, "must be a DSCP (0..63) or a list"),
     ({"priority": {"dscp": [46, True]}}, "must be a DSCP"),

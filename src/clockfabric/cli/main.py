@@ -35,6 +35,7 @@ COMMANDS = {
     "switch-agent": ("monitor_cmds", "switch_agent", False),
     "events": ("monitor_cmds", "events", False),
     "monitor": ("monitor_cmds", "monitor", False),
+    "discover": ("discover_cmds", "discover", False),
     "audit": ("audit_cmds", "audit", False),
     "paths": ("path_cmds", "paths", False),
     "jobs": ("job_cmds", "jobs", False),

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
-from clockfabric.controller import jobs_api
+from clockfabric.controller import jobs_api, neighbours_api
 from clockfabric.controller.body import Bounds, invalid, parse, read_body
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
@@ -242,5 +242,6 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
         return record(found)
 
     app.include_router(jobs_api.router(fleet, auth))
+    app.include_router(neighbours_api.router(fleet, auth))
     register_dashboard(app, fleet, token)
     return app

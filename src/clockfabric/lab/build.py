@@ -16,7 +16,7 @@ from pyroute2 import IPRoute
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import hostsfile, netns, process, shaping
-from clockfabric.lab.naming import check_lab_name, link_alias
+from clockfabric.lab.naming import check_lab_name, check_port_names, link_alias
 from clockfabric.lab.state import Lab, create_record, is_ours, lab_namespaces, remove_record, run_dir
 from clockfabric.lab.vclock import random_clocks
 from clockfabric.topology import Route, Topology, dumps, interfaces, routing_tables
@@ -55,6 +55,7 @@ class ClockSettings:
 def up(topo: Topology, name: str, clocks: ClockSettings = ClockSettings(),
        progress: Progress | None = None) -> Lab:
     check_lab_name(name)
+    check_port_names(topo)
     if lab_namespaces(name):
         raise ClockfabricError(f"lab {name!r} already has namespaces; remove it first: clockfabric lab down {name}")
     folder = create_record(name, dumps(topo))
@@ -117,7 +118,7 @@ def _cable(lab: Lab, socks: dict[str, IPRoute], report: Progress) -> None:
                 index = ipr.link_lookup(ifname=port.iface)[0]
                 itf = ifaces[port]
                 ipr.link("set", index=index, ifalias=link_alias(lab.name, lk.name))
-                ipr.addr("add", index=index, address=str(itf.address.ip), prefixlen=31)
+                ipr.addr("add", index=index, address=str(itf.address.ip), prefixlen=itf.address.network.prefixlen)
                 shaping.shape(ipr, index, lk.rate_bps, lk.buffer_pkts, topo.classes)
                 ipr.link("set", index=index, state="up")
             report("links", i + 1, len(topo.links))

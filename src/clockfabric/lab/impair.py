@@ -22,6 +22,8 @@ from clockfabric.lab.build import install_routes
 from clockfabric.lab.state import Lab
 from clockfabric.topology import Link, Port, interfaces, routing_tables
 
+SWAP_IFNAME = "cfswap"  # a moved NIC's name in its new host until it takes the place of that host's NIC
+
 
 def find_link(lab: Lab, a: str, b: str) -> Link:
     for end in (a, b):
@@ -127,17 +129,19 @@ def swap_cables(lab: Lab, a: Port, b: Port) -> None:
     plan = interfaces(topo)
     fds = {p: os.open(netns.NETNS_DIR / lab.ns(p.node), os.O_RDONLY) for p in (a, b)}
     try:
-        for here, there in ((a, b), (b, a)):  # each NIC's veth moves, renamed, to the other host
+        # each NIC's veth moves, renamed, to the other host (a fixed name: a node's may be too long for one)
+        for here, there in ((a, b), (b, a)):
             with netns.ipr(lab.ns(here.node)) as ipr:
                 index = ipr.link_lookup(ifname=here.iface)[0]
                 ipr.link("set", index=index, state="down")
-                ipr.link("set", index=index, ifname=f"cfswap-{here.node}", net_ns_fd=fds[there])
+                ipr.link("set", index=index, ifname=SWAP_IFNAME, net_ns_fd=fds[there])
         for here, there in ((a, b), (b, a)):  # ... and takes the place of that host's NIC
             cable = topo.links[plan[Port.parse(cables.get(str(here), str(here)))].link_index]
             with netns.ipr(lab.ns(there.node)) as ipr:
-                index = ipr.link_lookup(ifname=f"cfswap-{here.node}")[0]
+                index = ipr.link_lookup(ifname=SWAP_IFNAME)[0]
                 ipr.link("set", index=index, ifname=there.iface)
-                ipr.addr("add", index=index, address=str(plan[there].address.ip), prefixlen=31)
+                ipr.addr("add", index=index, address=str(plan[there].address.ip),
+                         prefixlen=plan[there].address.network.prefixlen)
                 shaping.shape(ipr, index, cable.rate_bps, cable.buffer_pkts, topo.classes)
                 ipr.link("set", index=index, state="up")
         tables = routing_tables(topo)

@@ -10,20 +10,12 @@ import yaml
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import classes as traffic_classes
-from clockfabric.topology.model import (
-    SWITCH_ROLES,
-    Host,
-    Link,
-    Nic,
-    Port,
-    Switch,
-    Topology,
-)
+from clockfabric.topology import nodes, schema
+from clockfabric.topology.model import Host, Link, Nic, Port, Switch, Topology
 from clockfabric.topology.rates import RateError, format_rate, parse_rate
 from clockfabric.yamlfile import read_yaml
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}$")
-IFACE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")  # Linux allows 15 characters
+TOPOLOGY_NAME = re.compile(schema.TOPOLOGY_NAME)
 DEFAULT_HOST_POOL = "10.0.0.0/16"
 DEFAULT_FABRIC_POOL = "10.64.0.0/10"
 DEFAULT_RATE = "100mbit"
@@ -41,7 +33,7 @@ class TopologyError(ClockfabricError):
 def load(path: str | FilePath) -> Topology:
     path = FilePath(path)
     data = read_yaml(path, "topology")
-    return parse(data, str(path))
+    return parse(data, str(path), schema.key_lines(path.read_text()))
 
 
 def save(topo: Topology, path: str | FilePath) -> None:
@@ -63,8 +55,9 @@ def dumps(topo: Topology) -> str:
         lines.append(f"classes: {topo.classes.dumps()}")
     lines.append("hosts:")
     for h in topo.hosts.values():
-        nics = ", ".join(f"{{name: {n.name}, plane: {n.plane}}}" for n in h.nics)
-        lines.append(f"  - {{name: {_q(h.name)}, address: {h.address}, nics: [{nics}]}}")
+        nics = ", ".join(_nic_flow(n) for n in h.nics)
+        v6 = f", address6: {_q(str(h.address6))}" if h.address6 else ""
+        lines.append(f"  - {{name: {_q(h.name)}, address: {h.address}{v6}, nics: [{nics}]}}")
     lines.append("switches:")
     for s in topo.switches.values():
         lines.append(f"  - {{name: {_q(s.name)}, role: {s.role}, plane: {s.plane}}}")
@@ -73,6 +66,12 @@ def dumps(topo: Topology) -> str:
         extra = f", buffer: {lk.buffer_pkts}" if lk.buffer_pkts != topo.default_buffer_pkts else ""
         lines.append(f"  - {{a: {_q(str(lk.a))}, b: {_q(str(lk.b))}, rate: {format_rate(lk.rate_bps)}{extra}}}")
     return "\n".join(lines) + "\n"
+
+
+def _nic_flow(nic: Nic) -> str:
+    given = "".join(f", {key}: {_q(str(value))}" for key, value in (("address", nic.address),
+                                                                    ("address6", nic.address6)) if value)
+    return f"{{name: {nic.name}, plane: {nic.plane}{given}}}"
 
 
 def _flow(d: dict) -> str:
@@ -85,11 +84,12 @@ def _q(value: object) -> str:
     return text if yaml.safe_load(text) == value or not isinstance(value, str) else f'"{text}"'
 
 
-def parse(data: object, source: str = "topology") -> Topology:
-    """Build a Topology from parsed YAML, or raise TopologyError listing every problem."""
-    problems: list[str] = []
+def parse(data: object, source: str = "topology", lines: schema.Lines | None = None) -> Topology:
+    """Build a Topology from parsed YAML, or raise TopologyError listing every problem; `lines`
+    (schema.key_lines of the file's text) puts line numbers on unknown keys."""
     if not isinstance(data, dict):
         raise TopologyError(source, ["expected a mapping with name, hosts, switches and links"])
+    problems = schema.unknown_keys(data, lines)
 
     def section(key: str) -> list:
         value = data.get(key) or []
@@ -99,7 +99,7 @@ def parse(data: object, source: str = "topology") -> Topology:
         return value
 
     name = str(data.get("name", FilePath(source).stem))
-    if not NAME.match(name):
+    if not TOPOLOGY_NAME.match(name):
         problems.append(f"name {name!r}: use letters, digits, '-' and '_' (at most 31)")
 
     addressing = _mapping(data, "addressing", "{hosts: 10.0.0.0/16, fabric: 10.64.0.0/10}", problems)
@@ -128,7 +128,7 @@ def parse(data: object, source: str = "topology") -> Topology:
     taken = {str(h["address"]) for h in raw_hosts if isinstance(h, dict) and "address" in h}
     free = (a for a in pools["hosts"].hosts() if str(a) not in taken)
     for i, raw in enumerate(raw_hosts):
-        host = _host(raw, i, free, problems)
+        host = nodes.host(raw, i, free, problems)
         if host is None:
             continue
         if host.name in hosts:
@@ -137,7 +137,7 @@ def parse(data: object, source: str = "topology") -> Topology:
 
     switches: dict[str, Switch] = {}
     for i, raw in enumerate(section("switches")):
-        sw = _switch(raw, i, problems)
+        sw = nodes.switch(raw, i, problems)
         if sw is None:
             continue
         if sw.name in switches or sw.name in hosts:
@@ -154,7 +154,7 @@ def parse(data: object, source: str = "topology") -> Topology:
             problems.append(f"link {i + 1}: needs 'a' and 'b' endpoints, like {{a: h0:eth0, b: leaf0}}")
             continue
         label = f"link {i + 1} ({raw['a']} -- {raw['b']})"
-        ends = [_endpoint(str(raw[k]), hosts, switches, auto_ports, label, problems) for k in ("a", "b")]
+        ends = [nodes.endpoint(str(raw[k]), hosts, switches, auto_ports, label, problems) for k in ("a", "b")]
         try:
             rate = parse_rate(raw.get("rate", default_rate))
         except RateError as e:
@@ -205,72 +205,3 @@ def _mtu(value: object, problems: list[str]) -> int:
         return value
     problems.append(f"mtu {value!r} must be a byte count from {low} to {high} (1500, or 9000 for jumbo frames)")
     return DEFAULT_MTU
-
-
-def _host(raw: object, i: int, free, problems: list[str]) -> Host | None:
-    if not isinstance(raw, dict) or "name" not in raw:
-        problems.append(f"host {i + 1}: needs a name, like {{name: h0, nics: [{{name: eth0, plane: 0}}]}}")
-        return None
-    name = str(raw["name"])
-    if not NAME.match(name):
-        problems.append(f"host {name!r}: use letters, digits, '-' and '_' (at most 31)")
-    address = None
-    if "address" in raw:
-        try:
-            address = ipaddress.IPv4Address(str(raw["address"]))
-        except ValueError:  # report it, but keep the host so its links do not cascade into more errors
-            problems.append(f"host {name!r}: address {raw['address']!r} is not an IPv4 address")
-    if address is None:
-        address = next(free, ipaddress.IPv4Address(0))
-    nics = []
-    for n in raw.get("nics") or [{"name": "eth0", "plane": 0}]:
-        if not isinstance(n, dict) or not IFACE.match(str(n.get("name", ""))):
-            problems.append(f"host {name!r}: NIC {n!r} needs a name like eth0 (at most 15 characters)")
-            continue
-        plane = n.get("plane", 0)
-        if not isinstance(plane, int) or not 0 <= plane < 64:
-            problems.append(f"host {name!r}: NIC {n['name']} plane {plane!r} must be 0..63")
-            continue
-        nics.append(Nic(str(n["name"]), plane))
-    if len({n.name for n in nics}) != len(nics):
-        problems.append(f"host {name!r}: two NICs share a name")
-    return Host(name, address, tuple(nics))
-
-
-def _switch(raw: object, i: int, problems: list[str]) -> Switch | None:
-    if not isinstance(raw, dict) or "name" not in raw:
-        problems.append(f"switch {i + 1}: needs a name, like {{name: leaf0, role: leaf}}")
-        return None
-    name, role, plane = str(raw["name"]), str(raw.get("role", "leaf")), raw.get("plane", 0)
-    if not NAME.match(name):
-        problems.append(f"switch {name!r}: use letters, digits, '-' and '_' (at most 31)")
-    if role not in SWITCH_ROLES:
-        problems.append(f"switch {name!r}: role {role!r} must be one of {', '.join(SWITCH_ROLES)}")
-    if not isinstance(plane, int) or not 0 <= plane < 64:
-        problems.append(f"switch {name!r}: plane {plane!r} must be 0..63")
-        plane = 0
-    return Switch(name, role, plane)
-
-
-def _endpoint(text, hosts, switches, auto_ports, label, problems) -> Port | None:
-    node, _, iface = text.partition(":")
-    if node in hosts:
-        nics = hosts[node].nics
-        if not iface:
-            if len(nics) != 1:
-                problems.append(f"{label}: host {node!r} has {len(nics)} NICs; name one, like {node}:{nics[0].name}")
-                return None
-            iface = nics[0].name
-        if iface not in {n.name for n in nics}:
-            problems.append(f"{label}: host {node!r} has no NIC {iface!r}")
-            return None
-        return Port(node, iface)
-    if node in switches:
-        if not iface:
-            iface = next(auto_ports[node])
-        elif not IFACE.match(iface):
-            problems.append(f"{label}: port name {iface!r} is not a valid interface name")
-            return None
-        return Port(node, iface)
-    problems.append(f"{label}: unknown node {node!r}; define it under hosts or switches")
-    return None

@@ -43,6 +43,8 @@ class Port:
 class Nic:
     name: str
     plane: int = 0
+    address: ipaddress.IPv4Interface | None = None  # given by the file; None: the address plan's
+    address6: ipaddress.IPv6Interface | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Host:
     name: str
     address: ipaddress.IPv4Address  # stable host address, reachable over every plane
     nics: tuple[Nic, ...]
+    address6: ipaddress.IPv6Address | None = None
 
     def nic(self, plane: int) -> Nic | None:
         return next((n for n in self.nics if n.plane == plane), None)

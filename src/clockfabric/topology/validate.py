@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter, defaultdict
 
-from clockfabric.topology.addressing import PLANE_BITS, links_per_plane_max
-from clockfabric.topology.model import Topology
+from clockfabric.topology.addressing import PLANE_BITS, interfaces, links_per_plane_max
+from clockfabric.topology.model import Port, Topology
 
 
 def problems(topo: Topology) -> list[str]:
@@ -24,6 +25,11 @@ def problems(topo: Topology) -> list[str]:
         for plane, count in Counter(n.plane for n in h.nics).items():
             if count > 1:
                 out.append(f"host {h.name}: {count} NICs on plane {plane}; one NIC per plane")
+        out += [f"host {h.name}: NIC {n.name}: {p}" for n in h.nics if n.address and (p := _given_problem(n.address))]
+    for address6, count in Counter(h.address6 for h in topo.hosts.values() if h.address6).items():
+        if count > 1:
+            names = ", ".join(h.name for h in topo.hosts.values() if h.address6 == address6)
+            out.append(f"duplicate address6 {address6} on hosts {names}; give each host its own")
 
     cabled = {p for lk in topo.links for p in (lk.a, lk.b)}
     for h in topo.hosts.values():
@@ -44,7 +50,38 @@ def problems(topo: Topology) -> list[str]:
         out.append(f"planes must be numbered below {2**PLANE_BITS}")
     if out:
         return out
-    return _unreachable(topo)
+    return _shared_addresses(topo) or _unreachable(topo)
+
+
+def _given_problem(address: ipaddress.IPv4Interface) -> str | None:
+    net = address.network
+    if net.prefixlen > 31:
+        return f"address {address} leaves no address for the far end of its link; give it a /31 or wider"
+    if net.prefixlen < 31 and address.ip in (net.network_address, net.broadcast_address):
+        return f"address {address} is its subnet's network or broadcast address; pick a usable one"
+    return None
+
+
+def _shared_addresses(topo: Topology) -> list[str]:
+    """Two ports with one address: a given NIC address that clashes with another or with the plan's.
+    The far ends of given addresses may share one (a leaf's gateway on a wider prefix serves many)."""
+    owners: dict[object, list[str]] = defaultdict(list)
+    far_ends: dict[object, list[str]] = defaultdict(list)
+    for itf in interfaces(topo).values():
+        derived = itf.port.node in topo.switches and _given(topo, itf.peer)
+        (far_ends if derived else owners)[itf.address.ip].append(str(itf.port))
+        if itf.address6:
+            owners[itf.address6.ip].append(str(itf.port))
+    out = [f"address {a} is on both {' and '.join(ports)}; give each port its own"
+           for a, ports in owners.items() if len(ports) > 1]
+    out += [f"address {a} of {owners[a][0]} is also the far end of the given address on {', '.join(ports)}; "
+            "give each port its own" for a, ports in far_ends.items() if a in owners]
+    return out
+
+
+def _given(topo: Topology, port: Port) -> bool:
+    host = topo.hosts.get(port.node)
+    return bool(host and any(n.name == port.iface and n.address for n in host.nics))
 
 
 def _unreachable(topo: Topology) -> list[str]:

@@ -1,0 +1,52 @@
+"""`GET /api/v1/neighbours` and discover over the real API: agents push their LLDP neighbours,
+and the fleet file assembled from what the controller hands back is the fleet's."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from clockfabric.agent.push import neighbour_samples
+from clockfabric.controller.app import create_app
+from clockfabric.controller.fleet import Fleet
+from clockfabric.controller.monitor import Monitor
+from clockfabric.controller.storage.sqlite import SqliteStorage
+from clockfabric.topology import multirail
+from clockfabric.topology.discover import assemble, heard_from_samples
+
+TOKEN = "t" * 32
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def client(tmp_path):
+    topo = multirail(4, 2, 2, 1)
+    storage = SqliteStorage(tmp_path / "c.db")
+    fleet = Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), stale_s=60,
+                  monitor=Monitor.create(storage, topology=topo))
+    with TestClient(create_app(fleet, TOKEN, tick_s=3600)) as c:
+        yield c, topo
+    storage.close()
+
+
+def push(client, node: str, info: dict, heard: dict[str, str | None]) -> None:
+    r = client.post("/api/v1/push", headers=AUTH, json={"host": node, "boot": "b", "info": info, "events": [],
+                                                         "samples": neighbour_samples(heard)})
+    assert r.status_code == 200, r.text
+
+
+def test_pushed_neighbours_come_back_and_assemble_to_the_fleet(client):
+    client, topo = client
+    for node in topo.nodes():
+        info = {"role": "switch"} if node in topo.switches else {"address": str(topo.hosts[node].address)}
+        push(client, node, info, {lk.port(node).iface: str(lk.other(node)) for lk in topo.links_of(node)})
+    push(client, "h0", {"address": str(topo.hosts["h0"].address)}, {"eth0": None, "eth1": "p1-leaf0:swp1"})
+    push(client, "h0", {"address": str(topo.hosts["h0"].address)}, {"eth0": "p0-leaf0:swp1", "eth1": "p1-leaf0:swp1"})
+    assert client.get("/api/v1/neighbours").status_code == 401
+    rows = client.get("/api/v1/neighbours", headers=AUTH).json()["items"]
+    h0_eth0 = [r for r in rows if r["host"] == "h0" and r["labels"]["device"] == "eth0"]
+    assert [r["labels"]["neighbour"] for r in h0_eth0] == ["p0-leaf0:swp1", ""]  # newest first
+    nodes = {h["host"]: h["info"] for h in client.get("/api/v1/hosts", headers=AUTH).json()["items"]}
+    found = assemble(nodes, heard_from_samples(rows))
+    assert found.hosts == topo.hosts and found.switches == topo.switches
+    assert {frozenset((lk.a, lk.b)) for lk in found.links} == {frozenset((lk.a, lk.b)) for lk in topo.links}
