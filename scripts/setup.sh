@@ -14,6 +14,11 @@ command -v prometheus >/dev/null || need+=(prometheus)  # the server the /metric
 [ -x /usr/bin/chromium ] || need+=(chromium)  # the headless browser the dashboard tests drive
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)  # the real sshd the audit's ssh tests log in to
+# the Slurm cluster the prolog test runs on a lab: controller, node daemon, sbatch and munge
+[ -x /usr/sbin/slurmctld ] || need+=(slurmctld)
+[ -x /usr/sbin/slurmd ] || need+=(slurmd)
+command -v sbatch >/dev/null || need+=(slurm-client)
+[ -x /usr/sbin/munged ] || need+=(munge)
 # the throwaway server the storage tests start; Debian keeps its binaries off PATH
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || need+=(postgresql)
 command -v python3 >/dev/null || need+=(python3)
