@@ -15,6 +15,7 @@ AUDIT_VERDICTS = {0, 1, 2, 3}
     (["topology", "show", "/nonexistent.yaml"], "cannot read topology"),
     (["bench", "contention", "--seeds", "0"], "--seeds"),
     (["nosuchcommand"], "No such command"),
+    (["audit", "--hosts", "examples/leafspine-8.yaml", "--via", "true", "--host", "h99"], "not a host of"),
 ])
 def test_usage_errors_exit_64_not_an_audit_verdict(cli, argv, says):
     proc = cli(*argv, check=False)

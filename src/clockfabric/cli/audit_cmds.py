@@ -33,6 +33,10 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
           ssh_python: str = typer.Option(None, "--ssh-python",
                                          help="With --hosts: the command that runs Python on the hosts "
                                               "(default python3; e.g. 'sudo -n python3')."),
+          only_hosts: list[str] = typer.Option([], "--host",
+                                               help="Audit only this host of the fleet (repeat for more), e.g. a "
+                                                    "Slurm prolog's own node; give --expect, since there is no "
+                                                    "fleet majority to judge one host against."),
           only: list[str] = typer.Option([], "--only",
                                          help="Run only these categories or check ids (repeat or comma)."),
           skip: list[str] = typer.Option([], "--skip", help="Skip these categories or check ids."),
@@ -67,7 +71,7 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
         read_token(token_file)  # a wrong path is said now, not after the audit
     ssh = {"user": ssh_user, "port": ssh_port, "key": ssh_key and str(ssh_key),
            "known_hosts": ssh_known_hosts and str(ssh_known_hosts), "python": ssh_python}
-    report, lab = _run(lab_name, hosts_file, via, ssh, checks, expectations, quiet=as_json)
+    report, lab = _run(lab_name, hosts_file, via, ssh, checks, expectations, _split(only_hosts), quiet=as_json)
     if junit_file:
         from clockfabric.audit.render import junit
 
@@ -85,7 +89,7 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
     sys.exit(report.exit_code)
 
 
-def _run(lab_name, hosts_file, via, ssh: dict, checks, expectations, *, quiet: bool):
+def _run(lab_name, hosts_file, via, ssh: dict, checks, expectations, only_hosts: list[str], *, quiet: bool):
     from clockfabric.audit.gather import lab_transport
     from clockfabric.audit.run import audit as run_audit
 
@@ -106,9 +110,11 @@ def _run(lab_name, hosts_file, via, ssh: dict, checks, expectations, *, quiet: b
         require_root()
         lab = Lab.open(lab_name)
         topo, transport, fleet = lab.topology, lab_transport(lab), f"lab {lab.name}"
+    if unknown := [h for h in only_hosts if h not in topo.hosts]:
+        raise ClockfabricError(f"--host {unknown[0]!r} is not a host of {fleet}; hosts are {', '.join(topo.hosts)}")
     with progress_bar("audit") as update:
-        return run_audit(topo, sorted(topo.hosts), checks, transport=transport, expect=expectations, fleet=fleet,
-                         lab=lab, progress=None if quiet else update), lab
+        return run_audit(topo, sorted(only_hosts or topo.hosts), checks, transport=transport, expect=expectations,
+                         fleet=fleet, lab=lab, progress=None if quiet else update), lab
 
 
 def _hosts_transport(hosts_file: Path, via: str | None, ssh: dict):
