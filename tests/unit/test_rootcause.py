@@ -104,6 +104,13 @@ def test_a_job_with_no_readings():
     assert verdict(ring("B"))["verdict"] == "no_flows"
 
 
+def test_receiving_ends_are_not_starved_senders():
+    receivers = [flow(d, s, "spine0", "A", 0, 60, port=7000 + i)
+                 for i, (s, d) in enumerate([("h0", "h2"), ("h1", "h3")])]
+    v = verdict(ring("A") + receivers)
+    assert v["verdict"] == "healthy" and len(v["flows"]) == 4
+
+
 def test_a_lone_flow_is_held_to_its_probe_floor_and_inband_owd_wins_over_rtt():
     lone = [flow("h0", "h2", "spine0", "A", 300, 60, owd_us=400)]
     (stats,) = job_flows(lone, "A", NOW - WINDOW, NOW, Thresholds(), fabric().floors)

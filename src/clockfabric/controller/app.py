@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
-from clockfabric.controller import jobs_api
+from clockfabric.controller import jobs_api, rootcause_inputs
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
 from clockfabric.controller.storage.base import Audit, StorageError
@@ -253,6 +253,7 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
             raise HTTPException(404, f"no audit {audit_id}")
         return dataclasses.asdict(found)
 
+    app.include_router(rootcause_inputs.router(fleet, auth))  # before jobs_api: its {jobid:path} takes all
     app.include_router(jobs_api.router(fleet, auth))
     register_dashboard(app, fleet, token)
     return app

@@ -143,7 +143,11 @@ def judge(stats: list[FlowStats], limits: Thresholds) -> None:
 def job_flows(flows: list[Flow], jobid: str, since_ns: int, now_ns: int, limits: Thresholds,
               floors: list[ProbePath]) -> list[FlowStats]:
     """The job's flows that sent lately (the window's last `recent_ns`), summarized and judged."""
-    mine = [in_window(f, max(since_ns, now_ns - limits.recent_ns)) for f in flows if f.jobid == jobid]
+    # a socket that never sent in the window is the receiving end (or a control connection): its
+    # direction is judged at its sender
+    sent = [f for f in flows if f.jobid == jobid and any((p.tx_bps or 0) >= limits.active_bps
+                                                           for p in f.points if p.t_ns >= since_ns)]
+    mine = [in_window(f, max(since_ns, now_ns - limits.recent_ns)) for f in sent]
     stats = [summarize(f, floors) for f in mine if f.points]
     judge(stats, limits)
     return stats
