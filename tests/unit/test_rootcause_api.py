@@ -64,3 +64,17 @@ def test_link_events_are_named_after_their_link():
               Event("h0", 3, "b", 7, "failover_plane_down", "h2")]
     assert [(e.link, e.kind) for e in link_events(events, Places(topo, {}))] == [
         ("h0:eth0--leaf0:swp1", "link_down"), ("", "failover_plane_down")]
+
+
+def test_the_cli_page_shows_the_sentence_and_each_flow_judged():
+    from clockfabric.cli.job_why_view import show_why
+    from clockfabric.console import out
+    from clockfabric.controller.rootcause_verdict import why
+    from tests.unit.rootcause_timelines import NOW, fabric, flow, ring
+
+    found = why("A", ring("A", h1=(80, 2000)) + [flow("h0", "h3", "spine1", "B", 700, 60)], fabric(), NOW, 60 * S)
+    with out.capture() as page:
+        show_why(found)
+    text = page.get()
+    assert "congestion from job B on link leaf0--spine1" in text
+    assert "slow (network)" in text and text.count(" ok") == 3
