@@ -380,7 +380,7 @@ def write(tmp_path, text):
 
 def test_every_detector_runs_by_default_and_drift_only_with_a_topology(topo):
     assert list(DetectorSet(MonitorConfig(), topo).detectors) == [
-        "link_down", "flapping", "latency_sla", "congestion", "topology_drift"]
+        "link_down", "flapping", "latency_sla", "congestion", "topology_drift", "slow_flow"]
     assert "topology_drift" not in DetectorSet(MonitorConfig()).detectors
 
 
