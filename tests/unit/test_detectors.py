@@ -380,7 +380,7 @@ def write(tmp_path, text):
 
 def test_every_detector_runs_by_default_and_drift_only_with_a_topology(topo):
     assert list(DetectorSet(MonitorConfig(), topo).detectors) == [
-        "link_down", "flapping", "latency_sla", "congestion", "topology_drift"]
+        "link_down", "flapping", "latency_sla", "congestion", "topology_drift", "slow_flow"]
     assert "topology_drift" not in DetectorSet(MonitorConfig()).detectors
 
 
@@ -396,7 +396,7 @@ def test_a_detector_disabled_in_the_config_is_not_built_and_finds_nothing(topo):
 
 
 def test_with_every_detector_disabled_each_call_is_a_no_op(topo):
-    sections = ("link_down", "flapping", "latency_sla", "congestion", "topology_drift")
+    sections = ("link_down", "flapping", "latency_sla", "congestion", "topology_drift", "slow_flow")
     d = DetectorSet(parse_config({s: {"enabled": False} for s in sections}), topo)
     assert d.detectors == {}
     d.on_events([ev("link_down", 1)], at(1))

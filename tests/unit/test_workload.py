@@ -190,6 +190,20 @@ def test_push_samples_label_by_jobid_and_flow_never_job(proc):
                    "labels": {"jobid": "J", "flow": "10.0.0.1:1->10.0.1.1:2"}}]
 
 
+def test_flows_of_no_job_that_send_are_pushed_as_the_links_other_load(proc):
+    clock = iter([1.0, 2.0])
+    readings = [reading(1, 2, 11, 1), reading(7, 8, 14, 4), reading(5, 6, 15, 3)]  # 14, 15: no job's
+    mon = WorkloadMonitor(ProcFs(proc), lambda: readings, clock=lambda: next(clock))
+    assert not [s for s in samples.push_samples(mon.update()) if s["name"].startswith("other_flow")]
+    readings[1] = reading(7, 8, 14, 4, acked=10_000_000)  # 80 Mbit/s; 15 sends nothing
+    view = mon.update()
+    out = [s for s in samples.push_samples(view) if s["name"].startswith("other_flow")]
+    assert view.other_flows == 2
+    assert {(s["name"], s["labels"]["flow"]) for s in out} == {("other_flow_tx_bps", "10.0.0.1:7->10.0.1.1:8"),
+                                                              ("other_flow_rtt_us", "10.0.0.1:7->10.0.1.1:8")}
+    assert next(s["value"] for s in out if s["name"] == "other_flow_tx_bps") == pytest.approx(8e7)
+
+
 # ---- the agent's service and its /metrics ---------------------------------------------------------
 def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypatch):
     from clockfabric.agent.metrics import workload_metrics

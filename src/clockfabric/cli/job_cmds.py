@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from clockfabric.cli.job_why_view import show_why
 from clockfabric.console import out, print_json
 from clockfabric.controller.client import api, fetch_all, locate
 from clockfabric.lab.state import Lab
@@ -83,6 +84,20 @@ def show(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric jo
                   "-" if f["retransmits_total"] is None else str(int(f["retransmits_total"])),
                   "-" if f["cwnd"] is None else str(int(f["cwnd"])), "active" if f["active"] else "ended")
     out.print(t)
+
+
+@app.command()
+def why(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric jobs` lists it."),
+        since: str = typer.Option("5m", "--since", help="The window to judge: 30s, 5m, 1h."),
+        lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file: Path = TokenOpt,
+        as_json: bool = JsonOpt) -> None:
+    """Why the job is slow: a verdict in one sentence, its evidence, and each flow against its siblings."""
+    lab, url, token_path = _controller(lab_name, controller_url, token_file)
+    found = api(lab, url, token_path, f"/api/v1/jobs/{jobid}/why", since=since)
+    if as_json:
+        print_json(found)
+        return
+    show_why(found)
 
 
 @app.command(context_settings={"ignore_unknown_options": True})

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
-from clockfabric.controller import jobs_api, neighbours_api
+from clockfabric.controller import jobs_api, neighbours_api, rootcause_inputs
 from clockfabric.controller.body import Bounds, invalid, parse, read_body
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
@@ -241,6 +241,7 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
             raise HTTPException(404, f"no audit {audit_id}")
         return record(found)
 
+    app.include_router(rootcause_inputs.router(fleet, auth))  # before jobs_api: its {jobid:path} takes all
     app.include_router(jobs_api.router(fleet, auth))
     app.include_router(neighbours_api.router(fleet, auth))
     register_dashboard(app, fleet, token)

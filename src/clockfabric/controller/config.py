@@ -72,6 +72,14 @@ class DriftConfig:
 
 
 @dataclass(frozen=True)
+class SlowFlowConfig:
+    enabled: bool = True
+    severity: str = "warning"
+    windows: int = 3  # judgements (one a tick) in a row that open or close a flow's alert
+    recent_ns: int = 10 * S  # each judgement reads this much of the flows' latest readings
+
+
+@dataclass(frozen=True)
 class MonitorConfig:
     stale_after_ns: int = 60 * S  # a path with no sample this long is forgotten (its alerts resolve)
     link_down: LinkDownConfig = LinkDownConfig()
@@ -79,6 +87,7 @@ class MonitorConfig:
     latency_sla: SlaConfig = SlaConfig()
     congestion: CongestionConfig = CongestionConfig()
     topology_drift: DriftConfig = DriftConfig()
+    slow_flow: SlowFlowConfig = SlowFlowConfig()
 
 
 class _Problem(Exception):
@@ -172,6 +181,7 @@ _SECTIONS: dict[str, dict[str, tuple[str, Callable[[Any, str], Any]]]] = {
                    "stat": ("stat", _choice(CONGESTION_STATS)),
                    "unexplained_after": ("unexplained_after_ns", _duration_ns)},
     "topology_drift": {},
+    "slow_flow": {"windows": ("windows", _positive_int), "recent": ("recent_ns", _duration_ns)},
 }
 
 

@@ -41,6 +41,7 @@ class WorkloadView:
     flows: list[JobFlow] = field(default_factory=list)
     ended: list[FlowKey] = field(default_factory=list)  # flows gone since the last update
     other_flows: int = 0  # established flows of no job
+    busy_others: list[FlowRates] = field(default_factory=list)  # those of them sending: load on the links
     flows_readable: bool = True  # False: sock_diag could not be read (jobs only)
 
 
@@ -54,12 +55,15 @@ def owners(inodes_by_pid: dict[int, set[int]], job_of: dict[int, str]) -> dict[i
     return out
 
 
-def attribute(rates: list[FlowRates], owner: dict[int, tuple[int, str]]) -> tuple[list[JobFlow], int]:
-    """(the flows of jobs, how many flows belong to no job)."""
-    flows, other = [], 0
+BUSY_BPS = 1e6  # a flow of no job sending this fast is reported: it loads the links it crosses
+
+
+def attribute(rates: list[FlowRates], owner: dict[int, tuple[int, str]]) -> tuple[list[JobFlow], list[FlowRates]]:
+    """(the flows of jobs, the flows of no job)."""
+    flows, other = [], []
     for r in rates:
         if (found := owner.get(r.reading.inode)) is None:
-            other += 1
+            other.append(r)
         else:
             flows.append(JobFlow(found[1], found[0], r))
     return flows, other
@@ -107,5 +111,7 @@ class WorkloadMonitor:
         visible = [p for p in procs if p.visible]
         inodes = {p.pid: self.proc.socket_inodes(p.pid) for p in visible}
         rates, view.ended = self.tracker.update(self.read_sockets(), self.clock())
-        view.flows, view.other_flows = attribute(rates, owners(inodes, {p.pid: p.tag.jobid for p in visible}))
+        view.flows, others = attribute(rates, owners(inodes, {p.pid: p.tag.jobid for p in visible}))
+        view.other_flows = len(others)
+        view.busy_others = [r for r in others if (r.tx_bps or 0) >= BUSY_BPS]
         return view

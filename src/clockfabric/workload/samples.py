@@ -4,6 +4,7 @@ state the agent publishes (which its /metrics reads).
 Samples, each labelled with `jobid` (never `job`: Prometheus owns that label):
   job_process             one per process; value: its start (s since the epoch); labels pid, rank, source, run
   job_flow_<stat>         one per flow and stat (FLOW_STATS); label flow: "local:port->remote:port"
+  other_flow_<stat>       tx_bps and rtt_us of each flow of no job that sends (monitor.BUSY_BPS); label flow
 A flow's rates appear from its second reading on.
 """
 
@@ -35,6 +36,10 @@ def push_samples(view: WorkloadView) -> list[dict]:
         for stat, read in FLOW_STATS.items():
             if (value := read(f)) is not None:
                 out.append({"name": f"job_flow_{stat}", "value": float(value), "labels": labels})
+    for r in view.busy_others:
+        for stat, value in (("tx_bps", r.tx_bps), ("rtt_us", r.reading.rtt_us)):
+            if value is not None:
+                out.append({"name": f"other_flow_{stat}", "value": float(value), "labels": {"flow": flow_label(r.key)}})
     return out
 
 

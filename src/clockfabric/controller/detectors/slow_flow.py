@@ -1,0 +1,68 @@
+"""Slow flow: a job's flow whose delay stands far above its siblings' over the last readings.
+
+Fed the workload pushes (`job_flow_tx_bps`, `job_flow_rtt_us`, and the in-band
+`job_flow_owd_p50_us` where agents measure it), the detector keeps each flow's readings of the
+last `recent` and judges each job's flows against each other as `job why` does
+(controller.rootcause). A flow slow in `windows` judgements in a row opens its alert; as many
+fine ones close it. `clockfabric job why` names the link and what else is on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from clockfabric.controller.config import MonitorConfig, SlowFlowConfig
+from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex, Streak
+from clockfabric.controller.rootcause import Flow, FlowPoint, Thresholds, job_flows
+from clockfabric.controller.storage.base import Sample
+
+FIELDS = {"job_flow_tx_bps": "tx_bps", "job_flow_rtt_us": "rtt_us", "job_flow_owd_p50_us": "owd_us"}
+FlowId = tuple[str, str, str]  # (jobid, host, flow label)
+
+
+class SlowFlow:
+    def __init__(self, config: SlowFlowConfig):
+        self.config = config
+        self.limits = Thresholds(recent_ns=config.recent_ns)
+        self.readings: dict[FlowId, dict[int, dict[str, float]]] = {}  # by t_ns
+        self.streaks: dict[FlowId, Streak] = {}
+        self.why: dict[FlowId, list[str]] = {}
+
+    def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
+        for s in samples:
+            if (field := FIELDS.get(s.name)) and (jobid := s.labels.get("jobid")) and "flow" in s.labels:
+                key = (jobid, s.host, s.labels["flow"])
+                self.readings.setdefault(key, {}).setdefault(s.t_ns, {})[field] = s.value
+
+    def findings(self, now_ns: int) -> list[Finding]:
+        since = now_ns - self.config.recent_ns
+        for key in list(self.readings):
+            kept = {t: v for t, v in self.readings[key].items() if t >= since}
+            if kept:
+                self.readings[key] = kept
+            else:
+                del self.readings[key]
+                self.streaks.pop(key, None)
+        by_job: dict[str, list[Flow]] = {}
+        for (jobid, host, label), by_t in self.readings.items():
+            points = tuple(FlowPoint(t, **v) for t, v in sorted(by_t.items()))
+            by_job.setdefault(jobid, []).append(Flow(host, label, jobid, points=points))
+        for jobid, flows in by_job.items():
+            for stats in job_flows(flows, jobid, since, now_ns, self.limits, []):
+                key = (jobid, stats.flow.host, stats.flow.flow)
+                self.streaks.setdefault(key, Streak(self.config.windows)).add(now_ns, stats.network_slow)
+                if stats.network_slow:
+                    self.why[key] = stats.why
+        return [self._finding(key) for key, streak in sorted(self.streaks.items()) if streak.open]
+
+    def _finding(self, key: FlowId) -> Finding:
+        jobid, host, label = key
+        return Finding(key=f"slow_flow:{jobid}:{host}:{label}", kind="slow_flow", severity=self.config.severity,
+                       message=(f"job {jobid}: flow {label} from {host} is slow ({'; '.join(self.why.get(key, []))}); "
+                                f"`clockfabric job why {jobid}` names the link"),
+                       detail={"jobid": jobid, "host": host, "flow": label, "why": self.why.get(key, [])})
+
+
+@DETECTORS.register("slow_flow", help="A job's flow far slower than its siblings, k judgements in a row")
+def slow_flow(config: MonitorConfig, links: LinkIndex) -> SlowFlow:
+    return SlowFlow(config.slow_flow)

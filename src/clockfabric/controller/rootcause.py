@@ -1,0 +1,184 @@
+"""Why is this job slow: its flows over a window, compared with their siblings and their paths'
+probe floor. Pure: the flows, floors, links and events come in with the time; no I/O.
+
+A flow's delay is its in-band one-way delay where the agents measure one (`owd_us`, marked
+`inband`), else half its smoothed RTT, marked as that fallback: RTT/2 counts both hosts' stacks,
+so it is held to a wider margin over the probe floor. A flow is *network-slow* when its delay
+stands far above its siblings' or its path's probe floor; *starved* when its rate is far
+below its siblings' while its delay sits at the floor: its sender is not sending, which is
+the host's doing, not the network's. `rootcause_verdict` turns these into one verdict.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+Hop = tuple[str, str]  # (link name, "from>to" nodes; "" where the direction is unknown)
+
+
+@dataclass(frozen=True)
+class FlowPoint:
+    """One reading of one flow."""
+
+    t_ns: int
+    tx_bps: float | None = None
+    rtt_us: float | None = None
+    owd_us: float | None = None  # in-band one-way delay (p50 of the reading's window), where measured
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One flow (one socket, from its sender's side) over the window."""
+
+    host: str
+    flow: str  # "local:port->remote:port"
+    jobid: str | None  # None: a flow of no job
+    peer: str | None = None
+    plane: int | None = None  # the plane of the NIC it leaves on; None: no fabric NIC
+    hops: tuple[Hop, ...] = ()  # the links it crosses, in order from host
+    dscp: int | None = None  # the DSCP its packets carry, where known
+    points: tuple[FlowPoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProbePath:
+    """A probe path's floor and latest delay, and the links it crosses."""
+
+    src: str
+    dst: str
+    hops: tuple[Hop, ...]
+    floor_us: float
+    p50_us: float | None = None
+
+
+@dataclass(frozen=True)
+class LinkEvent:
+    t_ns: int
+    link: str
+    kind: str  # link_down, link_up, failover_*
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    rate_ratio: float = 0.5  # a flow under this share of its siblings' median rate is far below them
+    delay_ratio: float = 3.0  # a delay this many times the siblings' median (or the floor) is far above
+    inband_margin_us: float = 50.0  # and at least this far above, in-band
+    rtt_margin_us: float = 200.0  # or this far, from RTT/2: both stacks' time rides along
+    busy_share: float = 0.1  # traffic of others on a link above this share of its rate is a load
+    degraded_share: float = 0.5  # a link queueing while carrying under this share of its rate is degraded
+    active_bps: float = 1e6  # a flow under this rate is idle: no sibling comparison of its rate
+    recent_ns: int = 10 * 10**9  # flows are judged on their latest readings: a fault named within this long
+
+
+@dataclass
+class FlowStats:
+    """One flow's summary over the window, and what is wrong with it."""
+
+    flow: Flow
+    rate_bps: float | None
+    delay_us: float | None
+    delay_source: str  # "inband", "rtt/2", or "none"
+    floor_us: float | None = None  # its path's probe floor, where a probe path matches
+    why: list[str] = field(default_factory=list)  # the comparisons it failed
+    network_slow: bool = False
+    starved: bool = False
+
+    def row(self) -> dict:
+        f = self.flow
+        return {"host": f.host, "flow": f.flow, "peer": f.peer, "plane": f.plane, "dscp": f.dscp,
+                "links": [name for name, _ in f.hops], "rate_bps": self.rate_bps, "delay_us": self.delay_us,
+                "delay_source": self.delay_source, "probe_floor_us": self.floor_us,
+                "network_slow": self.network_slow, "starved": self.starved, "why": self.why}
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return statistics.median(found) if found else None
+
+
+def in_window(flow: Flow, since_ns: int) -> Flow:
+    return Flow(**{**flow.__dict__, "points": tuple(p for p in flow.points if p.t_ns >= since_ns)})
+
+
+def summarize(flow: Flow, floors: list[ProbePath]) -> FlowStats:
+    inband = median(p.owd_us for p in flow.points)
+    rtt = median(p.rtt_us for p in flow.points)
+    delay, source = (inband, "inband") if inband is not None else (
+        (rtt / 2, "rtt/2") if rtt is not None else (None, "none"))
+    return FlowStats(flow, median(p.tx_bps for p in flow.points), delay, source, probe_floor(flow, floors))
+
+
+def probe_floor(flow: Flow, floors: list[ProbePath]) -> float | None:
+    """The floor of the probe path from the flow's host to its peer over the same links; else the
+    lowest floor of that pair (what every path between them shares)."""
+    pair = [p for p in floors if (p.src, p.dst) == (flow.host, flow.peer)]
+    same = [p for p in pair if flow.hops and {h[0] for h in p.hops} == {h[0] for h in flow.hops}]
+    chosen = same or pair
+    return min(p.floor_us for p in chosen) if chosen else None
+
+
+def far_above(value: float, base: float, margin_us: float, limits: Thresholds) -> bool:
+    return value > base * limits.delay_ratio and value - base > margin_us
+
+
+def judge(stats: list[FlowStats], limits: Thresholds) -> None:
+    """Mark each flow network-slow or starved against its siblings (the others of the list) and its floor."""
+    for s in stats:
+        siblings = [o for o in stats if o is not s]
+        margin = limits.inband_margin_us if s.delay_source == "inband" else limits.rtt_margin_us
+        sib_delay = median(o.delay_us for o in siblings)
+        sib_rate = median(o.rate_bps for o in siblings if (o.rate_bps or 0) >= limits.active_bps)
+        if s.delay_us is not None and sib_delay is not None and far_above(s.delay_us, sib_delay, margin, limits):
+            s.why.append(f"delay {s.delay_us:.0f} us ({s.delay_source}) vs its siblings' {sib_delay:.0f} us")
+        if s.delay_us is not None and s.floor_us is not None and far_above(s.delay_us, s.floor_us, margin, limits):
+            s.why.append(f"delay {s.delay_us:.0f} us ({s.delay_source}) vs its path's probe floor {s.floor_us:.0f} us")
+        s.network_slow = bool(s.why)
+        if sib_rate is not None and s.rate_bps is not None and s.rate_bps < sib_rate * limits.rate_ratio:
+            s.why.append(f"rate {s.rate_bps / 1e6:.1f} Mbit/s vs its siblings' {sib_rate / 1e6:.1f} Mbit/s")
+            s.starved = not s.network_slow
+
+
+def job_flows(flows: list[Flow], jobid: str, since_ns: int, now_ns: int, limits: Thresholds,
+              floors: list[ProbePath]) -> list[FlowStats]:
+    """The job's flows that sent lately (the window's last `recent_ns`), summarized and judged."""
+    # a socket that never sent in the window is the receiving end (or a control connection): its
+    # direction is judged at its sender
+    sent = [f for f in flows if f.jobid == jobid and any((p.tx_bps or 0) >= limits.active_bps
+                                                           for p in f.points if p.t_ns >= since_ns)]
+    mine = [in_window(f, max(since_ns, now_ns - limits.recent_ns)) for f in sent]
+    stats = [summarize(f, floors) for f in mine if f.points]
+    judge(stats, limits)
+    return stats
+
+
+def throughput(flows: Iterable[Flow], bucket_ns: int = 10**9) -> list[tuple[int, float]]:
+    """The job's sent rate over time: each bucket's flows summed (a flow's readings in it averaged)."""
+    per: dict[int, dict[str, list[float]]] = {}
+    for f in flows:
+        for p in f.points:
+            if p.tx_bps is not None:
+                per.setdefault(p.t_ns // bucket_ns, {}).setdefault(f"{f.host}|{f.flow}", []).append(p.tx_bps)
+    return [(b * bucket_ns, sum(statistics.fmean(v) for v in by_flow.values())) for b, by_flow in sorted(per.items())]
+
+
+def throughput_drop(series: list[tuple[int, float]]) -> float | None:
+    """The last third's median rate as a share of the first third's; None with too few points."""
+    if len(series) < 3:
+        return None
+    third = len(series) // 3
+    before = statistics.median(v for _, v in series[:third])
+    after = statistics.median(v for _, v in series[-third:])
+    return after / before if before > 0 else None
+
+
+def load_on(hop: Hop, flows: list[Flow], since_ns: int) -> dict[str | None, float]:
+    """Rate crossing a hop (the same direction, where known) since `since_ns`, by job (None: no job)."""
+    name, way = hop
+    out: dict[str | None, float] = {}
+    for f in flows:
+        if any(n == name and (not way or not w or w == way) for n, w in f.hops):
+            rate = median(p.tx_bps for p in f.points if p.t_ns >= since_ns) or 0.0
+            out[f.jobid] = out.get(f.jobid, 0.0) + rate
+    return out

@@ -1,0 +1,168 @@
+"""What the root cause reads, turned from stored samples and events into its model; and the route
+`GET /api/v1/jobs/{jobid}/why?since=5m`.
+
+Flows come from the workload pushes over the window: every job's (`job_flow_*`, labelled
+`jobid`) and the busy flows of no job (`other_flow_*`). A flow's links: its plane from its local
+address, its peer from its remote one, and the switch it crosses where its agent traced it
+(`job_flow_path` / `other_flow_path`, label `via`); without one, only the links every path
+between the two hosts shares. Probe floors and their links: the OWD matrix and the path map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fastapi import APIRouter, HTTPException, Query
+
+from clockfabric.controller import jobs
+from clockfabric.controller.detectors.base import LinkIndex
+from clockfabric.controller.detectors.congestion import orient
+from clockfabric.controller.fleet import Fleet
+from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, ProbePath
+from clockfabric.controller.rootcause_verdict import Fabric, why
+from clockfabric.controller.storage.base import Event, Sample, Storage
+from clockfabric.errors import ClockfabricError
+from clockfabric.topology import Topology, interfaces
+from clockfabric.units import parse_duration
+from clockfabric.workload.flows import parse_flow_label
+
+# sample name -> FlowPoint field; a flow of no job is pushed as other_flow_<stat>
+POINT_STATS = {"tx_bps": "tx_bps", "rtt_us": "rtt_us", "owd_p50_us": "owd_us"}
+PATH_STAT = "path"  # value: unused; labels: via (the switch the flow crosses), dscp where known
+PAGE = 5_000
+MAX_SAMPLES = 500_000  # a window this busy is cut short rather than hold the controller
+
+
+def stored(storage: Storage, name: str, since_ns: int) -> list[Sample]:
+    out: list[Sample] = []
+    after = 0
+    while len(out) < MAX_SAMPLES:
+        page = storage.samples(name=name, since_ns=since_ns, after_id=after, limit=PAGE)
+        out += page
+        if len(page) < PAGE or page[-1].id is None:
+            return out
+        after = page[-1].id
+    return out
+
+
+def stored_events(storage: Storage, since_ns: int) -> list[Event]:
+    out: list[Event] = []
+    after = 0
+    while len(out) < MAX_SAMPLES:
+        page = storage.events(since_ns=since_ns, after_id=after, limit=1000)
+        out += page
+        if len(page) < 1000 or page[-1].id is None:
+            return out
+        after = page[-1].id
+    return out
+
+
+class Places:
+    """Addresses to hosts and planes, and the links a flow crosses, from the topology."""
+
+    def __init__(self, topology: Topology | None, host_addresses: dict[str, str]):
+        self.topology = topology
+        self.links = LinkIndex(topology)
+        self.by_address = dict(host_addresses)  # address -> host
+        self.port_of = {str(i.address.ip): p for p, i in interfaces(topology).items()} if topology else {}
+        if topology:
+            self.by_address |= {a: p.node for a, p in self.port_of.items() if p.node in topology.hosts}
+            self.by_address |= {str(h.address): name for name, h in topology.hosts.items()}
+
+    def plane(self, host: str, address: str, via: str | None) -> int | None:
+        """The plane of the NIC that owns `address`; for another address of the host (its own,
+        routed over the fabric), the plane of the switch it was traced through, or its only one."""
+        topo = self.topology
+        if topo is None or host not in topo.hosts:
+            return None
+        port = self.port_of.get(address)
+        if port is not None:
+            return topo.plane_of(port) if port.node == host else None
+        if address != str(topo.hosts[host].address):
+            return None
+        if via in topo.switches:
+            return topo.switches[via].plane
+        planes = {n.plane for n in topo.hosts[host].nics}
+        return planes.pop() if len(planes) == 1 else None
+
+    def hops(self, host: str, peer: str | None, plane: int | None, via: str | None) -> tuple:
+        topo = self.topology
+        if topo is None or peer not in topo.hosts or host not in topo.hosts or plane is None:
+            return ()
+        names = topo.links_through(host, peer, plane, via if via in topo.switches else None)
+        return tuple(orient(self.links, host, names))
+
+
+def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
+    """Samples of job_flow_* and other_flow_* into flows with their readings."""
+    readings: dict[tuple[str, str, str | None], dict[int, dict]] = {}
+    paths: dict[tuple[str, str, str | None], dict[str, str]] = {}
+    for s in samples:
+        kind, _, stat = s.name.partition("_flow_")
+        jobid = s.labels.get("jobid") if kind == "job" else None
+        key = (s.host, s.labels.get("flow", ""), jobid)
+        if stat == PATH_STAT:
+            paths[key] = s.labels
+        elif stat in POINT_STATS:
+            readings.setdefault(key, {}).setdefault(s.t_ns, {})[POINT_STATS[stat]] = s.value
+    out = []
+    for (host, label, jobid), by_t in readings.items():
+        if (fk := parse_flow_label(label)) is None:
+            continue
+        path = paths.get((host, label, jobid), {})
+        via, dscp = path.get("via") or None, path.get("dscp", "")
+        peer, plane = places.by_address.get(fk.remote), places.plane(host, fk.local, via)
+        out.append(Flow(host, label, jobid, peer, plane, places.hops(host, peer, plane, via),
+                        int(dscp) if dscp.isdigit() else None,
+                        tuple(FlowPoint(t, **v) for t, v in sorted(by_t.items()))))
+    return out
+
+
+def probe_paths(storage: Storage, path_map: list[dict], places: Places) -> list[ProbePath]:
+    latest = {name: {(s.labels.get("src"), s.labels.get("dst"), s.labels.get("path")): s.value
+                     for s in storage.latest_samples(name)} for name in ("owd_floor_ns", "owd_p50_ns")}
+    links = {(m["src"], m["dst"], m["path"]): m["links"] for m in path_map}
+    return [ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))), floor / 1e3,
+                      None if (p50 := latest["owd_p50_ns"].get((src, dst, path))) is None else p50 / 1e3)
+            for (src, dst, path), floor in latest["owd_floor_ns"].items() if src and dst]
+
+
+def link_events(events: Iterable[Event], places: Places) -> list[LinkEvent]:
+    return [LinkEvent(e.t_ns, places.links.key(e.host, e.device) if e.kind.startswith("link_") else "", e.kind)
+            for e in events if e.kind in ("link_down", "link_up") or e.kind.startswith("failover_")]
+
+
+def gather(fleet: Fleet, now_ns: int, since_ns: int) -> tuple[list[Flow], Fabric]:
+    storage = fleet.storage
+    topology = fleet.monitor.topology if fleet.monitor else None
+    places = Places(topology, {h.info["address"]: h.name for h in storage.hosts() if h.info.get("address")})
+    names = [f"{kind}_flow_{stat}" for kind in ("job", "other") for stat in [*POINT_STATS, PATH_STAT]]
+    flows = flows_from((s for name in names for s in stored(storage, name, since_ns)), places)
+    classes = topology.classes if topology else None
+    fabric = Fabric(probe_paths(storage, fleet.monitor.path_map() if fleet.monitor else [], places),
+                    {lk.name: float(lk.rate_bps) for lk in topology.links} if topology else {},
+                    link_events(stored_events(storage, since_ns), places),
+                    classes.collective_dscp if classes else None)
+    return flows, fabric
+
+
+def router(fleet: Fleet, auth: list) -> APIRouter:
+    """The route, wanting `auth`; included before the jobs routes, whose `{jobid:path}` would take it."""
+    api = APIRouter(dependencies=auth)
+
+    @api.get("/api/v1/jobs/{jobid:path}/why")
+    def job_why(jobid: str, since: str = Query("5m", description="The window: 30s, 5m, 1h")) -> dict:
+        """Why job `jobid` is slow: a verdict in one sentence, its evidence, and each flow judged."""
+        try:
+            window_ns = round(parse_duration(since) * 1e9)
+        except (ValueError, ClockfabricError) as e:
+            raise HTTPException(422, f"since: {e}") from None
+        if window_ns <= 0:
+            raise HTTPException(422, "since must be above zero")
+        if jobid not in jobs.processes_by_job(fleet.storage.latest_samples(jobs.PROCESS), fleet.clock()):
+            raise HTTPException(404, f"no job {jobid!r}")
+        now = fleet.clock()
+        flows, fabric = gather(fleet, now, now - window_ns)
+        return why(jobid, flows, fabric, now, window_ns)
+
+    return api

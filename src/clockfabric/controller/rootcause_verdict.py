@@ -1,0 +1,190 @@
+"""One verdict for a job over a window, in one sentence, with its evidence. Pure (see rootcause).
+
+In order, the first that holds:
+  misconfigured (class)      a flow's DSCP is not the fabric's collective class
+  misconfigured (interface)  a flow leaves on no fabric NIC, or off the plane the job's others share
+  flapping link X            link events on a link the job's flows cross, while it suffers
+  congestion ... on link X   network-slow flows, and the hop they share that no healthy sibling
+                             crosses: loaded by another job, by flows of no job, or by the job itself
+  degraded link X            ... queueing while carrying under half its configured rate
+  straggler host H           no flow slow in the network; the starved flows all leave one host
+  healthy                    not the network: every flow at its floor
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from clockfabric.controller.rootcause import (
+    Flow,
+    FlowStats,
+    Hop,
+    LinkEvent,
+    ProbePath,
+    Thresholds,
+    job_flows,
+    load_on,
+    throughput,
+    throughput_drop,
+)
+
+VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "congestion_other_job",
+            "congestion_non_job", "congestion_own", "degraded_link", "slow_unlocated", "straggler_host",
+            "healthy", "no_flows")
+SUFFERING_DROP = 0.8  # the job's throughput under this share of its start: it suffers
+FLAP_EVENTS = 2  # transitions on one link in the window that make it flapping
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """What the controller knows besides the flows."""
+
+    floors: list[ProbePath] = field(default_factory=list)
+    link_rates: dict[str, float] = field(default_factory=dict)  # configured bits per second, by link name
+    events: list[LinkEvent] = field(default_factory=list)
+    collective_dscp: tuple[int, ...] | None = None  # None: the fabric has no traffic classes
+
+
+def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: int,
+        limits: Thresholds | None = None) -> dict:
+    """The verdict for `jobid` over (now - window, now]: {verdict, sentence, link, culprit, evidence}."""
+    limits = limits or Thresholds()
+    since = now_ns - window_ns
+    stats = job_flows(flows, jobid, since, now_ns, limits, fabric.floors)
+    series = throughput([f for f in flows if f.jobid == jobid and f.points])
+    drop = throughput_drop([(t, v) for t, v in series if t >= since])
+    base = {"jobid": jobid, "since_ns": since, "now_ns": now_ns, "throughput": series, "throughput_ratio": drop,
+            "flows": [s.row() for s in stats]}
+    if not stats:
+        return {**base, **_verdict("no_flows", f"job {jobid} sent nothing the agents saw in the window")}
+    recent = max(since, now_ns - limits.recent_ns)
+    found = (_misconfigured(stats, fabric) or _flapping(stats, fabric, since, drop)
+             or _network(jobid, stats, flows, fabric, recent, limits) or _straggler(stats) or _healthy(stats))
+    return {**base, **found}
+
+
+def _verdict(kind: str, sentence: str, link: str | None = None, culprit: str | None = None,
+             evidence: dict | None = None) -> dict:
+    return {"verdict": kind, "sentence": sentence, "link": link, "culprit": culprit, "evidence": evidence or {}}
+
+
+def _names(stats: list[FlowStats]) -> list[str]:
+    return [f"{s.flow.host} {s.flow.flow}" for s in stats]
+
+
+def _misconfigured(stats: list[FlowStats], fabric: Fabric) -> dict | None:
+    wanted = fabric.collective_dscp
+    if wanted:
+        wrong = [s for s in stats if s.flow.dscp is not None and s.flow.dscp not in wanted]
+        if wrong:
+            marks = sorted({s.flow.dscp for s in wrong if s.flow.dscp is not None})
+            return _verdict("misconfigured_class",
+                            f"misconfigured job: {len(wrong)} of its flows mark DSCP {', '.join(map(str, marks))}, "
+                            f"not the collective class ({', '.join(map(str, wanted))}): they queue with best-effort "
+                            "traffic",
+                            evidence={"flows": _names(wrong), "dscp": marks, "collective_dscp": list(wanted)})
+    planes = Counter(s.flow.plane for s in stats)
+    plane, n = planes.most_common(1)[0]
+    if plane is None or n * 2 <= len(stats):
+        return None  # no plane most flows share: nothing to call wrong
+    off = [s for s in stats if s.flow.plane != plane]
+    if not off:
+        return None
+    where = ", ".join(f"{s.flow.host} {s.flow.flow} on " + ("no fabric NIC" if s.flow.plane is None
+                                                           else f"plane {s.flow.plane}") for s in off)
+    return _verdict("misconfigured_interface",
+                    f"misconfigured job: {len(off)} flows leave on the wrong interface ({where}); "
+                    f"its other flows use plane {plane}", evidence={"flows": _names(off), "plane": plane})
+
+
+def _flapping(stats: list[FlowStats], fabric: Fabric, since: int, drop: float | None) -> dict | None:
+    suffering = any(s.network_slow or s.starved for s in stats) or (drop is not None and drop < SUFFERING_DROP)
+    if not suffering:
+        return None
+    crossed = {name for s in stats for name, _ in s.flow.hops}
+    recent = [e for e in fabric.events if e.t_ns >= since]
+    per_link = Counter(e.link for e in recent if e.link in crossed and e.kind in ("link_down", "link_up"))
+    if not per_link or per_link.most_common(1)[0][1] < FLAP_EVENTS:
+        return None
+    link, count = per_link.most_common(1)[0]
+    failovers = [e for e in recent if e.kind.startswith("failover")]
+    hit = [s for s in stats if any(name == link for name, _ in s.flow.hops)]
+    return _verdict("flapping_link",
+                    f"flapping link {link}: {count} downs and ups in the window, {len(failovers)} failovers; "
+                    f"{len(hit)} of the job's flows cross it", link,
+                    evidence={"events": [[e.t_ns, e.link, e.kind] for e in recent if e.link == link or e in failovers],
+                              "flows": _names(hit), "throughput_ratio": drop})
+
+
+def blame(slow: list[FlowStats], healthy: list[FlowStats]) -> list[Hop]:
+    """The hops the most network-slow flows cross that no healthy sibling crosses the same way."""
+    cleared = {h for s in healthy for h in s.flow.hops}
+    counts = Counter(h for s in slow for h in s.flow.hops if h not in cleared)
+    if not counts:
+        return []
+    top = counts.most_common(1)[0][1]
+    return [h for h, n in counts.items() if n == top]
+
+
+def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabric, since: int,
+             limits: Thresholds) -> dict | None:
+    slow = [s for s in stats if s.network_slow]
+    if not slow:
+        return None
+    evidence: dict[str, object] = {"slow_flows": [s.row() for s in slow]}
+    hops = blame(slow, [s for s in stats if not s.network_slow])
+    if not hops:
+        return _verdict("slow_unlocated", f"{len(slow)} flows of job {jobid} are slow in the network "
+                        f"({'; '.join(slow[0].why)}), but no link they share can be named", evidence=evidence)
+
+    def load(hop: Hop) -> dict[str | None, float]:
+        return load_on(hop, flows, since)
+
+    def foreign(hop: Hop) -> float:
+        return sum(v for j, v in load(hop).items() if j != jobid)
+
+    order = {h: i for i, h in enumerate(slow[0].flow.hops)}  # equal loads: the first on the way queues
+    hop = max(hops, key=lambda h: (foreign(h), -order.get(h, len(order))))
+    link, on_link = hop[0], load(hop)
+    rate = fabric.link_rates.get(link)
+    others = {j: v for j, v in on_link.items() if j not in (jobid, None)}
+    non_job, own, total = on_link.get(None, 0.0), on_link.get(jobid, 0.0), sum(on_link.values())
+    busy = limits.busy_share * rate if rate else 0.0
+    where = f"{link} ({hop[1].replace('>', ' -> ')})" if hop[1] else link
+    evidence |= {"direction": hop[1] or None, "link_rate_bps": rate,
+                 "load_bps": {("(no job)" if j is None else j): v for j, v in on_link.items()}}
+    lead = f"{len(slow)} of job {jobid}'s flows are slow ({slow[0].why[0]})"
+    top_other = max(others, key=lambda j: others[j]) if others else None
+    if top_other is not None and others[top_other] >= max(busy, non_job):
+        return _verdict("congestion_other_job", f"congestion from job {top_other} on link {where}: {lead}; "
+                        f"{top_other} sends {others[top_other] / 1e6:.0f} Mbit/s over it",
+                        link, top_other, evidence)
+    if non_job >= busy and non_job > 0:
+        return _verdict("congestion_non_job", f"congestion from traffic of no job on link {where}: {lead}; "
+                        f"flows of no job send {non_job / 1e6:.0f} Mbit/s over it", link, "(no job)", evidence)
+    if rate and total < limits.degraded_share * rate:
+        return _verdict("degraded_link", f"degraded link {where}: {lead}, yet it carries only "
+                        f"{total / 1e6:.0f} Mbit/s of its configured {rate / 1e6:.0f} Mbit/s", link, evidence=evidence)
+    return _verdict("congestion_own", f"congestion on link {where} from job {jobid}'s own flows: {lead}; "
+                    f"they send {own / 1e6:.0f} Mbit/s over it", link, jobid, evidence)
+
+
+def _straggler(stats: list[FlowStats]) -> dict | None:
+    starved = [s for s in stats if s.starved]
+    hosts = {s.flow.host for s in starved}
+    if len(hosts) != 1:
+        return None
+    host = hosts.pop()
+    if any(not s.starved for s in stats if s.flow.host == host):
+        return None  # some of its flows keep pace: not the host
+    return _verdict("straggler_host", f"not the network: straggler host {host}: its {len(starved)} flows idle "
+                    "while their delay sits at the floor, and the other ranks wait for it", culprit=host,
+                    evidence={"flows": _names(starved), "why": [w for s in starved for w in s.why]})
+
+
+def _healthy(stats: list[FlowStats]) -> dict:
+    delays = sorted(s.delay_us for s in stats if s.delay_us is not None)
+    mid = f", median delay {delays[len(delays) // 2]:.0f} us" if delays else ""
+    return _verdict("healthy", f"not the network: all {len(stats)} flows at their floor{mid}, none far from "
+                    "its siblings", evidence={"flows": len(stats)})

@@ -1,0 +1,129 @@
+"""Root cause on recorded multi-flow timelines: one fixture per verdict class, and a healthy
+pair of jobs with background traffic."""
+
+from __future__ import annotations
+
+import pytest
+
+from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, Thresholds, job_flows
+from clockfabric.controller.rootcause_verdict import Fabric, why
+from tests.unit.rootcause_timelines import NOW, S, fabric, flow, ring
+
+WINDOW = 60 * S
+SLOW = (80, 2000)  # Mbit/s, RTT us: a flow behind a queue
+
+
+def verdict(flows: list[Flow], fab: Fabric | None = None, jobid: str = "A") -> dict:
+    return why(jobid, flows, fab or fabric(), NOW, WINDOW)
+
+
+def test_congestion_from_another_job_names_the_link_and_the_job():
+    flows = ring("A", h1=SLOW) + [flow("h0", "h3", "spine1", "B", 700, 60, then=(700, 2000))]
+    v = verdict(flows)
+    assert v["verdict"] == "congestion_other_job"
+    assert (v["link"], v["culprit"]) == ("leaf0--spine1", "B")
+    assert "job B" in v["sentence"] and "leaf0--spine1" in v["sentence"]
+    assert [f["flow"] for f in v["evidence"]["slow_flows"]] == [flows[2].flow]
+    assert v["evidence"]["load_bps"]["B"] == pytest.approx(700e6, rel=0.05)
+
+
+def test_congestion_from_flows_of_no_job():
+    flows = ring("A", h1=SLOW) + [flow("h0", "h3", "spine1", None, 700, 60, then=(700, 2000))]
+    v = verdict(flows)
+    assert (v["verdict"], v["link"], v["culprit"]) == ("congestion_non_job", "leaf0--spine1", "(no job)")
+
+
+def test_degraded_link_queues_while_carrying_little():
+    # two slow flows over spine1 and a healthy one from h1: only leaf0 -> spine1 and spine1 -> leaf1 stay
+    # suspect, and the first on the way is named
+    v = verdict(ring("A", h1=SLOW) + [flow("h0", "h2", "spine1", "A", 300, 60, port=5001, then=SLOW),
+                                      flow("h1", "h2", "spine0", "A", 300, 60, port=5002)])
+    assert (v["verdict"], v["link"]) == ("degraded_link", "leaf0--spine1")
+    assert "configured 1000 Mbit/s" in v["sentence"]
+
+
+def test_flapping_link_with_its_events():
+    events = [LinkEvent(NOW - t * S, "leaf0--spine1", kind)
+              for t, kind in ((40, "link_down"), (38, "link_up"), (20, "link_down"), (18, "link_up"))]
+    events.append(LinkEvent(NOW - 39 * S, "", "failover_plane_down"))
+    v = verdict(ring("A", h1=(20, 60)), fabric(events))
+    assert (v["verdict"], v["link"]) == ("flapping_link", "leaf0--spine1")
+    assert "4 downs and ups" in v["sentence"] and "1 failovers" in v["sentence"]
+    assert len(v["evidence"]["events"]) == 5
+
+
+def test_link_events_while_the_job_is_fine_are_not_its_cause():
+    events = [LinkEvent(NOW - t * S, "leaf0--spine1", k) for t, k in ((40, "link_down"), (38, "link_up"))]
+    assert verdict(ring("A"), fabric(events))["verdict"] == "healthy"
+
+
+def test_misconfigured_class_by_dscp():
+    flows = ring("A", h1=SLOW)
+    flows[2] = Flow(**{**flows[2].__dict__, "dscp": 0})
+    v = verdict(flows)
+    assert v["verdict"] == "misconfigured_class"
+    assert v["evidence"]["dscp"] == [0] and v["evidence"]["flows"] == [f"h1 {flows[2].flow}"]
+
+
+def test_dscp_is_not_judged_without_traffic_classes():
+    flows = ring("A")
+    flows[0] = Flow(**{**flows[0].__dict__, "dscp": 0})
+    assert verdict(flows, Fabric(collective_dscp=None))["verdict"] == "healthy"
+
+
+@pytest.mark.parametrize("plane", [None, 1])
+def test_misconfigured_interface(plane):
+    flows = ring("A")
+    flows[3] = Flow(**{**flows[3].__dict__, "plane": plane})
+    v = verdict(flows)
+    assert v["verdict"] == "misconfigured_interface"
+    assert v["evidence"]["flows"] == [f"h3 {flows[3].flow}"] and v["evidence"]["plane"] == 0
+
+
+def test_straggler_host_its_flows_idle_at_their_floor():
+    v = verdict(ring("A", h2=(20, 60)))
+    assert (v["verdict"], v["culprit"]) == ("straggler_host", "h2")
+    assert v["sentence"].startswith("not the network")
+    assert v["throughput_ratio"] < 0.8
+
+
+def test_healthy_with_background_traffic():
+    flows = ring("A") + ring("B", mbps=200) + [flow("h0", "h3", "spine1", None, 300, 70, port=6000)]
+    v = verdict(flows)
+    assert v["verdict"] == "healthy" and v["sentence"].startswith("not the network")
+    assert not any(f["network_slow"] or f["starved"] for f in v["flows"])
+
+
+def test_slow_flows_with_no_path_map_are_not_pinned_on_a_link():
+    flows = [Flow(**{**f.__dict__, "hops": ()}) for f in ring("A", h1=SLOW)]
+    v = verdict(flows, fabric(floors=False))
+    assert v["verdict"] == "slow_unlocated" and v["link"] is None
+
+
+def test_a_job_with_no_readings():
+    assert verdict(ring("B"))["verdict"] == "no_flows"
+
+
+def test_receiving_ends_are_not_starved_senders():
+    receivers = [flow(d, s, "spine0", "A", 0, 60, port=7000 + i)
+                 for i, (s, d) in enumerate([("h0", "h2"), ("h1", "h3")])]
+    v = verdict(ring("A") + receivers)
+    assert v["verdict"] == "healthy" and len(v["flows"]) == 4
+
+
+def test_a_lone_flow_is_held_to_its_probe_floor_and_inband_owd_wins_over_rtt():
+    lone = [flow("h0", "h2", "spine0", "A", 300, 60, owd_us=400)]
+    (stats,) = job_flows(lone, "A", NOW - WINDOW, NOW, Thresholds(), fabric().floors)
+    assert stats.delay_source == "inband" and stats.network_slow
+    assert "probe floor 12 us" in stats.why[0]
+    (fallback,) = job_flows([flow("h0", "h2", "spine0", "A", 300, 60)], "A", NOW - WINDOW, NOW, Thresholds(),
+                            fabric().floors)
+    assert fallback.delay_source == "rtt/2" and not fallback.network_slow  # 30 us: within RTT/2's margin
+
+
+def test_a_fault_is_judged_on_the_latest_readings():
+    early = ring("A", h1=SLOW)  # slow from the middle of the window: judged slow now
+    assert verdict(early)["verdict"] != "healthy"
+    later = tuple(FlowPoint(NOW + i * S, 300e6, 60) for i in range(1, 12))
+    recovered = [Flow(**{**f.__dict__, "points": f.points + later}) for f in early]
+    assert why("A", recovered, fabric(), NOW + 11 * S, WINDOW)["verdict"] == "healthy"

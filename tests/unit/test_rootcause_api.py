@@ -1,0 +1,80 @@
+"""`GET /api/v1/jobs/{jobid}/why` on pushed samples, and the stored samples turned into flows with
+their planes and links."""
+
+from __future__ import annotations
+
+from clockfabric.controller.rootcause_inputs import Places, flows_from, link_events
+from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.topology.generators import leafspine
+from tests.unit.test_jobs_api import AUTH, env, flow, process, push  # noqa: F401 - env is a fixture
+
+S = 10**9
+
+
+def test_why_names_the_slow_flow_against_its_siblings(env):  # noqa: F811
+    client, clock = env
+    push(client, "h3", "10.0.0.3", [])
+    for second in range(12):
+        clock.now += S
+        push(client, "h1", "10.0.0.1", [process("J", 100, 0),
+                                         *flow("J", "10.0.0.1:40000->10.0.0.2:5201", tx_bps=4e8, rtt_us=60),
+                                         *flow("J", "10.0.0.1:40001->10.0.0.3:5201", tx_bps=4e8,
+                                               rtt_us=60 if second < 4 else 3000)])
+        push(client, "h2", "10.0.0.2", [process("J", 200, 1),
+                                         *flow("J", "10.0.0.2:40002->10.0.0.3:5201", tx_bps=4e8, rtt_us=70)])
+    r = client.get("/api/v1/jobs/J/why", headers=AUTH, params={"since": "30s"})
+    assert r.status_code == 200, r.text
+    found = r.json()
+    assert found["verdict"] == "slow_unlocated"  # no topology here: no link to name
+    slow = [f for f in found["flows"] if f["network_slow"]]
+    assert [(f["host"], f["flow"], f["peer"]) for f in slow] == [("h1", "10.0.0.1:40001->10.0.0.3:5201", "h3")]
+    assert slow[0]["delay_source"] == "rtt/2"
+
+
+def test_why_of_an_unknown_job_and_a_bad_window(env):  # noqa: F811
+    client, _ = env
+    assert client.get("/api/v1/jobs/nope/why", headers=AUTH).status_code == 404
+    push(client, "h1", "10.0.0.1", [process("J", 100, 0)])
+    r = client.get("/api/v1/jobs/J/why", headers=AUTH, params={"since": "soon"})
+    assert r.status_code == 422 and "since" in r.text
+    assert client.get("/api/v1/jobs/J/why", headers=AUTH).json()["verdict"] == "no_flows"
+    assert client.get("/api/v1/jobs/J", headers=AUTH).json()["jobid"] == "J"  # the job's own route still answers
+
+
+def test_stored_samples_become_flows_with_plane_and_links():
+    topo = leafspine(4, 2, 2)
+    places = Places(topo, {})
+    label = "10.64.0.0:40000->10.64.0.4:5201"  # h0's NIC to h2's
+    samples = [Sample("h0", t * S, f"job_flow_{stat}", v, {"jobid": "A", "flow": label})
+               for t in (1, 2) for stat, v in (("tx_bps", 5e8), ("rtt_us", 80.0))]
+    samples.append(Sample("h0", 2 * S, "job_flow_path", 1.0, {"jobid": "A", "flow": label, "via": "spine1",
+                                                              "dscp": "26"}))
+    samples.append(Sample("h1", 2 * S, "other_flow_tx_bps", 9e8, {"flow": "10.0.0.2:5000->10.0.0.4:6000"}))
+    by_host = {f.host: f for f in flows_from(samples, places)}
+    a, other = by_host["h0"], by_host["h1"]
+    assert (a.jobid, a.peer, a.plane, a.dscp, len(a.points)) == ("A", "h2", 0, 26, 2)
+    assert [h for h, _ in a.hops][1] == "leaf0:swp4--spine1:swp1" and a.hops[1][1] == "leaf0>spine1"
+    assert (other.jobid, other.peer, other.plane) == (None, "h3", 0)  # the host's own address, its one plane
+    assert len(other.hops) == 2  # no trace: only the links every path shares
+
+
+def test_link_events_are_named_after_their_link():
+    topo = leafspine(4, 2, 2)
+    events = [Event("h0", 1, "b", 5, "link_down", "eth0"), Event("h0", 2, "b", 6, "agent_start"),
+              Event("h0", 3, "b", 7, "failover_plane_down", "h2")]
+    assert [(e.link, e.kind) for e in link_events(events, Places(topo, {}))] == [
+        ("h0:eth0--leaf0:swp1", "link_down"), ("", "failover_plane_down")]
+
+
+def test_the_cli_page_shows_the_sentence_and_each_flow_judged():
+    from clockfabric.cli.job_why_view import show_why
+    from clockfabric.console import out
+    from clockfabric.controller.rootcause_verdict import why
+    from tests.unit.rootcause_timelines import NOW, fabric, flow, ring
+
+    found = why("A", ring("A", h1=(80, 2000)) + [flow("h0", "h3", "spine1", "B", 700, 60)], fabric(), NOW, 60 * S)
+    with out.capture() as page:
+        show_why(found)
+    text = page.get()
+    assert "congestion from job B on link leaf0--spine1" in text
+    assert "slow (network)" in text and text.count(" ok") == 3
