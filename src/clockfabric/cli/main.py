@@ -114,7 +114,7 @@ def main() -> None:
         _error(f"{e.format_message()}{hint}")
     except ClockfabricError as e:
         _error(str(e))
-    except (KeyboardInterrupt, CLICK.Abort):  # before the command began
+    except (KeyboardInterrupt, typer.Abort):  # before the command began
         err.print("interrupted")
         sys.exit(130)
     if code == 130:  # typer's exit for an interrupted command, after its cleanup ran
