@@ -6,6 +6,8 @@ import struct
 
 import pytest
 
+from clockfabric.auth import seal
+
 from clockfabric.probe.wire import (
     HEADER_SIZE,
     IP_UDP_ETH_OVERHEAD,
@@ -172,5 +174,5 @@ def test_exchange_wire_bytes_matches_the_packets_of_one_exchange():
     total = sum(len(encode(p)) + seal.OVERHEAD + IP_UDP_ETH_OVERHEAD for p in out + back)
     assert exchange_wire_bytes() == total
     assert IP_UDP_ETH_OVERHEAD == 42
-    assert exchange_wire_bytes() == 6 * 42 + 5 * 12 + 48 == 360
+    assert exchange_wire_bytes() == 6 * (42 + 34) + 5 * 12 + 48 == 564
 

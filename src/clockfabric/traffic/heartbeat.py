@@ -26,8 +26,8 @@ spines, from a trace of the candidates (failover.py does it with probe.paths.tra
 
 Version 2 adds what transparent mode (steer.py) needs: each heartbeat carries its send time,
 and the standing queue its sender sees on each of the receiver's paths toward it, so every host
-learns the queueing in the direction it *sends*. Version 1 peers are answered in version 1
-(their agents read no other length), and their heartbeats are understood.
+learns the queueing in the direction it *sends*. Version 1 heartbeats are answered in version 1
+(their agents read no other length), and understood, once sealed as every heartbeat is.
 
 Every heartbeat is sealed with the fleet key (auth/seal.py): a forged or replayed one is
 counted and dropped, so no host without the key can make a path look alive, or dead.
