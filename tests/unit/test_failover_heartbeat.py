@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from clockfabric.auth import seal
 from clockfabric.traffic import flows
 from clockfabric.traffic.heartbeat import Heartbeat, Liveness
 
@@ -90,7 +91,8 @@ def test_strangers_and_garbage_are_counted_not_trusted(pair):
         s.bind((A, 0))
         s.sendto(b"junk", (B, 47290))
     b.tick(0.0)
-    assert b.counters["bad_heartbeats"] == 2 and b.reports == {}
+    assert b.counters["bad_heartbeats"] == 1 and b.reports == {}  # the stranger
+    assert b.sealer.rejected == {"short": 1}  # the junk: not even a seal's trailer
 
 
 def test_flows_parse_proc_net_tcp():
@@ -122,7 +124,7 @@ def test_place_puts_each_path_on_a_spine_of_its_own():
         assert a.via == {("b", 0, 0): 0, ("b", 0, 1): 3}  # path 0 keeps its own socket
         a.send(0.0, nics_down=0, up={0})
         data, (_, sport) = b1.recvfrom(512)
-        assert sport == 47293 and Heartbeat.unpack(data).port == 1
+        assert sport == 47293 and Heartbeat.unpack(data[:-seal.OVERHEAD]).port == 1
         # nothing answered (a peer under our own leaf): every path stays on its own socket
         assert a.place("b", 0, {0: {47290: None}, 1: {}}) == {0: None, 1: None}
         assert a.via == {("b", 0, 0): 0, ("b", 0, 1): 1}

@@ -6,6 +6,8 @@ import struct
 
 import pytest
 
+from clockfabric.auth import seal
+
 from clockfabric.probe.wire import (
     HEADER_SIZE,
     IP_UDP_ETH_OVERHEAD,
@@ -166,11 +168,11 @@ def test_fuzz_plausible_packets_only_ever_raise_malformed():
 
 def test_exchange_wire_bytes_matches_the_packets_of_one_exchange():
     """One exchange: WARMUP, PROBE0, PROBE1 out; WARMUP, REPLY0, REPLY1 back; each datagram
-    pays the IP, UDP and Ethernet headers."""
+    pays the IP, UDP and Ethernet headers, and its seal."""
     out = [Packet(WARMUP, 1, 2), Packet(PROBE0, 1, 2), Packet(PROBE1, 1, 2)]
     back = [Packet(WARMUP, 1, 2), Packet(REPLY0, 1, 2, (EPOCH, EPOCH), 1, (EPOCH, EPOCH)), Packet(REPLY1, 1, 2)]
-    total = sum(len(encode(p)) + IP_UDP_ETH_OVERHEAD for p in out + back)
+    total = sum(len(encode(p)) + seal.OVERHEAD + IP_UDP_ETH_OVERHEAD for p in out + back)
     assert exchange_wire_bytes() == total
     assert IP_UDP_ETH_OVERHEAD == 42
-    assert exchange_wire_bytes() == 6 * 42 + 5 * 12 + 48 == 360
+    assert exchange_wire_bytes() == 6 * (42 + 34) + 5 * 12 + 48 == 564
 

@@ -6,6 +6,8 @@ import socket
 
 import pytest
 
+from clockfabric.auth import seal
+from clockfabric.auth.seal import HEARTBEAT, Sealer
 from clockfabric.traffic.heartbeat import FORMAT, Heartbeat, Liveness
 from clockfabric.traffic.steer import Steering
 from clockfabric.traffic.steer_decide import (
@@ -126,7 +128,8 @@ def test_a_version_1_peer_is_answered_in_version_1(pair):
     _, b = pair
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
-        s.sendto(Heartbeat(0, 0, 5, 1, 0, 0, version=1).pack(), ("127.0.0.2", 47390))
+        s.sendto(Sealer(HEARTBEAT, "127.0.0.1", None).seal(Heartbeat(0, 0, 5, 1, 0, 0, version=1).pack(),
+                                                           "127.0.0.2")[0], ("127.0.0.2", 47390))
     b.tick(0.0)
     assert b.reports["a"].version == 1 and b.out_queues("a") == {0: None}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as r:
@@ -135,6 +138,7 @@ def test_a_version_1_peer_is_answered_in_version_1(pair):
         b.send(0.1, 0, {0})
         r.settimeout(1.0)
         data = r.recv(512)
+    data = data[:-seal.OVERHEAD]
     assert len(data) == FORMAT.size and Heartbeat.unpack(data).version == 1
 
 

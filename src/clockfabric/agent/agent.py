@@ -23,6 +23,8 @@ from clockfabric.agent.config import CONTROL_PORT, AgentConfig
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.push import link_payload
 from clockfabric.agent.service import SERVICES, Router
+from clockfabric.auth.keys import Keyring
+from clockfabric.auth.seal import CONTROL, HEARTBEAT, PROBE, Rejected, Sealer
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.vclock import CLOCK_ENV, SystemClock, VirtualClock
 from clockfabric.probe import timestamping
@@ -32,6 +34,29 @@ from clockfabric.telemetry.link_watcher import LinkWatcher
 log = logging.getLogger(__name__)
 MAX_MESSAGE = 65_000
 AGENT_NICE = -5
+# what a collective rank on this host asks its agent (collective/claims.py): unsealed, so taken
+# only from this host's own address, which the kernel never accepts from outside (accept_local)
+RANK_MESSAGES = frozenset({"place", "loads", "release"})
+
+
+def fleet_keys(cfg: AgentConfig) -> Keyring | None:
+    """The fleet keys, or None where the operator said --insecure; no key and no --insecure: refused."""
+    if cfg.key_file is not None:
+        return Keyring.load(cfg.key_file)
+    if not cfg.insecure:
+        raise ClockfabricError("the agent needs --key-file (the fleet keys that seal its probes, heartbeats and "
+                               "control messages); --insecure runs without one, and lets any host on the "
+                               "fabric forge probe replies and clock maps")
+    log.warning("INSECURE: no fleet key; any host on the fabric can move this host's clock or silence its paths")
+    return None
+
+
+def _plain_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except ValueError:  # UnicodeDecodeError too
+        return False
+    return True
 
 
 class ReloadingClock:
@@ -72,11 +97,15 @@ class Agent:
         addresses = {h: str(topo.hosts[h].address) for h in topo.hosts}
         clock = ReloadingClock(os.environ[CLOCK_ENV]) if os.environ.get(CLOCK_ENV) else SystemClock()
         rails = [n.name for n in topo.hosts[cfg.host].nics]
+        self.keys = fleet_keys(cfg)
+        self.sealers = {channel: Sealer(channel, address, self.keys) for channel in (PROBE, HEARTBEAT, CONTROL)}
+        self._reload_keys = threading.Event()
         self.timestamping = {r: timestamping.capabilities(r).mode for r in rails}
         try:
             engine = ProbeEngine(address, addresses, cfg.probed, rails=rails, ports=cfg.ports,
                                  base_port=cfg.base_port, interval_s=cfg.probe_interval_s(),
-                                 local_ns=clock.local_ns, seed=cfg.seed, dscp=cfg.probe_dscp)
+                                 local_ns=clock.local_ns, seed=cfg.seed, dscp=cfg.probe_dscp,
+                                 sealer=self.sealers[PROBE])
             control = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             control.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg.probe_dscp << 2)  # clock reports: time traffic
             control.bind((address, CONTROL_PORT))
@@ -85,7 +114,8 @@ class Agent:
                                    f"{cfg.host}, and is no other agent running on it?") from None
         control.setblocking(False)
         self.ctx = AgentContext(cfg, address, addresses, rails, clock, engine, control, LinkWatcher(rails),
-                                publish=lambda: self._publish(clock.now_ns()), push_snapshot=self._for_controller)
+                                publish=lambda: self._publish(clock.now_ns()), push_snapshot=self._for_controller,
+                                sealers=self.sealers)
         # a link going down is acted on and pushed at once, not at the next update
         self.ctx.links.on_change = self.ctx.link_changed
         try:
@@ -101,6 +131,7 @@ class Agent:
     def run(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
+        signal.signal(signal.SIGHUP, lambda *_: self._reload_keys.set())  # read in the loop: the handler takes no lock
         ctx = self.ctx
         ctx.engine.start()
         for s in self.services:
@@ -113,6 +144,9 @@ class Agent:
             while not self.stopping.is_set():
                 if sel.select(max(0.0, min(0.2, min(next_tick, due) - time.monotonic()))):
                     self._receive()
+                if self._reload_keys.is_set() and self.keys is not None:
+                    self._reload_keys.clear()
+                    self.keys.reload()
                 due = self._poll()
                 if time.monotonic() >= next_tick:
                     self._tick()
@@ -135,7 +169,14 @@ class Agent:
             if src not in self.ctx.engine.names:  # only lab/fleet hosts may talk to us
                 self.router.bad_messages += 1
                 continue
-            self.router.deliver(data, (src, sport))
+            if src == self.ctx.address and _plain_json(data):  # a rank's request (a sealed one has a trailer)
+                self.router.deliver(data, (src, sport), RANK_MESSAGES)
+                continue
+            try:
+                opened = self.sealers[CONTROL].open(data, src)
+            except Rejected:  # counted by the sealer, by reason
+                continue
+            self.router.deliver(opened.payload, (src, sport))
 
     def _poll(self) -> float:
         return min((s.poll(time.monotonic()) for s in self.services), default=math.inf)
@@ -166,7 +207,9 @@ class Agent:
         engine = self.ctx.engine
         state = {"host": self.cfg.host, "pid": os.getpid(), "updated_local_ns": now,
                  "reference": self.cfg.reference, "timestamping": self.timestamping, "paths": engine.paths,
-                 "counters": dict(engine.counters, bad_control_messages=self.router.bad_messages)}
+                 "counters": dict(engine.counters, bad_control_messages=self.router.bad_messages),
+                 "auth": {"secure": self.keys is not None, "key_ids": self.keys.ids() if self.keys else [],
+                          "rejected": {s.channel: dict(s.rejected) for s in self.sealers.values()}}}
         for s in self.services:
             state.update(s.report())
         self.ctx.latest = state

@@ -43,11 +43,15 @@ class AgentConfig:
     lldp_interval_s: float = 5.0  # announce "host, NIC" by LLDP this often (lldpd's 30 s); 0: only listen
     collectors: tuple[str, ...] = ()  # telemetry collectors to run besides the default ones
     no_collectors: tuple[str, ...] = ()  # default collectors not to run
+    key_file: Path | None = None  # the fleet keys (auth/keys.py) that seal probes, heartbeats, control messages
+    insecure: bool = False  # run without a key: any host on the fabric can then move this host's clock
     seed: int = 0
     probed: list[str] = field(init=False)
 
     def __post_init__(self):
         hosts = list(self.topology.hosts)
+        if self.key_file is not None and self.insecure:
+            raise ClockfabricError("--key-file and --insecure contradict each other: give one")
         if self.host not in self.topology.hosts:
             raise ClockfabricError(f"host {self.host!r} is not in the topology; hosts are {', '.join(hosts[:5])}...")
         if not 0 <= self.probe_dscp <= 63:

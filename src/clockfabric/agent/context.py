@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from clockfabric.agent.config import CONTROL_PORT
+from clockfabric.auth.seal import CONTROL, Sealer
 from clockfabric.probe import wire
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class AgentContext:
     links: LinkWatcher
     publish: Callable[[], None]  # write the state file now
     push_snapshot: Callable[[], tuple[list[dict], list[dict], dict]]  # what a push to the controller carries
+    sealers: dict[str, Sealer]  # by channel (auth.seal): probes, heartbeats, control messages
     latest: dict | None = None  # the last published state, whole: what /metrics reads
     neighbours: Neighbours | None = None  # the LLDP service's listener, where it runs
     time_source: HostSync | None = None  # the clock service's: the mapping to global time
@@ -56,16 +58,26 @@ class AgentContext:
             wake()
 
     def send(self, host: str, msg: dict) -> None:
-        """A control message to another host's agent, counted in the probe engine's bytes."""
-        data = json.dumps(msg, separators=(",", ":")).encode()
+        """A control message to another host's agent, sealed, counted in the probe engine's bytes."""
+        address = self.addresses[host]
+        data, _ = self.sealers[CONTROL].seal(json.dumps(msg, separators=(",", ":")).encode(), address)
         try:
-            self.control.sendto(data, (self.addresses[host], CONTROL_PORT))
+            self.control.sendto(data, (address, CONTROL_PORT))
             self.engine.counters["control_bytes_sent"] += len(data) + wire.IP_UDP_ETH_OVERHEAD
         except OSError as e:
             log.debug("control message to %s: %s", host, e)
 
     def reply(self, msg: dict, reply_to: tuple[str, int]) -> None:
-        self.control.sendto(json.dumps(msg).encode(), reply_to)
+        """An answer to a collective rank on this host (agent.RANK_MESSAGES): unsealed, as it asked."""
+        try:
+            self.control.sendto(json.dumps(msg).encode(), reply_to)
+        except OSError as e:  # the rank gave up and closed its socket
+            log.debug("answer to %s: %s", reply_to, e)
+
+    def rejected(self, reason: str) -> None:
+        """A sealed control message from a fleet host that its role does not allow (e.g. a map
+        not from the solver): counted with the forged ones."""
+        self.sealers[CONTROL].rejected[reason] += 1
 
     def to_time(self, real_ns: int) -> tuple[int, bool]:
         """A real-clock time as reported to the controller: global once this host is synced."""

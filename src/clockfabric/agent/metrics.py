@@ -47,6 +47,14 @@ def clock_metrics(state: dict) -> list[Metric]:
         for stat in ("min", "p50", "p99", "floor"):
             out.append(Metric(f"clockfabric_owd_{stat}_seconds", row[f"{stat}_ns"] * NS, labels,
                               help=f"One-way delay {stat} over the last window, by synced clocks"))
+    for channel, reasons in state.get("auth", {}).get("rejected", {}).items():
+        for reason, n in reasons.items():
+            out.append(Metric("clockfabric_auth_rejected_total", float(n), {"channel": channel, "reason": reason},
+                              "counter", "Datagrams refused: not sealed by a fleet key, replayed, or from a "
+                              "host whose role does not allow them"))
+    if "auth" in state:
+        out.append(Metric("clockfabric_auth_secure", float(state["auth"]["secure"]),
+                          help="1 if the agent seals and checks its datagrams with a fleet key"))
     for name, value in state.get("counters", {}).items():
         out.append(Metric(f"clockfabric_probe_{name}_total", float(value), kind="counter",
                           help=f"Probe engine counter: {name.replace('_', ' ')}"))

@@ -1,4 +1,7 @@
-"""`clockfabric agent` on every host of a lab, started together and stopped by their own handles."""
+"""`clockfabric agent` on every host of a lab, started together and stopped by their own handles.
+
+Each lab has a fleet key of its own (made on first use, in the lab's folder), which its agents
+are given: a lab's agents seal their datagrams as a fleet's do."""
 
 from __future__ import annotations
 
@@ -8,10 +11,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from clockfabric.auth.keys import new_key_file
 from clockfabric.clock.evaluate import read_states
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import process
 from clockfabric.lab.state import Lab, is_ours
+
+
+def lab_key(lab: Lab) -> Path:
+    """The lab's fleet key file, made the first time it is wanted."""
+    path = lab.dir / "fleet.key"
+    return path if path.exists() else new_key_file(path)
 
 
 class LabAgents:
@@ -27,7 +37,7 @@ class LabAgents:
         self.args = ["--peers", str(peers), "--window", str(window_s), "--update", str(update_s),
                      "--probe-rate", str(probe_rate), "--probe-budget", str(probe_budget),
                      "--reference", self.reference,
-                     "--state-dir", str(self.state_dir), *extra]
+                     "--state-dir", str(self.state_dir), "--key-file", str(lab_key(lab)), *extra]
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:

@@ -12,6 +12,7 @@ the controller; `stop()` in the reverse order of the start. A service registers 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from clockfabric.registry import Registry
 if TYPE_CHECKING:
     from clockfabric.agent.config import AgentConfig
 
+log = logging.getLogger(__name__)
 SERVICES: Registry = Registry("service", load="clockfabric.agent.services")
 
 
@@ -87,13 +89,21 @@ class Router:
                 self.routes[kind] = s
         self.bad_messages = 0
 
-    def deliver(self, data: bytes, reply_to: tuple[str, int]) -> None:
+    def deliver(self, data: bytes, reply_to: tuple[str, int], kinds: frozenset[str] | None = None) -> bool:
+        """Hand one message to its service; False (and counted) if it was not one we take.
+        `kinds`: the only types taken from this sender (None: any). Total: whatever `data` holds,
+        nothing raises out of here, so no message can stop the agent's loop."""
         try:
             msg = json.loads(data)
-            to = self.routes.get(msg["t"])
-            if to is None:
+            to = self.routes.get(msg["t"]) if isinstance(msg, dict) and isinstance(msg.get("t"), str) else None
+            if to is None or (kinds is not None and msg["t"] not in kinds):
                 self.bad_messages += 1
-                return
+                return False
             to.on_message(msg, reply_to)
-        except (ValueError, KeyError, TypeError):  # not JSON, no type, a field missing or of the wrong kind
+            return True
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError):
+            self.bad_messages += 1  # not JSON, a field missing or of the wrong kind or size
+        except Exception:  # a handler's bug: logged, and the loop goes on
             self.bad_messages += 1
+            log.exception("control message from %s", reply_to[0])
+        return False

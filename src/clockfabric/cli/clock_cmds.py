@@ -13,7 +13,7 @@ from rich.table import Table
 
 from clockfabric.agent.agent import Agent
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
-from clockfabric.agent.on_lab import LabAgents
+from clockfabric.agent.on_lab import LabAgents, lab_key
 from clockfabric.clock.evaluate import Sampler, coverage, read_states, since, summary
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
@@ -56,6 +56,12 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                                          help="Push events and summaries to this controller URL."),
           token_file: Path = typer.Option(None, "--token-file", help="The fleet token for --controller."),
           ca_file: str = typer.Option(None, "--ca-file", help="CA to verify an https controller."),
+          key_file: Path = typer.Option(None, "--key-file",
+                                        help="The fleet keys (`id:hexkey` lines) that seal probes, heartbeats and "
+                                             "control messages; reloaded on change or SIGHUP."),
+          insecure: bool = typer.Option(False, "--insecure",
+                                        help="Run without a key file: any host on the fabric can then forge probe "
+                                             "replies and clock maps. Only for a trusted, isolated fabric."),
           probe_budget: float = typer.Option(0.0005, "--probe-budget", min=1e-6, max=0.01,
                                              help="Share of the slowest link the probes may use."),
           probe_dscp: int = typer.Option(PRIORITY_DSCP, "--probe-dscp", min=0, max=63,
@@ -103,12 +109,15 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
         from clockfabric.controller.token import read_token
 
         token = read_token(token_file)
+    if lab_name and not topology and key_file is None and not insecure:
+        key_file = lab_key(lab)  # a lab host: the lab's own key, as its other agents use
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
                       probe_rate=probe_rate, quiet_rate=quiet_rate, probe_budget=probe_budget,
                       metrics_port=metrics_port, probe_dscp=probe_dscp,
                       controller=controller, token=token, ca_file=ca_file, failover=failover,
                       hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,
-                      collectors=tuple(collectors), no_collectors=tuple(no_collectors))).run()
+                      collectors=tuple(collectors), no_collectors=tuple(no_collectors),
+                      key_file=key_file, insecure=insecure)).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),

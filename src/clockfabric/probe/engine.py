@@ -14,6 +14,10 @@ wake-up costs more than reading a few packets, so this keeps the agent's CPU low
 Every probe and reply carries a DSCP (default EF, 46): a fabric that maps it to a
 strict-priority queue lets probes pass the bulk queues a job builds, so the delays they see
 stay the fabric's, not the jobs' (topology/classes.py; docs/clock.md).
+
+Every datagram is sealed with the fleet key (auth/seal.py; docs/security.md): one that is not
+the fleet's, or is a replay, is counted and dropped before it is read; a reply must echo the
+nonce of the probe it answers. Nothing a datagram holds raises out of the loop.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from clockfabric.auth.seal import PROBE, Rejected, Sealer
 from clockfabric.probe import timestamping, wire
 from clockfabric.topology.classes import PRIORITY_DSCP
 
@@ -36,6 +41,9 @@ log = logging.getLogger(__name__)
 SO_BINDTODEVICE = 25
 TICK_S = 0.25  # the engine wakes this often to read what arrived and send what is due: wake-ups cost
 PENDING_TIMEOUT_S = 5.0  # an exchange whose reply never came is forgotten after this
+REFLECTED_TIMEOUT_S = 60.0  # a prober's run we have not heard from for this long is forgotten
+MAX_REFLECTED = 4096  # prober runs remembered at most: the oldest goes first
+RECV_BYTES = 128  # more than any probe datagram: a longer one arrives cut, and fails its MAC
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ class ProbeEngine(threading.Thread):
                  ports: int = 4,
                  base_port: int = 7300, interval_s: float = 0.2, gap_ns: int = 10_000,
                  local_ns: Callable[[int], int] = lambda t: t, seed: int | None = None,
-                 dscp: int = PRIORITY_DSCP):
+                 dscp: int = PRIORITY_DSCP, sealer: Sealer | None = None):
         super().__init__(name="probe-engine", daemon=True)
         self.address = address
         self.peers = {p: hosts[p] for p in probed}  # whom we probe
@@ -78,6 +86,7 @@ class ProbeEngine(threading.Thread):
         self.gap_ns = gap_ns
         self.local_ns = local_ns  # kernel real time -> this host's clock
         self.tos = dscp << 2  # the IP TOS byte: DSCP in its upper six bits, ECN (unused) below
+        self.sealer = sealer or Sealer(PROBE, address, None)
         self.session = random.getrandbits(32)
         self.rng = random.Random(seed)
         self.exchanges: deque[Exchange] = deque(maxlen=100_000)
@@ -170,22 +179,30 @@ class ProbeEngine(threading.Thread):
     def _drain_data(self, sock: _Socket) -> None:
         while True:
             try:
-                data, anc, _, (src, sport) = sock.sock.recvmsg(64, timestamping.ANC_SIZE)
+                data, anc, _, (src, sport) = sock.sock.recvmsg(RECV_BYTES, timestamping.ANC_SIZE)
             except BlockingIOError:
                 return
             except OSError as e:  # e.g. ICMP unreachable queued by the kernel
                 self.counters["socket_errors"] += 1
                 log.debug("recv on %s: %s", sock.name, e)
                 continue
-            self._received(sock, data, anc, src, sport)
+            try:
+                self._received(sock, data, anc, src, sport)
+            except Exception:  # a bug, not the packet's fault: the thread must live to probe on
+                self.counters["handler_errors"] += 1
+                log.exception("probe datagram from %s on %s", src, sock.name)
 
     # ---- sending ----------------------------------------------------------------------------
     def _send_pair(self, path: _Socket, first: wire.Packet, second: wire.Packet, dest: tuple[str, int],
-                   what: tuple) -> None:
+                   what: tuple, echo: int = 0) -> int:
         """A warm-up, then two datagrams gap_ns apart: if the gap survives the trip, neither met a queue.
-        The warm-up asks for no send timestamp (nor takes a timestamp id): one read less."""
-        warmup = wire.encode(wire.Packet(wire.WARMUP, first.session, first.seq))
-        timed = [wire.encode(first), wire.encode(second)]
+        The warm-up asks for no send timestamp (nor takes a timestamp id): one read less.
+        Returns the nonce of the second (what a reply to the pair echoes)."""
+        seal = self.sealer.seal
+        warmup, _ = seal(wire.encode(wire.Packet(wire.WARMUP, first.session, first.seq)), dest[0], echo)
+        one, _ = seal(wire.encode(first), dest[0], echo)
+        two, nonce = seal(wire.encode(second), dest[0], echo)
+        timed = [one, two]
         datagrams = [warmup, *timed]
         sent = 0
         try:
@@ -206,16 +223,18 @@ class ProbeEngine(threading.Thread):
             self._tx_ids[(path.fd, path.sends + i)] = (*what, i)
         path.sends += stamped
         self.counters["wire_bytes_sent"] += sum(len(d) + wire.IP_UDP_ETH_OVERHEAD for d in datagrams[:sent])
+        return nonce
 
     def _probe(self, peer: str) -> None:
         i = self._next_path[peer]
         self._next_path[peer] = (i + 1) % len(self._paths)
         path = self._paths[i]
         self._seq[peer] = seq = (self._seq[peer] + 1) & 0xFFFFFFFF
-        self._pending[(peer, seq)] = {"path": path.name, "tx": [None, None], "at": time.monotonic()}
+        rec = self._pending[(peer, seq)] = {"path": path.name, "tx": [None, None], "at": time.monotonic()}
         self.counters["probes_sent"] += 1
-        self._send_pair(path, wire.Packet(wire.PROBE0, self.session, seq), wire.Packet(wire.PROBE1, self.session, seq),
-                        (self.peers[peer], path.port), ("probe", peer, seq))
+        rec["nonce"] = self._send_pair(path, wire.Packet(wire.PROBE0, self.session, seq),
+                                       wire.Packet(wire.PROBE1, self.session, seq),
+                                       (self.peers[peer], path.port), ("probe", peer, seq))
 
     def _sent(self, path: _Socket, send_id: int, real_ns: int) -> None:
         what = self._tx_ids.pop((path.fd, send_id), None)
@@ -233,7 +252,11 @@ class ProbeEngine(threading.Thread):
             self.counters["foreign_packets"] += 1
             return
         try:
-            pkt = wire.decode(data)
+            opened = self.sealer.open(data, src)
+        except Rejected:  # counted by the sealer, by reason
+            return
+        try:
+            pkt = wire.decode(opened.payload)
         except wire.Malformed:
             self.counters["malformed_packets"] += 1
             return
@@ -245,15 +268,20 @@ class ProbeEngine(threading.Thread):
         if pkt.kind == wire.WARMUP:
             return
         if pkt.kind in (wire.PROBE0, wire.PROBE1):
-            self._reflect(path, pkt, rx, src, sport)
+            self._reflect(path, pkt, rx, src, sport, opened.nonce)
         elif pkt.session == self.session:
-            self._reply(peer, pkt, rx)
+            self._reply(peer, pkt, rx, opened.echo)
         else:
             self.counters["stale_replies"] += 1
 
-    def _reflect(self, path: _Socket, pkt: wire.Packet, rx: int, src: str, sport: int) -> None:
+    def _reflect(self, path: _Socket, pkt: wire.Packet, rx: int, src: str, sport: int, nonce: int) -> None:
         key = (src, pkt.session)
-        rec = self._reflected.setdefault(key, {"seq": 0, "tx": [wire.NONE, wire.NONE], "probe": None})
+        rec = self._reflected.get(key)
+        if rec is None:
+            if len(self._reflected) >= MAX_REFLECTED:
+                del self._reflected[next(iter(self._reflected))]
+            rec = self._reflected[key] = {"seq": 0, "tx": [wire.NONE, wire.NONE], "probe": None}
+        rec["at"] = time.monotonic()
         if pkt.kind == wire.PROBE0:
             rec["probe"] = (pkt.seq, rx)
             return
@@ -262,15 +290,20 @@ class ProbeEngine(threading.Thread):
             return
         prev_seq, prev_tx = rec["seq"], (rec["tx"][0] or wire.NONE, rec["tx"][1] or wire.NONE)
         probe_rx = (rec["probe"][1], rx)
-        rec.update(seq=pkt.seq, tx=[None, None], probe=None, at=time.monotonic())
+        rec.update(seq=pkt.seq, tx=[None, None], probe=None)
         self.counters["probes_reflected"] += 1
         self._send_pair(path, wire.Packet(wire.REPLY0, pkt.session, pkt.seq, probe_rx, prev_seq, prev_tx),
-                        wire.Packet(wire.REPLY1, pkt.session, pkt.seq), (src, sport), ("reply", key, pkt.seq))
+                        wire.Packet(wire.REPLY1, pkt.session, pkt.seq), (src, sport), ("reply", key, pkt.seq),
+                        echo=nonce)
         # software send stamps are taken as the packet leaves, usually before sendto returns:
         # read them now, or the error queue wakes this thread once more for them
         self._drain_errors(path)
 
-    def _reply(self, peer: str, pkt: wire.Packet, rx: int) -> None:
+    def _reply(self, peer: str, pkt: wire.Packet, rx: int, echo: int) -> None:
+        asked = self._pending.get((peer, pkt.seq))
+        if self.sealer.secure and asked is not None and asked.get("nonce") != echo:
+            self.sealer.rejected["wrong_echo"] += 1  # not an answer to the probe we sent
+            return
         if pkt.kind == wire.REPLY0:
             if pkt.prev_seq and wire.NONE not in pkt.prev_tx:
                 self._complete(peer, pkt.prev_seq, pkt.prev_tx)
@@ -294,7 +327,7 @@ class ProbeEngine(threading.Thread):
         for key in [k for k, r in self._pending.items() if now - r["at"] > PENDING_TIMEOUT_S]:
             del self._pending[key]
             self.counters["lost_exchanges"] += 1
-        for key in [k for k, r in self._reflected.items() if now - r.get("at", now) > 60]:
+        for key in [k for k, r in self._reflected.items() if now - r["at"] > REFLECTED_TIMEOUT_S]:
             del self._reflected[key]
         if len(self._tx_ids) > 10_000:  # timestamps the kernel never delivered
             self._tx_ids.clear()

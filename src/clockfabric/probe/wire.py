@@ -7,13 +7,16 @@ almost no pair pure; the warm-up takes that cost instead. The reflector answers 
 its own pair REPLY0, REPLY1; REPLY0 carries the receive timestamps of the probe pair and
 the send timestamps of the reflector's previous reply pair (the kernel hands those over
 only after the send, so they ride on the next reply, as a PTP follow-up would).
-All timestamps are in the sending host's own clock.
+All timestamps are in the sending host's own clock. On the wire each packet is followed by
+the fleet key's seal (auth/seal.py), which the engine adds and checks.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from clockfabric.auth import seal
 
 MAGIC = b"CF"
 VERSION = 1
@@ -64,5 +67,5 @@ def decode(data: bytes) -> Packet:
 
 
 def exchange_wire_bytes() -> int:
-    """Bytes one probe exchange (a pair each way) puts on the links, headers included."""
-    return 6 * IP_UDP_ETH_OVERHEAD + 5 * HEADER_SIZE + REPLY0_SIZE
+    """Bytes one probe exchange (a pair each way) puts on the links, headers and seals included."""
+    return 6 * (IP_UDP_ETH_OVERHEAD + seal.OVERHEAD) + 5 * HEADER_SIZE + REPLY0_SIZE

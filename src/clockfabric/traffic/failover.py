@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from clockfabric.auth.seal import Sealer
 from clockfabric.traffic import flows
 from clockfabric.traffic.decide import Decider, Decision, Policy
 from clockfabric.traffic.heartbeat import Liveness
@@ -50,6 +51,7 @@ class Heartbeats:
     ports: int = 2
     base_port: int = 7290
     senders: int = SENDERS
+    sealer: Sealer | None = None  # signs and checks them with the fleet key (None: unsigned)
 
 
 class Failover(threading.Thread):
@@ -70,7 +72,8 @@ class Failover(threading.Thread):
         self.on_decision = on_decision
         self.live = Liveness(address, peers, nics, ports=heartbeats.ports, base_port=heartbeats.base_port,
                              interval_s=heartbeats.interval_s, detect_mult=heartbeats.detect_mult,
-                             session=random.getrandbits(32), senders=heartbeats.senders if trace else 0)
+                             session=random.getrandbits(32), senders=heartbeats.senders if trace else 0,
+                             sealer=heartbeats.sealer)
         self.trace, self.relearn_s = trace, relearn_s
         self.spines: dict[str, dict[int, dict[int, str | None]]] = {}  # peer -> plane -> path -> spine it takes
         self.routes = PlaneRoutes(address, nics)

@@ -26,8 +26,11 @@ spines, from a trace of the candidates (failover.py does it with probe.paths.tra
 
 Version 2 adds what transparent mode (steer.py) needs: each heartbeat carries its send time,
 and the standing queue its sender sees on each of the receiver's paths toward it, so every host
-learns the queueing in the direction it *sends*. Version 1 peers are answered in version 1
-(their agents read no other length), and their heartbeats are understood.
+learns the queueing in the direction it *sends*. Version 1 heartbeats are answered in version 1
+(their agents read no other length), and understood, once sealed as every heartbeat is.
+
+Every heartbeat is sealed with the fleet key (auth/seal.py): a forged or replayed one is
+counted and dropped, so no host without the key can make a path look alive, or dead.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from clockfabric.auth.seal import HEARTBEAT, Rejected, Sealer
 from clockfabric.traffic.steer_decide import DelayBook, decode_queue, encode_queue
 
 MAGIC = b"CFHB"
@@ -107,12 +111,13 @@ class Liveness:
 
     def __init__(self, address: str, peers: dict[str, str], nics: dict[int, str], *, ports: int = 2,
                  base_port: int = 7290, interval_s: float = 0.1, detect_mult: int = 3, silent_s: float = 1.0,
-                 session: int = 0, senders: int = 0):
+                 session: int = 0, senders: int = 0, sealer: Sealer | None = None):
         """`peers`: name -> address; `nics`: plane -> NIC name; `senders`: extra send-only sockets
         per plane (ports base_port + ports ...), the candidates place() may put a path on."""
         if max(nics) * ports + ports > 64:
             raise ValueError("heartbeat paths are numbered in 64 bits: too many planes x ports")
         self.peers = peers
+        self.sealer = sealer or Sealer(HEARTBEAT, address, None)
         self.names = {a: n for n, a in peers.items()}
         self.nics = nics
         self.ports = ports
@@ -201,8 +206,11 @@ class Liveness:
                     arrived_ns = sec * 1_000_000_000 + nsec
             if not data:  # an empty datagram: a path trace of a peer's reached us, not a heartbeat
                 continue
-            hb = Heartbeat.unpack(data)
             peer = self.names.get(src)
+            try:
+                hb = Heartbeat.unpack(self.sealer.open(data, src).payload) if peer else None
+            except Rejected:  # counted by the sealer, by reason
+                continue
             if hb is None or peer is None or (hb.plane, hb.port) != (plane, k):
                 self.counters["bad_heartbeats"] += 1
                 continue
@@ -264,8 +272,8 @@ class Liveness:
             for plane, k in self.socks:
                 if plane not in up:
                     continue
-                data = Heartbeat(plane, k, self.session, self.seq, dead, nics_down, time.time_ns(), queues,
-                                 version).pack()
+                data, _ = self.sealer.seal(Heartbeat(plane, k, self.session, self.seq, dead, nics_down,
+                                                     time.time_ns(), queues, version).pack(), address)
                 s = self.senders[(plane, self.via.get((peer, plane, k), k))]
                 try:
                     s.sendto(data, (address, self.base_port + k))

@@ -13,6 +13,8 @@ from clockfabric.agent.service import Service, service
 from clockfabric.collective.claims import Ledger
 from clockfabric.topology import interfaces
 
+MAX_WANTS, MAX_SUBFLOWS = 64, 256  # what one rank may ask in one request: no request stalls the agent
+
 
 @service("claims", help="Spine claims of collective jobs: placements and loads by the leaf's ledger")
 class Claims(Service):
@@ -50,6 +52,8 @@ class Claims(Service):
     def _place(self, msg: dict, reply_to: tuple[str, int]) -> None:
         """A collective rank's subflows to spines, by the leaf's ledger: answered at once."""
         wants = [(int(n), [str(h) for h in hops]) for n, hops in msg["want"]]
+        if len(wants) > MAX_WANTS or any(not 0 <= n <= MAX_SUBFLOWS or len(hops) > MAX_WANTS for n, hops in wants):
+            raise ValueError(f"a placement of more than {MAX_WANTS} x {MAX_SUBFLOWS} subflows")
         named = self.ledger.place(str(msg["job"]), [(n, [self.switch_of.get(h, h) for h in hops]) for n, hops in wants])
         hops = [[next(h for h in hops if self.switch_of.get(h, h) == sw) for sw in chosen]
                 for (_, hops), chosen in zip(wants, named, strict=True)]

@@ -3,6 +3,10 @@ the mapping to global time it gets back; on the reference host also the network 
 
 Exchanges are taken as they complete (each poll), so a clock step is seen in a fraction of a
 second; a step is reported (and told to the neighbours, if ours) at once.
+
+What arrives is checked before it is used: a map only from the solver (the reference host),
+a report only from the host it is about, and every number in them finite (a NaN offset would
+make every later timestamp of this host unreadable).
 """
 
 from __future__ import annotations
@@ -16,6 +20,26 @@ from clockfabric.clock.service import HostSync, Solver
 
 # after a host reports a clock step, the solver waits this long for its neighbours' reports
 URGENT_SOLVE_S = 0.05
+MAPPING_FIELDS = ("t0_ns", "offset_ns", "drift", "uncertainty_ns")
+
+
+def _finite(*values: object) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+
+
+def valid_map(msg: dict, hosts: dict) -> bool:
+    """Every mapping of a known host, with every number finite."""
+    maps = msg.get("hosts")
+    return isinstance(maps, dict) and all(
+        h in hosts and isinstance(m, dict) and _finite(*(m.get(f) for f in MAPPING_FIELDS))
+        and abs(m["t0_ns"]) < 2**63 for h, m in maps.items()) and _finite(msg.get("parts", 1))
+
+
+def valid_report(msg: dict, sender: str, hosts: dict) -> bool:
+    """A report from the host it is about: edges [peer, offset, drift, center, weight] to known hosts."""
+    edges = msg.get("edges", [])
+    return msg.get("host") == sender and isinstance(edges, list) and all(
+        isinstance(e, list) and len(e) == 5 and e[0] in hosts and _finite(*e[1:]) for e in edges)
 
 
 @service("clock", help="Clock sync: pair fits, reports to the reference and its maps; the solver there")
@@ -35,6 +59,14 @@ class ClockSync(Service):
         self._intervals = {False: ctx.engine.interval_s, True: cfg.probe_interval_s(quiet=True)}
 
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
+        hosts, sender = self.ctx.cfg.topology.hosts, self.ctx.engine.names[reply_to[0]]
+        if msg["t"] == "map" and sender != self.ctx.cfg.reference:
+            self.ctx.rejected("not_solver")  # only the solver the fleet elected may move our clock
+            return
+        if not (valid_map(msg, hosts) if msg["t"] == "map" else valid_report(msg, sender, hosts)
+                if msg["t"] == "report" else _finite(msg.get("delta_ns"))):
+            self.ctx.rejected("invalid")
+            return
         if msg["t"] == "report":
             if self.solver:
                 self.solver.on_report(msg)
@@ -45,7 +77,7 @@ class ClockSync(Service):
             if msg.get("urgent"):
                 self.ctx.publish()
         else:  # "stepped"
-            self.sync.on_stepped(self.ctx.engine.names[reply_to[0]], float(msg["delta_ns"]))
+            self.sync.on_stepped(sender, float(msg["delta_ns"]))
 
     def poll(self, now_s: float) -> float:
         self._take_exchanges()

@@ -12,6 +12,7 @@ import logging
 from clockfabric.agent.config import AgentConfig
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
+from clockfabric.auth.seal import HEARTBEAT
 from clockfabric.errors import ClockfabricError
 from clockfabric.probe.paths import trace
 
@@ -42,7 +43,8 @@ class PlaneFailover(Service):
         peers = {h: a for h, a in ctx.addresses.items() if h != cfg.host}
         try:
             self.failover = Failover(ctx.address, peers, nics, nic_up=nic_up,
-                                     heartbeats=Heartbeats(interval_s=cfg.failover_interval_s),
+                                     heartbeats=Heartbeats(interval_s=cfg.failover_interval_s,
+                                                           sealer=ctx.sealers[HEARTBEAT]),
                                      policy=Policy(hold_down_s=cfg.hold_down_s), on_decision=ctx.news,
                                      steer=SteerPolicy() if cfg.steer else None, trace=trace)
         except OSError as e:
