@@ -122,8 +122,14 @@ def run_bpf(program: list[tuple[int, int, int, int]], frame: bytes) -> int:
             mem[k] = a
         elif code == LDX_MEM:
             x = mem[k]
-        elif code in (ALU_MUL_K, ALU_RSH_K, ALU_LSH_K, ALU_ADD_X):
-            a = {ALU_MUL_K: a * k, ALU_RSH_K: a >> k, ALU_LSH_K: a << k, ALU_ADD_X: a + x}[code] & 0xFFFFFFFF
+        elif code == ALU_MUL_K:
+            a = (a * k) & 0xFFFFFFFF
+        elif code == ALU_RSH_K:
+            a >>= k
+        elif code == ALU_LSH_K:
+            a = (a << k) & 0xFFFFFFFF
+        elif code == ALU_ADD_X:
+            a = (a + x) & 0xFFFFFFFF
         else:
             taken = {JEQ_K: a == k, JSET_K: bool(a & k), JGT_X: a > x}[code]
             pc += jt if taken else jf

@@ -31,13 +31,17 @@ class InbandOwd:
         self.to_time = to_time
         self.window_ns = window_ns
         self.matcher = Matcher(hold_ns)
+        self.flows: set[Tuple4] = set()  # this host's job flows, local end first
         self.peers: dict[Tuple4, str] = {}  # each job flow's directions -> the host at the far end
+        # far ends' addresses that are no host address (a NIC's), learnt from the records their hosts send
+        self.learned: dict[str, str] = {}
         self.outbox: list[Record] = []
         self.window_end_ns: int | None = None
         self.owd: dict[str, dict[str, OwdStats | None]] = {}  # by flow label: the last closed window's
 
     def flows_changed(self, view: WorkloadView) -> None:
-        self.peers = peers_by_direction([directed(f.rates.key) for f in view.flows], self.host_by_address)
+        self.flows = {directed(f.rates.key) for f in view.flows}
+        self.peers = peers_by_direction(self.flows, {**self.host_by_address, **self.learned})
 
     def captured(self, packets: list[tuple[Packet, str, int]], now_ns: int) -> None:
         """This host's sampled packets: (packet, side, kernel real-clock time)."""
@@ -49,9 +53,21 @@ class InbandOwd:
         self.matcher.add(records, now_ns)
         self.outbox += records
 
-    def received(self, records: list[Record], now_ns: int) -> None:
+    def received(self, sender: str, records: list[Record], now_ns: int) -> None:
         """A peer's records (those of no job flow of ours are dropped: nothing here to match them)."""
-        self.matcher.add([r for r in records if r.packet.tuple4 in self.peers], now_ns)
+        ours = []
+        for r in records:
+            src, sport, dst, dport = r.packet.tuple4
+            if (src, sport, dst, dport) in self.flows:  # our packet, leaving us: its destination is the sender's
+                far = dst
+            elif (dst, dport, src, sport) in self.flows:
+                far = src
+            else:
+                continue
+            ours.append(r)
+            if far not in self.host_by_address:
+                self.learned[far] = sender
+        self.matcher.add(ours, now_ns)
 
     def messages(self) -> dict[str, list[dict]]:
         """What to send now, by host: the records taken since the last call."""

@@ -59,7 +59,7 @@ class Workload(Service):
         return now_s + CAPTURE_POLL_S
 
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
-        self.inband.received(exchange.decode(msg), time.monotonic_ns())
+        self.inband.received(str(msg["from"]), exchange.decode(msg), time.monotonic_ns())
 
     def tick(self, now_ns: int) -> None:
         t0 = time.thread_time()
