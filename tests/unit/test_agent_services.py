@@ -74,7 +74,7 @@ def test_the_agents_services_declare_disjoint_message_types():
     assert SERVICES.names() == ["clock", "claims", "lldp", "failover", "telemetry", "workload", "controller"]
     assert {kind: s.name for kind, s in router.routes.items()} == {
         "report": "clock", "map": "clock", "stepped": "clock",
-        "place": "claims", "release": "claims", "loads": "claims", "claims": "claims"}
+        "place": "claims", "release": "claims", "loads": "claims", "claims": "claims", "inband": "workload"}
 
 
 def wanted(cfg: AgentConfig) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -212,7 +213,8 @@ def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypat
     readings = [reading(1, 2, 11, 1, acked=0)]
     monkeypatch.setattr(service, "ProcFs", lambda: ProcFs(proc))
     monkeypatch.setattr(service, "KernelSockets", lambda: lambda: readings)
-    svc = service.Workload(ctx=None)
+    ctx = SimpleNamespace(rails=[], cfg=SimpleNamespace(host="h0", window_s=2.0), addresses={}, time_source=None)
+    svc = service.Workload(ctx=ctx)
     svc.tick(0)
     readings[0] = reading(1, 2, 11, 1, acked=125_000)
     svc.tick(0)

@@ -64,6 +64,23 @@ def clock_metrics(state: dict) -> list[Metric]:
     return out
 
 
+def owd_metrics(labels: dict, owd: dict) -> list[Metric]:
+    """A flow's one-way delays over the last window, per direction ("out": local to remote, "in")."""
+    out = []
+    for direction, stats in owd.items():
+        if not stats:
+            continue
+        at = {**labels, "direction": direction}
+        out += [Metric(f"clockfabric_job_flow_owd_{q}_seconds", stats[f"{q}_ns"] * NS, at,
+                       help=f"One-way delay {q} of the flow's own packets over the last window (RTT/2 if fallback)")
+                for q in ("min", "p50", "p99")]
+        out += [Metric("clockfabric_job_flow_owd_samples", float(stats["samples"]), at,
+                       help="Packets the last window's one-way delays were measured on"),
+                Metric("clockfabric_job_flow_owd_fallback", float(stats["source"] != "inband"), at,
+                       help="1 where the one-way delay is RTT/2: no packet matched, or clocks not synced")]
+    return out
+
+
 def workload_metrics(state: dict) -> list[Metric]:
     """Jobs and their flows (labels `jobid` and `flow`; `job` is Prometheus's own), from the
     workload service's last update."""
@@ -87,8 +104,14 @@ def workload_metrics(state: dict) -> list[Metric]:
                        "Segments the flow retransmitted"),
                 Metric("clockfabric_job_flow_rtt_seconds", f["rtt_us"] * 1e-6, labels, help="Smoothed RTT of the flow"),
                 Metric("clockfabric_job_flow_cwnd_segments", float(f["cwnd"]), labels, help="Congestion window")]
+        out += owd_metrics(labels, f.get("owd") or {})
     out.append(Metric("clockfabric_workload_cpu_seconds_total", w["cpu_seconds"], kind="counter",
                       help="CPU time the agent spent reading jobs and flows"))
+    if inband := w.get("inband"):
+        out += [Metric("clockfabric_inband_sampled_packets_total", float(inband["sampled_packets"]), kind="counter",
+                       help="Sampled packets read for in-band one-way delays"),
+                Metric("clockfabric_inband_cpu_seconds_total", inband["cpu_seconds"], kind="counter",
+                       help="CPU time the agent spent reading sampled packets")]
     return out
 
 

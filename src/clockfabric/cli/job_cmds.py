@@ -38,6 +38,23 @@ def _bits(bps: float | None) -> str:
     return f"{bps:.0f} bit/s"
 
 
+def _delay(ns: float) -> str:
+    return f"{ns / 1e6:.2f} ms" if abs(ns) >= 1e6 else f"{ns / 1e3:.0f} us"
+
+
+def _owd(owd: dict) -> str:
+    """"out 4.81 ms / 5.02 ms, in 31 us / 40 us": each direction's p50 / p99; RTT/2 where marked."""
+    parts = []
+    for direction in ("out", "in"):
+        if (stats := (owd or {}).get(direction)) is None:
+            continue
+        if stats["source"] == "inband":
+            parts.append(f"{direction} {_delay(stats['p50_ns'])} / {_delay(stats['p99_ns'])}")
+        else:
+            parts.append(f"{direction} {_delay(stats['p50_ns'])} (RTT/2)")
+    return ", ".join(parts) or "-"
+
+
 def _when(t_ns: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t_ns / 1e9))
 
@@ -64,7 +81,7 @@ def jobs(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file
 def show(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric jobs` lists it."),
          lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file: Path = TokenOpt,
          as_json: bool = JsonOpt) -> None:
-    """One job: its hosts and ranks, and its flows (peers, rate, RTT, retransmits, cwnd)."""
+    """One job: its hosts and ranks, and its flows (peers, rate, RTT, in-band one-way delays, retransmits, cwnd)."""
     lab, url, token_path = _controller(lab_name, controller_url, token_file)
     job = api(lab, url, token_path, f"/api/v1/jobs/{jobid}")
     if as_json:
@@ -76,11 +93,12 @@ def show(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric jo
         out.print(f"  {h['host']}: ranks {', '.join(map(str, h['ranks'])) or '-'}, "
                   f"pids {', '.join(str(p['pid']) for p in h['processes'])}")
     t = Table(title=f"{len(job['flows'])} flows")
-    for col in ("host", "local", "peer", "remote", "sent", "received", "RTT", "retransmits", "cwnd", "state"):
+    for col in ("host", "local", "peer", "remote", "sent", "received", "RTT", "OWD in-band",
+                "retransmits", "cwnd", "state"):
         t.add_column(col)
     for f in job["flows"]:
         t.add_row(f["host"], f["local"], f["peer"] or "?", f["remote"], _bits(f["tx_bps"]), _bits(f["rx_bps"]),
-                  "-" if f["rtt_us"] is None else f"{f['rtt_us'] / 1e3:.2f} ms",
+                  "-" if f["rtt_us"] is None else f"{f['rtt_us'] / 1e3:.2f} ms", _owd(f.get("owd")),
                   "-" if f["retransmits_total"] is None else str(int(f["retransmits_total"])),
                   "-" if f["cwnd"] is None else str(int(f["cwnd"])), "active" if f["active"] else "ended")
     out.print(t)

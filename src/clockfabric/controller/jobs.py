@@ -14,10 +14,11 @@ from collections.abc import Iterable
 
 from clockfabric.controller.storage.base import Sample
 from clockfabric.workload.flows import parse_flow_label
-from clockfabric.workload.samples import FLOW_STATS
+from clockfabric.workload.owd import FALLBACK, INBAND
+from clockfabric.workload.samples import DIRECTIONS, FLOW_STATS, OWD_FIELDS, OWD_SAMPLES
 
 PROCESS = "job_process"
-FLOW_SAMPLES = [f"job_flow_{stat}" for stat in FLOW_STATS]
+FLOW_SAMPLES = [f"job_flow_{stat}" for stat in FLOW_STATS] + OWD_SAMPLES
 ACTIVE_NS = 10 * 10**9  # three missed pushes and some
 
 
@@ -63,7 +64,23 @@ def flows_of(jobid: str, by_stat: dict[str, list[Sample]], addresses: dict[str, 
     for row in rows.values():
         row["peer"] = reported.get((row["remote"], row["local"]), row["peer"])
         row["active"] = now_ns - row["t_ns"] < active_ns
+        row["owd"] = _owd(row)
     return sorted(rows.values(), key=lambda r: (not r["active"], r["host"], r["flow"]))
+
+
+def _owd(row: dict) -> dict[str, dict | None]:
+    """The flow's one-way delays by direction, out of the row's flat owd_<dir>_<field> stats: in-band, or
+    RTT/2 (`source` says which), or None where its host has none."""
+    out: dict[str, dict | None] = {}
+    for direction in DIRECTIONS:
+        found = {f: row.pop(f"owd_{direction}_{f}", None) for f in OWD_FIELDS}
+        if found["p50_ns"] is None:
+            out[direction] = None
+            continue
+        fallback = found.pop("fallback")
+        out[direction] = {**{f: int(v) for f, v in found.items() if v is not None},
+                          "source": FALLBACK if fallback else INBAND}
+    return out
 
 
 def detail(jobid: str, procs: list[dict], flows: list[dict]) -> dict:

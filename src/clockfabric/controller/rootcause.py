@@ -18,6 +18,29 @@ from dataclasses import dataclass, field
 Hop = tuple[str, str]  # (link name, "from>to" nodes; "" where the direction is unknown)
 
 
+# what a flow's pushes say, by stat (`job_flow_<stat>`, `other_flow_<stat>`): the reading's field
+# and the value's scale; the in-band delay is the sending end's `out` direction
+READINGS = {"tx_bps": ("tx_bps", 1.0), "rtt_us": ("rtt_us", 1.0), "owd_out_p50_ns": ("owd_us", 1e-3)}
+FALLBACK = "owd_out_fallback"  # 1: that owd is the agent's RTT/2 stand-in, not an in-band delay
+
+
+def reading(fields: dict[str, float], stat: str, value: float) -> None:
+    """Add one pushed sample's value to a reading's fields (FALLBACK as `fallback`)."""
+    if stat == FALLBACK:
+        fields["fallback"] = value
+    elif stat in READINGS:
+        field, scale = READINGS[stat]
+        fields[field] = value * scale
+
+
+def point(t_ns: int, fields: dict[str, float]) -> FlowPoint:
+    """A reading from what one push said: an RTT/2 stand-in counts as no in-band delay."""
+    kept = {k: v for k, v in fields.items() if k != "fallback"}
+    if fields.get("fallback"):
+        kept.pop("owd_us", None)
+    return FlowPoint(t_ns, **kept)
+
+
 @dataclass(frozen=True)
 class FlowPoint:
     """One reading of one flow."""

@@ -18,7 +18,7 @@ from clockfabric.controller import jobs
 from clockfabric.controller.detectors.base import LinkIndex
 from clockfabric.controller.detectors.congestion import orient
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, ProbePath
+from clockfabric.controller.rootcause import FALLBACK, READINGS, Flow, LinkEvent, ProbePath, point, reading
 from clockfabric.controller.rootcause_verdict import Fabric, why
 from clockfabric.controller.storage.base import Event, Sample, Storage
 from clockfabric.errors import ClockfabricError
@@ -27,7 +27,6 @@ from clockfabric.units import parse_duration
 from clockfabric.workload.flows import parse_flow_label
 
 # sample name -> FlowPoint field; a flow of no job is pushed as other_flow_<stat>
-POINT_STATS = {"tx_bps": "tx_bps", "rtt_us": "rtt_us", "owd_p50_us": "owd_us"}
 PATH_STAT = "path"  # value: unused; labels: via (the switch the flow crosses), dscp where known
 PAGE = 5_000
 MAX_SAMPLES = 500_000  # a window this busy is cut short rather than hold the controller
@@ -103,8 +102,8 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
         key = (s.host, s.labels.get("flow", ""), jobid)
         if stat == PATH_STAT:
             paths[key] = s.labels
-        elif stat in POINT_STATS:
-            readings.setdefault(key, {}).setdefault(s.t_ns, {})[POINT_STATS[stat]] = s.value
+        elif stat in READINGS or stat == FALLBACK:
+            reading(readings.setdefault(key, {}).setdefault(s.t_ns, {}), stat, s.value)
     out = []
     for (host, label, jobid), by_t in readings.items():
         if (fk := parse_flow_label(label)) is None:
@@ -114,7 +113,7 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
         peer, plane = places.by_address.get(fk.remote), places.plane(host, fk.local, via)
         out.append(Flow(host, label, jobid, peer, plane, places.hops(host, peer, plane, via),
                         int(dscp) if dscp.isdigit() else None,
-                        tuple(FlowPoint(t, **v) for t, v in sorted(by_t.items()))))
+                        tuple(point(t, v) for t, v in sorted(by_t.items()))))
     return out
 
 
@@ -136,7 +135,7 @@ def gather(fleet: Fleet, now_ns: int, since_ns: int) -> tuple[list[Flow], Fabric
     storage = fleet.storage
     topology = fleet.monitor.topology if fleet.monitor else None
     places = Places(topology, {h.info["address"]: h.name for h in storage.hosts() if h.info.get("address")})
-    names = [f"{kind}_flow_{stat}" for kind in ("job", "other") for stat in [*POINT_STATS, PATH_STAT]]
+    names = [f"{kind}_flow_{stat}" for kind in ("job", "other") for stat in [*READINGS, FALLBACK, PATH_STAT]]
     flows = flows_from((s for name in names for s in stored(storage, name, since_ns)), places)
     classes = topology.classes if topology else None
     fabric = Fabric(probe_paths(storage, fleet.monitor.path_map() if fleet.monitor else [], places),

@@ -5,6 +5,8 @@ Samples, each labelled with `jobid` (never `job`: Prometheus owns that label):
   job_process             one per process; value: its start (s since the epoch); labels pid, rank, source, run
   job_flow_<stat>         one per flow and stat (FLOW_STATS); label flow: "local:port->remote:port"
   other_flow_<stat>       tx_bps and rtt_us of each flow of no job that sends (monitor.BUSY_BPS); label flow
+  job_flow_owd_<dir>_<s>  its one-way delay out (local to remote) and in, over the last window
+                          (OWD_FIELDS: min/p50/p99 in ns, samples, fallback: 1 where it is RTT/2)
 A flow's rates appear from its second reading on.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from clockfabric.workload.flows import flow_label
 from clockfabric.workload.monitor import JobFlow, WorkloadView
+from clockfabric.workload.owd import FALLBACK, OwdStats
 
 # name -> how to read it from a flow; None values are left out
 FLOW_STATS = {
@@ -23,8 +26,18 @@ FLOW_STATS = {
     "delivery_bps": lambda f: f.rates.reading.delivery_rate_bps,
 }
 
+DIRECTIONS = ("out", "in")  # from the flow's local end to its remote one, and back
+OWD_FIELDS = ("min_ns", "p50_ns", "p99_ns", "samples", "fallback")
+OWD_SAMPLES = [f"job_flow_owd_{d}_{f}" for d in DIRECTIONS for f in OWD_FIELDS]
+FlowOwd = dict[str, dict[str, OwdStats | None]]  # flow label -> direction -> its last window
 
-def push_samples(view: WorkloadView) -> list[dict]:
+
+def owd_values(stats: OwdStats) -> dict[str, float]:
+    return {"min_ns": stats.min_ns, "p50_ns": stats.p50_ns, "p99_ns": stats.p99_ns, "samples": stats.samples,
+            "fallback": float(stats.source == FALLBACK)}
+
+
+def push_samples(view: WorkloadView, owd: FlowOwd | None = None) -> list[dict]:
     out = []
     for job in view.jobs.values():
         for p in job.processes:
@@ -36,6 +49,9 @@ def push_samples(view: WorkloadView) -> list[dict]:
         for stat, read in FLOW_STATS.items():
             if (value := read(f)) is not None:
                 out.append({"name": f"job_flow_{stat}", "value": float(value), "labels": labels})
+        for direction, stats in (owd or {}).get(labels["flow"], {}).items():
+            for name, value in (owd_values(stats) if stats else {}).items():
+                out.append({"name": f"job_flow_owd_{direction}_{name}", "value": float(value), "labels": labels})
     for r in view.busy_others:
         for stat, value in (("tx_bps", r.tx_bps), ("rtt_us", r.reading.rtt_us)):
             if value is not None:
@@ -43,19 +59,21 @@ def push_samples(view: WorkloadView) -> list[dict]:
     return out
 
 
-def flow_state(f: JobFlow) -> dict:
+def flow_state(f: JobFlow, owd: FlowOwd) -> dict:
     r = f.rates.reading
+    found = owd.get(flow_label(r.key), {})
     return {"jobid": f.jobid, "pid": f.pid, "flow": flow_label(r.key), "tx_bps": f.rates.tx_bps,
             "rx_bps": f.rates.rx_bps, "bytes_acked": r.bytes_acked, "bytes_received": r.bytes_received,
-            "retransmits": r.retransmits, "rtt_us": r.rtt_us, "cwnd": r.cwnd, "delivery_bps": r.delivery_rate_bps}
+            "retransmits": r.retransmits, "rtt_us": r.rtt_us, "cwnd": r.cwnd, "delivery_bps": r.delivery_rate_bps,
+            "owd": {d: s.as_dict() if (s := found.get(d)) else None for d in DIRECTIONS}}
 
 
-def state(view: WorkloadView) -> dict:
-    """The view as published state (JSON)."""
+def state(view: WorkloadView, owd: FlowOwd | None = None) -> dict:
+    """The view as published state (JSON), with each flow's one-way delays where known."""
     return {
         "jobs": [{"jobid": j.jobid, "source": j.source, "ranks": j.ranks, "runs": j.runs, "start_s": j.start_s,
                   "pids": [p.pid for p in j.processes], "hidden_processes": j.hidden} for j in view.jobs.values()],
-        "flows": [flow_state(f) for f in view.flows],
+        "flows": [flow_state(f, owd or {}) for f in view.flows],
         "ended_flows": [flow_label(k) for k in view.ended],
         "other_flows": view.other_flows,
         "flows_readable": view.flows_readable,

@@ -1,24 +1,35 @@
 """Workload monitoring: the jobs on this host and their TCP flows, read each update; pushed to
-the controller as samples, published (and so on /metrics) per job and flow."""
+the controller as samples, published (and so on /metrics) per job and flow. With them, each
+flow's in-band one-way delays: a sample of its packets timestamped by the kernel on this host's
+NICs, their records exchanged with the agent at the flow's far end (control message "inband")
+and matched here, on the synced clocks."""
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
-from clockfabric.workload import samples
+from clockfabric.workload import exchange, samples
+from clockfabric.workload.capture import Capture
 from clockfabric.workload.monitor import WorkloadMonitor, WorkloadView
+from clockfabric.workload.owd_monitor import InbandOwd
 from clockfabric.workload.procfs import ProcFs
 from clockfabric.workload.sockets import KernelSockets
 
 log = logging.getLogger(__name__)
+CAPTURE_POLL_S = 0.1  # how often sampled packets are read: their times are the kernel's, not the read's
 
 
-@service("workload", help="Jobs on this host (Slurm, torchrun, Kubernetes, `job run`) and their TCP flows")
+@service("workload", help="Jobs on this host (Slurm, torchrun, Kubernetes, `job run`), their TCP flows "
+                          "and the flows' in-band one-way delays")
 class Workload(Service):
+    handles = frozenset({exchange.MESSAGE})
+
     def __init__(self, ctx: AgentContext):
+        self.ctx = ctx
         self.sockets: KernelSockets | None = None
         try:  # made here, on the main thread, in the host's namespace: ticks read it there
             self.sockets = KernelSockets()
@@ -27,6 +38,28 @@ class Workload(Service):
         self.monitor = WorkloadMonitor(ProcFs(), self.sockets)
         self.view = WorkloadView()
         self.cpu_s = 0.0  # this service's CPU time over all updates: what it costs the host
+        self.capture: Capture | None = None
+        try:
+            self.capture = Capture(ctx.rails)
+        except OSError as e:  # no raw sockets here (no CAP_NET_RAW): flows keep RTT/2 only
+            log.warning("cannot sample packets on %s (%s): one-way delays fall back to RTT/2", ctx.rails, e)
+        self.inband = InbandOwd(ctx.cfg.host, {a: h for h, a in ctx.addresses.items()}, self._global_time,
+                                window_ns=round(ctx.cfg.window_s * 1e9))
+        self.owd: samples.FlowOwd = {}
+
+    def _global_time(self, real_ns: int) -> tuple[int, bool]:
+        t_ns, mapped = self.ctx.to_time(real_ns)
+        mapping = self.ctx.time_source.mapping if self.ctx.time_source else None
+        return t_ns, bool(mapped and mapping and mapping.synced)
+
+    def poll(self, now_s: float) -> float:
+        if self.capture is None:
+            return math.inf
+        self.inband.captured(self.capture.drain(), time.monotonic_ns())
+        return now_s + CAPTURE_POLL_S
+
+    def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
+        self.inband.received(str(msg["from"]), exchange.decode(msg), time.monotonic_ns())
 
     def tick(self, now_ns: int) -> None:
         t0 = time.thread_time()
@@ -34,15 +67,26 @@ class Workload(Service):
             self.view = self.monitor.update()
         except OSError as e:  # /proc or netlink failing: keep the last view, say so once an update
             log.warning("workload update: %s", e)
+        self.inband.flows_changed(self.view)
+        for peer, messages in self.inband.messages().items():
+            for msg in messages:
+                self.ctx.send(peer, msg)
+        self.inband.tick(self.view, time.monotonic_ns())
+        self.owd = self.inband.owd
         self.cpu_s += time.thread_time() - t0
 
     def report(self) -> dict:
-        return {"workload": {**samples.state(self.view), "cpu_seconds": self.cpu_s}}
+        capture = self.capture
+        inband = {"capturing": capture is not None, "sampled_packets": capture.kept if capture else 0,
+                  "cpu_seconds": capture.cpu_s if capture else 0.0}
+        return {"workload": {**samples.state(self.view, self.owd), "cpu_seconds": self.cpu_s, "inband": inband}}
 
     def snapshot(self) -> Snapshot:
-        view = self.view  # replaced whole by each tick: one consistent view
-        return Snapshot(samples=samples.push_samples(view), info={"workload": samples.summary(view)})
+        view, owd = self.view, self.owd  # each replaced whole by a tick: one consistent view
+        return Snapshot(samples=samples.push_samples(view, owd), info={"workload": samples.summary(view)})
 
     def stop(self) -> None:
         if self.sockets:
             self.sockets.close()
+        if self.capture:
+            self.capture.close()

@@ -1,7 +1,7 @@
 """Slow flow: a job's flow whose delay stands far above its siblings' over the last readings.
 
 Fed the workload pushes (`job_flow_tx_bps`, `job_flow_rtt_us`, and the in-band
-`job_flow_owd_p50_us` where agents measure it), the detector keeps each flow's readings of the
+`job_flow_owd_out_p50_ns` where agents measure it in-band), the detector keeps each flow's readings of the
 last `recent` and judges each job's flows against each other as `job why` does
 (controller.rootcause). A flow slow in `windows` judgements in a row opens its alert; as many
 fine ones close it. `clockfabric job why` names the link and what else is on it.
@@ -13,10 +13,9 @@ from collections.abc import Iterable
 
 from clockfabric.controller.config import MonitorConfig, SlowFlowConfig
 from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex, Streak
-from clockfabric.controller.rootcause import Flow, FlowPoint, Thresholds, job_flows
+from clockfabric.controller.rootcause import FALLBACK, READINGS, Flow, Thresholds, job_flows, point, reading
 from clockfabric.controller.storage.base import Sample
 
-FIELDS = {"job_flow_tx_bps": "tx_bps", "job_flow_rtt_us": "rtt_us", "job_flow_owd_p50_us": "owd_us"}
 FlowId = tuple[str, str, str]  # (jobid, host, flow label)
 
 
@@ -30,9 +29,11 @@ class SlowFlow:
 
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         for s in samples:
-            if (field := FIELDS.get(s.name)) and (jobid := s.labels.get("jobid")) and "flow" in s.labels:
+            stat = s.name.removeprefix("job_flow_")
+            if stat != s.name and (stat in READINGS or stat == FALLBACK) and (jobid := s.labels.get("jobid")) \
+                    and "flow" in s.labels:
                 key = (jobid, s.host, s.labels["flow"])
-                self.readings.setdefault(key, {}).setdefault(s.t_ns, {})[field] = s.value
+                reading(self.readings.setdefault(key, {}).setdefault(s.t_ns, {}), stat, s.value)
 
     def findings(self, now_ns: int) -> list[Finding]:
         since = now_ns - self.config.recent_ns
@@ -45,7 +46,7 @@ class SlowFlow:
                 self.streaks.pop(key, None)
         by_job: dict[str, list[Flow]] = {}
         for (jobid, host, label), by_t in self.readings.items():
-            points = tuple(FlowPoint(t, **v) for t, v in sorted(by_t.items()))
+            points = tuple(point(t, v) for t, v in sorted(by_t.items()))
             by_job.setdefault(jobid, []).append(Flow(host, label, jobid, points=points))
         for jobid, flows in by_job.items():
             for stats in job_flows(flows, jobid, since, now_ns, self.limits, []):

@@ -1,0 +1,135 @@
+"""Which packets of a flow are timestamped, and how a captured frame is read: trajectory sampling.
+
+Both ends of a flow must pick the same packets with no coordination, so the choice is a hash of
+fields the packet keeps end to end: its TCP sequence number (never TTL, checksum or DSCP/ECN,
+which change on the way). The sequence number advances by the payload, so its low bits repeat
+for a whole flow (1448-byte segments step it by a multiple of 8): a multiplicative hash spreads
+every bit into the top ones, and a packet is kept when the top `bits` bits are zero, 1 in
+2**bits. A packet is then named by its 4-tuple, sequence number and IP ID: the IP ID tells a
+retransmission from the original. Pure ACKs (no payload) repeat a sequence number and are never
+kept. The kernel runs the same test as a classic BPF filter (`bpf_program`), so only kept packets
+cost a copy to user space.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+HASH_MULTIPLIER = 0x9E3779B1  # Knuth's: 2**32 / the golden ratio, odd
+DEFAULT_BITS = 4  # 1 packet in 16
+SNAP_BYTES = 128  # Ethernet + the longest IPv4 header (60) + the TCP header's first 20 bytes
+ETH_HEADER = 14
+ETH_P_IP = 0x0800
+IPPROTO_TCP = 6
+
+
+def selected(seq: int, bits: int = DEFAULT_BITS) -> bool:
+    """Whether the packet with this TCP sequence number is sampled (on both ends alike)."""
+    return ((seq * HASH_MULTIPLIER) & 0xFFFFFFFF) >> (32 - bits) == 0
+
+
+@dataclass(frozen=True, order=True)
+class Packet:
+    """A sampled TCP packet, by what it keeps from the sender to the receiver."""
+
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    seq: int
+    ip_id: int
+
+    @property
+    def tuple4(self) -> tuple[str, int, str, int]:
+        """Its direction of its flow: (source, source port, destination, destination port)."""
+        return self.src, self.sport, self.dst, self.dport
+
+
+def _ip(raw: bytes) -> str:
+    return ".".join(str(b) for b in raw)
+
+
+def parse_frame(frame: bytes, bits: int = DEFAULT_BITS) -> Packet | None:
+    """An Ethernet frame (or its first SNAP_BYTES) as a sampled packet; None for anything else:
+    not IPv4 TCP, a fragment, no payload, or not selected."""
+    if len(frame) < ETH_HEADER + 20 or struct.unpack_from("!H", frame, 12)[0] != ETH_P_IP:
+        return None
+    ip = frame[ETH_HEADER:]
+    ihl = (ip[0] & 0x0F) * 4
+    total, ip_id, frag = struct.unpack_from("!HHH", ip, 2)
+    if ip[9] != IPPROTO_TCP or frag & 0x1FFF or ihl < 20 or len(ip) < ihl + 13:
+        return None
+    sport, dport, seq = struct.unpack_from("!HHI", ip, ihl)
+    tcp_header = (ip[ihl + 12] >> 4) * 4
+    if total <= ihl + tcp_header or not selected(seq, bits):
+        return None
+    return Packet(_ip(ip[12:16]), sport, _ip(ip[16:20]), dport, seq, ip_id)
+
+
+# classic BPF opcodes (linux/bpf_common.h)
+LD_H_ABS, LD_B_ABS, LD_W_IND, LD_B_IND, LDX_MSH = 0x28, 0x30, 0x40, 0x50, 0xB1
+ALU_MUL_K, ALU_RSH_K, ALU_LSH_K, ALU_ADD_X = 0x24, 0x74, 0x64, 0x0C
+JEQ_K, JSET_K, JGT_X, RET_K, ST, LDX_MEM = 0x15, 0x45, 0x3D, 0x06, 0x02, 0x61
+KEEP, DROP = "keep", "drop"  # jump targets: the program's last two instructions
+
+
+def bpf_program(bits: int = DEFAULT_BITS) -> list[tuple[int, int, int, int]]:
+    """The kernel's half of `parse_frame`: (code, jump if true, jump if false, k) instructions
+    keeping SNAP_BYTES of each IPv4 TCP frame with a payload whose sequence number is selected."""
+    keep, drop = KEEP, DROP
+    prog: list[tuple[int, int | str, int | str, int]] = [
+        (LD_H_ABS, 0, 0, 12), (JEQ_K, 0, drop, ETH_P_IP),        # IPv4
+        (LD_B_ABS, 0, 0, 23), (JEQ_K, 0, drop, IPPROTO_TCP),     # TCP
+        (LD_H_ABS, 0, 0, 20), (JSET_K, drop, 0, 0x1FFF),         # not a fragment
+        (LDX_MSH, 0, 0, ETH_HEADER),                             # X = the IP header's length
+        (LD_W_IND, 0, 0, ETH_HEADER + 4),                        # A = the sequence number
+        (ALU_MUL_K, 0, 0, HASH_MULTIPLIER), (ALU_RSH_K, 0, 0, 32 - bits),
+        (JEQ_K, 0, drop, 0),                                     # selected
+        (LD_B_IND, 0, 0, ETH_HEADER + 12), (ALU_RSH_K, 0, 0, 4), (ALU_LSH_K, 0, 0, 2),  # A = TCP header length
+        (ALU_ADD_X, 0, 0, 0), (ST, 0, 0, 0), (LDX_MEM, 0, 0, 0),  # X = IP + TCP header lengths
+        (LD_H_ABS, 0, 0, ETH_HEADER + 2), (JGT_X, keep, drop, 0),  # a payload: total length beyond them
+    ]
+    at_keep = len(prog)  # DROP is the instruction after it
+
+    def jump(target: int | str, at: int) -> int:
+        """A label as the kernel's relative jump from instruction `at`."""
+        return target if isinstance(target, int) else at_keep + (target == DROP) - at - 1
+
+    out = [(code, jump(jt, at), jump(jf, at), k) for at, (code, jt, jf, k) in enumerate(prog)]
+    return [*out, (RET_K, 0, 0, SNAP_BYTES), (RET_K, 0, 0, 0)]
+
+
+def run_bpf(program: list[tuple[int, int, int, int]], frame: bytes) -> int:
+    """What the kernel's interpreter returns for `frame` (bytes kept; 0: dropped), for the
+    opcodes bpf_program uses: the tests hold the filter to parse_frame with it."""
+    a = x = pc = 0
+    mem = [0] * 16
+    while True:
+        code, jt, jf, k = program[pc]
+        pc += 1
+        if code == RET_K:
+            return k
+        if code in (LD_H_ABS, LD_B_ABS, LD_W_IND, LD_B_IND):
+            off = k + (x if code in (LD_W_IND, LD_B_IND) else 0)
+            size = {LD_H_ABS: 2, LD_B_ABS: 1, LD_W_IND: 4, LD_B_IND: 1}[code]
+            if off + size > len(frame):
+                return 0
+            a = int.from_bytes(frame[off:off + size], "big")
+        elif code == LDX_MSH:
+            x = (frame[k] & 0x0F) * 4 if k < len(frame) else 0
+        elif code == ST:
+            mem[k] = a
+        elif code == LDX_MEM:
+            x = mem[k]
+        elif code == ALU_MUL_K:
+            a = (a * k) & 0xFFFFFFFF
+        elif code == ALU_RSH_K:
+            a >>= k
+        elif code == ALU_LSH_K:
+            a = (a << k) & 0xFFFFFFFF
+        elif code == ALU_ADD_X:
+            a = (a + x) & 0xFFFFFFFF
+        else:
+            taken = {JEQ_K: a == k, JSET_K: bool(a & k), JGT_X: a > x}[code]
+            pc += jt if taken else jf

@@ -1,0 +1,88 @@
+"""A host's in-band one-way delays: its sampled packets and its peers' records in, per job flow and
+direction the last window's min, p50 and p99 (or RTT/2, marked) out.
+
+The host's own records are stamped by the kernel; `to_time` takes a kernel (real-clock) time
+to (the time on the global clock, whether it is: the host is synced). Records of packets of no
+job flow are dropped where they are read, so only job traffic costs a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from clockfabric.traffic.steer_decide import FlowKey
+from clockfabric.workload.exchange import by_peer, encode, peers_by_direction
+from clockfabric.workload.flows import flow_label
+from clockfabric.workload.inband import Packet
+from clockfabric.workload.monitor import WorkloadView
+from clockfabric.workload.owd import HOLD_NS, Matcher, OwdStats, Record, Tuple4, flow_owd
+
+
+def directed(key: FlowKey) -> Tuple4:
+    """A flow's key as the 4-tuple of its packets from the local end."""
+    return key.local, key.lport, key.remote, key.rport
+
+
+class InbandOwd:
+    def __init__(self, host: str, host_by_address: dict[str, str], to_time: Callable[[int], tuple[int, bool]],
+                 window_ns: int, hold_ns: int = HOLD_NS):
+        self.host = host
+        self.host_by_address = host_by_address
+        self.to_time = to_time
+        self.window_ns = window_ns
+        self.matcher = Matcher(hold_ns)
+        self.flows: set[Tuple4] = set()  # this host's job flows, local end first
+        self.peers: dict[Tuple4, str] = {}  # each job flow's directions -> the host at the far end
+        # far ends' addresses that are no host address (a NIC's), learnt from the records their hosts send
+        self.learned: dict[str, str] = {}
+        self.outbox: list[Record] = []
+        self.window_end_ns: int | None = None
+        self.owd: dict[str, dict[str, OwdStats | None]] = {}  # by flow label: the last closed window's
+
+    def flows_changed(self, view: WorkloadView) -> None:
+        self.flows = {directed(f.rates.key) for f in view.flows}
+        self.peers = peers_by_direction(self.flows, {**self.host_by_address, **self.learned})
+
+    def captured(self, packets: list[tuple[Packet, str, int]], now_ns: int) -> None:
+        """This host's sampled packets: (packet, side, kernel real-clock time)."""
+        records = []
+        for packet, side, real_ns in packets:
+            if packet.tuple4 in self.peers:
+                t_ns, synced = self.to_time(real_ns)
+                records.append(Record(packet, side, t_ns, synced))
+        self.matcher.add(records, now_ns)
+        self.outbox += records
+
+    def received(self, sender: str, records: list[Record], now_ns: int) -> None:
+        """A peer's records (those of no job flow of ours are dropped: nothing here to match them)."""
+        ours = []
+        for r in records:
+            src, sport, dst, dport = r.packet.tuple4
+            if (src, sport, dst, dport) in self.flows:  # our packet, leaving us: its destination is the sender's
+                far = dst
+            elif (dst, dport, src, sport) in self.flows:
+                far = src
+            else:
+                continue
+            ours.append(r)
+            if far not in self.host_by_address:
+                self.learned[far] = sender
+        self.matcher.add(ours, now_ns)
+
+    def messages(self) -> dict[str, list[dict]]:
+        """What to send now, by host: the records taken since the last call."""
+        out = {peer: encode(self.host, records) for peer, records in by_peer(self.outbox, self.peers).items()}
+        self.outbox = []
+        return out
+
+    def tick(self, view: WorkloadView, now_ns: int) -> None:
+        """Once an update: forget records too old to match; at a window's end, its stats."""
+        self.matcher.expire(now_ns)
+        if self.window_end_ns is None:
+            self.window_end_ns = now_ns + self.window_ns
+        if now_ns < self.window_end_ns:
+            return
+        window = self.matcher.close_window()
+        self.window_end_ns = now_ns + self.window_ns
+        self.owd = {flow_label(f.rates.key): flow_owd(directed(f.rates.key), window, f.rates.reading.rtt_us)
+                    for f in view.flows}
