@@ -1,5 +1,5 @@
 """Fleet monitoring: what an agent costs its host. Targets: <= 1% of a core and <= 80 MB RSS at
-10 peers on an idle fabric (issue 4), <= 2% with clock sync's load (issue 3).
+10 peers on an idle fabric, <= 2% with clock sync's load.
 
 Lab: leafspine(12, 2, 2), the fleet as `clockfabric monitor --keep` starts it (controller on h0,
 a switch agent per switch, a pushing clock agent with 10 peers on every host: probes, fits,

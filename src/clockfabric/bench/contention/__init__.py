@@ -28,7 +28,7 @@ bytes of every 1514-byte frame carry data, and a link carries half a 66-byte ack
 for the other way's data: 0.936 of its bytes are data; at 9000, 0.989), and ecmp's time over
 the ideal, the most any scheduler could gain over ecmp here.
 
-The report also judges `owd` against the issue's targets (TARGETS below): per scenario with
+The report also judges `owd` against its targets (TARGETS below): per scenario with
 contention, whether it is 1.5x faster than ecmp, 1.2x faster than least-outstanding and
 within 10% of the ideal; with nothing to fix, whether it is within 3% of the best baseline.
 A ratio is marked out of reach where no scheduler could have met it: the baseline itself ran

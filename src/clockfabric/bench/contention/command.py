@@ -168,7 +168,7 @@ def _outside_table(summary: list[dict]) -> Table:
 
 
 def _targets_table(verdicts: list[dict]) -> Table:
-    """owd against the issue's bars, one row per scenario: each cell the value, whether it is
+    """owd against its bars, one row per scenario: each cell the value, whether it is
     met, short, or out of reach (no scheduler could: the baseline ran that close to ideal), and
     its 90% bootstrap interval over the seeds."""
     table = Table(title="owd against its targets",

@@ -68,7 +68,7 @@ class Run:
         return max(j["time_us"] for j in self.jobs)
 
 
-SPINES = (2, 3, 4)  # the leaf-spine lab: 2-4 spines; more spines make ECMP's collisions costlier
+SPINES = (2, 3, 4)  # the leaf-spine lab: 2-4 spines; more spines make ECMP's collisions costlier
 
 
 ACK_FRAME = 66  # bytes on the wire of a bare TCP ack: Ethernet, IP, and TCP with timestamps
