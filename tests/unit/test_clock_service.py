@@ -356,3 +356,24 @@ def test_a_standing_queue_stays_above_its_floor_when_the_mappings_move():
         sync.pairs["b"].exchanges.extend(_exchange(EPOCH + 100 * k + i, 4_020_000, 30_000) for i in range(5))
         (out,) = [r for r in sync.owd() if r["src"] == "a"]  # b's map stays while a round leaves it out
         assert out["p50_ns"] - out["floor_ns"] == 4_000_000
+
+
+def test_the_agents_validators_take_what_hosts_and_the_solver_send():
+    """The control channel's checks and the clock's messages must agree: a report or a map the
+    agent's clock service refuses as invalid leaves every host unsynced."""
+    from clockfabric.agent.services.clock import valid_map, valid_report
+
+    clocks = make_fleet(6, seed=3)
+    peers = probe_peers(list(clocks), 3, seed=4)
+    solver = Solver(list(clocks), "h00")
+    for h in clocks:
+        msg = report(clocks, h, peers[h], NOW_TAU - 1e9)
+        assert valid_report(msg, h, clocks), msg
+        solver.on_report(msg, now=100.0)
+    msgs = solver.solve(clocks["h00"].read(NOW_TAU), now=101.0)
+    assert all(valid_map(m, clocks) for m in msgs.values())
+    unsynced = {**msgs["h01"], "hosts": {**msgs["h01"]["hosts"]}}
+    unsynced["hosts"]["h01"] = {**unsynced["hosts"]["h01"], "uncertainty_ns": float("inf"), "synced": False}
+    assert valid_map(unsynced, clocks)  # a host that cannot be synced has an infinite bound
+    nan = {**unsynced, "hosts": {"h01": {**unsynced["hosts"]["h01"], "uncertainty_ns": float("nan")}}}
+    assert not valid_map(nan, clocks)

@@ -20,26 +20,37 @@ from clockfabric.clock.service import HostSync, Solver
 
 # after a host reports a clock step, the solver waits this long for its neighbours' reports
 URGENT_SOLVE_S = 0.05
-MAPPING_FIELDS = ("t0_ns", "offset_ns", "drift", "uncertainty_ns")
+MAPPING_FIELDS = ("t0_ns", "offset_ns", "drift")
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def _finite(*values: object) -> bool:
-    return all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    return all(_number(v) and math.isfinite(v) for v in values)  # type: ignore[arg-type]
+
+
+def _bound(v: object) -> bool:
+    """A clock bound: a number at least 0; infinite where the host cannot be synced."""
+    return _number(v) and v >= 0  # type: ignore[operator]
 
 
 def valid_map(msg: dict, hosts: dict) -> bool:
-    """Every mapping of a known host, with every number finite."""
+    """Every mapping of a known host, its numbers finite but its bound (infinite while unsynced)."""
     maps = msg.get("hosts")
     return isinstance(maps, dict) and all(
         h in hosts and isinstance(m, dict) and _finite(*(m.get(f) for f in MAPPING_FIELDS))
-        and abs(m["t0_ns"]) < 2**63 for h, m in maps.items()) and _finite(msg.get("parts", 1))
+        and _bound(m.get("uncertainty_ns")) and abs(m["t0_ns"]) < 2**63 for h, m in maps.items()) \
+        and _finite(msg.get("parts", 1))
 
 
 def valid_report(msg: dict, sender: str, hosts: dict) -> bool:
-    """A report from the host it is about: edges [peer, offset, drift, center, weight] to known hosts."""
+    """A report from the host it is about: edges [peer, offset, drift, center, weight, bound] to
+    known hosts, every number finite."""
     edges = msg.get("edges", [])
     return msg.get("host") == sender and isinstance(edges, list) and all(
-        isinstance(e, list) and len(e) == 5 and e[0] in hosts and _finite(*e[1:]) for e in edges)
+        isinstance(e, list) and len(e) == 6 and e[0] in hosts and _finite(*e[1:]) for e in edges)
 
 
 @service("clock", help="Clock sync: pair fits, reports to the reference and its maps; the solver there")
