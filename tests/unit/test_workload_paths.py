@@ -104,3 +104,14 @@ def test_path_samples_are_what_the_root_cause_reads():
     (flow,) = flows_from(stored, places)
     assert flow.dscp == 0 and flow.peer == "h2"
     assert any("spine1" in name for name, _ in flow.hops)
+
+
+def test_an_unanswered_trace_is_tried_again_soon():
+    calls: list = []
+    clock = Clock()
+    paths = FlowPaths(TOPO, "h0", every_s=300, trace_fn=tracer({}, calls), clock=clock)
+    paths.learn([FAR])
+    clock.t = 1.0
+    assert paths.due([FAR]) == []
+    clock.t = 2.5  # its SYN may have been lost in the very queue the flow fills
+    assert paths.due([FAR]) == [FAR]

@@ -5,8 +5,8 @@ is answered by exactly that spine (probe.paths.trace). The SYN leaves by the NIC
 routes the flow on (traffic's RouteLookup, ports included), as the flow's own packets do.
 
 A 5-tuple hashes the same way every time, so a trace is cached per 5-tuple (a reused port
-included) and made again only every `every_s`, or after `forget()` (a link of the host
-changed: the hash may land elsewhere now). Not traced: flows to a peer under one of this host's
+included) and made again only every `every_s` (one left unanswered: after RETRY_S), or after
+`forget()` (a link of the host changed: the hash may land elsewhere now). Not traced: flows to a peer under one of this host's
 own leaves (no spine between them; the SYN would reach the peer's socket) and flows to
 addresses outside the fabric. Traces run on a thread of their own: a lost answer waits up to
 a second, which the agent's update must not.
@@ -29,6 +29,7 @@ from clockfabric.traffic.steer_kernel import RouteLookup
 log = logging.getLogger(__name__)
 TTL = 2  # the hop after the leaf: a spine
 EVERY_S = 300.0
+RETRY_S = 2.0  # an unanswered trace (its SYN or the answer lost, e.g. in the full queue the flow fills) again
 
 
 def leaves(topo: Topology) -> dict[str, set[str]]:
@@ -87,7 +88,8 @@ class FlowPaths:
             now = self._clock()
             for k in flows:
                 hop = hops.get((k.lport, k.rport))
-                found[k] = (now, None if hop is None else self.owner.get(hop, hop))
+                # unanswered: held as if traced long ago, so it is due again after RETRY_S
+                found[k] = (now, self.owner.get(hop, hop)) if hop else (now - self.every_s + RETRY_S, None)
         self.found = found
 
     def forget(self) -> None:
