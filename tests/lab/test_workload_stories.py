@@ -14,8 +14,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from clockfabric.bench.workload_lab import flow, links_between, why
 from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import impair
