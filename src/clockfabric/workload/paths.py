@@ -8,8 +8,8 @@ A 5-tuple hashes the same way every time, so a trace is cached per 5-tuple (a re
 included) and made again only every `every_s` (one left unanswered: after RETRY_S), or after
 `forget()` (a link of the host changed: the hash may land elsewhere now). Not traced: flows
 to a peer under one of this host's own leaves (no spine between them; the SYN would reach
-the peer's socket) and flows to addresses outside the fabric. Traces run on a thread of their own: a lost answer waits up to
-a second, which the agent's update must not.
+the peer's socket) and flows to addresses outside the fabric. Traces run on a thread of
+their own: a lost answer waits up to a second, which the agent's update must not.
 """
 
 from __future__ import annotations
