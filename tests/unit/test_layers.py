@@ -40,6 +40,7 @@ PEER_IMPORTS = {
     ("audit", "telemetry"): "the host facts reuse the collectors' sysfs and NVML readers",
     ("audit", "collective"): "the collective check runs all-reduces and bisects slow planes",
     ("workload", "traffic"): "jobs' flows are read with traffic's sock_diag reader and keyed as it keys them",
+    ("workload", "probe"): "each flow's spine is traced as the probe paths are (probe.paths)",
 }
 
 # (importing module, imported component) across layers the wrong way, and why

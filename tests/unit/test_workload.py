@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from clockfabric.topology import leafspine
 from clockfabric.traffic.steer_decide import FlowKey
 from clockfabric.workload import samples
 from clockfabric.workload.flows import FlowTracker, SocketReading, flow_label, parse_flow_label
@@ -213,7 +214,8 @@ def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypat
     readings = [reading(1, 2, 11, 1, acked=0)]
     monkeypatch.setattr(service, "ProcFs", lambda: ProcFs(proc))
     monkeypatch.setattr(service, "KernelSockets", lambda: lambda: readings)
-    ctx = SimpleNamespace(rails=[], cfg=SimpleNamespace(host="h0", window_s=2.0), addresses={}, time_source=None)
+    ctx = SimpleNamespace(rails=[], cfg=SimpleNamespace(host="h0", window_s=2.0, topology=leafspine(2, 1, 1)),
+                          addresses={}, time_source=None, on_link_change=[])
     svc = service.Workload(ctx=ctx)
     svc.tick(0)
     readings[0] = reading(1, 2, 11, 1, acked=125_000)
@@ -224,6 +226,8 @@ def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypat
     snap = svc.snapshot()
     assert snap.info["workload"]["jobs"] == 2 and snap.info["workload"]["hidden_processes"] == 1
     assert {s["name"] for s in snap.samples} >= {"job_process", "job_flow_tx_bps", "job_flow_rtt_us"}
+    svc.paths.stop()
+    assert ctx.on_link_change == [svc.paths.forget]
     metrics = workload_metrics({"host": "h0", **state})
     assert all("job" not in m.labels for m in metrics)
     rtt = [m for m in metrics if m.name == "clockfabric_job_flow_rtt_seconds"]

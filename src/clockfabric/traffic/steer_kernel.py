@@ -21,6 +21,7 @@ from clockfabric.traffic.steer_decide import FlowKey, FlowSample
 RULE_PRIORITY = 19900  # + the plane the flow hashed onto
 TABLE_BASE = 19900  # + the plane the flow is sent on
 MAX_PLANES = 64
+INET_DIAG_INFO, INET_DIAG_TOS = 2, 5  # linux/inet_diag.h: extensions asked for by bit (1 << (n - 1))
 
 
 class FlowReader:
@@ -41,12 +42,12 @@ class FlowReader:
 
     def diag(self) -> list[tuple[FlowKey, Any, Any]]:
         """Each established flow: its key, its inet_diag message (idiag_cookie, idiag_inode,
-        idiag_wqueue, ...) and its tcp_info (tcpi_*)."""
+        idiag_wqueue, ..., and the socket's TOS byte: `dscp(m)`) and its tcp_info (tcpi_*)."""
         if threading.get_ident() != self.thread and _netns_here() != self.netns:
             raise RuntimeError("FlowReader read from another thread, "
                                "in another network namespace than it was made in")
-        inet_diag_info = 2
-        msgs = self.ds.get_sock_stats(family=socket.AF_INET, states=1 << 1, extensions=1 << (inet_diag_info - 1))
+        extensions = 1 << (INET_DIAG_INFO - 1) | 1 << (INET_DIAG_TOS - 1)
+        msgs = self.ds.get_sock_stats(family=socket.AF_INET, states=1 << 1, extensions=extensions)
         out = []
         for m in msgs:
             info = m.get_attr("INET_DIAG_INFO")
@@ -57,6 +58,16 @@ class FlowReader:
     def read(self) -> list[FlowSample]:
         return [FlowSample(key, m["idiag_cookie"], info["tcpi_bytes_acked"], m["idiag_wqueue"], info["tcpi_rtt"],
                            info["tcpi_bytes_received"]) for key, m, info in self.diag()]
+
+
+def dscp(msg: Any) -> int | None:
+    """The DSCP a socket marks (the top 6 bits of its IP_TOS), from its inet_diag message; None
+    where the kernel did not say. pyroute2 hands the byte over as hex text."""
+    tos = msg.get_attr("INET_DIAG_TOS")
+    try:
+        return int(str(tos).replace(":", "")[:2], 16) >> 2 if tos is not None else None
+    except ValueError:
+        return None
 
 
 def _netns_here() -> int:

@@ -27,6 +27,7 @@ class SocketReading:
     rtt_us: int  # smoothed
     cwnd: int  # segments
     delivery_rate_bps: float  # the kernel's estimate of the recent delivery rate, bits per second
+    dscp: int | None = None  # the DSCP the socket marks its packets with, where the kernel says
 
 
 @dataclass(frozen=True)

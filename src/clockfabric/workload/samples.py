@@ -7,12 +7,17 @@ Samples, each labelled with `jobid` (never `job`: Prometheus owns that label):
   other_flow_<stat>       tx_bps and rtt_us of each flow of no job that sends (monitor.BUSY_BPS); label flow
   job_flow_owd_<dir>_<s>  its one-way delay out (local to remote) and in, over the last window
                           (OWD_FIELDS: min/p50/p99 in ns, samples, fallback: 1 where it is RTT/2)
+  job_flow_path           where the flow goes (value 1): labels via (the switch it was traced
+  other_flow_path         through, "" if not) and dscp (what its socket marks, "" if unknown)
 A flow's rates appear from its second reading on.
 """
 
 from __future__ import annotations
 
-from clockfabric.workload.flows import flow_label
+from collections.abc import Callable
+
+from clockfabric.traffic.steer_decide import FlowKey
+from clockfabric.workload.flows import FlowRates, flow_label
 from clockfabric.workload.monitor import JobFlow, WorkloadView
 from clockfabric.workload.owd import FALLBACK, OwdStats
 
@@ -30,6 +35,15 @@ DIRECTIONS = ("out", "in")  # from the flow's local end to its remote one, and b
 OWD_FIELDS = ("min_ns", "p50_ns", "p99_ns", "samples", "fallback")
 OWD_SAMPLES = [f"job_flow_owd_{d}_{f}" for d in DIRECTIONS for f in OWD_FIELDS]
 FlowOwd = dict[str, dict[str, OwdStats | None]]  # flow label -> direction -> its last window
+Via = Callable[[FlowKey], str | None]  # a flow's traced switch, None where not known
+
+
+def path_labels(r: FlowRates, via: Via | None) -> dict[str, str] | None:
+    """A flow's path sample labels; None when neither its switch nor its DSCP is known."""
+    switch, dscp = via(r.key) if via else None, r.reading.dscp
+    if switch is None and dscp is None:
+        return None
+    return {"flow": flow_label(r.key), "via": switch or "", "dscp": "" if dscp is None else str(dscp)}
 
 
 def owd_values(stats: OwdStats) -> dict[str, float]:
@@ -37,7 +51,7 @@ def owd_values(stats: OwdStats) -> dict[str, float]:
             "fallback": float(stats.source == FALLBACK)}
 
 
-def push_samples(view: WorkloadView, owd: FlowOwd | None = None) -> list[dict]:
+def push_samples(view: WorkloadView, owd: FlowOwd | None = None, via: Via | None = None) -> list[dict]:
     out = []
     for job in view.jobs.values():
         for p in job.processes:
@@ -52,7 +66,11 @@ def push_samples(view: WorkloadView, owd: FlowOwd | None = None) -> list[dict]:
         for direction, stats in (owd or {}).get(labels["flow"], {}).items():
             for name, value in (owd_values(stats) if stats else {}).items():
                 out.append({"name": f"job_flow_owd_{direction}_{name}", "value": float(value), "labels": labels})
+        if path := path_labels(f.rates, via):
+            out.append({"name": "job_flow_path", "value": 1.0, "labels": {"jobid": f.jobid, **path}})
     for r in view.busy_others:
+        if path := path_labels(r, via):
+            out.append({"name": "other_flow_path", "value": 1.0, "labels": path})
         for stat, value in (("tx_bps", r.tx_bps), ("rtt_us", r.reading.rtt_us)):
             if value is not None:
                 out.append({"name": f"other_flow_{stat}", "value": float(value), "labels": {"flow": flow_label(r.key)}})

@@ -3,7 +3,7 @@ traffic's sock_diag reader (steer_kernel.FlowReader), with the fields flows need
 
 from __future__ import annotations
 
-from clockfabric.traffic.steer_kernel import FlowReader
+from clockfabric.traffic.steer_kernel import FlowReader, dscp
 from clockfabric.workload.flows import SocketReading
 
 
@@ -16,7 +16,7 @@ class KernelSockets:
     def __call__(self) -> list[SocketReading]:
         return [SocketReading(key, m["idiag_inode"], m["idiag_cookie"], info["tcpi_bytes_acked"],
                               info["tcpi_bytes_received"], info["tcpi_total_retrans"], info["tcpi_rtt"],
-                              info["tcpi_snd_cwnd"], info["tcpi_delivery_rate"] * 8.0)
+                              info["tcpi_snd_cwnd"], info["tcpi_delivery_rate"] * 8.0, dscp(m))
                 for key, m, info in self.reader.diag()]
 
     def close(self) -> None:

@@ -2,7 +2,8 @@
 the controller as samples, published (and so on /metrics) per job and flow. With them, each
 flow's in-band one-way delays: a sample of its packets timestamped by the kernel on this host's
 NICs, their records exchanged with the agent at the flow's far end (control message "inband")
-and matched here, on the synced clocks."""
+and matched here, on the synced clocks. And where each flow goes: the switch its 5-tuple is traced
+through (workload.paths, on a thread of its own) and the DSCP its socket marks."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from clockfabric.workload import exchange, samples
 from clockfabric.workload.capture import Capture
 from clockfabric.workload.monitor import WorkloadMonitor, WorkloadView
 from clockfabric.workload.owd_monitor import InbandOwd
+from clockfabric.workload.paths import FlowPaths, KernelDevice, PathTracer
 from clockfabric.workload.procfs import ProcFs
 from clockfabric.workload.sockets import KernelSockets
 
@@ -46,6 +48,14 @@ class Workload(Service):
         self.inband = InbandOwd(ctx.cfg.host, {a: h for h, a in ctx.addresses.items()}, self._global_time,
                                 window_ns=round(ctx.cfg.window_s * 1e9))
         self.owd: samples.FlowOwd = {}
+        self.device: KernelDevice | None = None
+        try:
+            self.device = KernelDevice()
+        except OSError as e:  # no route netlink: traces leave by the routes' choice, without the ports
+            log.warning("cannot look up flows' routes (%s)", e)
+        self.paths = PathTracer(FlowPaths(ctx.cfg.topology, ctx.cfg.host, device_of=self.device))
+        ctx.on_link_change.append(self.paths.forget)  # a changed fabric moves the hash
+        self.paths.start()
 
     def _global_time(self, real_ns: int) -> tuple[int, bool]:
         t_ns, mapped = self.ctx.to_time(real_ns)
@@ -72,6 +82,7 @@ class Workload(Service):
             for msg in messages:
                 self.ctx.send(peer, msg)
         self.inband.tick(self.view, time.monotonic_ns())
+        self.paths.want([f.rates.key for f in self.view.flows] + [r.key for r in self.view.busy_others])
         self.owd = self.inband.owd
         self.cpu_s += time.thread_time() - t0
 
@@ -83,9 +94,14 @@ class Workload(Service):
 
     def snapshot(self) -> Snapshot:
         view, owd = self.view, self.owd  # each replaced whole by a tick: one consistent view
-        return Snapshot(samples=samples.push_samples(view, owd), info={"workload": samples.summary(view)})
+        return Snapshot(samples=samples.push_samples(view, owd, self.paths.paths.via),
+                        info={"workload": samples.summary(view)})
 
     def stop(self) -> None:
+        self.paths.stop()
+        self.paths.join(timeout=2.0)
+        if self.device:
+            self.device.close()
         if self.sockets:
             self.sockets.close()
         if self.capture:

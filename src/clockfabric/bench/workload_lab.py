@@ -1,0 +1,96 @@
+"""Jobs and faults on a lab, as `bench workload` and the lab's story tests make them: TCP flows
+started with `clockfabric job run` (or as no job), pinned on a spine by their source port,
+marking a DSCP, paced or saturating; and the controller's verdict on a job."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from clockfabric.controller.client import api
+from clockfabric.controller.on_lab import LabFleet
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import netns
+from clockfabric.lab.state import Lab
+from clockfabric.probe.paths import spread
+from clockfabric.topology import interfaces
+
+RECEIVER = """
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", int(sys.argv[1]))); srv.listen()
+conn, _ = srv.accept()
+while conn.recv(1 << 16):
+    pass
+"""
+# argv: address, port, source address, source port (0: any), chunk bytes, pause s, DSCP
+SENDER = """
+import socket, sys, time
+address, port, source, sport, chunk, pause, dscp = sys.argv[1:8]
+for _ in range(150):
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(dscp) << 2)
+        s.bind((source, int(sport)))
+        s.connect((address, int(port)))
+        break
+    except OSError:
+        s.close()
+        time.sleep(0.2)
+data, pause = b"x" * int(chunk), float(pause)
+while True:
+    s.sendall(data)
+    if pause:
+        time.sleep(pause)
+"""
+
+
+def address(lab: Lab, host: str) -> str:
+    return str(lab.topology.hosts[host].address)
+
+
+def port_on(lab: Lab, src: str, dst: str, port: int, spine: str, *, seed: int = 7) -> int:
+    """A source port whose src -> dst:port TCP flows the fabric hashes onto `spine` (traced from src)."""
+    on_spine = {str(i.address.ip) for p, i in interfaces(lab.topology).items() if p.node == spine}
+    with netns.entered(lab.ns(src)):
+        ports = [p.sport for p in spread(address(lab, src), address(lab, dst), port, want=8, seed=seed)
+                 if p.hop in on_spine]
+    if not ports:
+        raise ClockfabricError(f"no source port from {src} to {dst} was found on {spine}")
+    return ports[0]
+
+
+def flow(lab: Lab, logs: Path, jobid: str | None, src: str, dst: str, port: int, *, spine: str | None = None,
+         chunk: int = 65536, pause_s: float = 0.0, dscp: int = 0) -> list[subprocess.Popen]:
+    """A TCP flow src -> dst:port (its receiver first), as job `jobid` (None: as no job), pinned on
+    `spine` where given; the sender writes `chunk` bytes then sleeps `pause_s`, marking `dscp`."""
+    sport = port_on(lab, src, dst, port, spine) if spine else 0
+    job = [sys.executable, "-m", "clockfabric.cli", "job", "run", "--name", jobid, "--"] if jobid else []
+    name = f"{jobid or 'nojob'}-{src}-{dst}-{port}"
+    procs = [lab.spawn(dst, [*job, sys.executable, "-c", RECEIVER, str(port)], f"{name} receiver",
+                       log=logs / f"{name}-receiver.log")]
+    try:
+        procs.append(lab.spawn(src, [*job, sys.executable, "-c", SENDER, address(lab, dst), str(port),
+                                     address(lab, src), str(sport), str(chunk), str(pause_s), str(dscp)],
+                               f"{name} sender", log=logs / f"{name}-sender.log"))
+    except BaseException:
+        from clockfabric.lab.process import stop
+
+        stop(procs)
+        raise
+    return procs
+
+
+def why(fleet: LabFleet, jobid: str, since: str = "60s") -> dict | None:
+    """The controller's verdict on the job now; None while it does not know the job."""
+    try:
+        return api(fleet.lab, fleet.url, fleet.token_file, f"/api/v1/jobs/{jobid}/why", since=since)
+    except ClockfabricError:  # 404 until the job's processes are pushed
+        return None
+
+
+def links_between(lab: Lab, a: str, b: str) -> set[str]:
+    """The names of the links cabling node a to node b."""
+    return {lk.name for lk in lab.topology.links if {lk.a.node, lk.b.node} == {a, b}}
