@@ -1,13 +1,14 @@
 """The default storage: one SQLite file in WAL mode (readers never wait for the writer).
 
-Faults are looked for, not only met: every write first checks that the path still names the file
+Faults are looked for, not only met: every query first checks that the path still names the file
 that was opened (a database deleted or replaced under a running controller would otherwise take
-writes into a file that is gone at the next restart), and `check` runs SQLite's `PRAGMA
+writes into a file that is gone at the next restart, and a file put in its place shares its -wal
+and -shm files by name, so even reads go wrong), and `check` runs SQLite's `PRAGMA
 quick_check` every `quick_check_s` on a connection of its own, so overwritten pages are found
-before a push meets them. While either fault stands, writes are refused with StorageError (pushes
-get 503 and agents keep their events); a file put back where it was, or pages that check clean
-again, lift it. A replaced file is never adopted while running: restart the controller to open
-what the path now holds.
+before a push meets them. While the file is not ours, queries are refused with StorageError, and
+while its pages are damaged, writes are (pushes get 503 and agents keep their events); a file put
+back where it was, or pages that check clean again, lift it. A replaced file is never adopted
+while running: restart the controller to open what the path now holds.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class SqliteStorage(SqlStorage):
                 raise
 
     def _cursor(self):
+        self._same_file()  # another file at the path shares our -wal and -shm: even reads go wrong
         return closing(self._db.cursor())
 
     def _sample_ids(self, cur: sqlite3.Cursor, n: int) -> range:
