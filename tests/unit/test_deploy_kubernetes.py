@@ -109,7 +109,7 @@ def test_the_controller_runs_unprivileged():
     (controller,) = pod["containers"]
     assert controller["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert controller["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert "/api/v1/fleet" in controller["readinessProbe"]["exec"]["command"][2]  # needs token and storage
+    assert controller["readinessProbe"]["httpGet"]["path"] == "/readyz"  # fails while storage does
 
 
 def test_files_the_containers_read_are_mounted_from_objects_that_exist():
@@ -165,6 +165,17 @@ def test_the_servicemonitor_scrapes_the_agents_under_the_job_the_rules_select():
         assert endpoint["port"] in port_names
     rules = yaml.safe_dump(one("PrometheusRule", "clockfabric")["spec"])
     assert 'job="clockfabric-agent"' in rules
+
+
+def test_the_controller_servicemonitor_scrapes_its_metrics_with_the_fleet_token():
+    monitor = one("ServiceMonitor", "clockfabric-controller")
+    service = one("Service", "clockfabric-controller")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics" and endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    credentials = endpoint["authorization"]["credentials"]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    assert credentials["key"] in one("Secret", credentials["name"])["stringData"]
 
 
 def test_the_prometheusrule_is_well_formed():

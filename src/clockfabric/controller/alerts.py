@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import asdict, replace
 
@@ -62,6 +62,7 @@ class AlertManager:
         self.webhook_failures = 0
         self.webhook_dropped = 0
         self.storage_failures = 0
+        self.storage_errors: Counter[str] = Counter()  # by StorageError.kind
 
     @property
     def webhook_pending(self) -> int:
@@ -87,6 +88,15 @@ class AlertManager:
         with self._lock:
             self._storage_failed(error, self.clock() if now_ns is None else now_ns, changes)
         return changes[0][1] if changes else None
+
+    def open_by_kind(self) -> dict[str, int]:
+        """Open alerts per kind, as this manager knows them (the storage alert too): for metrics,
+        without a database read."""
+        with self._lock:
+            kinds = Counter(a.kind for a in (self._open or {}).values())
+            if self.storage_alert:
+                kinds[self.storage_alert.kind] += 1
+        return dict(kinds)
 
     def close(self) -> None:
         if self._client:
@@ -125,6 +135,7 @@ class AlertManager:
 
     def _storage_failed(self, error: Exception, now_ns: int, changes: list[Change]) -> None:
         self.storage_failures += 1
+        self.storage_errors[getattr(error, "kind", "unavailable")] += 1
         self._storage_error_ns = now_ns
         if self.storage_alert:
             self.storage_alert = replace(self.storage_alert, detail={**self.storage_alert.detail,
@@ -133,7 +144,8 @@ class AlertManager:
         self.storage_alert = Alert(
             key=STORAGE_KEY, kind="storage", severity="critical", opened_ns=now_ns,
             message=f"storage is failing: {error}; alerts are kept in memory until it recovers",
-            detail={"error": str(error), "error_type": type(error).__name__, "failures": self.storage_failures})
+            detail={"error": str(error), "error_type": type(error).__name__,
+                    "fault": getattr(error, "kind", "unavailable"), "failures": self.storage_failures})
         self._notify("opened", self.storage_alert, changes)
 
     def _recover(self, now_ns: int, changes: list[Change]) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import math
-import threading
 from contextlib import asynccontextmanager
 from typing import Annotated, Literal, TypeVar
 
@@ -24,6 +23,7 @@ from clockfabric.controller import jobs_api, neighbours_api, rootcause_inputs
 from clockfabric.controller.body import Bounds, invalid, parse, read_body
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
+from clockfabric.controller.operations import Operations
 from clockfabric.controller.render import record, renderable
 from clockfabric.controller.storage.base import Audit, StorageError
 
@@ -115,28 +115,25 @@ def summary(a: Audit) -> dict:
     return out
 
 
-def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
+def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float = 1.0) -> FastAPI:
+    """`tick_s`: how often stale hosts and alerts are looked at; `check_s`: storage checked."""
     def authorised(request: Request) -> None:
         given = request.headers.get("authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             raise HTTPException(401, "missing or wrong fleet token (Authorization: Bearer <token>)")
 
+    ops = Operations(fleet, tick_s=tick_s, check_s=check_s)  # supervised loops, /readyz, /metrics
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        stop = threading.Event()
-
-        def ticker() -> None:
-            while not stop.wait(tick_s):
-                fleet.tick()
-
-        thread = threading.Thread(target=ticker, name="controller-tick", daemon=True)
-        thread.start()
+        ops.start()
         yield
-        stop.set()
-        thread.join(5)
+        ops.stop()
 
     app = FastAPI(title="clockfabric controller", lifespan=lifespan)
+    app.state.operations = ops
     auth = [Depends(authorised)]
+    ops.register(app, auth)
 
     @app.exception_handler(StorageError)
     async def storage_error(_request: Request, e: StorageError):
@@ -214,8 +211,19 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0) -> FastAPI:
     @app.get("/api/v1/alerts", dependencies=auth)
     def alerts(open_only: bool = False, since_ns: int | None = None, until_ns: int | None = None,
                after_id: int = 0, limit: Limit = 100) -> dict:
-        return page(fleet.storage.alerts(open_only=open_only, since_ns=since_ns, until_ns=until_ns,
-                                         after_id=after_id, limit=limit), limit)
+        """Storage's alerts; while storage fails, its alert (held in memory, id null) first on the
+        first page, and alone if storage cannot be read."""
+        held = fleet.monitor.alerts.storage_alert if fleet.monitor is not None else None
+        try:
+            found = page(fleet.storage.alerts(open_only=open_only, since_ns=since_ns, until_ns=until_ns,
+                                              after_id=after_id, limit=limit), limit)
+        except StorageError:
+            if held is None:
+                raise
+            found = {"items": [], "next": None}
+        if held is not None and after_id == 0 and (until_ns is None or held.opened_ns < until_ns):
+            found["items"].insert(0, record(held))
+        return found
 
     @app.post("/api/v1/audits", dependencies=auth, status_code=201)
     async def add_audit(request: Request) -> dict:

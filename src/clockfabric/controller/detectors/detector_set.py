@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 from clockfabric.controller.config import MonitorConfig
 from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex
 from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.topology.model import Topology
 
-HOOKS = ("on_events", "on_samples", "on_neighbours", "set_path_links", "findings")
+HOOKS = ("on_events", "on_samples", "on_neighbours", "set_path_links")  # `findings`: by name, timed
 
 
 class DetectorSet:
@@ -25,6 +26,9 @@ class DetectorSet:
                           if getattr(config, e.name).enabled
                           and (topology is not None or not e.meta.get("needs_topology"))}
         self._hooks = {hook: [getattr(d, hook) for d in self.detectors.values() if hasattr(d, hook)] for hook in HOOKS}
+        self._findings = [(name, d.findings) for name, d in self.detectors.items() if hasattr(d, "findings")]
+        # told of each detector's run and its duration in seconds (the controller's metrics), if set
+        self.ran: Callable[[str, float], None] | None = None
 
     def on_events(self, events: Iterable[Event], now_ns: int) -> None:
         events = list(events)
@@ -51,4 +55,10 @@ class DetectorSet:
             set_path_links(mapping, src)
 
     def active(self, now_ns: int) -> dict[str, Finding]:
-        return {f.key: f for findings in self._hooks["findings"] for f in findings(now_ns)}
+        found: dict[str, Finding] = {}
+        for name, findings in self._findings:
+            started = time.perf_counter()
+            found.update((f.key, f) for f in findings(now_ns))
+            if self.ran is not None:
+                self.ran(name, time.perf_counter() - started)
+        return found

@@ -15,7 +15,16 @@ from typing import Protocol
 
 
 class StorageError(Exception):
-    """The database cannot take a write now (locked, disk full, server gone): retry later."""
+    """The database cannot take a write now (locked, disk full, server gone): retry later.
+
+    `kind` names the fault for alerts and metrics: "busy" (another writer's lock), "readonly",
+    "io", "full", "cantopen", "corrupt" (pages that do not read back), "deleted" or "replaced"
+    (the database file under a running controller), "unreachable" (a database server gone),
+    "unavailable" (anything else)."""
+
+    def __init__(self, message: str, kind: str = "unavailable") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -114,5 +123,12 @@ class Storage(Protocol):
 
     def audit(self, id_: int) -> Audit | None:
         """One audit with its report; None if there is none with that id."""
+
+    def check(self, now_ns: int) -> None:
+        """A real read and write (and, where the database has them, its own integrity checks);
+        StorageError if any fails. The controller runs it every second."""
+
+    def size_bytes(self) -> int | None:
+        """What the database takes on disk; None where it cannot say."""
 
     def close(self) -> None: ...

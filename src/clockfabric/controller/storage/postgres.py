@@ -52,7 +52,13 @@ class PostgresStorage(SqlStorage):
         try:
             yield
         except RETRYABLE as e:
-            raise StorageError("PostgreSQL: " + " ".join(str(e).split())) from e
+            if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
+                kind = "readonly"
+            elif self._conn is None or self._conn.closed:
+                kind = "unreachable"  # no connection, or it broke: the server is gone or restarting
+            else:
+                kind = "unavailable"
+            raise StorageError("PostgreSQL: " + " ".join(str(e).split()), kind) from e
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor]:
@@ -75,6 +81,10 @@ class PostgresStorage(SqlStorage):
 
     def _upsert_latest(self, cur: psycopg.Cursor, values: list[tuple]) -> None:
         cur.execute(UPSERT_LATEST_FROM_SAMPLES, (values[0][0], values[-1][0]))
+
+    def size_bytes(self) -> int | None:
+        found = self._fetch("SELECT pg_database_size(current_database())")
+        return int(found[0][0]) if found else None
 
     def close(self) -> None:
         with self._lock:

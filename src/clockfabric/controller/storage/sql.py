@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS audits (
     id {id}, t_ns BIGINT NOT NULL, fleet TEXT NOT NULL, verdict TEXT NOT NULL, exit_code INTEGER NOT NULL,
     counts TEXT NOT NULL, report TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS audits_t ON audits (t_ns);
+CREATE TABLE IF NOT EXISTS health_check (name TEXT PRIMARY KEY, t_ns BIGINT NOT NULL);
 """
 # A table added to SCHEMA without changing what the others hold keeps SCHEMA_VERSION: opening an older
 # database creates what it lacks (each statement is IF NOT EXISTS), and an older clockfabric ignores it.
@@ -258,6 +259,16 @@ class SqlStorage(ABC):
                                ("(resolved_ns IS NULL OR resolved_ns >= ?)", since_ns), ("opened_ns < ?", until_ns))
         return [rows.alert(r) for r in self._fetch(
             f"SELECT {rows.ALERT_COLS} FROM alerts WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)])]
+
+    # ---- health ----------------------------------------------------------------------------------
+    def check(self, now_ns: int) -> None:
+        """Write a row and read it back: a database that answers reads but takes no write (locked,
+        full, read-only, gone) fails here, as a push would."""
+        with self._write() as cur:
+            cur.execute(self._q("INSERT INTO health_check (name, t_ns) VALUES ('controller', ?) "
+                                "ON CONFLICT (name) DO UPDATE SET t_ns = excluded.t_ns"), (now_ns,))
+        if not self._fetch("SELECT t_ns FROM health_check WHERE name = 'controller'"):
+            raise StorageError("the health check row written just now does not read back", "corrupt")
 
     # ---- audits ----------------------------------------------------------------------------------
     def add_audit(self, audit: Audit) -> Audit:

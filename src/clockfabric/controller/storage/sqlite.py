@@ -1,8 +1,21 @@
-"""The default storage: one SQLite file in WAL mode (readers never wait for the writer)."""
+"""The default storage: one SQLite file in WAL mode (readers never wait for the writer).
+
+Faults are looked for, not only met: every query first checks that the path still names the file
+that was opened (a database deleted or replaced under a running controller would otherwise take
+writes into a file that is gone at the next restart, and a file put in its place shares its -wal
+and -shm files by name, so even reads go wrong), and `check` runs SQLite's `PRAGMA
+quick_check` every `quick_check_s` on a connection of its own, so overwritten pages are found
+before a push meets them. While the file is not ours, queries are refused with StorageError, and
+while its pages are damaged, writes are (pushes get 503 and agents keep their events); a file put
+back where it was, or pages that check clean again, lift it. A replaced file is never adopted
+while running: restart the controller to open what the path now holds.
+"""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -11,12 +24,20 @@ from clockfabric.controller.storage.base import StorageError
 from clockfabric.controller.storage.sql import SqlStorage
 from clockfabric.errors import ClockfabricError
 
-# errors of the moment, which a retry later may not meet: another writer holding the lock, a read-only
-# or vanished file, a failing or full disk (primary result codes; extended ones carry them in the low byte)
-RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR,
-             sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN}
+# errors of the moment, which a retry later may not meet, by primary result code (extended ones carry
+# it in the low byte): another writer's lock, a read-only or vanished file, a failing or full disk; and
+# pages that do not read back, which no retry mends but which must not lose a push either
+KINDS = {sqlite3.SQLITE_BUSY: "busy", sqlite3.SQLITE_LOCKED: "busy", sqlite3.SQLITE_READONLY: "readonly",
+         sqlite3.SQLITE_IOERR: "io", sqlite3.SQLITE_FULL: "full", sqlite3.SQLITE_CANTOPEN: "cantopen",
+         sqlite3.SQLITE_CORRUPT: "corrupt", sqlite3.SQLITE_NOTADB: "corrupt"}
 # how long a write waits for another writer's lock; agents wait longer for an answer (agent.push)
 BUSY_TIMEOUT_S = 5.0
+QUICK_CHECK_S = 10.0
+
+
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 class SqliteStorage(SqlStorage):
@@ -24,10 +45,15 @@ class SqliteStorage(SqlStorage):
     LATEST_OPTIONS = " WITHOUT ROWID"  # `latest` is found by its key only: store it in the key's b-tree
     TABLE_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
 
-    def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
-        """busy_timeout_s: how long a write waits for another process's lock before StorageError."""
+    def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S,
+                 quick_check_s: float = QUICK_CHECK_S) -> None:
+        """busy_timeout_s: how long a write waits for another process's lock before StorageError.
+        quick_check_s: how often `check` runs PRAGMA quick_check (it reads every page)."""
         super().__init__()
         self.path = str(path)
+        self.quick_check_s = quick_check_s
+        self._next_quick_check = 0.0
+        self._corrupt: StorageError | None = None  # what the last quick_check found, until one passes
         try:
             with self._errors():
                 # isolation_level=None: no implicit transactions; writes BEGIN IMMEDIATE themselves
@@ -37,8 +63,12 @@ class SqliteStorage(SqlStorage):
                 # with WAL, NORMAL syncs at checkpoints, not at each commit: a power cut may lose the last
                 # commits, never corrupt the file
                 self._db.execute("PRAGMA synchronous=NORMAL")
+            self._file = _identity(self.path)  # the file this connection has open, whatever the path names later
             self._ensure_schema()
-        except sqlite3.DatabaseError as e:  # not a database (a text file, a corrupt one): no retry helps
+        except (sqlite3.DatabaseError, StorageError) as e:
+            if isinstance(e, StorageError) and e.kind != "corrupt":
+                raise
+            # not a database (a text file, a corrupt one): no retry helps
             raise ClockfabricError(f"storage {self.path} is not a SQLite database ({e}); "
                                    "give a database file or a new path") from None
 
@@ -47,12 +77,31 @@ class SqliteStorage(SqlStorage):
         try:
             yield
         except sqlite3.Error as e:
-            if getattr(e, "sqlite_errorcode", 0) & 0xFF in RETRYABLE:
-                raise StorageError(f"SQLite {self.path}: {e}") from e
-            raise
+            kind = KINDS.get(getattr(e, "sqlite_errorcode", 0) & 0xFF)
+            if kind is None:
+                raise
+            raise StorageError(f"SQLite {self.path}: {e}", kind) from e
+
+    def _same_file(self) -> None:
+        """StorageError unless the path still names the file that was opened."""
+        try:
+            now = _identity(self.path)
+        except FileNotFoundError:
+            raise StorageError(f"SQLite {self.path}: the database file was deleted under the running "
+                               "controller; put it back, or restart the controller to start a new one",
+                               "deleted") from None
+        except OSError as e:
+            raise StorageError(f"SQLite {self.path}: cannot stat the database file: {e.strerror}", "io") from None
+        if now != self._file:
+            raise StorageError(f"SQLite {self.path}: the database file was replaced under the running "
+                               "controller; writes are refused until it is put back or the controller "
+                               "restarts (and opens the new file)", "replaced")
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Cursor]:
+        self._same_file()
+        if self._corrupt is not None:  # writing on damaged pages can only spread the damage
+            raise StorageError(str(self._corrupt), self._corrupt.kind)
         with closing(self._db.cursor()) as cur:
             cur.execute("BEGIN IMMEDIATE")  # take the write lock now, not halfway through
             try:
@@ -64,12 +113,48 @@ class SqliteStorage(SqlStorage):
                 raise
 
     def _cursor(self):
+        self._same_file()  # another file at the path shares our -wal and -shm: even reads go wrong
         return closing(self._db.cursor())
 
     def _sample_ids(self, cur: sqlite3.Cursor, n: int) -> range:
         # safe: BEGIN IMMEDIATE holds the only write lock on the file until COMMIT
         first = cur.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM samples").fetchone()[0]
         return range(first, first + n)
+
+    def check(self, now_ns: int) -> None:
+        """The file's identity, its pages (every `quick_check_s`), then a write and a read."""
+        self._same_file()
+        if time.monotonic() >= self._next_quick_check:
+            self._corrupt = self._quick_check()
+            self._next_quick_check = time.monotonic() + self.quick_check_s
+        if self._corrupt is not None:
+            raise StorageError(str(self._corrupt), self._corrupt.kind)
+        super().check(now_ns)
+
+    def _quick_check(self) -> StorageError | None:
+        """Read every page on a connection of its own (fresh pages, not this connection's cache;
+        WAL lets it run beside the writer)."""
+        try:
+            with closing(sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)) as db:
+                found = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+        except sqlite3.Error as e:
+            kind = KINDS.get(getattr(e, "sqlite_errorcode", 0) & 0xFF, "corrupt")
+            if kind == "busy":
+                return None  # another writer's moment: not damage
+            return StorageError(f"SQLite {self.path}: quick_check could not read the file: {e}", kind)
+        if found == ["ok"]:
+            return None
+        return StorageError(f"SQLite {self.path}: quick_check found damaged pages: {'; '.join(found)[:300]}",
+                            "corrupt")
+
+    def size_bytes(self) -> int | None:
+        total = 0
+        for suffix in ("", "-wal"):
+            try:
+                total += os.stat(self.path + suffix).st_size
+            except OSError:
+                pass
+        return total
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,126 @@
+"""The controller's own Prometheus metrics (`GET /metrics`, with the fleet token): pushes, detectors,
+alerts, storage, its threads. One registry per app, so that several apps in one process (tests,
+`monitor` on a lab) never share counts.
+
+Pushes are counted by an ASGI middleware on the push route, so every outcome is seen, a refusal
+before the body is read (401, 413) too; a push is stored when it is answered 200, and refused for
+the reason its status says.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import Metric as Family
+
+PREFIX = "clockfabric_controller_"
+PUSH_PATH = "/api/v1/push"
+REFUSALS = {401: "unauthorised", 403: "unknown_host", 413: "too_large", 422: "invalid", 503: "storage"}
+PUSH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+DETECTOR_BUCKETS_S = (1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0)
+
+
+@dataclass
+class State:
+    """What the controller holds now, read at each scrape (no database read: a scrape must answer
+    while storage fails)."""
+    ready: bool
+    open_alerts: dict[str, int]  # by kind
+    storage_errors: dict[str, int]  # every StorageError met, by kind
+    storage_faults: dict[str, int]  # faults the storage check found, by kind, counted as each began
+    thread_restarts: dict[str, int]
+    database_bytes: int | None
+    webhook: dict[str, int] = field(default_factory=dict)  # sent, failures, dropped: counters; pending
+
+
+class ControllerMetrics:
+    def __init__(self, state: Callable[[], State]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.pushes_received = Counter(f"{PREFIX}pushes_received", "Pushes received, whatever their outcome.",
+                                       registry=r)
+        self.pushes_stored = Counter(f"{PREFIX}pushes_stored", "Pushes stored (answered 200).", registry=r)
+        self.pushes_refused = Counter(f"{PREFIX}pushes_refused", "Pushes refused, by reason (unauthorised, "
+                                      "unknown_host, too_large, invalid, storage, other).", ["reason"], registry=r)
+        self.push_duration = Histogram(f"{PREFIX}push_duration_seconds", "Time to answer a push, body read included.",
+                                       buckets=PUSH_BUCKETS_S, registry=r)
+        self.detector_duration = Histogram(f"{PREFIX}detector_duration_seconds",
+                                           "Time of one detector run (its findings at a tick); _count is the runs.",
+                                           ["detector"], buckets=DETECTOR_BUCKETS_S, registry=r)
+        r.register(_StateCollector(state))
+
+    def push_answered(self, status: int, seconds: float) -> None:
+        self.pushes_received.inc()
+        self.push_duration.observe(seconds)
+        if status == 200:
+            self.pushes_stored.inc()
+        else:
+            self.pushes_refused.labels(REFUSALS.get(status, "other")).inc()
+
+    def detector_ran(self, detector: str, seconds: float) -> None:
+        self.detector_duration.labels(detector).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _StateCollector:
+    def __init__(self, state: Callable[[], State]) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Family]:
+        s = self.state()
+        yield GaugeMetricFamily(f"{PREFIX}ready", "1 while /readyz answers 200 (storage checked, threads alive).",
+                                value=int(s.ready))
+        yield _by(GaugeMetricFamily, "alerts_open", "Open alerts, by kind.", "kind", {"storage": 0, **s.open_alerts})
+        yield _by(CounterMetricFamily, "storage_errors", "Storage errors met (requests, ticks, checks), by kind.",
+                  "kind", s.storage_errors)
+        yield _by(CounterMetricFamily, "storage_faults", "Storage faults the storage check found, by kind.",
+                  "kind", s.storage_faults)
+        yield _by(CounterMetricFamily, "thread_restarts", "Background loops restarted after a failure, by loop.",
+                  "thread", s.thread_restarts)
+        if s.database_bytes is not None:
+            yield GaugeMetricFamily(f"{PREFIX}database_size_bytes", "The database's size on disk, at the last check.",
+                                    value=s.database_bytes)
+        for name, value in s.webhook.items():
+            family = GaugeMetricFamily if name == "pending" else CounterMetricFamily
+            yield family(f"{PREFIX}webhook_{name}", f"Alert webhook posts: {name}.", value=value)
+
+    def describe(self) -> list[Family]:
+        return []  # built at each scrape: nothing to check at registration
+
+
+def _by(family: type, name: str, help_: str, label: str, values: dict[str, int]) -> Family:
+    out = family(f"{PREFIX}{name}", help_, labels=[label])
+    for key, value in sorted(values.items()):
+        out.add_metric([key], value)
+    return out
+
+
+class PushMetrics:
+    """ASGI middleware: the status and duration of every push."""
+
+    def __init__(self, app, metrics: ControllerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] != PUSH_PATH:
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = 500  # unless a response starts
+
+        async def sending(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.metrics.push_answered(status, time.perf_counter() - started)

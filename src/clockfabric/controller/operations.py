@@ -1,0 +1,79 @@
+"""The controller as a service to run: its background loops (supervised), the storage watch, the
+readiness probe and its own metrics.
+
+- `GET /healthz` (app.py): live, the process serves; no token, no storage.
+- `GET /readyz`: 200 while the last storage check (a real write and read, every second) passed
+  and every background loop runs; else 503 naming what is not. No token: a kubelet probes it, and
+  it tells no more than "storage failing: replaced".
+- `GET /metrics`: Prometheus text, with the fleet token like the rest of the API (one port, one
+  secret, nothing unauthenticated to reach; Prometheus sends it as `authorization` credentials).
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Response
+from fastapi.params import Depends
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from clockfabric.controller.fleet import Fleet
+from clockfabric.controller.health import StorageWatch
+from clockfabric.controller.metrics import ControllerMetrics, PushMetrics, State
+from clockfabric.controller.supervise import Supervisor
+
+
+class Operations:
+    def __init__(self, fleet: Fleet, *, tick_s: float = 1.0, check_s: float = 1.0) -> None:
+        monitor = fleet.monitor
+        self.fleet = fleet
+        self.watch = StorageWatch(fleet.storage, report=monitor.storage_failed if monitor else None,
+                                  clock=fleet.clock, every_s=check_s)
+        self.supervisor = Supervisor()
+        self.supervisor.add("tick", fleet.tick, tick_s)  # stale hosts, detectors, alerts and their webhooks
+        self.supervisor.add("storage-check", self.watch.check, check_s, at_start=True)
+        self.metrics = ControllerMetrics(self.state)
+        if monitor is not None:
+            monitor.detectors.ran = self.metrics.detector_ran
+
+    def start(self) -> None:
+        self.supervisor.start()
+
+    def stop(self) -> None:
+        self.supervisor.stop()
+
+    def not_ready(self) -> dict[str, str]:
+        """What keeps the controller from being ready, by part; empty when it is."""
+        why = {}
+        storage = self.watch.healthy()
+        if storage:
+            why["storage"] = storage
+        dead = self.supervisor.dead()
+        if dead:
+            why["threads"] = "not running: " + ", ".join(dead)
+        return why
+
+    def state(self) -> State:
+        alerts = self.fleet.monitor.alerts if self.fleet.monitor is not None else None
+        return State(
+            ready=not self.not_ready(),
+            open_alerts=alerts.open_by_kind() if alerts else {},
+            storage_errors=dict(alerts.storage_errors) if alerts else {},
+            storage_faults=dict(self.watch.faults),
+            thread_restarts=self.supervisor.restarts(),
+            database_bytes=self.watch.size_bytes,
+            webhook={"sent": alerts.webhook_sent, "failures": alerts.webhook_failures,
+                     "dropped": alerts.webhook_dropped, "pending": alerts.webhook_pending}
+            if alerts and alerts.webhook_url else {})
+
+    def register(self, app: FastAPI, auth: list[Depends]) -> None:
+        app.add_middleware(PushMetrics, metrics=self.metrics)
+
+        @app.get("/readyz")
+        def readyz() -> JSONResponse:
+            why = self.not_ready()
+            return JSONResponse({"ready": not why, **({"failing": why} if why else {})},
+                                status_code=503 if why else 200)
+
+        @app.get("/metrics", dependencies=auth)
+        def metrics() -> Response:
+            return Response(self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
