@@ -53,11 +53,6 @@ def check_carried_on(job, recs, reference: dict[int, str]):
     assert max(r["bytes"] for r in joined) > 1e6  # parameters and momentum, from a peer's memory
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return {}
-
-
 def failure_free(lab, folder) -> dict[int, str]:
     _, recs, _ = run(lab, folder, [])
     digests = report.digests(recs)
@@ -79,3 +74,62 @@ def test_killed_rank_is_replaced_with_no_step_lost_and_bit_equal_parameters(make
     assert job.ranks[1].host == "h3" and job.events[1]["why"].startswith("its process exited")
     took = report.recovery_s(recs, killed_at)
     assert took is not None and took < 20, took
+
+
+def test_frozen_rank_is_replaced_within_seconds(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    reference = failure_free(lab, tmp_path / "reference")
+    job, recs, frozen_at = run(lab, tmp_path / "frozen", SPARE,
+                               lambda job: os.kill(job.ranks[2].proc.pid, signal.SIGSTOP))
+    check_carried_on(job, recs, reference)
+    detected = next(e for e in job.events if e["event"] == "detected")
+    assert detected["rank"] == 2 and "frozen" in detected["why"]
+    assert detected["time"] - frozen_at < 2.0 + 1.5  # the detection time, and a loaded machine's slack
+    took = report.recovery_s(recs, frozen_at)
+    assert took is not None and took < 20, took
+
+
+def test_cut_off_host_is_replaced(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    reference = failure_free(lab, tmp_path / "reference")
+
+    def isolate(job):
+        for link in lab.topology.links:
+            if "h1" in (link.a.node, link.b.node):
+                impair.set_link(lab, link, False)
+
+    job, recs, cut_at = run(lab, tmp_path / "cut", SPARE, isolate)
+    check_carried_on(job, recs, reference)
+    detected = next(e for e in job.events if e["event"] == "detected")
+    assert detected["rank"] == 1 and "cut off" in detected["why"], detected
+    took = report.recovery_s(recs, cut_at)
+    assert took is not None and took < 20, took  # not the 30 s collective timeout
+
+
+def test_no_spare_pauses_the_job_until_one_is_added(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    folder = tmp_path / "paused"
+    job = TrainJob(lab, RANKS, [], ARGS, folder).start()
+    try:
+        deadline = time.monotonic() + 90
+        while len(report.steps_by_rank(report.records(folder))) < len(RANKS):
+            assert time.monotonic() < deadline, "the job never took a step"
+            time.sleep(0.05)
+        os.kill(job.ranks[0].proc.pid, signal.SIGKILL)
+        while not any(e["event"] == "paused" for e in job.events):
+            assert time.monotonic() < deadline, job.events
+            time.sleep(0.05)
+        time.sleep(3)  # paused, not crashed: the survivors wait
+        assert all(job.ranks[r].proc.poll() is None for r in (1, 2)), job.events
+        assert not report.digests(report.records(folder))
+        job.add_spare("h3")
+        assert job.wait(120), (job.events, [p.read_text()[-1500:] for p in folder.glob("*.out")])
+    finally:
+        job.stop()
+    recs = report.records(folder)
+    assert report.job_steps(recs) == list(range(STEPS))
+    digests = report.digests(recs)
+    assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1
+    kinds = [e["event"] for e in job.events]
+    assert kinds.index("paused") < kinds.index("spare added") < kinds.index("spare chosen")
+    assert job.ranks[0].host == "h3"

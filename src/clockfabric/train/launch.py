@@ -232,13 +232,13 @@ def _runs_rank(pid: int) -> bool:
 
 
 def check(lab: Lab, hosts: list[str], spares: list[str], argv: list[str], taken: list[str] | None = None) -> None:
-    """One clear line for a job that cannot start as given."""
-    named = [*hosts, *spares, *(taken or [])]
+    """One clear line for a job that cannot start as given (taken: hosts the job has used, lost ones too)."""
+    named = [*hosts, *spares]
     for h in named:
         if h not in lab.topology.hosts:
             raise ClockfabricError(f"{h!r} is not a host of lab {lab.name}; `clockfabric lab status` lists them")
-    if len(set(named)) != len(named):
-        raise ClockfabricError("each host runs one rank or one spare; a host is named twice")
+    if len(set(named)) != len(named) or set(named) & set(taken or []):
+        raise ClockfabricError("each host runs one rank or one spare: a host is named twice, or was lost (drained)")
     if taken is None and len(hosts) < 2:
         raise ClockfabricError("an elastic job needs at least two ranks: a lost rank's state comes from a peer")
     if not argv or not Path(argv[0]).is_file():
