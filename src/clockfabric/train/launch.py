@@ -126,21 +126,10 @@ class TrainJob:
             self._fill()
 
     def lost(self, rank: int, member: Member, now: float) -> str | None:
-        code = member.proc.poll()
-        if code is not None:
-            return None if code == 0 else f"its process exited with status {code}"
-        report = control.read_json(control.beat_path(self.folder, member.host))
-        if report is None or report.get("rank") != rank:
-            return None  # still starting
-        if now - report["time"] > self.detect_s:
-            return f"no heartbeat report for {now - report['time']:.1f} s (frozen)"
-        reports = [control.read_json(control.beat_path(self.folder, m.host))
-                   for i, m in enumerate(self.ranks) if i != rank and i not in self.vacant]
-        peers = [r for r in reports if r and now - r["time"] <= self.detect_s]
-        deaf = [r for r in peers if r["heard"].get(member.beat, 0.0) > self.detect_s]
-        if peers and len(deaf) > len(peers) / 2:
-            return f"{len(deaf)} of {len(peers)} peers have not heard it for {self.detect_s:.1f} s (cut off)"
-        return None
+        peers = [control.read_json(control.beat_path(self.folder, m.host))
+                 for i, m in enumerate(self.ranks) if i != rank and i not in self.vacant]
+        return verdict(rank, member.proc.poll(), control.read_json(control.beat_path(self.folder, member.host)),
+                       [p for p in peers if p], member.beat, now, self.detect_s)
 
     def _replace(self, rank: int, why: str, now: float) -> None:
         member = self.ranks[rank]
@@ -214,6 +203,22 @@ class TrainJob:
             f.write(json.dumps(record) + "\n")
         if self.on_event:
             self.on_event(record)
+
+
+def verdict(rank: int, exit_code: int | None, report: dict[str, Any] | None, peers: list[dict[str, Any]],
+            beat: str, now: float, detect_s: float) -> str | None:
+    """Why the rank is lost (None if it is not): its exit, its own report, its peers' reports."""
+    if exit_code is not None:
+        return None if exit_code == 0 else f"its process exited with status {exit_code}"
+    if report is None or report.get("rank") != rank:
+        return None  # still starting
+    if now - report["time"] > detect_s:
+        return f"no heartbeat report for {now - report['time']:.1f} s (frozen)"
+    fresh = [p for p in peers if now - p["time"] <= detect_s]  # a frozen peer's view is no evidence
+    deaf = [p for p in fresh if p["heard"].get(beat, 0.0) > detect_s]
+    if fresh and len(deaf) > len(fresh) / 2:
+        return f"{len(deaf)} of {len(fresh)} peers have not heard it for {detect_s:.1f} s (cut off)"
+    return None
 
 
 def _kill(proc: subprocess.Popen) -> None:

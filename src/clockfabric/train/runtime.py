@@ -122,9 +122,9 @@ class Elastic:
     def steps(self, total: int) -> Iterator[tuple[int, Any]]:
         """(step, batch) from the current step to total; a failed step is undone and yielded again."""
         while self.step < total:
+            start = time.time()  # the snapshot is part of the step's cost
             undo = state.snapshot(self.module, self.optimizer, self.step, self.step)
             self.failed, self.fields = False, {}
-            start = time.time()
             yield self.step, self.loader(self.step, self.rank)
             if self.failed:
                 self._recover(undo)
