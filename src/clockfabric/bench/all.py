@@ -16,3 +16,4 @@ from clockfabric.bench import (  # noqa: F401, I001 - imported to register, in l
 )
 from clockfabric.bench.contention import command  # noqa: F401
 from clockfabric.bench import audit, workload_cost  # noqa: F401, E402
+from clockfabric.bench import spares  # noqa: F401, E402
