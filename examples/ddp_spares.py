@@ -11,7 +11,7 @@ spares on lab hosts:
 The data are addressed by position: the batch of rank r at step s is drawn from a generator
 seeded with (seed, r, s), so a spare that takes rank r at step s draws what the lost rank
 would have. --log FILE gets JSON lines: {"rank", "step", "start", "duration_s", "loss", ...}
-per completed step, {"event": "joined", "bytes", "transfer_s", ...} per group formed, then
+per completed step, {"event": "joined", "bytes", "form_s", "transfer_s", "wrap_s", ...} per group formed, then
 {"outcome": "completed", "params_sha256": ...}.
 """
 

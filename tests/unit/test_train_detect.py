@@ -29,3 +29,7 @@ def test_a_rank_most_peers_cannot_hear_is_cut_off():
     assert verdict(1, None, report(1, 0.1), [deaf, hears, report(3, 0.1, {})], BEAT, NOW, 2.0) is None
     # a frozen peer's stale view counts for nothing
     assert verdict(1, None, report(1, 0.1), [report(0, 5.0, {BEAT: 9.0}), hears], BEAT, NOW, 2.0) is None
+
+
+def test_a_rank_through_its_loop_is_not_lost_while_it_exits():
+    assert verdict(1, None, report(1, 9.0) | {"done": True}, [], BEAT, NOW, 2.0) is None

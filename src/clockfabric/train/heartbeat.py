@@ -71,11 +71,14 @@ class Heartbeat(threading.Thread):
                 except OSError:  # no route while a link is down: the peer will miss us
                     pass
             self.drain()
-            now = time.time()
-            control.write_json(control.beat_path(self.folder, self.name), {
-                "name": self.name, "pid": os.getpid(), "time": now, "rank": self.rank,
-                "generation": gen.number if gen else None,
-                "heard": {p: now - self.heard[p] for p in peers if p in self.heard}})
+            self.report(gen, peers)
+
+    def report(self, gen: control.Generation | None, peers: list[str], done: bool = False) -> None:
+        now = time.time()
+        control.write_json(control.beat_path(self.folder, self.name), {
+            "name": self.name, "pid": os.getpid(), "time": now, "rank": self.rank, "done": done,
+            "generation": gen.number if gen else None,
+            "heard": {p: now - self.heard[p] for p in peers if p in self.heard}})
 
     def fence(self, addresses: set[str]) -> None:
         if addresses:
@@ -91,4 +94,8 @@ class Heartbeat(threading.Thread):
             self.heard[data.decode(errors="replace")] = time.time()
 
     def stop(self) -> None:
+        """No more heartbeats: the last report says so, so the silence that follows is no loss."""
         self.stopping.set()
+        if self.is_alive():
+            self.join(1)
+        self.report(control.read_generation(self.folder), [], done=True)

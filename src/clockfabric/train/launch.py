@@ -210,8 +210,8 @@ def verdict(rank: int, exit_code: int | None, report: dict[str, Any] | None, pee
     """Why the rank is lost (None if it is not): its exit, its own report, its peers' reports."""
     if exit_code is not None:
         return None if exit_code == 0 else f"its process exited with status {exit_code}"
-    if report is None or report.get("rank") != rank:
-        return None  # still starting
+    if report is None or report.get("rank") != rank or report.get("done"):
+        return None  # still starting, or through its loop and exiting
     if now - report["time"] > detect_s:
         return f"no heartbeat report for {now - report['time']:.1f} s (frozen)"
     fresh = [p for p in peers if now - p["time"] <= detect_s]  # a frozen peer's view is no evidence

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from clockfabric.train import control, group, state
-from clockfabric.train.heartbeat import Heartbeat
+from clockfabric.train.heartbeat import Heartbeat, shut_sockets_to, split
 
 ONE_BUCKET_MB = 1 << 20  # more than any model: DDP then makes one bucket of all the gradients
 Loader = Callable[[int, int], Any]  # (position, rank) -> that rank's batch at that position
@@ -156,12 +156,16 @@ class Elastic:
         state.restore(undo, self.module, self.optimizer)
         assert self.gen is not None
         self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
+        # the old group is over: a survivor still blocked in it on this rank wakes now, not at its timeout
+        shut_sockets_to({split(b)[0] for b in self.gen.beats} - {split(self.heartbeat.beat)[0]})
         self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
 
     def _join(self, gen: control.Generation, completed: int) -> None:
         started = time.time()
         self.gen = gen
         self.heartbeat.rank = self.rank
+        self.model = None
+        gc.collect()  # the old wrapper holds the old group: let both go before the new one forms
         group.form(gen.store, self.rank, gen.world, self.timeout_s)
         formed = time.time()
         carried = 0
@@ -173,13 +177,13 @@ class Elastic:
             carried = len(blob)
             if self.rank != source:
                 self.step, _ = state.restore(state.from_bytes(blob), self.module, self.optimizer)
-        self.model = None
-        gc.collect()  # the old wrapper's reducer lets go of the parameters' hooks
+        transferred = time.time()
         # one bucket: the hook puts it in parameter order, which only a whole model can be
         self.model = DistributedDataParallel(self.module, bucket_cap_mb=ONE_BUCKET_MB)
         self.model.register_comm_hook(self, _average)
         self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
-                 bytes=carried, form_s=formed - started, transfer_s=time.time() - formed, time=time.time())
+                 bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
+                 wrap_s=time.time() - transferred, time=time.time())
 
 
 def elastic(module: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, **options: Any) -> Elastic:
