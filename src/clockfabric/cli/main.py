@@ -40,6 +40,7 @@ COMMANDS = {
     "paths": ("path_cmds", "paths", False),
     "jobs": ("job_cmds", "jobs", False),
     "job": ("job_cmds", "app", True),
+    "train": ("train_cmds", "app", True),
 }
 
 

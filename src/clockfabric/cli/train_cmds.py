@@ -1,0 +1,53 @@
+"""`clockfabric train run --hosts h0,..,hN --spares K -- SCRIPT ARGS`: an elastic training job on a
+lab, the last K hosts its spares; each lost rank is replaced and the job carries on."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from clockfabric.console import out
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab.state import Lab
+
+app = typer.Typer(help="Elastic training: spares take a lost rank's place, its state from peers' memory.",
+                  no_args_is_help=True)
+
+
+def _show(event: dict[str, Any]) -> None:
+    detail = ", ".join(f"{k} {v}" for k, v in event.items() if k not in ("event", "time"))
+    out.print(f"{time.strftime('%H:%M:%S', time.localtime(event['time']))} [bold]{event['event']}[/] {detail}")
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separated: ranks first, then spares."),
+        spares: int = typer.Option(0, "--spares", min=0, help="How many of the hosts, from the end, are spares."),
+        lab_name: str = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up)."),
+        folder: Path = typer.Option(None, "--dir", help="Logs, heartbeats and events (default: a new folder "
+                                                        "under /tmp)."),
+        detect_s: float = typer.Option(2.0, "--detect", min=0.2, help="Seconds without a heartbeat that "
+                                                                      "make a rank lost."),
+        timeout_s: float = typer.Option(3600.0, "--timeout", min=1, help="Give up after this many seconds."),
+        command: list[str] = typer.Argument(..., help="The training script and its arguments, after --.")) -> None:
+    """Run SCRIPT as an elastic job: rank i on the i-th host, spares waiting with torch loaded."""
+    from clockfabric.train.launch import TrainJob
+
+    names = [h.strip() for h in hosts.split(",") if h.strip()]
+    if spares >= len(names):
+        raise ClockfabricError(f"--spares {spares} leaves no rank among {len(names)} hosts")
+    argv = command[1:] if Path(command[0]).name.startswith("python") else command  # ranks run this Python
+    where = folder or Path(f"/tmp/clockfabric-train-{time.strftime('%Y%m%d-%H%M%S')}")
+    job = TrainJob(Lab.open(lab_name), names[:len(names) - spares], names[len(names) - spares:], argv, where,
+                   detect_s=detect_s, on_event=_show)
+    out.print(f"logs in {where}")
+    job.start()
+    try:
+        completed = job.wait(timeout_s)
+    finally:
+        job.stop()
+    if not completed:
+        sys.exit(f"the job did not complete within {timeout_s:.0f} s; see {where}")

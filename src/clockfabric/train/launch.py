@@ -1,0 +1,252 @@
+"""The coordinator: a job's ranks and its spares on lab hosts, failure detection, replacement.
+
+Rank i runs on hosts[i]; each spare host runs the same script as a spare, which imports torch
+and waits, so taking a rank costs no start-up. Every `tick` the coordinator judges each rank:
+
+- its process exited non-zero (killed, crashed): lost at once;
+- its heartbeat report is older than `detect_s` (the process is frozen, SIGSTOP or a hang);
+- most of its peers have not heard its heartbeats for `detect_s` (its host is cut off).
+
+A lost rank's process is killed (fenced: it never comes back into the job), and a new
+generation is written: the spare's host at the lost rank's index, the same world size, a new
+store, the lost host's address for the survivors to shut their sockets to. With no spare left
+the generation is `paused`: the survivors wait, and `add_spare` resumes the job.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import process
+from clockfabric.lab.exec import command
+from clockfabric.lab.job import free_port
+from clockfabric.lab.state import Lab
+from clockfabric.train import control
+
+DETECT_S = 2.0
+
+
+@dataclass
+class Member:
+    host: str
+    beat: str
+    proc: subprocess.Popen
+    log: Path
+
+
+class TrainJob:
+    def __init__(self, lab: Lab, hosts: list[str], spares: list[str], argv: list[str], folder: Path | str, *,
+                 detect_s: float = DETECT_S, on_event: Callable[[dict[str, Any]], None] | None = None):
+        check(lab, hosts, spares, argv)
+        self.lab, self.argv, self.folder = lab, list(argv), Path(folder)
+        self.detect_s, self.on_event = detect_s, on_event
+        self.initial_hosts, self.initial_spares = list(hosts), list(spares)
+        self.ranks: list[Member] = []
+        self.spares: list[Member] = []
+        self.retired: list[Member] = []
+        self.vacant: list[int] = []  # ranks lost with no spare to take them: the job is paused
+        self.events: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.watcher = threading.Thread(target=self._watch, name="train coordinator", daemon=True)
+        self.port = 0
+
+    # ---- starting ----------------------------------------------------------------------------
+    def start(self) -> TrainJob:
+        (self.folder / "beat").mkdir(parents=True, exist_ok=True)
+        for old in [*self.folder.glob("*.jsonl"), *self.folder.glob("beat/*"), *self.folder.glob("store.*")]:
+            old.unlink()
+        self.port = free_port(self.lab, self.initial_hosts[0])
+        try:
+            self.ranks = [self._spawn(h, rank) for rank, h in enumerate(self.initial_hosts)]
+            self.gen = control.Generation(0, control.RUNNING, list(self.initial_hosts),
+                                          [m.beat for m in self.ranks], str(self.folder / "store.0"))
+            control.write_generation(self.folder, self.gen)
+            self.spares = [self._spawn(h, None) for h in self.initial_spares]
+        except BaseException:
+            self.stop()
+            raise
+        self.event("started", hosts=self.initial_hosts, spares=self.initial_spares)
+        self.watcher.start()
+        return self
+
+    def _spawn(self, host: str, rank: int | None) -> Member:
+        address = str(self.lab.topology.hosts[host].address)
+        beat = f"{address}:{self.port}"
+        log = self.folder / (f"rank{rank}.jsonl" if rank is not None else f"spare-{host}.jsonl")
+        argv = [sys.executable, "-m", "clockfabric.lab.job", "--lab", self.lab.name, "--hostname", address,
+                "--", *self.argv, "--log", str(log)]
+        env = os.environ | {control.FOLDER_ENV: str(self.folder), control.HOST_ENV: host, control.BEAT_ENV: beat,
+                            "PYTHONUNBUFFERED": "1"}
+        env.pop("GLOO_SOCKET_IFNAME", None)  # gloo binds to the hostname, the host's stable address
+        env |= {"RANK": str(rank)} if rank is not None else {control.SPARE_ENV: "1"}
+        proc = process.spawn(command(self.lab, host, argv), log=log.with_suffix(".out"), env=env,
+                             new_session=True, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and not _runs_rank(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)  # registered once exec'd, as lab.job does: the lab knows it by its command line
+        self.lab.register(proc.pid, f"train {'rank ' + str(rank) if rank is not None else 'spare'} on {host}")
+        return Member(host, beat, proc, log)
+
+    def add_spare(self, host: str) -> None:
+        """A host joins the spare pool at run time (a paused job resumes once it is ready)."""
+        check(self.lab, [], [host], self.argv, taken=[m.host for m in self.members()])
+        with self.lock:
+            self.spares.append(self._spawn(host, None))
+        self.event("spare added", host=host)
+
+    # ---- watching ----------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self.stopping.wait(0.05):
+            with self.lock:
+                self.tick()
+
+    def tick(self) -> None:
+        now = time.time()
+        for rank, member in enumerate(self.ranks):
+            if rank in self.vacant:
+                continue
+            why = self.lost(rank, member, now)
+            if why:
+                self._replace(rank, why, now)
+                return  # one loss per tick: the next is judged on the new generation
+        if self.vacant and self._ready_spare():
+            self._fill()
+
+    def lost(self, rank: int, member: Member, now: float) -> str | None:
+        peers = [control.read_json(control.beat_path(self.folder, m.host))
+                 for i, m in enumerate(self.ranks) if i != rank and i not in self.vacant]
+        return verdict(rank, member.proc.poll(), control.read_json(control.beat_path(self.folder, member.host)),
+                       [p for p in peers if p], member.beat, now, self.detect_s)
+
+    def _replace(self, rank: int, why: str, now: float) -> None:
+        member = self.ranks[rank]
+        self.event("detected", rank=rank, host=member.host, why=why, time=now)
+        _kill(member.proc)  # fenced: a frozen or cut-off rank never rejoins the old group
+        self.retired.append(member)
+        self.gen = replace(self.gen, number=self.gen.number + 1, lost=[*self.gen.lost, member.beat])
+        self.vacant.append(rank)
+        if self._ready_spare():
+            self._fill()
+        else:
+            self.gen = replace(self.gen, state=control.PAUSED)
+            control.write_generation(self.folder, self.gen)
+            self.event("paused", rank=rank, why="no spare left: the survivors wait until a spare is added")
+
+    def _ready_spare(self) -> Member | None:
+        for spare in self.spares:
+            if spare.proc.poll() is None and control.read_json(control.beat_path(self.folder, spare.host)):
+                return spare
+        return None
+
+    def _fill(self) -> None:
+        hosts, beats = list(self.gen.hosts), list(self.gen.beats)
+        for rank in list(self.vacant):
+            spare = self._ready_spare()
+            if spare is None:
+                break
+            self.spares.remove(spare)
+            self.ranks[rank] = spare
+            hosts[rank], beats[rank] = spare.host, spare.beat
+            self.vacant.remove(rank)
+            self.event("spare chosen", rank=rank, host=spare.host)
+        if self.vacant:
+            return
+        number = self.gen.number + (1 if self.gen.state == control.PAUSED else 0)
+        self.gen = replace(self.gen, number=number, state=control.RUNNING, hosts=hosts, beats=beats,
+                           store=str(self.folder / f"store.{number}"))
+        control.write_generation(self.folder, self.gen)
+        self.event("generation", number=number, hosts=hosts)
+
+    # ---- ending ------------------------------------------------------------------------------
+    def members(self) -> list[Member]:
+        return [*self.ranks, *self.spares, *self.retired]
+
+    def finished(self) -> bool:
+        return not self.vacant and all(m.proc.poll() == 0 for m in self.ranks)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether every rank completed within timeout_s (spares are then stopped)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.finished():
+                self.event("completed")
+                return True
+            time.sleep(0.1)
+        return False
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.watcher.is_alive():
+            self.watcher.join(5)
+        for m in self.members():
+            if m.proc.poll() is None:
+                _kill(m.proc)
+        process.stop([m.proc for m in self.members()], grace_s=1)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        record = {"event": kind, "time": time.time(), **fields}
+        self.events.append(record)
+        with open(self.folder / "events.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.on_event:
+            self.on_event(record)
+
+
+def verdict(rank: int, exit_code: int | None, report: dict[str, Any] | None, peers: list[dict[str, Any]],
+            beat: str, now: float, detect_s: float) -> str | None:
+    """Why the rank is lost (None if it is not): its exit, its own report, its peers' reports."""
+    if exit_code is not None:
+        return None if exit_code == 0 else f"its process exited with status {exit_code}"
+    if report is None or report.get("rank") != rank or report.get("done"):
+        return None  # still starting, or through its loop and exiting
+    if now - report["time"] > detect_s:
+        return f"no heartbeat report for {now - report['time']:.1f} s (frozen)"
+    fresh = [p for p in peers if now - p["time"] <= detect_s]  # a frozen peer's view is no evidence
+    deaf = [p for p in fresh if p["heard"].get(beat, 0.0) > detect_s]
+    if fresh and len(deaf) > len(fresh) / 2:
+        return f"{len(deaf)} of {len(fresh)} peers have not heard it for {detect_s:.1f} s (cut off)"
+    return None
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # a stopped process dies of SIGKILL too
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _runs_rank(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return argv[1:3] == [b"-m", b"clockfabric.lab.job"]
+
+
+def check(lab: Lab, hosts: list[str], spares: list[str], argv: list[str], taken: list[str] | None = None) -> None:
+    """One clear line for a job that cannot start as given (taken: hosts the job has used, lost ones too)."""
+    named = [*hosts, *spares]
+    for h in named:
+        if h not in lab.topology.hosts:
+            raise ClockfabricError(f"{h!r} is not a host of lab {lab.name}; `clockfabric lab status` lists them")
+    if len(set(named)) != len(named) or set(named) & set(taken or []):
+        raise ClockfabricError("each host runs one rank or one spare: a host is named twice, or was lost (drained)")
+    if taken is None and len(hosts) < 2:
+        raise ClockfabricError("an elastic job needs at least two ranks: a lost rank's state comes from a peer")
+    if not argv or not Path(argv[0]).is_file():
+        raise ClockfabricError(f"no script {argv[0] if argv else ''!r}: give a Python script and its arguments")
+    if importlib.util.find_spec("torch") is None:
+        raise ClockfabricError("torch is not installed; run make setup")

@@ -1,0 +1,191 @@
+"""The rank side: a training loop wrapped so that a lost peer costs one redone step.
+
+    with elastic(module, optimizer, loader, log=log.write) as job:
+        for step, (x, y) in job.steps(args.steps):
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(job.model(x), y)
+            loss.backward()          # gradients averaged over the job's current group
+            optimizer.step()
+            job.record(loss=loss.item())
+
+`job.model` is the module in DistributedDataParallel, rebuilt on each new group. Its gradient
+all-reduce is a comm hook that never raises: an error marks the step failed, and the loop then
+undoes it (the state as it was before the step), waits for the coordinator's next generation,
+re-forms the group and takes the state from the member that completed the most steps. A
+spare enters the same way: it waits for a rank, joins, and receives the state.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from clockfabric.train import control, group, state
+from clockfabric.train.heartbeat import Heartbeat, shut_sockets_to, split
+
+ONE_BUCKET_MB = 1 << 20  # more than any model: DDP then makes one bucket of all the gradients
+Loader = Callable[[int, int], Any]  # (position, rank) -> that rank's batch at that position
+
+
+def _done(tensor: torch.Tensor) -> torch.futures.Future:
+    fut: torch.futures.Future = torch.futures.Future()
+    fut.set_result(tensor)
+    return fut
+
+
+def _average(job, bucket):  # unannotated: DDP compares a hook's annotations to classes, these would be strings
+    """DDP's averaging all-reduce on the current group, with a failure recorded, not raised.
+
+    The gradients are all-reduced in one buffer in the module's parameter order, whatever order
+    DDP's bucket holds them in (a new wrapper's first bucket is in definition order, later ones
+    in the order gradients arrive): a ring's sums run in an order set by each value's offset,
+    and bit-equal results across a re-formed group need the same offsets."""
+    buffer = bucket.buffer()
+    if job.failed:  # an earlier bucket of this step failed: the step is undone anyway
+        return _done(buffer)
+    sizes = [g.numel() for g in bucket.gradients()]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    order = sorted(range(len(sizes)), key=lambda i: job.order[bucket.parameters()[i]])
+    flat = torch.cat([buffer[starts[i]:starts[i] + sizes[i]] for i in order]).div_(job.world)
+    try:
+        work = dist.all_reduce(flat, async_op=True)
+        assert work is not None
+        fut = work.get_future()
+    except RuntimeError:
+        job.failed = True
+        return _done(buffer)
+
+    def finish(f: torch.futures.Future) -> torch.Tensor:
+        try:
+            f.wait()
+        except Exception:  # a peer is gone: whatever gloo raised, the step is redone
+            job.failed = True
+            return buffer
+        offset = 0
+        for i in order:
+            buffer[starts[i]:starts[i] + sizes[i]].copy_(flat[offset:offset + sizes[i]])
+            offset += sizes[i]
+        return buffer
+
+    return fut.then(finish)
+
+
+class Elastic:
+    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, *,
+                 log: Callable[..., None] | None = None, timeout_s: float = 30.0, wait_s: float = 600.0):
+        self.module, self.optimizer, self.loader = module, optimizer, loader
+        self.log = log or (lambda **_: None)
+        self.timeout_s, self.wait_s = timeout_s, wait_s
+        try:
+            self.folder = Path(os.environ[control.FOLDER_ENV])
+            self.host = os.environ[control.HOST_ENV]
+            beat = os.environ[control.BEAT_ENV]
+        except KeyError as e:
+            raise RuntimeError(f"{e.args[0]} is not set: run the script with `clockfabric train run`") from None
+        self.heartbeat = Heartbeat(self.folder, self.host, beat)
+        self.rank, self.step, self.failed = -1, 0, False
+        self.fields: dict[str, Any] = {}
+        self.order = {p: i for i, p in enumerate(module.parameters())}
+        self.model: DistributedDataParallel | None = None
+        self.gen: control.Generation | None = None
+
+    @property
+    def world(self) -> int:
+        return self.gen.world if self.gen else 0
+
+    def __enter__(self) -> Elastic:
+        self.heartbeat.start()
+        if os.environ.get(control.SPARE_ENV):
+            gen = self._assignment()
+            self._join(gen, completed=-1)
+        else:
+            first = control.read_generation(self.folder)
+            if first is None:
+                raise RuntimeError(f"no generation.json in {self.folder}")
+            self.rank = int(os.environ["RANK"])
+            self._join(first, completed=0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.heartbeat.stop()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def steps(self, total: int) -> Iterator[tuple[int, Any]]:
+        """(step, batch) from the current step to total; a failed step is undone and yielded again."""
+        while self.step < total:
+            start = time.time()  # the snapshot is part of the step's cost
+            undo = state.snapshot(self.module, self.optimizer, self.step, self.step)
+            self.failed, self.fields = False, {}
+            yield self.step, self.loader(self.step, self.rank)
+            if self.failed:
+                self._recover(undo)
+                continue
+            self.log(rank=self.rank, step=self.step, start=start, duration_s=time.time() - start,
+                     generation=self.gen.number if self.gen else None, **self.fields)
+            self.step += 1
+
+    def record(self, **fields: Any) -> None:
+        """Fields for this step's log record (written once the step completes)."""
+        self.fields.update(fields)
+
+    def digest(self) -> str:
+        return state.digest(self.module)
+
+    # ---- joining a generation --------------------------------------------------------------
+    def _assignment(self) -> control.Generation:
+        """A spare waits until a running generation gives its host a rank."""
+        self.log(event="spare", host=self.host, time=time.time())
+        while True:
+            gen = control.read_generation(self.folder)
+            if gen is not None and gen.state == control.RUNNING and self.host in gen.hosts:
+                self.rank = gen.hosts.index(self.host)
+                return gen
+            time.sleep(0.02)
+
+    def _recover(self, undo: dict[str, Any]) -> None:
+        failed_at = time.time()
+        state.restore(undo, self.module, self.optimizer)
+        assert self.gen is not None
+        self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
+        # the old group is over: a survivor still blocked in it on this rank wakes now, not at its timeout
+        shut_sockets_to({split(b)[0] for b in self.gen.beats} - {split(self.heartbeat.beat)[0]})
+        self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
+
+    def _join(self, gen: control.Generation, completed: int) -> None:
+        started = time.time()
+        self.gen = gen
+        self.heartbeat.rank = self.rank
+        self.model = None
+        gc.collect()  # the old wrapper holds the old group: let both go before the new one forms
+        group.form(gen.store, self.rank, gen.world, self.timeout_s)
+        formed = time.time()
+        carried = 0
+        if gen.number > 0:  # a new member, or survivors a step apart: the most advanced one's state for all
+            source, _ = group.most_advanced(completed)
+            mine = state.to_bytes(state.capture(self.module, self.optimizer, self.step, self.step)) \
+                if self.rank == source else None
+            blob = group.broadcast_bytes(mine, source)
+            carried = len(blob)
+            if self.rank != source:
+                self.step, _ = state.restore(state.from_bytes(blob), self.module, self.optimizer)
+        transferred = time.time()
+        # one bucket: the hook puts it in parameter order, which only a whole model can be
+        self.model = DistributedDataParallel(self.module, bucket_cap_mb=ONE_BUCKET_MB)
+        self.model.register_comm_hook(self, _average)
+        self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
+                 bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
+                 wrap_s=time.time() - transferred, time=time.time())
+
+
+def elastic(module: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, **options: Any) -> Elastic:
+    """The training loop's wrapper; see the module's docstring and docs/spares.md."""
+    return Elastic(module, optimizer, loader, **options)

@@ -1,0 +1,73 @@
+"""A rank's full training state, captured in memory, carried as bytes, restored bit-equal.
+
+The state is what a replacement rank needs to take the next step as the failed one would
+have: the module's parameters and buffers, the optimizer's state, the random generators
+(torch, Python's `random`, NumPy's where present), the data loader's position and the step.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import random
+from typing import Any
+
+import torch
+
+try:  # NumPy's generator is carried where NumPy is installed
+    import numpy as np
+except ImportError:  # pragma: no cover - NumPy ships with torch's usual installs
+    np = None  # type: ignore[assignment]
+
+
+def capture(module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+            position: int) -> dict[str, Any]:
+    """The state as it is now (tensors shared with the live objects: copy it to keep it)."""
+    return {
+        "module": module.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                "numpy": np.random.get_state() if np is not None else None},
+        "position": position,
+        "step": step,
+    }
+
+
+def snapshot(module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+             position: int) -> dict[str, Any]:
+    """A private copy of the state: what the step in flight is undone to if it fails."""
+    return copy.deepcopy(capture(module, optimizer, step, position))
+
+
+def restore(state: dict[str, Any], module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, int]:
+    """Load the state into the live objects; returns (step, position)."""
+    module.load_state_dict(state["module"])
+    optimizer.load_state_dict(state["optimizer"])
+    rng = state["rng"]
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    if np is not None and rng["numpy"] is not None:
+        np.random.set_state(rng["numpy"])
+    return int(state["step"]), int(state["position"])
+
+
+def to_bytes(state: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def from_bytes(data: bytes) -> dict[str, Any]:
+    # weights_only=False: the state holds Python's RNG tuple and NumPy's state, not just tensors;
+    # the bytes come from a peer rank of the same job, never from outside it
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def digest(module: torch.nn.Module) -> str:
+    """SHA-256 over the module's state dict, name by name: equal only if every bit is."""
+    h = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,135 @@
+"""A spare takes a lost rank's place, its state from a peer's memory: a real PyTorch job
+(gloo, CPU) on lab hosts, with a rank killed, frozen or cut off, and with no spare left."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from clockfabric.lab import impair
+from clockfabric.topology import multirail
+from clockfabric.train import report
+from clockfabric.train.launch import TrainJob
+
+pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ddp_spares.py"
+STEPS = 30
+ARGS = [str(SCRIPT), "--steps", str(STEPS), "--timeout", "30", "--width", "256"]
+RANKS, SPARE = ["h0", "h1", "h2"], ["h3"]
+
+
+def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8):
+    """Run the job; inject(job) once every rank has completed at_step. Returns (job, records, injected_at)."""
+    job = TrainJob(lab, RANKS, spares, ARGS, folder).start()
+    injected = None
+    try:
+        if inject:
+            deadline = time.monotonic() + 90
+            while min((max(s) for s in report.steps_by_rank(report.records(folder)).values()), default=-1) < at_step \
+                    or len(report.steps_by_rank(report.records(folder))) < len(RANKS):
+                assert time.monotonic() < deadline, "the job never reached the step to fail at"
+                time.sleep(0.05)
+            injected = time.time()
+            inject(job)
+        completed = job.wait(120)
+    finally:
+        job.stop()
+    assert completed, (job.events, [p.read_text()[-1500:] for p in folder.glob("*.out")])
+    return job, report.records(folder), injected
+
+
+def check_carried_on(job, recs, reference: dict[int, str]):
+    assert report.job_steps(recs) == list(range(STEPS)), "a completed step was lost"
+    for rank, steps in report.steps_by_rank(recs).items():
+        assert steps == sorted(set(steps)), f"rank {rank} repeated a completed step: {steps}"
+    assert report.digests(recs) == reference  # bit-equal to the failure-free run
+    kinds = [e["event"] for e in job.events]
+    assert kinds.index("detected") < kinds.index("spare chosen") < kinds.index("completed")
+    joined = [r for r in recs if r.get("event") == "joined" and r["generation"] == 1]
+    assert len(joined) == len(RANKS) and {r["rank"] for r in joined} == {0, 1, 2}
+    assert max(r["bytes"] for r in joined) > 1e6  # parameters and momentum, from a peer's memory
+
+
+def failure_free(lab, folder) -> dict[int, str]:
+    _, recs, _ = run(lab, folder, [])
+    digests = report.digests(recs)
+    assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1
+    return digests
+
+
+def test_killed_rank_is_replaced_with_no_step_lost_and_bit_equal_parameters(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    reference = failure_free(lab, tmp_path / "reference")
+    victim = {}
+
+    def kill(job):
+        victim["pid"] = job.ranks[1].proc.pid
+        os.kill(victim["pid"], signal.SIGKILL)
+
+    job, recs, killed_at = run(lab, tmp_path / "killed", SPARE, kill)
+    check_carried_on(job, recs, reference)
+    assert job.ranks[1].host == "h3" and job.events[1]["why"].startswith("its process exited")
+    took = report.recovery_s(recs, killed_at)
+    assert took is not None and took < 10, took
+
+
+def test_frozen_rank_is_replaced_within_seconds(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    reference = failure_free(lab, tmp_path / "reference")
+    job, recs, frozen_at = run(lab, tmp_path / "frozen", SPARE,
+                               lambda job: os.kill(job.ranks[2].proc.pid, signal.SIGSTOP))
+    check_carried_on(job, recs, reference)
+    detected = next(e for e in job.events if e["event"] == "detected")
+    assert detected["rank"] == 2 and "frozen" in detected["why"]
+    assert detected["time"] - frozen_at < 2.0 + 1.5  # the detection time, and a loaded machine's slack
+    took = report.recovery_s(recs, frozen_at)
+    assert took is not None and took < 10, took
+
+
+def test_cut_off_host_is_replaced(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    reference = failure_free(lab, tmp_path / "reference")
+
+    def isolate(job):
+        for link in lab.topology.links:
+            if "h1" in (link.a.node, link.b.node):
+                impair.set_link(lab, link, False)
+
+    job, recs, cut_at = run(lab, tmp_path / "cut", SPARE, isolate)
+    check_carried_on(job, recs, reference)
+    detected = next(e for e in job.events if e["event"] == "detected")
+    assert detected["rank"] == 1 and "cut off" in detected["why"], detected
+    took = report.recovery_s(recs, cut_at)
+    assert took is not None and took < 10, took  # detection (2 s) and re-forming, not the 30 s collective timeout
+
+
+def test_no_spare_pauses_the_job_until_one_is_added(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    folder = tmp_path / "paused"
+    job = TrainJob(lab, RANKS, [], ARGS, folder).start()
+    try:
+        deadline = time.monotonic() + 90
+        while len(report.steps_by_rank(report.records(folder))) < len(RANKS):
+            assert time.monotonic() < deadline, "the job never took a step"
+            time.sleep(0.05)
+        os.kill(job.ranks[0].proc.pid, signal.SIGKILL)
+        while not any(e["event"] == "paused" for e in job.events):
+            assert time.monotonic() < deadline, job.events
+            time.sleep(0.05)
+        time.sleep(3)  # paused, not crashed: the survivors wait
+        assert all(job.ranks[r].proc.poll() is None for r in (1, 2)), job.events
+        assert not report.digests(report.records(folder))
+        job.add_spare("h3")
+        assert job.wait(120), (job.events, [p.read_text()[-1500:] for p in folder.glob("*.out")])
+    finally:
+        job.stop()
+    recs = report.records(folder)
+    assert report.job_steps(recs) == list(range(STEPS))
+    digests = report.digests(recs)
+    assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1
+    kinds = [e["event"] for e in job.events]
+    assert kinds.index("paused") < kinds.index("spare added") < kinds.index("spare chosen")
+    assert job.ranks[0].host == "h3"
