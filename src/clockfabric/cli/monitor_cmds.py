@@ -77,13 +77,23 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     topo = load(topology) if topology else (Lab.open(lab_name).topology if lab_name else None)
     nodes = sorted(topo.hosts) + sorted(topo.switches) if topo else []
     storage = open_storage(db)
-    monitor = Monitor.create(storage, topology=topo, config=config, webhook=webhook)
-    fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None, monitor=monitor)
+    replica = None
+    if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects
+        from clockfabric.controller.lease import Lease
+        from clockfabric.controller.replica import Replica
+
+        replica = Replica(storage, Lease(db), lambda: Monitor.create(storage, topology=topo, config=config,
+                                                                     webhook=webhook))
+    monitor = None if replica else Monitor.create(storage, topology=topo, config=config, webhook=webhook)
+    fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
+                  monitor=monitor, replica=replica)
     err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
-              f"{len(nodes)} enrolled nodes")
+              f"{len(nodes)} enrolled nodes" + (", a replica: detectors run on the lease holder" if replica else ""))
     try:
         server(fleet, token, listen_at, viewer_token).run()
     finally:
+        if replica:
+            replica.close()
         storage.close()
 
 

@@ -10,12 +10,18 @@ time the audit started.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
 
 class StorageError(Exception):
     """The database cannot take a write now (locked, disk full, server gone): retry later."""
+
+
+class FenceLost(Exception):
+    """A write made under a fence (`SqlStorage.fenced`) found its guard false: the replica that made it
+    no longer holds the leader lease, so it must not act as leader; nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,12 @@ class Storage(Protocol):
 
     def latest_samples(self, name: str, *, since_ns: int | None = None) -> list[Sample]:
         """The newest sample of `name` for each (host, labels): the OWD matrix, link states."""
+
+    def fenced(self, guard: tuple[str, tuple]) -> AbstractContextManager[None]:
+        """This thread's writes, while inside, run `guard` first in their transaction; no row: FenceLost."""
+
+    def last_ids(self) -> tuple[int, int]:
+        """The newest event's and sample's ids (0 where none): where a reader that tails them starts."""
 
     def open_alert(self, alert: Alert) -> Alert | None:
         """Store a new open alert; None if one with that key is open already (de-duplication)."""

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from clockfabric.controller.storage import rows
-from clockfabric.controller.storage.base import Alert, Audit, Event, Host, Sample, StorageError
+from clockfabric.controller.storage.base import Alert, Audit, Event, FenceLost, Host, Sample, StorageError
 from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class SqlStorage(ABC):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._fence = threading.local()  # this thread's guard, while it writes as the leader
 
     # ---- dialect hooks ---------------------------------------------------------------------------
     ID: str  # the auto-numbered key column's type
@@ -108,8 +109,24 @@ class SqlStorage(ABC):
 
     # ---- plumbing --------------------------------------------------------------------------------
     @contextmanager
+    def fenced(self, guard: tuple[str, tuple]) -> Iterator[None]:
+        """This thread's writes, while inside, first run `guard` (a query, its parameters) in their own
+        transaction and raise FenceLost, writing nothing, if it gives no row: a leader's writes check
+        its lease in the same transaction, so a leader paused past its lease cannot write when it resumes."""
+        self._fence.guard = guard
+        try:
+            yield
+        finally:
+            self._fence.guard = None
+
+    @contextmanager
     def _write(self) -> Iterator:
+        guard = getattr(self._fence, "guard", None)
         with self._lock, self._errors(), self._transaction() as cur:
+            if guard is not None:
+                cur.execute(self._q(guard[0]), guard[1])
+                if cur.fetchone() is None:
+                    raise FenceLost("the leader lease is held by another replica now")
             yield cur
 
     def _fetch(self, sql: str, params: tuple | list = ()) -> list[tuple]:
@@ -231,6 +248,12 @@ class SqlStorage(ABC):
             sql, params = sql + " AND t_ns >= ?", (name, since_ns)
         found = sorted(self._fetch(sql, params), key=lambda r: (r[1], r[5]))
         return [rows.sample(r) for r in found]
+
+    def last_ids(self) -> tuple[int, int]:
+        """The newest event's and sample's ids (0 where none): where a reader that tails them starts."""
+        found = self._fetch("SELECT (SELECT COALESCE(MAX(id), 0) FROM events), "
+                            "(SELECT COALESCE(MAX(id), 0) FROM samples)")
+        return found[0][0], found[0][1]
 
     # ---- alerts ----------------------------------------------------------------------------------
     def open_alert(self, alert: Alert) -> Alert | None:
