@@ -25,14 +25,17 @@ class UnknownHost(Exception):
 
 class Fleet:
     def __init__(self, storage: Storage, *, hosts: list[str], stale_s: float = 5.0, enroll_unknown: bool = False,
-                 monitor: Any = None, replica: Any = None, clock: Callable[[], int] = time.time_ns):
+                 monitor: Any = None, replica: Any = None, retention: Any = None,
+                 clock: Callable[[], int] = time.time_ns):
         """`monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only.
         `replica`: one of several replicas on one database (controller.replica.Replica): its leader's
-        monitor, fed from the database, takes the place of `monitor`."""
+        monitor, fed from the database, takes the place of `monitor`. `retention`: the samples'
+        retention job (controller.retention.Retention), run by the leader."""
         self.storage = storage
         self.stale_ns = int(stale_s * 1e9)
         self.enroll_unknown = enroll_unknown
         self.replica = replica
+        self.retention = retention
         self._monitor = monitor
         self.clock = clock
         self.lock = threading.Lock()  # pushes and ticks come from several server threads
@@ -84,10 +87,14 @@ class Fleet:
             for h in quiet - self.stale:
                 log.warning("host %s is stale: no push for %.1f s", h, self.stale_ns / 1e9)
             self.stale = quiet
+        jobs = [self.retention.run_if_due] if self.retention is not None else []
         if self.replica is not None:  # outside the lock: alerts may wait on a webhook
-            self.replica.tick(now, quiet)
-        elif self.monitor is not None:
+            self.replica.tick(now, quiet, jobs)
+            return
+        if self.monitor is not None:
             self.monitor.tick(now, stale=quiet)
+        for job in jobs:
+            job(now)
 
     def host_rows(self) -> list[dict]:
         now = self.clock()

@@ -14,7 +14,7 @@ database, as a restarted controller does), so a replica that leads again never f
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from clockfabric.controller.storage.base import Event, FenceLost, Sample, Storage
@@ -74,8 +74,9 @@ class Replica:
     def leading(self) -> bool:
         return self.monitor is not None
 
-    def tick(self, now_ns: int, stale: set[str]) -> None:
-        """Once a second: hold the lease; if held, feed and run the detectors and alerts, fenced."""
+    def tick(self, now_ns: int, stale: set[str], jobs: Iterable[Callable[[int], object]] = ()) -> None:
+        """Once a second: hold the lease; if held, feed and run the detectors and alerts, then `jobs`
+        (each given the time), all fenced."""
         if not self.lease.hold():
             return self._step_down()
         if self.lease.generation != self._generation:
@@ -88,6 +89,8 @@ class Replica:
             with self.storage.fenced(self.lease.guard()):
                 self.monitor.observe(self._tail.events(), self._tail.samples(), now_ns)
                 self.monitor.tick(now_ns, stale=stale)
+                for job in jobs:
+                    job(now_ns)
         except FenceLost as e:
             log.warning("leader: %s; stepping down", e)
             self._step_down()

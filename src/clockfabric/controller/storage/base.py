@@ -105,6 +105,10 @@ class Storage(Protocol):
     def fenced(self, guard: tuple[str, tuple]) -> AbstractContextManager[None]:
         """This thread's writes, while inside, run `guard` first in their transaction; no row: FenceLost."""
 
+    def roll_up(self, raw_before_ns: int, minutes_before_ns: int) -> dict[str, int]:
+        """Raw samples older than raw_before_ns into per-minute and per-hour aggregates, then deleted;
+        minute aggregates older than minutes_before_ns deleted (storage.retention)."""
+
     def last_ids(self) -> tuple[int, int]:
         """The newest event's and sample's ids (0 where none): where a reader that tails them starts."""
 

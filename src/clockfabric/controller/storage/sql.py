@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from clockfabric.controller.storage import rows
+from clockfabric.controller.storage import retention, rows
 from clockfabric.controller.storage.base import Alert, Audit, Event, FenceLost, Host, Sample, StorageError
 from clockfabric.errors import ClockfabricError
 
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS audits (
     id {id}, t_ns BIGINT NOT NULL, fleet TEXT NOT NULL, verdict TEXT NOT NULL, exit_code INTEGER NOT NULL,
     counts TEXT NOT NULL, report TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS audits_t ON audits (t_ns);
-"""
+""" + retention.SCHEMA
 # A table added to SCHEMA without changing what the others hold keeps SCHEMA_VERSION: opening an older
 # database creates what it lacks (each statement is IF NOT EXISTS), and an older clockfabric ignores it.
 TABLES = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)
@@ -248,6 +248,22 @@ class SqlStorage(ABC):
             sql, params = sql + " AND t_ns >= ?", (name, since_ns)
         found = sorted(self._fetch(sql, params), key=lambda r: (r[1], r[5]))
         return [rows.sample(r) for r in found]
+
+    def roll_up(self, raw_before_ns: int, minutes_before_ns: int) -> dict[str, int]:
+        """Raw samples older than raw_before_ns into per-minute and per-hour aggregates, then deleted;
+        minute aggregates older than minutes_before_ns deleted (storage.retention). One transaction."""
+        with self._write() as cur:
+            return retention.roll_up(cur, self._q, raw_before_ns, minutes_before_ns)
+
+    def rollups(self, *, name: str, bucket_ns: int, host: str | None = None, since_ns: int | None = None,
+                until_ns: int | None = None, limit: int = 1000) -> list[retention.Rollup]:
+        """Aggregates of one sample name, per minute or hour (retention.MINUTE_NS, HOUR_NS), by time then series."""
+        where = "name = ? AND bucket_ns = ?" + "".join(f" AND {c}" for c, v in (
+            ("host = ?", host), ("t_ns >= ?", since_ns), ("t_ns < ?", until_ns)) if v is not None)
+        params = [v for v in (name, bucket_ns, host, since_ns, until_ns) if v is not None]
+        return [retention.rollup(r) for r in self._fetch(
+            f"SELECT {retention.ROLLUP_COLS} FROM sample_rollups WHERE {where} ORDER BY t_ns, host, labels LIMIT ?",
+            [*params, max(limit, 0)])]
 
     def last_ids(self) -> tuple[int, int]:
         """The newest event's and sample's ids (0 where none): where a reader that tails them starts."""
