@@ -33,7 +33,7 @@ class AgentConfig:
     base_port: int = 7300
     probe_dscp: int = PRIORITY_DSCP  # on probes and control messages: the fabric's priority class (EF)
     metrics_port: int = METRICS_PORT  # Prometheus /metrics on the host's address; 0: none
-    controller: str | None = None  # the controller's URL (http://host:port or https://...): push to it
+    controller: str | None = None  # the controller URL (http(s)://host:port), or its replicas' comma-separated
     token: str = ""  # the fleet token the controller wants
     ca_file: str | None = None  # to verify an https controller with a private CA
     failover: bool | None = None  # move traffic off failed planes; None: on when the host has two or more
@@ -65,6 +65,10 @@ class AgentConfig:
         if self.steer and not self.failover:
             raise ClockfabricError("--steer needs failover's heartbeats (they measure each plane's queueing): "
                                    "drop --no-failover; the host needs two or more NICs")
+        for url in (self.controller or "").split(","):
+            if self.controller is not None and not url.strip().startswith(("http://", "https://")):
+                raise ClockfabricError(f"--controller {self.controller!r}: give http(s)://HOST:PORT, or several "
+                                       "comma-separated (the controller's replicas)")
         COLLECTORS.enabled(self.collectors, self.no_collectors)  # an unknown name: one line naming the known
 
     def probe_interval_s(self, *, quiet: bool = False) -> float:

@@ -6,8 +6,12 @@ controller has taken them; if the buffer fills while the controller is away, the
 first and the next push says how many were dropped. Samples are only the latest summary:
 a summary the controller missed is replaced by a newer one, not replayed.
 
-What the controller cannot take for now (5xx, a timeout, 401, 408, 429) is sent again, with
-backoff and at no sooner than its Retry-After. What it refuses as invalid (any other 4xx) would
+Several controller replicas may be given (URLs, comma-separated): each agent starts on the one
+its host name hashes to, so a fleet spreads over them, and stays there until a push fails.
+
+What the controller cannot take for now (5xx, a timeout, 401, 408, 429) is sent again: to the
+next replica at once, and after a failure on every one, with backoff and at no sooner than the
+last Retry-After. What it refuses as invalid (any other 4xx) would
 be refused for ever: those events are quarantined (counted, logged, dropped), the ones the
 refusal names if it names any, else the push's, and the stream goes on with the events after them.
 """
@@ -19,6 +23,7 @@ import math
 import ssl
 import threading
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import islice
@@ -43,11 +48,16 @@ class Pusher(threading.Thread):
                  interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS,
                  verify: str | bool | ssl.SSLContext = True,
                  paths: Callable[[], list] | None = None):
-        """`snapshot()` returns (new events, current samples, agent info); events are taken from
+        """`url`: the controller's URL, or its replicas' URLs comma-separated.
+        `snapshot()` returns (new events, current samples, agent info); events are taken from
         the caller's sources exactly once, so they must be kept here until the controller has them.
         `paths()`: the host's path map (agent.pathmap rows), sent whole with every push."""
         super().__init__(name="controller-push", daemon=True)
-        self.url = url.rstrip("/") + "/api/v1/push"
+        self.urls = [u.strip().rstrip("/") + "/api/v1/push" for u in url.split(",") if u.strip()]
+        if not self.urls:
+            raise ClockfabricError("no controller URL given: give http(s)://HOST:PORT, several comma-separated")
+        self._at = zlib.crc32(host.encode()) % len(self.urls)  # stable across runs, unlike hash()
+        self._failed_in_row = 0
         self.host = host
         self.snapshot = snapshot
         self.paths = paths
@@ -71,6 +81,11 @@ class Pusher(threading.Thread):
         self._client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=PUSH_TIMEOUT_S,
                                    verify=verify)
 
+    @property
+    def url(self) -> str:
+        """Where pushes go now."""
+        return self.urls[self._at]
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -87,15 +102,21 @@ class Pusher(threading.Thread):
             self.pending.append({"seq": self.seq, **e})
 
     def run(self) -> None:
-        backoff = self.interval_s
+        backoff = wait = self.interval_s
         try:
             while not self._stopping.is_set():
-                self._wake.wait(backoff)
+                self._wake.wait(wait)
                 self._wake.clear()
                 if self.push_once():
-                    backoff = self.interval_s
+                    backoff = wait = self.interval_s
+                    self._failed_in_row = 0
+                    continue
+                self._failed_in_row += 1
+                self._at = (self._at + 1) % len(self.urls)
+                if self._failed_in_row % len(self.urls):
+                    wait = 0.0  # a replica not tried since the last success: at once
                 else:
-                    backoff = max(min(MAX_BACKOFF_S, backoff * 2), self._retry_after_s)
+                    backoff = wait = max(min(MAX_BACKOFF_S, backoff * 2), self._retry_after_s)
             self.push_once()  # a last one: what happened just before we stopped
         finally:
             self._client.close()

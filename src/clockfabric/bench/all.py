@@ -7,6 +7,7 @@ from clockfabric.bench import (  # noqa: F401, I001 - imported to register, in l
     clocksync,
     clocksync_solve,
     controller_ingest,
+    controller_scale,
     agent_overhead,
     monitor_latency,
     failover,

@@ -53,7 +53,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                                            help="Serve Prometheus /metrics on this port of the host's address "
                                                 "(0: none)."),
           controller: str = typer.Option(None, "--controller",
-                                         help="Push events and summaries to this controller URL."),
+                                         help="Push events and summaries to this controller URL, or to one of its "
+                                              "replicas' URLs, comma-separated (by host name; the next on failure)."),
           token_file: Path = typer.Option(None, "--token-file", help="The fleet token for --controller."),
           ca_file: str = typer.Option(None, "--ca-file", help="CA to verify an https controller."),
           key_file: Path = typer.Option(None, "--key-file",

@@ -58,10 +58,18 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                enroll_unknown: bool = typer.Option(False, "--enroll-unknown", help="Accept hosts not in the topology."),
                stale: float = typer.Option(5.0, "--stale", min=0.5,
                                            help="Seconds without a push before a host is stale."),
+               keep_raw_days: float = typer.Option(7.0, "--keep-raw-days",
+                                                   help="Keep raw samples this many days, then per-minute and "
+                                                        "per-hour aggregates only."),
+               keep_minute_days: float = typer.Option(90.0, "--keep-minute-days",
+                                                      help="Keep per-minute aggregates this many days "
+                                                           "(hourly ones: for good)."),
                verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Run the controller: agents push to it; it stores, detects and alerts, and serves the API."""
+    """Run the controller: agents push to it; it stores, detects and alerts, and serves the API.
+    Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."""
     from clockfabric.controller.fleet import Fleet
     from clockfabric.controller.monitor import Monitor
+    from clockfabric.controller.retention import Retention
     from clockfabric.controller.server import Listen, server
     from clockfabric.controller.storage.open import open_storage
     from clockfabric.topology import load
@@ -77,13 +85,24 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     topo = load(topology) if topology else (Lab.open(lab_name).topology if lab_name else None)
     nodes = sorted(topo.hosts) + sorted(topo.switches) if topo else []
     storage = open_storage(db)
-    monitor = Monitor.create(storage, topology=topo, config=config, webhook=webhook)
-    fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None, monitor=monitor)
+    replica = None
+    if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects
+        from clockfabric.controller.lease import Lease
+        from clockfabric.controller.replica import Replica
+
+        replica = Replica(storage, Lease(db), lambda: Monitor.create(storage, topology=topo, config=config,
+                                                                     webhook=webhook))
+    monitor = None if replica else Monitor.create(storage, topology=topo, config=config, webhook=webhook)
+    retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
+    fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
+                  monitor=monitor, replica=replica, retention=retention)
     err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
-              f"{len(nodes)} enrolled nodes")
+              f"{len(nodes)} enrolled nodes" + (", a replica: detectors run on the lease holder" if replica else ""))
     try:
         server(fleet, token, listen_at, viewer_token).run()
     finally:
+        if replica:
+            replica.close()
         storage.close()
 
 

@@ -25,18 +25,28 @@ class UnknownHost(Exception):
 
 class Fleet:
     def __init__(self, storage: Storage, *, hosts: list[str], stale_s: float = 5.0, enroll_unknown: bool = False,
-                 monitor: Any = None, clock: Callable[[], int] = time.time_ns):
-        """`monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only."""
+                 monitor: Any = None, replica: Any = None, retention: Any = None,
+                 clock: Callable[[], int] = time.time_ns):
+        """`monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only.
+        `replica`: one of several replicas on one database (controller.replica.Replica): its leader's
+        monitor, fed from the database, takes the place of `monitor`. `retention`: the samples'
+        retention job (controller.retention.Retention), run by the leader."""
         self.storage = storage
         self.stale_ns = int(stale_s * 1e9)
         self.enroll_unknown = enroll_unknown
-        self.monitor = monitor
+        self.replica = replica
+        self.retention = retention
+        self._monitor = monitor
         self.clock = clock
         self.lock = threading.Lock()  # pushes and ticks come from several server threads
         now = clock()
         for h in hosts:
             storage.enroll(h, now)
         self.stale: set[str] = set()
+
+    @property
+    def monitor(self) -> Any:
+        return self.replica.monitor if self.replica is not None else self._monitor
 
     def push(self, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
              dropped_events: int, paths: list | None = None) -> dict:
@@ -55,10 +65,12 @@ class Fleet:
                            labels=s.get("labels", {})) for s in samples]
             new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, sams)
             self.stale.discard(host)
-            if self.monitor is not None:
+            monitor = self.monitor
+            if monitor is not None:
                 if paths is not None:
-                    self.monitor.observe_paths(host, paths, now)
-                self.monitor.observe(evs, sams, now)
+                    monitor.observe_paths(host, paths, now)
+                if self.replica is None:  # a replica's leader reads every replica's pushes from the database
+                    monitor.observe(evs, sams, now)
         return {"events_new": new, "events": len(evs), "samples": len(sams)}
 
     def tick(self) -> None:
@@ -75,14 +87,22 @@ class Fleet:
             for h in quiet - self.stale:
                 log.warning("host %s is stale: no push for %.1f s", h, self.stale_ns / 1e9)
             self.stale = quiet
-        if self.monitor is not None:  # outside the lock: alerts may wait on a webhook
+        jobs = [self.retention.run_if_due] if self.retention is not None else []
+        if self.replica is not None:  # outside the lock: alerts may wait on a webhook
+            self.replica.tick(now, quiet, jobs)
+            return
+        if self.monitor is not None:
             self.monitor.tick(now, stale=quiet)
+        for job in jobs:
+            job(now)
 
     def host_rows(self) -> list[dict]:
         now = self.clock()
         rows = []
         for h in self.storage.hosts():
-            state = "never seen" if h.last_seen_ns is None else ("stale" if h.name in self.stale else "ok")
+            # from storage, not from `stale`: another replica may have had the host's last push
+            state = "never seen" if h.last_seen_ns is None else ("stale" if now - h.last_seen_ns > self.stale_ns
+                                                                 else "ok")
             rows.append({"host": h.name, "state": state, "last_seen_ns": h.last_seen_ns,
                          "age_s": None if h.last_seen_ns is None else (now - h.last_seen_ns) / 1e9, "info": h.info})
         return rows

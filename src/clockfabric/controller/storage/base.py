@@ -10,6 +10,7 @@ time the audit started.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -25,6 +26,11 @@ class StorageError(Exception):
     def __init__(self, message: str, kind: str = "unavailable") -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class FenceLost(Exception):
+    """A write made under a fence (`SqlStorage.fenced`) found its guard false: the replica that made it
+    no longer holds the leader lease, so it must not act as leader; nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,16 @@ class Storage(Protocol):
 
     def latest_samples(self, name: str, *, since_ns: int | None = None) -> list[Sample]:
         """The newest sample of `name` for each (host, labels): the OWD matrix, link states."""
+
+    def fenced(self, guard: tuple[str, tuple]) -> AbstractContextManager[None]:
+        """This thread's writes, while inside, run `guard` first in their transaction; no row: FenceLost."""
+
+    def roll_up(self, raw_before_ns: int, minutes_before_ns: int) -> dict[str, int]:
+        """Raw samples older than raw_before_ns into per-minute and per-hour aggregates, then deleted;
+        minute aggregates older than minutes_before_ns deleted (storage.retention)."""
+
+    def last_ids(self) -> tuple[int, int]:
+        """The newest event's and sample's ids (0 where none): where a reader that tails them starts."""
 
     def open_alert(self, alert: Alert) -> Alert | None:
         """Store a new open alert; None if one with that key is open already (de-duplication)."""

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from clockfabric.controller.storage import rows
-from clockfabric.controller.storage.base import Alert, Audit, Event, Host, Sample, StorageError
+from clockfabric.controller.storage import retention, rows
+from clockfabric.controller.storage.base import Alert, Audit, Event, FenceLost, Host, Sample, StorageError
 from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS audits (
     counts TEXT NOT NULL, report TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS audits_t ON audits (t_ns);
 CREATE TABLE IF NOT EXISTS health_check (name TEXT PRIMARY KEY, t_ns BIGINT NOT NULL);
-"""
+""" + retention.SCHEMA
 # A table added to SCHEMA without changing what the others hold keeps SCHEMA_VERSION: opening an older
 # database creates what it lacks (each statement is IF NOT EXISTS), and an older clockfabric ignores it.
 TABLES = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)
@@ -71,6 +71,7 @@ class SqlStorage(ABC):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._fence = threading.local()  # this thread's guard, while it writes as the leader
 
     # ---- dialect hooks ---------------------------------------------------------------------------
     ID: str  # the auto-numbered key column's type
@@ -109,8 +110,24 @@ class SqlStorage(ABC):
 
     # ---- plumbing --------------------------------------------------------------------------------
     @contextmanager
+    def fenced(self, guard: tuple[str, tuple]) -> Iterator[None]:
+        """This thread's writes, while inside, first run `guard` (a query, its parameters) in their own
+        transaction and raise FenceLost, writing nothing, if it gives no row: a leader's writes check
+        its lease in the same transaction, so a leader paused past its lease cannot write when it resumes."""
+        self._fence.guard = guard
+        try:
+            yield
+        finally:
+            self._fence.guard = None
+
+    @contextmanager
     def _write(self) -> Iterator:
+        guard = getattr(self._fence, "guard", None)
         with self._lock, self._errors(), self._transaction() as cur:
+            if guard is not None:
+                cur.execute(self._q(guard[0]), guard[1])
+                if cur.fetchone() is None:
+                    raise FenceLost("the leader lease is held by another replica now")
             yield cur
 
     def _fetch(self, sql: str, params: tuple | list = ()) -> list[tuple]:
@@ -232,6 +249,28 @@ class SqlStorage(ABC):
             sql, params = sql + " AND t_ns >= ?", (name, since_ns)
         found = sorted(self._fetch(sql, params), key=lambda r: (r[1], r[5]))
         return [rows.sample(r) for r in found]
+
+    def roll_up(self, raw_before_ns: int, minutes_before_ns: int) -> dict[str, int]:
+        """Raw samples older than raw_before_ns into per-minute and per-hour aggregates, then deleted;
+        minute aggregates older than minutes_before_ns deleted (storage.retention). One transaction."""
+        with self._write() as cur:
+            return retention.roll_up(cur, self._q, raw_before_ns, minutes_before_ns)
+
+    def rollups(self, *, name: str, bucket_ns: int, host: str | None = None, since_ns: int | None = None,
+                until_ns: int | None = None, limit: int = 1000) -> list[retention.Rollup]:
+        """Aggregates of one sample name, per minute or hour (retention.MINUTE_NS, HOUR_NS), by time then series."""
+        where = "name = ? AND bucket_ns = ?" + "".join(f" AND {c}" for c, v in (
+            ("host = ?", host), ("t_ns >= ?", since_ns), ("t_ns < ?", until_ns)) if v is not None)
+        params = [v for v in (name, bucket_ns, host, since_ns, until_ns) if v is not None]
+        return [retention.rollup(r) for r in self._fetch(
+            f"SELECT {retention.ROLLUP_COLS} FROM sample_rollups WHERE {where} ORDER BY t_ns, host, labels LIMIT ?",
+            [*params, max(limit, 0)])]
+
+    def last_ids(self) -> tuple[int, int]:
+        """The newest event's and sample's ids (0 where none): where a reader that tails them starts."""
+        found = self._fetch("SELECT (SELECT COALESCE(MAX(id), 0) FROM events), "
+                            "(SELECT COALESCE(MAX(id), 0) FROM samples)")
+        return found[0][0], found[0][1]
 
     # ---- alerts ----------------------------------------------------------------------------------
     def open_alert(self, alert: Alert) -> Alert | None:
