@@ -31,6 +31,7 @@ from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
 
 ROUTE_P95_MS, RENDER_S = 200.0, 1.0
+RENDER_GIVE_UP_S = 20.0
 TOKEN = "b" * 32
 VIEWS = ("fleet", "fabric", "owd", "events", "audit", "jobs")
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -98,8 +99,8 @@ def time_renders(url: str, repeats: int) -> dict[str, list[float]] | None:
                 while driver.execute_script("const v = document.getElementById('view');"
                                             "return v.dataset.view === arguments[0] && v.dataset.rendered"
                                             " && v.firstElementChild !== null", view) is not True:
-                    if time.perf_counter() - t0 > 30:
-                        raise RuntimeError(f"the {view} view did not render within 30 s")
+                    if time.perf_counter() - t0 > RENDER_GIVE_UP_S:
+                        break  # recorded as the give-up time: a miss, and the other views still measured
                     time.sleep(0.01)
                 found[view].append(time.perf_counter() - t0)
     finally:
