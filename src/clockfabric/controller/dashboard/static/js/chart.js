@@ -1,7 +1,9 @@
 // Time series drawn as SVG panels stacked on one time axis, so a drop in one panel lines up
-// with a rise in another. A null value breaks its line: no reading, not zero.
+// with a rise in another. More than MAX_GAP nulls in a row break a line: no readings, not zero
+// (a single missed second, a push landing in the next one, does not).
 import { clock, el, svg } from "./dom.js";
 
+const MAX_GAP = 3;
 const WIDTH = 1200, PANEL = 150, LEFT = 70, RIGHT = 10, GAP = 28, TICKS = 6;
 export const COLOURS = ["#1f6feb", "#d62d20", "#2e9e4f", "#f28c18", "#8250df", "#0a8a8a", "#bf3989", "#6e7781"];
 
@@ -37,12 +39,14 @@ export function chart(tNs, panels, label) {
   return svg("svg", { class: "chart", viewBox: `0 0 ${WIDTH} ${height + 10}`, role: "img", "aria-label": label }, parts);
 }
 
-// Indices of each unbroken stretch of non-null values.
+// Indices of the non-null values, split where more than MAX_GAP nulls come in a row.
 function runs(values) {
   const out = [];
   let current = [];
   values.forEach((v, j) => {
-    if (v === null) { if (current.length) out.push(current); current = []; } else current.push(j);
+    if (v === null) return;
+    if (current.length && j - current[current.length - 1] > MAX_GAP + 1) { out.push(current); current = []; }
+    current.push(j);
   });
   if (current.length) out.push(current);
   return out;
