@@ -1,6 +1,7 @@
 """The dashboard in a real browser (Debian's headless Chromium, driven by Selenium) against a
 real controller fed by a real lab: every view renders real content, a link set down turns red
-on the map within 2 s and its event reaches the timeline, and the browser logs no error.
+on the map within 2 s and its event reaches the timeline, a job's view shows its flow, series,
+verdict and links on the map, and the browser logs no error.
 
 CLOCKFABRIC_SCREENSHOTS=DIR also saves a 1280x800 screenshot of each view there (docs/img)."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,9 +20,12 @@ import pytest
 from clockfabric.audit.model import CheckResult, Finding, Report, Verdict
 from clockfabric.controller.client import api
 from clockfabric.controller.on_lab import LabFleet
+from clockfabric.controller.rootcause_verdict import VERDICTS
 from clockfabric.controller.token import read_token
 from clockfabric.lab import impair, netns
+from clockfabric.lab.process import stop
 from clockfabric.topology import leafspine
+from tests.lab.test_workload import RECEIVER, SENDER
 from tests.waiting import wait_for
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -195,3 +200,48 @@ def _screenshots(driver) -> None:
         time.sleep(0.5)
         driver.save_screenshot(str(Path(where) / f"dashboard-{view}.png"))
     show(driver, "fabric")
+
+
+def sign_in(driver, url: str, token: str) -> None:
+    driver.get(url)
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "#login button").click()
+    wait_for("live", lambda: driver.find_element(By.ID, "status").text == "live", timeout_s=10)
+
+
+def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
+    lab = fleet.lab
+    receiver, sender = "h0", "h3"  # under different leaves: the flow crosses a spine
+    job = [sys.executable, "-m", "clockfabric.cli", "job", "run", "--name", "J", "--", sys.executable, "-c"]
+    procs = [lab.spawn(receiver, [*job, RECEIVER], "job J receiver", log=fleet.logs / "job-receiver.log"),
+             lab.spawn(sender, [*job, SENDER, str(lab.topology.hosts[receiver].address)], "job J sender",
+                       log=fleet.logs / "job-sender.log")]
+    forward = Forward(lab.ns(fleet.host), str(lab.topology.hosts[fleet.host].address), fleet.PORT)
+    try:
+        sign_in(browser, f"http://127.0.0.1:{forward.port}/dashboard/#jobs", read_token(fleet.token_file))
+        wait_for("job J listed", lambda: "J" in attrs(browser, "tr[data-job]", "data-job"), timeout_s=45, every_s=0.5)
+        flows = wait_for("J's sending flow, judged", lambda: [r for r in texts(browser, "tr[data-flow]")
+                                                               if r.startswith(f"{sender}{receiver}")
+                                                               and "Mbit/s" in r], timeout_s=45, every_s=0.5)
+        print(f"\n{flows[0]}")
+        verdict = wait_for("a verdict on J's flows", lambda: (v := attrs(browser, "#job-verdict", "data-verdict"))
+                           and v[0] != "no_flows" and v, timeout_s=30, every_s=0.5)
+        sentence = texts(browser, "#job-verdict .sentence")[0]
+        print(f"verdict {verdict[0]}: {sentence}")
+        assert verdict[0] in VERDICTS and len(sentence) > 20, (verdict, sentence)
+        assert wait_for("the throughput and delay lines", lambda: len(attrs(browser, "#job-timeline polyline",
+                                                                           "data-series")) >= 2, timeout_s=10)
+        crossed = wait_for("J's links on the map", lambda: attrs(browser, "#job-map line.link.job", "data-link"),
+                           timeout_s=10)
+        # without a traced path, the links every path between the two hosts shares: both hosts' own
+        assert any(name.startswith(f"{sender}:") for name in crossed), crossed
+        assert any(name.startswith(f"{receiver}:") for name in crossed), crossed
+        where = os.environ.get("CLOCKFABRIC_SCREENSHOTS")
+        if where:
+            time.sleep(0.5)
+            browser.save_screenshot(str(Path(where) / "dashboard-jobs.png"))
+        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        forward.close()
+        stop(procs, grace_s=5.0)

@@ -1,6 +1,6 @@
 """The dashboard's routes on the controller's app: the page and its files (no data in them:
-they load before the login form asks for a token), the fabric the map draws, and the live
-stream. Every data route wants the fleet token or the viewer token."""
+they load before the login form asks for a token), the fabric the map draws, the live stream,
+and the views' own data (`data`). Every data route wants the fleet token or the viewer token."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
+from clockfabric.controller.dashboard import data
 from clockfabric.controller.dashboard.auth import Tokens, ViewerAccess, bearer
 from clockfabric.controller.dashboard.changes import Changes, stream
 from clockfabric.controller.dashboard.fabric import fabric
@@ -51,6 +52,8 @@ def register(app: FastAPI, fleet: Fleet, token: str) -> None:
         if topology is None:
             raise HTTPException(404, "the controller has no topology: start it with --topology FILE or --lab NAME")
         return fabric(topology, fleet.storage, fleet.clock())
+
+    app.include_router(data.router(fleet, check))
 
     @app.get("/api/v1/stream")
     async def live(request: Request, token: str | None = Query(None, description="For EventSource, "

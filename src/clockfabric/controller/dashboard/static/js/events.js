@@ -1,10 +1,9 @@
 // Events and alerts: the newest events of the last hour, filterable by kind and host; alerts open and resolved.
 import { all } from "./api.js";
-import { ago, clock, cls, el, table } from "./dom.js";
+import { ago, clock, cls, el, paged, table } from "./dom.js";
 
 export const topics = ["events", "alerts"];
 const filter = { kind: "", host: "" };
-const SHOWN = 500;
 
 export async function render(refresh) {
   const since = Date.now() * 1e6 - 3600e9;
@@ -16,16 +15,16 @@ export async function render(refresh) {
     onchange: (e) => { filter[key] = e.target.value; refresh(); } },
   el("option", { value: "" }, `every ${key}`),
   [...new Set(everything.map((e) => e[key]))].sort().map((v) => el("option", { value: v, selected: v === filter[key] }, v)));
-  const newest = events.slice(-SHOWN).reverse();
+  const newest = events.slice().reverse();
   alerts.sort((a, b) => (a.resolved_ns === null) - (b.resolved_ns === null) || a.opened_ns - b.opened_ns).reverse();
   return el("section", { "aria-label": "Events and alerts" },
     el("div", { class: "cols" },
       el("div", {},
         el("h2", {}, `Events in the last hour: ${events.length}`),
         el("div", { class: "toolbar" }, picker("kind", "Event kind"), picker("host", "Host")),
-        el("div", { class: "scroll" }, table(["time (UTC)", "host", "kind", "device"], newest.map((e) =>
+        el("div", { id: "timeline" }, paged("Events", ["time (UTC)", "host", "kind", "device"], newest, (e) =>
           el("tr", { "data-kind": e.kind, "data-host": e.host }, el("td", {}, clock(e.t_ns)), el("td", {}, e.host),
-            el("td", {}, e.kind), el("td", {}, e.device))), { id: "timeline", "aria-label": "Events" }))),
+            el("td", {}, e.kind), el("td", {}, e.device)), { size: 100 }))),
       el("div", {},
         el("h2", {}, `Alerts of the last day: ${alerts.length}`),
         el("div", { class: "scroll" }, table(["state", "severity", "kind", "message", "opened"], alerts.map((a) =>

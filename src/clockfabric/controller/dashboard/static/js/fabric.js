@@ -4,6 +4,7 @@ import { all, get } from "./api.js";
 import { clock, el, svg, table } from "./dom.js";
 
 const WIDTH = 1200, HEIGHT = 430, ROWS = { core: 40, spine: 90, leaf: 220, host: 360 };
+const MAX_HOSTS_DRAWN = 96;  // per plane: more boxes than this would not fit the row, nor be readable
 
 export const topics = ["hosts", "events"];
 let selected = null;
@@ -18,16 +19,27 @@ export async function render(refresh) {
   }
   const details = el("div", { id: "link-details" });
   const select = async (name) => { selected = name; await refresh(); };
-  const map = draw(fabric, select);
+  const map = draw(fabric, select, {}, selected);
   if (selected && fabric.links.some((l) => l.name === selected)) details.append(await linkDetails(fabric, selected));
   return el("section", { "aria-label": "Fabric map" },
     el("p", { class: "legend" }, ["up", "down", "flapping", "unknown"].map((s) =>
       el("span", {}, el("i", { style: `background: var(--${s})` }), s)),
-      el("span", { class: "muted" }, `${fabric.name}: ${fabric.links.length} links; click a link for its events`)),
+      el("span", { class: "muted" }, `${fabric.name}: ${fabric.links.length} links; click a link for its events`),
+      hidden(fabric)),
     map, details);
 }
 
-function draw(fabric, select) {
+function hosts(fabric) {
+  return fabric.nodes.filter((n) => n.kind === "host").length;
+}
+
+function hidden(fabric) {
+  const per = Math.max(...fabric.planes.map((p) => fabric.nodes.filter((n) => n.kind === "host" && n.planes.includes(p)).length), 0);
+  return per > MAX_HOSTS_DRAWN ? el("span", { class: "muted" }, ` (${hosts(fabric)} hosts: their links are not drawn)`) : null;
+}
+
+// The map. marks: link name -> an extra class ("job", "culprit verdict-bad"): the jobs view's highlight.
+export function draw(fabric, select, marks = {}, chosen = null) {
   const planes = fabric.planes.length ? fabric.planes : [0];
   const width = WIDTH / planes.length;
   const where = {};  // `${plane}/${node}` -> [x, y]
@@ -38,13 +50,15 @@ function draw(fabric, select) {
     const inPlane = fabric.nodes.filter((n) => n.planes.includes(plane));
     for (const role of Object.keys(ROWS)) {
       const row = inPlane.filter((n) => n.role === role);
+      if (role === "host" && row.length > MAX_HOSTS_DRAWN) continue;
       row.forEach((n, j) => { where[`${plane}/${n.name}`] = [x0 + (width * (j + 0.5)) / row.length, ROWS[role]]; });
     }
   });
   const lines = fabric.links.map((l) => {
     const [a, b] = [l.a, l.b].map((end) => where[`${l.plane}/${end.split(":")[0]}`]);
     if (!a || !b) return null;
-    return svg("line", { class: `link ${l.state}${l.name === selected ? " selected" : ""}`, x1: a[0], y1: a[1],
+    const extra = `${l.name === chosen ? " selected" : ""}${marks[l.name] ? ` ${marks[l.name]}` : ""}`;
+    return svg("line", { class: `link ${l.state}${extra}`, x1: a[0], y1: a[1],
       x2: b[0], y2: b[1], tabindex: 0, role: "button", "data-link": l.name, "data-state": l.state,
       "aria-label": `link ${l.name}: ${l.state}`, onclick: () => select(l.name),
       onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") select(l.name); } },

@@ -1,8 +1,9 @@
 // Fleet: nodes pushing or stale, clock sync per host, open alerts with their age, events of the last hour.
 import { all, get } from "./api.js";
-import { ago, cls, el, table } from "./dom.js";
+import { ago, cls, el, paged, table } from "./dom.js";
 
 const HOUR_NS = 3600e9;
+const byName = (h, q) => h.host.toLowerCase().includes(q) || h.state.includes(q);
 
 export const topics = ["hosts", "events", "alerts"];
 
@@ -31,11 +32,11 @@ export async function render() {
     el("div", { class: "cols" },
       el("div", {},
         el("h2", {}, "Hosts"),
-        table(["host", "state", "last push", "clock"], rows.filter((h) => !switches.has(h.host)).map(nodeRow),
-          { "aria-label": "Hosts" }),
+        paged("Hosts", ["host", "state", "last push", "clock"], rows.filter((h) => !switches.has(h.host)), nodeRow,
+          { match: byName }),
         el("h2", {}, "Switches"),
-        table(["switch", "state", "last push"], rows.filter((h) => switches.has(h.host)).map(nodeRow),
-          { "aria-label": "Switches" })),
+        paged("Switches", ["switch", "state", "last push"], rows.filter((h) => switches.has(h.host)), nodeRow,
+          { match: byName })),
       el("div", {},
         el("h2", {}, "Open alerts"),
         alerts.items.length ? table(["severity", "kind", "message", "opened"], alerts.items.map((a) =>

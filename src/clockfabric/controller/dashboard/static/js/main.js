@@ -6,9 +6,10 @@ import { el } from "./dom.js";
 import * as events from "./events.js";
 import * as fabric from "./fabric.js";
 import * as fleet from "./fleet.js";
+import * as jobs from "./jobs.js";
 import * as owd from "./owd.js";
 
-const VIEWS = { fleet, fabric, owd, events, audit };
+const VIEWS = { fleet, fabric, owd, events, audit, jobs };
 const PUSH_EVERY_MS = 1000;
 const $ = (id) => document.getElementById(id);
 let current = "fleet";
@@ -40,7 +41,9 @@ async function render() {
     const name = current;
     try {
       const node = await VIEWS[name].render(render);
+      const focused = document.activeElement && document.activeElement.id;  // a filter being typed in
       if (name === current) $("view").replaceChildren(node);
+      if (focused && $(focused) && $(focused) !== document.activeElement) $(focused).focus();
       $("view").dataset.view = name;
       $("view").dataset.rendered = String(Date.now());
     } catch (e) {

@@ -1,0 +1,160 @@
+"""A synthetic controller database for the dashboard's scale targets: a fleet of N hosts on a
+multi-plane leaf-spine, a week of their events, alerts and audits, the newest of every series
+the views read (link states, the OWD matrix), and jobs with flows over their last minutes.
+
+What is not synthesised: a week of every sample. Agents push their series each second; what a
+controller keeps of that is a retention policy, and no view reads it (they read `latest` and
+windows of minutes), so the samples table holds the newest round plus the jobs' window.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from clockfabric.audit.model import CheckResult, Finding, Report, Verdict
+from clockfabric.controller.storage.base import Alert, Audit, Event, Sample
+from clockfabric.controller.storage.sqlite import SqliteStorage
+from clockfabric.topology import Topology, interfaces, multirail
+
+WEEK_NS = 7 * 86400 * 10**9
+SECOND_NS = 10**9
+BATCH = 50_000
+EVENT_KINDS = (("link_down", 2), ("link_up", 2), ("clock_step", 1), ("agent_start", 1), ("lldp_change", 1),
+               ("failover_switch", 1), ("nic_errors", 2))
+OWD_STATS = ("min", "p50", "p99", "floor")
+FLOW_STATS = ("tx_bps", "rx_bps", "rtt_us", "retransmits_total", "cwnd", "delivery_bps")
+
+
+@dataclass(frozen=True)
+class Shape:
+    hosts: int = 2000
+    planes: int = 2
+    leaves: int = 32  # per plane
+    spines: int = 8
+    days: float = 7.0
+    events_per_host_hour: float = 2.0
+    alerts: int = 2000
+    open_alerts: int = 30
+    audits: int = 20
+    peers: int = 8  # each host probes this many peers, on 2 paths
+    jobs: int = 16
+    job_hosts: int = 8
+    job_window_s: int = 300
+    seed: int = 0
+
+    def topology(self) -> Topology:
+        return multirail(self.hosts, self.planes, self.leaves, self.spines, name=f"synthetic-{self.hosts}")
+
+
+def generate(path: Path, shape: Shape, now_ns: int) -> dict:
+    """Write the database at `path` (a new file); returns what it holds, with its size."""
+    if path.exists():
+        path.unlink()
+    rng = random.Random(shape.seed)
+    topo = shape.topology()
+    hosts, switches = sorted(topo.hosts), sorted(topo.switches)
+    with SqliteStorage(path) as storage:
+        for name in hosts + switches:
+            storage.enroll(name, now_ns - WEEK_NS)
+        stale = set(rng.sample(hosts, max(1, len(hosts) // 100)))
+        for name in hosts + switches:
+            info = {"address": str(topo.hosts[name].address)} if name in topo.hosts else {}
+            age = 60 * SECOND_NS if name in stale else rng.randrange(SECOND_NS)
+            storage.seen(name, now_ns - age, {**info, "synced": name not in stale, "boot": "b"})
+        events = _events(storage, shape, hosts, rng, now_ns)
+        samples = _latest(storage, topo, shape, rng, now_ns) + _jobs(storage, topo, shape, rng, now_ns)
+        _alerts(storage, shape, hosts, rng, now_ns)
+        _audits(storage, shape, hosts, now_ns)
+    size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    facts = {"hosts": len(hosts), "switches": len(switches), "links": len(topo.links), "events": events,
+             "samples": samples, "alerts": shape.alerts, "audits": shape.audits, "jobs": shape.jobs,
+             "days": shape.days, "bytes": size, "now_ns": now_ns}
+    path.with_suffix(".json").write_text(json.dumps({"shape": shape.__dict__, **facts}, indent=1) + "\n")
+    return facts
+
+
+def _events(storage: SqliteStorage, shape: Shape, hosts: list[str], rng: random.Random, now_ns: int) -> int:
+    span = int(shape.days * 86400 * SECOND_NS)
+    total = int(len(hosts) * shape.days * 24 * shape.events_per_host_hour)
+    kinds = [k for k, weight in EVENT_KINDS for _ in range(weight)]
+    times = sorted(now_ns - rng.randrange(span) for _ in range(total))  # stored in arrival order, as pushed
+    for start in range(0, total, BATCH):
+        storage.add_events([Event(host=rng.choice(hosts), seq=start + i, boot="synthetic", t_ns=t,
+                                  kind=rng.choice(kinds), device=f"eth{rng.randrange(shape.planes)}")
+                            for i, t in enumerate(times[start:start + BATCH])])
+    return total
+
+
+def _latest(storage: SqliteStorage, topo: Topology, shape: Shape, rng: random.Random, now_ns: int) -> int:
+    out = [Sample(p.node, now_ns - rng.randrange(SECOND_NS), "link_up", 1.0, {"device": p.iface})
+           for p in interfaces(topo)]
+    hosts = sorted(topo.hosts)
+    for i, src in enumerate(hosts):
+        for k in range(1, shape.peers + 1):
+            dst = hosts[(i + k * 7) % len(hosts)]
+            for path in ("p0", "p1"):
+                floor = 8_000 + rng.random() * 4_000
+                for stat, over in zip(OWD_STATS, (1.0, 1.1, 1.6, 1.0), strict=True):
+                    out.append(Sample(src, now_ns - rng.randrange(SECOND_NS), f"owd_{stat}_ns", floor * over,
+                                      {"src": src, "dst": dst, "path": path}))
+    for start in range(0, len(out), BATCH):
+        storage.add_samples(out[start:start + BATCH])
+    return len(out)
+
+
+def _jobs(storage: SqliteStorage, topo: Topology, shape: Shape, rng: random.Random, now_ns: int) -> int:
+    """Each job on `job_hosts` hosts in a ring: a flow from each to the next, every second of the
+    window; the first job's flow out of its first host is slow (ten times its siblings' RTT)."""
+    nic = {p.node: str(i.address.ip) for p, i in interfaces(topo).items()
+           if p.node in topo.hosts and topo.plane_of(p) == 0}
+    hosts = sorted(topo.hosts)
+    rows: list[Sample] = []
+    written = 0
+    for j in range(shape.jobs):
+        members = hosts[j * shape.job_hosts:(j + 1) * shape.job_hosts]
+        jobid = f"train-{j:03d}"
+        for t in range(now_ns - shape.job_window_s * SECOND_NS, now_ns, SECOND_NS):
+            for rank, host in enumerate(members):
+                rows.append(Sample(host, t, "job_process", (now_ns - 3600 * SECOND_NS) / 1e9,
+                                   {"jobid": jobid, "pid": str(1000 + rank), "rank": str(rank), "source": "slurm",
+                                    "run": "r1", "visible": "1"}))
+                peer = members[(rank + 1) % len(members)]
+                flow = f"{nic[host]}:{40000 + rank}->{nic[peer]}:29500"
+                slow = j == 0 and rank == 0
+                rtt = (2_000.0 if slow else 200.0) * (1 + 0.1 * rng.random())
+                values = (40e6 if slow else 90e6, 0.0, rtt, 0.0, 10.0, 90e6)
+                rows += [Sample(host, t, f"job_flow_{stat}", v, {"jobid": jobid, "flow": flow})
+                         for stat, v in zip(FLOW_STATS, values, strict=True)]
+            if len(rows) >= BATCH:
+                storage.add_samples(rows)
+                written, rows = written + len(rows), []
+    storage.add_samples(rows)
+    return written + len(rows)
+
+
+def _alerts(storage: SqliteStorage, shape: Shape, hosts: list[str], rng: random.Random, now_ns: int) -> None:
+    span = int(shape.days * 86400 * SECOND_NS)
+    opened = sorted(now_ns - rng.randrange(span) for _ in range(shape.alerts))
+    for i, t in enumerate(opened):
+        host = rng.choice(hosts)
+        storage.open_alert(Alert(key=f"synthetic:{i}", kind=rng.choice(("link_down", "latency_sla", "congestion")),
+                                 severity=rng.choice(("warning", "critical")), message=f"{host}: synthetic alert {i}",
+                                 opened_ns=t, detail={"host": host}))
+        if i < shape.alerts - shape.open_alerts:
+            storage.resolve_alert(f"synthetic:{i}", t + rng.randrange(3600 * SECOND_NS))
+
+
+def _audits(storage: SqliteStorage, shape: Shape, hosts: list[str], now_ns: int) -> None:
+    for a in range(shape.audits):
+        failing = [Finding(Verdict.FAIL, "no carrier", host=h, device="eth1") for h in hosts[a::97]]
+        results = [CheckResult(f"check.{c}", f"category-{c % 4}", f"Check {c}", Verdict.PASS, "all hosts pass", [])
+                   for c in range(12)]
+        results.append(CheckResult("nic.link", "backend-nics", "NIC links up", Verdict.FAIL,
+                                   f"{len(failing)} NICs down", failing, fix="reseat the cable"))
+        report = Report(fleet="synthetic", hosts=hosts, results=results,
+                        started_ns=now_ns - (shape.audits - a) * 3600 * SECOND_NS, seconds=30.0).as_dict()
+        storage.add_audit(Audit(t_ns=report["started_ns"], fleet="synthetic", verdict=report["verdict"],
+                                exit_code=report["exit_code"], counts=report["counts"], report=report))

@@ -1,0 +1,104 @@
+// Jobs: the jobs list; a job's flows (peers, rate, RTT, retransmits, OWD, path), its throughput
+// and each flow's delay on one time axis, the root-cause verdict with its evidence, and the
+// links its flows cross on the fabric map, the verdict's link in the verdict's colour.
+import { get } from "./api.js";
+import { COLOURS, chart, legend } from "./chart.js";
+import { ago, cls, el, micros, paged, rate } from "./dom.js";
+import { draw } from "./fabric.js";
+
+export const topics = ["hosts"];
+const WINDOWS = ["1m", "5m", "15m", "1h"];
+// how bad each verdict is: the colour of its sentence and of its link on the map
+const SEVERITY = { healthy: "ok", no_flows: "unknown", straggler_host: "warn", slow_unlocated: "warn",
+  misconfigured_class: "warn", misconfigured_interface: "warn" };
+let chosen = null;
+let since = "5m";
+
+export async function render(refresh) {
+  const jobs = (await get("/api/v1/jobs", { limit: 1000 })).items;
+  if (!jobs.length) {
+    return el("section", { "aria-label": "Jobs" }, el("p", {}, "No job reported yet. Start one on the hosts: ",
+      el("code", {}, "clockfabric job run --name NAME -- COMMAND"), " (or run it under Slurm, torchrun or Kubernetes)."));
+  }
+  if (!jobs.some((j) => j.jobid === chosen)) chosen = (jobs.find((j) => j.active) || jobs[0]).jobid;
+  const id = encodeURIComponent(chosen);
+  const [job, why, series, fabric] = await Promise.all([
+    get(`/api/v1/jobs/${id}`), get(`/api/v1/jobs/${id}/why`, { since }),
+    get("/api/v1/dashboard/job-series", { jobid: chosen, since }), get("/api/v1/fabric").catch(() => null)]);
+  const list = paged("Jobs", ["job", "state", "hosts", "ranks", "started", "last seen"], jobs, (j) =>
+    el("tr", { "data-job": j.jobid, class: j.jobid === chosen ? "chosen" : null },
+      el("td", {}, el("button", { type: "button", "aria-label": `open job ${j.jobid}`,
+        onclick: () => { chosen = j.jobid; refresh(); } }, j.jobid)),
+      el("td", { class: j.active ? "state-ok" : "state-unknown" }, j.active ? "running" : "ended"),
+      el("td", {}, j.hosts.join(", ")), el("td", {}, j.ranks.join(", ")), el("td", {}, ago(j.start_ns)),
+      el("td", {}, ago(j.last_seen_ns))), { size: 20, match: (j, q) => j.jobid.toLowerCase().includes(q) });
+  const window = el("select", { id: "job-window", "aria-label": "Window",
+    onchange: (e) => { since = e.target.value; refresh(); } },
+  WINDOWS.map((w) => el("option", { value: w, selected: w === since }, `last ${w}`)));
+  return el("section", { "aria-label": "Jobs", "data-job": chosen },
+    el("h2", {}, `Jobs: ${jobs.length}`), list,
+    el("div", { class: "toolbar" }, el("h2", {}, `Job ${chosen}`), el("label", { for: "job-window" }, "window"), window),
+    verdict(why),
+    el("h2", {}, "Throughput and per-flow delay"), timeline(series),
+    el("h2", {}, "Its flows on the fabric"), map(fabric, why),
+    el("h2", {}, `Flows: ${job.flows.length}`), flows(job, why));
+}
+
+function verdict(why) {
+  const severity = SEVERITY[why.verdict] || "bad";
+  const evidence = Object.entries(why.evidence || {});
+  return el("div", { id: "job-verdict", class: `verdict-box verdict-${severity}`, "data-verdict": why.verdict },
+    el("p", { class: "sentence" }, why.sentence),
+    el("p", { class: "muted" }, [why.link ? `link ${why.link}` : null, why.culprit ? `culprit ${why.culprit}` : null,
+      why.throughput_ratio !== null && why.throughput_ratio !== undefined
+        ? `throughput now ${(why.throughput_ratio * 100).toFixed(0)}% of the window's start` : null]
+      .filter(Boolean).join(" · ")),
+    evidence.length ? el("details", {}, el("summary", {}, "evidence"),
+      el("dl", { class: "evidence" }, evidence.map(([k, v]) =>
+        [el("dt", {}, k), el("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))]))) : null);
+}
+
+function timeline(series) {
+  if (!series.t_ns.length) return el("p", { class: "muted" }, "no flow of this job sent in the window");
+  const lines = series.flows.map((f, i) => ({ name: `${f.host} ${f.flow}`, colour: COLOURS[i % COLOURS.length],
+    tx: f.tx_bps, delay: f.delay_us, source: f.delay_source }));
+  const sources = [...new Set(lines.map((l) => l.source))].join(", ");
+  return el("div", { id: "job-timeline" },
+    chart(series.t_ns, [
+      { label: "throughput sent (all flows)", unit: "Mbit/s", scale: 1e6,
+        lines: [{ name: "job", values: series.throughput_bps, colour: "#1f2328", emphasis: true }] },
+      { label: `delay per flow (${sources})`, unit: "µs", scale: 1,
+        lines: lines.map((l) => ({ name: l.name, values: l.delay, colour: l.colour })) }],
+    "Throughput and per-flow delay"),
+    legend(lines));
+}
+
+function map(fabric, why) {
+  if (!fabric) return el("p", { class: "muted" }, "the controller has no topology: no map");
+  const marks = {};
+  for (const f of why.flows || []) for (const name of f.links) marks[name] = "job";
+  if (why.link) marks[why.link] = `culprit verdict-${SEVERITY[why.verdict] || "bad"}`;
+  const crossed = Object.keys(marks).length;
+  return el("div", { id: "job-map" },
+    el("p", { class: "legend" }, el("span", {}, el("i", { class: "job" }), `crossed by the job's flows (${crossed})`),
+      why.link ? el("span", {}, el("i", { class: `culprit-key verdict-${SEVERITY[why.verdict] || "bad"}` }),
+        `${why.link}: the verdict's link`) : null),
+    draw(fabric, () => {}, marks));
+}
+
+function flows(job, why) {
+  const judged = new Map((why.flows || []).map((f) => [`${f.host}|${f.flow}`, f]));
+  const rows = job.flows.map((f) => ({ ...f, judged: judged.get(`${f.host}|${f.flow}`) }));
+  return paged("Job flows", ["host", "peer", "local → remote", "sent", "received", "RTT", "retransmits", "OWD",
+    "path", "judged"], rows, (f) => {
+    const j = f.judged;
+    const state = !j ? (f.active ? "receiving" : "ended") : j.network_slow ? "slow" : j.starved ? "starved" : "ok";
+    return el("tr", { "data-flow": `${f.host} ${f.flow}`, "data-judged": state, class: f.active ? null : "muted" },
+      el("td", {}, f.host), el("td", {}, f.peer || "?"), el("td", {}, `${f.local} → ${f.remote}`),
+      el("td", {}, rate(f.tx_bps)), el("td", {}, rate(f.rx_bps)), el("td", {}, micros(f.rtt_us)),
+      el("td", {}, f.retransmits_total === null ? "–" : f.retransmits_total.toFixed(0)),
+      el("td", {}, j && j.delay_source === "inband" ? micros(j.delay_us) : "–"),
+      el("td", {}, j && j.links.length ? j.links.join(" → ") : "–"),
+      el("td", { class: `judged-${cls(state)}`, title: j ? j.why.join("; ") : "" }, state));
+  }, { size: 50, match: (f, q) => `${f.host} ${f.peer} ${f.flow}`.toLowerCase().includes(q) });
+}
