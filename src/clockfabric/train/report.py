@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from clockfabric.lab.job import read_log
 
 
 def records(folder: Path) -> list[dict[str, Any]]:
     """Every rank's and spare's JSON lines, in time order (a torn last line is skipped)."""
-    out: list[dict[str, Any]] = []
-    for path in sorted(Path(folder).glob("*.jsonl")):
-        if path.name == "events.jsonl":
-            continue
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
+    out = [rec for path in sorted(Path(folder).glob("*.jsonl")) if path.name != "events.jsonl"
+           for rec in read_log(path)]
     return sorted(out, key=lambda r: r.get("start", r.get("time", 0.0)))
 
 
