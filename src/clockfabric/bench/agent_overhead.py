@@ -13,7 +13,7 @@ The baseline, in the same run: the agent probing at its full rate all the time
 (`--quiet-rate` equal to `--probe-rate`, 20 exchanges a second), i.e. the agent before it learnt
 to slow down on a settled clock and a quiet fabric.
 
-    sudo clockfabric bench agent-overhead [--repeats 2] [--settle 30] [--measure 30] [--json PATH]
+    sudo clockfabric bench agent-overhead [--repeats 2] [--settle 30] [--measure 30] [--out PATH]
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ subflow count, in turn:
 Every all-reduce result is checked element by element (#wrong must be 0).
 
     sudo clockfabric bench allreduce-vs-tcp [--sizes 1M,16M,64M] [--subflows 1,2,4,8]
-         [--algorithms ring,hier] [--iters 3] [--json PATH]
+         [--algorithms ring,hier] [--iters 3] [--out PATH]
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ the slowest), where plain iperf3 along the ring still reaches line rate on 2 cor
 (docs/benchmarks.md, "Fleet audit"). The clean runs also measure that in the same run: iperf3
 along each plane's ring, what kernel TCP alone reaches on this machine.
 
-    sudo clockfabric bench audit [--hosts 32] [--rate auto] [--fault/--no-fault] [--repeat 10] [--json PATH]
+    sudo clockfabric bench audit [--hosts 32] [--rate auto] [--fault/--no-fault] [--repeat 10] [--out PATH]
 """
 
 from __future__ import annotations

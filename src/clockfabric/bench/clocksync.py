@@ -43,7 +43,7 @@ converged (wire + control), and the step's re-convergence.
 Each sync runs for a start-up allowance (8 s + 1 s per host, x2 under load) plus --seconds
 (+14 s for the step), since `sync` counts its time from before the agents start.
 
-    sudo clockfabric bench clocksync [--sizes 8,32] [--quick] [--seconds 20] [--json PATH]
+    sudo clockfabric bench clocksync [--sizes 8,32] [--quick] [--seconds 20] [--out PATH]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ reference pinned, factored once per round. A random graph has no small separator
 fills in and its cost grows about as hosts^3: the baseline runs only up to --direct-max hosts.
 Its solution also checks ours: the two must agree to well under a nanosecond.
 
-    clockfabric bench clocksync-solve [--sizes 1000,3000,10000,100000] [--repeat 5] [--json PATH]
+    clockfabric bench clocksync-solve [--sizes 1000,3000,10000,100000] [--repeat 5] [--out PATH]
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Baselines, in the same run, on the same schema and indexes and the same database
 PostgreSQL is a throwaway server (tests/pg.py) with its default, durable settings (fsync on,
 synchronous_commit on); SQLite is WAL with synchronous=NORMAL, as SqliteStorage sets it.
 
-    clockfabric bench controller-ingest [--samples 100000] [--repeat 3] [--no-postgres] [--json PATH]
+    clockfabric bench controller-ingest [--samples 100000] [--repeat 3] [--no-postgres] [--out PATH]
 """
 
 from __future__ import annotations

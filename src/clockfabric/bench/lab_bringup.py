@@ -14,7 +14,7 @@ veth pair is cabled from a separate observer namespace into every lab namespace,
 counts as released when the kernel has destroyed all of them (it does so while dismantling
 each lab namespace, after the lab's own devices and qdiscs are unregistered).
 
-    sudo clockfabric bench lab-bringup [--sizes 8,32,64] [--repeat 3] [--json PATH]
+    sudo clockfabric bench lab-bringup [--sizes 8,32,64] [--repeat 3] [--out PATH]
 """
 
 from __future__ import annotations

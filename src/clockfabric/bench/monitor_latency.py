@@ -30,7 +30,7 @@ still seen: the best any scrape can do; no rule evaluation interval or `for:` is
 (Prometheus' default interval) line is derived from the same reads: every 15th read, over all 15
 phases, transitions with no later read of that phase left out. Headline: baseline p99 / ours p99.
 
-    sudo clockfabric bench monitor-latency [--flaps 40] [--json PATH]
+    sudo clockfabric bench monitor-latency [--flaps 40] [--out PATH]
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ varies by seconds here), total time, median step, how many of the job's leaf-cro
 flows hashed onto plane 0 (the exposure, from `ip route get` with the flow's ports, or the
 plane a steering rule records as the origin), and the agents' moves.
 
-    sudo clockfabric bench transparent [--repeats 3] [--steps 30] [--rate 25mbit] [--json PATH]
+    sudo clockfabric bench transparent [--repeats 3] [--steps 30] [--rate 25mbit] [--out PATH]
 """
 
 from __future__ import annotations
