@@ -388,3 +388,33 @@ def test_postgres_connection_lost_then_back(postgres_server):
             store.add_samples([owd("h1", 1, 1.0)])
         store.add_samples([owd("h1", 1, 1.0)])  # the retry connects again
         assert len(store.samples()) == 1 and store.host("h1") is not None
+
+
+def test_job_samples_by_jobid_name_and_window(store):
+    flow = {"flow": "10.0.0.1:1->10.0.0.2:2"}
+    store.add_samples([Sample("h1", t, name, float(t), {"jobid": job, **flow})
+                       for t in (100, 200, 300) for job in ("a", "b") for name in ("job_flow_tx_bps", "job_flow_cwnd")]
+                      + [Sample("h1", 200, "job_flow_tx_bps", 1.0, flow)])  # no jobid: in no job's read
+    got = store.job_samples("a", names=["job_flow_tx_bps"], since_ns=200, until_ns=300)
+    assert [(s.t_ns, s.labels["jobid"], s.name) for s in got] == [(200, "a", "job_flow_tx_bps")]
+    every = store.job_samples("b", names=["job_flow_tx_bps", "job_flow_cwnd"], limit=4)
+    assert [s.t_ns for s in every] == [100, 100, 200, 200] and {s.labels["jobid"] for s in every} == {"b"}
+    rest = store.job_samples("b", names=["job_flow_tx_bps", "job_flow_cwnd"], after_id=every[-1].id)
+    assert [s.t_ns for s in rest] == [300, 300]
+    assert store.job_samples("a", names=[]) == [] and store.job_samples("c", names=["job_flow_tx_bps"]) == []
+
+
+def test_latest_samples_of_some_hosts(store):
+    store.add_samples([owd(h, 100, 1.0, peer="x") for h in ("h1", "h2", "h3")])
+    assert [s.host for s in store.latest_samples("owd_p99_ns", hosts=["h3", "h1"])] == ["h1", "h3"]
+    assert store.latest_samples("owd_p99_ns", hosts=[]) == []
+
+
+def test_an_older_database_gets_the_job_index(tmp_path):
+    path = tmp_path / "old.db"
+    SqliteStorage(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP INDEX samples_job")
+    SqliteStorage(path).close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT 1 FROM sqlite_master WHERE name = 'samples_job'").fetchone() == (1,)

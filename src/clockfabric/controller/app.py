@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
@@ -24,7 +24,7 @@ from clockfabric.controller.body import Bounds, invalid, parse, read_body
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
 from clockfabric.controller.operations import Operations
-from clockfabric.controller.render import record, renderable
+from clockfabric.controller.render import json_response, record, renderable
 from clockfabric.controller.storage.base import Audit, StorageError
 
 MAX_EVENTS, MAX_SAMPLES, MAX_PATHS, MAX_PAGE = 5_000, 50_000, 10_000, 1_000
@@ -185,12 +185,14 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
                                           after_id=after_id, limit=limit), limit)
 
     @app.get("/api/v1/owd", dependencies=auth)
-    def owd(stat: str = Query("p50", pattern="^(min|p50|p99|floor)$"), since_ns: int | None = None) -> dict:
+    def owd(stat: str = Query("p50", pattern="^(min|p50|p99|floor)$"), since_ns: int | None = None) -> Response:
         """The newest one-way delay of every (src, dst, path), as each agent last pushed it."""
         rows = fleet.storage.latest_samples(f"owd_{stat}_ns", since_ns=since_ns)
-        return {"stat": stat, "items": [renderable({"src": r.labels.get("src", r.host), "dst": r.labels.get("dst"),
-                                         "path": r.labels.get("path"), "owd_ns": r.value, "t_ns": r.t_ns,
-                                         "reported_by": r.host}) for r in rows], "next": None}
+        # every field but the delay is text, which json.dumps escapes as it must: only a NaN needs mending
+        return json_response({"stat": stat, "items": [{
+            "src": r.labels.get("src", r.host), "dst": r.labels.get("dst"), "path": r.labels.get("path"),
+            "owd_ns": r.value if math.isfinite(r.value) else None, "t_ns": r.t_ns, "reported_by": r.host}
+            for r in rows], "next": None})
 
     @app.get("/api/v1/links", dependencies=auth)
     def links() -> dict:

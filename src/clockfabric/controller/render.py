@@ -5,8 +5,11 @@ must never break a listing. What cannot be shown is replaced where it is, not th
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any
+
+from fastapi.responses import Response
 
 MAX_DEPTH = 64  # deeper than any accepted input (body.Bounds), shallow enough for every encoder
 UNSHOWN = "<not shown: nested too deep>"
@@ -38,3 +41,9 @@ def record(row: Any) -> dict:
     """A stored record (a dataclass) as a renderable dict: dataclasses.asdict would recurse into
     a deep detail before it could be cut."""
     return {f.name: renderable(getattr(row, f.name)) for f in dataclasses.fields(row)}
+
+
+def json_response(value: Any) -> Response:
+    """`value`, renderable already (plain dicts, lists, finite floats), as JSON text: for replies of
+    tens of thousands of rows, which FastAPI's generic encoder walks several times over."""
+    return Response(json.dumps(value, separators=(",", ":"), allow_nan=False), media_type="application/json")

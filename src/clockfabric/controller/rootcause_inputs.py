@@ -1,16 +1,18 @@
 """What the root cause reads, turned from stored samples and events into its model; and the route
 `GET /api/v1/jobs/{jobid}/why?since=5m`.
 
-Flows come from the workload pushes over the window: every job's (`job_flow_*`, labelled
-`jobid`) and the busy flows of no job (`other_flow_*`). A flow's links: its plane from its local
-address, its peer from its remote one, and the switch it crosses where its agent traced it
-(`job_flow_path` / `other_flow_path`, label `via`); without one, only the links every path
-between the two hosts shares. Probe floors and their links: the OWD matrix and the path map.
+Flows come from the workload pushes: the job's own over the window (`job_flow_*`, labelled
+`jobid`, read by the job's index), and of every other job's flow and the busy flows of no job
+(`other_flow_*`) only their rate and path over the window's last `Thresholds.recent_ns`: that
+is all a verdict reads of them (the load they put on a link, rootcause.load_on). A flow's
+links: its plane from its local address, its peer from its remote one, and the switch it
+crosses where its agent traced it (`job_flow_path` / `other_flow_path`, label `via`); without
+one, only the links every path between the two hosts shares. Probe floors and their links: the OWD matrix and the path map.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from fastapi import APIRouter, HTTPException, Query
 
@@ -18,7 +20,16 @@ from clockfabric.controller import jobs
 from clockfabric.controller.detectors.base import LinkIndex
 from clockfabric.controller.detectors.congestion import orient
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.rootcause import FALLBACK, READINGS, Flow, LinkEvent, ProbePath, point, reading
+from clockfabric.controller.rootcause import (
+    FALLBACK,
+    READINGS,
+    Flow,
+    LinkEvent,
+    ProbePath,
+    Thresholds,
+    point,
+    reading,
+)
 from clockfabric.controller.rootcause_verdict import Fabric, why
 from clockfabric.controller.storage.base import Event, Sample, Storage
 from clockfabric.errors import ClockfabricError
@@ -32,11 +43,12 @@ PAGE = 5_000
 MAX_SAMPLES = 500_000  # a window this busy is cut short rather than hold the controller
 
 
-def stored(storage: Storage, name: str, since_ns: int) -> list[Sample]:
+def stored(read: Callable[..., list[Sample]], **query) -> list[Sample]:
+    """Every page of a samples read (`storage.samples`, `storage.job_samples`) given `query`."""
     out: list[Sample] = []
     after = 0
     while len(out) < MAX_SAMPLES:
-        page = storage.samples(name=name, since_ns=since_ns, after_id=after, limit=PAGE)
+        page = read(**query, after_id=after, limit=PAGE)
         out += page
         if len(page) < PAGE or page[-1].id is None:
             return out
@@ -57,10 +69,13 @@ def stored_events(storage: Storage, since_ns: int) -> list[Event]:
 
 
 class Places:
-    """Addresses to hosts and planes, and the links a flow crosses, from the topology."""
+    """Addresses to hosts and planes, and the links a flow crosses, from the topology. Building
+    one and naming a flow's links walk the whole topology: `PlacesCache` keeps one for each request."""
 
     def __init__(self, topology: Topology | None, host_addresses: dict[str, str]):
         self.topology = topology
+        self.host_addresses = dict(host_addresses)
+        self._hops: dict[tuple, tuple] = {}  # (host, peer, plane, via) -> hops: the topology does not change
         self.links = LinkIndex(topology)
         self.by_address = dict(host_addresses)  # address -> host
         self.port_of = {str(i.address.ip): p for p, i in interfaces(topology).items()} if topology else {}
@@ -88,8 +103,24 @@ class Places:
         topo = self.topology
         if topo is None or peer not in topo.hosts or host not in topo.hosts or plane is None:
             return ()
-        names = topo.links_through(host, peer, plane, via if via in topo.switches else None)
-        return tuple(orient(self.links, host, names))
+        key = (host, peer, plane, via)
+        if key not in self._hops:
+            names = topo.links_through(host, peer, plane, via if via in topo.switches else None)
+            self._hops[key] = tuple(orient(self.links, host, names))
+        return self._hops[key]
+
+
+class PlacesCache:
+    """The Places of the controller's topology and its hosts' addresses, made again when either changes."""
+
+    def __init__(self) -> None:
+        self._places: Places | None = None
+
+    def get(self, topology: Topology | None, host_addresses: dict[str, str]) -> Places:
+        places = self._places
+        if places is None or places.topology is not topology or places.host_addresses != host_addresses:
+            places = self._places = Places(topology, host_addresses)
+        return places
 
 
 def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
@@ -117,12 +148,13 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
     return out
 
 
-def probe_paths(storage: Storage, path_map: list[dict], places: Places) -> list[ProbePath]:
+def probe_paths(storage: Storage, path_map: list[dict], places: Places, hosts: list[str]) -> list[ProbePath]:
+    """The probe paths `hosts` measured or were measured by: a flow's floor is its pair's."""
     latest = {name: {(s.labels.get("src"), s.labels.get("dst"), s.labels.get("path")): s.value
-                     for s in storage.latest_samples(name)} for name in ("owd_floor_ns", "owd_p50_ns")}
+                     for s in storage.latest_samples(name, hosts=hosts)} for name in ("owd_floor_ns", "owd_p50_ns")}
     links = {(m["src"], m["dst"], m["path"]): m["links"] for m in path_map}
     return [ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))), floor / 1e3,
-                      None if (p50 := latest["owd_p50_ns"].get((src, dst, path))) is None else p50 / 1e3)
+            None if (p50 := latest["owd_p50_ns"].get((src, dst, path))) is None else p50 / 1e3)
             for (src, dst, path), floor in latest["owd_floor_ns"].items() if src and dst]
 
 
@@ -131,16 +163,25 @@ def link_events(events: Iterable[Event], places: Places) -> list[LinkEvent]:
             for e in events if e.kind in ("link_down", "link_up") or e.kind.startswith("failover_")]
 
 
-def gather(fleet: Fleet, now_ns: int, since_ns: int) -> tuple[list[Flow], Fabric]:
+def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns: int) -> tuple[list[Flow], Fabric]:
+    """Job `jobid`'s flows over the window, every other flow's recent rates, and the fabric they cross."""
     storage = fleet.storage
     topology = fleet.monitor.topology if fleet.monitor else None
-    places = Places(topology, {h.info["address"]: h.name for h in storage.hosts() if h.info.get("address")})
-    names = [f"{kind}_flow_{stat}" for kind in ("job", "other") for stat in [*READINGS, FALLBACK, PATH_STAT]]
-    flows = flows_from((s for name in names for s in stored(storage, name, since_ns)), places)
+    here = places.get(topology, {h.info["address"]: h.name for h in storage.hosts() if h.info.get("address")})
+    stats = [*READINGS, FALLBACK, PATH_STAT]
+    own = stored(storage.job_samples, jobid=jobid, names=[f"job_flow_{stat}" for stat in stats], since_ns=since_ns)
+    recent = max(since_ns, now_ns - Thresholds().recent_ns)
+    others = [s for kind in ("job", "other") for stat in ("tx_bps", PATH_STAT)
+              for s in stored(storage.samples, name=f"{kind}_flow_{stat}", since_ns=recent)
+              if s.labels.get("jobid") != jobid]
+    flows = flows_from([*own, *others], here)
+    # a flow's floor is its pair's, which either end may report
+    ends = sorted({h for f in flows if f.jobid == jobid for h in (f.host, f.peer) if h is not None})
+    path_map = [m for host in ends for m in fleet.monitor.path_map(host)] if fleet.monitor else []
     classes = topology.classes if topology else None
-    fabric = Fabric(probe_paths(storage, fleet.monitor.path_map() if fleet.monitor else [], places),
+    fabric = Fabric(probe_paths(storage, path_map, here, ends),
                     {lk.name: float(lk.rate_bps) for lk in topology.links} if topology else {},
-                    link_events(stored_events(storage, since_ns), places),
+                    link_events(stored_events(storage, since_ns), here),
                     classes.collective_dscp if classes else None)
     return flows, fabric
 
@@ -148,6 +189,7 @@ def gather(fleet: Fleet, now_ns: int, since_ns: int) -> tuple[list[Flow], Fabric
 def router(fleet: Fleet, auth: list) -> APIRouter:
     """The route, wanting `auth`; included before the jobs routes, whose `{jobid:path}` would take it."""
     api = APIRouter(dependencies=auth)
+    places = PlacesCache()
 
     @api.get("/api/v1/jobs/{jobid:path}/why")
     def job_why(jobid: str, since: str = Query("5m", description="The window: 30s, 5m, 1h")) -> dict:
@@ -161,7 +203,7 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
         if jobid not in jobs.processes_by_job(fleet.storage.latest_samples(jobs.PROCESS), fleet.clock()):
             raise HTTPException(404, f"no job {jobid!r}")
         now = fleet.clock()
-        flows, fabric = gather(fleet, now, now - window_ns)
+        flows, fabric = gather(fleet, places, jobid, now, now - window_ns)
         return why(jobid, flows, fabric, now, window_ns)
 
     return api

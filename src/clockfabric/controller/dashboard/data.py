@@ -3,7 +3,7 @@ answer in one cheap request: a job's time series on one axis."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
@@ -11,23 +11,11 @@ from clockfabric.controller import jobs
 from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.jobseries import STATS, job_series
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.storage.base import Sample, Storage
+from clockfabric.controller.rootcause_inputs import stored
 from clockfabric.errors import ClockfabricError
 from clockfabric.units import parse_duration
 
 MAX_WINDOW_NS = 3600 * 10**9  # a chart of one-second points: an hour is 3,600 of them per flow
-PAGE = 5_000
-
-
-def of_host(storage: Storage, name: str, host: str, since_ns: int) -> Iterator[Sample]:
-    """Every sample of `name` that `host` pushed since `since_ns`, page by page."""
-    after = 0
-    while True:
-        page = storage.samples(name=name, host=host, since_ns=since_ns, after_id=after, limit=PAGE)
-        yield from page
-        if len(page) < PAGE or page[-1].id is None:
-            return
-        after = page[-1].id
 
 
 def window_ns(since: str) -> int:
@@ -55,8 +43,7 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         if not procs:
             raise HTTPException(404, f"no job {jobid!r}")
         now = fleet.clock()
-        hosts = sorted({p["host"] for p in procs})  # read only the job's hosts' samples, not every job's
-        samples = (s for name in STATS for host in hosts for s in of_host(fleet.storage, name, host, now - window))
+        samples = stored(fleet.storage.job_samples, jobid=jobid, names=list(STATS), since_ns=now - window)
         return job_series(jobid, samples, now - window, now)
 
     return api

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Query, Request
-from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
+from fastapi.responses import FileResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
@@ -16,6 +16,7 @@ from clockfabric.controller.dashboard.auth import Tokens, ViewerAccess, bearer
 from clockfabric.controller.dashboard.changes import Changes, stream
 from clockfabric.controller.dashboard.fabric import fabric
 from clockfabric.controller.fleet import Fleet
+from clockfabric.controller.render import json_response, renderable
 from clockfabric.errors import ClockfabricError
 
 STATIC = Path(__file__).parent / "static"
@@ -45,13 +46,13 @@ def register(app: FastAPI, fleet: Fleet, token: str) -> None:
     app.mount("/dashboard/static", StaticFiles(directory=STATIC), name="dashboard-static")
 
     @app.get("/api/v1/fabric")
-    def fabric_map(request: Request) -> dict:
+    def fabric_map(request: Request) -> Response:
         """The topology with each link's state; 404 where the controller was started without one."""
         check(bearer(request.headers.raw))
         topology = fleet.monitor.topology if fleet.monitor else None
         if topology is None:
             raise HTTPException(404, "the controller has no topology: start it with --topology FILE or --lab NAME")
-        return fabric(topology, fleet.storage, fleet.clock())
+        return json_response(renderable(fabric(topology, fleet.storage, fleet.clock())))
 
     app.include_router(data.router(fleet, check))
 

@@ -108,8 +108,14 @@ class Storage(Protocol):
     def samples(self, *, name: str | None = None, host: str | None = None, since_ns: int | None = None,
                 until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]: ...
 
-    def latest_samples(self, name: str, *, since_ns: int | None = None) -> list[Sample]:
-        """The newest sample of `name` for each (host, labels): the OWD matrix, link states."""
+    def job_samples(self, jobid: str, *, names: list[str], since_ns: int | None = None,
+                    until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]:
+        """The samples labelled `jobid` named one of `names` (a job's flows), by an index: not every job's."""
+
+    def latest_samples(self, name: str, *, since_ns: int | None = None,
+                       hosts: list[str] | None = None) -> list[Sample]:
+        """The newest sample of `name` for each (host, labels): the OWD matrix, link states;
+        `hosts`: of those hosts only."""
 
     def fenced(self, guard: tuple[str, tuple]) -> AbstractContextManager[None]:
         """This thread's writes, while inside, run `guard` first in their transaction; no row: FenceLost."""

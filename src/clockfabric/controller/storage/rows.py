@@ -54,6 +54,19 @@ def sample(row) -> Sample:
     return Sample(host_, t_ns, name, math.nan if value is None else value, loads(labels), id_)
 
 
+def samples(found: list[tuple]) -> list[Sample]:
+    """`sample` of each row, each distinct labels text parsed once: a series' rows share it (and
+    so their `labels` dict, which readers never change)."""
+    parsed: dict[str, dict] = {}
+    out = []
+    for id_, host_, t_ns, name, value, text in found:
+        labels = parsed.get(text)
+        if labels is None:
+            labels = parsed[text] = loads(text)
+        out.append(Sample(host_, t_ns, name, math.nan if value is None else value, labels, id_))
+    return out
+
+
 def newest_per_key(rows: list[tuple]) -> list[tuple]:
     """The newest of `sample_values` rows per (name, host, labels), as `latest` rows
     (name, host, labels, t_ns, value, sample_id): one upsert per key instead of one per sample.

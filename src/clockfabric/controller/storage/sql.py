@@ -22,7 +22,9 @@ from clockfabric.errors import ClockfabricError
 log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 
-# {id}: the dialect's auto-numbered key; {latest_options}: how to store the much-updated `latest`.
+# {id}: the dialect's auto-numbered key; {latest_options}: how to store the much-updated `latest`;
+# {jobid}: a sample's `jobid` label, read from its labels' text. A job's samples are found by an index
+# on that expression, holding only the samples that have one (pushes store their rows as before).
 # Labels, details and infos are canonical JSON text (rows.dumps): "same labels" is text equality in
 # both databases, and NaN in a detail survives (PostgreSQL's JSONB would refuse it). An audit's report is
 # JSON text too, in its own key order (rows.dumps_ordered): it is only ever read back whole.
@@ -41,6 +43,7 @@ CREATE TABLE IF NOT EXISTS samples (
     id {id}, host TEXT NOT NULL, t_ns BIGINT NOT NULL, name TEXT NOT NULL, value DOUBLE PRECISION,
     labels TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS samples_name_t ON samples (name, t_ns);
+CREATE INDEX IF NOT EXISTS samples_job ON samples ({jobid}, name, t_ns) WHERE {jobid} IS NOT NULL;
 CREATE TABLE IF NOT EXISTS latest (
     name TEXT NOT NULL, host TEXT NOT NULL, labels TEXT NOT NULL, t_ns BIGINT NOT NULL,
     value DOUBLE PRECISION, sample_id BIGINT NOT NULL, PRIMARY KEY (name, host, labels)){latest_options};
@@ -56,7 +59,9 @@ CREATE TABLE IF NOT EXISTS health_check (name TEXT PRIMARY KEY, t_ns BIGINT NOT 
 """ + retention.SCHEMA
 # A table added to SCHEMA without changing what the others hold keeps SCHEMA_VERSION: opening an older
 # database creates what it lacks (each statement is IF NOT EXISTS), and an older clockfabric ignores it.
+# So with an index: one an older database lacks is built when it is opened.
 TABLES = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)
+INDEXES = re.findall(r"CREATE (?:UNIQUE )?INDEX IF NOT EXISTS (\w+)", SCHEMA)
 
 INSERT_SAMPLE = f"INSERT INTO samples ({rows.SAMPLE_COLS}) VALUES (?, ?, ?, ?, ?, ?)"
 # an older sample arriving late (a re-sent push) must not replace a newer one
@@ -77,6 +82,8 @@ class SqlStorage(ABC):
     ID: str  # the auto-numbered key column's type
     LATEST_OPTIONS: str  # what follows the `latest` table's definition
     TABLE_EXISTS: str  # a query giving a row if the table named by its one parameter exists
+    INDEX_EXISTS: str  # the same for an index
+    JOBID: str  # the SQL expression of a sample's `jobid` label (NULL where it has none)
 
     def _q(self, sql: str) -> str:
         """The shared SQL, written with ? placeholders, in the driver's style."""
@@ -142,11 +149,14 @@ class SqlStorage(ABC):
             if found[0][0] != SCHEMA_VERSION:
                 raise ClockfabricError(f"the database has schema version {found[0][0]}, this clockfabric "
                                        f"knows {SCHEMA_VERSION}: use the matching clockfabric or a new database")
+            missing += [i for i in INDEXES if not self._fetch(self.INDEX_EXISTS, (i,))]
             if not missing:
                 return  # nothing to write: a read-only copy still opens for reading
+            log.info("adding %s to the database", ", ".join(missing))
         try:
             with self._write() as cur:
-                for statement in SCHEMA.format(id=self.ID, latest_options=self.LATEST_OPTIONS).split(";"):
+                for statement in SCHEMA.format(id=self.ID, latest_options=self.LATEST_OPTIONS,
+                                               jobid=self.JOBID).split(";"):
                     if statement.strip():
                         cur.execute(statement)
                 cur.execute("SELECT version FROM schema_version")
@@ -156,7 +166,7 @@ class SqlStorage(ABC):
             if not found:
                 raise
             # an older database that cannot be written (a read-only copy): it still opens for reading what it has
-            log.warning("cannot add tables %s to the database (%s): they stay missing", ", ".join(missing), e)
+            log.warning("cannot add %s to the database (%s): they stay missing", ", ".join(missing), e)
 
     def __enter__(self):
         return self
@@ -238,17 +248,31 @@ class SqlStorage(ABC):
                 until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]:
         where, params = _where(after_id, ("name = ?", name), ("host = ?", host), ("t_ns >= ?", since_ns),
                                ("t_ns < ?", until_ns))
-        return [rows.sample(r) for r in self._fetch(
-            f"SELECT {rows.SAMPLE_COLS} FROM samples WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)])]
+        return rows.samples(self._fetch(
+            f"SELECT {rows.SAMPLE_COLS} FROM samples WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)]))
 
-    def latest_samples(self, name: str, *, since_ns: int | None = None) -> list[Sample]:
-        """Sorted by host, then labels (as canonical JSON text)."""
+    def job_samples(self, jobid: str, *, names: list[str], since_ns: int | None = None,
+                    until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]:
+        """The samples labelled with `jobid` whose name is one of `names`, found by the job's index."""
+        if not names:
+            return []
+        where, params = _where(after_id, (f"{self.JOBID} = ?", jobid), ("t_ns >= ?", since_ns), ("t_ns < ?", until_ns))
+        return rows.samples(self._fetch(
+            f"SELECT {rows.SAMPLE_COLS} FROM samples WHERE {where} AND name IN ({', '.join('?' * len(names))}) "
+            "ORDER BY id LIMIT ?", [*params, *names, max(limit, 0)]))
+
+    def latest_samples(self, name: str, *, since_ns: int | None = None,
+                       hosts: list[str] | None = None) -> list[Sample]:
+        """Sorted by host, then labels (as canonical JSON text). `hosts`: only what they pushed."""
         sql = "SELECT sample_id, host, t_ns, name, value, labels FROM latest WHERE name = ?"
-        params: tuple = (name,)
+        params: list = [name]
         if since_ns is not None:
-            sql, params = sql + " AND t_ns >= ?", (name, since_ns)
-        found = sorted(self._fetch(sql, params), key=lambda r: (r[1], r[5]))
-        return [rows.sample(r) for r in found]
+            sql, params = sql + " AND t_ns >= ?", [*params, since_ns]
+        if hosts is not None:
+            if not hosts:
+                return []
+            sql, params = sql + f" AND host IN ({', '.join('?' * len(hosts))})", [*params, *hosts]
+        return rows.samples(sorted(self._fetch(sql, params), key=lambda r: (r[1], r[5])))
 
     def roll_up(self, raw_before_ns: int, minutes_before_ns: int) -> dict[str, int]:
         """Raw samples older than raw_before_ns into per-minute and per-hour aggregates, then deleted;

@@ -44,6 +44,8 @@ class SqliteStorage(SqlStorage):
     ID = "INTEGER PRIMARY KEY"  # the rowid itself: no second index
     LATEST_OPTIONS = " WITHOUT ROWID"  # `latest` is found by its key only: store it in the key's b-tree
     TABLE_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    INDEX_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?"
+    JOBID = "json_extract(labels, '$.jobid')"
 
     def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S,
                  quick_check_s: float = QUICK_CHECK_S) -> None:
