@@ -117,13 +117,14 @@ class Host:
         return ((reading - EPOCH) - self.offset_ns) / (1 + self.drift)
 
 
-def edge_row(clocks: dict[str, Host], i: str, j: str, center: int, weight: int = 20, margin: float = 0.0) -> list:
-    """[peer, a, b, C, weight, margin] as i's pair fit of j would report it, exactly."""
+def edge_row(clocks: dict[str, Host], i: str, j: str, center: int, weight: int = 20, margin: float = 0.0,
+             drift_bound: float = DRIFT_BOUND) -> list:
+    """[peer, a, b, C, weight, margin, drift bound] as i's pair fit of j would report it, exactly."""
     ci, cj = clocks[i], clocks[j]
     tau = ci.real(center)
     a = (cj.offset_ns + (1 + cj.drift) * tau) - (center - EPOCH)
     b = (cj.drift - ci.drift) / (1 + ci.drift)
-    return [j, a, b, center, weight, margin]
+    return [j, a, b, center, weight, margin, drift_bound]
 
 
 def make_fleet(n: int, seed: int = 0) -> dict[str, Host]:
@@ -234,13 +235,14 @@ def test_reports_from_unknown_hosts_are_rejected_and_unknown_peers_ignored():
     clocks = make_fleet(6, seed=4)
     peers = probe_peers(list(clocks), 2, seed=4)
     solver = Solver(list(clocks), "h00")
-    solver.on_report({"t": "report", "host": "intruder", "edges": [["h00", 1e6, 0.0, EPOCH, 20, 0.0]]}, now=0.0)
+    intruder = [["h00", 1e6, 0.0, EPOCH, 20, 0.0, DRIFT_BOUND]]
+    solver.on_report({"t": "report", "host": "intruder", "edges": intruder}, now=0.0)
     solver.on_report({"t": "report", "edges": []}, now=0.0)  # no host at all
     assert solver.rejected == 2
     assert "intruder" not in solver.reports
     for h in clocks:
         msg = report(clocks, h, peers[h], NOW_TAU)
-        msg["edges"].append(["ghost", 5e6, 1e-5, EPOCH, 20, 0.0])  # a peer the solver does not know
+        msg["edges"].append(["ghost", 5e6, 1e-5, EPOCH, 20, 0.0, DRIFT_BOUND])  # a peer the solver does not know
         solver.on_report(msg, now=0.0)
     assert solver.rejected == 2
     msgs = solver.solve(clocks["h00"].read(NOW_TAU), now=1.0)

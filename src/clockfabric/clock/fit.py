@@ -9,6 +9,11 @@ take its middle line. The margin m(slope) is concave and piecewise linear in the
 its corners are the slopes of the edges of two convex hulls (the upper cloud's floor and
 the lower cloud's ceiling): the best slope is the corner with the widest margin, found
 exactly by evaluating every corner at once.
+
+The same corners give the slopes the points allow: every one-way delay is positive, so the
+true line runs inside the band at the true slope, and the true slope is one at which the
+clouds still separate (m >= 0). That interval, against the fitted slope, bounds the drift's
+error per pair: a few tens of ppb on an idle path, tens of ppm where a queue moved.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from itertools import pairwise
 
 import numpy as np
 
-from clockfabric.clock.mapping import DRIFT_BOUND
-
 MAX_SLOPE = 1e-3  # relative drift search range: clocks within +-500 ppm of each other
+# the least drift bound a band gives: what a few software timestamps late at the band's edges
+# can still hide (idle bands allow tens of ppb over 16 s)
+MIN_DRIFT_BOUND = 10e-9
 MAX_DROPS = 40  # more overlap than this is not a few late timestamps but mixed-up data
 
 
@@ -35,6 +41,7 @@ class PairFit:
     dropped: int = 0  # points discarded as timestamp outliers
     pinned: bool = True  # the slope came from the points (or was given), not from a prior guess
     reach_ns: float = 0.0  # the farthest kept point from the centre, in time
+    drift_bound: float = 2 * MAX_SLOPE  # how far `drift` can be from the truth (the feasible slopes)
 
     def at(self, t_ns: int) -> float:
         return self.offset_ns + self.drift * (t_ns - self.center_ns)
@@ -42,8 +49,8 @@ class PairFit:
     def bound_ns(self) -> float:
         """How far the offset at the centre can be from the truth. Every delay is positive, so
         the true line runs inside the band at the true slope: within the half-width of the
-        middle line, widened where the fitted slope may be off by up to DRIFT_BOUND."""
-        return abs(self.margin_ns) + DRIFT_BOUND * self.reach_ns
+        middle line, widened where the fitted slope may be off by up to `drift_bound`."""
+        return abs(self.margin_ns) + self.drift_bound * self.reach_ns
 
 
 def _margin(slope: float, xu, yu, xl, yl) -> tuple[float, float]:
@@ -74,24 +81,54 @@ def _pins_slope(xu, xl) -> bool:
     return len(xu) + len(xl) >= 3 and overlap >= 1e8
 
 
+def _corner_margins(xu, yu, xl, yl) -> tuple[np.ndarray, np.ndarray]:
+    """The corners of the band's width as a function of the slope, sorted, and the width at each."""
+    corners = np.array([-MAX_SLOPE, MAX_SLOPE, *_hull_slopes(xu, yu),
+                        *(-k for k in _hull_slopes(xl, -yl))])  # the ceiling: a hull upside down
+    corners = np.unique(corners[np.abs(corners) <= MAX_SLOPE])
+    low_edges = np.min(yu[None, :] - corners[:, None] * xu[None, :], axis=1)
+    high_edges = np.max(yl[None, :] - corners[:, None] * xl[None, :], axis=1)
+    return corners, low_edges - high_edges
+
+
 def _best_slope(xu, yu, xl, yl, prior: float) -> float:
     if not _pins_slope(xu, xl):
         return prior  # keep the last known drift
-    corners = np.array([-MAX_SLOPE, MAX_SLOPE, *_hull_slopes(xu, yu),
-                        *(-k for k in _hull_slopes(xl, -yl))])  # the ceiling: a hull upside down
-    corners = corners[np.abs(corners) <= MAX_SLOPE]
-    low_edges = np.min(yu[None, :] - corners[:, None] * xu[None, :], axis=1)
-    high_edges = np.max(yl[None, :] - corners[:, None] * xl[None, :], axis=1)
-    margins = low_edges - high_edges
+    corners, margins = _corner_margins(xu, yu, xl, yl)
     best = corners[margins >= margins.max() - 1e-6]  # a flat top: take its middle
     return float(best.min() + best.max()) / 2
 
 
+def feasible_slopes(xu, yu, xl, yl) -> tuple[float, float]:
+    """The slopes at which the clouds still separate, within +-MAX_SLOPE. The width is concave
+    and linear between corners, so the ends lie where it crosses the level between two corners.
+    Where the clouds overlap at every slope (late timestamps the fit kept), the level is as deep
+    again as the best slope's overlap."""
+    if not _pins_slope(xu, xl):
+        return -MAX_SLOPE, MAX_SLOPE
+    corners, widths = _corner_margins(xu, yu, xl, yl)
+    level = min(0.0, 2 * widths.max())
+    inside = np.flatnonzero(widths >= level)
+    first, last = int(inside[0]), int(inside[-1])
+    return _crossing(corners, widths, first, first - 1, level), _crossing(corners, widths, last, last + 1, level)
+
+
+def _crossing(corners: np.ndarray, widths: np.ndarray, inside: int, outside: int, level: float) -> float:
+    """Where the width falls to `level` between corner `inside` (at or above it) and its
+    neighbour `outside` (below it); the inside corner itself at the end of the range."""
+    if outside < 0 or outside >= len(corners):
+        return float(corners[inside])
+    share = (widths[inside] - level) / (widths[inside] - widths[outside])
+    return float(corners[inside] + share * (corners[outside] - corners[inside]))
+
+
 def fit_band(fwd: np.ndarray, rev: np.ndarray, center_ns: int, *, prior_drift: float = 0.0,
-             drift: float | None = None, max_outliers: float = 0.2) -> PairFit | None:
+             drift: float | None = None, drift_bound: float = 2 * MAX_SLOPE,
+             max_outliers: float = 0.2) -> PairFit | None:
     """Fit from forward points (t, r - t) and reverse points (r', t' - r'), int64 arrays (n, 2).
 
-    With `drift` given, only the offset is fitted (the slope came from a longer history).
+    With `drift` given, only the offset is fitted (the slope came from a longer history, which
+    also gives its `drift_bound`); else the drift bound comes from the feasible slopes.
     If the clouds overlap, some timestamp was late: drop the worst offender and refit, up to
     `max_outliers` of the points. None if either direction has no point."""
     if len(fwd) == 0 or len(rev) == 0:
@@ -117,6 +154,9 @@ def fit_band(fwd: np.ndarray, rev: np.ndarray, center_ns: int, *, prior_drift: f
         else:
             break
         dropped += 1
+    if drift is None:
+        low, high = feasible_slopes(xu, yu, xl, yl)
+        drift_bound = max(slope - low, high - slope, MIN_DRIFT_BOUND)
     return PairFit(intercept, slope, center_ns, margin, len(xu), len(xl), dropped,
                    pinned=drift is not None or _pins_slope(xu, xl),
-                   reach_ns=float(max(np.abs(xu).max(), np.abs(xl).max())))
+                   reach_ns=float(max(np.abs(xu).max(), np.abs(xl).max())), drift_bound=drift_bound)

@@ -4,17 +4,18 @@ Host clock model: c = g + offset + drift * (g - t0), with g global time (the ref
 host's clock). Inverted: g = t0 + (c - t0 - offset) / (1 + drift). Epoch nanoseconds do
 not fit a float exactly, so the arithmetic keeps t0 as an integer and floats the rest.
 
-The bound: at t0 the offset is within `uncertainty_ns` of the truth (clock.network derives
-it); away from t0 a drift error of up to DRIFT_BOUND adds to it, so `bound_at` grows with
-the time since t0, which is what a mapping held over through a loaded stretch needs.
+The bound: at t0 the offset is within `uncertainty_ns` of the truth, and the drift within
+`drift_bound` (clock.network derives both from the pairs' bands); away from t0 the drift's
+error adds to the offset's, so `bound_at` grows with the time since t0, which is what a
+mapping held over through a loaded stretch needs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# How far a solved drift may be from the truth: a pair's drift comes from up to 8 windows of
-# software timestamps (~10 ppb when idle); 500 ppb leaves room for bands tilted by queues.
+# The drift allowance of a mapping that carries none of its own (a sender from before drift
+# bounds): a pair's drift comes from up to 8 windows of software timestamps (~10 ppb when idle).
 DRIFT_BOUND = 500e-9
 SYNCED, HOLDOVER, UNSYNCED = "synced", "holdover", "unsynced"
 
@@ -28,21 +29,23 @@ class Mapping:
     synced: bool = True  # tied to the reference (not in a part of the graph cut off from it)
     state: str = SYNCED  # SYNCED, HOLDOVER (an older mapping kept) or UNSYNCED
     reason: str = ""  # why not SYNCED
+    drift_bound: float = DRIFT_BOUND  # how far `drift` can be from the truth
 
     def global_ns(self, local_ns: int) -> int:
         return self.t0_ns + round((local_ns - self.t0_ns - self.offset_ns) / (1 + self.drift))
 
     def bound_at(self, local_ns: int) -> float:
         """How far `global_ns(local_ns)` can be from the truth."""
-        return self.uncertainty_ns + DRIFT_BOUND * abs(local_ns - self.t0_ns)
+        return self.uncertainty_ns + self.drift_bound * abs(local_ns - self.t0_ns)
 
     def as_dict(self) -> dict:
         return {"t0_ns": self.t0_ns, "offset_ns": self.offset_ns, "drift": self.drift,
                 "uncertainty_ns": self.uncertainty_ns, "synced": self.synced, "state": self.state,
-                "reason": self.reason}
+                "reason": self.reason, "drift_bound": self.drift_bound}
 
     @classmethod
     def from_dict(cls, d: dict) -> Mapping:
         synced = bool(d.get("synced", True))
         return cls(int(d["t0_ns"]), float(d["offset_ns"]), float(d["drift"]), float(d["uncertainty_ns"]),
-                   synced, str(d.get("state", SYNCED if synced else UNSYNCED)), str(d.get("reason", "")))
+                   synced, str(d.get("state", SYNCED if synced else UNSYNCED)), str(d.get("reason", "")),
+                   float(d.get("drift_bound", DRIFT_BOUND)))

@@ -50,6 +50,8 @@ class Edges:
     weight: np.ndarray
     # how far each pair's offset can be from the truth (PairFit.bound_ns; None: taken as 0)
     margin_ns: np.ndarray | None = None
+    # how far each pair's drift can be from the truth (PairFit.drift_bound; None: DRIFT_BOUND)
+    drift_bound: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src)
@@ -65,6 +67,7 @@ class Solution:
     kept: np.ndarray  # bool per input edge
     residual_ns: np.ndarray  # per input edge, after the final solve
     bound_ns: np.ndarray  # per host, at t0: its offset is within this of the truth (nan: not synced)
+    drift_bound: np.ndarray  # per host: its drift is within this of the truth (nan: not synced)
 
     @property
     def parts(self) -> int:
@@ -218,8 +221,8 @@ def solve(n: int, edges: Edges, reference: int, t0_ns: int, *, outlier_ns: float
         if np.abs(x - last).max(initial=0.0) * np.abs(b_hat).max(initial=0.0) <= OFFSET_TOL_NS:
             break
     residual = _residuals(e, a0, b_hat, drift_error, x)
-    bound = _bounds(system, e, kept, residual, span, reference, labels)
-    return Solution(t0_ns, x, np.expm1(u), labels, int(labels[reference]), kept, residual, bound)
+    bound, drift_bound = _bounds(system, e, kept, (residual, drift_error / 1e9), span, reference, labels)
+    return Solution(t0_ns, x, np.expm1(u), labels, int(labels[reference]), kept, residual, bound, drift_bound)
 
 
 def _drifts(system: _System, log_drift: np.ndarray, u: np.ndarray, anchor: np.ndarray,
@@ -279,26 +282,35 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.einsum("i,i", a, b))
 
 
-def _bounds(system: _System, e: Edges, kept: np.ndarray, residual: np.ndarray, span: np.ndarray,
-            reference: int, labels: np.ndarray) -> np.ndarray:
-    """Per host, how far its offset at t0 can be from the truth.
+def _bounds(system: _System, e: Edges, kept: np.ndarray, residuals: tuple[np.ndarray, np.ndarray],
+            span: np.ndarray, reference: int, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per host, how far its offset at t0 and its drift can be from the truth.
 
     Along any path of kept edges from the reference, the solution's offsets differ by what the
     edges said less their residuals, and the truth by what they said less their errors; so a
     host's error is at most the sum, along the path, of each edge's error bound (its band's
     half-width, plus its drift's error over the time from its centre to t0) and |residual|. The
-    shortest such path is the bound. Hosts outside the reference's part have none (nan)."""
+    shortest such path is the bound; the drift's, likewise, from each edge's feasible slopes and
+    drift residual. Hosts outside the reference's part have none (nan)."""
+    residual, drift_residual = residuals
+    drift_bound = np.full(len(e), DRIFT_BOUND) if e.drift_bound is None else np.abs(e.drift_bound)
+    margin = np.zeros(len(e)) if e.margin_ns is None else np.abs(e.margin_ns)
+    offset_cost = margin + np.abs(residual) + drift_bound * np.abs(span)
+    drift_cost = drift_bound + np.abs(drift_residual)
+    return (_shortest(system, e, kept, offset_cost, reference, labels),
+            _shortest(system, e, kept, drift_cost, reference, labels))
+
+
+def _shortest(system: _System, e: Edges, kept: np.ndarray, cost: np.ndarray, reference: int,
+              labels: np.ndarray) -> np.ndarray:
+    """Per host, the cheapest path of kept edges from the reference (nan: none)."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import dijkstra
 
     n = len(system.diag)
-    margin = np.zeros(len(e)) if e.margin_ns is None else np.abs(e.margin_ns)
-    # dijkstra takes an explicit zero as no edge: a floor of 1e-3 ns keeps exact edges
-    cost = np.maximum(margin + np.abs(residual) + DRIFT_BOUND * np.abs(span), 1e-3)[kept]
-    graph = csr_matrix((cost, (e.src[kept], e.dst[kept])), shape=(n, n))
+    # dijkstra takes an explicit zero as no edge: a floor keeps exact edges
+    graph = csr_matrix((np.maximum(cost, 1e-12)[kept], (e.src[kept], e.dst[kept])), shape=(n, n))
     # undirected: an edge may be walked either way (each host reports a peer once, so no pair of
     # hosts has two entries in one direction for the matrix to add up)
     bound = dijkstra(graph, directed=False, indices=reference)
     return np.where((labels == labels[reference]) & np.isfinite(bound), bound, np.nan)
-
-

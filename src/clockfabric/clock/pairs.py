@@ -169,7 +169,8 @@ class PairWindow:
         long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
         assert long is not None  # both directions have points: the recent ones
         self.drift_known = self.drift_known or long.pinned
-        recent = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift)
+        recent = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift,
+                          drift_bound=long.drift_bound)
         assert recent is not None
         self.fit = replace(recent, pinned=long.pinned)
         return self.fit

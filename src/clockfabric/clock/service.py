@@ -20,7 +20,7 @@ import numpy as np
 
 from clockfabric.clock.graph import neighbours
 from clockfabric.clock.health import NO_PURE, asymmetric_hosts, hold_over
-from clockfabric.clock.mapping import DRIFT_BOUND, SYNCED, UNSYNCED, Mapping
+from clockfabric.clock.mapping import SYNCED, UNSYNCED, Mapping
 from clockfabric.clock.network import Edges, Solution, solve
 from clockfabric.clock.pairs import PairWindow, Step
 from clockfabric.probe.engine import Exchange
@@ -31,6 +31,9 @@ FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many 
 # step for this many windows
 QUIET_PURE = 0.7
 QUIET_AFTER_STEP_WINDOWS = 5
+# the offset solve weighs each pair by its points and, past this, by the inverse square of its
+# bound: a band that a queue widened says little, and must not pull the quiet hosts around it
+WEIGHT_BOUND_NS = 5_000.0
 FLAG_HOLD_S = 10.0  # a host found queued on every path stays out of the solve this long
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
@@ -137,7 +140,7 @@ class HostSync:
             fit = pair.refit(now_ns)
             if fit is not None:
                 weight = min(fit.n_fwd, fit.n_rev, MAX_WEIGHT)
-                edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight, fit.bound_ns()])
+                edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight, fit.bound_ns(), fit.drift_bound])
         msg: dict[str, object] = {"t": "report", "host": self.host, "edges": edges}
         if self.urgent:
             msg["urgent"] = True
@@ -201,6 +204,7 @@ class HostSync:
                 "exchanges": pair.seen, "pure_out": pair.pure_fwd, "pure_back": pair.pure_rev, "steps": pair.steps,
                 "fit": None if fit is None else {"offset_ns": fit.offset_ns, "drift": fit.drift,
                                                  "center_ns": fit.center_ns, "margin_ns": fit.margin_ns,
+                                                 "bound_ns": fit.bound_ns(), "drift_bound": fit.drift_bound,
                                                  "points_out": fit.n_fwd, "points_back": fit.n_rev},
                 "ntp": None if ntp is None else {"offset_ns": ntp.offset_ns, "at_ns": ntp.at_ns, "rtt_ns": ntp.rtt_ns},
             }
@@ -223,6 +227,12 @@ def _distrust(ours: Mapping, theirs: Mapping, bound_ns: float, trust_ns: float) 
     if bound_ns > trust_ns:
         return f"clock bound {bound_ns / 1e3:.1f} us over {trust_ns / 1e3:.1f} us"
     return ""
+
+
+def _trust(bound_ns: float) -> float:
+    """A pair's weight in the solve, relative to its points: 1 up to WEIGHT_BOUND_NS, then
+    falling with the square of its bound."""
+    return min(1.0, (WEIGHT_BOUND_NS / abs(bound_ns)) ** 2) if bound_ns else 1.0
 
 
 def _last_tx(pair: PairWindow) -> int:
@@ -265,10 +275,10 @@ class Solver:
         and drift it had, so global time goes on without a step (clock.network's model)."""
         now = time.monotonic() if now is None else now
         fresh = {h: e for h, (at, e) in self.reports.items() if now - at <= self.stale_s}
-        rows = [(self.index[h], self.index[p], a, b, c, w, m) for h, edges in fresh.items()
-                for p, a, b, c, w, m in edges if p in self.index and p in fresh]
+        rows = [(self.index[h], self.index[p], a, b, c, w * _trust(m), m, d) for h, edges in fresh.items()
+                for p, a, b, c, w, m, d in edges if p in self.index and p in fresh]
         margins: dict[str, list[float]] = defaultdict(list)
-        for i, j, *_, m in rows:
+        for i, j, *_, m, _d in rows:
             margins[self.hosts[i]].append(abs(m))
             margins[self.hosts[j]].append(abs(m))
         # a queue drains now and then: a flagged host stays out for FLAG_HOLD_S, or its skewed
@@ -281,8 +291,9 @@ class Solver:
         reasons |= {h: NO_PURE for h in fresh if h not in margins}
         if not rows:
             return {}
-        src, dst, a, b, c, w, m = (np.array(col) for col in zip(*rows, strict=True))
-        edges = Edges(src, dst, a.astype(float), b.astype(float), c.astype(np.int64), w.astype(float), m.astype(float))
+        src, dst, a, b, c, w, m, d = (np.array(col) for col in zip(*rows, strict=True))
+        edges = Edges(src, dst, a.astype(float), b.astype(float), c.astype(np.int64), w.astype(float),
+                      m.astype(float), d.astype(float))
         anchor = self._anchor(set(self.hosts[i] for i in np.concatenate([src, dst])))
         guess = self.last.offset_ns if self.last is not None else None
         sol = solve(len(self.hosts), edges, self.index[anchor], t0_ns, outlier_ns=self.outlier_ns, guess=guess)
@@ -293,7 +304,8 @@ class Solver:
         mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]),
                               float(sol.bound_ns[i]) if synced[i] else float("inf"), bool(synced[i]),
                               SYNCED if synced[i] else UNSYNCED,
-                              "" if synced[i] else reasons.get(h, "cut off from the reference")).as_dict()
+                              "" if synced[i] else reasons.get(h, "cut off from the reference"),
+                              float(sol.drift_bound[i]) if synced[i] else float("inf")).as_dict()
                    for h, i in self.index.items() if h in fresh}
         near = neighbours({h: [e[0] for e in edges if e[0] in fresh] for h, edges in fresh.items()})
         parts = len({int(sol.component[self.index[h]]) for h in fresh})
@@ -315,12 +327,13 @@ class Solver:
     def _carry(self, sol: Solution, a: int) -> Solution:
         """Restate a solve anchored at host a in global time, by a's offset and drift from the
         last solve (extrapolated to this t0): c_i = c_a + x'_i + y'_i (c_a - t0) gives
-        x_i = x_a + x'_i + y'_i x_a and 1 + y_i = (1 + y_a)(1 + y'_i). Its bound adds to all."""
+        x_i = x_a + x'_i + y'_i x_a and 1 + y_i = (1 + y_a)(1 + y'_i). Its bounds add to all."""
         last = self.last
         assert last is not None
         since = sol.t0_ns - last.t0_ns
         x_a = last.offset_ns[a] + last.drift[a] * since
         y_a = last.drift[a]
-        bound_a = last.bound_ns[a] + DRIFT_BOUND * abs(since)
+        bound_a = last.bound_ns[a] + last.drift_bound[a] * abs(since)
         return replace(sol, offset_ns=x_a + sol.offset_ns + sol.drift * x_a,
-                       drift=(1 + y_a) * (1 + sol.drift) - 1, bound_ns=sol.bound_ns + bound_a)
+                       drift=(1 + y_a) * (1 + sol.drift) - 1, bound_ns=sol.bound_ns + bound_a,
+                       drift_bound=sol.drift_bound + last.drift_bound[a])

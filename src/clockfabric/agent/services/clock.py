@@ -37,20 +37,21 @@ def _bound(v: object) -> bool:
 
 
 def valid_map(msg: dict, hosts: dict) -> bool:
-    """Every mapping of a known host, its numbers finite but its bound (infinite while unsynced)."""
+    """Every mapping of a known host, its numbers finite but its bounds (infinite while unsynced)."""
     maps = msg.get("hosts")
     return isinstance(maps, dict) and all(
         h in hosts and isinstance(m, dict) and _finite(*(m.get(f) for f in MAPPING_FIELDS))
-        and _bound(m.get("uncertainty_ns")) and abs(m["t0_ns"]) < 2**63 for h, m in maps.items()) \
+        and _bound(m.get("uncertainty_ns")) and _bound(m.get("drift_bound")) and abs(m["t0_ns"]) < 2**63
+        for h, m in maps.items()) \
         and _finite(msg.get("parts", 1))
 
 
 def valid_report(msg: dict, sender: str, hosts: dict) -> bool:
-    """A report from the host it is about: edges [peer, offset, drift, center, weight, bound] to
-    known hosts, every number finite."""
+    """A report from the host it is about: edges [peer, offset, drift, center, weight, bound,
+    drift bound] to known hosts, every number finite."""
     edges = msg.get("edges", [])
     return msg.get("host") == sender and isinstance(edges, list) and all(
-        isinstance(e, list) and len(e) == 6 and e[0] in hosts and _finite(*e[1:]) for e in edges)
+        isinstance(e, list) and len(e) == 7 and e[0] in hosts and _finite(*e[1:]) for e in edges)
 
 
 @service("clock", help="Clock sync: pair fits, reports to the reference and its maps; the solver there")
