@@ -188,7 +188,7 @@ def run(faults: int, watch_s: float, settle_s: float, seed: int, progress: Calla
                 outcomes.append(outcome)
                 progress(f"{i + 1}/{faults} {kind}: {outcome.verdict} "
                          f"{'right' if outcome.correct else 'WRONG'}"
-                         + (f", named in {outcome.named_s:.1f} s" if outcome.named_s is not None else ""))
+                         + (f", named in {outcome.named_s:.1f} s" if outcome.named_s and kind != HEALTHY else ""))
                 time.sleep(settle_s)
             slow = alerts(fleet, "slow_flow", healthy_spans[0][0]) if healthy_spans else []
             false_alarms = [a for a in slow if any(s <= a.get("opened_ns", 0) <= e for s, e in healthy_spans)]
