@@ -16,4 +16,4 @@ from clockfabric.bench import (  # noqa: F401, I001 - imported to register, in l
     allreduce_vs_tcp,
 )
 from clockfabric.bench.contention import command  # noqa: F401
-from clockfabric.bench import audit, workload_cost, auth_cost, spares, dashboard  # noqa: F401, E402
+from clockfabric.bench import audit, workload, workload_cost, auth_cost, spares, dashboard  # noqa: F401, E402

@@ -94,3 +94,17 @@ def why(fleet: LabFleet, jobid: str, since: str = "60s") -> dict | None:
 def links_between(lab: Lab, a: str, b: str) -> set[str]:
     """The names of the links cabling node a to node b."""
     return {lk.name for lk in lab.topology.links if {lk.a.node, lk.b.node} == {a, b}}
+
+
+def alerts(fleet: LabFleet, kind: str, since_ns: int) -> list[dict]:
+    """The controller's alerts of `kind` opened since `since_ns`."""
+    found = api(fleet.lab, fleet.url, fleet.token_file, "/api/v1/alerts", since_ns=since_ns, limit=1000)
+    return [a for a in found.get("items", []) if a.get("kind") == kind]
+
+
+def senders(procs: list[subprocess.Popen]) -> list[int]:
+    """The pids doing a flow's sending: the children of its `job run` wrappers (or the wrapper
+    itself for a flow of no job), to stop and continue as a busy host would."""
+    from clockfabric.lab.process import children
+
+    return [kid for p in procs for kid in (children(p.pid) or [p.pid])]

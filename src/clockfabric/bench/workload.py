@@ -1,0 +1,239 @@
+"""`job why` scored against the truth: two concurrent jobs on a lab with traffic classes, fault
+classes injected one at a time, over and over, and the controller's first verdict on job A
+after each onset compared with the fault injected.
+
+Job A sends three paced flows in the collective class (h0 -> h2 on spine1, h0 -> h3 and
+h2 -> h1 on spine0), job B one (h1 -> h3 on spine0). Each injection starts at its onset and is
+watched for up to `--watch` seconds: the first verdict other than "healthy" is the verdict (a
+healthy injection's is "healthy" only if no poll said otherwise). Time to name: from the onset to
+the first poll whose verdict is right and, for a fault on a link, names that link. Then the
+fault is undone and the fabric left to settle before the next. Targets: >= 95% right on the
+first verdict; p90 time to name <= 10 s; no slow_flow alert opened during a healthy injection."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import typer
+
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, machine, record, targets_table
+from clockfabric.console import out, print_json
+
+HEALTHY = "healthy"
+CLASSES = ("congestion_other_job", "congestion_non_job", "degraded_link", "flapping_link", "misconfigured_class",
+           "straggler_host", HEALTHY)
+PACED: dict = {"chunk": 4096, "pause_s": 0.005}  # ~6 Mbit/s in small bursts: alone, a flow queues nowhere
+COLLECTIVE = 26
+FABRIC_BPS = 20_000_000
+DEGRADED_BPS = 2_000_000
+LAB = "wlbench"
+
+
+@dataclass
+class Injection:
+    """One fault on the lab: what it is, the links a right answer names, and how to undo it."""
+
+    kind: str
+    links: set[str] = field(default_factory=set)  # empty: no link to name
+    culprit: str | None = None
+    undo: Callable[[], None] = lambda: None
+
+
+@dataclass
+class Outcome:
+    kind: str
+    verdict: str | None
+    link: str | None
+    culprit: str | None
+    correct: bool
+    named_s: float | None  # onset to the first right verdict (naming the link, where one is due)
+    polls: int
+
+
+class Faults:
+    """The fault classes on one lab with jobs A and B running; each call injects one, now."""
+
+    def __init__(self, fleet, logs: Path):
+        from clockfabric.bench.workload_lab import links_between
+
+        self.fleet, self.lab, self.logs = fleet, fleet.lab, logs
+        self.port = 5600
+        self.spine1 = links_between(self.lab, "leaf0", "spine1") | links_between(self.lab, "spine1", "leaf1")
+        self.uplink = links_between(self.lab, "leaf0", "spine1")  # job A's h0 -> h2 leaves on it
+        self.straggler_procs: list[subprocess.Popen] = []
+
+    def _next_port(self) -> int:
+        self.port += 1
+        return self.port
+
+    def _flow(self, jobid: str | None, src: str, spine: str, dscp: int = COLLECTIVE, **kw) -> Callable[[], None]:
+        """A flow src -> h3 pinned on `spine`, started now; what stops it."""
+        from clockfabric.bench.workload_lab import flow
+        from clockfabric.lab.process import stop
+
+        procs = flow(self.lab, self.logs, jobid, src, "h3", self._next_port(), spine=spine, dscp=dscp, **kw)
+        return lambda: stop(procs, grace_s=2.0)
+
+    def inject(self, kind: str) -> Injection:
+        from clockfabric.lab import impair
+
+        if kind == "congestion_other_job":
+            # saturating, in the collective class: A's flow on spine1 queues behind it
+            return Injection(kind, self.spine1, "B", self._flow("B", "h1", "spine1"))
+        if kind == "congestion_non_job":
+            return Injection(kind, self.spine1, "(no job)", self._flow(None, "h1", "spine1"))
+        if kind == "misconfigured_class":  # a new rank of A marking best-effort
+            return Injection(kind, undo=self._flow("A", "h0", "spine0", dscp=0, **PACED))
+        link = impair.find_link(self.lab, "leaf0", "spine1")
+        if kind == "degraded_link":
+            impair.set_rate(self.lab, link, DEGRADED_BPS)
+            return Injection(kind, self.uplink, undo=lambda: impair.set_rate(self.lab, link, FABRIC_BPS))
+        if kind == "flapping_link":
+            impair.flap(self.lab, link, down_s=1.0, up_s=1.0, count=2)
+            return Injection(kind, self.uplink)
+        if kind == "straggler_host":  # rank on h2 stops sending: a busy or throttled host
+            from clockfabric.bench.workload_lab import senders
+
+            pids = senders(self.straggler_procs)
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+
+            def resume() -> None:
+                for pid in pids:
+                    os.kill(pid, signal.SIGCONT)
+
+            return Injection(kind, culprit="h2", undo=resume)
+        return Injection(HEALTHY)
+
+
+def first_verdict(fleet, injection: Injection, onset: float, watch_s: float) -> Outcome:
+    """Poll `job why A` from the onset: the first verdict other than healthy (or healthy)."""
+    from clockfabric.bench.workload_lab import why
+
+    verdict = link = culprit = None
+    named_s: float | None = None
+    polls = 0
+    while (elapsed := time.monotonic() - onset) < watch_s:
+        w = why(fleet, "A", f"{max(3, int(elapsed) + 2)}s")
+        polls += 1
+        if w is not None and w["verdict"] not in ("no_flows", HEALTHY) and verdict is None:
+            verdict, link, culprit = w["verdict"], w.get("link"), w.get("culprit")
+        if w is not None and named_s is None and w["verdict"] == injection.kind and (
+                not injection.links or w.get("link") in injection.links):
+            named_s = time.monotonic() - onset
+        if injection.kind != HEALTHY and verdict is not None and (named_s is not None or verdict != injection.kind):
+            break
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - onset - elapsed)))
+    verdict = verdict or HEALTHY
+    correct = verdict == injection.kind and (injection.culprit is None or culprit == injection.culprit)
+    return Outcome(injection.kind, verdict, link, culprit, correct, named_s if correct else None, polls)
+
+
+def schedule(faults: int, seed: int) -> list[str]:
+    """`faults` injections, every class in turn, each round in a seeded random order."""
+    rng, order = random.Random(seed), list[str]()
+    while len(order) < faults:
+        round_ = list(CLASSES)
+        rng.shuffle(round_)
+        order += round_
+    return order[:faults]
+
+
+def run(faults: int, watch_s: float, settle_s: float, seed: int, progress: Callable[[str], None]) -> dict:
+    import dataclasses
+
+    from clockfabric.bench.workload_lab import alerts, flow
+    from clockfabric.controller.on_lab import LabFleet
+    from clockfabric.lab import build
+    from clockfabric.lab.process import stop
+    from clockfabric.topology import TrafficClasses, leafspine
+
+    topo = dataclasses.replace(leafspine(4, 2, 2, host_rate="100mbit", fabric_rate="20mbit"),
+                               classes=TrafficClasses())
+    with labs_removed(LAB):
+        build.down(LAB)
+        lab = build.up(topo, LAB)
+        fleet = LabFleet(lab, peers=3)
+        fleet.start()
+        procs: list[subprocess.Popen] = []
+        try:
+            fleet.wait_pushing()
+            logs = fleet.logs
+            procs += flow(lab, logs, "A", "h0", "h2", 5401, spine="spine1", dscp=COLLECTIVE, **PACED)
+            procs += flow(lab, logs, "A", "h0", "h3", 5402, spine="spine0", dscp=COLLECTIVE, **PACED)
+            straggler = flow(lab, logs, "A", "h2", "h1", 5403, spine="spine0", dscp=COLLECTIVE, **PACED)
+            procs += straggler
+            procs += flow(lab, logs, "B", "h1", "h3", 5404, spine="spine0", dscp=COLLECTIVE, chunk=4096, pause_s=0.01)
+            time.sleep(settle_s + 5)  # rates, paths and in-band delays for every flow
+            fabric = Faults(fleet, logs)
+            fabric.straggler_procs = straggler[1:]
+            outcomes, healthy_spans = [], []
+            for i, kind in enumerate(schedule(faults, seed)):
+                onset_ns, onset = time.time_ns(), time.monotonic()
+                injection = fabric.inject(kind)
+                try:
+                    outcome = first_verdict(fleet, injection, onset, watch_s)
+                finally:
+                    injection.undo()
+                if kind == HEALTHY:
+                    healthy_spans.append((onset_ns, time.time_ns()))
+                outcomes.append(outcome)
+                progress(f"{i + 1}/{faults} {kind}: {outcome.verdict} "
+                         f"{'right' if outcome.correct else 'WRONG'}"
+                         + (f", named in {outcome.named_s:.1f} s" if outcome.named_s and kind != HEALTHY else ""))
+                time.sleep(settle_s)
+            slow = alerts(fleet, "slow_flow", healthy_spans[0][0]) if healthy_spans else []
+            false_alarms = [a for a in slow if any(s <= a.get("opened_ns", 0) <= e for s, e in healthy_spans)]
+        finally:
+            stop(procs, grace_s=2.0)
+            fleet.stop()
+    return {"outcomes": [dataclasses.asdict(o) for o in outcomes], "healthy_slow_flow_alerts": len(false_alarms),
+            "healthy_s": sum(e - s for s, e in healthy_spans) / 1e9}
+
+
+def summary(report: dict) -> dict:
+    """Share right, time to name (p50, p90), the confusion matrix (truth -> verdict -> count)."""
+    rows = report["outcomes"]
+    named = sorted(r["named_s"] for r in rows if r["named_s"] is not None and r["kind"] != HEALTHY)
+    matrix: dict[str, dict[str, int]] = {}
+    for r in rows:
+        by = matrix.setdefault(r["kind"], {})
+        by[r["verdict"]] = by.get(r["verdict"], 0) + 1
+    p90 = named[min(len(named) - 1, int(0.9 * len(named)))] if named else None
+    return {"faults": len(rows), "classes": len({r["kind"] for r in rows}),
+            "correct": sum(r["correct"] for r in rows), "correct_share": sum(r["correct"] for r in rows) / len(rows),
+            "named_p50_s": statistics.median(named) if named else None, "named_p90_s": p90, "confusion": matrix}
+
+
+@BENCHMARKS.register("workload", help="Workload root cause: fault classes injected on a lab with two jobs, "
+                                      "`job why`'s first verdict scored against the truth.")
+def main(faults: int = typer.Option(28, "--faults", min=1, help="Injections, every class in turn."),
+         watch_s: float = typer.Option(20.0, "--watch", min=5.0, help="Seconds each injection is watched."),
+         settle_s: float = typer.Option(12.0, "--settle", min=0.0, help="Seconds after undoing each fault."),
+         seed: int = typer.Option(1, help="Seed of the injection order."),
+         out_file: Path = typer.Option(RESULTS / "workload.json", "--out", help="Where the record goes."),
+         as_json: bool = typer.Option(False, "--json", help="Print the record's report as JSON.")) -> None:
+    facts = machine()
+    report = run(faults, watch_s, settle_s, seed, lambda line: None if as_json else out.print(line))
+    report["summary"] = found = summary(report)
+    targets = [Target(f"root cause right on the first verdict, {found['faults']} faults over {found['classes']} "
+                      "classes", round(100 * found["correct_share"], 1), 95.0, "%"),
+               Target("slow flow and link named after the onset, p90", found["named_p90_s"], 10.0, "s",
+                      better="lower"),
+               Target(f"slow_flow alerts in {report['healthy_s']:.0f} s of healthy injections",
+                      report["healthy_slow_flow_alerts"], 0, better="lower")]
+    record("workload", targets, facts, report, figures={k: v for k, v in found.items() if k != "confusion"},
+           path=out_file)
+    if as_json:
+        print_json(report)
+        return
+    out.print(targets_table("workload root cause", targets))
+    out.print(f"confusion (truth: verdict x count): {found['confusion']}")

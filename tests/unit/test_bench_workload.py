@@ -1,0 +1,24 @@
+"""bench workload's scoring: the injection order and the summary, on recorded outcomes."""
+
+from clockfabric.bench.workload import CLASSES, HEALTHY, schedule, summary
+
+
+def test_schedule_takes_every_class_in_turn_in_a_seeded_order():
+    order = schedule(len(CLASSES) * 2 + 3, seed=4)
+    assert sorted(order[:len(CLASSES)]) == sorted(CLASSES) == sorted(order[len(CLASSES):2 * len(CLASSES)])
+    assert len(order) == len(CLASSES) * 2 + 3
+    assert order == schedule(len(CLASSES) * 2 + 3, seed=4) and order != schedule(len(CLASSES) * 2 + 3, seed=5)
+
+
+def row(kind, verdict, named_s=None):
+    return {"kind": kind, "verdict": verdict, "correct": kind == verdict, "named_s": named_s}
+
+
+def test_summary_scores_first_verdicts_and_times_to_name_without_the_healthy_ones():
+    rows = [row("degraded_link", "degraded_link", 4.0), row("degraded_link", "congestion_own"),
+            *(row("congestion_non_job", "congestion_non_job", float(s)) for s in range(1, 10)),
+            row(HEALTHY, HEALTHY, 0.5)]
+    found = summary({"outcomes": rows})
+    assert found["faults"] == 12 and found["classes"] == 3 and found["correct"] == 11
+    assert found["confusion"]["degraded_link"] == {"degraded_link": 1, "congestion_own": 1}
+    assert found["named_p50_s"] == 4.5 and found["named_p90_s"] == 9.0  # 1..9 and 4; not the healthy 0.5
