@@ -51,6 +51,11 @@ def check_carried_on(job, recs, reference: dict[int, str]):
     joined = [r for r in recs if r.get("event") == "joined" and r["generation"] == 1]
     assert len(joined) == len(RANKS) and {r["rank"] for r in joined} == {0, 1, 2}
     assert max(r["bytes"] for r in joined) > 1e6  # parameters and momentum, from a peer's memory
+    transferred = next(e for e in job.events if e["event"] == "state transferred")
+    resumed = next(e for e in job.events if e["event"] == "resumed")
+    assert transferred["bytes"] == max(r["bytes"] for r in joined) and transferred["seconds"] < 5
+    assert resumed["step"] == max(r["step"] for r in joined) and 8 <= resumed["step"] < STEPS
+    assert kinds.index("spare chosen") < kinds.index("state transferred") < kinds.index("resumed")
 
 
 def failure_free(lab, folder) -> dict[int, str]:
