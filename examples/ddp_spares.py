@@ -12,7 +12,8 @@ The data are addressed by position: the batch of rank r at step s is drawn from 
 seeded with (seed, r, s), so a spare that takes rank r at step s draws what the lost rank
 would have. --log FILE gets JSON lines: {"rank", "step", "start", "duration_s", "loss", ...}
 per completed step, {"event": "joined", "bytes", "form_s", "transfer_s", "wrap_s", ...} per group formed, then
-{"outcome": "completed", "params_sha256": ...}.
+{"outcome": "completed", "params_sha256": ...}. With --zero each step record also has
+"buddy_s" and "buddy_bytes": what copying this rank's optimizer shard to its buddy cost.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=32, help="Samples per rank per step (default 32).")
     p.add_argument("--threads", type=int, default=1, help="Torch CPU threads per rank (default 1).")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--zero", action="store_true",
+                   help="ZeRO-1: each rank keeps its shard of the optimizer state (ZeroRedundancyOptimizer).")
     args = p.parse_args(argv)
     if args.steps < 1 or args.depth < 1 or args.width < 1 or args.batch < 1 or args.timeout <= 0:
         p.error("--steps, --depth, --width and --batch must be at least 1, --timeout above zero")
@@ -65,7 +68,13 @@ def train(args: argparse.Namespace, log: Log) -> str:
         width_in = args.width
     layers.append(nn.Linear(width_in, 10))
     module = nn.Sequential(*layers)
-    opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+    if args.zero:  # made once the group is formed: the wrapper calls this with the parameters
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        def opt(params):
+            return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, lr=0.05, momentum=0.9)
+    else:
+        opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     teacher = torch.randn(args.inputs, 10, generator=torch.Generator().manual_seed(args.seed + 1))
 
@@ -76,10 +85,10 @@ def train(args: argparse.Namespace, log: Log) -> str:
 
     with clockfabric.train.elastic(module, opt, batch, log=log.write, timeout_s=args.timeout) as job:
         for _step, (x, y) in job.steps(args.steps):
-            opt.zero_grad(set_to_none=True)
+            job.optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(job.model(x), y)
             loss.backward()  # averaged over the job's current group; a lost peer marks the step for a redo
-            opt.step()
+            job.optimizer.step()  # with --zero: this rank's shard, then its copy to the buddy rank
             job.record(loss=round(loss.item(), 5))
         log.write(rank=job.rank, outcome="completed", steps=args.steps, time=time.time(),
                   params_sha256=job.digest())

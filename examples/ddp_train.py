@@ -51,9 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1,
                    help="Torch CPU threads per rank (default 1: lab ranks share a few cores).")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint", default=None,
+                   help="Resume from this file if it exists; rank 0 writes it every --every steps.")
+    p.add_argument("--every", type=int, default=10, help="Steps between checkpoints (default 10).")
     args = p.parse_args(argv)
     if args.steps < 1 or args.depth < 1 or args.width < 1 or args.batch < 1:
         p.error("--steps, --depth, --width and --batch must be at least 1")
+    if args.every < 1:
+        p.error("--every must be at least 1")
     if args.timeout is not None and args.timeout <= 0:
         p.error("--timeout must be above zero")
     return args
@@ -105,7 +110,10 @@ def train(args: argparse.Namespace, log: Log) -> None:
               rendezvous_s=joined - imported, init_s=time.time() - LAUNCHED,
               world_size=world, params=params, hostname=hostname, address=address)
 
-    for step in range(args.steps):
+    first = resume(args.checkpoint, model.module, opt, log)
+    for _ in range(first):  # the data generator where it was at that step
+        torch.randn(args.batch, args.inputs, generator=data)
+    for step in range(first, args.steps):
         start, cpu = time.time(), time.process_time()
         x = torch.randn(args.batch, args.inputs, generator=data)
         y = (x @ teacher).argmax(dim=1)
@@ -115,8 +123,35 @@ def train(args: argparse.Namespace, log: Log) -> None:
         opt.step()
         log.write(step=step, start=start, duration_s=time.time() - start,
                   cpu_s=round(time.process_time() - cpu, 4), loss=round(loss.item(), 5))
+        if args.checkpoint and rank == 0 and (step + 1) % args.every == 0:
+            save(args.checkpoint, model.module, opt, step + 1, log)
     dist.barrier()  # nobody leaves while a peer still needs it
     dist.destroy_process_group()
+
+
+def save(path: str, module, opt, completed: int, log: Log) -> None:
+    """The model, the optimizer and the count of completed steps, replaced atomically."""
+    import torch
+
+    began = time.time()
+    tmp = f"{path}.tmp"
+    torch.save({"model": module.state_dict(), "optimizer": opt.state_dict(), "step": completed}, tmp)
+    os.replace(tmp, path)
+    log.write(event="checkpoint", step=completed, time=time.time(), checkpoint_s=time.time() - began)
+
+
+def resume(path: str | None, module, opt, log: Log) -> int:
+    """The step to start at: the checkpoint's, loaded into module and opt, or 0 without one."""
+    import torch
+
+    if not path or not os.path.exists(path):
+        return 0
+    began = time.time()
+    saved = torch.load(path, weights_only=True)
+    module.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["optimizer"])
+    log.write(event="resumed", step=saved["step"], time=time.time(), load_s=time.time() - began)
+    return int(saved["step"])
 
 
 def main(argv: list[str] | None = None) -> int:

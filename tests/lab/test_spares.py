@@ -21,9 +21,9 @@ ARGS = [str(SCRIPT), "--steps", str(STEPS), "--timeout", "30", "--width", "256"]
 RANKS, SPARE = ["h0", "h1", "h2"], ["h3"]
 
 
-def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8):
+def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8, args=ARGS):
     """Run the job; inject(job) once every rank has completed at_step. Returns (job, records, injected_at)."""
-    job = TrainJob(lab, RANKS, spares, ARGS, folder).start()
+    job = TrainJob(lab, RANKS, spares, args, folder).start()
     injected = None
     try:
         if inject:
@@ -41,7 +41,7 @@ def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8):
     return job, report.records(folder), injected
 
 
-def check_carried_on(job, recs, reference: dict[int, str]):
+def check_carried_on(job, recs, reference: dict[int, str], min_bytes: float = 1e6):
     assert report.job_steps(recs) == list(range(STEPS)), "a completed step was lost"
     for rank, steps in report.steps_by_rank(recs).items():
         assert steps == sorted(set(steps)), f"rank {rank} repeated a completed step: {steps}"
@@ -50,11 +50,16 @@ def check_carried_on(job, recs, reference: dict[int, str]):
     assert kinds.index("detected") < kinds.index("spare chosen") < kinds.index("completed")
     joined = [r for r in recs if r.get("event") == "joined" and r["generation"] == 1]
     assert len(joined) == len(RANKS) and {r["rank"] for r in joined} == {0, 1, 2}
-    assert max(r["bytes"] for r in joined) > 1e6  # parameters and momentum, from a peer's memory
+    assert max(r["bytes"] for r in joined) > min_bytes  # parameters and momentum, from a peer's memory
+    transferred = next(e for e in job.events if e["event"] == "state transferred")
+    resumed = next(e for e in job.events if e["event"] == "resumed")
+    assert transferred["bytes"] == max(r["bytes"] for r in joined) and transferred["seconds"] < 5
+    assert resumed["step"] == max(r["step"] for r in joined) and 8 <= resumed["step"] < STEPS
+    assert kinds.index("spare chosen") < kinds.index("state transferred") < kinds.index("resumed")
 
 
-def failure_free(lab, folder) -> dict[int, str]:
-    _, recs, _ = run(lab, folder, [])
+def failure_free(lab, folder, args=ARGS) -> dict[int, str]:
+    _, recs, _ = run(lab, folder, [], args=args)
     digests = report.digests(recs)
     assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1
     return digests
@@ -133,3 +138,21 @@ def test_no_spare_pauses_the_job_until_one_is_added(make_lab, tmp_path):
     kinds = [e["event"] for e in job.events]
     assert kinds.index("paused") < kinds.index("spare added") < kinds.index("spare chosen")
     assert job.ranks[0].host == "h3"
+
+
+def test_zero1_rank_killed_gets_its_optimizer_shard_from_its_buddy(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    args = [*ARGS, "--zero"]
+    reference = failure_free(lab, tmp_path / "reference", args)
+    job, recs, killed_at = run(lab, tmp_path / "killed", SPARE,
+                               lambda job: os.kill(job.ranks[1].proc.pid, signal.SIGKILL), args=args)
+    # the parameters from the most advanced rank, rank 1's momentum shard from rank 2's copy
+    check_carried_on(job, recs, reference, min_bytes=8e5)
+    spare = [r for r in recs if r.get("event") == "joined" and r.get("host") == "h3"]
+    assert len(spare) == 1 and spare[0]["rank"] == 1
+    steps = [r for r in recs if "duration_s" in r]
+    assert all(r["buddy_bytes"] > 1e5 for r in steps)  # a third of the momentum, every step
+    cost = sum(r["buddy_s"] for r in steps) / sum(r["duration_s"] for r in steps)
+    print(f"buddy copies: {cost:.1%} of step time, {steps[-1]['buddy_bytes']} bytes per rank per step")
+    took = report.recovery_s(recs, killed_at)
+    assert took is not None and took < 10, took

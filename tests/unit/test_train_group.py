@@ -36,7 +36,8 @@ def member(store0: str, store1: str, rank: int, role: str, out) -> None:
             opt.step()
             completed = 3
     group.form(store1, rank, WORLD, timeout_s=20)
-    source, best = group.most_advanced(completed)
+    source, counts = group.most_advanced(completed)
+    best = counts[source]
     mine = state.to_bytes(state.capture(module, opt, completed, completed)) if rank == source else None
     blob = group.broadcast_bytes(mine, source)
     if rank != source:

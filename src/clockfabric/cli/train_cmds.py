@@ -32,22 +32,40 @@ def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separat
         detect_s: float = typer.Option(2.0, "--detect", min=0.2, help="Seconds without a heartbeat that "
                                                                       "make a rank lost."),
         timeout_s: float = typer.Option(3600.0, "--timeout", min=1, help="Give up after this many seconds."),
+        controller: str = typer.Option(None, "--controller", help="Also send the job's events to this "
+                                                                  "controller (http(s)://HOST:PORT)."),
+        token_file: Path = typer.Option(None, "--token-file", help="With --controller: the fleet token."),
         command: list[str] = typer.Argument(..., help="The training script and its arguments, after --.")) -> None:
     """Run SCRIPT as an elastic job: rank i on the i-th host, spares waiting with torch loaded."""
+    from clockfabric.controller.token import read_token
     from clockfabric.train.launch import TrainJob
+    from clockfabric.train.to_controller import ControllerEvents
 
     names = [h.strip() for h in hosts.split(",") if h.strip()]
     if spares >= len(names):
         raise ClockfabricError(f"--spares {spares} leaves no rank among {len(names)} hosts")
     argv = command[1:] if Path(command[0]).name.startswith("python") else command  # ranks run this Python
+    if bool(controller) != bool(token_file):
+        raise ClockfabricError("give --controller URL and --token-file FILE together: where to send the events")
+    sender = ControllerEvents(controller, read_token(token_file), names[0]) if controller else None
     where = folder or Path(f"/tmp/clockfabric-train-{time.strftime('%Y%m%d-%H%M%S')}")
+
+    def on_event(event: dict[str, Any]) -> None:
+        _show(event)
+        if sender:
+            sender(event)
+
     job = TrainJob(Lab.open(lab_name), names[:len(names) - spares], names[len(names) - spares:], argv, where,
-                   detect_s=detect_s, on_event=_show)
+                   detect_s=detect_s, on_event=on_event)
     out.print(f"logs in {where}")
+    if sender:
+        sender.start()
     job.start()
     try:
         completed = job.wait(timeout_s)
     finally:
         job.stop()
+        if sender:
+            sender.close()
     if not completed:
         sys.exit(f"the job did not complete within {timeout_s:.0f} s; see {where}")

@@ -24,16 +24,15 @@ def form(store_path: str, rank: int, world: int, timeout_s: float) -> None:
                             timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def most_advanced(completed: int) -> tuple[int, int]:
-    """Every member's count of completed steps gathered: (the source rank, its count).
+def most_advanced(completed: int) -> tuple[int, list[int]]:
+    """Every member's count of completed steps gathered: (the source rank, every rank's count).
 
     The source is the lowest rank of those that completed the most steps: its state holds every
     step any member completed, so none is lost. A replacement rank counts -1."""
     counts = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
     dist.all_gather(counts, torch.tensor([completed], dtype=torch.int64))
     values = [int(c.item()) for c in counts]
-    best = max(values)
-    return values.index(best), best
+    return values.index(max(values)), values
 
 
 def broadcast_bytes(data: bytes | None, source: int) -> bytes:

@@ -33,7 +33,7 @@ from clockfabric.lab import process
 from clockfabric.lab.exec import command
 from clockfabric.lab.job import free_port
 from clockfabric.lab.state import Lab
-from clockfabric.train import control
+from clockfabric.train import control, report
 
 DETECT_S = 2.0
 
@@ -62,6 +62,7 @@ class TrainJob:
         self.stopping = threading.Event()
         self.watcher = threading.Thread(target=self._watch, name="train coordinator", daemon=True)
         self.port = 0
+        self.awaiting: int | None = None  # a generation whose members have not all joined yet
 
     # ---- starting ----------------------------------------------------------------------------
     def start(self) -> TrainJob:
@@ -115,6 +116,8 @@ class TrainJob:
 
     def tick(self) -> None:
         now = time.time()
+        if self.awaiting is not None:
+            self._joined()
         for rank, member in enumerate(self.ranks):
             if rank in self.vacant:
                 continue
@@ -169,6 +172,18 @@ class TrainJob:
                            store=str(self.folder / f"store.{number}"))
         control.write_generation(self.folder, self.gen)
         self.event("generation", number=number, hosts=hosts)
+        self.awaiting = number
+
+    def _joined(self) -> None:
+        """Once every member joined the awaited generation: what was carried, and from which step."""
+        joins = [r for r in report.records(self.folder)
+                 if r.get("event") == "joined" and r.get("generation") == self.awaiting]
+        if {r["rank"] for r in joins} != set(range(self.gen.world)):
+            return
+        self.awaiting = None
+        self.event("state transferred", generation=self.gen.number, bytes=max(r["bytes"] for r in joins),
+                   seconds=round(max(r["transfer_s"] for r in joins), 4))
+        self.event("resumed", generation=self.gen.number, step=max(r["step"] for r in joins))
 
     # ---- ending ------------------------------------------------------------------------------
     def members(self) -> list[Member]:

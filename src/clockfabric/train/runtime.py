@@ -13,6 +13,10 @@ all-reduce is a comm hook that never raises: an error marks the step failed, and
 undoes it (the state as it was before the step), waits for the coordinator's next generation,
 re-forms the group and takes the state from the member that completed the most steps. A
 spare enters the same way: it waits for a rank, joins, and receives the state.
+
+A sharded optimizer (ZeRO-1) needs the group to exist when it is made: give a factory,
+`lambda params: ZeroRedundancyOptimizer(params, ...)`, and use `job.optimizer`. Its shards
+travel apart from the rest of the state, through buddy copies (train.zero).
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from clockfabric.train import control, group, state
+from clockfabric.train import control, group, state, zero
 from clockfabric.train.heartbeat import Heartbeat, shut_sockets_to, split
 
 ONE_BUCKET_MB = 1 << 20  # more than any model: DDP then makes one bucket of all the gradients
 Loader = Callable[[int, int], Any]  # (position, rank) -> that rank's batch at that position
+OptimizerFactory = Callable[[Any], torch.optim.Optimizer]  # the module's parameters -> the optimizer
 
 
 def _done(tensor: torch.Tensor) -> torch.futures.Future:
@@ -79,9 +84,13 @@ def _average(job, bucket):  # unannotated: DDP compares a hook's annotations to 
 
 
 class Elastic:
-    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, *,
-                 log: Callable[..., None] | None = None, timeout_s: float = 30.0, wait_s: float = 600.0):
-        self.module, self.optimizer, self.loader = module, optimizer, loader
+    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | OptimizerFactory,
+                 loader: Loader, *, log: Callable[..., None] | None = None, timeout_s: float = 30.0,
+                 wait_s: float = 600.0):
+        self.module, self.loader = module, loader
+        self.make_optimizer = None if isinstance(optimizer, torch.optim.Optimizer) else optimizer
+        self._optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
+        self.buddy: zero.Buddy | None = None  # a sharded optimizer's copies of the previous rank's shard
         self.log = log or (lambda **_: None)
         self.timeout_s, self.wait_s = timeout_s, wait_s
         try:
@@ -96,6 +105,11 @@ class Elastic:
         self.order = {p: i for i, p in enumerate(module.parameters())}
         self.model: DistributedDataParallel | None = None
         self.gen: control.Generation | None = None
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        assert self._optimizer is not None, "the optimizer is made once the group is formed"
+        return self._optimizer
 
     @property
     def world(self) -> int:
@@ -114,6 +128,25 @@ class Elastic:
             self._join(first, completed=0)
         return self
 
+    def _shard(self, optimizer: torch.optim.Optimizer) -> None:
+        """ZeRO's step, made to record a failure rather than raise it, then copy the shard to the buddy."""
+        self.buddy = zero.Buddy()
+        step = optimizer.step
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self.failed:  # the gradients were not averaged: the step is undone anyway
+                return None
+            try:
+                loss = step(*args, **kwargs)  # the local step, then every shard's parameters broadcast
+                assert self.buddy is not None
+                self.buddy.exchange(optimizer)  # type: ignore[arg-type]
+            except RuntimeError:  # a peer is gone
+                self.failed = True
+                return None
+            return loss
+
+        optimizer.step = guarded  # type: ignore[method-assign]
+
     def __exit__(self, *exc: object) -> None:
         self.heartbeat.stop()
         if dist.is_initialized():
@@ -123,12 +156,17 @@ class Elastic:
         """(step, batch) from the current step to total; a failed step is undone and yielded again."""
         while self.step < total:
             start = time.time()  # the snapshot is part of the step's cost
-            undo = state.snapshot(self.module, self.optimizer, self.step, self.step)
+            undo = state.snapshot(self.module, zero.local(self.optimizer), self.step, self.step)
             self.failed, self.fields = False, {}
             yield self.step, self.loader(self.step, self.rank)
             if self.failed:
+                if self.buddy:
+                    self.buddy.discard()
                 self._recover(undo)
                 continue
+            if self.buddy:
+                self.buddy.commit()
+                self.fields |= {"buddy_s": round(self.buddy.cost_s, 5), "buddy_bytes": self.buddy.bytes}
             self.log(rank=self.rank, step=self.step, start=start, duration_s=time.time() - start,
                      generation=self.gen.number if self.gen else None, **self.fields)
             self.step += 1
@@ -153,7 +191,7 @@ class Elastic:
 
     def _recover(self, undo: dict[str, Any]) -> None:
         failed_at = time.time()
-        state.restore(undo, self.module, self.optimizer)
+        state.restore(undo, self.module, zero.local(self.optimizer))
         assert self.gen is not None
         self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
         # the old group is over: a survivor still blocked in it on this rank wakes now, not at its timeout
@@ -168,15 +206,29 @@ class Elastic:
         gc.collect()  # the old wrapper holds the old group: let both go before the new one forms
         group.form(gen.store, self.rank, gen.world, self.timeout_s)
         formed = time.time()
+        if self._optimizer is None:
+            assert self.make_optimizer is not None
+            self._optimizer = self.make_optimizer(self.module.parameters())
+            if zero.is_sharded(self._optimizer):
+                self._shard(self._optimizer)
+        sharded = zero.is_sharded(self.optimizer)
+        if sharded:
+            zero.rebind(self.optimizer)  # type: ignore[arg-type]
         carried = 0
         if gen.number > 0:  # a new member, or survivors a step apart: the most advanced one's state for all
-            source, _ = group.most_advanced(completed)
-            mine = state.to_bytes(state.capture(self.module, self.optimizer, self.step, self.step)) \
+            source, counts = group.most_advanced(completed)
+            whole = None if sharded else self.optimizer  # shards travel from the buddies
+            mine = state.to_bytes(state.capture(self.module, whole, self.step, self.step)) \
                 if self.rank == source else None
             blob = group.broadcast_bytes(mine, source)
             carried = len(blob)
             if self.rank != source:
-                self.step, _ = state.restore(state.from_bytes(blob), self.module, self.optimizer)
+                self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
+            if self.buddy:
+                carried += self.buddy.hand_over(counts, self.optimizer)  # type: ignore[arg-type]
+        if self.buddy:  # every buddy holds its predecessor's shard as of this step, a new member's too
+            self.buddy.exchange(self.optimizer)  # type: ignore[arg-type]
+            self.buddy.commit()
         transferred = time.time()
         # one bucket: the hook puts it in parameter order, which only a whole model can be
         self.model = DistributedDataParallel(self.module, bucket_cap_mb=ONE_BUCKET_MB)
@@ -186,6 +238,7 @@ class Elastic:
                  wrap_s=time.time() - transferred, time=time.time())
 
 
-def elastic(module: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, **options: Any) -> Elastic:
+def elastic(module: torch.nn.Module, optimizer: torch.optim.Optimizer | OptimizerFactory, loader: Loader,
+            **options: Any) -> Elastic:
     """The training loop's wrapper; see the module's docstring and docs/spares.md."""
     return Elastic(module, optimizer, loader, **options)

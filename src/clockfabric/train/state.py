@@ -21,12 +21,13 @@ except ImportError:  # pragma: no cover - NumPy ships with torch's usual install
     np = None  # type: ignore[assignment]
 
 
-def capture(module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+def capture(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, step: int,
             position: int) -> dict[str, Any]:
-    """The state as it is now (tensors shared with the live objects: copy it to keep it)."""
+    """The state as it is now (tensors shared with the live objects: copy it to keep it).
+    optimizer None: a sharded optimizer's state, which travels apart (train.zero)."""
     return {
         "module": module.state_dict(),
-        "optimizer": optimizer.state_dict(),
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                 "numpy": np.random.get_state() if np is not None else None},
         "position": position,
@@ -40,10 +41,12 @@ def snapshot(module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: in
     return copy.deepcopy(capture(module, optimizer, step, position))
 
 
-def restore(state: dict[str, Any], module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, int]:
+def restore(state: dict[str, Any], module: torch.nn.Module,
+            optimizer: torch.optim.Optimizer | None) -> tuple[int, int]:
     """Load the state into the live objects; returns (step, position)."""
     module.load_state_dict(state["module"])
-    optimizer.load_state_dict(state["optimizer"])
+    if optimizer is not None and state["optimizer"] is not None:
+        optimizer.load_state_dict(state["optimizer"])
     rng = state["rng"]
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
