@@ -87,7 +87,8 @@ def soak(lab: Lab, fleet: LabFleet, minutes: float, seed: int, log=None) -> dict
     by_kind = Counter(f["kind"] for f in injected)
     unseen = [f for f in injected if not f["seen"]]
     return {"minutes": round((time.monotonic() - t0) / 60, 2), "faults": len(injected), "by_kind": dict(by_kind),
-            "unseen": unseen, "acknowledged": len(faults.acked), "served": len(served), "lost": lost,
+            "unseen": unseen, "storage_alert_missing": sum("(alert missing)" in f["detail"] for f in injected),
+            "acknowledged": len(faults.acked), "served": len(served), "lost": lost,
             "dead_agents": dead_agents, "controller_ready": faults.ready(), "clocks": clocks,
             "injected": injected}
 
@@ -143,7 +144,8 @@ def main(minutes: Annotated[float, typer.Option(min=0.1, help="How long to injec
     summary = {k: report[k] for k in ("minutes", "faults", "by_kind", "acknowledged", "served")}
     out.print(f"{summary}\nlost {len(report['lost'])}, dead agents {len(report['dead_agents'])}, "
               f"controller ready {report['controller_ready']}, clocks within bound {report['clocks']['ok']}, "
-              f"faults not seen {len(report['unseen'])}\nraw: {path}")
+              f"faults not seen {len(report['unseen'])}, storage faults /readyz saw but the API's alert did not "
+              f"show within 10 s {report['storage_alert_missing']}\nraw: {path}")
     for p in problems:
         err.print(f"[red]{p}[/red]")
     if problems:

@@ -118,28 +118,39 @@ class Faults:
         back = self.wait(lambda: read_states(agents.state_dir).get(host, {}).get("pid") == new_pid, 30.0)
         return back, f"{host} killed -9 and restarted"
 
+    def storage_seen(self, faults: tuple[str, ...], within_s: float) -> tuple[bool, str]:
+        """Whether a storage fault was seen within_s: /readyz failing (it reads no database) or the
+        storage alert in the API (whose route may wait behind pushes waiting on storage); when each."""
+        t0, when = time.monotonic(), {}
+
+        def check() -> bool:
+            for name, failing in (("readyz", lambda: not self.ready()), ("alert", lambda: self.storage_alert(*faults))):
+                if name not in when and failing():
+                    when[name] = time.monotonic() - t0
+            return len(when) == 2
+        self.wait(check, within_s)
+        said = ", ".join(f"{k} after {v:.1f} s" for k, v in sorted(when.items())) or "nothing"
+        return bool(when), f"{said} (alert missing)" if "alert" not in when else said
+
     def db_lock(self) -> tuple[bool, str]:
-        hold_s = self.rng.uniform(9.0, 12.0)  # well past the controller's 5 s busy wait
+        hold_s = self.rng.uniform(STORAGE_ALERT_S, STORAGE_ALERT_S + 2)  # well past the 5 s busy wait
         db = sqlite3.connect(self.db, timeout=10.0, isolation_level=None)
         try:
             db.execute("BEGIN EXCLUSIVE")
-            t0 = time.monotonic()
-            # /readyz reads no database; the alerts route may wait behind pushes that wait on the lock
-            seen = self.wait(lambda: not self.ready() or self.storage_alert("busy", "io"), hold_s)
-            detected_s = time.monotonic() - t0
+            seen, said = self.storage_seen(("busy", "io"), hold_s)
             db.execute("ROLLBACK")
         finally:
             db.close()
-        return seen and self.wait(self.ready, 20.0), f"locked {hold_s:.1f} s, seen after {detected_s:.1f} s"
+        return seen and self.wait(self.ready, 20.0), f"locked {hold_s:.1f} s: {said}"
 
     def db_delete(self) -> tuple[bool, str]:
         away = self.db.with_name(self.db.name + ".away")
         os.rename(self.db, away)  # as a deletion looks to the controller; put back (same inode) below
         try:
-            seen = self.wait(lambda: self.storage_alert("deleted"), STORAGE_ALERT_S)
+            seen, said = self.storage_seen(("deleted",), STORAGE_ALERT_S)
         finally:
             os.rename(away, self.db)
-        return seen and self.wait(self.ready, 20.0), "database file removed, then put back"
+        return seen and self.wait(self.ready, 20.0), f"database file removed, then put back: {said}"
 
     def link_flap(self) -> tuple[bool, str]:
         link = self.rng.choice(self.lab.topology.links)
