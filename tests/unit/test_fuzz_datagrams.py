@@ -190,7 +190,8 @@ def test_a_map_moves_our_clock_only_from_the_solver_and_only_when_finite(maps):
     router.deliver(json.dumps({"t": "map", "hosts": maps}).encode(), (ctx.addresses["h0"], 7299))
     if clock.sync.mapping is not None:
         m = clock.sync.mapping
-        assert all(abs(v) < float("inf") for v in (m.t0_ns, m.offset_ns, m.drift, m.uncertainty_ns))
+        # the bound may be infinite (a host the solver could not sync): only never NaN or negative
+        assert all(abs(v) < float("inf") for v in (m.t0_ns, m.offset_ns, m.drift)) and m.uncertainty_ns >= 0
 
 
 def test_the_engine_reflects_a_sealed_probe_and_expires_what_it_reflected(engine):
