@@ -83,13 +83,22 @@ def test_in_band_owd_sees_the_standing_queue_and_the_idle_floor(fleet):
         wait_for("in-band OWD of both jobs", lambda: out_owd("Q", "h0") and out_owd("I", "h1"), timeout_s=90,
                  every_s=1.0)
         queued, idle = [], []
-        for _ in range(8):  # windows of 2 s: a cubic sawtooth fills the FIFO in some, not all
+
+        def truth_and_tolerance() -> tuple[float, float]:
+            truth = QUEUE_NS + min(w["min_ns"] for w in idle)
+            return truth, max(10_000, 0.05 * truth)
+
+        # windows of 2 s: a cubic sawtooth fills the FIFO in some, not all (fewer on a busy
+        # machine, where the sender is slower to refill it): read until one window saw it full
+        while len(queued) < 16:
             queued.append(wait_for("Q's OWD", lambda: out_owd("Q", "h0"), timeout_s=10))
             idle.append(wait_for("I's OWD", lambda: out_owd("I", "h1"), timeout_s=10))
+            truth, tolerance = truth_and_tolerance()
+            if len(queued) >= 4 and abs(max(w["p99_ns"] for w in queued) - truth) <= tolerance:
+                break
             time.sleep(2)
         floor = min(w["min_ns"] for w in idle)
-        truth = QUEUE_NS + floor
-        tolerance = max(10_000, 0.05 * truth)
+        truth, tolerance = truth_and_tolerance()
         top = max(w["p99_ns"] for w in queued)
         print(f"\nqueue {QUEUE_NS / 1e6:.2f} ms + floor {floor / 1e3:.0f} us = truth {truth / 1e6:.2f} ms; "
               f"in-band p99 by window (ms): {[round(w['p99_ns'] / 1e6, 2) for w in queued]}; "

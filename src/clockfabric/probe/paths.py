@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from clockfabric.errors import ClockfabricError
+from clockfabric.topology.classes import PRIORITY_DSCP
 
 # Candidate source ports: above the kernel's ephemeral range (32768-60999, so connect() never
 # hands one out behind our back) and the collective's listen ports (20000-32000).
@@ -105,6 +106,10 @@ def _sockets(src: str, ttl: int, proto: int, device: str | None) -> tuple[socket
         probe = socket.socket(socket.AF_INET, socket.SOCK_RAW, proto)  # the kernel adds the IP header
         try:
             probe.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+            # the time-and-control class where the fabric has one: a trace of a flow that fills a
+            # FIFO is otherwise dropped in the very queue it should see past (ECMP hashes ports,
+            # not the DSCP, so the path is the flow's own)
+            probe.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, PRIORITY_DSCP << 2)
             if device:  # a rail: out of this NIC, whatever the routes prefer
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, device.encode())
             probe.bind((src, 0))
