@@ -89,6 +89,9 @@ class SqlStorage(ABC):
     ID: str  # the auto-numbered key column's type
     LATEST_OPTIONS: str  # what follows the `latest` table's definition
     TABLE_EXISTS: str  # a query giving a row if the table named by its one parameter exists
+    # taken first in the transaction that creates the schema, so replicas that start together take
+    # turns (CREATE ... IF NOT EXISTS is not safe against a concurrent CREATE); "" where writes are serial
+    SCHEMA_LOCK = ""
 
     def _q(self, sql: str) -> str:
         """The shared SQL, written with ? placeholders, in the driver's style."""
@@ -164,6 +167,8 @@ class SqlStorage(ABC):
                 return  # nothing to write: a read-only copy still opens for reading
         try:
             with self._write() as cur:
+                if self.SCHEMA_LOCK:
+                    cur.execute(self.SCHEMA_LOCK)
                 for statement in SCHEMA.format(id=self.ID, latest_options=self.LATEST_OPTIONS).split(";"):
                     if statement.strip():
                         cur.execute(statement)
