@@ -1,6 +1,6 @@
-"""Replicas started together on one new PostgreSQL database each open it: the schema (and the lease
-table) is created once,
-the others wait for it (without the lock, concurrent CREATE TABLE IF NOT EXISTS fails one of them)."""
+"""Replicas started together on one new PostgreSQL database each open it: the schema and the leases
+table are created once, the others wait for them (without the lock, concurrent CREATE TABLE IF NOT
+EXISTS fails one of them)."""
 
 from __future__ import annotations
 
