@@ -1,5 +1,5 @@
-"""Group commit: pushes that arrive while another is being written wait for the storage's lock, and
-whichever thread takes it next writes all that wait, in one transaction.
+"""Group commit: pushes that arrive while another batch is being written wait for it to finish, and
+then one of them writes all that wait, in one transaction.
 
 One commit (one fsync on PostgreSQL, one BEGIN/COMMIT on SQLite) and one insert of samples serve
 many pushes: under load the cost per push falls as the batch grows, and an idle controller writes
