@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,40 +56,51 @@ def parse(body: bytes, bounds: Bounds = Bounds()) -> Any:
         raise _refused((), "json_invalid", f"nested deeper than {bounds.max_depth}") from None
     except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise _refused((), "json_invalid", f"JSON decode error: {e}") from None
-    if (fault := check(value, bounds)) is not None:
+    if (fault := check(value, bounds, strings=not _strings_in_bounds(body, bounds))) is not None:
         raise _refused(*fault)
     return value
 
 
-def check(value: Any, bounds: Bounds) -> tuple[tuple, str, str] | None:
-    """The first fault of a parsed JSON value, as (place, type, reason); None when all is in bounds:
-    NaN and Infinity (not JSON; a number past a double's range parses as Infinity), integers outside
-    signed 64 bits, lone surrogates (not UTF-8), and `bounds`. A stack, not recursion: depth is
-    what is being checked."""
-    stack: list[tuple[tuple, Any]] = [((), value)]
+# a \u escape of a surrogate (\ud800-\udfff), the one way an ASCII body can hold one
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _strings_in_bounds(body: bytes, bounds: Bounds) -> bool:
+    """Whether the body's text alone shows that every string and key is in bounds: an ASCII body
+    no longer than max_string holds no longer string, and no lone surrogate but by an escape.
+    What an agent sends (ensure_ascii JSON of a few kB) passes, sparing a look at each string."""
+    return len(body) <= bounds.max_string and body.isascii() and _SURROGATE_ESCAPE.search(body) is None
+
+
+def check(value: Any, bounds: Bounds, strings: bool = True) -> tuple[tuple, str, str] | None:
+    """The first fault of a value json.loads made, as (place, type, reason); None when all is in
+    bounds: NaN and Infinity (not JSON; a number past a double's range parses as Infinity), integers
+    outside signed 64 bits, lone surrogates (not UTF-8), and `bounds`. `strings=False` skips strings
+    and keys (known good from the body's text). A stack of containers, not recursion: depth is what
+    is being checked; a container's scalars are checked where they stand (by exact type: json.loads
+    makes no subclasses), their place built only for a fault."""
+    stack: list[tuple[tuple, Any]] = [((), [value])]  # the value as the one item of a placeless list
     while stack:
         loc, v = stack.pop()
-        if isinstance(v, str):
-            if (why := _bad_string(v, bounds)) is not None:
-                return loc, "string_invalid", why
-        elif isinstance(v, float):
-            if not math.isfinite(v):
-                return loc, "finite_number", f"{v} is not JSON; send a finite number (or null)"
-        elif isinstance(v, int) and not isinstance(v, bool):
-            if not INT_MIN <= v <= INT_MAX:
-                return loc, "int_range", f"integer {v} is outside signed 64 bits"
-        elif isinstance(v, (list, dict)):
-            if len(loc) >= bounds.max_depth:
-                return loc, "too_deep", f"nested deeper than {bounds.max_depth}"
+        if loc:
+            if len(loc) - 1 >= bounds.max_depth:
+                return loc[1:], "too_deep", f"nested deeper than {bounds.max_depth}"
             if len(v) > bounds.max_items:
-                return loc, "too_long", f"{len(v)} entries, more than {bounds.max_items}"
-            if isinstance(v, dict):
-                for key, item in v.items():
-                    if (why := _bad_string(key, bounds)) is not None:
-                        return loc, "key_invalid", f"a key: {why}"
-                    stack.append(((*loc, key), item))
-            else:
-                stack.extend(((*loc, i), item) for i, item in enumerate(v))
+                return loc[1:], "too_long", f"{len(v)} entries, more than {bounds.max_items}"
+        for key, item in (v.items() if type(v) is dict else enumerate(v)):
+            if strings and type(key) is str and (why := _bad_string(key, bounds)) is not None:
+                return loc[1:], "key_invalid", f"a key: {why}"
+            kind = type(item)
+            if kind is str:
+                if strings and (why := _bad_string(item, bounds)) is not None:
+                    return (*loc, key)[1:], "string_invalid", why
+            elif kind is float:
+                if not math.isfinite(item):
+                    return (*loc, key)[1:], "finite_number", f"{item} is not JSON; send a finite number (or null)"
+            elif kind is dict or kind is list:
+                stack.append(((*loc, key), item))
+            elif kind is int and not INT_MIN <= item <= INT_MAX:
+                return (*loc, key)[1:], "int_range", f"integer {item} is outside signed 64 bits"
     return None
 
 

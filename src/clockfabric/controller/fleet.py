@@ -43,6 +43,7 @@ class Fleet:
         for h in hosts:
             storage.enroll(h, now)
         self.stale: set[str] = set()
+        self._known: set[str] = set()  # hosts found in storage, for pushes without --enroll-unknown
 
     @property
     def monitor(self) -> Any:
@@ -50,20 +51,23 @@ class Fleet:
 
     def push(self, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
              dropped_events: int, paths: list | None = None) -> dict:
-        """`paths`: the host's path map (agent.pathmap rows), when its agent sends one."""
+        """`paths`: the host's path map (agent.pathmap rows), when its agent sends one. Stored outside
+        the fleet's lock: pushes that arrive together share one transaction (storage.batch)."""
         now = self.clock()
-        with self.lock:
-            if self.storage.host(host) is None and not self.enroll_unknown:
+        if not self.enroll_unknown and host not in self._known:
+            if self.storage.host(host) is None:
                 raise UnknownHost(host)  # else the push enrols it: `seen` does
-            evs = [Event(host=host, seq=e["seq"], boot=boot, t_ns=e["t_ns"], kind=e["kind"],
-                         device=e.get("device", ""), detail=e.get("detail", {}), synced=e.get("synced", True))
-                   for e in events]
-            if dropped_events:
-                evs.append(Event(host=host, seq=0, boot=f"{boot}:drop:{now}", t_ns=now, kind="events_dropped",
-                                 detail={"count": dropped_events}, synced=False))
-            sams = [Sample(host=host, t_ns=s.get("t_ns") or now, name=s["name"], value=float(s["value"]),
-                           labels=s.get("labels", {})) for s in samples]
-            new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, sams)
+            self._known.add(host)  # hosts are never removed: one look per host suffices
+        evs = [Event(host=host, seq=e["seq"], boot=boot, t_ns=e["t_ns"], kind=e["kind"],
+                     device=e.get("device", ""), detail=e.get("detail", {}), synced=e.get("synced", True))
+               for e in events]
+        if dropped_events:
+            evs.append(Event(host=host, seq=0, boot=f"{boot}:drop:{now}", t_ns=now, kind="events_dropped",
+                             detail={"count": dropped_events}, synced=False))
+        sams = [Sample(host=host, t_ns=s.get("t_ns") or now, name=s["name"], value=float(s["value"]),
+                       labels=s.get("labels", {})) for s in samples]
+        new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, sams)
+        with self.lock:
             self.stale.discard(host)
             monitor = self.monitor
             if monitor is not None:

@@ -19,6 +19,8 @@ import uuid
 
 import psycopg
 
+from clockfabric.controller.storage.postgres import PostgresStorage
+
 log = logging.getLogger(__name__)
 TTL_S = 5.0  # renewed every tick (1 s): a dead leader is replaced within TTL_S + a tick
 NAME = "controller"
@@ -52,7 +54,10 @@ class Lease:
         self.holder = holder or holder_id()
         self.generation = 0  # the generation this replica holds; 0: none
         self._conn: psycopg.Connection | None = None
-        self._connection().execute(SCHEMA)
+        conn = self._connection()
+        with conn.transaction():  # replicas that start together create the table in turn
+            conn.execute(PostgresStorage.SCHEMA_LOCK)
+            conn.execute(SCHEMA)
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:

@@ -32,6 +32,7 @@ class PostgresStorage(SqlStorage):
     TABLE_EXISTS = "SELECT 1 WHERE to_regclass(?) IS NOT NULL"  # in the search path, as the queries see it
     INDEX_EXISTS = TABLE_EXISTS  # an index is a relation too
     JOBID = "(labels::jsonb ->> 'jobid')"
+    SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7401)"  # any fixed key; released at commit
 
     def __init__(self, dsn: str) -> None:
         super().__init__()

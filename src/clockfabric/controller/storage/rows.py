@@ -45,7 +45,26 @@ def event(row) -> Event:
 
 
 def sample_values(s: Sample, id_: int) -> tuple:
-    return id_, s.host, s.t_ns, s.name, s.value, dumps(s.labels)
+    return id_, s.host, s.t_ns, s.name, s.value, labels_text(s.labels)
+
+
+_LABELS_CACHE_MAX = 200_000  # series; past it the cache starts afresh
+_labels_cache: dict[tuple, str] = {}
+
+
+def labels_text(labels: dict) -> str:
+    """`dumps(labels)`, remembered by the labels' items: a host pushes the same series every time,
+    and a lookup costs a third of encoding them again. Only text values are remembered: 1, 1.0 and
+    True are equal keys that encode apart."""
+    if not all(type(v) is str for v in labels.values()):
+        return dumps(labels)
+    key = tuple(labels.items())
+    text = _labels_cache.get(key)
+    if text is None:
+        if len(_labels_cache) >= _LABELS_CACHE_MAX:
+            _labels_cache.clear()
+        text = _labels_cache[key] = dumps(labels)
+    return text
 
 
 def sample(row) -> Sample:

@@ -13,10 +13,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from clockfabric.controller.storage import retention, rows
 from clockfabric.controller.storage.base import Alert, Audit, Event, FenceLost, Host, Sample, StorageError
+from clockfabric.controller.storage.batch import GroupCommit
 from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,23 @@ UPSERT_LATEST = f"""INSERT INTO latest (name, host, labels, t_ns, value, sample_
     {LATEST_CONFLICT}"""
 
 
+@dataclass(frozen=True)
+class Push:
+    """add_push's arguments, waiting for their transaction."""
+    host: str
+    now_ns: int
+    info: dict
+    events: list[Event]
+    samples: list[Sample]
+
+
 class SqlStorage(ABC):
     """One connection, one lock: a FastAPI app's threads take turns. Subclasses provide the hooks below."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._fence = threading.local()  # this thread's guard, while it writes as the leader
+        self._pushes: GroupCommit[Push, int] = GroupCommit(self._lock, self._store_pushes)
 
     # ---- dialect hooks ---------------------------------------------------------------------------
     ID: str  # the auto-numbered key column's type
@@ -84,6 +96,9 @@ class SqlStorage(ABC):
     TABLE_EXISTS: str  # a query giving a row if the table named by its one parameter exists
     INDEX_EXISTS: str  # the same for an index
     JOBID: str  # the SQL expression of a sample's `jobid` label (NULL where it has none)
+    # taken first in the transaction that creates the schema, so replicas that start together take
+    # turns (CREATE ... IF NOT EXISTS is not safe against a concurrent CREATE); "" where writes are serial
+    SCHEMA_LOCK = ""
 
     def _q(self, sql: str) -> str:
         """The shared SQL, written with ? placeholders, in the driver's style."""
@@ -129,8 +144,14 @@ class SqlStorage(ABC):
 
     @contextmanager
     def _write(self) -> Iterator:
+        with self._lock, self._locked_write() as cur:
+            yield cur
+
+    @contextmanager
+    def _locked_write(self) -> Iterator:
+        """A write transaction (fenced as _write), for a caller that holds the lock."""
         guard = getattr(self._fence, "guard", None)
-        with self._lock, self._errors(), self._transaction() as cur:
+        with self._errors(), self._transaction() as cur:
             if guard is not None:
                 cur.execute(self._q(guard[0]), guard[1])
                 if cur.fetchone() is None:
@@ -155,6 +176,8 @@ class SqlStorage(ABC):
             log.info("adding %s to the database", ", ".join(missing))
         try:
             with self._write() as cur:
+                if self.SCHEMA_LOCK:
+                    cur.execute(self.SCHEMA_LOCK)
                 for statement in SCHEMA.format(id=self.ID, latest_options=self.LATEST_OPTIONS,
                                                jobid=self.JOBID).split(";"):
                     if statement.strip():
@@ -236,12 +259,20 @@ class SqlStorage(ABC):
     # ---- a push, whole -----------------------------------------------------------------------------
     def add_push(self, host: str, now_ns: int, info: dict, events: list[Event], samples: list[Sample]) -> int:
         """A host's push in one transaction: its events (as add_events), its samples, and `seen`; all
-        of it is stored or none. Returns how many events were new."""
-        with self._write() as cur:
-            new = self._add_events(cur, events) if events else 0
+        of it is stored or none. Pushes made meanwhile by other threads share the transaction (batch.py).
+        Returns how many events were new."""
+        return self._pushes.submit(Push(host, now_ns, info, events, samples))
+
+    def _store_pushes(self, pushes: list[Push]) -> list[int]:
+        """Pushes in one transaction (the lock held): events push by push, for each one's count of new
+        ones; every push's samples in one insert; then each host seen, in arrival order."""
+        with self._locked_write() as cur:
+            new = [self._add_events(cur, p.events) if p.events else 0 for p in pushes]
+            samples = [s for p in pushes for s in p.samples]
             if samples:
                 self._add_samples(cur, samples)
-            self._seen(cur, host, now_ns, info)
+            for p in pushes:
+                self._seen(cur, p.host, p.now_ns, p.info)
         return new
 
     def samples(self, *, name: str | None = None, host: str | None = None, since_ns: int | None = None,
