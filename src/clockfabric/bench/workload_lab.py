@@ -24,7 +24,9 @@ conn, _ = srv.accept()
 while conn.recv(1 << 16):
     pass
 """
-# argv: address, port, source address, source port (0: any), chunk bytes, pause s, DSCP
+# argv: address, port, source address, source port (0: any), chunk bytes, pause s, DSCP. CUBIC, named:
+# a namespace takes the machine's default, and BBR (this machine's) keeps the FIFOs the faults need short
+
 SENDER = """
 import socket, sys, time
 address, port, source, sport, chunk, pause, dscp = sys.argv[1:8]
@@ -33,6 +35,7 @@ for _ in range(150):
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(dscp) << 2)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
         s.bind((source, int(sport)))
         s.connect((address, int(port)))
         break
