@@ -63,8 +63,9 @@ def fleet(make_lab):
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "on an idle machine the sampled p99 peaks at 17-24 ms against the 36.3 ms the FIFO holds, with cubic "
-    "or BBR; it met the truth within 1% only on a loaded one: why the FIFO never shows full is not found yet"))
+    "with CUBIC senders the peak window p99 reads 37-40.6 ms against the 36.3 ms the FIFO's bytes take at "
+    "10 Mbit/s: up to 12% over the 5% tolerance; whether the lab's queue holds more than that model or the "
+    "samples read long is not settled yet"))
 def test_in_band_owd_sees_the_standing_queue_and_the_idle_floor(fleet):
     lab = fleet.lab
     address = {h: str(lab.topology.hosts[h].address) for h in lab.topology.hosts}
