@@ -1,6 +1,7 @@
 """Traffic classes on a real lab: DSCP picks each port's class, and clock probes in the
-priority class keep the clock within microseconds while bulk TCP saturates a host link, where
-the same probes sharing the one FIFO with the bulk traffic do not."""
+priority class keep the clock within a microsecond while bulk TCP saturates a host link. (With
+one FIFO the same probes used to miss that; the bound-aware solve now holds it there too in this
+scenario, so the test reports the one-FIFO figure beside the other rather than asserting a miss.)"""
 
 import dataclasses
 import time
@@ -12,8 +13,8 @@ from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, TrafficClasses, leafspine
 
 LOADED, QUIET = "h2", "h3"  # bulk TCP h2 -> h3: h2's NIC queue fills (both under leaf1)
-# p99 |error| of the loaded host: measured 0.07-0.17 us with classes; with one FIFO p50 1.4-3.4 us,
-# p99 2.2-26 us (2-core machine, docs/clock.md): 1 us leaves room on both sides
+# p99 |error| of the loaded host: measured 0.07-0.17 us with classes (2-core machine, docs/clock.md);
+# with one FIFO 2.2-26 us before the bound-aware solve, 0.31 us after it (one CI run)
 BOUND_NS = 1_000
 RUN_S, SETTLE_S = 40.0, 20.0  # agents run this long; errors count from SETTLE_S on
 
@@ -66,8 +67,6 @@ def test_probes_in_the_priority_class_hold_the_clock_under_saturation(make_lab):
 
     assert with_classes["samples"] > 50, with_classes
     assert with_classes["p99_ns"] < BOUND_NS, with_classes
-    # sharing the bulk FIFO the clock misses the bound, or never syncs at all
-    assert one_fifo["samples"] == 0 or one_fifo["p99_ns"] > BOUND_NS, one_fifo
 
 
 def test_impairments_keep_every_port_classed(make_lab):
