@@ -4,6 +4,7 @@ against real controllers on loopback, two replicas sharing one database file."""
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 import zlib
@@ -44,7 +45,7 @@ def dead_url() -> str:
 
 
 def pusher(urls: str, host: str = "h1", interval_s: float = 0.05) -> Pusher:
-    return Pusher(urls, TOKEN, host, interval_s=interval_s,
+    return Pusher(urls, TOKEN, host, interval_s=interval_s, rng=random.Random(0),
                   snapshot=lambda: ([{"t_ns": time.time_ns(), "kind": "tick"}], [], {}))
 
 
@@ -93,7 +94,7 @@ def test_every_replica_down_backs_off_after_a_round():
     p.start()
     time.sleep(0.5)
     p.stop(), p.join(12)
-    # two at once, then a doubling backoff from 0.02 s: a handful of tries, not hundreds
+    # two at once, then a jittered backoff whose cap doubles from 0.02 s: a handful of tries, not hundreds
     assert 2 <= p.counters["push_failures"] <= 16
 
 

@@ -10,8 +10,10 @@ Several controller replicas may be given (URLs, comma-separated): each agent sta
 its host name hashes to, so a fleet spreads over them, and stays there until a push fails.
 
 What the controller cannot take for now (5xx, a timeout, 401, 408, 429) is sent again: to the
-next replica at once, and after a failure on every one, with backoff and at no sooner than the
-last Retry-After. What it refuses as invalid (any other 4xx) would
+next replica at once, and after a failure on every one, after an exponential backoff with full
+jitter (a random wait up to interval * 2^rounds, capped at MAX_BACKOFF_S: a fleet that lost its
+controller together does not come back in step) and no sooner than the longest Retry-After the
+round was given (seconds or an HTTP date). What it refuses as invalid (any other 4xx) would
 be refused for ever: those events are quarantined (counted, logged, dropped), the ones the
 refusal names if it names any, else the push's, and the stream goes on with the events after them.
 """
@@ -20,12 +22,16 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import ssl
 import threading
+import time
 import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from itertools import islice
 
 import httpx
@@ -47,11 +53,12 @@ class Pusher(threading.Thread):
     def __init__(self, url: str, token: str, host: str, *, snapshot: Callable[[], tuple[list[dict], list[dict], dict]],
                  interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS,
                  verify: str | bool | ssl.SSLContext = True,
-                 paths: Callable[[], list] | None = None):
+                 paths: Callable[[], list] | None = None, rng: random.Random | None = None):
         """`url`: the controller's URL, or its replicas' URLs comma-separated.
         `snapshot()` returns (new events, current samples, agent info); events are taken from
         the caller's sources exactly once, so they must be kept here until the controller has them.
-        `paths()`: the host's path map (agent.pathmap rows), sent whole with every push."""
+        `paths()`: the host's path map (agent.pathmap rows), sent whole with every push.
+        `rng`: the backoff's jitter (tests give a seeded one)."""
         super().__init__(name="controller-push", daemon=True)
         self.urls = [u.strip().rstrip("/") + "/api/v1/push" for u in url.split(",") if u.strip()]
         if not self.urls:
@@ -68,7 +75,8 @@ class Pusher(threading.Thread):
         self.counters = {"pushes": 0, "push_failures": 0, "events_sent": 0, "events_dropped": 0,
                          "quarantined": 0}
         self._unreported_drops = 0
-        self._retry_after_s = 0.0  # the controller's last Retry-After
+        self._retry_after_s = 0.0  # the last push's Retry-After
+        self._rng = rng or random.Random()
         self._last_refusal = ""
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -102,21 +110,26 @@ class Pusher(threading.Thread):
             self.pending.append({"seq": self.seq, **e})
 
     def run(self) -> None:
-        backoff = wait = self.interval_s
+        wait = self.interval_s
+        rounds = 0  # rounds in a row in which every replica failed
+        asked_s = 0.0  # the longest Retry-After of this round
         try:
             while not self._stopping.is_set():
                 self._wake.wait(wait)
                 self._wake.clear()
                 if self.push_once():
-                    backoff = wait = self.interval_s
+                    wait, rounds, asked_s = self.interval_s, 0, 0.0
                     self._failed_in_row = 0
                     continue
                 self._failed_in_row += 1
                 self._at = (self._at + 1) % len(self.urls)
+                asked_s = max(asked_s, self._retry_after_s)
                 if self._failed_in_row % len(self.urls):
                     wait = 0.0  # a replica not tried since the last success: at once
                 else:
-                    backoff = wait = max(min(MAX_BACKOFF_S, backoff * 2), self._retry_after_s)
+                    rounds += 1
+                    wait = max(backoff_s(rounds, self.interval_s, self._rng), asked_s)
+                    asked_s = 0.0
             self.push_once()  # a last one: what happened just before we stopped
         finally:
             self._client.close()
@@ -140,7 +153,7 @@ class Pusher(threading.Thread):
             self._quarantine(batch, r)
             return True
         if r.status_code != 200:
-            self._retry_after_s = _retry_after(r)
+            self._retry_after_s = retry_after_s(r.headers.get("retry-after"))
             return self._failed(f"HTTP {r.status_code}: {r.text[:200]}")
         self._taken(batch)
         self._unreported_drops = 0
@@ -189,12 +202,30 @@ def _event_indexes(r: httpx.Response) -> set[int]:
             and e["loc"][:2] == ["body", "events"] and len(e["loc"]) > 2 and isinstance(e["loc"][2], int)}
 
 
-def _retry_after(r: httpx.Response) -> float:
-    """Seconds the controller asked to wait (Retry-After in seconds; 0 if none), at most MAX_RETRY_AFTER_S."""
-    try:
-        return min(MAX_RETRY_AFTER_S, max(0.0, float(r.headers.get("retry-after", 0))))
-    except ValueError:  # an HTTP date: the backoff does
+def backoff_s(rounds: int, base_s: float, rng: random.Random) -> float:
+    """The wait after `rounds` failed rounds in a row: full jitter, uniform in
+    [0, min(MAX_BACKOFF_S, base_s * 2^rounds)]."""
+    return rng.uniform(0.0, min(MAX_BACKOFF_S, base_s * 2.0 ** min(rounds, 32)))
+
+
+def retry_after_s(value: str | None, now_s: float | None = None) -> float:
+    """Seconds a Retry-After header asks for, in delta-seconds or as an HTTP date (RFC 9110
+    10.2.3): 0 if none or unreadable, at most MAX_RETRY_AFTER_S."""
+    if not value:
         return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return 0.0
+        if when.tzinfo is None:  # "-0000": an HTTP date is always UTC
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - (time.time() if now_s is None else now_s)
+    if not math.isfinite(seconds):
+        return 0.0
+    return min(MAX_RETRY_AFTER_S, max(0.0, seconds))
 
 
 def link_payload(watcher, after_seq: int,
