@@ -188,3 +188,49 @@ def test_the_prometheusrule_is_well_formed():
             assert ("record" in r) != ("alert" in r), r
             assert isinstance(r["expr"], str) and r["expr"]
             assert set(r) <= {"record", "alert", "expr", "for", "labels", "annotations"}, r
+
+
+def secret_references(node, under: str = "") -> list[tuple[str, str | None]]:
+    """Every (Secret name, key or None for the whole Secret) a manifest refers to, wherever it does:
+    volumes (also projected), env secretKeyRef, envFrom secretRef, imagePullSecrets, and the
+    prometheus-operator's SecretKeySelectors (credentials, bearerTokenSecret, basicAuth)."""
+    found: list[tuple[str, str | None]] = []
+    if isinstance(node, list):
+        for item in node:
+            found += (([(item["name"], None)] if under == "imagePullSecrets" and isinstance(item, dict) else [])
+                      + secret_references(item, under))
+        return found
+    if not isinstance(node, dict):
+        return found
+    if under == "secret":  # a volume's secretName, or a projected source's name
+        name = node.get("secretName", node.get("name"))
+        found += [(name, item["key"]) for item in node.get("items", [])] or [(name, None)]
+    elif under in ("secretKeyRef", "credentials", "bearerTokenSecret", "username", "password") and "name" in node:
+        found.append((node["name"], node.get("key")))
+    elif under == "secretRef" and "name" in node:
+        found.append((node["name"], None))
+    for key, value in node.items():
+        found += secret_references(value, key)
+    return found
+
+
+def test_every_secret_a_manifest_refers_to_is_defined_with_its_keys():
+    """A manifest applied with a Secret missing leaves its pods waiting (ContainerCreating with
+    FailedMount for a volume, CreateContainerConfigError for an env reference): every Secret and key
+    referred to must be one the manifests define (docs/deploy.md, "A missing Secret")."""
+    secrets = {d["metadata"]["name"]: {*d.get("data", {}), *d.get("stringData", {})} for d in by_kind("Secret")}
+    refs = [(d["kind"], d["metadata"]["name"], ref) for d in documents() if d["kind"] != "Secret"
+            for ref in secret_references(d)]
+    assert {kind for kind, _, _ in refs} >= {"DaemonSet", "Deployment", "ServiceMonitor"}  # the walk finds them
+    for kind, name, (secret, key) in refs:
+        assert secret in secrets, f"{kind} {name} refers to Secret {secret!r}, which no manifest defines"
+        assert key is None or key in secrets[secret], f"{kind} {name} wants key {key!r} of Secret {secret!r}"
+
+
+def test_the_secret_walk_finds_env_and_image_pull_references():
+    pod = {"imagePullSecrets": [{"name": "pull"}],
+           "containers": [{"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+                           "envFrom": [{"secretRef": {"name": "all"}}]}],
+           "volumes": [{"name": "v", "projected": {"sources": [{"secret": {"name": "p", "items": [{"key": "a"}]}}]}}]}
+    assert sorted(secret_references(pod), key=str) == sorted(
+        [("pull", None), ("s", "k"), ("all", None), ("p", "a")], key=str)

@@ -18,7 +18,7 @@ import clockfabric
 
 ROOT = "clockfabric"  # the package itself (`__version__`) counts with the foundations
 LAYERS = [
-    {ROOT, "units", "errors", "registry", "yamlfile", "console", "lldp", "auth"},
+    {ROOT, "units", "errors", "registry", "yamlfile", "console", "logs", "lldp", "auth"},
     {"topology"},
     {"lab"},
     {"probe", "clock", "telemetry", "traffic", "collective", "audit", "workload", "train"},
@@ -34,6 +34,7 @@ PEER_IMPORTS = {
     ("registry", "errors"): "a name not registered is a user's mistake: one clear line",
     ("yamlfile", "errors"): "a malformed file is a user's mistake: one clear line",
     ("console", "errors"): "a command's unmet precondition is one clear line",
+    ("logs", "errors"): "an unknown --log-format is one clear line",
     ("auth", "errors"): "a malformed key file is a user's mistake: one clear line",
     ("clock", "probe"): "pair fits and the sync service read the probes' timestamps",
     ("collective", "probe"): "the workers learn each subflow's spine with probe.paths",

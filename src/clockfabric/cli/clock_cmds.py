@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import time
@@ -18,6 +17,7 @@ from clockfabric.clock.evaluate import Sampler, coverage, read_states, since, su
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
+from clockfabric.logs import LOG_FORMAT_HELP, setup_logging
 from clockfabric.topology import load
 from clockfabric.topology.classes import PRIORITY_DSCP
 from clockfabric.units import parse_duration
@@ -26,6 +26,7 @@ LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab
 JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts.")
 PeersOpt = typer.Option(10, "--peers", min=1, help="Peers each host probes (K).")
 WindowOpt = typer.Option(2.0, "--window", min=0.2, help="Seconds of probes in each pair fit.")
+LogFormatOpt = typer.Option("text", "--log-format", help=LOG_FORMAT_HELP)
 ProbeRateOpt = typer.Option(20.0, "--probe-rate", min=1.0, max=1000.0,
                             help="Exchanges per second each host starts, over all its peers (the agent's CPU "
                                  "grows with it; slowed on slow links by --probe-budget).")
@@ -84,9 +85,10 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                                                help="Also run this telemetry collector (repeatable)."),
           no_collectors: list[str] = typer.Option([], "--no-collector", metavar="NAME",
                                                   help="Do not run this telemetry collector (repeatable)."),
+          log_format: str = LogFormatOpt,
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
+    setup_logging(log_format, verbose=verbose)
     if lab_name and topology:
         raise ClockfabricError("give --lab NAME (a lab host) or --topology FILE (a real fleet), not both")
     if both := sorted(set(collectors) & set(no_collectors)):

@@ -7,7 +7,6 @@ on every switch, and a clock agent on every host that pushes to the controller.
 
 from __future__ import annotations
 
-import logging
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -22,6 +21,7 @@ from clockfabric.controller.client import api, fetch_all, locate
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
+from clockfabric.logs import LOG_FORMAT_HELP, setup_logging
 from clockfabric.units import parse_duration
 
 if TYPE_CHECKING:  # `controller` and `switch-agent` start faster without the fleet runner's imports
@@ -31,6 +31,7 @@ LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab
 JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts.")
 ControllerOpt = typer.Option(None, "--controller", help="Controller URL (default: the lab's controller).")
 TokenOpt = typer.Option(None, "--token-file", help="File holding the fleet token.")
+LogFormatOpt = typer.Option("text", "--log-format", help=LOG_FORMAT_HELP)
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -64,6 +65,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                keep_minute_days: float = typer.Option(90.0, "--keep-minute-days",
                                                       help="Keep per-minute aggregates this many days "
                                                            "(hourly ones: for good)."),
+               log_format: str = LogFormatOpt,
                verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: agents push to it; it stores, detects and alerts, and serves the API.
     Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."""
@@ -76,7 +78,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
 
     if topology and lab_name:
         raise ClockfabricError("give --topology FILE or --lab NAME (whose nodes to enroll), not both")
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(message)s")
+    setup_logging(log_format, verbose=verbose)
     host, port = _listen(listen)
     listen_at = Listen(host, port, tls_cert, tls_key)
     listen_at.check()
@@ -108,10 +110,10 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
 
 def switch_agent(switch: str = typer.Option(..., "--switch", help="This switch's name."),
                  lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file: Path = TokenOpt,
-                 ca_file: str = typer.Option(None, "--ca-file")) -> None:
+                 ca_file: str = typer.Option(None, "--ca-file"), log_format: str = LogFormatOpt) -> None:
     """Watch a switch's links by netlink and push their events to the controller (the lab's switches)."""
     from clockfabric.agent.switch import SwitchAgent
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    setup_logging(log_format)
     lab = Lab.open(lab_name)
     if switch not in lab.topology.switches:
         raise ClockfabricError(f"{switch!r} is not a switch of lab {lab.name}")

@@ -44,6 +44,7 @@ class Fleet:
             storage.enroll(h, now)
         self.stale: set[str] = set()
         self._known: set[str] = set()  # hosts found in storage, for pushes without --enroll-unknown
+        self._refused: set[str] = set()  # hosts whose pushes were refused, logged once each
 
     @property
     def monitor(self) -> Any:
@@ -56,7 +57,7 @@ class Fleet:
         now = self.clock()
         if not self.enroll_unknown and host not in self._known:
             if self.storage.host(host) is None:
-                raise UnknownHost(host)  # else the push enrols it: `seen` does
+                self._refuse(host)
             self._known.add(host)  # hosts are never removed: one look per host suffices
         evs = [Event(host=host, seq=e["seq"], boot=boot, t_ns=e["t_ns"], kind=e["kind"],
                      device=e.get("device", ""), detail=e.get("detail", {}), synced=e.get("synced", True))
@@ -76,6 +77,15 @@ class Fleet:
                 if self.replica is None:  # a replica's leader reads every replica's pushes from the database
                     monitor.observe(evs, sams, now)
         return {"events_new": new, "events": len(evs), "samples": len(sams)}
+
+    def _refuse(self, host: str) -> None:
+        """A host not in the fleet file pushes: refused (the API answers 403 naming the fix), and
+        logged once per host, so the operator sees an agent running where the fleet file has no node."""
+        if host not in self._refused:
+            self._refused.add(host)
+            log.warning("refused pushes from host %s: not in the fleet topology (add it, or run the controller "
+                        "with --enroll-unknown)", host, extra={"host": host, "reason": "not_enrolled"})
+        raise UnknownHost(host)
 
     def tick(self) -> None:
         """Once a second: hosts that went quiet, and the alerts."""

@@ -49,7 +49,9 @@ def server(fleet: Fleet, token: str, listen: Listen, viewer_token: str | None = 
     app = create_app(fleet, token)
     allow_viewer(app, viewer_token)
     # an open dashboard's live stream never ends by itself: do not wait on it past a few seconds at exit
-    config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", timeout_graceful_shutdown=3,
+    # log_config=None: uvicorn's lines go to the root logger's handler, in the format it was set up with
+    config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning", log_config=None,
+                            timeout_graceful_shutdown=3,
                             ssl_certfile=str(listen.tls_cert) if listen.tls_cert else None,
                             ssl_keyfile=str(listen.tls_key) if listen.tls_key else None)
     return uvicorn.Server(config)
