@@ -55,6 +55,8 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                config: Path = typer.Option(None, "--config",
                                            help="Detector thresholds (YAML, see docs/monitoring.md)."),
                webhook: str = typer.Option(None, "--webhook", help="POST alerts (JSON) to this URL."),
+               alert_webhook: str = typer.Option(None, "--alert-webhook",
+                                                 help="POST alerts to this URL in Alertmanager's webhook format."),
                tls_cert: Path = typer.Option(None, "--tls-cert"), tls_key: Path = typer.Option(None, "--tls-key"),
                enroll_unknown: bool = typer.Option(False, "--enroll-unknown", help="Accept hosts not in the topology."),
                stale: float = typer.Option(5.0, "--stale", min=0.5,
@@ -69,6 +71,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: agents push to it; it stores, detects and alerts, and serves the API.
     Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."""
+    from clockfabric.controller.alerts import check_url
     from clockfabric.controller.fleet import Fleet
     from clockfabric.controller.monitor import Monitor
     from clockfabric.controller.retention import Retention
@@ -79,6 +82,9 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     if topology and lab_name:
         raise ClockfabricError("give --topology FILE or --lab NAME (whose nodes to enroll), not both")
     setup_logging(log_format, verbose=verbose)
+    for flag, url in (("--webhook", webhook), ("--alert-webhook", alert_webhook)):
+        if url:  # now, not when a replica takes the lease and builds its monitor
+            check_url(url, flag)
     host, port = _listen(listen)
     listen_at = Listen(host, port, tls_cert, tls_key)
     listen_at.check()
@@ -93,8 +99,9 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
         from clockfabric.controller.replica import Replica
 
         replica = Replica(storage, Lease(db), lambda: Monitor.create(storage, topology=topo, config=config,
-                                                                     webhook=webhook))
-    monitor = None if replica else Monitor.create(storage, topology=topo, config=config, webhook=webhook)
+                                                                     webhook=webhook, alert_webhook=alert_webhook))
+    monitor = None if replica else Monitor.create(storage, topology=topo, config=config, webhook=webhook,
+                                                  alert_webhook=alert_webhook)
     retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
     fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
                   monitor=monitor, replica=replica, retention=retention)

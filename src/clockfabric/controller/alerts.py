@@ -1,4 +1,5 @@
-"""Alerts: findings in; alerts opened and resolved in storage, each with a log line and a webhook.
+"""Alerts: findings in; alerts opened and resolved in storage, each with a log line and a webhook
+(and, with `alertmanager`, a post in Alertmanager's webhook format: controller.alertmanager).
 
 `AlertManager.sync` is called each tick with the detectors' active findings. A key that is
 new opens an alert (storage de-duplicates by key); an open key no longer found resolves.
@@ -22,12 +23,16 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
 
 import httpx
 
 from clockfabric.controller.detectors import Finding
 from clockfabric.controller.storage.base import Alert, Storage, StorageError
 from clockfabric.errors import ClockfabricError
+
+if TYPE_CHECKING:  # alertmanager imports this module
+    from clockfabric.controller.alertmanager import AlertmanagerWebhook
 
 DEFAULT_LOG = logging.getLogger(__name__)
 STORAGE_KEY = "storage"
@@ -41,11 +46,13 @@ class AlertManager:
     def __init__(self, storage: Storage, *, webhook_url: str | None = None,
                  log: logging.Logger = DEFAULT_LOG,
                  clock: Callable[[], int] = time.time_ns, webhook_timeout_s: float = 2.0,
-                 storage_quiet_s: float = 10.0):
+                 storage_quiet_s: float = 10.0, alertmanager: AlertmanagerWebhook | None = None):
+        """`alertmanager`: also send each change, in Alertmanager's webhook format, from its own thread."""
         if webhook_url:
-            _check_url(webhook_url)
+            check_url(webhook_url)
         self.storage = storage
         self.webhook_url = webhook_url
+        self.alertmanager = alertmanager
         self.log = log
         self.clock = clock
         self.storage_quiet_ns = round(storage_quiet_s * 1e9)
@@ -101,6 +108,8 @@ class AlertManager:
     def close(self) -> None:
         if self._client:
             self._client.close()
+        if self.alertmanager:
+            self.alertmanager.close()
 
     # ---- storage ---------------------------------------------------------------------------
     def _sync_storage(self, findings: dict[str, Finding], now_ns: int, changes: list[Change]) -> None:
@@ -163,6 +172,8 @@ class AlertManager:
         level = logging.INFO if action == "resolved" else (
             logging.ERROR if alert.severity == "critical" else logging.WARNING)
         self.log.log(level, "alert %s: %s [%s] %s", action, alert.key, alert.severity, alert.message)
+        if self.alertmanager:
+            self.alertmanager.send(action, alert)  # queued: its thread posts it
         if self._client:
             if len(self._outbox) == self._outbox.maxlen:
                 self.webhook_dropped += 1  # the deque drops the oldest
@@ -202,10 +213,11 @@ class AlertManager:
                          len(self._outbox))
 
 
-def _check_url(url: str) -> None:
+def check_url(url: str, what: str = "webhook URL") -> None:
+    """One clear line unless `url` is an http(s) URL with a host; `what` names it (a flag)."""
     try:
         ok = httpx.URL(url).scheme in ("http", "https") and bool(httpx.URL(url).host)
     except httpx.InvalidURL:
         ok = False
     if not ok:
-        raise ClockfabricError(f"webhook URL {url!r} is not an http:// or https:// URL with a host; fix it")
+        raise ClockfabricError(f"{what} {url!r} is not an http:// or https:// URL with a host; fix it")

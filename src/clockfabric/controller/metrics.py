@@ -35,6 +35,7 @@ class State:
     thread_restarts: dict[str, int]
     database_bytes: int | None
     webhook: dict[str, int] = field(default_factory=dict)  # sent, failures, dropped: counters; pending
+    alertmanager: dict[str, int] = field(default_factory=dict)  # the same, for --alert-webhook
 
 
 class ControllerMetrics:
@@ -89,6 +90,9 @@ class _StateCollector:
         for name, value in s.webhook.items():
             family = GaugeMetricFamily if name == "pending" else CounterMetricFamily
             yield family(f"{PREFIX}webhook_{name}", f"Alert webhook posts: {name}.", value=value)
+        for name, value in s.alertmanager.items():
+            family = GaugeMetricFamily if name == "pending" else CounterMetricFamily
+            yield family(f"{PREFIX}alertmanager_webhook_{name}", f"Alertmanager webhook posts: {name}.", value=value)
 
     def describe(self) -> list[Family]:
         return []  # built at each scrape: nothing to check at registration

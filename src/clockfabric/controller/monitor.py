@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from clockfabric.controller.alertmanager import AlertmanagerWebhook
 from clockfabric.controller.alerts import AlertManager
 from clockfabric.controller.config import load_config, parse_config
 from clockfabric.controller.detectors import DetectorSet, Finding
@@ -49,9 +50,12 @@ class Monitor:
 
     @classmethod
     def create(cls, storage: Storage, *, topology: Topology | None = None, config: Path | None = None,
-               webhook: str | None = None) -> Monitor:
+               webhook: str | None = None, alert_webhook: str | None = None) -> Monitor:
+        """`webhook`: alerts posted as clockfabric's JSON; `alert_webhook`: in Alertmanager's format."""
         cfg = load_config(config) if config else parse_config({})
-        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, webhook_url=webhook), topology)
+        alertmanager = AlertmanagerWebhook(alert_webhook) if alert_webhook else None
+        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, webhook_url=webhook,
+                                                               alertmanager=alertmanager), topology)
         monitor.replay(storage)
         return monitor
 

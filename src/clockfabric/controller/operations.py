@@ -16,6 +16,7 @@ from fastapi.params import Depends
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from clockfabric.controller.alertmanager import AlertmanagerWebhook
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.health import StorageWatch
 from clockfabric.controller.metrics import ControllerMetrics, PushMetrics, State
@@ -63,7 +64,8 @@ class Operations:
             database_bytes=self.watch.size_bytes,
             webhook={"sent": alerts.webhook_sent, "failures": alerts.webhook_failures,
                      "dropped": alerts.webhook_dropped, "pending": alerts.webhook_pending}
-            if alerts and alerts.webhook_url else {})
+            if alerts and alerts.webhook_url else {},
+            alertmanager=_alertmanager_counts(alerts.alertmanager if alerts else None))
 
     def register(self, app: FastAPI, auth: list[Depends]) -> None:
         app.add_middleware(PushMetrics, metrics=self.metrics)
@@ -77,3 +79,10 @@ class Operations:
         @app.get("/metrics", dependencies=auth)
         def metrics() -> Response:
             return Response(self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _alertmanager_counts(sender: AlertmanagerWebhook | None) -> dict[str, int]:
+    """The Alertmanager webhook's counters, as State.webhook has the JSON webhook's; {} without one."""
+    if sender is None:
+        return {}
+    return {"sent": sender.sent, "failures": sender.failures, "dropped": sender.dropped, "pending": sender.pending}
