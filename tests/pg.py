@@ -10,7 +10,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,8 +39,9 @@ def missing() -> str | None:
 
 
 class PgServer:
-    def __init__(self, socket_dir: Path) -> None:
+    def __init__(self, socket_dir: Path, restart: Callable[[], None]) -> None:
         self.socket_dir = socket_dir
+        self.restart = restart  # a fast stop (every connection dropped) and a start; returns once it listens
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"postgresql:///{dbname}?host={self.socket_dir}&user=postgres"
@@ -80,7 +81,8 @@ def throwaway_postgres(*, fsync: bool = True) -> Iterator[PgServer]:
         options = f"-c listen_addresses='' -k {root}" + ("" if fsync else " -c fsync=off")
         run(str(bindir / "pg_ctl"), "start", "-D", str(data), "-w", "-l", str(root / "log"), "-o", options)
         try:
-            yield PgServer(root)
+            yield PgServer(root, lambda: run(str(bindir / "pg_ctl"), "restart", "-D", str(data), "-m", "fast", "-w",
+                                             "-l", str(root / "log"), "-o", options))
         finally:
             run(str(bindir / "pg_ctl"), "stop", "-D", str(data), "-m", "fast", "-w")
     finally:
