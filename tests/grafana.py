@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 DASHBOARDS = sorted((Path(__file__).resolve().parents[1] / "deploy" / "grafana").glob("*.json"))
-VARIABLES = {"$__rate_interval": "1m", "$host": ".*"}
+VARIABLES = {"$__rate_interval": "1m", "$host": ".*", "$jobid": ".*"}
 
 
 def load(path: Path) -> dict:

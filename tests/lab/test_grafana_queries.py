@@ -1,6 +1,7 @@
 """Every Grafana panel's query returns data from a real Prometheus scraping a real lab's
 agents, with the rules of deploy/prometheus loaded; link faults are made so the panels and
-alerts about flaps and outages have something to show."""
+alerts about flaps and outages have something to show, and a job runs a flow for the jobs
+dashboard."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -20,9 +22,11 @@ from clockfabric.agent.config import METRICS_PORT
 from clockfabric.agent.on_lab import LabAgents
 from clockfabric.lab import impair, netns
 from clockfabric.lab.exec import command
+from clockfabric.lab.process import stop
 from clockfabric.lab.state import Lab
 from clockfabric.topology import multirail
 from tests.grafana import DASHBOARDS, load, panel_queries
+from tests.lab.test_workload import RECEIVER, SENDER
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "clockfabric-rules.yml"
 
@@ -54,10 +58,11 @@ def wait_for(lab, address, promql, want=bool, timeout_s=30.0):
 
 
 def rule_series() -> set[str]:
-    """The names of the agent series the rules read (not rules' own records, not functions)."""
+    """The names of the agent series the rules read (not rules' own records, not functions, not
+    the controller's own metrics: this Prometheus scrapes agents only)."""
     exprs = [r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
     names = {n for e in exprs for n in re.findall(r"\b(clockfabric_[a-z0-9_]+|up)\b(?![:(])", e)}
-    return {n for n in names if not any(f":{n}" in e for e in exprs)}
+    return {n for n in names if not any(f":{n}" in e for e in exprs) and not n.startswith("clockfabric_controller_")}
 
 
 def test_every_dashboard_query_returns_data(make_lab, tmp_path):
@@ -78,6 +83,10 @@ def test_every_dashboard_query_returns_data(make_lab, tmp_path):
     with open(tmp_path / "prometheus.log", "w") as log:
         prom = subprocess.Popen(command(lab, "h0", argv), stdout=log, stderr=subprocess.STDOUT)
     lab.register(prom.pid, "prometheus")
+    # a job with one flow, h1 -> h0, for the jobs dashboard
+    job = [sys.executable, "-m", "clockfabric.cli", "job", "run", "--name", "G", "--", sys.executable, "-c"]
+    procs = [lab.spawn("h0", [*job, RECEIVER], "job G receiver", log=tmp_path / "job-receiver.log"),
+             lab.spawn("h1", [*job, SENDER, addr["h0"]], "job G sender", log=tmp_path / "job-sender.log")]
     try:
         wait_for(lab, addr["h0"], 'up{job="clockfabric-agent"}',
                  lambda r: len(r) == 3 and all(s["value"][1] == "1" for s in r), timeout_s=60)
@@ -108,6 +117,7 @@ def test_every_dashboard_query_returns_data(make_lab, tmp_path):
         missing = [n for n in sorted(rule_series()) if not query(lab, addr["h0"], f"count({n})")]
         assert not missing, f"series the rules read that the agents do not export: {missing}"
     finally:
+        stop(procs, grace_s=5.0)
         prom.terminate()
         prom.wait(10)
         agents.stop()

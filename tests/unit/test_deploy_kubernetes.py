@@ -33,7 +33,7 @@ def one(kind: str, name: str) -> dict:
 
 
 def workloads() -> list[dict]:
-    return by_kind("DaemonSet") + by_kind("Deployment")
+    return by_kind("DaemonSet") + by_kind("Deployment") + by_kind("StatefulSet")
 
 
 def test_manifests_validate_against_the_kubernetes_schemas():
@@ -79,7 +79,7 @@ def test_containers_have_requests_limits_and_both_probes():
 
 
 def test_exec_probes_are_valid_python():
-    for workload in workloads():
+    for workload in by_kind("DaemonSet") + by_kind("Deployment"):
         for c in workload["spec"]["template"]["spec"]["containers"]:
             for probe in (c["livenessProbe"], c["readinessProbe"]):
                 if "exec" in probe:
@@ -112,11 +112,26 @@ def test_the_controller_runs_unprivileged():
     assert controller["readinessProbe"]["httpGet"]["path"] == "/readyz"  # fails while storage does
 
 
+def test_the_controller_runs_three_replicas_on_postgresql_with_the_password_from_a_secret():
+    deployment = one("Deployment", "clockfabric-controller")
+    assert deployment["spec"]["replicas"] == 3  # a lease in the database picks the one that runs detectors
+    (controller,) = deployment["spec"]["template"]["spec"]["containers"]
+    (db,) = [a for a in controller["args"] if a.startswith("--db=")]
+    assert db.startswith("--db=postgresql://") and "@" in db and ":" not in db.split("//")[1].split("@")[0]
+    host = db.split("@")[1].split(":")[0]
+    assert host.split(".")[0] == one("Service", "clockfabric-postgres")["metadata"]["name"]
+    password = {e["name"]: e for e in controller["env"]}["PGPASSWORD"]["valueFrom"]["secretKeyRef"]
+    postgres = one("StatefulSet", "clockfabric-postgres")["spec"]["template"]["spec"]["containers"][0]
+    served = {e["name"]: e for e in postgres["env"]}["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert password == served  # both sides read the same Secret key
+
+
 def test_files_the_containers_read_are_mounted_from_objects_that_exist():
     names = {(d["kind"], d["metadata"]["name"]) for d in documents()}
     for workload in workloads():
         pod = workload["spec"]["template"]["spec"]
-        volumes = {v["name"]: v for v in pod["volumes"]}
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        volumes |= {t["metadata"]["name"]: t for t in workload["spec"].get("volumeClaimTemplates", [])}
         for v in volumes.values():
             if "secret" in v:
                 assert ("Secret", v["secret"]["secretName"]) in names
@@ -127,7 +142,7 @@ def test_files_the_containers_read_are_mounted_from_objects_that_exist():
         for c in pod["containers"]:
             mounts = [m["mountPath"] for m in c["volumeMounts"]]
             assert {m["name"] for m in c["volumeMounts"]} <= set(volumes)
-            for arg in c["args"]:
+            for arg in c.get("args", []):
                 if arg.startswith(("--topology=", "--token-file=", "--state-dir=", "--db=/")):
                     path = arg.split("=", 1)[1]
                     assert any(path.startswith(m + "/") for m in mounts), f"{arg}: not on a mounted volume"
