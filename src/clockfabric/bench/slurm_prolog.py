@@ -4,13 +4,14 @@ A 3-host lab, its switches announcing themselves over LLDP every --lldp-interval
 a switch's usual default), and the shipped node audit run as slurmd runs it: SLURMD_NODENAME set,
 its settings in clockfabric.conf beside a slurm.conf, the hosts reached through their
 namespaces. Each try runs, alternately, the prolog (which leaves cabling to the epilog and the
-health check) and the baseline: the same audit with backend.cabling, whose hosts wait up to
-timeouts.lldp_s (1.5 s) for their switch; that is what the prolog ran before, and what the
-health check still runs. Both must pass the node; the figure is the median and the worst of
+health check) and the baseline: by default the same audit with backend.cabling, whose hosts
+wait up to timeouts.lldp_s (1.5 s) for their switch (what the health check runs); with
+--baseline-tree, the prolog and sources of another checkout (an older commit). Both must pass
+the node; the figure is the median and the worst of
 --tries runs each, wall time, beside the CPU seconds they took (all descendants'): on a
 machine others load, the wall time moves with the load and the CPU time does not.
 
-    sudo clockfabric bench slurm-prolog [--tries 10] [--lldp-interval 30] [--out PATH]
+    sudo clockfabric bench slurm-prolog [--tries 10] [--lldp-interval 30] [--baseline-tree DIR] [--out PATH]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -45,13 +47,21 @@ NODE_AUDIT = Path("deploy/slurm/node-audit")  # relative to the repository, as R
 LAB = "bench-prolog"
 NODE = "h0"
 BAR_S = 2.0
-ROLES = {"prolog": "prolog", "with cabling (before)": "health"}
+PROLOG, BASELINE = "prolog", "baseline"
 out = Console(width=160)
 
 
-def settings(lab, folder: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class Variant:
+    """A node audit to time: its script, the role it runs as, and the clockfabric sources it runs."""
+    script: Path
+    role: str
+    source: Path
+
+
+def settings(lab, folder: Path, source: Path) -> dict[str, str]:
     """clockfabric.conf beside slurm.conf, and the environment slurmd gives a prolog."""
-    source = Path(clockfabric.__file__).resolve().parents[1]
+    folder.mkdir()
     cli = folder / "clockfabric"
     cli.write_text(f"#!/bin/sh\nPYTHONPATH={source} exec {sys.executable} -m clockfabric.cli \"$@\"\n")
     cli.chmod(0o755)
@@ -68,30 +78,31 @@ def cpu_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def one(role: str, env: dict[str, str]) -> tuple[float, float]:
+def one(variant: Variant, env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one node audit that passes the node; anything else stops the benchmark."""
     t0, cpu0 = time.monotonic(), cpu_s()
-    done = subprocess.run([str(NODE_AUDIT), role], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([str(variant.script), variant.role], env=env, capture_output=True, text=True, timeout=60)
     seconds, cpu = time.monotonic() - t0, cpu_s() - cpu0
     if done.returncode != 0 or ": passes" not in done.stderr or "NOT DRAINED" in done.stderr:
-        raise ClockfabricError(f"node-audit {role} did not pass the healthy node: {done.stderr.strip()}")
+        raise ClockfabricError(f"{variant.script} {variant.role} did not pass the healthy node: {done.stderr.strip()}")
     return seconds, cpu
 
 
-def measure(tries: int, lldp_interval_s: float) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """(wall seconds, CPU seconds) of each run, by what ran."""
-    seconds: dict[str, list[float]] = {label: [] for label in ROLES}
-    cpu: dict[str, list[float]] = {label: [] for label in ROLES}
+def measure(variants: dict[str, Variant], tries: int,
+            lldp_interval_s: float) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(wall seconds, CPU seconds) of each run, by variant."""
+    seconds: dict[str, list[float]] = {label: [] for label in variants}
+    cpu: dict[str, list[float]] = {label: [] for label in variants}
     with labs_removed(LAB), tempfile.TemporaryDirectory(prefix="bench-prolog-") as tmp:
         build.down(LAB)
         lab = build.up(multirail(hosts=3, planes=1, leaves=1, spines=1), LAB)
-        env = settings(lab, Path(tmp))
+        envs = {label: settings(lab, Path(tmp) / label, v.source) for label, v in variants.items()}
         switches = speaker(lab, lldp_interval_s)
         switches.start()
         try:
             for _ in range(tries):  # alternately, so both see the same load
-                for label, role in ROLES.items():
-                    wall, used = one(role, env)
+                for label, variant in variants.items():
+                    wall, used = one(variant, envs[label])
                     seconds[label].append(round(wall, 3))
                     cpu[label].append(round(used, 3))
         finally:
@@ -99,18 +110,34 @@ def measure(tries: int, lldp_interval_s: float) -> tuple[dict[str, list[float]],
     return seconds, cpu
 
 
+def variants(baseline_tree: Path | None) -> tuple[dict[str, Variant], str]:
+    """The prolog and its baseline, and what the baseline is, in words."""
+    ours = Variant(NODE_AUDIT, "prolog", Path(clockfabric.__file__).resolve().parents[1])
+    if baseline_tree is None:
+        return {PROLOG: ours, BASELINE: Variant(NODE_AUDIT, "health", ours.source)}, \
+            "the same node audit with cabling (the health check's)"
+    script, source = baseline_tree / NODE_AUDIT, baseline_tree / "src"
+    if not script.exists() or not (source / "clockfabric").is_dir():
+        raise ClockfabricError(f"--baseline-tree {baseline_tree}: no {NODE_AUDIT} and src/clockfabric there")
+    return {PROLOG: ours, BASELINE: Variant(script, "prolog", source)}, f"the prolog of {baseline_tree}"
+
+
 @BENCHMARKS.register("slurm-prolog", help="The Slurm prolog's passive audit of a healthy node, end to end")
 def main(tries: Annotated[int, typer.Option(min=3, help="Runs of each.")] = 10,
          lldp_interval_s: Annotated[float, typer.Option("--lldp-interval", min=0.1,
                                                         help="Seconds between the switches' LLDP frames.")] = 30.0,
+         baseline_tree: Annotated[Path | None, typer.Option(
+             help="A checkout (e.g. `git worktree add`) whose prolog and sources are the baseline, "
+                  "instead of this node audit with cabling.")] = None,
          json_path: Annotated[Path, typer.Option("--out", help="Where the record goes.")] = DEFAULT_JSON) -> None:
-    """Seconds of deploy/slurm/node-audit prolog on a healthy lab node, against the audit with cabling."""
+    """Seconds of deploy/slurm/node-audit prolog on a healthy lab node, against a baseline in the same run."""
     require_root()
     if not NODE_AUDIT.exists():
         raise ClockfabricError(f"run from the repository: {NODE_AUDIT} is not here")
     facts = harness.machine()
-    seconds, cpu = measure(tries, lldp_interval_s)
-    prolog, before = seconds["prolog"], seconds["with cabling (before)"]
+    runs, baseline = variants(baseline_tree)
+    seconds, cpu = measure(runs, tries, lldp_interval_s)
+    prolog, before = seconds[PROLOG], seconds[BASELINE]
     medians = harness.resampled_medians({"prolog": prolog})
     table = Table(title=f"node-audit on a healthy node, {tries} runs each, LLDP every {lldp_interval_s:g} s")
     for col in ("", "median s", "max s", "median CPU s", "runs"):
@@ -124,9 +151,9 @@ def main(tries: Annotated[int, typer.Option(min=3, help="Runs of each.")] = 10,
               Target(f"healthy prolog, worst of {tries}", max(prolog), BAR_S, "s", better="lower",
                      baseline=max(before))]
     out.print(harness.targets_table("slurm-prolog", judged))
-    figures = {"p90 prolog s": round(float(np.percentile(prolog, 90)), 3),
-               "median CPU s (prolog, before)": [statistics.median(cpu[label]) for label in ROLES],
+    figures = {"baseline": baseline, "p90 prolog s": round(float(np.percentile(prolog, 90)), 3),
+               "median CPU s (prolog, baseline)": [statistics.median(cpu[label]) for label in (PROLOG, BASELINE)],
                "LLDP interval s": lldp_interval_s, "hosts audited": 3}
     record("slurm-prolog", judged, facts, {"seconds": seconds, "cpu_s": cpu, "lldp_interval_s": lldp_interval_s,
-                                           "node": NODE}, figures, path=json_path)
+                                           "node": NODE, "baseline": baseline}, figures, path=json_path)
     out.print(f"raw: {json_path}")
