@@ -18,7 +18,7 @@ from clockfabric.cli.main import COMMANDS, build_app
 ROOT = Path(__file__).resolve().parents[2]
 # the controller's web and database stacks, netlink, the HTTP client, the training stack
 HEAVY = {"torch", "numpy", "scipy", "fastapi", "starlette", "uvicorn", "httpx", "pyroute2", "psycopg",
-         "asyncssh", "sqlite3"}
+         "asyncssh"}
 PROLOG = ["audit", "--hosts", str(ROOT / "examples" / "leafspine-8.yaml"), "--via", "true", "--passive", "--json",
           "--skip", "backend.cabling"]
 RUN = """import json, sys
