@@ -7,9 +7,10 @@ by its retention job (roll_up: per-minute and per-hour aggregates, raw rows dele
 bytes (its indexes included) over its rows give bytes a row; a host-day is 86,400 pushes of raw
 rows, 1,440 minute rows and 24 hour rows a series.
 
-Beside it, in the same run and on the same rows: the packed form, one row per series and minute
-holding the minute's times (milliseconds into the minute, 2 bytes) and values (8 bytes) as
-arrays, keyed by an interned series number: what raw samples would take stored that way.
+Beside it, in the same run and on the same rows, the compact form: raw samples packed, one row
+per series and minute holding the minute's times (milliseconds into the minute, 2 bytes) and
+values (8 bytes) as arrays, and roll-ups as they are but keyed by the series' number (its name,
+host and labels once, in a table of their own): what the same data would take stored that way.
 
     clockfabric bench sample-storage [--hosts 12] [--minutes 10] [--no-postgres] [--out PATH]
 """
@@ -46,11 +47,16 @@ CUT_BAR = 10.0  # the packed form against rows as stored now, bytes a raw sample
 PACKED_SQLITE = """CREATE TABLE series (id INTEGER PRIMARY KEY, name TEXT NOT NULL, host TEXT NOT NULL,
     labels TEXT NOT NULL, UNIQUE (name, host, labels));
 CREATE TABLE packed (series INTEGER NOT NULL, minute_ns INTEGER NOT NULL, offsets_ms BLOB NOT NULL,
-    vals BLOB NOT NULL, PRIMARY KEY (series, minute_ns)) WITHOUT ROWID;"""
+    vals BLOB NOT NULL, PRIMARY KEY (series, minute_ns)) WITHOUT ROWID;
+CREATE TABLE rolled (series INTEGER NOT NULL, bucket_ns INTEGER NOT NULL, t_ns INTEGER NOT NULL, n INTEGER NOT NULL,
+    total REAL, lo REAL, hi REAL, PRIMARY KEY (series, bucket_ns, t_ns)) WITHOUT ROWID;"""
 PACKED_POSTGRES = """CREATE TABLE series (id INTEGER PRIMARY KEY, name TEXT NOT NULL, host TEXT NOT NULL,
     labels TEXT NOT NULL, UNIQUE (name, host, labels));
 CREATE TABLE packed (series INTEGER NOT NULL, minute_ns BIGINT NOT NULL, offsets_ms BYTEA NOT NULL,
-    vals BYTEA NOT NULL, PRIMARY KEY (series, minute_ns));"""
+    vals BYTEA NOT NULL, PRIMARY KEY (series, minute_ns));
+CREATE TABLE rolled (series INTEGER NOT NULL, bucket_ns BIGINT NOT NULL, t_ns BIGINT NOT NULL, n BIGINT NOT NULL,
+    total DOUBLE PRECISION, lo DOUBLE PRECISION, hi DOUBLE PRECISION, PRIMARY KEY (series, bucket_ns, t_ns));"""
+ROLLUPS = "SELECT name, host, labels, bucket_ns, t_ns, n, total, lo, hi FROM sample_rollups"
 out = Console(width=160)
 
 
@@ -106,6 +112,7 @@ def sqlite_case(batches: list[list[Sample]], folder: Path) -> dict:
     with closing(sqlite3.connect(db)) as conn:
         conn.execute("VACUUM")
         counts = dict(conn.execute("SELECT bucket_ns, COUNT(*) FROM sample_rollups GROUP BY bucket_ns").fetchall())
+        rollups = conn.execute(ROLLUPS).fetchall()
     rollup = sqlite_bytes(db, indexes)["sample_rollups"]
     series_rows, rows = packed_rows(batches)
     packed_db = str(folder / "packed.db")
@@ -113,10 +120,11 @@ def sqlite_case(batches: list[list[Sample]], folder: Path) -> dict:
         conn.executescript(PACKED_SQLITE)
         conn.executemany("INSERT INTO series VALUES (?, ?, ?, ?)", series_rows)
         conn.executemany("INSERT INTO packed VALUES (?, ?, ?, ?)", rows)
+        conn.executemany("INSERT INTO rolled VALUES (?, ?, ?, ?, ?, ?, ?)", interned(series_rows, rollups))
         conn.commit()
         packed_indexes = dict(conn.execute("SELECT name, tbl_name FROM sqlite_master").fetchall())
     packed = sqlite_bytes(packed_db, packed_indexes)
-    return figures(raw, raw_rows, rollup, counts, packed["packed"], packed["series"], len(series_rows))
+    return figures({"raw": raw, "rollups": rollup, **packed}, raw_rows, counts, len(series_rows))
 
 
 def postgres_case(batches: list[list[Sample]], throwaway_postgres) -> dict:
@@ -141,10 +149,13 @@ def postgres_case(batches: list[list[Sample]], throwaway_postgres) -> dict:
             with conn.cursor() as cur:
                 cur.executemany("INSERT INTO series VALUES (%s, %s, %s, %s)", series_rows)
                 cur.executemany("INSERT INTO packed VALUES (%s, %s, %s, %s)", rows)
-            conn.execute("VACUUM ANALYZE packed")
-            packed, series = _pg_size(conn, "packed"), _pg_size(conn, "series")
+                cur.executemany("INSERT INTO rolled VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                                interned(series_rows, conn.execute(ROLLUPS).fetchall()))
+            for table in ("packed", "series", "rolled"):
+                conn.execute(f"VACUUM ANALYZE {table}")
+            sizes = {table: _pg_size(conn, table) for table in ("packed", "series", "rolled")}
         storage.close()
-    return figures(raw, sum(map(len, batches)), rollup, counts, packed, series, len(series_rows))
+    return figures({"raw": raw, "rollups": rollup, **sizes}, sum(map(len, batches)), counts, len(series_rows))
 
 
 def _pg_size(conn, table: str) -> int:
@@ -152,27 +163,38 @@ def _pg_size(conn, table: str) -> int:
     return int(row[0]) if row else 0
 
 
-def figures(raw: int, raw_rows: int, rollup: int, counts: dict, packed: int, series: int, n_series: int) -> dict:
-    """Bytes a row of each form, and a host-day of each (per series: the load's series a host)."""
+def interned(series_rows: list[tuple], rollups: list[tuple]) -> list[tuple]:
+    """The controller's roll-up rows keyed by their series' number instead of its name, host and labels."""
+    ids = {(name, host, labels): i for i, name, host, labels in series_rows}
+    return [(ids[(name, host, labels)], *rest) for name, host, labels, *rest in rollups]
+
+
+def figures(sizes: dict[str, int], raw_rows: int, counts: dict, n_series: int) -> dict:
+    """Bytes a row of each form. sizes: bytes of raw, rollups (as stored now), packed, series, rolled."""
     rollup_rows = sum(counts.values())
-    per_raw, per_rollup = raw / raw_rows, rollup / rollup_rows
-    per_packed = (packed + series) / raw_rows  # the series table is a fleet's, not a day's: counted all the same
-    return {"raw_bytes_a_sample": round(per_raw, 1), "rollup_bytes_a_row": round(per_rollup, 1),
-            "packed_bytes_a_sample": round(per_packed, 2), "raw_rows": raw_rows, "rollup_rows": counts,
-            "series": n_series, "bytes": {"raw": raw, "rollups": rollup, "packed": packed, "series": series}}
+    # the series table is a fleet's, not a day's: counted against the raw samples all the same
+    per_packed = (sizes["packed"] + sizes["series"]) / raw_rows
+    return {"raw_bytes_a_sample": round(sizes["raw"] / raw_rows, 1),
+            "rollup_bytes_a_row": round(sizes["rollups"] / rollup_rows, 1),
+            "packed_bytes_a_sample": round(per_packed, 2),
+            "interned_rollup_bytes_a_row": round(sizes["rolled"] / rollup_rows, 1),
+            "raw_rows": raw_rows, "rollup_rows": counts, "series": n_series, "bytes": sizes}
 
 
 def host_day(case: dict, samples_a_push: int, series_a_host: float) -> dict:
-    """Bytes a host-day: raw as stored now, packed, and each aggregate."""
+    """Bytes a host-day: raw as stored now and packed, and each aggregate as stored now and interned."""
+    rows = {"minutes": series_a_host * 1440, "hours": series_a_host * 24}
     return {"raw": round(case["raw_bytes_a_sample"] * samples_a_push * PUSHES_A_DAY),
             "packed": round(case["packed_bytes_a_sample"] * samples_a_push * PUSHES_A_DAY),
-            "minutes": round(case["rollup_bytes_a_row"] * series_a_host * 1440),
-            "hours": round(case["rollup_bytes_a_row"] * series_a_host * 24)}
+            **{k: round(case["rollup_bytes_a_row"] * n) for k, n in rows.items()},
+            **{f"{k}_interned": round(case["interned_rollup_bytes_a_row"] * n) for k, n in rows.items()}}
 
 
-def year(day: dict, raw_days: float, raw: str = "raw") -> float:
-    """Bytes a host keeps in steady state: raw_days of raw, MINUTE_DAYS of minutes, a year of hours."""
-    return day[raw] * raw_days + day["minutes"] * MINUTE_DAYS + day["hours"] * 365
+def year(day: dict, raw_days: float, form: str = "now") -> float:
+    """Bytes a host keeps in steady state: raw_days of raw, MINUTE_DAYS of minutes, a year of hours,
+    as stored now or (form "compact") raw packed and roll-ups interned."""
+    raw, rolled = ("raw", "") if form == "now" else ("packed", "_interned")
+    return day[raw] * raw_days + day[f"minutes{rolled}"] * MINUTE_DAYS + day[f"hours{rolled}"] * 365
 
 
 @BENCHMARKS.register("sample-storage", help="Bytes a host-day of samples, raw and rolled up, and a year of a fleet")
@@ -196,27 +218,28 @@ def main(hosts: Annotated[int, typer.Option(min=11, help="Simulated agents (each
     days = {db: host_day(case, samples_a_push, case["series"] / hosts) for db, case in cases.items()}
     table = Table(title=f"a host-day of samples ({samples_a_push} a push, a push a second), "
                         f"from {hosts} hosts x {minutes} min")
-    for col in ("database", "B a raw row", "raw GB", "packed GB", "minutes MB", "hours MB", "raw / packed"):
+    for col in ("database", "B a raw row", "raw GB", "packed GB", "raw / packed", "minutes MB", "interned MB",
+                "hours MB", "interned MB"):
         table.add_column(col, justify="right")
     for db, day in days.items():
         table.add_row(db, f"{cases[db]['raw_bytes_a_sample']:.0f}", f"{day['raw'] / 1e9:.2f}",
-                      f"{day['packed'] / 1e9:.3f}", f"{day['minutes'] / 1e6:.0f}", f"{day['hours'] / 1e6:.1f}",
-                      f"{day['raw'] / day['packed']:.1f}x")
+                      f"{day['packed'] / 1e9:.3f}", f"{day['raw'] / day['packed']:.1f}x", f"{day['minutes'] / 1e6:.0f}",
+                      f"{day['minutes_interned'] / 1e6:.0f}", f"{day['hours'] / 1e6:.1f}",
+                      f"{day['hours_interned'] / 1e6:.1f}")
     out.print(table)
     fleets = {db: {str(n): {"now_tb": round(n * year(day, RAW_DAYS) / 1e12, 1),
-                            "packed_tb": round(n * year(day, RAW_DAYS, "packed") / 1e12, 1)}
+                            "compact_tb": round(n * year(day, RAW_DAYS, "compact") / 1e12, 1)}
                    for n in FLEETS} for db, day in days.items()}
     for db, by_size in fleets.items():
-        out.print(f"{db}: a year ({RAW_DAYS} d raw, {MINUTE_DAYS} d minutes, hours for good), TB now -> packed: "
-                  + ", ".join(f"{n} hosts {f['now_tb']} -> {f['packed_tb']}" for n, f in by_size.items()))
+        out.print(f"{db}: a year ({RAW_DAYS} d raw, {MINUTE_DAYS} d minutes, hours for good), TB now -> compact: "
+                  + ", ".join(f"{n} hosts {f['now_tb']} -> {f['compact_tb']}" for n, f in by_size.items()))
     judged = [Target(f"raw samples packed, bytes cut ({db})", round(days[db]["raw"] / days[db]["packed"], 1), CUT_BAR,
                      "x", better="higher", note="the packed form is measured beside the stored rows, not yet "
                                                 "what the controller writes") for db in days]
-    figures_ = {f"{db} GB a host-day raw / packed / minute roll-ups": [round(d["raw"] / 1e9, 2),
-                                                                        round(d["packed"] / 1e9, 3),
-                                                                        round(d["minutes"] / 1e9, 3)]
-                for db, d in days.items()}
-    figures_.update({f"{db} TB a year of 10,000 hosts, now / packed": [f["10000"]["now_tb"], f["10000"]["packed_tb"]]
+    figures_ = {f"{db} GB a host-day raw / packed / minute roll-ups / interned": [
+        round(d["raw"] / 1e9, 2), round(d["packed"] / 1e9, 3), round(d["minutes"] / 1e9, 3),
+        round(d["minutes_interned"] / 1e9, 3)] for db, d in days.items()}
+    figures_.update({f"{db} TB a year of 10,000 hosts, now / compact": [f["10000"]["now_tb"], f["10000"]["compact_tb"]]
                      for db, f in fleets.items()})
     record("sample-storage", judged, facts, {"cases": cases, "host_day_bytes": days, "year_tb": fleets,
                                              "hosts": hosts, "minutes": minutes, "samples_a_push": samples_a_push,
