@@ -32,9 +32,9 @@ pytestmark = pytest.mark.skipif(bool(missing), reason=f"Slurm not installed (no 
 HOSTS = ("h0", "h1", "h2")
 FAULTY = "h1"  # the lowest hosts are allocated first: h0 and h1 get the job before the fault is found
 CTLD = "h0"
-# The target is 2 s a healthy prolog; it is met here with one prolog at a time (1.3 s), not when two
-# run at once on a machine other work loads too (2.5-3.4 s), so the test prints the figures and
-# bounds them only against a prolog that waits out a timeout.
+# The target is 2 s a healthy prolog, judged by `bench slurm-prolog`; here two prologs run at once
+# beside slurmctld, the slurmds and whatever else loads the machine (1.4-1.7 s measured), so the
+# test prints the figures and bounds them only against a prolog that waits out a timeout.
 PROLOG_BOUND_S = 10.0
 
 

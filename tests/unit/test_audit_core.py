@@ -639,3 +639,15 @@ def test_passive_audits_ask_no_host_to_ping():
     passive = specs(topo, sorted(topo.hosts), pings=0, lldp_wait_s=1.0)
     assert len(active["h0"]["reach"]["eth1"]) == 3  # every rail peer
     assert all(s["reach"] == {} for s in passive.values())
+
+
+
+@pytest.mark.parametrize("skip, wait_s", [([], 1.5), (["backend.cabling"], 0.0)])
+def test_hosts_wait_for_lldp_only_when_a_chosen_check_judges_it(tmp_path, skip, wait_s):
+    topo = leafspine(2, 1, 0)
+    keep = "import sys; open(sys.argv[1], 'w').write(sys.stdin.read()); print('{}')"
+    rep = audit(topo, sorted(topo.hosts), select([], skip, passive=True), expect=expect.defaults(), fleet="asked",
+                transport=lambda h: [sys.executable, "-c", keep, str(tmp_path / h)])
+    assert ("backend.cabling" in {r.id for r in rep.results}) == (not skip)
+    assert expect.defaults()["timeouts"]["lldp_s"] == 1.5
+    assert {json.loads((tmp_path / h).read_text())["lldp_wait_s"] for h in topo.hosts} == {wait_s}

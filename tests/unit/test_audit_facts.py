@@ -25,7 +25,7 @@ import pytest
 import clockfabric
 from clockfabric.audit import facts
 from clockfabric.audit.facts import __main__ as facts_main
-from clockfabric.audit.facts import gpus, memory, names, nics, pcie, software
+from clockfabric.audit.facts import addrs, gpus, memory, names, nics, pcie, software
 from tests.fakes.fake_nvml import FakeGpu, FakeNvml
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "audit"
@@ -294,8 +294,30 @@ def test_address_reader_failing_keeps_link_facts():
 
 
 def test_netlink_addresses_in_this_namespace():
-    assert nics.netlink_ipv4(["lo", "no-such-nic0"]) == {"lo": ["127.0.0.1/8"]}
-    assert nics.netlink_ipv4([]) == {}
+    assert addrs.ipv4(["lo", "no-such-nic0"]) == {"lo": ["127.0.0.1/8"]}
+    assert addrs.ipv4([]) == {}
+
+
+def test_netlink_addresses_agree_with_pyroute2():
+    import socket as sock
+
+    from pyroute2 import IPRoute
+
+    names = [name for _, name in sock.if_nameindex()]
+    with IPRoute() as ipr:
+        want: dict[str, list[str]] = {name: [] for name in names}
+        for msg in ipr.get_addr(family=sock.AF_INET):
+            name = sock.if_indextoname(msg["index"])
+            want[name].append(f"{msg.get_attr('IFA_LOCAL') or msg.get_attr('IFA_ADDRESS')}/{msg['prefixlen']}")
+    assert addrs.ipv4(names) == want
+
+
+def test_netlink_framing_stops_at_a_malformed_length():
+    good = addrs.HEADER.pack(addrs.HEADER.size + 4, addrs.NLMSG_DONE, 0, 1, 0) + b"\0" * 4
+    bad = addrs.HEADER.pack(3, addrs.RTM_NEWADDR, 0, 1, 0)
+    assert list(addrs.messages(good + bad + good)) == [(addrs.NLMSG_DONE, b"\0" * 4)]
+    attr = addrs.ATTR.pack(8, addrs.IFA_LOCAL) + bytes([10, 0, 0, 1])
+    assert addrs.attributes(attr + addrs.ATTR.pack(2, 9)) == {addrs.IFA_LOCAL: bytes([10, 0, 0, 1])}
 
 
 # -- GPUs ----------------------------------------------------------------------------------------

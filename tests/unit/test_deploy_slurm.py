@@ -61,7 +61,20 @@ def test_a_failure_on_this_node_drains_it_and_fails_the_prolog(node):
                       "frontend.mtu is wrong"]
     assert "prolog on n1 (job 42): drained" in log
     argv = (node.tmp / "argv").read_text().split()
-    assert argv == ["audit", "--hosts", f"{node.tmp}/fleet.yaml", "--passive", "--json"]
+    assert argv == ["audit", "--hosts", f"{node.tmp}/fleet.yaml", "--passive", "--json", "--skip", "backend.cabling"]
+
+
+def test_node_in_the_audit_options_is_this_node(node):
+    node("prolog", 0, json.dumps(report(exit_code=0)), extra="AUDIT_ARGS=--host {node} --expect /etc/expect.yaml\n")
+    argv = (node.tmp / "argv").read_text().split()
+    assert argv[-4:] == ["--host", "n1", "--expect", "/etc/expect.yaml"]
+
+
+def test_only_the_prolog_leaves_cabling_out(node):
+    for role in ("epilog", "healthcheck"):
+        node(role, 0, json.dumps(report(exit_code=0)))
+        argv = (node.tmp / "argv").read_text().split()
+        assert argv == ["audit", "--hosts", f"{node.tmp}/fleet.yaml", "--passive", "--json"], role
 
 
 def test_epilog_and_health_check_drain_without_failing(node):

@@ -36,21 +36,22 @@ class Check:
     fix: str
     run: Callable[[Context], Outcome]
     active: bool = False  # sends traffic or runs jobs (slow): skipped by --passive
+    lldp: bool = False  # judges LLDP neighbours: hosts wait for their switches only if a chosen check does
 
     @classmethod
     def of(cls, entry: Entry) -> Check:
         return cls(entry.name, entry.meta["category"], entry.help, entry.meta["fix"], entry.factory,
-                   entry.meta["active"])
+                   entry.meta["active"], entry.meta["lldp"])
 
 
 CHECKS: Registry = Registry("check", load="clockfabric.audit.checks")
 
 
-def check(id: str, title: str, fix: str, *, active: bool = False):
+def check(id: str, title: str, fix: str, *, active: bool = False, lldp: bool = False):
     category = id.split(".", 1)[0]
     if category not in CATEGORIES:
         raise ValueError(f"check {id}: category {category!r} is not one of {CATEGORIES}")
-    return CHECKS.register(id, help=title, category=category, fix=fix, active=active)
+    return CHECKS.register(id, help=title, category=category, fix=fix, active=active, lldp=lldp)
 
 
 def get_check(id: str) -> Check:

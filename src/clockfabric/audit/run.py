@@ -19,8 +19,10 @@ def audit(topo: Topology, hosts: list[str], checks: list[Check], *, transport: T
     started_ns, t0 = time.time_ns(), time.monotonic()
     report = progress or (lambda *_: None)
     pinging = any(c.active and c.category == "backend" for c in checks)  # --passive: no traffic at all
+    # a switch announces itself every 30 s or so: hosts wait for it only when a check judges it
+    listening = any(c.lldp for c in checks)
     tell = specs(topo, hosts, pings=expect["latency"]["samples"] if pinging else 0,
-                 lldp_wait_s=expect["timeouts"]["lldp_s"])
+                 lldp_wait_s=expect["timeouts"]["lldp_s"] if listening else 0.0)
     with _switches_speak_lldp(lab):
         reports, missing = gather(tell, transport, timeout_s=expect["timeouts"]["host_s"], progress=report)
     ctx = Context(topo, hosts, reports, missing, expect=expect, lab=lab)

@@ -9,6 +9,7 @@ from clockfabric.bench import (  # noqa: F401, I001 - imported to register, in l
     clocksync_solve,
     controller_ingest,
     controller_scale,
+    sample_storage,
     agent_overhead,
     monitor_latency,
     failover,
@@ -17,4 +18,13 @@ from clockfabric.bench import (  # noqa: F401, I001 - imported to register, in l
     allreduce_vs_tcp,
 )
 from clockfabric.bench.contention import command  # noqa: F401
-from clockfabric.bench import audit, workload, workload_cost, auth_cost, spares, dashboard, chaos  # noqa: F401, E402
+from clockfabric.bench import (  # noqa: F401, E402, I001
+    audit,
+    slurm_prolog,
+    workload,
+    workload_cost,
+    auth_cost,
+    spares,
+    dashboard,
+    chaos,
+)

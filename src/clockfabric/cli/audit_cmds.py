@@ -134,9 +134,11 @@ def _hosts_transport(hosts_file: Path, via: str | None, ssh: dict):
 def _store(report, lab, url: str | None, token_file: Path | None) -> None:
     """Keep the report in the controller given, or else in the lab's kept one (`monitor --keep`), if any.
     A failure is one warning: the audit's verdict and exit code stand either way."""
+    if not url and lab is None:
+        return  # a fleet audit with nowhere to store it (a Slurm prolog): no HTTP client to load
     from clockfabric.controller.client import api, locate, record_path
 
-    if not url and (lab is None or not record_path(lab).exists()):
+    if not url and not record_path(lab).exists():
         return
     try:
         url, token_path = locate(lab, url, token_file)

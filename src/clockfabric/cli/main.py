@@ -21,26 +21,42 @@ from clockfabric.errors import USAGE_EXIT, ClockfabricError
 # the click typer runs on: newer typer carries its own copy, whose exceptions are the ones raised
 CLICK = getattr(typer.core, "_click", click).exceptions
 
-# command -> (module in clockfabric.cli, its attribute, whether it is a group of commands).
-# Only the module of the command given is imported: a lab starts one agent per host, and on
-# a few cores their start-up (imports) is what a 32-host sync waits for.
+# command -> (module in clockfabric.cli, its attribute, whether it is a group of commands, its
+# summary for `clockfabric --help`). Only the module of the command given is imported: a lab starts
+# one agent per host, and on a few cores their start-up (imports) is what a 32-host sync waits
+# for; a Slurm prolog has 2 s in all. The summaries are the commands' own (a unit test holds them
+# to it), so the list of commands imports none of them.
 COMMANDS = {
-    "topology": ("topology_cmds", "app", True),
-    "lab": ("lab_cmds", "app", True),
-    "bench": ("bench_cmds", "app", True),
-    "agent": ("clock_cmds", "agent", False),
-    "sync": ("clock_cmds", "sync", False),
-    "owd": ("clock_cmds", "owd", False),
-    "controller": ("monitor_cmds", "controller", False),
-    "switch-agent": ("monitor_cmds", "switch_agent", False),
-    "events": ("monitor_cmds", "events", False),
-    "monitor": ("monitor_cmds", "monitor", False),
-    "discover": ("discover_cmds", "discover", False),
-    "audit": ("audit_cmds", "audit", False),
-    "paths": ("path_cmds", "paths", False),
-    "jobs": ("job_cmds", "jobs", False),
-    "job": ("job_cmds", "app", True),
-    "train": ("train_cmds", "app", True),
+    "topology": ("topology_cmds", "app", True, "Write, show and validate topology files."),
+    "lab": ("lab_cmds", "app", True, "The emulated cluster: network namespaces as hosts and switches."),
+    "bench": ("bench_cmds", "app", True,
+              "Benchmarks, each against a baseline or an expectation in the same run. With no name: the list."),
+    "agent": ("clock_cmds", "agent", False, "Run the host agent: probe peers, keep the clock mapping, publish state."),
+    "sync": ("clock_cmds", "sync", False,
+             "Start agents on every lab host, run, and report every host's error against the truth."),
+    "owd": ("clock_cmds", "owd", False,
+            "One-way delays between lab hosts from the agents' latest state (run `sync --keep` first)."),
+    "controller": ("monitor_cmds", "controller", False,
+                   "Run the controller: agents push to it; it stores, detects and alerts, and serves the API. "
+                   "Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."),
+    "switch-agent": ("monitor_cmds", "switch_agent", False,
+                     "Watch a switch's links by netlink and push their events to the controller (the lab's switches)."),
+    "events": ("monitor_cmds", "events", False,
+               "Events the controller has stored (link downs and ups, agent starts, drops), oldest first."),
+    "monitor": ("monitor_cmds", "monitor", False,
+                "Watch a lab live: nodes, links, flaps, worst paths, alerts. Starts the controller and agents "
+                "on it unless a kept monitor is already running there."),
+    "discover": ("discover_cmds", "discover", False,
+                 "Build a fleet file from the LLDP neighbours and addresses the running agents report."),
+    "audit": ("audit_cmds", "audit", False,
+              "Audit the fleet: configuration, front-end and back-end network, collectives."),
+    "paths": ("path_cmds", "paths", False,
+              "Learn the distinct paths from one host to another, and a TCP source port for each (ECMP)."),
+    "jobs": ("job_cmds", "jobs", False,
+             "The jobs the controller knows: hosts, ranks, start, and whether they still run."),
+    "job": ("job_cmds", "app", True, "One job: run a command as a named job, or show a job and its flows."),
+    "train": ("train_cmds", "app", True,
+              "Elastic training: spares take a lost rank's place, its state from peers' memory."),
 }
 
 
@@ -71,20 +87,30 @@ def _options(
 
 
 def build_app(only: str | None = None) -> typer.Typer:
-    """The command tree; with `only`, just that command (and `version`)."""
+    """The command tree: with `only`, that command in full (and `version`); without, every command
+    by its summary, loaded only when it runs (what a bare `clockfabric --help` lists)."""
     app = typer.Typer(help="clockfabric: synced clocks, one-way delays and path control for AI cluster fabrics.",
                       no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
     app.callback()(_options)
-    for name, (module, attr, group) in COMMANDS.items():
-        if only is not None and name != only:
-            continue
-        obj = getattr(importlib.import_module(f"clockfabric.cli.{module}"), attr)
-        if group:
-            app.add_typer(obj, name=name)
-        else:
-            app.command(name=name)(obj)
+    for name, (module, attr, group, summary) in COMMANDS.items():
+        if only is None:
+            app.command(name=name, help=summary, add_help_option=False,
+                        context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(_deferred(name))
+        elif name == only:
+            obj = getattr(importlib.import_module(f"clockfabric.cli.{module}"), attr)
+            if group:
+                app.add_typer(obj, name=name)
+            else:
+                app.command(name=name)(obj)
     app.command()(version)
     return app
+
+
+def _deferred(name: str):
+    """A listed command: built and run with its arguments when it is called."""
+    def run(ctx: typer.Context) -> object:
+        return build_app(name)([name, *ctx.args], prog_name=ctx.find_root().info_name, standalone_mode=False)
+    return run
 
 
 def _interrupted(signum: int, frame) -> None:

@@ -10,7 +10,7 @@ from clockfabric.audit.registry import Outcome, check
 
 
 @check("backend.cabling", "NICs cabled to the expected switch ports (LLDP)",
-       "Swap the cables back to the ports the topology gives (or fix the topology file).")
+       "Swap the cables back to the ports the topology gives (or fix the topology file).", lldp=True)
 def run(ctx: Context) -> Outcome:
     findings, heard, judged, listened = [], 0, 0, 0
     for h in ctx.reporting():

@@ -1,7 +1,7 @@
 """NIC facts: link state, MTU, speed and addresses of the NICs the spec names, and their RDMA port.
 
 Link files come from sysfs under `root` (`ip netns exec` mounts a namespace's own /sys).
-Addresses do not live in sysfs at all: they come from netlink (pyroute2), in the network
+Addresses do not live in sysfs at all: they come from netlink (facts.addrs), in the network
 namespace this process runs in. The RDMA port is the one whose GID table names the NIC, or,
 for a port with no GIDs on it (InfiniBand, a NIC without addresses), the device under the
 NIC's PCI function.
@@ -9,10 +9,10 @@ NIC's PCI function.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from clockfabric.audit.facts.addrs import ipv4 as addrs_ipv4
 from clockfabric.telemetry.rdma import RdmaCollector, _entries, _int, _numbered, _read
 
 IFF_UP = 0x1  # net/if.h: administratively up
@@ -25,7 +25,7 @@ def read(spec_nics: list, root: Path = Path("/"), ipv4: Ipv4 | None = None) -> d
     net = root / "sys/class/net"
     present = [n for n in names if (net / n).is_dir()]
     try:
-        addrs, addr_error = (ipv4 or netlink_ipv4)(present), None
+        addrs, addr_error = (ipv4 or addrs_ipv4)(present), None
     except Exception as e:  # noqa: BLE001 - no netlink here: the link facts still stand
         addrs, addr_error = {}, f"{type(e).__name__}: {e}"
     gids = RdmaCollector(root / "sys/class/infiniband").gid_table()
@@ -56,26 +56,6 @@ def link(d: Path) -> dict:
         "mac": _read(d / "address"),
         "carrier_changes": _int(_read(d / "carrier_changes")),
     }
-
-
-def netlink_ipv4(names: list[str]) -> dict[str, list[str]]:
-    """IPv4 addresses of `names` in this process's network namespace, one netlink dump."""
-    if not names:
-        return {}
-    from pyroute2 import IPRoute  # here: a spec without NICs skips its import (~0.2 s)
-
-    with IPRoute() as ipr:
-        by_index = {}
-        for name in names:
-            for index in ipr.link_lookup(ifname=name):
-                by_index[index] = name
-        out: dict[str, list[str]] = {name: [] for name in by_index.values()}
-        for msg in ipr.get_addr(family=socket.AF_INET):
-            if (owner := by_index.get(msg["index"])) is not None:
-                # IFA_LOCAL is our end; IFA_ADDRESS is the peer's on a point-to-point link
-                addr = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
-                out[owner].append(f"{addr}/{msg['prefixlen']}")
-    return out
 
 
 def rdma(root: Path, nic: str, gids: list[dict]) -> dict | None:
