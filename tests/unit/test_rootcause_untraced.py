@@ -73,3 +73,17 @@ def test_healthy_jobs_with_untraced_flows_stay_healthy():
     flows = [untraced(f) for f in ring("A") + ring("B", mbps=200)] + [untraced(flow("h0", "h3", "spine1", None, 300, 70,
                                                                                    port=6000))]
     assert verdict(flows)["verdict"] == "healthy"
+
+
+def test_repeated_downs_are_a_flapping_link_once_the_flows_have_caught_up():
+    events = [LinkEvent(NOW - t * S, "leaf0--spine1", kind)
+              for t, kind in ((10, "link_down"), (9, "link_up"), (8, "link_down"), (7, "link_up"))]
+    v = verdict(ring("A"), fabric(events))
+    assert (v["verdict"], v["link"]) == ("flapping_link", "leaf0--spine1")
+    assert verdict(ring("A"), fabric(events[:2]))["verdict"] == "healthy"  # one down and up: not flapping
+
+
+def test_one_down_reported_by_both_ends_is_not_two():
+    events = [LinkEvent(NOW - 10 * S + dt, "leaf0--spine1", kind)
+              for dt, kind in ((0, "link_down"), (10**8, "link_down"), (S, "link_up"), (S + 10**8, "link_up"))]
+    assert verdict(ring("A"), fabric(events))["verdict"] == "healthy"

@@ -3,7 +3,8 @@
 In order, the first that holds:
   misconfigured (class)      a flow's DSCP is not the fabric's collective class
   misconfigured (interface)  a flow leaves on no fabric NIC, or off the plane the job's others share
-  flapping link X            link events on a link the job's flows cross, while it suffers
+  flapping link X            link events on a link the job's flows may cross, while it suffers;
+                             or two downs or more
   congestion ... on link X   network-slow flows, and the hop they share that no healthy sibling
                              crosses: loaded by another job, by flows of no job, or by the job itself
   degraded link X            ... queueing while carrying under half its configured rate
@@ -37,6 +38,8 @@ VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "
             "healthy", "no_flows")
 SUFFERING_DROP = 0.8  # the job's throughput under this share of its start: it suffers
 FLAP_EVENTS = 2  # transitions on one link in the window that make it flapping
+FLAP_DOWNS = 2  # downs of one link in the window that make it flapping even once the job has caught up
+SAME_EVENT_NS = 500_000_000  # one down seen from both ends of the link lands this close
 
 
 @dataclass(frozen=True)
@@ -102,15 +105,18 @@ def _misconfigured(stats: list[FlowStats], fabric: Fabric) -> dict | None:
 
 
 def _flapping(stats: list[FlowStats], fabric: Fabric, since: int, drop: float | None) -> dict | None:
+    """Downs and ups of a link the flows may cross, while the job suffers; or repeated downs, which
+    stall its flows each time even where they have caught up by the time it is asked."""
     suffering = any(s.network_slow or s.starved for s in stats) or (drop is not None and drop < SUFFERING_DROP)
-    if not suffering:
-        return None
     crossed = {name for s in stats for name, _ in s.flow.may_cross()}
     recent = [e for e in fabric.events if e.t_ns >= since]
     per_link = Counter(e.link for e in recent if e.link in crossed and e.kind in ("link_down", "link_up"))
+    downs = Counter(e.link for e in first_seen([e for e in recent if e.link in crossed and e.kind == "link_down"]))
     if not per_link or per_link.most_common(1)[0][1] < FLAP_EVENTS:
         return None
     link, count = per_link.most_common(1)[0]
+    if not suffering and downs[link] < FLAP_DOWNS:
+        return None
     failovers = [e for e in recent if e.kind.startswith("failover")]
     hit = [s for s in stats if any(name == link for name, _ in s.flow.may_cross())]
     return _verdict("flapping_link",
@@ -146,6 +152,18 @@ def cleared(healthy: list[FlowStats], limits: Thresholds) -> set[Hop]:
         if rtt is not None and usual is not None and not far_above(rtt, usual, limits.rtt_margin_us, limits):
             quiet |= set(ends(s.flow))
     return quiet
+
+
+def first_seen(events: list[LinkEvent], apart_ns: int = SAME_EVENT_NS) -> list[LinkEvent]:
+    """One of each event both ends of a link report: the first, where the next of its kind on the
+    link comes within `apart_ns`."""
+    kept: list[LinkEvent] = []
+    last: dict[tuple[str, str], int] = {}
+    for e in sorted(events, key=lambda e: e.t_ns):
+        if e.t_ns - last.get((e.link, e.kind), -apart_ns - 1) > apart_ns:
+            kept.append(e)
+        last[(e.link, e.kind)] = e.t_ns
+    return kept
 
 
 def blame(slow: list[FlowStats], healthy: list[FlowStats], limits: Thresholds | None = None) -> list[Hop]:
