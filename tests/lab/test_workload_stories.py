@@ -38,9 +38,6 @@ def started(make_lab, topo, slow: tuple[str, str, int] | None = None):
     return fleet
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "on an idle machine `job why` blames the sender's host link (degraded_link), not the spine link job B "
-    "fills: the last-hop blame the workload bench shows in 7 of its 21 faults"))
 def test_story_1_a_flow_on_another_jobs_spine_names_that_link_and_job(make_lab):
     fleet = started(make_lab, leafspine(4, 2, 2, host_rate="100mbit", fabric_rate="20mbit"))
     lab, logs, procs = fleet.lab, fleet.logs, []

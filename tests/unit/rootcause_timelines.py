@@ -13,10 +13,14 @@ LEAF = {"h0": "leaf0", "h1": "leaf0", "h2": "leaf1", "h3": "leaf1"}
 PLANE0 = ("10.0", "10.1")  # NIC address prefixes of plane 0 and 1
 
 
+def link(x: str, y: str) -> str:
+    """A link's one name, whichever way it is crossed."""
+    return "--".join(sorted((x, y)))
+
+
 def hops(src: str, dst: str, spine: str) -> tuple[Hop, ...]:
-    a, b = LEAF[src], LEAF[dst]
-    return ((f"{src}--{a}", f"{src}>{a}"), (f"{a}--{spine}", f"{a}>{spine}"),
-            (f"{spine}--{b}", f"{spine}>{b}"), (f"{b}--{dst}", f"{b}>{dst}"))
+    nodes = (src, LEAF[src], spine, LEAF[dst], dst)
+    return tuple((link(x, y), f"{x}>{y}") for x, y in zip(nodes, nodes[1:], strict=False))
 
 
 def links() -> dict[str, float]:
@@ -50,3 +54,13 @@ def fabric(events: list[LinkEvent] | None = None, floors: bool = True) -> Fabric
     probe = [ProbePath(s, d, hops(s, d, sp), 12.0, 13.0) for s in LEAF for d in LEAF
              if LEAF[s] != LEAF[d] for sp in ("spine0", "spine1")] if floors else []
     return Fabric(floors=probe, link_rates=links(), events=events or [], collective_dscp=(26,))
+
+
+def untraced(f: Flow) -> Flow:
+    """The flow as the controller sees it when its trace was lost (often in the very queue that
+    slows it): only its host links known, every link of both spines' paths in reach."""
+    a, b = LEAF[f.host], LEAF[f.peer or ""]
+    spines = [hops(f.host, f.peer or "", sp) for sp in ("spine0", "spine1")]
+    reach = tuple(h for i in range(4) for h in dict.fromkeys(route[i] for route in spines))
+    known = ((link(f.host, a), f"{f.host}>{a}"), (link(b, f.peer or ""), f"{b}>{f.peer}"))
+    return Flow(**{**f.__dict__, "hops": known, "reach": reach})

@@ -78,3 +78,20 @@ def test_the_cli_page_shows_the_sentence_and_each_flow_judged():
     text = page.get()
     assert "congestion from job B on link leaf0--spine1" in text
     assert "slow (network)" in text and text.count(" ok") == 3
+
+
+def test_an_untraced_flow_reaches_every_spine_and_a_traced_switch_outlives_a_later_untraced_reading():
+    topo = leafspine(4, 2, 2)
+    places = Places(topo, {})
+    label = "10.64.0.0:40000->10.64.0.4:5201"  # h0's NIC to h2's
+    rate = [Sample("h0", 1 * S, "job_flow_tx_bps", 5e8, {"jobid": "A", "flow": label})]
+
+    def path(t: int, via: str) -> Sample:
+        return Sample("h0", t * S, "job_flow_path", 1.0, {"jobid": "A", "flow": label, "via": via, "dscp": "26"})
+
+    (untraced,) = flows_from([*rate, path(1, "")], places)
+    assert len(untraced.hops) == 2 and untraced.may_cross()[0] == untraced.hops[0]
+    spines = {way.split(">")[1] for _, way in untraced.may_cross() if way.startswith("leaf0>")}
+    assert spines == {"spine0", "spine1"} and untraced.may_cross()[-1] == untraced.hops[-1]
+    (traced,) = flows_from([*rate, path(1, "spine1"), path(2, "")], places)
+    assert traced.may_cross() == traced.hops and any("spine1" in name for name, _ in traced.hops)

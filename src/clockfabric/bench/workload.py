@@ -5,7 +5,8 @@ after each onset compared with the fault injected.
 Job A sends three paced flows in the collective class (h0 -> h2 on spine1, h0 -> h3 and
 h2 -> h1 on spine0), job B one (h1 -> h3 on spine0). Each injection starts at its onset and is
 watched for up to `--watch` seconds: the first verdict other than "healthy" is the verdict (a
-healthy injection's is "healthy" only if no poll said otherwise). Time to name: from the onset to
+healthy injection's is "healthy" only if no poll said otherwise); it is right when its class, its
+culprit and, for a fault on a link, the link it names are the injected ones. Time to name: from the onset to
 the first poll whose verdict is right and, for a fault on a link, names that link. Then the
 fault is undone and the fabric left to settle before the next. Targets: >= 95% right on the
 first verdict; p90 time to name <= 10 s; no slow_flow alert opened during a healthy injection."""
@@ -56,6 +57,7 @@ class Outcome:
     correct: bool
     named_s: float | None  # onset to the first right verdict (naming the link, where one is due)
     polls: int
+    evidence: dict = field(default_factory=dict)  # what the first verdict read: its flows, and the link's load
 
 
 class Faults:
@@ -119,6 +121,7 @@ def first_verdict(fleet, injection: Injection, onset: float, watch_s: float) -> 
     from clockfabric.bench.workload_lab import why
 
     verdict = link = culprit = None
+    evidence: dict = {}
     named_s: float | None = None
     polls = 0
     while (elapsed := time.monotonic() - onset) < watch_s:
@@ -126,6 +129,7 @@ def first_verdict(fleet, injection: Injection, onset: float, watch_s: float) -> 
         polls += 1
         if w is not None and w["verdict"] not in ("no_flows", HEALTHY) and verdict is None:
             verdict, link, culprit = w["verdict"], w.get("link"), w.get("culprit")
+            evidence = read_evidence(w)
         if w is not None and named_s is None and w["verdict"] == injection.kind and (
                 not injection.links or w.get("link") in injection.links):
             named_s = time.monotonic() - onset
@@ -133,8 +137,16 @@ def first_verdict(fleet, injection: Injection, onset: float, watch_s: float) -> 
             break
         time.sleep(max(0.0, 1.0 - (time.monotonic() - onset - elapsed)))
     verdict = verdict or HEALTHY
-    correct = verdict == injection.kind and (injection.culprit is None or culprit == injection.culprit)
-    return Outcome(injection.kind, verdict, link, culprit, correct, named_s if correct else None, polls)
+    correct = (verdict == injection.kind and (injection.culprit is None or culprit == injection.culprit)
+               and (not injection.links or link in injection.links))
+    return Outcome(injection.kind, verdict, link, culprit, correct, named_s if correct else None, polls, evidence)
+
+
+def read_evidence(w: dict) -> dict:
+    """A verdict's evidence, short: each flow judged (links, delay, floor, what it failed) and the link's load."""
+    flows = [{k: f.get(k) for k in ("host", "flow", "links", "delay_us", "delay_source", "probe_floor_us", "rate_bps",
+                                    "why")} for f in w.get("flows", [])]
+    return {"flows": flows, **{k: v for k, v in w.get("evidence", {}).items() if k in ("load_bps", "direction")}}
 
 
 def schedule(faults: int, seed: int) -> list[str]:

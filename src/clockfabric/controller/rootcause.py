@@ -63,6 +63,12 @@ class Flow:
     hops: tuple[Hop, ...] = ()  # the links it crosses, in order from host
     dscp: int | None = None  # the DSCP its packets carry, where known
     points: tuple[FlowPoint, ...] = ()
+    # every link it may cross, in order from host: more than `hops` where its switch is not traced
+    # (a trace lost in the very queue that slows it), so a fault there is still in reach; () = `hops`
+    reach: tuple[Hop, ...] = ()
+
+    def may_cross(self) -> tuple[Hop, ...]:
+        return self.reach or self.hops
 
 
 @dataclass(frozen=True)
@@ -196,12 +202,17 @@ def throughput_drop(series: list[tuple[int, float]]) -> float | None:
     return after / before if before > 0 else None
 
 
-def load_on(hop: Hop, flows: list[Flow], since_ns: int) -> dict[str | None, float]:
-    """Rate crossing a hop (the same direction, where known) since `since_ns`, by job (None: no job)."""
+def on_hop(hop: Hop, hops: Iterable[Hop]) -> bool:
+    """Whether `hops` cross `hop` (the same direction, where both are known)."""
     name, way = hop
+    return any(n == name and (not way or not w or w == way) for n, w in hops)
+
+
+def load_on(hop: Hop, flows: list[Flow], since_ns: int) -> dict[str | None, float]:
+    """Rate that crosses, or may cross (its switch not traced), a hop since `since_ns`, by job (None: no job)."""
     out: dict[str | None, float] = {}
     for f in flows:
-        if any(n == name and (not way or not w or w == way) for n, w in f.hops):
+        if on_hop(hop, f.may_cross()):
             rate = median(p.tx_bps for p in f.points if p.t_ns >= since_ns) or 0.0
             out[f.jobid] = out.get(f.jobid, 0.0) + rate
     return out

@@ -14,6 +14,7 @@ OWD matrix and the path map.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import pairwise
 
 from fastapi import APIRouter, HTTPException, Query
 
@@ -25,6 +26,7 @@ from clockfabric.controller.rootcause import (
     FALLBACK,
     READINGS,
     Flow,
+    Hop,
     LinkEvent,
     ProbePath,
     Thresholds,
@@ -107,7 +109,31 @@ class Places:
         key = (host, peer, plane, via)
         if key not in self._hops:
             names = topo.links_through(host, peer, plane, via if via in topo.switches else None)
-            self._hops[key] = tuple(orient(self.links, host, names))
+            hops = tuple(orient(self.links, host, names))
+            if any(not way for _, way in hops):  # untraced: its links do not chain; a whole path gives their way
+                ways = dict(self.reach(host, peer, plane, None))
+                hops = tuple((name, way or ways.get(name, "")) for name, way in hops)
+            self._hops[key] = hops
+        return self._hops[key]
+
+    def reach(self, host: str, peer: str | None, plane: int | None, via: str | None) -> tuple:
+        """Every hop of every path the flow may take, in order from host: () where its switch is
+        traced (its hops say it all) or nothing is known of its ends."""
+        topo = self.topology
+        if topo is None or peer not in topo.hosts or host not in topo.hosts or plane is None or via in topo.switches:
+            return ()
+        key = (host, peer, plane, None, "reach")
+        if key not in self._hops:
+            placed: dict[Hop, int] = {}
+            for path in topo.paths(host, peer):
+                if path.plane != plane:
+                    continue
+                for i, step in enumerate(pairwise(path.nodes)):
+                    try:
+                        placed.setdefault((topo.find_link(*step).name, f"{step[0]}>{step[1]}"), i)
+                    except KeyError:  # parallel cables: which one is not known
+                        pass
+            self._hops[key] = tuple(sorted(placed, key=lambda h: (placed[h], h)))
         return self._hops[key]
 
 
@@ -132,8 +158,9 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
         kind, _, stat = s.name.partition("_flow_")
         jobid = s.labels.get("jobid") if kind == "job" else None
         key = (s.host, s.labels.get("flow", ""), jobid)
-        if stat == PATH_STAT:
-            paths[key] = s.labels
+        if stat == PATH_STAT:  # the latest, but a traced switch outlives a later untraced reading
+            if s.labels.get("via") or not paths.get(key, {}).get("via"):
+                paths[key] = s.labels
         elif stat in READINGS or stat == FALLBACK:
             reading(readings.setdefault(key, {}).setdefault(s.t_ns, {}), stat, s.value)
     out = []
@@ -145,7 +172,7 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
         peer, plane = places.by_address.get(fk.remote), places.plane(host, fk.local, via)
         out.append(Flow(host, label, jobid, peer, plane, places.hops(host, peer, plane, via),
                         int(dscp) if dscp.isdigit() else None,
-                        tuple(point(t, v) for t, v in sorted(by_t.items()))))
+                        tuple(point(t, v) for t, v in sorted(by_t.items())), places.reach(host, peer, plane, via)))
     return out
 
 

@@ -3,7 +3,8 @@
 In order, the first that holds:
   misconfigured (class)      a flow's DSCP is not the fabric's collective class
   misconfigured (interface)  a flow leaves on no fabric NIC, or off the plane the job's others share
-  flapping link X            link events on a link the job's flows cross, while it suffers
+  flapping link X            link events on a link the job's flows may cross, while it suffers;
+                             or two downs or more
   congestion ... on link X   network-slow flows, and the hop they share that no healthy sibling
                              crosses: loaded by another job, by flows of no job, or by the job itself
   degraded link X            ... queueing while carrying under half its configured rate
@@ -23,8 +24,11 @@ from clockfabric.controller.rootcause import (
     LinkEvent,
     ProbePath,
     Thresholds,
+    far_above,
     job_flows,
     load_on,
+    median,
+    on_hop,
     throughput,
     throughput_drop,
 )
@@ -34,6 +38,8 @@ VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "
             "healthy", "no_flows")
 SUFFERING_DROP = 0.8  # the job's throughput under this share of its start: it suffers
 FLAP_EVENTS = 2  # transitions on one link in the window that make it flapping
+FLAP_DOWNS = 2  # downs of one link in the window that make it flapping even once the job has caught up
+SAME_EVENT_NS = 500_000_000  # one down seen from both ends of the link lands this close
 
 
 @dataclass(frozen=True)
@@ -99,17 +105,20 @@ def _misconfigured(stats: list[FlowStats], fabric: Fabric) -> dict | None:
 
 
 def _flapping(stats: list[FlowStats], fabric: Fabric, since: int, drop: float | None) -> dict | None:
+    """Downs and ups of a link the flows may cross, while the job suffers; or repeated downs, which
+    stall its flows each time even where they have caught up by the time it is asked."""
     suffering = any(s.network_slow or s.starved for s in stats) or (drop is not None and drop < SUFFERING_DROP)
-    if not suffering:
-        return None
-    crossed = {name for s in stats for name, _ in s.flow.hops}
+    crossed = {name for s in stats for name, _ in s.flow.may_cross()}
     recent = [e for e in fabric.events if e.t_ns >= since]
     per_link = Counter(e.link for e in recent if e.link in crossed and e.kind in ("link_down", "link_up"))
+    downs = Counter(e.link for e in first_seen([e for e in recent if e.link in crossed and e.kind == "link_down"]))
     if not per_link or per_link.most_common(1)[0][1] < FLAP_EVENTS:
         return None
     link, count = per_link.most_common(1)[0]
+    if not suffering and downs[link] < FLAP_DOWNS:
+        return None
     failovers = [e for e in recent if e.kind.startswith("failover")]
-    hit = [s for s in stats if any(name == link for name, _ in s.flow.hops)]
+    hit = [s for s in stats if any(name == link for name, _ in s.flow.may_cross())]
     return _verdict("flapping_link",
                     f"flapping link {link}: {count} downs and ups in the window, {len(failovers)} failovers; "
                     f"{len(hit)} of the job's flows cross it", link,
@@ -117,14 +126,62 @@ def _flapping(stats: list[FlowStats], fabric: Fabric, since: int, drop: float | 
                               "flows": _names(hit), "throughput_ratio": drop})
 
 
-def blame(slow: list[FlowStats], healthy: list[FlowStats]) -> list[Hop]:
-    """The hops the most network-slow flows cross that no healthy sibling crosses the same way."""
-    cleared = {h for s in healthy for h in s.flow.hops}
-    counts = Counter(h for s in slow for h in s.flow.hops if h not in cleared)
+def back(hop: Hop) -> Hop:
+    """The same link the other way."""
+    name, way = hop
+    a, _, b = way.partition(">")
+    return (name, f"{b}>{a}") if way else hop
+
+
+def ends(flow: Flow) -> list[Hop]:
+    """The hops its ACKs surely cross on their way back: its host links, the way in. (The fabric
+    hashes the ACKs' 5-tuple on its own, so the switches between are not known.)"""
+    return [back(h) for h in flow.hops if h[1] and (h[1].startswith(f"{flow.host}>")
+                                                    or h[1].endswith(f">{flow.peer}"))]
+
+
+def cleared(healthy: list[FlowStats], limits: Thresholds) -> set[Hop]:
+    """The hops healthy siblings prove quiet: those each crosses, at its floor; and its host links
+    the way in where its round trip (its ACKs' return) is not far above its healthy siblings'."""
+    rtts = {id(s): median(p.rtt_us for p in s.flow.points) for s in healthy}
+    usual = median(rtts.values())
+    quiet = set()
+    for s in healthy:
+        quiet |= set(s.flow.hops)
+        rtt = rtts[id(s)]
+        if rtt is not None and usual is not None and not far_above(rtt, usual, limits.rtt_margin_us, limits):
+            quiet |= set(ends(s.flow))
+    return quiet
+
+
+def first_seen(events: list[LinkEvent], apart_ns: int = SAME_EVENT_NS) -> list[LinkEvent]:
+    """One of each event both ends of a link report: the first, where the next of its kind on the
+    link comes within `apart_ns`."""
+    kept: list[LinkEvent] = []
+    last: dict[tuple[str, str], int] = {}
+    for e in sorted(events, key=lambda e: e.t_ns):
+        if e.t_ns - last.get((e.link, e.kind), -apart_ns - 1) > apart_ns:
+            kept.append(e)
+        last[(e.link, e.kind)] = e.t_ns
+    return kept
+
+
+def blame(slow: list[FlowStats], healthy: list[FlowStats], limits: Thresholds | None = None) -> list[Hop]:
+    """The hops the most network-slow flows may cross that no healthy sibling proves quiet: a
+    flow's own last hop is as suspect as any until a sibling's round trip clears it."""
+    quiet = cleared(healthy, limits or Thresholds())
+    counts = Counter(h for s in slow for h in s.flow.may_cross() if h not in quiet)
     if not counts:
         return []
     top = counts.most_common(1)[0][1]
     return [h for h, n in counts.items() if n == top]
+
+
+def probes_queued(hop: Hop, floors: list[ProbePath], limits: Thresholds) -> int:
+    """How many probe paths across `hop` see their delay far above their floor: a queue there
+    delays every path across it, whoever sends."""
+    return sum(1 for p in floors if p.p50_us is not None and on_hop(hop, p.hops)
+               and far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits))
 
 
 def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabric, since: int,
@@ -133,7 +190,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     if not slow:
         return None
     evidence: dict[str, object] = {"slow_flows": [s.row() for s in slow]}
-    hops = blame(slow, [s for s in stats if not s.network_slow])
+    hops = blame(slow, [s for s in stats if not s.network_slow], limits)
     if not hops:
         return _verdict("slow_unlocated", f"{len(slow)} flows of job {jobid} are slow in the network "
                         f"({'; '.join(slow[0].why)}), but no link they share can be named", evidence=evidence)
@@ -144,8 +201,9 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     def foreign(hop: Hop) -> float:
         return sum(v for j, v in load(hop).items() if j != jobid)
 
-    order = {h: i for i, h in enumerate(slow[0].flow.hops)}  # equal loads: the first on the way queues
-    hop = max(hops, key=lambda h: (foreign(h), -order.get(h, len(order))))
+    # the suspect others load most, then the one probes see queueing, then the first on the way
+    order = {h: i for s in reversed(slow) for i, h in enumerate(s.flow.may_cross())}
+    hop = max(hops, key=lambda h: (foreign(h), probes_queued(h, fabric.floors, limits), -order.get(h, len(order))))
     link, on_link = hop[0], load(hop)
     rate = fabric.link_rates.get(link)
     others = {j: v for j, v in on_link.items() if j not in (jobid, None)}
