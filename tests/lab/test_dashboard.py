@@ -209,9 +209,6 @@ def sign_in(driver, url: str, token: str) -> None:
     wait_for("live", lambda: driver.find_element(By.ID, "status").text == "live", timeout_s=10)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "the job's links on the map lack its spine on an idle machine: the flow's traced switch is missing or "
-    "wrong, as in the workload story 1 test"))
 def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
     lab = fleet.lab
     receiver, sender = "h0", "h3"  # under different leaves: the flow crosses a spine

@@ -77,7 +77,8 @@ function map(fabric, why) {
   if (!fabric) return el("p", { class: "muted" }, "the controller has no topology: no map");
   const marks = {};
   for (const f of why.flows || []) for (const name of f.links) marks[name] = "job";
-  if (why.link) marks[why.link] = `culprit verdict-${SEVERITY[why.verdict] || "bad"}`;
+  // the verdict's link keeps its "crossed" mark when the job's flows cross it too
+  if (why.link) marks[why.link] = `${marks[why.link] ? "job " : ""}culprit verdict-${SEVERITY[why.verdict] || "bad"}`;
   const crossed = Object.keys(marks).length;
   return el("div", { id: "job-map" },
     el("p", { class: "legend" }, el("span", {}, el("i", { class: "job" }), `crossed by the job's flows (${crossed})`),
