@@ -141,8 +141,10 @@ def fuzz(name: str, parser: Parser, count: int, seconds: float | None, seed: int
 
 def run(names: list[str], count: int, seconds: float | None, seed: int = 0,
         progress: Callable[[str, int, int], None] = lambda *_: None,
-        parsers: dict[str, Callable[[], Parser]] | None = None) -> list[Tally]:
-    """Fuzz each named parser in turn (`parsers`: name -> factory; PARSERS by default)."""
+        parsers: dict[str, Callable[[], Parser]] | None = None,
+        done: Callable[[Tally], None] = lambda _: None) -> list[Tally]:
+    """Fuzz each named parser in turn (`parsers`: name -> factory; PARSERS by default); `done`
+    is told each parser's tally as it is finished."""
     factories = parsers or {n: PARSERS.get(n).factory for n in names}
     tallies = []
     for name in names:
@@ -151,7 +153,14 @@ def run(names: list[str], count: int, seconds: float | None, seed: int = 0,
             tallies.append(fuzz(name, parser, count, seconds, seed, progress))
         finally:
             parser.close()
+        done(tallies[-1])
     return tallies
+
+
+def said(tally: Tally) -> None:
+    """One line on stderr per parser done: a long run into a log shows where it is."""
+    err.print(f"fuzz: {tally.parser}: {tally.inputs:,} inputs in {tally.seconds:.0f} s ({tally.per_s:,.0f}/s), "
+              f"{tally.crashes} crashes")
 
 
 def table(tallies: list[Tally]) -> Table:
@@ -189,7 +198,7 @@ def main(count: Annotated[int, typer.Option("--count", min=1, help="Inputs per p
     names = [PARSERS.get(n).name for n in only] if only else PARSERS.names()
     facts = harness.machine()
     with progress_bar("fuzz") as progress:
-        tallies = run(names, count, seconds, seed, progress)
+        tallies = run(names, count, seconds, seed, progress, done=said)
     judged = targets(tallies, count)
     report = {"count": count, "seconds_cap": seconds, "seed": seed, "parsers": [x.as_dict() for x in tallies]}
     figures = {x.parser: {"inputs": x.inputs, "inputs_per_s": round(x.per_s), "crashes": x.crashes,
