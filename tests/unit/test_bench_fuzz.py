@@ -48,6 +48,7 @@ def test_a_sealed_parser_that_takes_a_forgery_is_counted():
                                                                                sealed=True)})
     assert tally.forgeries_accepted == tally.accepted > 0
     assert fuzz.targets([tally], 500)[1].met is False
+    assert f"{tally.accepted} forged or replayed accepted" in fuzz.summary(tally)
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
@@ -104,7 +105,22 @@ def test_the_command_writes_its_record(tmp_path):
     assert result.exit_code == 0, result.output
     saved = json.loads(out.read_text())
     assert [p["parser"] for p in saved["report"]["parsers"]] == ["probe-wire", "lldp"]
-    assert all(t["met"] for t in saved["targets"]) and saved["figures"]["lldp"]["inputs"] == 300
+    assert all(t["met"] for t in saved["targets"]) and saved["figures"]["lldp"].startswith("300 inputs, ")
     bad = CliRunner().invoke(app, ["fuzz", "--count", "10", "--parser", "nope", "--out", str(out)])
     # one clear line at the console script (cli.main prints a ClockfabricError), no traceback
     assert isinstance(bad.exception, ClockfabricError) and "no fuzz parser named 'nope'" in str(bad.exception)
+
+
+def test_an_exception_in_a_finalizer_is_counted_apart_from_crashes():
+    class Leaky:
+        def __del__(self):
+            raise RuntimeError("a finalizer's own bug")
+
+    def step(data: bytes) -> bool:
+        Leaky()  # dropped at once: its finalizer raises, which Python can only print
+        return True
+
+    tally, = fuzz.run(["leaky"], 50, None, parsers={"leaky": lambda: Parser(SEEDS, step)})
+    assert tally.crashes == 0 and len(tally.unraisable) == 50
+    assert tally.unraisable[0] == "RuntimeError in a finalizer of function"
+    assert "50 exceptions in finalizers" in fuzz.summary(tally)

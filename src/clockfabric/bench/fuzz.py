@@ -11,9 +11,11 @@ loop thread of its own, which must be alive, and still take a good input, at the
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,6 +46,9 @@ class Tally:
     seconds: float = 0.0
     forgeries_accepted: int | None = None  # sealed parsers only
     loop_alive: bool | None = None  # threaded parsers only
+    # exceptions a finalizer raised meanwhile, which Python can only print (sys.unraisablehook):
+    # not tied to one input (the collector runs when it runs), so counted apart from crashes
+    unraisable: list[str] = field(default_factory=list)
     first_crashes: list[dict[str, str]] = field(default_factory=list)
 
     @property
@@ -139,6 +144,18 @@ def fuzz(name: str, parser: Parser, count: int, seconds: float | None, seed: int
     return tally
 
 
+@contextmanager
+def finalizer_faults() -> Iterator[list[str]]:
+    """What finalizers raise meanwhile (Python prints those, sys.unraisablehook), one line each."""
+    faults: list[str] = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: faults.append(
+        f"{type(u.exc_value).__name__} in a finalizer of {type(u.object).__name__}")
+    try:
+        yield faults
+    finally:
+        sys.unraisablehook = hook
+
+
 def run(names: list[str], count: int, seconds: float | None, seed: int = 0,
         progress: Callable[[str, int, int], None] = lambda *_: None,
         parsers: dict[str, Callable[[], Parser]] | None = None,
@@ -148,19 +165,32 @@ def run(names: list[str], count: int, seconds: float | None, seed: int = 0,
     factories = parsers or {n: PARSERS.get(n).factory for n in names}
     tallies = []
     for name in names:
-        parser = factories[name]()
-        try:
-            tallies.append(fuzz(name, parser, count, seconds, seed, progress))
-        finally:
-            parser.close()
+        with finalizer_faults() as unraisable:
+            parser = factories[name]()
+            try:
+                tallies.append(fuzz(name, parser, count, seconds, seed, progress))
+            finally:
+                parser.close()
+        tallies[-1].unraisable = unraisable
         done(tallies[-1])
     return tallies
 
 
+def summary(tally: Tally) -> str:
+    """'1,000,000 inputs, 84,595/s, 0 crashes' (and forgeries taken, the loop's state)."""
+    text = f"{tally.inputs:,} inputs, {tally.per_s:,.0f}/s, {tally.crashes} crashes"
+    if tally.forgeries_accepted is not None:
+        text += f", {tally.forgeries_accepted} forged or replayed accepted"
+    if tally.unraisable:
+        text += f", {len(tally.unraisable)} exceptions in finalizers"
+    if tally.loop_alive is not None:
+        text += ", loop thread alive" if tally.loop_alive else ", loop thread DEAD"
+    return text
+
+
 def said(tally: Tally) -> None:
     """One line on stderr per parser done: a long run into a log shows where it is."""
-    err.print(f"fuzz: {tally.parser}: {tally.inputs:,} inputs in {tally.seconds:.0f} s ({tally.per_s:,.0f}/s), "
-              f"{tally.crashes} crashes")
+    err.print(f"fuzz: {tally.parser}: {summary(tally)} ({tally.seconds:.0f} s)")
 
 
 def table(tallies: list[Tally]) -> Table:
@@ -201,8 +231,7 @@ def main(count: Annotated[int, typer.Option("--count", min=1, help="Inputs per p
         tallies = run(names, count, seconds, seed, progress, done=said)
     judged = targets(tallies, count)
     report = {"count": count, "seconds_cap": seconds, "seed": seed, "parsers": [x.as_dict() for x in tallies]}
-    figures = {x.parser: {"inputs": x.inputs, "inputs_per_s": round(x.per_s), "crashes": x.crashes,
-                          "forgeries_accepted": x.forgeries_accepted} for x in tallies}
+    figures = {x.parser: summary(x) for x in tallies}
     record("fuzz", judged, facts, report, figures, path=out_file)
     if as_json:
         print_json(report)
@@ -212,6 +241,8 @@ def main(count: Annotated[int, typer.Option("--count", min=1, help="Inputs per p
     for x in tallies:
         for crash in x.first_crashes:
             err.print(f"crash in {x.parser}: {crash['error']} on {crash['input_bytes']} bytes")
+        for what in sorted(set(x.unraisable)):
+            err.print(f"in {x.parser}: {what} (printed by Python, not raised)")
     err.print(f"raw: {out_file}")
     if any(not t.met for t in judged[:3]):
         raise typer.Exit(1)
