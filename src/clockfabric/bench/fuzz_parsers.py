@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import struct
 import tempfile
 import threading
 import time
@@ -127,8 +128,6 @@ def lldp_frames() -> Parser:
 
 @PARSERS.register("inband-frame", help="sampled TCP frames of the in-band one-way delays (workload/inband.py)")
 def inband_frame() -> Parser:
-    import struct
-
     from clockfabric.workload import inband
 
     def frame(seq: int, ihl_words: int = 5) -> bytes:
