@@ -101,8 +101,9 @@ class Router:
                 return False
             to.on_message(msg, reply_to)
             return True
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError):
-            self.bad_messages += 1  # not JSON, a field missing or of the wrong kind or size
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, RecursionError):
+            # not JSON, nested past what json.loads reads, a field missing or of the wrong kind or size
+            self.bad_messages += 1
         except Exception:  # a handler's bug: logged, and the loop goes on
             self.bad_messages += 1
             log.exception("control message from %s", reply_to[0])
