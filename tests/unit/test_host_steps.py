@@ -174,6 +174,29 @@ def test_not_settled_when_probes_meet_queues():
     assert len(settled) == 20 and not any(settled)
 
 
+def test_settled_at_the_quiet_rate_though_an_update_sees_a_queued_pair_among_few():
+    """At the quiet rate an update sees two or three exchanges: one queued pair among them is
+    not a busy fabric, and must not send the host back to the full rate (nor restart its calm)."""
+    ours, peers = clocks()
+    sync = HostSync("me", PEERS)
+    feed = []
+    for k in range(int(30e9 / 450_000_000)):  # an exchange every 450 ms, the peers in turn: each every 1.8 s
+        name, queued = PEERS[k % len(PEERS)], k % 7 == 3  # one in seven queued both ways
+        delay = (FLOOR_NS, FLOOR_NS + 5_000) if queued else (FLOOR_NS, FLOOR_NS)
+        feed.append(make_exchange(ours, peers[name], k * 450_000_000, name=name, fwd=delay, rev=delay))
+    decisions, next_s = [], 1.0
+    for ex in feed:
+        sync.add([ex])
+        if ex.tx[0] - ours.read(0) >= 2e9 and sync.mapping is None:
+            _mapped(sync)
+        if ex.tx[0] - ours.read(0) >= next_s * 1e9:
+            sync.report(ex.rx[1])
+            decisions.append((next_s, sync.settled(ex.rx[1])))
+            next_s += 1.0
+    assert not any(d for s, d in decisions if s < 12.0)  # five windows of calm first
+    assert all(d for s, d in decisions if s > 15.0)
+
+
 def test_after_our_step_each_pair_reports_again_as_soon_as_it_has_new_points_both_ways():
     ours, peers = clocks(ours_steps=[(STEP_AT_S * 1e9, 1_000_000)])
     sync = warmed(ours, peers)

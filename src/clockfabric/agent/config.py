@@ -72,9 +72,17 @@ class AgentConfig:
         COLLECTORS.enabled(self.collectors, self.no_collectors)  # an unknown name: one line naming the known
 
     def probe_interval_s(self, *, quiet: bool = False) -> float:
-        """Seconds between exchanges with each peer: the probe rate, slowed to stay in the budget."""
+        """Seconds between exchanges with each peer: the probe rate, slowed to stay in the budget,
+        but each peer at least once a second. Quiet, the same share slower again (probe_rate /
+        quiet_rate), whatever the budget left of the full rate: where the budget already holds
+        the full rate near one a second (sealed exchanges on a slow link), a quiet rate taken
+        on its own would save nothing. A settled pair still sees its peer once a window: its
+        fit widens its span while short of points (clock/pairs.py)."""
         rate = min(link.rate_bps for link in self.topology.links_of(self.host))
         k = max(1, len(self.probed))
         bytes_per_round = k * wire.exchange_wire_bytes()  # each host probes k and answers ~k
-        wanted = min(self.quiet_rate, self.probe_rate) if quiet else self.probe_rate
-        return min(1.0, max(k / wanted, bytes_per_round / (self.probe_budget * rate / 8)))
+        full = min(1.0, max(k / self.probe_rate, bytes_per_round / (self.probe_budget * rate / 8)))
+        if not quiet:
+            return full
+        slower = self.probe_rate / min(self.quiet_rate, self.probe_rate)
+        return max(full, min(self.window_s, full * slower))

@@ -80,7 +80,7 @@ def measure(lab: Lab, extra: list[str], settle_s: float, measure_s: float) -> di
         user = (after[h][0] - before[h][0]) / wall * 100
         system = (after[h][1] - before[h][1]) / wall * 100
         rows[h] = {"user_pct": user, "system_pct": system, "cpu_pct": user + system, "rss_mb": after[h][2],
-                   "probe_interval_s": states[h].get("probe_interval_s")}
+                   "probe_interval_s": states[h].get("probe_interval_s"), "probe_quiet": states[h].get("probe_quiet")}
     return rows
 
 

@@ -31,6 +31,9 @@ FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many 
 # step for this many windows
 QUIET_PURE = 0.7
 QUIET_AFTER_STEP_WINDOWS = 5
+# ... the share judged over at least this many exchanges a pair: at the quiet rate an update
+# sees a few, and one queued pair among them would read as a busy fabric
+QUIET_SAMPLE_PER_PAIR = 2
 # the offset solve weighs each pair by its points and, past this, by the inverse square of its
 # bound: a band that a queue widened says little, and must not pull the quiet hosts around it
 WEIGHT_BOUND_NS = 5_000.0
@@ -61,7 +64,8 @@ class HostSync:
         self.urgent = False  # a pair stepped since the last report: the solver wants it now
         self._stepped = False  # since the last `settled`
         self._calm_since: int | None = None  # our clock: since when no step and mostly pure probes
-        self._counted = (0, 0)  # (exchanges, pure points) at the last `settled`
+        self._counted = (0, 0)  # (exchanges, pure points) when the last purity sample began
+        self._quiet = False  # the last purity sample's verdict: most probe packets pure
 
     def add(self, exchanges: list[Exchange]) -> None:
         for ex in exchanges:
@@ -117,12 +121,16 @@ class HostSync:
     def settled(self, now_ns: int) -> bool:
         """Whether fewer probes would do: mapped onto the reference, no step for a few windows,
         no break pending, and most probe packets since the last call pure (an idle fabric;
-        under load pure points are scarce and every exchange counts)."""
+        under load pure points are scarce and every exchange counts). The share is judged once
+        enough exchanges came (QUIET_SAMPLE_PER_PAIR), whatever the probe rate; until then the
+        last verdict holds."""
         seen = sum(p.seen for p in self.pairs.values())
         pure = sum(p.pure_fwd + p.pure_rev for p in self.pairs.values())
-        (seen0, pure0), self._counted = self._counted, (seen, pure)
-        quiet = seen > seen0 and (pure - pure0) >= QUIET_PURE * 2 * (seen - seen0)
-        calm = (quiet and not self._stepped and self._candidate is None and self.mapping is not None
+        seen0, pure0 = self._counted
+        if seen - seen0 >= QUIET_SAMPLE_PER_PAIR * max(1, len(self.pairs)):
+            self._quiet = (pure - pure0) >= QUIET_PURE * 2 * (seen - seen0)
+            self._counted = (seen, pure)
+        calm = (self._quiet and not self._stepped and self._candidate is None and self.mapping is not None
                 and self.mapping.synced)
         self._stepped = False
         if not calm:

@@ -69,6 +69,7 @@ class ClockSync(Service):
         # seconds between exchanges with a peer, at the full rate (the engine starts at it, until
         # the clock has settled) and the quiet one; worked out once: it walks the topology's links
         self._intervals = {False: ctx.engine.interval_s, True: cfg.probe_interval_s(quiet=True)}
+        self.quiet = False  # probing at the quiet rate now
 
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
         hosts, sender = self.ctx.cfg.topology.hosts, self.ctx.engine.names[reply_to[0]]
@@ -104,7 +105,7 @@ class ClockSync(Service):
             self._solve(self.solver)
 
     def report(self) -> dict:
-        state = {"probe_interval_s": self.ctx.engine.interval_s, **self.sync.state()}
+        state = {"probe_interval_s": self.ctx.engine.interval_s, "probe_quiet": self.quiet, **self.sync.state()}
         if self.solver and self.solver.last is not None:
             state["solver"] = {"dropped_edges": int((~self.solver.last.kept).sum()),
                                "edges": len(self.solver.last.kept), "reports": len(self.solver.reports)}
@@ -140,6 +141,7 @@ class ClockSync(Service):
     def _pace(self, *, quiet: bool) -> None:
         """Probe at the quiet rate only while the clock needs no more: an agent's CPU follows
         its exchanges, and on a settled clock and an idle fabric half of them add little."""
+        self.quiet = quiet
         self.ctx.engine.interval_s = self._intervals[quiet]
 
     def _solve(self, solver: Solver, *, urgent: bool = False) -> None:

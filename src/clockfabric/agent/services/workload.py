@@ -63,16 +63,24 @@ class Workload(Service):
         return t_ns, bool(mapped and mapping and mapping.synced)
 
     def poll(self, now_s: float) -> float:
-        if self.capture is None:
+        """Sampled packets read often only while a job flow may have some: with none, every
+        sample is dropped unread, and the update's read empties the buffer (a wake-up of the
+        agent's loop costs more than the read)."""
+        if self.capture is None or not self.inband.peers:
             return math.inf
-        self.inband.captured(self.capture.drain(), time.monotonic_ns())
+        self._take_samples()
         return now_s + CAPTURE_POLL_S
+
+    def _take_samples(self) -> None:
+        if self.capture is not None:
+            self.inband.captured(self.capture.drain(), time.monotonic_ns())
 
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
         self.inband.received(str(msg["from"]), exchange.decode(msg), time.monotonic_ns())
 
     def tick(self, now_ns: int) -> None:
         t0 = time.thread_time()
+        self._take_samples()
         try:
             self.view = self.monitor.update()
         except OSError as e:  # /proc or netlink failing: keep the last view, say so once an update
