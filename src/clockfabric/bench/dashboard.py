@@ -79,10 +79,11 @@ def time_routes(url: str, now_ns: int, repeats: int) -> list[dict]:
     return rows
 
 
-def time_page(url: str, repeats: int, push: Callable[[int], None]) -> dict | None:
+def time_page(url: str, repeats: int, push: Callable[[int], None], shots: Path | None = None) -> dict | None:
     """In headless Chromium: seconds from asking for each view (a fresh page load) to its first render
     with data ("renders"), and from pushing an event to seeing it in the events view ("lag_s"); None
-    without Debian's chromium and chromium-driver, or selenium. `push(seq)` pushes one marked event."""
+    without Debian's chromium and chromium-driver, or selenium. `push(seq)` pushes one marked event.
+    `shots`: also save the heatmap's blocks, and one block opened, there (1280x800)."""
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         return None
     try:
@@ -108,6 +109,8 @@ def time_page(url: str, repeats: int, push: Callable[[int], None]) -> dict | Non
                 until(driver, t0, "const v = document.getElementById('view'); return v.dataset.view === arguments[0]"
                       " && v.dataset.rendered !== undefined && v.firstElementChild !== null", view)
                 found[view].append(time.perf_counter() - t0)
+        if shots is not None:
+            heatmap_shots(driver, url, shots)
         driver.get("about:blank")
         driver.get(f"{url}/dashboard/#events")
         until(driver, time.perf_counter(), "return document.querySelector('#timeline tr') !== null")
@@ -123,6 +126,17 @@ def time_page(url: str, repeats: int, push: Callable[[int], None]) -> dict | Non
     finally:
         driver.quit()
     return {"renders": found, "lag_s": lags, "console_errors": errors}
+
+
+def heatmap_shots(driver, url: str, where: Path) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    driver.get("about:blank")
+    driver.get(f"{url}/dashboard/#owd")
+    until(driver, time.perf_counter(), "return document.querySelector('td[data-block]') !== null")
+    driver.save_screenshot(str(where / "dashboard-owd-blocks.png"))
+    driver.execute_script("document.querySelector('td[data-block]').click()")
+    until(driver, time.perf_counter(), "return document.querySelector('td[data-pair]') !== null")
+    driver.save_screenshot(str(where / "dashboard-owd-block-opened.png"))
 
 
 def until(driver, t0: float, script: str, *args) -> None:
@@ -151,7 +165,9 @@ def free_port() -> int:
 def main(hosts: Annotated[int, typer.Option(min=10)] = 2000, days: Annotated[float, typer.Option(min=0.1)] = 7.0,
          repeats: Annotated[int, typer.Option(min=5)] = 40, renders: Annotated[int, typer.Option(min=1)] = 5,
          db: Annotated[Path | None, typer.Option(help="Keep the database here (default: a temporary one).")] = None,
-         json_path: Annotated[Path, typer.Option("--out", help="Where the record goes.")] = DEFAULT_JSON) -> None:
+         json_path: Annotated[Path, typer.Option("--out", help="Where the record goes.")] = DEFAULT_JSON,
+         screenshots: Annotated[Path | None, typer.Option(help="Save the heatmap at this scale here too.")] = None,
+         ) -> None:
     """Generate the fleet's database, serve it, time each view's routes and first render."""
     facts = harness.machine()
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,7 +192,7 @@ def main(hosts: Annotated[int, typer.Option(min=10)] = 2000, days: Annotated[flo
         thread = start_in_thread(srv)
         try:
             rows = time_routes(listen.url, made["now_ns"], repeats)
-            page = time_page(listen.url, renders, pusher(listen.url, sorted(topo.hosts)[0], fleet.clock))
+            page = time_page(listen.url, renders, pusher(listen.url, sorted(topo.hosts)[0], fleet.clock), screenshots)
         finally:
             srv.should_exit = True
             thread.join(10)
