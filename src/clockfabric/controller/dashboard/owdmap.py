@@ -46,20 +46,27 @@ def natural(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def pairs(rows: Iterable[Row], path: str | None = None) -> tuple[dict[Pair, dict[str, float]], list[str]]:
-    """Each pair's delay per path (of `path` only, if given), and every path label seen."""
+def pairs(rows: Iterable[Row], path: str | None = None) -> tuple[dict[Pair, dict[str, float]], dict[Pair, float],
+                                                                 list[str]]:
+    """Each pair's delay per path (of `path` only, if given), its worst, and every path label seen."""
     found: dict[Pair, dict[str, float]] = {}
+    worst: dict[Pair, float] = {}
     labels: set[str] = set()
     for host, text, _t_ns, value in rows:
         ends = _ends(text)
         if ends is None or value is None or not math.isfinite(value):
             continue
         src, dst, label = ends
-        src = src or host  # an agent's own delays may leave their source implicit
         labels.add(label)
-        if path is None or label == path:
-            found.setdefault((src, dst), {})[label] = value
-    return found, sorted(labels)
+        if path is not None and label != path:
+            continue
+        pair = (src or host, dst)  # an agent's own delays may leave their source implicit
+        if pair in found:
+            found[pair][label] = value
+            worst[pair] = max(worst[pair], value)
+        else:
+            found[pair], worst[pair] = {label: value}, value
+    return found, worst, sorted(labels)
 
 
 def heatmap(rows: Iterable[Row], *, stat: str, path: str | None = None, block: tuple[int, int] | None = None,
@@ -67,9 +74,8 @@ def heatmap(rows: Iterable[Row], *, stat: str, path: str | None = None, block: t
     """{stat, path, paths, hosts, pairs, lo_ns, hi_ns, block_size, blocks, block, rows, cols,
     cells: rows x cols of null or {ns, ...}, worst: {total, offset, items}}. `block`: (row, column)
     block numbers; raises IndexError where there is no such block."""
-    delays, labels = pairs(rows, path)
-    worst = {p: max(d.values()) for p, d in delays.items()}
-    hosts = sorted({h for p in delays for h in p}, key=natural)
+    delays, worst, labels = pairs(rows, path)
+    hosts = sorted({h for p in worst for h in p}, key=natural)
     size = max(1, math.ceil(len(hosts) / MAX_GRID))
     groups = [hosts[i:i + size] for i in range(0, len(hosts), size)]
     if block is not None:
