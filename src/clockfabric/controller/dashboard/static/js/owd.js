@@ -43,7 +43,7 @@ export async function render(refresh) {
       "‹ every block") : null,
     el("span", { class: "muted" }, summary(owd)));
   if (!owd.pairs) return el("section", { "aria-label": "One-way delays" }, toolbar,
-    el("p", { class: "muted" }, "no one-way delays pushed yet"));
+    el("p", { class: "muted" }, path ? `no delays on path ${path}` : "no one-way delays pushed yet"));
   return el("section", { "aria-label": "One-way delays" }, toolbar,
     el("div", { class: "scroll-x" }, grid(owd, colour, refresh)),
     el("h2", {}, `Worst pairs: ${owd.worst.total}`), worst(owd, colour, refresh));
