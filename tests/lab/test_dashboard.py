@@ -125,6 +125,16 @@ def attrs(driver, css: str, name: str) -> list[str]:
                                  ".map((e) => e.getAttribute(arguments[1]))", css, name)
 
 
+def unnamed_controls(driver) -> list[str]:
+    """The page's controls (buttons, fields, anything with a button's role) that a screen reader
+    could not name: no aria-label, no <label for> and no text."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('button, select, input, textarea, [role=button], a[href]')]"
+        ".filter((e) => !(e.getAttribute('aria-label') || e.textContent.trim() || e.getAttribute('title')"
+        " || (e.id && document.querySelector(`label[for=\"${e.id}\"]`))))"
+        ".map((e) => e.outerHTML.slice(0, 160))")
+
+
 def click(driver, css: str) -> None:
     driver.execute_script("document.querySelector(arguments[0]).dispatchEvent("
                           "new MouseEvent('click', {bubbles: true}))", css)
@@ -162,6 +172,11 @@ def test_every_view_renders_and_a_link_set_down_turns_red_within_2_s(fleet, brow
         wait_for("every link drawn", lambda: len(attrs(browser, "line.link", "data-link")) == len(lab.topology.links),
                  timeout_s=5)
         wait_for("every link up", lambda: set(attrs(browser, "line.link", "data-state")) == {"up"}, timeout_s=10)
+        for view in VIEWS:
+            show(browser, view)
+            assert texts(browser, "#view > *"), view  # something rendered
+            assert not unnamed_controls(browser), (view, unnamed_controls(browser))
+        show(browser, "fabric")
         _screenshots(browser)
 
         link = lab.topology.find_link("leaf0", "spine1")
@@ -231,15 +246,15 @@ def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
         assert verdict[0] in VERDICTS and len(sentence) > 20, (verdict, sentence)
         assert wait_for("the throughput and delay lines", lambda: len(attrs(browser, "#job-timeline polyline",
                                                                            "data-series")) >= 2, timeout_s=10)
+        where = os.environ.get("CLOCKFABRIC_SCREENSHOTS")
+        if where:  # the view as it is, whatever the map then shows of the job's links
+            time.sleep(0.5)
+            browser.save_screenshot(str(Path(where) / "dashboard-jobs.png"))
         crossed = wait_for("J's links on the map", lambda: attrs(browser, "#job-map line.link.job", "data-link"),
                            timeout_s=10)
         # without a traced path, the links every path between the two hosts shares: both hosts' own
         assert any(name.startswith(f"{sender}:") for name in crossed), crossed
         assert any(name.startswith(f"{receiver}:") for name in crossed), crossed
-        where = os.environ.get("CLOCKFABRIC_SCREENSHOTS")
-        if where:
-            time.sleep(0.5)
-            browser.save_screenshot(str(Path(where) / "dashboard-jobs.png"))
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
     finally:

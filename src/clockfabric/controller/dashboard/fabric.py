@@ -1,8 +1,14 @@
 """The fabric as the map draws it: the controller's topology, each link with its state from
-what the agents at both ends last pushed (link_up samples, link events)."""
+what the agents at both ends last pushed (link_up samples, link events), as JSON text.
+
+At thousands of hosts most of the answer is what the topology fixes (nodes, each link's name,
+ends, plane and rate): that is written once per topology, and each request writes only each
+link's state into it. Nothing that changes is kept between requests.
+"""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 from clockfabric.controller.storage.base import Storage
@@ -11,33 +17,60 @@ from clockfabric.topology import Topology
 FLAP_WINDOW_NS = 60 * 10**9
 FLAP_TRANSITIONS = 3  # downs and ups at one end within the window: flapping
 LINK_EVENTS = ("link_down", "link_up")
+MAX_RECENT_EVENTS = 5000
+End = tuple[str, str]  # node, interface
+Drawing = tuple[str, list[tuple[str, End, End]]]  # the JSON before the links; each link's opening JSON, its ends
+_drawn: list[tuple[Topology, Drawing]] = []  # the last topology drawn (a controller has one), and its drawing
+_devices: dict[str, str] = {}  # a link_up series' labels text -> its device: the same text every push
 
 
-def fabric(topology: Topology, storage: Storage, now_ns: int) -> dict:
-    """Nodes (hosts, switches with role and plane) and links (ends, plane, rate, state:
-    "up", "down", "flapping" or "unknown" where neither end has reported)."""
-    up = {(s.host, s.labels.get("device", "")): bool(s.value) for s in storage.latest_samples("link_up")}
-    recent: Counter[tuple[str, str]] = Counter()
-    for kind in LINK_EVENTS:
-        for e in storage.events(since_ns=now_ns - FLAP_WINDOW_NS, kind=kind, limit=5000):
-            recent[(e.host, e.device)] += 1
-    links = []
-    for lk in topology.links:
-        ends = [(lk.a.node, lk.a.iface), (lk.b.node, lk.b.iface)]
-        known = [up[e] for e in ends if e in up]
-        if not known:
-            state = "unknown"
-        elif not all(known):
-            state = "down"
-        elif max(recent[e] for e in ends) >= FLAP_TRANSITIONS:
-            state = "flapping"
-        else:
-            state = "up"
-        links.append({"name": lk.name, "a": str(lk.a), "b": str(lk.b), "plane": topology.plane_of(lk.a),
-                      "rate_bps": lk.rate_bps, "state": state, "transitions": max(recent[e] for e in ends)})
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _drawing(topology: Topology) -> Drawing:
+    if _drawn and _drawn[0][0] is topology:
+        return _drawn[0][1]
     nodes = [{"name": h, "kind": "host", "role": "host", "planes": sorted({n.plane for n in host.nics})}
              for h, host in sorted(topology.hosts.items())]
     nodes += [{"name": s, "kind": "switch", "role": sw.role, "planes": [sw.plane]}
               for s, sw in sorted(topology.switches.items())]
-    return {"name": topology.name, "planes": topology.planes, "nodes": nodes, "links": links}
+    head = _compact({"name": topology.name, "planes": topology.planes, "nodes": nodes})[:-1]
+    links = [(_compact({"name": lk.name, "a": str(lk.a), "b": str(lk.b), "plane": topology.plane_of(lk.a),
+                        "rate_bps": lk.rate_bps})[:-1], (lk.a.node, lk.a.iface), (lk.b.node, lk.b.iface))
+             for lk in topology.links]
+    _drawn[:] = [(topology, (head, links))]
+    return head, links
 
+
+def fabric_json(topology: Topology, storage: Storage, now_ns: int) -> str:
+    """{name, planes, nodes: [{name, kind, role, planes}], links: [{name, a, b, plane, rate_bps, state,
+    transitions}]}: state "up", "down", "flapping", or "unknown" where neither end has reported."""
+    up = {(host, _device(labels)): bool(value) for host, labels, _t, value in storage.latest_rows("link_up")}
+    recent = Counter((e.host, e.device) for e in storage.events(since_ns=now_ns - FLAP_WINDOW_NS,
+                                                                 limit=MAX_RECENT_EVENTS) if e.kind in LINK_EVENTS)
+    head, drawn = _drawing(topology)
+    links = []
+    for opening, a, b in drawn:
+        transitions = max(recent[a], recent[b])
+        links.append(f'{opening},"state":"{_state(up.get(a), up.get(b), transitions)}","transitions":{transitions}}}')
+    return f'{head},"links":[{",".join(links)}]}}'
+
+
+def _state(a_up: bool | None, b_up: bool | None, transitions: int) -> str:
+    known = [s for s in (a_up, b_up) if s is not None]
+    if not known:
+        return "unknown"
+    if not all(known):
+        return "down"
+    return "flapping" if transitions >= FLAP_TRANSITIONS else "up"
+
+
+def _device(labels: str) -> str:
+    if labels not in _devices:
+        if len(_devices) >= 100_000:
+            _devices.clear()
+        try:
+            _devices[labels] = str(json.loads(labels).get("device", ""))
+        except (ValueError, AttributeError):
+            _devices[labels] = ""
+    return _devices[labels]

@@ -14,9 +14,8 @@ from starlette.concurrency import run_in_threadpool
 from clockfabric.controller.dashboard import data
 from clockfabric.controller.dashboard.auth import Tokens, ViewerAccess, bearer
 from clockfabric.controller.dashboard.changes import Changes, stream
-from clockfabric.controller.dashboard.fabric import fabric
+from clockfabric.controller.dashboard.fabric import fabric_json
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.render import json_response, renderable
 from clockfabric.errors import ClockfabricError
 
 STATIC = Path(__file__).parent / "static"
@@ -52,7 +51,7 @@ def register(app: FastAPI, fleet: Fleet, token: str) -> None:
         topology = fleet.monitor.topology if fleet.monitor else None
         if topology is None:
             raise HTTPException(404, "the controller has no topology: start it with --topology FILE or --lab NAME")
-        return json_response(renderable(fabric(topology, fleet.storage, fleet.clock())))
+        return Response(fabric_json(topology, fleet.storage, fleet.clock()), media_type="application/json")
 
     app.include_router(data.router(fleet, check))
 

@@ -117,6 +117,10 @@ class Storage(Protocol):
         """The newest sample of `name` for each (host, labels): the OWD matrix, link states;
         `hosts`: of those hosts only."""
 
+    def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
+        """`latest_samples(name)` as bare rows, (host, labels as canonical JSON text, t_ns, value),
+        unsorted: for a reader of tens of thousands of series that parses the labels it needs."""
+
     def fenced(self, guard: tuple[str, tuple]) -> AbstractContextManager[None]:
         """This thread's writes, while inside, run `guard` first in their transaction; no row: FenceLost."""
 

@@ -237,6 +237,10 @@ class SqlStorage(ABC):
 
     def events(self, *, since_ns: int | None = None, until_ns: int | None = None, host: str | None = None,
                kind: str | None = None, after_id: int = 0, limit: int = 100) -> list[Event]:
+        if since_ns is not None:  # start at the window's least id, found by the time index (id + 0: not by id)
+            if (first := self._fetch("SELECT MIN(id + 0) FROM events WHERE t_ns >= ?", [since_ns])[0][0]) is None:
+                return []
+            after_id = max(after_id, first - 1)
         where, params = _where(after_id, ("t_ns >= ?", since_ns), ("t_ns < ?", until_ns), ("host = ?", host),
                                ("kind = ?", kind))
         return [rows.event(r) for r in self._fetch(
@@ -304,6 +308,9 @@ class SqlStorage(ABC):
                 return []
             sql, params = sql + f" AND host IN ({', '.join('?' * len(hosts))})", [*params, *hosts]
         return rows.samples(sorted(self._fetch(sql, params), key=lambda r: (r[1], r[5])))
+
+    def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
+        return self._fetch("SELECT host, labels, t_ns, value FROM latest WHERE name = ?", [name])
 
     def roll_up(self, raw_before_ns: int, minutes_before_ns: int) -> dict[str, int]:
         """Raw samples older than raw_before_ns into per-minute and per-hour aggregates, then deleted;
@@ -387,11 +394,5 @@ class SqlStorage(ABC):
 
 def _where(after_id: int, *conditions: tuple[str, object]) -> tuple[str, list]:
     """`id > after_id` and each condition whose value is not None; a condition without ? takes no value."""
-    clauses: list[str] = ["id > ?"]
-    params: list[object] = [after_id]
-    for clause, value in conditions:
-        if value is not None:
-            clauses.append(clause)
-            if "?" in clause:
-                params.append(value)
-    return " AND ".join(clauses), params
+    given = [(clause, value) for clause, value in conditions if value is not None]
+    return " AND ".join(["id > ?", *(c for c, _ in given)]), [after_id, *(v for c, v in given if "?" in c)]

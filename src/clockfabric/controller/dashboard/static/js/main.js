@@ -107,3 +107,8 @@ document.addEventListener("DOMContentLoaded", () => {
   if (token.get()) connect();
   else login("Enter the fleet token or a read-only viewer token.", false);
 });
+
+// A page left for another (kept in the back-forward cache) lets its stream go: a browser allows six
+// connections to one server, and each kept page holding one would starve the page on screen.
+window.addEventListener("pagehide", () => { if (stopStream) { stopStream(); stopStream = null; } });
+window.addEventListener("pageshow", (e) => { if (e.persisted && token.get()) { connect(); render(); } });

@@ -1,55 +1,97 @@
-// One-way delays: a host x host heatmap of the newest delay each source measured (the worst of
-// its paths to that destination), p50 or p99; hover a cell for every path's value. Past
-// MAX_GRID hosts a grid would not fit a screen (nor a tab's memory): the pairs, worst first, a
-// page at a time.
+// One-way delays: a heatmap of the newest delay each source measured (its worst path to that
+// destination, or one path chosen), p50, p99, min or floor; hover a cell for its values. The
+// controller shapes it (/api/v1/dashboard/owd): up to 64 hosts, host x host; past that, blocks of
+// hosts with consecutive names, each cell its block pair's worst pair: click (or Enter on) a block
+// for its hosts. The worst pairs are listed below, 50 a page, paged by the controller.
 import { get } from "./api.js";
-import { el, paged, table } from "./dom.js";
+import { el, table } from "./dom.js";
 
 export const topics = ["hosts"];
-const MAX_GRID = 64;
+const COMPACT = 20;
+const PAGE = 50;  // the controller's page of worst pairs  // past this many columns a cell is a coloured square, its value in its title
 let stat = "p50";
+let path = "";
+let block = null;  // [row block, column block] while one block pair is shown
+let offset = 0;
+
+const us = (ns) => `${(ns / 1e3).toFixed(1)} µs`;
 
 export async function render(refresh) {
-  const owd = await get("/api/v1/owd", { stat });
-  const cells = {};  // `${src}|${dst}` -> [{path, owd_ns}]
-  for (const r of owd.items) (cells[`${r.src}|${r.dst}`] ||= []).push(r);
-  const hosts = [...new Set(owd.items.flatMap((r) => [r.src, r.dst]))].sort();
-  let [lo, hi] = [Infinity, -Infinity];
-  for (const r of owd.items) { lo = Math.min(lo, r.owd_ns); hi = Math.max(hi, r.owd_ns); }
+  const query = { stat, path, offset, ...(block ? { src_block: block[0], dst_block: block[1] } : {}) };
+  let owd;
+  try {
+    owd = await get("/api/v1/dashboard/owd", query);
+  } catch (e) {
+    if (e.status !== 404 || !block) throw e;
+    block = null;  // the fleet shrank under the block shown: back to every block
+    return render(refresh);
+  }
+  const { lo_ns: lo, hi_ns: hi } = owd;
   const colour = (ns) => {
     const f = hi > lo ? (ns - lo) / (hi - lo) : 0;
     return `hsl(${(1 - f) * 120}, 70%, ${85 - f * 25}%)`;
   };
-  const worst = (paths) => Math.max(...paths.map((p) => p.owd_ns));
-  const title = (paths) => paths.map((p) => `${p.path}: ${(p.owd_ns / 1e3).toFixed(1)} µs`).join("\n");
-  const choose = el("select", { id: "owd-stat", "aria-label": "Statistic",
-    onchange: (e) => { stat = e.target.value; refresh(); } },
-  ["p50", "p99", "min", "floor"].map((s) => el("option", { value: s, selected: s === stat }, s)));
-  let body;
-  if (!hosts.length) {
-    body = el("p", { class: "muted" }, "no one-way delays pushed yet");
-  } else if (hosts.length <= MAX_GRID) {
-    const rows = hosts.map((src) => el("tr", {}, el("th", { scope: "row" }, src), hosts.map((dst) => {
-      const paths = cells[`${src}|${dst}`];
-      if (!paths) return el("td", { class: "empty" }, "");
-      return el("td", { style: `background: ${colour(worst(paths))}`, "data-pair": `${src}|${dst}`, title: title(paths) },
-        (worst(paths) / 1e3).toFixed(1));
-    })));
-    body = table(["from \\ to", ...hosts], rows, { class: "heatmap", "aria-label": "One-way delay heatmap" });
-  } else {
-    const pairs = Object.entries(cells).map(([key, paths]) => ({ key, paths, worst: worst(paths) }))
-      .sort((a, b) => b.worst - a.worst);
-    body = paged("One-way delays by pair", ["from", "to", "µs (worst path)", "paths"], pairs, (p) => {
-      const [src, dst] = p.key.split("|");
-      return el("tr", {}, el("td", {}, src), el("td", {}, dst),
-        el("td", { style: `background: ${colour(p.worst)}`, "data-pair": p.key, title: title(p.paths) },
-          (p.worst / 1e3).toFixed(1)), el("td", {}, p.paths.length));
-    }, { size: 50, match: (p, q) => p.key.toLowerCase().includes(q) });
-  }
-  return el("section", { "aria-label": "One-way delays" },
-    el("div", { class: "toolbar" }, el("label", { for: "owd-stat" }, "statistic"), choose,
-      el("span", { class: "muted" }, hosts.length <= MAX_GRID
-        ? `µs, worst path of each pair; rows: source, columns: destination; ${owd.items.length} paths`
-        : `${hosts.length} hosts, ${owd.items.length} paths: the pairs, worst first`)),
-    body);
+  const toolbar = el("div", { class: "toolbar" },
+    el("label", { for: "owd-stat" }, "statistic"),
+    el("select", { id: "owd-stat", onchange: (e) => { stat = e.target.value; offset = 0; refresh(); } },
+      ["p50", "p99", "min", "floor"].map((s) => el("option", { value: s, selected: s === stat }, s))),
+    el("label", { for: "owd-path" }, "path"),
+    el("select", { id: "owd-path", onchange: (e) => { path = e.target.value; offset = 0; refresh(); } },
+      el("option", { value: "", selected: path === "" }, "worst of each pair"),
+      owd.paths.map((p) => el("option", { value: p, selected: p === path }, p))),
+    block ? el("button", { type: "button", id: "owd-all-blocks", onclick: () => { block = null; refresh(); } },
+      "‹ every block") : null,
+    el("span", { class: "muted" }, summary(owd)));
+  if (!owd.pairs) return el("section", { "aria-label": "One-way delays" }, toolbar,
+    el("p", { class: "muted" }, path ? `no delays on path ${path}` : "no one-way delays pushed yet"));
+  return el("section", { "aria-label": "One-way delays" }, toolbar,
+    el("div", { class: "scroll-x" }, grid(owd, colour, refresh)),
+    el("h2", {}, `Worst pairs: ${owd.worst.total}`), worst(owd, colour, refresh));
+}
+
+function summary(owd) {
+  const what = `${owd.hosts} hosts, ${owd.pairs} pairs; rows: source, columns: destination`;
+  if (owd.block) return `${what}; shown: ${owd.rows[0]}–${owd.rows.at(-1)} to ${owd.cols[0]}–${owd.cols.at(-1)}`;
+  return owd.block_size > 1 ? `${what}; ${owd.blocks} blocks of ${owd.block_size} hosts, each cell its worst pair` : what;
+}
+
+function grid(owd, colour, refresh) {
+  const blocks = owd.block_size > 1 && !owd.block;
+  const compact = owd.cols.length > COMPACT;
+  const rows = owd.rows.map((src, i) => el("tr", {}, el("th", { scope: "row" }, src), owd.cols.map((dst, j) => {
+    const c = owd.cells[i][j];
+    if (!c) return el("td", { class: "empty" }, "");
+    const attrs = { style: `background: ${colour(c.ns)}` };
+    if (blocks) {
+      const open = () => { block = [i, j]; refresh(); };
+      Object.assign(attrs, { "data-block": `${i},${j}`, role: "button", tabindex: 0,
+        title: `${c.pairs} pairs; worst ${c.src} → ${c.dst}: ${us(c.ns)}`,
+        "aria-label": `hosts ${src} to ${dst}: worst ${us(c.ns)}, ${c.pairs} pairs; open`,
+        onclick: open, onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") open(); } });
+    } else {
+      Object.assign(attrs, { "data-pair": `${src}|${dst}`,
+        title: Object.entries(c.paths).map(([p, ns]) => `${p}: ${us(ns)}`).join("\n") });
+    }
+    return el("td", attrs, compact ? "" : (c.ns / 1e3).toFixed(1));
+  })));
+  return table([blocks ? "from \\ to (hosts)" : "from \\ to", ...owd.cols], rows,
+    { class: `heatmap${compact ? " compact" : ""}`, "aria-label": "One-way delay heatmap" });
+}
+
+function worst(owd, colour, refresh) {
+  const { total, items } = owd.worst;
+  const page = (to) => { offset = Math.max(0, to); refresh(); };
+  const info = el("span", { class: "muted", "data-range": "Worst pairs" },
+    total ? `${owd.worst.offset + 1}–${owd.worst.offset + items.length} of ${total}` : "none");
+  const rows = items.map((p) => el("tr", {}, el("td", {}, p.src), el("td", {}, p.dst),
+    el("td", { style: `background: ${colour(p.ns)}`, "data-worst": `${p.src}|${p.dst}` }, (p.ns / 1e3).toFixed(1)),
+    el("td", {}, Object.entries(p.paths).map(([name, ns]) => `${name} ${(ns / 1e3).toFixed(1)}`).join(", "))));
+  return el("div", { class: "paged" },
+    el("div", { class: "toolbar" },
+      el("button", { type: "button", "aria-label": "Worst pairs: previous page", disabled: offset === 0,
+        onclick: () => page(offset - PAGE) }, "‹ prev"),
+      el("button", { type: "button", "aria-label": "Worst pairs: next page",
+        disabled: owd.worst.offset + items.length >= total, onclick: () => page(offset + PAGE) }, "next ›"),
+      info),
+    table(["from", "to", "µs", "each path, µs"], rows, { "aria-label": "Worst pairs" }));
 }

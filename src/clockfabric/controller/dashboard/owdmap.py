@@ -1,0 +1,121 @@
+"""The one-way-delay heatmap as the view draws it, from the newest delay of each (src, dst, path)
+(storage's `latest` rows). Pure: rows in, a dict out.
+
+A pair's cell is its worst path (or the one path asked for). Up to MAX_GRID hosts the grid is host
+x host. Past that a grid of every host fits no screen (2,000 x 2,000 is 4 million cells), so the
+hosts, sorted by name, fall into at most MAX_GRID blocks of consecutive names (hosts under one
+leaf are named alike) and a cell is the worst pair of its block pair; asking for one block pair
+(`block`) gives its hosts as a host x host grid. The worst pairs come too, a page at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import re
+from collections.abc import Iterable
+
+MAX_GRID = 64
+WORST_PAGE = 50
+Row = tuple[str, str, int, float | None]  # host, labels (canonical JSON text), t_ns, value
+Pair = tuple[str, str]
+
+_LABELS_MAX = 200_000  # series; past it the memo starts afresh
+_labels: dict[str, tuple[str | None, str, str] | None] = {}
+
+
+def _ends(labels: str) -> tuple[str | None, str, str] | None:
+    """(src, dst, path) of one series; its labels' text is the same every push, so it is parsed once."""
+    if labels in _labels:
+        return _labels[labels]
+    if len(_labels) >= _LABELS_MAX:
+        _labels.clear()
+    found: tuple[str | None, str, str] | None
+    try:
+        parsed = json.loads(labels)
+        found = (parsed.get("src"), parsed["dst"], parsed.get("path", ""))
+    except (ValueError, KeyError, AttributeError, TypeError):
+        found = None  # not a pair's delay: left out
+    _labels[labels] = found
+    return found
+
+
+def natural(name: str) -> list:
+    """h2 before h10: the digits in a name compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def pairs(rows: Iterable[Row], path: str | None = None) -> tuple[dict[Pair, dict[str, float]], dict[Pair, float],
+                                                                 list[str]]:
+    """Each pair's delay per path (of `path` only, if given), its worst, and every path label seen."""
+    found: dict[Pair, dict[str, float]] = {}
+    worst: dict[Pair, float] = {}
+    labels: set[str] = set()
+    for host, text, _t_ns, value in rows:
+        ends = _ends(text)
+        if ends is None or value is None or not math.isfinite(value):
+            continue
+        src, dst, label = ends
+        labels.add(label)
+        if path is not None and label != path:
+            continue
+        pair = (src or host, dst)  # an agent's own delays may leave their source implicit
+        if pair in found:
+            found[pair][label] = value
+            worst[pair] = max(worst[pair], value)
+        else:
+            found[pair], worst[pair] = {label: value}, value
+    return found, worst, sorted(labels)
+
+
+def heatmap(rows: Iterable[Row], *, stat: str, path: str | None = None, block: tuple[int, int] | None = None,
+            offset: int = 0) -> dict:
+    """{stat, path, paths, hosts, pairs, lo_ns, hi_ns, block_size, blocks, block, rows, cols,
+    cells: rows x cols of null or {ns, ...}, worst: {total, offset, items}}. `block`: (row, column)
+    block numbers; raises IndexError where there is no such block."""
+    delays, worst, labels = pairs(rows, path)
+    hosts = sorted({h for p in worst for h in p}, key=natural)
+    size = max(1, math.ceil(len(hosts) / MAX_GRID))
+    groups = [hosts[i:i + size] for i in range(0, len(hosts), size)]
+    if block is not None:
+        if not all(0 <= b < len(groups) for b in block):
+            raise IndexError(f"no block {block}: there are {len(groups)}")
+        row_hosts, col_hosts = groups[block[0]], groups[block[1]]
+        grid = _host_grid(row_hosts, col_hosts, delays, worst)
+        row_names, col_names = row_hosts, col_hosts
+    elif size == 1:
+        grid = _host_grid(hosts, hosts, delays, worst)
+        row_names = col_names = hosts
+    else:
+        grid = _block_grid(hosts, size, len(groups), worst)
+        row_names = col_names = [f"{g[0]} .. {g[-1]}" for g in groups]
+    ranked = heapq.nlargest(offset + WORST_PAGE, worst.items(), key=lambda kv: kv[1])[offset:]
+    values = worst.values()
+    return {"stat": stat, "path": path, "paths": labels, "hosts": len(hosts), "pairs": len(delays),
+            "lo_ns": min(values, default=None), "hi_ns": max(values, default=None),
+            "block_size": size, "blocks": len(groups), "block": list(block) if block else None,
+            "rows": row_names, "cols": col_names, "cells": grid,
+            "worst": {"total": len(worst), "offset": offset, "items": [
+                {"src": s, "dst": d, "ns": ns, "paths": delays[(s, d)]} for (s, d), ns in ranked]}}
+
+
+def _host_grid(row_hosts: list[str], col_hosts: list[str], delays: dict[Pair, dict[str, float]],
+               worst: dict[Pair, float]) -> list[list[dict | None]]:
+    return [[{"ns": worst[(s, d)], "paths": delays[(s, d)]} if (s, d) in worst else None for d in col_hosts]
+            for s in row_hosts]
+
+
+def _block_grid(hosts: list[str], size: int, count: int, worst: dict[Pair, float]) -> list[list[dict | None]]:
+    """Each block pair's worst pair and how many pairs it holds."""
+    index = {h: i // size for i, h in enumerate(hosts)}
+    grid: list[list[dict | None]] = [[None] * count for _ in range(count)]
+    for (src, dst), ns in worst.items():
+        cell = grid[index[src]][index[dst]]
+        if cell is None:
+            grid[index[src]][index[dst]] = {"ns": ns, "pairs": 1, "src": src, "dst": dst}
+            continue
+        cell["pairs"] += 1
+        if ns > cell["ns"]:
+            cell.update(ns=ns, src=src, dst=dst)
+    return grid

@@ -1,0 +1,92 @@
+"""The one-way-delay heatmap (controller.dashboard.owdmap and its route): each pair's worst path,
+host x host up to 64 hosts, blocks of hosts past that with one block pair's hosts on request,
+the worst pairs a page at a time; and events since a time read as they were."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from clockfabric.controller.app import create_app
+from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatmap, natural
+from clockfabric.controller.fleet import Fleet
+from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.storage.sqlite import SqliteStorage
+
+TOKEN = "f" * 32
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def row(src, dst, path, ns, host=None):
+    return (host or src, json.dumps({"dst": dst, "path": path, "src": src}, sort_keys=True, separators=(",", ":")),
+            1, ns)
+
+
+def test_a_small_fleet_is_host_by_host_each_cell_its_worst_path():
+    found = heatmap([row("h1", "h2", "p0", 10.0), row("h1", "h2", "p1", 30.0), row("h2", "h1", "p0", 20.0),
+                     row("h1", "h3", "p0", float("nan"))], stat="p50")
+    assert found["rows"] == found["cols"] == ["h1", "h2"]  # h3's only delay is not a number: left out
+    assert found["cells"][0][0] is None
+    assert found["cells"][0][1] == {"ns": 30.0, "paths": {"p0": 10.0, "p1": 30.0}}
+    assert found["cells"][1][0]["ns"] == 20.0
+    assert (found["lo_ns"], found["hi_ns"], found["paths"], found["block_size"]) == (20.0, 30.0, ["p0", "p1"], 1)
+    one_path = heatmap([row("h1", "h2", "p0", 10.0), row("h1", "h2", "p1", 30.0)], stat="p50", path="p0")
+    assert one_path["cells"][0][1] == {"ns": 10.0, "paths": {"p0": 10.0}}
+
+
+def test_a_large_fleet_is_blocks_of_hosts_each_cell_its_worst_pair():
+    hosts = [f"h{i}" for i in range(1, 2001)]
+    rows = [row(h, hosts[(i + k) % len(hosts)], "p0", float(i * 10 + k)) for i, h in enumerate(hosts) for k in (1, 2)]
+    found = heatmap(rows, stat="p99")
+    assert found["block_size"] == 32 and found["blocks"] == len(found["rows"]) == 63 <= MAX_GRID
+    assert found["rows"][0] == "h1 .. h32" and found["rows"][1] == "h33 .. h64"  # h2 before h10
+    first = found["cells"][0][0]  # h1..h32 to h1..h32: each host's next and next-but-one in the block
+    assert (first["pairs"], first["src"], first["dst"], first["ns"]) == (31 + 30, "h31", "h32", 301.0)
+    assert found["cells"][0][1]["pairs"] == 3 and found["cells"][0][5] is None
+    inside = heatmap(rows, stat="p99", block=(0, 1))
+    assert inside["rows"] == hosts[:32] and inside["cols"] == hosts[32:64]
+    assert inside["cells"][31][0]["ns"] == 311.0 and inside["cells"][0][0] is None
+    assert [p["ns"] for p in found["worst"]["items"][:2]] == [19992.0, 19991.0]
+    later = heatmap(rows, stat="p99", offset=WORST_PAGE)
+    assert later["worst"]["items"][0]["ns"] < found["worst"]["items"][-1]["ns"] and later["worst"]["total"] == 4000
+    with pytest.raises(IndexError):
+        heatmap(rows, stat="p99", block=(0, 63))
+
+
+def test_names_sort_as_people_count():
+    assert sorted(["h10", "h2", "h1"], key=natural) == ["h1", "h2", "h10"]
+
+
+@pytest.fixture
+def client(tmp_path):
+    storage = SqliteStorage(tmp_path / "c.db")
+    storage.add_samples([Sample(src, 5, "owd_p50_ns", ns, {"src": src, "dst": dst, "path": "p0"})
+                         for src, dst, ns in (("a", "b", 1000.0), ("b", "a", 3000.0), ("a", "<b>", 2000.0))])
+    with TestClient(create_app(Fleet(storage, hosts=["a", "b"]), TOKEN, tick_s=3600)) as c:
+        yield c
+    storage.close()
+
+
+def test_the_route_serves_the_heatmap_and_refuses_what_it_cannot_answer(client):
+    assert client.get("/api/v1/dashboard/owd").status_code == 401
+    found = client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p50"}).json()
+    assert found["rows"] == ["<b>", "a", "b"] and found["pairs"] == 3
+    assert [p["ns"] for p in found["worst"]["items"]] == [3000.0, 2000.0, 1000.0]
+    assert client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p99"}).json()["pairs"] == 0
+    assert client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p42"}).status_code == 422
+    assert client.get("/api/v1/dashboard/owd", headers=AUTH, params={"src_block": 0}).status_code == 422
+    missing = client.get("/api/v1/dashboard/owd", headers=AUTH, params={"src_block": 0, "dst_block": 9})
+    assert missing.status_code == 404 and "no block" in missing.json()["detail"]
+
+
+def test_events_since_a_time_are_those_stored_since_whatever_order_they_came_in(tmp_path):
+    with SqliteStorage(tmp_path / "c.db") as storage:
+        times = [50, 10, 40, 20, 30]  # stored out of time order, as late pushes arrive
+        storage.add_events([Event("h", seq, "b", t, "link_down", "eth0") for seq, t in enumerate(times)])
+        assert sorted(e.t_ns for e in storage.events(since_ns=25, limit=100)) == [30, 40, 50]
+        assert [e.t_ns for e in storage.events(since_ns=25, limit=100)] == [50, 40, 30]  # in id order
+        assert storage.events(since_ns=60) == []
+        first = storage.events(since_ns=25, limit=1)
+        assert [e.t_ns for e in storage.events(since_ns=25, after_id=first[0].id, limit=100)] == [40, 30]
