@@ -239,6 +239,27 @@ def test_each_storage_fault_in_a_row_is_shown_by_the_api_within_10_s(tmp_path):
     storage.close()
 
 
+def test_a_lock_is_found_and_shown_while_writes_queue_behind_it(env):
+    """Another process holds the write lock and the controller's writer waits on it (as each push does,
+    for the busy timeout, one after another): the check still finds the lock, and the API still shows it."""
+    client, fleet, path = env
+    fleet.monitor.alerts.storage_quiet_ns = 3600 * 10**9
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    answers: list = []
+    with fleet.storage._lock:  # the writer's turn, held by a stuck write
+        assert failing(client, "busy")["failing"]["storage"] == "failing: busy"
+        reader = threading.Thread(target=lambda: answers.append(client.get(
+            "/api/v1/alerts", headers=AUTH, params={"open_only": True})), daemon=True)
+        reader.start()
+        reader.join(10)
+        assert answers, "the alerts route waited behind the stuck write"
+        assert [(a["key"], a["detail"]["fault"]) for a in answers[0].json()["items"]] == [("storage", "busy")]
+        lock.execute("ROLLBACK")
+    lock.close()
+    wait_for("ready again", lambda: client.get("/readyz").status_code == 200, timeout_s=10)
+
+
 def test_storage_watch_counts_a_fault_once_while_it_lasts(tmp_path):
     storage = SqliteStorage(tmp_path / "c.db", quick_check_s=3600)
     reported = []
