@@ -41,6 +41,10 @@ BUSY_TIMEOUT_S = 5.0
 QUICK_CHECK_S = 10.0
 
 
+def _is_busy(e: sqlite3.Error) -> bool:
+    return KINDS.get(getattr(e, "sqlite_errorcode", 0) & 0xFF) == "busy"
+
+
 def _identity(path: str) -> tuple[int, int]:
     st = os.stat(path)
     return st.st_dev, st.st_ino
@@ -61,6 +65,8 @@ class SqliteStorage(SqlStorage):
         self.path = str(path)
         self.quick_check_s = quick_check_s
         self.busy_timeout_s = busy_timeout_s
+        self._locked_out = False  # the last write, or check, met another's write lock past the busy wait
+        self._waits = True  # whether the writer's busy wait is set (_wait_for_lock)
         self._next_quick_check = 0.0
         self._corrupt: StorageError | None = None  # what the last quick_check found, until one passes
         try:
@@ -115,8 +121,14 @@ class SqliteStorage(SqlStorage):
         self._same_file()
         if self._corrupt is not None:  # writing on damaged pages can only spread the damage
             raise StorageError(str(self._corrupt), self._corrupt.kind)
+        self._wait_for_lock(not self._locked_out)
         with closing(self._db.cursor()) as cur:
-            cur.execute("BEGIN IMMEDIATE")  # take the write lock now, not halfway through
+            try:
+                cur.execute("BEGIN IMMEDIATE")  # take the write lock now, not halfway through
+            except sqlite3.OperationalError as e:
+                self._locked_out = _is_busy(e)
+                raise
+            self._locked_out = False
             try:
                 yield cur
                 cur.execute("COMMIT")
@@ -124,6 +136,14 @@ class SqliteStorage(SqlStorage):
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+
+    def _wait_for_lock(self, wait: bool) -> None:
+        """The writer's busy wait, full or none. Once a write has waited it out in vain, the next ones do
+        not wait (until one, or the check, takes the lock): pushes arriving meanwhile get 503 at once,
+        not after a busy wait each, in turn, holding a server thread apiece."""
+        if wait != self._waits:
+            self._db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout_s * 1000) if wait else 0}")
+            self._waits = wait
 
     def _cursor(self):
         self._same_file()  # another file at the path shares our -wal and -shm: even reads go wrong
@@ -149,7 +169,12 @@ class SqliteStorage(SqlStorage):
         check waits for the file's lock, as a push does, but never behind the pushes queued for it."""
         with self._errors(), closing(sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, isolation_level=None,
                                                      timeout=self.busy_timeout_s)) as db:
-            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                self._locked_out = self._locked_out or _is_busy(e)
+                raise
+            self._locked_out = False  # the lock is free again: writes wait their turn as before
             db.execute(CHECK_WRITE, (now_ns,))
             db.execute("COMMIT")
 
