@@ -205,6 +205,61 @@ def test_postgres_gone_is_found_and_pushes_get_503():
             server_cm.__exit__(None, None, None)
 
 
+def test_each_storage_fault_in_a_row_is_shown_by_the_api_within_10_s(tmp_path):
+    """Faults closer together than the alert's quiet spell (a lock, then deletions, as the chaos soak
+    injects them): each one, not only the first, is the fault the API's open storage alert names."""
+    path = tmp_path / "c.db"
+    storage = SqliteStorage(path, busy_timeout_s=0.2, quick_check_s=3600)
+    fleet, client = app_on(storage)
+    fleet.monitor.alerts.storage_quiet_ns = 3600 * 10**9  # the alert stays open across every fault below
+
+    def shown(fault: str) -> bool:
+        items = client.get("/api/v1/alerts", headers=AUTH, params={"open_only": True}).json()["items"]
+        return any(a["key"] == "storage" and a["detail"]["fault"] == fault for a in items)
+
+    def ready() -> bool:
+        return client.get("/readyz").status_code == 200
+
+    with client:
+        wait_for("the first storage check", ready, timeout_s=5)
+        lock = sqlite3.connect(path, isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")
+        wait_for("the lock alerted", lambda: shown("busy"), timeout_s=10)
+        lock.execute("ROLLBACK")
+        lock.close()
+        wait_for("ready after the lock", ready, timeout_s=10)
+        away = path.with_name("c.db.away")
+        for _ in range(3):
+            os.rename(path, away)
+            wait_for("the deletion alerted", lambda: shown("deleted"), timeout_s=10)
+            os.rename(away, path)
+            wait_for("ready after the deletion", ready, timeout_s=10)
+        (alert,) = [a for a in client.get("/api/v1/alerts", headers=AUTH).json()["items"] if a["key"] == "storage"]
+        assert alert["detail"]["faults"] == ["busy", "deleted"]  # one alert, open all along: each kind once
+    storage.close()
+
+
+def test_a_lock_is_found_and_shown_while_writes_queue_behind_it(env):
+    """Another process holds the write lock and the controller's writer waits on it (as each push does,
+    for the busy timeout, one after another): the check still finds the lock, and the API still shows it."""
+    client, fleet, path = env
+    fleet.monitor.alerts.storage_quiet_ns = 3600 * 10**9
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    answers: list = []
+    with fleet.storage._lock:  # the writer's turn, held by a stuck write
+        assert failing(client, "busy")["failing"]["storage"] == "failing: busy"
+        reader = threading.Thread(target=lambda: answers.append(client.get(
+            "/api/v1/alerts", headers=AUTH, params={"open_only": True})), daemon=True)
+        reader.start()
+        reader.join(10)
+        assert answers, "the alerts route waited behind the stuck write"
+        assert [(a["key"], a["detail"]["fault"]) for a in answers[0].json()["items"]] == [("storage", "busy")]
+        lock.execute("ROLLBACK")
+    lock.close()
+    wait_for("ready again", lambda: client.get("/readyz").status_code == 200, timeout_s=10)
+
+
 def test_storage_watch_counts_a_fault_once_while_it_lasts(tmp_path):
     storage = SqliteStorage(tmp_path / "c.db", quick_check_s=3600)
     reported = []

@@ -418,3 +418,34 @@ def test_an_older_database_gets_the_job_index(tmp_path):
     SqliteStorage(path).close()
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT 1 FROM sqlite_master WHERE name = 'samples_job'").fetchone() == (1,)
+
+
+def test_sqlite_writes_stop_waiting_out_a_lock_once_one_has_until_the_lock_is_free(tmp_path):
+    """One write waits out another process's lock; those after it are refused at once, so pushes get
+    503 without each holding a server thread for the busy wait; once the lock is free, writes wait again."""
+    storage = SqliteStorage(tmp_path / "c.db", busy_timeout_s=1.0, quick_check_s=3600)
+    lock = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
+
+    def refused_after() -> float:
+        t0 = time.monotonic()
+        with pytest.raises(StorageError) as e:
+            storage.resolve_alert("k", 1)
+        assert e.value.kind == "busy"
+        return time.monotonic() - t0
+
+    lock.execute("BEGIN EXCLUSIVE")
+    assert refused_after() >= 0.9  # the first waits out the busy timeout
+    assert max(refused_after() for _ in range(5)) < 0.3  # the rest do not
+    lock.execute("ROLLBACK")
+    assert storage.resolve_alert("k", 2) is None  # the lock is free: a write goes through
+    lock.execute("BEGIN EXCLUSIVE")
+    assert refused_after() >= 0.9  # and the next lock is waited out again
+    with pytest.raises(StorageError):
+        storage.check(3)  # the check meets it too, on its own connection
+    lock.execute("ROLLBACK")
+    storage.check(4)  # the check takes the lock: writes wait their turn again
+    lock.execute("BEGIN EXCLUSIVE")
+    assert refused_after() >= 0.9
+    lock.execute("ROLLBACK")
+    lock.close()
+    storage.close()

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from clockfabric.bench.chaos_faults import WITNESS_KIND, Faults
+from clockfabric.bench.chaos_faults import ALERT_LATE, WITNESS_KIND, Faults
 from clockfabric.bench.harness import BENCHMARKS, Target, labs_removed, machine, record
 from clockfabric.clock.evaluate import ours_bounds, ours_errors, read_states
 from clockfabric.console import err, out, print_json, require_root
@@ -87,7 +87,7 @@ def soak(lab: Lab, fleet: LabFleet, minutes: float, seed: int, log=None) -> dict
     by_kind = Counter(f["kind"] for f in injected)
     unseen = [f for f in injected if not f["seen"]]
     return {"minutes": round((time.monotonic() - t0) / 60, 2), "faults": len(injected), "by_kind": dict(by_kind),
-            "unseen": unseen, "storage_alert_missing": sum("(alert missing)" in f["detail"] for f in injected),
+            "unseen": unseen, "storage_alert_late": sum(ALERT_LATE in f["detail"] for f in injected),
             "acknowledged": len(faults.acked), "served": len(served), "lost": lost,
             "dead_agents": dead_agents, "controller_ready": faults.ready(), "clocks": clocks,
             "injected": injected}
@@ -104,6 +104,8 @@ def verdict(report: dict[str, Any]) -> list[str]:
         problems.append("the controller is not ready (storage failing or a loop not running)")
     if not report["clocks"]["ok"]:
         problems.append(f"clocks outside their bound: {report['clocks']}")
+    if report["storage_alert_late"]:
+        problems.append(f"{report['storage_alert_late']} storage faults not alerted in the API within 10 s")
     if report["unseen"]:
         problems.append(f"{len(report['unseen'])} faults not seen: {report['unseen'][:5]}")
     return problems
@@ -134,7 +136,9 @@ def main(minutes: Annotated[float, typer.Option(min=0.1, help="How long to injec
     problems = verdict(report)
     judged = [Target("injected faults", report["faults"], 200, "faults"),
               Target("acknowledged events lost", len(report["lost"]), 0, "events", better="lower"),
-              Target("faults not seen", len(report["unseen"]), 0, "faults", better="lower")]
+              Target("faults not seen", len(report["unseen"]), 0, "faults", better="lower"),
+              Target("storage faults not alerted within 10 s", report["storage_alert_late"], 0, "faults",
+                     better="lower")]
     path = record("chaos", judged, facts, {k: v for k, v in report.items()},
                   figures={"minutes": report["minutes"], "by_kind": report["by_kind"],
                            "acknowledged": report["acknowledged"]}, path=json_path)
@@ -144,8 +148,8 @@ def main(minutes: Annotated[float, typer.Option(min=0.1, help="How long to injec
     summary = {k: report[k] for k in ("minutes", "faults", "by_kind", "acknowledged", "served")}
     out.print(f"{summary}\nlost {len(report['lost'])}, dead agents {len(report['dead_agents'])}, "
               f"controller ready {report['controller_ready']}, clocks within bound {report['clocks']['ok']}, "
-              f"faults not seen {len(report['unseen'])}, storage faults /readyz saw but the API's alert did not "
-              f"show within 10 s {report['storage_alert_missing']}\nraw: {path}")
+              f"faults not seen {len(report['unseen'])}, storage faults the API's alert did not show within 10 s "
+              f"{report['storage_alert_late']}\nraw: {path}")
     for p in problems:
         err.print(f"[red]{p}[/red]")
     if problems:

@@ -5,6 +5,7 @@ keeps what the controller acknowledged, to be found again at the end."""
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import signal
@@ -25,6 +26,7 @@ from clockfabric.lab import impair, netns
 
 WITNESS_KIND, WITNESS_BOOT = "chaos_witness", "chaos-witness"
 STORAGE_ALERT_S = 10.0  # a storage fault must be alerted within this
+ALERT_LATE = "(alert not within 10 s)"  # marks a storage fault's detail
 PROBE_PORTS = "7300,7301,7302,7303,7304,7305,7306,7307"  # the agents' default probe ports, one NIC
 
 
@@ -130,7 +132,8 @@ class Faults:
             return len(when) == 2
         self.wait(check, within_s)
         said = ", ".join(f"{k} after {v:.1f} s" for k, v in sorted(when.items())) or "nothing"
-        return bool(when), f"{said} (alert missing)" if "alert" not in when else said
+        late = when.get("alert", math.inf) > STORAGE_ALERT_S  # missing, or shown by a check answered late
+        return bool(when), f"{said} {ALERT_LATE}" if late else said
 
     def db_lock(self) -> tuple[bool, str]:
         hold_s = self.rng.uniform(STORAGE_ALERT_S, STORAGE_ALERT_S + 2)  # well past the 5 s busy wait

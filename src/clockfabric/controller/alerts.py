@@ -10,7 +10,8 @@ a sync makes at most one failed attempt, so a dead receiver costs one timeout pe
 
 The database may itself be what fails. A StorageError (from sync's own writes, or reported
 by the caller through `raise_storage_alert`) becomes an in-memory alert, key "storage",
-logged and posted like any other; storage's work is retried at later syncs, and once no error
+logged and posted like any other, whose detail names the fault met last (and every kind met
+while it was open); storage's work is retried at later syncs, and once no error
 has come for `storage_quiet_s` the storage alert is written to storage as history and resolved.
 """
 
@@ -146,16 +147,23 @@ class AlertManager:
         self.storage_failures += 1
         self.storage_errors[getattr(error, "kind", "unavailable")] += 1
         self._storage_error_ns = now_ns
-        if self.storage_alert:
-            self.storage_alert = replace(self.storage_alert, detail={**self.storage_alert.detail,
-                                                                     "failures": self.storage_failures})
+        fault = getattr(error, "kind", "unavailable")
+        held = self.storage_alert
+        if held and held.detail.get("fault") == fault:
+            self.storage_alert = replace(held, detail={**held.detail, "failures": self.storage_failures})
             return
+        # a fault of another kind while the alert is open (a deletion just after a lock) is a fault of its
+        # own: the open alert names it now, or the API would go on showing only the first
+        faults = [*held.detail.get("faults", []), fault] if held else [fault]
         self.storage_alert = Alert(
-            key=STORAGE_KEY, kind="storage", severity="critical", opened_ns=now_ns,
+            key=STORAGE_KEY, kind="storage", severity="critical", opened_ns=held.opened_ns if held else now_ns,
             message=f"storage is failing: {error}; alerts are kept in memory until it recovers",
-            detail={"error": str(error), "error_type": type(error).__name__,
-                    "fault": getattr(error, "kind", "unavailable"), "failures": self.storage_failures})
-        self._notify("opened", self.storage_alert, changes)
+            detail={"error": str(error), "error_type": type(error).__name__, "fault": fault,
+                    "faults": faults, "failures": self.storage_failures, "fault_ns": now_ns})
+        if held:
+            self.log.error("alert storage: now %s (%s)", fault, error)
+        else:
+            self._notify("opened", self.storage_alert, changes)
 
     def _recover(self, now_ns: int, changes: list[Change]) -> None:
         """Storage did its work this sync; after a quiet spell, close the storage alert, in storage too."""

@@ -64,6 +64,7 @@ CREATE TABLE IF NOT EXISTS health_check (name TEXT PRIMARY KEY, t_ns BIGINT NOT 
 TABLES = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)
 INDEXES = re.findall(r"CREATE (?:UNIQUE )?INDEX IF NOT EXISTS (\w+)", SCHEMA)
 
+CHECK_WRITE = "INSERT INTO health_check VALUES ('controller', ?) ON CONFLICT (name) DO UPDATE SET t_ns = excluded.t_ns"
 INSERT_SAMPLE = f"INSERT INTO samples ({rows.SAMPLE_COLS}) VALUES (?, ?, ?, ?, ?, ?)"
 # an older sample arriving late (a re-sent push) must not replace a newer one
 LATEST_CONFLICT = """ON CONFLICT (name, host, labels) DO UPDATE SET t_ns = excluded.t_ns,
@@ -83,10 +84,11 @@ class Push:
 
 
 class SqlStorage(ABC):
-    """One connection, one lock: a FastAPI app's threads take turns. Subclasses provide the hooks below."""
+    """One connection, one lock (reads may have their own: `_read_lock`). Subclasses provide the hooks below."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._read_lock = self._lock
         self._fence = threading.local()  # this thread's guard, while it writes as the leader
         self._pushes: GroupCommit[Push, int] = GroupCommit(self._lock, self._store_pushes)
 
@@ -159,7 +161,7 @@ class SqlStorage(ABC):
             yield cur
 
     def _fetch(self, sql: str, params: tuple | list = ()) -> list[tuple]:
-        with self._lock, self._errors(), self._cursor() as cur:
+        with self._read_lock, self._errors(), self._cursor() as cur:
             cur.execute(self._q(sql), params)
             return cur.fetchall()
 
@@ -365,11 +367,13 @@ class SqlStorage(ABC):
     def check(self, now_ns: int) -> None:
         """Write a row and read it back: a database that answers reads but takes no write (locked,
         full, read-only, gone) fails here, as a push would."""
-        with self._write() as cur:
-            cur.execute(self._q("INSERT INTO health_check (name, t_ns) VALUES ('controller', ?) "
-                                "ON CONFLICT (name) DO UPDATE SET t_ns = excluded.t_ns"), (now_ns,))
+        self._check_write(now_ns)
         if not self._fetch("SELECT t_ns FROM health_check WHERE name = 'controller'"):
             raise StorageError("the health check row written just now does not read back", "corrupt")
+
+    def _check_write(self, now_ns: int) -> None:
+        with self._write() as cur:
+            cur.execute(self._q(CHECK_WRITE), (now_ns,))
 
     # ---- audits ----------------------------------------------------------------------------------
     def add_audit(self, audit: Audit) -> Audit:
@@ -378,8 +382,7 @@ class SqlStorage(ABC):
         with self._write() as cur:
             cur.execute(self._q("INSERT INTO audits (t_ns, fleet, verdict, exit_code, counts, report) "
                                 "VALUES (?, ?, ?, ?, ?, ?) RETURNING id"), rows.audit_values(audit))
-            id_ = cur.fetchone()[0]
-        return replace(audit, id=id_)
+            return replace(audit, id=cur.fetchone()[0])  # committed as the block ends
 
     def audits(self, *, since_ns: int | None = None, until_ns: int | None = None, after_id: int = 0,
                limit: int = 100) -> list[Audit]:

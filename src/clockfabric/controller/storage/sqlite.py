@@ -9,19 +9,25 @@ before a push meets them. While the file is not ours, queries are refused with S
 while its pages are damaged, writes are (pushes get 503 and agents keep their events); a file put
 back where it was, or pages that check clean again, lift it. A replaced file is never adopted
 while running: restart the controller to open what the path now holds.
+
+Reads have a connection of their own, and the check writes on a connection it opens each time: while
+another process holds the file's write lock, each write waits out the busy timeout holding the
+writer's turn, and reads (the alerts the API shows) or the check queued behind several such writes
+would see the fault long after it began. WAL lets readers go on beside a writer.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
 from clockfabric.controller.storage.base import StorageError
-from clockfabric.controller.storage.sql import SqlStorage
+from clockfabric.controller.storage.sql import CHECK_WRITE, SqlStorage
 from clockfabric.errors import ClockfabricError
 
 # errors of the moment, which a retry later may not meet, by primary result code (extended ones carry
@@ -33,6 +39,10 @@ KINDS = {sqlite3.SQLITE_BUSY: "busy", sqlite3.SQLITE_LOCKED: "busy", sqlite3.SQL
 # how long a write waits for another writer's lock; agents wait longer for an answer (agent.push)
 BUSY_TIMEOUT_S = 5.0
 QUICK_CHECK_S = 10.0
+
+
+def _is_busy(e: sqlite3.Error) -> bool:
+    return KINDS.get(getattr(e, "sqlite_errorcode", 0) & 0xFF) == "busy"
 
 
 def _identity(path: str) -> tuple[int, int]:
@@ -54,6 +64,9 @@ class SqliteStorage(SqlStorage):
         super().__init__()
         self.path = str(path)
         self.quick_check_s = quick_check_s
+        self.busy_timeout_s = busy_timeout_s
+        self._locked_out = False  # the last write, or check, met another's write lock past the busy wait
+        self._waits = True  # whether the writer's busy wait is set (_wait_for_lock)
         self._next_quick_check = 0.0
         self._corrupt: StorageError | None = None  # what the last quick_check found, until one passes
         try:
@@ -65,6 +78,10 @@ class SqliteStorage(SqlStorage):
                 # with WAL, NORMAL syncs at checkpoints, not at each commit: a power cut may lose the last
                 # commits, never corrupt the file
                 self._db.execute("PRAGMA synchronous=NORMAL")
+                self._reader = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
+                                               check_same_thread=False)
+                self._reader.execute("PRAGMA query_only=1")
+            self._read_lock = threading.Lock()
             self._file = _identity(self.path)  # the file this connection has open, whatever the path names later
             self._ensure_schema()
         except (sqlite3.DatabaseError, StorageError) as e:
@@ -104,8 +121,14 @@ class SqliteStorage(SqlStorage):
         self._same_file()
         if self._corrupt is not None:  # writing on damaged pages can only spread the damage
             raise StorageError(str(self._corrupt), self._corrupt.kind)
+        self._wait_for_lock(not self._locked_out)
         with closing(self._db.cursor()) as cur:
-            cur.execute("BEGIN IMMEDIATE")  # take the write lock now, not halfway through
+            try:
+                cur.execute("BEGIN IMMEDIATE")  # take the write lock now, not halfway through
+            except sqlite3.OperationalError as e:
+                self._locked_out = _is_busy(e)
+                raise
+            self._locked_out = False
             try:
                 yield cur
                 cur.execute("COMMIT")
@@ -114,9 +137,17 @@ class SqliteStorage(SqlStorage):
                     self._db.execute("ROLLBACK")
                 raise
 
+    def _wait_for_lock(self, wait: bool) -> None:
+        """The writer's busy wait, full or none. Once a write has waited it out in vain, the next ones do
+        not wait (until one, or the check, takes the lock): pushes arriving meanwhile get 503 at once,
+        not after a busy wait each, in turn, holding a server thread apiece."""
+        if wait != self._waits:
+            self._db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout_s * 1000) if wait else 0}")
+            self._waits = wait
+
     def _cursor(self):
         self._same_file()  # another file at the path shares our -wal and -shm: even reads go wrong
-        return closing(self._db.cursor())
+        return closing(self._reader.cursor())
 
     def _sample_ids(self, cur: sqlite3.Cursor, n: int) -> range:
         # safe: BEGIN IMMEDIATE holds the only write lock on the file until COMMIT
@@ -132,6 +163,20 @@ class SqliteStorage(SqlStorage):
         if self._corrupt is not None:
             raise StorageError(str(self._corrupt), self._corrupt.kind)
         super().check(now_ns)
+
+    def _check_write(self, now_ns: int) -> None:
+        """On a connection of its own (mode=rw: a missing file is an error, not a new database), so the
+        check waits for the file's lock, as a push does, but never behind the pushes queued for it."""
+        with self._errors(), closing(sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, isolation_level=None,
+                                                     timeout=self.busy_timeout_s)) as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                self._locked_out = self._locked_out or _is_busy(e)
+                raise
+            self._locked_out = False  # the lock is free again: writes wait their turn as before
+            db.execute(CHECK_WRITE, (now_ns,))
+            db.execute("COMMIT")
 
     def _quick_check(self) -> StorageError | None:
         """Read every page on a connection of its own (fresh pages, not this connection's cache;
@@ -161,3 +206,5 @@ class SqliteStorage(SqlStorage):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        with self._read_lock:
+            self._reader.close()
