@@ -32,7 +32,8 @@ class PostgresStorage(SqlStorage):
     TABLE_EXISTS = "SELECT 1 WHERE to_regclass(?) IS NOT NULL"  # in the search path, as the queries see it
     INDEX_EXISTS = TABLE_EXISTS  # an index is a relation too
     JOBID = "(labels::jsonb ->> 'jobid')"
-    SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7401)"  # any fixed key; released at commit
+    # CREATE ... IF NOT EXISTS is not safe against a concurrent CREATE; any fixed key, released at commit
+    SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7401)"
 
     def __init__(self, dsn: str) -> None:
         super().__init__()

@@ -98,9 +98,7 @@ class SqlStorage(ABC):
     TABLE_EXISTS: str  # a query giving a row if the table named by its one parameter exists
     INDEX_EXISTS: str  # the same for an index
     JOBID: str  # the SQL expression of a sample's `jobid` label (NULL where it has none)
-    # taken first in the transaction that creates the schema, so replicas that start together take
-    # turns (CREATE ... IF NOT EXISTS is not safe against a concurrent CREATE); "" where writes are serial
-    SCHEMA_LOCK = ""
+    SCHEMA_LOCK = ""  # taken first when creating the schema, so replicas starting together take turns
 
     def _q(self, sql: str) -> str:
         """The shared SQL, written with ? placeholders, in the driver's style."""
