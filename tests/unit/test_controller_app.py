@@ -40,6 +40,15 @@ def env(tmp_path):
     storage.close()
 
 
+def test_the_api_schema_needs_the_token_and_no_page_loads_a_cdn(env):
+    client, *_ = env
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert client.get(path).status_code == 404, path
+    assert client.get("/api/v1/openapi.json").status_code == 401
+    schema = client.get("/api/v1/openapi.json", headers=AUTH).json()
+    assert "/api/v1/push" in schema["paths"] and "/api/v1/openapi.json" not in schema["paths"]
+
+
 def push(client, host="h1", boot="b1", events=(), samples=(), **kw):
     return client.post("/api/v1/push", headers=AUTH,
                        json={"host": host, "boot": boot, "events": list(events), "samples": list(samples), **kw})

@@ -130,7 +130,8 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
         yield
         ops.stop()
 
-    app = FastAPI(title="clockfabric controller", lifespan=lifespan)
+    # no Swagger or ReDoc pages (they load their scripts from a CDN) and no schema without the token
+    app = FastAPI(title="clockfabric controller", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.operations = ops
     auth = [Depends(authorised)]
     ops.register(app, auth)
@@ -145,6 +146,11 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
     @app.get("/healthz")
     def healthz() -> dict:
         return {"ok": True}
+
+    @app.get("/api/v1/openapi.json", dependencies=auth, include_in_schema=False)
+    def openapi() -> dict:
+        """The API's OpenAPI schema, for a client generator or a docs viewer the operator hosts."""
+        return app.openapi()
 
     @app.post("/api/v1/push", dependencies=auth)
     async def push(request: Request) -> dict:
