@@ -105,6 +105,18 @@ def cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_mb(pids: list[int]) -> float | None:
+    """The largest peak resident set (VmHWM) among the processes: what a memory limit must allow."""
+    peaks = []
+    for pid in pids:
+        try:
+            line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
+        except (OSError, StopIteration):
+            continue
+        peaks.append(int(line.split()[1]) / 1024)
+    return round(max(peaks), 1) if peaks else None
+
+
 def server_pids(postmaster: int | None) -> list[int]:
     """The database server's processes: the postmaster and its backends (none for SQLite)."""
     return [] if postmaster is None else [postmaster, *process.children(postmaster)]
@@ -129,6 +141,7 @@ def step(db: str, reps: Replicas, n: int, seconds: float, postmaster: int | None
             "p99_ms": round(p99 * 1e3, 1) if p99 is not None else None,
             "db_bytes_per_host_day": round(grown / (n * seconds) * 86_400) if grown > 0 else None,
             "controller_cpu_ms_per_push": round(ctrl_ms, 2), "db_cpu_ms_per_push": round(db_ms, 2),
+            "controller_peak_rss_mb": peak_rss_mb(reps.pids),
             "pushes_per_core_s": round(1e3 / (ctrl_ms + db_ms)) if ctrl_ms + db_ms > 0 else None}
 
 
