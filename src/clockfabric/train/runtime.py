@@ -101,6 +101,7 @@ class Elastic:
             raise RuntimeError(f"{e.args[0]} is not set: run the script with `clockfabric train run`") from None
         self.heartbeat = Heartbeat(self.folder, self.host, beat)
         self.rank, self.step, self.failed = -1, 0, False
+        self.carried = False  # a spare: whether it holds a rank's state yet
         self.fields: dict[str, Any] = {}
         self.order = {p: i for i, p in enumerate(module.parameters())}
         self.model: DistributedDataParallel | None = None
@@ -155,6 +156,7 @@ class Elastic:
     def steps(self, total: int) -> Iterator[tuple[int, Any]]:
         """(step, batch) from the current step to total; a failed step is undone and yielded again."""
         while self.step < total:
+            self._follow()
             start = time.time()  # the snapshot is part of the step's cost
             undo = state.snapshot(self.module, zero.local(self.optimizer), self.step, self.step)
             self.failed, self.fields = False, {}
@@ -194,11 +196,47 @@ class Elastic:
         state.restore(undo, self.module, zero.local(self.optimizer))
         assert self.gen is not None
         self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
-        # the old group is over: a survivor still blocked in it on this rank wakes now, not at its timeout
-        shut_sockets_to({split(b)[0] for b in self.gen.beats} - {split(self.heartbeat.beat)[0]})
+        self._leave()
         self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
 
+    def _follow(self) -> None:
+        """At a step boundary: a newer running generation (a rank replaced before it failed, as
+        on a critical XID) is joined now, the step count as it stands."""
+        newer = control.read_generation(self.folder)
+        if self.gen is not None and newer is not None and newer.number > self.gen.number \
+                and newer.state == control.RUNNING:
+            self.log(rank=self.rank, event="new generation", step=self.step, generation=newer.number, time=time.time())
+            self._leave()
+            self._join(newer, completed=self.step)
+
+    def _leave(self) -> None:
+        """The old group is over: a peer still blocked in it on this member wakes now, not at its timeout."""
+        assert self.gen is not None
+        shut_sockets_to({split(b)[0] for b in self.gen.beats} - {split(self.heartbeat.beat)[0]})
+
     def _join(self, gen: control.Generation, completed: int) -> None:
+        """Join gen; a member lost while it forms or carries the state (a second failure, the
+        spare itself) makes every other member wait for the next generation and join that."""
+        while True:
+            while self.host not in gen.hosts:  # drained (its GPU reported a critical XID): wait to be fenced
+                self.log(event="drained", host=self.host, generation=gen.number, time=time.time())
+                gen = control.wait_generation(self.folder, gen.number, self.wait_s)
+            self.rank = gen.hosts.index(self.host)
+            newer = None
+            try:
+                control.mark_ready(self.folder, gen.number, self.rank)
+                newer = control.wait_ready(self.folder, gen, self.wait_s)
+                if newer is None:
+                    self._form(gen, completed)
+                    return
+            except RuntimeError as e:  # gloo: a member of the group being formed is gone
+                self.log(rank=self.rank, event="join failed", generation=gen.number, error=str(e)[:200],
+                         time=time.time())
+                self._leave()
+            completed = self.step if completed >= 0 or self.carried else -1
+            gen = newer or control.wait_generation(self.folder, gen.number, self.wait_s)
+
+    def _form(self, gen: control.Generation, completed: int) -> None:
         started = time.time()
         self.gen = gen
         self.heartbeat.rank = self.rank
@@ -224,6 +262,7 @@ class Elastic:
             carried = len(blob)
             if self.rank != source:
                 self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
+                self.carried = True
             if self.buddy:
                 carried += self.buddy.hand_over(counts, self.optimizer)  # type: ignore[arg-type]
         if self.buddy:  # every buddy holds its predecessor's shard as of this step, a new member's too
