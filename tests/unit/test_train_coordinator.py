@@ -122,3 +122,15 @@ def test_a_gpu_fault_with_no_spare_left_is_said_and_the_rank_runs_on(job):
     job.tick()
     assert control.read_generation(job.folder).number == 0 and job.ranks[2].proc.poll() is None
     assert job.events[-1]["event"] == "no spare" and job.events[-1]["rank"] == 2
+
+
+def test_a_generation_not_joined_by_every_member_in_time_is_issued_again(job):
+    lose(job.ranks[1])
+    job.tick()
+    job.tick()
+    assert control.read_generation(job.folder).number == 1  # not joined yet, but not overdue
+    job.issued -= 60
+    job.tick()
+    gen = control.read_generation(job.folder)
+    assert gen.number == 2 and gen.hosts == ["h0", "h3", "h2"] and gen.store.endswith("store.2")
+    assert kinds(job)[-2:] == ["not joined", "generation"] and job.awaiting == 2

@@ -14,12 +14,19 @@ import datetime
 import torch
 import torch.distributed as dist
 
+# Every member had marked itself ready before the rendezvous (control.wait_ready), so it takes
+# well under a second; one lost inside it leaves the others waiting this long, not the store's
+# default five minutes, before they go on to the next generation.
+RENDEZVOUS_S = 5.0
+
 
 def form(store_path: str, rank: int, world: int, timeout_s: float) -> None:
-    """Leave the current group, if any, and join the generation whose store is store_path."""
+    """Leave the current group, if any, and join the generation whose store is store_path
+    (timeout_s: the collectives' timeout)."""
     if dist.is_initialized():
         dist.destroy_process_group()
     store = dist.FileStore(store_path, world)
+    store.set_timeout(datetime.timedelta(seconds=RENDEZVOUS_S))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout_s))
 

@@ -44,6 +44,7 @@ from clockfabric.lab.state import Lab
 from clockfabric.train import control, report
 
 DETECT_S = 2.0
+REISSUE_S = 15.0  # a generation not joined by every member by then is issued again, with a new store
 
 
 @dataclass
@@ -73,6 +74,7 @@ class TrainJob:
         self.watcher = threading.Thread(target=self._watch, name="train coordinator", daemon=True)
         self.port = 0
         self.awaiting: int | None = None  # a generation whose members have not all joined yet
+        self.issued = 0.0  # when the awaited generation was written
 
     # ---- starting ----------------------------------------------------------------------------
     def start(self) -> TrainJob:
@@ -156,10 +158,10 @@ class TrainJob:
             self.retired.append(member)
             beats.append(member.beat)
             self.vacant.append(rank)
-        self.gen = replace(self.gen, number=self.gen.number + 1, lost=[*self.gen.lost, *beats])
+        self.gen = replace(self.gen, lost=[*self.gen.lost, *beats])
         self._fill()
         if self.vacant:
-            self.gen = replace(self.gen, state=control.PAUSED)
+            self.gen = replace(self.gen, number=self.gen.number + 1, state=control.PAUSED)
             control.write_generation(self.folder, self.gen)
             self.event("paused", ranks=list(self.vacant),
                        why="no spare left: the survivors wait until a spare is added")
@@ -178,7 +180,6 @@ class TrainJob:
                 continue
             self.draining.append(member)
             self.vacant.append(rank)
-            self.gen = replace(self.gen, number=self.gen.number + 1)
             self._fill()
             return  # one at a time: the next is judged once this generation has formed
 
@@ -198,18 +199,21 @@ class TrainJob:
             hosts[rank], beats[rank] = spare.host, spare.beat
             self.event("spare chosen", rank=rank, host=spare.host)
         self.vacant = []
-        number = self.gen.number + (1 if self.gen.state == control.PAUSED else 0)
+        number = self.gen.number + 1  # self.gen is the last written: running, paused or not joined by all
         self.gen = replace(self.gen, number=number, state=control.RUNNING, hosts=hosts, beats=beats,
                            store=str(self.folder / f"store.{number}"))
         control.write_generation(self.folder, self.gen)
         self.event("generation", number=number, hosts=hosts)
-        self.awaiting = number
+        self.awaiting, self.issued = number, time.time()
 
     def _joined(self) -> None:
         """Once every member joined the awaited generation: what was carried, and from which step."""
         joins = [r for r in report.records(self.folder)
                  if r.get("event") == "joined" and r.get("generation") == self.awaiting]
         if {r["rank"] for r in joins} != set(range(self.gen.world)):
+            if time.time() - self.issued > REISSUE_S:  # a rendezvous failed with every member alive
+                self.event("not joined", generation=self.gen.number, seconds=REISSUE_S)
+                self._fill()
             return
         self.awaiting = None
         self.event("state transferred", generation=self.gen.number, bytes=max(r["bytes"] for r in joins),
