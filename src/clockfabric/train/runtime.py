@@ -12,7 +12,9 @@
 all-reduce is a comm hook that never raises: an error marks the step failed, and the loop then
 undoes it (the state as it was before the step), waits for the coordinator's next generation,
 re-forms the group and takes the state from the member that completed the most steps. A
-spare enters the same way: it waits for a rank, joins, and receives the state.
+spare enters the same way: it waits for a rank, joins, and receives the state. A member lost
+while a group forms sends the others on to the generation after; a generation written while
+the loop runs (a rank moved off a failing GPU) is joined at the next step boundary.
 
 A sharded optimizer (ZeRO-1) needs the group to exist when it is made: give a factory,
 `lambda params: ZeroRedundancyOptimizer(params, ...)`, and use `job.optimizer`. Its shards
