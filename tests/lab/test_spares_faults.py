@@ -12,7 +12,7 @@ import pytest
 from clockfabric.audit.checks.config_gpu import CRITICAL_XIDS
 from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
 from clockfabric.topology import multirail
-from clockfabric.train import control, report
+from clockfabric.train import report
 from clockfabric.train.launch import TrainJob
 from tests.fakes.fake_nvml import FakeGpu, FakeNvml
 
@@ -89,24 +89,22 @@ def test_the_spare_killed_while_it_joins_is_replaced_by_the_next_spare(make_lab,
     def kill_rank_then_the_spare(job):
         os.kill(job.ranks[1].proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while (report_of(folder, "h3") or {}).get("rank") != 1:  # h3 has taken rank 1 and is joining
+        while not (folder / "store.1").exists():  # every member of generation 1 is ready: the group forms
             assert time.monotonic() < deadline, job.events
             time.sleep(0.005)
         time.sleep(0.1)  # its group formed, the state on its way (0.4 s of it on a 100 Mbit/s link)
         os.kill(job.ranks[1].proc.pid, signal.SIGKILL)
 
     job, recs, killed_at = run(lab, folder, SPARES, kill_rank_then_the_spare, args=args)
-    took = check_carried_on(recs, reference, killed_at)
+    # killed in the transfer: seconds; killed while gloo connects the group: its connect
+    # timeout, tens of seconds on a loaded machine (docs/spares.md)
+    took = check_carried_on(recs, reference, killed_at, limit_s=45.0)
     detected = [e["host"] for e in job.events if e["event"] == "detected"]
     assert detected == ["h1", "h3"] and job.ranks[1].host == "h4"
     assert not [r for r in recs if r.get("event") == "joined" and r.get("host") == "h3"], \
         "the spare completed its join before it was killed"
     broke = [r["error"] for r in recs if r.get("event") == "join failed"]
     print(f"spare killed while joining: next step {took:.2f} s after the first kill; survivors' errors: {broke}")
-
-
-def report_of(folder: Path, host: str) -> dict | None:
-    return control.read_json(control.beat_path(folder, host))
 
 
 def test_a_critical_xid_moves_the_rank_to_a_spare_before_it_crashes(make_lab, tmp_path):

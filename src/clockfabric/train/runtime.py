@@ -223,7 +223,7 @@ class Elastic:
             while self.host not in gen.hosts:  # drained (its GPU reported a critical XID): wait to be fenced
                 self.log(event="drained", host=self.host, generation=gen.number, time=time.time())
                 gen = control.wait_generation(self.folder, gen.number, self.wait_s)
-            self.rank = gen.hosts.index(self.host)
+            self.rank = self.heartbeat.rank = gen.hosts.index(self.host)  # judged (frozen?) from here on
             newer = None
             try:
                 control.mark_ready(self.folder, gen.number, self.rank)
@@ -241,10 +241,9 @@ class Elastic:
     def _form(self, gen: control.Generation, completed: int) -> None:
         started = time.time()
         self.gen = gen
-        self.heartbeat.rank = self.rank
         self.model = None
         gc.collect()  # the old wrapper holds the old group: let both go before the new one forms
-        group.form(gen.store, self.rank, gen.world, self.timeout_s)
+        group.form(gen.store, self.rank, gen.world)
         formed = time.time()
         if self._optimizer is None:
             assert self.make_optimizer is not None
@@ -274,6 +273,7 @@ class Elastic:
         # one bucket: the hook puts it in parameter order, which only a whole model can be
         self.model = DistributedDataParallel(self.module, bucket_cap_mb=ONE_BUCKET_MB)
         self.model.register_comm_hook(self, _average)
+        group.settle(self.timeout_s)
         self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
                  bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
                  wrap_s=time.time() - transferred, time=time.time())
