@@ -92,7 +92,7 @@ def test_the_spare_killed_while_it_joins_is_replaced_by_the_next_spare(make_lab,
         while not (folder / "store.1").exists():  # every member of generation 1 is ready: the group forms
             assert time.monotonic() < deadline, job.events
             time.sleep(0.005)
-        time.sleep(0.1)  # its group formed, the state on its way (0.4 s of it on a 100 Mbit/s link)
+        time.sleep(0.1)  # gloo connecting the group, or the state (0.4 s on a 100 Mbit/s link) on its way
         os.kill(job.ranks[1].proc.pid, signal.SIGKILL)
 
     job, recs, killed_at = run(lab, folder, SPARES, kill_rank_then_the_spare, args=args)
