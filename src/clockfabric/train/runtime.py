@@ -85,6 +85,23 @@ def _average(job, bucket):  # unannotated: DDP compares a hook's annotations to 
     return fut.then(finish)
 
 
+class _Guarded(DistributedDataParallel):
+    """DDP whose forward records a lost peer rather than raising it: the first forward after the
+    first step broadcasts DDP's rebuilt bucket order, so a peer lost then fails the forward."""
+
+    job: Elastic | None = None
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        try:
+            return super().forward(*inputs, **kwargs)
+        except RuntimeError:
+            # the module alone: a fault of the script's own raises again here, not swallowed
+            out = self.module(*inputs, **kwargs)
+            assert self.job is not None
+            self.job.failed = True  # the step is undone
+            return out
+
+
 class Elastic:
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | OptimizerFactory,
                  loader: Loader, *, log: Callable[..., None] | None = None, timeout_s: float = 30.0,
@@ -271,7 +288,8 @@ class Elastic:
             self.buddy.commit()
         transferred = time.time()
         # one bucket: the hook puts it in parameter order, which only a whole model can be
-        self.model = DistributedDataParallel(self.module, bucket_cap_mb=ONE_BUCKET_MB)
+        self.model = _Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB)
+        self.model.job = self
         self.model.register_comm_hook(self, _average)
         group.settle(self.timeout_s)
         self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
