@@ -134,3 +134,17 @@ def test_a_generation_not_joined_by_every_member_in_time_is_issued_again(job):
     gen = control.read_generation(job.folder)
     assert gen.number == 2 and gen.hosts == ["h0", "h3", "h2"] and gen.store.endswith("store.2")
     assert kinds(job)[-2:] == ["not joined", "generation"] and job.awaiting == 2
+
+
+def test_a_loss_while_a_generation_forms_with_no_spare_left_pauses_once(job):
+    for m in job.spares[1:]:
+        lose(m)
+    lose(job.ranks[1])
+    job.tick()  # h3 takes rank 1
+    lose(job.ranks[0])  # and rank 0 is lost before generation 1 formed: no spare left
+    job.tick()
+    job.issued -= 60
+    for _ in range(3):
+        job.tick()
+    assert kinds(job).count("paused") == 1 and "not joined" not in kinds(job) and job.awaiting is None
+    assert control.read_generation(job.folder).state == control.PAUSED

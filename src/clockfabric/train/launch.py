@@ -162,6 +162,7 @@ class TrainJob:
         self._fill()
         if self.vacant:
             self.gen = replace(self.gen, number=self.gen.number + 1, state=control.PAUSED)
+            self.awaiting = None  # nothing to join until a spare comes
             control.write_generation(self.folder, self.gen)
             self.event("paused", ranks=list(self.vacant),
                        why="no spare left: the survivors wait until a spare is added")
@@ -211,7 +212,7 @@ class TrainJob:
         joins = [r for r in report.records(self.folder)
                  if r.get("event") == "joined" and r.get("generation") == self.awaiting]
         if {r["rank"] for r in joins} != set(range(self.gen.world)):
-            if time.time() - self.issued > REISSUE_S:  # a rendezvous failed with every member alive
+            if not self.vacant and time.time() - self.issued > REISSUE_S:  # a rendezvous failed, every member alive
                 self.event("not joined", generation=self.gen.number, seconds=REISSUE_S)
                 self._fill()
             return
