@@ -41,3 +41,18 @@ def test_shutting_sockets_to_an_address_wakes_a_blocked_reader_and_spares_the_re
     assert not reader.is_alive() and woke == [b""]  # woken with end of stream, not after a timeout
     for s in (client, accepted, server):
         s.close()
+
+
+def test_members_form_once_all_are_ready_and_move_on_if_one_is_lost_first(tmp_path):
+    control.write_generation(tmp_path, gen(1))
+    control.mark_ready(tmp_path, 1, 0)
+    with pytest.raises(TimeoutError, match="did not all arrive"):
+        control.wait_ready(tmp_path, gen(1), timeout_s=0.1)
+    control.write_generation(tmp_path, gen(2, control.PAUSED))  # the missing member was lost, no spare yet
+    with pytest.raises(TimeoutError):
+        control.wait_ready(tmp_path, gen(1), timeout_s=0.1)
+    threading.Timer(0.2, control.write_generation, (tmp_path, gen(3))).start()
+    assert control.wait_ready(tmp_path, gen(1), timeout_s=5).number == 3
+    control.mark_ready(tmp_path, 3, 1)
+    control.mark_ready(tmp_path, 3, 0)
+    assert control.wait_ready(tmp_path, gen(3), timeout_s=0.5) is None

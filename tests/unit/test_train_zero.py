@@ -72,3 +72,15 @@ def test_the_replacement_gets_its_shard_from_its_buddy(tmp_path):
         assert momentum and all(torch.equal(m, torch.full_like(m, 1 * 0.9 + 2)) for m in momentum)
     assert after[0] == shards[0][0] and after[1] == shards[1][0]  # the survivors keep their own
     assert after[2] == shards[0][1]  # rank 2's shard as rank 0, its buddy, held it
+
+
+def test_a_rank_lost_with_its_buddy_stops_with_shard_lost_which_no_join_retries(monkeypatch):
+    from clockfabric.train import zero
+
+    monkeypatch.setattr(zero.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(zero.dist, "get_world_size", lambda: WORLD)
+    with pytest.raises(zero.ShardLost, match="rank 1 and its buddy rank 2 were both lost"):
+        zero.Buddy().hand_over([5, -1, -1], None)  # two lost at once: with 3 ranks, always neighbours
+    with pytest.raises(zero.ShardLost, match="different steps"):
+        zero.Buddy().hand_over([5, 4, -1], None)
+    assert not issubclass(zero.ShardLost, RuntimeError)  # the runtime's join goes on after a RuntimeError

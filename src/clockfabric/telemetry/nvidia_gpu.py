@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -130,6 +130,7 @@ class NvidiaGpuCollector:
         self._events = None
         self._unsupported: set[tuple[int, str]] = set()
         self._errors: Counter[tuple[int, str]] = Counter()
+        self._unread: deque[tuple[int, int]] = deque(maxlen=256)  # (GPU index, XID) not yet taken by new_xids
 
     def absent(self) -> str | None:
         if not self._gpus and self._why is None:
@@ -201,6 +202,16 @@ class NvidiaGpuCollector:
                 g = None
             if g is not None and event.eventType & nv.nvmlEventTypeXidCriticalError:
                 g.last_xid, g.xids = int(event.eventData), g.xids + 1
+                self._unread.append((g.index, g.last_xid))
+
+    def new_xids(self) -> list[tuple[int, int]]:
+        """(GPU index, XID) for each XID reported since the last call: what a job's coordinator
+        watches to move a rank off a failing GPU before it crashes."""
+        if self.absent() is None and self._events is not None:
+            self._drain_xids()
+        taken = list(self._unread)
+        self._unread.clear()
+        return taken
 
     def collect(self) -> list[Metric]:
         if why := self.absent():

@@ -4,7 +4,10 @@ The folder is on the machine's filesystem, which every lab namespace shares, so 
 same for every rank whatever happens to the network. The coordinator writes the generation
 (`generation.json`: who holds each rank, the store to rendezvous in, which hosts were lost);
 each rank and spare writes its heartbeat report (`beat/NAME.json`: when, and when it last
-heard each peer over the network). Files are replaced atomically, so a reader never sees half.
+heard each peer over the network) and, when it enters a generation, a mark
+(`ready.N/RANK`): the members form the group only once every mark is there, so a member lost
+before that never leaves the others blocked in the group's rendezvous. Files are replaced
+atomically, so a reader never sees half.
 """
 
 from __future__ import annotations
@@ -72,3 +75,24 @@ def wait_generation(folder: Path, after: int, timeout_s: float, poll_s: float = 
 
 def beat_path(folder: Path, name: str) -> Path:
     return folder / "beat" / f"{name}.json"
+
+
+def mark_ready(folder: Path, number: int, rank: int) -> None:
+    ready = folder / f"ready.{number}"
+    ready.mkdir(exist_ok=True)
+    (ready / str(rank)).touch()
+
+
+def wait_ready(folder: Path, gen: Generation, timeout_s: float, poll_s: float = 0.02) -> Generation | None:
+    """None once every member of gen marked itself ready; a newer generation if one came first
+    (a member was lost before the group formed: the rendezvous would wait for it in vain)."""
+    deadline = time.monotonic() + timeout_s
+    ready = folder / f"ready.{gen.number}"
+    while time.monotonic() < deadline:
+        if all((ready / str(rank)).exists() for rank in range(gen.world)):
+            return None
+        newer = read_generation(folder)
+        if newer is not None and newer.number > gen.number and newer.state != PAUSED:
+            return newer
+        time.sleep(poll_s)
+    raise TimeoutError(f"generation {gen.number}'s members did not all arrive within {timeout_s:.0f} s")

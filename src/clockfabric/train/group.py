@@ -14,14 +14,35 @@ import datetime
 import torch
 import torch.distributed as dist
 
+# Every member had marked itself ready before the rendezvous (control.wait_ready), so it takes
+# well under a second. While the group forms and the state is carried, each operation may take
+# this long (the state goes in CHUNK pieces, each well within it): a member lost meanwhile
+# costs the others this, not the store's default five minutes, nor the collective timeout
+# (gloo's send to a peer that died mid-transfer waits the timeout out: seen at 30 s).
+FORM_S = 5.0
+CHUNK = 16 << 20
 
-def form(store_path: str, rank: int, world: int, timeout_s: float) -> None:
-    """Leave the current group, if any, and join the generation whose store is store_path."""
+
+def form(store_path: str, rank: int, world: int, timeout_s: float = FORM_S) -> None:
+    """Leave the current group, if any, and join the generation whose store is store_path, its
+    rendezvous and operations bounded by timeout_s until `settle`."""
     if dist.is_initialized():
         dist.destroy_process_group()
+    limit = datetime.timedelta(seconds=timeout_s)
     store = dist.FileStore(store_path, world)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    store.set_timeout(limit)
+    try:
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=limit)
+    except RuntimeError:
+        # a failed init still counted a group, and the next group's name (its keys in the store)
+        # must match a fresh spare's: reset the count as destroy_process_group does
+        dist.distributed_c10d._world.group_count = 0
+        raise
+
+
+def settle(timeout_s: float) -> None:
+    """The group formed and the state carried: the collectives' own timeout from now on."""
+    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=timeout_s))
 
 
 def most_advanced(completed: int) -> tuple[int, list[int]]:
@@ -43,5 +64,6 @@ def broadcast_bytes(data: bytes | None, source: int) -> bytes:
         payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     else:
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
-    dist.broadcast(payload, source)
+    for start in range(0, payload.numel(), CHUNK):
+        dist.broadcast(payload[start:start + CHUNK], source)
     return payload.numpy().tobytes()

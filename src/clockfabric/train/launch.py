@@ -7,10 +7,17 @@ and waits, so taking a rank costs no start-up. Every `tick` the coordinator judg
 - its heartbeat report is older than `detect_s` (the process is frozen, SIGSTOP or a hang);
 - most of its peers have not heard its heartbeats for `detect_s` (its host is cut off).
 
+Every rank lost in one tick goes in one new generation (two failures at once: two spares).
 A lost rank's process is killed (fenced: it never comes back into the job), and a new
 generation is written: the spare's host at the lost rank's index, the same world size, a new
-store, the lost host's address for the survivors to shut their sockets to. With no spare left
+store, the lost host's address for the survivors to shut their sockets to. A spare lost while
+it joins is a lost rank like any other: the next spare takes its place. With no spare left
 the generation is `paused`: the survivors wait, and `add_spare` resumes the job.
+
+A rank whose GPU reports a critical fault (`gpu_fault(host)`: a critical XID from NVML, say)
+is replaced before it crashes: a spare is put at its index in a new generation, every member
+joins it at its next step boundary, the faulty rank is drained (it waits) and fenced once the
+new generation has formed. With no spare left it runs on until it fails.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +44,7 @@ from clockfabric.lab.state import Lab
 from clockfabric.train import control, report
 
 DETECT_S = 2.0
+REISSUE_S = 15.0  # a generation not joined by every member by then is issued again, with a new store
 
 
 @dataclass
@@ -48,10 +57,12 @@ class Member:
 
 class TrainJob:
     def __init__(self, lab: Lab, hosts: list[str], spares: list[str], argv: list[str], folder: Path | str, *,
-                 detect_s: float = DETECT_S, on_event: Callable[[dict[str, Any]], None] | None = None):
+                 detect_s: float = DETECT_S, on_event: Callable[[dict[str, Any]], None] | None = None,
+                 gpu_fault: Callable[[str], str | None] | None = None):
         check(lab, hosts, spares, argv)
         self.lab, self.argv, self.folder = lab, list(argv), Path(folder)
-        self.detect_s, self.on_event = detect_s, on_event
+        self.detect_s, self.on_event, self.gpu_fault = detect_s, on_event, gpu_fault
+        self.draining: list[Member] = []  # replaced on a GPU fault, fenced once their successor joined
         self.initial_hosts, self.initial_spares = list(hosts), list(spares)
         self.ranks: list[Member] = []
         self.spares: list[Member] = []
@@ -63,12 +74,15 @@ class TrainJob:
         self.watcher = threading.Thread(target=self._watch, name="train coordinator", daemon=True)
         self.port = 0
         self.awaiting: int | None = None  # a generation whose members have not all joined yet
+        self.issued = 0.0  # when the awaited generation was written
 
     # ---- starting ----------------------------------------------------------------------------
     def start(self) -> TrainJob:
         (self.folder / "beat").mkdir(parents=True, exist_ok=True)
         for old in [*self.folder.glob("*.jsonl"), *self.folder.glob("beat/*"), *self.folder.glob("store.*")]:
             old.unlink()
+        for old in self.folder.glob("ready.*"):
+            shutil.rmtree(old)
         self.port = free_port(self.lab, self.initial_hosts[0])
         try:
             self.ranks = [self._spawn(h, rank) for rank, h in enumerate(self.initial_hosts)]
@@ -118,15 +132,16 @@ class TrainJob:
         now = time.time()
         if self.awaiting is not None:
             self._joined()
-        for rank, member in enumerate(self.ranks):
-            if rank in self.vacant:
-                continue
-            why = self.lost(rank, member, now)
-            if why:
-                self._replace(rank, why, now)
-                return  # one loss per tick: the next is judged on the new generation
-        if self.vacant and self._ready_spare():
+        judged = [(rank, self.lost(rank, member, now)) for rank, member in enumerate(self.ranks)
+                  if rank not in self.vacant]
+        lost = [(rank, why) for rank, why in judged if why]
+        if lost:
+            self._replace(lost, now)
+            return  # the next losses are judged on the new generation
+        if self.vacant and len(self._ready_spares()) >= len(self.vacant):
             self._fill()
+        elif self.gpu_fault and self.awaiting is None:
+            self._replace_faulty(now)
 
     def lost(self, rank: int, member: Member, now: float) -> str | None:
         peers = [control.read_json(control.beat_path(self.folder, m.host))
@@ -134,60 +149,86 @@ class TrainJob:
         return verdict(rank, member.proc.poll(), control.read_json(control.beat_path(self.folder, member.host)),
                        [p for p in peers if p], member.beat, now, self.detect_s)
 
-    def _replace(self, rank: int, why: str, now: float) -> None:
-        member = self.ranks[rank]
-        self.event("detected", rank=rank, host=member.host, why=why, time=now)
-        _kill(member.proc)  # fenced: a frozen or cut-off rank never rejoins the old group
-        self.retired.append(member)
-        self.gen = replace(self.gen, number=self.gen.number + 1, lost=[*self.gen.lost, member.beat])
-        self.vacant.append(rank)
-        if self._ready_spare():
-            self._fill()
-        else:
-            self.gen = replace(self.gen, state=control.PAUSED)
+    def _replace(self, lost: list[tuple[int, str]], now: float) -> None:
+        beats = []
+        for rank, why in lost:
+            member = self.ranks[rank]
+            self.event("detected", rank=rank, host=member.host, why=why, time=now)
+            _kill(member.proc)  # fenced: a frozen or cut-off rank never rejoins the old group
+            self.retired.append(member)
+            beats.append(member.beat)
+            self.vacant.append(rank)
+        self.gen = replace(self.gen, lost=[*self.gen.lost, *beats])
+        self._fill()
+        if self.vacant:
+            self.gen = replace(self.gen, number=self.gen.number + 1, state=control.PAUSED)
+            self.awaiting = None  # nothing to join until a spare comes
             control.write_generation(self.folder, self.gen)
-            self.event("paused", rank=rank, why="no spare left: the survivors wait until a spare is added")
+            self.event("paused", ranks=list(self.vacant),
+                       why="no spare left: the survivors wait until a spare is added")
 
-    def _ready_spare(self) -> Member | None:
-        for spare in self.spares:
-            if spare.proc.poll() is None and control.read_json(control.beat_path(self.folder, spare.host)):
-                return spare
-        return None
+    def _replace_faulty(self, now: float) -> None:
+        """A rank whose GPU reported a critical fault: a spare at its index, joined at the next step boundary."""
+        assert self.gpu_fault is not None
+        for rank, member in enumerate(self.ranks):
+            fault = self.gpu_fault(member.host)
+            if fault is None:
+                continue
+            self.event("detected", rank=rank, host=member.host, why=f"{fault}: replaced at the next step boundary",
+                       time=now)
+            if not self._ready_spares():
+                self.event("no spare", rank=rank, why="no spare left: the rank runs on until it fails")
+                continue
+            self.draining.append(member)
+            self.vacant.append(rank)
+            self._fill()
+            return  # one at a time: the next is judged once this generation has formed
+
+    def _ready_spares(self) -> list[Member]:
+        return [s for s in self.spares
+                if s.proc.poll() is None and control.read_json(control.beat_path(self.folder, s.host))]
 
     def _fill(self) -> None:
+        """A spare for every vacant rank, in a new generation; none taken unless all can be."""
+        ready = self._ready_spares()
+        if len(ready) < len(self.vacant):
+            return
         hosts, beats = list(self.gen.hosts), list(self.gen.beats)
-        for rank in list(self.vacant):
-            spare = self._ready_spare()
-            if spare is None:
-                break
+        for rank, spare in zip(sorted(self.vacant), ready, strict=False):
             self.spares.remove(spare)
             self.ranks[rank] = spare
             hosts[rank], beats[rank] = spare.host, spare.beat
-            self.vacant.remove(rank)
             self.event("spare chosen", rank=rank, host=spare.host)
-        if self.vacant:
-            return
-        number = self.gen.number + (1 if self.gen.state == control.PAUSED else 0)
+        self.vacant = []
+        number = self.gen.number + 1  # self.gen is the last written: running, paused or not joined by all
         self.gen = replace(self.gen, number=number, state=control.RUNNING, hosts=hosts, beats=beats,
                            store=str(self.folder / f"store.{number}"))
         control.write_generation(self.folder, self.gen)
         self.event("generation", number=number, hosts=hosts)
-        self.awaiting = number
+        self.awaiting, self.issued = number, time.time()
 
     def _joined(self) -> None:
         """Once every member joined the awaited generation: what was carried, and from which step."""
         joins = [r for r in report.records(self.folder)
                  if r.get("event") == "joined" and r.get("generation") == self.awaiting]
         if {r["rank"] for r in joins} != set(range(self.gen.world)):
+            if not self.vacant and time.time() - self.issued > REISSUE_S:  # a rendezvous failed, every member alive
+                self.event("not joined", generation=self.gen.number, seconds=REISSUE_S)
+                self._fill()
             return
         self.awaiting = None
         self.event("state transferred", generation=self.gen.number, bytes=max(r["bytes"] for r in joins),
                    seconds=round(max(r["transfer_s"] for r in joins), 4))
         self.event("resumed", generation=self.gen.number, step=max(r["step"] for r in joins))
+        for member in self.draining:
+            _kill(member.proc)  # fenced: its successor holds the rank now
+            self.event("drained", host=member.host)
+        self.retired += self.draining
+        self.draining = []
 
     # ---- ending ------------------------------------------------------------------------------
     def members(self) -> list[Member]:
-        return [*self.ranks, *self.spares, *self.retired]
+        return [*self.ranks, *self.spares, *self.retired, *self.draining]
 
     def finished(self) -> bool:
         return not self.vacant and all(m.proc.poll() == 0 for m in self.ranks)

@@ -12,7 +12,9 @@
 all-reduce is a comm hook that never raises: an error marks the step failed, and the loop then
 undoes it (the state as it was before the step), waits for the coordinator's next generation,
 re-forms the group and takes the state from the member that completed the most steps. A
-spare enters the same way: it waits for a rank, joins, and receives the state.
+spare enters the same way: it waits for a rank, joins, and receives the state. A member lost
+while a group forms sends the others on to the generation after; a generation written while
+the loop runs (a rank moved off a failing GPU) is joined at the next step boundary.
 
 A sharded optimizer (ZeRO-1) needs the group to exist when it is made: give a factory,
 `lambda params: ZeroRedundancyOptimizer(params, ...)`, and use `job.optimizer`. Its shards
@@ -83,6 +85,23 @@ def _average(job, bucket):  # unannotated: DDP compares a hook's annotations to 
     return fut.then(finish)
 
 
+class _Guarded(DistributedDataParallel):
+    """DDP whose forward records a lost peer rather than raising it: the first forward after the
+    first step broadcasts DDP's rebuilt bucket order, so a peer lost then fails the forward."""
+
+    job: Elastic | None = None
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        try:
+            return super().forward(*inputs, **kwargs)
+        except RuntimeError:
+            # the module alone: a fault of the script's own raises again here, not swallowed
+            out = self.module(*inputs, **kwargs)
+            assert self.job is not None
+            self.job.failed = True  # the step is undone
+            return out
+
+
 class Elastic:
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | OptimizerFactory,
                  loader: Loader, *, log: Callable[..., None] | None = None, timeout_s: float = 30.0,
@@ -101,6 +120,7 @@ class Elastic:
             raise RuntimeError(f"{e.args[0]} is not set: run the script with `clockfabric train run`") from None
         self.heartbeat = Heartbeat(self.folder, self.host, beat)
         self.rank, self.step, self.failed = -1, 0, False
+        self.carried = False  # a spare: whether it holds a rank's state yet
         self.fields: dict[str, Any] = {}
         self.order = {p: i for i, p in enumerate(module.parameters())}
         self.model: DistributedDataParallel | None = None
@@ -155,6 +175,7 @@ class Elastic:
     def steps(self, total: int) -> Iterator[tuple[int, Any]]:
         """(step, batch) from the current step to total; a failed step is undone and yielded again."""
         while self.step < total:
+            self._follow()
             start = time.time()  # the snapshot is part of the step's cost
             undo = state.snapshot(self.module, zero.local(self.optimizer), self.step, self.step)
             self.failed, self.fields = False, {}
@@ -194,17 +215,52 @@ class Elastic:
         state.restore(undo, self.module, zero.local(self.optimizer))
         assert self.gen is not None
         self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
-        # the old group is over: a survivor still blocked in it on this rank wakes now, not at its timeout
-        shut_sockets_to({split(b)[0] for b in self.gen.beats} - {split(self.heartbeat.beat)[0]})
+        self._leave()
         self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
 
+    def _follow(self) -> None:
+        """At a step boundary: a newer running generation (a rank replaced before it failed, as
+        on a critical XID) is joined now, the step count as it stands."""
+        newer = control.read_generation(self.folder)
+        if self.gen is not None and newer is not None and newer.number > self.gen.number \
+                and newer.state == control.RUNNING:
+            self.log(rank=self.rank, event="new generation", step=self.step, generation=newer.number, time=time.time())
+            self._leave()
+            self._join(newer, completed=self.step)
+
+    def _leave(self) -> None:
+        """The old group is over: a peer still blocked in it on this member wakes now, not at its timeout."""
+        assert self.gen is not None
+        shut_sockets_to({split(b)[0] for b in self.gen.beats} - {split(self.heartbeat.beat)[0]})
+
     def _join(self, gen: control.Generation, completed: int) -> None:
+        """Join gen; a member lost while it forms or carries the state (a second failure, the
+        spare itself) makes every other member wait for the next generation and join that."""
+        while True:
+            while self.host not in gen.hosts:  # drained (its GPU reported a critical XID): wait to be fenced
+                self.log(event="drained", host=self.host, generation=gen.number, time=time.time())
+                gen = control.wait_generation(self.folder, gen.number, self.wait_s)
+            self.rank = self.heartbeat.rank = gen.hosts.index(self.host)  # judged (frozen?) from here on
+            newer = None
+            try:
+                control.mark_ready(self.folder, gen.number, self.rank)
+                newer = control.wait_ready(self.folder, gen, self.wait_s)
+                if newer is None:
+                    self._form(gen, completed)
+                    return
+            except RuntimeError as e:  # gloo: a member of the group being formed is gone
+                self.log(rank=self.rank, event="join failed", generation=gen.number, error=str(e)[:200],
+                         time=time.time())
+                self._leave()
+            completed = self.step if completed >= 0 or self.carried else -1
+            gen = newer or control.wait_generation(self.folder, gen.number, self.wait_s)
+
+    def _form(self, gen: control.Generation, completed: int) -> None:
         started = time.time()
         self.gen = gen
-        self.heartbeat.rank = self.rank
         self.model = None
         gc.collect()  # the old wrapper holds the old group: let both go before the new one forms
-        group.form(gen.store, self.rank, gen.world, self.timeout_s)
+        group.form(gen.store, self.rank, gen.world)
         formed = time.time()
         if self._optimizer is None:
             assert self.make_optimizer is not None
@@ -224,6 +280,7 @@ class Elastic:
             carried = len(blob)
             if self.rank != source:
                 self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
+                self.carried = True
             if self.buddy:
                 carried += self.buddy.hand_over(counts, self.optimizer)  # type: ignore[arg-type]
         if self.buddy:  # every buddy holds its predecessor's shard as of this step, a new member's too
@@ -231,8 +288,10 @@ class Elastic:
             self.buddy.commit()
         transferred = time.time()
         # one bucket: the hook puts it in parameter order, which only a whole model can be
-        self.model = DistributedDataParallel(self.module, bucket_cap_mb=ONE_BUCKET_MB)
+        self.model = _Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB)
+        self.model.job = self
         self.model.register_comm_hook(self, _average)
+        group.settle(self.timeout_s)
         self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
                  bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
                  wrap_s=time.time() - transferred, time=time.time())

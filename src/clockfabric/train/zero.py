@@ -21,6 +21,11 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from clockfabric.train import group, state
 
 
+class ShardLost(Exception):
+    """A rank's optimizer shard is gone from every member: the job cannot go on from memory.
+    Not a RuntimeError, so it is not taken for a peer lost while the group forms."""
+
+
 def is_sharded(optimizer: Any) -> bool:
     return isinstance(optimizer, ZeroRedundancyOptimizer)
 
@@ -77,13 +82,13 @@ class Buddy:
         rank, world = dist.get_rank(), dist.get_world_size()
         survivors = {c for c in counts if c >= 0}
         if len(survivors) > 1:
-            raise RuntimeError(f"ZeRO-1: the surviving ranks completed different steps {sorted(survivors)}: "
+            raise ShardLost(f"ZeRO-1: the surviving ranks completed different steps {sorted(survivors)}: "
                                "a shard one step behind cannot be brought forward; restart from a checkpoint")
         carried = 0
         for lost in [r for r, c in enumerate(counts) if c < 0]:
             buddy = (lost + 1) % world
             if counts[buddy] < 0:
-                raise RuntimeError(f"ZeRO-1: rank {lost} and its buddy rank {buddy} were both lost, and "
+                raise ShardLost(f"ZeRO-1: rank {lost} and its buddy rank {buddy} were both lost, and "
                                    f"rank {lost}'s optimizer shard with them; restart from a checkpoint")
             blob = group.broadcast_bytes(self.held if rank == buddy else None, buddy)
             carried += len(blob)

@@ -1,0 +1,131 @@
+"""Spares under harder faults, on a real PyTorch job (gloo, CPU) on lab hosts: two ranks killed
+in the same step, the spare killed while it joins, and a rank moved off a GPU that reported a
+critical XID (the fake NVML injecting it) before it crashes."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from clockfabric.audit.checks.config_gpu import CRITICAL_XIDS
+from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
+from clockfabric.topology import multirail
+from clockfabric.train import report
+from clockfabric.train.launch import TrainJob
+from tests.fakes.fake_nvml import FakeGpu, FakeNvml
+
+pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ddp_spares.py"
+STEPS = 30
+ARGS = [str(SCRIPT), "--steps", str(STEPS), "--timeout", "30", "--width", "256"]
+RANKS, SPARES = ["h0", "h1", "h2"], ["h3", "h4"]
+
+
+def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8, args=ARGS, **options):
+    """Run the job; inject(job) once every rank has completed at_step. Returns (job, records, injected_at)."""
+    job = TrainJob(lab, RANKS, spares, args, folder, **options).start()
+    injected = None
+    try:
+        if inject:
+            deadline = time.monotonic() + 90
+            while len(report.steps_by_rank(report.records(folder))) < len(RANKS) \
+                    or min(max(s) for s in report.steps_by_rank(report.records(folder)).values()) < at_step:
+                assert time.monotonic() < deadline, "the job never reached the step to fail at"
+                time.sleep(0.05)
+            injected = time.time()
+            inject(job)
+        completed = job.wait(120)
+    finally:
+        job.stop()
+    assert completed, (job.events, [p.read_text()[-1500:] for p in folder.glob("*.out")])
+    return job, report.records(folder), injected
+
+
+def reference_digests(lab, folder: Path, args=ARGS) -> dict[int, str]:
+    _, recs, _ = run(lab, folder, [], args=args)
+    digests = report.digests(recs)
+    assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1
+    return digests
+
+
+def check_carried_on(recs, reference: dict[int, str], injected_at: float, limit_s: float = 10.0) -> float:
+    """No completed step lost or repeated, bit-equal to the failure-free run; the time to the next step."""
+    assert report.job_steps(recs) == list(range(STEPS)), "a completed step was lost"
+    for rank, steps in report.steps_by_rank(recs).items():
+        assert steps == sorted(set(steps)), f"rank {rank} repeated a completed step: {steps}"
+    assert report.digests(recs) == reference
+    took = report.recovery_s(recs, injected_at)
+    assert took is not None and took < limit_s, took
+    return took
+
+
+def test_two_ranks_killed_in_the_same_step_are_both_replaced(make_lab, tmp_path):
+    lab = make_lab(multirail(5, 2, 2, 2))
+    reference = reference_digests(lab, tmp_path / "reference")
+
+    def kill_two(job):
+        for rank in (0, 2):
+            os.kill(job.ranks[rank].proc.pid, signal.SIGKILL)
+
+    job, recs, killed_at = run(lab, tmp_path / "two", SPARES, kill_two)
+    took = check_carried_on(recs, reference, killed_at)
+    detected = [e for e in job.events if e["event"] == "detected"]
+    assert sorted(e["rank"] for e in detected) == [0, 2] and all("exited" in e["why"] for e in detected)
+    assert sorted([job.ranks[0].host, job.ranks[2].host]) == SPARES and job.ranks[1].host == "h1"
+    last = max(r["generation"] for r in recs if r.get("event") == "joined")
+    assert {r["rank"] for r in recs if r.get("event") == "joined" and r["generation"] == last} == {0, 1, 2}
+    print(f"two ranks killed: next step {took:.2f} s after, generation {last}")
+
+
+def test_the_spare_killed_while_it_joins_is_replaced_by_the_next_spare(make_lab, tmp_path):
+    lab = make_lab(multirail(5, 2, 2, 2))
+    args = [*ARGS[:-1], "512"]  # a larger state: the spare is killed with the transfer under way
+    reference = reference_digests(lab, tmp_path / "reference", args)
+    folder = tmp_path / "spare-killed"
+
+    def kill_rank_then_the_spare(job):
+        os.kill(job.ranks[1].proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not (folder / "store.1").exists():  # every member of generation 1 is ready: the group forms
+            assert time.monotonic() < deadline, job.events
+            time.sleep(0.005)
+        time.sleep(0.1)  # gloo connecting the group, or the state (0.4 s on a 100 Mbit/s link) on its way
+        os.kill(job.ranks[1].proc.pid, signal.SIGKILL)
+
+    job, recs, killed_at = run(lab, folder, SPARES, kill_rank_then_the_spare, args=args)
+    # killed in the transfer: seconds; killed while gloo connects the group: its connect
+    # timeout, tens of seconds on a loaded machine (docs/spares.md)
+    took = check_carried_on(recs, reference, killed_at, limit_s=45.0)
+    detected = [e["host"] for e in job.events if e["event"] == "detected"]
+    assert detected == ["h1", "h3"] and job.ranks[1].host == "h4"
+    assert not [r for r in recs if r.get("event") == "joined" and r.get("host") == "h3"], \
+        "the spare completed its join before it was killed"
+    broke = [r["error"] for r in recs if r.get("event") == "join failed"]
+    print(f"spare killed while joining: next step {took:.2f} s after the first kill; survivors' errors: {broke}")
+
+
+def test_a_critical_xid_moves_the_rank_to_a_spare_before_it_crashes(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    reference = reference_digests(lab, tmp_path / "reference")
+    nvml = {host: FakeNvml([FakeGpu()]) for host in RANKS}
+    gpus = {host: NvidiaGpuCollector(fake) for host, fake in nvml.items()}
+
+    def gpu_fault(host: str) -> str | None:
+        critical = [xid for _, xid in gpus[host].new_xids() if xid in CRITICAL_XIDS] if host in gpus else []
+        return f"XID {critical[0]} ({CRITICAL_XIDS[critical[0]]})" if critical else None
+
+    for collector in gpus.values():
+        collector.absent()  # registered for XID events before any is reported
+    job, recs, xid_at = run(lab, tmp_path / "xid", ["h3"], lambda job: nvml["h1"].xid(0, 79), gpu_fault=gpu_fault)
+    took = check_carried_on(recs, reference, xid_at, limit_s=5.0)
+    kinds = [e["event"] for e in job.events]
+    assert kinds.index("detected") < kinds.index("spare chosen") < kinds.index("resumed") < kinds.index("drained")
+    detected = next(e for e in job.events if e["event"] == "detected")
+    assert detected["rank"] == 1 and "XID 79" in detected["why"] and job.ranks[1].host == "h3"
+    assert any(r.get("event") == "drained" and r.get("host") == "h1" for r in recs), \
+        "the faulty rank was not drained at a step boundary"
+    failed = [r for r in recs if r.get("event") == "step failed"]
+    print(f"XID 79: next step {took:.2f} s after; {len(failed)} step(s) redone by a member a step behind")

@@ -1,0 +1,150 @@
+"""The coordinator's moves on harder faults: two ranks lost in one tick, a spare lost while it
+joins, too few spares, and a rank replaced on a critical GPU fault before it fails."""
+
+import json
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from clockfabric.train import control
+from clockfabric.train.launch import Member, TrainJob
+
+HOSTS = ["h0", "h1", "h2", "h3", "h4", "h5"]
+
+
+@pytest.fixture
+def job(tmp_path):
+    """A coordinator over sleeping processes standing in for ranks and spares (no lab, no torch)."""
+    script = tmp_path / "train.py"
+    script.write_text("")
+    lab = SimpleNamespace(name="t", topology=SimpleNamespace(hosts={h: None for h in HOSTS}))
+    j = TrainJob(lab, HOSTS[:3], HOSTS[3:], [str(script)], tmp_path / "job")  # type: ignore[arg-type]
+    (j.folder / "beat").mkdir(parents=True)
+    j.ranks = [member(j, h, rank) for rank, h in enumerate(HOSTS[:3])]
+    j.spares = [member(j, h, None) for h in HOSTS[3:]]
+    j.gen = control.Generation(0, control.RUNNING, HOSTS[:3], [m.beat for m in j.ranks], "store.0")
+    control.write_generation(j.folder, j.gen)
+    yield j
+    for m in j.members():
+        m.proc.kill()
+        m.proc.wait()
+
+
+def member(job, host, rank):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    m = Member(host, f"10.0.0.{HOSTS.index(host) + 1}:9", proc, job.folder / f"{host}.jsonl")
+    beat(job, m, rank)
+    return m
+
+
+def beat(job, m, rank):
+    control.write_json(control.beat_path(job.folder, m.host),
+                       {"name": m.host, "time": time.time(), "rank": rank, "done": False, "heard": {}})
+
+
+def lose(m):
+    m.proc.kill()
+    m.proc.wait()
+
+
+def kinds(job):
+    return [e["event"] for e in job.events]
+
+
+def test_two_ranks_lost_in_one_tick_get_two_spares_in_one_generation(job):
+    lost = [job.ranks[0], job.ranks[2]]
+    for m in lost:
+        lose(m)
+    job.tick()
+    gen = control.read_generation(job.folder)
+    assert gen.number == 1 and gen.state == control.RUNNING
+    assert gen.hosts == ["h3", "h1", "h4"] and set(gen.lost) == {m.beat for m in lost}
+    assert kinds(job) == ["detected", "detected", "spare chosen", "spare chosen", "generation"]
+    assert job.awaiting == 1 and [m.host for m in job.spares] == ["h5"]
+
+
+def test_a_spare_lost_while_it_joins_is_replaced_by_the_next(job):
+    lose(job.ranks[1])
+    job.tick()
+    assert control.read_generation(job.folder).hosts == ["h0", "h3", "h2"]
+    lose(job.ranks[1])  # the spare, before every member joined generation 1
+    job.tick()
+    gen = control.read_generation(job.folder)
+    assert gen.number == 2 and gen.hosts == ["h0", "h4", "h2"] and len(gen.lost) == 2
+    assert kinds(job)[-3:] == ["detected", "spare chosen", "generation"] and job.events[-3]["host"] == "h3"
+    assert job.awaiting == 2
+
+
+def test_two_lost_with_one_spare_pause_without_taking_it_until_a_second_is_ready(job):
+    lose(job.spares.pop())
+    lose(job.spares.pop())
+    assert [m.host for m in job.spares] == ["h3"]
+    lose(job.ranks[0])
+    lose(job.ranks[1])
+    job.tick()
+    gen = control.read_generation(job.folder)
+    assert gen.state == control.PAUSED and gen.hosts == HOSTS[:3] and "spare chosen" not in kinds(job)
+    assert [m.host for m in job.spares] == ["h3"] and job.events[-1]["ranks"] == [0, 1]
+    job.tick()  # still one spare for two ranks: nothing moves
+    assert control.read_generation(job.folder).number == 1
+    job.spares.append(member(job, "h5", None))
+    job.tick()
+    gen = control.read_generation(job.folder)
+    assert gen.state == control.RUNNING and gen.number == 2 and gen.hosts == ["h3", "h5", "h2"]
+
+
+def test_a_gpu_fault_moves_the_rank_at_a_step_boundary_and_fences_it_once_the_spare_joined(job):
+    faults = {"h1": ["XID 79 (GPU has fallen off the bus)"]}
+    job.gpu_fault = lambda host: faults.get(host, []).pop() if faults.get(host) else None
+    faulty = job.ranks[1]
+    job.tick()
+    gen = control.read_generation(job.folder)
+    assert gen.number == 1 and gen.hosts == ["h0", "h3", "h2"] and gen.lost == []  # no fencing mid-step
+    assert "XID 79" in job.events[0]["why"] and faulty.proc.poll() is None
+    job.tick()  # not every member has joined: the faulty rank runs on
+    assert faulty.proc.poll() is None
+    with open(job.folder / "rank0.jsonl", "w") as log:
+        for rank in range(3):
+            log.write(json.dumps({"event": "joined", "generation": 1, "rank": rank, "step": 7, "bytes": 10,
+                                  "transfer_s": 0.1, "time": time.time()}) + "\n")
+    job.tick()
+    assert faulty.proc.wait(5) is not None and faulty in job.retired and not job.draining
+    assert kinds(job)[-3:] == ["state transferred", "resumed", "drained"]
+
+
+def test_a_gpu_fault_with_no_spare_left_is_said_and_the_rank_runs_on(job):
+    for m in job.spares:
+        lose(m)
+    job.gpu_fault = lambda host: "XID 48 (double-bit ECC error)" if host == "h2" else None
+    job.tick()
+    assert control.read_generation(job.folder).number == 0 and job.ranks[2].proc.poll() is None
+    assert job.events[-1]["event"] == "no spare" and job.events[-1]["rank"] == 2
+
+
+def test_a_generation_not_joined_by_every_member_in_time_is_issued_again(job):
+    lose(job.ranks[1])
+    job.tick()
+    job.tick()
+    assert control.read_generation(job.folder).number == 1  # not joined yet, but not overdue
+    job.issued -= 60
+    job.tick()
+    gen = control.read_generation(job.folder)
+    assert gen.number == 2 and gen.hosts == ["h0", "h3", "h2"] and gen.store.endswith("store.2")
+    assert kinds(job)[-2:] == ["not joined", "generation"] and job.awaiting == 2
+
+
+def test_a_loss_while_a_generation_forms_with_no_spare_left_pauses_once(job):
+    for m in job.spares[1:]:
+        lose(m)
+    lose(job.ranks[1])
+    job.tick()  # h3 takes rank 1
+    lose(job.ranks[0])  # and rank 0 is lost before generation 1 formed: no spare left
+    job.tick()
+    job.issued -= 60
+    for _ in range(3):
+        job.tick()
+    assert kinds(job).count("paused") == 1 and "not joined" not in kinds(job) and job.awaiting is None
+    assert control.read_generation(job.folder).state == control.PAUSED
