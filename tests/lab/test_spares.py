@@ -21,9 +21,10 @@ ARGS = [str(SCRIPT), "--steps", str(STEPS), "--timeout", "30", "--width", "256"]
 RANKS, SPARE = ["h0", "h1", "h2"], ["h3"]
 
 
-def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8, args=ARGS):
-    """Run the job; inject(job) once every rank has completed at_step. Returns (job, records, injected_at)."""
-    job = TrainJob(lab, RANKS, spares, args, folder).start()
+def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8, args=ARGS, **options):
+    """Run the job (TrainJob's options passed on); inject(job) once every rank has completed at_step.
+    Returns (job, records, injected_at)."""
+    job = TrainJob(lab, RANKS, spares, args, folder, **options).start()
     injected = None
     try:
         if inject:

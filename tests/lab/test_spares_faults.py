@@ -13,35 +13,12 @@ from clockfabric.audit.checks.config_gpu import CRITICAL_XIDS
 from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
 from clockfabric.topology import multirail
 from clockfabric.train import report
-from clockfabric.train.launch import TrainJob
 from tests.fakes.fake_nvml import FakeGpu, FakeNvml
+from tests.lab.test_spares import ARGS, RANKS, STEPS, run
 
 pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ddp_spares.py"
-STEPS = 30
-ARGS = [str(SCRIPT), "--steps", str(STEPS), "--timeout", "30", "--width", "256"]
-RANKS, SPARES = ["h0", "h1", "h2"], ["h3", "h4"]
-
-
-def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8, args=ARGS, **options):
-    """Run the job; inject(job) once every rank has completed at_step. Returns (job, records, injected_at)."""
-    job = TrainJob(lab, RANKS, spares, args, folder, **options).start()
-    injected = None
-    try:
-        if inject:
-            deadline = time.monotonic() + 90
-            while len(report.steps_by_rank(report.records(folder))) < len(RANKS) \
-                    or min(max(s) for s in report.steps_by_rank(report.records(folder)).values()) < at_step:
-                assert time.monotonic() < deadline, "the job never reached the step to fail at"
-                time.sleep(0.05)
-            injected = time.time()
-            inject(job)
-        completed = job.wait(120)
-    finally:
-        job.stop()
-    assert completed, (job.events, [p.read_text()[-1500:] for p in folder.glob("*.out")])
-    return job, report.records(folder), injected
+SPARES = ["h3", "h4"]
 
 
 def reference_digests(lab, folder: Path, args=ARGS) -> dict[int, str]:
