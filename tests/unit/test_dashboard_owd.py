@@ -1,6 +1,7 @@
 """The one-way-delay heatmap (controller.dashboard.owdmap and its route): each pair's worst path,
 host x host up to 64 hosts, blocks of hosts past that with one block pair's hosts on request,
-the worst pairs a page at a time; and events since a time read as they were."""
+the worst pairs a page at a time, newest or over a window, as delays or their excess over floor;
+and events since a time read as they were."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from clockfabric.controller.app import create_app
 from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatmap, natural
+from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.controller.storage.sqlite import SqliteStorage
@@ -90,3 +92,53 @@ def test_events_since_a_time_are_those_stored_since_whatever_order_they_came_in(
         assert storage.events(since_ns=60) == []
         first = storage.events(since_ns=25, limit=1)
         assert [e.t_ns for e in storage.events(since_ns=25, after_id=first[0].id, limit=100)] == [40, 30]
+
+
+def sample(src, dst, name, ns, t_ns, path="p0"):
+    return Sample(src, t_ns, name, ns, {"src": src, "dst": dst, "path": path})
+
+
+def test_over_a_window_each_series_is_reduced_by_its_statistic():
+    pushes = [sample("a", "b", "owd_p50_ns", ns, t) for t, ns in enumerate((10.0, 50.0, 20.0, float("nan")))]
+    pushes += [sample("a", "b", "owd_p99_ns", float(ns), t, "p1") for t, ns in enumerate(range(1, 201))]
+    p50 = {json.loads(labels)["path"]: (t, v) for _h, labels, t, v in over_window(pushes[:4], "p50")}
+    assert p50 == {"p0": (2, 20.0)}  # the median of 10, 50, 20; the NaN left out; at the newest push
+    (_h, _labels, _t, p99), = over_window(pushes[4:], "p99")
+    assert p99 == 198.0  # nearest rank: the 198th of 200
+    assert over_window(pushes[:3], "min")[0][3] == over_window(pushes[:3], "floor")[0][3] == 10.0
+
+
+def test_excess_is_each_delay_less_its_own_series_floor():
+    rows = [row("a", "b", "p0", 50.0), row("a", "b", "p1", 70.0), row("b", "a", "p0", 40.0)]
+    floors = [row("a", "b", "p0", 10.0), row("a", "b", "p1", 60.0), row("b", "a", "p0", float("nan"))]
+    assert [(json.loads(t)["path"], v) for _h, t, _t, v in excess(rows, floors)] == [("p0", 40.0), ("p1", 10.0)]
+    found = heatmap(excess(rows, floors), stat="p50")
+    assert found["cells"][0][1] == {"ns": 40.0, "paths": {"p0": 40.0, "p1": 10.0}}  # the worst excess, not delay
+
+
+@pytest.fixture
+def windowed(tmp_path):
+    now = 10**12
+    storage = SqliteStorage(tmp_path / "c.db")
+    storage.add_samples([sample("a", "b", "owd_p50_ns", ns, now - age * 10**9)
+                         for age, ns in ((120, 9000.0), (20, 1000.0), (10, 3000.0), (5, 2000.0))])
+    storage.add_samples([sample("a", "b", "owd_floor_ns", 500.0, now - 5 * 10**9)])
+    with TestClient(create_app(Fleet(storage, hosts=["a", "b"], clock=lambda: now), TOKEN, tick_s=3600)) as c:
+        yield c
+    storage.close()
+
+
+def test_the_route_takes_a_window_and_the_excess_over_floor(windowed):
+    def cell(**params):
+        found = windowed.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p50", **params})
+        assert found.status_code == 200, found.text
+        return found.json()["cells"][0][1]["ns"], found.json()["window"], found.json()["over_floor"]
+
+    assert cell() == (2000.0, "latest", False)  # the newest push
+    assert cell(window="1m")[0] == 2000.0  # the median of 1000, 3000, 2000: the one 2 minutes old left out
+    assert cell(window="5m")[0] == 2500.0  # with it: the median of four
+    assert cell(over_floor="true") == (1500.0, "latest", True)
+    assert cell(window="1m", over_floor="true")[0] == 1500.0
+    for bad in ({"window": "2h"}, {"window": "soon"}, {"stat": "floor", "over_floor": "true"}):
+        refused = windowed.get("/api/v1/dashboard/owd", headers=AUTH, params=bad)
+        assert refused.status_code == 422 and ("window" in refused.text or "over_floor" in refused.text)
