@@ -34,6 +34,7 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()
                                 reason="needs Debian's chromium and chromium-driver (scripts/setup.sh)")
 from selenium.webdriver.chrome.service import Service  # noqa: E402 - after the skip: selenium may be absent
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select  # noqa: E402
 
 VIEWS = ("fleet", "fabric", "owd", "events", "audit")
 
@@ -102,7 +103,7 @@ def store_audit(fleet: LabFleet) -> None:
     failing = Finding(Verdict.FAIL, "no carrier", host="h2", device="eth0")
     report = Report(fleet=f"lab {fleet.lab.name}", hosts=sorted(fleet.lab.topology.hosts), started_ns=time.time_ns(),
                     seconds=1.0, results=[
-                        CheckResult("nic.link", "backend-nics", "NIC links up", Verdict.FAIL, "1 of 4 NICs down",
+                        CheckResult("backend.nic_active", "backend", "NICs active", Verdict.FAIL, "1 of 4 NICs down",
                                     [failing], fix="reseat the cable of h2:eth0"),
                         CheckResult("clock.sync", "clocks", "Clocks synced", Verdict.PASS, "4 of 4 synced", [])])
     api(fleet.lab, fleet.url, fleet.token_file, "/api/v1/audits", body=report.as_dict())
@@ -164,10 +165,17 @@ def test_every_view_renders_and_a_link_set_down_turns_red_within_2_s(fleet, brow
         assert len(texts(browser, 'table[aria-label="Switches"] tbody tr')) == 4
         show(browser, "owd")
         wait_for("the heatmap", lambda: len(texts(browser, "td[data-pair]")) >= 4, timeout_s=30, every_s=0.5)
+        Select(browser.find_element(By.ID, "owd-window")).select_by_value("1m")
+        click(browser, "#owd-over-floor")  # the element on the page now: choosing the window re-rendered the view
+        wait_for("the excess over floor over a minute", lambda: "excess over floor" in " ".join(texts(
+            browser, "#view .toolbar .muted")) and len(texts(browser, "td[data-pair]")) >= 4, timeout_s=10)
         show(browser, "audit")
         tree = wait_for("the audit tree", lambda: texts(browser, "#audit-tree .finding"), timeout_s=5)
         assert tree == ["fail h2:eth0: no carrier"], tree
         assert "reseat the cable" in browser.find_element(By.ID, "audit-tree").text
+        nics = texts(browser, 'table[aria-label="Back-end NICs"] tbody td')
+        assert nics == ["fail", "h2", "eth0", "–", "fail", "–", "–", "–"], nics  # active failed; the others did not run
+        assert "clockfabric audit" in " ".join(texts(browser, "#audit-how"))
         show(browser, "fabric")
         wait_for("every link drawn", lambda: len(attrs(browser, "line.link", "data-link")) == len(lab.topology.links),
                  timeout_s=5)
@@ -191,9 +199,11 @@ def test_every_view_renders_and_a_link_set_down_turns_red_within_2_s(fleet, brow
             click(browser, line)
             wait_for("the link's events", lambda: "link_down" in attrs(browser, "[data-details] tr", "data-kind"),
                      timeout_s=5)
+            assert any(h.startswith("Flows crossing it") for h in texts(browser, "[data-details] h2"))
             show(browser, "events")
             wait_for("link_down in the timeline", lambda: texts(browser, '#timeline tr[data-kind="link_down"]'),
                      timeout_s=5)
+            assert any(h.startswith("Failover decisions in the last hour") for h in texts(browser, "#view h2"))
         finally:
             impair.set_link(lab, link, up=True)
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
@@ -255,6 +265,11 @@ def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
         # without a traced path, the links every path between the two hosts shares: both hosts' own
         assert any(name.startswith(f"{sender}:") for name in crossed), crossed
         assert any(name.startswith(f"{receiver}:") for name in crossed), crossed
+        show(browser, "fabric")
+        click(browser, f'line[data-link="{next(n for n in crossed if n.startswith(f"{sender}:"))}"]')
+        link_flows = 'table[aria-label="Flows crossing the link"] tr'
+        wait_for("J's flow among the sender's link's flows", lambda: any(
+            r.startswith(f"{sender}{receiver}J") for r in texts(browser, link_flows)), timeout_s=10)
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
     finally:

@@ -1,7 +1,7 @@
 // Fabric map: leaf-spine drawn per plane, side by side; each link coloured by its state.
-// Click (or Enter on) a link for its events and the probe paths that cross it.
+// Click (or Enter on) a link for its events and the probe paths and flows that cross it.
 import { all, get } from "./api.js";
-import { clock, el, svg, table } from "./dom.js";
+import { clock, el, rate, svg, table } from "./dom.js";
 
 const WIDTH = 1200, HEIGHT = 430, ROWS = { core: 40, spine: 90, leaf: 220, host: 360 };
 const MAX_HOSTS_DRAWN = 96;  // per plane: more boxes than this would not fit the row, nor be readable
@@ -24,7 +24,7 @@ export async function render(refresh) {
   return el("section", { "aria-label": "Fabric map" },
     el("p", { class: "legend" }, ["up", "down", "flapping", "unknown"].map((s) =>
       el("span", {}, el("i", { style: `background: var(--${s})` }), s)),
-      el("span", { class: "muted" }, `${fabric.name}: ${fabric.links.length} links; click a link for its events`),
+      el("span", { class: "muted" }, `${fabric.name}: ${fabric.links.length} links; click a link for its events, paths and flows`),
       hidden(fabric)),
     map, details);
 }
@@ -79,9 +79,9 @@ async function linkDetails(fabric, name) {
   const link = fabric.links.find((l) => l.name === name);
   const ends = [link.a, link.b].map((e) => e.split(":"));
   const since = Date.now() * 1e6 - 3600e9;
-  const [events, paths] = await Promise.all([
+  const [events, paths, flows] = await Promise.all([
     Promise.all(ends.map(([host]) => all("/api/v1/events", { host, since_ns: since }, 2000))),
-    get("/api/v1/paths")]);
+    get("/api/v1/paths"), get("/api/v1/dashboard/link-flows", { link: name })]);
   const mine = events.flat().filter((e) => ends.some(([host, dev]) => e.host === host && e.device === dev))
     .sort((a, b) => b.t_ns - a.t_ns);
   const crossing = paths.items.filter((p) => p.links.includes(name));
@@ -96,5 +96,11 @@ async function linkDetails(fabric, name) {
       el("div", {}, el("h2", {}, `Probe paths crossing it: ${crossing.length}`),
         el("div", { class: "scroll" }, table(["from", "to", "path", "via"], crossing.map((p) =>
           el("tr", {}, el("td", {}, p.src), el("td", {}, p.dst), el("td", {}, p.path), el("td", {}, p.via || ""))),
-          { "aria-label": "Paths crossing the link" })))));
+          { "aria-label": "Paths crossing the link" })))),
+    el("h2", {}, `Flows crossing it: ${flows.items.length}`),
+    flows.items.length ? el("div", { class: "scroll" }, table(["from", "to", "job", "flow", "rate", "crosses"],
+      flows.items.map((f) => el("tr", { "data-flow": f.flow }, el("td", {}, f.host), el("td", {}, f.peer || "–"),
+        el("td", {}, f.jobid || "–"), el("td", {}, f.flow), el("td", {}, rate(f.tx_bps)),
+        el("td", {}, f.certain ? "yes" : "maybe (its spine not traced)"))), { "aria-label": "Flows crossing the link" }))
+      : el("p", { class: "muted" }, "No flow pushed in the last 10 s crosses it."));
 }

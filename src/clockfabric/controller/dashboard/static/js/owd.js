@@ -1,5 +1,6 @@
-// One-way delays: a heatmap of the newest delay each source measured (its worst path to that
-// destination, or one path chosen), p50, p99, min or floor; hover a cell for its values. The
+// One-way delays: a heatmap of the delay each source measured (its worst path to that
+// destination, or one path chosen), p50, p99, min or floor, newest or over a chosen window, as
+// it is or as its excess over the path's floor; hover a cell for its values. The
 // controller shapes it (/api/v1/dashboard/owd): up to 64 hosts, host x host; past that, blocks of
 // hosts with consecutive names, each cell its block pair's worst pair: click (or Enter on) a block
 // for its hosts. The worst pairs are listed below, 50 a page, paged by the controller.
@@ -9,7 +10,11 @@ import { el, table } from "./dom.js";
 export const topics = ["hosts"];
 const COMPACT = 20;
 const PAGE = 50;  // the controller's page of worst pairs  // past this many columns a cell is a coloured square, its value in its title
+const WINDOWS = [["latest", "newest push"], ["1m", "last minute"], ["5m", "last 5 minutes"], ["15m", "last 15 minutes"],
+  ["1h", "last hour"]];
 let stat = "p50";
+let span = "latest";  // the window: "latest" or a duration
+let overFloor = false;
 let path = "";
 let block = null;  // [row block, column block] while one block pair is shown
 let offset = 0;
@@ -17,7 +22,7 @@ let offset = 0;
 const us = (ns) => `${(ns / 1e3).toFixed(1)} µs`;
 
 export async function render(refresh) {
-  const query = { stat, path, offset, ...(block ? { src_block: block[0], dst_block: block[1] } : {}) };
+  const query = { stat, window: span, over_floor: overFloor, path, offset, ...(block ? { src_block: block[0], dst_block: block[1] } : {}) };
   let owd;
   try {
     owd = await get("/api/v1/dashboard/owd", query);
@@ -33,8 +38,15 @@ export async function render(refresh) {
   };
   const toolbar = el("div", { class: "toolbar" },
     el("label", { for: "owd-stat" }, "statistic"),
-    el("select", { id: "owd-stat", onchange: (e) => { stat = e.target.value; offset = 0; refresh(); } },
+    el("select", { id: "owd-stat", onchange: (e) => {
+      stat = e.target.value; overFloor = overFloor && stat !== "floor"; offset = 0; refresh(); } },
       ["p50", "p99", "min", "floor"].map((s) => el("option", { value: s, selected: s === stat }, s))),
+    el("label", { for: "owd-window" }, "over"),
+    el("select", { id: "owd-window", onchange: (e) => { span = e.target.value; offset = 0; refresh(); } },
+      WINDOWS.map(([value, text]) => el("option", { value, selected: value === span }, text))),
+    el("input", { type: "checkbox", id: "owd-over-floor", checked: overFloor, disabled: stat === "floor",
+      onchange: (e) => { overFloor = e.target.checked; offset = 0; refresh(); } }),
+    el("label", { for: "owd-over-floor" }, "excess over floor"),
     el("label", { for: "owd-path" }, "path"),
     el("select", { id: "owd-path", onchange: (e) => { path = e.target.value; offset = 0; refresh(); } },
       el("option", { value: "", selected: path === "" }, "worst of each pair"),
@@ -50,7 +62,8 @@ export async function render(refresh) {
 }
 
 function summary(owd) {
-  const what = `${owd.hosts} hosts, ${owd.pairs} pairs; rows: source, columns: destination`;
+  const shown = owd.over_floor ? "excess over floor, µs" : "µs";
+  const what = `${owd.hosts} hosts, ${owd.pairs} pairs, ${shown}; rows: source, columns: destination`;
   if (owd.block) return `${what}; shown: ${owd.rows[0]}–${owd.rows.at(-1)} to ${owd.cols[0]}–${owd.cols.at(-1)}`;
   return owd.block_size > 1 ? `${what}; ${owd.blocks} blocks of ${owd.block_size} hosts, each cell its worst pair` : what;
 }
