@@ -11,9 +11,10 @@ from fastapi.responses import Response
 from clockfabric.controller import jobs
 from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.failovers import MOVED, decisions
+from clockfabric.controller.dashboard.fresh import Fresh
 from clockfabric.controller.dashboard.jobseries import STATS, job_series
 from clockfabric.controller.dashboard.linkflows import crossing
-from clockfabric.controller.dashboard.owdmap import Row, heatmap
+from clockfabric.controller.dashboard.owdmap import Pairs, Row, heatmap, pairs
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.render import json_response
@@ -25,6 +26,7 @@ from clockfabric.units import parse_duration
 MAX_WINDOW_NS = 3600 * 10**9  # a chart of one-second points: an hour is 3,600 of them per flow
 MAX_WINDOW_SAMPLES = 500_000  # the delays one heatmap over a window may read (about 1 s of work)
 SAMPLES_PAGE = 10_000
+HEATMAP_MAX_AGE_S = 1.0  # every page and block of a heatmap asked within this shares one reading of the rows
 MAX_EVENTS = 20_000  # of the window, looked through for failover decisions
 TX = "job_flow_tx_bps"
 FLOW_STATS = [f"{kind}_flow_{stat}" for kind in ("job", "other") for stat in ("tx_bps", PATH_STAT)]
@@ -44,6 +46,7 @@ def window_ns(text: str, param: str = "since") -> int:
 def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
     """The routes; `check` refuses a request without the fleet or viewer token."""
     api = APIRouter()
+    fresh: Fresh[Pairs] = Fresh(max_age_s=HEATMAP_MAX_AGE_S)
 
     @api.get("/api/v1/dashboard/job-series")
     def series(request: Request, jobid: str = Query(min_length=1, max_length=256),
@@ -73,6 +76,19 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         if over_floor and stat == "floor":
             raise HTTPException(422, "over_floor needs stat min, p50 or p99: a floor's excess over itself is 0")
         block = None if src_block is None or dst_block is None else (src_block, dst_block)
+        if window != "latest":
+            window_ns(window, "window")  # a bad window is refused before anything is read
+        key = (stat, window, over_floor, path or None)
+        try:
+            drawn = heatmap(fresh.get(key, lambda: _pairs(*key)), stat=stat, block=block, offset=offset)
+        except IndexError as e:
+            raise HTTPException(404, str(e)) from None
+        drawn.update(window=window, over_floor=over_floor)
+        # host names and path labels are text, which json.dumps escapes; delays are finite floats
+        return json_response(drawn)
+
+    def _pairs(stat: str, window: str, over_floor: bool, path: str | None) -> Pairs:
+        """The heatmap's pairs: the newest delays or over `window`, as they are or less their floors."""
         name = f"owd_{stat}_ns"
         if window == "latest":
             rows = fleet.storage.latest_rows(name)
@@ -80,13 +96,7 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
             rows = _over_window(name, stat, window_ns(window, "window"))
         if over_floor:
             rows = excess(rows, fleet.storage.latest_rows("owd_floor_ns"))
-        try:
-            found = heatmap(rows, stat=stat, path=path or None, block=block, offset=offset)
-        except IndexError as e:
-            raise HTTPException(404, str(e)) from None
-        found.update(window=window, over_floor=over_floor)
-        # host names and path labels are text, which json.dumps escapes; delays are finite floats
-        return json_response(found)
+        return pairs(rows, path)
 
     def _over_window(name: str, stat: str, window: int) -> list[Row]:
         """Each series' pushes of `name` in the last `window` ns, reduced by `stat`; 422 past MAX_WINDOW_SAMPLES."""
