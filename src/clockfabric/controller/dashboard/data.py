@@ -24,7 +24,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.units import parse_duration
 
 MAX_WINDOW_NS = 3600 * 10**9  # a chart of one-second points: an hour is 3,600 of them per flow
-MAX_WINDOW_SAMPLES = 500_000  # the delays one heatmap over a window may read (about 1 s of work)
+MAX_WINDOW_SAMPLES = 100_000  # the delays one heatmap over a window may read: 10 pages of about 65 ms
 SAMPLES_PAGE = 10_000
 HEATMAP_MAX_AGE_S = 1.0  # every page and block of a heatmap asked within this shares one reading of the rows
 MAX_EVENTS = 20_000  # of the window, looked through for failover decisions
