@@ -47,26 +47,43 @@ class Forward:
         self.namespace, self.target = namespace, (address, port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
+        self.down = False
+        self.open: set[socket.socket] = set()
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        """Drop every connection and close each new one at once: as the page sees it, the
+        controller is gone (restarting) until `mend`."""
+        self.down = True
+        for s in list(self.open):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def mend(self) -> None:
+        self.down = False
 
     def _accept(self) -> None:
         with contextlib.suppress(OSError):
             while True:
                 client, _ = self.listener.accept()
+                if self.down:
+                    client.close()
+                    continue
                 with netns.entered(self.namespace):  # the socket stays in the namespace it was made in
                     upstream = socket.create_connection(self.target, timeout=5)
                 upstream.settimeout(None)
+                self.open |= {client, upstream}
                 for a, b in ((client, upstream), (upstream, client)):
                     threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
                 dst.sendall(data)
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+            self.open.discard(s)
 
     def close(self) -> None:
         self.listener.close()
@@ -208,6 +225,14 @@ def test_every_view_renders_and_a_link_set_down_turns_red_within_2_s(fleet, brow
             impair.set_link(lab, link, up=True)
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
+
+        forward.cut()
+        wait_for("the page saying the controller is unreachable", lambda: "unreachable: reconnecting" in
+                 browser.find_element(By.ID, "status").text, timeout_s=10)
+        forward.mend()
+        wait_for("live again by itself", lambda: browser.find_element(By.ID, "status").text == "live", timeout_s=10)
+        show(browser, "fleet")  # and the views load again
+        wait_for("hosts again", lambda: len(texts(browser, 'table[aria-label="Hosts"] tbody tr')) == 4, timeout_s=10)
     finally:
         forward.close()
 

@@ -8,11 +8,13 @@ const filter = { kind: "", host: "" };
 
 export async function render(refresh) {
   const since = Date.now() * 1e6 - 3600e9;
-  const [events, alerts, failovers] = await Promise.all([
+  const [events, alerts] = await Promise.all([
     all("/api/v1/events", { since_ns: since, kind: filter.kind, host: filter.host }, 20000),
-    all("/api/v1/alerts", { since_ns: since - 23 * 3600e9 }, 2000),
-    get("/api/v1/dashboard/failovers", { since: "1h" })]);
+    all("/api/v1/alerts", { since_ns: since - 23 * 3600e9 }, 2000)]);
   const everything = filter.kind || filter.host ? await all("/api/v1/events", { since_ns: since }, 20000) : events;
+  // the decisions with the flows they moved, asked only when the hour holds one: most hours none
+  const failovers = everything.some((e) => e.kind.startsWith("failover_"))
+    ? await get("/api/v1/dashboard/failovers", { since: "1h" }) : { items: [], complete: true };
   const picker = (key, label) => el("select", { id: `filter-${key}`, "aria-label": label,
     onchange: (e) => { filter[key] = e.target.value; refresh(); } },
   el("option", { value: "" }, `every ${key}`),

@@ -18,19 +18,27 @@ let overFloor = false;
 let path = "";
 let block = null;  // [row block, column block] while one block pair is shown
 let offset = 0;
+let refused = "";  // why the window chosen last was refused (too many delays for this fleet): said once
 
 const us = (ns) => `${(ns / 1e3).toFixed(1)} µs`;
 
 export async function render(refresh) {
-  const query = { stat, window: span, over_floor: overFloor, path, offset, ...(block ? { src_block: block[0], dst_block: block[1] } : {}) };
+  const query = { stat, window: span, over_floor: overFloor, path, offset,
+    ...(block ? { src_block: block[0], dst_block: block[1] } : {}) };
   let owd;
   try {
     owd = await get("/api/v1/dashboard/owd", query);
   } catch (e) {
+    if (e.status === 422 && span !== "latest") {  // a window too long for this fleet: back to the newest
+      [span, refused] = ["latest", e.message];
+      return render(refresh);
+    }
     if (e.status !== 404 || !block) throw e;
     block = null;  // the fleet shrank under the block shown: back to every block
     return render(refresh);
   }
+  const notice = refused ? el("p", { class: "muted", role: "alert" }, `window refused: ${refused}`) : null;
+  refused = "";
   const { lo_ns: lo, hi_ns: hi } = owd;
   const colour = (ns) => {
     const f = hi > lo ? (ns - lo) / (hi - lo) : 0;
@@ -54,9 +62,9 @@ export async function render(refresh) {
     block ? el("button", { type: "button", id: "owd-all-blocks", onclick: () => { block = null; refresh(); } },
       "‹ every block") : null,
     el("span", { class: "muted" }, summary(owd)));
-  if (!owd.pairs) return el("section", { "aria-label": "One-way delays" }, toolbar,
+  if (!owd.pairs) return el("section", { "aria-label": "One-way delays" }, toolbar, notice,
     el("p", { class: "muted" }, path ? `no delays on path ${path}` : "no one-way delays pushed yet"));
-  return el("section", { "aria-label": "One-way delays" }, toolbar,
+  return el("section", { "aria-label": "One-way delays" }, toolbar, notice,
     el("div", { class: "scroll-x" }, grid(owd, colour, refresh)),
     el("h2", {}, `Worst pairs: ${owd.worst.total}`), worst(owd, colour, refresh));
 }
