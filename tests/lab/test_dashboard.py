@@ -186,6 +186,9 @@ def test_every_view_renders_and_a_link_set_down_turns_red_within_2_s(fleet, brow
         click(browser, "#owd-over-floor")  # the element on the page now: choosing the window re-rendered the view
         wait_for("the excess over floor over a minute", lambda: "excess over floor" in " ".join(texts(
             browser, "#view .toolbar .muted")) and len(texts(browser, "td[data-pair]")) >= 4, timeout_s=10)
+        click(browser, "td[data-pair]")
+        wait_for("a pair's series, both directions",
+                 lambda: len(attrs(browser, "#owd-pair polyline", "data-series")) >= 2, timeout_s=10)
         show(browser, "audit")
         tree = wait_for("the audit tree", lambda: texts(browser, "#audit-tree .finding"), timeout_s=5)
         assert tree == ["fail h2:eth0: no carrier"], tree

@@ -15,6 +15,7 @@ from clockfabric.controller.app import create_app
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
 from clockfabric.controller.dashboard.fresh import MAX_KEYS, Fresh
 from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatmap, natural, pairs
+from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.storage.base import Event, Sample
@@ -178,3 +179,23 @@ def test_the_route_shows_a_push_within_a_second(client):
     while worst() != 9000.0:
         assert time.monotonic() < deadline, "the push is not in the heatmap a second later"
         time.sleep(0.05)
+
+
+def test_a_pairs_series_has_a_line_per_direction_and_path_on_one_axis():
+    s = 10**9
+    pushes = [sample("a", "b", "owd_p50_ns", 100.0, 10 * s), sample("a", "b", "owd_p50_ns", 110.0, 10 * s + 5),
+              sample("a", "b", "owd_p50_ns", 120.0, 12 * s, "p1"), sample("b", "a", "owd_p50_ns", 90.0, 11 * s),
+              sample("a", "c", "owd_p50_ns", 999.0, 11 * s), sample("a", "b", "owd_p50_ns", 1.0, 1 * s)]
+    found = pair_series(pushes, "a", "b", since_ns=5 * s, now_ns=20 * s)
+    assert found["t_ns"] == [10 * s, 11 * s, 12 * s]  # a to c is another pair's; the one at 1 s is before the window
+    lines = {(line["from"], line["to"], line["path"]): line["ns"] for line in found["lines"]}
+    assert lines == {("a", "b", "p0"): [110.0, None, None], ("a", "b", "p1"): [None, None, 120.0],
+                     ("b", "a", "p0"): [None, 90.0, None]}  # the newest push of a second
+
+
+def test_the_pair_route_reads_both_ends_pushes_over_the_window(windowed):
+    found = windowed.get("/api/v1/dashboard/owd-pair", headers=AUTH, params={"src": "b", "dst": "a", "since": "1m"})
+    assert found.status_code == 200, found.text
+    assert [line["ns"] for line in found.json()["lines"]] == [[1000.0, 3000.0, 2000.0]]  # a's pushes, in the minute
+    assert windowed.get("/api/v1/dashboard/owd-pair", headers=AUTH, params={"src": "a"}).status_code == 422
+    assert windowed.get("/api/v1/dashboard/owd-pair", params={"src": "a", "dst": "b"}).status_code == 401

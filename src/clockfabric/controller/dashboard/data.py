@@ -15,11 +15,12 @@ from clockfabric.controller.dashboard.fresh import Fresh
 from clockfabric.controller.dashboard.jobseries import STATS, job_series
 from clockfabric.controller.dashboard.linkflows import crossing
 from clockfabric.controller.dashboard.owdmap import Pairs, Row, heatmap, pairs
+from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.render import json_response
 from clockfabric.controller.rootcause_inputs import PATH_STAT, PlacesCache, flows_from, stored
-from clockfabric.controller.storage.base import Event
+from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.errors import ClockfabricError
 from clockfabric.units import parse_duration
 
@@ -87,6 +88,18 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         # host names and path labels are text, which json.dumps escapes; delays are finite floats
         return json_response(drawn)
 
+    @api.get("/api/v1/dashboard/owd-pair")
+    def owd_pair(request: Request, src: str = Query(min_length=1, max_length=256),
+                 dst: str = Query(min_length=1, max_length=256),
+                 stat: str = Query("p50", pattern="^(min|p50|p99|floor)$"),
+                 since: str = Query("5m", description="The window: 30s, 5m, 1h")) -> dict:
+        """Pair src, dst: each direction's and path's delay per second over the window, as each end pushed it."""
+        check(bearer(request.headers.raw))
+        now = fleet.clock()
+        start = now - window_ns(since)
+        samples = [s for host in {src, dst} for s in _window_of(f"owd_{stat}_ns", start, host)]
+        return pair_series(samples, src, dst, start, now)
+
     def _pairs(stat: str, window: str, over_floor: bool, path: str | None) -> Pairs:
         """The heatmap's pairs: the newest delays or over `window`, as they are or less their floors."""
         name = f"owd_{stat}_ns"
@@ -99,16 +112,20 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         return pairs(rows, path)
 
     def _over_window(name: str, stat: str, window: int) -> list[Row]:
-        """Each series' pushes of `name` in the last `window` ns, reduced by `stat`; 422 past MAX_WINDOW_SAMPLES."""
-        since, after, read = fleet.clock() - window, 0, []
-        while page := fleet.storage.samples(name=name, since_ns=since, after_id=after, limit=SAMPLES_PAGE):
+        """Each series' pushes of `name` in the last `window` ns, reduced by `stat`."""
+        return over_window(_window_of(name, fleet.clock() - window), stat)
+
+    def _window_of(name: str, since: int, host: str | None = None) -> list[Sample]:
+        """The samples of `name` (pushed by `host`, if given) since `since`; 422 past MAX_WINDOW_SAMPLES."""
+        after, read = 0, []
+        while page := fleet.storage.samples(name=name, host=host, since_ns=since, after_id=after, limit=SAMPLES_PAGE):
             read += page
             if len(read) > MAX_WINDOW_SAMPLES:
                 raise HTTPException(422, f"the window holds over {MAX_WINDOW_SAMPLES} delays: choose a shorter one")
             after = page[-1].id or after
             if len(page) < SAMPLES_PAGE:
                 break
-        return over_window(read, stat)
+        return read
 
     @api.get("/api/v1/dashboard/failovers")
     def failovers(request: Request, since: str = Query("1h", description="The window: 30s, 5m, 1h")) -> dict:

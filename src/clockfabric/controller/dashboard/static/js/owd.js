@@ -3,8 +3,10 @@
 // it is or as its excess over the path's floor; hover a cell for its values. The
 // controller shapes it (/api/v1/dashboard/owd): up to 64 hosts, host x host; past that, blocks of
 // hosts with consecutive names, each cell its block pair's worst pair: click (or Enter on) a block
-// for its hosts. The worst pairs are listed below, 50 a page, paged by the controller.
+// for its hosts. Click (or Enter on) a host cell for that pair's delays over the last 5 minutes, both
+// directions and every path. The worst pairs are listed below, 50 a page, paged by the controller.
 import { get } from "./api.js";
+import { chart, COLOURS, legend } from "./chart.js";
 import { el, table } from "./dom.js";
 
 export const topics = ["hosts"];
@@ -18,6 +20,7 @@ let overFloor = false;
 let path = "";
 let block = null;  // [row block, column block] while one block pair is shown
 let offset = 0;
+let pair = null;  // [src, dst] whose series is shown
 let refused = "";  // why the window chosen last was refused (too many delays for this fleet): said once
 
 const us = (ns) => `${(ns / 1e3).toFixed(1)} µs`;
@@ -65,7 +68,7 @@ export async function render(refresh) {
   if (!owd.pairs) return el("section", { "aria-label": "One-way delays" }, toolbar, notice,
     el("p", { class: "muted" }, path ? `no delays on path ${path}` : "no one-way delays pushed yet"));
   return el("section", { "aria-label": "One-way delays" }, toolbar, notice,
-    el("div", { class: "scroll-x" }, grid(owd, colour, refresh)),
+    el("div", { class: "scroll-x" }, grid(owd, colour, refresh)), pair ? await series(refresh) : null,
     el("h2", {}, `Worst pairs: ${owd.worst.total}`), worst(owd, colour, refresh));
 }
 
@@ -90,13 +93,30 @@ function grid(owd, colour, refresh) {
         "aria-label": `hosts ${src} to ${dst}: worst ${us(c.ns)}, ${c.pairs} pairs; open`,
         onclick: open, onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") open(); } });
     } else {
-      Object.assign(attrs, { "data-pair": `${src}|${dst}`,
-        title: Object.entries(c.paths).map(([p, ns]) => `${p}: ${us(ns)}`).join("\n") });
+      const open = () => { pair = [src, dst]; refresh(); };
+      Object.assign(attrs, { "data-pair": `${src}|${dst}`, role: "button", tabindex: 0,
+        title: Object.entries(c.paths).map(([p, ns]) => `${p}: ${us(ns)}`).join("\n"),
+        "aria-label": `${src} to ${dst}: ${us(c.ns)}; its series`,
+        onclick: open, onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") open(); } });
     }
     return el("td", attrs, compact ? "" : (c.ns / 1e3).toFixed(1));
   })));
   return table([blocks ? "from \\ to (hosts)" : "from \\ to", ...owd.cols], rows,
     { class: `heatmap${compact ? " compact" : ""}`, "aria-label": "One-way delay heatmap" });
+}
+
+// The chosen pair's delays over the last 5 minutes: a panel per direction, a line per path.
+async function series(refresh) {
+  const [src, dst] = pair;
+  const found = await get("/api/v1/dashboard/owd-pair", { src, dst, stat, since: "5m" });
+  const close = el("button", { type: "button", onclick: () => { pair = null; refresh(); } }, "close");
+  const head = el("h2", {}, `${src} ⇄ ${dst}, ${stat} over the last 5 minutes `, close);
+  if (!found.t_ns.length) return el("div", { id: "owd-pair" }, head, el("p", { class: "muted" }, "no pushes in the window"));
+  const lines = found.lines.map((l, i) => ({ ...l, name: `${l.from} → ${l.to} ${l.path}`, colour: COLOURS[i % COLOURS.length] }));
+  const panel = (a, b) => ({ label: `${a} → ${b}`, unit: "µs", scale: 1e3,
+    lines: lines.filter((l) => l.from === a && l.to === b).map((l) => ({ name: l.name, values: l.ns, colour: l.colour })) });
+  return el("div", { id: "owd-pair" }, head, chart(found.t_ns, [panel(src, dst), panel(dst, src)], `${src} and ${dst} over time`),
+    legend(lines));
 }
 
 function worst(owd, colour, refresh) {
