@@ -294,10 +294,14 @@ def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
         assert any(name.startswith(f"{sender}:") for name in crossed), crossed
         assert any(name.startswith(f"{receiver}:") for name in crossed), crossed
         show(browser, "fabric")
-        click(browser, f'line[data-link="{next(n for n in crossed if n.startswith(f"{sender}:"))}"]')
+        sender_link = f'line[data-link="{next(n for n in crossed if n.startswith(f"{sender}:"))}"]'
+        click(browser, sender_link)
         link_flows = 'table[aria-label="Flows crossing the link"] tr'
         wait_for("J's flow among the sender's link's flows", lambda: any(
             r.startswith(f"{sender}{receiver}J") for r in texts(browser, link_flows)), timeout_s=10)
+        Select(browser.find_element(By.ID, "fabric-colour")).select_by_value("load")
+        wait_for("the sender's link coloured by J's load", lambda: float(
+            (attrs(browser, sender_link, "data-load") or ["0"])[0] or 0) > 1e6, timeout_s=10)
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
     finally:

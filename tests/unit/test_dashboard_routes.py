@@ -223,3 +223,21 @@ def test_a_links_flows_are_those_that_cross_it_then_those_that_may(client):
     missing = client.get("/api/v1/dashboard/link-flows", headers=FLEET_AUTH, params={"link": "<no-such>"})
     assert missing.status_code == 404 and "<no-such>" in missing.json()["detail"]
     assert client.get("/api/v1/dashboard/link-flows", params={"link": "x"}).status_code == 401
+
+
+def test_a_links_load_is_the_flows_that_surely_cross_it(client):
+    traced, untraced = "10.64.0.0:40000->10.64.0.4:5201", "10.0.0.2:5000->10.0.0.4:6000"
+    now = time.time_ns()
+    push(client, "h0", samples=[
+        {"name": "job_flow_tx_bps", "value": 5e8, "labels": {"jobid": "A", "flow": traced}, "t_ns": now},
+        {"name": "job_flow_path", "value": 1.0, "labels": {"jobid": "A", "flow": traced, "via": "spine1"},
+         "t_ns": now}])
+    push(client, "h1", samples=[{"name": "other_flow_tx_bps", "value": 9e8, "labels": {"flow": untraced},
+                                 "t_ns": now}])
+    links = client.get("/api/v1/dashboard/link-load", headers=VIEWER_AUTH).json()["links"]
+    assert links["leaf0:swp4--spine1:swp1"]["bps"] == 5e8  # h0's, traced there; h1's only may cross it
+    assert "leaf0:swp3--spine0:swp1" not in links
+    assert links["h1:eth0--leaf0:swp2"]["bps"] == 9e8  # every path of h1's shares its own link
+    rate = next(lk["rate_bps"] for lk in client.get("/api/v1/fabric", headers=FLEET_AUTH).json()["links"]
+                if lk["name"] == "h1:eth0--leaf0:swp2")
+    assert links["h1:eth0--leaf0:swp2"]["share"] == pytest.approx(9e8 / rate)

@@ -13,15 +13,17 @@ from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.failovers import MOVED, decisions
 from clockfabric.controller.dashboard.fresh import Fresh
 from clockfabric.controller.dashboard.jobseries import STATS, job_series
-from clockfabric.controller.dashboard.linkflows import crossing
+from clockfabric.controller.dashboard.linkflows import crossing, load
 from clockfabric.controller.dashboard.owdmap import Pairs, Row, heatmap, pairs
 from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.render import json_response
+from clockfabric.controller.rootcause import Flow
 from clockfabric.controller.rootcause_inputs import PATH_STAT, PlacesCache, flows_from, stored
 from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.errors import ClockfabricError
+from clockfabric.topology import Topology
 from clockfabric.units import parse_duration
 
 MAX_WINDOW_NS = 3600 * 10**9  # a chart of one-second points: an hour is 3,600 of them per flow
@@ -149,10 +151,22 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         topology = fleet.monitor.topology if fleet.monitor else None
         if topology is None or link not in {lk.name for lk in topology.links}:
             raise HTTPException(404, f"no link {link!r} in the controller's topology")
+        return {"link": link, "items": crossing(_recent_flows(topology), link)}
+
+    @api.get("/api/v1/dashboard/link-load")
+    def link_load(request: Request) -> dict:
+        """Each link's load: the newest sending rates of the flows pushed in the last jobs.ACTIVE_NS
+        that surely cross it; 404 without a topology."""
+        check(bearer(request.headers.raw))
+        topology = fleet.monitor.topology if fleet.monitor else None
+        if topology is None:
+            raise HTTPException(404, "the controller has no topology: start it with --topology FILE or --lab NAME")
+        return {"links": load(_recent_flows(topology), {lk.name: float(lk.rate_bps) for lk in topology.links})}
+
+    def _recent_flows(topology: Topology) -> list[Flow]:
         here = places.get(topology, {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")})
         since = fleet.clock() - jobs.ACTIVE_NS
-        samples = [s for name in FLOW_STATS for s in fleet.storage.latest_samples(name, since_ns=since)]
-        return {"link": link, "items": crossing(flows_from(samples, here), link)}
+        return flows_from([s for name in FLOW_STATS for s in fleet.storage.latest_samples(name, since_ns=since)], here)
 
     def _job_flows() -> list[dict]:
         """Every job's flows with their rate, as the jobs route gives them, each with its `jobid`."""
