@@ -1,5 +1,7 @@
 """The routes that serve the dashboard's views what the controller's general API does not
-answer in one cheap request: a job's time series on one axis, the one-way-delay heatmap."""
+answer in one cheap request: a job's time series on one axis; the one-way-delay heatmap (newest
+or over a window, as delays or their excess over floor) and one pair's delays over time; the
+failover decisions with the flows they moved; the flows that cross a link and each link's load."""
 
 from __future__ import annotations
 
