@@ -34,6 +34,7 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()
                                 reason="needs Debian's chromium and chromium-driver (scripts/setup.sh)")
 from selenium.webdriver.chrome.service import Service  # noqa: E402 - after the skip: selenium may be absent
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select  # noqa: E402
 
 VIEWS = ("fleet", "fabric", "owd", "events", "audit")
 
@@ -46,26 +47,43 @@ class Forward:
         self.namespace, self.target = namespace, (address, port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
+        self.down = False
+        self.open: set[socket.socket] = set()
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        """Drop every connection and close each new one at once: as the page sees it, the
+        controller is gone (restarting) until `mend`."""
+        self.down = True
+        for s in list(self.open):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def mend(self) -> None:
+        self.down = False
 
     def _accept(self) -> None:
         with contextlib.suppress(OSError):
             while True:
                 client, _ = self.listener.accept()
+                if self.down:
+                    client.close()
+                    continue
                 with netns.entered(self.namespace):  # the socket stays in the namespace it was made in
                     upstream = socket.create_connection(self.target, timeout=5)
                 upstream.settimeout(None)
+                self.open |= {client, upstream}
                 for a, b in ((client, upstream), (upstream, client)):
                     threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
                 dst.sendall(data)
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+            self.open.discard(s)
 
     def close(self) -> None:
         self.listener.close()
@@ -102,7 +120,7 @@ def store_audit(fleet: LabFleet) -> None:
     failing = Finding(Verdict.FAIL, "no carrier", host="h2", device="eth0")
     report = Report(fleet=f"lab {fleet.lab.name}", hosts=sorted(fleet.lab.topology.hosts), started_ns=time.time_ns(),
                     seconds=1.0, results=[
-                        CheckResult("nic.link", "backend-nics", "NIC links up", Verdict.FAIL, "1 of 4 NICs down",
+                        CheckResult("backend.nic_active", "backend", "NICs active", Verdict.FAIL, "1 of 4 NICs down",
                                     [failing], fix="reseat the cable of h2:eth0"),
                         CheckResult("clock.sync", "clocks", "Clocks synced", Verdict.PASS, "4 of 4 synced", [])])
     api(fleet.lab, fleet.url, fleet.token_file, "/api/v1/audits", body=report.as_dict())
@@ -164,10 +182,20 @@ def test_every_view_renders_and_a_link_set_down_turns_red_within_2_s(fleet, brow
         assert len(texts(browser, 'table[aria-label="Switches"] tbody tr')) == 4
         show(browser, "owd")
         wait_for("the heatmap", lambda: len(texts(browser, "td[data-pair]")) >= 4, timeout_s=30, every_s=0.5)
+        Select(browser.find_element(By.ID, "owd-window")).select_by_value("1m")
+        click(browser, "#owd-over-floor")  # the element on the page now: choosing the window re-rendered the view
+        wait_for("the excess over floor over a minute", lambda: "excess over floor" in " ".join(texts(
+            browser, "#view .toolbar .muted")) and len(texts(browser, "td[data-pair]")) >= 4, timeout_s=10)
+        click(browser, "td[data-pair]")
+        wait_for("a pair's series, both directions",
+                 lambda: len(attrs(browser, "#owd-pair polyline", "data-series")) >= 2, timeout_s=10)
         show(browser, "audit")
         tree = wait_for("the audit tree", lambda: texts(browser, "#audit-tree .finding"), timeout_s=5)
         assert tree == ["fail h2:eth0: no carrier"], tree
         assert "reseat the cable" in browser.find_element(By.ID, "audit-tree").text
+        nics = texts(browser, 'table[aria-label="Back-end NICs"] tbody td')
+        assert nics == ["fail", "h2", "eth0", "–", "fail", "–", "–", "–"], nics  # active failed; the others did not run
+        assert "clockfabric audit" in " ".join(texts(browser, "#audit-how"))
         show(browser, "fabric")
         wait_for("every link drawn", lambda: len(attrs(browser, "line.link", "data-link")) == len(lab.topology.links),
                  timeout_s=5)
@@ -191,13 +219,23 @@ def test_every_view_renders_and_a_link_set_down_turns_red_within_2_s(fleet, brow
             click(browser, line)
             wait_for("the link's events", lambda: "link_down" in attrs(browser, "[data-details] tr", "data-kind"),
                      timeout_s=5)
+            assert any(h.startswith("Flows crossing it") for h in texts(browser, "[data-details] h2"))
             show(browser, "events")
             wait_for("link_down in the timeline", lambda: texts(browser, '#timeline tr[data-kind="link_down"]'),
                      timeout_s=5)
+            assert any(h.startswith("Failover decisions in the last hour") for h in texts(browser, "#view h2"))
         finally:
             impair.set_link(lab, link, up=True)
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
+
+        forward.cut()
+        wait_for("the page saying the controller is unreachable", lambda: "unreachable: reconnecting" in
+                 browser.find_element(By.ID, "status").text, timeout_s=10)
+        forward.mend()
+        wait_for("live again by itself", lambda: browser.find_element(By.ID, "status").text == "live", timeout_s=10)
+        show(browser, "fleet")  # and the views load again
+        wait_for("hosts again", lambda: len(texts(browser, 'table[aria-label="Hosts"] tbody tr')) == 4, timeout_s=10)
     finally:
         forward.close()
 
@@ -255,6 +293,15 @@ def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
         # without a traced path, the links every path between the two hosts shares: both hosts' own
         assert any(name.startswith(f"{sender}:") for name in crossed), crossed
         assert any(name.startswith(f"{receiver}:") for name in crossed), crossed
+        show(browser, "fabric")
+        sender_link = f'line[data-link="{next(n for n in crossed if n.startswith(f"{sender}:"))}"]'
+        click(browser, sender_link)
+        link_flows = 'table[aria-label="Flows crossing the link"] tr'
+        wait_for("J's flow among the sender's link's flows", lambda: any(
+            r.startswith(f"{sender}{receiver}J") for r in texts(browser, link_flows)), timeout_s=10)
+        Select(browser.find_element(By.ID, "fabric-colour")).select_by_value("load")
+        wait_for("the sender's link coloured by J's load", lambda: float(
+            (attrs(browser, sender_link, "data-load") or ["0"])[0] or 0) > 1e6, timeout_s=10)
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
     finally:

@@ -1,16 +1,22 @@
 """The one-way-delay heatmap (controller.dashboard.owdmap and its route): each pair's worst path,
 host x host up to 64 hosts, blocks of hosts past that with one block pair's hosts on request,
-the worst pairs a page at a time; and events since a time read as they were."""
+the worst pairs a page at a time, newest or over a window, as delays or their excess over floor;
+and events since a time read as they were."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from fastapi.testclient import TestClient
 
 from clockfabric.controller.app import create_app
-from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatmap, natural
+from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
+from clockfabric.controller.dashboard.fresh import MAX_KEYS, Fresh
+from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatmap, natural, pairs
+from clockfabric.controller.dashboard.owdpair import pair_series
+from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.controller.storage.sqlite import SqliteStorage
@@ -25,34 +31,34 @@ def row(src, dst, path, ns, host=None):
 
 
 def test_a_small_fleet_is_host_by_host_each_cell_its_worst_path():
-    found = heatmap([row("h1", "h2", "p0", 10.0), row("h1", "h2", "p1", 30.0), row("h2", "h1", "p0", 20.0),
-                     row("h1", "h3", "p0", float("nan"))], stat="p50")
+    found = heatmap(pairs([row("h1", "h2", "p0", 10.0), row("h1", "h2", "p1", 30.0), row("h2", "h1", "p0", 20.0),
+                           row("h1", "h3", "p0", float("nan"))]), stat="p50")
     assert found["rows"] == found["cols"] == ["h1", "h2"]  # h3's only delay is not a number: left out
     assert found["cells"][0][0] is None
     assert found["cells"][0][1] == {"ns": 30.0, "paths": {"p0": 10.0, "p1": 30.0}}
     assert found["cells"][1][0]["ns"] == 20.0
     assert (found["lo_ns"], found["hi_ns"], found["paths"], found["block_size"]) == (20.0, 30.0, ["p0", "p1"], 1)
-    one_path = heatmap([row("h1", "h2", "p0", 10.0), row("h1", "h2", "p1", 30.0)], stat="p50", path="p0")
+    one_path = heatmap(pairs([row("h1", "h2", "p0", 10.0), row("h1", "h2", "p1", 30.0)], path="p0"), stat="p50")
     assert one_path["cells"][0][1] == {"ns": 10.0, "paths": {"p0": 10.0}}
 
 
 def test_a_large_fleet_is_blocks_of_hosts_each_cell_its_worst_pair():
     hosts = [f"h{i}" for i in range(1, 2001)]
     rows = [row(h, hosts[(i + k) % len(hosts)], "p0", float(i * 10 + k)) for i, h in enumerate(hosts) for k in (1, 2)]
-    found = heatmap(rows, stat="p99")
+    found = heatmap(pairs(rows), stat="p99")
     assert found["block_size"] == 32 and found["blocks"] == len(found["rows"]) == 63 <= MAX_GRID
     assert found["rows"][0] == "h1 .. h32" and found["rows"][1] == "h33 .. h64"  # h2 before h10
     first = found["cells"][0][0]  # h1..h32 to h1..h32: each host's next and next-but-one in the block
     assert (first["pairs"], first["src"], first["dst"], first["ns"]) == (31 + 30, "h31", "h32", 301.0)
     assert found["cells"][0][1]["pairs"] == 3 and found["cells"][0][5] is None
-    inside = heatmap(rows, stat="p99", block=(0, 1))
+    inside = heatmap(pairs(rows), stat="p99", block=(0, 1))
     assert inside["rows"] == hosts[:32] and inside["cols"] == hosts[32:64]
     assert inside["cells"][31][0]["ns"] == 311.0 and inside["cells"][0][0] is None
     assert [p["ns"] for p in found["worst"]["items"][:2]] == [19992.0, 19991.0]
-    later = heatmap(rows, stat="p99", offset=WORST_PAGE)
+    later = heatmap(pairs(rows), stat="p99", offset=WORST_PAGE)
     assert later["worst"]["items"][0]["ns"] < found["worst"]["items"][-1]["ns"] and later["worst"]["total"] == 4000
     with pytest.raises(IndexError):
-        heatmap(rows, stat="p99", block=(0, 63))
+        heatmap(pairs(rows), stat="p99", block=(0, 63))
 
 
 def test_names_sort_as_people_count():
@@ -90,3 +96,106 @@ def test_events_since_a_time_are_those_stored_since_whatever_order_they_came_in(
         assert storage.events(since_ns=60) == []
         first = storage.events(since_ns=25, limit=1)
         assert [e.t_ns for e in storage.events(since_ns=25, after_id=first[0].id, limit=100)] == [40, 30]
+
+
+def sample(src, dst, name, ns, t_ns, path="p0"):
+    return Sample(src, t_ns, name, ns, {"src": src, "dst": dst, "path": path})
+
+
+def test_over_a_window_each_series_is_reduced_by_its_statistic():
+    pushes = [sample("a", "b", "owd_p50_ns", ns, t) for t, ns in enumerate((10.0, 50.0, 20.0, float("nan")))]
+    pushes += [sample("a", "b", "owd_p99_ns", float(ns), t, "p1") for t, ns in enumerate(range(1, 201))]
+    p50 = {json.loads(labels)["path"]: (t, v) for _h, labels, t, v in over_window(pushes[:4], "p50")}
+    assert p50 == {"p0": (2, 20.0)}  # the median of 10, 50, 20; the NaN left out; at the newest push
+    (_h, _labels, _t, p99), = over_window(pushes[4:], "p99")
+    assert p99 == 198.0  # nearest rank: the 198th of 200
+    assert over_window(pushes[:3], "min")[0][3] == over_window(pushes[:3], "floor")[0][3] == 10.0
+
+
+def test_excess_is_each_delay_less_its_own_series_floor():
+    rows = [row("a", "b", "p0", 50.0), row("a", "b", "p1", 70.0), row("b", "a", "p0", 40.0)]
+    floors = [row("a", "b", "p0", 10.0), row("a", "b", "p1", 60.0), row("b", "a", "p0", float("nan"))]
+    assert [(json.loads(t)["path"], v) for _h, t, _t, v in excess(rows, floors)] == [("p0", 40.0), ("p1", 10.0)]
+    found = heatmap(pairs(excess(rows, floors)), stat="p50")
+    assert found["cells"][0][1] == {"ns": 40.0, "paths": {"p0": 40.0, "p1": 10.0}}  # the worst excess, not delay
+
+
+@pytest.fixture
+def windowed(tmp_path):
+    now = 10**12
+    storage = SqliteStorage(tmp_path / "c.db")
+    storage.add_samples([sample("a", "b", "owd_p50_ns", ns, now - age * 10**9)
+                         for age, ns in ((120, 9000.0), (20, 1000.0), (10, 3000.0), (5, 2000.0))])
+    storage.add_samples([sample("a", "b", "owd_floor_ns", 500.0, now - 5 * 10**9)])
+    with TestClient(create_app(Fleet(storage, hosts=["a", "b"], clock=lambda: now), TOKEN, tick_s=3600)) as c:
+        yield c
+    storage.close()
+
+
+def test_the_route_takes_a_window_and_the_excess_over_floor(windowed):
+    def cell(**params):
+        found = windowed.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p50", **params})
+        assert found.status_code == 200, found.text
+        return found.json()["cells"][0][1]["ns"], found.json()["window"], found.json()["over_floor"]
+
+    assert cell() == (2000.0, "latest", False)  # the newest push
+    assert cell(window="1m")[0] == 2000.0  # the median of 1000, 3000, 2000: the one 2 minutes old left out
+    assert cell(window="5m")[0] == 2500.0  # with it: the median of four
+    assert cell(over_floor="true") == (1500.0, "latest", True)
+    assert cell(window="1m", over_floor="true")[0] == 1500.0
+    for bad in ({"window": "2h"}, {"window": "soon"}, {"stat": "floor", "over_floor": "true"}):
+        refused = windowed.get("/api/v1/dashboard/owd", headers=AUTH, params=bad)
+        assert refused.status_code == 422 and ("window" in refused.text or "over_floor" in refused.text)
+
+
+def test_a_heatmap_is_worked_out_at_most_once_a_second_per_question():
+    now = [0.0]
+    fresh: Fresh[int] = Fresh(max_age_s=1.0, clock=lambda: now[0])
+    calls = []
+
+    def work(answer):
+        calls.append(answer)
+        return answer
+
+    assert fresh.get("p50", lambda: work(1)) == 1
+    now[0] = 0.9
+    assert fresh.get("p50", lambda: work(2)) == 1 and fresh.get("p99", lambda: work(3)) == 3  # another question
+    now[0] = 1.0
+    assert fresh.get("p50", lambda: work(4)) == 4  # a second old: worked out again
+    assert calls == [1, 3, 4]
+    for key in range(MAX_KEYS + 10):
+        fresh.get(key, lambda: 0)
+    assert len(fresh._kept) == MAX_KEYS
+
+
+def test_the_route_shows_a_push_within_a_second(client):
+    def worst():
+        return client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p50"}).json()["hi_ns"]
+
+    assert worst() == 3000.0
+    client.post("/api/v1/push", headers=AUTH, json={"host": "b", "boot": "x", "samples": [
+        {"name": "owd_p50_ns", "value": 9000.0, "labels": {"src": "b", "dst": "a", "path": "p0"}}]})
+    deadline = time.monotonic() + HEATMAP_MAX_AGE_S + 0.5
+    while worst() != 9000.0:
+        assert time.monotonic() < deadline, "the push is not in the heatmap a second later"
+        time.sleep(0.05)
+
+
+def test_a_pairs_series_has_a_line_per_direction_and_path_on_one_axis():
+    s = 10**9
+    pushes = [sample("a", "b", "owd_p50_ns", 100.0, 10 * s), sample("a", "b", "owd_p50_ns", 110.0, 10 * s + 5),
+              sample("a", "b", "owd_p50_ns", 120.0, 12 * s, "p1"), sample("b", "a", "owd_p50_ns", 90.0, 11 * s),
+              sample("a", "c", "owd_p50_ns", 999.0, 11 * s), sample("a", "b", "owd_p50_ns", 1.0, 1 * s)]
+    found = pair_series(pushes, "a", "b", since_ns=5 * s, now_ns=20 * s)
+    assert found["t_ns"] == [10 * s, 11 * s, 12 * s]  # a to c is another pair's; the one at 1 s is before the window
+    lines = {(line["from"], line["to"], line["path"]): line["ns"] for line in found["lines"]}
+    assert lines == {("a", "b", "p0"): [110.0, None, None], ("a", "b", "p1"): [None, None, 120.0],
+                     ("b", "a", "p0"): [None, 90.0, None]}  # the newest push of a second
+
+
+def test_the_pair_route_reads_both_ends_pushes_over_the_window(windowed):
+    found = windowed.get("/api/v1/dashboard/owd-pair", headers=AUTH, params={"src": "b", "dst": "a", "since": "1m"})
+    assert found.status_code == 200, found.text
+    assert [line["ns"] for line in found.json()["lines"]] == [[1000.0, 3000.0, 2000.0]]  # a's pushes, in the minute
+    assert windowed.get("/api/v1/dashboard/owd-pair", headers=AUTH, params={"src": "a"}).status_code == 422
+    assert windowed.get("/api/v1/dashboard/owd-pair", params={"src": "a", "dst": "b"}).status_code == 401

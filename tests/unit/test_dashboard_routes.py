@@ -1,5 +1,6 @@
 """The dashboard's routes on the controller (FastAPI's test client, real SQLite storage): the
-page, the fleet and viewer tokens, the fabric map's link states, and the live stream's changes."""
+page, the fleet and viewer tokens, the fabric map's link states and the flows that cross a link,
+and the live stream's changes."""
 
 from __future__ import annotations
 
@@ -200,3 +201,43 @@ def test_an_open_stream_does_not_hold_the_server_at_exit(fleet):
     srv.should_exit = True
     thread.join(10)
     assert not thread.is_alive() and time.monotonic() - t0 < 6
+
+
+def test_a_links_flows_are_those_that_cross_it_then_those_that_may(client):
+    traced, untraced = "10.64.0.0:40000->10.64.0.4:5201", "10.0.0.2:5000->10.0.0.4:6000"  # h0's NIC to h2's; h1 to h3
+    now = time.time_ns()
+    push(client, "h0", samples=[
+        {"name": "job_flow_tx_bps", "value": 5e8, "labels": {"jobid": "A", "flow": traced}, "t_ns": now},
+        {"name": "job_flow_path", "value": 1.0, "labels": {"jobid": "A", "flow": traced, "via": "spine1"},
+         "t_ns": now}])
+    push(client, "h1", samples=[{"name": "other_flow_tx_bps", "value": 9e8, "labels": {"flow": untraced},
+                                 "t_ns": now}])
+
+    def flows(link):
+        found = client.get("/api/v1/dashboard/link-flows", headers=VIEWER_AUTH, params={"link": link})
+        assert found.status_code == 200, found.text
+        return [(f["host"], f["jobid"], f["certain"], f["tx_bps"]) for f in found.json()["items"]]
+
+    assert flows("leaf0:swp4--spine1:swp1") == [("h0", "A", True, 5e8), ("h1", None, False, 9e8)]
+    assert flows("leaf0:swp3--spine0:swp1") == [("h1", None, False, 9e8)]  # h0's was traced through spine1
+    missing = client.get("/api/v1/dashboard/link-flows", headers=FLEET_AUTH, params={"link": "<no-such>"})
+    assert missing.status_code == 404 and "<no-such>" in missing.json()["detail"]
+    assert client.get("/api/v1/dashboard/link-flows", params={"link": "x"}).status_code == 401
+
+
+def test_a_links_load_is_the_flows_that_surely_cross_it(client):
+    traced, untraced = "10.64.0.0:40000->10.64.0.4:5201", "10.0.0.2:5000->10.0.0.4:6000"
+    now = time.time_ns()
+    push(client, "h0", samples=[
+        {"name": "job_flow_tx_bps", "value": 5e8, "labels": {"jobid": "A", "flow": traced}, "t_ns": now},
+        {"name": "job_flow_path", "value": 1.0, "labels": {"jobid": "A", "flow": traced, "via": "spine1"},
+         "t_ns": now}])
+    push(client, "h1", samples=[{"name": "other_flow_tx_bps", "value": 9e8, "labels": {"flow": untraced},
+                                 "t_ns": now}])
+    links = client.get("/api/v1/dashboard/link-load", headers=VIEWER_AUTH).json()["links"]
+    assert links["leaf0:swp4--spine1:swp1"]["bps"] == 5e8  # h0's, traced there; h1's only may cross it
+    assert "leaf0:swp3--spine0:swp1" not in links
+    assert links["h1:eth0--leaf0:swp2"]["bps"] == 9e8  # every path of h1's shares its own link
+    rate = next(lk["rate_bps"] for lk in client.get("/api/v1/fabric", headers=FLEET_AUTH).json()["links"]
+                if lk["name"] == "h1:eth0--leaf0:swp2")
+    assert links["h1:eth0--leaf0:swp2"]["share"] == pytest.approx(9e8 / rate)

@@ -27,6 +27,7 @@ from rich.table import Table
 from clockfabric.bench import harness
 from clockfabric.bench.dashboard_fleet import Shape, generate
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
+from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.server import Listen, server, start_in_thread
@@ -35,6 +36,7 @@ from clockfabric.controller.storage.sqlite import SqliteStorage
 ROUTE_P95_MS, RENDER_S = 200.0, 1.0
 RENDER_GIVE_UP_S = 20.0
 BASELINE = "baseline: every OWD path"
+FIRST_OF_SECOND = "owd, first of its second"  # a heatmap no request of the last second read
 LAG_S, LAG_PUSHES, MARK = 1.0, 10, "dashboard_mark"  # the live-update bar; pushes timed; their events' kind
 TOKEN = "b" * 32
 VIEWS = ("fleet", "fabric", "owd", "events", "audit", "jobs")
@@ -52,6 +54,7 @@ def routes(now_ns: int) -> list[tuple[str, str, dict]]:
             ("fleet", "/api/v1/events", {"since_ns": hour, "limit": 1000}),
             ("fabric", "/api/v1/fabric", {}), ("fabric", "/api/v1/paths", {}),
             ("owd", "/api/v1/dashboard/owd", {"stat": "p50"}),
+            (FIRST_OF_SECOND, "/api/v1/dashboard/owd", {"stat": "p50"}),
             ("owd, a block opened", "/api/v1/dashboard/owd", {"stat": "p99", "src_block": 0, "dst_block": 1}),
             ("events", "/api/v1/events", {"since_ns": hour, "limit": 1000}),
             ("events", "/api/v1/alerts", {"since_ns": day, "limit": 1000}),
@@ -63,11 +66,15 @@ def routes(now_ns: int) -> list[tuple[str, str, dict]]:
 
 
 def time_routes(url: str, now_ns: int, repeats: int) -> list[dict]:
+    """Each route `repeats` times back to back; FIRST_OF_SECOND's after a pause each, so that none
+    finds the heatmap's pairs of the last second (one open page asks once a second, and finds none)."""
     rows = []
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as client:
         for view, path, params in routes(now_ns):
             ms, size = [], 0
             for _ in range(repeats):
+                if view == FIRST_OF_SECOND:
+                    time.sleep(HEATMAP_MAX_AGE_S + 0.05)
                 t0 = time.perf_counter()
                 r = client.get(path, params=params)
                 ms.append((time.perf_counter() - t0) * 1e3)
@@ -211,10 +218,10 @@ def report(rows: list[dict], page: dict | None, made: dict, generated_s: float,
     worst = max((r for r in rows if r["view"] != BASELINE), key=lambda r: r["p95_ms"])
     targets = [Target(f"slowest route p95 ({worst['route']}, {worst['view']})", round(worst["p95_ms"], 1),
                       ROUTE_P95_MS, "ms", better="lower")]
-    heat = next(r for r in rows if r["view"] == "owd")
+    heat = next(r for r in rows if r["view"] == FIRST_OF_SECOND)
     base = next((r for r in rows if r["view"] == BASELINE), None)
-    targets.append(Target("OWD heatmap route p95, against every path", round(heat["p95_ms"], 1), ROUTE_P95_MS, "ms",
-                          better="lower", baseline=round(base["p95_ms"], 1) if base else None))
+    targets.append(Target("OWD heatmap route p95 (first of its second), against every path", round(heat["p95_ms"], 1),
+                          ROUTE_P95_MS, "ms", better="lower", baseline=round(base["p95_ms"], 1) if base else None))
     renders: dict[str, dict] = {}
     browser: dict = {}
     if page is not None:

@@ -1,5 +1,7 @@
 """The routes that serve the dashboard's views what the controller's general API does not
-answer in one cheap request: a job's time series on one axis, the one-way-delay heatmap."""
+answer in one cheap request: a job's time series on one axis; the one-way-delay heatmap (newest
+or over a window, as delays or their excess over floor) and one pair's delays over time; the
+failover decisions with the flows they moved; the flows that cross a link and each link's load."""
 
 from __future__ import annotations
 
@@ -10,31 +12,46 @@ from fastapi.responses import Response
 
 from clockfabric.controller import jobs
 from clockfabric.controller.dashboard.auth import bearer
+from clockfabric.controller.dashboard.failovers import MOVED, decisions
+from clockfabric.controller.dashboard.fresh import Fresh
 from clockfabric.controller.dashboard.jobseries import STATS, job_series
-from clockfabric.controller.dashboard.owdmap import heatmap
+from clockfabric.controller.dashboard.linkflows import crossing, load
+from clockfabric.controller.dashboard.owdmap import Pairs, Row, heatmap, pairs
+from clockfabric.controller.dashboard.owdpair import pair_series
+from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.render import json_response
-from clockfabric.controller.rootcause_inputs import stored
+from clockfabric.controller.rootcause import Flow
+from clockfabric.controller.rootcause_inputs import PATH_STAT, PlacesCache, flows_from, stored
+from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.errors import ClockfabricError
+from clockfabric.topology import Topology
 from clockfabric.units import parse_duration
 
 MAX_WINDOW_NS = 3600 * 10**9  # a chart of one-second points: an hour is 3,600 of them per flow
+MAX_WINDOW_SAMPLES = 100_000  # the delays one heatmap over a window may read: 10 pages of about 65 ms
+SAMPLES_PAGE = 10_000
+HEATMAP_MAX_AGE_S = 1.0  # every page and block of a heatmap asked within this shares one reading of the rows
+MAX_EVENTS = 20_000  # of the window, looked through for failover decisions
+TX = "job_flow_tx_bps"
+FLOW_STATS = [f"{kind}_flow_{stat}" for kind in ("job", "other") for stat in ("tx_bps", PATH_STAT)]
 
 
-def window_ns(since: str) -> int:
-    """`since` ("30s", "5m", "1h") in nanoseconds; 422 where it is not a duration in (0, 1 h]."""
+def window_ns(text: str, param: str = "since") -> int:
+    """`text` ("30s", "5m", "1h") in nanoseconds; 422 naming `param` where it is not a duration in (0, 1 h]."""
     try:
-        found = round(parse_duration(since) * 1e9)
+        found = round(parse_duration(text) * 1e9)
     except (ValueError, ClockfabricError) as e:
-        raise HTTPException(422, f"since: {e}") from None
+        raise HTTPException(422, f"{param}: {e}") from None
     if not 0 < found <= MAX_WINDOW_NS:
-        raise HTTPException(422, "since must be above zero and at most 1h")
+        raise HTTPException(422, f"{param} must be above zero and at most 1h")
     return found
 
 
 def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
     """The routes; `check` refuses a request without the fleet or viewer token."""
     api = APIRouter()
+    fresh: Fresh[Pairs] = Fresh(max_age_s=HEATMAP_MAX_AGE_S)
 
     @api.get("/api/v1/dashboard/job-series")
     def series(request: Request, jobid: str = Query(min_length=1, max_length=256),
@@ -51,21 +68,113 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
 
     @api.get("/api/v1/dashboard/owd")
     def owd(request: Request, stat: str = Query("p50", pattern="^(min|p50|p99|floor)$"),
+            window: str = Query("latest", max_length=16, description="latest (each agent's own window) or 30s .. 1h"),
+            over_floor: bool = Query(False, description="Each delay less its path's floor: the excess"),
             path: str | None = Query(None, max_length=256, description="One path label; default: each pair's worst"),
             src_block: int | None = Query(None, ge=0), dst_block: int | None = Query(None, ge=0),
             offset: int = Query(0, ge=0, le=1_000_000, description="Into the worst pairs, a page of 50")) -> Response:
         """The heatmap: host x host up to 64 hosts, else blocks of hosts (src_block and dst_block: one
-        block pair's hosts), each cell the newest delay of its worst pair; and the worst pairs."""
+        block pair's hosts), each cell the delay of its worst pair, newest or over `window`; and the worst pairs."""
         check(bearer(request.headers.raw))
         if (src_block is None) != (dst_block is None):
             raise HTTPException(422, "give src_block and dst_block together")
+        if over_floor and stat == "floor":
+            raise HTTPException(422, "over_floor needs stat min, p50 or p99: a floor's excess over itself is 0")
         block = None if src_block is None or dst_block is None else (src_block, dst_block)
+        if window != "latest":
+            window_ns(window, "window")  # a bad window is refused before anything is read
+        key = (stat, window, over_floor, path or None)
         try:
-            found = heatmap(fleet.storage.latest_rows(f"owd_{stat}_ns"), stat=stat, path=path or None,
-                            block=block, offset=offset)
+            drawn = heatmap(fresh.get(key, lambda: _pairs(*key)), stat=stat, block=block, offset=offset)
         except IndexError as e:
             raise HTTPException(404, str(e)) from None
+        drawn.update(window=window, over_floor=over_floor)
         # host names and path labels are text, which json.dumps escapes; delays are finite floats
-        return json_response(found)
+        return json_response(drawn)
+
+    @api.get("/api/v1/dashboard/owd-pair")
+    def owd_pair(request: Request, src: str = Query(min_length=1, max_length=256),
+                 dst: str = Query(min_length=1, max_length=256),
+                 stat: str = Query("p50", pattern="^(min|p50|p99|floor)$"),
+                 since: str = Query("5m", description="The window: 30s, 5m, 1h")) -> dict:
+        """Pair src, dst: each direction's and path's delay per second over the window, as each end pushed it."""
+        check(bearer(request.headers.raw))
+        now = fleet.clock()
+        start = now - window_ns(since)
+        samples = [s for host in {src, dst} for s in _window_of(f"owd_{stat}_ns", start, host)]
+        return pair_series(samples, src, dst, start, now)
+
+    def _pairs(stat: str, window: str, over_floor: bool, path: str | None) -> Pairs:
+        """The heatmap's pairs: the newest delays or over `window`, as they are or less their floors."""
+        name = f"owd_{stat}_ns"
+        if window == "latest":
+            rows = fleet.storage.latest_rows(name)
+        else:
+            rows = _over_window(name, stat, window_ns(window, "window"))
+        if over_floor:
+            rows = excess(rows, fleet.storage.latest_rows("owd_floor_ns"))
+        return pairs(rows, path)
+
+    def _over_window(name: str, stat: str, window: int) -> list[Row]:
+        """Each series' pushes of `name` in the last `window` ns, reduced by `stat`."""
+        return over_window(_window_of(name, fleet.clock() - window), stat)
+
+    def _window_of(name: str, since: int, host: str | None = None) -> list[Sample]:
+        """The samples of `name` (pushed by `host`, if given) since `since`; 422 past MAX_WINDOW_SAMPLES."""
+        after, read = 0, []
+        while page := fleet.storage.samples(name=name, host=host, since_ns=since, after_id=after, limit=SAMPLES_PAGE):
+            read += page
+            if len(read) > MAX_WINDOW_SAMPLES:
+                raise HTTPException(422, f"the window holds over {MAX_WINDOW_SAMPLES} delays: choose a shorter one")
+            after = page[-1].id or after
+            if len(page) < SAMPLES_PAGE:
+                break
+        return read
+
+    @api.get("/api/v1/dashboard/failovers")
+    def failovers(request: Request, since: str = Query("1h", description="The window: 30s, 5m, 1h")) -> dict:
+        """The failover decisions of the window, newest first, each move with the job flows it moved."""
+        check(bearer(request.headers.raw))
+        since_ns, after = fleet.clock() - window_ns(since), 0
+        events: list[Event] = []
+        while len(events) < MAX_EVENTS and (page := fleet.storage.events(since_ns=since_ns, after_id=after,
+                                                                          limit=1000)):
+            events += page
+            after = page[-1].id or after
+        moves = any(e.kind == MOVED for e in events)
+        return {"items": decisions(events, _job_flows() if moves else []), "complete": len(events) < MAX_EVENTS}
+
+    places = PlacesCache()
+
+    @api.get("/api/v1/dashboard/link-flows")
+    def link_flows(request: Request, link: str = Query(min_length=1, max_length=256)) -> dict:
+        """The flows pushed in the last jobs.ACTIVE_NS that cross link `link` or may cross it."""
+        check(bearer(request.headers.raw))
+        topology = fleet.monitor.topology if fleet.monitor else None
+        if topology is None or link not in {lk.name for lk in topology.links}:
+            raise HTTPException(404, f"no link {link!r} in the controller's topology")
+        return {"link": link, "items": crossing(_recent_flows(topology), link)}
+
+    @api.get("/api/v1/dashboard/link-load")
+    def link_load(request: Request) -> dict:
+        """Each link's load: the newest sending rates of the flows pushed in the last jobs.ACTIVE_NS
+        that surely cross it; 404 without a topology."""
+        check(bearer(request.headers.raw))
+        topology = fleet.monitor.topology if fleet.monitor else None
+        if topology is None:
+            raise HTTPException(404, "the controller has no topology: start it with --topology FILE or --lab NAME")
+        return {"links": load(_recent_flows(topology), {lk.name: float(lk.rate_bps) for lk in topology.links})}
+
+    def _recent_flows(topology: Topology) -> list[Flow]:
+        here = places.get(topology, {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")})
+        since = fleet.clock() - jobs.ACTIVE_NS
+        return flows_from([s for name in FLOW_STATS for s in fleet.storage.latest_samples(name, since_ns=since)], here)
+
+    def _job_flows() -> list[dict]:
+        """Every job's flows with their rate, as the jobs route gives them, each with its `jobid`."""
+        sent = fleet.storage.latest_samples(TX)
+        addresses = {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")}
+        return [{**flow, "jobid": jobid} for jobid in sorted({s.labels.get("jobid", "") for s in sent} - {""})
+                for flow in jobs.flows_of(jobid, {TX: sent}, addresses, fleet.clock())]
 
     return api

@@ -1,6 +1,7 @@
-// Events and alerts: the newest events of the last hour, filterable by kind and host; alerts open and resolved.
-import { all } from "./api.js";
-import { ago, clock, cls, el, paged, table } from "./dom.js";
+// Events and alerts: the newest events of the last hour, filterable by kind and host; alerts open and
+// resolved; the failover decisions of the hour, each move with the job flows it moved.
+import { all, get } from "./api.js";
+import { ago, clock, cls, el, paged, rate, table } from "./dom.js";
 
 export const topics = ["events", "alerts"];
 const filter = { kind: "", host: "" };
@@ -11,6 +12,9 @@ export async function render(refresh) {
     all("/api/v1/events", { since_ns: since, kind: filter.kind, host: filter.host }, 20000),
     all("/api/v1/alerts", { since_ns: since - 23 * 3600e9 }, 2000)]);
   const everything = filter.kind || filter.host ? await all("/api/v1/events", { since_ns: since }, 20000) : events;
+  // the decisions with the flows they moved, asked only when the hour holds one: most hours none
+  const failovers = everything.some((e) => e.kind.startsWith("failover_"))
+    ? await get("/api/v1/dashboard/failovers", { since: "1h" }) : { items: [], complete: true };
   const picker = (key, label) => el("select", { id: `filter-${key}`, "aria-label": label,
     onchange: (e) => { filter[key] = e.target.value; refresh(); } },
   el("option", { value: "" }, `every ${key}`),
@@ -32,5 +36,17 @@ export async function render(refresh) {
             el("td", {}, a.resolved_ns === null ? "open" : "resolved"),
             el("td", { class: `severity-${cls(a.severity)}` }, a.severity), el("td", {}, a.kind),
             el("td", { title: JSON.stringify(a.detail) }, a.message), el("td", {}, ago(a.opened_ns)))),
-        { "aria-label": "Alerts" })))));
+        { "aria-label": "Alerts" })))),
+    el("h2", {}, `Failover decisions in the last hour: ${failovers.items.length}${failovers.complete ? "" : "+"}`),
+    paged("Failover decisions", ["time (UTC)", "host", "peer", "decision", "planes", "reason", "flows moved"],
+      failovers.items, decision, { size: 50 }));
+}
+
+function decision(d) {
+  const moved = d.steered ? [el("div", {}, d.steered)]
+    : d.flows.map((f) => el("div", { "data-moved": f.flow }, `${f.jobid}: ${f.flow} (${rate(f.tx_bps)})`));
+  return el("tr", { "data-decision": d.decision, "data-host": d.host },
+    el("td", {}, clock(d.t_ns)), el("td", {}, d.host), el("td", {}, d.peer), el("td", {}, d.decision),
+    el("td", {}, d.planes.join(", ")), el("td", {}, d.reason),
+    el("td", {}, moved.length ? moved : el("span", { class: "muted" }, d.decision === "moved" ? "no job flows" : "–")));
 }

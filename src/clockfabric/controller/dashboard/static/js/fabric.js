@@ -1,13 +1,15 @@
-// Fabric map: leaf-spine drawn per plane, side by side; each link coloured by its state.
-// Click (or Enter on) a link for its events and the probe paths that cross it.
+// Fabric map: leaf-spine drawn per plane, side by side; each link coloured by its state, or by
+// the load the flows that surely cross it put on it (a share of its rate).
+// Click (or Enter on) a link for its events and the probe paths and flows that cross it.
 import { all, get } from "./api.js";
-import { clock, el, svg, table } from "./dom.js";
+import { clock, el, rate, svg, table } from "./dom.js";
 
 const WIDTH = 1200, HEIGHT = 430, ROWS = { core: 40, spine: 90, leaf: 220, host: 360 };
 const MAX_HOSTS_DRAWN = 96;  // per plane: more boxes than this would not fit the row, nor be readable
 
 export const topics = ["hosts", "events"];
 let selected = null;
+let colourBy = "state";  // or "load"
 
 export async function render(refresh) {
   let fabric;
@@ -19,12 +21,18 @@ export async function render(refresh) {
   }
   const details = el("div", { id: "link-details" });
   const select = async (name) => { selected = name; await refresh(); };
-  const map = draw(fabric, select, {}, selected);
+  const loads = colourBy === "load" ? (await get("/api/v1/dashboard/link-load")).links : null;
+  const map = draw(fabric, select, {}, selected, loads);
   if (selected && fabric.links.some((l) => l.name === selected)) details.append(await linkDetails(fabric, selected));
   return el("section", { "aria-label": "Fabric map" },
-    el("p", { class: "legend" }, ["up", "down", "flapping", "unknown"].map((s) =>
-      el("span", {}, el("i", { style: `background: var(--${s})` }), s)),
-      el("span", { class: "muted" }, `${fabric.name}: ${fabric.links.length} links; click a link for its events`),
+    el("p", { class: "legend" },
+      el("label", { for: "fabric-colour" }, "colour links by "),
+      el("select", { id: "fabric-colour", onchange: (e) => { colourBy = e.target.value; refresh(); } },
+        [["state", "state"], ["load", "load (share of rate)"]].map(([v, text]) =>
+          el("option", { value: v, selected: v === colourBy }, text))),
+      loads ? [0, 0.5, 1].map((f) => el("span", {}, el("i", { style: `background: ${loadColour(f)}` }), `${f * 100}%`))
+        : ["up", "down", "flapping", "unknown"].map((s) => el("span", {}, el("i", { style: `background: var(--${s})` }), s)),
+      el("span", { class: "muted" }, `${fabric.name}: ${fabric.links.length} links; click a link for its events, paths and flows`),
       hidden(fabric)),
     map, details);
 }
@@ -38,8 +46,11 @@ function hidden(fabric) {
   return per > MAX_HOSTS_DRAWN ? el("span", { class: "muted" }, ` (${hosts(fabric)} hosts: their links are not drawn)`) : null;
 }
 
+const loadColour = (share) => `hsl(${(1 - Math.min(1, share)) * 120}, 75%, 42%)`;
+
 // The map. marks: link name -> an extra class ("job", "culprit verdict-bad"): the jobs view's highlight.
-export function draw(fabric, select, marks = {}, chosen = null) {
+// loads: link name -> {bps, share}, to colour each link by its load instead of its state (null: by state).
+export function draw(fabric, select, marks = {}, chosen = null, loads = null) {
   const planes = fabric.planes.length ? fabric.planes : [0];
   const width = WIDTH / planes.length;
   const where = {};  // `${plane}/${node}` -> [x, y]
@@ -58,11 +69,14 @@ export function draw(fabric, select, marks = {}, chosen = null) {
     const [a, b] = [l.a, l.b].map((end) => where[`${l.plane}/${end.split(":")[0]}`]);
     if (!a || !b) return null;
     const extra = `${l.name === chosen ? " selected" : ""}${marks[l.name] ? ` ${marks[l.name]}` : ""}`;
+    const load = loads ? loads[l.name] || { bps: 0, share: 0 } : null;
+    const carries = load ? `, carrying ${rate(load.bps)}${load.share === null ? "" : ` (${(load.share * 100).toFixed(0)}%)`}` : "";
     return svg("line", { class: `link ${l.state}${extra}`, x1: a[0], y1: a[1],
       x2: b[0], y2: b[1], tabindex: 0, role: "button", "data-link": l.name, "data-state": l.state,
-      "aria-label": `link ${l.name}: ${l.state}`, onclick: () => select(l.name),
+      "data-load": load ? load.bps : null, style: load ? `stroke: ${loadColour(load.share || 0)}` : null,
+      "aria-label": `link ${l.name}: ${l.state}${carries}`, onclick: () => select(l.name),
       onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") select(l.name); } },
-    svg("title", {}, `${l.name}: ${l.state}, ${l.transitions} transitions in the last minute`));
+    svg("title", {}, `${l.name}: ${l.state}, ${l.transitions} transitions in the last minute${carries}`));
   });
   const boxes = Object.entries(where).map(([key, [x, y]]) => {
     const name = key.split("/")[1];
@@ -79,9 +93,9 @@ async function linkDetails(fabric, name) {
   const link = fabric.links.find((l) => l.name === name);
   const ends = [link.a, link.b].map((e) => e.split(":"));
   const since = Date.now() * 1e6 - 3600e9;
-  const [events, paths] = await Promise.all([
+  const [events, paths, flows] = await Promise.all([
     Promise.all(ends.map(([host]) => all("/api/v1/events", { host, since_ns: since }, 2000))),
-    get("/api/v1/paths")]);
+    get("/api/v1/paths"), get("/api/v1/dashboard/link-flows", { link: name })]);
   const mine = events.flat().filter((e) => ends.some(([host, dev]) => e.host === host && e.device === dev))
     .sort((a, b) => b.t_ns - a.t_ns);
   const crossing = paths.items.filter((p) => p.links.includes(name));
@@ -96,5 +110,11 @@ async function linkDetails(fabric, name) {
       el("div", {}, el("h2", {}, `Probe paths crossing it: ${crossing.length}`),
         el("div", { class: "scroll" }, table(["from", "to", "path", "via"], crossing.map((p) =>
           el("tr", {}, el("td", {}, p.src), el("td", {}, p.dst), el("td", {}, p.path), el("td", {}, p.via || ""))),
-          { "aria-label": "Paths crossing the link" })))));
+          { "aria-label": "Paths crossing the link" })))),
+    el("h2", {}, `Flows crossing it: ${flows.items.length}`),
+    flows.items.length ? el("div", { class: "scroll" }, table(["from", "to", "job", "flow", "rate", "crosses"],
+      flows.items.map((f) => el("tr", { "data-flow": f.flow }, el("td", {}, f.host), el("td", {}, f.peer || "–"),
+        el("td", {}, f.jobid || "–"), el("td", {}, f.flow), el("td", {}, rate(f.tx_bps)),
+        el("td", {}, f.certain ? "yes" : "maybe (its spine not traced)"))), { "aria-label": "Flows crossing the link" }))
+      : el("p", { class: "muted" }, "No flow pushed in the last 10 s crosses it."));
 }
