@@ -1,7 +1,8 @@
 """The dashboard in a real browser (Debian's headless Chromium, driven by Selenium) against a
 real controller fed by a real lab: every view renders real content, a link set down turns red
-on the map within 2 s and its event reaches the timeline, a job's view shows its flow, series,
-verdict and links on the map, and the browser logs no error.
+on the map within 2 s and its event reaches the timeline, two swapped cables raise the drift
+alert on the page, a job's view shows its flow, series, verdict and links on the map, and the
+browser logs no error.
 
 CLOCKFABRIC_SCREENSHOTS=DIR also saves a 1280x800 screenshot of each view there (docs/img)."""
 
@@ -24,7 +25,7 @@ from clockfabric.controller.rootcause_verdict import VERDICTS
 from clockfabric.controller.token import read_token
 from clockfabric.lab import impair, netns
 from clockfabric.lab.process import stop
-from clockfabric.topology import leafspine
+from clockfabric.topology import Port, leafspine
 from tests.lab.test_workload import RECEIVER, SENDER
 from tests.waiting import wait_for
 
@@ -260,6 +261,31 @@ def sign_in(driver, url: str, token: str) -> None:
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.CSS_SELECTOR, "#login button").click()
     wait_for("live", lambda: driver.find_element(By.ID, "status").text == "live", timeout_s=10)
+
+
+def test_swapped_cables_raise_the_drift_alert_on_the_page(fleet, browser):
+    lab = fleet.lab
+    a, b = Port("h1", "eth0"), Port("h3", "eth0")  # under different leaves; the controller is elsewhere
+    wait_for("LLDP neighbours", lambda: [s for s in api(lab, fleet.url, fleet.token_file, "/api/v1/samples",
+                                                         name="lldp_neighbour", host="leaf0")["items"]
+                                         if s["value"] == 1.0], timeout_s=15, every_s=0.5)
+    forward = Forward(lab.ns(fleet.host), str(lab.topology.hosts[fleet.host].address), fleet.PORT)
+    try:
+        sign_in(browser, f"http://127.0.0.1:{forward.port}/dashboard/#events", read_token(fleet.token_file))
+        assert not texts(browser, 'tr[data-alert="topology_drift"]')
+        impair.swap_cables(lab, a, b)
+        try:
+            rows = wait_for("the drift alert on both leaf ports", lambda: (found := texts(
+                browser, 'tr[data-alert="topology_drift"]')) and len(found) >= 2 and found, timeout_s=20, every_s=0.5)
+            assert all(r.startswith("open") for r in rows), rows
+            said = " ".join(rows)
+            assert "sees h3:eth0" in said and "sees h1:eth0" in said, rows
+        finally:
+            impair.swap_cables(lab, a, b)
+        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        forward.close()
 
 
 def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
