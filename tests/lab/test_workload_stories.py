@@ -8,15 +8,19 @@ flagged within 10 s of the bulk traffic's onset."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import signal
+import statistics
 import subprocess
 import sys
+import threading
 import time
 
-import pytest
-
-from clockfabric.bench.workload_lab import flow, links_between, why
+from clockfabric.bench.workload_lab import PACED, flow, links_between, senders, why
+from clockfabric.controller.client import api
 from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import impair
 from clockfabric.lab.process import stop
@@ -69,6 +73,103 @@ def test_story_1_a_flow_on_another_jobs_spine_names_that_link_and_job(make_lab):
         (slow,) = shown["evidence"]["slow_flows"]  # the one on B's spine; its siblings at their floor
         assert slow["host"] == "h0" and slow["flow"].endswith(":5401")
     finally:
+        stop(procs, grace_s=3.0)
+        fleet.stop()
+
+
+def settled(fleet, jobid: str, flows: int) -> dict:
+    """`job why` once every flow of the job has its in-band delay and the verdict is healthy."""
+    def ready() -> dict | None:
+        w = why(fleet, jobid, "20s")
+        return w if w and w["verdict"] == "healthy" and len(w["flows"]) == flows and all(
+            f["delay_source"] == "inband" for f in w["flows"]) else None
+
+    return wait_for(f"job {jobid} healthy, every flow's in-band delay known", ready, timeout_s=90, every_s=1.0)
+
+
+def around(series: dict, values: list, onset_ns: int) -> tuple[float, float]:
+    """The median of a series' readings before the onset and from 5 s after it (its queue built)."""
+    before = [v for t, v in zip(series["t_ns"], values, strict=True) if v is not None and t < onset_ns]
+    after = [v for t, v in zip(series["t_ns"], values, strict=True) if v is not None and t >= onset_ns + 5 * 10**9]
+    return statistics.median(before), statistics.median(after)
+
+
+def test_story_2_a_throughput_drops_as_a_flow_queues_behind_another_job(make_lab):
+    fleet = started(make_lab, leafspine(4, 2, 2, host_rate="100mbit", fabric_rate="20mbit"))
+    lab, logs, procs = fleet.lab, fleet.logs, []
+    try:
+        # most of A's bytes ride spine1 (~14 Mbit/s in small bursts: under the link's 20 alone)
+        procs += flow(lab, logs, "A", "h0", "h2", 5421, spine="spine1", chunk=4096, pause_s=0.002)
+        procs += flow(lab, logs, "A", "h0", "h3", 5422, spine="spine0", **PACED)
+        procs += flow(lab, logs, "A", "h2", "h1", 5423, spine="spine0", **PACED)
+        settled(fleet, "A", 3)
+        onset_ns = time.time_ns()
+        for port in (5424, 5425):  # the other tenant: two saturating flows on spine1
+            procs += flow(lab, logs, "B", "h1", "h3", port, spine="spine1")
+        found = wait_for("job why A: congestion from job B", lambda: (w := why(fleet, "A", "20s")) and w[
+            "verdict"] == "congestion_other_job" and w, timeout_s=60, every_s=1.0)
+        named_s = (time.time_ns() - onset_ns) / 1e9
+        time.sleep(max(0.0, 12 - named_s))  # readings well past the queue's build-up for the timeline
+        series = api(lab, fleet.url, fleet.token_file, "/api/v1/dashboard/job-series", jobid="A", since="2m")
+        (slow,) = [f for f in series["flows"] if f["host"] == "h0" and f["flow"].endswith(":5421")]
+        rate = around(series, series["throughput_bps"], onset_ns)
+        delay = around(series, slow["delay_us"], onset_ns)
+        print(f"\n{found['sentence']}\nnamed {named_s:.1f} s after the onset; job A's throughput "
+              f"{rate[0] / 1e6:.1f} -> {rate[1] / 1e6:.1f} Mbit/s while its spine1 flow's delay "
+              f"({slow['delay_source']}) went {delay[0]:.0f} -> {delay[1]:.0f} us")
+        assert found["culprit"] == "B"
+        assert found["link"] in links_between(lab, "leaf0", "spine1") | links_between(lab, "spine1", "leaf1")
+        (named,) = found["evidence"]["slow_flows"]
+        assert named["host"] == "h0" and named["flow"].endswith(":5421") and named["delay_source"] == "inband"
+        assert rate[1] < 0.85 * rate[0]  # the drop ...
+        assert delay[1] > 5 * delay[0]  # ... as the flow queues
+        others = [f for f in series["flows"] if f is not slow]
+        assert all(around(series, f["delay_us"], onset_ns)[1] < delay[1] / 5 for f in others)  # siblings unmoved
+    finally:
+        stop(procs, grace_s=3.0)
+        fleet.stop()
+
+
+def test_story_2_b_not_the_network_a_throttled_rank_is_a_straggler_host(make_lab):
+    fleet = started(make_lab, leafspine(4, 2, 2, host_rate="100mbit", fabric_rate="20mbit"))
+    lab, logs, procs = fleet.lab, fleet.logs, []
+    running = threading.Event()
+    throttler: threading.Thread | None = None
+    try:
+        procs += flow(lab, logs, "A", "h0", "h2", 5431, spine="spine1", **PACED)
+        procs += flow(lab, logs, "A", "h0", "h3", 5432, spine="spine0", **PACED)
+        rank = flow(lab, logs, "A", "h2", "h1", 5433, spine="spine0", **PACED)
+        procs += rank
+        settled(fleet, "A", 3)
+        pids = senders(rank[1:])
+        running.set()
+
+        def throttle() -> None:  # the rank's host gives it 10% of each 100 ms: stopped the rest
+            while running.is_set():
+                for sig, pause_s in ((signal.SIGSTOP, 0.09), (signal.SIGCONT, 0.01)):
+                    for pid in pids:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, sig)
+                    time.sleep(pause_s)
+
+        throttler = threading.Thread(target=throttle, daemon=True)
+        throttler.start()
+        onset = time.monotonic()
+        found = wait_for("job why A: straggler host h2", lambda: (w := why(fleet, "A", "20s")) and w[
+            "verdict"] not in ("healthy", "no_flows") and w, timeout_s=60, every_s=1.0)
+        print(f"\n{found['sentence']}\nnamed {time.monotonic() - onset:.1f} s after the throttling began; "
+              f"{[(f['host'], f['rate_bps'], f['delay_us'], f['why']) for f in found['flows']]}")
+        assert found["verdict"] == "straggler_host" and found["culprit"] == "h2"
+        assert not any(f["network_slow"] for f in found["flows"])  # every flow at its floor
+        (late,) = [f for f in found["flows"] if f["starved"]]
+        assert late["host"] == "h2" and late["flow"].endswith(":5433")
+    finally:
+        running.clear()
+        if throttler is not None:
+            throttler.join()
+        for pid in senders(procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         stop(procs, grace_s=3.0)
         fleet.stop()
 

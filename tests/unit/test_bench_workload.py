@@ -1,4 +1,4 @@
-"""bench workload's scoring: the injection order and the summary, on recorded outcomes."""
+"""bench workload's scoring: the injection order and the summary, on recorded outcomes; the healthy run's mismatches."""
 
 from clockfabric.bench.workload import CLASSES, HEALTHY, schedule, summary
 
@@ -22,3 +22,17 @@ def test_summary_scores_first_verdicts_and_times_to_name_without_the_healthy_one
     assert found["faults"] == 12 and found["classes"] == 3 and found["correct"] == 11
     assert found["confusion"]["degraded_link"] == {"degraded_link": 1, "congestion_own": 1}
     assert found["named_p50_s"] == 4.5 and found["named_p90_s"] == 9.0  # 1..9 and 4; not the healthy 0.5
+
+
+def test_a_healthy_run_counts_as_mismatches_only_in_band_delays_far_above_their_probe_floor():
+    from clockfabric.bench.workload_healthy import mismatches
+
+    def judged(flow, source, why):
+        return {"host": "h0", "flow": flow, "delay_source": source, "why": why}
+
+    verdict = {"flows": [judged("a", "inband", ["delay 900 us (inband) vs its path's probe floor 5 us"]),
+                         judged("b", "rtt/2", ["delay 900 us (rtt/2) vs its path's probe floor 5 us"]),
+                         judged("c", "inband", ["delay 900 us (inband) vs its siblings' 5 us"]),
+                         judged("d", "inband", [])]}
+    assert mismatches(verdict) == ["h0 a"]
+    assert mismatches({"flows": []}) == [] == mismatches({})

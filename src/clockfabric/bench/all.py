@@ -22,6 +22,7 @@ from clockfabric.bench import (  # noqa: F401, E402, I001
     audit,
     slurm_prolog,
     workload,
+    workload_healthy,
     workload_cost,
     auth_cost,
     fuzz,

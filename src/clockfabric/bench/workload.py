@@ -25,15 +25,13 @@ from pathlib import Path
 
 import typer
 
-from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, machine, record, targets_table
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, machine, record, targets_table
+from clockfabric.bench.workload_lab import COLLECTIVE, FABRIC_BPS, PACED
 from clockfabric.console import out, print_json
 
 HEALTHY = "healthy"
 CLASSES = ("congestion_other_job", "congestion_non_job", "degraded_link", "flapping_link", "misconfigured_class",
            "straggler_host", HEALTHY)
-PACED: dict = {"chunk": 4096, "pause_s": 0.005}  # ~6 Mbit/s in small bursts: alone, a flow queues nowhere
-COLLECTIVE = 26
-FABRIC_BPS = 20_000_000
 DEGRADED_BPS = 2_000_000
 LAB = "wlbench"
 
@@ -162,51 +160,29 @@ def schedule(faults: int, seed: int) -> list[str]:
 def run(faults: int, watch_s: float, settle_s: float, seed: int, progress: Callable[[str], None]) -> dict:
     import dataclasses
 
-    from clockfabric.bench.workload_lab import alerts, flow
-    from clockfabric.controller.on_lab import LabFleet
-    from clockfabric.lab import build
-    from clockfabric.lab.process import stop
-    from clockfabric.topology import TrafficClasses, leafspine
+    from clockfabric.bench.workload_lab import alerts, two_jobs
 
-    topo = dataclasses.replace(leafspine(4, 2, 2, host_rate="100mbit", fabric_rate="20mbit"),
-                               classes=TrafficClasses())
-    with labs_removed(LAB):
-        build.down(LAB)
-        lab = build.up(topo, LAB)
-        fleet = LabFleet(lab, peers=3)
-        fleet.start()
-        procs: list[subprocess.Popen] = []
-        try:
-            fleet.wait_pushing()
-            logs = fleet.logs
-            procs += flow(lab, logs, "A", "h0", "h2", 5401, spine="spine1", dscp=COLLECTIVE, **PACED)
-            procs += flow(lab, logs, "A", "h0", "h3", 5402, spine="spine0", dscp=COLLECTIVE, **PACED)
-            straggler = flow(lab, logs, "A", "h2", "h1", 5403, spine="spine0", dscp=COLLECTIVE, **PACED)
-            procs += straggler
-            procs += flow(lab, logs, "B", "h1", "h3", 5404, spine="spine0", dscp=COLLECTIVE, chunk=4096, pause_s=0.01)
-            time.sleep(settle_s + 5)  # rates, paths and in-band delays for every flow
-            fabric = Faults(fleet, logs)
-            fabric.straggler_procs = straggler[1:]
-            outcomes, healthy_spans = [], []
-            for i, kind in enumerate(schedule(faults, seed)):
-                onset_ns, onset = time.time_ns(), time.monotonic()
-                injection = fabric.inject(kind)
-                try:
-                    outcome = first_verdict(fleet, injection, onset, watch_s)
-                finally:
-                    injection.undo()
-                if kind == HEALTHY:
-                    healthy_spans.append((onset_ns, time.time_ns()))
-                outcomes.append(outcome)
-                progress(f"{i + 1}/{faults} {kind}: {outcome.verdict} "
-                         f"{'right' if outcome.correct else 'WRONG'}"
-                         + (f", named in {outcome.named_s:.1f} s" if outcome.named_s and kind != HEALTHY else ""))
-                time.sleep(settle_s)
-            slow = alerts(fleet, "slow_flow", healthy_spans[0][0]) if healthy_spans else []
-            false_alarms = [a for a in slow if any(s <= a.get("opened_ns", 0) <= e for s, e in healthy_spans)]
-        finally:
-            stop(procs, grace_s=2.0)
-            fleet.stop()
+    with two_jobs(LAB, settle_s) as running:
+        fleet = running.fleet
+        fabric = Faults(fleet, fleet.logs)
+        fabric.straggler_procs = running.straggler[1:]
+        outcomes, healthy_spans = [], []
+        for i, kind in enumerate(schedule(faults, seed)):
+            onset_ns, onset = time.time_ns(), time.monotonic()
+            injection = fabric.inject(kind)
+            try:
+                outcome = first_verdict(fleet, injection, onset, watch_s)
+            finally:
+                injection.undo()
+            if kind == HEALTHY:
+                healthy_spans.append((onset_ns, time.time_ns()))
+            outcomes.append(outcome)
+            progress(f"{i + 1}/{faults} {kind}: {outcome.verdict} "
+                     f"{'right' if outcome.correct else 'WRONG'}"
+                     + (f", named in {outcome.named_s:.1f} s" if outcome.named_s and kind != HEALTHY else ""))
+            time.sleep(settle_s)
+        slow = alerts(fleet, "slow_flow", healthy_spans[0][0]) if healthy_spans else []
+        false_alarms = [a for a in slow if any(s <= a.get("opened_ns", 0) <= e for s, e in healthy_spans)]
     return {"outcomes": [dataclasses.asdict(o) for o in outcomes], "healthy_slow_flow_alerts": len(false_alarms),
             "healthy_s": sum(e - s for s, e in healthy_spans) / 1e9}
 

@@ -4,8 +4,12 @@ marking a DSCP, paced or saturating; and the controller's verdict on a job."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from clockfabric.controller.client import api
@@ -14,7 +18,11 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab import netns
 from clockfabric.lab.state import Lab
 from clockfabric.probe.paths import spread
-from clockfabric.topology import interfaces
+from clockfabric.topology import TrafficClasses, interfaces, leafspine
+
+PACED: dict = {"chunk": 4096, "pause_s": 0.005}  # ~6 Mbit/s in small bursts: alone, a flow queues nowhere
+COLLECTIVE = 26
+FABRIC_BPS = 20_000_000
 
 RECEIVER = """
 import socket, sys
@@ -111,3 +119,45 @@ def senders(procs: list[subprocess.Popen]) -> list[int]:
     from clockfabric.lab.process import children
 
     return [kid for p in procs for kid in (children(p.pid) or [p.pid])]
+
+
+@dataclasses.dataclass
+class TwoJobs:
+    """A lab with agents, a controller and jobs A and B running (see `two_jobs`)."""
+
+    fleet: LabFleet
+    procs: list[subprocess.Popen]
+    straggler: list[subprocess.Popen]  # A's h2 -> h1 flow: its receiver, then its sender
+
+
+@contextmanager
+def two_jobs(name: str, settle_s: float) -> Iterator[TwoJobs]:
+    """Lab `name` (leaf-spine, 4 hosts, 2 spines, 20 Mbit/s fabric links, traffic classes), its
+    agents and controller, and two jobs marking the collective class: A with three paced flows
+    (h0 -> h2 on spine1, h0 -> h3 and h2 -> h1 on spine0), B with one (h1 -> h3 on spine0);
+    yielded `settle_s` + 5 s after they start, and all of it stopped and removed on the way out."""
+    from clockfabric.bench.harness import labs_removed
+    from clockfabric.lab import build
+    from clockfabric.lab.process import stop
+
+    topo = dataclasses.replace(leafspine(4, 2, 2, host_rate="100mbit", fabric_rate=f"{FABRIC_BPS // 10**6}mbit"),
+                               classes=TrafficClasses())
+    with labs_removed(name):
+        build.down(name)
+        lab = build.up(topo, name)
+        fleet = LabFleet(lab, peers=3)
+        fleet.start()
+        procs: list[subprocess.Popen] = []
+        try:
+            fleet.wait_pushing()
+            logs = fleet.logs
+            procs += flow(lab, logs, "A", "h0", "h2", 5401, spine="spine1", dscp=COLLECTIVE, **PACED)
+            procs += flow(lab, logs, "A", "h0", "h3", 5402, spine="spine0", dscp=COLLECTIVE, **PACED)
+            straggler = flow(lab, logs, "A", "h2", "h1", 5403, spine="spine0", dscp=COLLECTIVE, **PACED)
+            procs += straggler
+            procs += flow(lab, logs, "B", "h1", "h3", 5404, spine="spine0", dscp=COLLECTIVE, chunk=4096, pause_s=0.01)
+            time.sleep(settle_s + 5)  # rates, paths and in-band delays for every flow
+            yield TwoJobs(fleet, procs, straggler)
+        finally:
+            stop(procs, grace_s=2.0)
+            fleet.stop()
