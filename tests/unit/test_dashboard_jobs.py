@@ -39,12 +39,20 @@ def test_series_share_one_axis_with_gaps_and_leave_out_receivers_and_other_jobs(
 
 
 def test_inband_delay_is_preferred_and_a_missing_second_is_null():
+    # named as the agents push them (workload.samples): the outbound p50 in ns and its fallback flag
     samples = [flow("h1", t * S, "tx_bps", 50e6) for t in (1, 2, 3)]
-    samples += [flow("h1", 1 * S, "owd_p50_us", 30.0), flow("h1", 3 * S, "owd_p50_us", 90.0),
-                flow("h1", 1 * S, "rtt_us", 999.0)]
+    samples += [flow("h1", 1 * S, "owd_out_p50_ns", 30_000.0), flow("h1", 3 * S, "owd_out_p50_ns", 90_000.0),
+                flow("h1", 1 * S, "owd_out_fallback", 0.0), flow("h1", 1 * S, "rtt_us", 999.0)]
     out = job_series("J", samples, since_ns=0, now_ns=10 * S)
     assert out["flows"][0]["delay_source"] == "inband"
     assert out["flows"][0]["delay_us"] == [30.0, None, 90.0]
+
+
+def test_a_delay_flagged_as_fallback_is_charted_as_rtt_over_two():
+    samples = [flow("h1", 1 * S, "tx_bps", 50e6), flow("h1", 1 * S, "owd_out_p50_ns", 500_000.0),
+               flow("h1", 1 * S, "owd_out_fallback", 1.0), flow("h1", 1 * S, "rtt_us", 1000.0)]
+    only = job_series("J", samples, since_ns=0, now_ns=10 * S)["flows"][0]
+    assert only["delay_source"] == "rtt/2" and only["delay_us"] == [500.0]
 
 
 def test_readings_outside_the_window_are_left_out():

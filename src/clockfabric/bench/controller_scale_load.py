@@ -49,7 +49,7 @@ def samples(host: str, hosts: int) -> list[dict]:
     for f in range(FLOWS):
         labels = {"jobid": "42", "flow": f"{host}:{f}"}
         out += [{"name": n, "value": 1e9, "labels": labels}
-                for n in ("job_flow_tx_bps", "job_flow_rtt_us", "job_flow_owd_p50_us")]
+                for n in ("job_flow_tx_bps", "job_flow_rtt_us", "job_flow_owd_out_p50_ns")]
     return out
 
 

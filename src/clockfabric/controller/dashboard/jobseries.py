@@ -1,10 +1,11 @@
 """A job's time series as the jobs view charts them: its sent throughput and each sending flow's
 rate and delay, per second on one time axis, from the workload samples the controller stores
-(`job_flow_tx_bps`, `job_flow_rtt_us`, `job_flow_owd_p50_us`). Pure: samples in, a dict out.
+(`job_flow_tx_bps`, `job_flow_rtt_us`, `job_flow_owd_out_p50_ns` and its `_fallback` flag). Pure:
+samples in, a dict out.
 
-A flow's delay is its in-band one-way delay where its agent pushed one, else RTT/2 (as the root
-cause judges it). A socket that never sent in the window is a receiving end: its direction is
-charted at its sender.
+A flow's delay is its in-band one-way delay where its agent measured one (not flagged as a
+fallback), else RTT/2 (as the root cause judges it). A socket that never sent in the window is a
+receiving end: its direction is charted at its sender.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Iterable
 
 from clockfabric.controller.storage.base import Sample
 
-STATS = {"job_flow_tx_bps": "tx_bps", "job_flow_rtt_us": "rtt_us", "job_flow_owd_p50_us": "owd_us"}
+STATS = {"job_flow_tx_bps": "tx_bps", "job_flow_rtt_us": "rtt_us", "job_flow_owd_out_p50_ns": "owd_ns",
+         "job_flow_owd_out_fallback": "fallback"}
 BUCKET_NS = 10**9
 SENDING_BPS = 1e6  # a flow that never sent this fast in the window is a receiving end
 
@@ -45,6 +47,8 @@ def _flow(host: str, flow: str, readings: dict[str, dict[int, list[float]]], buc
         per = readings.get(stat, {})
         return [statistics.fmean(per[b]) * scale if b in per else None for b in buckets]
 
-    inband = "owd_us" in readings
+    # in-band once its agent measured one: an OWD pushed with no fallback flag, or the flag at 0
+    flags = [v for vs in readings.get("fallback", {}).values() for v in vs]
+    inband = "owd_ns" in readings and (not flags or min(flags) == 0.0)
     return {"host": host, "flow": flow, "delay_source": "inband" if inband else "rtt/2", "tx_bps": mean("tx_bps"),
-            "delay_us": mean("owd_us") if inband else mean("rtt_us", 0.5)}
+            "delay_us": mean("owd_ns", 1e-3) if inband else mean("rtt_us", 0.5)}
