@@ -23,7 +23,8 @@ CLI = [sys.executable, "-m", "clockfabric.cli"]
 UDP_SHARE = 0.8
 
 
-TCP_CC = "reno"  # loss-based; set in the sending hosts' namespaces for C and C+ (cubic is not allowed there)
+TCP_CC = "reno"  # loss-based; set in the TCP senders' namespaces (cubic is not allowed there)
+TCP_SCENARIOS = ("C", "C+", "P", "R")
 
 
 RAMP_TIMEOUT_S = 25.0
@@ -45,7 +46,12 @@ def flows_for(fab: Fabric, scenario: str) -> list[tuple[str, str]]:
         per_leaf = len(leaves[0])
         return [(leaves[k % n][1 + k // n], leaves[(k + 1) % n][per_leaf - 1 - k // n])
                 for k in range(max(1, spine_links // 4))]
-    if scenario == "C+":  # every host: one flow to the next leaf, one within its leaf
+    if scenario == "R":  # the reference sends to one host on the next leaf and receives from another
+        ref = fab.reference
+        home = next(i for i, leaf in enumerate(leaves) if ref in leaf)
+        far = leaves[(home + 1) % n]
+        return [(ref, far[0]), (far[-1], ref)]
+    if scenario in ("C+", "P"):  # every host: one flow to the next leaf, one within its leaf
         flows = []
         for i, leaf in enumerate(leaves):
             for j, h in enumerate(leaf):
@@ -57,7 +63,7 @@ def flows_for(fab: Fabric, scenario: str) -> list[tuple[str, str]]:
 
 def start_traffic(fab: Fabric, scenario: str, seconds: float) -> list[dict]:
     flows = flows_for(fab, scenario)
-    if scenario in ("C", "C+"):  # loss-based TCP fills the port buffers; this machine defaults to BBR
+    if scenario in TCP_SCENARIOS:  # loss-based TCP fills the port buffers; this machine defaults to BBR
         for src in sorted({a for a, _ in flows}):
             subprocess.run(["ip", "netns", "exec", fab.lab.ns(src), "sysctl", "-qw",
                             f"net.ipv4.tcp_congestion_control={TCP_CC}"], check=True, capture_output=True)

@@ -33,6 +33,20 @@ def proc_ticks(pid: int, host: str) -> int | None:
         return None
 
 
+def cpu_pressure() -> float | None:
+    """Share of the last 60 s in which some runnable task waited for a CPU (PSI)."""
+    try:
+        return float(Path("/proc/pressure/cpu").read_text().split()[2].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpu_busy() -> tuple[int, int]:
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + f[4]
+    return sum(f) - idle, sum(f)
+
+
 # ---- the lab ---------------------------------------------------------------------------------
 class Fabric:
     """One lab: its hosts by leaf, its links with their current rates, tc counters."""
@@ -66,6 +80,13 @@ class Fabric:
             impair.set_rate(self.lab, lk, bps)
             self.rates[i] = bps
 
+    def set_host_rate(self, host: str, bps: int) -> None:
+        """One host's link (both directions) at `bps`, as `clockfabric lab rate` would set it."""
+        for i, lk in enumerate(self.topo.links):
+            if host in (lk.a.node, lk.b.node):
+                impair.set_rate(self.lab, lk, bps)
+                self.rates[i] = bps
+
     def tc(self) -> dict[tuple[str, str], dict]:
         """Egress counters of every port: (node, iface) -> bytes, drops, queued packets."""
         stats: dict[tuple[str, str], dict] = {}
@@ -76,9 +97,9 @@ class Fabric:
                 s = stats.setdefault((node, q.get("dev")), {"bytes": 0, "drops": 0, "qlen": 0})
                 if q.get("kind") == "htb" and q.get("root"):
                     s["bytes"] = q.get("bytes", 0)
-                if q.get("kind") == "bfifo":
-                    s["drops"] = q.get("drops", 0)
-                    s["qlen"] = q.get("qlen", 0)
+                if q.get("kind") == "bfifo":  # one per traffic class where the port has classes
+                    s["drops"] += q.get("drops", 0)
+                    s["qlen"] += q.get("qlen", 0)
         return stats
 
     def link_load(self, t0: tuple[float, dict], looks: list[dict], t1: tuple[float, dict]) -> dict:
