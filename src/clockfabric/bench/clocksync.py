@@ -37,6 +37,10 @@ and load.
                   second lab built with traffic classes (`topology generate --classes`):
                   probes and ptp4l both mark DSCP 46 (EF) and ride the strict-priority class,
                   iperf3's DSCP 0 is best-effort. The same load as C+, the fabric differing.
+  J  ddp-job      the lab's example DDP job (examples/ddp_train.py, PyTorch over gloo, its
+                  smallest model) with one rank on every host, at the host rate: a ring
+                  all-reduce every step, bursts between compute. Sync starts once every rank
+                  steps; the job's steps and median step during sync are reported.
   D  step         idle; once all hosts are within 1 µs (and 3 s more), the last host by name
                   (not the reference) has its clock stepped by +1 ms (`lab clock step`);
                   re-convergence is the time from the step until that host's |error| is
@@ -67,32 +71,19 @@ import time
 from pathlib import Path
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clockfabric.bench import harness
-from clockfabric.bench.clocksync_report import (
-    PEERS,
-    STEP,
-    WINDOW_S,
-    machine,
-    quiet_hosts,
-    report,
-    targets,
-    verdicts,
-)
+from clockfabric.bench.clocksync_report import PEERS, STEP, WINDOW_S, machine, quiet_hosts, report, targets, verdicts
 from clockfabric.bench.clocksync_traffic import (
     CLI,
     UDP_SHARE,
     BenchError,
     cleanup,
     flows_for,
+    job_summary,
     leftovers,
+    start_job,
     start_traffic,
     stop_traffic,
     wait_flowing,
@@ -126,10 +117,11 @@ SCENARIOS = {
     "C+": ("tcp-all", f"every host link saturated by TCP (all links at {ALL_RATE}): the honest limit"),
     "R": ("ref-loaded", f"the reference's link at {LOADED_REF_RATE}, saturated both ways by TCP"),
     "P": ("prio-all", "C+'s load on a fabric with traffic classes, probes and ptp4l in the priority class"),
+    "J": ("ddp-job", "the example DDP job (smallest model), one rank on every host"),
 }
-ORDER = ["A", "B", "D", "R", "C", "C+", "P"]  # C and C+ change link rates, so they come late
+ORDER = ["A", "B", "D", "J", "R", "C", "C+", "P"]  # C and C+ change link rates, so they come late
 PRIORITIZED = {"P"}  # run on the lab built with traffic classes
-LOADED = {"B", "C", "C+", "R", "P"}
+LOADED = {"B", "C", "C+", "R", "P", "J"}
 ALL_SATURATED = {"C+", "P"}  # only at --all-saturated-sizes
 
 
@@ -168,8 +160,10 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     # Python start-up of N agents on 2 cores takes longer while the lab forwards traffic
     sync_s = startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds + (STEP_TAIL_S if key == "D" else 0.0)
     res["sync_seconds"] = sync_s
-    flows = []
-    if loaded:
+    flows, ddp = [], None
+    if key == "J":
+        ddp, res["job_ready_s"] = start_job(fab, fab.lab.dir / "bench-ddp", stage)
+    elif loaded:
         stage(f"starting {len(flows_for(fab, key))} iperf3 flows")
         flows = start_traffic(fab, key, sync_s + 60)  # stopped explicitly once sync is done
         res["ramp_s"] = wait_flowing(fab, flows, stage)
@@ -220,6 +214,8 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
         if proc.poll() is None:
             proc.terminate()
             proc.wait(30)
+        if ddp is not None:
+            res["job"] = job_summary(ddp)
     tc1 = (time.monotonic(), fab.tc())
     busy1, load1 = cpu_busy(), Path("/proc/loadavg").read_text().split()[:3]
     if flows:
@@ -315,8 +311,9 @@ def run_size(hosts: int, classes: bool, keys: list[str], seconds: float, bar: Pr
 # ---- main --------------------------------------------------------------------------------------
 @BENCHMARKS.register("clocksync")
 def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separated: 8 and 32 are defined."),
-         scenarios: str = typer.Option("A,B,D,R,C,C+,P", help="Scenarios: A idle, B udp80, C tcp-spine, "
-                                                              "C+ tcp-all, D step, R ref-loaded, P prio-all."),
+         scenarios: str = typer.Option("A,B,D,J,R,C,C+,P", help="Scenarios: A idle, B udp80, C tcp-spine, "
+                                                                "C+ tcp-all, D step, J ddp-job, R ref-loaded, "
+                                                                "P prio-all."),
          limit_sizes: str = typer.Option("8", "--all-saturated-sizes",
                                          help="Sizes that also run C+ and P (every host link saturated)."),
          seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' "
@@ -336,7 +333,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
             raise ValueError
     except ValueError:
         raise ClockfabricError("--sizes: host counts of at least 8 (e.g. 8,32); "
-                               "--scenarios: some of A,B,C,C+,D,R,P") from None
+                               "--scenarios: some of A,B,C,C+,D,R,P,J") from None
 
     def on_term(*_):
         raise KeyboardInterrupt

@@ -19,6 +19,7 @@ PEERS, WINDOW_S = 10, 2.0
 
 # targets
 IDLE_P99_NS, LOADED_P99_NS, RATIO_MIN = 500.0, 1_000.0, 10.0
+JOB_P99_NS = 2_000.0  # scenario J: a DDP job on every host, one FIFO a port
 
 
 CONVERGE_S, RECONVERGE_WINDOWS = 10.0, 2
@@ -63,6 +64,11 @@ def verdicts(results: list[dict]) -> list[dict]:
                 ratio = r["ratio_p99"].get(b)
                 add(r, f"{b} p99 / ours p99 >= {RATIO_MIN:.0f}", "-" if ratio is None else f"{ratio:.1f}x",
                     ratio is not None and ratio >= RATIO_MIN, note)
+        if r["scenario"] == "J":
+            job = r.get("job") or {}
+            add(r, f"p99 <= {JOB_P99_NS:.0f} ns with a DDP job on every host", f"{ns(ours)} ns",
+                ours is not None and ours <= JOB_P99_NS,
+                f"{job.get('steps')} steps during sync, median {sec(job.get('median_step_s'))} s")
         if r["scenario"] == "R":
             quiet = r["quiet_hosts"]
             add(r, f"quiet hosts' worst p99 <= {QUIET_MAX_NS:.0f} ns", f"{ns(quiet['worst_p99_ns'])} ns",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from clockfabric.bench.clocksync_watch import Fabric
 from clockfabric.console import err
-from clockfabric.lab import build
+from clockfabric.lab import build, job
 from clockfabric.lab.process import alive, children
 from clockfabric.lab.state import Lab, lab_names
 from clockfabric.topology import format_rate
@@ -28,6 +28,13 @@ TCP_SCENARIOS = ("C", "C+", "P", "R")
 
 
 RAMP_TIMEOUT_S = 25.0
+
+
+DDP_SCRIPT = Path("examples/ddp_train.py")
+# the example job's smallest model: 2 layers of 128, some 50k parameters, a 0.2 MB all-reduce
+# a step, bursty against its compute; many steps, stopped once sync is done
+DDP_ARGS = ["--width", "128", "--depth", "2", "--steps", "100000", "--timeout", "300"]
+JOB_READY_TIMEOUT_S = 180.0  # 8 ranks importing torch on 2 cores
 
 
 class BenchError(Exception):
@@ -98,6 +105,31 @@ def wait_flowing(fab: Fabric, flows: list[dict], stage) -> float:
             return time.monotonic() - t0
         prev, prev_t = now, now_t
     raise BenchError(f"traffic did not start within {RAMP_TIMEOUT_S:.0f} s on {', '.join(sorted(idle)[:4])}")
+
+
+def start_job(fab: Fabric, log_dir: Path, stage) -> tuple[job.Job, float]:
+    """The example DDP job, one rank on every host; returns once every rank is stepping."""
+    j = job.start(fab.lab, fab.hosts, [str(DDP_SCRIPT), *DDP_ARGS], log_dir)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < JOB_READY_TIMEOUT_S:
+        if not j.running():
+            raise BenchError(f"the DDP job ended before it ran: {j.result().error or 'no error logged'}")
+        stepping = sum(any("step" in r for r in job.read_log(p)) for p in j.logs)
+        stage(f"waiting for the DDP job ({stepping}/{len(j.logs)} ranks stepping)")
+        if stepping == len(j.logs):
+            return j, time.monotonic() - t0
+        time.sleep(1.0)
+    j.stop()
+    raise BenchError(f"the DDP job did not start stepping within {JOB_READY_TIMEOUT_S:.0f} s")
+
+
+def job_summary(j: job.Job) -> dict:
+    """How the job ran while sync did: steps, the median step, and its outcome once stopped."""
+    j.stop()
+    r = j.result()
+    return {"script": str(DDP_SCRIPT), "args": DDP_ARGS, "ranks": r.ranks, "steps": r.steps,
+            "median_step_s": r.median_step_s, "outcome": "stopped after sync" if j.killed else r.outcome,
+            "error": r.error}
 
 
 def stop_traffic(lab: Lab) -> None:
