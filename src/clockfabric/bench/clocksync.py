@@ -29,10 +29,12 @@ and load.
                   half (how many of them queue depends on ECMP; measured and reported).
                   Targets are reported, not expected.
   R  ref-loaded   the loaded host is the reference: its host link slowed to 25 Mbit/s (the
-                  rest stay at 200), one Reno flow from it to a host on the next leaf and one
-                  back from another there, so both directions of its link hold a standing
-                  queue. Judged: the quiet hosts (in no flow), and whether the reference is
-                  named as not syncable (sync's "unsynced") and how soon after the agents run.
+                  rest stay at 200); once all hosts are within 1 µs (and 3 s more), one Reno
+                  flow from it to a host on the next leaf and one back from another there, so
+                  both directions of its link hold a standing queue (a job starting on a
+                  synced fleet). Judged from the load's start: the quiet hosts (in no flow),
+                  and how soon the reference's agent says it is not synced (its mapping's
+                  state), as `sync` names such hosts.
   P  prio-all     C+'s load (every link at 25 Mbit/s, two Reno flows from every host) on a
                   second lab built with traffic classes (`topology generate --classes`):
                   probes and ptp4l both mark DSCP 46 (EF) and ride the strict-priority class,
@@ -122,6 +124,7 @@ SCENARIOS = {
 ORDER = ["A", "B", "D", "J", "R", "C", "C+", "P"]  # C and C+ change link rates, so they come late
 PRIORITIZED = {"P"}  # run on the lab built with traffic classes
 LOADED = {"B", "C", "C+", "R", "P", "J"}
+LOAD_LATE = {"R"}  # the load starts once every host is within 1 µs (+3 s), as D's step does
 ALL_SATURATED = {"C+", "P"}  # only at --all-saturated-sizes
 
 
@@ -156,18 +159,18 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     res["rates"] = {"host_link": format_rate(max(r for i, r in fab.rates.items() if not fab.is_fabric(i))),
                     "slowest_link": format_rate(min(fab.rates.values())),
                     "fabric_link": format_rate(max(r for i, r in fab.rates.items() if fab.is_fabric(i)))}
-    loaded = key in LOADED
+    loaded = key in LOADED - LOAD_LATE
     # Python start-up of N agents on 2 cores takes longer while the lab forwards traffic
-    sync_s = startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds + (STEP_TAIL_S if key == "D" else 0.0)
+    sync_s = (startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds
+              + (STEP_TAIL_S if key in ("D", *LOAD_LATE) else 0.0))
     res["sync_seconds"] = sync_s
-    flows, ddp = [], None
+    flows, ddp, load_at = [], None, None
     if key == "J":
         ddp, res["job_ready_s"] = start_job(fab, fab.lab.dir / "bench-ddp", stage)
     elif loaded:
         stage(f"starting {len(flows_for(fab, key))} iperf3 flows")
         flows = start_traffic(fab, key, sync_s + 60)  # stopped explicitly once sync is done
         res["ramp_s"] = wait_flowing(fab, flows, stage)
-    res["flows"] = flows
 
     for f in (fab.lab.dir / "agents").glob("*.json"):  # never read the last scenario's states
         f.unlink()
@@ -193,9 +196,13 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
             if 0.3 * sync_s <= t <= 0.9 * sync_s and t >= last_look + QUEUE_LOOK_S:
                 looks.append(fab.tc())
                 last_look = t
+            due = (watch.converged_s is not None and t >= watch.converged_s + STEP_AFTER_CONVERGED_S
+                   or t >= sync_s - STEP_TAIL_S + 2)
+            if key in LOAD_LATE and load_at is None and due:
+                flows = start_traffic(fab, key, sync_s + 60)
+                load_at = time.monotonic() - t_launch
             if key == "D" and stepper is None:
-                due = watch.converged_s is not None and t >= watch.converged_s + STEP_AFTER_CONVERGED_S
-                if due or t >= sync_s - STEP_TAIL_S + 2:
+                if due:
                     before = len(fab.lab.clocks()[step_host].steps)
                     stepper = subprocess.Popen([*CLI, "lab", "clock", "step", step_host, STEP, "--lab", fab.lab.name],
                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -208,7 +215,7 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
             up = f"{len(watch.first)}/{hosts} agents up"
             worst = f", worst |error| {watch.worst:,.0f} ns" if watch.worst is not None else ""
             conv = f", converged at {watch.converged_s:.1f} s" if watch.converged_s is not None else ""
-            stepped = ", stepped" if step else ""
+            stepped = ", stepped" if step else ", loaded" if load_at else ""
             stage(f"sync {t:4.0f}/{sync_s:.0f} s, {up}{worst}{conv}{stepped}")
     finally:
         if proc.poll() is None:
@@ -221,8 +228,6 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     if flows:
         stage("stopping traffic")
         stop_traffic(fab.lab)
-    if key == "R":  # later scenarios expect every host link at the host rate
-        fab.set_host_rate(fab.reference, parse_rate(HOST_RATE))
     if proc.returncode != 0:
         raise BenchError(f"sync failed ({key} {name}, {hosts} hosts): {sync_err.read_text().strip()[-600:]}")
     report = json.loads(sync_out.read_text())
@@ -238,26 +243,22 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     res["per_host"] = report.get("hosts")
     res["bound"] = report.get("bound")
     res["unsynced"] = report.get("unsynced")
-    busy_hosts = {h for f in flows for h in (f["src"], f["dst"])}
-    res["quiet_hosts"] = quiet_hosts(report.get("hosts") or {}, busy_hosts | {fab.reference})
+    res["flows"], res["load_at_s"] = flows, load_at
+    if load_at is not None:  # judged from the moment the load starts
+        busy_hosts = {h for f in flows for h in (f["src"], f["dst"])} | {fab.reference}
+        res["quiet_hosts"] = quiet_hosts(watch.errors, load_at, busy_hosts)
+        res["reference_named"] = watch.named_after(fab.reference, load_at)
     res["timeline"] = report.get("timeline")
     res["agents_up_s"] = watch.agents_up_s
     res["converged_watch_s"] = watch.converged_s
     res["converged_after_up_s"] = (watch.converged_s - watch.agents_up_s
                                    if watch.converged_s is not None and watch.agents_up_s is not None else None)
     res["cpu"] = watch.cpu_pct()
-    pr = watch.probe_rate()
-    pr["sync_bytes_per_host_per_s"] = report.get("probe_bytes_per_host_per_s")
-    host_rate0 = parse_rate(HOST_RATE)
-    for k in ("wire_mean", "wire_max", "total_max"):
-        v = pr[f"{k}_bytes_per_s"]
-        pr[f"{k}_share_of_link"] = v * 8 / host_rate0 if v else None
-    sb = pr["sync_bytes_per_host_per_s"]
-    pr["sync_share_of_link"] = sb * 8 / host_rate0 if sb else None
-    pr["host_link_bps"] = host_rate0
-    res["probes"] = pr
+    res["probes"] = watch.probe_shares(parse_rate(HOST_RATE), report.get("probe_bytes_per_host_per_s"))
     res["links"] = fab.link_load(tc0, looks, tc1)
     res["links"]["queue_looks"] = len(looks)
+    if key == "R":  # later scenarios expect every host link at the host rate
+        fab.set_host_rate(fab.reference, parse_rate(HOST_RATE))
     res["machine_load"] = {"loadavg_start": load0, "loadavg_end": load1,
                            "cpu_busy_pct": 100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
                            "cpu_pressure_some_avg60_pct": cpu_pressure()}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clockfabric.clock.evaluate import ours_errors, read_states
+from clockfabric.clock.evaluate import ours_errors, read_states, unsynced_reasons
 from clockfabric.lab import impair
 from clockfabric.lab.state import Lab
 
@@ -161,6 +161,7 @@ class Watch:
         self.agents_up_s: float | None = None
         self.converged_s: float | None = None
         self.worst: float | None = None
+        self.named: dict[str, list[tuple[float, str]]] = {}  # host -> (t, why) at each sample it was not synced
 
     def sample(self) -> None:
         t = time.monotonic() - self.t0
@@ -180,6 +181,8 @@ class Watch:
             row = (t, st.get("updated_local_ns", 0), c.get("wire_bytes_sent", 0), c.get("control_bytes_sent", 0))
             if not self.bytes.get(h) or self.bytes[h][-1][1] != row[1]:
                 self.bytes.setdefault(h, []).append(row)
+        for h, why in unsynced_reasons(states).items():
+            self.named.setdefault(h, []).append((t, why))
         if self.agents_up_s is None and len(self.first) == len(self.fab.hosts):
             self.agents_up_s = t
         others = {h: e for h, e in errors.items() if h != self.fab.reference}
@@ -235,6 +238,22 @@ class Watch:
                 "control_mean_bytes_per_s": float(np.mean([v[1] for v in per.values()])),
                 "control_max_bytes_per_s": max(v[1] for v in per.values()),
                 "total_max_bytes_per_s": max(total.values()), "total_max_host": max(total, key=lambda h: total[h])}
+
+    def named_after(self, host: str, since_s: float) -> dict:
+        """The first time from since_s at which host's agent said it was not synced, and why."""
+        first = next(((t, why) for t, why in self.named.get(host, []) if t >= since_s), None)
+        return {"after_s": None if first is None else first[0] - since_s, "reason": first and first[1]}
+
+    def probe_shares(self, host_rate_bps: int, sync_bytes_per_s: float | None) -> dict:
+        """probe_rate(), with each figure as a share of the host link rate; and `sync`'s own."""
+        pr: dict = self.probe_rate()
+        pr["sync_bytes_per_host_per_s"] = sync_bytes_per_s
+        for k in ("wire_mean", "wire_max", "total_max"):
+            v = pr[f"{k}_bytes_per_s"]
+            pr[f"{k}_share_of_link"] = v * 8 / host_rate_bps if v else None
+        pr["sync_share_of_link"] = sync_bytes_per_s * 8 / host_rate_bps if sync_bytes_per_s else None
+        pr["host_link_bps"] = host_rate_bps
+        return pr
 
     def reconvergence(self, host: str, step_real_ns: int) -> dict:
         mine = [(real, e) for _, real, h, e in self.errors if h == host and real >= step_real_ns]
