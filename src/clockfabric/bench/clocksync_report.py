@@ -69,7 +69,8 @@ def verdicts(results: list[dict]) -> list[dict]:
             job = r.get("job") or {}
             add(r, f"p99 <= {JOB_P99_NS:.0f} ns with a DDP job on every host", f"{ns(ours)} ns",
                 ours is not None and ours <= JOB_P99_NS,
-                f"{job.get('steps')} steps during sync, median {sec(job.get('median_step_s'))} s")
+                f"{job.get('steps')} steps during sync, median step {1000 * (job.get('median_step_s') or 0):.0f} ms; "
+                f"busiest host link {r['links']['host_util_max']:.0%} busy on average")
         if r["scenario"] == "R":
             quiet = r["quiet_hosts"]
             add(r, f"quiet hosts' worst p99 <= {QUIET_MAX_NS:.0f} ns once loaded", f"{ns(quiet['worst_p99_ns'])} ns",
