@@ -125,7 +125,7 @@ ORDER = ["A", "B", "D", "J", "R", "C", "C+", "P"]  # C and C+ change link rates,
 PRIORITIZED = {"P"}  # run on the lab built with traffic classes
 LOADED = {"B", "C", "C+", "R", "P", "J"}
 LOAD_LATE = {"R"}  # the load starts once every host is within 1 µs (+3 s), as D's step does
-ALL_SATURATED = {"C+", "P"}  # only at --all-saturated-sizes
+EVERY_HOST_LOADED = {"C+", "P", "J"}  # only at --all-saturated-sizes: what 2 cores carry at 8 hosts
 
 
 
@@ -316,7 +316,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
                                                                 "C+ tcp-all, D step, J ddp-job, R ref-loaded, "
                                                                 "P prio-all."),
          limit_sizes: str = typer.Option("8", "--all-saturated-sizes",
-                                         help="Sizes that also run C+ and P (every host link saturated)."),
+                                         help="Sizes that also run C+, P and J (load on every host)."),
          seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' "
                                                            "start-up allowance (8 s + 1 s per host, x2 under load)."),
          quick: bool = typer.Option(False, "--quick", help="8 hosts, idle and UDP only."),
@@ -341,7 +341,8 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
     signal.signal(signal.SIGTERM, on_term)
 
     plan = [(h, classes, ks) for h in size_list for classes in (False, True)
-            if (ks := [k for k in keys if (k in PRIORITIZED) == classes and (k not in ALL_SATURATED or h in all_sat)])]
+            if (ks := [k for k in keys if (k in PRIORITIZED) == classes
+                       and (k not in EVERY_HOST_LOADED or h in all_sat)])]
     names = [lab_name(h, classes) for h, classes, _ in plan]
     if stale := [n for n in names if n in lab_names()]:
         err.print(f"removing labs left by an earlier run: {', '.join(stale)}")
