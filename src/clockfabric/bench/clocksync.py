@@ -388,8 +388,6 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
                        "all_rate": ALL_RATE, "loaded_reference_rate": LOADED_REF_RATE, "step": STEP,
                        "quick": quick, "scenarios": keys},
             "results": results, "targets": checks, "failures": failures}
-    # a record of some scenarios only must not replace the full one on the page
-    record("clocksync" if json_path.name == DEFAULT_JSON.name else json_path.stem, targets(checks), info, data,
-           path=json_path)
+    record("clocksync", targets(checks), info, data, path=json_path)
     err.print(f"results written to {json_path} ({info['wall_s'] / 60:.1f} min)")
     raise typer.Exit(code)
