@@ -28,6 +28,21 @@ and load.
                   direction holds a standing queue and the spine links carry the cross-leaf
                   half (how many of them queue depends on ECMP; measured and reported).
                   Targets are reported, not expected.
+  R  ref-loaded   the loaded host is the reference: its host link slowed to 25 Mbit/s (the
+                  rest stay at 200); once all hosts are within 1 µs (and 3 s more), one Reno
+                  flow from it to a host on the next leaf and one back from another there, so
+                  both directions of its link hold a standing queue (a job starting on a
+                  synced fleet). Judged from the load's start: the quiet hosts (in no flow),
+                  and how soon the reference's agent says it is not synced (its mapping's
+                  state), as `sync` names such hosts.
+  P  prio-all     C+'s load (every link at 25 Mbit/s, two Reno flows from every host) on a
+                  second lab built with traffic classes (`topology generate --classes`):
+                  probes and ptp4l both mark DSCP 46 (EF) and ride the strict-priority class,
+                  iperf3's DSCP 0 is best-effort. The same load as C+, the fabric differing.
+  J  ddp-job      the lab's example DDP job (examples/ddp_train.py, PyTorch over gloo, its
+                  smallest model) with one rank on every host, at the host rate: a ring
+                  all-reduce every step, bursts between compute. Sync starts once every rank
+                  steps; the job's steps and median step during sync are reported.
   D  step         idle; once all hosts are within 1 µs (and 3 s more), the last host by name
                   (not the reference) has its clock stepped by +1 ms (`lab clock step`);
                   re-convergence is the time from the step until that host's |error| is
@@ -43,53 +58,52 @@ converged (wire + control), and the step's re-convergence.
 Each sync runs for a start-up allowance (8 s + 1 s per host, x2 under load) plus --seconds
 (+14 s for the step), since `sync` counts its time from before the agents start.
 
-    sudo clockfabric bench clocksync [--sizes 8,32] [--quick] [--seconds 20] [--out PATH]
+Every scenario also reports its bound's coverage: the share of samples after convergence in
+which each host's published bound held its |error| against the truth (`sync --json`'s "bound").
+
+    sudo clockfabric bench clocksync [--sizes 8,32] [--scenarios A,R,P] [--seconds 20] [--out PATH]
 """
 
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clockfabric.bench import harness
-from clockfabric.bench.clocksync_report import PEERS, STEP, WINDOW_S, machine, report, verdicts
+from clockfabric.bench.clocksync_report import PEERS, STEP, WINDOW_S, machine, quiet_hosts, report, targets, verdicts
 from clockfabric.bench.clocksync_traffic import (
     CLI,
     UDP_SHARE,
     BenchError,
     cleanup,
     flows_for,
+    job_summary,
     leftovers,
+    start_job,
     start_traffic,
     stop_traffic,
     wait_flowing,
 )
-from clockfabric.bench.clocksync_watch import Fabric, Watch
-from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
+from clockfabric.bench.clocksync_watch import Fabric, Watch, cpu_busy, cpu_pressure
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, record
 from clockfabric.console import err, out, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import lab_names
 from clockfabric.topology import format_rate, parse_rate
 
 DEFAULT_JSON = RESULTS / "clocksync.json"
-LAB = "csbench-{}"
+LAB = "csbench-{}"  # hosts, and "p" for the lab with traffic classes
 SHAPES = {8: (2, 2), 32: (4, 4)}  # hosts: (leaves, spines)
 HOST_RATE = "200mbit"
 SPINE_RATE_C = "25mbit"  # scenario C: the spine link is the bottleneck, host links stay at 200
-ALL_RATE = "25mbit"  # scenario C+: every link, so 2 cores can keep all of them saturated
+ALL_RATE = "25mbit"  # scenarios C+ and P: every link, so 2 cores can keep all of them saturated
+LOADED_REF_RATE = "25mbit"  # scenario R: the reference's host link
 SAMPLE_S = 0.5
 STEP_AFTER_CONVERGED_S = 3.0
 STEP_TAIL_S = 14.0  # sync time kept after the step
@@ -103,8 +117,15 @@ SCENARIOS = {
     "D": ("step", f"idle, one host's clock stepped by +{STEP}"),
     "C": ("tcp-spine", f"saturating TCP on up to half the spine links (leaf-spine at {SPINE_RATE_C})"),
     "C+": ("tcp-all", f"every host link saturated by TCP (all links at {ALL_RATE}): the honest limit"),
+    "R": ("ref-loaded", f"the reference's link at {LOADED_REF_RATE}, saturated both ways by TCP"),
+    "P": ("prio-all", "C+'s load on a fabric with traffic classes, probes and ptp4l in the priority class"),
+    "J": ("ddp-job", "the example DDP job (smallest model), one rank on every host"),
 }
-ORDER = ["A", "B", "D", "C", "C+"]  # C and C+ change link rates, so they come last
+ORDER = ["A", "B", "D", "J", "R", "C", "C+", "P"]  # C and C+ change link rates, so they come late
+PRIORITIZED = {"P"}  # run on the lab built with traffic classes
+LOADED = {"B", "C", "C+", "R", "P", "J"}
+LOAD_LATE = {"R"}  # the load starts once every host is within 1 µs (+3 s), as D's step does
+EVERY_HOST_LOADED = {"C+", "P", "J"}  # only at --all-saturated-sizes: what 2 cores carry at 8 hosts
 
 
 
@@ -114,20 +135,6 @@ def cli(*args: str, timeout: float = 120) -> str:
     if p.returncode != 0:
         raise BenchError(f"`clockfabric {' '.join(args)}` failed: {(p.stderr or p.stdout).strip()[-500:]}")
     return p.stdout
-
-
-def cpu_pressure() -> float | None:
-    """Share of the last 60 s in which some runnable task waited for a CPU (PSI)."""
-    try:
-        return float(Path("/proc/pressure/cpu").read_text().split()[2].split("=")[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def cpu_busy() -> tuple[int, int]:
-    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = f[3] + f[4]
-    return sum(f) - idle, sum(f)
 
 
 # ---- one scenario ----------------------------------------------------------------------------
@@ -142,21 +149,28 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     if key == "C":
         stage(f"leaf-spine links to {SPINE_RATE_C}")
         fab.set_rates(parse_rate(SPINE_RATE_C), fabric_only=True)
-    if key == "C+":
+    if key == "R":
+        stage(f"the reference's link to {LOADED_REF_RATE}")
+        fab.set_rates(parse_rate(HOST_RATE), fabric_only=False)
+        fab.set_host_rate(fab.reference, parse_rate(LOADED_REF_RATE))
+    if key in ("C+", "P"):
         stage(f"every link to {ALL_RATE}")
         fab.set_rates(parse_rate(ALL_RATE), fabric_only=False)
     res["rates"] = {"host_link": format_rate(max(r for i, r in fab.rates.items() if not fab.is_fabric(i))),
+                    "slowest_link": format_rate(min(fab.rates.values())),
                     "fabric_link": format_rate(max(r for i, r in fab.rates.items() if fab.is_fabric(i)))}
-    loaded = key in ("B", "C", "C+")
+    loaded = key in LOADED - LOAD_LATE
     # Python start-up of N agents on 2 cores takes longer while the lab forwards traffic
-    sync_s = startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds + (STEP_TAIL_S if key == "D" else 0.0)
+    sync_s = (startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds
+              + (STEP_TAIL_S if key in ("D", *LOAD_LATE) else 0.0))
     res["sync_seconds"] = sync_s
-    flows = []
-    if key in ("B", "C", "C+"):
+    flows, ddp, load_at = [], None, None
+    if key == "J":
+        ddp, res["job_ready_s"] = start_job(fab, fab.lab.dir / "bench-ddp", stage)
+    elif loaded:
         stage(f"starting {len(flows_for(fab, key))} iperf3 flows")
         flows = start_traffic(fab, key, sync_s + 60)  # stopped explicitly once sync is done
         res["ramp_s"] = wait_flowing(fab, flows, stage)
-    res["flows"] = flows
 
     for f in (fab.lab.dir / "agents").glob("*.json"):  # never read the last scenario's states
         f.unlink()
@@ -182,9 +196,13 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
             if 0.3 * sync_s <= t <= 0.9 * sync_s and t >= last_look + QUEUE_LOOK_S:
                 looks.append(fab.tc())
                 last_look = t
+            due = (watch.converged_s is not None and t >= watch.converged_s + STEP_AFTER_CONVERGED_S
+                   or t >= sync_s - STEP_TAIL_S + 2)
+            if key in LOAD_LATE and load_at is None and due:
+                flows = start_traffic(fab, key, sync_s + 60)
+                load_at = time.monotonic() - t_launch
             if key == "D" and stepper is None:
-                due = watch.converged_s is not None and t >= watch.converged_s + STEP_AFTER_CONVERGED_S
-                if due or t >= sync_s - STEP_TAIL_S + 2:
+                if due:
                     before = len(fab.lab.clocks()[step_host].steps)
                     stepper = subprocess.Popen([*CLI, "lab", "clock", "step", step_host, STEP, "--lab", fab.lab.name],
                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -197,12 +215,14 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
             up = f"{len(watch.first)}/{hosts} agents up"
             worst = f", worst |error| {watch.worst:,.0f} ns" if watch.worst is not None else ""
             conv = f", converged at {watch.converged_s:.1f} s" if watch.converged_s is not None else ""
-            stepped = ", stepped" if step else ""
+            stepped = ", stepped" if step else ", loaded" if load_at else ""
             stage(f"sync {t:4.0f}/{sync_s:.0f} s, {up}{worst}{conv}{stepped}")
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(30)
+        if ddp is not None:
+            res["job"] = job_summary(ddp)
     tc1 = (time.monotonic(), fab.tc())
     busy1, load1 = cpu_busy(), Path("/proc/loadavg").read_text().split()[:3]
     if flows:
@@ -221,24 +241,24 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
                                               "reference", "timestamping", "scenario")}
     res["sync"]["stats_window_s"] = sync_s - report["stats_from_s"] if report.get("stats_from_s") else None
     res["per_host"] = report.get("hosts")
+    res["bound"] = report.get("bound")
+    res["unsynced"] = report.get("unsynced")
+    res["flows"], res["load_at_s"] = flows, load_at
+    if load_at is not None:  # judged from the moment the load starts
+        busy_hosts = {h for f in flows for h in (f["src"], f["dst"])} | {fab.reference}
+        res["quiet_hosts"] = quiet_hosts(watch.errors, load_at, busy_hosts)
+        res["reference_named"] = watch.named_after(fab.reference, load_at)
     res["timeline"] = report.get("timeline")
     res["agents_up_s"] = watch.agents_up_s
     res["converged_watch_s"] = watch.converged_s
     res["converged_after_up_s"] = (watch.converged_s - watch.agents_up_s
                                    if watch.converged_s is not None and watch.agents_up_s is not None else None)
     res["cpu"] = watch.cpu_pct()
-    pr = watch.probe_rate()
-    pr["sync_bytes_per_host_per_s"] = report.get("probe_bytes_per_host_per_s")
-    host_rate0 = parse_rate(HOST_RATE)
-    for k in ("wire_mean", "wire_max", "total_max"):
-        v = pr[f"{k}_bytes_per_s"]
-        pr[f"{k}_share_of_link"] = v * 8 / host_rate0 if v else None
-    sb = pr["sync_bytes_per_host_per_s"]
-    pr["sync_share_of_link"] = sb * 8 / host_rate0 if sb else None
-    pr["host_link_bps"] = host_rate0
-    res["probes"] = pr
+    res["probes"] = watch.probe_shares(parse_rate(HOST_RATE), report.get("probe_bytes_per_host_per_s"))
     res["links"] = fab.link_load(tc0, looks, tc1)
     res["links"]["queue_looks"] = len(looks)
+    if key == "R":  # later scenarios expect every host link at the host rate
+        fab.set_host_rate(fab.reference, parse_rate(HOST_RATE))
     res["machine_load"] = {"loadavg_start": load0, "loadavg_end": load1,
                            "cpu_busy_pct": 100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
                            "cpu_pressure_some_avg60_pct": cpu_pressure()}
@@ -257,15 +277,19 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     return res
 
 
-# ---- one size --------------------------------------------------------------------------------
-def run_size(hosts: int, keys: list[str], seconds: float, bar: Progress, overall, stage_id,
+# ---- one lab ---------------------------------------------------------------------------------
+def lab_name(hosts: int, classes: bool) -> str:
+    return LAB.format(f"{hosts}p" if classes else hosts)
+
+
+def run_size(hosts: int, classes: bool, keys: list[str], seconds: float, bar: Progress, overall, stage_id,
              results: list[dict], failures: list[str]) -> None:
     leaves, spines = SHAPES.get(hosts, (max(2, hosts // 8), max(2, hosts // 8)))
-    name = LAB.format(hosts)
+    name = lab_name(hosts, classes)
     path = Path(f"/tmp/{name}.yaml")
     bar.update(stage_id, description=f"{hosts:>2} hosts: lab up")
     cli("topology", "generate", "leafspine", "--hosts", str(hosts), "--leaves", str(leaves), "--spines", str(spines),
-        "--host-rate", HOST_RATE, "--name", name, "-o", str(path))
+        "--host-rate", HOST_RATE, "--name", name, "-o", str(path), *(["--classes"] if classes else []))
     cli("lab", "up", str(path), "--name", name, "--json")  # ±50 ms offsets, ±100 ppm drifts (defaults)
     try:
         fab = Fabric(name)
@@ -273,7 +297,7 @@ def run_size(hosts: int, keys: list[str], seconds: float, bar: Progress, overall
         for key in keys:
             try:
                 r = run_scenario(fab, key, seconds, startup_s, bar, stage_id)
-                r.update({"leaves": leaves, "spines": spines})
+                r.update({"leaves": leaves, "spines": spines, "traffic_classes": classes})
                 results.append(r)
             except BenchError as e:
                 failures.append(str(e))
@@ -288,10 +312,11 @@ def run_size(hosts: int, keys: list[str], seconds: float, bar: Progress, overall
 # ---- main --------------------------------------------------------------------------------------
 @BENCHMARKS.register("clocksync")
 def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separated: 8 and 32 are defined."),
-         scenarios: str = typer.Option("A,B,D,C,C+", help="Scenarios: A idle, B udp80, C tcp-spine, "
-                                                          "C+ tcp-all, D step."),
+         scenarios: str = typer.Option("A,B,D,J,R,C,C+,P", help="Scenarios: A idle, B udp80, C tcp-spine, "
+                                                                "C+ tcp-all, D step, J ddp-job, R ref-loaded, "
+                                                                "P prio-all."),
          limit_sizes: str = typer.Option("8", "--all-saturated-sizes",
-                                         help="Sizes that also run C+ (every host link saturated)."),
+                                         help="Sizes that also run C+, P and J (load on every host)."),
          seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' "
                                                            "start-up allowance (8 s + 1 s per host, x2 under load)."),
          quick: bool = typer.Option(False, "--quick", help="8 hosts, idle and UDP only."),
@@ -309,13 +334,16 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
             raise ValueError
     except ValueError:
         raise ClockfabricError("--sizes: host counts of at least 8 (e.g. 8,32); "
-                               "--scenarios: some of A,B,C,C+,D") from None
+                               "--scenarios: some of A,B,C,C+,D,R,P,J") from None
 
     def on_term(*_):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
 
-    names = [LAB.format(h) for h in size_list]
+    plan = [(h, classes, ks) for h in size_list for classes in (False, True)
+            if (ks := [k for k in keys if (k in PRIORITIZED) == classes
+                       and (k not in EVERY_HOST_LOADED or h in all_sat)])]
+    names = [lab_name(h, classes) for h, classes, _ in plan]
     if stale := [n for n in names if n in lab_names()]:
         err.print(f"removing labs left by an earlier run: {', '.join(stale)}")
         cleanup(stale)
@@ -323,15 +351,14 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
     results: list[dict] = []
     failures: list[str] = []
     status, code = "ok", 0
-    plan = [(h, [k for k in keys if k != "C+" or h in all_sat]) for h in size_list]
     started = time.monotonic()
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=True) as bar:
-            overall = bar.add_task("all scenarios", total=sum(len(k) for _, k in plan))
+            overall = bar.add_task("all scenarios", total=sum(len(k) for *_, k in plan))
             stage = bar.add_task("", total=None)
-            for h, ks in plan:
-                run_size(h, ks, seconds, bar, overall, stage, results, failures)
+            for h, classes, ks in plan:
+                run_size(h, classes, ks, seconds, bar, overall, stage, results, failures)
     except KeyboardInterrupt:
         status, code = "interrupted", 130
         err.print("interrupted; cleaning up")
@@ -358,21 +385,9 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
             "params": {"sizes": size_list, "shapes": {h: SHAPES.get(h) for h in size_list}, "host_rate": HOST_RATE,
                        "max_offset": "50ms", "max_drift_ppm": 100.0, "peers": PEERS, "window_s": WINDOW_S,
                        "seconds_beyond_startup": seconds, "udp_share": UDP_SHARE, "spine_rate_c": SPINE_RATE_C,
-                       "all_rate": ALL_RATE, "step": STEP, "quick": quick},
+                       "all_rate": ALL_RATE, "loaded_reference_rate": LOADED_REF_RATE, "step": STEP,
+                       "quick": quick, "scenarios": keys},
             "results": results, "targets": checks, "failures": failures}
     record("clocksync", targets(checks), info, data, path=json_path)
     err.print(f"results written to {json_path} ({info['wall_s'] / 60:.1f} min)")
     raise typer.Exit(code)
-
-
-def targets(checks: list[dict]) -> list[Target]:
-    """verdicts() as the harness's targets: the figure and bar read back from their text."""
-    found = []
-    for v in checks:
-        bar = re.search(r"(<=|>=|within) ([\d.]+)", v["target"])
-        figure = re.match(r"-?[\d,.]+", v["value"])
-        value = float(figure[0].replace(",", "")) if figure else None
-        found.append(Target(f"{v['hosts']} hosts, {v['scenario']}: {v['target']}", value,
-                            float(bar[2]) if bar else 0.0, better="higher" if bar and bar[1] == ">=" else "lower",
-                            possible="not expected to pass" not in v["note"], note=v["note"]))
-    return found

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from clockfabric.bench.clocksync_watch import Fabric
 from clockfabric.console import err
-from clockfabric.lab import build
+from clockfabric.lab import build, job
 from clockfabric.lab.process import alive, children
 from clockfabric.lab.state import Lab, lab_names
 from clockfabric.topology import format_rate
@@ -23,10 +23,18 @@ CLI = [sys.executable, "-m", "clockfabric.cli"]
 UDP_SHARE = 0.8
 
 
-TCP_CC = "reno"  # loss-based; set in the sending hosts' namespaces for C and C+ (cubic is not allowed there)
+TCP_CC = "reno"  # loss-based; set in the TCP senders' namespaces (cubic is not allowed there)
+TCP_SCENARIOS = ("C", "C+", "P", "R")
 
 
 RAMP_TIMEOUT_S = 25.0
+
+
+DDP_SCRIPT = Path("examples/ddp_train.py")
+# the example job's smallest model: 2 layers of 128, some 50k parameters, a 0.2 MB all-reduce
+# a step, bursty against its compute; many steps, stopped once sync is done
+DDP_ARGS = ["--width", "128", "--depth", "2", "--steps", "100000", "--timeout", "300"]
+JOB_READY_TIMEOUT_S = 180.0  # 8 ranks importing torch on 2 cores
 
 
 class BenchError(Exception):
@@ -45,7 +53,12 @@ def flows_for(fab: Fabric, scenario: str) -> list[tuple[str, str]]:
         per_leaf = len(leaves[0])
         return [(leaves[k % n][1 + k // n], leaves[(k + 1) % n][per_leaf - 1 - k // n])
                 for k in range(max(1, spine_links // 4))]
-    if scenario == "C+":  # every host: one flow to the next leaf, one within its leaf
+    if scenario == "R":  # the reference sends to one host on the next leaf and receives from another
+        ref = fab.reference
+        home = next(i for i, leaf in enumerate(leaves) if ref in leaf)
+        far = leaves[(home + 1) % n]
+        return [(ref, far[0]), (far[-1], ref)]
+    if scenario in ("C+", "P"):  # every host: one flow to the next leaf, one within its leaf
         flows = []
         for i, leaf in enumerate(leaves):
             for j, h in enumerate(leaf):
@@ -57,7 +70,7 @@ def flows_for(fab: Fabric, scenario: str) -> list[tuple[str, str]]:
 
 def start_traffic(fab: Fabric, scenario: str, seconds: float) -> list[dict]:
     flows = flows_for(fab, scenario)
-    if scenario in ("C", "C+"):  # loss-based TCP fills the port buffers; this machine defaults to BBR
+    if scenario in TCP_SCENARIOS:  # loss-based TCP fills the port buffers; this machine defaults to BBR
         for src in sorted({a for a, _ in flows}):
             subprocess.run(["ip", "netns", "exec", fab.lab.ns(src), "sysctl", "-qw",
                             f"net.ipv4.tcp_congestion_control={TCP_CC}"], check=True, capture_output=True)
@@ -92,6 +105,31 @@ def wait_flowing(fab: Fabric, flows: list[dict], stage) -> float:
             return time.monotonic() - t0
         prev, prev_t = now, now_t
     raise BenchError(f"traffic did not start within {RAMP_TIMEOUT_S:.0f} s on {', '.join(sorted(idle)[:4])}")
+
+
+def start_job(fab: Fabric, log_dir: Path, stage) -> tuple[job.Job, float]:
+    """The example DDP job, one rank on every host; returns once every rank is stepping."""
+    j = job.start(fab.lab, fab.hosts, [str(DDP_SCRIPT), *DDP_ARGS], log_dir)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < JOB_READY_TIMEOUT_S:
+        if not j.running():
+            raise BenchError(f"the DDP job ended before it ran: {j.result().error or 'no error logged'}")
+        stepping = sum(any("step" in r for r in job.read_log(p)) for p in j.logs)
+        stage(f"waiting for the DDP job ({stepping}/{len(j.logs)} ranks stepping)")
+        if stepping == len(j.logs):
+            return j, time.monotonic() - t0
+        time.sleep(1.0)
+    j.stop()
+    raise BenchError(f"the DDP job did not start stepping within {JOB_READY_TIMEOUT_S:.0f} s")
+
+
+def job_summary(j: job.Job) -> dict:
+    """How the job ran while sync did: steps, the median step, and its outcome once stopped."""
+    j.stop()
+    r = j.result()
+    return {"script": str(DDP_SCRIPT), "args": DDP_ARGS, "ranks": r.ranks, "steps": r.steps,
+            "median_step_s": r.median_step_s, "outcome": "stopped after sync" if j.killed else r.outcome,
+            "error": r.error}
 
 
 def stop_traffic(lab: Lab) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clockfabric.clock.evaluate import ours_errors, read_states
+from clockfabric.clock.evaluate import ours_errors, read_states, unsynced_reasons
 from clockfabric.lab import impair
 from clockfabric.lab.state import Lab
 
@@ -31,6 +31,20 @@ def proc_ticks(pid: int, host: str) -> int | None:
         return int(f[11]) + int(f[12])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def cpu_pressure() -> float | None:
+    """Share of the last 60 s in which some runnable task waited for a CPU (PSI)."""
+    try:
+        return float(Path("/proc/pressure/cpu").read_text().split()[2].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpu_busy() -> tuple[int, int]:
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + f[4]
+    return sum(f) - idle, sum(f)
 
 
 # ---- the lab ---------------------------------------------------------------------------------
@@ -66,6 +80,13 @@ class Fabric:
             impair.set_rate(self.lab, lk, bps)
             self.rates[i] = bps
 
+    def set_host_rate(self, host: str, bps: int) -> None:
+        """One host's link (both directions) at `bps`, as `clockfabric lab rate` would set it."""
+        for i, lk in enumerate(self.topo.links):
+            if host in (lk.a.node, lk.b.node):
+                impair.set_rate(self.lab, lk, bps)
+                self.rates[i] = bps
+
     def tc(self) -> dict[tuple[str, str], dict]:
         """Egress counters of every port: (node, iface) -> bytes, drops, queued packets."""
         stats: dict[tuple[str, str], dict] = {}
@@ -76,9 +97,9 @@ class Fabric:
                 s = stats.setdefault((node, q.get("dev")), {"bytes": 0, "drops": 0, "qlen": 0})
                 if q.get("kind") == "htb" and q.get("root"):
                     s["bytes"] = q.get("bytes", 0)
-                if q.get("kind") == "bfifo":
-                    s["drops"] = q.get("drops", 0)
-                    s["qlen"] = q.get("qlen", 0)
+                if q.get("kind") == "bfifo":  # one per traffic class where the port has classes
+                    s["drops"] += q.get("drops", 0)
+                    s["qlen"] += q.get("qlen", 0)
         return stats
 
     def link_load(self, t0: tuple[float, dict], looks: list[dict], t1: tuple[float, dict]) -> dict:
@@ -140,6 +161,7 @@ class Watch:
         self.agents_up_s: float | None = None
         self.converged_s: float | None = None
         self.worst: float | None = None
+        self.named: dict[str, list[tuple[float, str]]] = {}  # host -> (t, why) at each sample it was not synced
 
     def sample(self) -> None:
         t = time.monotonic() - self.t0
@@ -159,6 +181,8 @@ class Watch:
             row = (t, st.get("updated_local_ns", 0), c.get("wire_bytes_sent", 0), c.get("control_bytes_sent", 0))
             if not self.bytes.get(h) or self.bytes[h][-1][1] != row[1]:
                 self.bytes.setdefault(h, []).append(row)
+        for h, why in unsynced_reasons(states).items():
+            self.named.setdefault(h, []).append((t, why))
         if self.agents_up_s is None and len(self.first) == len(self.fab.hosts):
             self.agents_up_s = t
         others = {h: e for h, e in errors.items() if h != self.fab.reference}
@@ -214,6 +238,22 @@ class Watch:
                 "control_mean_bytes_per_s": float(np.mean([v[1] for v in per.values()])),
                 "control_max_bytes_per_s": max(v[1] for v in per.values()),
                 "total_max_bytes_per_s": max(total.values()), "total_max_host": max(total, key=lambda h: total[h])}
+
+    def named_after(self, host: str, since_s: float) -> dict:
+        """The first time from since_s at which host's agent said it was not synced, and why."""
+        first = next(((t, why) for t, why in self.named.get(host, []) if t >= since_s), None)
+        return {"after_s": None if first is None else first[0] - since_s, "reason": first and first[1]}
+
+    def probe_shares(self, host_rate_bps: int, sync_bytes_per_s: float | None) -> dict:
+        """probe_rate(), with each figure as a share of the host link rate; and `sync`'s own."""
+        pr: dict = self.probe_rate()
+        pr["sync_bytes_per_host_per_s"] = sync_bytes_per_s
+        for k in ("wire_mean", "wire_max", "total_max"):
+            v = pr[f"{k}_bytes_per_s"]
+            pr[f"{k}_share_of_link"] = v * 8 / host_rate_bps if v else None
+        pr["sync_share_of_link"] = sync_bytes_per_s * 8 / host_rate_bps if sync_bytes_per_s else None
+        pr["host_link_bps"] = host_rate_bps
+        return pr
 
     def reconvergence(self, host: str, step_real_ns: int) -> dict:
         mine = [(real, e) for _, real, h, e in self.errors if h == host and real >= step_real_ns]
