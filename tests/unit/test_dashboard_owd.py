@@ -42,6 +42,17 @@ def test_a_small_fleet_is_host_by_host_each_cell_its_worst_path():
     assert one_path["cells"][0][1] == {"ns": 10.0, "paths": {"p0": 10.0}}
 
 
+def test_a_plane_is_the_worst_of_its_paths():
+    rows = [row("h1", "h2", "p0:9000", 10.0), row("h1", "h2", "p0:9001", 40.0), row("h1", "h2", "p1:9000", 90.0),
+            row("h2", "h1", "p1:9001", 5.0)]
+    found = heatmap(pairs(rows), stat="p50")
+    assert found["planes"] == ["p0", "p1"] and found["cells"][0][1]["ns"] == 90.0
+    plane0 = heatmap(pairs(rows, path="p0"), stat="p50")
+    assert plane0["cells"][0][1] == {"ns": 40.0, "paths": {"p0:9000": 10.0, "p0:9001": 40.0}}
+    assert plane0["cells"][1][0] is None  # h2 -> h1 has only a plane-1 path
+    assert heatmap(pairs(rows, path="p1:9000"), stat="p50")["cells"][0][1]["ns"] == 90.0
+
+
 def test_a_large_fleet_is_blocks_of_hosts_each_cell_its_worst_pair():
     hosts = [f"h{i}" for i in range(1, 2001)]
     rows = [row(h, hosts[(i + k) % len(hosts)], "p0", float(i * 10 + k)) for i, h in enumerate(hosts) for k in (1, 2)]

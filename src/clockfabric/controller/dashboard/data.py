@@ -70,7 +70,8 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
     def owd(request: Request, stat: str = Query("p50", pattern="^(min|p50|p99|floor)$"),
             window: str = Query("latest", max_length=16, description="latest (each agent's own window) or 30s .. 1h"),
             over_floor: bool = Query(False, description="Each delay less its path's floor: the excess"),
-            path: str | None = Query(None, max_length=256, description="One path label; default: each pair's worst"),
+            path: str | None = Query(None, max_length=256, description=(
+                "One path label, or a plane (the worst of its paths); default: each pair's worst")),
             src_block: int | None = Query(None, ge=0), dst_block: int | None = Query(None, ge=0),
             offset: int = Query(0, ge=0, le=1_000_000, description="Into the worst pairs, a page of 50")) -> Response:
         """The heatmap: host x host up to 64 hosts, else blocks of hosts (src_block and dst_block: one

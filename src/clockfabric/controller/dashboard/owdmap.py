@@ -62,7 +62,14 @@ class Pairs:
     hosts: list[str]
 
 
+def plane_of(label: str) -> str | None:
+    """A path label's plane (its rail: the part before ':', as the probe engine names paths)."""
+    rail, colon, _port = label.partition(":")
+    return rail if colon else None
+
+
 def pairs(rows: Iterable[Row], path: str | None = None) -> Pairs:
+    """`path`: one path label, or a plane (each pair's worst over that plane's paths)."""
     found: dict[Pair, dict[str, float]] = {}
     worst: dict[Pair, float] = {}
     labels: set[str] = set()
@@ -73,7 +80,7 @@ def pairs(rows: Iterable[Row], path: str | None = None) -> Pairs:
             continue
         src, dst, label = ends
         labels.add(label)
-        if path is not None and label != path:
+        if path is not None and label != path and plane_of(label) != path:
             continue
         pair = (src or host, dst)  # an agent's own delays may leave their source implicit
         per_path = found.get(pair)
@@ -88,7 +95,7 @@ def pairs(rows: Iterable[Row], path: str | None = None) -> Pairs:
 
 
 def heatmap(found: Pairs, *, stat: str, block: tuple[int, int] | None = None, offset: int = 0) -> dict:
-    """{stat, path, paths, hosts, pairs, lo_ns, hi_ns, block_size, blocks, block, rows, cols,
+    """{stat, path, paths, planes, hosts, pairs, lo_ns, hi_ns, block_size, blocks, block, rows, cols,
     cells: rows x cols of null or {ns, ...}, worst: {total, offset, items}}. `block`: (row, column)
     block numbers; raises IndexError where there is no such block."""
     delays, worst, hosts = found.delays, found.worst, found.hosts
@@ -108,7 +115,9 @@ def heatmap(found: Pairs, *, stat: str, block: tuple[int, int] | None = None, of
         row_names = col_names = [f"{g[0]} .. {g[-1]}" for g in groups]
     ranked = heapq.nlargest(offset + WORST_PAGE, worst.items(), key=lambda kv: kv[1])[offset:]
     values = worst.values()
-    return {"stat": stat, "path": found.path, "paths": found.labels, "hosts": len(hosts), "pairs": len(delays),
+    planes = sorted({p for label in found.labels if (p := plane_of(label))}, key=natural)
+    return {"stat": stat, "path": found.path, "paths": found.labels, "planes": planes, "hosts": len(hosts),
+            "pairs": len(delays),
             "lo_ns": min(values, default=None), "hi_ns": max(values, default=None),
             "block_size": size, "blocks": len(groups), "block": list(block) if block else None,
             "rows": row_names, "cols": col_names, "cells": grid,

@@ -61,6 +61,7 @@ export async function render(refresh) {
     el("label", { for: "owd-path" }, "path"),
     el("select", { id: "owd-path", onchange: (e) => { path = e.target.value; offset = 0; refresh(); } },
       el("option", { value: "", selected: path === "" }, "worst of each pair"),
+      (owd.planes || []).map((p) => el("option", { value: p, selected: p === path }, `plane ${p}: worst of its paths`)),
       owd.paths.map((p) => el("option", { value: p, selected: p === path }, p))),
     block ? el("button", { type: "button", id: "owd-all-blocks", onclick: () => { block = null; refresh(); } },
       "‹ every block") : null,
