@@ -203,8 +203,10 @@ def test_an_open_stream_does_not_hold_the_server_at_exit(fleet):
     assert not thread.is_alive() and time.monotonic() - t0 < 6
 
 
-def test_a_links_flows_are_those_that_cross_it_then_those_that_may(client):
-    traced, untraced = "10.64.0.0:40000->10.64.0.4:5201", "10.0.0.2:5000->10.0.0.4:6000"  # h0's NIC to h2's; h1 to h3
+def push_two_flows(client) -> None:
+    """Job A's flow from h0 to h2, traced through spine1, at 500 Mbit/s; a flow of no job from h1 to
+    h3, untraced, at 900 Mbit/s."""
+    traced, untraced = "10.64.0.0:40000->10.64.0.4:5201", "10.0.0.2:5000->10.0.0.4:6000"
     now = time.time_ns()
     push(client, "h0", samples=[
         {"name": "job_flow_tx_bps", "value": 5e8, "labels": {"jobid": "A", "flow": traced}, "t_ns": now},
@@ -212,6 +214,10 @@ def test_a_links_flows_are_those_that_cross_it_then_those_that_may(client):
          "t_ns": now}])
     push(client, "h1", samples=[{"name": "other_flow_tx_bps", "value": 9e8, "labels": {"flow": untraced},
                                  "t_ns": now}])
+
+
+def test_a_links_flows_are_those_that_cross_it_then_those_that_may(client):
+    push_two_flows(client)
 
     def flows(link):
         found = client.get("/api/v1/dashboard/link-flows", headers=VIEWER_AUTH, params={"link": link})
@@ -226,14 +232,7 @@ def test_a_links_flows_are_those_that_cross_it_then_those_that_may(client):
 
 
 def test_a_links_load_is_the_flows_that_surely_cross_it(client):
-    traced, untraced = "10.64.0.0:40000->10.64.0.4:5201", "10.0.0.2:5000->10.0.0.4:6000"
-    now = time.time_ns()
-    push(client, "h0", samples=[
-        {"name": "job_flow_tx_bps", "value": 5e8, "labels": {"jobid": "A", "flow": traced}, "t_ns": now},
-        {"name": "job_flow_path", "value": 1.0, "labels": {"jobid": "A", "flow": traced, "via": "spine1"},
-         "t_ns": now}])
-    push(client, "h1", samples=[{"name": "other_flow_tx_bps", "value": 9e8, "labels": {"flow": untraced},
-                                 "t_ns": now}])
+    push_two_flows(client)
     links = client.get("/api/v1/dashboard/link-load", headers=VIEWER_AUTH).json()["links"]
     assert links["leaf0:swp4--spine1:swp1"]["bps"] == 5e8  # h0's, traced there; h1's only may cross it
     assert "leaf0:swp3--spine0:swp1" not in links
