@@ -14,6 +14,12 @@ would have. --log FILE gets JSON lines: {"rank", "step", "start", "duration_s", 
 per completed step, {"event": "joined", "bytes", "form_s", "transfer_s", "wrap_s", ...} per group formed, then
 {"outcome": "completed", "params_sha256": ...}. With --zero each step record also has
 "buddy_s" and "buddy_bytes": what copying this rank's optimizer shard to its buddy cost.
+
+--checkpoint-dir DIR --checkpoint-every K: every rank also writes its state to DIR every K
+steps; the job resumes from the last one when no member's memory holds a lost rank's state
+(a ZeRO-1 rank lost with its buddy). --bare runs the same training without the wrapper
+(init_process_group from torchrun's environment, as examples/ddp_train.py): the baseline the
+wrapper's per-step cost is measured against.
 """
 
 from __future__ import annotations
@@ -38,7 +44,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--zero", action="store_true",
                    help="ZeRO-1: each rank keeps its shard of the optimizer state (ZeroRedundancyOptimizer).")
+    p.add_argument("--checkpoint-dir", default=None, help="Write each rank's state here every K steps.")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="K: steps between checkpoints (default 10).")
+    p.add_argument("--bare", action="store_true",
+                   help="Without the wrapper: a plain DDP (or ZeRO-1) job, launched as ddp_train.py is.")
     args = p.parse_args(argv)
+    if args.checkpoint_every < 1:
+        p.error("--checkpoint-every must be at least 1")
     if args.steps < 1 or args.depth < 1 or args.width < 1 or args.batch < 1 or args.timeout <= 0:
         p.error("--steps, --depth, --width and --batch must be at least 1, --timeout above zero")
     return args
@@ -83,7 +95,10 @@ def train(args: argparse.Namespace, log: Log) -> str:
         x = torch.randn(args.batch, args.inputs, generator=data)
         return x, (x @ teacher).argmax(dim=1)
 
-    with clockfabric.train.elastic(module, opt, batch, log=log.write, timeout_s=args.timeout) as job:
+    if args.bare:
+        return bare(args, module, opt, loss_fn, batch, log)
+    with clockfabric.train.elastic(module, opt, batch, log=log.write, timeout_s=args.timeout,
+                                   checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every) as job:
         for _step, (x, y) in job.steps(args.steps):
             job.optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(job.model(x), y)
@@ -92,6 +107,30 @@ def train(args: argparse.Namespace, log: Log) -> str:
             job.record(loss=round(loss.item(), 5))
         log.write(rank=job.rank, outcome="completed", steps=args.steps, time=time.time(),
                   params_sha256=job.digest())
+    return "completed"
+
+
+def bare(args: argparse.Namespace, module, opt, loss_fn, batch, log: Log) -> str:
+    """The same steps with no wrapper: DDP over the group torchrun's environment describes."""
+    import datetime
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    rank = dist.get_rank()
+    model = DistributedDataParallel(module)
+    optimizer = opt(module.parameters()) if callable(opt) else opt
+    for step in range(args.steps):
+        start = time.time()
+        x, y = batch(step, rank)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        log.write(rank=rank, step=step, start=start, duration_s=time.time() - start, loss=round(loss.item(), 5))
+    dist.barrier()  # nobody leaves while a peer still needs it
+    dist.destroy_process_group()
     return "completed"
 
 

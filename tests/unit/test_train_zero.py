@@ -30,14 +30,16 @@ def member(store0: str, store1: str, rank: int, role: str, out) -> None:
         for step in range(3):
             for p in module.parameters():
                 p.grad = torch.full_like(p, float(step + 1))
+            buddy.settle()  # the previous step's copies, in flight during this step's forward and backward
             opt.step()
-            buddy.exchange(opt)
+            buddy.post(opt, step + 1)
             if step < 2:
                 buddy.commit()
             else:  # the third step failed somewhere: its copies are dropped, the shard put back
-                buddy.discard()
+                buddy.close()
         mine = state.to_bytes(opt.optim.state_dict())
-        out.put(("shard", rank, mine, buddy.held))
+        assert buddy.held is not None and buddy.held.completed == 2
+        out.put(("shard", rank, mine, state.to_bytes(buddy.held.state_dict())))
         if role == "lost":
             out.close()
             out.join_thread()  # the shard is sent before the process goes
@@ -83,4 +85,6 @@ def test_a_rank_lost_with_its_buddy_stops_with_shard_lost_which_no_join_retries(
         zero.Buddy().hand_over([5, -1, -1], None)  # two lost at once: with 3 ranks, always neighbours
     with pytest.raises(zero.ShardLost, match="different steps"):
         zero.Buddy().hand_over([5, 4, -1], None)
+    with pytest.raises(zero.ShardLost, match="every rank was lost"):
+        zero.Buddy().hand_over([-1, -1, -1], None)
     assert not issubclass(zero.ShardLost, RuntimeError)  # the runtime's join goes on after a RuntimeError

@@ -75,6 +75,7 @@ class TrainJob:
         self.port = 0
         self.awaiting: int | None = None  # a generation whose members have not all joined yet
         self.issued = 0.0  # when the awaited generation was written
+        self.stopped: str | None = None  # why the ranks stopped (a lost ZeRO-1 shard, no checkpoint)
 
     # ---- starting ----------------------------------------------------------------------------
     def start(self) -> TrainJob:
@@ -132,6 +133,8 @@ class TrainJob:
         now = time.time()
         if self.awaiting is not None:
             self._joined()
+        if self.stopped:
+            return  # the ranks exit on their own: nothing to replace
         judged = [(rank, self.lost(rank, member, now)) for rank, member in enumerate(self.ranks)
                   if rank not in self.vacant]
         lost = [(rank, why) for rank, why in judged if why]
@@ -209,8 +212,13 @@ class TrainJob:
 
     def _joined(self) -> None:
         """Once every member joined the awaited generation: what was carried, and from which step."""
-        joins = [r for r in report.records(self.folder)
-                 if r.get("event") == "joined" and r.get("generation") == self.awaiting]
+        recs = report.records(self.folder)
+        stop = next((r for r in recs if r.get("event") == "stopped"), None)
+        if stop and not self.stopped:
+            self.stopped = stop["why"]
+            self.event("stopped", generation=self.awaiting, why=stop["why"])
+            return
+        joins = [r for r in recs if r.get("event") == "joined" and r.get("generation") == self.awaiting]
         if {r["rank"] for r in joins} != set(range(self.gen.world)):
             if not self.vacant and time.time() - self.issued > REISSUE_S:  # a rendezvous failed, every member alive
                 self.event("not joined", generation=self.gen.number, seconds=REISSUE_S)
@@ -220,6 +228,10 @@ class TrainJob:
         self.event("state transferred", generation=self.gen.number, bytes=max(r["bytes"] for r in joins),
                    seconds=round(max(r["transfer_s"] for r in joins), 4))
         self.event("resumed", generation=self.gen.number, step=max(r["step"] for r in joins))
+        restored = next((r for r in joins if "checkpoint_step" in r), None)
+        if restored:  # no member's memory held the state: the steps since the checkpoint are redone
+            self.event("resumed from checkpoint", generation=self.gen.number, step=restored["checkpoint_step"],
+                       redone=restored["redone"], why=restored["why"])
         for member in self.draining:
             _kill(member.proc)  # fenced: its successor holds the rank now
             self.event("drained", host=member.host)
@@ -234,9 +246,10 @@ class TrainJob:
         return not self.vacant and all(m.proc.poll() == 0 for m in self.ranks)
 
     def wait(self, timeout_s: float) -> bool:
-        """Whether every rank completed within timeout_s (spares are then stopped)."""
+        """Whether every rank completed within timeout_s (spares are then stopped); False at once
+        if the ranks stopped (`stopped` says why)."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.stopped:
             if self.finished():
                 self.event("completed")
                 return True

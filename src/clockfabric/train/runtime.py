@@ -19,6 +19,11 @@ the loop runs (a rank moved off a failing GPU) is joined at the next step bounda
 A sharded optimizer (ZeRO-1) needs the group to exist when it is made: give a factory,
 `lambda params: ZeroRedundancyOptimizer(params, ...)`, and use `job.optimizer`. Its shards
 travel apart from the rest of the state, through buddy copies (train.zero).
+
+`checkpoint_dir` and `checkpoint_every` K: every rank writes its state there every K steps
+(train.checkpoint); when memory cannot rebuild the state (a ZeRO-1 rank lost with its buddy),
+every rank loads the last checkpoint and the job goes on from its step. Without one, the
+members log a `stopped` event and raise ShardLost.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from clockfabric.train import control, group, state, zero
+from clockfabric.train.checkpoint import Checkpoints
 from clockfabric.train.heartbeat import Heartbeat, shut_sockets_to, split
 
 ONE_BUCKET_MB = 1 << 20  # more than any model: DDP then makes one bucket of all the gradients
@@ -105,13 +111,15 @@ class _Guarded(DistributedDataParallel):
 class Elastic:
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | OptimizerFactory,
                  loader: Loader, *, log: Callable[..., None] | None = None, timeout_s: float = 30.0,
-                 wait_s: float = 600.0):
+                 wait_s: float = 600.0, checkpoint_dir: Path | str | None = None, checkpoint_every: int = 100):
         self.module, self.loader = module, loader
         self.make_optimizer = None if isinstance(optimizer, torch.optim.Optimizer) else optimizer
         self._optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
         self.buddy: zero.Buddy | None = None  # a sharded optimizer's copies of the previous rank's shard
         self.log = log or (lambda **_: None)
         self.timeout_s, self.wait_s = timeout_s, wait_s
+        self.checkpoints = Checkpoints(checkpoint_dir, checkpoint_every) if checkpoint_dir else None
+        self.restored: dict[str, Any] = {}  # the checkpoint the last group formed resumed from
         try:
             self.folder = Path(os.environ[control.FOLDER_ENV])
             self.host = os.environ[control.HOST_ENV]
@@ -149,17 +157,19 @@ class Elastic:
         return self
 
     def _shard(self, optimizer: torch.optim.Optimizer) -> None:
-        """ZeRO's step, made to record a failure rather than raise it, then copy the shard to the buddy."""
+        """ZeRO's step, made to record a failure rather than raise it; the previous step's buddy
+        copies finished first, this step's sent after."""
         self.buddy = zero.Buddy()
         step = optimizer.step
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if self.failed:  # the gradients were not averaged: the step is undone anyway
                 return None
+            assert self.buddy is not None
             try:
+                self.buddy.settle()
                 loss = step(*args, **kwargs)  # the local step, then every shard's parameters broadcast
-                assert self.buddy is not None
-                self.buddy.exchange(optimizer)  # type: ignore[arg-type]
+                self.buddy.post(optimizer, self.step + 1)  # type: ignore[arg-type]
             except RuntimeError:  # a peer is gone
                 self.failed = True
                 return None
@@ -182,7 +192,7 @@ class Elastic:
             yield self.step, self.loader(self.step, self.rank)
             if self.failed:
                 if self.buddy:
-                    self.buddy.discard()
+                    self.buddy.close()
                 self._recover(undo)
                 continue
             if self.buddy:
@@ -191,6 +201,11 @@ class Elastic:
             self.log(rank=self.rank, step=self.step, start=start, duration_s=time.time() - start,
                      generation=self.gen.number if self.gen else None, **self.fields)
             self.step += 1
+            if self.checkpoints and self.checkpoints.due(self.step):
+                self.checkpoints.write(self.step, self.rank, state.capture(self.module, zero.local(self.optimizer),
+                                                                           self.step, self.step))
+        if self.buddy:
+            self.buddy.close()  # the last copies delivered before any member leaves
 
     def record(self, **fields: Any) -> None:
         """Fields for this step's log record (written once the step completes)."""
@@ -225,6 +240,8 @@ class Elastic:
         if self.gen is not None and newer is not None and newer.number > self.gen.number \
                 and newer.state == control.RUNNING:
             self.log(rank=self.rank, event="new generation", step=self.step, generation=newer.number, time=time.time())
+            if self.buddy:
+                self.buddy.close()
             self._leave()
             self._join(newer, completed=self.step)
 
@@ -282,10 +299,12 @@ class Elastic:
                 self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
                 self.carried = True
             if self.buddy:
-                carried += self.buddy.hand_over(counts, self.optimizer)  # type: ignore[arg-type]
+                try:
+                    carried += self.buddy.hand_over(counts, self.optimizer)  # type: ignore[arg-type]
+                except zero.ShardLost as lost:
+                    carried += self._from_checkpoint(lost, max(counts))
         if self.buddy:  # every buddy holds its predecessor's shard as of this step, a new member's too
-            self.buddy.exchange(self.optimizer)  # type: ignore[arg-type]
-            self.buddy.commit()
+            self.buddy.exchange(self.optimizer, self.step)  # type: ignore[arg-type]
         transferred = time.time()
         # one bucket: the hook puts it in parameter order, which only a whole model can be
         self.model = _Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB)
@@ -294,7 +313,23 @@ class Elastic:
         group.settle(self.timeout_s)
         self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
                  bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
-                 wrap_s=time.time() - transferred, time=time.time())
+                 wrap_s=time.time() - transferred, time=time.time(), **self.restored)
+        self.restored = {}
+
+    def _from_checkpoint(self, lost: zero.ShardLost, reached: int) -> int:
+        """Every member loads the last disk checkpoint (each decides alike: the same files, the
+        same counts); without one the job stops. The bytes read."""
+        at = self.checkpoints.latest(self.world) if self.checkpoints else None
+        if self.checkpoints is None or at is None:
+            why = f"{lost}; no disk checkpoint to resume from" + ("" if self.checkpoints else " (checkpoint_dir)")
+            self.log(rank=self.rank, event="stopped", why=why, time=time.time())
+            raise zero.ShardLost(why) from None
+        saved = self.checkpoints.read(at, self.rank)
+        self.step, _ = state.restore(saved, self.module, zero.local(self.optimizer))
+        self.carried = True
+        self.restored = {"checkpoint_step": at, "redone": reached - at,
+                         "why": f"{lost}: resumed from checkpoint at step {at}, {reached - at} steps redone"}
+        return self.checkpoints.path(at, self.rank).stat().st_size
 
 
 def elastic(module: torch.nn.Module, optimizer: torch.optim.Optimizer | OptimizerFactory, loader: Loader,
