@@ -48,7 +48,7 @@ def member(store0: str, store1: str, rank: int, role: str, out) -> None:
     if role == "replacement":
         opt = ZeroRedundancyOptimizer(module.parameters(), optimizer_class=torch.optim.SGD, lr=0.1, momentum=0.9)
     zero.rebind(opt)
-    buddy.hand_over(counts, opt)
+    buddy.hand_over(counts, 2, opt)
     out.put(("after", rank, state.to_bytes(opt.optim.state_dict()), None))
     dist.destroy_process_group()
 
@@ -76,15 +76,28 @@ def test_the_replacement_gets_its_shard_from_its_buddy(tmp_path):
     assert after[2] == shards[0][1]  # rank 2's shard as rank 0, its buddy, held it
 
 
-def test_a_rank_lost_with_its_buddy_stops_with_shard_lost_which_no_join_retries(monkeypatch):
+def test_a_rank_lost_with_its_buddy_stops_with_shard_lost_which_no_join_retries():
     from clockfabric.train import zero
 
-    monkeypatch.setattr(zero.dist, "get_rank", lambda: 0)
-    monkeypatch.setattr(zero.dist, "get_world_size", lambda: WORLD)
+    held = [{4, 5}] * WORLD
     with pytest.raises(zero.ShardLost, match="rank 1 and its buddy rank 2 were both lost"):
-        zero.Buddy().hand_over([5, -1, -1], None)  # two lost at once: with 3 ranks, always neighbours
-    with pytest.raises(zero.ShardLost, match="different steps"):
-        zero.Buddy().hand_over([5, 4, -1], None)
+        zero.resume_at([5, -1, -1], [4, -9, -9], held)  # two lost at once: with 3 ranks, always neighbours
     with pytest.raises(zero.ShardLost, match="every rank was lost"):
-        zero.Buddy().hand_over([-1, -1, -1], None)
+        zero.resume_at([-1, -1, -1], [-9] * WORLD, held)
     assert not issubclass(zero.ShardLost, RuntimeError)  # the runtime's join goes on after a RuntimeError
+
+
+def test_the_members_go_on_from_the_step_the_lost_shards_copies_allow():
+    from clockfabric.train import zero
+
+    # rank 1 lost; rank 2 holds its shard as of 4 and 5 steps: everyone goes on from 5
+    assert zero.resume_at([5, -1, 5], [4, -9, 4], [set(), set(), {4, 5}]) == 5
+    # rank 1's copy of step 5 was still in flight when it was lost: the survivors redo step 4
+    assert zero.resume_at([5, -1, 5], [4, -9, 4], [set(), set(), {3, 4}]) == 4
+    # survivors a step apart: the one ahead goes back to its snapshot (a shard is never brought forward)
+    assert zero.resume_at([5, -1, 4], [4, -9, 3], [set(), set(), {4, 5}]) == 4
+    assert zero.resume_at([5, 5, 4], [4, 4, 3], [set(), set(), set()]) == 4  # nobody lost
+    with pytest.raises(zero.ShardLost, match="no step every member holds"):
+        zero.resume_at([5, -1, 5], [-9, -9, 4], [set(), set(), {3, 4}])  # rank 0 has no snapshot from step 4
+    with pytest.raises(zero.ShardLost, match="no step every member holds"):
+        zero.resume_at([5, -1, 5], [4, -9, 4], [set(), set(), {2, 3}])

@@ -120,6 +120,7 @@ class Elastic:
         self.timeout_s, self.wait_s = timeout_s, wait_s
         self.checkpoints = Checkpoints(checkpoint_dir, checkpoint_every) if checkpoint_dir else None
         self.restored: dict[str, Any] = {}  # the checkpoint the last group formed resumed from
+        self.previous: dict[str, Any] | None = None  # ZeRO-1: the snapshot before the last completed step
         try:
             self.folder = Path(os.environ[control.FOLDER_ENV])
             self.host = os.environ[control.HOST_ENV]
@@ -197,6 +198,7 @@ class Elastic:
                 continue
             if self.buddy:
                 self.buddy.commit()
+                self.previous = undo  # a lost shard's copy may be a step behind: this step is then redone
                 self.fields |= {"buddy_s": round(self.buddy.cost_s, 5), "buddy_bytes": self.buddy.bytes}
             self.log(rank=self.rank, step=self.step, start=start, duration_s=time.time() - start,
                      generation=self.gen.number if self.gen else None, **self.fields)
@@ -287,22 +289,8 @@ class Elastic:
         sharded = zero.is_sharded(self.optimizer)
         if sharded:
             zero.rebind(self.optimizer)  # type: ignore[arg-type]
-        carried = 0
-        if gen.number > 0:  # a new member, or survivors a step apart: the most advanced one's state for all
-            source, counts = group.most_advanced(completed)
-            whole = None if sharded else self.optimizer  # shards travel from the buddies
-            mine = state.to_bytes(state.capture(self.module, whole, self.step, self.step)) \
-                if self.rank == source else None
-            blob = group.broadcast_bytes(mine, source)
-            carried = len(blob)
-            if self.rank != source:
-                self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
-                self.carried = True
-            if self.buddy:
-                try:
-                    carried += self.buddy.hand_over(counts, self.optimizer)  # type: ignore[arg-type]
-                except zero.ShardLost as lost:
-                    carried += self._from_checkpoint(lost, max(counts))
+        carried = self._carry(completed) if gen.number > 0 else 0
+        self.previous = None  # a snapshot from before the group formed is no step of the new group's
         if self.buddy:  # every buddy holds its predecessor's shard as of this step, a new member's too
             self.buddy.exchange(self.optimizer, self.step)  # type: ignore[arg-type]
         transferred = time.time()
@@ -315,6 +303,31 @@ class Elastic:
                  bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
                  wrap_s=time.time() - transferred, time=time.time(), **self.restored)
         self.restored = {}
+
+    def _carry(self, completed: int) -> int:
+        """A new member, or survivors a step apart: the most advanced one's state for all; the
+        bytes carried. ZeRO-1: the step the lost shards' copies allow, one back if a copy was
+        still in flight when its sender was lost, and each shard from its buddy."""
+        source, counts = group.most_advanced(completed)
+        at = max(counts)
+        if self.buddy:
+            try:
+                at = self.buddy.resume_at(counts, int(self.previous["step"]) if self.previous else None)
+            except zero.ShardLost as lost:
+                return self._from_checkpoint(lost, max(counts))
+            if completed > at and self.previous:  # this member's last completed step is redone
+                self.step, _ = state.restore(self.previous, self.module, zero.local(self.optimizer))
+            source = min(r for r, c in enumerate(counts) if c >= 0)  # every survivor is at `at` now
+        whole = None if self.buddy else self.optimizer  # shards travel from the buddies
+        mine = state.to_bytes(state.capture(self.module, whole, self.step, self.step)) if self.rank == source else None
+        blob = group.broadcast_bytes(mine, source)
+        carried = len(blob)
+        if self.rank != source:
+            self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
+            self.carried = True
+        if self.buddy:
+            carried += self.buddy.hand_over(counts, at, self.optimizer)  # type: ignore[arg-type]
+        return carried
 
     def _from_checkpoint(self, lost: zero.ShardLost, reached: int) -> int:
         """Every member loads the last disk checkpoint (each decides alike: the same files, the

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import pickle
 import struct
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -28,7 +29,9 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from clockfabric.train import group
 
 HEADER_TAG, PAYLOAD_TAG = 17, 18  # point-to-point tags: a copy's size, then the copy
-SALVAGE_S = 1.0  # after a failed step, how long the last completed step's copy may still take to arrive
+SALVAGE_S = 1.0
+KEPT = 2  # copies held: a copy still in flight when its sender was lost leaves the one before
+NONE = -9  # no such step  # after a failed step, how long the last completed step's copy may still take to arrive
 
 
 class ShardLost(Exception):
@@ -128,22 +131,47 @@ def _within(work: Any, timeout_s: float | None) -> None:
         work.wait(datetime.timedelta(seconds=timeout_s))
 
 
+class _Receiver(threading.Thread):
+    """The previous rank's copy, received beside the training loop: its header (the size),
+    then the copy itself. gloo's waits release the GIL, so the loop runs on meanwhile."""
+
+    def __init__(self, source: int):
+        super().__init__(name="zero-1 buddy copy", daemon=True)
+        self.source = source
+        self.header = torch.zeros(3, dtype=torch.int64)
+        self.header_work: Any = dist.irecv(self.header, source, tag=HEADER_TAG)
+        self.copy: Copy | None = None
+        self.error: str | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.header_work.wait()
+            completed, skeleton_len, size = (int(v) for v in self.header.tolist())
+            buffer = torch.empty(size, dtype=torch.uint8)
+            work = dist.irecv(buffer, self.source, tag=PAYLOAD_TAG)
+            assert work is not None
+            work.wait()
+            self.copy = Copy(completed, skeleton_len, buffer)
+        except RuntimeError as e:  # a peer is gone
+            self.error = str(e)
+
+
 class Buddy:
     """This rank's side of the ring: its predecessor's shard, as last committed.
 
-    Per step: `post` after the optimizer step (this rank's copy sent, the predecessor's header
-    awaited), `commit` once the step completed (the header in, the copy's receive posted),
-    `settle` before the next optimizer step (both transfers done, the copy held). `cost_s` is
-    the time these took on the step's critical path, `bytes` the copy's size."""
+    Per step: `post` after the optimizer step (this rank's copy sent, the predecessor's received
+    by a thread beside the loop), `commit` once the step completed (that copy may be held),
+    `settle` before the next optimizer step (both transfers done, the committed copy held).
+    `cost_s` is the time these took on the step's critical path, `bytes` the copy's size."""
 
     def __init__(self) -> None:
-        self.held: Copy | None = None
+        self.copies: list[Copy] = []  # the last KEPT committed copies, oldest first
         self.cost_s = 0.0
         self.bytes = 0
         self._sending: list[Any] = []  # this rank's copy in flight: its works and their buffers
-        self._header: tuple[torch.Tensor, Any] | None = None
-        self._receiving: tuple[int, int, torch.Tensor, Any] | None = None  # completed, skeleton, buffer, work
-        self._error: str | None = None
+        self._receiver: _Receiver | None = None
+        self._committed = False
 
     def post(self, optimizer: ZeroRedundancyOptimizer, completed: int) -> None:
         """Send this rank's shard, as of `completed` steps, to the next rank; returns at once."""
@@ -153,41 +181,33 @@ class Buddy:
         header = torch.tensor([completed, skeleton_len, payload.numel()], dtype=torch.int64)
         self._sending = [dist.isend(header, (rank + 1) % world, tag=HEADER_TAG),
                          dist.isend(payload, (rank + 1) % world, tag=PAYLOAD_TAG), header, payload]
-        incoming = torch.zeros(3, dtype=torch.int64)
-        self._header = (incoming, dist.irecv(incoming, (rank - 1) % world, tag=HEADER_TAG))
+        self._receiver, self._committed = _Receiver((rank - 1) % world), False
         self.cost_s, self.bytes = time.perf_counter() - began, payload.numel()
+
+    @property
+    def held(self) -> Copy | None:
+        return self.copies[-1] if self.copies else None
 
     def commit(self) -> None:
         """The step completed here: the predecessor's copy of it may be held once it is in."""
-        if self._header is None:
-            return
-        began = time.perf_counter()
-        incoming, work = self._header
-        self._header = None
-        try:
-            work.wait()  # the predecessor sent it as its optimizer step ended, as this rank's did
-            completed, skeleton_len, size = (int(v) for v in incoming.tolist())
-            buffer = torch.empty(size, dtype=torch.uint8)
-            self._receiving = (completed, skeleton_len, buffer,
-                               dist.irecv(buffer, (dist.get_rank() - 1) % dist.get_world_size(), tag=PAYLOAD_TAG))
-        except RuntimeError as e:  # a peer is gone: the next settle fails the step
-            self._error = str(e)
-        self.cost_s += time.perf_counter() - began
+        self._committed = self._receiver is not None
 
     def settle(self, timeout_s: float | None = None) -> None:
-        """Both copies in flight done, the received one held; raises RuntimeError if a peer is gone."""
+        """Both copies in flight done, the committed one held; raises RuntimeError if a peer is
+        gone (or, given timeout_s, if they are not done by then)."""
         began = time.perf_counter()
-        error, self._error = self._error, None
-        sending, receiving = self._sending[:2], self._receiving
-        self._sending, self._receiving = [], None
-        if error:
-            raise RuntimeError(error)
+        sending, receiver, committed = self._sending[:2], self._receiver, self._committed
+        self._sending, self._receiver, self._committed = [], None, False
         for work in sending:
             _within(work, timeout_s)
-        if receiving is not None:
-            completed, skeleton_len, buffer, work = receiving
-            _within(work, timeout_s)
-            self.held = Copy(completed, skeleton_len, buffer)
+        if receiver is not None:
+            receiver.join(timeout_s)
+            if receiver.is_alive():
+                raise RuntimeError(f"the previous rank's copy did not arrive within {timeout_s} s")
+            if receiver.error:
+                raise RuntimeError(receiver.error)
+            if committed and receiver.copy is not None:
+                self.copies = [*self.copies, receiver.copy][-KEPT:]
         self.cost_s += time.perf_counter() - began
 
     def exchange(self, optimizer: ZeroRedundancyOptimizer, completed: int) -> None:
@@ -199,38 +219,58 @@ class Buddy:
     def close(self) -> None:
         """Before leaving the group (a step failed, or a new generation): the last completed
         step's copy is held if it arrives within SALVAGE_S; an uncommitted one is dropped."""
-        self._header = None
-        if self._receiving is None:
-            self._sending, self._error = [], None
+        if not self._committed:  # the failed step's copies: never held, not waited for
+            self._sending, self._receiver = [], None
             return
         try:
             self.settle(SALVAGE_S)
         except RuntimeError:  # its sender is gone: the copy before it stays held
-            self._sending, self._receiving = [], None
+            pass
 
-    def hand_over(self, counts: list[int], optimizer: ZeroRedundancyOptimizer) -> int:
-        """Each new member (count -1) receives its shard from its buddy's copy; the bytes sent."""
+    def resume_at(self, counts: list[int], previous: int | None) -> int:
+        """The step every member goes on from, agreed by all (previous: the step of this
+        member's snapshot before its last completed one, if it has one)."""
+        steps = [c.completed for c in self.copies][-KEPT:]
+        mine = torch.tensor([NONE if previous is None else previous, *[NONE] * (KEPT - len(steps)), *steps])
+        gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, mine)
+        rows = [[int(v) for v in g.tolist()] for g in gathered]
+        return resume_at(counts, [r[0] for r in rows], [set(r[1:]) for r in rows])
+
+    def hand_over(self, counts: list[int], at: int, optimizer: ZeroRedundancyOptimizer) -> int:
+        """Each new member (count -1) receives its shard as of step `at` from its buddy's copy;
+        the bytes sent."""
         rank, world = dist.get_rank(), dist.get_world_size()
-        survivors = {c for c in counts if c >= 0}
-        if not survivors:
-            raise ShardLost("ZeRO-1: every rank was lost, and every optimizer shard with them")
-        if len(survivors) > 1:
-            raise ShardLost(f"ZeRO-1: the surviving ranks completed different steps {sorted(survivors)}: "
-                            "a shard one step behind cannot be brought forward")
-        at = survivors.pop()
         carried = 0
         for lost in [r for r, c in enumerate(counts) if c < 0]:
             buddy = (lost + 1) % world
-            if counts[buddy] < 0:
-                raise ShardLost(f"ZeRO-1: rank {lost} and its buddy rank {buddy} were both lost, and "
-                                f"rank {lost}'s optimizer shard with them")
-            current = self.held is not None and self.held.completed == at
-            mine = self.held.to_bytes() if rank == buddy and current and self.held else b""
-            blob = group.broadcast_bytes(mine if rank == buddy else None, buddy)
-            if not blob:
-                raise ShardLost(f"ZeRO-1: rank {buddy}'s copy of rank {lost}'s optimizer shard is not "
-                                f"from step {at}: it did not arrive before rank {lost} was lost")
+            copy = next((c for c in self.copies if c.completed == at), None) if rank == buddy else None
+            blob = group.broadcast_bytes(copy.to_bytes() if copy else None, buddy)
             carried += len(blob)
             if rank == lost:
                 optimizer.optim.load_state_dict(Copy.from_bytes(blob).state_dict())
         return carried
+
+
+def resume_at(counts: list[int], previous: list[int], held: list[set[int]]) -> int:
+    """The step the members go on from: the most any completed (counts; -1 a new member) if
+    every lost rank's buddy holds its shard as of then, else one fewer if those copies are
+    from then and every survivor that completed more has its snapshot from before (previous)."""
+    world = len(counts)
+    survivors = [r for r, c in enumerate(counts) if c >= 0]
+    lost = [r for r, c in enumerate(counts) if c < 0]
+    if not survivors:
+        raise ShardLost("ZeRO-1: every rank was lost, and every optimizer shard with them")
+    for rank in lost:
+        if counts[(rank + 1) % world] < 0:
+            raise ShardLost(f"ZeRO-1: rank {rank} and its buddy rank {(rank + 1) % world} were both lost, "
+                            f"and rank {rank}'s optimizer shard with them")
+    top = max(counts)
+    for at in (top, top - 1):
+        if all(counts[r] == at or previous[r] == at for r in survivors) \
+                and all(at in held[(r + 1) % world] for r in lost):
+            return at
+    copies = {r: sorted(held[(r + 1) % world]) for r in lost}
+    raise ShardLost(f"ZeRO-1: no step every member holds: the survivors completed "
+                    f"{sorted({counts[r] for r in survivors})} steps, the lost ranks' shards are held as of "
+                    f"steps {copies}")

@@ -1,0 +1,104 @@
+"""ZeRO-1 in `clockfabric bench spares`: what the buddy copies cost per step with no failure.
+
+Paired runs on the same lab hosts with the same seed and data, the order rotating pair by
+pair: ZeRO-1 inside the elastic wrapper, its optimizer shard copied to the buddy rank every
+step (`examples/ddp_spares.py --zero`); the same script with no wrapper (`--zero --bare`);
+and plain DDP (`--bare`). Per run, the median over steps of the slowest rank's step time; the
+figures are the ratios within each pair, their median and its bootstrap interval. Each step
+record of ours also says how long the copies held the loop up (`buddy_s`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clockfabric.bench.harness import Target, interval, resampled_medians
+from clockfabric.console import out
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import job
+from clockfabric.lab.state import Lab
+from clockfabric.train import report
+from clockfabric.train.launch import TrainJob
+
+RANKS = ["h0", "h1", "h2"]
+SCRIPT = Path("examples") / "ddp_spares.py"
+KINDS = ("ours", "bare", "ddp")  # ZeRO-1 with buddies, ZeRO-1 with no wrapper, plain DDP
+
+
+@dataclass
+class Measured:
+    step_s: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    buddy_share: list[float] = field(default_factory=list)  # per run of ours: the copies' share of its steps
+    buddy_bytes: int = 0
+
+    def ratios(self, baseline: str) -> list[float]:
+        return [o / b for o, b in zip(self.step_s["ours"], self.step_s[baseline], strict=True)]
+
+    def result(self) -> dict[str, Any]:
+        return {"step_s": self.step_s, "buddy_share": self.buddy_share, "buddy_bytes": self.buddy_bytes,
+                "ratio_bare": self.ratios("bare"), "ratio_ddp": self.ratios("ddp")}
+
+    def targets(self) -> list[Target]:
+        pairs = len(self.step_s["ours"])
+        bare, ddp = self.ratios("bare"), self.ratios("ddp")
+        zero_vs_ddp = statistics.median(b / d for b, d in zip(self.step_s["bare"], self.step_s["ddp"], strict=True))
+        share = f"the copies held the loop up {statistics.median(self.buddy_share):.1%} of its step time, " \
+                f"{self.buddy_bytes / 1e3:.0f} kB per rank per step"
+        return [
+            Target("ZeRO-1 per-step time with buddy copies / ZeRO-1 without the wrapper", statistics.median(bare),
+                   1.02, unit="x", better="lower", baseline=1.0,
+                   interval=interval(resampled_medians({"r": bare})["r"]),
+                   note=f"median of {pairs} paired runs; {share}"),
+            Target("ZeRO-1 per-step time with buddy copies / plain DDP", statistics.median(ddp), 1.02, unit="x",
+                   better="lower", baseline=zero_vs_ddp, interval=interval(resampled_medians({"r": ddp})["r"]),
+                   possible=zero_vs_ddp <= 1.02,
+                   note=f"median of {pairs} paired runs; baseline: ZeRO-1 without the wrapper / plain DDP"),
+        ]
+
+
+def _bare_step_s(lab: Lab, folder: Path, args: list[str]) -> float:
+    run = job.start(lab, RANKS, [str(SCRIPT), *args, "--bare"], folder)
+    try:
+        result = run.wait(300, stall_s=60)
+    finally:
+        run.stop()
+    if result.outcome != "completed" or result.median_step_s is None:
+        raise ClockfabricError(f"{' '.join(args)} --bare did not complete: {result.error or result.outcome}")
+    return result.median_step_s
+
+
+def _ours(lab: Lab, folder: Path, args: list[str]) -> tuple[float, float, int]:
+    """Ours with no failure: (median step, the buddy copies' share of the step time, their bytes)."""
+    run = TrainJob(lab, RANKS, [], [str(SCRIPT), *args], folder).start()
+    try:
+        completed = run.wait(300)
+    finally:
+        run.stop()
+    if not completed:
+        raise ClockfabricError(f"ZeRO-1 in the elastic wrapper did not complete; see {folder}")
+    steps = [r for r in report.records(folder) if "duration_s" in r]
+    slowest: dict[int, float] = {}
+    for r in steps:
+        slowest[r["step"]] = max(slowest.get(r["step"], 0.0), r["duration_s"])
+    share = sum(r["buddy_s"] for r in steps) / sum(r["duration_s"] for r in steps)
+    return statistics.median(slowest.values()), share, int(steps[-1]["buddy_bytes"])
+
+
+def measure(lab: Lab, folder: Path, args: list[str], pairs: int) -> Measured:
+    """`pairs` rounds of the three runs on lab's hosts h0-h2, args the script's common arguments."""
+    got = Measured()
+    zero = [*args, "--zero"]
+    for i in range(pairs):
+        for kind in KINDS[i % 3:] + KINDS[:i % 3]:  # each kind first, second and third in turn
+            where = folder / f"zero{i}-{kind}"
+            if kind == "ours":
+                step, share, got.buddy_bytes = _ours(lab, where, zero)
+                got.buddy_share.append(share)
+            else:
+                step = _bare_step_s(lab, where, zero if kind == "bare" else args)
+            got.step_s[kind].append(step)
+        out.print(f"ZeRO-1 pair {i}: " + ", ".join(f"{k} {got.step_s[k][-1] * 1e3:.1f} ms/step" for k in KINDS))
+    return got
