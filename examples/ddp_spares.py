@@ -115,6 +115,8 @@ def bare(args: argparse.Namespace, module, opt, loss_fn, batch, log: Log) -> str
     import datetime
 
     import torch.distributed as dist
+
+    import clockfabric.train.state
     from torch.nn.parallel import DistributedDataParallel
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
@@ -131,6 +133,8 @@ def bare(args: argparse.Namespace, module, opt, loss_fn, batch, log: Log) -> str
         log.write(rank=rank, step=step, start=start, duration_s=time.time() - start, loss=round(loss.item(), 5))
     dist.barrier()  # nobody leaves while a peer still needs it
     dist.destroy_process_group()
+    log.write(rank=rank, outcome="completed", steps=args.steps, time=time.time(),
+              params_sha256=clockfabric.train.state.digest(module))
     return "completed"
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import typer
 
-from clockfabric.bench import spares_restart
+from clockfabric.bench import spares_restart, spares_zero
 from clockfabric.bench.harness import (
     BENCHMARKS,
     Target,
@@ -144,6 +144,7 @@ def main(kills: int = typer.Option(5, min=1, help="Runs with a rank killed mid-t
                 raise ClockfabricError(f"kill {i}: the job lost a step or never resumed")
             recoveries.append(took)
             out.print(f"kill {i}: next completed step {took:.2f} s after the kill")
+        zero = spares_zero.measure(lab, Path(tmp), args, pairs)  # ZeRO-1's buddy copies, paired runs
     ratios = [o / p for o, p in zip(ours, plain, strict=True)]
     result = {"recovery_s": recoveries, "plain_step_s": plain, "elastic_step_s": ours, "step_ratio": ratios,
               "restart": restarts, "every": every, "steps": steps, "width": width, "ranks": len(RANKS)}
@@ -162,7 +163,8 @@ def main(kills: int = typer.Option(5, min=1, help="Runs with a rank killed mid-t
                baseline=gp["restart"]["180"], note=f"every 30 s: {gp['ours']['30']:.3f}, restarts "
                                                    f"{gp['restart']['30']:.3f}; from the measured losses"),
     ]
-    record("spares", targets, facts, result)
+    result["zero"] = zero.result()
+    record("spares", [*targets, *zero.targets()], facts, result)
     if as_json:
         print_json(result)
         return
