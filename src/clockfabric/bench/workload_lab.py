@@ -33,7 +33,8 @@ while conn.recv(1 << 16):
     pass
 """
 # argv: address, port, source address, source port (0: any), chunk bytes, pause s, DSCP. CUBIC, named:
-# a namespace takes the machine's default, and BBR (this machine's) keeps the FIFOs the faults need short
+# a namespace takes the machine's default, and BBR (this machine's) keeps the FIFOs the faults need short.
+# Once connected it logs "sending <time_ns>": when its traffic starts (`sending_since`).
 
 SENDER = """
 import socket, sys, time
@@ -51,6 +52,7 @@ for _ in range(150):
         s.close()
         time.sleep(0.2)
 data, pause = b"x" * int(chunk), float(pause)
+print("sending", time.time_ns(), flush=True)
 while True:
     s.sendall(data)
     if pause:
@@ -85,13 +87,29 @@ def flow(lab: Lab, logs: Path, jobid: str | None, src: str, dst: str, port: int,
     try:
         procs.append(lab.spawn(src, [*job, sys.executable, "-c", SENDER, address(lab, dst), str(port),
                                      address(lab, src), str(sport), str(chunk), str(pause_s), str(dscp)],
-                               f"{name} sender", log=logs / f"{name}-sender.log"))
+                               f"{name} sender", log=sender_log(logs, jobid, src, dst, port)))
     except BaseException:
         from clockfabric.lab.process import stop
 
         stop(procs)
         raise
     return procs
+
+
+def sender_log(logs: Path, jobid: str | None, src: str, dst: str, port: int) -> Path:
+    """Where `flow`'s sender logs."""
+    return logs / f"{jobid or 'nojob'}-{src}-{dst}-{port}-sender.log"
+
+
+def sending_since(log: Path, timeout_s: float = 30.0) -> int:
+    """When the sender logging to `log` connected and began to send (time.time_ns), waiting for it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines() if log.exists() else []:
+            if line.startswith("sending "):
+                return int(line.split()[1])
+        time.sleep(0.05)
+    raise ClockfabricError(f"the sender logging to {log} did not start sending in {timeout_s:.0f} s")
 
 
 def why(fleet: LabFleet, jobid: str, since: str = "60s") -> dict | None:
