@@ -4,9 +4,11 @@ The fabric hashes a flow's 5-tuple onto one spine; a TCP SYN with the same 5-tup
 is answered by exactly that spine (probe.paths.trace). The SYN leaves by the NIC the kernel
 routes the flow on (traffic's RouteLookup, ports included), as the flow's own packets do.
 
-A 5-tuple hashes the same way every time, so a trace is cached per 5-tuple (a reused port
-included) and made again only every `every_s` (one left unanswered: after RETRY_S), or after
-`forget()` (a link of the host changed: the hash may land elsewhere now). Not traced: flows
+A 5-tuple hashes the same way while the fabric stands, so a trace is cached per 5-tuple (a
+reused port included) and made again every `every_s` (one left unanswered: after RETRY_S), or
+at once after `forget()` (a link of the host changed). A link between switches going down or
+up moves the hash too, and the host does not see it: hence a short `every_s` (one SYN per flow
+each time). Not traced: flows
 to a peer under one of this host's own leaves (no spine between them; the SYN would reach
 the peer's socket) and flows to addresses outside the fabric. Traces run on a thread of
 their own: a lost answer waits up to a second, which the agent's update must not.
@@ -28,7 +30,7 @@ from clockfabric.traffic.steer_kernel import RouteLookup
 
 log = logging.getLogger(__name__)
 TTL = 2  # the hop after the leaf: a spine
-EVERY_S = 300.0
+EVERY_S = 10.0  # a fabric link's change, which the host does not see, shows within this long
 RETRY_S = 2.0  # an unanswered trace (its SYN or the answer lost) again
 
 
