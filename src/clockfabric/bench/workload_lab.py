@@ -120,6 +120,24 @@ def why(fleet: LabFleet, jobid: str, since: str = "60s") -> dict | None:
         return None
 
 
+def known(fleet: LabFleet, jobid: str, flows: int, timeout_s: float = 90.0) -> dict:
+    """Wait until the controller judges `flows` flows of the job healthy, each with its traced
+    path (4 links: host, leaf, spine, leaf, host) and its in-band delay: a loaded machine's
+    agents may push a new flow's readings seconds late, and a fault injected before would be
+    judged on nothing."""
+    deadline = time.monotonic() + timeout_s
+    w: dict = {}
+    while time.monotonic() < deadline:
+        w = why(fleet, jobid, "10s") or {}
+        rows = w.get("flows", [])
+        if w.get("verdict") == "healthy" and len(rows) == flows and all(
+                len(r.get("links") or []) == 4 and r.get("delay_source") == "inband" for r in rows):
+            return w
+        time.sleep(1.0)
+    raise ClockfabricError(f"job {jobid}'s {flows} flows were not all judged healthy, traced and measured in-band "
+                           f"in {timeout_s:.0f} s; last verdict: {w.get('verdict')}, flows: {w.get('flows')}")
+
+
 def links_between(lab: Lab, a: str, b: str) -> set[str]:
     """The names of the links cabling node a to node b."""
     return {lk.name for lk in lab.topology.links if {lk.a.node, lk.b.node} == {a, b}}
@@ -175,6 +193,7 @@ def two_jobs(name: str, settle_s: float) -> Iterator[TwoJobs]:
             procs += straggler
             procs += flow(lab, logs, "B", "h1", "h3", 5404, spine="spine0", dscp=COLLECTIVE, chunk=4096, pause_s=0.01)
             time.sleep(settle_s + 5)  # rates, paths and in-band delays for every flow
+            known(fleet, "A", flows=3)
             yield TwoJobs(fleet, procs, straggler)
         finally:
             stop(procs, grace_s=2.0)
