@@ -7,7 +7,8 @@ h2 -> h1 on spine0), job B one (h1 -> h3 on spine0). Each injection starts at it
 watched for up to `--watch` seconds: the first verdict other than "healthy" is the verdict (a
 healthy injection's is "healthy" only if no poll said otherwise); it is right when its class, its
 culprit and, for a fault on a link, the link it names are the injected ones. Time to name: from the onset to
-the first poll whose verdict is right and, for a fault on a link, names that link. Then the
+the first poll whose verdict is right and, for a fault on a link, names that link; the onset is
+when the fault begins to act (a culprit flow's first send, not its start-up). Then the
 fault is undone and the fabric left to settle before the next. Targets: >= 95% right on the
 first verdict; p90 time to name <= 10 s; no slow_flow alert opened during a healthy injection."""
 
