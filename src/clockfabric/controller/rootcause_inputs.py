@@ -7,7 +7,8 @@ Flows come from the workload pushes: the job's own over the window (`job_flow_*`
 is all a verdict reads of them (the load they put on a link, rootcause.load_on). A flow's
 links: its plane from its local address, its peer from its remote one, and the switch it
 crosses where its agent traced it (`job_flow_path` / `other_flow_path`, label `via`); without
-one, only the links every path between the two hosts shares. Probe floors and their links: the
+one, or with several in the window, only the links every such path shares surely. Probe floors
+and their links: the
 OWD matrix and the path map.
 """
 
