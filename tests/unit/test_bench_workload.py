@@ -36,3 +36,27 @@ def test_a_healthy_run_counts_as_mismatches_only_in_band_delays_far_above_their_
                          judged("d", "inband", [])]}
     assert mismatches(verdict) == ["h0 a"]
     assert mismatches({"flows": []}) == [] == mismatches({})
+
+
+def test_a_fault_is_seen_at_the_first_reading_off_the_flows_own_level_before_the_onset():
+    from clockfabric.bench.workload_stages import first_change
+
+    def far(v, usual):
+        return v > 3 * usual
+
+    series = [(1, 10.0), (2, 11.0), (3, 9.0), (5, 12.0), (6, 40.0), (7, 50.0)]
+    assert first_change(series, 4, far) == 6
+    assert first_change(series, 7, far) == 7  # a reading at the onset counts
+    assert first_change([(5, 40.0)], 4, far) is None  # nothing before the onset: no level to leave
+    assert first_change(series[:4], 4, far) is None
+
+
+def test_stages_give_each_class_its_median_share_of_the_time_to_name():
+    from clockfabric.bench.workload_stages import stages
+
+    rows = [{"kind": "degraded_link", "prepared_s": 0.0, "seen_s": 2.0, "named_s": 5.0},
+            {"kind": "degraded_link", "prepared_s": 0.0, "seen_s": 3.0, "named_s": 7.0},
+            {"kind": "congestion_other_job", "prepared_s": 2.5, "seen_s": None, "named_s": 6.0}]
+    found = stages(rows)
+    assert found["degraded_link"] == {"prepared_s": 0.0, "seen_s": 2.5, "named_s": 6.0, "judged_s": 3.5}
+    assert found["congestion_other_job"] == {"prepared_s": 2.5, "seen_s": None, "named_s": 6.0, "judged_s": None}

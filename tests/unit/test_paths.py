@@ -172,3 +172,26 @@ def test_without_raw_socket_permission_one_clear_error(monkeypatch):
     with pytest.raises(ClockfabricError, match="root or CAP_NET_RAW") as info:
         paths.learn("10.0.0.1", "10.0.0.3", 5000, sports=[61000])
     assert "\n" not in str(info.value)
+
+
+def segment(flags: int, ack: int, src: str = "10.0.0.3", dst: str = "10.0.0.1", sport: int = 5000,
+            dport: int = 61000) -> bytes:
+    """An IPv4 TCP segment from the peer back to the tracing host (checksums left out: not read)."""
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40, 0, 0, 64, socket.IPPROTO_TCP, 0, socket.inet_aton(src),
+                     socket.inet_aton(dst))
+    return ip + struct.pack("!HHIIBBHHH", sport, dport, 777, ack, 5 << 4, flags, 64240, 0, 0)
+
+
+def test_only_the_peers_answer_to_our_syn_ends_a_trace_not_the_traced_flows_own_segments():
+    seqs = {(61000, 5000): 12345}
+    assert paths._reply_from_peer(segment(0x12, 12346), "10.0.0.1", "10.0.0.3", seqs) == (61000, 5000)  # SYN-ACK
+    assert paths._reply_from_peer(segment(0x14, 12346), "10.0.0.1", "10.0.0.3", seqs) == (61000, 5000)  # RST
+    # the live flow's own ACKs and data from the peer: the 5-tuple matches, the probe was never answered
+    assert paths._reply_from_peer(segment(0x10, 12346), "10.0.0.1", "10.0.0.3", seqs) is None
+    assert paths._reply_from_peer(segment(0x18, 99), "10.0.0.1", "10.0.0.3", seqs) is None
+    # a reset of the flow itself, or an answer to another SYN: not acknowledging ours
+    assert paths._reply_from_peer(segment(0x14, 99), "10.0.0.1", "10.0.0.3", seqs) is None
+    assert paths._reply_from_peer(segment(0x12, 12346, dport=61001), "10.0.0.1", "10.0.0.3", seqs) is None
+    assert paths._reply_from_peer(segment(0x12, 12346, src="10.0.0.4"), "10.0.0.1", "10.0.0.3", seqs) is None
+    assert paths._reply_from_peer(segment(0x12, 0), "10.0.0.1", "10.0.0.3", {(61000, 5000): 0xFFFFFFFF}) \
+        == (61000, 5000)  # the acknowledgement wraps

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, Thresholds, job_flows
+from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, Thresholds, job_flows, settled
 from clockfabric.controller.rootcause_verdict import Fabric, why
 from tests.unit.rootcause_timelines import NOW, S, fabric, flow, ring
 
@@ -13,8 +13,8 @@ WINDOW = 60 * S
 SLOW = (80, 2000)  # Mbit/s, RTT us: a flow behind a queue
 
 
-def verdict(flows: list[Flow], fab: Fabric | None = None, jobid: str = "A") -> dict:
-    return why(jobid, flows, fab or fabric(), NOW, WINDOW)
+def verdict(flows: list[Flow], fab: Fabric | None = None, jobid: str = "A", limits: Thresholds | None = None) -> dict:
+    return why(jobid, flows, fab or fabric(), NOW, WINDOW, limits)
 
 
 def test_congestion_from_another_job_names_the_link_and_the_job():
@@ -127,3 +127,29 @@ def test_a_fault_is_judged_on_the_latest_readings():
     later = tuple(FlowPoint(NOW + i * S, 300e6, 60) for i in range(1, 12))
     recovered = [Flow(**{**f.__dict__, "points": f.points + later}) for f in early]
     assert why("A", recovered, fabric(), NOW + 11 * S, WINDOW)["verdict"] == "healthy"
+
+
+def slow_lately(readings: int) -> list[Flow]:
+    """Job A's ring with h1's flow behind a queue for only its newest `readings` readings."""
+    return [Flow(**{**f.__dict__, "points": f.points[:-readings] + slow.points[-readings:]})
+            for f, slow in zip(ring("A"), ring("A", h1=SLOW), strict=True)]
+
+
+def test_a_queue_held_by_the_newest_readings_is_judged_before_it_fills_half_the_window():
+    found = verdict(slow_lately(3))  # 3 of 30 readings: the median is still the floor
+    half = verdict(ring("A", h1=SLOW))  # the same queue, held for half the window
+    assert (found["verdict"], found["link"]) == (half["verdict"], half["link"]) != ("healthy", None)
+    assert [r["host"] for r in found["flows"] if r["network_slow"]] == ["h1"]
+
+
+def test_a_spike_in_fewer_than_the_newest_readings_is_not_judged_slow():
+    assert verdict(slow_lately(2))["verdict"] == "healthy"
+    assert verdict(slow_lately(3), limits=Thresholds(newest=4))["verdict"] == "healthy"
+
+
+def test_settled_delay_is_the_median_unless_the_newest_readings_all_stand_above_it():
+    assert settled([10.0, 10.0, 10.0, 10.0, 500.0, 400.0, 450.0], 3) == 400.0
+    assert settled([10.0, 10.0, 10.0, 10.0, 500.0, 9.0, 450.0], 3) == 10.0
+    assert settled([10.0, 10.0, 10.0, 10.0, 500.0, 400.0, 450.0], 4) == 10.0
+    assert settled([None, 20.0, 30.0], 3) == 25.0
+    assert settled([None], 3) is None

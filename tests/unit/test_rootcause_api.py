@@ -95,3 +95,22 @@ def test_an_untraced_flow_reaches_every_spine_and_a_traced_switch_outlives_a_lat
     assert spines == {"spine0", "spine1"} and untraced.may_cross()[-1] == untraced.hops[-1]
     (traced,) = flows_from([*rate, path(1, "spine1"), path(2, "")], places)
     assert traced.may_cross() == traced.hops and any("spine1" in name for name, _ in traced.hops)
+
+
+def test_a_flow_traced_through_two_switches_in_the_window_may_cross_both_paths():
+    topo = leafspine(4, 2, 2)
+    places = Places(topo, {})
+    label = "10.64.0.0:40000->10.64.0.4:5201"  # h0's NIC to h2's
+    rate = [Sample("h0", 1 * S, "job_flow_tx_bps", 5e8, {"jobid": "A", "flow": label})]
+
+    def path(t: int, via: str) -> Sample:
+        return Sample("h0", t * S, "job_flow_path", 1.0, {"jobid": "A", "flow": label, "via": via, "dscp": "26"})
+
+    # on spine1, moved to spine0 while a link was down, traced once with no answer, back on spine1
+    (moved,) = flows_from([*rate, path(1, "spine1"), path(2, "spine0"), path(3, ""), path(4, "spine1")], places)
+    assert len(moved.hops) == 2 and moved.dscp == 26  # surely only the host links both paths share
+    crossed = {way for _, way in moved.may_cross()}
+    assert {"leaf0>spine0", "leaf0>spine1", "spine0>leaf1", "spine1>leaf1"} <= crossed
+    assert moved.may_cross()[0] == moved.hops[0] and moved.may_cross()[-1] == moved.hops[-1]
+    (once,) = flows_from([*rate, path(1, "spine1"), path(4, "spine1")], places)
+    assert once.may_cross() == once.hops and not any("spine0" in way for _, way in once.hops)

@@ -81,6 +81,27 @@ def test_flows_outside_the_fabric_and_failed_traces_have_no_switch():
     assert paths.due([FAR]) == [FAR]  # tried again later
 
 
+def test_a_flow_missing_its_trace_is_logged_with_why_once_until_it_is_answered(caplog):
+    import logging
+
+    clock, answers = Clock(), {40000: None}
+    paths = FlowPaths(TOPO, "h0", trace_fn=tracer(answers, []), clock=clock, device_of=lambda k: "eth0")
+    with caplog.at_level(logging.INFO, logger="clockfabric.workload.paths"):
+        paths.learn([FAR])
+        clock.t = 3
+        paths.learn([FAR])  # unanswered again: not logged again
+        assert [r.getMessage() for r in caplog.records] == [
+            "flow 10.0.0.1:40000 -> 10.0.0.3:5201 not traced (tried again later): nothing answered at TTL 2 "
+            "out of eth0"]
+        answers[40000] = spine_address("spine1")
+        clock.t = 6
+        paths.learn([FAR])
+        assert paths.via(FAR) == "spine1" and not paths.missed
+        answers[40000], clock.t = None, 400
+        paths.learn([FAR])  # lost once more: logged once more
+    assert len(caplog.records) == 2
+
+
 def test_dscp_is_the_top_six_bits_of_the_sockets_tos():
     def msg(tos):
         return SimpleNamespace(get_attr=lambda name: tos if name == "INET_DIAG_TOS" else None)

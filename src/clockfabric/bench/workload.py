@@ -7,7 +7,8 @@ h2 -> h1 on spine0), job B one (h1 -> h3 on spine0). Each injection starts at it
 watched for up to `--watch` seconds: the first verdict other than "healthy" is the verdict (a
 healthy injection's is "healthy" only if no poll said otherwise); it is right when its class, its
 culprit and, for a fault on a link, the link it names are the injected ones. Time to name: from the onset to
-the first poll whose verdict is right and, for a fault on a link, names that link. Then the
+the first poll whose verdict is right and, for a fault on a link, names that link; the onset is
+when the fault begins to act (a culprit flow's first send, not its start-up). Then the
 fault is undone and the fabric left to settle before the next. Targets: >= 95% right on the
 first verdict; p90 time to name <= 10 s; no slow_flow alert opened during a healthy injection."""
 
@@ -27,6 +28,7 @@ import typer
 
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, machine, record, targets_table
 from clockfabric.bench.workload_lab import COLLECTIVE, FABRIC_BPS, PACED
+from clockfabric.bench.workload_stages import seen_ns, stages
 from clockfabric.console import out, print_json
 
 HEALTHY = "healthy"
@@ -44,6 +46,8 @@ class Injection:
     links: set[str] = field(default_factory=set)  # empty: no link to name
     culprit: str | None = None
     undo: Callable[[], None] = lambda: None
+    # when the fault began to act (time.time_ns): a culprit flow's first send, not its start-up
+    onset_ns: int = field(default_factory=time.time_ns)
 
 
 @dataclass
@@ -56,6 +60,8 @@ class Outcome:
     named_s: float | None  # onset to the first right verdict (naming the link, where one is due)
     polls: int
     evidence: dict = field(default_factory=dict)  # what the first verdict read: its flows, and the link's load
+    prepared_s: float = 0.0  # from the injection's start to its onset: a culprit's port search and start-up
+    seen_s: float | None = None  # onset to the first agent sample that shows the fault (workload_stages)
 
 
 class Faults:
@@ -74,31 +80,41 @@ class Faults:
         self.port += 1
         return self.port
 
-    def _flow(self, jobid: str | None, src: str, spine: str, dscp: int = COLLECTIVE, **kw) -> Callable[[], None]:
-        """A flow src -> h3 pinned on `spine`, started now; what stops it."""
-        from clockfabric.bench.workload_lab import flow
+    def _flow(self, kind: str, jobid: str | None, src: str, spine: str, dscp: int = COLLECTIVE,
+              **kw) -> Injection:
+        """A flow src -> h3 pinned on `spine`, started now: its onset is its first send."""
+        from clockfabric.bench.workload_lab import flow, sender_log, sending_since
         from clockfabric.lab.process import stop
 
-        procs = flow(self.lab, self.logs, jobid, src, "h3", self._next_port(), spine=spine, dscp=dscp, **kw)
-        return lambda: stop(procs, grace_s=2.0)
+        port = self._next_port()
+        procs = flow(self.lab, self.logs, jobid, src, "h3", port, spine=spine, dscp=dscp, **kw)
+        try:
+            onset = sending_since(sender_log(self.logs, jobid, src, "h3", port))
+        except BaseException:
+            stop(procs, grace_s=2.0)
+            raise
+        links, culprit = (set(), None) if kind == "misconfigured_class" else (self.spine1, jobid or "(no job)")
+        return Injection(kind, links, culprit, lambda: stop(procs, grace_s=2.0), onset)
 
     def inject(self, kind: str) -> Injection:
         from clockfabric.lab import impair
 
         if kind == "congestion_other_job":
             # saturating, in the collective class: A's flow on spine1 queues behind it
-            return Injection(kind, self.spine1, "B", self._flow("B", "h1", "spine1"))
+            return self._flow(kind, "B", "h1", "spine1")
         if kind == "congestion_non_job":
-            return Injection(kind, self.spine1, "(no job)", self._flow(None, "h1", "spine1"))
+            return self._flow(kind, None, "h1", "spine1")
         if kind == "misconfigured_class":  # a new rank of A marking best-effort
-            return Injection(kind, undo=self._flow("A", "h0", "spine0", dscp=0, **PACED))
+            return self._flow(kind, "A", "h0", "spine0", dscp=0, **PACED)
         link = impair.find_link(self.lab, "leaf0", "spine1")
+        onset = time.time_ns()
         if kind == "degraded_link":
             impair.set_rate(self.lab, link, DEGRADED_BPS)
-            return Injection(kind, self.uplink, undo=lambda: impair.set_rate(self.lab, link, FABRIC_BPS))
+            return Injection(kind, self.uplink, undo=lambda: impair.set_rate(self.lab, link, FABRIC_BPS),
+                             onset_ns=onset)
         if kind == "flapping_link":
             impair.flap(self.lab, link, down_s=1.0, up_s=1.0, count=2)
-            return Injection(kind, self.uplink)
+            return Injection(kind, self.uplink, onset_ns=onset)
         if kind == "straggler_host":  # rank on h2 stops sending: a busy or throttled host
             from clockfabric.bench.workload_lab import senders
 
@@ -110,7 +126,7 @@ class Faults:
                 for pid in pids:
                     os.kill(pid, signal.SIGCONT)
 
-            return Injection(kind, culprit="h2", undo=resume)
+            return Injection(kind, culprit="h2", undo=resume, onset_ns=onset)
         return Injection(HEALTHY)
 
 
@@ -143,7 +159,7 @@ def first_verdict(fleet, injection: Injection, onset: float, watch_s: float) -> 
 def read_evidence(w: dict) -> dict:
     """A verdict's evidence, short: each flow judged (links, delay, floor, what it failed) and the link's load."""
     flows = [{k: f.get(k) for k in ("host", "flow", "links", "delay_us", "delay_source", "probe_floor_us", "rate_bps",
-                                    "why")} for f in w.get("flows", [])]
+                                    "network_slow", "starved", "why")} for f in w.get("flows", [])]
     return {"flows": flows, **{k: v for k, v in w.get("evidence", {}).items() if k in ("load_bps", "direction")}}
 
 
@@ -168,18 +184,25 @@ def run(faults: int, watch_s: float, settle_s: float, seed: int, progress: Calla
         fabric.straggler_procs = running.straggler[1:]
         outcomes, healthy_spans = [], []
         for i, kind in enumerate(schedule(faults, seed)):
-            onset_ns, onset = time.time_ns(), time.monotonic()
+            started_ns = time.time_ns()
             injection = fabric.inject(kind)
+            onset = time.monotonic() - (time.time_ns() - injection.onset_ns) / 1e9
             try:
                 outcome = first_verdict(fleet, injection, onset, watch_s)
             finally:
                 injection.undo()
             if kind == HEALTHY:
-                healthy_spans.append((onset_ns, time.time_ns()))
+                healthy_spans.append((injection.onset_ns, time.time_ns()))
+            else:
+                outcome.prepared_s = (injection.onset_ns - started_ns) / 1e9
+                seen = seen_ns(fleet, kind, outcome.evidence.get("flows", []), injection.onset_ns, COLLECTIVE)
+                outcome.seen_s = None if seen is None else (seen - injection.onset_ns) / 1e9
             outcomes.append(outcome)
             progress(f"{i + 1}/{faults} {kind}: {outcome.verdict} "
                      f"{'right' if outcome.correct else 'WRONG'}"
-                     + (f", named in {outcome.named_s:.1f} s" if outcome.named_s and kind != HEALTHY else ""))
+                     + (f", named in {outcome.named_s:.1f} s" if outcome.named_s and kind != HEALTHY else "")
+                     + (f" (seen {outcome.seen_s:.1f} s, prepared {outcome.prepared_s:.1f} s)"
+                        if outcome.seen_s is not None else ""))
             time.sleep(settle_s)
         slow = alerts(fleet, "slow_flow", healthy_spans[0][0]) if healthy_spans else []
         false_alarms = [a for a in slow if any(s <= a.get("opened_ns", 0) <= e for s, e in healthy_spans)]
@@ -198,7 +221,8 @@ def summary(report: dict) -> dict:
     p90 = named[min(len(named) - 1, int(0.9 * len(named)))] if named else None
     return {"faults": len(rows), "classes": len({r["kind"] for r in rows}),
             "correct": sum(r["correct"] for r in rows), "correct_share": sum(r["correct"] for r in rows) / len(rows),
-            "named_p50_s": statistics.median(named) if named else None, "named_p90_s": p90, "confusion": matrix}
+            "named_p50_s": statistics.median(named) if named else None, "named_p90_s": p90, "confusion": matrix,
+            "stages": stages([r for r in rows if r["kind"] != HEALTHY])}
 
 
 @BENCHMARKS.register("workload", help="Workload root cause: fault classes injected on a lab with two jobs, "
@@ -218,10 +242,12 @@ def main(faults: int = typer.Option(28, "--faults", min=1, help="Injections, eve
                       better="lower"),
                Target(f"slow_flow alerts in {report['healthy_s']:.0f} s of healthy injections",
                       report["healthy_slow_flow_alerts"], 0, better="lower")]
-    record("workload", targets, facts, report, figures={k: v for k, v in found.items() if k != "confusion"},
+    record("workload", targets, facts, report,
+           figures={k: v for k, v in found.items() if k not in ("confusion", "stages")},
            path=out_file)
     if as_json:
         print_json(report)
         return
     out.print(targets_table("workload root cause", targets))
     out.print(f"confusion (truth: verdict x count): {found['confusion']}")
+    out.print(f"stages (median s per class): {found['stages']}")

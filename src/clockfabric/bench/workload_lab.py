@@ -33,7 +33,8 @@ while conn.recv(1 << 16):
     pass
 """
 # argv: address, port, source address, source port (0: any), chunk bytes, pause s, DSCP. CUBIC, named:
-# a namespace takes the machine's default, and BBR (this machine's) keeps the FIFOs the faults need short
+# a namespace takes the machine's default, and BBR (this machine's) keeps the FIFOs the faults need short.
+# Once connected it logs "sending <time_ns>": when its traffic starts (`sending_since`).
 
 SENDER = """
 import socket, sys, time
@@ -51,6 +52,7 @@ for _ in range(150):
         s.close()
         time.sleep(0.2)
 data, pause = b"x" * int(chunk), float(pause)
+print("sending", time.time_ns(), flush=True)
 while True:
     s.sendall(data)
     if pause:
@@ -85,7 +87,7 @@ def flow(lab: Lab, logs: Path, jobid: str | None, src: str, dst: str, port: int,
     try:
         procs.append(lab.spawn(src, [*job, sys.executable, "-c", SENDER, address(lab, dst), str(port),
                                      address(lab, src), str(sport), str(chunk), str(pause_s), str(dscp)],
-                               f"{name} sender", log=logs / f"{name}-sender.log"))
+                               f"{name} sender", log=sender_log(logs, jobid, src, dst, port)))
     except BaseException:
         from clockfabric.lab.process import stop
 
@@ -94,12 +96,46 @@ def flow(lab: Lab, logs: Path, jobid: str | None, src: str, dst: str, port: int,
     return procs
 
 
+def sender_log(logs: Path, jobid: str | None, src: str, dst: str, port: int) -> Path:
+    """Where `flow`'s sender logs."""
+    return logs / f"{jobid or 'nojob'}-{src}-{dst}-{port}-sender.log"
+
+
+def sending_since(log: Path, timeout_s: float = 30.0) -> int:
+    """When the sender logging to `log` connected and began to send (time.time_ns), waiting for it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines() if log.exists() else []:
+            if line.startswith("sending "):
+                return int(line.split()[1])
+        time.sleep(0.05)
+    raise ClockfabricError(f"the sender logging to {log} did not start sending in {timeout_s:.0f} s")
+
+
 def why(fleet: LabFleet, jobid: str, since: str = "60s") -> dict | None:
     """The controller's verdict on the job now; None while it does not know the job."""
     try:
         return api(fleet.lab, fleet.url, fleet.token_file, f"/api/v1/jobs/{jobid}/why", since=since)
     except ClockfabricError:  # 404 until the job's processes are pushed
         return None
+
+
+def known(fleet: LabFleet, jobid: str, flows: int, timeout_s: float = 90.0) -> dict:
+    """Wait until the controller judges `flows` flows of the job healthy, each with its traced
+    path (4 links: host, leaf, spine, leaf, host) and its in-band delay: a loaded machine's
+    agents may push a new flow's readings seconds late, and a fault injected before would be
+    judged on nothing."""
+    deadline = time.monotonic() + timeout_s
+    w: dict = {}
+    while time.monotonic() < deadline:
+        w = why(fleet, jobid, "10s") or {}
+        rows = w.get("flows", [])
+        if w.get("verdict") == "healthy" and len(rows) == flows and all(
+                len(r.get("links") or []) == 4 and r.get("delay_source") == "inband" for r in rows):
+            return w
+        time.sleep(1.0)
+    raise ClockfabricError(f"job {jobid}'s {flows} flows were not all judged healthy, traced and measured in-band "
+                           f"in {timeout_s:.0f} s; last verdict: {w.get('verdict')}, flows: {w.get('flows')}")
 
 
 def links_between(lab: Lab, a: str, b: str) -> set[str]:
@@ -157,6 +193,7 @@ def two_jobs(name: str, settle_s: float) -> Iterator[TwoJobs]:
             procs += straggler
             procs += flow(lab, logs, "B", "h1", "h3", 5404, spine="spine0", dscp=COLLECTIVE, chunk=4096, pause_s=0.01)
             time.sleep(settle_s + 5)  # rates, paths and in-band delays for every flow
+            known(fleet, "A", flows=3)
             yield TwoJobs(fleet, procs, straggler)
         finally:
             stop(procs, grace_s=2.0)

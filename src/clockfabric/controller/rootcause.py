@@ -99,6 +99,7 @@ class Thresholds:
     degraded_share: float = 0.5  # a link queueing while carrying under this share of its rate is degraded
     active_bps: float = 1e6  # a flow under this rate is idle: no sibling comparison of its rate
     recent_ns: int = 10 * 10**9  # flows are judged on their latest readings: a fault named within this long
+    newest: int = 3  # a delay this many newest readings all stand above is judged at once (see `settled`)
 
 
 @dataclass
@@ -131,9 +132,22 @@ def in_window(flow: Flow, since_ns: int) -> Flow:
     return Flow(**{**flow.__dict__, "points": tuple(p for p in flow.points if p.t_ns >= since_ns)})
 
 
-def summarize(flow: Flow, floors: list[ProbePath]) -> FlowStats:
-    inband = median(p.owd_us for p in flow.points)
-    rtt = median(p.rtt_us for p in flow.points)
+def settled(values: list[float | None], newest: int) -> float | None:
+    """A flow's delay over its readings: their median; or, where its `newest` readings all stand
+    above that median, the lowest of them. A queue that built up lately is judged as soon as it
+    has held for `newest` readings, not once it fills half the window; one reading's spike is not."""
+    found = [v for v in values if v is not None]
+    if not found:
+        return None
+    middle = statistics.median(found)
+    if len(found) <= newest:
+        return middle
+    return max(middle, min(found[-newest:]))
+
+
+def summarize(flow: Flow, floors: list[ProbePath], newest: int = Thresholds.newest) -> FlowStats:
+    inband = settled([p.owd_us for p in flow.points], newest)
+    rtt = settled([p.rtt_us for p in flow.points], newest)
     delay, source = (inband, "inband") if inband is not None else (
         (rtt / 2, "rtt/2") if rtt is not None else (None, "none"))
     return FlowStats(flow, median(p.tx_bps for p in flow.points), delay, source, probe_floor(flow, floors))
@@ -177,7 +191,7 @@ def job_flows(flows: list[Flow], jobid: str, since_ns: int, now_ns: int, limits:
     sent = [f for f in flows if f.jobid == jobid and any((p.tx_bps or 0) >= limits.active_bps
                                                            for p in f.points if p.t_ns >= since_ns)]
     mine = [in_window(f, max(since_ns, now_ns - limits.recent_ns)) for f in sent]
-    stats = [summarize(f, floors) for f in mine if f.points]
+    stats = [summarize(f, floors, limits.newest) for f in mine if f.points]
     judge(stats, limits)
     return stats
 

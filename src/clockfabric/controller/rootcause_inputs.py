@@ -7,7 +7,8 @@ Flows come from the workload pushes: the job's own over the window (`job_flow_*`
 is all a verdict reads of them (the load they put on a link, rootcause.load_on). A flow's
 links: its plane from its local address, its peer from its remote one, and the switch it
 crosses where its agent traced it (`job_flow_path` / `other_flow_path`, label `via`); without
-one, only the links every path between the two hosts shares. Probe floors and their links: the
+one, or with several in the window, only the links every such path shares surely. Probe floors
+and their links: the
 OWD matrix and the path map.
 """
 
@@ -137,6 +138,15 @@ class Places:
         return self._hops[key]
 
 
+    def across(self, host: str, peer: str | None, plane: int | None, vias: list[str]) -> tuple:
+        """Every hop of the paths through each of `vias`, in order from host."""
+        placed: dict[Hop, int] = {}
+        for via in vias:
+            for i, hop in enumerate(self.hops(host, peer, plane, via)):
+                placed.setdefault(hop, i)
+        return tuple(sorted(placed, key=lambda h: (placed[h], h)))
+
+
 class PlacesCache:
     """The Places of the controller's topology and its hosts' addresses, made again when either changes."""
 
@@ -153,26 +163,31 @@ class PlacesCache:
 def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
     """Samples of job_flow_* and other_flow_* into flows with their readings."""
     readings: dict[tuple[str, str, str | None], dict[int, dict]] = {}
-    paths: dict[tuple[str, str, str | None], dict[str, str]] = {}
+    dscps: dict[tuple[str, str, str | None], str] = {}
+    vias: dict[tuple[str, str, str | None], dict[str, None]] = {}  # every switch it was traced through
     for s in samples:
         kind, _, stat = s.name.partition("_flow_")
         jobid = s.labels.get("jobid") if kind == "job" else None
         key = (s.host, s.labels.get("flow", ""), jobid)
-        if stat == PATH_STAT:  # the latest, but a traced switch outlives a later untraced reading
-            if s.labels.get("via") or not paths.get(key, {}).get("via"):
-                paths[key] = s.labels
+        if stat == PATH_STAT:  # an untraced reading says nothing against a traced one
+            dscps[key] = s.labels.get("dscp") or dscps.get(key, "")
+            if via := s.labels.get("via"):
+                vias.setdefault(key, {})[via] = None
         elif stat in READINGS or stat == FALLBACK:
             reading(readings.setdefault(key, {}).setdefault(s.t_ns, {}), stat, s.value)
     out = []
     for (host, label, jobid), by_t in readings.items():
         if (fk := parse_flow_label(label)) is None:
             continue
-        path = paths.get((host, label, jobid), {})
-        via, dscp = path.get("via") or None, path.get("dscp", "")
-        peer, plane = places.by_address.get(fk.remote), places.plane(host, fk.local, via)
+        traced, dscp = list(vias.get((host, label, jobid), {})), dscps.get((host, label, jobid), "")
+        # one switch: its path; several (a link went down or came back in the window): it may
+        # have crossed each of their paths, and surely only what they share
+        via = traced[0] if len(traced) == 1 else None
+        peer, plane = places.by_address.get(fk.remote), places.plane(host, fk.local, traced[-1] if traced else None)
+        reach = places.across(host, peer, plane, traced) if len(traced) > 1 else places.reach(host, peer, plane, via)
         out.append(Flow(host, label, jobid, peer, plane, places.hops(host, peer, plane, via),
                         int(dscp) if dscp.isdigit() else None,
-                        tuple(point(t, v) for t, v in sorted(by_t.items())), places.reach(host, peer, plane, via)))
+                        tuple(point(t, v) for t, v in sorted(by_t.items())), reach))
     return out
 
 

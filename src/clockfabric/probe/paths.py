@@ -29,7 +29,7 @@ from clockfabric.topology.classes import PRIORITY_DSCP
 SPORTS = range(61000, 65536)
 ICMP_TIME_EXCEEDED = 11
 SOL_RAW, ICMP_FILTER = 255, 1  # linux/icmp.h: a raw ICMP socket's filter of types to drop
-SYN = 0x02
+SYN, RST = 0x02, 0x04
 PROTOCOLS = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP}
 
 Learner = Callable[..., dict[int, str | None]]
@@ -84,14 +84,19 @@ def parse_time_exceeded(packet: bytes) -> tuple[str, int, Flow] | None:
     return socket.inet_ntoa(packet[12:16]), inner[9], flow
 
 
-def _reply_from_peer(packet: bytes, src: str, dst: str) -> Ports | None:
-    """The flow (ours, theirs) the peer itself answered (SYN-ACK or RST): the probe got all the way."""
+def _reply_from_peer(packet: bytes, src: str, dst: str, seqs: dict[Ports, int]) -> Ports | None:
+    """The flow (ours, theirs) the peer itself answered: the probe got all the way. Only a SYN-ACK
+    or RST acknowledging our SYN's sequence number (`seqs`) is an answer: tracing a live flow, the
+    raw socket also reads that flow's own segments from the peer, which say nothing of the probe."""
     ihl = (packet[0] & 0x0F) * 4
-    if len(packet) < ihl + 4 or packet[9] != socket.IPPROTO_TCP:
+    if len(packet) < ihl + 14 or packet[9] != socket.IPPROTO_TCP:
         return None
     if socket.inet_ntoa(packet[12:16]) != dst or socket.inet_ntoa(packet[16:20]) != src:
         return None
-    their, ours = struct.unpack_from("!HH", packet, ihl)
+    their, ours, _, ack = struct.unpack_from("!HHII", packet, ihl)
+    flags = packet[ihl + 13]
+    if not flags & (SYN | RST) or (seq := seqs.get((ours, their))) is None or ack != (seq + 1) & 0xFFFFFFFF:
+        return None
     return ours, their
 
 
@@ -136,8 +141,10 @@ def trace(src: str, dst: str, flows: Iterable[Ports], *, proto: str = "tcp", ttl
 
     All probes go out at once, then replies are collected until each is answered or the
     timeout passes; unanswered flows are probed once more (a probe or its reply may be
-    lost). None: no answer, or (TCP) the peer itself answered: it is fewer than `ttl` hops
-    away. `device`: send out of this NIC. Must run in the namespace that owns `src`.
+    lost). None: no answer, or (TCP) the peer itself answered our SYN (a SYN-ACK or RST
+    acknowledging it): it is fewer than `ttl` hops away. A live flow's own segments are no
+    answer, so a busy flow is traced as well as an idle one. `device`: send out of this NIC.
+    Must run in the namespace that owns `src`.
     Needs root or CAP_NET_RAW.
     """
     if proto not in PROTOCOLS:
@@ -147,10 +154,11 @@ def trace(src: str, dst: str, flows: Iterable[Ports], *, proto: str = "tcp", ttl
     pending = set(wanted)
     icmp, probe = _sockets(src, ttl, PROTOCOLS[proto], device)
     rng = random.Random()
+    seqs = {f: rng.getrandbits(32) for f in wanted}  # what a peer's own answer acknowledges
     try:
         for _ in range(2):
             for sport, dport in (f for f in wanted if f in pending):
-                packet = (tcp_syn(src, dst, sport, dport, rng.getrandbits(32)) if proto == "tcp"
+                packet = (tcp_syn(src, dst, sport, dport, seqs[(sport, dport)]) if proto == "tcp"
                           else udp_header(sport, dport))
                 try:
                     probe.sendto(packet, (dst, 0))
@@ -160,7 +168,7 @@ def trace(src: str, dst: str, flows: Iterable[Ports], *, proto: str = "tcp", ttl
                     # a full queue or a NIC without carrier: this probe is lost, as on a wire
             # a UDP peer answers nothing we could tell from other traffic: only TCP's socket is read
             _collect(icmp, probe if proto == "tcp" else None, (src, dst, PROTOCOLS[proto]), pending, found,
-                     time.monotonic() + timeout_s)
+                     time.monotonic() + timeout_s, seqs)
             if not pending:
                 break
     finally:
@@ -170,7 +178,7 @@ def trace(src: str, dst: str, flows: Iterable[Ports], *, proto: str = "tcp", ttl
 
 
 def _collect(icmp: socket.socket, tcp: socket.socket | None, key: tuple[str, str, int], pending: set[Ports],
-             found: dict[Ports, str | None], deadline: float) -> None:
+             found: dict[Ports, str | None], deadline: float, seqs: dict[Ports, int]) -> None:
     src, dst, proto = key
     while pending and (left := deadline - time.monotonic()) > 0:
         ready, _, _ = select.select([icmp] + ([tcp] if tcp else []), [], [], left)
@@ -182,7 +190,7 @@ def _collect(icmp: socket.socket, tcp: socket.socket | None, key: tuple[str, str
                     found[ports] = reply[0]
                     pending.discard(ports)
             else:
-                pending.discard(_reply_from_peer(packet, src, dst))
+                pending.discard(_reply_from_peer(packet, src, dst, seqs))
 
 
 def _by_hop(found: dict[int, str | None]) -> dict[str | None, list[int]]:

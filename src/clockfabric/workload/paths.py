@@ -4,9 +4,11 @@ The fabric hashes a flow's 5-tuple onto one spine; a TCP SYN with the same 5-tup
 is answered by exactly that spine (probe.paths.trace). The SYN leaves by the NIC the kernel
 routes the flow on (traffic's RouteLookup, ports included), as the flow's own packets do.
 
-A 5-tuple hashes the same way every time, so a trace is cached per 5-tuple (a reused port
-included) and made again only every `every_s` (one left unanswered: after RETRY_S), or after
-`forget()` (a link of the host changed: the hash may land elsewhere now). Not traced: flows
+A 5-tuple hashes the same way while the fabric stands, so a trace is cached per 5-tuple (a
+reused port included) and made again every `every_s` (one left unanswered: after RETRY_S), or
+at once after `forget()` (a link of the host changed). A link between switches going down or
+up moves the hash too, and the host does not see it: hence a short `every_s` (one SYN per flow
+each time). Not traced: flows
 to a peer under one of this host's own leaves (no spine between them; the SYN would reach
 the peer's socket) and flows to addresses outside the fabric. Traces run on a thread of
 their own: a lost answer waits up to a second, which the agent's update must not.
@@ -28,8 +30,8 @@ from clockfabric.traffic.steer_kernel import RouteLookup
 
 log = logging.getLogger(__name__)
 TTL = 2  # the hop after the leaf: a spine
-EVERY_S = 300.0
-RETRY_S = 2.0  # an unanswered trace (its SYN or the answer lost, e.g. in the full queue the flow fills) again
+EVERY_S = 10.0  # a fabric link's change, which the host does not see, shows within this long
+RETRY_S = 2.0  # an unanswered trace (its SYN or the answer lost) again
 
 
 def leaves(topo: Topology) -> dict[str, set[str]]:
@@ -56,6 +58,7 @@ class FlowPaths:
         self.far = {h for h in topology.hosts if h != host and not leaf.get(h, set()) & leaf.get(host, set())}
         self.found: dict[FlowKey, tuple[float, str | None]] = {}  # replaced whole: read from any thread
         self.traces = 0
+        self.missed: set[FlowKey] = set()  # flows whose last trace went unanswered: logged once each
 
     def traced(self, key: FlowKey) -> bool:
         """Whether the flow crosses a spine this host can trace."""
@@ -82,7 +85,8 @@ class FlowPaths:
                 hops = self._trace(local, remote, [(k.lport, k.rport) for k in flows], proto="tcp", ttl=TTL,
                                    device=device)
             except ClockfabricError as e:  # no route now, or no raw sockets: not known, tried again later
-                log.debug("tracing flows %s -> %s: %s", local, remote, e)
+                for k in flows:
+                    self._note(k, str(e))
                 continue
             self.traces += 1
             now = self._clock()
@@ -90,7 +94,18 @@ class FlowPaths:
                 hop = hops.get((k.lport, k.rport))
                 # unanswered: held as if traced long ago, so it is due again after RETRY_S
                 found[k] = (now, self.owner.get(hop, hop)) if hop else (now - self.every_s + RETRY_S, None)
+                self._note(k, None if hop else f"nothing answered at TTL {TTL} out of {device or 'the routed NIC'}")
         self.found = found
+        self.missed &= live
+
+    def _note(self, key: FlowKey, missed: str | None) -> None:
+        """Log why a flow's trace failed (`missed`; None: it was answered), once until it is answered."""
+        if missed is None:
+            self.missed.discard(key)
+        elif key not in self.missed:
+            self.missed.add(key)
+            log.info("flow %s:%d -> %s:%d not traced (tried again later): %s", key.local, key.lport, key.remote,
+                     key.rport, missed)
 
     def forget(self) -> None:
         self.found = {}
