@@ -116,7 +116,9 @@ def main(jobs: int = typer.Option(4, min=1, max=64, help="Jobs, one process each
                               interval=ddp.interval(),
                               note=f"median of {pairs} paired runs of examples/ddp_train.py ({steps} steps, seed "
                                    f"{workload_cost_ddp.SEED}), order alternating; without: "
-                                   f"{statistics.median(ddp.without) * 1e3:.0f} ms/step"))
+                                   f"{statistics.median(ddp.without) * 1e3:.0f} ms/step; each agent used "
+                                   f"{statistics.median(ddp.agent_cpu['A']):.1%} of a core with the service, "
+                                   f"{statistics.median(ddp.agent_cpu['B']):.1%} without"))
     record("workload-cost", targets, facts, report, path=out_file)
     if as_json:
         print_json(report)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ class Pairs:
     without: list[float] = field(default_factory=list)
     order: list[str] = field(default_factory=list)  # which ran first in each pair: "A" or "B"
     seen: list[dict[str, int]] = field(default_factory=list)  # per A run: what its agents saw of the job
+    agent_cpu: dict[str, list[float]] = field(default_factory=lambda: {"A": [], "B": []})  # a core, per agent
 
     @property
     def ratios(self) -> list[float]:
@@ -48,7 +50,14 @@ class Pairs:
 
     def as_dict(self) -> dict:
         return {"with_workload_step_s": self.with_workload, "without_step_s": self.without,
-                "first": self.order, "ratio": self.ratios, "seen_with_workload": self.seen}
+                "first": self.order, "ratio": self.ratios, "seen_with_workload": self.seen,
+                "agent_cpu_share": self.agent_cpu}
+
+
+def cpu_s(pid: int) -> float:
+    """A live process's CPU seconds so far, user and system, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Watch(threading.Thread):
@@ -68,14 +77,16 @@ class Watch(threading.Thread):
             self.seen = {"flows": max(self.seen["flows"], len(flows)), "inband": max(self.seen["inband"], len(inband))}
 
 
-def one_run(lab: Lab, folder: Path, args: list[str], *, workload: bool) -> tuple[float, dict[str, int]]:
+def one_run(lab: Lab, folder: Path, args: list[str], *, workload: bool) -> tuple[float, dict[str, int], float]:
     """Agents on every host (the workload service in them or not), the job run once; its median
-    step time, and what the agents saw of it. The agents are stopped before the next run."""
+    step time, what the agents saw of it, and the share of a core each agent used while it ran.
+    The agents are stopped before the next run."""
     agents = LabAgents(lab, peers=3, extra=[] if workload else ["--disable", "workload"])
     agents.start()
     watch = Watch(agents)
     try:
         agents.wait_publishing()
+        before, start = [cpu_s(p.pid) for p in agents.procs], time.monotonic()
         run = job.start(lab, HOSTS, [str(SCRIPT), *args], folder, env={JOB_ENV: JOB_NAME})
         watch.start()
         try:
@@ -85,12 +96,14 @@ def one_run(lab: Lab, folder: Path, args: list[str], *, workload: bool) -> tuple
             run.stop()
         if failed := agents.failed():  # an agent that died mid-run would make A look like B
             raise ClockfabricError(f"an agent exited during the job: {failed[0]}")
+        used = sum(cpu_s(p.pid) - b for p, b in zip(agents.procs, before, strict=True))
+        share = used / (time.monotonic() - start) / len(agents.procs)
     finally:
         agents.stop()
     if result.outcome != "completed" or result.median_step_s is None:
         raise ClockfabricError(f"the DDP job did not complete: {result.error or result.outcome}; see {folder}")
     watch.join(2.0)
-    return result.median_step_s, watch.seen
+    return result.median_step_s, watch.seen, share
 
 
 def paired_runs(pairs: int, steps: int) -> Pairs:
@@ -105,12 +118,14 @@ def paired_runs(pairs: int, steps: int) -> Pairs:
         for i in range(pairs):
             first = "A" if i % 2 == 0 else "B"
             for which in (first, "B" if first == "A" else "A"):
-                step, seen = one_run(lab, Path(tmp) / f"pair{i}-{which}", args, workload=which == "A")
+                step, seen, share = one_run(lab, Path(tmp) / f"pair{i}-{which}", args, workload=which == "A")
                 (found.with_workload if which == "A" else found.without).append(step)
+                found.agent_cpu[which].append(share)
                 if which == "A":
                     found.seen.append(seen)
             found.order.append(first)
             out.print(f"pair {i} ({first} first): with workload monitoring {found.with_workload[-1] * 1e3:.1f} "
                       f"ms/step ({found.seen[-1]['flows']} job flows seen, {found.seen[-1]['inband']} with in-band "
-                      f"OWD), without {found.without[-1] * 1e3:.1f} ms/step, ratio {found.ratios[-1]:.4f}")
+                      f"OWD), without {found.without[-1] * 1e3:.1f} ms/step, ratio {found.ratios[-1]:.4f}; each agent "
+                      f"{found.agent_cpu['A'][-1]:.1%} of a core with, {found.agent_cpu['B'][-1]:.1%} without")
     return found
