@@ -101,7 +101,7 @@ def one_run(lab: Lab, folder: Path, args: list[str], *, workload: bool) -> tuple
     finally:
         agents.stop()
     if result.outcome != "completed" or result.median_step_s is None:
-        raise ClockfabricError(f"the DDP job did not complete: {result.error or result.outcome}; see {folder}")
+        raise ClockfabricError(f"the DDP job did not complete: {result.error or result.outcome}")
     watch.join(2.0)
     return result.median_step_s, watch.seen, share
 
