@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from clockfabric.agent.config import AgentConfig
-from clockfabric.agent.service import SERVICES, Router, Service
+from clockfabric.agent.service import SERVICES, Router, Service, chosen
 from clockfabric.agent.services.claims import Claims
 from clockfabric.agent.services.telemetry import Telemetry
 from clockfabric.errors import ClockfabricError
 from clockfabric.telemetry.base import COLLECTORS
-from clockfabric.topology import leafspine
+from clockfabric.topology import leafspine, multirail
 
 
 class Recorder(Service):
@@ -86,6 +86,40 @@ def test_failover_and_controller_services_run_only_when_configured(tmp_path):
     assert wanted(AgentConfig("h0", topo, tmp_path)) == ["clock", "claims", "lldp", "telemetry", "workload"]
     assert wanted(AgentConfig("h0", topo, tmp_path, controller="http://c:9400", failover=True)) == [
         "clock", "claims", "lldp", "failover", "telemetry", "workload", "controller"]
+
+
+def test_a_disabled_service_is_not_run_and_the_rest_keep_their_order(tmp_path):
+    topo = leafspine(4, 2, 2)
+    cfg = AgentConfig("h0", topo, tmp_path, controller="http://c:9400", failover=True, disabled=("workload", "lldp"))
+    assert [e.name for e in chosen(cfg)] == ["clock", "claims", "failover", "telemetry", "controller"]
+    assert [e.name for e in chosen(AgentConfig("h0", topo, tmp_path))] == wanted(AgentConfig("h0", topo, tmp_path))
+
+
+def test_an_unknown_service_name_is_one_clear_error_naming_the_known(tmp_path):
+    with pytest.raises(ClockfabricError, match="no service named 'workloads'; services are ") as e:
+        AgentConfig("h0", leafspine(4, 2, 2), tmp_path, disabled=("workloads",))
+    assert str(e.value).split("are ")[1].split(", ") == SERVICES.names()
+
+
+def test_disabling_failover_turns_it_off_and_contradicts_asking_for_it(tmp_path):
+    topo = leafspine(4, 2, 2)
+    two_nics = multirail(4, 2, 2, 2)
+    assert AgentConfig("h0", two_nics, tmp_path).failover is True
+    assert AgentConfig("h0", two_nics, tmp_path, disabled=("failover",)).failover is False
+    with pytest.raises(ClockfabricError, match="--failover and --disable failover contradict"):
+        AgentConfig("h0", topo, tmp_path, failover=True, disabled=("failover",))
+    with pytest.raises(ClockfabricError, match="--steer needs failover"):
+        AgentConfig("h0", topo, tmp_path, steer=True, disabled=("failover",))
+
+
+def test_agent_help_lists_every_service_it_can_disable():
+    from typer.testing import CliRunner
+
+    from clockfabric.cli.main import build_app
+
+    shown = CliRunner().invoke(build_app("agent"), ["agent", "--help"], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0 and "--disable" in shown.output
+    assert f"(repeatable): {', '.join(SERVICES.names())}." in " ".join(shown.output.split())
 
 
 def fake_context(topo, **cfg):

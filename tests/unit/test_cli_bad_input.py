@@ -59,6 +59,7 @@ CORPUS: list[str] = [
     "agent --host h0 --topology {d}/good.yaml --controller http://127.0.0.1:9",
     "agent --host h0 --topology {d}/good.yaml --controller http://127.0.0.1:9 --token-file {d}/short",
     "agent --host h0 --topology {d}/good.yaml --collector no-such-collector",
+    "agent --host h0 --topology {d}/good.yaml --disable no-such-service",
     "controller --token-file {d}/missing-token", "controller --token-file {d}/short",
     "controller --token-file {d}/sub", "controller --token-file {d}/tok --topology {d}/bad.yaml",
     "controller --token-file {d}/tok --topology {d}/missing.yaml",

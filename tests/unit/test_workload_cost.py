@@ -32,3 +32,14 @@ def test_4_jobs_of_16_flows_are_all_found(sockets):
     flows = [f for f in view.flows if f.jobid in names]
     assert len(flows) == JOBS * 2 * CONNECTIONS
     assert {f.jobid for f in flows} == set(names)
+
+
+def test_paired_runs_give_each_pairs_ratio_and_an_interval_around_their_median():
+    from clockfabric.bench.workload_cost_ddp import Pairs
+
+    pairs = Pairs(with_workload=[0.404, 0.396, 0.410, 0.400], without=[0.400, 0.400, 0.400, 0.400],
+                  order=["A", "B", "A", "B"])
+    assert pairs.ratios == pytest.approx([1.01, 0.99, 1.025, 1.0])
+    low, high = pairs.interval()
+    assert 0.99 <= low <= 1.005 <= high <= 1.025  # the median (1.005) inside, within the pairs' range
+    assert pairs.as_dict()["ratio"] == pairs.ratios and pairs.as_dict()["first"] == ["A", "B", "A", "B"]

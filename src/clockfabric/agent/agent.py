@@ -22,7 +22,7 @@ import time
 from clockfabric.agent.config import CONTROL_PORT, AgentConfig
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.push import link_payload
-from clockfabric.agent.service import SERVICES, Router
+from clockfabric.agent.service import Router, chosen
 from clockfabric.auth.keys import Keyring
 from clockfabric.auth.seal import CONTROL, HEARTBEAT, PROBE, Rejected, Sealer
 from clockfabric.errors import ClockfabricError
@@ -123,7 +123,7 @@ class Agent:
         except Exception as e:  # noqa: BLE001 - no netlink here: services do without link events
             log.info("no link events (%s)", e)
         self._links_seen = 0
-        self.services = [entry.factory(self.ctx) for entry in SERVICES.entries() if entry.meta["wanted"](cfg)]
+        self.services = [entry.factory(self.ctx) for entry in chosen(cfg)]
         self.router = Router(self.services)
         self.stopping = threading.Event()
         self.state_path = cfg.state_dir / f"{cfg.host}.json"

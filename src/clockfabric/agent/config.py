@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clockfabric.agent.service import SERVICES
 from clockfabric.clock.graph import probe_peers
 from clockfabric.collective.claims import AGENT_PORT
 from clockfabric.errors import ClockfabricError
@@ -43,6 +44,7 @@ class AgentConfig:
     lldp_interval_s: float = 5.0  # announce "host, NIC" by LLDP this often (lldpd's 30 s); 0: only listen
     collectors: tuple[str, ...] = ()  # telemetry collectors to run besides the default ones
     no_collectors: tuple[str, ...] = ()  # default collectors not to run
+    disabled: tuple[str, ...] = ()  # agent services not to run (agent/services/), e.g. to measure one's cost
     key_file: Path | None = None  # the fleet keys (auth/keys.py) that seal probes, heartbeats, control messages
     insecure: bool = False  # run without a key: any host on the fabric can then move this host's clock
     seed: int = 0
@@ -60,11 +62,14 @@ class AgentConfig:
         if self.reference not in self.topology.hosts:
             raise ClockfabricError(f"reference {self.reference!r} is not a host of the topology")
         self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]
+        SERVICES.enabled(disable=self.disabled)  # an unknown name: one line naming the known
+        if self.failover and "failover" in self.disabled:
+            raise ClockfabricError("--failover and --disable failover contradict each other: give one")
         if self.failover is None:
-            self.failover = len(self.topology.hosts[self.host].nics) > 1
+            self.failover = len(self.topology.hosts[self.host].nics) > 1 and "failover" not in self.disabled
         if self.steer and not self.failover:
             raise ClockfabricError("--steer needs failover's heartbeats (they measure each plane's queueing): "
-                                   "drop --no-failover; the host needs two or more NICs")
+                                   "drop --no-failover or --disable failover; the host needs two or more NICs")
         for url in (self.controller or "").split(","):
             if self.controller is not None and not url.strip().startswith(("http://", "https://")):
                 raise ClockfabricError(f"--controller {self.controller!r}: give http(s)://HOST:PORT, or several "

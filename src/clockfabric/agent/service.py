@@ -7,6 +7,7 @@ second apart, for work that cannot wait for the update); `tick()` once per updat
 `report()` joins the published state (and so /metrics); its `snapshot()` joins each push to
 the controller; `stop()` in the reverse order of the start. A service registers itself with
 `@service(name)` in a module of clockfabric.agent.services: adding one is adding a file.
+Every service can be left out of an agent by name (`clockfabric agent --disable NAME`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from clockfabric.registry import Registry
+from clockfabric.registry import Entry, Registry
 
 if TYPE_CHECKING:
     from clockfabric.agent.config import AgentConfig
@@ -74,6 +75,12 @@ def service(name: str, *, help: str, wanted: Callable[[AgentConfig], bool] = lam
         cls.name = name
         return SERVICES.register(name, help=help, wanted=wanted)(cls)
     return add
+
+
+def chosen(cfg: AgentConfig) -> list[Entry]:
+    """The services an agent with `cfg` runs, in their start order: those not disabled
+    (`clockfabric agent --disable NAME`) that its configuration wants."""
+    return [entry for entry in SERVICES.enabled(disable=cfg.disabled) if entry.meta["wanted"](cfg)]
 
 
 class Router:

@@ -1,9 +1,13 @@
-"""What the workload service costs a host: CPU per update at 4 jobs x 16 flows, real processes
-with real sockets on loopback, read through /proc and sock_diag as the agent reads them.
+"""What the workload service costs: a host's CPU, and a training job's step time.
 
-Against, in the same run, the bare sock_diag read of the same sockets (traffic's FlowReader, the
-reader the service is built on): the difference is what finding each socket's process and job
-costs. Target: at one update a second, at most 1% of a core."""
+CPU per update at 4 jobs x 16 flows, real processes with real sockets on loopback, read through
+/proc and sock_diag as the agent reads them; against, in the same run, the bare sock_diag read
+of the same sockets (traffic's FlowReader, the reader the service is built on): the difference
+is what finding each socket's process and job costs. Target: at one update a second, at most 1%
+of a core.
+
+The job's step time: paired runs of the lab's DDP job with and without the agents' workload
+service (bench.workload_cost_ddp). Target: at most 1% longer steps, median of the pairs."""
 
 from __future__ import annotations
 
@@ -19,10 +23,11 @@ from pathlib import Path
 import typer
 
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, machine, record, targets_table
-from clockfabric.console import out, print_json
+from clockfabric.console import out, print_json, require_root
 from clockfabric.lab import process
 
 BUDGET = 0.01  # of a core, at one update a second
+STEP_BAR = 1.01  # the job's step time with workload monitoring over without
 # a job's process: `connections` connections to itself, a little traffic on each, then it waits
 JOB = """
 import socket, sys, time
@@ -64,17 +69,24 @@ def cpu_per_call(fn: Callable[[], object], calls: int) -> list[float]:
 
 
 @BENCHMARKS.register("workload-cost", help="Workload monitoring: CPU per update at 4 jobs x 16 flows, "
-                                           "against the bare sock_diag read of the same sockets.")
+                                           "against the bare sock_diag read; a DDP job's step time, "
+                                           "paired runs with and without it.")
 def main(jobs: int = typer.Option(4, min=1, max=64, help="Jobs, one process each."),
          flows: int = typer.Option(16, min=2, max=512, help="TCP flows a job (an even number: both ends)."),
          updates: int = typer.Option(30, min=3, help="Updates measured, after one to warm up."),
+         pairs: int = typer.Option(6, min=0, help="Paired DDP runs, with and without the workload service "
+                                                  "(0: none; runs need root, for the lab)."),
+         steps: int = typer.Option(40, min=5, help="Training steps per DDP run."),
          out_file: Path = typer.Option(RESULTS / "workload-cost.json", "--out", help="Where the record goes."),
          as_json: bool = typer.Option(False, "--json", help="Print the record's report as JSON.")) -> None:
+    from clockfabric.bench import workload_cost_ddp
     from clockfabric.traffic.steer_kernel import FlowReader
     from clockfabric.workload.monitor import WorkloadMonitor
     from clockfabric.workload.procfs import ProcFs
     from clockfabric.workload.sockets import KernelSockets
 
+    if pairs:
+        require_root()
     facts = machine()
     with jobs_running(jobs, flows // 2) as names:
         sockets, reader = KernelSockets(), FlowReader()
@@ -95,10 +107,22 @@ def main(jobs: int = typer.Option(4, min=1, max=64, help="Jobs, one process each
     target = Target(f"CPU at one update a second, {jobs} jobs x {flows} flows", round(median_ours, 5), BUDGET,
                     "core", better="lower", baseline=round(median_bare, 5),
                     note=f"{found} of {jobs * flows} flows attributed; baseline: the bare sock_diag read")
-    record("workload-cost", [target], facts, report, path=out_file)
+    targets = [target]
+    if pairs:
+        ddp = workload_cost_ddp.paired_runs(pairs, steps)
+        report["ddp"] = {**ddp.as_dict(), "steps": steps, "seed": workload_cost_ddp.SEED}
+        targets.append(Target("DDP step time, agents with / without the workload service",
+                              round(statistics.median(ddp.ratios), 4), STEP_BAR, "x", better="lower", baseline=1.0,
+                              interval=ddp.interval(),
+                              note=f"median of {pairs} paired runs of examples/ddp_train.py ({steps} steps, seed "
+                                   f"{workload_cost_ddp.SEED}), order alternating; without: "
+                                   f"{statistics.median(ddp.without) * 1e3:.0f} ms/step; each agent used "
+                                   f"{statistics.median(ddp.agent_cpu['A']):.1%} of a core with the service, "
+                                   f"{statistics.median(ddp.agent_cpu['B']):.1%} without"))
+    record("workload-cost", targets, facts, report, path=out_file)
     if as_json:
         print_json(report)
         return
-    out.print(targets_table("workload monitoring's cost", [target]))
+    out.print(targets_table("workload monitoring's cost", targets))
     out.print(f"{found} of {jobs * flows} job flows attributed; {report['host_tcp_sockets']} TCP sockets on the "
               f"host; update {median_ours * 1e3:.2f} ms CPU, bare sock_diag read {median_bare * 1e3:.2f} ms")

@@ -13,6 +13,7 @@ from rich.table import Table
 from clockfabric.agent.agent import Agent
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
 from clockfabric.agent.on_lab import LabAgents, lab_key
+from clockfabric.agent.service import SERVICES
 from clockfabric.clock.evaluate import Sampler, coverage, read_states, since, summary
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
@@ -30,6 +31,8 @@ LogFormatOpt = typer.Option("text", "--log-format", help=LOG_FORMAT_HELP)
 ProbeRateOpt = typer.Option(20.0, "--probe-rate", min=1.0, max=1000.0,
                             help="Exchanges per second each host starts, over all its peers (the agent's CPU "
                                  "grows with it; slowed on slow links by --probe-budget).")
+DisableOpt = typer.Option([], "--disable", metavar="SERVICE",
+                          help=f"Do not run this agent service (repeatable): {', '.join(SERVICES.names())}.")
 
 
 def _seconds(text: str, what: str) -> float:
@@ -85,6 +88,7 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                                                help="Also run this telemetry collector (repeatable)."),
           no_collectors: list[str] = typer.Option([], "--no-collector", metavar="NAME",
                                                   help="Do not run this telemetry collector (repeatable)."),
+          disabled: list[str] = DisableOpt,
           log_format: str = LogFormatOpt,
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
@@ -120,7 +124,7 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                       controller=controller, token=token, ca_file=ca_file, failover=failover,
                       hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,
                       collectors=tuple(collectors), no_collectors=tuple(no_collectors),
-                      key_file=key_file, insecure=insecure)).run()
+                      disabled=tuple(disabled), key_file=key_file, insecure=insecure)).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),
