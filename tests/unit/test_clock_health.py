@@ -142,8 +142,8 @@ def test_a_direction_left_without_pure_points_gives_no_fit_within_ten_seconds():
         loaded.append(type("P", (), {"ex": make_exchange(ours, peer, tau, rev=(FLOOR_NS + q, FLOOR_NS + q + 5_000))})())
     w = PairWindow("b")
     feed(w, clean)
-    at = {s: next(p.ex.rx[1] for p in loaded if p.ex.tx[0] >= ours.read((load_s + s) * 1e9)) for s in (3.0, 9.0)}
+    at = {s: next(p.ex.rx[1] for p in loaded if p.ex.tx[0] >= ours.read((load_s + s) * 1e9)) for s in (3.0, 8.0)}
     feed(w, [p for p in loaded if p.ex.rx[1] <= at[3.0]])
     assert w.refit(at[3.0]) is not None  # a short stretch: the drained moments before it still count
-    feed(w, [p for p in loaded if at[3.0] < p.ex.rx[1] <= at[9.0]])
-    assert w.refit(at[9.0]) is None
+    feed(w, [p for p in loaded if at[3.0] < p.ex.rx[1] <= at[8.0]])
+    assert w.refit(at[8.0]) is None

@@ -48,7 +48,7 @@ class PairWindow:
     history, cut short by a clock step."""
 
     def __init__(self, peer: str, *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000,
-                 step_tolerance_ns: int = 20_000, drift_windows: int = 8, widest_windows: int = 4):
+                 step_tolerance_ns: int = 20_000, drift_windows: int = 8, widest_windows: int = 3):
         self.peer = peer
         self.window_ns = window_ns
         self.history_ns = window_ns * drift_windows
