@@ -2,7 +2,8 @@
 
 Agents run on every lab host (agent.on_lab.LabAgents) and publish their mappings; at each
 sample instant (one real time for all hosts) a host's error is what its mapping says global time is, minus what
-the reference host's clock really reads. The NTP-style baseline (min-RTT/2 from the same
+global time really is: the reference host's clock, or, once the anchor moved (clock.timescale), the
+anchor's clock read through the frame the solver names. The NTP-style baseline (min-RTT/2 from the same
 probes, composed hop by hop down a stratum tree from the reference, as NTP servers chain)
 is judged at each of its samples' own instants: no extrapolation error is charged to it.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from clockfabric.clock.mapping import Mapping
+from clockfabric.clock.timescale import Frame
 from clockfabric.lab.state import Lab
 from clockfabric.lab.vclock import VirtualClock
 
@@ -40,15 +42,24 @@ def real_time_of(clock: VirtualClock, local_ns: int) -> int:
     return real
 
 
+def frame_of(states: dict[str, dict], reference: str) -> Frame:
+    """What global time is (clock.timescale): the newest frame any agent heard, else the
+    reference's own clock."""
+    frames = [f for st in states.values() if (f := Frame.from_dict(st.get("frame")))]
+    return max(frames, key=lambda f: f.t0_ns, default=Frame(reference, 0))
+
+
 def ours_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], reference: str,
                 real_ns: int) -> dict[str, float | None]:
-    """Each host's error at one real instant (None: no synced mapping yet)."""
-    truth = clocks[reference].local_ns(real_ns)
+    """Each host's error at one real instant (None: no synced mapping yet): what its mapping
+    says global time is, minus global time as the frame's anchor clock really reads it."""
+    frame = frame_of(states, reference)
+    truth = frame.global_ns(clocks[frame.anchor].local_ns(real_ns))
     out = {}
     for h, clock in clocks.items():
         m = (states.get(h) or {}).get("mapping")
-        if h == reference or not m or not m.get("synced"):
-            out[h] = 0.0 if h == reference and m else None
+        if h == frame.anchor or not m or not m.get("synced"):
+            out[h] = 0.0 if h == frame.anchor and m else None
             continue
         out[h] = float(Mapping.from_dict(m).global_ns(clock.local_ns(real_ns)) - truth)
     return out

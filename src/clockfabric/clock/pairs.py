@@ -42,15 +42,21 @@ class Step:
 
 
 class PairWindow:
-    """Offsets come from the last window; drift, which a two-second window measures poorly
-    from software timestamps (a few hundred ns of jitter over two seconds is 100 ppb), from
-    `drift_windows` windows of history, cut short by a clock step."""
+    """Offsets come from the last window, widened up to `widest_windows` where pure points
+    are scarce; drift, which a two-second window measures poorly from software timestamps (a
+    few hundred ns of jitter over two seconds is 100 ppb), from `drift_windows` windows of
+    history, cut short by a clock step."""
 
     def __init__(self, peer: str, *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000,
-                 step_tolerance_ns: int = 20_000, drift_windows: int = 8):
+                 step_tolerance_ns: int = 20_000, drift_windows: int = 8, widest_windows: int = 3):
         self.peer = peer
         self.window_ns = window_ns
         self.history_ns = window_ns * drift_windows
+        # A direction with no pure point for this long is queued for good (a FIFO full of bulk
+        # packets spaces every probe pair apart): the pair gives no fit rather than one whose
+        # points predate the queue, which would keep a host whose every path is queued looking
+        # synced until they left the drift history.
+        self.widest_ns = min(window_ns * widest_windows, self.history_ns)
         self.epsilon_ns = epsilon_ns
         self.step_tolerance_ns = step_tolerance_ns
         # points carry the exchange's sequence number: a step cuts by arrival, not by our
@@ -150,9 +156,10 @@ class PairWindow:
             self.exchanges.popleft()
 
     def refit(self, now_ns: int) -> PairFit | None:
-        """Fit the band over the window ending now, widened (doubling, up to the drift history)
-        while it holds fewer than MIN_PURE pure points a side: under a queue that rarely drains,
-        the few moments it did are worth an older centre. None until both directions have points."""
+        """Fit the band over the window ending now, widened (doubling, up to `widest_ns`) while
+        it holds fewer than MIN_PURE pure points a side: under a queue that rarely drains, the
+        few moments it did are worth an older centre. None while a direction has no point in
+        the widest window."""
         self.trim(now_ns)
         fwd = np.array([p[:2] for p in self.fwd], dtype=np.int64).reshape(-1, 2)
         rev = np.array([p[:2] for p in self.rev], dtype=np.int64).reshape(-1, 2)
@@ -160,9 +167,9 @@ class PairWindow:
         while True:
             start = now_ns - span
             recent_fwd, recent_rev = fwd[fwd[:, 0] >= start], rev[rev[:, 0] >= start]
-            if min(len(recent_fwd), len(recent_rev)) >= MIN_PURE or span >= self.history_ns:
+            if min(len(recent_fwd), len(recent_rev)) >= MIN_PURE or span >= self.widest_ns:
                 break
-            span = min(2 * span, self.history_ns)
+            span = min(2 * span, self.widest_ns)
         if not len(recent_fwd) or not len(recent_rev):
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
         prior = self.fit.drift if self.fit else self.drift_prior

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
-from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -23,6 +22,7 @@ from clockfabric.clock.health import NO_PURE, asymmetric_hosts, hold_over
 from clockfabric.clock.mapping import SYNCED, UNSYNCED, Mapping
 from clockfabric.clock.network import Edges, Solution, solve
 from clockfabric.clock.pairs import PairWindow, Step
+from clockfabric.clock.timescale import Frame, next_frame, restate
 from clockfabric.probe.engine import Exchange
 
 MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
@@ -51,6 +51,7 @@ class HostSync:
         self.pairs = {p: PairWindow(p, window_ns=window_ns, epsilon_ns=epsilon_ns) for p in probed}
         self.mapping: Mapping | None = None
         self.peer_maps: dict[str, Mapping] = {}
+        self.frame: Frame | None = None  # what global time is: the solver's anchor and its mapping
         self.parts = 0
         # (peer, path, direction) -> the fastest packet of each recent report, as its (sent,
         # received) local timestamps: a floor that forgets, so a rerouted path's old floor ages
@@ -164,6 +165,7 @@ class HostSync:
         # standing queue) keeps its last map: its delays stay readable
         self.peer_maps |= maps
         self.parts = msg.get("parts", 1)
+        self.frame = Frame.from_dict(msg.get("frame")) or self.frame
 
     # ---- one-way delays ---------------------------------------------------------------------
     def owd(self) -> list[dict]:
@@ -218,6 +220,7 @@ class HostSync:
             }
         owd = self.owd()
         return {"mapping": self.mapping.as_dict() if self.mapping else None, "parts": self.parts,
+                "frame": self.frame.as_dict() if self.frame else None,
                 "pairs": pairs, "owd": [r for r in owd if r["trusted"]],
                 "owd_untrusted": [r for r in owd if not r["trusted"]]}
 
@@ -266,7 +269,7 @@ class Solver:
         self.last: Solution | None = None
         self.rejected = 0
         self.flagged: dict[str, tuple[float, str]] = {}  # host -> (left out until, why)
-        self.anchor = reference  # the host the solve holds fixed: the reference unless it is queued
+        self.frame: Frame | None = None  # global time: the anchor's clock, read through its mapping
 
     def on_report(self, msg: dict, now: float | None = None) -> None:
         host = msg.get("host")
@@ -280,7 +283,8 @@ class Solver:
 
         Hosts queued on every path (health.asymmetric_hosts) are left out of the solve and
         named. If that is the reference, another host anchors the solve, carrying the offset
-        and drift it had, so global time goes on without a step (clock.network's model)."""
+        and drift it had, so global time goes on without a step (clock.timescale); every map
+        message names that frame."""
         now = time.monotonic() if now is None else now
         fresh = {h: e for h, (at, e) in self.reports.items() if now - at <= self.stale_s}
         rows = [(self.index[h], self.index[p], a, b, c, w * _trust(m), m, d) for h, edges in fresh.items()
@@ -302,46 +306,25 @@ class Solver:
         src, dst, a, b, c, w, m, d = (np.array(col) for col in zip(*rows, strict=True))
         edges = Edges(src, dst, a.astype(float), b.astype(float), c.astype(np.int64), w.astype(float),
                       m.astype(float), d.astype(float))
-        anchor = self._anchor(set(self.hosts[i] for i in np.concatenate([src, dst])))
-        guess = self.last.offset_ns if self.last is not None else None
-        sol = solve(len(self.hosts), edges, self.index[anchor], t0_ns, outlier_ns=self.outlier_ns, guess=guess)
-        if anchor != self.reference:
-            sol = self._carry(sol, self.index[anchor])
+        solvable = np.bincount(np.concatenate([src, dst]), np.concatenate([w, w]).astype(float), len(self.hosts))
+        self.frame = next_frame(self.frame, self.reference, {h: solvable[i] for h, i in self.index.items()
+                                                             if solvable[i] > 0}, self.last, self.index, t0_ns)
+        anchor = self.index[self.frame.anchor]
+        guess = self.last.offset_ns - self.last.offset_ns[anchor] if self.last is not None else None
+        sol = restate(solve(len(self.hosts), edges, anchor, t0_ns, outlier_ns=self.outlier_ns, guess=guess),
+                      anchor, self.frame)
         self.last = sol
         synced = sol.synced()
+        cut_off = f"cut off from {self.frame.anchor}, global time's anchor"
         mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]),
                               float(sol.bound_ns[i]) if synced[i] else float("inf"), bool(synced[i]),
                               SYNCED if synced[i] else UNSYNCED,
-                              "" if synced[i] else reasons.get(h, "cut off from the reference"),
+                              "" if synced[i] else reasons.get(h, cut_off),
                               float(sol.drift_bound[i]) if synced[i] else float("inf")).as_dict()
                    for h, i in self.index.items() if h in fresh}
         near = neighbours({h: [e[0] for e in edges if e[0] in fresh] for h, edges in fresh.items()})
         parts = len({int(sol.component[self.index[h]]) for h in fresh})
-        return {h: {"t": "map", "parts": parts,
+        return {h: {"t": "map", "parts": parts, "frame": self.frame.as_dict(),
                     "dropped_edges": int((~sol.kept).sum()), "unsynced": reasons,
                     "hosts": {p: mapping[p] for p in (near[h] | {h}) if p in mapping}}
                 for h in fresh}
-
-    def _anchor(self, solvable: set[str]) -> str:
-        """The reference, while its edges are in the solve; else the host that stood in last
-        time, or the first that the last solve placed (its offset is carried)."""
-        if self.reference in solvable or self.last is None:
-            self.anchor = self.reference
-        elif self.anchor not in solvable:
-            placed = [h for h in self.hosts if h in solvable and self.last.synced()[self.index[h]]]
-            self.anchor = placed[0] if placed else self.reference
-        return self.anchor
-
-    def _carry(self, sol: Solution, a: int) -> Solution:
-        """Restate a solve anchored at host a in global time, by a's offset and drift from the
-        last solve (extrapolated to this t0): c_i = c_a + x'_i + y'_i (c_a - t0) gives
-        x_i = x_a + x'_i + y'_i x_a and 1 + y_i = (1 + y_a)(1 + y'_i). Its bounds add to all."""
-        last = self.last
-        assert last is not None
-        since = sol.t0_ns - last.t0_ns
-        x_a = last.offset_ns[a] + last.drift[a] * since
-        y_a = last.drift[a]
-        bound_a = last.bound_ns[a] + last.drift_bound[a] * abs(since)
-        return replace(sol, offset_ns=x_a + sol.offset_ns + sol.drift * x_a,
-                       drift=(1 + y_a) * (1 + sol.drift) - 1, bound_ns=sol.bound_ns + bound_a,
-                       drift_bound=sol.drift_bound + last.drift_bound[a])

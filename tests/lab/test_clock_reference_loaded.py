@@ -1,0 +1,61 @@
+"""A reference whose link is saturated both ways before any agent starts: global time must
+not hang on it. Every other host syncs (to the frame the solver names, clock.timescale),
+within its bound, the quiet ones within 2 us, and the reference is named as unsyncable."""
+
+import time
+
+from clockfabric.agent.on_lab import LabAgents
+from clockfabric.clock.evaluate import Sampler, coverage, summary
+from clockfabric.lab import impair, process
+from clockfabric.lab.traffic import iperf_server
+from clockfabric.topology import leafspine, parse_rate
+
+REF, FROM_REF, TO_REF = "h0", "h3", "h5"  # leaves h0-h2 and h3-h5: h0 -> h3 and h5 -> h0
+QUIET = ("h1", "h2", "h4")
+REF_RATE = "25mbit"  # as the benchmark's scenario R: a standing queue of ~100 ms each way
+QUIET_BOUND_NS = 2_000
+RUN_S, SETTLE_S = 40.0, 20.0
+
+
+def start_flow(lab, src: str, dst: str, port: int) -> list:
+    address = str(lab.topology.hosts[dst].address)
+    server = iperf_server(lab, dst, address, port)
+    client = lab.spawn(src, ["iperf3", "-c", address, "-B", str(lab.topology.hosts[src].address), "-p", str(port),
+                             "-C", "reno", "-t", str(int(RUN_S + 20))],
+                       f"bulk tcp {src} -> {dst}", log=lab.dir / "logs" / f"iperf3-{src}.log")
+    return [client, server]
+
+
+def test_a_reference_saturated_before_the_agents_start_does_not_hold_the_fleet(make_lab):
+    lab = make_lab(leafspine(6, 2, 1))
+    for link in lab.topology.links:
+        if REF in (link.a.node, link.b.node):
+            impair.set_rate(lab, link, parse_rate(REF_RATE))
+    procs = start_flow(lab, REF, FROM_REF, 5201) + start_flow(lab, TO_REF, REF, 5202)
+    time.sleep(3.0)  # the queues stand before the first probe
+    agents = LabAgents(lab, peers=3, reference=REF)
+    sampler = Sampler(lab, agents.state_dir, REF)
+    agents.start()
+    reference_synced = False
+    try:
+        while time.monotonic() - sampler.start < RUN_S:
+            time.sleep(0.25)
+            assert not agents.failed(), agents.failed()
+            sampler.sample()
+            ref = (sampler.last_states.get(REF) or {}).get("mapping") or {}
+            reference_synced |= ref.get("state") == "synced" and time.monotonic() - sampler.start >= SETTLE_S
+    finally:
+        agents.stop()
+        process.stop(procs)
+    judged = [j for j in sampler.judged if j[0] >= SETTLE_S]
+    per_host = {h: coverage([j for j in judged if j[1] == h]) for h in sorted({j[1] for j in judged})}
+    errors = {h: summary([e for _, g, e, _ in judged if g == h]) for h in per_host}
+    print(f"\nreference {REF} saturated: coverage {per_host}; |error| {errors}; named {sampler.named}")
+
+    assert set(per_host) >= set(QUIET), f"quiet hosts never synced: {per_host}, named {sampler.named}"
+    for h, c in per_host.items():
+        assert c["coverage"] >= 0.99, (h, c, errors[h])
+    for h in QUIET:
+        assert errors[h]["samples"] > 50, errors[h]
+        assert errors[h]["max_ns"] <= QUIET_BOUND_NS, errors[h]
+    assert REF in sampler.named and not reference_synced, (sampler.named, reference_synced)
