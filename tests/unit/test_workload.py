@@ -215,7 +215,8 @@ def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypat
     monkeypatch.setattr(service, "ProcFs", lambda: ProcFs(proc))
     monkeypatch.setattr(service, "KernelSockets", lambda: lambda: readings)
     ctx = SimpleNamespace(rails=[], cfg=SimpleNamespace(host="h0", window_s=2.0, topology=leafspine(2, 1, 1)),
-                          addresses={}, time_source=None, on_link_change=[])
+                          addresses={}, time_source=None, on_link_change=[],
+                          to_time=lambda real_ns: (real_ns, False))
     svc = service.Workload(ctx=ctx)
     svc.tick(0)
     readings[0] = reading(1, 2, 11, 1, acked=125_000)

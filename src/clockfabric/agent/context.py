@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from clockfabric.agent.config import CONTROL_PORT
 from clockfabric.auth.seal import CONTROL, Sealer
+from clockfabric.clock.service import OWD_TRUST_NS
 from clockfabric.probe import wire
 
 if TYPE_CHECKING:
@@ -80,7 +81,12 @@ class AgentContext:
         self.sealers[CONTROL].rejected[reason] += 1
 
     def to_time(self, real_ns: int) -> tuple[int, bool]:
-        """A real-clock time as reported to the controller: global once this host is synced."""
+        """A real-clock time as reported to the controller: global, and marked so, only while
+        this host is synced and its bound there is within half the budget a one-way delay may
+        carry (both ends' bounds add up in one); else the host's own clock, marked unsynced.
+        A held-over mapping stays `synced` while its bound grows: the bound is the judge."""
         local = self.clock.local_ns(real_ns)
         mapping = self.time_source.mapping if self.time_source else None
-        return (mapping.global_ns(local), True) if mapping else (local, False)
+        if mapping is None or not mapping.synced or mapping.bound_at(local) > OWD_TRUST_NS / 2:
+            return local, False
+        return mapping.global_ns(local), True

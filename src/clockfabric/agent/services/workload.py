@@ -45,7 +45,7 @@ class Workload(Service):
             self.capture = Capture(ctx.rails)
         except OSError as e:  # no raw sockets here (no CAP_NET_RAW): flows keep RTT/2 only
             log.warning("cannot sample packets on %s (%s): one-way delays fall back to RTT/2", ctx.rails, e)
-        self.inband = InbandOwd(ctx.cfg.host, {a: h for h, a in ctx.addresses.items()}, self._global_time,
+        self.inband = InbandOwd(ctx.cfg.host, {a: h for h, a in ctx.addresses.items()}, self.ctx.to_time,
                                 window_ns=round(ctx.cfg.window_s * 1e9))
         self.owd: samples.FlowOwd = {}
         self.device: KernelDevice | None = None
@@ -56,11 +56,6 @@ class Workload(Service):
         self.paths = PathTracer(FlowPaths(ctx.cfg.topology, ctx.cfg.host, device_of=self.device))
         ctx.on_link_change.append(self.paths.forget)  # a changed fabric moves the hash
         self.paths.start()
-
-    def _global_time(self, real_ns: int) -> tuple[int, bool]:
-        t_ns, mapped = self.ctx.to_time(real_ns)
-        mapping = self.ctx.time_source.mapping if self.ctx.time_source else None
-        return t_ns, bool(mapped and mapping and mapping.synced)
 
     def poll(self, now_s: float) -> float:
         """Sampled packets read often only while a job flow may have some: with none, every
