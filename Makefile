@@ -14,7 +14,7 @@ demo: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
 test: setup
-	$(BIN)/python -m pytest -ra
+	$(BIN)/python -m pytest -ra --durations=30
 
 unit: setup
 	$(BIN)/python -m pytest -ra tests/unit

@@ -1,4 +1,5 @@
-"""Real labs: every test gets fresh namespaces and leaves none behind, pass or fail."""
+"""Real labs: every test gets fresh namespaces (or shares its module's, `make_module_lab`) and
+leaves none behind, pass or fail."""
 
 import itertools
 import os
@@ -13,6 +14,7 @@ reason = lab_capable()
 pytestmark = pytest.mark.skipif(reason is not None, reason=reason or "")
 _ids = itertools.count()
 PREFIX = f"t{os.getpid() % 10000}-"  # this run's labs; other labs on the machine are not ours
+_module_labs: set[str] = set()  # labs up for a whole module: not left behind by the test that used them
 
 
 def root_links() -> set[str]:
@@ -28,11 +30,15 @@ def nothing_left_behind():
         return
     before = root_links()
     yield
-    left = netns.listed(f"cf.{PREFIX}")
+    left = [ns for ns in netns.listed(f"cf.{PREFIX}") if not _of_module_lab(ns)]
     assert not left, f"namespaces left behind: {left}"
-    etc = sorted(p.name for p in hostsfile.ETC_NETNS.glob(f"cf.{PREFIX}*"))
+    etc = sorted(p.name for p in hostsfile.ETC_NETNS.glob(f"cf.{PREFIX}*") if not _of_module_lab(p.name))
     assert not etc, f"per-namespace /etc files left behind: {etc}"
     assert root_links() == before, "the root namespace's interfaces changed"
+
+
+def _of_module_lab(ns: str) -> bool:
+    return any(ns.startswith(f"cf.{name}.") for name in _module_labs)
 
 
 @pytest.fixture
@@ -48,3 +54,22 @@ def make_lab():
     yield make
     for name in names:
         build.down(name)
+
+
+@pytest.fixture(scope="module")
+def make_module_lab():
+    """make_lab for a lab that the tests of one module share (where none disturbs the others):
+    one bring-up instead of one a test; taken down, and checked gone, after the module's last test."""
+    names = []
+
+    def make(topo, **kw):
+        name = f"{PREFIX}{next(_ids)}"
+        names.append(name)
+        _module_labs.add(name)
+        return build.up(topo, name, **kw)
+
+    yield make
+    for name in names:
+        build.down(name)
+        _module_labs.discard(name)
+        assert not netns.listed(f"cf.{name}."), f"namespaces of module lab {name} left behind"

@@ -4,6 +4,9 @@ on the map within 2 s and its event reaches the timeline, two swapped cables rai
 alert on the page, a job's view shows its flow, series, verdict and links on the map, and the
 browser logs no error.
 
+The tests share one lab and fleet (each has a browser of its own) and put back what they change;
+the cable swap comes last, as hosts whose cables were swapped and put back may stay stale a while.
+
 CLOCKFABRIC_SCREENSHOTS=DIR also saves a 1280x800 screenshot of each view there (docs/img)."""
 
 from __future__ import annotations
@@ -90,9 +93,9 @@ class Forward:
         self.listener.close()
 
 
-@pytest.fixture
-def fleet(make_lab):
-    lab = make_lab(leafspine(4, 2, 2, host_rate="200mbit"))
+@pytest.fixture(scope="module")
+def fleet(make_module_lab):
+    lab = make_module_lab(leafspine(4, 2, 2, host_rate="200mbit"))
     fleet = LabFleet(lab, peers=3)
     fleet.start()
     try:
@@ -263,31 +266,6 @@ def sign_in(driver, url: str, token: str) -> None:
     wait_for("live", lambda: driver.find_element(By.ID, "status").text == "live", timeout_s=10)
 
 
-def test_swapped_cables_raise_the_drift_alert_on_the_page(fleet, browser):
-    lab = fleet.lab
-    a, b = Port("h1", "eth0"), Port("h3", "eth0")  # under different leaves; the controller is elsewhere
-    wait_for("LLDP neighbours", lambda: [s for s in api(lab, fleet.url, fleet.token_file, "/api/v1/samples",
-                                                         name="lldp_neighbour", host="leaf0")["items"]
-                                         if s["value"] == 1.0], timeout_s=15, every_s=0.5)
-    forward = Forward(lab.ns(fleet.host), str(lab.topology.hosts[fleet.host].address), fleet.PORT)
-    try:
-        sign_in(browser, f"http://127.0.0.1:{forward.port}/dashboard/#events", read_token(fleet.token_file))
-        assert not texts(browser, 'tr[data-alert="topology_drift"]')
-        impair.swap_cables(lab, a, b)
-        try:
-            rows = wait_for("the drift alert on both leaf ports", lambda: (found := texts(
-                browser, 'tr[data-alert="topology_drift"]')) and len(found) >= 2 and found, timeout_s=20, every_s=0.5)
-            assert all(r.startswith("open") for r in rows), rows
-            said = " ".join(rows)
-            assert "sees h3:eth0" in said and "sees h1:eth0" in said, rows
-        finally:
-            impair.swap_cables(lab, a, b)
-        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-        assert not errors, errors
-    finally:
-        forward.close()
-
-
 def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
     lab = fleet.lab
     receiver, sender = "h0", "h3"  # under different leaves: the flow crosses a spine
@@ -333,3 +311,28 @@ def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
     finally:
         forward.close()
         stop(procs, grace_s=5.0)
+
+
+def test_swapped_cables_raise_the_drift_alert_on_the_page(fleet, browser):
+    lab = fleet.lab
+    a, b = Port("h1", "eth0"), Port("h3", "eth0")  # under different leaves; the controller is elsewhere
+    wait_for("LLDP neighbours", lambda: [s for s in api(lab, fleet.url, fleet.token_file, "/api/v1/samples",
+                                                         name="lldp_neighbour", host="leaf0")["items"]
+                                         if s["value"] == 1.0], timeout_s=15, every_s=0.5)
+    forward = Forward(lab.ns(fleet.host), str(lab.topology.hosts[fleet.host].address), fleet.PORT)
+    try:
+        sign_in(browser, f"http://127.0.0.1:{forward.port}/dashboard/#events", read_token(fleet.token_file))
+        assert not texts(browser, 'tr[data-alert="topology_drift"]')
+        impair.swap_cables(lab, a, b)
+        try:
+            rows = wait_for("the drift alert on both leaf ports", lambda: (found := texts(
+                browser, 'tr[data-alert="topology_drift"]')) and len(found) >= 2 and found, timeout_s=20, every_s=0.5)
+            assert all(r.startswith("open") for r in rows), rows
+            said = " ".join(rows)
+            assert "sees h3:eth0" in said and "sees h1:eth0" in said, rows
+        finally:
+            impair.swap_cables(lab, a, b)
+        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        forward.close()

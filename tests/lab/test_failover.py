@@ -4,6 +4,10 @@ agent and are adopted by the next one.
 
 Lab: 4 hosts, 2 planes, each plane 2 leaves x 2 spines (h0, h1 under leaf0; h2, h3 under
 leaf1). Agents run with a 2 s hold-down so restores fit in a test.
+
+The tests share one lab, in this order: the control without agents first, then the agents start
+for the rest; each test waits for traffic back on both planes before it ends, and the one that
+kills an agent comes last.
 """
 
 from __future__ import annotations
@@ -37,12 +41,12 @@ def kernel_pins(lab, host) -> str:
     return out.stdout.strip()
 
 
-@pytest.fixture
-def lab(make_lab):
-    return make_lab(multirail(4, 2, 2, 2))
+@pytest.fixture(scope="module")
+def lab(make_module_lab):
+    return make_module_lab(multirail(4, 2, 2, 2))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def agents(lab):
     agents = LabAgents(lab, peers=3, extra=["--metrics-port", "0", "--hold-down", str(HOLD_DOWN_S)])
     agents.start()

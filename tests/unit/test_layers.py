@@ -18,7 +18,7 @@ import clockfabric
 
 ROOT = "clockfabric"  # the package itself (`__version__`) counts with the foundations
 LAYERS = [
-    {ROOT, "units", "errors", "registry", "yamlfile", "console", "logs", "lldp", "auth"},
+    {ROOT, "units", "errors", "registry", "yamlfile", "console", "logs", "lldp", "auth", "wirejson"},
     {"topology"},
     {"lab"},
     {"probe", "clock", "telemetry", "traffic", "collective", "audit", "workload", "train"},

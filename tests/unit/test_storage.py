@@ -373,23 +373,6 @@ def test_sqlite_read_only_file(tmp_path):
             s.add_samples([owd("h1", 1, 1.0)])
 
 
-def test_postgres_connection_lost_then_back(postgres_server):
-    dsn = postgres_server.create_database(f"t_{uuid.uuid4().hex[:12]}")
-    import psycopg
-
-    from clockfabric.controller.storage.postgres import PostgresStorage
-
-    with PostgresStorage(dsn) as store:
-        store.enroll("h1", 1)
-        with psycopg.connect(dsn, autocommit=True) as admin:  # as a server restart or a failover would
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        with pytest.raises(StorageError, match="PostgreSQL"):
-            store.add_samples([owd("h1", 1, 1.0)])
-        store.add_samples([owd("h1", 1, 1.0)])  # the retry connects again
-        assert len(store.samples()) == 1 and store.host("h1") is not None
-
-
 def test_job_samples_by_jobid_name_and_window(store):
     flow = {"flow": "10.0.0.1:1->10.0.0.2:2"}
     store.add_samples([Sample("h1", t, name, float(t), {"jobid": job, **flow})

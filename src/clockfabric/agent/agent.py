@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 
+from clockfabric import wirejson
 from clockfabric.agent.config import CONTROL_PORT, AgentConfig
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.push import link_payload
@@ -53,8 +54,8 @@ def fleet_keys(cfg: AgentConfig) -> Keyring | None:
 
 def _plain_json(data: bytes) -> bool:
     try:
-        json.loads(data)
-    except ValueError:  # UnicodeDecodeError too
+        wirejson.loads(data)
+    except ValueError:  # UnicodeDecodeError and TooDeep too
         return False
     return True
 

@@ -36,6 +36,7 @@ from itertools import islice
 
 import httpx
 
+from clockfabric import wirejson
 from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ class Pusher(threading.Thread):
 def _event_indexes(r: httpx.Response) -> set[int]:
     """The batch's events a 422 names (its detail's places: ["body", "events", i, ...])."""
     try:
-        errors = r.json().get("detail")
+        errors = wirejson.loads(r.content).get("detail")
     except ValueError:
         return set()
     if not isinstance(errors, list):

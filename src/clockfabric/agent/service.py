@@ -12,13 +12,13 @@ Every service can be left out of an agent by name (`clockfabric agent --disable 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from clockfabric import wirejson
 from clockfabric.registry import Entry, Registry
 
 if TYPE_CHECKING:
@@ -101,15 +101,15 @@ class Router:
         `kinds`: the only types taken from this sender (None: any). Total: whatever `data` holds,
         nothing raises out of here, so no message can stop the agent's loop."""
         try:
-            msg = json.loads(data)
+            msg = wirejson.loads(data)
             to = self.routes.get(msg["t"]) if isinstance(msg, dict) and isinstance(msg.get("t"), str) else None
             if to is None or (kinds is not None and msg["t"] not in kinds):
                 self.bad_messages += 1
                 return False
             to.on_message(msg, reply_to)
             return True
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, RecursionError):
-            # not JSON, nested past what json.loads reads, a field missing or of the wrong kind or size
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError):
+            # not JSON (or nested too deep), a field missing or of the wrong kind or size
             self.bad_messages += 1
         except Exception:  # a handler's bug: logged, and the loop goes on
             self.bad_messages += 1

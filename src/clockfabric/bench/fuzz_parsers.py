@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from clockfabric import wirejson
 from clockfabric.registry import Registry
 
 DATAGRAM = 65_507  # the largest UDP payload: what a datagram parser can be handed
@@ -230,13 +231,13 @@ def inband_records() -> Parser:
     seeds = [json.dumps(m).encode() for m in exchange.encode("h1", records)]
 
     def step(data: bytes) -> bool:
-        msg = json.loads(data)
+        msg = wirejson.loads(data)  # as the agent's router reads it
         owd.received(str(msg["from"]), exchange.decode(msg), time.monotonic_ns())
         return True
 
     # what the agent's router counts as a bad message (agent/service.py)
-    return Parser(seeds, step, (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError,
-                                RecursionError), structured=True)
+    return Parser(seeds, step, (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError),
+                  structured=True)
 
 
 # ---- the controller's push ---------------------------------------------------------------------

@@ -29,6 +29,8 @@ import socket
 import time
 from collections.abc import Callable
 
+from clockfabric import wirejson
+
 AGENT_PORT = 7299  # the agent's control port (agent.agent.CONTROL_PORT)
 CLAIM_TTL_S = 600.0  # a claim no one released is forgotten after this long
 HEARD_TTL_S = 3.0  # another agent's claims stand this long after its last word
@@ -124,7 +126,7 @@ def _request(agent: tuple[str, int], msg: dict, answer: str, *, source: str, tim
             deadline = time.monotonic() + timeout_s
             while (left := deadline - time.monotonic()) > 0:
                 s.settimeout(left)
-                reply = json.loads(s.recv(65_000))
+                reply = wirejson.loads(s.recv(65_000))
                 if isinstance(reply, dict) and reply.get("t") == answer and reply.get("job") == msg["job"]:
                     return reply
         except (OSError, ValueError):

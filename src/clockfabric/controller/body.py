@@ -6,7 +6,6 @@ Refusals are FastAPI's usual 422 (the place at fault, the reason), without echoi
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -15,6 +14,8 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 from fastapi.exceptions import RequestValidationError
+
+from clockfabric import wirejson
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # BIGINT in both databases; SQLite refuses wider integers
 
@@ -50,9 +51,10 @@ def invalid(errors: Iterable[Mapping[str, Any]]) -> RequestValidationError:
 def parse(body: bytes, bounds: Bounds = Bounds()) -> Any:
     """The body's JSON, or a 422 naming the first value out of `bounds` (see check)."""
     try:
-        # NaN and Infinity parse, to be refused by check() with their place
-        value = json.loads(body, parse_constant=float)
-    except RecursionError:
+        # NaN and Infinity parse, to be refused by check() with their place; up to MAX_DEPTH
+        # levels parse too, so that check() names the place where nesting passed max_depth
+        value = wirejson.loads(body, max(bounds.max_depth, wirejson.MAX_DEPTH), parse_constant=float)
+    except wirejson.TooDeep:
         raise _refused((), "json_invalid", f"nested deeper than {bounds.max_depth}") from None
     except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise _refused((), "json_invalid", f"JSON decode error: {e}") from None

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from clockfabric import wirejson
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
@@ -47,7 +48,10 @@ def api(lab: Lab | None, url: str, token_file: Path, path: str, *, body: dict | 
             raise ClockfabricError(f"controller {url}: {e}; is it running?") from None
         if r.status_code not in (200, 201):
             raise ClockfabricError(f"controller {url} answered HTTP {r.status_code}: {r.text[:200]}")
-        return r.json()
+        try:
+            return wirejson.loads(r.content)
+        except ValueError as e:
+            raise ClockfabricError(f"controller {url} answered what is not JSON: {e}") from None
 
     address = urllib.parse.urlsplit(url).hostname
     inside = [h for h, node in lab.topology.hosts.items() if str(node.address) == address] if lab else []
