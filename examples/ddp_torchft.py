@@ -10,9 +10,9 @@ model and optimizer state from a peer over HTTP and then participates.
 
     TORCHFT_LIGHTHOUSE=http://ADDR:PORT RANK=R python examples/ddp_torchft.py --steps 40 --log r.jsonl
 
-RANK (or --rank) names the replica (its batches are drawn for that index, as ddp_spares.py's are for its
-rank). --log FILE gets JSON lines: {"rank", "step", "start", "duration_s", "world", "loss"}
-per committed step, {"rank", "event": "not committed", "step"} for a step the quorum threw
+RANK (or --rank) names the replica: its batches are drawn for that index, as ddp_spares.py's
+are for its rank. --log FILE gets JSON lines: {"rank", "step", "start", "duration_s",
+"world", "loss"} per committed step, {"rank", "event": "not committed", "step"} for a step the quorum threw
 away, then {"outcome": "completed", "params_sha256"}.
 """
 
@@ -39,10 +39,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--inputs", type=int, default=256, help="Input features (default 256).")
     p.add_argument("--batch", type=int, default=32, help="Samples per rank per step (default 32).")
     p.add_argument("--threads", type=int, default=1, help="Torch CPU threads per rank (default 1).")
-    p.add_argument("--min-replicas", type=int, default=2, help="Fewest replicas a step may run with (default 2).")
+    p.add_argument("--min-replicas", type=int, default=2,
+                   help="Fewest replicas a step may run with (default 2).")
     p.add_argument("--rank", type=int, default=None,
-                   help="This replica's index, whose batches it draws (default: $RANK); a replacement takes the "
-                        "index of the replica it replaces.")
+                   help="This replica's index, whose batches it draws (default: $RANK); a replacement "
+                        "takes the index of the replica it replaces.")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.steps < 1 or args.depth < 1 or args.width < 1 or args.batch < 1 or args.timeout <= 0:
