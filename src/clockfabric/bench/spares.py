@@ -17,8 +17,10 @@ seconds, a large job's tens of minutes: the shorter period stands in for that ra
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +77,7 @@ def elastic_run(lab: Lab, folder: Path, args: list[str], kind: str | None = None
             spares_faults.wait_for_step(lambda: report.records(folder), len(RANKS), fail_at)
             victim = run.ranks[VICTIM]
             failed = spares_faults.inject(lab, kind, victim.host, victim.proc.pid, victim.log)
-        completed = run.wait(300)
+        completed = run.wait(180)
     finally:
         run.stop()
         if kind:
@@ -92,6 +94,25 @@ def step_s(recs: list[dict[str, Any]]) -> float:
         if "duration_s" in r:
             slowest[r["step"]] = max(slowest.get(r["step"], 0.0), r["duration_s"])
     return statistics.median(slowest.values())
+
+
+def ours_run(lab: Lab, folder: Path, args: list[str], kind: str, fail_at: int, steps: int) -> dict[str, float]:
+    recs, failed = elastic_run(lab, folder, args, kind, fail_at)
+    assert failed is not None
+    return ours_figures(recs, failed, steps)
+
+
+def failed_run(folder: Path, kept: Path, run: Callable[..., dict[str, Any]], *args: Any,
+               **kwargs: Any) -> dict[str, Any]:
+    """run(*args, **kwargs): one failure's figures, writing its logs in folder. A run that fails
+    is a row saying why (its logs kept under kept), not the end of the benchmark: the failure
+    counts against the target."""
+    try:
+        return run(*args, **kwargs)
+    except ClockfabricError as e:
+        copy = kept / folder.parent.name / folder.name
+        shutil.copytree(folder, copy, dirs_exist_ok=True)
+        return {"error": f"{e} (logs kept in {copy})"}
 
 
 def ours_figures(recs: list[dict[str, Any]], failed: float, steps: int) -> dict[str, float]:
@@ -132,11 +153,27 @@ def p95(values: list[float]) -> float:
     return float(np.percentile(values, 95))
 
 
-def summary(rows: list[dict[str, float]]) -> str:
-    recover = [r["recovery_s"] for r in rows]
-    return (f"p50 {statistics.median(recover):.2f} s over {len(rows)}, "
-            f"{statistics.median(r['steps_lost'] for r in rows):.0f} steps lost, "
-            f"world {min(r['world_after'] for r in rows):.0f} after")
+def said(row: dict[str, Any]) -> str:
+    """One run's line: its figures, or why it failed."""
+    if "error" in row:
+        return str(row["error"])
+    return (f"next completed step {row['recovery_s']:.2f} s after, world {row['world_after']:.0f}, "
+            f"{row['steps_lost']:.0f} steps lost")
+
+
+def completed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if "error" not in r]
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    done, failed = completed(rows), [r["error"] for r in rows if "error" in r]
+    said = f"{len(failed)} of {len(rows)} runs failed ({failed[0]})" if failed else ""
+    if not done:
+        return said
+    recover = [r["recovery_s"] for r in done]
+    return (f"p50 {statistics.median(recover):.2f} s, p95 {p95(recover):.2f} s over {len(done)}, "
+            f"{statistics.median(r['steps_lost'] for r in done):.0f} steps lost, "
+            f"world {min(r['world_after'] for r in done):.0f} after" + (f"; {said}" if said else ""))
 
 
 def kind_targets(result: dict[str, Any]) -> list[Target]:
@@ -147,15 +184,15 @@ def kind_targets(result: dict[str, Any]) -> list[Target]:
         if not ours:
             continue
         theirs = result["torchft"].get(kind) or []
-        baseline = p95([r["recovery_s"] for r in theirs]) if theirs else None
+        baseline = p95([r["recovery_s"] for r in completed(theirs)]) if completed(theirs) else None
         note = f"ours: {summary(ours)}; " + (f"torchft: {summary(theirs)}" if theirs
                                               else f"torchft: {result['torchft_not_run'] or 'not run for this kind'}")
         if kind == KILLED and result["restart"]:
-            note += (f"; checkpoint restarts: {summary(result['restart'])}, "
-                     f"p95 {p95([r['recovery_s'] for r in result['restart']]):.2f} s")
+            note += f"; checkpoint restarts: {summary(result['restart'])}"
+        whole = len(completed(ours)) == len(ours)  # a failed run fails the target: no figure
         targets.append(Target(f"{kind} rank: failure -> next completed step, p95",
-                              p95([r["recovery_s"] for r in ours]), BARS[kind], unit="s", better="lower",
-                              baseline=baseline, note=note))
+                              p95([r["recovery_s"] for r in ours]) if whole else None, BARS[kind], unit="s",
+                              better="lower", baseline=baseline, note=note))
     return targets
 
 
@@ -186,6 +223,7 @@ def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours an
     result: dict[str, Any] = {"plain_step_s": [], "elastic_step_s": [], "ours": {}, "torchft": {}, "restart": [],
                               "torchft_not_run": not_run, "every": every, "steps": steps, "width": width,
                               "ranks": len(RANKS)}
+    kept = Path(tempfile.gettempdir()) / f"spares-bench-failed-{os.getpid()}"  # logs of runs that failed
     with labs_removed(name), tempfile.TemporaryDirectory(prefix="spares-bench-") as tmp:
         lab = build.up(multirail(4, 2, 2, 2, name="spares-bench"), name)
         for i in range(pairs):
@@ -206,23 +244,22 @@ def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours an
         for kind in chosen:
             for i in range(runs):
                 folder = Path(tmp) / f"{kind.replace(' ', '-')}{i}"
-                recs, failed = elastic_run(lab, folder / "ours", args, kind, steps // 3 + i)
-                assert failed is not None
-                row = ours_figures(recs, failed, steps)
+                row = failed_run(folder / "ours", kept, ours_run, lab, folder / "ours", args, kind,
+                                 steps // 3 + i, steps)
                 result["ours"].setdefault(kind, []).append(row)
-                out.print(f"ours, {kind} {i}: next completed step {row['recovery_s']:.2f} s after")
+                out.print(f"ours, {kind} {i}: {said(row)}")
                 if not_run:
                     continue
-                row = spares_torchft.torchft_run(lab, RANKS, SPARE[0], EXAMPLES / "ddp_torchft.py", args,
-                                                 folder / "torchft", kind=kind, fail_at=steps // 3 + i)
+                row = failed_run(folder / "torchft", kept, spares_torchft.torchft_run, lab, RANKS, SPARE[0],
+                                 EXAMPLES / "ddp_torchft.py", args, folder / "torchft", kind=kind,
+                                 fail_at=steps // 3 + i)
                 result["torchft"].setdefault(kind, []).append(row)
-                out.print(f"torchft, {kind} {i}: next completed step {row['recovery_s']:.2f} s after, "
-                          f"world {row['world_after']:.0f}, {row['steps_lost']:.0f} steps lost")
+                out.print(f"torchft, {kind} {i}: {said(row)}")
     plain, ratios = result["plain_step_s"], [o / p for o, p in zip(result["elastic_step_s"],
                                                                    result["plain_step_s"], strict=True)]
     result["step_ratio"] = ratios
-    killed = [r for kind in (KILLED, MID_STEP) for r in result["ours"].get(kind, [])]
-    theirs = [r for kind in (KILLED, MID_STEP) for r in result["torchft"].get(kind, [])]
+    killed = completed([r for kind in (KILLED, MID_STEP) for r in result["ours"].get(kind, [])])
+    theirs = completed([r for kind in (KILLED, MID_STEP) for r in result["torchft"].get(kind, [])])
     targets = kind_targets(result)
     targets.append(Target("per-step time with no failure, elastic / plain DDP", statistics.median(ratios), 1.02,
                           unit="x", better="lower", baseline=1.0, note=f"median of {pairs} paired runs",
