@@ -64,3 +64,12 @@ def test_kind_targets_carry_torchft_as_baseline_or_why_it_did_not_run():
 def test_an_unknown_failure_kind_is_one_clear_line():
     with pytest.raises(ClockfabricError, match="no failure kind"):
         inject(None, "melted", "h1", 0, None)  # type: ignore[arg-type]
+
+
+def test_a_failed_run_fails_its_kinds_target_and_says_why():
+    row = {"recovery_s": 1.0, "steps_lost": 0.0, "world_after": 3.0}
+    result = {"ours": {FROZEN: [row, {"error": "the elastic job did not complete"}]}, "torchft": {},
+              "torchft_not_run": "not run: --no-torchft", "restart": []}
+    (frozen,) = kind_targets(result)
+    assert frozen.value is None and not frozen.met
+    assert "1 of 2 runs failed (the elastic job did not complete)" in frozen.note and "p50 1.00 s" in frozen.note
