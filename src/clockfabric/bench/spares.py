@@ -1,31 +1,36 @@
-"""`clockfabric bench spares`: a killed rank replaced by a spare, on one lab in one run.
+"""`clockfabric bench spares`: the same job three ways on one lab in one run, under the same failures.
 
-Figures: failure -> next completed step (a rank killed mid-training, one spare waiting;
-from the kill to every rank having completed a step that started after it), p50 and p95
-over several kills; the per-step cost of the elastic wrapper against plain DDP
-(examples/ddp_train.py) with no failure, in pairs of runs on the same hosts with the same
-seed, the order alternating; the same failures for what users run today, plain DDP with a
-checkpoint every K steps relaunched whole (bench.spares_restart); and, for both, the goodput
-with one failure every 3 minutes and every 30 s (the lab job's restart costs seconds, a large
-job's tens of minutes: the shorter period stands in for that ratio). torchft is not run.
+(1) what users run today: plain DDP writing a checkpoint every K steps, relaunched whole on a
+failure (bench.spares_restart); (2) torchft on gloo (bench.spares_torchft); (3) ours: the
+elastic wrapper with a spare waiting (examples/ddp_spares.py, train.launch). The failures
+(bench.spares_faults): a rank killed between steps or in the middle of its step (its peers
+in the all-reduce), its host isolated (both NICs down), its process frozen (SIGSTOP).
+
+Figures: failure -> next completed step (every rank having completed a step that started
+after the failure), p50 and p95 per failure kind, with the completed steps lost and the world
+size after; the per-step cost of the elastic wrapper against plain DDP with no failure, in
+pairs of runs on the same hosts with the same seed, the order alternating; and the goodput of
+the three with one failure every 3 minutes and every 30 s (the lab job's restart costs
+seconds, a large job's tens of minutes: the shorter period stands in for that ratio).
 """
 
 from __future__ import annotations
 
 import os
-import signal
+import shutil
 import statistics
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import typer
 
-from clockfabric.bench import spares_restart, spares_zero
+from clockfabric.bench import spares_faults, spares_restart, spares_torchft, spares_zero
 from clockfabric.bench.harness import (
     BENCHMARKS,
+    RESULTS,
     Target,
     interval,
     labs_removed,
@@ -34,6 +39,7 @@ from clockfabric.bench.harness import (
     resampled_medians,
     targets_table,
 )
+from clockfabric.bench.spares_faults import FROZEN, ISOLATED, KILLED, KINDS, MID_STEP
 from clockfabric.console import out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
@@ -43,7 +49,9 @@ from clockfabric.train import report
 from clockfabric.train.launch import TrainJob
 
 RANKS, SPARE = ["h0", "h1", "h2"], ["h3"]
+VICTIM = 1  # the rank failed in every run
 EXAMPLES = Path("examples")
+BARS = {KILLED: 5.0, MID_STEP: 5.0, ISOLATED: 5.0, FROZEN: 10.0}
 
 
 def plain_step_s(lab: Lab, folder: Path, args: list[str]) -> float:
@@ -58,28 +66,25 @@ def plain_step_s(lab: Lab, folder: Path, args: list[str]) -> float:
     return result.median_step_s
 
 
-def elastic_run(lab: Lab, folder: Path, args: list[str],
-                kill_at: int | None) -> tuple[list[dict[str, Any]], float | None]:
-    """Run the elastic job (one spare if a rank is killed at step kill_at); its records and kill time."""
-    run = TrainJob(lab, RANKS, SPARE if kill_at is not None else [], [str(EXAMPLES / "ddp_spares.py"), *args],
-                   folder).start()
-    killed = None
+def elastic_run(lab: Lab, folder: Path, args: list[str], kind: str | None = None,
+                fail_at: int = 0) -> tuple[list[dict[str, Any]], float | None]:
+    """Run the elastic job; with a failure kind, one spare and that failure once every rank
+    completed fail_at. Its records and when the failure began."""
+    run = TrainJob(lab, RANKS, SPARE if kind else [], [str(EXAMPLES / "ddp_spares.py"), *args], folder).start()
+    failed = None
     try:
-        deadline = time.monotonic() + 120
-        while kill_at is not None and killed is None:
-            done = report.steps_by_rank(report.records(folder))
-            if len(done) == len(RANKS) and min(max(s) for s in done.values()) >= kill_at:
-                killed = time.time()
-                os.kill(run.ranks[1].proc.pid, signal.SIGKILL)
-            elif time.monotonic() > deadline:
-                raise ClockfabricError("the elastic job never reached the step to kill at")
-            time.sleep(0.02)
-        completed = run.wait(300)
+        if kind:
+            spares_faults.wait_for_step(lambda: report.records(folder), len(RANKS), fail_at)
+            victim = run.ranks[VICTIM]
+            failed = spares_faults.inject(lab, kind, victim.host, victim.proc.pid, victim.log)
+        completed = run.wait(180)
     finally:
         run.stop()
+        if kind:
+            spares_faults.heal(lab, kind, RANKS[VICTIM])
     if not completed:
         raise ClockfabricError(f"the elastic job did not complete; see {folder}")
-    return report.records(folder), killed
+    return report.records(folder), failed
 
 
 def step_s(recs: list[dict[str, Any]]) -> float:
@@ -91,80 +96,187 @@ def step_s(recs: list[dict[str, Any]]) -> float:
     return statistics.median(slowest.values())
 
 
-def goodputs(recoveries: list[float], restarts: list[dict[str, float]], step: float, ratio: float,
-             every: int) -> dict[str, dict[str, float]]:
-    """Goodput of ours and of checkpoint restarts, one failure every 180 s and every 30 s.
+def ours_run(lab: Lab, folder: Path, args: list[str], kind: str, fail_at: int, steps: int) -> dict[str, float]:
+    recs, failed = elastic_run(lab, folder, args, kind, fail_at)
+    assert failed is not None
+    return ours_figures(recs, failed, steps)
+
+
+def failed_run(folder: Path, kept: Path, run: Callable[..., dict[str, Any]], *args: Any,
+               **kwargs: Any) -> dict[str, Any]:
+    """run(*args, **kwargs): one failure's figures, writing its logs in folder. A run that fails
+    is a row saying why (its logs kept under kept), not the end of the benchmark: the failure
+    counts against the target."""
+    try:
+        return run(*args, **kwargs)
+    except ClockfabricError as e:
+        copy = kept / folder.parent.name / folder.name
+        shutil.copytree(folder, copy, dirs_exist_ok=True)
+        return {"error": f"{e} (logs kept in {copy})"}
+
+
+def ours_figures(recs: list[dict[str, Any]], failed: float, steps: int) -> dict[str, float]:
+    """Recovery, completed steps lost (none, or the run is rejected) and the world size after."""
+    took = report.recovery_s(recs, failed)
+    if took is None or report.job_steps(recs) != list(range(steps)):
+        raise ClockfabricError("the elastic job lost a step or never resumed")
+    after = [r for r in recs if r.get("event") == "joined" and r["time"] > failed]
+    return {"recovery_s": took, "steps_lost": 0.0, "world_after": float(len({r["rank"] for r in after}))}
+
+
+def goodputs(ours: list[float], restarts: list[dict[str, float]], torchft: list[dict[str, float]], step: float,
+             ratio: float, every: int) -> dict[str, dict[str, float]]:
+    """Goodput of the three with one killed rank every 180 s and every 30 s.
 
     A failure costs its median recovery less the step a failure-free job takes anyway; the
-    restarts' overhead is their checkpoint writes, ours the wrapper's per-step ratio."""
-    ours_lost = statistics.median(recoveries) - step
+    restarts' per-step overhead is their checkpoint writes, ours the wrapper's ratio, torchft's
+    its step time against plain DDP's. torchft also runs a rank short until the replacement
+    has joined: that time costs a 1/world share of it (the whole rest of the period when no
+    replacement joined in the run)."""
+    periods = (180, 30)
+    gp = {"ours": {str(p): spares_restart.goodput(statistics.median(ours) - step, p, max(ratio, 1.0))
+                   for p in periods}}
     restart_lost = statistics.median(r["recovery_s"] for r in restarts) - step
     writes = 1 + statistics.median(r["checkpoint_s"] for r in restarts) / (every * step)
-    return {"ours": {str(p): spares_restart.goodput(ours_lost, p, max(ratio, 1.0)) for p in (180, 30)},
-            "restart": {str(p): spares_restart.goodput(restart_lost, p, writes) for p in (180, 30)}}
+    gp["restart"] = {str(p): spares_restart.goodput(restart_lost, p, writes) for p in periods}
+    if torchft:
+        recovery = statistics.median(r["recovery_s"] for r in torchft)
+        short = statistics.median(r["rejoined_s"] - r["recovery_s"] if r["rejoined_s"] >= 0 else float("inf")
+                                  for r in torchft)
+        slower = max(1.0, statistics.median(r["step_s"] for r in torchft) / step)
+        gp["torchft"] = {str(p): spares_restart.goodput(recovery - step + min(short, p) / len(RANKS), p, slower)
+                         for p in periods}
+    return gp
 
 
-@BENCHMARKS.register("spares", help="A killed rank replaced by a spare: failure -> next step; "
-                                    "per-step cost against plain DDP")
-def main(kills: int = typer.Option(5, min=1, help="Runs with a rank killed mid-training."),
-         pairs: int = typer.Option(6, min=1, help="Paired no-failure runs, plain DDP and elastic."),
+def p95(values: list[float]) -> float:
+    return float(np.percentile(values, 95))
+
+
+def said(row: dict[str, Any]) -> str:
+    """One run's line: its figures, or why it failed."""
+    if "error" in row:
+        return str(row["error"])
+    return (f"next completed step {row['recovery_s']:.2f} s after, world {row['world_after']:.0f}, "
+            f"{row['steps_lost']:.0f} steps lost")
+
+
+def completed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if "error" not in r]
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    done, failed = completed(rows), [r["error"] for r in rows if "error" in r]
+    said = f"{len(failed)} of {len(rows)} runs failed ({failed[0]})" if failed else ""
+    if not done:
+        return said
+    recover = [r["recovery_s"] for r in done]
+    return (f"p50 {statistics.median(recover):.2f} s, p95 {p95(recover):.2f} s over {len(done)}, "
+            f"{statistics.median(r['steps_lost'] for r in done):.0f} steps lost, "
+            f"world {min(r['world_after'] for r in done):.0f} after" + (f"; {said}" if said else ""))
+
+
+def kind_targets(result: dict[str, Any]) -> list[Target]:
+    """Failure -> next completed step, per kind: ours, with torchft's p95 as its baseline."""
+    targets = []
+    for kind in KINDS:
+        ours = result["ours"].get(kind)
+        if not ours:
+            continue
+        theirs = result["torchft"].get(kind) or []
+        baseline = p95([r["recovery_s"] for r in completed(theirs)]) if completed(theirs) else None
+        note = f"ours: {summary(ours)}; " + (f"torchft: {summary(theirs)}" if theirs
+                                              else f"torchft: {result['torchft_not_run'] or 'not run for this kind'}")
+        if kind == KILLED and result["restart"]:
+            note += f"; checkpoint restarts: {summary(result['restart'])}"
+        whole = len(completed(ours)) == len(ours)  # a failed run fails the target: no figure
+        targets.append(Target(f"{kind} rank: failure -> next completed step, p95",
+                              p95([r["recovery_s"] for r in ours]) if whole else None, BARS[kind], unit="s",
+                              better="lower", baseline=baseline, note=note))
+    return targets
+
+
+@BENCHMARKS.register("spares", help="Spares against checkpoint restarts and torchft: failure -> next step, "
+                                    "goodput, per-step cost")
+def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours and torchft)."),
+         restarts: int = typer.Option(3, min=1, help="Checkpoint-restart runs, a rank killed in each."),
+         pairs: int = typer.Option(4, min=1, help="Paired no-failure runs, plain DDP and elastic."),
          steps: int = typer.Option(40, min=10, help="Training steps per run."),
          width: int = typer.Option(512, min=8, help="The MLP's hidden width."),
          every: int = typer.Option(10, min=1, help="Steps between the restart baseline's checkpoints."),
+         kinds: str = typer.Option(",".join(KINDS), help="Failure kinds, comma-separated."),
+         torchft: bool = typer.Option(True, help="Run the torchft baseline."),
+         json_path: Path = typer.Option(RESULTS / "spares.json", "--out", help="Where the record goes."),
          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     require_root()
     if not (EXAMPLES / "ddp_spares.py").is_file():
         raise ClockfabricError("run from the repository root: examples/ddp_spares.py is not here")
+    chosen = [k.strip() for k in kinds.split(",") if k.strip()]
+    if not chosen or set(chosen) - set(KINDS):
+        raise ClockfabricError(f"--kinds takes some of: {', '.join(KINDS)}")
     args = ["--steps", str(steps), "--timeout", "30", "--width", str(width)]
+    not_run = None if torchft else "not run: --no-torchft"
+    if torchft and (why := spares_torchft.missing()):
+        not_run = f"not run: {why}"
     facts = machine()
     name = f"spares-bench-{os.getpid() % 10000}"
-    recoveries: list[float] = []
-    plain: list[float] = []
-    ours: list[float] = []
-    restarts: list[dict[str, float]] = []
+    result: dict[str, Any] = {"plain_step_s": [], "elastic_step_s": [], "ours": {}, "torchft": {}, "restart": [],
+                              "torchft_not_run": not_run, "every": every, "steps": steps, "width": width,
+                              "ranks": len(RANKS)}
+    kept = Path(tempfile.gettempdir()) / f"spares-bench-failed-{os.getpid()}"  # logs of runs that failed
     with labs_removed(name), tempfile.TemporaryDirectory(prefix="spares-bench-") as tmp:
         lab = build.up(multirail(4, 2, 2, 2, name="spares-bench"), name)
         for i in range(pairs):
             for which in (("plain", "ours") if i % 2 == 0 else ("ours", "plain")):
                 folder = Path(tmp) / f"pair{i}-{which}"
                 if which == "plain":
-                    plain.append(plain_step_s(lab, folder, args))
+                    result["plain_step_s"].append(plain_step_s(lab, folder, args))
                 else:
-                    ours.append(step_s(elastic_run(lab, folder, args, None)[0]))
-            out.print(f"pair {i}: plain DDP {plain[-1] * 1e3:.1f} ms/step, elastic {ours[-1] * 1e3:.1f} ms/step")
-        for i in range(kills):  # the kill lands at a different place between checkpoints each time
-            restarts.append(spares_restart.restart_run(lab, RANKS, EXAMPLES / "ddp_train.py", args,
-                                                       Path(tmp) / f"restart{i}", every=every,
-                                                       kill_at=steps // 3 + i))
-            out.print(f"restart {i}: next new step {restarts[-1]['recovery_s']:.2f} s after the kill, "
-                      f"{restarts[-1]['steps_lost']:.0f} steps redone")
-            recs, killed = elastic_run(lab, Path(tmp) / f"kill{i}", args, steps // 3 + i)
-            took = report.recovery_s(recs, killed) if killed else None
-            if took is None or report.job_steps(recs) != list(range(steps)):
-                raise ClockfabricError(f"kill {i}: the job lost a step or never resumed")
-            recoveries.append(took)
-            out.print(f"kill {i}: next completed step {took:.2f} s after the kill")
+                    result["elastic_step_s"].append(step_s(elastic_run(lab, folder, args)[0]))
+            out.print(f"pair {i}: plain DDP {result['plain_step_s'][-1] * 1e3:.1f} ms/step, "
+                      f"elastic {result['elastic_step_s'][-1] * 1e3:.1f} ms/step")
+        for i in range(restarts):  # the kill lands at a different place between checkpoints each time
+            row = spares_restart.restart_run(lab, RANKS, EXAMPLES / "ddp_train.py", args, Path(tmp) / f"restart{i}",
+                                             every=every, kill_at=steps // 3 + i)
+            result["restart"].append(row | {"world_after": float(len(RANKS))})
+            out.print(f"restart {i}: next new step {row['recovery_s']:.2f} s after the kill, "
+                      f"{row['steps_lost']:.0f} steps redone")
+        for kind in chosen:
+            for i in range(runs):
+                folder = Path(tmp) / f"{kind.replace(' ', '-')}{i}"
+                row = failed_run(folder / "ours", kept, ours_run, lab, folder / "ours", args, kind,
+                                 steps // 3 + i, steps)
+                result["ours"].setdefault(kind, []).append(row)
+                out.print(f"ours, {kind} {i}: {said(row)}")
+                if not_run:
+                    continue
+                row = failed_run(folder / "torchft", kept, spares_torchft.torchft_run, lab, RANKS, SPARE[0],
+                                 EXAMPLES / "ddp_torchft.py", args, folder / "torchft", kind=kind,
+                                 fail_at=steps // 3 + i)
+                result["torchft"].setdefault(kind, []).append(row)
+                out.print(f"torchft, {kind} {i}: {said(row)}")
         zero = spares_zero.measure(lab, Path(tmp), args, pairs)  # ZeRO-1's buddy copies, paired runs
-    ratios = [o / p for o, p in zip(ours, plain, strict=True)]
-    result = {"recovery_s": recoveries, "plain_step_s": plain, "elastic_step_s": ours, "step_ratio": ratios,
-              "restart": restarts, "every": every, "steps": steps, "width": width, "ranks": len(RANKS)}
-    gp = goodputs(recoveries, restarts, statistics.median(plain), statistics.median(ratios), every)
-    result["goodput"] = gp
-    targets = [
-        Target("killed rank: failure -> next completed step, p95", float(np.percentile(recoveries, 95)), 5.0,
-               unit="s", better="lower", baseline=float(np.percentile([r["recovery_s"] for r in restarts], 95)),
-               note=f"p50 {statistics.median(recoveries):.2f} s over {kills} kills; baseline: restarts from a "
-                    f"checkpoint every {every} steps, median "
-                    f"{statistics.median(r['steps_lost'] for r in restarts):.0f} steps redone"),
-        Target("per-step time with no failure, elastic / plain DDP", statistics.median(ratios), 1.02,
-               unit="x", better="lower", baseline=1.0, note=f"median of {pairs} paired runs",
-               interval=interval(resampled_medians({"ratio": ratios})["ratio"])),
-        Target("goodput, one failure every 3 minutes (checkpoint restarts as baseline)", gp["ours"]["180"], 0.95,
-               baseline=gp["restart"]["180"], note=f"every 30 s: {gp['ours']['30']:.3f}, restarts "
-                                                   f"{gp['restart']['30']:.3f}; from the measured losses"),
-    ]
+    plain, ratios = result["plain_step_s"], [o / p for o, p in zip(result["elastic_step_s"],
+                                                                   result["plain_step_s"], strict=True)]
+    result["step_ratio"] = ratios
+    killed = completed([r for kind in (KILLED, MID_STEP) for r in result["ours"].get(kind, [])])
+    theirs = completed([r for kind in (KILLED, MID_STEP) for r in result["torchft"].get(kind, [])])
+    targets = kind_targets(result)
+    targets.append(Target("per-step time with no failure, elastic / plain DDP", statistics.median(ratios), 1.02,
+                          unit="x", better="lower", baseline=1.0, note=f"median of {pairs} paired runs",
+                          interval=interval(resampled_medians({"ratio": ratios})["ratio"])))
+    if killed:
+        gp = result["goodput"] = goodputs([r["recovery_s"] for r in killed], result["restart"], theirs,
+                                          statistics.median(plain), statistics.median(ratios), every)
+        others = f"torchft {gp['torchft']['180']:.3f}" if "torchft" in gp else f"torchft {not_run}"
+        targets.append(Target(
+            "goodput, one killed rank every 3 minutes (checkpoint restarts as baseline)", gp["ours"]["180"], 0.95,
+            baseline=gp["restart"]["180"],
+            note=f"{others}; every 30 s: ours {gp['ours']['30']:.3f}, restarts {gp['restart']['30']:.3f}"
+                 + (f", torchft {gp['torchft']['30']:.3f}" if "torchft" in gp else "")
+                 + "; from the measured losses"))
     result["zero"] = zero.result()
-    record("spares", [*targets, *zero.targets()], facts, result)
+    record("spares", [*targets, *zero.targets()], facts, result, path=json_path)
     if as_json:
         print_json(result)
         return

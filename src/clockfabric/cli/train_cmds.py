@@ -1,10 +1,17 @@
 """`clockfabric train run --hosts h0,..,hN --spares K -- SCRIPT ARGS`: an elastic training job on a
-lab, the last K hosts its spares; each lost rank is replaced and the job carries on."""
+lab, the last K hosts its spares; each lost rank is replaced and the job carries on.
+
+The coordinator also watches the GPUs through NVML: a lab's hosts share the machine, so GPU i
+stands for the i-th host named (ranks, then spares), and a critical XID on it moves that
+host's rank to a spare before the rank crashes. A machine without NVML (or a GPU) runs the
+job without the watch, and says so.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +30,27 @@ def _show(event: dict[str, Any]) -> None:
     out.print(f"{time.strftime('%H:%M:%S', time.localtime(event['time']))} [bold]{event['event']}[/] {detail}")
 
 
+def gpu_watch(hosts: list[str], nvml: Any = None) -> tuple[Callable[[str], str | None] | None, str]:
+    """(host -> its GPU's critical XID since the last call, or None; what is watched). nvml: a
+    stand-in with pynvml's names (None: pynvml). No watch where NVML or a GPU is missing."""
+    from clockfabric.audit.checks.config_gpu import CRITICAL_XIDS
+    from clockfabric.telemetry.nvidia_gpu import NvidiaGpuCollector
+
+    gpus = NvidiaGpuCollector(nvml)
+    if why := gpus.absent():
+        return None, f"GPUs not watched: {why}"
+    pending: dict[str, str] = {}
+
+    def fault(host: str) -> str | None:
+        # one drain for every host: the coordinator asks host by host, the XIDs come all at once
+        for index, xid in gpus.new_xids():
+            if xid in CRITICAL_XIDS and index < len(hosts):
+                pending.setdefault(hosts[index], f"XID {xid} ({CRITICAL_XIDS[xid]}) on GPU {index}")
+        return pending.pop(host, None)
+
+    return fault, f"watching GPUs 0-{len(hosts) - 1} for critical XIDs (GPU i: the i-th host)"
+
+
 @app.command(context_settings={"ignore_unknown_options": True})
 def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separated: ranks first, then spares."),
         spares: int = typer.Option(0, "--spares", min=0, help="How many of the hosts, from the end, are spares."),
@@ -35,6 +63,11 @@ def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separat
         controller: str = typer.Option(None, "--controller", help="Also send the job's events to this "
                                                                   "controller (http(s)://HOST:PORT)."),
         token_file: Path = typer.Option(None, "--token-file", help="With --controller: the fleet token."),
+        min_ranks: int = typer.Option(None, "--min-ranks", min=1, help="With no spare left, go on with the "
+                                                                       "survivors if at least this many remain "
+                                                                       "(default: pause until a spare is added)."),
+        watch_gpus: bool = typer.Option(True, help="Move a rank whose GPU reports a critical XID (NVML) to a "
+                                                   "spare before it crashes."),
         command: list[str] = typer.Argument(..., help="The training script and its arguments, after --.")) -> None:
     """Run SCRIPT as an elastic job: rank i on the i-th host, spares waiting with torch loaded."""
     from clockfabric.controller.token import read_token
@@ -55,9 +88,11 @@ def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separat
         if sender:
             sender(event)
 
+    gpu_fault, watched = gpu_watch(names) if watch_gpus else (None, "GPUs not watched: --no-watch-gpus")
     job = TrainJob(Lab.open(lab_name), names[:len(names) - spares], names[len(names) - spares:], argv, where,
-                   detect_s=detect_s, on_event=on_event)
-    out.print(f"logs in {where}")
+                   detect_s=detect_s, on_event=on_event, gpu_fault=gpu_fault,
+                   min_ranks=min_ranks)
+    out.print(f"logs in {where}; {watched}")
     if sender:
         sender.start()
     job.start()

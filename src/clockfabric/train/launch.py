@@ -12,7 +12,12 @@ A lost rank's process is killed (fenced: it never comes back into the job), and 
 generation is written: the spare's host at the lost rank's index, the same world size, a new
 store, the lost host's address for the survivors to shut their sockets to. A spare lost while
 it joins is a lost rank like any other: the next spare takes its place. With no spare left
-the generation is `paused`: the survivors wait, and `add_spare` resumes the job.
+the generation is `paused`: the survivors wait, and `add_spare` resumes the job; or, where
+the job allows it (`min_ranks`) and enough survive, the job goes on shrunk: a generation of
+the survivors alone, their ranks renumbered in order (rank 2 of 3 becomes rank 1 of 2 when
+rank 1 is lost), each drawing the batches of its new rank, the gradients averaged over the
+smaller world (see docs/spares.md, "Shrinking"). A sharded optimizer (ZeRO-1) cannot shrink:
+its partition is the world size's.
 
 A rank whose GPU reports a critical fault (`gpu_fault(host)`: a critical XID from NVML, say)
 is replaced before it crashes: a spare is put at its index in a new generation, every member
@@ -58,8 +63,11 @@ class Member:
 class TrainJob:
     def __init__(self, lab: Lab, hosts: list[str], spares: list[str], argv: list[str], folder: Path | str, *,
                  detect_s: float = DETECT_S, on_event: Callable[[dict[str, Any]], None] | None = None,
-                 gpu_fault: Callable[[str], str | None] | None = None):
+                 gpu_fault: Callable[[str], str | None] | None = None, min_ranks: int | None = None):
         check(lab, hosts, spares, argv)
+        if min_ranks is not None and not 1 <= min_ranks <= len(hosts):
+            raise ClockfabricError(f"--min-ranks {min_ranks}: give 1 to {len(hosts)} (the job's ranks)")
+        self.min_ranks = min_ranks  # the fewest ranks the job may go on with, no spare left; None: pause
         self.lab, self.argv, self.folder = lab, list(argv), Path(folder)
         self.detect_s, self.on_event, self.gpu_fault = detect_s, on_event, gpu_fault
         self.draining: list[Member] = []  # replaced on a GPU fault, fenced once their successor joined
@@ -163,6 +171,8 @@ class TrainJob:
             self.vacant.append(rank)
         self.gen = replace(self.gen, lost=[*self.gen.lost, *beats])
         self._fill()
+        if self.vacant and self.min_ranks is not None and len(self.ranks) - len(self.vacant) >= self.min_ranks:
+            self._shrink()
         if self.vacant:
             self.gen = replace(self.gen, number=self.gen.number + 1, state=control.PAUSED)
             self.awaiting = None  # nothing to join until a spare comes
@@ -204,6 +214,21 @@ class TrainJob:
             self.event("spare chosen", rank=rank, host=spare.host)
         self.vacant = []
         number = self.gen.number + 1  # self.gen is the last written: running, paused or not joined by all
+        self.gen = replace(self.gen, number=number, state=control.RUNNING, hosts=hosts, beats=beats,
+                           store=str(self.folder / f"store.{number}"))
+        control.write_generation(self.folder, self.gen)
+        self.event("generation", number=number, hosts=hosts)
+        self.awaiting, self.issued = number, time.time()
+
+    def _shrink(self) -> None:
+        """No spare for the vacant ranks: a generation of the survivors, renumbered in rank order."""
+        keep = [rank for rank in range(len(self.ranks)) if rank not in self.vacant]
+        self.ranks = [self.ranks[rank] for rank in keep]
+        hosts, beats = [self.gen.hosts[r] for r in keep], [self.gen.beats[r] for r in keep]
+        number = self.gen.number + 1
+        self.event("shrunk", ranks=sorted(self.vacant), world=len(keep), hosts=hosts,
+                   why="no spare left: the job goes on with the survivors")
+        self.vacant = []
         self.gen = replace(self.gen, number=number, state=control.RUNNING, hosts=hosts, beats=beats,
                            store=str(self.folder / f"store.{number}"))
         control.write_generation(self.folder, self.gen)

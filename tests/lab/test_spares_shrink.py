@@ -1,0 +1,33 @@
+"""No spare left and a job that may shrink (`min_ranks`): a real PyTorch job (gloo, CPU) on lab
+hosts loses a rank and goes on with the survivors, renumbered, no completed step lost."""
+
+import os
+import signal
+
+import pytest
+
+from clockfabric.topology import multirail
+from clockfabric.train import report
+from tests.lab.test_spares import RANKS, STEPS, run
+
+pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
+
+
+def test_a_killed_rank_with_no_spare_shrinks_the_job_and_it_completes(make_lab, tmp_path):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    job, recs, killed_at = run(lab, tmp_path / "shrunk", [], lambda job: os.kill(job.ranks[1].proc.pid,
+                                                                              signal.SIGKILL), min_ranks=2)
+    kinds = [e["event"] for e in job.events]
+    assert kinds.index("detected") < kinds.index("shrunk") < kinds.index("completed") and "paused" not in kinds
+    assert [m.host for m in job.ranks] == ["h0", "h2"]  # h2 renumbered: rank 1 of 2
+    assert report.job_steps(recs) == list(range(STEPS)), "a completed step was lost"
+    last = max(r["generation"] for r in recs if r.get("event") == "joined")
+    joined = [r for r in recs if r.get("event") == "joined" and r["generation"] == last]
+    assert sorted((r["rank"], r["host"]) for r in joined) == [(0, "h0"), (1, "h2")]
+    after = [r for r in recs if "duration_s" in r and r["start"] > killed_at]
+    assert after and {r["rank"] for r in after} == {0, 1}  # no rank 2 once shrunk
+    digests = report.digests(recs)
+    assert sorted(digests) == [0, 1] and len(set(digests.values())) == 1  # the replicas agree
+    took = report.recovery_s([r for r in recs if r.get("rank") in (0, 1)], killed_at)
+    assert took is not None and took < 10, took
+    print(f"shrunk to {len(RANKS) - 1} ranks: next step {took:.2f} s after the kill")
