@@ -242,6 +242,7 @@ class Elastic:
                 gen = control.wait_generation(self.folder, gen.number, self.wait_s)
             self.rank = self.heartbeat.rank = gen.hosts.index(self.host)  # judged (frozen?) from here on
             newer = None
+            self._drop_group()
             try:
                 control.mark_ready(self.folder, gen.number, self.rank)
                 newer = control.wait_ready(self.folder, gen, self.wait_s)
@@ -255,11 +256,18 @@ class Elastic:
             completed = self.step if completed >= 0 or self.carried else -1
             gen = newer or control.wait_generation(self.folder, gen.number, self.wait_s)
 
+    def _drop_group(self) -> None:
+        """Destroy the old group before marking ready, not after: its destruction waits for its
+        operations, and every member must reach gloo's rendezvous together (group.CONNECT_WAITS)."""
+        self.model = None
+        gc.collect()  # the old wrapper holds the old group: let both go
+        group.leave()
+        if self._optimizer is not None and zero.is_sharded(self._optimizer):
+            zero.rebind(self._optimizer)  # type: ignore[arg-type]  # to no group: ZeRO held the old one
+
     def _form(self, gen: control.Generation, completed: int) -> None:
         started = time.time()
         self.gen = gen
-        self.model = None
-        gc.collect()  # the old wrapper holds the old group: let both go before the new one forms
         group.form(gen.store, self.rank, gen.world)
         formed = time.time()
         if self._optimizer is None:
