@@ -37,7 +37,9 @@ def shut_sockets_to(addresses: set[str]) -> int:
         except (OSError, ValueError):
             continue
         try:
-            if sock.type == socket.SOCK_STREAM and sock.getpeername()[0].removeprefix("::ffff:") in addresses:
+            # TCP only: a Unix socket's peer name is a path (an unnamed one's is '')
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM \
+                    and sock.getpeername()[0].removeprefix("::ffff:") in addresses:
                 sock.shutdown(socket.SHUT_RDWR)  # on the shared socket: the blocked reader wakes with an error
                 shut += 1
         except OSError:
@@ -54,6 +56,7 @@ class Heartbeat(threading.Thread):
         self.rank: int | None = None  # set once this process holds a rank
         self.heard: dict[str, float] = {}
         self.fenced: set[str] = set()
+        self.error: str | None = None  # the last beat that failed, in the report
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(split(beat))
         self.sock.setblocking(False)
@@ -61,23 +64,30 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval_s):
-            gen = control.read_generation(self.folder)
-            peers = [b for b in gen.beats if b != self.beat] if gen else []
-            if gen is not None and self.beat not in gen.lost:
-                self.fence({split(b)[0] for b in gen.lost} - self.fenced)
-            for peer in peers:
-                try:
-                    self.sock.sendto(self.beat.encode(), split(peer))
-                except OSError:  # no route while a link is down: the peer will miss us
-                    pass
-            self.drain()
-            self.report(gen, peers)
+            try:
+                self.beat_once()
+            except Exception as e:  # noqa: BLE001  # a thread that ended would read as a frozen process
+                self.error = f"{type(e).__name__}: {e}"[:200]
+
+    def beat_once(self) -> None:
+        gen = control.read_generation(self.folder)
+        peers = [b for b in gen.beats if b != self.beat] if gen else []
+        self.drain()
+        # the report before the fence and the sends: whatever they do, the process is seen alive
+        self.report(gen, peers)
+        if gen is not None and self.beat not in gen.lost:
+            self.fence({split(b)[0] for b in gen.lost} - self.fenced)
+        for peer in peers:
+            try:
+                self.sock.sendto(self.beat.encode(), split(peer))
+            except OSError:  # no route while a link is down: the peer will miss us
+                pass
 
     def report(self, gen: control.Generation | None, peers: list[str], done: bool = False) -> None:
         now = time.time()
         control.write_json(control.beat_path(self.folder, self.name), {
             "name": self.name, "pid": os.getpid(), "time": now, "rank": self.rank, "done": done,
-            "generation": gen.number if gen else None,
+            "generation": gen.number if gen else None, "error": self.error,
             "heard": {p: now - self.heard[p] for p in peers if p in self.heard}})
 
     def fence(self, addresses: set[str]) -> None:
