@@ -2,8 +2,9 @@
 
 Every `interval_s` the thread sends its name to each peer's heartbeat address, drains what it
 received, and writes its report (the time, and how long since each peer was heard). So the
-coordinator sees a frozen process (its report stops), and an isolated host (its peers stop
-hearing it) within its detection time. When a generation names lost hosts, the thread shuts
+coordinator sees a frozen process (its report stops, and the process is stopped: `stopped`),
+and an isolated host (its peers stop hearing it) within its detection time. The thread needs
+Python's lock: on a loaded machine a running process's report can lag by seconds. When a generation names lost hosts, the thread shuts
 this process's TCP sockets to them: a collective blocked on a host that will never answer
 fails at once, instead of after the collective timeout.
 """
@@ -47,6 +48,16 @@ def shut_sockets_to(addresses: set[str]) -> int:
         finally:
             sock.close()  # the duplicate only
     return shut
+
+
+def stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP, or a tracer's stop): its heartbeats cannot come.
+    A running process may miss beats too, while its heartbeat thread waits for Python's lock."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat_line.rpartition(")")[2].split()[0] in ("T", "t")
 
 
 class Heartbeat(threading.Thread):
