@@ -46,6 +46,45 @@ def test_shut_sockets_to_shuts_tcp_to_the_address_and_leaves_unix_sockets_alone(
             s.close()
 
 
+def connection():
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    server.close()
+    accepted.settimeout(2)
+    return client, accepted
+
+
+def test_a_loss_in_a_newer_generation_shuts_the_whole_old_group_but_never_a_newer_group(tmp_path):
+    beat = Heartbeat(tmp_path, "h0", "127.0.0.1:0")
+    old_client, old_accepted = connection()
+    try:
+        # in generation 0's group with a peer at 127.0.0.1; generation 1 says 127.0.0.9 is lost: the
+        # peer may be waiting on this process a step behind, so its connection is shut too
+        beat.joined(0, {"127.0.0.1"})
+        beat.fence(1, {"127.0.0.9"})
+        assert old_accepted.recv(1) == b""
+    finally:
+        old_client.close()
+        old_accepted.close()
+    new_client, new_accepted = connection()
+    try:
+        # the fence seen late, once generation 1's group formed: that group is left alone
+        beat.joined(1, {"127.0.0.1"})
+        beat.fence(1, {"127.0.0.8"})
+        new_client.sendall(b"x")
+        assert new_accepted.recv(1) == b"x"
+        beat.left()  # between groups: only the lost hosts' sockets
+        beat.fence(2, {"127.0.0.7"})
+        new_client.sendall(b"y")
+        assert new_accepted.recv(1) == b"y"
+        assert beat.fenced == {"127.0.0.9", "127.0.0.8", "127.0.0.7"}
+    finally:
+        new_client.close()
+        new_accepted.close()
+        beat.sock.close()
+
+
 def test_fencing_with_a_unix_socket_open_keeps_the_heartbeat_going(tmp_path):
     near, far = socket.socketpair()
     beat = Heartbeat(tmp_path, "h0", "127.0.0.1:0", interval_s=0.05)
@@ -66,7 +105,7 @@ def test_a_failing_beat_is_reported_and_the_beats_go_on(tmp_path):
     beat = Heartbeat(tmp_path, "h0", "127.0.0.1:0", interval_s=0.05)
     folder_with_a_lost_host(tmp_path, beat.beat)
 
-    def broken(addresses):
+    def broken(number, addresses):
         raise RuntimeError("fence failed")
 
     beat.fence = broken  # type: ignore[method-assign]

@@ -4,9 +4,10 @@ Every `interval_s` the thread sends its name to each peer's heartbeat address, d
 received, and writes its report (the time, and how long since each peer was heard). So the
 coordinator sees a frozen process (its report stops, and the process is stopped: `stopped`),
 and an isolated host (its peers stop hearing it) within its detection time. The thread needs
-Python's lock: on a loaded machine a running process's report can lag by seconds. When a generation names lost hosts, the thread shuts
-this process's TCP sockets to them: a collective blocked on a host that will never answer
-fails at once, instead of after the collective timeout.
+Python's lock: on a loaded machine a running process's report can lag by seconds. When a
+generation names lost hosts, the thread shuts this process's TCP sockets to them, and to every
+peer of its older group (`fence`): a collective blocked on a host that will never answer, or
+on a survivor that waits for it, fails at once, instead of after the collective timeout.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ class Heartbeat(threading.Thread):
         self.heard: dict[str, float] = {}
         self.fenced: set[str] = set()
         self.error: str | None = None  # the last beat that failed, in the report
+        # the group this process is in (its generation, its peers' addresses), set by the runtime
+        # under the lock, so the fence never shuts a group formed after the loss it acts on
+        self.lock = threading.Lock()
+        self.group: tuple[int, set[str]] | None = None
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(split(beat))
         self.sock.setblocking(False)
@@ -87,7 +92,7 @@ class Heartbeat(threading.Thread):
         # the report before the fence and the sends: whatever they do, the process is seen alive
         self.report(gen, peers)
         if gen is not None and self.beat not in gen.lost:
-            self.fence({split(b)[0] for b in gen.lost} - self.fenced)
+            self.fence(gen.number, {split(b)[0] for b in gen.lost} - self.fenced)
         for peer in peers:
             try:
                 self.sock.sendto(self.beat.encode(), split(peer))
@@ -101,10 +106,27 @@ class Heartbeat(threading.Thread):
             "generation": gen.number if gen else None, "error": self.error,
             "heard": {p: now - self.heard[p] for p in peers if p in self.heard}})
 
-    def fence(self, addresses: set[str]) -> None:
-        if addresses:
-            shut_sockets_to(addresses)
-            self.fenced |= addresses
+    def fence(self, number: int, addresses: set[str]) -> None:
+        """Hosts lost, as generation `number` says: shut this process's sockets to them and, if
+        the process is still in an older group, to every peer of that group. A survivor a step
+        ahead of another waits on that survivor, not on the lost host: only the lost host's
+        sockets shut, both waited out the collective timeout (30 s)."""
+        if not addresses:
+            return
+        with self.lock:
+            over = self.group[1] if self.group is not None and self.group[0] < number else set()
+            shut_sockets_to(addresses | over)
+        self.fenced |= addresses
+
+    def joined(self, number: int, peers: set[str]) -> None:
+        """This process formed generation `number`'s group with peers (their addresses)."""
+        with self.lock:
+            self.group = (number, peers)
+
+    def left(self) -> None:
+        """No group: called before a new one is made, whose sockets the fence must not shut."""
+        with self.lock:
+            self.group = None
 
     def drain(self) -> None:
         while True:

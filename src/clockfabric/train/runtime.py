@@ -259,6 +259,7 @@ class Elastic:
     def _drop_group(self) -> None:
         """Destroy the old group before marking ready, not after: its destruction waits for its
         operations, and every member must reach gloo's rendezvous together (group.CONNECT_WAITS)."""
+        self.heartbeat.left()
         self.model = None
         gc.collect()  # the old wrapper holds the old group: let both go
         group.leave()
@@ -269,6 +270,7 @@ class Elastic:
         started = time.time()
         self.gen = gen
         group.form(gen.store, self.rank, gen.world)
+        self.heartbeat.joined(gen.number, {split(b)[0] for b in gen.beats} - {split(self.heartbeat.beat)[0]})
         formed = time.time()
         if self._optimizer is None:
             assert self.make_optimizer is not None
