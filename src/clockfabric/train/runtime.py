@@ -212,10 +212,13 @@ class Elastic:
 
     def _recover(self, undo: dict[str, Any]) -> None:
         failed_at = time.time()
+        # the old group's operations ended first: a ZeRO broadcast still receiving into the
+        # parameters after the restore would leave this member a step ahead where it lands
+        self._leave()
+        self._drop_group()
         state.restore(undo, self.module, zero.local(self.optimizer))
         assert self.gen is not None
         self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
-        self._leave()
         self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
 
     def _follow(self) -> None:
@@ -260,6 +263,8 @@ class Elastic:
         """Destroy the old group before marking ready, not after: its destruction waits for its
         operations, and every member must reach gloo's rendezvous together (group.CONNECT_WAITS)."""
         self.heartbeat.left()
+        if self.model is None and not dist.is_initialized():
+            return  # none to drop: never made, or dropped when the step failed
         self.model = None
         gc.collect()  # the old wrapper holds the old group: let both go
         group.leave()
