@@ -88,16 +88,19 @@ class Heartbeat(threading.Thread):
     def beat_once(self) -> None:
         gen = control.read_generation(self.folder)
         peers = [b for b in gen.beats if b != self.beat] if gen else []
-        self.drain()
-        # the report before the fence and the sends: whatever they do, the process is seen alive
-        self.report(gen, peers)
-        if gen is not None and self.beat not in gen.lost:
-            self.fence(gen.number, {split(b)[0] for b in gen.lost} - self.fenced)
-        for peer in peers:
-            try:
-                self.sock.sendto(self.beat.encode(), split(peer))
-            except OSError:  # no route while a link is down: the peer will miss us
-                pass
+        try:
+            if gen is not None and self.beat not in gen.lost:
+                self.fence(gen.number, {split(b)[0] for b in gen.lost} - self.fenced)
+            for peer in peers:
+                try:
+                    self.sock.sendto(self.beat.encode(), split(peer))
+                except OSError:  # no route while a link is down: the peer will miss us
+                    pass
+            self.drain()
+        finally:
+            # the report last, whatever failed: a process stopped after it is silent to its
+            # peers no earlier than its report is stale, so it is judged frozen, not cut off
+            self.report(gen, peers)
 
     def report(self, gen: control.Generation | None, peers: list[str], done: bool = False) -> None:
         now = time.time()
