@@ -16,8 +16,8 @@ def test_an_exit_is_a_loss_at_once_but_a_clean_exit_is_done():
 
 
 def test_a_stale_report_is_a_frozen_rank_and_a_missing_one_is_still_starting():
-    assert "frozen" in verdict(1, None, report(1, 2.5), [], BEAT, NOW, 2.0)
-    assert verdict(1, None, report(1, 1.5), [], BEAT, NOW, 2.0) is None
+    assert "frozen" in verdict(1, None, report(1, 2.5), [], BEAT, NOW, 2.0, stopped=True)
+    assert verdict(1, None, report(1, 1.5), [], BEAT, NOW, 2.0, stopped=True) is None
     assert verdict(1, None, None, [], BEAT, NOW, 2.0) is None
     assert verdict(1, None, report(None, 9.0), [], BEAT, NOW, 2.0) is None  # a spare's report, before its rank
 
@@ -33,3 +33,33 @@ def test_a_rank_most_peers_cannot_hear_is_cut_off():
 
 def test_a_rank_through_its_loop_is_not_lost_while_it_exits():
     assert verdict(1, None, report(1, 9.0) | {"done": True}, [], BEAT, NOW, 2.0) is None
+
+
+def test_a_running_rank_silent_for_a_while_is_busy_and_silent_for_long_is_hung():
+    # its heartbeat thread waiting for Python's lock (a garbage collection on a loaded machine)
+    assert verdict(1, None, report(1, 2.5), [], BEAT, NOW, 2.0) is None
+    assert verdict(1, None, report(1, 5.9), [], BEAT, NOW, 2.0) is None
+    assert "hung" in verdict(1, None, report(1, 6.1), [], BEAT, NOW, 2.0)
+
+
+def test_stopped_reads_the_process_state():
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from clockfabric.train.heartbeat import stopped
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not stopped(child.pid)
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not stopped(child.pid):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not stopped(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert not stopped(child.pid)  # gone: not stopped

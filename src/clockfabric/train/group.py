@@ -21,23 +21,39 @@ import torch.distributed as dist
 # (gloo's send to a peer that died mid-transfer waits the timeout out: seen at 30 s).
 FORM_S = 5.0
 CHUNK = 16 << 20
+# Gloo waits this many times the group's timeout for a pair's first connection (the listening
+# side's wait in its tcp transport, pair.h), so a member that died after publishing its address
+# held the others 25 s under a 5 s timeout. The group is made with timeout FORM_S / CONNECT_WAITS,
+# which bounds that wait by FORM_S; gloo's wait for the peers' addresses gets the same fifth,
+# so the members first meet in the store (ARRIVED), bounded by FORM_S, and then publish together.
+CONNECT_WAITS = 5
+ARRIVED = "clockfabric/arrived"
 
 
 def form(store_path: str, rank: int, world: int, timeout_s: float = FORM_S) -> None:
-    """Leave the current group, if any, and join the generation whose store is store_path, its
-    rendezvous and operations bounded by timeout_s until `settle`."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the current group, if any, and join the generation whose store is store_path: the
+    rendezvous and the connections bounded by timeout_s, and so is each operation until `settle`."""
+    leave()
     limit = datetime.timedelta(seconds=timeout_s)
     store = dist.FileStore(store_path, world)
     store.set_timeout(limit)
+    if store.add(ARRIVED, 1) == world:
+        store.set(f"{ARRIVED}/all", "1")
+    store.wait([f"{ARRIVED}/all"])  # a RuntimeError past the timeout, as gloo's own waits
     try:
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=limit)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=limit / CONNECT_WAITS)
     except RuntimeError:
         # a failed init still counted a group, and the next group's name (its keys in the store)
         # must match a fresh spare's: reset the count as destroy_process_group does
         dist.distributed_c10d._world.group_count = 0
         raise
+    dist.distributed_c10d._set_pg_timeout(limit)  # the state transfer's operations
+
+
+def leave() -> None:
+    """Destroy the current group, if any (it waits for the group's operations still running)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def settle(timeout_s: float) -> None:

@@ -47,8 +47,13 @@ from clockfabric.lab.exec import command
 from clockfabric.lab.job import free_port
 from clockfabric.lab.state import Lab
 from clockfabric.train import control, report
+from clockfabric.train.heartbeat import stopped
 
 DETECT_S = 2.0
+# A silent report alone is a loss only after this many detection times: a running process whose
+# heartbeat thread waits for Python's lock (a garbage collection, DDP's wrap, on a loaded
+# machine) was silent for over 2 s. A stopped one (SIGSTOP: frozen) is lost after detect_s.
+HUNG_WAITS = 3
 REISSUE_S = 15.0  # a generation not joined by every member by then is issued again, with a new store
 
 
@@ -158,7 +163,7 @@ class TrainJob:
         peers = [control.read_json(control.beat_path(self.folder, m.host))
                  for i, m in enumerate(self.ranks) if i != rank and i not in self.vacant]
         return verdict(rank, member.proc.poll(), control.read_json(control.beat_path(self.folder, member.host)),
-                       [p for p in peers if p], member.beat, now, self.detect_s)
+                       [p for p in peers if p], member.beat, now, self.detect_s, stopped=stopped(member.proc.pid))
 
     def _replace(self, lost: list[tuple[int, str]], now: float) -> None:
         beats = []
@@ -300,14 +305,18 @@ class TrainJob:
 
 
 def verdict(rank: int, exit_code: int | None, report: dict[str, Any] | None, peers: list[dict[str, Any]],
-            beat: str, now: float, detect_s: float) -> str | None:
-    """Why the rank is lost (None if it is not): its exit, its own report, its peers' reports."""
+            beat: str, now: float, detect_s: float, stopped: bool = False) -> str | None:
+    """Why the rank is lost (None if it is not): its exit, its own report, its peers' reports,
+    and whether its process is stopped."""
     if exit_code is not None:
         return None if exit_code == 0 else f"its process exited with status {exit_code}"
     if report is None or report.get("rank") != rank or report.get("done"):
         return None  # still starting, or through its loop and exiting
-    if now - report["time"] > detect_s:
-        return f"no heartbeat report for {now - report['time']:.1f} s (frozen)"
+    silent = now - report["time"]
+    if silent > detect_s and stopped:
+        return f"no heartbeat report for {silent:.1f} s, its process stopped (frozen)"
+    if silent > HUNG_WAITS * detect_s:
+        return f"no heartbeat report for {silent:.1f} s (hung)"
     fresh = [p for p in peers if now - p["time"] <= detect_s]  # a frozen peer's view is no evidence
     deaf = [p for p in fresh if p["heard"].get(beat, 0.0) > detect_s]
     if fresh and len(deaf) > len(fresh) / 2:

@@ -229,10 +229,13 @@ class Elastic:
 
     def _recover(self, undo: dict[str, Any]) -> None:
         failed_at = time.time()
+        # the old group's operations ended first: a ZeRO broadcast still receiving into the
+        # parameters after the restore would leave this member a step ahead where it lands
+        self._leave()
+        self._drop_group()
         state.restore(undo, self.module, zero.local(self.optimizer))
         assert self.gen is not None
         self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
-        self._leave()
         self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
 
     def _follow(self) -> None:
@@ -261,6 +264,7 @@ class Elastic:
                 gen = control.wait_generation(self.folder, gen.number, self.wait_s)
             self.rank = self.heartbeat.rank = gen.hosts.index(self.host)  # judged (frozen?) from here on
             newer = None
+            self._drop_group()
             try:
                 control.mark_ready(self.folder, gen.number, self.rank)
                 newer = control.wait_ready(self.folder, gen, self.wait_s)
@@ -274,12 +278,23 @@ class Elastic:
             completed = self.step if completed >= 0 or self.carried else -1
             gen = newer or control.wait_generation(self.folder, gen.number, self.wait_s)
 
+    def _drop_group(self) -> None:
+        """Destroy the old group before marking ready, not after: its destruction waits for its
+        operations, and every member must reach gloo's rendezvous together (group.CONNECT_WAITS)."""
+        self.heartbeat.left()
+        if self.model is None and not dist.is_initialized():
+            return  # none to drop: never made, or dropped when the step failed
+        self.model = None
+        gc.collect()  # the old wrapper holds the old group: let both go
+        group.leave()
+        if self._optimizer is not None and zero.is_sharded(self._optimizer):
+            zero.rebind(self._optimizer)  # type: ignore[arg-type]  # to no group: ZeRO held the old one
+
     def _form(self, gen: control.Generation, completed: int) -> None:
         started = time.time()
         self.gen = gen
-        self.model = None
-        gc.collect()  # the old wrapper holds the old group: let both go before the new one forms
         group.form(gen.store, self.rank, gen.world)
+        self.heartbeat.joined(gen.number, {split(b)[0] for b in gen.beats} - {split(self.heartbeat.beat)[0]})
         formed = time.time()
         if self._optimizer is None:
             assert self.make_optimizer is not None
