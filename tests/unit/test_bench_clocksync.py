@@ -9,9 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from clockfabric.bench import clocksync_watch
+from clockfabric.bench.clocksync import lab_name
 from clockfabric.bench.clocksync_report import quiet_hosts, targets, verdicts
 from clockfabric.bench.clocksync_traffic import flows_for
 from clockfabric.bench.clocksync_watch import Fabric
+from clockfabric.errors import ClockfabricError
 
 LEAVES = {"leaf0": ["h1", "h2", "h3", "h4"], "leaf1": ["h5", "h6", "h7", "h8"]}
 
@@ -136,3 +138,9 @@ def test_convergence_is_judged_from_every_agent_running_at_five_seconds():
     assert not any("`sync` start" in t for t in met)  # the agents' start-up is reported, not judged
     late = result("D", 100.0, step={"reconverged_s": 1.0}, converged_after_up_s=5.5)
     assert not by_target(verdicts([late]))[target]["met"]
+
+
+def test_the_labs_are_named_by_prefix_so_two_runs_need_not_collide():
+    assert [lab_name("csbench", 32, False), lab_name("mine", 8, True)] == ["csbench-32", "mine-8p"]
+    with pytest.raises(ClockfabricError):
+        lab_name("No/Such", 8, False)
