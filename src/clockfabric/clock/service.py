@@ -38,10 +38,12 @@ QUIET_SAMPLE_PER_PAIR = 2
 # bound: a band that a queue widened says little, and must not pull the quiet hosts around it
 WEIGHT_BOUND_NS = 5_000.0
 FLAG_HOLD_S = 10.0  # a host found queued on every path stays out of the solve this long
-# ... once it has reported this long: a starting agent's first fits hold a few points, taken
-# while its own start-up and its neighbours' load the CPU, and their bands are wide for that
-# alone; until then a wide host is left out of one solve at a time, not held out for FLAG_HOLD_S
-YOUNG_S = 4.0
+# ... once it has reported for YOUNG_WINDOWS windows: a starting agent's first fits hold a few
+# points, taken while its own start-up and its neighbours' load the CPU (32 agents starting on
+# 2 cores: seconds of software timestamps late by hundreds of us), and their bands are wide for
+# that alone; until then a wide host is left out of one solve at a time, not held out
+YOUNG_WINDOWS = 4
+YOUNG_S = YOUNG_WINDOWS * 2.0  # at the default 2 s window
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
 
