@@ -19,7 +19,7 @@ import time
 
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
-from clockfabric.clock.service import HostSync, Solver
+from clockfabric.clock.service import YOUNG_WINDOWS, HostSync, Solver
 
 # after a host reports a clock step, the solver waits this long for its neighbours' reports
 URGENT_SOLVE_S = 0.05
@@ -71,7 +71,7 @@ class ClockSync(Service):
         self.sync = HostSync(cfg.host, cfg.probed, window_ns=int(cfg.window_s * 1e9))
         ctx.time_source = self.sync
         self.solver = Solver(list(cfg.topology.hosts), cfg.reference, stale_s=3 * cfg.update_s,
-                             young_s=START_WINDOWS * cfg.window_s) if cfg.host == cfg.reference else None
+                             young_s=YOUNG_WINDOWS * cfg.window_s) if cfg.host == cfg.reference else None
         self._solve_due = math.inf
         self._urgent = False  # a report said a clock stepped: the next solve's maps are published at once
         # seconds between exchanges with a peer, at the full rate (until the clock has settled)
