@@ -9,9 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from clockfabric.bench import clocksync_watch
+from clockfabric.bench.clocksync import lab_name
 from clockfabric.bench.clocksync_report import quiet_hosts, targets, verdicts
 from clockfabric.bench.clocksync_traffic import flows_for
 from clockfabric.bench.clocksync_watch import Fabric
+from clockfabric.errors import ClockfabricError
 
 LEAVES = {"leaf0": ["h1", "h2", "h3", "h4"], "leaf1": ["h5", "h6", "h7", "h8"]}
 
@@ -127,3 +129,18 @@ def test_reference_named_counts_from_the_load_start():
     assert watch.named_after("h1", 10.0) == {"after_s": 2.5, "reason": "holdover: asymmetric"}
     assert watch.named_after("h1", 13.0) == {"after_s": None, "reason": None}
     assert watch.named_after("h2", 0.0)["after_s"] is None
+
+
+def test_convergence_is_judged_from_every_agent_running_at_five_seconds():
+    target = "converged within 5 s of every agent running"
+    met = by_target(verdicts([result("D", 100.0, step={"reconverged_s": 1.0})]))
+    assert met[target]["met"] and "agents all up after 6.0 s" in met[target]["note"]
+    assert not any("`sync` start" in t for t in met)  # the agents' start-up is reported, not judged
+    late = result("D", 100.0, step={"reconverged_s": 1.0}, converged_after_up_s=5.5)
+    assert not by_target(verdicts([late]))[target]["met"]
+
+
+def test_the_labs_are_named_by_prefix_so_two_runs_need_not_collide():
+    assert [lab_name("csbench", 32, False), lab_name("mine", 8, True)] == ["csbench-32", "mine-8p"]
+    with pytest.raises(ClockfabricError):
+        lab_name("No/Such", 8, False)

@@ -33,11 +33,13 @@ from collections.abc import Callable, Sequence
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from itertools import islice
-
-import httpx
+from typing import TYPE_CHECKING
 
 from clockfabric import wirejson
 from clockfabric.errors import ClockfabricError
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per push
@@ -87,6 +89,8 @@ class Pusher(threading.Thread):
             except (OSError, ssl.SSLError) as e:
                 raise ClockfabricError(f"cannot read the CA file {verify}: {e.strerror or e}; "
                                        "give the PEM file of the CA that signed the controller's certificate") from None
+        import httpx  # here, not at the top: an agent with no controller (every lab agent) never loads it
+
         self._client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=PUSH_TIMEOUT_S,
                                    verify=verify)
 
@@ -146,6 +150,8 @@ class Pusher(threading.Thread):
         if self.paths:
             body["paths"] = self.paths()
         self._retry_after_s = 0.0
+        import httpx  # loaded by __init__ already
+
         try:
             r = self._client.post(self.url, json=body)
         except httpx.HTTPError as e:

@@ -62,6 +62,7 @@ Every scenario also reports its bound's coverage: the share of samples after con
 which each host's published bound held its |error| against the truth (`sync --json`'s "bound").
 
     sudo clockfabric bench clocksync [--sizes 8,32] [--scenarios A,R,P] [--seconds 20] [--out PATH]
+                                     [--lab-prefix csbench]
 """
 
 from __future__ import annotations
@@ -94,11 +95,12 @@ from clockfabric.bench.clocksync_watch import Fabric, Watch, cpu_busy, cpu_press
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, record
 from clockfabric.console import err, out, require_root
 from clockfabric.errors import ClockfabricError
+from clockfabric.lab.naming import check_lab_name
 from clockfabric.lab.state import lab_names
 from clockfabric.topology import format_rate, parse_rate
 
 DEFAULT_JSON = RESULTS / "clocksync.json"
-LAB = "csbench-{}"  # hosts, and "p" for the lab with traffic classes
+LAB_PREFIX = "csbench"  # then the hosts, and "p" for the lab with traffic classes
 SHAPES = {8: (2, 2), 32: (4, 4)}  # hosts: (leaves, spines)
 HOST_RATE = "200mbit"
 SPINE_RATE_C = "25mbit"  # scenario C: the spine link is the bottleneck, host links stay at 200
@@ -278,14 +280,13 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
 
 
 # ---- one lab ---------------------------------------------------------------------------------
-def lab_name(hosts: int, classes: bool) -> str:
-    return LAB.format(f"{hosts}p" if classes else hosts)
+def lab_name(prefix: str, hosts: int, classes: bool) -> str:
+    return check_lab_name(f"{prefix}-{hosts}{'p' if classes else ''}")
 
 
-def run_size(hosts: int, classes: bool, keys: list[str], seconds: float, bar: Progress, overall, stage_id,
-             results: list[dict], failures: list[str]) -> None:
+def run_size(name: str, hosts: int, classes: bool, keys: list[str], seconds: float, bar: Progress, overall,
+             stage_id, results: list[dict], failures: list[str]) -> None:
     leaves, spines = SHAPES.get(hosts, (max(2, hosts // 8), max(2, hosts // 8)))
-    name = lab_name(hosts, classes)
     path = Path(f"/tmp/{name}.yaml")
     bar.update(stage_id, description=f"{hosts:>2} hosts: lab up")
     cli("topology", "generate", "leafspine", "--hosts", str(hosts), "--leaves", str(leaves), "--spines", str(spines),
@@ -320,6 +321,9 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
          seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' "
                                                            "start-up allowance (8 s + 1 s per host, x2 under load)."),
          quick: bool = typer.Option(False, "--quick", help="8 hosts, idle and UDP only."),
+         prefix: str = typer.Option(LAB_PREFIX, "--lab-prefix",
+                                    help="Name prefix of the labs it builds (and removes if left over): "
+                                         "two runs at once need different ones."),
          json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     """Clock sync on 8- and 32-host labs, idle and loaded, against NTP-style and ptp4l in the same run."""
     require_root()
@@ -343,7 +347,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
     plan = [(h, classes, ks) for h in size_list for classes in (False, True)
             if (ks := [k for k in keys if (k in PRIORITIZED) == classes
                        and (k not in EVERY_HOST_LOADED or h in all_sat)])]
-    names = [lab_name(h, classes) for h, classes, _ in plan]
+    names = [lab_name(prefix, h, classes) for h, classes, _ in plan]
     if stale := [n for n in names if n in lab_names()]:
         err.print(f"removing labs left by an earlier run: {', '.join(stale)}")
         cleanup(stale)
@@ -357,8 +361,8 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
                       TimeElapsedColumn(), console=err, transient=True) as bar:
             overall = bar.add_task("all scenarios", total=sum(len(k) for *_, k in plan))
             stage = bar.add_task("", total=None)
-            for h, classes, ks in plan:
-                run_size(h, classes, ks, seconds, bar, overall, stage, results, failures)
+            for name, (h, classes, ks) in zip(names, plan, strict=True):
+                run_size(name, h, classes, ks, seconds, bar, overall, stage, results, failures)
     except KeyboardInterrupt:
         status, code = "interrupted", 130
         err.print("interrupted; cleaning up")

@@ -23,7 +23,10 @@ IDLE_P99_NS, LOADED_P99_NS, RATIO_MIN = 500.0, 1_000.0, 10.0
 JOB_P99_NS = 2_000.0  # scenario J: a DDP job on every host, one FIFO a port
 
 
-CONVERGE_S, RECONVERGE_WINDOWS = 10.0, 2
+# every agent running (first published state) to every host within 1 us; from `sync` start the
+# time also holds N agents' Python start-up on this machine's cores, the lab's cost and not the
+# sync's (a fleet's agents start on hosts of their own): reported in the note, not judged
+CONVERGE_S, RECONVERGE_WINDOWS = 5.0, 2
 
 
 PROBE_SHARE_MAX, CPU_MAX_PCT, CPU_PEERS = 0.001, 2.0, 10
@@ -86,12 +89,11 @@ def verdicts(results: list[dict]) -> list[dict]:
             "" if cover is None else f"bound median {ns(r['bound']['bound_p50_ns'])} ns, "
                                      f"p99 {ns(r['bound']['bound_p99_ns'])} ns")
         if r["scenario"] not in ("C+", "R", "P"):  # saturated from the start: convergence is not the question
-            conv = r["sync"]["converged_s"]
-            add(r, f"converged within {CONVERGE_S:.0f} s of `sync` start", f"{sec(conv)} s",
-                conv is not None and conv <= CONVERGE_S, f"agents all up after {sec(r['agents_up_s'])} s")
             after = r["converged_after_up_s"]
             add(r, f"converged within {CONVERGE_S:.0f} s of every agent running", f"{sec(after)} s",
-                after is not None and after <= CONVERGE_S)
+                after is not None and after <= CONVERGE_S,
+                f"from `sync` start: agents all up after {sec(r['agents_up_s'])} s, "
+                f"converged after {sec(r['sync']['converged_s'])} s")
         if r["scenario"] == "D":
             rc = r["step"].get("reconverged_s")
             add(r, f"re-converged within {RECONVERGE_WINDOWS} windows ({RECONVERGE_WINDOWS * WINDOW_S:.0f} s) "

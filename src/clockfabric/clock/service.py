@@ -38,6 +38,12 @@ QUIET_SAMPLE_PER_PAIR = 2
 # bound: a band that a queue widened says little, and must not pull the quiet hosts around it
 WEIGHT_BOUND_NS = 5_000.0
 FLAG_HOLD_S = 10.0  # a host found queued on every path stays out of the solve this long
+# ... once it has reported for YOUNG_WINDOWS windows: a starting agent's first fits hold a few
+# points, taken while its own start-up and its neighbours' load the CPU (32 agents starting on
+# 2 cores: seconds of software timestamps late by hundreds of us), and their bands are wide for
+# that alone; until then a wide host is left out of one solve at a time, not held out
+YOUNG_WINDOWS = 4
+YOUNG_S = YOUNG_WINDOWS * 2.0  # at the default 2 s window
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
 
@@ -259,13 +265,16 @@ def percentile(ordered: list[int], q: float) -> float:
 
 
 class Solver:
-    def __init__(self, hosts: list[str], reference: str, *, stale_s: float = 5.0, outlier_ns: float = 1_000.0):
+    def __init__(self, hosts: list[str], reference: str, *, stale_s: float = 5.0, outlier_ns: float = 1_000.0,
+                 young_s: float = YOUNG_S):
         self.hosts = sorted(hosts)
         self.index = {h: i for i, h in enumerate(self.hosts)}
         self.reference = reference
         self.stale_s = stale_s
         self.outlier_ns = outlier_ns
+        self.young_s = young_s
         self.reports: dict[str, tuple[float, list]] = {}
+        self.since: dict[str, float] = {}  # host -> when it began reporting (again, after going stale)
         self.last: Solution | None = None
         self.rejected = 0
         self.flagged: dict[str, tuple[float, str]] = {}  # host -> (left out until, why)
@@ -276,7 +285,11 @@ class Solver:
         if host not in self.index:
             self.rejected += 1
             return
-        self.reports[host] = (time.monotonic() if now is None else now, msg.get("edges", []))
+        now = time.monotonic() if now is None else now
+        last = self.reports.get(host)
+        if last is None or now - last[0] > self.stale_s:
+            self.since[host] = now
+        self.reports[host] = (now, msg.get("edges", []))
 
     def solve(self, t0_ns: int, now: float | None = None) -> dict[str, dict]:
         """One solve over the fresh reports; the map message for each reporting host.
@@ -294,8 +307,9 @@ class Solver:
             margins[self.hosts[i]].append(abs(m))
             margins[self.hosts[j]].append(abs(m))
         # a queue drains now and then: a flagged host stays out for FLAG_HOLD_S, or its skewed
-        # edges would come back at each lull and bend the solve
-        self.flagged |= {h: (now + FLAG_HOLD_S, why) for h, why in asymmetric_hosts(margins).items()}
+        # edges would come back at each lull and bend the solve; a young one, for this solve only
+        self.flagged |= {h: (now + FLAG_HOLD_S if now - self.since[h] >= self.young_s else now, why)
+                         for h, why in asymmetric_hosts(margins).items()}
         self.flagged = {h: f for h, f in self.flagged.items() if now <= f[0]}
         reasons = {h: why for h, (_, why) in self.flagged.items()}
         flagged = {self.index[h] for h in reasons}

@@ -4,9 +4,12 @@ the mapping to global time it gets back; on the reference host also the network 
 Exchanges are taken as they complete (each poll), so a clock step is seen in a fraction of a
 second; a step is reported (and told to the neighbours, if ours) at once.
 
-What arrives is checked before it is used: a map only from the solver (the reference host),
-a report only from the host it is about, and every number in them finite (a NaN offset would
-make every later timestamp of this host unreadable).
+A starting agent (its first START_WINDOWS windows) probes at START_RATE times the full rate,
+reports every START_REPORT_S, and publishes each map it gets; the solver answers a starting
+host's report within START_SOLVE_S (a map to it alone) instead of at its next update. A fresh
+pair has few points and its first fits move a lot: each one reaching the host at once, rather
+than a report, a solve and a publish an update apart each, is what makes a host's mapping good
+a second or two after its agent starts. The rest of the time the cadence is the update's.
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ import time
 
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
-from clockfabric.clock.service import HostSync, Solver
+from clockfabric.clock.service import YOUNG_WINDOWS, HostSync, Solver
 
 # after a host reports a clock step, the solver waits this long for its neighbours' reports
 URGENT_SOLVE_S = 0.05
+# the fast start (module docstring): how long, how often a starting host reports, how soon the
+# solver answers it (long enough to take several starting hosts' reports in one solve), and
+# how much faster it probes (its budgets are judged over the run, not its first seconds)
+START_WINDOWS, START_REPORT_S, START_SOLVE_S, START_RATE = 2, 0.25, 0.1, 2.0
 MAPPING_FIELDS = ("t0_ns", "offset_ns", "drift")
 
 
@@ -63,13 +70,25 @@ class ClockSync(Service):
         self.ctx = ctx
         self.sync = HostSync(cfg.host, cfg.probed, window_ns=int(cfg.window_s * 1e9))
         ctx.time_source = self.sync
-        self.solver = Solver(list(cfg.topology.hosts), cfg.reference, stale_s=3 * cfg.update_s) \
-            if cfg.host == cfg.reference else None
+        self.solver = Solver(list(cfg.topology.hosts), cfg.reference, stale_s=3 * cfg.update_s,
+                             young_s=YOUNG_WINDOWS * cfg.window_s) if cfg.host == cfg.reference else None
         self._solve_due = math.inf
-        # seconds between exchanges with a peer, at the full rate (the engine starts at it, until
-        # the clock has settled) and the quiet one; worked out once: it walks the topology's links
+        self._urgent = False  # a report said a clock stepped: the next solve's maps are published at once
+        # seconds between exchanges with a peer, at the full rate (until the clock has settled)
+        # and the quiet one; worked out once: it walks the topology's links
         self._intervals = {False: ctx.engine.interval_s, True: cfg.probe_interval_s(quiet=True)}
         self.quiet = False  # probing at the quiet rate now
+        self._start_until = 0.0  # monotonic seconds: the fast start's end, set by start()
+        self._next_start_report = 0.0
+        self._answer: set[str] = set()  # starting hosts whose reports the next early solve answers
+
+    def start(self) -> None:
+        self._start_until = time.monotonic() + START_WINDOWS * self.ctx.cfg.window_s
+        self._pace(quiet=False)
+
+    @property
+    def starting(self) -> bool:
+        return time.monotonic() < self._start_until
 
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
         hosts, sender = self.ctx.cfg.topology.hosts, self.ctx.engine.names[reply_to[0]]
@@ -84,10 +103,14 @@ class ClockSync(Service):
             if self.solver:
                 self.solver.on_report(msg)
                 if msg.get("urgent"):  # a clock stepped: solve soon, once its neighbours also said so
+                    self._urgent = True
                     self._solve_due = min(self._solve_due, time.monotonic() + URGENT_SOLVE_S)
+                elif msg.get("start"):
+                    self._answer.add(sender)
+                    self._solve_due = min(self._solve_due, time.monotonic() + START_SOLVE_S)
         elif msg["t"] == "map":
             self.sync.on_map(msg)
-            if msg.get("urgent"):
+            if msg.get("urgent") or self.starting:
                 self.ctx.publish()
         else:  # "stepped"
             self.sync.on_stepped(sender, float(msg["delta_ns"]))
@@ -95,14 +118,25 @@ class ClockSync(Service):
     def poll(self, now_s: float) -> float:
         self._take_exchanges()
         if self.solver and now_s >= self._solve_due:  # due only on the reference, which solves
-            self._solve(self.solver, urgent=True)
-        return self._solve_due
+            self._solve(self.solver, urgent=self._urgent, only=None if self._urgent else self._answer)
+        if not self.starting:
+            return self._solve_due
+        if now_s >= self._next_start_report:
+            self._report(self.ctx.clock.now_ns())
+        return min(self._solve_due, self._next_start_report)
 
     def tick(self, now_ns: int) -> None:
-        self.ctx.send(self.ctx.cfg.reference, self.sync.report(now_ns))
+        self._report(now_ns)
         self._pace(quiet=self.sync.settled(now_ns))
         if self.solver:
             self._solve(self.solver)
+
+    def _report(self, now_ns: int) -> None:
+        msg = self.sync.report(now_ns)
+        if self.starting:
+            msg["start"] = True
+            self._next_start_report = time.monotonic() + START_REPORT_S
+        self.ctx.send(self.ctx.cfg.reference, msg)
 
     def report(self) -> dict:
         state = {"probe_interval_s": self.ctx.engine.interval_s, "probe_quiet": self.quiet, **self.sync.state()}
@@ -136,15 +170,17 @@ class ClockSync(Service):
                 self.ctx.send(host, {"t": "stepped", "host": self.ctx.cfg.host, "delta_ns": delta})
         if self.sync.urgent:
             self._pace(quiet=False)
-            self.ctx.send(self.ctx.cfg.reference, self.sync.report(self.ctx.clock.now_ns()))
+            self._report(self.ctx.clock.now_ns())
 
     def _pace(self, *, quiet: bool) -> None:
         """Probe at the quiet rate only while the clock needs no more: an agent's CPU follows
         its exchanges, and on a settled clock and an idle fabric half of them add little."""
         self.quiet = quiet
-        self.ctx.engine.interval_s = self._intervals[quiet]
+        self.ctx.engine.interval_s = self._intervals[quiet] / (START_RATE if self.starting else 1.0)
 
-    def _solve(self, solver: Solver, *, urgent: bool = False) -> None:
-        self._solve_due = math.inf
+    def _solve(self, solver: Solver, *, urgent: bool = False, only: set[str] | None = None) -> None:
+        """Solve and send the maps: to every reporting host, or `only` to these."""
         for host, msg in solver.solve(self.ctx.clock.now_ns()).items():
-            self.ctx.send(host, {**msg, "urgent": True} if urgent else msg)
+            if only is None or host in only:
+                self.ctx.send(host, {**msg, "urgent": True} if urgent else msg)
+        self._solve_due, self._urgent, self._answer = math.inf, False, set()

@@ -1,0 +1,106 @@
+"""Convergence after an agent starts: the fast start of agent/services/clock.py (a faster probe
+rate, a report every START_REPORT_S, the solver answering a starting host at once, each map
+published)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import clockfabric.agent.services.clock as clock_service
+from clockfabric.agent.config import AgentConfig
+from clockfabric.agent.services.clock import START_REPORT_S, START_SOLVE_S, START_WINDOWS, ClockSync
+from clockfabric.clock.graph import probe_peers
+from clockfabric.clock.mapping import Mapping
+from clockfabric.topology import leafspine
+from tests.unit.test_clock_service import EPOCH, NOW_TAU, Host, edge_row, make_fleet
+
+
+class Clock:
+    """time.monotonic for the service under test, moved by hand."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def mono(monkeypatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(clock_service, "time", SimpleNamespace(monotonic=clock.monotonic))
+    return clock
+
+
+def service(host: str, fleet: dict[str, Host]) -> tuple[ClockSync, list, list]:
+    """A clock service on `host` of a 12-host fabric, its sends and publishes recorded."""
+    cfg = AgentConfig(host, leafspine(12, 2, 2, host_rate="100gbit"), "/nonexistent", peers=4)
+    sent: list[tuple[str, dict]] = []
+    published: list[int] = []
+    addresses = {f"10.0.0.{i}": h for i, h in enumerate(sorted(cfg.topology.hosts))}
+    engine = SimpleNamespace(interval_s=cfg.probe_interval_s(), exchanges=[], names=addresses)
+    ctx = SimpleNamespace(cfg=cfg, engine=engine, time_source=None, send=lambda h, msg: sent.append((h, msg)),
+                          publish=lambda: published.append(1),
+                          clock=SimpleNamespace(now_ns=lambda: fleet[host].read(NOW_TAU)))
+    return ClockSync(ctx), sent, published
+
+
+def address(svc: ClockSync, host: str) -> tuple[str, int]:
+    return next(a for a, h in svc.ctx.engine.names.items() if h == host), 7400
+
+
+def fleet12() -> dict[str, Host]:
+    return {f"h{i}": c for i, c in enumerate(make_fleet(12, seed=3).values())}
+
+
+def test_a_starting_agent_probes_faster_and_reports_often_then_keeps_the_update_cadence(mono):
+    svc, sent, _ = service("h1", fleet12())
+    full = svc.ctx.engine.interval_s
+    svc.start()
+    assert svc.starting and svc.ctx.engine.interval_s == pytest.approx(full / 2)
+    due = svc.poll(mono.now)
+    assert [m["start"] for _, m in sent] == [True] and due == pytest.approx(mono.now + START_REPORT_S)
+    svc.poll(mono.now + 0.1)
+    assert len(sent) == 1  # not again before START_REPORT_S
+    mono.now += START_REPORT_S
+    svc.poll(mono.now)
+    assert len(sent) == 2
+    mono.now += START_WINDOWS * svc.ctx.cfg.window_s
+    assert not svc.starting
+    assert svc.poll(mono.now) == float("inf") and len(sent) == 2  # reports wait for the update again
+    svc.tick(0)
+    assert svc.ctx.engine.interval_s == pytest.approx(full) and "start" not in sent[-1][1]
+
+
+def test_a_starting_host_publishes_each_map_and_a_started_one_waits_for_its_update(mono):
+    fleet = fleet12()
+    svc, _, published = service("h1", fleet)
+    svc.start()
+    ref = address(svc, "h0")
+    msg = {"t": "map", "hosts": {"h1": Mapping(EPOCH, 0.0, 0.0, 100.0).as_dict()}}
+    svc.on_message(msg, ref)
+    assert len(published) == 1 and svc.sync.mapping is not None
+    mono.now += START_WINDOWS * svc.ctx.cfg.window_s
+    svc.on_message(msg, ref)
+    assert len(published) == 1
+
+
+def test_the_solver_answers_a_starting_hosts_report_at_once_and_to_it_alone(mono):
+    fleet = fleet12()
+    ref, sent, _ = service("h0", fleet)
+    peers = probe_peers(sorted(fleet), 4, seed=0)
+    center = {h: fleet[h].read(NOW_TAU - 1e9) for h in fleet}
+    for h in sorted(fleet):
+        edges = [edge_row(fleet, h, p, center[h], margin=1_000.0) for p in peers[h]]
+        ref.on_message({"t": "report", "host": h, "edges": edges, **({"start": True} if h == "h5" else {})},
+                       address(ref, h))
+    assert ref.poll(mono.now) == pytest.approx(mono.now + START_SOLVE_S)  # a solve is due soon
+    assert sent == []
+    mono.now += START_SOLVE_S
+    ref.poll(mono.now)
+    maps = [(h, m) for h, m in sent if m["t"] == "map"]
+    assert [h for h, _ in maps] == ["h5"] and maps[0][1]["hosts"]["h5"]["synced"]
+    assert "urgent" not in maps[0][1]
+    assert ref.poll(mono.now + 1) == float("inf")  # answered: nothing more due
