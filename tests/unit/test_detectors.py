@@ -378,10 +378,11 @@ def write(tmp_path, text):
 
 # ---- which detectors run ---------------------------------------------------------------------
 
-def test_every_detector_runs_by_default_and_drift_only_with_a_topology(topo):
+def test_every_detector_runs_by_default_and_drift_and_mismatch_only_with_a_topology(topo):
     assert list(DetectorSet(MonitorConfig(), topo).detectors) == [
-        "link_down", "flapping", "latency_sla", "congestion", "topology_drift", "slow_flow"]
-    assert "topology_drift" not in DetectorSet(MonitorConfig()).detectors
+        "link_down", "flapping", "latency_sla", "congestion", "topology_drift", "slow_flow", "owd_mismatch"]
+    without = DetectorSet(MonitorConfig()).detectors
+    assert "topology_drift" not in without and "owd_mismatch" not in without
 
 
 def test_a_detector_disabled_in_the_config_is_not_built_and_finds_nothing(topo):
@@ -396,7 +397,8 @@ def test_a_detector_disabled_in_the_config_is_not_built_and_finds_nothing(topo):
 
 
 def test_with_every_detector_disabled_each_call_is_a_no_op(topo):
-    sections = ("link_down", "flapping", "latency_sla", "congestion", "topology_drift", "slow_flow")
+    sections = ("link_down", "flapping", "latency_sla", "congestion", "topology_drift", "slow_flow",
+                "owd_mismatch")
     d = DetectorSet(parse_config({s: {"enabled": False} for s in sections}), topo)
     assert d.detectors == {}
     d.on_events([ev("link_down", 1)], at(1))

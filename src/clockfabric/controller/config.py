@@ -80,6 +80,14 @@ class SlowFlowConfig:
 
 
 @dataclass(frozen=True)
+class OwdMismatchConfig:
+    enabled: bool = True
+    severity: str = "warning"
+    windows: int = 3  # judgements (one a tick) in a row that open or close a flow's alert
+    recent_ns: int = 10 * S  # each judgement reads this much of the flows' latest in-band readings
+
+
+@dataclass(frozen=True)
 class MonitorConfig:
     stale_after_ns: int = 60 * S  # a path with no sample this long is forgotten (its alerts resolve)
     link_down: LinkDownConfig = LinkDownConfig()
@@ -88,6 +96,7 @@ class MonitorConfig:
     congestion: CongestionConfig = CongestionConfig()
     topology_drift: DriftConfig = DriftConfig()
     slow_flow: SlowFlowConfig = SlowFlowConfig()
+    owd_mismatch: OwdMismatchConfig = OwdMismatchConfig()
 
 
 class _Problem(Exception):
@@ -182,6 +191,7 @@ _SECTIONS: dict[str, dict[str, tuple[str, Callable[[Any, str], Any]]]] = {
                    "unexplained_after": ("unexplained_after_ns", _duration_ns)},
     "topology_drift": {},
     "slow_flow": {"windows": ("windows", _positive_int), "recent": ("recent_ns", _duration_ns)},
+    "owd_mismatch": {"windows": ("windows", _positive_int), "recent": ("recent_ns", _duration_ns)},
 }
 
 

@@ -1,4 +1,5 @@
-"""Detectors: link down, flapping, latency SLA, congestion, topology drift, slow flow; one file each.
+"""Detectors: link down, flapping, latency SLA, congestion, topology drift, slow flow, in-band vs
+probe mismatch; one file each.
 
 The controller feeds a `DetectorSet` the events and samples agents push and asks it, each
 tick, which findings are active; `controller.alerts` turns those into alerts. Importing this
@@ -6,7 +7,7 @@ package registers every detector, in the order their findings are listed.
 """
 
 from clockfabric.controller.detectors import (  # noqa: F401, I001 - imported to register, in this order
-    link_down, flapping, latency_sla, congestion, drift, slow_flow)
+    link_down, flapping, latency_sla, congestion, drift, slow_flow, owd_mismatch)
 from clockfabric.controller.detectors.base import Finding
 from clockfabric.controller.detectors.detector_set import DetectorSet
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from clockfabric.controller.storage.base import Sample
 from clockfabric.registry import Registry
+from clockfabric.topology.addressing import interfaces
 from clockfabric.topology.model import Link, Port, Topology
 
 DETECTORS: Registry = Registry("detector", load="clockfabric.controller.detectors")
@@ -80,12 +81,18 @@ class Streak:
 
 
 class LinkIndex:
-    """Topology links by end and by name, so a report from (node, iface) names its cable."""
+    """Topology links by end and by name, so a report from (node, iface) names its cable; and
+    hosts by address, so a flow's far end names its host."""
 
     def __init__(self, topology: Topology | None):
         links = topology.links if topology else []
         self.by_port = {p: lk for lk in links for p in (lk.a, lk.b)}
         self.by_name = {lk.name: lk for lk in links}
+        self.host_of: dict[str, str] = {}  # address (a host's own or one of its NICs') -> host
+        if topology:
+            self.host_of = {str(i.address.ip): p.node for p, i in interfaces(topology).items()
+                            if p.node in topology.hosts}
+            self.host_of |= {str(h.address): name for name, h in topology.hosts.items()}
 
     def at(self, node: str, iface: str) -> Link | None:
         return self.by_port.get(Port(node, iface))

@@ -1,0 +1,134 @@
+"""In-band vs probe mismatch: a job's flow whose own packets see far more delay than the probes
+on the same pair of hosts, while its siblings do not: the job is misconfigured (a wrong DSCP
+class puts it behind bulk traffic the probes skip, or it left on the wrong interface or plane).
+
+Fed the probes' `owd_floor_ns` and `owd_p50_ns` (the latest of each path) and the jobs' in-band
+delays (`job_flow_owd_out_p50_ns`; a reading marked `owd_out_fallback` is the RTT/2 stand-in and
+is no in-band delay). A flow's far end names its host by address (the topology's), and its
+delay is judged against its pair's probe floor with the rule `job why` uses
+(controller.rootcause: settled, far_above). Where a probe path of the pair itself queues, the
+probes see the congestion too: no mismatch. A flow mismatched in `windows` judgements in a row,
+while some sibling with an in-band delay is not (or it has none), opens its alert; as many fine
+ones close it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from clockfabric.controller.config import MonitorConfig, OwdMismatchConfig
+from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex, Streak, format_ns, owd_path
+from clockfabric.controller.rootcause import FALLBACK, Thresholds, far_above, point, reading, settled
+from clockfabric.controller.storage.base import Sample
+from clockfabric.workload.flows import parse_flow_label
+
+FlowId = tuple[str, str, str]  # (jobid, host, flow label)
+INBAND = "owd_out_p50_ns"
+PROBE_STATS = {"owd_floor_ns": "floor", "owd_p50_ns": "p50"}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One flow's delay against its pair's probes."""
+
+    delay_us: float
+    floor_us: float  # the lowest floor of the pair's probe paths
+    probes_us: float  # the most any of the pair's probe paths sees now (its p50, else its floor)
+    mismatched: bool
+
+
+class OwdMismatch:
+    def __init__(self, config: OwdMismatchConfig, stale_after_ns: int, links: LinkIndex):
+        self.config = config
+        self.stale_after_ns = stale_after_ns
+        self.limits = Thresholds(recent_ns=config.recent_ns)
+        self.host_of = links.host_of
+        # (src, dst) -> path -> stat -> (t_ns, µs): the latest of each
+        self.probes: dict[tuple[str, str], dict[str, dict[str, tuple[int, float]]]] = {}
+        self.readings: dict[FlowId, dict[int, dict[str, float]]] = {}  # by t_ns
+        self.streaks: dict[FlowId, Streak] = {}
+        self.last: dict[FlowId, Judged] = {}  # the latest mismatched judgement: the alert's figures
+
+    def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
+        for s in samples:
+            if s.name in PROBE_STATS and (key := owd_path(s)):
+                src, dst, path = key
+                stats = self.probes.setdefault((src, dst), {}).setdefault(path, {})
+                if s.t_ns >= stats.get(PROBE_STATS[s.name], (0, 0.0))[0]:
+                    stats[PROBE_STATS[s.name]] = (s.t_ns, s.value / 1e3)
+            stat = s.name.removeprefix("job_flow_")
+            if stat in (INBAND, FALLBACK) and (jobid := s.labels.get("jobid")) and "flow" in s.labels:
+                flow_id = (jobid, s.host, s.labels["flow"])
+                reading(self.readings.setdefault(flow_id, {}).setdefault(s.t_ns, {}), stat, s.value)
+
+    def findings(self, now_ns: int) -> list[Finding]:
+        self._forget(now_ns)
+        by_job: dict[str, dict[FlowId, Judged]] = {}
+        for key, by_t in self.readings.items():
+            if (judged := self._judge(key, by_t)) is not None:
+                by_job.setdefault(key[0], {})[key] = judged
+        for key in self.readings:
+            judged_job = by_job.get(key[0], {})
+            mine = judged_job.get(key)
+            siblings = [j for k, j in judged_job.items() if k != key]
+            bad = mine is not None and mine.mismatched and not (siblings and all(j.mismatched for j in siblings))
+            if mine is not None and bad:
+                self.last[key] = mine
+            if bad or key in self.streaks:
+                self.streaks.setdefault(key, Streak(self.config.windows)).add(now_ns, bad)
+        return [self._finding(key) for key, streak in sorted(self.streaks.items()) if streak.open]
+
+    def _forget(self, now_ns: int) -> None:
+        since = now_ns - self.config.recent_ns
+        for key in list(self.readings):
+            kept = {t: v for t, v in self.readings[key].items() if t >= since}
+            if kept:
+                self.readings[key] = kept
+            else:
+                del self.readings[key]
+                self.streaks.pop(key, None)
+                self.last.pop(key, None)
+        stale = now_ns - self.stale_after_ns
+        for pair in list(self.probes):
+            paths = {path: fresh for path, stats in self.probes[pair].items()
+                     if (fresh := {k: v for k, v in stats.items() if v[0] >= stale})}
+            if paths:
+                self.probes[pair] = paths
+            else:
+                del self.probes[pair]
+
+    def _judge(self, key: FlowId, by_t: dict[int, dict[str, float]]) -> Judged | None:
+        """The flow's in-band delay against its pair's probes; None with no in-band reading or no probes."""
+        _, host, label = key
+        fk = parse_flow_label(label)
+        peer = self.host_of.get(fk.remote) if fk else None
+        paths = [stats for stats in self.probes.get((host, peer), {}).values() if "floor" in stats] if peer else []
+        delay = settled([point(t, v).owd_us for t, v in sorted(by_t.items())], self.limits.newest)
+        if delay is None or not paths:
+            return None
+        floor = min(stats["floor"][1] for stats in paths)
+        probes = max(max(stats["floor"][1], stats.get("p50", (0, 0.0))[1]) for stats in paths)
+        margin = self.limits.inband_margin_us
+        mismatched = far_above(delay, floor, margin, self.limits) and far_above(delay, probes, margin, self.limits)
+        return Judged(delay, floor, probes, mismatched)
+
+    def _finding(self, key: FlowId) -> Finding:
+        jobid, host, label = key
+        j = self.last.get(key)
+        figures = (f" sees {format_ns(j.delay_us * 1e3)} in-band while the probes of its path see "
+                   f"{format_ns(j.floor_us * 1e3)} at their floor") if j else " sees far more delay than the probes"
+        return Finding(key=f"owd_mismatch:{jobid}:{host}:{label}", kind="owd_mismatch", severity=self.config.severity,
+                       message=(f"job {jobid}: flow {label} from {host}{figures}; likely misconfigured: a "
+                                f"wrong DSCP class or the wrong interface or plane; `clockfabric job why {jobid}` "
+                                "says which"),
+                       detail={"jobid": jobid, "host": host, "flow": label,
+                               "inband_us": j.delay_us if j else None, "probe_floor_us": j.floor_us if j else None,
+                               "probe_us": j.probes_us if j else None})
+
+
+@DETECTORS.register("owd_mismatch", needs_topology=True,
+                    help="A job's flow far above its pair's probe delays while its siblings are not, "
+                         "k judgements in a row")
+def owd_mismatch(config: MonitorConfig, links: LinkIndex) -> OwdMismatch:
+    return OwdMismatch(config.owd_mismatch, config.stale_after_ns, links)
