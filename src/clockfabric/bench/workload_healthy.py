@@ -7,7 +7,7 @@ spine1 flow) and one paced flow h2 -> h0 on spine0. Nothing is injected. For `--
 `--poll` seconds, `job why` on each job over the last 30 s: a verdict other than healthy is a
 false verdict, and a flow whose in-band delay stands far above its path's probe floor is a
 mismatch (what `job why` reports as the in-band vs probe disagreement). Afterwards the
-controller's slow_flow alerts opened in the run. Targets: zero of each."""
+controller's slow_flow and owd_mismatch alerts opened in the run. Targets: zero of each."""
 
 from __future__ import annotations
 
@@ -90,11 +90,13 @@ def run(minutes: float, poll_s: float, settle_s: float, progress: Callable[[str]
             end_ns = time.time_ns()
             rates = {f"{src}:{port}": (sent_bytes(fleet.lab, src, port) - sent[src, port]) * 8e9 / (end_ns - start_ns)
                      for src, port in background}
-            slow = [a for a in alerts(fleet, "slow_flow", start_ns) if a.get("opened_ns", 0) <= end_ns]
+            raised = {kind: [a for a in alerts(fleet, kind, start_ns) if a.get("opened_ns", 0) <= end_ns]
+                      for kind in ("slow_flow", "owd_mismatch")}
         finally:
             stop(procs, grace_s=2.0)
-    return {**report, "minutes": (end_ns - start_ns) / 60e9, "background_bps": rates, "slow_flow_alerts": len(slow),
-            "slow_flow_alert_messages": [a.get("message") for a in slow]}
+    return {**report, "minutes": (end_ns - start_ns) / 60e9, "background_bps": rates,
+            **{f"{kind}_alerts": len(found) for kind, found in raised.items()},
+            **{f"{kind}_alert_messages": [a.get("message") for a in found] for kind, found in raised.items()}}
 
 
 @BENCHMARKS.register("workload-healthy", help="Workload monitoring's false alarms: two healthy jobs and "
@@ -109,6 +111,7 @@ def main(minutes: float = typer.Option(10.0, "--minutes", min=0.5, help="Minutes
     span = f"{report['minutes']:.1f} min of two healthy jobs with background traffic"
     verdicts = sum(sum(c.values()) for c in report["verdicts"].values())
     targets = [Target(f"slow_flow alerts in {span}", report["slow_flow_alerts"], 0, better="lower"),
+               Target(f"owd_mismatch alerts in {span}", report["owd_mismatch_alerts"], 0, better="lower"),
                Target(f"in-band vs probe mismatches, {verdicts} `job why` verdicts", len(report["mismatches"]), 0,
                       better="lower"),
                Target(f"`job why` verdicts other than healthy, of {verdicts}", len(report["false_verdicts"]), 0,
