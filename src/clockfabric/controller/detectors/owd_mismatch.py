@@ -1,15 +1,15 @@
 """In-band vs probe mismatch: a job's flow whose own packets see far more delay than the probes
-on the same pair of hosts, while its siblings do not: the job is misconfigured (a wrong DSCP
-class puts it behind bulk traffic the probes skip, or it left on the wrong interface or plane).
+on the same pair of hosts: the job is likely misconfigured (a wrong DSCP class puts it behind
+bulk traffic the probes skip, or it left on the wrong interface or plane). A misconfiguration
+is usually the whole job's, so every flow of a job may alert at once; `job why` gives the verdict.
 
 Fed the probes' `owd_floor_ns` and `owd_p50_ns` (the latest of each path) and the jobs' in-band
 delays (`job_flow_owd_out_p50_ns`; a reading marked `owd_out_fallback` is the RTT/2 stand-in and
 is no in-band delay). A flow's far end names its host by address (the topology's), and its
 delay is judged against its pair's probe floor with the rule `job why` uses
 (controller.rootcause: settled, far_above). Where a probe path of the pair itself queues, the
-probes see the congestion too: no mismatch. A flow mismatched in `windows` judgements in a row,
-while some sibling with an in-band delay is not (or it has none), opens its alert; as many fine
-ones close it.
+probes see the congestion too: no mismatch. A flow mismatched in `windows` judgements in a row
+opens its alert; as many fine ones close it.
 """
 
 from __future__ import annotations
@@ -64,15 +64,9 @@ class OwdMismatch:
 
     def findings(self, now_ns: int) -> list[Finding]:
         self._forget(now_ns)
-        by_job: dict[str, dict[FlowId, Judged]] = {}
         for key, by_t in self.readings.items():
-            if (judged := self._judge(key, by_t)) is not None:
-                by_job.setdefault(key[0], {})[key] = judged
-        for key in self.readings:
-            judged_job = by_job.get(key[0], {})
-            mine = judged_job.get(key)
-            siblings = [j for k, j in judged_job.items() if k != key]
-            bad = mine is not None and mine.mismatched and not (siblings and all(j.mismatched for j in siblings))
+            mine = self._judge(key, by_t)
+            bad = mine is not None and mine.mismatched
             if mine is not None and bad:
                 self.last[key] = mine
             if bad or key in self.streaks:
@@ -128,7 +122,6 @@ class OwdMismatch:
 
 
 @DETECTORS.register("owd_mismatch", needs_topology=True,
-                    help="A job's flow far above its pair's probe delays while its siblings are not, "
-                         "k judgements in a row")
+                    help="A job's flow far above its pair's probe delays, k judgements in a row")
 def owd_mismatch(config: MonitorConfig, links: LinkIndex) -> OwdMismatch:
     return OwdMismatch(config.owd_mismatch, config.stale_after_ns, links)
