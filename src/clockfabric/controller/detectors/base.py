@@ -54,6 +54,20 @@ def format_ns(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
+def keep_recent(readings: dict, since_ns: int) -> list:
+    """Drop each key's readings (by time) older than since_ns; the keys left with none are
+    dropped too, and returned, so their streaks can go with them."""
+    gone = []
+    for key in list(readings):
+        kept = {t: v for t, v in readings[key].items() if t >= since_ns}
+        if kept:
+            readings[key] = kept
+        else:
+            del readings[key]
+            gone.append(key)
+    return gone
+
+
 @dataclass
 class Streak:
     """k bad windows in a row open it, k good ones in a row close it: one odd window does neither."""

@@ -18,7 +18,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clockfabric.controller.config import MonitorConfig, OwdMismatchConfig
-from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex, Streak, format_ns, owd_path
+from clockfabric.controller.detectors.base import (
+    DETECTORS,
+    Finding,
+    LinkIndex,
+    Streak,
+    format_ns,
+    keep_recent,
+    owd_path,
+)
 from clockfabric.controller.rootcause import FALLBACK, Thresholds, far_above, point, reading, settled
 from clockfabric.controller.storage.base import Sample
 from clockfabric.workload.flows import parse_flow_label
@@ -74,15 +82,9 @@ class OwdMismatch:
         return [self._finding(key) for key, streak in sorted(self.streaks.items()) if streak.open]
 
     def _forget(self, now_ns: int) -> None:
-        since = now_ns - self.config.recent_ns
-        for key in list(self.readings):
-            kept = {t: v for t, v in self.readings[key].items() if t >= since}
-            if kept:
-                self.readings[key] = kept
-            else:
-                del self.readings[key]
-                self.streaks.pop(key, None)
-                self.last.pop(key, None)
+        for key in keep_recent(self.readings, now_ns - self.config.recent_ns):
+            self.streaks.pop(key, None)
+            self.last.pop(key, None)
         stale = now_ns - self.stale_after_ns
         for pair in list(self.probes):
             paths = {path: fresh for path, stats in self.probes[pair].items()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from clockfabric.controller.config import MonitorConfig, SlowFlowConfig
-from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex, Streak
+from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex, Streak, keep_recent
 from clockfabric.controller.rootcause import FALLBACK, READINGS, Flow, Thresholds, job_flows, point, reading
 from clockfabric.controller.storage.base import Sample
 
@@ -37,13 +37,8 @@ class SlowFlow:
 
     def findings(self, now_ns: int) -> list[Finding]:
         since = now_ns - self.config.recent_ns
-        for key in list(self.readings):
-            kept = {t: v for t, v in self.readings[key].items() if t >= since}
-            if kept:
-                self.readings[key] = kept
-            else:
-                del self.readings[key]
-                self.streaks.pop(key, None)
+        for key in keep_recent(self.readings, since):
+            self.streaks.pop(key, None)
         by_job: dict[str, list[Flow]] = {}
         for (jobid, host, label), by_t in self.readings.items():
             points = tuple(point(t, v) for t, v in sorted(by_t.items()))
