@@ -51,11 +51,12 @@ def check_carried_on(job, recs, reference: dict[int, str], min_bytes: float = 1e
     assert report.digests(recs) == reference  # bit-equal to the failure-free run
     kinds = [e["event"] for e in job.events]
     assert kinds.index("detected") < kinds.index("spare chosen") < kinds.index("completed")
-    joined = [r for r in recs if r.get("event") == "joined" and r["generation"] == 1]
-    assert len(joined) == len(RANKS) and {r["rank"] for r in joined} == {0, 1, 2}
-    assert max(r["bytes"] for r in joined) > min_bytes  # parameters and momentum, from a peer's memory
     transferred = next(e for e in job.events if e["event"] == "state transferred")
     resumed = next(e for e in job.events if e["event"] == "resumed")
+    # the generation that formed: the first issued, or the next where a rendezvous failed (a loaded machine)
+    joined = [r for r in recs if r.get("event") == "joined" and r["generation"] == resumed["generation"]]
+    assert len(joined) == len(RANKS) and {r["rank"] for r in joined} == {0, 1, 2}
+    assert max(r["bytes"] for r in joined) > min_bytes  # parameters and momentum, from a peer's memory
     assert transferred["bytes"] == max(r["bytes"] for r in joined) and transferred["seconds"] < 5
     assert resumed["step"] == max(r["step"] for r in joined) and 8 <= resumed["step"] < STEPS
     assert kinds.index("spare chosen") < kinds.index("state transferred") < kinds.index("resumed")

@@ -136,6 +136,21 @@ def test_a_generation_not_joined_by_every_member_in_time_is_issued_again(job):
     assert kinds(job)[-2:] == ["not joined", "generation"] and job.awaiting == 2
 
 
+def test_a_rendezvous_that_failed_with_every_member_alive_is_issued_again_at_once(job):
+    lose(job.ranks[1])
+    job.tick()
+    assert control.read_generation(job.folder).number == 1
+    with open(job.folder / "rank0.jsonl", "w") as log:  # gloo timed out connecting: no one was lost
+        log.write(json.dumps({"event": "join failed", "generation": 1, "rank": 0, "error": "Connect timeout",
+                              "time": time.time()}) + "\n")
+    job.tick()
+    gen = control.read_generation(job.folder)
+    assert gen.number == 2 and gen.hosts == ["h0", "h3", "h2"] and job.awaiting == 2
+    assert kinds(job)[-2:] == ["not joined", "generation"] and "Connect timeout" in job.events[-2]["why"]
+    job.tick()  # the failure was generation 1's: generation 2 is awaited, not issued again
+    assert control.read_generation(job.folder).number == 2
+
+
 def test_a_loss_while_a_generation_forms_with_no_spare_left_pauses_once(job):
     for m in job.spares[1:]:
         lose(m)

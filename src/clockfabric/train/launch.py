@@ -54,7 +54,9 @@ DETECT_S = 2.0
 # heartbeat thread waits for Python's lock (a garbage collection, DDP's wrap, on a loaded
 # machine) was silent for over 2 s. A stopped one (SIGSTOP: frozen) is lost after detect_s.
 HUNG_WAITS = 3
-REISSUE_S = 15.0  # a generation not joined by every member by then is issued again, with a new store
+# A generation not joined by every member is issued again, with a new store, once a member
+# says its rendezvous failed (every member alive), or by this many seconds after it was written.
+REISSUE_S = 15.0
 
 
 @dataclass
@@ -154,7 +156,11 @@ class TrainJob:
         if lost:
             self._replace(lost, now)
             return  # the next losses are judged on the new generation
-        if self.vacant and len(self._ready_spares()) >= len(self.vacant):
+        failed = self._rendezvous_failed(now) if self.awaiting is not None and not self.vacant else None
+        if failed:
+            self.event("not joined", generation=self.gen.number, why=failed)
+            self._fill()
+        elif self.vacant and len(self._ready_spares()) >= len(self.vacant):
             self._fill()
         elif self.gpu_fault and self.awaiting is None:
             self._replace_faulty(now)
@@ -201,6 +207,16 @@ class TrainJob:
             self.vacant.append(rank)
             self._fill()
             return  # one at a time: the next is judged once this generation has formed
+
+    def _rendezvous_failed(self, now: float) -> str | None:
+        """Why the awaited generation will not form with every member alive (None while it may)."""
+        failed = next((r for r in report.records(self.folder)
+                       if r.get("event") == "join failed" and r.get("generation") == self.awaiting), None)
+        if failed:
+            return f"rank {failed.get('rank')}'s rendezvous failed: {failed.get('error', '')[:120]}"
+        if now - self.issued > REISSUE_S:
+            return f"not every member joined within {REISSUE_S:.0f} s"
+        return None
 
     def _ready_spares(self) -> list[Member]:
         return [s for s in self.spares
@@ -250,9 +266,6 @@ class TrainJob:
             return
         joins = [r for r in recs if r.get("event") == "joined" and r.get("generation") == self.awaiting]
         if {r["rank"] for r in joins} != set(range(self.gen.world)):
-            if not self.vacant and time.time() - self.issued > REISSUE_S:  # a rendezvous failed, every member alive
-                self.event("not joined", generation=self.gen.number, seconds=REISSUE_S)
-                self._fill()
             return
         self.awaiting = None
         self.event("state transferred", generation=self.gen.number, bytes=max(r["bytes"] for r in joins),
