@@ -62,7 +62,7 @@ def test_two_ranks_lost_in_one_tick_get_two_spares_in_one_generation(job):
     gen = control.read_generation(job.folder)
     assert gen.number == 1 and gen.state == control.RUNNING
     assert gen.hosts == ["h3", "h1", "h4"] and set(gen.lost) == {m.beat for m in lost}
-    assert kinds(job) == ["detected", "detected", "spare chosen", "spare chosen", "generation"]
+    assert kinds(job) == ["detected", "drained", "detected", "drained", "spare chosen", "spare chosen", "generation"]
     assert job.awaiting == 1 and [m.host for m in job.spares] == ["h5"]
 
 
@@ -74,7 +74,7 @@ def test_a_spare_lost_while_it_joins_is_replaced_by_the_next(job):
     job.tick()
     gen = control.read_generation(job.folder)
     assert gen.number == 2 and gen.hosts == ["h0", "h4", "h2"] and len(gen.lost) == 2
-    assert kinds(job)[-3:] == ["detected", "spare chosen", "generation"] and job.events[-3]["host"] == "h3"
+    assert kinds(job)[-4:] == ["detected", "drained", "spare chosen", "generation"] and job.events[-4]["host"] == "h3"
     assert job.awaiting == 2
 
 

@@ -61,15 +61,15 @@ def test_a_lost_rank_with_no_spare_shrinks_the_world_and_renumbers_the_survivors
     assert gen.hosts == ["h0", "h2", "h3"] and gen.world == 3  # h2 is rank 1 now, h3 rank 2
     assert gen.store.endswith("store.1") and gen.lost == ["10.0.0.2:9"]
     assert [m.host for m in job.ranks] == gen.hosts and not job.vacant
-    assert [e["event"] for e in job.events] == ["detected", "shrunk", "generation"]
-    shrunk = job.events[1]
+    assert [e["event"] for e in job.events] == ["detected", "drained", "shrunk", "generation"]
+    shrunk = job.events[2]
     assert shrunk["ranks"] == [1] and shrunk["world"] == 3
 
     lose(job.ranks[0])  # a second loss, judged on the renumbered ranks
     job.tick()
     gen = control.read_generation(job.folder)
     assert gen is not None and gen.hosts == ["h2", "h3"] and gen.number == 2
-    assert job.events[-3]["rank"] == 0 and job.events[-3]["host"] == "h0"
+    assert job.events[-4]["rank"] == 0 and job.events[-4]["host"] == "h0"
 
 
 def test_below_min_ranks_the_job_pauses_instead(make):

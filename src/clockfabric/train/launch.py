@@ -23,6 +23,7 @@ A rank whose GPU reports a critical fault (`gpu_fault(host)`: a critical XID fro
 is replaced before it crashes: a spare is put at its index in a new generation, every member
 joins it at its next step boundary, the faulty rank is drained (it waits) and fenced once the
 new generation has formed. With no spare left it runs on until it fails.
+Every replaced rank's host is drained: given no work until it passes an audit (train.readmit).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from clockfabric.lab.job import free_port
 from clockfabric.lab.state import Lab
 from clockfabric.train import control, report
 from clockfabric.train.heartbeat import stopped
+from clockfabric.train.readmit import INTERVAL_S, HostAudit, Readmission
 
 DETECT_S = 2.0
 # A silent report alone is a loss only after this many detection times: a running process whose
@@ -70,7 +72,8 @@ class Member:
 class TrainJob:
     def __init__(self, lab: Lab, hosts: list[str], spares: list[str], argv: list[str], folder: Path | str, *,
                  detect_s: float = DETECT_S, on_event: Callable[[dict[str, Any]], None] | None = None,
-                 gpu_fault: Callable[[str], str | None] | None = None, min_ranks: int | None = None):
+                 gpu_fault: Callable[[str], str | None] | None = None, min_ranks: int | None = None,
+                 audit: HostAudit | None = None, readmit_s: float = INTERVAL_S):
         check(lab, hosts, spares, argv)
         if min_ranks is not None and not 1 <= min_ranks <= len(hosts):
             raise ClockfabricError(f"--min-ranks {min_ranks}: give 1 to {len(hosts)} (the job's ranks)")
@@ -84,8 +87,11 @@ class TrainJob:
         self.retired: list[Member] = []
         self.vacant: list[int] = []  # ranks lost with no spare to take them: the job is paused
         self.events: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # events are told under it, from the tick and the readmission thread
         self.stopping = threading.Event()
+        # drained hosts (None: no audit, they stay drained), audited against the ranks' hosts
+        self.readmission = Readmission(audit, self._return, self.event, lambda: [m.host for m in self.ranks],
+                                       interval_s=readmit_s)
         self.watcher = threading.Thread(target=self._watch, name="train coordinator", daemon=True)
         self.port = 0
         self.awaiting: int | None = None  # a generation whose members have not all joined yet
@@ -111,6 +117,8 @@ class TrainJob:
             raise
         self.event("started", hosts=self.initial_hosts, spares=self.initial_spares)
         self.watcher.start()
+        if self.readmission.audit is not None:
+            self.readmission.start()
         return self
 
     def _spawn(self, host: str, rank: int | None) -> Member:
@@ -133,6 +141,8 @@ class TrainJob:
 
     def add_spare(self, host: str) -> None:
         """A host joins the spare pool at run time (a paused job resumes once it is ready)."""
+        if why := self.readmission.why(host):
+            raise ClockfabricError(f"{host} is drained ({why}): it rejoins the spares once `clockfabric audit` passes")
         check(self.lab, [], [host], self.argv, taken=[m.host for m in self.members()])
         with self.lock:
             self.spares.append(self._spawn(host, None))
@@ -178,6 +188,7 @@ class TrainJob:
             self.event("detected", rank=rank, host=member.host, why=why, time=now)
             _kill(member.proc)  # fenced: a frozen or cut-off rank never rejoins the old group
             self.retired.append(member)
+            self._drain(member.host, why)
             beats.append(member.beat)
             self.vacant.append(rank)
         self.gen = replace(self.gen, lost=[*self.gen.lost, *beats])
@@ -234,22 +245,21 @@ class TrainJob:
             hosts[rank], beats[rank] = spare.host, spare.beat
             self.event("spare chosen", rank=rank, host=spare.host)
         self.vacant = []
-        number = self.gen.number + 1  # self.gen is the last written: running, paused or not joined by all
-        self.gen = replace(self.gen, number=number, state=control.RUNNING, hosts=hosts, beats=beats,
-                           store=str(self.folder / f"store.{number}"))
-        control.write_generation(self.folder, self.gen)
-        self.event("generation", number=number, hosts=hosts)
-        self.awaiting, self.issued = number, time.time()
+        self._issue(hosts, beats)
 
     def _shrink(self) -> None:
         """No spare for the vacant ranks: a generation of the survivors, renumbered in rank order."""
         keep = [rank for rank in range(len(self.ranks)) if rank not in self.vacant]
         self.ranks = [self.ranks[rank] for rank in keep]
         hosts, beats = [self.gen.hosts[r] for r in keep], [self.gen.beats[r] for r in keep]
-        number = self.gen.number + 1
         self.event("shrunk", ranks=sorted(self.vacant), world=len(keep), hosts=hosts,
                    why="no spare left: the job goes on with the survivors")
         self.vacant = []
+        self._issue(hosts, beats)
+
+    def _issue(self, hosts: list[str], beats: list[str]) -> None:
+        """A new running generation, awaited until every member joined it."""
+        number = self.gen.number + 1  # self.gen is the last written: running, paused or not joined by all
         self.gen = replace(self.gen, number=number, state=control.RUNNING, hosts=hosts, beats=beats,
                            store=str(self.folder / f"store.{number}"))
         control.write_generation(self.folder, self.gen)
@@ -277,9 +287,26 @@ class TrainJob:
                        redone=restored["redone"], why=restored["why"])
         for member in self.draining:
             _kill(member.proc)  # fenced: its successor holds the rank now
-            self.event("drained", host=member.host)
+            self._drain(member.host, "its GPU reported a critical fault")
         self.retired += self.draining
         self.draining = []
+
+    # ---- drained hosts -----------------------------------------------------------------------
+    def _drain(self, host: str, why: str) -> None:
+        self.readmission.drain(host, why)
+        self.event("drained", host=host, why=why)
+
+    def _return(self, host: str) -> None:
+        """host passed the audit: a spare again, with nothing of its lost process left to mislead."""
+        with self.lock:
+            if self.stopping.is_set():
+                return  # the job is ending: no process is started that stop() would not see
+            control.beat_path(self.folder, host).unlink(missing_ok=True)  # the lost process's last report
+            beat = f"{self.lab.topology.hosts[host].address}:{self.port}"
+            # the next generation written does not fence it: it may join again (the survivors fenced it once)
+            self.gen = replace(self.gen, lost=[b for b in self.gen.lost if b != beat])
+            self.spares.append(self._spawn(host, None))
+            self.event("returned to spare pool", host=host)
 
     # ---- ending ------------------------------------------------------------------------------
     def members(self) -> list[Member]:
@@ -301,20 +328,24 @@ class TrainJob:
 
     def stop(self) -> None:
         self.stopping.set()
+        self.readmission.stop()
         if self.watcher.is_alive():
             self.watcher.join(5)
-        for m in self.members():
+        with self.lock:  # a host returning now is a member, or sees the job stopping
+            members = self.members()
+        for m in members:
             if m.proc.poll() is None:
                 _kill(m.proc)
-        process.stop([m.proc for m in self.members()], grace_s=1)
+        process.stop([m.proc for m in members], grace_s=1)
 
     def event(self, kind: str, **fields: Any) -> None:
         record = {"event": kind, "time": time.time(), **fields}
-        self.events.append(record)
-        with open(self.folder / "events.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.on_event:
-            self.on_event(record)
+        with self.lock:
+            self.events.append(record)
+            with open(self.folder / "events.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+            if self.on_event:
+                self.on_event(record)
 
 
 def verdict(rank: int, exit_code: int | None, report: dict[str, Any] | None, peers: list[dict[str, Any]],
