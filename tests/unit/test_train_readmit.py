@@ -172,3 +172,60 @@ def test_a_host_returning_while_the_job_stops_starts_nothing(job):
     job.stopping.set()
     job._return("h4")
     assert "returned to spare pool" not in kinds(job) and [m.host for m in job.spares] == ["h3"]
+
+
+# ---- the audit the command line builds ----------------------------------------------------------
+def test_only_what_is_found_on_the_drained_host_fails_it():
+    from clockfabric.audit.model import CheckResult, Finding, Report, Verdict
+    from clockfabric.cli.readmit_audit import failing_on
+
+    def result(check_id, *findings):
+        return CheckResult(check_id, check_id.split(".")[0], check_id, Verdict.FAIL, "", list(findings))
+
+    report = Report("lab t", ["h1", "h0"], [
+        result("backend.nic_active", Finding(Verdict.FAIL, "link down", host="h1", device="eth0"),
+               Finding(Verdict.PASS, "up", host="h1", device="eth1")),
+        result("frontend.mtu", Finding(Verdict.FAIL, "MTU 9000", host="h0", device="eth0")),  # the peer's own
+        result("backend.connectivity", Finding(Verdict.FAIL, "cannot reach h1:eth1", host="h0", device="eth1",
+                                               evidence={"peer": "h1:eth1"})),
+        result("configuration.software", Finding(Verdict.WARN, "kernel differs", host="h1")),
+        result("configuration.gpu", Finding(Verdict.UNKNOWN, "timed out after 300 s")),
+    ], 0, 1.0)
+    assert failing_on(report, "h1") == {
+        "backend.nic_active": "h1:eth0: link down",
+        "backend.connectivity": "h0:eth1: cannot reach h1:eth1",
+        "configuration.gpu": "fleet: timed out after 300 s",
+    }
+
+
+def test_train_run_gives_the_coordinator_an_audit_unless_told_not_to(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from clockfabric.cli import train_cmds
+
+    monkeypatch.setattr(train_cmds.Lab, "open", classmethod(lambda cls, name=None: SimpleNamespace(name="t")))
+    given = {}
+
+    class Job:
+        def __init__(self, lab, hosts, spares, argv, folder, **options):
+            given.update(options)
+
+        def start(self):
+            return self
+
+        def wait(self, timeout_s):
+            return True
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr("clockfabric.train.launch.TrainJob", Job)
+    script = tmp_path / "train.py"
+    script.write_text("")
+    base = ["run", "--hosts", "h0,h1,h2", "--spares", "1", "--no-watch-gpus", "--dir", str(tmp_path / "job")]
+    result = CliRunner().invoke(train_cmds.app, [*base, "--readmit-every", "2", "--", str(script)])
+    assert result.exit_code == 0, result.output
+    assert callable(given["audit"]) and given["readmit_s"] == 2.0
+    result = CliRunner().invoke(train_cmds.app, [*base, "--no-readmit", "--", str(script)])
+    assert result.exit_code == 0, result.output
+    assert given["audit"] is None

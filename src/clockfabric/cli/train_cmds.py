@@ -5,6 +5,10 @@ The coordinator also watches the GPUs through NVML: a lab's hosts share the mach
 stands for the i-th host named (ranks, then spares), and a critical XID on it moves that
 host's rank to a spare before the rank crashes. A machine without NVML (or a GPU) runs the
 job without the watch, and says so.
+
+A replaced rank's host is drained; with --readmit (the default) it is audited alone, every
+--readmit-every seconds and less often while it fails, and rejoins the spares once it passes
+(cli/readmit_audit.py says what is checked).
 """
 
 from __future__ import annotations
@@ -68,8 +72,15 @@ def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separat
                                                                        "(default: pause until a spare is added)."),
         watch_gpus: bool = typer.Option(True, help="Move a rank whose GPU reports a critical XID (NVML) to a "
                                                    "spare before it crashes."),
+        readmit: bool = typer.Option(True, help="Audit each drained host (a replaced rank's) and return it to "
+                                                "the spares once the audit passes; else it stays drained."),
+        readmit_s: float = typer.Option(5.0, "--readmit-every", min=0.5, max=60.0,
+                                        help="Seconds between a drained host's audits (doubling while it "
+                                             "fails, up to 60)."),
         command: list[str] = typer.Argument(..., help="The training script and its arguments, after --.")) -> None:
     """Run SCRIPT as an elastic job: rank i on the i-th host, spares waiting with torch loaded."""
+    from clockfabric.audit import expect
+    from clockfabric.cli.readmit_audit import host_audit
     from clockfabric.controller.token import read_token
     from clockfabric.train.launch import TrainJob
     from clockfabric.train.to_controller import ControllerEvents
@@ -89,9 +100,11 @@ def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separat
             sender(event)
 
     gpu_fault, watched = gpu_watch(names) if watch_gpus else (None, "GPUs not watched: --no-watch-gpus")
-    job = TrainJob(Lab.open(lab_name), names[:len(names) - spares], names[len(names) - spares:], argv, where,
+    lab = Lab.open(lab_name)
+    audit = host_audit(lab, expect.defaults()) if readmit else None
+    job = TrainJob(lab, names[:len(names) - spares], names[len(names) - spares:], argv, where,
                    detect_s=detect_s, on_event=on_event, gpu_fault=gpu_fault,
-                   min_ranks=min_ranks)
+                   min_ranks=min_ranks, audit=audit, readmit_s=readmit_s)
     out.print(f"logs in {where}; {watched}")
     if sender:
         sender.start()
