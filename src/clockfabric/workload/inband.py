@@ -13,8 +13,9 @@ cost a copy to user space.
 
 from __future__ import annotations
 
+import socket
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 HASH_MULTIPLIER = 0x9E3779B1  # Knuth's: 2**32 / the golden ratio, odd
 DEFAULT_BITS = 4  # 1 packet in 16
@@ -29,9 +30,9 @@ def selected(seq: int, bits: int = DEFAULT_BITS) -> bool:
     return ((seq * HASH_MULTIPLIER) & 0xFFFFFFFF) >> (32 - bits) == 0
 
 
-@dataclass(frozen=True, order=True)
-class Packet:
-    """A sampled TCP packet, by what it keeps from the sender to the receiver."""
+class Packet(NamedTuple):
+    """A sampled TCP packet, by what it keeps from the sender to the receiver (a tuple: thousands
+    a second are made, hashed and matched)."""
 
     src: str
     sport: int
@@ -46,25 +47,26 @@ class Packet:
         return self.src, self.sport, self.dst, self.dport
 
 
-def _ip(raw: bytes) -> str:
-    return ".".join(str(b) for b in raw)
+# from the Ethernet type on: type, IP version and header length, total length, ID, fragment
+# field, protocol, source, destination
+HEADERS = struct.Struct("!H B x H H H x B 2x 4s 4s")
+TCP_START = struct.Struct("!HHI")  # ports, sequence number
 
 
 def parse_frame(frame: bytes, bits: int = DEFAULT_BITS) -> Packet | None:
     """An Ethernet frame (or its first SNAP_BYTES) as a sampled packet; None for anything else:
     not IPv4 TCP, a fragment, no payload, or not selected."""
-    if len(frame) < ETH_HEADER + 20 or struct.unpack_from("!H", frame, 12)[0] != ETH_P_IP:
+    if len(frame) < ETH_HEADER + 20:
         return None
-    ip = frame[ETH_HEADER:]
-    ihl = (ip[0] & 0x0F) * 4
-    total, ip_id, frag = struct.unpack_from("!HHH", ip, 2)
-    if ip[9] != IPPROTO_TCP or frag & 0x1FFF or ihl < 20 or len(ip) < ihl + 13:
+    ethertype, version_ihl, total, ip_id, frag, proto, src, dst = HEADERS.unpack_from(frame, 12)
+    ihl = (version_ihl & 0x0F) * 4
+    tcp = ETH_HEADER + ihl
+    if ethertype != ETH_P_IP or proto != IPPROTO_TCP or frag & 0x1FFF or ihl < 20 or len(frame) < tcp + 13:
         return None
-    sport, dport, seq = struct.unpack_from("!HHI", ip, ihl)
-    tcp_header = (ip[ihl + 12] >> 4) * 4
-    if total <= ihl + tcp_header or not selected(seq, bits):
+    sport, dport, seq = TCP_START.unpack_from(frame, tcp)
+    if total <= ihl + (frame[tcp + 12] >> 4) * 4 or not selected(seq, bits):
         return None
-    return Packet(_ip(ip[12:16]), sport, _ip(ip[16:20]), dport, seq, ip_id)
+    return Packet(socket.inet_ntoa(src), sport, socket.inet_ntoa(dst), dport, seq, ip_id)
 
 
 # classic BPF opcodes (linux/bpf_common.h)

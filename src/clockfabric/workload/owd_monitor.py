@@ -23,6 +23,21 @@ def directed(key: FlowKey) -> Tuple4:
     return key.local, key.lport, key.remote, key.rport
 
 
+def batch_times(to_time: Callable[[int], tuple[int, bool]], real_ns: list[int]) -> list[tuple[int, bool]]:
+    """`to_time` of each of a batch of kernel times, from two calls: between two updates of the
+    clock, a host's map from its kernel clock to global time is affine (an offset and a drift),
+    and its error bound, which grows with the distance from the fit, is largest at an end. A
+    batch with an end not synced is mapped time by time: never a global time not earned."""
+    if not real_ns:
+        return []
+    low, high = min(real_ns), max(real_ns)
+    (t_low, synced_low), (t_high, synced_high) = to_time(low), to_time(high)
+    if not (synced_low and synced_high):
+        return [to_time(t) for t in real_ns]
+    scale = (t_high - t_low) / (high - low) if high > low else 1.0
+    return [(t_low + round((t - low) * scale), True) for t in real_ns]
+
+
 class InbandOwd:
     def __init__(self, host: str, host_by_address: dict[str, str], to_time: Callable[[int], tuple[int, bool]],
                  window_ns: int, hold_ns: int = HOLD_NS):
@@ -45,11 +60,10 @@ class InbandOwd:
 
     def captured(self, packets: list[tuple[Packet, str, int]], now_ns: int) -> None:
         """This host's sampled packets: (packet, side, kernel real-clock time)."""
-        records = []
-        for packet, side, real_ns in packets:
-            if packet.tuple4 in self.peers:
-                t_ns, synced = self.to_time(real_ns)
-                records.append(Record(packet, side, t_ns, synced))
+        ours = [p for p in packets if p[0].tuple4 in self.peers]
+        times = batch_times(self.to_time, [real_ns for _, _, real_ns in ours])
+        records = [Record(packet, side, t_ns, synced)
+                   for (packet, side, _), (t_ns, synced) in zip(ours, times, strict=True)]
         self.matcher.add(records, now_ns)
         self.outbox += records
 

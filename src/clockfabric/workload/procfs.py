@@ -71,7 +71,7 @@ class ProcFs:
 
     def socket_inodes(self, pid: int) -> set[int]:
         """The inodes of the sockets among the process's open files."""
-        fds = self.root / str(pid) / "fd"
+        fds = f"{self.root}/{pid}/fd/"  # strings, not Paths: a job process may hold hundreds of fds
         try:
             names = os.listdir(fds)
         except GONE:
@@ -79,7 +79,7 @@ class ProcFs:
         out = set()
         for name in names:
             try:
-                link = os.readlink(fds / name)
+                link = os.readlink(fds + name)
             except GONE:
                 continue
             if link.startswith(SOCKET_LINK):

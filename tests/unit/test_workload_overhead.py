@@ -1,0 +1,139 @@
+"""What keeps the workload service cheap with live job traffic, each held to its result: the
+fds of job processes listed only when a socket is new or the jobs change, a process that cannot
+be read not read again, a batch of kernel times mapped to global time by two calls, sampled
+packets read from a TPACKET_V3 ring (on loopback: every sampled packet of a flow, leaving and
+arriving, in order), and CPU time counted by stage."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+
+import pytest
+
+from clockfabric.workload import stages
+from clockfabric.workload.monitor import WorkloadMonitor
+from clockfabric.workload.owd_monitor import batch_times
+from clockfabric.workload.procfs import ProcFs
+from tests.unit.test_workload import fake_proc, reading
+
+
+class CountingProcFs(ProcFs):
+    def __init__(self, root):
+        super().__init__(root)
+        self.listed: list[int] = []
+        self.read: list[int] = []
+
+    def socket_inodes(self, pid: int) -> set[int]:
+        self.listed.append(pid)
+        return super().socket_inodes(pid)
+
+    def process(self, pid: int):
+        self.read.append(pid)
+        return super().process(pid)
+
+
+def test_job_fds_are_listed_only_for_a_new_socket_or_a_change_of_jobs(tmp_path):
+    root = fake_proc(tmp_path / "proc", {100: {"env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [11, 12]},
+                                         400: {"env": {"PATH": "/bin"}, "sockets": [15]}})
+    fs = CountingProcFs(root)
+    readings = [reading(1, 2, 11, 1), reading(5, 6, 15, 3)]
+    mon = WorkloadMonitor(fs, lambda: readings)
+    assert [f.rates.reading.inode for f in mon.update().flows] == [11]
+    assert fs.listed == [100]
+    for _ in range(3):  # the same sockets, the job's and the one of no job: no listing
+        assert [f.rates.reading.inode for f in mon.update().flows] == [11]
+    assert fs.listed == [100]
+    readings.append(reading(3, 4, 12, 2))  # a new socket: listed again, and found
+    assert sorted(f.rates.reading.inode for f in mon.update().flows) == [11, 12]
+    assert fs.listed == [100, 100]
+    more = fake_proc(tmp_path / "more", {101: {"env": {"CLOCKFABRIC_JOB": "K"}, "sockets": [15]}})
+    (more / "101").rename(root / "101")  # a new job process: listed again
+    shutil.rmtree(root / "400")
+    assert {f.rates.reading.inode: f.jobid for f in mon.update().flows} == {11: "J", 12: "J", 15: "K"}
+    assert sorted(fs.listed[2:]) == [100, 101]
+
+
+def test_a_process_that_cannot_be_read_is_not_read_again_while_listed(tmp_path):
+    root = fake_proc(tmp_path / "proc", {100: {"env": {"CLOCKFABRIC_JOB": "J"}}})
+    (root / "2").mkdir()  # a kernel thread: listed, its environ unreadable
+    fs = CountingProcFs(root)
+    mon = WorkloadMonitor(fs, None)
+    for _ in range(3):
+        assert list(mon.update().jobs) == ["J"]
+    assert sorted(fs.read) == [2, 100]
+
+
+def test_a_batch_of_kernel_times_maps_as_each_time_alone_would():
+    def to_time(real_ns: int) -> tuple[int, bool]:  # an offset and a drift of 30 ppm
+        return 5_000 + real_ns + round(real_ns * 30e-6), True
+
+    times = [1_000_000_000, 1_000_000_017, 1_400_123_456, 1_999_999_999]
+    assert batch_times(to_time, times) == [to_time(t) for t in times]
+    assert batch_times(to_time, [7, 7]) == [to_time(7)] * 2
+    assert batch_times(to_time, []) == []
+
+
+def test_a_batch_with_an_end_not_synced_is_mapped_time_by_time():
+    calls = []
+
+    def to_time(real_ns: int) -> tuple[int, bool]:  # synced from 100 on
+        calls.append(real_ns)
+        return real_ns + 1, real_ns >= 100
+
+    assert batch_times(to_time, [50, 120, 150]) == [(51, False), (121, True), (151, True)]
+    assert calls == [50, 150, 50, 120, 150]
+
+
+def test_cpu_is_counted_by_stage():
+    cpu = stages.StageCpu()
+    with cpu.stage(stages.CAPTURE):
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:
+            pass
+    with cpu.stage(stages.MATCH):
+        pass
+    cpu.add(stages.PATHS, 0.5)
+    assert cpu.seconds[stages.CAPTURE] >= 0.02 and cpu.seconds[stages.MATCH] < 0.01
+    assert cpu.total() == pytest.approx(sum(cpu.as_dict().values())) and cpu.as_dict()[stages.PATHS] == 0.5
+
+
+def test_the_ring_gives_each_sampled_packet_of_a_flow_leaving_and_arriving():
+    from clockfabric.workload.capture import Capture
+    from clockfabric.workload.inband import selected
+
+    try:
+        capture = Capture(["lo"])
+    except (OSError, ValueError) as e:  # no raw sockets here
+        pytest.skip(f"no AF_PACKET ring here: {e}")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    client = socket.create_connection(srv.getsockname())
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn, _ = srv.accept()
+    reader = threading.Thread(target=lambda: [None for _ in iter(lambda: conn.recv(1 << 16), b"")], daemon=True)
+    reader.start()
+    try:
+        start = time.time_ns()
+        for i in range(400):
+            client.send(b"x" * (100 + i))
+            if i % 50 == 0:
+                time.sleep(0.002)  # separate segments
+        time.sleep(0.3)  # past the ring's retire timeout: the last block handed over
+        got = [(p, side, t) for p, side, t in capture.drain() if p.sport == client.getsockname()[1]]
+    finally:
+        client.close()
+        conn.close()
+        srv.close()
+        capture.close()
+    assert got, "no sampled packet of the flow"
+    assert all(selected(p.seq) for p, _, _ in got)
+    sides: dict = {}
+    for p, side, t in got:
+        sides.setdefault(p, {})[side] = t
+    assert all(set(s) == {"tx", "rx"} for s in sides.values())  # on loopback each is seen leaving and arriving
+    assert all(start <= s["tx"] <= s["rx"] < start + 10**10 for s in sides.values())
+    assert capture.dropped() == 0
