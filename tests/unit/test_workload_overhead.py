@@ -137,3 +137,35 @@ def test_the_ring_gives_each_sampled_packet_of_a_flow_leaving_and_arriving():
     assert all(set(s) == {"tx", "rx"} for s in sides.values())  # on loopback each is seen leaving and arriving
     assert all(start <= s["tx"] <= s["rx"] < start + 10**10 for s in sides.values())
     assert capture.dropped() == 0
+
+
+def test_the_service_cost_of_each_pair_is_its_agent_cpu_with_less_without():
+    from clockfabric.bench.workload_cost_ddp import Pairs
+
+    pairs = Pairs(with_workload=[0.4] * 3, without=[0.4] * 3, order=["A", "B", "A"],
+                  agent_cpu={"A": [0.015, 0.012, 0.020], "B": [0.008, 0.009, 0.008]},
+                  stage_cpu=[{"capture": 0.002, "flows": 0.001}, {"capture": 0.004},
+                             {"capture": 0.003, "flows": 0.003}])
+    assert pairs.service_cpu == pytest.approx([0.007, 0.003, 0.012])
+    low, high = pairs.interval(pairs.service_cpu)
+    assert 0.003 <= low <= 0.007 <= high <= 0.012
+    assert pairs.median_stages() == pytest.approx({"capture": 0.003, "flows": 0.001})
+    assert list(pairs.median_stages()) == ["capture", "flows"]  # largest first
+    assert pairs.as_dict()["service_cpu_share"] == pairs.service_cpu
+
+
+def test_a_young_process_of_no_job_is_read_again_only_for_its_job_marks_until_it_has_some(tmp_path):
+    from tests.unit.test_workload import BTIME
+
+    root = fake_proc(tmp_path / "proc", {500: {"env": {"PATH": "/bin"}, "start_after_boot_s": time.time() - BTIME}})
+    fs = CountingProcFs(root)
+    marks: list[int] = []
+    job_marks = fs.job_marks
+    fs.job_marks = lambda pid: marks.append(pid) or job_marks(pid)  # type: ignore[method-assign]
+    mon = WorkloadMonitor(fs, None)
+    for _ in range(3):
+        assert not mon.update().jobs
+    assert fs.read == [500] and marks == [500] * 3  # the first reading, then its marks twice
+    (root / "500" / "environ").write_bytes(b"CLOCKFABRIC_JOB=late\0")  # it exec'd into a job
+    assert list(mon.update().jobs) == ["late"]
+    assert fs.read == [500, 500]

@@ -9,6 +9,7 @@ step); each pair's, A's over B's."""
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -51,8 +52,15 @@ class Pairs:
     def ratios(self) -> list[float]:
         return [a / b for a, b in zip(self.with_workload, self.without, strict=True)]
 
-    def interval(self) -> list[float]:
-        return interval(resampled_medians({"ratio": self.ratios})["ratio"])
+    def interval(self, values: list[float] | None = None) -> list[float]:
+        """Around the median of `values` (the pairs' step-time ratios unless given)."""
+        return interval(resampled_medians({"v": self.ratios if values is None else values})["v"])
+
+    def median_stages(self) -> dict[str, float]:
+        """The service's CPU by stage, each the median over the A runs, largest first."""
+        names = {k for run in self.stage_cpu for k in run}
+        medians = {k: statistics.median(run.get(k, 0.0) for run in self.stage_cpu) for k in names}
+        return dict(sorted(medians.items(), key=lambda kv: -kv[1]))
 
     def as_dict(self) -> dict:
         return {"with_workload_step_s": self.with_workload, "without_step_s": self.without,

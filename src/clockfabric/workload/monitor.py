@@ -97,6 +97,10 @@ class WorkloadMonitor:
             return facts.start_s, None
         return facts.start_s, JobProcess(pid, tag, facts.start_s, visible=facts.netns == self.netns)
 
+    def _tagged(self, pid: int) -> bool:
+        marks = self.proc.job_marks(pid)
+        return marks is not None and identify(*marks) is not None
+
     def processes(self) -> list[JobProcess]:
         """This host's job processes now."""
         now_s = time.time()
@@ -104,8 +108,10 @@ class WorkloadMonitor:
         self.known = {pid: k for pid, k in self.known.items() if pid in pids}
         for pid in pids:
             before = self.known.get(pid)
-            if before is None or (before[1] is None and now_s - before[0] < YOUNG_S):
-                # one that cannot be read (a kernel thread, or gone: then not listed next time) is not tried again
+            # a young process of no job is read again, first only what an exec changes to make it
+            # a job's (its environment, its cgroup); one that cannot be read (a kernel thread, or
+            # gone: then not listed next time) is not tried again
+            if before is None or (before[1] is None and now_s - before[0] < YOUNG_S and self._tagged(pid)):
                 self.known[pid] = self._classify(pid) or (-math.inf, None)
         return [p for _, p in self.known.values() if p is not None]
 
