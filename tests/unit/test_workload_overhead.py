@@ -169,3 +169,68 @@ def test_a_young_process_of_no_job_is_read_again_only_for_its_job_marks_until_it
     (root / "500" / "environ").write_bytes(b"CLOCKFABRIC_JOB=late\0")  # it exec'd into a job
     assert list(mon.update().jobs) == ["late"]
     assert fs.read == [500, 500]
+
+
+def test_the_kernel_filter_with_the_job_flows_ports_keeps_only_their_sampled_packets():
+    import random
+
+    from clockfabric.workload.inband import JEQ_K, MAX_PORT_PAIRS, bpf_program, parse_frame, run_bpf
+    from tests.unit.test_inband import frame
+
+    ports = frozenset({(40000, 5201), (5201, 40000), (1234, 80)})
+    program = bpf_program(ports=ports)
+    rng = random.Random(3)
+    frames = [frame(rng.randrange(2**32), payload=rng.choice([0, 100]), sport=rng.choice([40000, 5201, 1234, 999]),
+                    dport=rng.choice([5201, 40000, 80, 22])) for _ in range(4000)]
+    kept = [run_bpf(program, f) > 0 for f in frames]
+    expected = [(p := parse_frame(f)) is not None and (p.sport, p.dport) in ports for f in frames]
+    assert kept == expected and 20 < sum(kept) < 200
+    jumps = [(at, jt, jf) for at, (code, jt, jf, _) in enumerate(program) if code == JEQ_K]
+    assert all(at + 1 + jt < len(program) and at + 1 + jf < len(program) for at, jt, jf in jumps)
+    assert not any(run_bpf(bpf_program(ports=frozenset()), f) for f in frames)  # no job flow: nothing copied
+    widest = bpf_program(ports=frozenset((p, 1) for p in range(MAX_PORT_PAIRS)))
+    assert all(jt <= 255 and jf <= 255 for _, jt, jf, _ in widest)  # every jump within a jump's reach
+    with pytest.raises(ValueError):
+        bpf_program(ports=frozenset((p, 1) for p in range(MAX_PORT_PAIRS + 1)))
+
+
+def test_the_capture_filter_follows_the_job_flows_and_opens_past_its_limit():
+    from clockfabric.workload.capture import Capture
+    from clockfabric.workload.inband import MAX_PORT_PAIRS
+
+    capture = Capture([])
+    capture.only(frozenset({(1, 2), (2, 1)}))
+    assert capture.ports == {(1, 2), (2, 1)}
+    capture.only(frozenset((p, 1) for p in range(MAX_PORT_PAIRS + 1)))
+    assert capture.ports is None  # any: user space drops what is no job flow's
+
+
+def test_the_ring_keeps_only_the_job_flows_ports_once_told():
+    from clockfabric.workload.capture import Capture
+
+    try:
+        capture = Capture(["lo"])
+    except (OSError, ValueError) as e:
+        pytest.skip(f"no AF_PACKET ring here: {e}")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    clients = [socket.create_connection(srv.getsockname()) for _ in range(2)]
+    conns = [srv.accept()[0] for _ in clients]
+    for c in clients:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    job = clients[0].getsockname()[1], srv.getsockname()[1]
+    try:
+        capture.only(frozenset({job, job[::-1]}))
+        for i in range(300):
+            for c in clients:
+                c.send(b"x" * (100 + i))
+            for c in conns:
+                c.recv(1 << 16)
+        time.sleep(0.3)
+        got = capture.drain()
+    finally:
+        for s in (*clients, *conns, srv):
+            s.close()
+        capture.close()
+    assert got and {(p.sport, p.dport) for p, _, _ in got} <= {job, job[::-1]}

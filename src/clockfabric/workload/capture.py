@@ -5,7 +5,9 @@ whether it was leaving (PACKET_OUTGOING) or arriving (PACKET_HOST).
 
 Why AF_PACKET and classic BPF rather than an eBPF program on tc: it needs no compiler, no BPF
 maps and no capabilities beyond a raw socket, and its cost is a few instructions per packet in
-the kernel for the packets it drops. Why a ring rather than a recvmsg per kept packet: a read
+the kernel for the packets it drops. The filter names the job flows' port pairs (`only()`, each
+update, re-attached when they change): the packets of other flows are dropped there too, and a
+host with no job flow copies none. Why a ring rather than a recvmsg per kept packet: a read
 then is a syscall, a frame, its address and its control messages made into Python objects,
 about 20 us a packet; in the ring the kernel fills blocks of frames, and a block is handed
 over whole once full or `RETIRE_MS` old, so `drain()` (once an update) walks the blocks handed
@@ -22,7 +24,15 @@ import socket
 import struct
 from collections.abc import Iterable
 
-from clockfabric.workload.inband import DEFAULT_BITS, SNAP_BYTES, Packet, bpf_program, parse_frame
+from clockfabric.workload.inband import (
+    DEFAULT_BITS,
+    MAX_PORT_PAIRS,
+    SNAP_BYTES,
+    Packet,
+    PortPairs,
+    bpf_program,
+    parse_frame,
+)
 
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
@@ -54,11 +64,11 @@ def attach_filter(sock: socket.socket, program: list[tuple[int, int, int, int]])
 class Ring:
     """One NIC's AF_PACKET socket and its TPACKET_V3 ring."""
 
-    def __init__(self, nic: str, bits: int):
+    def __init__(self, nic: str, program: list[tuple[int, int, int, int]]):
         # protocol 0: no frame reaches the socket before its bind, when the filter and ring are in place
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
-            attach_filter(self.sock, bpf_program(bits))
+            attach_filter(self.sock, program)
             self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             self.sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V3)
             self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, REQ3.pack(
@@ -104,9 +114,10 @@ class Capture:
         self.bits = bits
         self.rings: list[Ring] = []
         self.kept = 0  # sampled packets read
+        self.ports: PortPairs | None = None  # the port pairs the filter keeps (None: any)
         try:
             for nic in nics:
-                self.rings.append(Ring(nic, bits))
+                self.rings.append(Ring(nic, bpf_program(bits)))
         except OSError:
             self.close()
             raise
@@ -120,6 +131,16 @@ class Capture:
                     out.append((packet, side, real_ns))
         self.kept += len(out)
         return out
+
+    def only(self, ports: PortPairs) -> None:
+        """Keep only packets of these (source port, destination port) pairs: the job flows', both
+        ways; past MAX_PORT_PAIRS any (then parsing drops the others)."""
+        wanted = ports if len(ports) <= MAX_PORT_PAIRS else None
+        if wanted != self.ports:
+            program = bpf_program(self.bits, wanted)
+            for ring in self.rings:
+                attach_filter(ring.sock, program)  # replaces the last one at once
+            self.ports = wanted
 
     def dropped(self) -> int:
         """Sampled packets the kernel had no room for since the last call."""

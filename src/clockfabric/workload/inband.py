@@ -76,10 +76,21 @@ JEQ_K, JSET_K, JGT_X, RET_K, ST, LDX_MEM = 0x15, 0x45, 0x3D, 0x06, 0x02, 0x61
 KEEP, DROP = "keep", "drop"  # jump targets: the program's last two instructions
 
 
-def bpf_program(bits: int = DEFAULT_BITS) -> list[tuple[int, int, int, int]]:
+MAX_PORT_PAIRS = 200  # a filter naming more flows' ports would jump past the 255 instructions a jump reaches
+PortPairs = frozenset[tuple[int, int]]  # (source port, destination port) of the packets wanted
+
+
+def bpf_program(bits: int = DEFAULT_BITS, ports: PortPairs | None = None) -> list[tuple[int, int, int, int]]:
     """The kernel's half of `parse_frame`: (code, jump if true, jump if false, k) instructions
-    keeping SNAP_BYTES of each IPv4 TCP frame with a payload whose sequence number is selected."""
+    keeping SNAP_BYTES of each IPv4 TCP frame with a payload whose sequence number is selected;
+    with `ports`, only those whose port pair is one of them (the job flows': no other packet
+    costs a copy). At most MAX_PORT_PAIRS; none: nothing kept."""
     keep, drop = KEEP, DROP
+    if ports is not None and not ports:
+        return [(RET_K, 0, 0, 0)]
+    if ports is not None and len(ports) > MAX_PORT_PAIRS:
+        raise ValueError(f"{len(ports)} port pairs: a filter takes at most {MAX_PORT_PAIRS}")
+    wanted = sorted(sport << 16 | dport for sport, dport in ports or ())
     prog: list[tuple[int, int | str, int | str, int]] = [
         (LD_H_ABS, 0, 0, 12), (JEQ_K, 0, drop, ETH_P_IP),        # IPv4
         (LD_B_ABS, 0, 0, 23), (JEQ_K, 0, drop, IPPROTO_TCP),     # TCP
@@ -90,8 +101,12 @@ def bpf_program(bits: int = DEFAULT_BITS) -> list[tuple[int, int, int, int]]:
         (JEQ_K, 0, drop, 0),                                     # selected
         (LD_B_IND, 0, 0, ETH_HEADER + 12), (ALU_RSH_K, 0, 0, 4), (ALU_LSH_K, 0, 0, 2),  # A = TCP header length
         (ALU_ADD_X, 0, 0, 0), (ST, 0, 0, 0), (LDX_MEM, 0, 0, 0),  # X = IP + TCP header lengths
-        (LD_H_ABS, 0, 0, ETH_HEADER + 2), (JGT_X, keep, drop, 0),  # a payload: total length beyond them
+        # a payload: the total length beyond them (then the ports, if wanted)
+        (LD_H_ABS, 0, 0, ETH_HEADER + 2), (JGT_X, 0 if wanted else keep, drop, 0),
     ]
+    if wanted:  # A = the ports (source, destination): one of the wanted pairs
+        prog += [(LDX_MSH, 0, 0, ETH_HEADER), (LD_W_IND, 0, 0, ETH_HEADER)]
+        prog += [(JEQ_K, keep, 0 if i < len(wanted) - 1 else drop, pair) for i, pair in enumerate(wanted)]
     at_keep = len(prog)  # DROP is the instruction after it
 
     def jump(target: int | str, at: int) -> int:

@@ -58,6 +58,10 @@ class InbandOwd:
         self.flows = {directed(f.rates.key) for f in view.flows}
         self.peers = peers_by_direction(self.flows, {**self.host_by_address, **self.learned})
 
+    def port_pairs(self) -> frozenset[tuple[int, int]]:
+        """The (source, destination) ports of the job flows' packets, both ways."""
+        return frozenset(pair for _, lport, _, rport in self.flows for pair in ((lport, rport), (rport, lport)))
+
     def captured(self, packets: list[tuple[Packet, str, int]], now_ns: int) -> None:
         """This host's sampled packets: (packet, side, kernel real-clock time)."""
         ours = [p for p in packets if p[0].tuple4 in self.peers]

@@ -81,6 +81,8 @@ class Workload(Service):
             except OSError as e:  # /proc or netlink failing: keep the last view, say so once an update
                 log.warning("workload update: %s", e)
             self.inband.flows_changed(self.view)
+            if self.capture is not None:  # the kernel drops every other flow's packets
+                self.capture.only(self.inband.port_pairs())
         with self.cpu.stage(stages.SEND):
             for peer, messages in self.inband.messages().items():
                 for msg in messages:
