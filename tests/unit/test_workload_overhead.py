@@ -177,7 +177,7 @@ def test_the_kernel_filter_with_the_job_flows_ports_keeps_only_their_sampled_pac
     from clockfabric.workload.inband import JEQ_K, MAX_PORT_PAIRS, bpf_program, parse_frame, run_bpf
     from tests.unit.test_inband import frame
 
-    ports = frozenset({(40000, 5201), (5201, 40000), (1234, 80)})
+    ports = {(40000, 5201): 4, (5201, 40000): 4, (1234, 80): 4}
     program = bpf_program(ports=ports)
     rng = random.Random(3)
     frames = [frame(rng.randrange(2**32), payload=rng.choice([0, 100]), sport=rng.choice([40000, 5201, 1234, 999]),
@@ -187,11 +187,42 @@ def test_the_kernel_filter_with_the_job_flows_ports_keeps_only_their_sampled_pac
     assert kept == expected and 20 < sum(kept) < 200
     jumps = [(at, jt, jf) for at, (code, jt, jf, _) in enumerate(program) if code == JEQ_K]
     assert all(at + 1 + jt < len(program) and at + 1 + jf < len(program) for at, jt, jf in jumps)
-    assert not any(run_bpf(bpf_program(ports=frozenset()), f) for f in frames)  # no job flow: nothing copied
-    widest = bpf_program(ports=frozenset((p, 1) for p in range(MAX_PORT_PAIRS)))
-    assert all(jt <= 255 and jf <= 255 for _, jt, jf, _ in widest)  # every jump within a jump's reach
+    assert not any(run_bpf(bpf_program(ports={}), f) for f in frames)  # no job flow: nothing copied
+    widest = bpf_program(ports={(p, 1): 4 + p % 7 for p in range(MAX_PORT_PAIRS)})  # all within a jump's reach
+    assert len(widest) > MAX_PORT_PAIRS
     with pytest.raises(ValueError):
-        bpf_program(ports=frozenset((p, 1) for p in range(MAX_PORT_PAIRS + 1)))
+        bpf_program(ports={(p, 1): 4 for p in range(MAX_PORT_PAIRS + 1)})
+
+
+def test_each_flow_direction_is_sampled_by_its_own_bits_in_the_kernel():
+    import random
+
+    from clockfabric.workload.inband import bpf_program, parse_frame, run_bpf, selected
+    from tests.unit.test_inband import frame
+
+    ports = {(40000, 5201): 4, (5201, 40000): 7}
+    program = bpf_program(ports=ports)
+    rng = random.Random(4)
+    frames = [frame(rng.randrange(2**32), sport=s, dport=d) for s, d in [*ports, (1, 2)] for _ in range(6000)]
+    kept = [parse_frame(f) for f in frames if run_bpf(program, f)]
+    assert all(selected(p.seq, ports[p.sport, p.dport]) for p in kept)
+    assert kept == [p for f in frames if (p := parse_frame(f)) and (p.sport, p.dport) in ports
+                    and selected(p.seq, ports[p.sport, p.dport])]
+    by_way = {way: sum((p.sport, p.dport) == way for p in kept) for way in ports}
+    assert 250 < by_way[(40000, 5201)] < 500 and 20 < by_way[(5201, 40000)] < 80  # 1 in 16, 1 in 128
+
+
+def test_a_busy_flow_direction_is_sampled_more_sparsely():
+    from clockfabric.workload.owd_monitor import SAMPLES_PER_S, sampling_bits
+
+    assert sampling_bits(kept=30, bits=4, window_s=2.0) == 4  # 15 a second: as it is
+    assert sampling_bits(kept=2 * SAMPLES_PER_S, bits=4, window_s=2.0) == 4  # at the cap
+    assert sampling_bits(kept=2 * SAMPLES_PER_S + 2, bits=4, window_s=2.0) == 5
+    assert sampling_bits(kept=4000, bits=4, window_s=2.0) == 10  # 2000 a second at 1 in 16: 40 times the cap
+    assert sampling_bits(kept=60, bits=6, window_s=2.0) == 6  # 30 a second at 1 in 64: 120 at 1 in 16
+    assert sampling_bits(kept=40, bits=6, window_s=2.0) == 5  # quieter: back toward 1 in 16
+    assert sampling_bits(kept=20, bits=6, window_s=2.0) == 4
+    assert sampling_bits(kept=10**6, bits=10, window_s=2.0) == 10  # never sparser than 1 in 1024
 
 
 def test_the_capture_filter_follows_the_job_flows_and_opens_past_its_limit():
@@ -199,9 +230,9 @@ def test_the_capture_filter_follows_the_job_flows_and_opens_past_its_limit():
     from clockfabric.workload.inband import MAX_PORT_PAIRS
 
     capture = Capture([])
-    capture.only(frozenset({(1, 2), (2, 1)}))
-    assert capture.ports == {(1, 2), (2, 1)}
-    capture.only(frozenset((p, 1) for p in range(MAX_PORT_PAIRS + 1)))
+    capture.only({(1, 2): 4, (2, 1): 6})
+    assert capture.ports == {(1, 2): 4, (2, 1): 6}
+    capture.only({(p, 1): 4 for p in range(MAX_PORT_PAIRS + 1)})
     assert capture.ports is None  # any: user space drops what is no job flow's
 
 
@@ -221,7 +252,7 @@ def test_the_ring_keeps_only_the_job_flows_ports_once_told():
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     job = clients[0].getsockname()[1], srv.getsockname()[1]
     try:
-        capture.only(frozenset({job, job[::-1]}))
+        capture.only({job: 4, job[::-1]: 4})
         for i in range(300):
             for c in clients:
                 c.send(b"x" * (100 + i))
@@ -234,3 +265,26 @@ def test_the_ring_keeps_only_the_job_flows_ports_once_told():
             s.close()
         capture.close()
     assert got and {(p.sport, p.dport) for p, _, _ in got} <= {job, job[::-1]}
+
+
+def test_both_ends_of_a_busy_direction_choose_its_bits_from_the_same_packets():
+    from clockfabric.workload.inband import Packet
+    from clockfabric.workload.owd import RX, TX
+    from clockfabric.workload.owd_monitor import InbandOwd
+    from tests.unit.test_inband import A, B, selected_seq, view
+
+    ends = {"ha": InbandOwd("ha", {B: "hb"}, lambda t: (t, True), window_ns=10**9),
+            "hb": InbandOwd("hb", {A: "ha"}, lambda t: (t, True), window_ns=10**9)}
+    views = {"ha": view("J", A, 40000, B, 5201), "hb": view("J", B, 5201, A, 40000)}
+    for name, end in ends.items():
+        end.flows_changed(views[name])
+        end.tick(views[name], 0)
+        assert end.port_bits() == {(40000, 5201): 4, (5201, 40000): 4}
+    busy = [Packet(A, 40000, B, 5201, seq, 1) for seq in selected_seq(n=200)]  # 200 a second a->b
+    quiet = [Packet(B, 5201, A, 40000, seq, 1) for seq in selected_seq(n=10)]
+    ends["ha"].captured([(p, TX, 5) for p in busy] + [(p, RX, 9) for p in quiet], 0)
+    ends["hb"].captured([(p, RX, 7) for p in busy] + [(p, TX, 6) for p in quiet], 0)
+    for name, end in ends.items():
+        end.tick(views[name], 10**9)  # the window closes
+    assert ends["ha"].port_bits() == {(40000, 5201): 6, (5201, 40000): 4}  # 200 a second: 1 in 64 keeps 50
+    assert ends["hb"].port_bits() == ends["ha"].port_bits()

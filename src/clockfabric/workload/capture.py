@@ -29,7 +29,7 @@ from clockfabric.workload.inband import (
     MAX_PORT_PAIRS,
     SNAP_BYTES,
     Packet,
-    PortPairs,
+    PortBits,
     bpf_program,
     parse_frame,
 )
@@ -114,7 +114,7 @@ class Capture:
         self.bits = bits
         self.rings: list[Ring] = []
         self.kept = 0  # sampled packets read
-        self.ports: PortPairs | None = None  # the port pairs the filter keeps (None: any)
+        self.ports: dict[tuple[int, int], int] | None = None  # the port pairs the filter keeps, their bits (None: any)
         try:
             for nic in nics:
                 self.rings.append(Ring(nic, bpf_program(bits)))
@@ -132,10 +132,10 @@ class Capture:
         self.kept += len(out)
         return out
 
-    def only(self, ports: PortPairs) -> None:
-        """Keep only packets of these (source port, destination port) pairs: the job flows', both
-        ways; past MAX_PORT_PAIRS any (then parsing drops the others)."""
-        wanted = ports if len(ports) <= MAX_PORT_PAIRS else None
+    def only(self, ports: PortBits) -> None:
+        """Keep only packets of these (source port, destination port) pairs, each sampled by its
+        bits: the job flows' directions; past MAX_PORT_PAIRS any (then parsing drops the others)."""
+        wanted = dict(ports) if len(ports) <= MAX_PORT_PAIRS else None
         if wanted != self.ports:
             program = bpf_program(self.bits, wanted)
             for ring in self.rings:

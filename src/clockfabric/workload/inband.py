@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Mapping
 from typing import NamedTuple
 
 HASH_MULTIPLIER = 0x9E3779B1  # Knuth's: 2**32 / the golden ratio, odd
@@ -77,20 +78,23 @@ KEEP, DROP = "keep", "drop"  # jump targets: the program's last two instructions
 
 
 MAX_PORT_PAIRS = 200  # a filter naming more flows' ports would jump past the 255 instructions a jump reaches
-PortPairs = frozenset[tuple[int, int]]  # (source port, destination port) of the packets wanted
+MAX_BITS = 10  # the sparsest sampling a flow is given: 1 packet in 1024
+# (source port, destination port) of the packets wanted -> the bits their sequence numbers are sampled by
+PortBits = Mapping[tuple[int, int], int]
 
 
-def bpf_program(bits: int = DEFAULT_BITS, ports: PortPairs | None = None) -> list[tuple[int, int, int, int]]:
+def bpf_program(bits: int = DEFAULT_BITS, ports: PortBits | None = None) -> list[tuple[int, int, int, int]]:
     """The kernel's half of `parse_frame`: (code, jump if true, jump if false, k) instructions
     keeping SNAP_BYTES of each IPv4 TCP frame with a payload whose sequence number is selected;
     with `ports`, only those whose port pair is one of them (the job flows': no other packet
-    costs a copy). At most MAX_PORT_PAIRS; none: nothing kept."""
+    costs a copy), each selected by its own bits (at least `bits`: the packets selected by more
+    bits are a subset of those by fewer). At most MAX_PORT_PAIRS; none: nothing kept."""
     keep, drop = KEEP, DROP
     if ports is not None and not ports:
         return [(RET_K, 0, 0, 0)]
     if ports is not None and len(ports) > MAX_PORT_PAIRS:
         raise ValueError(f"{len(ports)} port pairs: a filter takes at most {MAX_PORT_PAIRS}")
-    wanted = sorted(sport << 16 | dport for sport, dport in ports or ())
+    wanted = sorted((sport << 16 | dport, max(bits, b)) for (sport, dport), b in (ports or {}).items())
     prog: list[tuple[int, int | str, int | str, int]] = [
         (LD_H_ABS, 0, 0, 12), (JEQ_K, 0, drop, ETH_P_IP),        # IPv4
         (LD_B_ABS, 0, 0, 23), (JEQ_K, 0, drop, IPPROTO_TCP),     # TCP
@@ -104,16 +108,23 @@ def bpf_program(bits: int = DEFAULT_BITS, ports: PortPairs | None = None) -> lis
         # a payload: the total length beyond them (then the ports, if wanted)
         (LD_H_ABS, 0, 0, ETH_HEADER + 2), (JGT_X, 0 if wanted else keep, drop, 0),
     ]
-    if wanted:  # A = the ports (source, destination): one of the wanted pairs
+    labels: dict[str, int] = {}
+    if wanted:  # A = the ports (source, destination): one of the wanted pairs, then its own bits
         prog += [(LDX_MSH, 0, 0, ETH_HEADER), (LD_W_IND, 0, 0, ETH_HEADER)]
-        prog += [(JEQ_K, keep, 0 if i < len(wanted) - 1 else drop, pair) for i, pair in enumerate(wanted)]
-    at_keep = len(prog)  # DROP is the instruction after it
+        prog += [(JEQ_K, keep if b == bits else f"bits{b}", 0 if i < len(wanted) - 1 else drop, pair)
+                 for i, (pair, b) in enumerate(wanted)]
+        for b in sorted({b for _, b in wanted} - {bits}):  # the sequence number selected by more bits
+            labels[f"bits{b}"] = len(prog)
+            prog += [(LD_W_IND, 0, 0, ETH_HEADER + 4), (ALU_MUL_K, 0, 0, HASH_MULTIPLIER),
+                     (ALU_RSH_K, 0, 0, 32 - b), (JEQ_K, keep, drop, 0)]
+    labels |= {KEEP: len(prog), DROP: len(prog) + 1}
 
     def jump(target: int | str, at: int) -> int:
         """A label as the kernel's relative jump from instruction `at`."""
-        return target if isinstance(target, int) else at_keep + (target == DROP) - at - 1
+        return target if isinstance(target, int) else labels[target] - at - 1
 
     out = [(code, jump(jt, at), jump(jf, at), k) for at, (code, jt, jf, k) in enumerate(prog)]
+    assert all(jt <= 255 and jf <= 255 for _, jt, jf, _ in out), "a jump past a jump's reach"
     return [*out, (RET_K, 0, 0, SNAP_BYTES), (RET_K, 0, 0, 0)]
 
 

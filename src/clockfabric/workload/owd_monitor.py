@@ -8,19 +8,37 @@ job flow are dropped where they are read, so only job traffic costs a message.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from clockfabric.traffic.steer_decide import FlowKey
 from clockfabric.workload.exchange import by_peer, encode, peers_by_direction
 from clockfabric.workload.flows import flow_label
-from clockfabric.workload.inband import Packet
+from clockfabric.workload.inband import DEFAULT_BITS, MAX_BITS, Packet
 from clockfabric.workload.monitor import WorkloadView
 from clockfabric.workload.owd import HOLD_NS, Matcher, OwdStats, Record, Tuple4, flow_owd
+
+# a flow direction's sampled packets a second, about, at most: past some dozens a window's min,
+# p50 and p99 tell no more, and each costs the agents at both ends
+SAMPLES_PER_S = 50
 
 
 def directed(key: FlowKey) -> Tuple4:
     """A flow's key as the 4-tuple of its packets from the local end."""
     return key.local, key.lport, key.remote, key.rport
+
+
+def sampling_bits(kept: int, bits: int, window_s: float) -> int:
+    """The bits a flow direction is sampled by next: the fewest (from DEFAULT_BITS) that would
+    have kept at most SAMPLES_PER_S a second of a direction that kept `kept` packets in a window
+    of `window_s` at `bits`. Both ends count the same packets, so they choose alike; where they
+    do not, the packets sampled by more bits are a subset of those by fewer: the matches are
+    the sparser end's, never a wrong one."""
+    at_default = kept * 2 ** (bits - DEFAULT_BITS) / window_s
+    chosen = DEFAULT_BITS
+    while chosen < MAX_BITS and at_default / 2 ** (chosen - DEFAULT_BITS) > SAMPLES_PER_S:
+        chosen += 1
+    return chosen
 
 
 def batch_times(to_time: Callable[[int], tuple[int, bool]], real_ns: list[int]) -> list[tuple[int, bool]]:
@@ -53,14 +71,17 @@ class InbandOwd:
         self.outbox: list[Record] = []
         self.window_end_ns: int | None = None
         self.owd: dict[str, dict[str, OwdStats | None]] = {}  # by flow label: the last closed window's
+        self.kept: Counter[Tuple4] = Counter()  # this window's own records, by flow direction
+        self.bits: dict[Tuple4, int] = {}  # each flow direction's sampling (DEFAULT_BITS if not here)
 
     def flows_changed(self, view: WorkloadView) -> None:
         self.flows = {directed(f.rates.key) for f in view.flows}
         self.peers = peers_by_direction(self.flows, {**self.host_by_address, **self.learned})
 
-    def port_pairs(self) -> frozenset[tuple[int, int]]:
-        """The (source, destination) ports of the job flows' packets, both ways."""
-        return frozenset(pair for _, lport, _, rport in self.flows for pair in ((lport, rport), (rport, lport)))
+    def port_bits(self) -> dict[tuple[int, int], int]:
+        """The (source, destination) ports of the packets of each job flow direction with an agent
+        at its far end, and the bits each is sampled by."""
+        return {(t[1], t[3]): self.bits.get(t, DEFAULT_BITS) for t in self.peers}
 
     def captured(self, packets: list[tuple[Packet, str, int]], now_ns: int) -> None:
         """This host's sampled packets: (packet, side, kernel real-clock time)."""
@@ -70,6 +91,7 @@ class InbandOwd:
                    for (packet, side, _), (t_ns, synced) in zip(ours, times, strict=True)]
         self.matcher.add(records, now_ns)
         self.outbox += records
+        self.kept.update(r.packet.tuple4 for r in records)
 
     def received(self, sender: str, records: list[Record], now_ns: int) -> None:
         """A peer's records (those of no job flow of ours are dropped: nothing here to match them)."""
@@ -102,5 +124,8 @@ class InbandOwd:
             return
         window = self.matcher.close_window()
         self.window_end_ns = now_ns + self.window_ns
+        self.bits = {t: b for t in self.peers if (b := sampling_bits(self.kept[t], self.bits.get(t, DEFAULT_BITS),
+                                                                      self.window_ns / 1e9)) != DEFAULT_BITS}
+        self.kept = Counter()
         self.owd = {flow_label(f.rates.key): flow_owd(directed(f.rates.key), window, f.rates.reading.rtt_us)
                     for f in view.flows}

@@ -82,7 +82,7 @@ class Workload(Service):
                 log.warning("workload update: %s", e)
             self.inband.flows_changed(self.view)
             if self.capture is not None:  # the kernel drops every other flow's packets
-                self.capture.only(self.inband.port_pairs())
+                self.capture.only(self.inband.port_bits())
         with self.cpu.stage(stages.SEND):
             for peer, messages in self.inband.messages().items():
                 for msg in messages:
