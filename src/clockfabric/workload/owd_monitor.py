@@ -8,7 +8,6 @@ job flow are dropped where they are read, so only job traffic costs a message.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 from clockfabric.traffic.steer_decide import FlowKey
@@ -28,13 +27,13 @@ def directed(key: FlowKey) -> Tuple4:
     return key.local, key.lport, key.remote, key.rport
 
 
-def sampling_bits(kept: int, bits: int, window_s: float) -> int:
+def sampling_bits(matched: int, bits: int, window_s: float) -> int:
     """The bits a flow direction is sampled by next: the fewest (from DEFAULT_BITS) that would
-    have kept at most SAMPLES_PER_S a second of a direction that kept `kept` packets in a window
-    of `window_s` at `bits`. Both ends count the same packets, so they choose alike; where they
-    do not, the packets sampled by more bits are a subset of those by fewer: the matches are
-    the sparser end's, never a wrong one."""
-    at_default = kept * 2 ** (bits - DEFAULT_BITS) / window_s
+    have made at most SAMPLES_PER_S delays a second of a direction that made `matched` in a
+    window of `window_s` sampled by `bits`. Both ends match the same records (each sends the
+    other all of its own), so they choose alike; where they do not, the packets sampled by more
+    bits are a subset of those by fewer: the matches are the sparser end's, never a wrong one."""
+    at_default = matched * 2 ** (bits - DEFAULT_BITS) / window_s
     chosen = DEFAULT_BITS
     while chosen < MAX_BITS and at_default / 2 ** (chosen - DEFAULT_BITS) > SAMPLES_PER_S:
         chosen += 1
@@ -71,7 +70,6 @@ class InbandOwd:
         self.outbox: list[Record] = []
         self.window_end_ns: int | None = None
         self.owd: dict[str, dict[str, OwdStats | None]] = {}  # by flow label: the last closed window's
-        self.kept: Counter[Tuple4] = Counter()  # this window's own records, by flow direction
         self.bits: dict[Tuple4, int] = {}  # each flow direction's sampling (DEFAULT_BITS if not here)
 
     def flows_changed(self, view: WorkloadView) -> None:
@@ -91,7 +89,6 @@ class InbandOwd:
                    for (packet, side, _), (t_ns, synced) in zip(ours, times, strict=True)]
         self.matcher.add(records, now_ns)
         self.outbox += records
-        self.kept.update(r.packet.tuple4 for r in records)
 
     def received(self, sender: str, records: list[Record], now_ns: int) -> None:
         """A peer's records (those of no job flow of ours are dropped: nothing here to match them)."""
@@ -124,8 +121,8 @@ class InbandOwd:
             return
         window = self.matcher.close_window()
         self.window_end_ns = now_ns + self.window_ns
-        self.bits = {t: b for t in self.peers if (b := sampling_bits(self.kept[t], self.bits.get(t, DEFAULT_BITS),
+        matched = {t: stats.samples for t, stats in window.items()}
+        self.bits = {t: b for t in self.peers if (b := sampling_bits(matched.get(t, 0), self.bits.get(t, DEFAULT_BITS),
                                                                       self.window_ns / 1e9)) != DEFAULT_BITS}
-        self.kept = Counter()
         self.owd = {flow_label(f.rates.key): flow_owd(directed(f.rates.key), window, f.rates.reading.rtt_us)
                     for f in view.flows}
