@@ -5,15 +5,17 @@ whether it was leaving (PACKET_OUTGOING) or arriving (PACKET_HOST).
 
 Why AF_PACKET and classic BPF rather than an eBPF program on tc: it needs no compiler, no BPF
 maps and no capabilities beyond a raw socket, and its cost is a few instructions per packet in
-the kernel for the packets it drops. The filter names the job flows' port pairs (`only()`, each
-update, re-attached when they change): the packets of other flows are dropped there too, and a
-host with no job flow copies none. Why a ring rather than a recvmsg per kept packet: a read
-then is a syscall, a frame, its address and its control messages made into Python objects,
-about 20 us a packet; in the ring the kernel fills blocks of frames, and a block is handed
-over whole once full or `RETIRE_MS` old, so `drain()` (once an update) walks the blocks handed
-over, reads each frame's header and headers in place, and gives each block back: no syscall
-at all. The ring holds RING_BYTES a NIC (~20,000 frames: seconds of samples at the fastest
-flows); a frame the kernel finds no room for is dropped, counted in `dropped()`.
+the kernel for the packets it drops. The filter names the job flows' port pairs, each direction
+sampled by its own bits (`only()`, each update, re-attached when they change): the packets of
+other flows are dropped there too, and a host with no job flow copies none.
+
+Why a ring rather than a recvmsg per kept packet: a read then is a syscall, a frame, its address
+and its control messages made into Python objects, about 20 us a packet. Into the ring the
+kernel writes blocks of frames, each handed over whole once full or `RETIRE_MS` old, so
+`drain()` (once an update) walks the blocks handed over, reads each frame's header and first
+bytes, and gives each block back: no syscall at all. The ring holds RING_BYTES a NIC (~9,000
+frames of ~220 bytes: an update's samples with room to spare at ~50 a flow direction a second);
+a frame the kernel finds no room for is dropped, counted in `dropped()`.
 """
 
 from __future__ import annotations
