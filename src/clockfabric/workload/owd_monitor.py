@@ -17,8 +17,8 @@ from clockfabric.workload.inband import DEFAULT_BITS, MAX_BITS, Packet
 from clockfabric.workload.monitor import WorkloadView
 from clockfabric.workload.owd import HOLD_NS, Matcher, OwdStats, Record, Tuple4, flow_owd
 
-# a flow direction's sampled packets a second, about, at most: past some dozens a window's min,
-# p50 and p99 tell no more, and each costs the agents at both ends
+# a flow direction's delays a second, about, at most: past some dozens a window's min, p50 and
+# p99 tell no more, and each sampled packet costs the agents at both ends
 SAMPLES_PER_S = 50
 
 
