@@ -9,6 +9,7 @@ step); each pair's, A's over B's."""
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -40,18 +41,32 @@ class Pairs:
     order: list[str] = field(default_factory=list)  # which ran first in each pair: "A" or "B"
     seen: list[dict[str, int]] = field(default_factory=list)  # per A run: what its agents saw of the job
     agent_cpu: dict[str, list[float]] = field(default_factory=lambda: {"A": [], "B": []})  # a core, per agent
+    stage_cpu: list[dict[str, float]] = field(default_factory=list)  # per A run: the service's stages, a core per agent
+
+    @property
+    def service_cpu(self) -> list[float]:
+        """Each pair's agent CPU with the service less without: what the service costs a host."""
+        return [a - b for a, b in zip(self.agent_cpu["A"], self.agent_cpu["B"], strict=True)]
 
     @property
     def ratios(self) -> list[float]:
         return [a / b for a, b in zip(self.with_workload, self.without, strict=True)]
 
-    def interval(self) -> list[float]:
-        return interval(resampled_medians({"ratio": self.ratios})["ratio"])
+    def interval(self, values: list[float] | None = None) -> list[float]:
+        """Around the median of `values` (the pairs' step-time ratios unless given)."""
+        return interval(resampled_medians({"v": self.ratios if values is None else values})["v"])
+
+    def median_stages(self) -> dict[str, float]:
+        """The service's CPU by stage, each the median over the A runs, largest first."""
+        names = {k for run in self.stage_cpu for k in run}
+        medians = {k: statistics.median(run.get(k, 0.0) for run in self.stage_cpu) for k in names}
+        return dict(sorted(medians.items(), key=lambda kv: -kv[1]))
 
     def as_dict(self) -> dict:
         return {"with_workload_step_s": self.with_workload, "without_step_s": self.without,
                 "first": self.order, "ratio": self.ratios, "seen_with_workload": self.seen,
-                "agent_cpu_share": self.agent_cpu}
+                "agent_cpu_share": self.agent_cpu, "service_cpu_share": self.service_cpu,
+                "stage_cpu_share": self.stage_cpu}
 
 
 def cpu_s(pid: int) -> float:
@@ -77,15 +92,32 @@ class Watch(threading.Thread):
             self.seen = {"flows": max(self.seen["flows"], len(flows)), "inband": max(self.seen["inband"], len(inband))}
 
 
-def one_run(lab: Lab, folder: Path, args: list[str], *, workload: bool) -> tuple[float, dict[str, int], float]:
-    """Agents on every host (the workload service in them or not), the job run once; its median
-    step time, what the agents saw of it, and the share of a core each agent used while it ran.
-    The agents are stopped before the next run."""
+def stage_seconds(agents: LabAgents) -> dict[str, float]:
+    """The workload service's CPU seconds by stage, summed over the agents (from their state files)."""
+    out: dict[str, float] = {}
+    for state in read_states(agents.state_dir).values():
+        for stage, seconds in state.get("workload", {}).get("cpu_seconds_by_stage", {}).items():
+            out[stage] = out.get(stage, 0.0) + seconds
+    return out
+
+
+@dataclass
+class Run:
+    step_s: float  # the median step
+    seen: dict[str, int]  # what the agents saw of the job
+    agent_cpu: float  # the share of a core each agent used while the job ran
+    stage_cpu: dict[str, float]  # of that, the workload service's, by stage
+
+
+def one_run(lab: Lab, folder: Path, args: list[str], *, workload: bool) -> Run:
+    """Agents on every host (the workload service in them or not), the job run once. The agents
+    are stopped before the next run."""
     agents = LabAgents(lab, peers=3, extra=[] if workload else ["--disable", "workload"])
     agents.start()
     watch = Watch(agents)
     try:
         agents.wait_publishing()
+        stages_before = stage_seconds(agents)
         before, start = [cpu_s(p.pid) for p in agents.procs], time.monotonic()
         run = job.start(lab, HOSTS, [str(SCRIPT), *args], folder, env={JOB_ENV: JOB_NAME})
         watch.start()
@@ -97,13 +129,19 @@ def one_run(lab: Lab, folder: Path, args: list[str], *, workload: bool) -> tuple
         if failed := agents.failed():  # an agent that died mid-run would make A look like B
             raise ClockfabricError(f"an agent exited during the job: {failed[0]}")
         used = sum(cpu_s(p.pid) - b for p, b in zip(agents.procs, before, strict=True))
-        share = used / (time.monotonic() - start) / len(agents.procs)
+        took = (time.monotonic() - start) * len(agents.procs)
+        # the state files lag an update behind, at both ends alike
+        stages = {k: (v - stages_before.get(k, 0.0)) / took for k, v in stage_seconds(agents).items()}
     finally:
         agents.stop()
     if result.outcome != "completed" or result.median_step_s is None:
         raise ClockfabricError(f"the DDP job did not complete: {result.error or result.outcome}")
     watch.join(2.0)
-    return result.median_step_s, watch.seen, share
+    return Run(result.median_step_s, watch.seen, used / took, stages)
+
+
+def stage_line(shares: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2%}" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])) or "none"
 
 
 def paired_runs(pairs: int, steps: int) -> Pairs:
@@ -118,14 +156,16 @@ def paired_runs(pairs: int, steps: int) -> Pairs:
         for i in range(pairs):
             first = "A" if i % 2 == 0 else "B"
             for which in (first, "B" if first == "A" else "A"):
-                step, seen, share = one_run(lab, Path(tmp) / f"pair{i}-{which}", args, workload=which == "A")
-                (found.with_workload if which == "A" else found.without).append(step)
-                found.agent_cpu[which].append(share)
+                run = one_run(lab, Path(tmp) / f"pair{i}-{which}", args, workload=which == "A")
+                (found.with_workload if which == "A" else found.without).append(run.step_s)
+                found.agent_cpu[which].append(run.agent_cpu)
                 if which == "A":
-                    found.seen.append(seen)
+                    found.seen.append(run.seen)
+                    found.stage_cpu.append(run.stage_cpu)
             found.order.append(first)
             out.print(f"pair {i} ({first} first): with workload monitoring {found.with_workload[-1] * 1e3:.1f} "
                       f"ms/step ({found.seen[-1]['flows']} job flows seen, {found.seen[-1]['inband']} with in-band "
                       f"OWD), without {found.without[-1] * 1e3:.1f} ms/step, ratio {found.ratios[-1]:.4f}; each agent "
-                      f"{found.agent_cpu['A'][-1]:.1%} of a core with, {found.agent_cpu['B'][-1]:.1%} without")
+                      f"{found.agent_cpu['A'][-1]:.2%} of a core with, {found.agent_cpu['B'][-1]:.2%} without; the "
+                      f"service's stages: {stage_line(found.stage_cpu[-1])}")
     return found

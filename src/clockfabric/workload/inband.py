@@ -13,8 +13,10 @@ cost a copy to user space.
 
 from __future__ import annotations
 
+import socket
 import struct
-from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import NamedTuple
 
 HASH_MULTIPLIER = 0x9E3779B1  # Knuth's: 2**32 / the golden ratio, odd
 DEFAULT_BITS = 4  # 1 packet in 16
@@ -29,9 +31,9 @@ def selected(seq: int, bits: int = DEFAULT_BITS) -> bool:
     return ((seq * HASH_MULTIPLIER) & 0xFFFFFFFF) >> (32 - bits) == 0
 
 
-@dataclass(frozen=True, order=True)
-class Packet:
-    """A sampled TCP packet, by what it keeps from the sender to the receiver."""
+class Packet(NamedTuple):
+    """A sampled TCP packet, by what it keeps from the sender to the receiver (a tuple: thousands
+    a second are made, hashed and matched)."""
 
     src: str
     sport: int
@@ -46,25 +48,26 @@ class Packet:
         return self.src, self.sport, self.dst, self.dport
 
 
-def _ip(raw: bytes) -> str:
-    return ".".join(str(b) for b in raw)
+# from the Ethernet type on: type, IP version and header length, total length, ID, fragment
+# field, protocol, source, destination
+HEADERS = struct.Struct("!H B x H H H x B 2x 4s 4s")
+TCP_START = struct.Struct("!HHI")  # ports, sequence number
 
 
 def parse_frame(frame: bytes, bits: int = DEFAULT_BITS) -> Packet | None:
     """An Ethernet frame (or its first SNAP_BYTES) as a sampled packet; None for anything else:
     not IPv4 TCP, a fragment, no payload, or not selected."""
-    if len(frame) < ETH_HEADER + 20 or struct.unpack_from("!H", frame, 12)[0] != ETH_P_IP:
+    if len(frame) < ETH_HEADER + 20:
         return None
-    ip = frame[ETH_HEADER:]
-    ihl = (ip[0] & 0x0F) * 4
-    total, ip_id, frag = struct.unpack_from("!HHH", ip, 2)
-    if ip[9] != IPPROTO_TCP or frag & 0x1FFF or ihl < 20 or len(ip) < ihl + 13:
+    ethertype, version_ihl, total, ip_id, frag, proto, src, dst = HEADERS.unpack_from(frame, 12)
+    ihl = (version_ihl & 0x0F) * 4
+    tcp = ETH_HEADER + ihl
+    if ethertype != ETH_P_IP or proto != IPPROTO_TCP or frag & 0x1FFF or ihl < 20 or len(frame) < tcp + 13:
         return None
-    sport, dport, seq = struct.unpack_from("!HHI", ip, ihl)
-    tcp_header = (ip[ihl + 12] >> 4) * 4
-    if total <= ihl + tcp_header or not selected(seq, bits):
+    sport, dport, seq = TCP_START.unpack_from(frame, tcp)
+    if total <= ihl + (frame[tcp + 12] >> 4) * 4 or not selected(seq, bits):
         return None
-    return Packet(_ip(ip[12:16]), sport, _ip(ip[16:20]), dport, seq, ip_id)
+    return Packet(socket.inet_ntoa(src), sport, socket.inet_ntoa(dst), dport, seq, ip_id)
 
 
 # classic BPF opcodes (linux/bpf_common.h)
@@ -74,10 +77,24 @@ JEQ_K, JSET_K, JGT_X, RET_K, ST, LDX_MEM = 0x15, 0x45, 0x3D, 0x06, 0x02, 0x61
 KEEP, DROP = "keep", "drop"  # jump targets: the program's last two instructions
 
 
-def bpf_program(bits: int = DEFAULT_BITS) -> list[tuple[int, int, int, int]]:
+MAX_PORT_PAIRS = 200  # a filter naming more flows' ports would jump past the 255 instructions a jump reaches
+MAX_BITS = 10  # the sparsest sampling a flow is given: 1 packet in 1024
+# (source port, destination port) of the packets wanted -> the bits their sequence numbers are sampled by
+PortBits = Mapping[tuple[int, int], int]
+
+
+def bpf_program(bits: int = DEFAULT_BITS, ports: PortBits | None = None) -> list[tuple[int, int, int, int]]:
     """The kernel's half of `parse_frame`: (code, jump if true, jump if false, k) instructions
-    keeping SNAP_BYTES of each IPv4 TCP frame with a payload whose sequence number is selected."""
+    keeping SNAP_BYTES of each IPv4 TCP frame with a payload whose sequence number is selected;
+    with `ports`, only those whose port pair is one of them (the job flows': no other packet
+    costs a copy), each selected by its own bits (at least `bits`: the packets selected by more
+    bits are a subset of those by fewer). At most MAX_PORT_PAIRS; none: nothing kept."""
     keep, drop = KEEP, DROP
+    if ports is not None and not ports:
+        return [(RET_K, 0, 0, 0)]
+    if ports is not None and len(ports) > MAX_PORT_PAIRS:
+        raise ValueError(f"{len(ports)} port pairs: a filter takes at most {MAX_PORT_PAIRS}")
+    wanted = sorted((sport << 16 | dport, max(bits, b)) for (sport, dport), b in (ports or {}).items())
     prog: list[tuple[int, int | str, int | str, int]] = [
         (LD_H_ABS, 0, 0, 12), (JEQ_K, 0, drop, ETH_P_IP),        # IPv4
         (LD_B_ABS, 0, 0, 23), (JEQ_K, 0, drop, IPPROTO_TCP),     # TCP
@@ -88,15 +105,26 @@ def bpf_program(bits: int = DEFAULT_BITS) -> list[tuple[int, int, int, int]]:
         (JEQ_K, 0, drop, 0),                                     # selected
         (LD_B_IND, 0, 0, ETH_HEADER + 12), (ALU_RSH_K, 0, 0, 4), (ALU_LSH_K, 0, 0, 2),  # A = TCP header length
         (ALU_ADD_X, 0, 0, 0), (ST, 0, 0, 0), (LDX_MEM, 0, 0, 0),  # X = IP + TCP header lengths
-        (LD_H_ABS, 0, 0, ETH_HEADER + 2), (JGT_X, keep, drop, 0),  # a payload: total length beyond them
+        # a payload: the total length beyond them (then the ports, if wanted)
+        (LD_H_ABS, 0, 0, ETH_HEADER + 2), (JGT_X, 0 if wanted else keep, drop, 0),
     ]
-    at_keep = len(prog)  # DROP is the instruction after it
+    labels: dict[str, int] = {}
+    if wanted:  # A = the ports (source, destination): one of the wanted pairs, then its own bits
+        prog += [(LDX_MSH, 0, 0, ETH_HEADER), (LD_W_IND, 0, 0, ETH_HEADER)]
+        prog += [(JEQ_K, keep if b == bits else f"bits{b}", 0 if i < len(wanted) - 1 else drop, pair)
+                 for i, (pair, b) in enumerate(wanted)]
+        for b in sorted({b for _, b in wanted} - {bits}):  # the sequence number selected by more bits
+            labels[f"bits{b}"] = len(prog)
+            prog += [(LD_W_IND, 0, 0, ETH_HEADER + 4), (ALU_MUL_K, 0, 0, HASH_MULTIPLIER),
+                     (ALU_RSH_K, 0, 0, 32 - b), (JEQ_K, keep, drop, 0)]
+    labels |= {KEEP: len(prog), DROP: len(prog) + 1}
 
     def jump(target: int | str, at: int) -> int:
         """A label as the kernel's relative jump from instruction `at`."""
-        return target if isinstance(target, int) else at_keep + (target == DROP) - at - 1
+        return target if isinstance(target, int) else labels[target] - at - 1
 
     out = [(code, jump(jt, at), jump(jf, at), k) for at, (code, jt, jf, k) in enumerate(prog)]
+    assert all(jt <= 255 and jf <= 255 for _, jt, jf, _ in out), "a jump past a jump's reach"
     return [*out, (RET_K, 0, 0, SNAP_BYTES), (RET_K, 0, 0, 0)]
 
 

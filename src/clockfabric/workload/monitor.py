@@ -9,11 +9,14 @@ namespace, and sock_diag answers for that namespace only:
     a lab, another host's processes. Not this host's: skipped.
 
 Cost: a process's job variables are read once (a young one again for a few seconds, as it may
-still exec with a new environment); only the job processes' fds are listed each update.
+still exec with a new environment; one that cannot be read, a kernel thread, not again); the
+job processes' fds are listed only when a socket no listing has seen appears, or the job
+processes change: a steady job's flows cost one sock_diag read an update.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -79,6 +82,10 @@ class WorkloadMonitor:
         self.netns, self.pidns = proc.own_namespaces()
         self.known: dict[int, tuple[float, JobProcess | None]] = {}  # by pid: its start, its job (or None)
         self.tracker = FlowTracker()
+        # the last fd listing: socket inode -> (pid, job); the inodes it looked for; whose fds it listed
+        self.owner: dict[int, tuple[int, str]] = {}
+        self.listed_inodes: set[int] = set()
+        self.listed_jobs: dict[int, str] = {}
 
     def _classify(self, pid: int) -> tuple[float, JobProcess | None] | None:
         """(its start, its job or None: no job, or not this host's); None if it is gone."""
@@ -90,6 +97,10 @@ class WorkloadMonitor:
             return facts.start_s, None
         return facts.start_s, JobProcess(pid, tag, facts.start_s, visible=facts.netns == self.netns)
 
+    def _tagged(self, pid: int) -> bool:
+        marks = self.proc.job_marks(pid)
+        return marks is not None and identify(*marks) is not None
+
     def processes(self) -> list[JobProcess]:
         """This host's job processes now."""
         now_s = time.time()
@@ -97,9 +108,11 @@ class WorkloadMonitor:
         self.known = {pid: k for pid, k in self.known.items() if pid in pids}
         for pid in pids:
             before = self.known.get(pid)
-            if before is None or (before[1] is None and now_s - before[0] < YOUNG_S):
-                if (found := self._classify(pid)) is not None:
-                    self.known[pid] = found
+            # a young process of no job is read again, first only what an exec changes to make it
+            # a job's (its environment, its cgroup); one that cannot be read (a kernel thread, or
+            # gone: then not listed next time) is not tried again
+            if before is None or (before[1] is None and now_s - before[0] < YOUNG_S and self._tagged(pid)):
+                self.known[pid] = self._classify(pid) or (-math.inf, None)
         return [p for _, p in self.known.values() if p is not None]
 
     def update(self) -> WorkloadView:
@@ -108,10 +121,13 @@ class WorkloadMonitor:
         if self.read_sockets is None:
             view.flows_readable = False
             return view
-        visible = [p for p in procs if p.visible]
-        inodes = {p.pid: self.proc.socket_inodes(p.pid) for p in visible}
-        rates, view.ended = self.tracker.update(self.read_sockets(), self.clock())
-        view.flows, others = attribute(rates, owners(inodes, {p.pid: p.tag.jobid for p in visible}))
+        readings = self.read_sockets()
+        jobs = {p.pid: p.tag.jobid for p in procs if p.visible}
+        if jobs != self.listed_jobs or any(r.inode not in self.listed_inodes for r in readings):
+            self.owner = owners({pid: self.proc.socket_inodes(pid) for pid in jobs}, jobs)
+            self.listed_inodes, self.listed_jobs = {r.inode for r in readings}, jobs
+        rates, view.ended = self.tracker.update(readings, self.clock())
+        view.flows, others = attribute(rates, self.owner)
         view.other_flows = len(others)
         view.busy_others = [r for r in others if (r.tx_bps or 0) >= BUSY_BPS]
         return view

@@ -17,6 +17,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from clockfabric.workload.inband import Packet
 
@@ -27,8 +28,9 @@ INBAND, FALLBACK = "inband", "rtt/2"
 Tuple4 = tuple[str, int, str, int]
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
+    """A sampled packet where one end saw it (a tuple: thousands a second are made and matched)."""
+
     packet: Packet
     side: str  # TX | RX
     t_ns: int  # global time when `synced`, else the host's own clock

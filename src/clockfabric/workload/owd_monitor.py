@@ -13,14 +13,46 @@ from collections.abc import Callable
 from clockfabric.traffic.steer_decide import FlowKey
 from clockfabric.workload.exchange import by_peer, encode, peers_by_direction
 from clockfabric.workload.flows import flow_label
-from clockfabric.workload.inband import Packet
+from clockfabric.workload.inband import DEFAULT_BITS, MAX_BITS, Packet
 from clockfabric.workload.monitor import WorkloadView
 from clockfabric.workload.owd import HOLD_NS, Matcher, OwdStats, Record, Tuple4, flow_owd
+
+# a flow direction's delays a second, about, at most: past some dozens a window's min, p50 and
+# p99 tell no more, and each sampled packet costs the agents at both ends
+SAMPLES_PER_S = 50
 
 
 def directed(key: FlowKey) -> Tuple4:
     """A flow's key as the 4-tuple of its packets from the local end."""
     return key.local, key.lport, key.remote, key.rport
+
+
+def sampling_bits(matched: int, bits: int, window_s: float) -> int:
+    """The bits a flow direction is sampled by next: the fewest (from DEFAULT_BITS) that would
+    have made at most SAMPLES_PER_S delays a second of a direction that made `matched` in a
+    window of `window_s` sampled by `bits`. Both ends match the same records (each sends the
+    other all of its own), so they choose alike; where they do not, the packets sampled by more
+    bits are a subset of those by fewer: the matches are the sparser end's, never a wrong one."""
+    at_default = matched * 2 ** (bits - DEFAULT_BITS) / window_s
+    chosen = DEFAULT_BITS
+    while chosen < MAX_BITS and at_default / 2 ** (chosen - DEFAULT_BITS) > SAMPLES_PER_S:
+        chosen += 1
+    return chosen
+
+
+def batch_times(to_time: Callable[[int], tuple[int, bool]], real_ns: list[int]) -> list[tuple[int, bool]]:
+    """`to_time` of each of a batch of kernel times, from two calls: between two updates of the
+    clock, a host's map from its kernel clock to global time is affine (an offset and a drift),
+    and its error bound, which grows with the distance from the fit, is largest at an end. A
+    batch with an end not synced is mapped time by time: never a global time not earned."""
+    if not real_ns:
+        return []
+    low, high = min(real_ns), max(real_ns)
+    (t_low, synced_low), (t_high, synced_high) = to_time(low), to_time(high)
+    if not (synced_low and synced_high):
+        return [to_time(t) for t in real_ns]
+    scale = (t_high - t_low) / (high - low) if high > low else 1.0
+    return [(t_low + round((t - low) * scale), True) for t in real_ns]
 
 
 class InbandOwd:
@@ -38,18 +70,23 @@ class InbandOwd:
         self.outbox: list[Record] = []
         self.window_end_ns: int | None = None
         self.owd: dict[str, dict[str, OwdStats | None]] = {}  # by flow label: the last closed window's
+        self.bits: dict[Tuple4, int] = {}  # each flow direction's sampling (DEFAULT_BITS if not here)
 
     def flows_changed(self, view: WorkloadView) -> None:
         self.flows = {directed(f.rates.key) for f in view.flows}
         self.peers = peers_by_direction(self.flows, {**self.host_by_address, **self.learned})
 
+    def port_bits(self) -> dict[tuple[int, int], int]:
+        """The (source, destination) ports of the packets of each job flow direction with an agent
+        at its far end, and the bits each is sampled by."""
+        return {(t[1], t[3]): self.bits.get(t, DEFAULT_BITS) for t in self.peers}
+
     def captured(self, packets: list[tuple[Packet, str, int]], now_ns: int) -> None:
         """This host's sampled packets: (packet, side, kernel real-clock time)."""
-        records = []
-        for packet, side, real_ns in packets:
-            if packet.tuple4 in self.peers:
-                t_ns, synced = self.to_time(real_ns)
-                records.append(Record(packet, side, t_ns, synced))
+        ours = [p for p in packets if p[0].tuple4 in self.peers]
+        times = batch_times(self.to_time, [real_ns for _, _, real_ns in ours])
+        records = [Record(packet, side, t_ns, synced)
+                   for (packet, side, _), (t_ns, synced) in zip(ours, times, strict=True)]
         self.matcher.add(records, now_ns)
         self.outbox += records
 
@@ -84,5 +121,8 @@ class InbandOwd:
             return
         window = self.matcher.close_window()
         self.window_end_ns = now_ns + self.window_ns
+        matched = {t: stats.samples for t, stats in window.items()}
+        self.bits = {t: b for t in self.peers if (b := sampling_bits(matched.get(t, 0), self.bits.get(t, DEFAULT_BITS),
+                                                                      self.window_ns / 1e9)) != DEFAULT_BITS}
         self.owd = {flow_label(f.rates.key): flow_owd(directed(f.rates.key), window, f.rates.reading.rtt_us)
                     for f in view.flows}

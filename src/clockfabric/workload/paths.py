@@ -138,6 +138,7 @@ class PathTracer(threading.Thread):
         super().__init__(name="flow-paths", daemon=True)
         self.paths, self.every_s = paths, every_s
         self._keys: list[FlowKey] = []
+        self.cpu_s = 0.0  # this thread's CPU time tracing
         self._wake, self._stopping = threading.Event(), threading.Event()
 
     def want(self, keys: Iterable[FlowKey]) -> None:
@@ -158,4 +159,6 @@ class PathTracer(threading.Thread):
             self._wake.wait(self.every_s)
             self._wake.clear()
             if not self._stopping.is_set():
+                start = time.thread_time()
                 self.paths.learn(self._keys)
+                self.cpu_s += time.thread_time() - start

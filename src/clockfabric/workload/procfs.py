@@ -50,11 +50,21 @@ class ProcFs:
         link = os.readlink(proc / "ns" / kind)  # "net:[4026531840]"
         return int(link[link.index("[") + 1:-1])
 
+    def job_marks(self, pid: int) -> tuple[dict[str, str], str] | None:
+        """What says a process is a job's: its job variables and its cgroup (None if gone)."""
+        proc = f"{self.root}/{pid}/"
+        try:
+            with open(proc + "environ", "rb") as environ, open(proc + "cgroup") as cgroup:
+                return parse_environ(environ.read()), cgroup.read()
+        except GONE:
+            return None
+
     def process(self, pid: int) -> ProcessFacts | None:
         proc = self.root / str(pid)
+        if (marks := self.job_marks(pid)) is None:
+            return None
+        environ, cgroup = marks
         try:
-            environ = parse_environ((proc / "environ").read_bytes())
-            cgroup = (proc / "cgroup").read_text()
             stat = (proc / "stat").read_text()
             netns, pidns = self._ns(proc, "net"), self._ns(proc, "pid")
         except GONE:
@@ -71,7 +81,7 @@ class ProcFs:
 
     def socket_inodes(self, pid: int) -> set[int]:
         """The inodes of the sockets among the process's open files."""
-        fds = self.root / str(pid) / "fd"
+        fds = f"{self.root}/{pid}/fd/"  # strings, not Paths: a job process may hold hundreds of fds
         try:
             names = os.listdir(fds)
         except GONE:
@@ -79,7 +89,7 @@ class ProcFs:
         out = set()
         for name in names:
             try:
-                link = os.readlink(fds / name)
+                link = os.readlink(fds + name)
             except GONE:
                 continue
             if link.startswith(SOCKET_LINK):

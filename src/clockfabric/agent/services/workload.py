@@ -8,12 +8,11 @@ through (workload.paths, on a thread of its own) and the DSCP its socket marks."
 from __future__ import annotations
 
 import logging
-import math
 import time
 
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
-from clockfabric.workload import exchange, samples
+from clockfabric.workload import exchange, samples, stages
 from clockfabric.workload.capture import Capture
 from clockfabric.workload.monitor import WorkloadMonitor, WorkloadView
 from clockfabric.workload.owd_monitor import InbandOwd
@@ -22,7 +21,6 @@ from clockfabric.workload.procfs import ProcFs
 from clockfabric.workload.sockets import KernelSockets
 
 log = logging.getLogger(__name__)
-CAPTURE_POLL_S = 0.1  # how often sampled packets are read: their times are the kernel's, not the read's
 
 
 @service("workload", help="Jobs on this host (Slurm, torchrun, Kubernetes, `job run`), their TCP flows "
@@ -39,8 +37,11 @@ class Workload(Service):
             log.warning("cannot read TCP sockets (%s): jobs are reported without flows", e)
         self.monitor = WorkloadMonitor(ProcFs(), self.sockets)
         self.view = WorkloadView()
-        self.cpu_s = 0.0  # this service's CPU time over all updates: what it costs the host
+        self.cpu = stages.StageCpu()  # this service's CPU time by stage: what it costs the host
+        # sampled packets are read once an update, from the capture's ring (its times are the
+        # kernel's, not the read's): the agent's loop never wakes for them
         self.capture: Capture | None = None
+        self.dropped = 0  # sampled packets the ring had no room for
         try:
             self.capture = Capture(ctx.rails)
         except OSError as e:  # no raw sockets here (no CAP_NET_RAW): flows keep RTT/2 only
@@ -57,43 +58,49 @@ class Workload(Service):
         ctx.on_link_change.append(self.paths.forget)  # a changed fabric moves the hash
         self.paths.start()
 
-    def poll(self, now_s: float) -> float:
-        """Sampled packets read often only while a job flow may have some: with none, every
-        sample is dropped unread, and the update's read empties the buffer (a wake-up of the
-        agent's loop costs more than the read)."""
-        if self.capture is None or not self.inband.peers:
-            return math.inf
-        self._take_samples()
-        return now_s + CAPTURE_POLL_S
-
     def _take_samples(self) -> None:
-        if self.capture is not None:
-            self.inband.captured(self.capture.drain(), time.monotonic_ns())
+        if self.capture is None:
+            return
+        with self.cpu.stage(stages.CAPTURE):
+            packets = self.capture.drain()
+            self.dropped += self.capture.dropped()
+        with self.cpu.stage(stages.MATCH):
+            self.inband.captured(packets, time.monotonic_ns())
 
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
-        self.inband.received(str(msg["from"]), exchange.decode(msg), time.monotonic_ns())
+        with self.cpu.stage(stages.RECEIVE):
+            records = exchange.decode(msg)
+        with self.cpu.stage(stages.MATCH):
+            self.inband.received(str(msg["from"]), records, time.monotonic_ns())
 
     def tick(self, now_ns: int) -> None:
-        t0 = time.thread_time()
         self._take_samples()
-        try:
-            self.view = self.monitor.update()
-        except OSError as e:  # /proc or netlink failing: keep the last view, say so once an update
-            log.warning("workload update: %s", e)
-        self.inband.flows_changed(self.view)
-        for peer, messages in self.inband.messages().items():
-            for msg in messages:
-                self.ctx.send(peer, msg)
-        self.inband.tick(self.view, time.monotonic_ns())
-        self.paths.want([f.rates.key for f in self.view.flows] + [r.key for r in self.view.busy_others])
-        self.owd = self.inband.owd
-        self.cpu_s += time.thread_time() - t0
+        with self.cpu.stage(stages.FLOWS):
+            try:
+                self.view = self.monitor.update()
+            except OSError as e:  # /proc or netlink failing: keep the last view, say so once an update
+                log.warning("workload update: %s", e)
+            self.inband.flows_changed(self.view)
+            if self.capture is not None:  # the kernel drops every other flow's packets
+                self.capture.only(self.inband.port_bits())
+        with self.cpu.stage(stages.SEND):
+            for peer, messages in self.inband.messages().items():
+                for msg in messages:
+                    self.ctx.send(peer, msg)
+        with self.cpu.stage(stages.WINDOW):
+            self.inband.tick(self.view, time.monotonic_ns())
+            self.owd = self.inband.owd
+        with self.cpu.stage(stages.PATHS):
+            self.paths.want([f.rates.key for f in self.view.flows] + [r.key for r in self.view.busy_others])
 
     def report(self) -> dict:
         capture = self.capture
+        by_stage = {**self.cpu.as_dict(), stages.PATHS: self.cpu.seconds[stages.PATHS] + self.paths.cpu_s}
         inband = {"capturing": capture is not None, "sampled_packets": capture.kept if capture else 0,
-                  "cpu_seconds": capture.cpu_s if capture else 0.0}
-        return {"workload": {**samples.state(self.view, self.owd), "cpu_seconds": self.cpu_s, "inband": inband}}
+                  "dropped_packets": self.dropped,
+                  "cpu_seconds": by_stage.get(stages.CAPTURE, 0.0)}
+        return {"workload": {**samples.state(self.view, self.owd), "cpu_seconds": sum(by_stage.values()),
+                             "cpu_seconds_by_stage": by_stage, "inband": inband}}
 
     def snapshot(self) -> Snapshot:
         view, owd = self.view, self.owd  # each replaced whole by a tick: one consistent view
