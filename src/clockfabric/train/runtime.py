@@ -309,8 +309,10 @@ class Elastic:
         if self.buddy:  # every buddy holds its predecessor's shard as of this step, a new member's too
             self.buddy.exchange(self.optimizer, self.step)  # type: ignore[arg-type]
         transferred = time.time()
-        # one bucket: the hook puts it in parameter order, which only a whole model can be
-        self.model = _Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB)
+        # one bucket: the hook puts it in parameter order, which only a whole model can be. After
+        # a carry every member holds the same parameters, so DDP's own broadcast of them is
+        # skipped: it would cost time, and a member lost in it would cost the others its bound
+        self.model = _Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB, init_sync=gen.number == 0)
         self.model.job = self
         self.model.register_comm_hook(self, _average)
         group.settle(self.timeout_s)
