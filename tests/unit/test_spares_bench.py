@@ -1,10 +1,11 @@
 """The spares benchmark's arithmetic: torchft's figures from its survivors' step records, the
-three goodputs, and the per-kind targets with torchft as their baseline."""
+three goodputs, and the per-kind targets with torchft and the checkpoint restarts beside them."""
 
 import pytest
 
 from clockfabric.bench.spares import goodputs, kind_targets
 from clockfabric.bench.spares_faults import FROZEN, KILLED, inject
+from clockfabric.bench.spares_restart import restart_run
 from clockfabric.bench.spares_torchft import figures
 from clockfabric.errors import ClockfabricError
 
@@ -52,7 +53,7 @@ def test_kind_targets_carry_torchft_as_baseline_or_why_it_did_not_run():
     row = {"recovery_s": 1.0, "steps_lost": 0.0, "world_after": 3.0}
     theirs = {"recovery_s": 30.0, "steps_lost": 0.0, "world_after": 2.0}
     result = {"ours": {KILLED: [row] * 3, FROZEN: [row | {"recovery_s": 11.0}]}, "torchft": {KILLED: [theirs]},
-              "torchft_not_run": None, "restart": []}
+              "torchft_not_run": None, "restart": {}}
     killed, frozen = kind_targets(result)
     assert killed.met and killed.bar == 5.0 and killed.baseline == pytest.approx(30.0)
     assert "world 2 after" in killed.note
@@ -69,7 +70,24 @@ def test_an_unknown_failure_kind_is_one_clear_line():
 def test_a_failed_run_fails_its_kinds_target_and_says_why():
     row = {"recovery_s": 1.0, "steps_lost": 0.0, "world_after": 3.0}
     result = {"ours": {FROZEN: [row, {"error": "the elastic job did not complete"}]}, "torchft": {},
-              "torchft_not_run": "not run: --no-torchft", "restart": []}
+              "torchft_not_run": "not run: --no-torchft", "restart": {}}
     (frozen,) = kind_targets(result)
     assert frozen.value is None and not frozen.met
     assert "1 of 2 runs failed (the elastic job did not complete)" in frozen.note and "p50 1.00 s" in frozen.note
+
+
+def test_every_kind_carries_its_checkpoint_restart_baseline():
+    row = {"recovery_s": 3.0, "steps_lost": 0.0, "world_after": 3.0}
+    restarted = {"recovery_s": 36.0, "steps_lost": 4.0, "world_after": 3.0, "exit_s": 30.2}
+    result = {"ours": {KILLED: [row], FROZEN: [row]}, "torchft": {}, "torchft_not_run": "not run: --no-torchft",
+              "restart": {FROZEN: [restarted, {"error": "the relaunched job did not complete"}]}}
+    killed, frozen = kind_targets(result)
+    assert "checkpoint restarts" not in killed.note
+    assert "checkpoint restarts: p50 36.00 s" in frozen.note and "4 steps lost" in frozen.note
+    assert "1 of 2 runs failed (the relaunched job did not complete)" in frozen.note
+
+
+def test_a_restart_after_a_host_failure_needs_a_spare_to_relaunch_on(tmp_path):
+    with pytest.raises(ClockfabricError, match="needs a spare host"):
+        restart_run(None, ["h0", "h1", "h2"], tmp_path / "train.py", [], tmp_path,  # type: ignore[arg-type]
+                    every=10, kill_at=5, kind=FROZEN)

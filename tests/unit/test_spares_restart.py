@@ -15,13 +15,13 @@ def test_step_ends_keep_only_steps_every_rank_completed():
 def test_restart_figures_count_the_steps_after_the_checkpoint_as_lost():
     before = {s: 10.0 + s for s in range(14)}  # step s done at 10 + s; killed at 23.5, after step 13
     after = {s: 30.0 + s for s in range(10, 20)}  # resumed from the checkpoint at step 10
-    got = restart_figures(before, after, killed=23.5, resumed_at=10)
+    got = restart_figures(before, after, failed=23.5, resumed_at=10)
     assert got == {"recovery_s": 30.0 + 14 - 23.5, "steps_lost": 4.0, "restart_s": 30.0 + 10 - 23.5}
 
 
 def test_restart_figures_refuse_a_relaunch_that_never_got_past_the_failure():
     with pytest.raises(ClockfabricError, match="never completed step 4"):
-        restart_figures({s: float(s) for s in range(4)}, {0: 9.0}, killed=3.5, resumed_at=0)
+        restart_figures({s: float(s) for s in range(4)}, {0: 9.0}, failed=3.5, resumed_at=0)
 
 
 def test_goodput_charges_each_failure_and_the_per_step_overhead():

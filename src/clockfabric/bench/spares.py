@@ -1,10 +1,11 @@
 """`clockfabric bench spares`: the same job three ways on one lab in one run, under the same failures.
 
-(1) what users run today: plain DDP writing a checkpoint every K steps, relaunched whole on a
-failure (bench.spares_restart); (2) torchft on gloo (bench.spares_torchft); (3) ours: the
-elastic wrapper with a spare waiting (examples/ddp_spares.py, train.launch). The failures
-(bench.spares_faults): a rank killed between steps or in the middle of its step (its peers
-in the all-reduce), its host isolated (both NICs down), its process frozen (SIGSTOP).
+(1) what users run today: plain DDP writing a checkpoint every K steps, relaunched whole once a
+worker exits (bench.spares_restart: after a frozen or cut-off rank, at the collective timeout);
+(2) torchft on gloo (bench.spares_torchft); (3) ours: the elastic wrapper with a spare waiting
+(examples/ddp_spares.py, train.launch). The failures (bench.spares_faults): a rank killed
+between steps or in the middle of its step (its peers in the all-reduce), its host isolated
+(both NICs down), its process frozen (SIGSTOP); each of the three ways under each of them.
 
 Figures: failure -> next completed step (every rank having completed a step that started
 after the failure), p50 and p95 per failure kind, with the completed steps lost and the world
@@ -187,8 +188,8 @@ def kind_targets(result: dict[str, Any]) -> list[Target]:
         baseline = p95([r["recovery_s"] for r in completed(theirs)]) if completed(theirs) else None
         note = f"ours: {summary(ours)}; " + (f"torchft: {summary(theirs)}" if theirs
                                               else f"torchft: {result['torchft_not_run'] or 'not run for this kind'}")
-        if kind == KILLED and result["restart"]:
-            note += f"; checkpoint restarts: {summary(result['restart'])}"
+        if result["restart"].get(kind):
+            note += f"; checkpoint restarts: {summary(result['restart'][kind])}"
         whole = len(completed(ours)) == len(ours)  # a failed run fails the target: no figure
         targets.append(Target(f"{kind} rank: failure -> next completed step, p95",
                               p95([r["recovery_s"] for r in ours]) if whole else None, BARS[kind], unit="s",
@@ -199,7 +200,7 @@ def kind_targets(result: dict[str, Any]) -> list[Target]:
 @BENCHMARKS.register("spares", help="Spares against checkpoint restarts and torchft: failure -> next step, "
                                     "goodput, per-step cost")
 def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours and torchft)."),
-         restarts: int = typer.Option(3, min=1, help="Checkpoint-restart runs, a rank killed in each."),
+         restarts: int = typer.Option(3, min=1, help="Checkpoint-restart runs per failure kind."),
          pairs: int = typer.Option(4, min=1, help="Paired no-failure runs, plain DDP and elastic."),
          steps: int = typer.Option(40, min=10, help="Training steps per run."),
          width: int = typer.Option(512, min=8, help="The MLP's hidden width."),
@@ -220,7 +221,7 @@ def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours an
         not_run = f"not run: {why}"
     facts = machine()
     name = f"spares-bench-{os.getpid() % 10000}"
-    result: dict[str, Any] = {"plain_step_s": [], "elastic_step_s": [], "ours": {}, "torchft": {}, "restart": [],
+    result: dict[str, Any] = {"plain_step_s": [], "elastic_step_s": [], "ours": {}, "torchft": {}, "restart": {},
                               "torchft_not_run": not_run, "every": every, "steps": steps, "width": width,
                               "ranks": len(RANKS)}
     kept = Path(tempfile.gettempdir()) / f"spares-bench-failed-{os.getpid()}"  # logs of runs that failed
@@ -235,13 +236,15 @@ def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours an
                     result["elastic_step_s"].append(step_s(elastic_run(lab, folder, args)[0]))
             out.print(f"pair {i}: plain DDP {result['plain_step_s'][-1] * 1e3:.1f} ms/step, "
                       f"elastic {result['elastic_step_s'][-1] * 1e3:.1f} ms/step")
-        for i in range(restarts):  # the kill lands at a different place between checkpoints each time
-            row = spares_restart.restart_run(lab, RANKS, EXAMPLES / "ddp_train.py", args, Path(tmp) / f"restart{i}",
-                                             every=every, kill_at=steps // 3 + i)
-            result["restart"].append(row | {"world_after": float(len(RANKS))})
-            out.print(f"restart {i}: next new step {row['recovery_s']:.2f} s after the kill, "
-                      f"{row['steps_lost']:.0f} steps redone")
         for kind in chosen:
+            for i in range(restarts):  # the failure lands at a different place between checkpoints each time
+                folder = Path(tmp) / f"restart-{kind.replace(' ', '-')}{i}"
+                row = failed_run(folder, kept, spares_restart.restart_run, lab, RANKS, EXAMPLES / "ddp_train.py",
+                                 args, folder, every=every, kill_at=steps // 3 + i, kind=kind, spare=SPARE[0])
+                row = row if "error" in row else row | {"world_after": float(len(RANKS))}
+                result["restart"].setdefault(kind, []).append(row)
+                out.print(f"checkpoint restarts, {kind} {i}: {said(row)}"
+                          + (f", {row['exit_s']:.1f} s until a worker exited" if "exit_s" in row else ""))
             for i in range(runs):
                 folder = Path(tmp) / f"{kind.replace(' ', '-')}{i}"
                 row = failed_run(folder / "ours", kept, ours_run, lab, folder / "ours", args, kind,
@@ -265,8 +268,9 @@ def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours an
     targets.append(Target("per-step time with no failure, elastic / plain DDP", statistics.median(ratios), 1.02,
                           unit="x", better="lower", baseline=1.0, note=f"median of {pairs} paired runs",
                           interval=interval(resampled_medians({"ratio": ratios})["ratio"])))
-    if killed:
-        gp = result["goodput"] = goodputs([r["recovery_s"] for r in killed], result["restart"], theirs,
+    restarted = completed(result["restart"].get(KILLED, []))
+    if killed and restarted:
+        gp = result["goodput"] = goodputs([r["recovery_s"] for r in killed], restarted, theirs,
                                           statistics.median(plain), statistics.median(ratios), every)
         others = f"torchft {gp['torchft']['180']:.3f}" if "torchft" in gp else f"torchft {not_run}"
         targets.append(Target(

@@ -73,6 +73,13 @@ def wait_generation(folder: Path, after: int, timeout_s: float, poll_s: float = 
     raise TimeoutError(f"no new generation of the job within {timeout_s:.0f} s (no spare came)")
 
 
+def superseded(folder: Path, number: int) -> bool:
+    """Whether a generation numbered above `number` was issued (paused or not): generation
+    `number`'s group is over, whatever it is still doing."""
+    gen = read_generation(folder)
+    return gen is not None and gen.number > number
+
+
 def beat_path(folder: Path, name: str) -> Path:
     return folder / "beat" / f"{name}.json"
 

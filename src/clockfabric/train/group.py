@@ -10,6 +10,9 @@ new store); only the transfer tensors would live on the GPU.
 from __future__ import annotations
 
 import datetime
+import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -28,6 +31,27 @@ CHUNK = 16 << 20
 # so the members first meet in the store (ARRIVED), bounded by FORM_S, and then publish together.
 CONNECT_WAITS = 5
 ARRIVED = "clockfabric/arrived"
+# Gloo does not fail an operation whose bytes are partly sent or received when its connection
+# fails: its pair signals the operations queued on it, but not the one it is writing (tx) or
+# reading (rx), so that one waits out its own timeout (FORM_S), however the socket was shut.
+# On a slow link a 16 MiB piece is partly on the wire nearly all the time: a spare killed during
+# the transfer cost the survivors the full 5 s. So the transfer's operations run asynchronously,
+# polled every POLL_S, and are abandoned as soon as the coordinator issues a newer generation.
+POLL_S = 0.005
+# Abandoned groups and their operations: kept referenced until those operations end (at their
+# timeout), since destroying a gloo group joins its threads, which would wait for them, and the
+# operations write into tensors that must outlive them.
+_abandoned: list[tuple[Any, list[Any]]] = []
+Superseding = Callable[[], bool]  # whether a newer generation was issued
+
+
+class Superseded(RuntimeError):
+    """A newer generation was issued while this group carried the state: its operations are
+    abandoned (a RuntimeError, as gloo's own failures, so the caller moves on alike)."""
+
+
+def never() -> bool:
+    return False
 
 
 def form(store_path: str, rank: int, world: int, timeout_s: float = FORM_S) -> None:
@@ -51,9 +75,22 @@ def form(store_path: str, rank: int, world: int, timeout_s: float = FORM_S) -> N
 
 
 def leave() -> None:
-    """Destroy the current group, if any (it waits for the group's operations still running)."""
+    """Destroy the current group, if any (it waits for the group's operations still running,
+    except those abandoned: their group is kept until they end)."""
+    _abandoned[:] = [(pg, works) for pg, works in _abandoned if not all(w.is_completed() for w in works)]
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _finish(work: Any, superseded: Superseding) -> None:
+    """Wait for an asynchronous operation of the group; abandon it, and the group, as soon as
+    a newer generation is issued. Its own error (a peer gone, its timeout) is raised as is."""
+    while not work.is_completed():
+        if superseded():
+            _abandoned.append((dist.distributed_c10d._get_default_group(), [work]))
+            raise Superseded("a newer generation was issued while the state was carried: the transfer is abandoned")
+        time.sleep(POLL_S)
+    work.wait()
 
 
 def settle(timeout_s: float) -> None:
@@ -61,25 +98,26 @@ def settle(timeout_s: float) -> None:
     dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=timeout_s))
 
 
-def most_advanced(completed: int) -> tuple[int, list[int]]:
+def most_advanced(completed: int, superseded: Superseding = never) -> tuple[int, list[int]]:
     """Every member's count of completed steps gathered: (the source rank, every rank's count).
 
     The source is the lowest rank of those that completed the most steps: its state holds every
     step any member completed, so none is lost. A replacement rank counts -1."""
     counts = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
-    dist.all_gather(counts, torch.tensor([completed], dtype=torch.int64))
+    _finish(dist.all_gather(counts, torch.tensor([completed], dtype=torch.int64), async_op=True), superseded)
     values = [int(c.item()) for c in counts]
     return values.index(max(values)), values
 
 
-def broadcast_bytes(data: bytes | None, source: int) -> bytes:
-    """The source's bytes, on every member (data is ignored elsewhere)."""
+def broadcast_bytes(data: bytes | None, source: int, superseded: Superseding = never) -> bytes:
+    """The source's bytes, on every member (data is ignored elsewhere); Superseded as soon as
+    superseded() says a newer generation was issued."""
     size = torch.tensor([len(data) if dist.get_rank() == source and data is not None else 0], dtype=torch.int64)
-    dist.broadcast(size, source)
+    _finish(dist.broadcast(size, source, async_op=True), superseded)
     if dist.get_rank() == source and data is not None:
         payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     else:
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
     for start in range(0, payload.numel(), CHUNK):
-        dist.broadcast(payload[start:start + CHUNK], source)
+        _finish(dist.broadcast(payload[start:start + CHUNK], source, async_op=True), superseded)
     return payload.numpy().tobytes()

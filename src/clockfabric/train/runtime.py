@@ -309,8 +309,10 @@ class Elastic:
         if self.buddy:  # every buddy holds its predecessor's shard as of this step, a new member's too
             self.buddy.exchange(self.optimizer, self.step)  # type: ignore[arg-type]
         transferred = time.time()
-        # one bucket: the hook puts it in parameter order, which only a whole model can be
-        self.model = _Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB)
+        # one bucket: the hook puts it in parameter order, which only a whole model can be. After
+        # a carry every member holds the same parameters, so DDP's own broadcast of them is
+        # skipped: it would cost time, and a member lost in it would cost the others its bound
+        self.model = _Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB, init_sync=gen.number == 0)
         self.model.job = self
         self.model.register_comm_hook(self, _average)
         group.settle(self.timeout_s)
@@ -323,7 +325,7 @@ class Elastic:
         """A new member, or survivors a step apart: the most advanced one's state for all; the
         bytes carried. ZeRO-1: the step the lost shards' copies allow, one back if a copy was
         still in flight when its sender was lost, and each shard from its buddy."""
-        source, counts = group.most_advanced(completed)
+        source, counts = group.most_advanced(completed, self._superseded)
         at = max(counts)
         if self.buddy:
             try:
@@ -335,7 +337,7 @@ class Elastic:
             source = min(r for r, c in enumerate(counts) if c >= 0)  # every survivor is at `at` now
         whole = None if self.buddy else self.optimizer  # shards travel from the buddies
         mine = state.to_bytes(state.capture(self.module, whole, self.step, self.step)) if self.rank == source else None
-        blob = group.broadcast_bytes(mine, source)
+        blob = group.broadcast_bytes(mine, source, self._superseded)
         carried = len(blob)
         if self.rank != source:
             self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
@@ -343,6 +345,12 @@ class Elastic:
         if self.buddy:
             carried += self.buddy.hand_over(counts, at, self.optimizer)  # type: ignore[arg-type]
         return carried
+
+    def _superseded(self) -> bool:
+        """A newer generation was issued (a member of this one lost while the state is carried):
+        the transfer is abandoned at once, not waited out (group.Superseded)."""
+        assert self.gen is not None
+        return control.superseded(self.folder, self.gen.number)
 
     def _from_checkpoint(self, lost: zero.ShardLost, reached: int) -> int:
         """Every member loads the last disk checkpoint (each decides alike: the same files, the
