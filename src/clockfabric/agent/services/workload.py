@@ -11,10 +11,10 @@ import logging
 import math
 import time
 
+from clockfabric.agent.capture import NicCapture
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.workload import exchange, samples
-from clockfabric.workload.capture import Capture
 from clockfabric.workload.monitor import WorkloadMonitor, WorkloadView
 from clockfabric.workload.owd_monitor import InbandOwd
 from clockfabric.workload.paths import FlowPaths, KernelDevice, PathTracer
@@ -40,9 +40,9 @@ class Workload(Service):
         self.monitor = WorkloadMonitor(ProcFs(), self.sockets)
         self.view = WorkloadView()
         self.cpu_s = 0.0  # this service's CPU time over all updates: what it costs the host
-        self.capture: Capture | None = None
+        self.capture: NicCapture | None = None
         try:
-            self.capture = Capture(ctx.rails)
+            self.capture = NicCapture(ctx.rails)
         except OSError as e:  # no raw sockets here (no CAP_NET_RAW): flows keep RTT/2 only
             log.warning("cannot sample packets on %s (%s): one-way delays fall back to RTT/2", ctx.rails, e)
         self.inband = InbandOwd(ctx.cfg.host, {a: h for h, a in ctx.addresses.items()}, self.ctx.to_time,
