@@ -120,7 +120,8 @@ SWAP = textwrap.dedent("""
         service.tick(0)
         out["after_down"] = lldp.bound(service.capture.capture.sockets[0], "eth0")
         other = subprocess.Popen(["unshare", "--net", "sleep", "30"])  # another host's namespace
-        time.sleep(0.3)
+        while os.readlink(f"/proc/{other.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            time.sleep(0.05)  # until unshare has made it
         ip("link", "set", "eth0", "netns", str(other.pid))  # the cable swapped ...
         service.tick(0)
         ip("link", "set", "eth0", "netns", str(os.getpid()), ns=other.pid)  # ... and put back
