@@ -68,9 +68,10 @@ def parse(data: bytes) -> dict | None:
     return out if "chassis" in out and "port" in out else None
 
 
-def _bound(s: socket.socket | None, iface: str) -> bool:
+def bound(s: socket.socket | None, iface: str) -> bool:
     """Whether a packet socket is still bound to `iface`: when a NIC leaves the namespace (a
-    cable moved to another host, in the lab), its sockets come unbound and say "" here."""
+    cable moved to another host, in the lab), its sockets come unbound and say "" here, and stay
+    so when it comes back: only a socket opened again hears it."""
     try:
         return s is not None and s.getsockname()[0] == iface
     except OSError:
@@ -157,7 +158,7 @@ class Announcer(threading.Thread):
         while True:
             for p in self.ports:
                 try:
-                    if self.reopen and not _bound(p.sock, p.iface):
+                    if self.reopen and not bound(p.sock, p.iface):
                         self._bind(p)
                     if p.sock is not None:  # None: its last reopen failed
                         p.sock.send(p.frame)
@@ -215,7 +216,7 @@ class Neighbours:
         with self._lock:
             now = self.clock()
             for name, s in self.socks.items():
-                if not _bound(s, name):
+                if not bound(s, name):
                     if s is not None:
                         s.close()
                     self.heard.pop(name, None)  # another NIC now, or none: what the old one heard is void

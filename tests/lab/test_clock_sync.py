@@ -44,6 +44,9 @@ def test_four_hosts_converge_and_measure_one_way_delays(make_lab, cli):
     assert ours["samples"] > 20
     assert ours["p99_ns"] < 2_000, report["methods"]
     assert set(report["hosts"]) == {"h1", "h2", "h3"}  # every host but the reference was judged
+    # global time's frame: the reference's own clock from the first solve, no handover on a quiet lab
+    assert report["frame"]["anchor"] == report["reference"] and report["frame"]["handovers"] == [], report["frame"]
+    assert 0 < report["frame"]["since_s"] < 20
 
     owd = json.loads(cli("owd", "--lab", lab.name, "--json").stdout)
     pairs = {(r["src"], r["dst"]) for r in owd["paths"]}

@@ -3,8 +3,8 @@
 The proofs of the monitoring issue: a flapped leaf-spine link reaches the controller as down
 and up events on the right link within 1 s, a flapping alert fires and resolves; a spine link
 filled with iperf3 traffic is named by a congestion alert within 5 s, while paths over the
-other spine stay quiet; swapped cables raise topology drift (LLDP); an agent killed goes stale and comes back; a controller that was
-away loses no events."""
+other spine stay quiet; swapped cables raise topology drift (LLDP), and their hosts push again once
+they are put back; an agent killed goes stale and comes back; a controller that was away loses no events."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import time
 import pytest
 
 from clockfabric.bench.contention import pinned_iperf
+from clockfabric.clock.evaluate import read_states
 from clockfabric.controller.client import api
 from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import impair
@@ -107,6 +108,18 @@ def test_swapped_cables_raise_topology_drift_from_the_switches_and_resolve_when_
     finally:
         impair.swap_cables(lab, a, b)
     wait_for("drift resolved", lambda: not open_alerts(fleet, "topology_drift"), timeout_s=30, every_s=0.5)
+    # h1 and h3 push again: their agents outlived their NICs leaving and coming back (within the
+    # pusher's longest backoff, 10 s, and a connect's SYN retries)
+    assert not fleet.agents.failed(), fleet.agents.failed()
+    wait_for("h1 and h3 pushing again", lambda: not {"h1", "h3"} & set(get(fleet, "/api/v1/fleet")["stale"]),
+             timeout_s=20, every_s=0.5)
+    # h1's NIC came back under another index (h3's own took h1's in h3's namespace meanwhile): its
+    # probe sockets, bound by index, must follow it to send again
+    def sent() -> int:
+        return read_states(fleet.agents.state_dir)["h1"]["counters"]["wire_bytes_sent"]
+
+    before = sent()
+    wait_for("h1 probing again", lambda: sent() > before, timeout_s=10, every_s=0.5)
 
 
 def test_a_killed_agent_goes_stale_and_a_controller_away_loses_no_events(fleet):

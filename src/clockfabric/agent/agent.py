@@ -117,6 +117,8 @@ class Agent:
         self.ctx = AgentContext(cfg, address, addresses, rails, clock, engine, control, LinkWatcher(rails),
                                 publish=lambda: self._publish(clock.now_ns()), push_snapshot=self._for_controller,
                                 sealers=self.sealers)
+        # a NIC back as a new device (replaced, a cable moved away and back) is probed through again
+        self.ctx.on_link_change.append(engine.rebind)
         # a link going down is acted on and pushed at once, not at the next update
         self.ctx.links.on_change = self.ctx.link_changed
         try:

@@ -14,7 +14,7 @@ from clockfabric.agent.agent import Agent
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
 from clockfabric.agent.on_lab import LabAgents, lab_key
 from clockfabric.agent.service import SERVICES
-from clockfabric.clock.evaluate import Sampler, coverage, read_states, since, summary
+from clockfabric.clock.evaluate import Sampler, coverage, frame_line, read_states, since, summary
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.state import Lab
@@ -210,6 +210,7 @@ def _report(sampler: Sampler, scenario: dict, mesh, reference: str, duration: fl
             "hosts": {h: {**summary([e for _, _, e, _ in v]), **_bound(v)} for h, v in sorted(per_host.items())},
             "bound": _bound(judged),
             "unsynced": {h: {"after_s": t, "reason": why} for h, (t, why) in sorted(sampler.named.items())},
+            "frame": sampler.frame_report(),
             "timeline": sampler.timeline(),
             "probe_bytes_per_host_per_s": probe_bytes / max(1, len(states)) / duration,
             "timestamping": next(iter(states.values()), {}).get("timestamping")}
@@ -243,6 +244,7 @@ def _print_report(r: dict) -> None:
     if b["coverage"] is not None:
         out.print(f"bound: covers the error in {b['coverage']:.1%} of samples; median {_ns(b['bound_p50_ns'])} ns, "
                   f"p99 {_ns(b['bound_p99_ns'])} ns")
+    out.print(frame_line(r["frame"]))
     for h, u in r["unsynced"].items():
         out.print(f"{h} not synced from {u['after_s']:.1f} s: {u['reason']}")
     out.print(f"probe traffic {r['probe_bytes_per_host_per_s'] * 8 / 1e3:.1f} kbit/s per host; "

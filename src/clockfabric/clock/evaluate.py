@@ -42,11 +42,28 @@ def real_time_of(clock: VirtualClock, local_ns: int) -> int:
     return real
 
 
+def heard_frame(states: dict[str, dict]) -> Frame | None:
+    """The newest frame any agent heard from the solver (None: no solve yet)."""
+    frames = [f for st in states.values() if (f := Frame.from_dict(st.get("frame")))]
+    return max(frames, key=lambda f: f.t0_ns, default=None)
+
+
 def frame_of(states: dict[str, dict], reference: str) -> Frame:
     """What global time is (clock.timescale): the newest frame any agent heard, else the
     reference's own clock."""
-    frames = [f for st in states.values() if (f := Frame.from_dict(st.get("frame")))]
-    return max(frames, key=lambda f: f.t0_ns, default=Frame(reference, 0))
+    return heard_frame(states) or Frame(reference, 0)
+
+
+def frame_line(report: dict | None) -> str:
+    """One line for a person: Sampler.frame_report's frame, its since and its handovers."""
+    if report is None:
+        return "global time: no frame yet (no solve reached the agents)"
+    read = ""
+    if report["offset_ns"] or report["drift"]:
+        read = f" read through offset {report['offset_ns']:,.0f} ns, drift {report['drift'] * 1e9:+,.1f} ppb"
+    moves = [f"{h['from']} -> {h['to']} at {h['at_s']:.1f} s" for h in report["handovers"]]
+    return (f"global time: {report['anchor']}'s clock{read}, since {report['since_s']:.1f} s; "
+            f"{'handovers: ' + ', '.join(moves) if moves else 'no handover'}")
 
 
 def ours_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], reference: str,
@@ -143,12 +160,15 @@ class Sampler:
         self.named: dict[str, tuple[float, str]] = {}  # host not synced now -> (since when, why)
         self.converged_s: float | None = None
         self.last_states: dict[str, dict] = {}
+        self.frames: list[tuple[float, Frame]] = []  # (seconds when first heard, frame): global time's definitions
 
     def sample(self) -> dict[str, float | None]:
         clocks = self.lab.clocks()  # re-read: `lab clock step` may have changed one
         states = read_states(self.state_dir)
         self.last_states = states
         t = time.monotonic() - self.start
+        if (frame := heard_frame(states)) is not None and (not self.frames or self.frames[-1][1] != frame):
+            self.frames.append((t, frame))
         real = time.time_ns()
         errors = ours_errors(states, clocks, self.reference, real)
         bounds = ours_bounds(states, clocks, real)
@@ -169,6 +189,17 @@ class Sampler:
                 and all(e is not None and abs(e) <= self.bound_ns for e in others.values())):
             self.converged_s = t
         return errors
+
+    def frame_report(self) -> dict | None:
+        """Global time's frame at the last sample (None: no solve named one): its anchor, since
+        when (seconds into the run), and each change of frame before it (a handover; one to the
+        same anchor is a fresh start, a step)."""
+        if not self.frames:
+            return None
+        since_s, frame = self.frames[-1]
+        handovers = [{"at_s": t, "from": a.anchor, "to": b.anchor}
+                     for (_, a), (t, b) in zip(self.frames, self.frames[1:], strict=False)]
+        return {**frame.as_dict(), "since_s": since_s, "handovers": handovers}
 
     def timeline(self) -> list[dict]:
         """Per whole second: p99 and max |error| of ours across hosts."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import time
 
+from clockfabric.agent.capture import NicCapture
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.workload import exchange, samples, stages
-from clockfabric.workload.capture import Capture
 from clockfabric.workload.monitor import WorkloadMonitor, WorkloadView
 from clockfabric.workload.owd_monitor import InbandOwd
 from clockfabric.workload.paths import FlowPaths, KernelDevice, PathTracer
@@ -40,10 +40,10 @@ class Workload(Service):
         self.cpu = stages.StageCpu()  # this service's CPU time by stage: what it costs the host
         # sampled packets are read once an update, from the capture's ring (its times are the
         # kernel's, not the read's): the agent's loop never wakes for them
-        self.capture: Capture | None = None
+        self.capture: NicCapture | None = None
         self.dropped = 0  # sampled packets the ring had no room for
         try:
-            self.capture = Capture(ctx.rails)
+            self.capture = NicCapture(ctx.rails)
         except OSError as e:  # no raw sockets here (no CAP_NET_RAW): flows keep RTT/2 only
             log.warning("cannot sample packets on %s (%s): one-way delays fall back to RTT/2", ctx.rails, e)
         self.inband = InbandOwd(ctx.cfg.host, {a: h for h, a in ctx.addresses.items()}, self.ctx.to_time,
