@@ -91,14 +91,14 @@ def test_every_dashboard_query_returns_data(make_lab, tmp_path):
         wait_for(lab, addr["h0"], 'up{job="clockfabric-agent"}',
                  lambda r: len(r) == 3 and all(s["value"][1] == "1" for s in r), timeout_s=60)
         wait_for(lab, addr["h0"], "clockfabric_owd_p50_seconds", timeout_s=60)
-        # four one-second outages of h1's plane-1 link: flaps and outage lengths to show (eight
-        # transitions against the rule's four: increase() over a counter first scraped mid-flap, or a
-        # scrape lost on a loaded machine, can miss some)
-        impair.flap(lab, lab.topology.find_link("h1", "p1-leaf0"), down_s=1.0, up_s=1.0, count=4)
         # h2's plane-1 link down until the alert fires (30 s): firing alerts to count
         h2_link = lab.topology.find_link("h2", "p1-leaf0")
         impair.set_link(lab, h2_link, up=False)
         try:
+            # meanwhile four one-second outages of h1's plane-1 link: flaps and outage lengths to
+            # show (eight transitions against the rule's four: increase() over a counter first
+            # scraped mid-flap, or a scrape lost on a loaded machine, can miss some)
+            impair.flap(lab, lab.topology.find_link("h1", "p1-leaf0"), down_s=1.0, up_s=1.0, count=4)
             firing = wait_for(lab, addr["h0"], 'ALERTS{alertname="ClockfabricLinkDown",alertstate="firing"}',
                               timeout_s=60)
         finally:

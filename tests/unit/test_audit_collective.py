@@ -117,12 +117,22 @@ def test_a_quarter_rate_link_fails_naming_its_nic_only(fabric):
     assert plane0["ratio"] == 0.9 and plane1["ratio"] == 0.25 and plane1["first_ratio"] == 0.25
     pairs = [c for c in fabric["calls"] if len(c["hosts"]) == 2]
     assert pairs and all(c["planes"] == [1] for c in pairs)  # only the short plane is bisected
-    # pair tests too take their size from the rate: 2 segments, PAIR_STEPS ring steps each
+    # pair tests too take their size from the rate: 2 segments, PAIR_STEP_S of link time each
     assert all(c["size"] == auto_size(ctx.topology, c["hosts"], 1, [1], "ring", 0.4) for c in pairs)
     # the sweep comes after the bisect and leaves the named host out, in equal groups per leaf (hier)
     sweep = [c for c in fabric["calls"] if len(c["hosts"]) > 2 and c["planes"] == [0, 1]]
     assert len(sweep) == 8 and all(c["hosts"] == ["h0", "h1", "h2", "h4", "h6", "h7"] for c in sweep)
     assert fabric["calls"].index(sweep[0]) > fabric["calls"].index(pairs[-1])
+
+
+@pytest.mark.parametrize("step_ms, pair_step_s", [(100.0, 0.4), (1000.0, 1.0)])
+def test_pair_steps_are_400_ms_unless_ring_steps_are_longer(fabric, step_ms, pair_step_s):
+    fabric["slow"] = ("h5", 1)
+    ctx = context(step_ms=step_ms)
+    run(ctx)
+    pairs = [c for c in fabric["calls"] if len(c["hosts"]) == 2]
+    assert pairs and all(c["size"] == auto_size(ctx.topology, c["hosts"], 1, [1], "ring", pair_step_s)
+                         for c in pairs)
 
 
 def test_a_written_size_is_used_everywhere(fabric):

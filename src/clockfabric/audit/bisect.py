@@ -23,9 +23,11 @@ SUBFLOWS = 1  # as the per-plane ring it bisects
 # on a lab every pair's workers share the machine's CPUs: 16 pairs at once read 0.78 on a clean
 # 32-host lab
 PAIRS_AT_ONCE = 4
-# a pair's all-reduce is 2 steps, each this many ring steps long (400 ms by default): on a clean
-# 5 Mbit/s lab, pairs with 100 ms steps read 0.79-0.94 of expected, with 400 ms ones 0.90-0.93
-PAIR_STEPS = 16
+# a pair's all-reduce is 2 steps, each this much link time (or a ring step, if that is longer): on a
+# clean 5 Mbit/s lab, pairs with 100 ms steps read 0.79-0.94 of expected, with 400 ms ones 0.90-0.93.
+# Not a multiple of the ring's step: a longer ring step (for a steadier ring of many hosts) made
+# every pair test, and most of all the slow ones, last that many times longer, for no steadier reading.
+PAIR_STEP_S = 0.4
 MAX_SIZE = 1 << 30  # bytes per rank, whatever the rates
 
 
@@ -74,13 +76,13 @@ def _test(ctx: Context, pairs: list[tuple[str, str]], plane: int, size: int | No
     """busbw / expected for each pair (0.0 when the test fails). Pairs under one leaf share no
     fabric link and run together, PAIRS_AT_ONCE at a time; pairs across leaves would share
     uplinks, so run one by one.
-    size None: from the pair's link rates (auto_size, PAIR_STEPS ring steps per step)."""
+    size None: from the pair's link rates (auto_size, PAIR_STEP_S of link time a step)."""
     from clockfabric.collective.run import allreduce
 
     lab = ctx.lab
     assert lab is not None  # the collective check runs these on a lab only
 
-    step_s = ctx.expect["collective"]["step_ms"] / 1e3 * PAIR_STEPS
+    step_s = max(PAIR_STEP_S, ctx.expect["collective"]["step_ms"] / 1e3)
 
     def one(pair: tuple[str, str]) -> float:
         try:
