@@ -4,12 +4,14 @@ the services' registry, and which telemetry collectors an agent runs."""
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
 
 from clockfabric.agent.config import AgentConfig
-from clockfabric.agent.service import SERVICES, Router, Service, chosen
+from clockfabric.agent.metrics import clock_metrics
+from clockfabric.agent.service import SERVICES, Router, Service, Supervisor, chosen
 from clockfabric.agent.services.claims import Claims
 from clockfabric.agent.services.telemetry import Telemetry
 from clockfabric.errors import ClockfabricError
@@ -163,3 +165,37 @@ def test_an_unknown_collector_name_is_one_clear_error_naming_the_known(tmp_path)
     assert set(str(e.value).split("are ")[1].split(", ")) == {"nic", "links", "lldp", "rdma", "nvidia_gpu", "amd_gpu"}
     with pytest.raises(ClockfabricError, match="'nic' is both enabled and disabled"):
         AgentConfig("h0", topo, tmp_path, collectors=("nic",), no_collectors=("nic",))
+
+
+class Broken(Service):
+    """A service whose tick fails every time, as a socket on a NIC that went away would."""
+
+    name = "broken"
+
+    def __init__(self):
+        self.ticks = 0
+
+    def tick(self, now_ns):
+        self.ticks += 1
+        raise OSError(100, "Network is down")
+
+
+def test_a_failing_service_costs_its_call_not_the_caller_and_is_counted(caplog):
+    sup, broken, fine = Supervisor(), Broken(), Recorder("fine")
+    with caplog.at_level("ERROR"):
+        for _ in range(3):
+            assert sup.call(broken, "tick", 0) is None
+            assert sup.call(fine, "report", default={"x": 1}) == {}  # a working service's answer, not the default
+    assert broken.ticks == 3
+    assert sup.call(broken, "poll", 0.0, default=7.0) == math.inf  # poll does not raise: its own answer
+    report = sup.report()["service_failures"]
+    assert list(report) == ["broken"] and report["broken"]["count"] == 3
+    assert report["broken"]["last"] == "tick: OSError: [Errno 100] Network is down"
+    logged = [r for r in caplog.records if "broken service's tick failed" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info  # its traceback, once a minute, not every tick
+
+
+def test_service_failures_become_a_counter_by_service():
+    metrics = clock_metrics({"service_failures": {"workload": {"count": 4, "last": "tick: OSError"}}})
+    [m] = [m for m in metrics if m.name == "clockfabric_agent_service_failures_total"]
+    assert m.value == 4.0 and m.labels == {"service": "workload"} and m.kind == "counter"

@@ -23,7 +23,7 @@ from clockfabric import wirejson
 from clockfabric.agent.config import CONTROL_PORT, AgentConfig
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.push import link_payload
-from clockfabric.agent.service import Router, chosen
+from clockfabric.agent.service import Router, Snapshot, Supervisor, chosen
 from clockfabric.auth.keys import Keyring
 from clockfabric.auth.seal import CONTROL, HEARTBEAT, PROBE, Rejected, Sealer
 from clockfabric.errors import ClockfabricError
@@ -128,6 +128,7 @@ class Agent:
         self._links_seen = 0
         self.services = [entry.factory(self.ctx) for entry in chosen(cfg)]
         self.router = Router(self.services)
+        self.supervisor = Supervisor()
         self.stopping = threading.Event()
         self.state_path = cfg.state_dir / f"{cfg.host}.json"
 
@@ -156,7 +157,7 @@ class Agent:
                     next_tick += self.cfg.update_s
         finally:
             for s in reversed(self.services):
-                s.stop()
+                self.supervisor.call(s, "stop")  # the others are stopped too
             ctx.engine.stop()
             ctx.engine.join(2)
             sel.close()
@@ -182,7 +183,8 @@ class Agent:
             self.router.deliver(opened.payload, (src, sport))
 
     def _poll(self) -> float:
-        return min((s.poll(time.monotonic()) for s in self.services), default=math.inf)
+        return min((self.supervisor.call(s, "poll", time.monotonic(), default=math.inf) for s in self.services),
+                   default=math.inf)
 
     def _tick(self) -> None:
         if isinstance(self.ctx.clock, ReloadingClock):
@@ -190,7 +192,7 @@ class Agent:
         self._poll()  # what completed since the last poll: the fits see it before the report
         now = self.ctx.clock.now_ns()
         for s in self.services:
-            s.tick(now)
+            self.supervisor.call(s, "tick", now)
         self._publish(now)
 
     def _for_controller(self) -> tuple[list[dict], list[dict], dict]:
@@ -200,10 +202,11 @@ class Agent:
         events, samples, self._links_seen = link_payload(ctx.links, self._links_seen, ctx.to_time)
         info = {"address": ctx.address, "pid": os.getpid(), "reference": self.cfg.reference}
         for s in self.services:
-            part = s.snapshot()
+            part = self.supervisor.call(s, "snapshot", default=Snapshot())
             events += part.events
             samples += part.samples
             info.update(part.info)
+        info.update(self.supervisor.report())
         return events, samples, info
 
     def _publish(self, now: int) -> None:
@@ -214,7 +217,8 @@ class Agent:
                  "auth": {"secure": self.keys is not None, "key_ids": self.keys.ids() if self.keys else [],
                           "rejected": {s.channel: dict(s.rejected) for s in self.sealers.values()}}}
         for s in self.services:
-            state.update(s.report())
+            state.update(self.supervisor.call(s, "report", default={}))
+        state.update(self.supervisor.report())
         self.ctx.latest = state
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))

@@ -61,6 +61,9 @@ def clock_metrics(state: dict) -> list[Metric]:
     for name, value in state.get("push", {}).items():
         out.append(Metric(f"clockfabric_push_{name}_total", float(value), kind="counter",
                           help=PUSH_HELP.get(name, name)))
+    for name, f in state.get("service_failures", {}).items():
+        out.append(Metric("clockfabric_agent_service_failures_total", float(f["count"]), {"service": name},
+                          "counter", "Calls of the agent service that raised (the agent went on without them)"))
     return out
 
 

@@ -5,7 +5,9 @@ and then the agent drives it: `start()`; each control message of a type it decla
 `handles` goes to `on_message`; `poll()` each time the main loop wakes (a fraction of a
 second apart, for work that cannot wait for the update); `tick()` once per update; its
 `report()` joins the published state (and so /metrics); its `snapshot()` joins each push to
-the controller; `stop()` in the reverse order of the start. A service registers itself with
+the controller; `stop()` in the reverse order of the start. One service's failure costs that
+call's work, not the agent (`Supervisor`): the host keeps its clock, probes and failover
+while the failure is counted and shown. A service registers itself with
 `@service(name)` in a module of clockfabric.agent.services: adding one is adding a file.
 Every service can be left out of an agent by name (`clockfabric agent --disable NAME`).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -115,3 +118,40 @@ class Router:
             self.bad_messages += 1
             log.exception("control message from %s", reply_to[0])
         return False
+
+
+@dataclass
+class Failures:
+    count: int = 0
+    last: str = ""  # the last failure: which call, what was raised
+    logged_at: float = -math.inf  # monotonic time of the last traceback logged
+
+
+class Supervisor:
+    """Calls the services' work so that an exception in one (a NIC gone under a socket, a bug)
+    ends that call, not the agent's loop. Every failure is counted by service and the last one
+    said, in the published state, /metrics and each push; its traceback is logged at most once
+    a LOG_EVERY_S per service, so a failing tick neither hides nor floods."""
+
+    LOG_EVERY_S = 60.0
+
+    def __init__(self) -> None:
+        self.failures: dict[str, Failures] = {}
+
+    def call(self, s: Service, method: str, *args: object, default: object = None):
+        try:
+            return getattr(s, method)(*args)
+        except Exception as e:  # noqa: BLE001 - any of a service's bugs: counted and logged below
+            f = self.failures.setdefault(s.name, Failures())
+            f.count += 1
+            f.last = f"{method}: {type(e).__name__}: {e}"[:300]
+            now = time.monotonic()
+            if now - f.logged_at >= self.LOG_EVERY_S:
+                f.logged_at = now
+                log.exception("the %s service's %s failed (%d so far): the agent goes on without it",
+                              s.name, method, f.count)
+            return default
+
+    def report(self) -> dict:
+        failures = dict(self.failures)  # one copy: the pusher's thread reads while the loop adds
+        return {"service_failures": {name: {"count": f.count, "last": f.last} for name, f in failures.items()}}
