@@ -15,11 +15,14 @@ lab with traffic classes both baselines ride the priority class: a fair comparis
 
 Run at its best: a software transmit timestamp is taken as the packet leaves the host's
 qdisc, so an event message behind a burst in the rate-capped priority class (the agents'
-maps share it, and it is 5% of a 25 Mbit/s link in the benchmark's scenario P), or sent by
-a CPU-starved host, gets its timestamp late. At ptp4l's usual 1-10 ms
-`tx_timestamp_timeout` the master gives up on it, its port goes FAULTY, and by default
-stays so 16 s (`fault_reset_interval 4`) while every slave loses it and re-locks after. The queue ahead of the timestamp costs ptp4l no accuracy, so it waits up to
-100 ms for it, and a port that faults anyway is reset at once (`ASAP`).
+maps share it: 5% of a 25 Mbit/s link in the benchmark's scenario P), or sent by a
+CPU-starved host, gets its timestamp late. At ptp4l's usual 1-10 ms `tx_timestamp_timeout`
+the master gives up on it, its port goes FAULTY and by default stays so 16 s
+(`fault_reset_interval 4`), while every slave loses it. The queue ahead of the timestamp
+costs ptp4l no accuracy, so it waits up to 100 ms for it, and a port that faults anyway is
+reset at once (`ASAP`). A master's reset forgets the unicast grants it gave; a slave holding
+an hour's grant (`unicast_req_duration`'s default) had not found it again 14 s later, so the
+slaves ask for 10 s at a time, the least ptp4l takes.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ inhibit_multicast_service 1
 [{iface}]
 """
 SLAVE = """slaveOnly 1
+unicast_req_duration 10
 [unicast_master_table]
 table_id 1
 logQueryInterval -2
