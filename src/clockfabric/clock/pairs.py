@@ -3,10 +3,9 @@ clock-step detection, and the NTP-style sample the baseline uses.
 
 Purity: a coded pair left with gap g and arrived with gap g' (each in one host's clock);
 if |g' - g| <= epsilon, neither packet met a queue, so the pair's delay is the path's
-floor. Step detection: a point on the wrong side of the band (beyond its floor by more
-than a tolerance) cannot come from queueing, only from a clock that jumped, pure or not
-(a queued packet is late, never early): two in a row and the pair forgets everything
-before the first. Only pure points say a side is whole. Which clock jumped, ours or the
+floor. Step detection: a pure point on the wrong side of the band (beyond its floor by
+more than a tolerance) cannot come from queueing, only from a clock that jumped; two in
+a row and the pair forgets everything before the first. Which clock jumped, ours or the
 peer's, the pair cannot tell; the host can (HostSync), and then shifts the pair at once.
 """
 
@@ -86,28 +85,24 @@ class PairWindow:
         checked = []
         fwd_pure = abs((ex.peer_rx[1] - ex.peer_rx[0]) - (ex.tx[1] - ex.tx[0])) <= self.epsilon_ns
         rev_pure = abs((ex.rx[1] - ex.rx[0]) - (ex.peer_tx[1] - ex.peer_tx[0])) <= self.epsilon_ns
-        checked.append(self._check_step(ex.tx[0], ex.peer_rx[0] - ex.tx[0], above=True, queued=not fwd_pure))
-        checked.append(self._check_step(ex.rx[0], ex.peer_tx[0] - ex.rx[0], above=False, queued=not rev_pure))
         if fwd_pure:
             self.pure_fwd += 1
+            checked.append(self._check_step(ex.tx[0], ex.peer_rx[0] - ex.tx[0], above=True))
             self.fwd.append((ex.tx[0], ex.peer_rx[0] - ex.tx[0], self.seen))
         if rev_pure:
             self.pure_rev += 1
+            checked.append(self._check_step(ex.rx[0], ex.peer_tx[0] - ex.rx[0], above=False))
             self.rev.append((ex.rx[0], ex.peer_tx[0] - ex.rx[0], self.seen))
         if self.provisional and self.fwd and self.rev:  # all cut at the step: new points both ways
             self.provisional = False
         return [c for c in checked if c is not None]
 
-    def _check_step(self, x: int, y: int, *, above: bool, queued: bool) -> tuple[bool, float | None] | None:
-        """A point against the band: queueing only adds delay, so a queued point (not pure)
-        beyond the floor breaks it as surely as a pure one; inside, it rules nothing out."""
+    def _check_step(self, x: int, y: int, *, above: bool) -> tuple[bool, float | None] | None:
         if self.fit is None or not self.drift_known:
             return None
         side = (y - self.fit.at(x)) if above else (self.fit.at(x) - y)
         beyond = side - self.fit.margin_ns
         if beyond >= -self.step_tolerance_ns:
-            if queued:
-                return None
             self._suspect[above] = None
             return above, None
         # the offset (peer minus ours) moved down by at least this much if the forward floor
