@@ -35,6 +35,7 @@ from clockfabric.telemetry.link_watcher import LinkWatcher
 log = logging.getLogger(__name__)
 MAX_MESSAGE = 65_000
 AGENT_NICE = -5
+RECHECK_S = 0.01  # how often a lab host's clock file is looked at for a step, at most
 # what a collective rank on this host asks its agent (collective/claims.py): unsealed, so taken
 # only from this host's own address, which the kernel never accepts from outside (accept_local)
 RANK_MESSAGES = frozenset({"place", "loads", "release"})
@@ -61,12 +62,17 @@ def _plain_json(data: bytes) -> bool:
 
 
 class ReloadingClock:
-    """The lab host's virtual clock, re-read when `lab clock step` rewrites its file."""
+    """The lab host's virtual clock, re-read when `lab clock step` rewrites its file.
+
+    The file is looked at whenever the clock is read, at most every RECHECK_S: a real clock's
+    step shows in the next timestamp, and a step seen only at the agent's next tick (a second
+    later, more on a loaded machine) would charge that lag to clock sync's re-convergence."""
 
     def __init__(self, path: str):
         self.path = path
         self.mtime = 0.0
         self.clock = self._load()
+        self._recheck_at = time.monotonic() + RECHECK_S
 
     def _load(self) -> VirtualClock:
         self.mtime = os.stat(self.path).st_mtime
@@ -79,11 +85,18 @@ class ReloadingClock:
         except (OSError, ValueError) as e:  # mid-rewrite: keep the last good model
             log.warning("clock file %s: %s", self.path, e)
 
+    def _current(self) -> VirtualClock:
+        now = time.monotonic()
+        if now >= self._recheck_at:  # the probe engine's thread and the agent's both read it
+            self._recheck_at = now + RECHECK_S
+            self.refresh()
+        return self.clock
+
     def local_ns(self, real_ns: int) -> int:
-        return self.clock.local_ns(real_ns)
+        return self._current().local_ns(real_ns)
 
     def now_ns(self) -> int:
-        return self.clock.now_ns()
+        return self._current().now_ns()
 
 
 class Agent:
@@ -187,8 +200,6 @@ class Agent:
                    default=math.inf)
 
     def _tick(self) -> None:
-        if isinstance(self.ctx.clock, ReloadingClock):
-            self.ctx.clock.refresh()
         self._poll()  # what completed since the last poll: the fits see it before the report
         now = self.ctx.clock.now_ns()
         for s in self.services:

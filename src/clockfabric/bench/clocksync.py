@@ -46,7 +46,9 @@ and load.
   D  step         idle; once all hosts are within 1 µs (and 3 s more), the last host by name
                   (not the reference) has its clock stepped by +1 ms (`lab clock step`);
                   re-convergence is the time from the step until that host's |error| is
-                  back under 1 µs and stays there for 2 s.
+                  back under 1 µs and stays there for 2 s, timed by when its agent
+                  published each state (the watcher's own look, later by up to a sample
+                  period and more on a loaded machine, is reported beside it).
 
 Beside `sync`, this benchmark watches the agents itself (every 0.5 s): their state files
 (first publish, counters) and /proc/<pid>/stat (CPU), and each host's error against the

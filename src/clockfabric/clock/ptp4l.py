@@ -12,6 +12,17 @@ time, polled a few times per Sync interval and kept once per Sync.
 
 Its packets carry the DSCP clockfabric's probes carry (`dscp_event`, `dscp_general`), so on a
 lab with traffic classes both baselines ride the priority class: a fair comparison.
+
+Run at its best: a software transmit timestamp is taken as the packet leaves the host's
+qdisc, so an event message behind a burst in the rate-capped priority class (the agents'
+maps share it: 5% of a 25 Mbit/s link in the benchmark's scenario P), or sent by a
+CPU-starved host, gets its timestamp late. At ptp4l's usual 1-10 ms `tx_timestamp_timeout`
+the master gives up on it, its port goes FAULTY and by default stays so 16 s
+(`fault_reset_interval 4`), while every slave loses it. The queue ahead of the timestamp
+costs ptp4l no accuracy, so it waits up to 100 ms for it, and a port that faults anyway is
+reset at once (`ASAP`). A master's reset forgets the unicast grants it gave; a slave holding
+an hour's grant (`unicast_req_duration`'s default) had not found it again 14 s later, so the
+slaves ask for 10 s at a time, the least ptp4l takes.
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ from clockfabric.lab import process
 from clockfabric.lab.state import Lab
 from clockfabric.topology.classes import PRIORITY_DSCP
 
+# tx_timestamp_timeout: ms, longer than an event message waits behind a burst in the capped
+# priority class (module docstring)
 COMMON = """[global]
 time_stamping software
 network_transport UDPv4
@@ -42,7 +55,8 @@ freq_est_interval 0
 summary_interval {sync}
 dscp_event {dscp}
 dscp_general {dscp}
-tx_timestamp_timeout 10
+tx_timestamp_timeout 100
+fault_reset_interval ASAP
 uds_address {uds}
 verbose 1
 use_syslog 0
@@ -52,6 +66,7 @@ inhibit_multicast_service 1
 [{iface}]
 """
 SLAVE = """slaveOnly 1
+unicast_req_duration 10
 [unicast_master_table]
 table_id 1
 logQueryInterval -2

@@ -1,0 +1,47 @@
+"""A lab host's clock step reaches its agent's timestamps at once, not at the agent's next tick."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from clockfabric.agent import agent
+from clockfabric.agent.agent import ReloadingClock
+from clockfabric.lab.vclock import VirtualClock
+
+STEP_NS = 1_000_000
+
+
+def _write(path, clock: VirtualClock, mtime: float) -> None:
+    path.write_text(clock.to_json())
+    os.utime(path, (mtime, mtime))  # a rewrite within one mtime tick would look unchanged
+
+
+def test_a_step_shows_in_the_next_reading_after_the_recheck(tmp_path, monkeypatch):
+    path = tmp_path / "h1.json"
+    before = VirtualClock("h1", epoch_ns=0, offset_ns=5_000, drift_ppm=10.0)
+    _write(path, before, 1_000.0)
+    now = [100.0]
+    monkeypatch.setattr(agent.time, "monotonic", lambda: now[0])
+    clock = ReloadingClock(str(path))
+    real = time.time_ns()
+    assert clock.local_ns(real) == before.local_ns(real)
+
+    _write(path, before.with_step(real - 1, STEP_NS), 2_000.0)  # `lab clock step`, as it saves it
+    assert clock.local_ns(real) == before.local_ns(real)  # within RECHECK_S: not looked at yet
+    now[0] += agent.RECHECK_S
+    assert clock.local_ns(real) - before.local_ns(real) == STEP_NS  # no tick, no refresh() called
+    assert clock.now_ns() - before.now_ns() in range(STEP_NS - 1_000_000, STEP_NS + 1_000_000)
+
+
+def test_a_file_caught_mid_rewrite_keeps_the_last_good_model(tmp_path, monkeypatch):
+    path = tmp_path / "h1.json"
+    good = VirtualClock("h1", epoch_ns=0, offset_ns=7_000, drift_ppm=0.0)
+    _write(path, good, 1_000.0)
+    now = [100.0]
+    monkeypatch.setattr(agent.time, "monotonic", lambda: now[0])
+    clock = ReloadingClock(str(path))
+    path.write_text("{")
+    os.utime(path, (3_000.0, 3_000.0))
+    now[0] += agent.RECHECK_S
+    assert clock.local_ns(10**18) == good.local_ns(10**18)
