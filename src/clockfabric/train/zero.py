@@ -6,10 +6,12 @@ optimizer step each rank sends its shard to its buddy, the next rank round the r
 receives its predecessor's. The copy travels off the critical path: the shard's tensors are
 copied into one flat byte tensor (no `torch.save`), sent with `isend`, and received with
 `irecv` while the next step's forward and backward run; it is waited for only before the next
-optimizer step (`settle`). A copy becomes the held one only once the step it was taken after
-has completed (`commit`, then `settle`), so a failed step's copy never replaces the last good
-one. A spare that takes rank r is sent r's shard by r's buddy (`hand_over`). Lost together, a
-rank and its buddy take that shard with them (`ShardLost`).
+optimizer step (`settle`). Off the loop's critical path, not off the network: its bytes
+share the link with the step's collectives (docs/spares.md). A copy becomes the held one only
+once the step it was taken after has completed (`commit`, then `settle`), so a failed step's
+copy never replaces the last good one. A spare that takes rank r is sent r's shard by r's
+buddy (`hand_over`). Lost together, a rank and its buddy take that shard with them
+(`ShardLost`).
 """
 
 from __future__ import annotations
