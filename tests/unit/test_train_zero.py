@@ -3,6 +3,7 @@ optimizer shard, a failed step's copy is never held, and a replacement gets its 
 
 import multiprocessing
 import os
+import threading
 
 import pytest
 
@@ -33,6 +34,7 @@ def member(store0: str, store1: str, rank: int, role: str, out) -> None:
             buddy.settle()  # the previous step's copies, in flight during this step's forward and backward
             opt.step()
             buddy.post(opt, step + 1)
+            assert threading.active_count() == 1  # gloo's threads carry the copies, no Python thread
             if step < 2:
                 buddy.commit()
             else:  # the third step failed somewhere: its copies are dropped, the shard put back

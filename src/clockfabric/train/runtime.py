@@ -121,6 +121,7 @@ class Elastic:
         self.checkpoints = Checkpoints(checkpoint_dir, checkpoint_every) if checkpoint_dir else None
         self.restored: dict[str, Any] = {}  # the checkpoint the last group formed resumed from
         self.previous: dict[str, Any] | None = None  # ZeRO-1: the snapshot before the last completed step
+        self._lent: dict[str, Any] | None = None  # a snapshot no longer wanted: the next one copies into it
         try:
             self.folder = Path(os.environ[control.FOLDER_ENV])
             self.host = os.environ[control.HOST_ENV]
@@ -188,18 +189,27 @@ class Elastic:
         while self.step < total:
             self._follow()
             start = time.time()  # the snapshot is part of the step's cost
-            undo = state.snapshot(self.module, zero.local(self.optimizer), self.step, self.step)
-            self.failed, self.fields = False, {}
+            undo = state.snapshot(self.module, zero.local(self.optimizer), self.step, self.step, into=self._lent)
+            self._lent, self.failed, self.fields = None, False, {}
+            if self.buddy:
+                try:
+                    self.buddy.receive()  # the predecessor's copy travels during forward and backward
+                except RuntimeError:  # the predecessor is gone: the step is redone
+                    self.failed = True
             yield self.step, self.loader(self.step, self.rank)
             if self.failed:
                 if self.buddy:
                     self.buddy.close()
                 self._recover(undo)
+                self._lent = undo  # restored by copying out of it: its tensors are free again
                 continue
+            self._lent = undo
             if self.buddy:
                 self.buddy.commit()
-                self.previous = undo  # a lost shard's copy may be a step behind: this step is then redone
+                # a lost shard's copy may be a step behind: this step is then redone from here
+                self._lent, self.previous = self.previous, undo
                 self.fields |= {"buddy_s": round(self.buddy.cost_s, 5), "buddy_bytes": self.buddy.bytes}
+                self.buddy.cost_s = 0.0  # the next step's receive, settle and post
             self.log(rank=self.rank, step=self.step, start=start, duration_s=time.time() - start,
                      generation=self.gen.number if self.gen else None, **self.fields)
             self.step += 1

@@ -36,17 +36,37 @@ def capture(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, st
 
 
 def snapshot(module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-             position: int) -> dict[str, Any]:
-    """A private copy of the state: what the step in flight is undone to if it fails."""
-    return copy.deepcopy(capture(module, optimizer, step, position))
+             position: int, into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A private copy of the state: what the step in flight is undone to if it fails.
+
+    `into`, an earlier snapshot no longer wanted, lends its tensors: each is copied into where
+    its shape and dtype still fit, so a step's snapshot allocates nothing once the optimizer's
+    state exists. Nothing live ever holds a snapshot's tensors (restore copies out of them)."""
+    return _copy(capture(module, optimizer, step, position), into)
+
+
+def _copy(value: Any, into: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        if isinstance(into, torch.Tensor) and into.shape == value.shape and into.dtype == value.dtype \
+                and into.device == value.device:
+            return into.copy_(value)
+        return value.detach().clone()
+    if isinstance(value, dict):
+        lent = into if isinstance(into, dict) else {}
+        return {k: _copy(v, lent.get(k)) for k, v in value.items()}
+    if type(value) in (list, tuple):  # a named tuple is copied whole, below
+        items = into if type(into) is type(value) and len(into) == len(value) else [None] * len(value)
+        return type(value)(_copy(v, w) for v, w in zip(value, items, strict=True))
+    return copy.deepcopy(value)  # numbers, strings and NumPy's generator state: small
 
 
 def restore(state: dict[str, Any], module: torch.nn.Module,
             optimizer: torch.optim.Optimizer | None) -> tuple[int, int]:
     """Load the state into the live objects; returns (step, position)."""
-    module.load_state_dict(state["module"])
+    module.load_state_dict(state["module"])  # copied into the parameters and buffers
     if optimizer is not None and state["optimizer"] is not None:
-        optimizer.load_state_dict(state["optimizer"])
+        # a copy: the optimizer keeps the tensors it is given, and a snapshot's are lent again
+        optimizer.load_state_dict(_copy(state["optimizer"], None))
     rng = state["rng"]
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

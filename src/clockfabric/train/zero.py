@@ -6,10 +6,12 @@ optimizer step each rank sends its shard to its buddy, the next rank round the r
 receives its predecessor's. The copy travels off the critical path: the shard's tensors are
 copied into one flat byte tensor (no `torch.save`), sent with `isend`, and received with
 `irecv` while the next step's forward and backward run; it is waited for only before the next
-optimizer step (`settle`). A copy becomes the held one only once the step it was taken after
-has completed (`commit`, then `settle`), so a failed step's copy never replaces the last good
-one. A spare that takes rank r is sent r's shard by r's buddy (`hand_over`). Lost together, a
-rank and its buddy take that shard with them (`ShardLost`).
+optimizer step (`settle`). Off the loop's critical path, not off the network: its bytes
+share the link with the step's collectives (docs/spares.md). A copy becomes the held one only
+once the step it was taken after has completed (`commit`, then `settle`), so a failed step's
+copy never replaces the last good one. A spare that takes rank r is sent r's shard by r's
+buddy (`hand_over`). Lost together, a rank and its buddy take that shard with them
+(`ShardLost`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import datetime
 import pickle
 import struct
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -62,9 +63,10 @@ class _Slot(NamedTuple):
     shape: tuple[int, ...]
 
 
-def flatten(state_dict: dict[str, Any]) -> tuple[int, torch.Tensor]:
+def flatten(state_dict: dict[str, Any], into: torch.Tensor | None = None) -> tuple[int, torch.Tensor]:
     """A state dict as one uint8 tensor: its skeleton (the dict, each tensor replaced by its
-    _Slot, pickled) then every tensor's bytes. Returns (the skeleton's length, the tensor)."""
+    _Slot, pickled) then every tensor's bytes. Returns (the skeleton's length, the tensor):
+    `into` where it has the size (a copy no longer in use), else a new one."""
     parts: list[torch.Tensor] = []
     offset = 0
 
@@ -84,7 +86,10 @@ def flatten(state_dict: dict[str, Any]) -> tuple[int, torch.Tensor]:
 
     skeleton = pickle.dumps(walk(state_dict))
     head = torch.frombuffer(bytearray(skeleton), dtype=torch.uint8)
-    return len(skeleton), torch.cat([head, *parts])  # a copy: the live state changes next step
+    size = head.numel() + offset
+    if into is None or into.numel() != size:
+        into = torch.empty(size, dtype=torch.uint8)
+    return len(skeleton), torch.cat([head, *parts], out=into)  # a copy: the live state changes next step
 
 
 def unflatten(skeleton_len: int, flat: torch.Tensor) -> dict[str, Any]:
@@ -131,58 +136,59 @@ def _within(work: Any, timeout_s: float | None) -> None:
         work.wait(datetime.timedelta(seconds=timeout_s))
 
 
-class _Receiver(threading.Thread):
-    """The previous rank's copy, received beside the training loop: its header (the size),
-    then the copy itself. gloo's waits release the GIL, so the loop runs on meanwhile."""
-
-    def __init__(self, source: int):
-        super().__init__(name="zero-1 buddy copy", daemon=True)
-        self.source = source
-        self.header = torch.zeros(3, dtype=torch.int64)
-        self.header_work: Any = dist.irecv(self.header, source, tag=HEADER_TAG)
-        self.copy: Copy | None = None
-        self.error: str | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.header_work.wait()
-            completed, skeleton_len, size = (int(v) for v in self.header.tolist())
-            buffer = torch.empty(size, dtype=torch.uint8)
-            work = dist.irecv(buffer, self.source, tag=PAYLOAD_TAG)
-            assert work is not None
-            work.wait()
-            self.copy = Copy(completed, skeleton_len, buffer)
-        except RuntimeError as e:  # a peer is gone
-            self.error = str(e)
-
-
 class Buddy:
     """This rank's side of the ring: its predecessor's shard, as last committed.
 
-    Per step: `post` after the optimizer step (this rank's copy sent, the predecessor's received
-    by a thread beside the loop), `commit` once the step completed (that copy may be held),
-    `settle` before the next optimizer step (both transfers done, the committed copy held).
-    `cost_s` is the time these took on the step's critical path, `bytes` the copy's size."""
+    Per step: `post` after the optimizer step (this rank's copy sent, the predecessor's size
+    awaited), `receive` at the next step's start (the copy itself received while forward and
+    backward run, by gloo's own threads: no Python thread, no GIL taken from the loop),
+    `commit` once the step completed (that copy may be held), `settle` before the next
+    optimizer step (both transfers done, the committed copy held). `cost_s` is the time these
+    took on the critical path since the caller last zeroed it, `bytes` the copy's size. Buffers are reused while the
+    shard keeps its size, so a step allocates none."""
 
     def __init__(self) -> None:
         self.copies: list[Copy] = []  # the last KEPT committed copies, oldest first
         self.cost_s = 0.0
         self.bytes = 0
-        self._sending: list[Any] = []  # this rank's copy in flight: its works and their buffers
-        self._receiver: _Receiver | None = None
+        self._sending: list[Any] = []  # this rank's copy in flight: its works
+        self._outgoing: torch.Tensor | None = None  # the copy being sent: refilled once it is sent
+        self._header_out = torch.zeros(3, dtype=torch.int64)
+        self._header = torch.zeros(3, dtype=torch.int64)  # the predecessor's: (completed, skeleton_len, size)
+        self._header_work: Any = None
+        self._payload_work: Any = None
+        self._incoming: torch.Tensor | None = None
+        self._free: torch.Tensor | None = None  # a copy no longer held: the next one is received into it
         self._committed = False
 
     def post(self, optimizer: ZeroRedundancyOptimizer, completed: int) -> None:
         """Send this rank's shard, as of `completed` steps, to the next rank; returns at once."""
         began = time.perf_counter()
         rank, world = dist.get_rank(), dist.get_world_size()
-        skeleton_len, payload = flatten(optimizer.optim.state_dict())
-        header = torch.tensor([completed, skeleton_len, payload.numel()], dtype=torch.int64)
-        self._sending = [dist.isend(header, (rank + 1) % world, tag=HEADER_TAG),
-                         dist.isend(payload, (rank + 1) % world, tag=PAYLOAD_TAG), header, payload]
-        self._receiver, self._committed = _Receiver((rank - 1) % world), False
-        self.cost_s, self.bytes = time.perf_counter() - began, payload.numel()
+        skeleton_len, self._outgoing = flatten(optimizer.optim.state_dict(), into=self._outgoing)
+        self._header_out = torch.tensor([completed, skeleton_len, self._outgoing.numel()], dtype=torch.int64)
+        self._sending = [dist.isend(self._header_out, (rank + 1) % world, tag=HEADER_TAG),
+                         dist.isend(self._outgoing, (rank + 1) % world, tag=PAYLOAD_TAG)]
+        self._header_work = dist.irecv(self._header, (rank - 1) % world, tag=HEADER_TAG)
+        self._payload_work, self._committed = None, False
+        self.cost_s += time.perf_counter() - began
+        self.bytes = self._outgoing.numel()
+
+    def receive(self, timeout_s: float | None = None) -> None:
+        """The predecessor's copy on its way: its size is in (the predecessor posted it when its
+        optimizer step ended, as this rank did), so its bytes are received into a buffer of that
+        size beside the step. Raises RuntimeError if the predecessor is gone."""
+        if self._header_work is None or self._payload_work is not None:
+            return
+        began = time.perf_counter()
+        _within(self._header_work, timeout_s)
+        size = int(self._header[2])
+        if self._free is None or self._free.numel() != size:
+            self._free = torch.empty(size, dtype=torch.uint8)
+        self._incoming, self._free = self._free, None
+        self._payload_work = dist.irecv(self._incoming, (dist.get_rank() - 1) % dist.get_world_size(),
+                                        tag=PAYLOAD_TAG)
+        self.cost_s += time.perf_counter() - began
 
     @property
     def held(self) -> Copy | None:
@@ -190,24 +196,28 @@ class Buddy:
 
     def commit(self) -> None:
         """The step completed here: the predecessor's copy of it may be held once it is in."""
-        self._committed = self._receiver is not None
+        self._committed = self._header_work is not None
 
     def settle(self, timeout_s: float | None = None) -> None:
         """Both copies in flight done, the committed one held; raises RuntimeError if a peer is
         gone (or, given timeout_s, if they are not done by then)."""
         began = time.perf_counter()
-        sending, receiver, committed = self._sending[:2], self._receiver, self._committed
-        self._sending, self._receiver, self._committed = [], None, False
+        sending, committed = self._sending, self._committed
+        self._sending, self._committed = [], False
+        self.receive(timeout_s)  # before waiting on the sends: each waits for its receiver's receive
         for work in sending:
             _within(work, timeout_s)
-        if receiver is not None:
-            receiver.join(timeout_s)
-            if receiver.is_alive():
-                raise RuntimeError(f"the previous rank's copy did not arrive within {timeout_s} s")
-            if receiver.error:
-                raise RuntimeError(receiver.error)
-            if committed and receiver.copy is not None:
-                self.copies = [*self.copies, receiver.copy][-KEPT:]
+        if self._header_work is not None:
+            _within(self._payload_work, timeout_s)
+            completed, skeleton_len, _ = (int(v) for v in self._header.tolist())
+            arrived, self._incoming = self._incoming, None
+            self._header_work = self._payload_work = None
+            if committed and arrived is not None:
+                held = [*self.copies, Copy(completed, skeleton_len, arrived)]
+                self.copies = held[-KEPT:]
+                self._free = held[0].flat if len(held) > KEPT else None  # the copy no longer held
+            else:
+                self._free = arrived  # an uncommitted copy is never held: its buffer is free
         self.cost_s += time.perf_counter() - began
 
     def exchange(self, optimizer: ZeroRedundancyOptimizer, completed: int) -> None:
@@ -220,12 +230,20 @@ class Buddy:
         """Before leaving the group (a step failed, or a new generation): the last completed
         step's copy is held if it arrives within SALVAGE_S; an uncommitted one is dropped."""
         if not self._committed:  # the failed step's copies: never held, not waited for
-            self._sending, self._receiver = [], None
+            self._drop()
             return
         try:
             self.settle(SALVAGE_S)
         except RuntimeError:  # its sender is gone: the copy before it stays held
-            pass
+            self._drop()
+
+    def _drop(self) -> None:
+        """Transfers abandoned: their buffers may still be written or read by the old group's
+        threads, so none of them is reused."""
+        self._sending, self._committed = [], False
+        self._header_work = self._payload_work = None
+        self._outgoing = self._incoming = self._free = None
+        self._header = torch.zeros(3, dtype=torch.int64)
 
     def resume_at(self, counts: list[int], previous: int | None) -> int:
         """The step every member goes on from, agreed by all (previous: the step of this
