@@ -42,3 +42,10 @@ def recovery_s(recs: list[dict[str, Any]], failed_at: float) -> float | None:
             ends[r["rank"]] = r["start"] + r["duration_s"]
     ranks = {r["rank"] for r in recs if "duration_s" in r}
     return max(ends.values()) - failed_at if ends and set(ends) == ranks else None
+
+
+def failed_s(recs: list[dict[str, Any]], failed_at: float) -> list[float]:
+    """Failure -> each survivor's failed step, sorted: when each learned of it. Gloo does not fail
+    a send already in flight when its connection fails: a survivor caught sending to the lost
+    rank waits out the collective timeout, however soon the others learned (docs/spares.md)."""
+    return sorted(r["time"] - failed_at for r in recs if r.get("event") == "step failed" and r["time"] > failed_at)
