@@ -44,10 +44,12 @@ def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8, arg
     return job, report.records(folder), injected
 
 
-def check_carried_on(job, recs, reference: dict[int, str], min_bytes: float = 1e6):
+def check_carried_on(job, recs, reference: dict[int, str], min_bytes: float = 1e6, redone: int = 0):
+    """redone: completed steps a rank may do again (ZeRO-1: a lost shard's copy still in flight
+    puts the job one step back, bit-equal all the same: docs/spares.md)."""
     assert report.job_steps(recs) == list(range(STEPS)), "a completed step was lost"
     for rank, steps in report.steps_by_rank(recs).items():
-        assert steps == sorted(set(steps)), f"rank {rank} repeated a completed step: {steps}"
+        assert len(steps) - len(set(steps)) <= redone, f"rank {rank} repeated a completed step: {steps}"
     assert report.digests(recs) == reference  # bit-equal to the failure-free run
     kinds = [e["event"] for e in job.events]
     assert kinds.index("detected") < kinds.index("spare chosen") < kinds.index("completed")
@@ -160,7 +162,7 @@ def test_zero1_rank_killed_gets_its_optimizer_shard_from_its_buddy(make_lab, tmp
     job, recs, killed_at = run(lab, tmp_path / "killed", SPARE,
                                lambda job: os.kill(job.ranks[1].proc.pid, signal.SIGKILL), args=args)
     # the parameters from the most advanced rank, rank 1's momentum shard from rank 2's copy
-    check_carried_on(job, recs, reference, min_bytes=8e5)
+    check_carried_on(job, recs, reference, min_bytes=8e5, redone=1)
     spare = [r for r in recs if r.get("event") == "joined" and r.get("host") == "h3"]
     assert len(spare) == 1 and spare[0]["rank"] == 1
     steps = [r for r in recs if "duration_s" in r]
