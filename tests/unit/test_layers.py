@@ -18,7 +18,8 @@ import clockfabric
 
 ROOT = "clockfabric"  # the package itself (`__version__`) counts with the foundations
 LAYERS = [
-    {ROOT, "units", "errors", "registry", "yamlfile", "console", "logs", "lldp", "auth", "wirejson"},
+    {ROOT, "units", "errors", "registry", "yamlfile", "console", "logs", "lldp", "auth", "wirejson",
+     "netdev"},
     {"topology"},
     {"lab"},
     {"probe", "clock", "telemetry", "traffic", "collective", "audit", "workload", "train"},

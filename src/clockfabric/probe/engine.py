@@ -34,35 +34,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clockfabric.auth.seal import PROBE, Rejected, Sealer
+from clockfabric.netdev import bind_to_rail
 from clockfabric.probe import timestamping, wire
 from clockfabric.topology.classes import PRIORITY_DSCP
 
 log = logging.getLogger(__name__)
-SO_BINDTODEVICE = 25
-SO_BINDTOIFINDEX = 62  # read back: the index of the device a socket is bound to
 TICK_S = 0.25  # the engine wakes this often to read what arrived and send what is due: wake-ups cost
 PENDING_TIMEOUT_S = 5.0  # an exchange whose reply never came is forgotten after this
 REFLECTED_TIMEOUT_S = 60.0  # a prober's run we have not heard from for this long is forgotten
 MAX_REFLECTED = 4096  # prober runs remembered at most: the oldest goes first
 RECV_BYTES = 128  # more than any probe datagram: a longer one arrives cut, and fails its MAC
-
-
-def bind_to_rail(sock: socket.socket, rail: str) -> bool:
-    """Bind `sock` to the device named `rail` now; True if that moved it. SO_BINDTODEVICE keeps
-    a device's index, not its name: a NIC that comes back as another device (replaced, or moved
-    out of the namespace and back, as a lab's swapped cable is) may have another index, and a
-    socket still bound to the old one sends nothing (ENODEV) and hears nothing."""
-    try:
-        index = socket.if_nametoindex(rail)
-    except OSError:
-        return False  # not there now: the next link change tries again
-    if sock.getsockopt(socket.SOL_SOCKET, SO_BINDTOIFINDEX) == index:
-        return False
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, rail.encode())
-    except OSError:
-        return False  # gone again meanwhile
-    return True
 
 
 @dataclass(frozen=True)
@@ -130,7 +111,7 @@ class ProbeEngine(threading.Thread):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             if rail:
-                s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, rail.encode())
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, rail.encode())
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos)
             s.bind((self.address, port))
         except OSError:
@@ -142,7 +123,7 @@ class ProbeEngine(threading.Thread):
 
     def rebind(self) -> None:
         """Every socket bound again to its rail where the rail is another device now
-        (bind_to_rail); called when a link of this host changes, from the link watcher's thread."""
+        (netdev.bind_to_rail); called when a link of this host changes, from the link watcher's thread."""
         moved = {p.rail for p in self._paths + self._reflectors if p.rail and bind_to_rail(p.sock, p.rail)}
         if moved:
             log.info("probe sockets bound again to %s: a new device under the same name", ", ".join(sorted(moved)))

@@ -3,7 +3,8 @@
 One thread. Every `interval_s` it reads the heartbeats, judges each peer's planes, feeds
 the decider and programs the routes it asks for; a local link event (the agent's
 LinkWatcher calls `wake()`) runs the same at once, so a NIC that goes down moves the
-traffic within milliseconds and the next heartbeats tell the peers to move theirs.
+traffic within milliseconds and the next heartbeats tell the peers to move theirs; the
+heartbeat sockets are bound again first, where a NIC came back as another device.
 
 A plane is healthy toward a peer when our NIC on it is up, the peer's is up (it says so),
 and every heartbeat path of the plane works in both directions: a flow may hash onto any
@@ -126,8 +127,11 @@ class Failover(threading.Thread):
         try:
             while not self._stopping.is_set():
                 woken = poller.poll(max(0.0, next_send - time.monotonic()) * 1000)
-                if woken:
+                if woken:  # a link changed: a NIC back as another device is bound to again first
                     os.read(self._wake_r, 4096)
+                    if moved := self.live.rebind():
+                        log.info("heartbeat sockets bound again to %s: a new device under the same name",
+                                 ", ".join(sorted(moved)))
                 now = time.monotonic()
                 up = self._up_planes()
                 self.live.tick(now)

@@ -14,6 +14,9 @@ on, and its own NICs that are down. So a host learns of a failure in its outgoin
 one heartbeat after the peer noticed, over any path that still works, and of a peer's dead
 NIC within one interval of the peer's link event.
 
+Each socket is bound to its NIC by the NIC's index, which a NIC that comes back as another
+device does not keep: `rebind()`, on every link change, binds them to the new one.
+
 The sockets are read once per tick, never woken per packet: a wake-up costs more than the
 few packets it would read. The kernel stamps each arrival (SO_TIMESTAMPNS), so the one-way
 delay of every heartbeat is known whenever it is read.
@@ -41,13 +44,13 @@ import time
 from dataclasses import dataclass, field
 
 from clockfabric.auth.seal import HEARTBEAT, Rejected, Sealer
+from clockfabric.netdev import bind_to_rail
 from clockfabric.traffic.steer_decide import DelayBook, decode_queue, encode_queue
 
 MAGIC = b"CFHB"
 VERSION = 2
 FORMAT = struct.Struct("!4sBBBxIIQH")  # magic, version, plane, port index, session, seq, dead_in, nics_down
 TRAILER = struct.Struct("!QB")  # v2: send time (ns, the sender's clock), count of queue reports (uint16 each)
-SO_BINDTODEVICE = 25
 SO_TIMESTAMPNS = 35  # SCM_TIMESTAMPNS has the same number
 TIMESPEC = struct.Struct("=qq")
 RECV_BYTES = 512
@@ -142,7 +145,7 @@ class Liveness:
                     self.senders[(plane, c)] = s
                     if c < ports:  # the first `ports` also receive: the paths' own ports
                         self.socks[(plane, c)] = s
-                    s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, nic.encode())
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, nic.encode())
                     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0xC0)  # CS6, network control, as BFD uses
                     s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # arrival times from the kernel
                     s.bind((address, base_port + c))
@@ -154,6 +157,11 @@ class Liveness:
     def close(self) -> None:
         for s in self.senders.values():
             s.close()
+
+    def rebind(self) -> set[str]:
+        """Every socket bound again to its NIC where the NIC is another device now (a NIC back
+        under a new index: netdev.bind_to_rail); the NICs whose sockets moved."""
+        return {self.nics[plane] for (plane, _), s in self.senders.items() if bind_to_rail(s, self.nics[plane])}
 
     def candidates(self, plane: int) -> list[int]:
         """The source ports a path on `plane` may leave from."""

@@ -50,6 +50,7 @@ class PlaneFailover(Service):
         except OSError as e:
             raise ClockfabricError(f"cannot open failover heartbeat ports on {ctx.address} ({e.strerror}): "
                                    "is another agent running on this host?") from None
+        # acted on at once; a NIC back as a new device is bound to again (Failover.run)
         ctx.on_link_change.append(self.failover.wake)
         self._decisions_seen = 0
 

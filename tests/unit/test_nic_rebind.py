@@ -1,5 +1,6 @@
-"""The probe engine's sockets follow their rail to a new device of the same name
-(probe.engine.bind_to_rail, ProbeEngine.rebind): SO_BINDTODEVICE keeps the old device's index."""
+"""The probe engine's and the failover heartbeats' sockets follow their NIC to a new device of the
+same name (netdev.bind_to_rail; ProbeEngine.rebind, Failover.wake): SO_BINDTODEVICE keeps the old
+device's index."""
 
 import json
 import os
@@ -10,9 +11,37 @@ import textwrap
 
 import pytest
 
-MOVED = textwrap.dedent("""
+# each opens sockets bound to eth0 (`socks`) and says how a link change reaches them (`rebind`)
+SUBJECTS = {
+    "probe-engine": """
+        from clockfabric.probe.engine import ProbeEngine
+        engine = ProbeEngine("10.9.0.1", {"h0": "10.9.0.1", "h1": "10.9.0.2"}, ["h1"], rails=["eth0"], ports=2)
+        socks = [p.sock for p in engine._paths + engine._reflectors]
+        rebind = engine.rebind
+    """,
+    "failover-heartbeats": """
+        from clockfabric.traffic.failover import Failover, Heartbeats
+        failover = Failover("10.9.0.1", {"h1": "10.9.0.2"}, {0: "eth0"}, nic_up=lambda nic: None,
+                            heartbeats=Heartbeats(interval_s=0.05))
+        failover.start()
+        socks = list(failover.live.senders.values())
+
+        def rebind():  # as the agent's link watcher does; the failover thread binds them again
+            failover.wake()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                try:
+                    if bound() == [socket.if_nametoindex("eth0")]:
+                        return
+                except OSError:  # no eth0 here now: nothing to wait for
+                    pass
+                time.sleep(0.05)
+    """,
+}
+
+SETUP = """
     import json, os, socket, subprocess, time
-    from clockfabric.probe.engine import SO_BINDTOIFINDEX, ProbeEngine
+    from clockfabric.netdev import bound_index
 
     def ip(*args, ns=None):
         pre = ["nsenter", f"--net=/proc/{ns}/ns/net"] if ns else []
@@ -22,14 +51,15 @@ MOVED = textwrap.dedent("""
         ip("addr", "add", "10.9.0.1/24", "dev", "eth0")
         ip("link", "set", "eth0", "up")
 
+    bound = lambda: sorted({bound_index(s) for s in socks})
     ip("link", "add", "eth0", "type", "veth", "peer", "name", "sw0")
     ip("link", "set", "sw0", "up")
     plug()
-    engine = ProbeEngine("10.9.0.1", {"h0": "10.9.0.1", "h1": "10.9.0.2"}, ["h1"], rails=["eth0"], ports=2)
-    socks = [p.sock for p in engine._paths + engine._reflectors]
-    bound = lambda: sorted({s.getsockopt(socket.SOL_SOCKET, SO_BINDTOIFINDEX) for s in socks})
+"""
+
+MOVED = """
     out = {"before": bound(), "eth0_before": socket.if_nametoindex("eth0")}
-    engine.rebind()
+    rebind()
     out["unchanged"] = bound()
     # another host's namespace, whose own device holds eth0's index there: eth0 gets a new one
     other = subprocess.Popen(["unshare", "--net", "sh", "-c",
@@ -39,25 +69,26 @@ MOVED = textwrap.dedent("""
                          capture_output=True).returncode and time.monotonic() < deadline:
         time.sleep(0.05)
     ip("link", "set", "eth0", "netns", str(other.pid))  # the cable moved away ...
-    engine.rebind()  # nothing named eth0 here now: nothing to bind to
+    rebind()  # nothing named eth0 here now: nothing to bind to
     ip("link", "set", "eth0", "netns", str(os.getpid()), ns=other.pid)  # ... and back
     other.kill()
     plug()
     out["eth0_after"] = socket.if_nametoindex("eth0")
     out["stale"] = bound()
-    engine.rebind()
+    rebind()
     out["after"] = bound()
-    for s in socks:
-        s.close()
     print(json.dumps(out))
-""")
+    os._exit(0)  # the sockets and any thread go with the namespace
+"""
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a veth pair in its own network namespace")
 @pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("nsenter")), reason="needs unshare, nsenter")
-def test_probe_sockets_follow_a_nic_that_came_back_with_another_index():
-    proc = subprocess.run(["unshare", "--net", sys.executable, "-c", MOVED], capture_output=True, text=True,
-                          timeout=30)
+@pytest.mark.parametrize("subject", sorted(SUBJECTS))
+def test_sockets_follow_a_nic_that_came_back_with_another_index(subject):
+    script = "".join(textwrap.dedent(part) for part in (SETUP, SUBJECTS[subject], MOVED))
+    proc = subprocess.run(["unshare", "--net", sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
     if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
         pytest.skip(f"no network namespaces here: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr
@@ -65,4 +96,4 @@ def test_probe_sockets_follow_a_nic_that_came_back_with_another_index():
     assert out["before"] == out["unchanged"] == [out["eth0_before"]], out
     assert out["eth0_after"] != out["eth0_before"], out  # the premise: the NIC is back under another index
     assert out["stale"] == [out["eth0_before"]], out  # the kernel kept the old index ...
-    assert out["after"] == [out["eth0_after"]], out  # ... until rebound
+    assert out["after"] == [out["eth0_after"]], out  # ... until bound again
