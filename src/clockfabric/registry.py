@@ -13,6 +13,11 @@ file; `load` names the package whose import registers them all.
 
     for entry in COLLECTORS.enabled(enable=["rdma"], disable=["amd_gpu"]):
         collector = entry.factory(...)
+
+A kind whose modules are costly to import may `declare` its entries instead (name, module, help
+and meta, in the loading module): listing them imports none, and a module is imported, and its
+factory registered as above, only when that entry is `get`. A factory is then called through a
+stand-in until its module is loaded; `get` gives the factory itself.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from clockfabric.errors import ClockfabricError
 
@@ -37,30 +42,70 @@ class Entry(Generic[F]):
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+class _Deferred:
+    """A declared entry's factory until its module is imported: calling it imports the module and
+    calls the factory the module registered."""
+
+    def __init__(self, registry: Registry, name: str):
+        self._registry, self._name = registry, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._registry.get(self._name).factory(*args, **kwargs)
+
+
 class Registry(Generic[F]):
     def __init__(self, kind: str, *, load: str | None = None):
         self.kind = kind  # "collector", "detector", ...: said in errors
         self._load = load
         self._entries: dict[str, Entry[F]] = {}
+        self._declared: dict[str, str] = {}  # name -> the module that registers it, imported on `get`
 
     def register(self, name: str, *, default: bool = True, help: str = "", **meta: Any) -> Callable[[F], F]:
         """Decorator: register the factory (a class or function) under `name`."""
         def add(factory: F) -> F:
-            if name in self._entries:
+            entry = Entry(name, factory, default, help or (factory.__doc__ or "").strip().split("\n")[0], dict(meta))
+            declared = self._entries.get(name)
+            if declared is not None and not isinstance(declared.factory, _Deferred):
                 raise ValueError(f"{self.kind} {name!r} registered twice")
-            self._entries[name] = Entry(name, factory, default, help or (factory.__doc__ or "").strip().split("\n")[0],
-                                        dict(meta))
+            if declared is not None:
+                self._agree(declared, entry)
+            self._entries[name] = entry
             return factory
         return add
 
+    def declare(self, name: str, module: str, *, default: bool = True, help: str = "", **meta: Any) -> None:
+        """An entry whose `module` registers its factory, imported only when the entry is `get`;
+        what it registers must say what this declares."""
+        declared = Entry(name, cast(F, _Deferred(self, name)), default, help, dict(meta))
+        if name in self._declared:
+            raise ValueError(f"{self.kind} {name!r} declared twice")
+        self._declared[name] = module
+        if name in self._entries:  # its module was imported first (by a test, or a command)
+            self._agree(declared, self._entries[name])
+        else:
+            self._entries[name] = declared
+
+    def _agree(self, declared: Entry[F], registered: Entry[F]) -> None:
+        """What a declared entry's module registers is what it was declared as."""
+        module = self._declared[declared.name]
+        if (registered.factory.__module__, registered.default, registered.help, registered.meta) != \
+                (module, declared.default, declared.help, declared.meta):
+            raise ValueError(f"{self.kind} {declared.name!r}: {registered.factory.__module__} registers "
+                             f"{(registered.default, registered.help, registered.meta)}, declared as "
+                             f"{(declared.default, declared.help, declared.meta)} in {module}")
+
     def _loaded(self) -> dict[str, Entry[F]]:
-        """Every entry, in the order the loading module imports the modules that define them (not
-        the order they happened to be imported in: a test or a command may import one first)."""
+        """Every entry, in the order the loading module imports (or declares) the modules that
+        define them (not the order they happened to be imported in: a test or a command may
+        import one first)."""
         if not self._load:
             return self._entries
         listed = [m.__name__ for m in vars(importlib.import_module(self._load)).values() if inspect.ismodule(m)]
-        rank = {name: i for i, name in enumerate(listed)}
-        return dict(sorted(self._entries.items(), key=lambda kv: rank.get(kv[1].factory.__module__, len(rank))))
+        rank = {name: i for i, name in enumerate(listed + list(dict.fromkeys(self._declared.values())))}
+        return dict(sorted(self._entries.items(), key=lambda kv: rank.get(self._module(kv[1]), len(rank))))
+
+    def _module(self, entry: Entry[F]) -> str:
+        return self._declared.get(entry.name) or entry.factory.__module__
 
     def names(self) -> list[str]:
         """In the loading module's order (registration order within one module)."""
@@ -70,10 +115,15 @@ class Registry(Generic[F]):
         return list(self._loaded().values())
 
     def get(self, name: str) -> Entry[F]:
+        """The entry, its factory loaded (a declared entry's module imported)."""
         entries = self._loaded()
         if name not in entries:
             raise ClockfabricError(f"no {self.kind} named {name!r}; {self.kind}s are {', '.join(entries)}")
-        return entries[name]
+        if isinstance(entries[name].factory, _Deferred):
+            importlib.import_module(self._declared[name])
+            if isinstance(self._entries[name].factory, _Deferred):
+                raise ValueError(f"{self._declared[name]} registers no {self.kind} {name!r}")
+        return self._entries[name]
 
     def __contains__(self, name: str) -> bool:
         return name in self._loaded()

@@ -25,6 +25,13 @@ def test_every_record_names_a_benchmark_and_every_benchmark_has_a_record():
         assert r.source in ("run", "notebook") and r.date and r.targets
 
 
+def test_every_benchmark_is_what_its_module_registers():
+    # listed from bench/all.py's declarations; each module, imported, must register the same
+    for name in BENCHMARKS.names():
+        entry = BENCHMARKS.get(name)
+        assert entry.factory.__module__.startswith("clockfabric.bench.") and entry.help, name
+
+
 def test_verdicts_ratios_and_a_record_round_trip(tmp_path):
     time = Target("up", 3.0, 20, "s", better="lower", baseline=12.0)
     assert (time.met, time.verdict, time.ratio) == (True, "met", 4.0)

@@ -56,8 +56,16 @@ def test_the_prologs_command_ran_the_audit(tmp_path):
 
 
 def test_a_heavy_package_would_be_seen(tmp_path):
-    modules, _ = loaded(["bench", "--help"], tmp_path)  # the bench commands load the controller's stack
+    modules, _ = loaded(["bench", "controller-ingest", "--help"], tmp_path)  # the controller's stack
     assert modules & HEAVY, "the guard sees nothing: the module list is not what the CLI loaded"
+
+
+@pytest.mark.parametrize("argv", [["bench"], ["bench", "--help"], ["bench", "report", "--check"]],
+                         ids=["list", "help", "report"])
+def test_the_benchmarks_list_and_page_import_no_benchmark(argv, tmp_path):
+    modules, done = loaded(argv, tmp_path)
+    assert "clockfabric" in modules, done.stderr
+    assert modules & HEAVY <= {"numpy"}, done.stderr  # the harness's own; no benchmark's stack
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -76,3 +76,48 @@ def test_order_is_the_loading_modules_not_the_import_order(tmp_path, monkeypatch
     finally:
         for mod in [m for m in sys.modules if m == "regorder" or m.startswith("regorder.")]:
             del sys.modules[mod]
+
+
+def test_declared_entries_are_listed_without_their_modules_and_loaded_when_got(tmp_path, monkeypatch):
+    pkg = tmp_path / "regdecl"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "reg.py").write_text("from clockfabric.registry import Registry\n"
+                                "THINGS = Registry('thing', load='regdecl.all')\n")
+    for name, help in (("first", "one"), ("second", "two"), ("third", "three"), ("drifted", "new words")):
+        (pkg / f"{name}.py").write_text(textwrap.dedent(f"""
+            from regdecl.reg import THINGS
+
+            @THINGS.register({name!r}, help={help!r}, colour="red")
+            def make(x=0):
+                return {name!r}, x
+        """))
+    (pkg / "silent.py").write_text("")  # registers nothing
+    (pkg / "all.py").write_text(textwrap.dedent("""
+        from regdecl.reg import THINGS
+
+        for name, help in (("first", "one"), ("second", "two"), ("third", "three"), ("drifted", "old words")):
+            THINGS.declare(name, f"regdecl.{name}", help=help, colour="red")
+        THINGS.declare("silent", "regdecl.silent", help="never registered")
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    modules = lambda: {m for m in sys.modules if m.startswith("regdecl.")}  # noqa: E731
+    try:
+        importlib.import_module("regdecl.third")  # registers "third" before the others are declared
+        things = importlib.import_module("regdecl.reg").THINGS
+        assert things.names() == ["first", "second", "third", "drifted", "silent"]
+        assert [(e.help, e.meta) for e in things.entries()][:2] == [("one", {"colour": "red"}),
+                                                                     ("two", {"colour": "red"})]
+        assert modules() == {"regdecl.reg", "regdecl.all", "regdecl.third"}  # listed: nothing more imported
+        assert things.get("second").factory(2) == ("second", 2) and "regdecl.first" not in modules()
+        assert things.entries()[0].factory(1) == ("first", 1)  # called before its module is: loaded then
+        assert things.get("first").factory.__module__ == "regdecl.first"
+        with pytest.raises(ValueError, match="'drifted': regdecl.drifted registers .*new words.*old words"):
+            things.get("drifted")
+        with pytest.raises(ValueError, match="regdecl.silent registers no thing 'silent'"):
+            things.get("silent")
+        with pytest.raises(ValueError, match="declared twice"):
+            things.declare("first", "regdecl.first")
+    finally:
+        for mod in [m for m in sys.modules if m == "regdecl" or m.startswith("regdecl.")]:
+            del sys.modules[mod]

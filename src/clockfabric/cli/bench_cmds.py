@@ -1,5 +1,8 @@
 """`clockfabric bench ...`: every registered benchmark (clockfabric.bench.harness.BENCHMARKS) as
-a command with its own options; with no name, the list; `bench report`, the benchmarks page."""
+a command with its own options; with no name, the list; `bench report`, the benchmarks page.
+
+The benchmarks are declared (bench/all.py): each is listed by its help, and its module, with its
+command and options, is imported only when it runs (or its `--help` is asked for)."""
 
 from __future__ import annotations
 
@@ -27,8 +30,20 @@ def listing(ctx: typer.Context) -> None:
     out.print(table)
 
 
+def _deferred(name: str):
+    """A listed benchmark: its command built from its module, and run with its arguments, when it is called."""
+    def run(ctx: typer.Context) -> None:
+        one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        one.command(name)(BENCHMARKS.get(name).factory)
+        code = one(ctx.args, prog_name=ctx.command_path, standalone_mode=False)
+        if isinstance(code, int) and code:  # its typer.Exit(code), which comes back as the code: passed on
+            raise typer.Exit(code)
+    return run
+
+
 for _entry in BENCHMARKS.entries():
-    app.command(_entry.name)(_entry.factory)
+    app.command(_entry.name, help=_entry.help, add_help_option=False,
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(_deferred(_entry.name))
 
 
 @app.command("report")
