@@ -2,56 +2,19 @@
 joins, too few spares, and a rank replaced on a critical GPU fault before it fails."""
 
 import json
-import subprocess
-import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from clockfabric.train import control
-from clockfabric.train.launch import Member, TrainJob
+from tests.fakes.train_job import kinds, lose, stand_in
 
 HOSTS = ["h0", "h1", "h2", "h3", "h4", "h5"]
 
 
 @pytest.fixture
-def job(tmp_path):
-    """A coordinator over sleeping processes standing in for ranks and spares (no lab, no torch)."""
-    script = tmp_path / "train.py"
-    script.write_text("")
-    lab = SimpleNamespace(name="t", topology=SimpleNamespace(hosts={h: None for h in HOSTS}))
-    j = TrainJob(lab, HOSTS[:3], HOSTS[3:], [str(script)], tmp_path / "job")  # type: ignore[arg-type]
-    (j.folder / "beat").mkdir(parents=True)
-    j.ranks = [member(j, h, rank) for rank, h in enumerate(HOSTS[:3])]
-    j.spares = [member(j, h, None) for h in HOSTS[3:]]
-    j.gen = control.Generation(0, control.RUNNING, HOSTS[:3], [m.beat for m in j.ranks], "store.0")
-    control.write_generation(j.folder, j.gen)
-    yield j
-    for m in j.members():
-        m.proc.kill()
-        m.proc.wait()
-
-
-def member(job, host, rank):
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    m = Member(host, f"10.0.0.{HOSTS.index(host) + 1}:9", proc, job.folder / f"{host}.jsonl")
-    beat(job, m, rank)
-    return m
-
-
-def beat(job, m, rank):
-    control.write_json(control.beat_path(job.folder, m.host),
-                       {"name": m.host, "time": time.time(), "rank": rank, "done": False, "heard": {}})
-
-
-def lose(m):
-    m.proc.kill()
-    m.proc.wait()
-
-
-def kinds(job):
-    return [e["event"] for e in job.events]
+def job(make_coordinator):
+    return make_coordinator(HOSTS, HOSTS[:3], HOSTS[3:])
 
 
 def test_two_ranks_lost_in_one_tick_get_two_spares_in_one_generation(job):
@@ -90,7 +53,7 @@ def test_two_lost_with_one_spare_pause_without_taking_it_until_a_second_is_ready
     assert [m.host for m in job.spares] == ["h3"] and job.events[-1]["ranks"] == [0, 1]
     job.tick()  # still one spare for two ranks: nothing moves
     assert control.read_generation(job.folder).number == 1
-    job.spares.append(member(job, "h5", None))
+    job.spares.append(stand_in(job, "h5", None))
     job.tick()
     gen = control.read_generation(job.folder)
     assert gen.state == control.RUNNING and gen.number == 2 and gen.hosts == ["h3", "h5", "h2"]

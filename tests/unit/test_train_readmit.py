@@ -1,17 +1,14 @@
 """Drained hosts: audited alone with a backoff, told once per change, returned to the spare pool
 on a pass; the coordinator drains every replaced rank's host and refuses it as a spare."""
 
-import subprocess
-import sys
-import time
 from types import SimpleNamespace
 
 import pytest
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.train import control
-from clockfabric.train.launch import Member, TrainJob
 from clockfabric.train.readmit import AuditResult, Readmission
+from tests.fakes.train_job import kinds
 
 HOSTS = ["h0", "h1", "h2", "h3", "h4"]
 DOWN = {"backend.nic_active": "h1:eth0: link down (operstate lowerlayerdown, carrier False)"}
@@ -96,44 +93,13 @@ def test_a_bad_interval_is_refused():
 
 
 # ---- the coordinator -------------------------------------------------------------------------
-PORT = 9
-
-
 @pytest.fixture
-def job(tmp_path):
-    """A coordinator over sleeping processes standing in for ranks and spares (no lab, no torch);
-    its audit answers what `verdicts` holds."""
-    script = tmp_path / "train.py"
-    script.write_text("")
-    hosts = {h: SimpleNamespace(address=f"10.0.0.{i + 1}") for i, h in enumerate(HOSTS)}
-    lab = SimpleNamespace(name="t", topology=SimpleNamespace(hosts=hosts))
+def job(make_coordinator):
+    """Its audit answers what `verdicts` holds."""
     verdicts: list[AuditResult] = []
-    j = TrainJob(lab, HOSTS[:3], HOSTS[3:4], [str(script)], tmp_path / "job",  # type: ignore[arg-type]
-                 audit=lambda host, peers: verdicts.pop(0))
+    j = make_coordinator(HOSTS, HOSTS[:3], ["h3"], audit=lambda host, peers: verdicts.pop(0))
     j.verdicts = verdicts
-    j.port = PORT
-    (j.folder / "beat").mkdir(parents=True)
-    j._spawn = lambda host, rank: member(j, host, rank)  # no lab to start processes in
-    j.ranks = [member(j, h, rank) for rank, h in enumerate(HOSTS[:3])]
-    j.spares = [member(j, "h3", None)]
-    j.gen = control.Generation(0, control.RUNNING, HOSTS[:3], [m.beat for m in j.ranks], "store.0")
-    control.write_generation(j.folder, j.gen)
-    yield j
-    for m in j.members():
-        m.proc.kill()
-        m.proc.wait()
-
-
-def member(job, host, rank):
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    m = Member(host, f"{job.lab.topology.hosts[host].address}:{PORT}", proc, job.folder / f"{host}.jsonl")
-    control.write_json(control.beat_path(job.folder, host),
-                       {"name": host, "time": time.time(), "rank": rank, "done": False, "heard": {}})
-    return m
-
-
-def kinds(job):
-    return [e["event"] for e in job.events]
+    return j
 
 
 def test_a_replaced_host_is_drained_refused_as_a_spare_and_returned_once_it_passes(job):
