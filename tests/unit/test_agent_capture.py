@@ -2,17 +2,13 @@
 down, or moved out of the namespace and back (a cable swapped), costs samples, not the agent."""
 
 import errno
-import json
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
 from types import SimpleNamespace
 
 import pytest
 
 from clockfabric.agent.capture import NicCapture
+from tests.netns import run_in_netns
 
 
 class FakeSocket:
@@ -151,14 +147,7 @@ SWAP = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a veth pair in its own network namespace")
-@pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("nsenter")), reason="needs unshare, nsenter")
 def test_the_workload_service_survives_its_nic_set_down_and_follows_it_moved_away_and_back():
-    proc = subprocess.run(["unshare", "--net", sys.executable, "-c", SWAP], capture_output=True, text=True,
-                          timeout=30)
-    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
-        pytest.skip(f"no network namespaces here: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_in_netns(SWAP, tools=("ip", "nsenter"))
     assert out["after_down"] and out["after_move"], out
     assert out["reopened"] >= 1, out  # when the NIC came back: its old ring's socket was left bound to nothing

@@ -1,16 +1,12 @@
 """LLDP frames (clockfabric.lldp): build, parse, and, as root, a real round trip over a veth pair."""
 
-import json
-import os
-import shutil
 import struct
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from clockfabric import lldp
+from tests.netns import run_in_netns
 
 MAC = bytes.fromhex("02aabbccddee")
 
@@ -166,22 +162,8 @@ ROUND_TRIP = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a veth pair in its own network namespace")
-@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None, reason="needs unshare and ip")
 def test_listen_hears_a_frame_over_a_veth_pair():
-    # `unshare --net` gives the child an anonymous namespace: it and the veth pair vanish with the process
-    proc = subprocess.Popen(["unshare", "--net", sys.executable, "-c", ROUND_TRIP], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if proc.returncode != 0 and "Operation not permitted" in err:
-        pytest.skip(f"no network namespaces here: {err.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, err
-    heard = json.loads(out)
+    heard = run_in_netns(ROUND_TRIP, timeout_s=20)
     assert heard["cfl-b"] == {"chassis": "p0-leaf3", "port": "swp9", "ttl": 120, "port_description": "to h5:eth0",
                               "system": "p0-leaf3"}
     assert heard["cfl-missing"] is None
@@ -220,12 +202,5 @@ RECABLE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a veth pair in its own network namespace")
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
 def test_announcer_and_neighbours_follow_a_nic_that_was_replaced():
-    proc = subprocess.run(["unshare", "--net", sys.executable, "-c", RECABLE], capture_output=True, text=True,
-                          timeout=30)
-    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
-        pytest.skip(f"no network namespaces here: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"first": "leaf0:swp1", "gone": None, "again": "leaf0:swp1"}
+    assert run_in_netns(RECABLE) == {"first": "leaf0:swp1", "gone": None, "again": "leaf0:swp1"}

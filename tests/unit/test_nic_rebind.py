@@ -2,14 +2,11 @@
 same name (netdev.bind_to_rail; ProbeEngine.rebind, Failover.wake): SO_BINDTODEVICE keeps the old
 device's index."""
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.netns import run_in_netns
 
 # each opens sockets bound to eth0 (`socks`) and says how a link change reaches them (`rebind`)
 SUBJECTS = {
@@ -82,17 +79,10 @@ MOVED = """
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a veth pair in its own network namespace")
-@pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("nsenter")), reason="needs unshare, nsenter")
 @pytest.mark.parametrize("subject", sorted(SUBJECTS))
 def test_sockets_follow_a_nic_that_came_back_with_another_index(subject):
     script = "".join(textwrap.dedent(part) for part in (SETUP, SUBJECTS[subject], MOVED))
-    proc = subprocess.run(["unshare", "--net", sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=60)
-    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
-        pytest.skip(f"no network namespaces here: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_in_netns(script, tools=("ip", "nsenter"), timeout_s=60)
     assert out["before"] == out["unchanged"] == [out["eth0_before"]], out
     assert out["eth0_after"] != out["eth0_before"], out  # the premise: the NIC is back under another index
     assert out["stale"] == [out["eth0_before"]], out  # the kernel kept the old index ...
