@@ -17,8 +17,8 @@ while a group forms sends the others on to the generation after; a generation wr
 the loop runs (a rank moved off a failing GPU) is joined at the next step boundary.
 
 A sharded optimizer (ZeRO-1) needs the group to exist when it is made: give a factory,
-`lambda params: ZeroRedundancyOptimizer(params, ...)`, and use `job.optimizer`. Its shards
-travel apart from the rest of the state, through buddy copies (train.zero).
+`lambda params: ZeroRedundancyOptimizer(params, ...)`, and use `job.optimizer`. Each rank's
+shard is mirrored on its buddy rank, which steps it too (train.zero).
 
 `checkpoint_dir` and `checkpoint_every` K: every rank writes its state there every K steps
 (train.checkpoint); when memory cannot rebuild the state (a ZeRO-1 rank lost with its buddy),
@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 from clockfabric.train import control, group, state, zero
@@ -115,7 +116,7 @@ class Elastic:
         self.module, self.loader = module, loader
         self.make_optimizer = None if isinstance(optimizer, torch.optim.Optimizer) else optimizer
         self._optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
-        self.buddy: zero.Buddy | None = None  # a sharded optimizer's copies of the previous rank's shard
+        self.buddy: zero.Buddy | None = None  # a sharded optimizer's shard and its mirror of the previous rank's
         self.log = log or (lambda **_: None)
         self.timeout_s, self.wait_s = timeout_s, wait_s
         self.checkpoints = Checkpoints(checkpoint_dir, checkpoint_every) if checkpoint_dir else None
@@ -158,24 +159,28 @@ class Elastic:
             self._join(first, completed=0)
         return self
 
-    def _shard(self, optimizer: torch.optim.Optimizer) -> None:
-        """ZeRO's step, made to record a failure rather than raise it; the previous step's buddy
-        copies finished first, this step's sent after."""
-        self.buddy = zero.Buddy()
+    @property
+    def held(self) -> state.Stateful:
+        """The optimizer state a step's snapshot holds: this rank's shard and its mirror under
+        ZeRO-1, else the whole optimizer's."""
+        return self.buddy or zero.local(self.optimizer)
+
+    def _shard(self, optimizer: ZeroRedundancyOptimizer) -> None:
+        """ZeRO's step, made to record a failure rather than raise it, the predecessor's shard
+        stepped on the mirror first (before ZeRO's broadcasts change the parameters)."""
+        self.buddy = zero.Buddy(optimizer) if self.world > 1 else None
         step = optimizer.step
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if self.failed:  # the gradients were not averaged: the step is undone anyway
                 return None
-            assert self.buddy is not None
             try:
-                self.buddy.settle()
-                loss = step(*args, **kwargs)  # the local step, then every shard's parameters broadcast
-                self.buddy.post(optimizer, self.step + 1)  # type: ignore[arg-type]
+                if self.buddy:
+                    self.buddy.step()
+                return step(*args, **kwargs)  # the local step, then every shard's parameters broadcast
             except RuntimeError:  # a peer is gone
                 self.failed = True
                 return None
-            return loss
 
         optimizer.step = guarded  # type: ignore[method-assign]
 
@@ -189,35 +194,25 @@ class Elastic:
         while self.step < total:
             self._follow()
             start = time.time()  # the snapshot is part of the step's cost
-            undo = state.snapshot(self.module, zero.local(self.optimizer), self.step, self.step, into=self._lent)
+            undo = state.snapshot(self.module, self.held, self.step, self.step, into=self._lent)
             self._lent, self.failed, self.fields = None, False, {}
-            if self.buddy:
-                try:
-                    self.buddy.receive()  # the predecessor's copy travels during forward and backward
-                except RuntimeError:  # the predecessor is gone: the step is redone
-                    self.failed = True
             yield self.step, self.loader(self.step, self.rank)
             if self.failed:
-                if self.buddy:
-                    self.buddy.close()
                 self._recover(undo)
                 self._lent = undo  # restored by copying out of it: its tensors are free again
                 continue
             self._lent = undo
             if self.buddy:
-                self.buddy.commit()
-                # a lost shard's copy may be a step behind: this step is then redone from here
+                # survivors a step apart go on from the step before: this one is then redone from here
                 self._lent, self.previous = self.previous, undo
                 self.fields |= {"buddy_s": round(self.buddy.cost_s, 5), "buddy_bytes": self.buddy.bytes}
-                self.buddy.cost_s = 0.0  # the next step's receive, settle and post
+                self.buddy.cost_s = 0.0
             self.log(rank=self.rank, step=self.step, start=start, duration_s=time.time() - start,
                      generation=self.gen.number if self.gen else None, **self.fields)
             self.step += 1
             if self.checkpoints and self.checkpoints.due(self.step):
                 self.checkpoints.write(self.step, self.rank, state.capture(self.module, zero.local(self.optimizer),
                                                                            self.step, self.step))
-        if self.buddy:
-            self.buddy.close()  # the last copies delivered before any member leaves
 
     def record(self, **fields: Any) -> None:
         """Fields for this step's log record (written once the step completes)."""
@@ -243,7 +238,7 @@ class Elastic:
         # parameters after the restore would leave this member a step ahead where it lands
         self._leave()
         self._drop_group()
-        state.restore(undo, self.module, zero.local(self.optimizer))
+        state.restore(undo, self.module, self.held)
         assert self.gen is not None
         self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
         self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
@@ -255,8 +250,6 @@ class Elastic:
         if self.gen is not None and newer is not None and newer.number > self.gen.number \
                 and newer.state == control.RUNNING:
             self.log(rank=self.rank, event="new generation", step=self.step, generation=newer.number, time=time.time())
-            if self.buddy:
-                self.buddy.close()
             self._leave()
             self._join(newer, completed=self.step)
 
@@ -310,14 +303,14 @@ class Elastic:
             assert self.make_optimizer is not None
             self._optimizer = self.make_optimizer(self.module.parameters())
             if zero.is_sharded(self._optimizer):
-                self._shard(self._optimizer)
+                self._shard(self._optimizer)  # type: ignore[arg-type]
         sharded = zero.is_sharded(self.optimizer)
         if sharded:
             zero.rebind(self.optimizer)  # type: ignore[arg-type]
         carried = self._carry(completed) if gen.number > 0 else 0
         self.previous = None  # a snapshot from before the group formed is no step of the new group's
-        if self.buddy:  # every buddy holds its predecessor's shard as of this step, a new member's too
-            self.buddy.exchange(self.optimizer, self.step)  # type: ignore[arg-type]
+        if self.buddy:  # every mirror holds its predecessor's shard as of this step, a new member's too
+            carried += self.buddy.exchange()
         transferred = time.time()
         # one bucket: the hook puts it in parameter order, which only a whole model can be. After
         # a carry every member holds the same parameters, so DDP's own broadcast of them is
@@ -333,19 +326,18 @@ class Elastic:
 
     def _carry(self, completed: int) -> int:
         """A new member, or survivors a step apart: the most advanced one's state for all; the
-        bytes carried. ZeRO-1: the step the lost shards' copies allow, one back if a copy was
-        still in flight when its sender was lost, and each shard from its buddy."""
+        bytes carried. ZeRO-1: survivors a step apart go back to the step before (each shard
+        is its own rank's), and each lost rank's shard comes from its buddy's mirror."""
         source, counts = group.most_advanced(completed, self._superseded)
-        at = max(counts)
         if self.buddy:
             try:
                 at = self.buddy.resume_at(counts, int(self.previous["step"]) if self.previous else None)
             except zero.ShardLost as lost:
                 return self._from_checkpoint(lost, max(counts))
             if completed > at and self.previous:  # this member's last completed step is redone
-                self.step, _ = state.restore(self.previous, self.module, zero.local(self.optimizer))
+                self.step, _ = state.restore(self.previous, self.module, self.buddy)
             source = min(r for r, c in enumerate(counts) if c >= 0)  # every survivor is at `at` now
-        whole = None if self.buddy else self.optimizer  # shards travel from the buddies
+        whole = None if zero.is_sharded(self.optimizer) else self.optimizer  # shards travel from the buddies
         mine = state.to_bytes(state.capture(self.module, whole, self.step, self.step)) if self.rank == source else None
         blob = group.broadcast_bytes(mine, source, self._superseded)
         carried = len(blob)
@@ -353,7 +345,7 @@ class Elastic:
             self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
             self.carried = True
         if self.buddy:
-            carried += self.buddy.hand_over(counts, at, self.optimizer)  # type: ignore[arg-type]
+            carried += self.buddy.hand_over(counts, at)
         return carried
 
     def _superseded(self) -> bool:
