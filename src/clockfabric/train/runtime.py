@@ -120,7 +120,7 @@ class Elastic:
         self.log = log or (lambda **_: None)
         self.timeout_s, self.wait_s = timeout_s, wait_s
         self.checkpoints = Checkpoints(checkpoint_dir, checkpoint_every) if checkpoint_dir else None
-        self.restored: dict[str, Any] = {}  # the checkpoint the last group formed resumed from
+        self.restored: dict[str, Any] = {}  # what the last group formed resumed from: a checkpoint, a reshard
         self.previous: dict[str, Any] | None = None  # ZeRO-1: the snapshot before the last completed step
         self._lent: dict[str, Any] | None = None  # a snapshot no longer wanted: the next one copies into it
         try:
@@ -326,27 +326,58 @@ class Elastic:
 
     def _carry(self, completed: int) -> int:
         """A new member, or survivors a step apart: the most advanced one's state for all; the
-        bytes carried. ZeRO-1: survivors a step apart go back to the step before (each shard
-        is its own rank's), and each lost rank's shard comes from its buddy's mirror."""
+        bytes carried. ZeRO-1: the step zero.resume_at allows; each rank rebuilt to it (a new
+        member, a survivor a step behind) gets its shard from its buddy's mirror."""
+        if self.buddy and self.buddy.zero.world_size != self.world:
+            return self._reshard(completed)
         source, counts = group.most_advanced(completed, self._superseded)
+        rebuilt: list[int] = []
         if self.buddy:
             try:
-                at = self.buddy.resume_at(counts, int(self.previous["step"]) if self.previous else None)
+                at, rebuilt = self.buddy.resume_at(counts, self._previous_step())
             except zero.ShardLost as lost:
                 return self._from_checkpoint(lost, max(counts))
-            if completed > at and self.previous:  # this member's last completed step is redone
+            if self.rank not in rebuilt and completed > at and self.previous:  # its last step is redone
                 self.step, _ = state.restore(self.previous, self.module, self.buddy)
-            source = min(r for r, c in enumerate(counts) if c >= 0)  # every survivor is at `at` now
-        whole = None if zero.is_sharded(self.optimizer) else self.optimizer  # shards travel from the buddies
+            source = min(set(range(self.world)) - set(rebuilt))  # every member not rebuilt is at `at` now
+        carried = self._from_source(source)
+        if self.buddy:
+            carried += self.buddy.hand_over(rebuilt)
+        return carried
+
+    def _reshard(self, completed: int) -> int:
+        """ZeRO-1 on a group of another size (the job shrunk): the step agreed, the parameters
+        from a member that holds it, every shard of the old partition gathered (a lost rank's
+        from its buddy's mirror), and ZeRO made again for the new partition; the bytes carried."""
+        assert self.buddy is not None and self.make_optimizer is not None
+        old = self.buddy.zero
+        try:
+            at, plan = zero.regathered(old, completed, self._previous_step())
+        except zero.ShardLost as lost:
+            return self._from_checkpoint(lost, completed)
+        if old.rank not in plan.rebuilt and completed > at and self.previous:  # its last step is redone
+            self.step, _ = state.restore(self.previous, self.module, self.buddy)
+        carried = self._from_source(min(plan.member[r] for r in range(old.world_size) if r not in plan.rebuilt))
+        merged, sent = plan.gather(self.buddy)
+        self._optimizer = self.make_optimizer(self.module.parameters())
+        self._optimizer.load_state_dict(merged)
+        self._shard(self._optimizer)  # type: ignore[arg-type]
+        self.restored = {"resharded_from": old.world_size}
+        return carried + sent
+
+    def _from_source(self, source: int) -> int:
+        """The source member's parameters, generators and step on every member (a sharded
+        optimizer's state travels apart); the bytes."""
+        whole = None if zero.is_sharded(self.optimizer) else self.optimizer
         mine = state.to_bytes(state.capture(self.module, whole, self.step, self.step)) if self.rank == source else None
         blob = group.broadcast_bytes(mine, source, self._superseded)
-        carried = len(blob)
         if self.rank != source:
             self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
             self.carried = True
-        if self.buddy:
-            carried += self.buddy.hand_over(counts, at)
-        return carried
+        return len(blob)
+
+    def _previous_step(self) -> int | None:
+        return int(self.previous["step"]) if self.previous else None
 
     def _superseded(self) -> bool:
         """A newer generation was issued (a member of this one lost while the state is carried):

@@ -13,10 +13,11 @@ with no byte on the network per step. The cost is one more shard's optimizer ste
 memory (`Buddy.bytes`).
 
 The mirror is part of the rank's own state (`Buddy.state_dict`): a step's snapshot holds it
-and a failed step undoes it with the rest. A spare that takes rank r is sent r's shard from
-its buddy's mirror (`hand_over`); once a group has formed each member sends its shard to its
-successor's mirror (`exchange`), which gives a new member its predecessor's shard. Lost
-together, a rank and its buddy take that shard with them (`ShardLost`).
+and a failed step undoes it with the rest. A spare that takes rank r, or a survivor that
+ended a step behind the others, is sent r's shard from its buddy's mirror (`hand_over`); once
+a group has formed each member sends its shard to its successor's mirror (`exchange`), which
+gives a new member its predecessor's shard. Lost together, a rank and its buddy take that
+shard with them (`ShardLost`).
 """
 
 from __future__ import annotations
@@ -177,47 +178,98 @@ class Buddy:
         self.mirror.load_state_dict(unflatten(int(incoming[0]), arrived))
         return flat.numel()
 
-    def resume_at(self, counts: list[int], previous: int | None) -> int:
-        """The step every member goes on from, agreed by all (previous: the step of this
-        member's snapshot before its last completed one, if it has one)."""
+    def resume_at(self, counts: list[int], previous: int | None) -> tuple[int, list[int]]:
+        """The step every member goes on from and the ranks rebuilt to it, agreed by all
+        (previous: the step of this member's snapshot before its last completed one, if any)."""
         mine = torch.tensor([NONE if previous is None else previous])
         gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, mine)
         return resume_at(counts, [int(g) for g in gathered])
 
-    def hand_over(self, counts: list[int], at: int) -> int:
-        """Each new member (count -1) receives its shard from its buddy's mirror, as of step
-        `at` (every survivor's state is); the bytes sent."""
+    def hand_over(self, rebuilt: list[int]) -> int:
+        """Each rebuilt rank receives its shard from its buddy's mirror (every buddy's state is
+        at the step the members go on from); the bytes sent."""
         rank, world = dist.get_rank(), dist.get_world_size()
         carried = 0
-        for lost in [r for r, c in enumerate(counts) if c < 0]:
-            buddy = (lost + 1) % world
+        for taker in rebuilt:
+            buddy = (taker + 1) % world
             blob = group.broadcast_bytes(state.to_bytes(self.mirror.state_dict()) if rank == buddy else None, buddy)
             carried += len(blob)
-            if rank == lost:
+            if rank == taker:
                 self.zero.optim.load_state_dict(state.from_bytes(blob))
         return carried
 
 
-def resume_at(counts: list[int], previous: list[int]) -> int:
-    """The step the members go on from (counts: each one's completed steps, -1 a new member;
-    previous: the step of each one's snapshot before its last completed step). A survivor
-    holds its own shard and its mirror as of its count, and as of its previous snapshot's
-    step: the most any completed if every survivor is there, else one fewer if every survivor
-    ahead can go back to it. Lost ranks' shards are in their buddies' mirrors, which are
-    survivors' state like the rest."""
+def regathered(optimizer: ZeroRedundancyOptimizer, completed: int, previous: int | None) -> tuple[int, Regather]:
+    """On a group of another size (the job shrunk): the step every member goes on from, and
+    how the old partition's shards are gathered, agreed by all. Each member is known by its
+    rank in the old group (ZeRO's `rank`); a lost one's shard is in its old buddy's mirror."""
+    mine = torch.tensor([optimizer.rank, completed, NONE if previous is None else previous])
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    counts, before = [-1] * optimizer.world_size, [NONE] * optimizer.world_size
+    member = {}
+    for new_rank, row in enumerate(gathered):
+        old, count, prev = (int(v) for v in row.tolist())
+        counts[old], before[old], member[old] = count, prev, new_rank
+    at, rebuilt = resume_at(counts, before)
+    return at, Regather(member, rebuilt)
+
+
+class Regather(NamedTuple):
+    """Where each shard of the old partition comes from: its own rank's member, or (rebuilt)
+    the member that was its buddy, from the mirror."""
+    member: dict[int, int]  # old rank -> its rank in the new group
+    rebuilt: list[int]  # old ranks whose shard comes from their buddy's mirror
+
+    def gather(self, buddy: Buddy) -> tuple[dict[str, Any], int]:
+        """Every shard on every member, as ZeRO's global state dict (what `state_dict` gives
+        after `consolidate_state_dict`), for a ZeRO made for the new group to load; and the
+        bytes sent."""
+        old: Any = buddy.zero  # its partition and indexing (private, no public equivalent)
+        world = old.world_size
+        merged = torch.optim.Optimizer.state_dict(old)  # the global param groups, in global indexing
+        merged["state"], sent = {}, 0
+        for rank in range(world):
+            mirrored = rank in self.rebuilt
+            holder = self.member[(rank + 1) % world if mirrored else rank]
+            mine = None
+            if dist.get_rank() == holder:
+                mine = state.to_bytes(buddy.mirror.state_dict() if mirrored else old.optim.state_dict())
+            blob = group.broadcast_bytes(mine, holder)
+            shard, sent = state.from_bytes(blob), sent + len(blob)
+            for local, partition in zip(shard["param_groups"], old._partition_parameters()[rank], strict=True):
+                for index, param in zip(local["params"], partition["params"], strict=True):
+                    if index in shard["state"]:
+                        merged["state"][old._param_to_index[param]] = shard["state"][index]
+        return merged, sent
+
+
+def resume_at(counts: list[int], previous: list[int]) -> tuple[int, list[int]]:
+    """The step the members go on from, and the ranks rebuilt to it (counts: each member's
+    completed steps, -1 a new one; previous: the step of each one's snapshot before its last
+    completed step). A survivor holds its own shard and its mirror of its predecessor's as of
+    its count and its previous snapshot's step. The most any completed, if every rank that does
+    not hold it (a lost one, a survivor a step behind) has a buddy that does: that rank's shard
+    then comes from its buddy's mirror, the rest of its state from a member that holds the step.
+    Else one step fewer on the same terms, the one step redone."""
     world = len(counts)
-    survivors = [r for r, c in enumerate(counts) if c >= 0]
-    if not survivors:
+    if all(c < 0 for c in counts):
         raise ShardLost("ZeRO-1: every rank was lost, and every optimizer shard with them")
     for rank in (r for r, c in enumerate(counts) if c < 0):
         if counts[(rank + 1) % world] < 0:
             raise ShardLost(f"ZeRO-1: rank {rank} and its buddy rank {(rank + 1) % world} were both lost, "
                             f"and rank {rank}'s optimizer shard with them")
+
+    def holds(rank: int, at: int) -> bool:
+        return counts[rank] >= 0 and at in (counts[rank], previous[rank])
+
     top = max(counts)
     for at in (top, top - 1):
-        if all(at in (counts[r], previous[r]) for r in survivors):
-            return at
+        rebuilt = [r for r in range(world) if not holds(r, at)]
+        if all(holds((r + 1) % world, at) for r in rebuilt):
+            return at, rebuilt
+    survivors = [r for r, c in enumerate(counts) if c >= 0]
     raise ShardLost(f"ZeRO-1: no step every member holds: the survivors completed "
                     f"{sorted({counts[r] for r in survivors})} steps, with snapshots from steps "
                     f"{sorted({previous[r] for r in survivors} - {NONE})}")
