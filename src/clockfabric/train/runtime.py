@@ -38,75 +38,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
-from torch.nn.parallel import DistributedDataParallel
 
 from clockfabric.train import control, group, state, zero
 from clockfabric.train.checkpoint import Checkpoints
+from clockfabric.train.ddp import ONE_BUCKET_MB, Guarded, average
 from clockfabric.train.heartbeat import Heartbeat, shut_sockets_to, split
 
-ONE_BUCKET_MB = 1 << 20  # more than any model: DDP then makes one bucket of all the gradients
 Loader = Callable[[int, int], Any]  # (position, rank) -> that rank's batch at that position
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]  # the module's parameters -> the optimizer
-
-
-def _done(tensor: torch.Tensor) -> torch.futures.Future:
-    fut: torch.futures.Future = torch.futures.Future()
-    fut.set_result(tensor)
-    return fut
-
-
-def _average(job, bucket):  # unannotated: DDP compares a hook's annotations to classes, these would be strings
-    """DDP's averaging all-reduce on the current group, with a failure recorded, not raised.
-
-    The gradients are all-reduced in one buffer in the module's parameter order, whatever order
-    DDP's bucket holds them in (a new wrapper's first bucket is in definition order, later ones
-    in the order gradients arrive): a ring's sums run in an order set by each value's offset,
-    and bit-equal results across a re-formed group need the same offsets."""
-    buffer = bucket.buffer()
-    if job.failed:  # an earlier bucket of this step failed: the step is undone anyway
-        return _done(buffer)
-    sizes = [g.numel() for g in bucket.gradients()]
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    order = sorted(range(len(sizes)), key=lambda i: job.order[bucket.parameters()[i]])
-    flat = torch.cat([buffer[starts[i]:starts[i] + sizes[i]] for i in order]).div_(job.world)
-    try:
-        work = dist.all_reduce(flat, async_op=True)
-        assert work is not None
-        fut = work.get_future()
-    except RuntimeError:
-        job.failed = True
-        return _done(buffer)
-
-    def finish(f: torch.futures.Future) -> torch.Tensor:
-        try:
-            f.wait()
-        except Exception:  # a peer is gone: whatever gloo raised, the step is redone
-            job.failed = True
-            return buffer
-        offset = 0
-        for i in order:
-            buffer[starts[i]:starts[i] + sizes[i]].copy_(flat[offset:offset + sizes[i]])
-            offset += sizes[i]
-        return buffer
-
-    return fut.then(finish)
-
-
-class _Guarded(DistributedDataParallel):
-    """DDP whose forward records a lost peer rather than raising it: the first forward after the
-    first step broadcasts DDP's rebuilt bucket order, so a peer lost then fails the forward."""
-
-    job: Elastic | None = None
-
-    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        try:
-            return super().forward(*inputs, **kwargs)
-        except RuntimeError:
-            # the module alone: a fault of the script's own raises again here, not swallowed
-            out = self.module(*inputs, **kwargs)
-            assert self.job is not None
-            self.job.failed = True  # the step is undone
-            return out
 
 
 class Elastic:
@@ -134,7 +73,7 @@ class Elastic:
         self.carried = False  # a spare: whether it holds a rank's state yet
         self.fields: dict[str, Any] = {}
         self.order = {p: i for i, p in enumerate(module.parameters())}
-        self.model: DistributedDataParallel | None = None
+        self.model: Guarded | None = None
         self.gen: control.Generation | None = None
 
     @property
@@ -315,9 +254,9 @@ class Elastic:
         # one bucket: the hook puts it in parameter order, which only a whole model can be. After
         # a carry every member holds the same parameters, so DDP's own broadcast of them is
         # skipped: it would cost time, and a member lost in it would cost the others its bound
-        self.model = _Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB, init_sync=gen.number == 0)
+        self.model = Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB, init_sync=gen.number == 0)
         self.model.job = self
-        self.model.register_comm_hook(self, _average)
+        self.model.register_comm_hook(self, average)
         group.settle(self.timeout_s)
         self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
                  bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
