@@ -13,7 +13,8 @@ seeded with (seed, r, s), so a spare that takes rank r at step s draws what the 
 would have. --log FILE gets JSON lines: {"rank", "step", "start", "duration_s", "loss", ...}
 per completed step, {"event": "joined", "bytes", "form_s", "transfer_s", "wrap_s", ...} per group formed, then
 {"outcome": "completed", "params_sha256": ...}. With --zero each step record also has
-"buddy_s" and "buddy_bytes": what copying this rank's optimizer shard to its buddy cost.
+"buddy_s" and "buddy_bytes": the time this rank spent stepping its mirror of the previous
+rank's optimizer shard, and the memory that mirror holds.
 
 --checkpoint-dir DIR --checkpoint-every K: every rank also writes its state to DIR every K
 steps; the job resumes from the last one when no member's memory holds a lost rank's state
@@ -103,7 +104,7 @@ def train(args: argparse.Namespace, log: Log) -> str:
             job.optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(job.model(x), y)
             loss.backward()  # averaged over the job's current group; a lost peer marks the step for a redo
-            job.optimizer.step()  # with --zero: this rank's shard, then its copy to the buddy rank
+            job.optimizer.step()  # with --zero: the previous rank's shard on the mirror, then this rank's
             job.record(loss=round(loss.item(), 5))
         log.write(rank=job.rank, outcome="completed", steps=args.steps, time=time.time(),
                   params_sha256=job.digest())

@@ -1,5 +1,6 @@
 """No spare left and a job that may shrink (`min_ranks`): a real PyTorch job (gloo, CPU) on lab
-hosts loses a rank and goes on with the survivors, renumbered, no completed step lost."""
+hosts loses a rank and goes on with the survivors, renumbered, no completed step lost; under
+ZeRO-1 too, its optimizer partitioned again over the survivors."""
 
 import os
 import signal
@@ -8,15 +9,17 @@ import pytest
 
 from clockfabric.topology import multirail
 from clockfabric.train import report
-from tests.lab.test_spares import RANKS, STEPS, run
+from tests.lab.test_spares import ARGS, RANKS, STEPS, run
 
 pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
 
 
-def test_a_killed_rank_with_no_spare_shrinks_the_job_and_it_completes(make_lab, tmp_path):
+@pytest.mark.parametrize("zero", [False, True], ids=["ddp", "zero1"])
+def test_a_killed_rank_with_no_spare_shrinks_the_job_and_it_completes(make_lab, tmp_path, zero):
     lab = make_lab(multirail(4, 2, 2, 2))
     job, recs, killed_at = run(lab, tmp_path / "shrunk", [], lambda job: os.kill(job.ranks[1].proc.pid,
-                                                                              signal.SIGKILL), min_ranks=2)
+                                                                              signal.SIGKILL),
+                               args=[*ARGS, "--zero"] if zero else ARGS, min_ranks=2)
     kinds = [e["event"] for e in job.events]
     assert kinds.index("detected") < kinds.index("shrunk") < kinds.index("completed") and "paused" not in kinds
     assert [m.host for m in job.ranks] == ["h0", "h2"]  # h2 renumbered: rank 1 of 2
@@ -24,6 +27,8 @@ def test_a_killed_rank_with_no_spare_shrinks_the_job_and_it_completes(make_lab, 
     last = max(r["generation"] for r in recs if r.get("event") == "joined")
     joined = [r for r in recs if r.get("event") == "joined" and r["generation"] == last]
     assert sorted((r["rank"], r["host"]) for r in joined) == [(0, "h0"), (1, "h2")]
+    if zero:  # every shard of the 3-rank partition gathered, rank 1's from rank 2's mirror
+        assert all(r["resharded_from"] == 3 for r in joined)
     after = [r for r in recs if "duration_s" in r and r["start"] > killed_at]
     assert after and {r["rank"] for r in after} == {0, 1}  # no rank 2 once shrunk
     digests = report.digests(recs)

@@ -1,4 +1,4 @@
-"""bench spares' ZeRO-1 figures: ratios within each pair, and the plain-DDP bar called out of
+"""bench spares-zero's figures: ratios within each pair, and the plain-DDP bar called out of
 reach when ZeRO-1 itself, with no wrapper, is over it."""
 
 from clockfabric.bench.spares_zero import Measured
@@ -14,7 +14,7 @@ def test_the_ratios_are_taken_within_each_pair():
     assert got.ratios("bare") == [1.0, 1.1] and got.ratios("ddp") == [2.0, 2.2]
     against_bare, against_ddp = got.targets()
     assert against_bare.value == 1.05 and against_bare.bar == 1.02 and not against_bare.met
-    assert "1049 kB per rank per step" in against_bare.note and "0.5%" in against_bare.note
+    assert "holds 1049 kB per rank" in against_bare.note and "0.5%" in against_bare.note
     assert against_ddp.baseline == 2.0 and not against_ddp.possible  # ZeRO-1 alone is twice plain DDP here
 
 

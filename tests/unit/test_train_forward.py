@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 from clockfabric.train import group  # noqa: E402
-from clockfabric.train.runtime import _Guarded  # noqa: E402
+from clockfabric.train.ddp import Guarded  # noqa: E402
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def model(tmp_path, monkeypatch):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     group.form(str(tmp_path / "store"), 0, 1)
     module = torch.nn.Linear(4, 2)
-    m = _Guarded(module)
+    m = Guarded(module)
     m.job = SimpleNamespace(failed=False)
     yield m
     dist.destroy_process_group()

@@ -4,7 +4,7 @@ import no benchmark's module (their stacks, scipy, psycopg, fastapi, torch, cost
 `clockfabric bench NAME` imports NAME's alone. Each module's own registration must say the same
 (Registry.declare). The order is the order `clockfabric bench` lists them: the lab, clocks,
 monitoring, failover, the collective and path steering, the audit, workload monitoring, packet
-authentication, fuzzing the parsers, spares, the dashboard, the chaos soak."""
+authentication, fuzzing the parsers, spares (ZeRO-1's cost apart), the dashboard, the chaos soak."""
 
 from typing import Any
 
@@ -55,5 +55,7 @@ _declare("auth-cost", "auth_cost", "The fleet key: per-datagram seal/open time a
 _declare("fuzz", "fuzz", "Mutation fuzzing of every parser: crashes, forgeries taken, dead loops")
 _declare("spares", "spares", "Spares against checkpoint restarts and torchft: failure -> next step, goodput, per-step "
          "cost")
+_declare("spares-zero", "spares_zero", "ZeRO-1 in the elastic wrapper (each shard mirrored on its buddy) against "
+         "ZeRO-1 without it and plain DDP: per-step time, paired runs")
 _declare("dashboard", "dashboard", "The dashboard on a synthetic 2,000-host fleet: route p95 and first render")
 _declare("chaos", "chaos", "A lab fleet under random faults: nothing acknowledged lost, every fault seen")

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import typer
 
-from clockfabric.bench import spares_faults, spares_restart, spares_torchft, spares_zero
+from clockfabric.bench import spares_faults, spares_restart, spares_torchft
 from clockfabric.bench.harness import (
     BENCHMARKS,
     RESULTS,
@@ -258,7 +258,6 @@ def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours an
                                  fail_at=steps // 3 + i)
                 result["torchft"].setdefault(kind, []).append(row)
                 out.print(f"torchft, {kind} {i}: {said(row)}")
-        zero = spares_zero.measure(lab, Path(tmp), args, pairs)  # ZeRO-1's buddy copies, paired runs
     plain, ratios = result["plain_step_s"], [o / p for o, p in zip(result["elastic_step_s"],
                                                                    result["plain_step_s"], strict=True)]
     result["step_ratio"] = ratios
@@ -279,8 +278,7 @@ def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours an
             note=f"{others}; every 30 s: ours {gp['ours']['30']:.3f}, restarts {gp['restart']['30']:.3f}"
                  + (f", torchft {gp['torchft']['30']:.3f}" if "torchft" in gp else "")
                  + "; from the measured losses"))
-    result["zero"] = zero.result()
-    record("spares", [*targets, *zero.targets()], facts, result, path=json_path)
+    record("spares", targets, facts, result, path=json_path)
     if as_json:
         print_json(result)
         return

@@ -16,8 +16,7 @@ the generation is `paused`: the survivors wait, and `add_spare` resumes the job;
 the job allows it (`min_ranks`) and enough survive, the job goes on shrunk: a generation of
 the survivors alone, their ranks renumbered in order (rank 2 of 3 becomes rank 1 of 2 when
 rank 1 is lost), each drawing the batches of its new rank, the gradients averaged over the
-smaller world (see docs/spares.md, "Shrinking"). A sharded optimizer (ZeRO-1) cannot shrink:
-its partition is the world size's.
+smaller world, a sharded optimizer (ZeRO-1) partitioned again (see docs/spares.md, "Shrinking").
 
 A rank whose GPU reports a critical fault (`gpu_fault(host)`: a critical XID from NVML, say)
 is replaced before it crashes: a spare is put at its index in a new generation, every member

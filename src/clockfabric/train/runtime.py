@@ -17,8 +17,8 @@ while a group forms sends the others on to the generation after; a generation wr
 the loop runs (a rank moved off a failing GPU) is joined at the next step boundary.
 
 A sharded optimizer (ZeRO-1) needs the group to exist when it is made: give a factory,
-`lambda params: ZeroRedundancyOptimizer(params, ...)`, and use `job.optimizer`. Its shards
-travel apart from the rest of the state, through buddy copies (train.zero).
+`lambda params: ZeroRedundancyOptimizer(params, ...)`, and use `job.optimizer`. Each rank's
+shard is mirrored on its buddy rank, which steps it too (train.zero).
 
 `checkpoint_dir` and `checkpoint_every` K: every rank writes its state there every K steps
 (train.checkpoint); when memory cannot rebuild the state (a ZeRO-1 rank lost with its buddy),
@@ -37,75 +37,15 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
+from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from clockfabric.train import control, group, state, zero
 from clockfabric.train.checkpoint import Checkpoints
+from clockfabric.train.ddp import ONE_BUCKET_MB, Guarded, average
 from clockfabric.train.heartbeat import Heartbeat, shut_sockets_to, split
 
-ONE_BUCKET_MB = 1 << 20  # more than any model: DDP then makes one bucket of all the gradients
 Loader = Callable[[int, int], Any]  # (position, rank) -> that rank's batch at that position
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]  # the module's parameters -> the optimizer
-
-
-def _done(tensor: torch.Tensor) -> torch.futures.Future:
-    fut: torch.futures.Future = torch.futures.Future()
-    fut.set_result(tensor)
-    return fut
-
-
-def _average(job, bucket):  # unannotated: DDP compares a hook's annotations to classes, these would be strings
-    """DDP's averaging all-reduce on the current group, with a failure recorded, not raised.
-
-    The gradients are all-reduced in one buffer in the module's parameter order, whatever order
-    DDP's bucket holds them in (a new wrapper's first bucket is in definition order, later ones
-    in the order gradients arrive): a ring's sums run in an order set by each value's offset,
-    and bit-equal results across a re-formed group need the same offsets."""
-    buffer = bucket.buffer()
-    if job.failed:  # an earlier bucket of this step failed: the step is undone anyway
-        return _done(buffer)
-    sizes = [g.numel() for g in bucket.gradients()]
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    order = sorted(range(len(sizes)), key=lambda i: job.order[bucket.parameters()[i]])
-    flat = torch.cat([buffer[starts[i]:starts[i] + sizes[i]] for i in order]).div_(job.world)
-    try:
-        work = dist.all_reduce(flat, async_op=True)
-        assert work is not None
-        fut = work.get_future()
-    except RuntimeError:
-        job.failed = True
-        return _done(buffer)
-
-    def finish(f: torch.futures.Future) -> torch.Tensor:
-        try:
-            f.wait()
-        except Exception:  # a peer is gone: whatever gloo raised, the step is redone
-            job.failed = True
-            return buffer
-        offset = 0
-        for i in order:
-            buffer[starts[i]:starts[i] + sizes[i]].copy_(flat[offset:offset + sizes[i]])
-            offset += sizes[i]
-        return buffer
-
-    return fut.then(finish)
-
-
-class _Guarded(DistributedDataParallel):
-    """DDP whose forward records a lost peer rather than raising it: the first forward after the
-    first step broadcasts DDP's rebuilt bucket order, so a peer lost then fails the forward."""
-
-    job: Elastic | None = None
-
-    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        try:
-            return super().forward(*inputs, **kwargs)
-        except RuntimeError:
-            # the module alone: a fault of the script's own raises again here, not swallowed
-            out = self.module(*inputs, **kwargs)
-            assert self.job is not None
-            self.job.failed = True  # the step is undone
-            return out
 
 
 class Elastic:
@@ -115,11 +55,11 @@ class Elastic:
         self.module, self.loader = module, loader
         self.make_optimizer = None if isinstance(optimizer, torch.optim.Optimizer) else optimizer
         self._optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
-        self.buddy: zero.Buddy | None = None  # a sharded optimizer's copies of the previous rank's shard
+        self.buddy: zero.Buddy | None = None  # a sharded optimizer's shard and its mirror of the previous rank's
         self.log = log or (lambda **_: None)
         self.timeout_s, self.wait_s = timeout_s, wait_s
         self.checkpoints = Checkpoints(checkpoint_dir, checkpoint_every) if checkpoint_dir else None
-        self.restored: dict[str, Any] = {}  # the checkpoint the last group formed resumed from
+        self.restored: dict[str, Any] = {}  # what the last group formed resumed from: a checkpoint, a reshard
         self.previous: dict[str, Any] | None = None  # ZeRO-1: the snapshot before the last completed step
         self._lent: dict[str, Any] | None = None  # a snapshot no longer wanted: the next one copies into it
         try:
@@ -133,7 +73,7 @@ class Elastic:
         self.carried = False  # a spare: whether it holds a rank's state yet
         self.fields: dict[str, Any] = {}
         self.order = {p: i for i, p in enumerate(module.parameters())}
-        self.model: DistributedDataParallel | None = None
+        self.model: Guarded | None = None
         self.gen: control.Generation | None = None
 
     @property
@@ -158,24 +98,28 @@ class Elastic:
             self._join(first, completed=0)
         return self
 
-    def _shard(self, optimizer: torch.optim.Optimizer) -> None:
-        """ZeRO's step, made to record a failure rather than raise it; the previous step's buddy
-        copies finished first, this step's sent after."""
-        self.buddy = zero.Buddy()
+    @property
+    def held(self) -> state.Stateful:
+        """The optimizer state a step's snapshot holds: this rank's shard and its mirror under
+        ZeRO-1, else the whole optimizer's."""
+        return self.buddy or zero.local(self.optimizer)
+
+    def _shard(self, optimizer: ZeroRedundancyOptimizer) -> None:
+        """ZeRO's step, made to record a failure rather than raise it, the predecessor's shard
+        stepped on the mirror first (before ZeRO's broadcasts change the parameters)."""
+        self.buddy = zero.Buddy(optimizer) if self.world > 1 else None
         step = optimizer.step
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if self.failed:  # the gradients were not averaged: the step is undone anyway
                 return None
-            assert self.buddy is not None
             try:
-                self.buddy.settle()
-                loss = step(*args, **kwargs)  # the local step, then every shard's parameters broadcast
-                self.buddy.post(optimizer, self.step + 1)  # type: ignore[arg-type]
+                if self.buddy:
+                    self.buddy.step()
+                return step(*args, **kwargs)  # the local step, then every shard's parameters broadcast
             except RuntimeError:  # a peer is gone
                 self.failed = True
                 return None
-            return loss
 
         optimizer.step = guarded  # type: ignore[method-assign]
 
@@ -189,35 +133,25 @@ class Elastic:
         while self.step < total:
             self._follow()
             start = time.time()  # the snapshot is part of the step's cost
-            undo = state.snapshot(self.module, zero.local(self.optimizer), self.step, self.step, into=self._lent)
+            undo = state.snapshot(self.module, self.held, self.step, self.step, into=self._lent)
             self._lent, self.failed, self.fields = None, False, {}
-            if self.buddy:
-                try:
-                    self.buddy.receive()  # the predecessor's copy travels during forward and backward
-                except RuntimeError:  # the predecessor is gone: the step is redone
-                    self.failed = True
             yield self.step, self.loader(self.step, self.rank)
             if self.failed:
-                if self.buddy:
-                    self.buddy.close()
                 self._recover(undo)
                 self._lent = undo  # restored by copying out of it: its tensors are free again
                 continue
             self._lent = undo
             if self.buddy:
-                self.buddy.commit()
-                # a lost shard's copy may be a step behind: this step is then redone from here
+                # survivors a step apart go on from the step before: this one is then redone from here
                 self._lent, self.previous = self.previous, undo
                 self.fields |= {"buddy_s": round(self.buddy.cost_s, 5), "buddy_bytes": self.buddy.bytes}
-                self.buddy.cost_s = 0.0  # the next step's receive, settle and post
+                self.buddy.cost_s = 0.0
             self.log(rank=self.rank, step=self.step, start=start, duration_s=time.time() - start,
                      generation=self.gen.number if self.gen else None, **self.fields)
             self.step += 1
             if self.checkpoints and self.checkpoints.due(self.step):
                 self.checkpoints.write(self.step, self.rank, state.capture(self.module, zero.local(self.optimizer),
                                                                            self.step, self.step))
-        if self.buddy:
-            self.buddy.close()  # the last copies delivered before any member leaves
 
     def record(self, **fields: Any) -> None:
         """Fields for this step's log record (written once the step completes)."""
@@ -243,7 +177,7 @@ class Elastic:
         # parameters after the restore would leave this member a step ahead where it lands
         self._leave()
         self._drop_group()
-        state.restore(undo, self.module, zero.local(self.optimizer))
+        state.restore(undo, self.module, self.held)
         assert self.gen is not None
         self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
         self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
@@ -255,8 +189,6 @@ class Elastic:
         if self.gen is not None and newer is not None and newer.number > self.gen.number \
                 and newer.state == control.RUNNING:
             self.log(rank=self.rank, event="new generation", step=self.step, generation=newer.number, time=time.time())
-            if self.buddy:
-                self.buddy.close()
             self._leave()
             self._join(newer, completed=self.step)
 
@@ -310,21 +242,21 @@ class Elastic:
             assert self.make_optimizer is not None
             self._optimizer = self.make_optimizer(self.module.parameters())
             if zero.is_sharded(self._optimizer):
-                self._shard(self._optimizer)
+                self._shard(self._optimizer)  # type: ignore[arg-type]
         sharded = zero.is_sharded(self.optimizer)
         if sharded:
             zero.rebind(self.optimizer)  # type: ignore[arg-type]
         carried = self._carry(completed) if gen.number > 0 else 0
         self.previous = None  # a snapshot from before the group formed is no step of the new group's
-        if self.buddy:  # every buddy holds its predecessor's shard as of this step, a new member's too
-            self.buddy.exchange(self.optimizer, self.step)  # type: ignore[arg-type]
+        if self.buddy:  # every mirror holds its predecessor's shard as of this step, a new member's too
+            carried += self.buddy.exchange()
         transferred = time.time()
         # one bucket: the hook puts it in parameter order, which only a whole model can be. After
         # a carry every member holds the same parameters, so DDP's own broadcast of them is
         # skipped: it would cost time, and a member lost in it would cost the others its bound
-        self.model = _Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB, init_sync=gen.number == 0)
+        self.model = Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB, init_sync=gen.number == 0)
         self.model.job = self
-        self.model.register_comm_hook(self, _average)
+        self.model.register_comm_hook(self, average)
         group.settle(self.timeout_s)
         self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
                  bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
@@ -333,28 +265,58 @@ class Elastic:
 
     def _carry(self, completed: int) -> int:
         """A new member, or survivors a step apart: the most advanced one's state for all; the
-        bytes carried. ZeRO-1: the step the lost shards' copies allow, one back if a copy was
-        still in flight when its sender was lost, and each shard from its buddy."""
+        bytes carried. ZeRO-1: the step zero.resume_at allows; each rank rebuilt to it (a new
+        member, a survivor a step behind) gets its shard from its buddy's mirror."""
+        if self.buddy and self.buddy.zero.world_size != self.world:
+            return self._reshard(completed)
         source, counts = group.most_advanced(completed, self._superseded)
-        at = max(counts)
+        rebuilt: list[int] = []
         if self.buddy:
             try:
-                at = self.buddy.resume_at(counts, int(self.previous["step"]) if self.previous else None)
+                at, rebuilt = self.buddy.resume_at(counts, self._previous_step())
             except zero.ShardLost as lost:
                 return self._from_checkpoint(lost, max(counts))
-            if completed > at and self.previous:  # this member's last completed step is redone
-                self.step, _ = state.restore(self.previous, self.module, zero.local(self.optimizer))
-            source = min(r for r, c in enumerate(counts) if c >= 0)  # every survivor is at `at` now
-        whole = None if self.buddy else self.optimizer  # shards travel from the buddies
+            if self.rank not in rebuilt and completed > at and self.previous:  # its last step is redone
+                self.step, _ = state.restore(self.previous, self.module, self.buddy)
+            source = min(set(range(self.world)) - set(rebuilt))  # every member not rebuilt is at `at` now
+        carried = self._from_source(source)
+        if self.buddy:
+            carried += self.buddy.hand_over(rebuilt)
+        return carried
+
+    def _reshard(self, completed: int) -> int:
+        """ZeRO-1 on a group of another size (the job shrunk): the step agreed, the parameters
+        from a member that holds it, every shard of the old partition gathered (a lost rank's
+        from its buddy's mirror), and ZeRO made again for the new partition; the bytes carried."""
+        assert self.buddy is not None and self.make_optimizer is not None
+        old = self.buddy.zero
+        try:
+            at, plan = zero.regathered(old, completed, self._previous_step())
+        except zero.ShardLost as lost:
+            return self._from_checkpoint(lost, completed)
+        if old.rank not in plan.rebuilt and completed > at and self.previous:  # its last step is redone
+            self.step, _ = state.restore(self.previous, self.module, self.buddy)
+        carried = self._from_source(min(plan.member[r] for r in range(old.world_size) if r not in plan.rebuilt))
+        merged, sent = plan.gather(self.buddy)
+        self._optimizer = self.make_optimizer(self.module.parameters())
+        self._optimizer.load_state_dict(merged)
+        self._shard(self._optimizer)  # type: ignore[arg-type]
+        self.restored = {"resharded_from": old.world_size}
+        return carried + sent
+
+    def _from_source(self, source: int) -> int:
+        """The source member's parameters, generators and step on every member (a sharded
+        optimizer's state travels apart); the bytes."""
+        whole = None if zero.is_sharded(self.optimizer) else self.optimizer
         mine = state.to_bytes(state.capture(self.module, whole, self.step, self.step)) if self.rank == source else None
         blob = group.broadcast_bytes(mine, source, self._superseded)
-        carried = len(blob)
         if self.rank != source:
             self.step, _ = state.restore(state.from_bytes(blob), self.module, whole)
             self.carried = True
-        if self.buddy:
-            carried += self.buddy.hand_over(counts, at, self.optimizer)  # type: ignore[arg-type]
-        return carried
+        return len(blob)
+
+    def _previous_step(self) -> int | None:
+        return int(self.previous["step"]) if self.previous else None
 
     def _superseded(self) -> bool:
         """A newer generation was issued (a member of this one lost while the state is carried):

@@ -11,7 +11,7 @@ import copy
 import hashlib
 import io
 import random
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -21,7 +21,15 @@ except ImportError:  # pragma: no cover - NumPy ships with torch's usual install
     np = None  # type: ignore[assignment]
 
 
-def capture(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, step: int,
+class Stateful(Protocol):
+    """What holds optimizer state: an optimizer, or ZeRO-1's shard with its mirror (train.zero)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+def capture(module: torch.nn.Module, optimizer: Stateful | None, step: int,
             position: int) -> dict[str, Any]:
     """The state as it is now (tensors shared with the live objects: copy it to keep it).
     optimizer None: a sharded optimizer's state, which travels apart (train.zero)."""
@@ -35,7 +43,7 @@ def capture(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, st
     }
 
 
-def snapshot(module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+def snapshot(module: torch.nn.Module, optimizer: Stateful, step: int,
              position: int, into: dict[str, Any] | None = None) -> dict[str, Any]:
     """A private copy of the state: what the step in flight is undone to if it fails.
 
@@ -61,7 +69,7 @@ def _copy(value: Any, into: Any) -> Any:
 
 
 def restore(state: dict[str, Any], module: torch.nn.Module,
-            optimizer: torch.optim.Optimizer | None) -> tuple[int, int]:
+            optimizer: Stateful | None) -> tuple[int, int]:
     """Load the state into the live objects; returns (step, position)."""
     module.load_state_dict(state["module"])  # copied into the parameters and buffers
     if optimizer is not None and state["optimizer"] is not None:

@@ -1,38 +1,39 @@
-"""ZeRO-1: each rank's optimizer shard, copied every step to a buddy rank's memory.
+"""ZeRO-1: each rank's optimizer shard mirrored on a buddy rank, stepped there, never sent per step.
 
 With `torch.distributed.optim.ZeroRedundancyOptimizer` a rank's optimizer state (momentum,
-Adam moments) exists on that rank only, so no replica can hand it to a spare. After every
-optimizer step each rank sends its shard to its buddy, the next rank round the ring, and
-receives its predecessor's. The copy travels off the critical path: the shard's tensors are
-copied into one flat byte tensor (no `torch.save`), sent with `isend`, and received with
-`irecv` while the next step's forward and backward run; it is waited for only before the next
-optimizer step (`settle`). Off the loop's critical path, not off the network: its bytes
-share the link with the step's collectives (docs/spares.md). A copy becomes the held one only
-once the step it was taken after has completed (`commit`, then `settle`), so a failed step's
-copy never replaces the last good one. A spare that takes rank r is sent r's shard by r's
-buddy (`hand_over`). Lost together, a rank and its buddy take that shard with them
-(`ShardLost`).
+Adam moments) exists on that rank only, so no replica can hand it to a spare. But every rank
+already holds what that state's next value is made from: the averaged gradients (DDP
+all-reduces all of them before ZeRO's step) and the parameters before the step (ZeRO's
+broadcasts leave them equal on every rank). So each rank's buddy, the next rank round the
+ring, runs its predecessor's optimizer step as well, on a mirror: shadow tensors set to the
+predecessor's parameters just before the step, given the same gradients, stepped by an
+optimizer of the same class and hyperparameters. The same operations on the same bits give
+the same bits, so the mirror's state stays equal to the predecessor's shard, bit for bit,
+with no byte on the network per step. The cost is one more shard's optimizer step and its
+memory (`Buddy.bytes`).
+
+The mirror is part of the rank's own state (`Buddy.state_dict`): a step's snapshot holds it
+and a failed step undoes it with the rest. A spare that takes rank r, or a survivor that
+ended a step behind the others, is sent r's shard from its buddy's mirror (`hand_over`); once
+a group has formed each member sends its shard to its successor's mirror (`exchange`), which
+gives a new member its predecessor's shard. Lost together, a rank and its buddy take that
+shard with them (`ShardLost`).
 """
 
 from __future__ import annotations
 
-import datetime
 import pickle
-import struct
 import time
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from clockfabric.train import group
+from clockfabric.train import group, state
 
-HEADER_TAG, PAYLOAD_TAG = 17, 18  # point-to-point tags: a copy's size, then the copy
-SALVAGE_S = 1.0
-KEPT = 2  # copies held: a copy still in flight when its sender was lost leaves the one before
-NONE = -9  # no such step  # after a failed step, how long the last completed step's copy may still take to arrive
+HEADER_TAG, PAYLOAD_TAG = 17, 18  # point-to-point tags: a shard's size, then the shard
+NONE = -9  # no such step
 
 
 class ShardLost(Exception):
@@ -63,10 +64,9 @@ class _Slot(NamedTuple):
     shape: tuple[int, ...]
 
 
-def flatten(state_dict: dict[str, Any], into: torch.Tensor | None = None) -> tuple[int, torch.Tensor]:
+def flatten(state_dict: dict[str, Any]) -> tuple[int, torch.Tensor]:
     """A state dict as one uint8 tensor: its skeleton (the dict, each tensor replaced by its
-    _Slot, pickled) then every tensor's bytes. Returns (the skeleton's length, the tensor):
-    `into` where it has the size (a copy no longer in use), else a new one."""
+    _Slot, pickled) then every tensor's bytes. Returns (the skeleton's length, the tensor)."""
     parts: list[torch.Tensor] = []
     offset = 0
 
@@ -86,10 +86,7 @@ def flatten(state_dict: dict[str, Any], into: torch.Tensor | None = None) -> tup
 
     skeleton = pickle.dumps(walk(state_dict))
     head = torch.frombuffer(bytearray(skeleton), dtype=torch.uint8)
-    size = head.numel() + offset
-    if into is None or into.numel() != size:
-        into = torch.empty(size, dtype=torch.uint8)
-    return len(skeleton), torch.cat([head, *parts], out=into)  # a copy: the live state changes next step
+    return len(skeleton), torch.cat([head, *parts])  # a copy: the live state changes next step
 
 
 def unflatten(skeleton_len: int, flat: torch.Tensor) -> dict[str, Any]:
@@ -110,185 +107,169 @@ def unflatten(skeleton_len: int, flat: torch.Tensor) -> dict[str, Any]:
     return walk(skeleton)
 
 
-@dataclass
-class Copy:
-    """A rank's shard as of `completed` steps, flattened."""
-    completed: int
-    skeleton_len: int
-    flat: torch.Tensor
-
-    def to_bytes(self) -> bytes:
-        return struct.pack("<qq", self.completed, self.skeleton_len) + self.flat.numpy().tobytes()
-
-    @classmethod
-    def from_bytes(cls, blob: bytes) -> Copy:
-        completed, skeleton_len = struct.unpack_from("<qq", blob)
-        return cls(completed, skeleton_len, torch.frombuffer(bytearray(blob[16:]), dtype=torch.uint8))
-
-    def state_dict(self) -> dict[str, Any]:
-        return unflatten(self.skeleton_len, self.flat)
-
-
-def _within(work: Any, timeout_s: float | None) -> None:
-    if timeout_s is None:
-        work.wait()
-    else:
-        work.wait(datetime.timedelta(seconds=timeout_s))
-
-
 class Buddy:
-    """This rank's side of the ring: its predecessor's shard, as last committed.
+    """This rank's shard and its mirror of the previous rank's, stepped together.
 
-    Per step: `post` after the optimizer step (this rank's copy sent, the predecessor's size
-    awaited), `receive` at the next step's start (the copy itself received while forward and
-    backward run, by gloo's own threads: no Python thread, no GIL taken from the loop),
-    `commit` once the step completed (that copy may be held), `settle` before the next
-    optimizer step (both transfers done, the committed copy held). `cost_s` is the time these
-    took on the critical path since the caller last zeroed it, `bytes` the copy's size. Buffers are reused while the
-    shard keeps its size, so a step allocates none."""
+    `step` before ZeRO's own step (the shadows must take the parameters before they change);
+    `state_dict` / `load_state_dict` cover both shards, so the step's snapshot and its undo do
+    too. `cost_s` is the time the mirror's steps took since the caller last zeroed it."""
 
-    def __init__(self) -> None:
-        self.copies: list[Copy] = []  # the last KEPT committed copies, oldest first
-        self.cost_s = 0.0
-        self.bytes = 0
-        self._sending: list[Any] = []  # this rank's copy in flight: its works
-        self._outgoing: torch.Tensor | None = None  # the copy being sent: refilled once it is sent
-        self._header_out = torch.zeros(3, dtype=torch.int64)
-        self._header = torch.zeros(3, dtype=torch.int64)  # the predecessor's: (completed, skeleton_len, size)
-        self._header_work: Any = None
-        self._payload_work: Any = None
-        self._incoming: torch.Tensor | None = None
-        self._free: torch.Tensor | None = None  # a copy no longer held: the next one is received into it
-        self._committed = False
-
-    def post(self, optimizer: ZeroRedundancyOptimizer, completed: int) -> None:
-        """Send this rank's shard, as of `completed` steps, to the next rank; returns at once."""
-        began = time.perf_counter()
+    def __init__(self, optimizer: ZeroRedundancyOptimizer) -> None:
         rank, world = dist.get_rank(), dist.get_world_size()
-        skeleton_len, self._outgoing = flatten(optimizer.optim.state_dict(), into=self._outgoing)
-        self._header_out = torch.tensor([completed, skeleton_len, self._outgoing.numel()], dtype=torch.int64)
-        self._sending = [dist.isend(self._header_out, (rank + 1) % world, tag=HEADER_TAG),
-                         dist.isend(self._outgoing, (rank + 1) % world, tag=PAYLOAD_TAG)]
-        self._header_work = dist.irecv(self._header, (rank - 1) % world, tag=HEADER_TAG)
-        self._payload_work, self._committed = None, False
-        self.cost_s += time.perf_counter() - began
-        self.bytes = self._outgoing.numel()
-
-    def receive(self, timeout_s: float | None = None) -> None:
-        """The predecessor's copy on its way: its size is in (the predecessor posted it when its
-        optimizer step ended, as this rank did), so its bytes are received into a buffer of that
-        size beside the step. Raises RuntimeError if the predecessor is gone."""
-        if self._header_work is None or self._payload_work is not None:
-            return
-        began = time.perf_counter()
-        _within(self._header_work, timeout_s)
-        size = int(self._header[2])
-        if self._free is None or self._free.numel() != size:
-            self._free = torch.empty(size, dtype=torch.uint8)
-        self._incoming, self._free = self._free, None
-        self._payload_work = dist.irecv(self._incoming, (dist.get_rank() - 1) % dist.get_world_size(),
-                                        tag=PAYLOAD_TAG)
-        self.cost_s += time.perf_counter() - began
+        if world < 2:
+            raise ValueError("a buddy needs a second rank")
+        self.zero, self.of = optimizer, (rank - 1) % world
+        # ZeRO's own partition and constructor (private, no public equivalent): the mirror must
+        # be built exactly as the predecessor's local optimizer was, group by group
+        internals: Any = optimizer
+        groups = internals._partition_parameters()[self.of]
+        self.params = [p for g in groups for p in g["params"]]
+        self.shadows = [p.detach().clone() for p in self.params]
+        shadow_of = {id(p): s for p, s in zip(self.params, self.shadows, strict=True)}
+        self.mirror: torch.optim.Optimizer = internals._optim_constructor(
+            [{**g, "params": [shadow_of[id(p)] for p in g["params"]]} for g in groups], **internals._optim_defaults)
+        self._sync: Any = ZeroRedundancyOptimizer._sync_param_groups  # type: ignore[attr-defined]
+        self.cost_s = 0.0
 
     @property
-    def held(self) -> Copy | None:
-        return self.copies[-1] if self.copies else None
+    def bytes(self) -> int:
+        """The memory the mirror takes: the predecessor's parameters and its optimizer state."""
+        tensors = [*self.shadows, *(v for s in self.mirror.state.values() for v in s.values()
+                                    if isinstance(v, torch.Tensor))]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
-    def commit(self) -> None:
-        """The step completed here: the predecessor's copy of it may be held once it is in."""
-        self._committed = self._header_work is not None
-
-    def settle(self, timeout_s: float | None = None) -> None:
-        """Both copies in flight done, the committed one held; raises RuntimeError if a peer is
-        gone (or, given timeout_s, if they are not done by then)."""
+    def step(self) -> None:
+        """The predecessor's optimizer step, on the mirror: the parameters as they are now (before
+        ZeRO's step), the averaged gradients every rank holds, the hyperparameters as set now."""
         began = time.perf_counter()
-        sending, committed = self._sending, self._committed
-        self._sending, self._committed = [], False
-        self.receive(timeout_s)  # before waiting on the sends: each waits for its receiver's receive
-        for work in sending:
-            _within(work, timeout_s)
-        if self._header_work is not None:
-            _within(self._payload_work, timeout_s)
-            completed, skeleton_len, _ = (int(v) for v in self._header.tolist())
-            arrived, self._incoming = self._incoming, None
-            self._header_work = self._payload_work = None
-            if committed and arrived is not None:
-                held = [*self.copies, Copy(completed, skeleton_len, arrived)]
-                self.copies = held[-KEPT:]
-                self._free = held[0].flat if len(held) > KEPT else None  # the copy no longer held
-            else:
-                self._free = arrived  # an uncommitted copy is never held: its buffer is free
+        self._sync(self.zero.param_groups, self.mirror.param_groups)  # a schedule's learning rate
+        with torch.no_grad():
+            for param, shadow in zip(self.params, self.shadows, strict=True):
+                shadow.copy_(param)
+                shadow.grad = param.grad
+        self.mirror.step()
+        for shadow in self.shadows:
+            shadow.grad = None  # not held past the step: the script frees its gradients
         self.cost_s += time.perf_counter() - began
 
-    def exchange(self, optimizer: ZeroRedundancyOptimizer, completed: int) -> None:
-        """The whole round at once (a group just formed): every member holds its predecessor's shard."""
-        self.post(optimizer, completed)
-        self.commit()
-        self.settle()
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's shard and the mirrored one (a step's snapshot holds both)."""
+        return {"own": self.zero.optim.state_dict(), "mirror": self.mirror.state_dict()}
 
-    def close(self) -> None:
-        """Before leaving the group (a step failed, or a new generation): the last completed
-        step's copy is held if it arrives within SALVAGE_S; an uncommitted one is dropped."""
-        if not self._committed:  # the failed step's copies: never held, not waited for
-            self._drop()
-            return
-        try:
-            self.settle(SALVAGE_S)
-        except RuntimeError:  # its sender is gone: the copy before it stays held
-            self._drop()
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.zero.optim.load_state_dict(state_dict["own"])
+        self.mirror.load_state_dict(state_dict["mirror"])
 
-    def _drop(self) -> None:
-        """Transfers abandoned: their buffers may still be written or read by the old group's
-        threads, so none of them is reused."""
-        self._sending, self._committed = [], False
-        self._header_work = self._payload_work = None
-        self._outgoing = self._incoming = self._free = None
-        self._header = torch.zeros(3, dtype=torch.int64)
+    def exchange(self) -> int:
+        """A group formed: each member's shard to its successor's mirror (a new member's
+        predecessor's included); returns the bytes sent. Raises RuntimeError if a peer is gone."""
+        rank, world = dist.get_rank(), dist.get_world_size()
+        skeleton_len, flat = flatten(self.zero.optim.state_dict())
+        header = torch.tensor([skeleton_len, flat.numel()], dtype=torch.int64)
+        sends = [dist.isend(header, (rank + 1) % world, tag=HEADER_TAG),
+                 dist.isend(flat, (rank + 1) % world, tag=PAYLOAD_TAG)]
+        incoming = torch.zeros(2, dtype=torch.int64)
+        dist.recv(incoming, self.of, tag=HEADER_TAG)
+        arrived = torch.empty(int(incoming[1]), dtype=torch.uint8)
+        dist.recv(arrived, self.of, tag=PAYLOAD_TAG)
+        for work in sends:
+            assert work is not None  # in the default group: a work, not None
+            work.wait()
+        self.mirror.load_state_dict(unflatten(int(incoming[0]), arrived))
+        return flat.numel()
 
-    def resume_at(self, counts: list[int], previous: int | None) -> int:
-        """The step every member goes on from, agreed by all (previous: the step of this
-        member's snapshot before its last completed one, if it has one)."""
-        steps = [c.completed for c in self.copies][-KEPT:]
-        mine = torch.tensor([NONE if previous is None else previous, *[NONE] * (KEPT - len(steps)), *steps])
+    def resume_at(self, counts: list[int], previous: int | None) -> tuple[int, list[int]]:
+        """The step every member goes on from and the ranks rebuilt to it, agreed by all
+        (previous: the step of this member's snapshot before its last completed one, if any)."""
+        mine = torch.tensor([NONE if previous is None else previous])
         gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, mine)
-        rows = [[int(v) for v in g.tolist()] for g in gathered]
-        return resume_at(counts, [r[0] for r in rows], [set(r[1:]) for r in rows])
+        return resume_at(counts, [int(g) for g in gathered])
 
-    def hand_over(self, counts: list[int], at: int, optimizer: ZeroRedundancyOptimizer) -> int:
-        """Each new member (count -1) receives its shard as of step `at` from its buddy's copy;
-        the bytes sent."""
+    def hand_over(self, rebuilt: list[int]) -> int:
+        """Each rebuilt rank receives its shard from its buddy's mirror (every buddy's state is
+        at the step the members go on from); the bytes sent."""
         rank, world = dist.get_rank(), dist.get_world_size()
         carried = 0
-        for lost in [r for r, c in enumerate(counts) if c < 0]:
-            buddy = (lost + 1) % world
-            copy = next((c for c in self.copies if c.completed == at), None) if rank == buddy else None
-            blob = group.broadcast_bytes(copy.to_bytes() if copy else None, buddy)
+        for taker in rebuilt:
+            buddy = (taker + 1) % world
+            blob = group.broadcast_bytes(state.to_bytes(self.mirror.state_dict()) if rank == buddy else None, buddy)
             carried += len(blob)
-            if rank == lost:
-                optimizer.optim.load_state_dict(Copy.from_bytes(blob).state_dict())
+            if rank == taker:
+                self.zero.optim.load_state_dict(state.from_bytes(blob))
         return carried
 
 
-def resume_at(counts: list[int], previous: list[int], held: list[set[int]]) -> int:
-    """The step the members go on from: the most any completed (counts; -1 a new member) if
-    every lost rank's buddy holds its shard as of then, else one fewer if those copies are
-    from then and every survivor that completed more has its snapshot from before (previous)."""
+def regathered(optimizer: ZeroRedundancyOptimizer, completed: int, previous: int | None) -> tuple[int, Regather]:
+    """On a group of another size (the job shrunk): the step every member goes on from, and
+    how the old partition's shards are gathered, agreed by all. Each member is known by its
+    rank in the old group (ZeRO's `rank`); a lost one's shard is in its old buddy's mirror."""
+    mine = torch.tensor([optimizer.rank, completed, NONE if previous is None else previous])
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    counts, before = [-1] * optimizer.world_size, [NONE] * optimizer.world_size
+    member = {}
+    for new_rank, row in enumerate(gathered):
+        old, count, prev = (int(v) for v in row.tolist())
+        counts[old], before[old], member[old] = count, prev, new_rank
+    at, rebuilt = resume_at(counts, before)
+    return at, Regather(member, rebuilt)
+
+
+class Regather(NamedTuple):
+    """Where each shard of the old partition comes from: its own rank's member, or (rebuilt)
+    the member that was its buddy, from the mirror."""
+    member: dict[int, int]  # old rank -> its rank in the new group
+    rebuilt: list[int]  # old ranks whose shard comes from their buddy's mirror
+
+    def gather(self, buddy: Buddy) -> tuple[dict[str, Any], int]:
+        """Every shard on every member, as ZeRO's global state dict (what `state_dict` gives
+        after `consolidate_state_dict`), for a ZeRO made for the new group to load; and the
+        bytes sent."""
+        old: Any = buddy.zero  # its partition and indexing (private, no public equivalent)
+        world = old.world_size
+        merged = torch.optim.Optimizer.state_dict(old)  # the global param groups, in global indexing
+        merged["state"], sent = {}, 0
+        for rank in range(world):
+            mirrored = rank in self.rebuilt
+            holder = self.member[(rank + 1) % world if mirrored else rank]
+            mine = None
+            if dist.get_rank() == holder:
+                mine = state.to_bytes(buddy.mirror.state_dict() if mirrored else old.optim.state_dict())
+            blob = group.broadcast_bytes(mine, holder)
+            shard, sent = state.from_bytes(blob), sent + len(blob)
+            for local, partition in zip(shard["param_groups"], old._partition_parameters()[rank], strict=True):
+                for index, param in zip(local["params"], partition["params"], strict=True):
+                    if index in shard["state"]:
+                        merged["state"][old._param_to_index[param]] = shard["state"][index]
+        return merged, sent
+
+
+def resume_at(counts: list[int], previous: list[int]) -> tuple[int, list[int]]:
+    """The step the members go on from, and the ranks rebuilt to it (counts: each member's
+    completed steps, -1 a new one; previous: the step of each one's snapshot before its last
+    completed step). A survivor holds its own shard and its mirror of its predecessor's as of
+    its count and its previous snapshot's step. The most any completed, if every rank that does
+    not hold it (a lost one, a survivor a step behind) has a buddy that does: that rank's shard
+    then comes from its buddy's mirror, the rest of its state from a member that holds the step.
+    Else one step fewer on the same terms, the one step redone."""
     world = len(counts)
-    survivors = [r for r, c in enumerate(counts) if c >= 0]
-    lost = [r for r, c in enumerate(counts) if c < 0]
-    if not survivors:
+    if all(c < 0 for c in counts):
         raise ShardLost("ZeRO-1: every rank was lost, and every optimizer shard with them")
-    for rank in lost:
+    for rank in (r for r, c in enumerate(counts) if c < 0):
         if counts[(rank + 1) % world] < 0:
             raise ShardLost(f"ZeRO-1: rank {rank} and its buddy rank {(rank + 1) % world} were both lost, "
                             f"and rank {rank}'s optimizer shard with them")
+
+    def holds(rank: int, at: int) -> bool:
+        return counts[rank] >= 0 and at in (counts[rank], previous[rank])
+
     top = max(counts)
     for at in (top, top - 1):
-        if all(counts[r] == at or previous[r] == at for r in survivors) \
-                and all(at in held[(r + 1) % world] for r in lost):
-            return at
-    copies = {r: sorted(held[(r + 1) % world]) for r in lost}
+        rebuilt = [r for r in range(world) if not holds(r, at)]
+        if all(holds((r + 1) % world, at) for r in rebuilt):
+            return at, rebuilt
+    survivors = [r for r, c in enumerate(counts) if c >= 0]
     raise ShardLost(f"ZeRO-1: no step every member holds: the survivors completed "
-                    f"{sorted({counts[r] for r in survivors})} steps, the lost ranks' shards are held as of "
-                    f"steps {copies}")
+                    f"{sorted({counts[r] for r in survivors})} steps, with snapshots from steps "
+                    f"{sorted({previous[r] for r in survivors} - {NONE})}")
