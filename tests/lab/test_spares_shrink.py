@@ -36,3 +36,31 @@ def test_a_killed_rank_with_no_spare_shrinks_the_job_and_it_completes(make_lab, 
     took = report.recovery_s([r for r in recs if r.get("rank") in (0, 1)], killed_at)
     assert took is not None and took < 10, took
     print(f"shrunk to {len(RANKS) - 1} ranks: next step {took:.2f} s after the kill")
+
+
+@pytest.mark.parametrize("zero", [False, True], ids=["ddp", "zero1"])
+def test_a_shrunk_job_grows_back_when_a_spare_is_added(make_lab, tmp_path, zero):
+    lab = make_lab(multirail(4, 2, 2, 2))
+    steps = 150  # long enough for the spare to start (it imports torch) before the job ends
+    args = [*ARGS[:ARGS.index("--steps")], "--steps", str(steps), *ARGS[ARGS.index("--steps") + 2:]]
+
+    def kill_then_add(job):
+        os.kill(job.ranks[1].proc.pid, signal.SIGKILL)
+        job.add_spare("h3")
+
+    job, recs, killed_at = run(lab, tmp_path / "grown", [], kill_then_add,
+                               args=[*args, "--zero"] if zero else args, min_ranks=2)
+    kinds = [e["event"] for e in job.events]
+    # the spare is not ready when the loss is judged (it imports torch): the job shrinks, then grows
+    assert kinds.index("shrunk") < kinds.index("grown") < kinds.index("completed")
+    assert [m.host for m in job.ranks] == ["h0", "h2", "h3"]  # h3 at the next index
+    assert report.job_steps(recs) == list(range(steps)), "a completed step was lost"
+    last = max(r["generation"] for r in recs if r.get("event") == "joined")
+    joined = [r for r in recs if r.get("event") == "joined" and r["generation"] == last]
+    assert sorted((r["rank"], r["host"]) for r in joined) == [(0, "h0"), (1, "h2"), (2, "h3")]
+    if zero:  # the 2-rank partition's shards gathered, ZeRO made again over 3
+        assert all(r["resharded_from"] == 2 for r in joined)
+    digests = report.digests(recs)
+    assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1  # the replicas agree
+    grown_at = next(e["time"] for e in job.events if e["event"] == "grown")
+    print(f"grown back to 3 ranks {grown_at - killed_at:.2f} s after the kill")

@@ -1,6 +1,6 @@
 """The coordinator's judgement of a rank: its exit, its own heartbeat report, its peers' reports."""
 
-from clockfabric.train.launch import verdict
+from clockfabric.train.detect import verdict
 
 BEAT = "10.0.0.2:24000"
 NOW = 1000.0

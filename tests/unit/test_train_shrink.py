@@ -1,55 +1,19 @@
 """The coordinator with no spare left and a job that may shrink (min_ranks): a generation of
-the survivors, renumbered in rank order; below min_ranks it pauses as before."""
-
-import subprocess
-import sys
-import time
-from types import SimpleNamespace
+the survivors, renumbered in rank order; below min_ranks it pauses as before; once spares are
+ready again the job grows back to its first size."""
 
 import pytest
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.train import control
-from clockfabric.train.launch import Member, TrainJob
+from tests.fakes.train_job import coordinator, kinds, lose, stand_in
 
 HOSTS = ["h0", "h1", "h2", "h3"]
 
 
-def coordinator(tmp_path, ranks: list[str], min_ranks: int | None) -> TrainJob:
-    """A coordinator over sleeping processes standing in for ranks (no lab, no torch, no spare)."""
-    script = tmp_path / "train.py"
-    script.write_text("")
-    lab = SimpleNamespace(name="t", topology=SimpleNamespace(hosts={h: None for h in HOSTS}))
-    j = TrainJob(lab, ranks, [], [str(script)], tmp_path / "job", min_ranks=min_ranks)  # type: ignore[arg-type]
-    (j.folder / "beat").mkdir(parents=True)
-    for rank, host in enumerate(ranks):
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-        j.ranks.append(Member(host, f"10.0.0.{rank + 1}:9", proc, j.folder / f"{host}.jsonl"))
-        control.write_json(control.beat_path(j.folder, host),
-                           {"name": host, "time": time.time(), "rank": rank, "done": False, "heard": {}})
-    j.gen = control.Generation(0, control.RUNNING, list(ranks), [m.beat for m in j.ranks], "store.0")
-    control.write_generation(j.folder, j.gen)
-    return j
-
-
 @pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def build(ranks, min_ranks):
-        made.append(coordinator(tmp_path, ranks, min_ranks))
-        return made[-1]
-
-    yield build
-    for j in made:
-        for m in j.members():
-            m.proc.kill()
-            m.proc.wait()
-
-
-def lose(m):
-    m.proc.kill()
-    m.proc.wait()
+def make(make_coordinator):
+    return lambda ranks, min_ranks: make_coordinator([*HOSTS, "h4", "h5"], ranks, [], min_ranks=min_ranks)
 
 
 def test_a_lost_rank_with_no_spare_shrinks_the_world_and_renumbers_the_survivors(make):
@@ -93,4 +57,24 @@ def test_two_lost_at_once_shrink_together_when_enough_survive(make):
 @pytest.mark.parametrize("min_ranks", [0, 4])
 def test_min_ranks_outside_the_job_is_one_clear_line(tmp_path, min_ranks):
     with pytest.raises(ClockfabricError, match="--min-ranks"):
-        coordinator(tmp_path, HOSTS[:3], min_ranks)
+        coordinator(tmp_path, HOSTS, HOSTS[:3], [], min_ranks=min_ranks)
+
+
+def test_a_shrunk_job_grows_back_to_its_first_size_once_spares_are_ready(make):
+    job = make(HOSTS[:3], 2)
+    lose(job.ranks[1])
+    job.tick()
+    assert control.read_generation(job.folder).hosts == ["h0", "h2"]
+    job.spares += [stand_in(job, "h4", None), stand_in(job, "h5", None)]
+    job.tick()  # generation 1 not joined by every member yet: nothing moves
+    assert control.read_generation(job.folder).number == 1
+    job.awaiting = None  # every member joined it
+    job.tick()
+    gen = control.read_generation(job.folder)
+    assert gen is not None and gen.number == 2 and gen.state == control.RUNNING
+    assert gen.hosts == ["h0", "h2", "h4"] and gen.world == 3  # h4 at the next index, h5 left a spare
+    assert [m.host for m in job.ranks] == gen.hosts and [m.host for m in job.spares] == ["h5"]
+    assert kinds(job)[-2:] == ["grown", "generation"] and job.events[-2]["hosts"] == ["h4"]
+    job.awaiting = None
+    job.tick()  # back at its first size: h5 stays a spare
+    assert control.read_generation(job.folder).number == 2

@@ -1,6 +1,7 @@
-"""ZeRO-1 on a shrunk group, with gloo on localhost processes: every shard of the old partition
-gathered (the lost rank's from its buddy's mirror), and ZeRO made again for the smaller world
-holds the same global state, bit for bit."""
+"""ZeRO-1 on a group of another size, with gloo on localhost processes: a job shrunk from 3
+ranks to 2 gathers every shard of the old partition (the lost rank's from its buddy's mirror),
+then grows back to 3 with a new member; ZeRO made again each time holds the same global state,
+bit for bit."""
 
 import multiprocessing
 import os
@@ -14,7 +15,7 @@ from tests.unit.test_train_zero import same  # noqa: E402  (after the skip: it n
 WORLD, LOST, STEPS = 3, 1, 3
 
 
-def member(store0: str, store1: str, rank: int, out) -> None:
+def member(stores: list[str], rank: int, out) -> None:
     import torch.distributed as dist
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -27,50 +28,66 @@ def member(store0: str, store1: str, rank: int, out) -> None:
     def optimizer():
         return ZeroRedundancyOptimizer(module.parameters(), optimizer_class=torch.optim.AdamW, lr=0.01)
 
-    group.form(store0, rank, WORLD, timeout_s=20)
-    opt = optimizer()
-    buddy = zero.Buddy(opt)
-    for step in range(STEPS):
-        for i, p in enumerate(module.parameters()):
-            p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(step * 100 + i))
-        buddy.step()
-        opt.step()
-    opt.consolidate_state_dict(to=0)
-    if rank == 0:
-        out.put(("before", state.to_bytes(opt.state_dict())))
-    dist.barrier()
-    if rank == LOST:
-        return
-    new_rank = [r for r in range(WORLD) if r != LOST].index(rank)
-    group.form(store1, new_rank, WORLD - 1, timeout_s=20)
-    zero.rebind(opt)
-    at, plan = zero.regathered(opt, STEPS, None)
-    merged, sent = plan.gather(buddy)
-    shrunk = optimizer()
-    shrunk.load_state_dict(merged)
-    shrunk.consolidate_state_dict(to=0)
-    if new_rank == 0:
-        out.put(("after", state.to_bytes(shrunk.state_dict())))
-    out.put(("plan", (at, plan.rebuilt, plan.member, sent, shrunk.world_size)))
+    def consolidated(opt, tag):
+        opt.consolidate_state_dict(to=0)
+        if dist.get_rank() == 0:
+            out.put((tag, state.to_bytes(opt.state_dict())))
+
+    def regroup(buddy, completed, tag):
+        plan = zero.agree(buddy, completed, None)
+        merged, sent = plan.gather(buddy)
+        opt = optimizer()
+        opt.load_state_dict(merged)
+        out.put(("plan", (tag, plan.at, plan.world, plan.rebuilt, plan.member, plan.resharded, sent > 0)))
+        consolidated(opt, tag)
+        return zero.Buddy(opt)
+
+    if rank < WORLD:  # the first three ranks
+        group.form(stores[0], rank, WORLD, timeout_s=20)
+        opt = optimizer()
+        buddy = zero.Buddy(opt)
+        for step in range(STEPS):
+            for i, p in enumerate(module.parameters()):
+                p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(step * 100 + i))
+            buddy.step()
+            opt.step()
+        consolidated(opt, "before")
+        dist.barrier()
+        if rank == LOST:
+            return
+        shrunk_rank = [r for r in range(WORLD) if r != LOST].index(rank)
+        group.form(stores[1], shrunk_rank, WORLD - 1, timeout_s=20)
+        zero.rebind(opt)
+        buddy = regroup(buddy, STEPS, "shrunk")
+        dist.barrier()
+        group.form(stores[2], shrunk_rank, WORLD, timeout_s=20)
+        zero.rebind(buddy.zero)
+        regroup(buddy, STEPS, "grown")
+    else:  # a new member joins the grown group at its last index
+        group.form(stores[2], WORLD - 1, WORLD, timeout_s=60)
+        regroup(zero.Buddy(optimizer()), -1, "grown")
     dist.destroy_process_group()
 
 
-def test_a_shrunk_zero_holds_every_shard_the_lost_one_from_its_buddy(tmp_path):
+def test_a_zero1_job_shrunk_then_grown_back_keeps_every_shard(tmp_path):
     from clockfabric.train import state
 
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    store0, store1 = str(tmp_path / "store.0"), str(tmp_path / "store.1")
-    procs = [ctx.Process(target=member, args=(store0, store1, rank, out)) for rank in range(WORLD)]
+    stores = [str(tmp_path / f"store.{i}") for i in range(3)]
+    procs = [ctx.Process(target=member, args=(stores, rank, out)) for rank in range(WORLD + 1)]
     for p in procs:
         p.start()
-    got = [out.get(timeout=90) for _ in range(4)]
+    got = [out.get(timeout=120) for _ in range(3 + 2 + 3)]
     for p in procs:
         p.join(30)
-    before = state.from_bytes(next(v for k, v in got if k == "before"))
-    after = state.from_bytes(next(v for k, v in got if k == "after"))
+    states = {k: state.from_bytes(v) for k, v in got if k != "plan"}
     plans = [v for k, v in got if k == "plan"]
-    assert all(p[:3] == (STEPS, [LOST], {0: 0, 2: 1}) for p in plans)  # rank 1's shard from rank 2's mirror
-    assert all(p[3] > 0 and p[4] == WORLD - 1 for p in plans)
+    # shrunk: rank 1's shard from rank 2's mirror; grown: every shard from its own rank, the new member's none
+    shrunk, grown = ([p[1:] for p in plans if p[0] == tag] for tag in ("shrunk", "grown"))
+    assert shrunk == [(STEPS, WORLD, [LOST], {0: 0, 2: 1}, True, True)] * 2
+    assert grown == [(STEPS, WORLD - 1, [], {0: 0, 1: 1}, True, True)] * 3
+    before = states["before"]
     assert len(before["state"]) == 10  # every parameter's state: 5 layers' weights and biases
-    assert same(after["state"], before["state"]) and after["param_groups"] == before["param_groups"]
+    for tag in ("shrunk", "grown"):
+        assert same(states[tag]["state"], before["state"]) and states[tag]["param_groups"] == before["param_groups"]

@@ -98,14 +98,21 @@ def settle(timeout_s: float) -> None:
     dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=timeout_s))
 
 
+def gather_ints(values: list[int], superseded: Superseding = never) -> list[list[int]]:
+    """Every member's values (as many on each), in rank order; Superseded as soon as
+    superseded() says a newer generation was issued."""
+    mine = torch.tensor(values, dtype=torch.int64)
+    rows = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    _finish(dist.all_gather(rows, mine, async_op=True), superseded)
+    return [[int(v) for v in row.tolist()] for row in rows]
+
+
 def most_advanced(completed: int, superseded: Superseding = never) -> tuple[int, list[int]]:
     """Every member's count of completed steps gathered: (the source rank, every rank's count).
 
     The source is the lowest rank of those that completed the most steps: its state holds every
     step any member completed, so none is lost. A replacement rank counts -1."""
-    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
-    _finish(dist.all_gather(counts, torch.tensor([completed], dtype=torch.int64), async_op=True), superseded)
-    values = [int(c.item()) for c in counts]
+    values = [row[0] for row in gather_ints([completed], superseded)]
     return values.index(max(values)), values
 
 

@@ -17,6 +17,8 @@ the job allows it (`min_ranks`) and enough survive, the job goes on shrunk: a ge
 the survivors alone, their ranks renumbered in order (rank 2 of 3 becomes rank 1 of 2 when
 rank 1 is lost), each drawing the batches of its new rank, the gradients averaged over the
 smaller world, a sharded optimizer (ZeRO-1) partitioned again (see docs/spares.md, "Shrinking").
+Once spares are ready again (added, or drained hosts back from their audit) a shrunk job grows
+back: a generation with them at the next indices, up to its first size.
 
 A rank whose GPU reports a critical fault (`gpu_fault(host)`: a critical XID from NVML, say)
 is replaced before it crashes: a spare is put at its index in a new generation, every member
@@ -47,14 +49,10 @@ from clockfabric.lab.exec import command
 from clockfabric.lab.job import free_port
 from clockfabric.lab.state import Lab
 from clockfabric.train import control, report
+from clockfabric.train.detect import DETECT_S, verdict
 from clockfabric.train.heartbeat import stopped
 from clockfabric.train.readmit import INTERVAL_S, HostAudit, Readmission
 
-DETECT_S = 2.0
-# A silent report alone is a loss only after this many detection times: a running process whose
-# heartbeat thread waits for Python's lock (a garbage collection, DDP's wrap, on a loaded
-# machine) was silent for over 2 s. A stopped one (SIGSTOP: frozen) is lost after detect_s.
-HUNG_WAITS = 3
 # A generation not joined by every member is issued again, with a new store, once a member
 # says its rendezvous failed (every member alive), or by this many seconds after it was written.
 REISSUE_S = 15.0
@@ -171,6 +169,8 @@ class TrainJob:
             self._fill()
         elif self.vacant and len(self._ready_spares()) >= len(self.vacant):
             self._fill()
+        elif self.awaiting is None and len(self.ranks) < len(self.initial_hosts) and self._ready_spares():
+            self._grow()
         elif self.gpu_fault and self.awaiting is None:
             self._replace_faulty(now)
 
@@ -254,6 +254,19 @@ class TrainJob:
         self.event("shrunk", ranks=sorted(self.vacant), world=len(keep), hosts=hosts,
                    why="no spare left: the job goes on with the survivors")
         self.vacant = []
+        self._issue(hosts, beats)
+
+    def _grow(self) -> None:
+        """A shrunk job and ready spares (added, or drained hosts back from their audit): a
+        generation with them at the next indices, up to the job's first size; the members join
+        it at their next step boundary."""
+        joining = self._ready_spares()[:len(self.initial_hosts) - len(self.ranks)]
+        for spare in joining:
+            self.spares.remove(spare)
+            self.ranks.append(spare)
+        hosts, beats = [*self.gen.hosts, *(s.host for s in joining)], [*self.gen.beats, *(s.beat for s in joining)]
+        self.event("grown", hosts=[s.host for s in joining], world=len(hosts),
+                   why="spares ready for a shrunk job: it grows back")
         self._issue(hosts, beats)
 
     def _issue(self, hosts: list[str], beats: list[str]) -> None:
@@ -345,26 +358,6 @@ class TrainJob:
                 f.write(json.dumps(record) + "\n")
             if self.on_event:
                 self.on_event(record)
-
-
-def verdict(rank: int, exit_code: int | None, report: dict[str, Any] | None, peers: list[dict[str, Any]],
-            beat: str, now: float, detect_s: float, stopped: bool = False) -> str | None:
-    """Why the rank is lost (None if it is not): its exit, its own report, its peers' reports,
-    and whether its process is stopped."""
-    if exit_code is not None:
-        return None if exit_code == 0 else f"its process exited with status {exit_code}"
-    if report is None or report.get("rank") != rank or report.get("done"):
-        return None  # still starting, or through its loop and exiting
-    silent = now - report["time"]
-    if silent > detect_s and stopped:
-        return f"no heartbeat report for {silent:.1f} s, its process stopped (frozen)"
-    if silent > HUNG_WAITS * detect_s:
-        return f"no heartbeat report for {silent:.1f} s (hung)"
-    fresh = [p for p in peers if now - p["time"] <= detect_s]  # a frozen peer's view is no evidence
-    deaf = [p for p in fresh if p["heard"].get(beat, 0.0) > detect_s]
-    if fresh and len(deaf) > len(fresh) / 2:
-        return f"{len(deaf)} of {len(fresh)} peers have not heard it for {detect_s:.1f} s (cut off)"
-    return None
 
 
 def _kill(proc: subprocess.Popen) -> None:

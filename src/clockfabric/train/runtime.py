@@ -107,7 +107,7 @@ class Elastic:
     def _shard(self, optimizer: ZeroRedundancyOptimizer) -> None:
         """ZeRO's step, made to record a failure rather than raise it, the predecessor's shard
         stepped on the mirror first (before ZeRO's broadcasts change the parameters)."""
-        self.buddy = zero.Buddy(optimizer) if self.world > 1 else None
+        self.buddy = zero.Buddy(optimizer)
         step = optimizer.step
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -265,43 +265,28 @@ class Elastic:
 
     def _carry(self, completed: int) -> int:
         """A new member, or survivors a step apart: the most advanced one's state for all; the
-        bytes carried. ZeRO-1: the step zero.resume_at allows; each rank rebuilt to it (a new
-        member, a survivor a step behind) gets its shard from its buddy's mirror."""
-        if self.buddy and self.buddy.zero.world_size != self.world:
-            return self._reshard(completed)
-        source, counts = group.most_advanced(completed, self._superseded)
-        rebuilt: list[int] = []
-        if self.buddy:
-            try:
-                at, rebuilt = self.buddy.resume_at(counts, self._previous_step())
-            except zero.ShardLost as lost:
-                return self._from_checkpoint(lost, max(counts))
-            if self.rank not in rebuilt and completed > at and self.previous:  # its last step is redone
-                self.step, _ = state.restore(self.previous, self.module, self.buddy)
-            source = min(set(range(self.world)) - set(rebuilt))  # every member not rebuilt is at `at` now
-        carried = self._from_source(source)
-        if self.buddy:
-            carried += self.buddy.hand_over(rebuilt)
-        return carried
-
-    def _reshard(self, completed: int) -> int:
-        """ZeRO-1 on a group of another size (the job shrunk): the step agreed, the parameters
-        from a member that holds it, every shard of the old partition gathered (a lost rank's
-        from its buddy's mirror), and ZeRO made again for the new partition; the bytes carried."""
-        assert self.buddy is not None and self.make_optimizer is not None
-        old = self.buddy.zero
+        bytes carried. ZeRO-1: the plan zero.agree makes (the step; each rank rebuilt to it, a
+        new member or a survivor a step behind, gets its shard from its buddy's mirror; on a
+        group of another size every shard is gathered and ZeRO is made again)."""
+        if self.buddy is None:
+            source, _ = group.most_advanced(completed, self._superseded)
+            return self._from_source(source)
         try:
-            at, plan = zero.regathered(old, completed, self._previous_step())
+            plan = zero.agree(self.buddy, completed, self._previous_step(), self._superseded)
         except zero.ShardLost as lost:
-            return self._from_checkpoint(lost, completed)
-        if old.rank not in plan.rebuilt and completed > at and self.previous:  # its last step is redone
+            return self._from_checkpoint(lost, lost.reached)
+        mine = self.buddy.zero.rank if completed >= 0 else None
+        if mine not in plan.rebuilt and completed > plan.at and self.previous:  # its last step is redone
             self.step, _ = state.restore(self.previous, self.module, self.buddy)
-        carried = self._from_source(min(plan.member[r] for r in range(old.world_size) if r not in plan.rebuilt))
-        merged, sent = plan.gather(self.buddy)
+        carried = self._from_source(plan.source)
+        if not plan.resharded:
+            return carried + self.buddy.hand_over(plan.rebuilt)
+        merged, sent = plan.gather(self.buddy, self._superseded)
+        assert self.make_optimizer is not None
         self._optimizer = self.make_optimizer(self.module.parameters())
         self._optimizer.load_state_dict(merged)
         self._shard(self._optimizer)  # type: ignore[arg-type]
-        self.restored = {"resharded_from": old.world_size}
+        self.restored = {"resharded_from": plan.world}
         return carried + sent
 
     def _from_source(self, source: int) -> int:

@@ -38,7 +38,10 @@ NONE = -9  # no such step
 
 class ShardLost(Exception):
     """A rank's optimizer shard is gone from every member: the job cannot go on from memory.
-    Not a RuntimeError, so it is not taken for a peer lost while the group forms."""
+    Not a RuntimeError, so it is not taken for a peer lost while the group forms. `reached`:
+    the most steps any member completed."""
+
+    reached = -1
 
 
 def is_sharded(optimizer: Any) -> bool:
@@ -112,35 +115,37 @@ class Buddy:
 
     `step` before ZeRO's own step (the shadows must take the parameters before they change);
     `state_dict` / `load_state_dict` cover both shards, so the step's snapshot and its undo do
-    too. `cost_s` is the time the mirror's steps took since the caller last zeroed it."""
+    too. `cost_s` is the time the mirror's steps took since the caller last zeroed it. A
+    single rank has no predecessor to mirror: its buddy holds its shard alone."""
 
     def __init__(self, optimizer: ZeroRedundancyOptimizer) -> None:
         rank, world = dist.get_rank(), dist.get_world_size()
-        if world < 2:
-            raise ValueError("a buddy needs a second rank")
         self.zero, self.of = optimizer, (rank - 1) % world
         # ZeRO's own partition and constructor (private, no public equivalent): the mirror must
         # be built exactly as the predecessor's local optimizer was, group by group
         internals: Any = optimizer
-        groups = internals._partition_parameters()[self.of]
+        groups = internals._partition_parameters()[self.of] if world > 1 else []
         self.params = [p for g in groups for p in g["params"]]
         self.shadows = [p.detach().clone() for p in self.params]
         shadow_of = {id(p): s for p, s in zip(self.params, self.shadows, strict=True)}
-        self.mirror: torch.optim.Optimizer = internals._optim_constructor(
-            [{**g, "params": [shadow_of[id(p)] for p in g["params"]]} for g in groups], **internals._optim_defaults)
+        self.mirror: torch.optim.Optimizer | None = internals._optim_constructor(
+            [{**g, "params": [shadow_of[id(p)] for p in g["params"]]} for g in groups],
+            **internals._optim_defaults) if groups else None
         self._sync: Any = ZeroRedundancyOptimizer._sync_param_groups  # type: ignore[attr-defined]
         self.cost_s = 0.0
 
     @property
     def bytes(self) -> int:
         """The memory the mirror takes: the predecessor's parameters and its optimizer state."""
-        tensors = [*self.shadows, *(v for s in self.mirror.state.values() for v in s.values()
-                                    if isinstance(v, torch.Tensor))]
+        held = self.mirror.state.values() if self.mirror else []
+        tensors = [*self.shadows, *(v for s in held for v in s.values() if isinstance(v, torch.Tensor))]
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def step(self) -> None:
         """The predecessor's optimizer step, on the mirror: the parameters as they are now (before
         ZeRO's step), the averaged gradients every rank holds, the hyperparameters as set now."""
+        if self.mirror is None:
+            return
         began = time.perf_counter()
         self._sync(self.zero.param_groups, self.mirror.param_groups)  # a schedule's learning rate
         with torch.no_grad():
@@ -154,16 +159,19 @@ class Buddy:
 
     def state_dict(self) -> dict[str, Any]:
         """This rank's shard and the mirrored one (a step's snapshot holds both)."""
-        return {"own": self.zero.optim.state_dict(), "mirror": self.mirror.state_dict()}
+        return {"own": self.zero.optim.state_dict(), "mirror": self.mirror.state_dict() if self.mirror else None}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.zero.optim.load_state_dict(state_dict["own"])
-        self.mirror.load_state_dict(state_dict["mirror"])
+        if self.mirror:
+            self.mirror.load_state_dict(state_dict["mirror"])
 
     def exchange(self) -> int:
         """A group formed: each member's shard to its successor's mirror (a new member's
         predecessor's included); returns the bytes sent. Raises RuntimeError if a peer is gone."""
         rank, world = dist.get_rank(), dist.get_world_size()
+        if self.mirror is None:
+            return 0
         skeleton_len, flat = flatten(self.zero.optim.state_dict())
         header = torch.tensor([skeleton_len, flat.numel()], dtype=torch.int64)
         sends = [dist.isend(header, (rank + 1) % world, tag=HEADER_TAG),
@@ -178,13 +186,19 @@ class Buddy:
         self.mirror.load_state_dict(unflatten(int(incoming[0]), arrived))
         return flat.numel()
 
-    def resume_at(self, counts: list[int], previous: int | None) -> tuple[int, list[int]]:
-        """The step every member goes on from and the ranks rebuilt to it, agreed by all
-        (previous: the step of this member's snapshot before its last completed one, if any)."""
-        mine = torch.tensor([NONE if previous is None else previous])
-        gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-        dist.all_gather(gathered, mine)
-        return resume_at(counts, [int(g) for g in gathered])
+    def in_global_indexing(self, rank: int) -> dict[str, Any]:
+        """The shard of `rank` (this rank's own, or the mirrored one) keyed by ZeRO's global
+        parameter indices, with ZeRO's global param groups: a part of ZeRO's global state dict."""
+        mirrored = rank != self.zero.rank
+        assert not mirrored or (self.mirror is not None and rank == self.of)
+        local = (self.mirror if mirrored else self.zero.optim).state_dict()  # type: ignore[union-attr]
+        zero: Any = self.zero  # its partition and indexing (private, no public equivalent)
+        part: dict[int, Any] = {}
+        for group_state, partition in zip(local["param_groups"], zero._partition_parameters()[rank], strict=True):
+            for index, param in zip(group_state["params"], partition["params"], strict=True):
+                if index in local["state"]:
+                    part[zero._param_to_index[param]] = local["state"][index]
+        return {"state": part, "param_groups": torch.optim.Optimizer.state_dict(self.zero)["param_groups"]}
 
     def hand_over(self, rebuilt: list[int]) -> int:
         """Each rebuilt rank receives its shard from its buddy's mirror (every buddy's state is
@@ -193,56 +207,68 @@ class Buddy:
         carried = 0
         for taker in rebuilt:
             buddy = (taker + 1) % world
-            blob = group.broadcast_bytes(state.to_bytes(self.mirror.state_dict()) if rank == buddy else None, buddy)
+            mine = state.to_bytes(self.mirror.state_dict()) if rank == buddy and self.mirror else None
+            blob = group.broadcast_bytes(mine, buddy)
             carried += len(blob)
             if rank == taker:
                 self.zero.optim.load_state_dict(state.from_bytes(blob))
         return carried
 
 
-def regathered(optimizer: ZeroRedundancyOptimizer, completed: int, previous: int | None) -> tuple[int, Regather]:
-    """On a group of another size (the job shrunk): the step every member goes on from, and
-    how the old partition's shards are gathered, agreed by all. Each member is known by its
-    rank in the old group (ZeRO's `rank`); a lost one's shard is in its old buddy's mirror."""
-    mine = torch.tensor([optimizer.rank, completed, NONE if previous is None else previous])
-    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, mine)
-    counts, before = [-1] * optimizer.world_size, [NONE] * optimizer.world_size
-    member = {}
-    for new_rank, row in enumerate(gathered):
-        old, count, prev = (int(v) for v in row.tolist())
-        counts[old], before[old], member[old] = count, prev, new_rank
-    at, rebuilt = resume_at(counts, before)
-    return at, Regather(member, rebuilt)
+class Plan(NamedTuple):
+    """How the members go on, agreed by all (`agree`)."""
+    at: int  # the step
+    world: int  # the size of the partition the shards are in (the last group's)
+    member: dict[int, int]  # each surviving shard's rank in the last group -> its member's rank now
+    rebuilt: list[int]  # last-group ranks whose shard comes from their buddy's mirror
 
+    @property
+    def source(self) -> int:
+        """A member that holds the step: the parameters, generators and step come from it."""
+        return min(self.member[r] for r in range(self.world) if r not in self.rebuilt)
 
-class Regather(NamedTuple):
-    """Where each shard of the old partition comes from: its own rank's member, or (rebuilt)
-    the member that was its buddy, from the mirror."""
-    member: dict[int, int]  # old rank -> its rank in the new group
-    rebuilt: list[int]  # old ranks whose shard comes from their buddy's mirror
+    @property
+    def resharded(self) -> bool:
+        """The group is of another size, or its members moved: ZeRO is made again."""
+        return self.world != dist.get_world_size() or any(r != m for r, m in self.member.items())
 
-    def gather(self, buddy: Buddy) -> tuple[dict[str, Any], int]:
+    def gather(self, buddy: Buddy, superseded: group.Superseding = group.never) -> tuple[dict[str, Any], int]:
         """Every shard on every member, as ZeRO's global state dict (what `state_dict` gives
-        after `consolidate_state_dict`), for a ZeRO made for the new group to load; and the
-        bytes sent."""
-        old: Any = buddy.zero  # its partition and indexing (private, no public equivalent)
-        world = old.world_size
-        merged = torch.optim.Optimizer.state_dict(old)  # the global param groups, in global indexing
-        merged["state"], sent = {}, 0
-        for rank in range(world):
-            mirrored = rank in self.rebuilt
-            holder = self.member[(rank + 1) % world if mirrored else rank]
-            mine = None
-            if dist.get_rank() == holder:
-                mine = state.to_bytes(buddy.mirror.state_dict() if mirrored else old.optim.state_dict())
-            blob = group.broadcast_bytes(mine, holder)
-            shard, sent = state.from_bytes(blob), sent + len(blob)
-            for local, partition in zip(shard["param_groups"], old._partition_parameters()[rank], strict=True):
-                for index, param in zip(local["params"], partition["params"], strict=True):
-                    if index in shard["state"]:
-                        merged["state"][old._param_to_index[param]] = shard["state"][index]
+        after `consolidate_state_dict`), for a ZeRO made for this group to load; the bytes."""
+        merged: dict[str, Any] = {"state": {}, "param_groups": None}
+        sent = 0
+        for rank in range(self.world):
+            holder = self.member[(rank + 1) % self.world if rank in self.rebuilt else rank]
+            mine = state.to_bytes(buddy.in_global_indexing(rank)) if dist.get_rank() == holder else None
+            blob = group.broadcast_bytes(mine, holder, superseded)
+            part, sent = state.from_bytes(blob), sent + len(blob)
+            merged["state"].update(part["state"])
+            merged["param_groups"] = part["param_groups"]
+        merged["state"] = dict(sorted(merged["state"].items()))
         return merged, sent
+
+
+def agree(buddy: Buddy, completed: int, previous: int | None,
+          superseded: group.Superseding = group.never) -> Plan:
+    """The plan every member goes on by: each member's rank in the last group, that group's
+    size, its count of completed steps and its previous snapshot's step, gathered (a new
+    member, count -1, has none), and `resume_at` over the last group's ranks."""
+    survivor = completed >= 0
+    rows = group.gather_ints([buddy.zero.rank if survivor else -1, buddy.zero.world_size if survivor else -1,
+                              completed, NONE if previous is None else previous], superseded)
+    world = max(row[1] for row in rows)
+    if world < 1:
+        raise ShardLost("ZeRO-1: every rank was lost, and every optimizer shard with them")
+    counts, before, member = [-1] * world, [NONE] * world, {}
+    for now, (last, _, count, prev) in enumerate(rows):
+        if last >= 0:
+            counts[last], before[last], member[last] = count, prev, now
+    try:
+        at, rebuilt = resume_at(counts, before)
+    except ShardLost as lost:
+        lost.reached = max(counts)
+        raise
+    return Plan(at, world, member, rebuilt)
 
 
 def resume_at(counts: list[int], previous: list[int]) -> tuple[int, list[int]]:
