@@ -59,40 +59,42 @@ class Registry(Generic[F]):
         self._load = load
         self._entries: dict[str, Entry[F]] = {}
         self._declared: dict[str, str] = {}  # name -> the module that registers it, imported on `get`
+        self._described: set[str] = set()  # names registered with their own default, help or meta
 
     def register(self, name: str, *, default: bool = True, help: str = "", **meta: Any) -> Callable[[F], F]:
-        """Decorator: register the factory (a class or function) under `name`."""
+        """Decorator: register the factory (a class or function) under `name`. A declared entry's
+        module registers the factory alone: its default, help and meta are the declaration's."""
         def add(factory: F) -> F:
             entry = Entry(name, factory, default, help or (factory.__doc__ or "").strip().split("\n")[0], dict(meta))
             declared = self._entries.get(name)
             if declared is not None and not isinstance(declared.factory, _Deferred):
                 raise ValueError(f"{self.kind} {name!r} registered twice")
-            if declared is not None:
-                self._agree(declared, entry)
-            self._entries[name] = entry
+            if help or meta or not default:
+                self._described.add(name)
+            self._entries[name] = self._agree(declared, entry) if declared is not None else entry
             return factory
         return add
 
     def declare(self, name: str, module: str, *, default: bool = True, help: str = "", **meta: Any) -> None:
-        """An entry whose `module` registers its factory, imported only when the entry is `get`;
-        what it registers must say what this declares."""
+        """An entry whose `module` registers its factory, imported only when the entry is `get`."""
         declared = Entry(name, cast(F, _Deferred(self, name)), default, help, dict(meta))
         if name in self._declared:
             raise ValueError(f"{self.kind} {name!r} declared twice")
         self._declared[name] = module
-        if name in self._entries:  # its module was imported first (by a test, or a command)
-            self._agree(declared, self._entries[name])
-        else:
-            self._entries[name] = declared
+        registered = self._entries.get(name)  # its module was imported first (by a test, or a command)
+        self._entries[name] = self._agree(declared, registered) if registered is not None else declared
 
-    def _agree(self, declared: Entry[F], registered: Entry[F]) -> None:
-        """What a declared entry's module registers is what it was declared as."""
+    def _agree(self, declared: Entry[F], registered: Entry[F]) -> Entry[F]:
+        """A declared entry as its module registered it: the module's factory, with the
+        declaration's default, help and meta (said once, where the entry is declared)."""
         module = self._declared[declared.name]
-        if (registered.factory.__module__, registered.default, registered.help, registered.meta) != \
-                (module, declared.default, declared.help, declared.meta):
-            raise ValueError(f"{self.kind} {declared.name!r}: {registered.factory.__module__} registers "
-                             f"{(registered.default, registered.help, registered.meta)}, declared as "
-                             f"{(declared.default, declared.help, declared.meta)} in {module}")
+        if registered.factory.__module__ != module:
+            raise ValueError(f"{self.kind} {declared.name!r}: {registered.factory.__module__} registers it, "
+                             f"declared as {module}'s")
+        if declared.name in self._described:
+            raise ValueError(f"{self.kind} {declared.name!r}: {module} gives its default, help or meta; a declared "
+                             f"entry takes them from its declaration alone")
+        return Entry(declared.name, registered.factory, declared.default, declared.help, declared.meta)
 
     def _loaded(self) -> dict[str, Entry[F]]:
         """Every entry, in the order the loading module imports (or declares) the modules that

@@ -26,7 +26,7 @@ def test_every_record_names_a_benchmark_and_every_benchmark_has_a_record():
 
 
 def test_every_benchmark_is_what_its_module_registers():
-    # listed from bench/all.py's declarations; each module, imported, must register the same
+    # listed from bench/all.py's declarations; each module, imported, registers the command alone
     for name in BENCHMARKS.names():
         entry = BENCHMARKS.get(name)
         assert entry.factory.__module__.startswith("clockfabric.bench.") and entry.help, name

@@ -84,19 +84,20 @@ def test_declared_entries_are_listed_without_their_modules_and_loaded_when_got(t
     (pkg / "__init__.py").write_text("")
     (pkg / "reg.py").write_text("from clockfabric.registry import Registry\n"
                                 "THINGS = Registry('thing', load='regdecl.all')\n")
-    for name, help in (("first", "one"), ("second", "two"), ("third", "three"), ("drifted", "new words")):
+    for name, said in (("first", ""), ("second", ""), ("third", ""), ("drifted", ", help='its own words'")):
         (pkg / f"{name}.py").write_text(textwrap.dedent(f"""
             from regdecl.reg import THINGS
 
-            @THINGS.register({name!r}, help={help!r}, colour="red")
+            @THINGS.register({name!r}{said})
             def make(x=0):
+                \"\"\"A docstring, not the help: the declaration says it.\"\"\"
                 return {name!r}, x
         """))
     (pkg / "silent.py").write_text("")  # registers nothing
     (pkg / "all.py").write_text(textwrap.dedent("""
         from regdecl.reg import THINGS
 
-        for name, help in (("first", "one"), ("second", "two"), ("third", "three"), ("drifted", "old words")):
+        for name, help in (("first", "one"), ("second", "two"), ("third", "three"), ("drifted", "declared")):
             THINGS.declare(name, f"regdecl.{name}", help=help, colour="red")
         THINGS.declare("silent", "regdecl.silent", help="never registered")
     """))
@@ -112,7 +113,10 @@ def test_declared_entries_are_listed_without_their_modules_and_loaded_when_got(t
         assert things.get("second").factory(2) == ("second", 2) and "regdecl.first" not in modules()
         assert things.entries()[0].factory(1) == ("first", 1)  # called before its module is: loaded then
         assert things.get("first").factory.__module__ == "regdecl.first"
-        with pytest.raises(ValueError, match="'drifted': regdecl.drifted registers .*new words.*old words"):
+        assert [(e.help, e.meta) for e in things.entries()][:3] == [("one", {"colour": "red"}),
+                                                                     ("two", {"colour": "red"}),
+                                                                     ("three", {"colour": "red"})]  # imported first too
+        with pytest.raises(ValueError, match="'drifted': regdecl.drifted gives its default, help or meta"):
             things.get("drifted")
         with pytest.raises(ValueError, match="regdecl.silent registers no thing 'silent'"):
             things.get("silent")

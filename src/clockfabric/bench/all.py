@@ -1,8 +1,8 @@
 """Every benchmark, declared: its name, the module that registers its command, its one-line help
 (what `clockfabric bench` lists) and its meta, so the list, `bench --help` and `bench report`
 import no benchmark's module (their stacks, scipy, psycopg, fastapi, torch, cost a second of CPU);
-`clockfabric bench NAME` imports NAME's alone. Each module's own registration must say the same
-(Registry.declare). The order is the order `clockfabric bench` lists them: the lab, clocks,
+`clockfabric bench NAME` imports NAME's alone, which registers the command alone (its help and
+meta are said here only: Registry.declare). The order is the order `clockfabric bench` lists them: the lab, clocks,
 monitoring, failover, the collective and path steering, the audit, workload monitoring, packet
 authentication, fuzzing the parsers, spares (ZeRO-1's cost apart), the dashboard, the chaos soak."""
 

@@ -180,8 +180,7 @@ def targets(result: dict) -> list[Target]:
     return found
 
 
-@BENCHMARKS.register("audit", help="Fleet audit: a 32-host lab's audit time, a planted slow link found, "
-                                   "false fails over clean runs.")
+@BENCHMARKS.register("audit")
 def main(hosts: int = typer.Option(32, help="Hosts in the timed lab."),
          rate: str = typer.Option("auto", help="Host and fabric link rate of the timed lab (auto: see the top)."),
          fault: bool = typer.Option(True, help="Also audit the timed lab with one link at a quarter rate."),

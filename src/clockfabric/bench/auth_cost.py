@@ -60,7 +60,7 @@ def datagrams_per_s(hosts: int, planes: int) -> dict[str, float]:
             "control": 2 * 2 / cfg.update_s}  # a report and a map (or claims) each way an update
 
 
-@BENCHMARKS.register("auth-cost", help="The fleet key: per-datagram seal/open time and the agent CPU it adds")
+@BENCHMARKS.register("auth-cost")
 def main(hosts: Annotated[int, typer.Option(min=2)] = 12, planes: Annotated[int, typer.Option(min=1)] = 2,
          n: Annotated[int, typer.Option(min=100)] = 20_000, repeats: Annotated[int, typer.Option(min=3)] = 15,
          json_path: Annotated[Path, typer.Option("--out", help="Where the record goes.")] = DEFAULT_JSON) -> None:

@@ -122,7 +122,7 @@ def run_on_new_lab(name: str, minutes: float, seed: int, log=None) -> dict[str, 
         fleet.stop()
 
 
-@BENCHMARKS.register("chaos", help="A lab fleet under random faults: nothing acknowledged lost, every fault seen")
+@BENCHMARKS.register("chaos")
 def main(minutes: Annotated[float, typer.Option(min=0.1, help="How long to inject faults.")] = 30.0,
          seed: Annotated[int, typer.Option(help="Seeds the choice of faults and their timing.")] = 0,
          json_out: Annotated[bool, typer.Option("--json", help="The report as JSON.")] = False,

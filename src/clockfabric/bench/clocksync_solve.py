@@ -191,8 +191,7 @@ def report(results: list[dict]) -> dict:
     return targets
 
 
-@BENCHMARKS.register("clocksync-solve", help="The network-effect clock solve on 1k-100k synthetic hosts: "
-                                             "time and accuracy, against a sparse direct solve.")
+@BENCHMARKS.register("clocksync-solve")
 def main(sizes: str = typer.Option("1000,3000,10000,100000", help="Host counts, comma-separated."),
          repeat: int = typer.Option(5, min=1, help="Solves per size and case (the direct one: 1 above "
                                     f"{DIRECT_FULL_REPEAT_MAX_HOSTS} hosts)."),

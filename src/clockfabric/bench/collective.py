@@ -151,10 +151,10 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
     return command
 
 
-allreduce = BENCHMARKS.register("allreduce", running_lab=True)(_collective_command(
+allreduce = BENCHMARKS.register("allreduce")(_collective_command(
     "allreduce", "ring", "ring, or hier (groups by leaf).", "Hosts in ring order, comma-separated (default: all).",
     "All-reduce between lab hosts over TCP subflows pinned to planes; nccl-tests' columns."))
-alltoall = BENCHMARKS.register("alltoall", running_lab=True)(_collective_command(
+alltoall = BENCHMARKS.register("alltoall")(_collective_command(
     "alltoall", "pairwise", "pairwise (n-1 steps, one peer each way) or oneshot (every peer at once).",
     "Hosts in rank order, comma-separated (default: all).",
     "All-to-all between lab hosts over TCP subflows pinned to planes; nccl-tests' columns. Sizes are bytes per "

@@ -246,8 +246,7 @@ def report(results: list[dict]) -> dict:
     return targets
 
 
-@BENCHMARKS.register("controller-ingest", help="Controller storage ingest into SQLite and PostgreSQL, "
-                                               "against per-row and executemany inserts.")
+@BENCHMARKS.register("controller-ingest")
 def main(samples: Annotated[int, typer.Option(min=500, help="Samples per run for ours and executemany.")] = 100_000,
          naive_samples: Annotated[int, typer.Option(
              min=500, help="Samples per run for the naive SQLite baseline.")] = 20_000,

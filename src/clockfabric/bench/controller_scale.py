@@ -259,8 +259,7 @@ def sizing(steps: list[dict], hosts: int = 100_000, raw_days: int = 7) -> list[s
     return out
 
 
-@BENCHMARKS.register("controller-scale", help="Simulated agents against 1 and 3 controller replicas, "
-                                              "SQLite and PostgreSQL: pushes/s, p99, growth, failover.")
+@BENCHMARKS.register("controller-scale")
 def main(start: Annotated[int, typer.Option(min=1, help="Hosts at the first step (doubled each step).")] = 50,
          max_hosts: Annotated[int, typer.Option(min=1, help="Stop doubling here.")] = TARGET_HOSTS,
          step_s: Annotated[float, typer.Option(min=2, help="Seconds of load per step.")] = 10.0,

@@ -168,7 +168,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@BENCHMARKS.register("dashboard", help="The dashboard on a synthetic 2,000-host fleet: route p95 and first render")
+@BENCHMARKS.register("dashboard")
 def main(hosts: Annotated[int, typer.Option(min=10)] = 2000, days: Annotated[float, typer.Option(min=0.1)] = 7.0,
          repeats: Annotated[int, typer.Option(min=5)] = 40, renders: Annotated[int, typer.Option(min=1)] = 5,
          db: Annotated[Path | None, typer.Option(help="Keep the database here (default: a temporary one).")] = None,

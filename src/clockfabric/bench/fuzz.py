@@ -216,7 +216,7 @@ def targets(tallies: list[Tally], count: int) -> list[Target]:
     ]
 
 
-@BENCHMARKS.register("fuzz", help="Mutation fuzzing of every parser: crashes, forgeries taken, dead loops")
+@BENCHMARKS.register("fuzz")
 def main(count: Annotated[int, typer.Option("--count", min=1, help="Inputs per parser.")] = DEFAULT_COUNT,
          seconds: Annotated[float | None, typer.Option("--seconds", min=0.1,
                                                        help="Stop each parser after this long, if sooner.")] = None,

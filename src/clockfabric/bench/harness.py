@@ -2,11 +2,11 @@
 judging a figure against its target, and the record it leaves in bench/results/NAME.json.
 
 A benchmark is a module that registers its command (a function whose typer options are its
-parameters) in BENCHMARKS, declared in bench/all.py with the same help (its module is imported
-only when it runs); `clockfabric bench NAME` runs it, and `clockfabric bench report` renders
+parameters) in BENCHMARKS, declared in bench/all.py with its help (its module is imported only
+when it runs); `clockfabric bench NAME` runs it, and `clockfabric bench report` renders
 docs/benchmarks.md from the records.
 
-    @BENCHMARKS.register("clocksync-solve", help="The network-effect solve: time and accuracy")
+    @BENCHMARKS.register("clocksync-solve")
     def main(sizes: str = typer.Option("1000,3000", ...)) -> None: ...
 
     _declare("clocksync-solve", "clocksync_solve", "The network-effect solve: time and accuracy")  # bench/all.py

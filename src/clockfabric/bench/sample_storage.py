@@ -197,7 +197,7 @@ def year(day: dict, raw_days: float, form: str = "now") -> float:
     return day[raw] * raw_days + day[f"minutes{rolled}"] * MINUTE_DAYS + day[f"hours{rolled}"] * 365
 
 
-@BENCHMARKS.register("sample-storage", help="Bytes a host-day of samples, raw and rolled up, and a year of a fleet.")
+@BENCHMARKS.register("sample-storage")
 def main(hosts: Annotated[int, typer.Option(min=11, help="Simulated agents (each has 10 peers).")] = 12,
          minutes: Annotated[int, typer.Option(min=1, max=59, help="Minutes of pushes, one a second.")] = 10,
          postgres: Annotated[bool, typer.Option(help="Also on a throwaway PostgreSQL server.")] = True,

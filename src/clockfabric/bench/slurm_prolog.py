@@ -122,8 +122,7 @@ def variants(baseline_tree: Path | None) -> tuple[dict[str, Variant], str]:
     return {PROLOG: ours, BASELINE: Variant(script, "prolog", source)}, f"the prolog of {baseline_tree}"
 
 
-@BENCHMARKS.register("slurm-prolog", help="The Slurm prolog's passive audit of a healthy node, end to end, "
-                                          "against a baseline in the same run.")
+@BENCHMARKS.register("slurm-prolog")
 def main(tries: Annotated[int, typer.Option(min=3, help="Runs of each.")] = 10,
          lldp_interval_s: Annotated[float, typer.Option("--lldp-interval", min=0.1,
                                                         help="Seconds between the switches' LLDP frames.")] = 30.0,

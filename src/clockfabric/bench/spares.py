@@ -197,8 +197,7 @@ def kind_targets(result: dict[str, Any]) -> list[Target]:
     return targets
 
 
-@BENCHMARKS.register("spares", help="Spares against checkpoint restarts and torchft: failure -> next step, "
-                                    "goodput, per-step cost")
+@BENCHMARKS.register("spares")
 def main(runs: int = typer.Option(3, min=1, help="Runs per failure kind (ours and torchft)."),
          restarts: int = typer.Option(3, min=1, help="Checkpoint-restart runs per failure kind."),
          pairs: int = typer.Option(4, min=1, help="Paired no-failure runs, plain DDP and elastic."),

@@ -120,8 +120,7 @@ def measure(lab: Lab, folder: Path, args: list[str], pairs: int) -> Measured:
     return got
 
 
-@BENCHMARKS.register("spares-zero", help="ZeRO-1 in the elastic wrapper (each shard mirrored on its buddy) "
-                                         "against ZeRO-1 without it and plain DDP: per-step time, paired runs")
+@BENCHMARKS.register("spares-zero")
 def main(pairs: int = typer.Option(6, min=1, help="Rounds of the three runs, the order rotating."),
          steps: int = typer.Option(40, min=10, help="Training steps per run."),
          width: int = typer.Option(512, min=8, help="The MLP's hidden width."),

@@ -225,8 +225,7 @@ def summary(report: dict) -> dict:
             "stages": stages([r for r in rows if r["kind"] != HEALTHY])}
 
 
-@BENCHMARKS.register("workload", help="Workload root cause: fault classes injected on a lab with two jobs, "
-                                      "`job why`'s first verdict scored against the truth.")
+@BENCHMARKS.register("workload")
 def main(faults: int = typer.Option(28, "--faults", min=1, help="Injections, every class in turn."),
          watch_s: float = typer.Option(20.0, "--watch", min=5.0, help="Seconds each injection is watched."),
          settle_s: float = typer.Option(12.0, "--settle", min=0.0, help="Seconds after undoing each fault."),

@@ -72,9 +72,7 @@ def cpu_per_call(fn: Callable[[], object], calls: int) -> list[float]:
     return times
 
 
-@BENCHMARKS.register("workload-cost", help="Workload monitoring: CPU per update at 4 jobs x 16 flows, "
-                                           "against the bare sock_diag read; a DDP job's step time, "
-                                           "paired runs with and without it.")
+@BENCHMARKS.register("workload-cost")
 def main(jobs: int = typer.Option(4, min=1, max=64, help="Jobs, one process each."),
          flows: int = typer.Option(16, min=2, max=512, help="TCP flows a job (an even number: both ends)."),
          updates: int = typer.Option(30, min=3, help="Updates measured, after one to warm up."),

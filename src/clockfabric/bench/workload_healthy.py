@@ -99,8 +99,7 @@ def run(minutes: float, poll_s: float, settle_s: float, progress: Callable[[str]
             **{f"{kind}_alert_messages": [a.get("message") for a in found] for kind, found in raised.items()}}
 
 
-@BENCHMARKS.register("workload-healthy", help="Workload monitoring's false alarms: two healthy jobs and "
-                                              "background traffic for minutes, every slow-flow alert and mismatch.")
+@BENCHMARKS.register("workload-healthy")
 def main(minutes: float = typer.Option(10.0, "--minutes", min=0.5, help="Minutes the healthy jobs are watched."),
          poll_s: float = typer.Option(5.0, "--poll", min=1.0, help="Seconds between `job why` polls of each job."),
          settle_s: float = typer.Option(12.0, "--settle", min=0.0, help="Seconds for the traffic to settle first."),
