@@ -44,8 +44,12 @@ def test_four_hosts_converge_and_measure_one_way_delays(make_lab, cli):
     assert ours["samples"] > 20
     assert ours["p99_ns"] < 2_000, report["methods"]
     assert set(report["hosts"]) == {"h1", "h2", "h3"}  # every host but the reference was judged
-    # global time's frame: the reference's own clock from the first solve, no handover on a quiet lab
-    assert report["frame"]["anchor"] == report["reference"] and report["frame"]["handovers"] == [], report["frame"]
+    # global time's frame: the reference's own clock. On a loaded machine the first solve may come
+    # before the reference has edges, anchored elsewhere; the reference then takes the anchor back,
+    # once (a frame that moved on among the others would fail here)
+    frame = report["frame"]
+    assert frame["anchor"] == report["reference"], frame
+    assert len(frame["handovers"]) <= 1 and all(h["to"] == report["reference"] for h in frame["handovers"]), frame
     assert 0 < report["frame"]["since_s"] < 20
 
     owd = json.loads(cli("owd", "--lab", lab.name, "--json").stdout)
