@@ -90,6 +90,23 @@ def mark_ready(folder: Path, number: int, rank: int) -> None:
     (ready / str(rank)).touch()
 
 
+def mark_failed(folder: Path, number: int, rank: int, **detail: Any) -> None:
+    """Rank's step of generation `number` failed (its all-reduce, its group): the coordinator
+    issues the generation again if, its detection time later, no member is lost."""
+    failed = folder / f"failed.{number}"
+    failed.mkdir(exist_ok=True)
+    write_json(failed / f"{rank}.json", {"rank": rank, "time": time.time(), **detail})
+
+
+def failed_steps(folder: Path, number: int) -> list[dict[str, Any]]:
+    """The marks of generation `number`'s failed steps, first first (none: a single stat)."""
+    failed = folder / f"failed.{number}"
+    if not failed.is_dir():
+        return []
+    marks = [read_json(path) for path in failed.glob("*.json")]
+    return sorted((m for m in marks if m), key=lambda m: m["time"])
+
+
 def wait_ready(folder: Path, gen: Generation, timeout_s: float, poll_s: float = 0.02) -> Generation | None:
     """None once every member of gen marked itself ready; a newer generation if one came first
     (a member was lost before the group formed: the rendezvous would wait for it in vain)."""

@@ -1,9 +1,12 @@
 """Whether a rank is lost: its exit, its own heartbeat report, its peers' reports of it, and
-whether its process is stopped (frozen)."""
+whether its process is stopped (frozen); and whether a failed step was only slow (`slow_step`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from clockfabric.train import control
 
 DETECT_S = 2.0
 # A silent report alone is a loss only after this many detection times: a running process whose
@@ -30,3 +33,20 @@ def verdict(rank: int, exit_code: int | None, report: dict[str, Any] | None, pee
     if fresh and len(deaf) > len(fresh) / 2:
         return f"{len(deaf)} of {len(fresh)} peers have not heard it for {detect_s:.1f} s (cut off)"
     return None
+
+
+def slow_step(folder: Path, number: int, now: float, detect_s: float) -> str | None:
+    """Why generation `number` must be issued again with the same members (None if not): a
+    member's step failed, and `detect_s` later no member was judged lost. A lost rank is judged
+    within detect_s of its loss (a cut-off one too: its step fails only once it is fenced, or
+    by the bound, which is above detect_s), so a step failed with nobody lost was slow: it ran
+    into the all-reduce's bound (train.bound), and its members wait for a generation."""
+    marks = control.failed_steps(folder, number)
+    if not marks or now - marks[0]["time"] < detect_s:
+        return None
+    fired = [m for m in marks if m.get("bound_s") is not None]
+    if fired:
+        bound = max(m["bound_s"] for m in fired)
+        return (f"rank {fired[0]['rank']}'s step ran into the all-reduce's bound ({bound:.1f} s) and no member "
+                "was lost: a slow step, redone in a new group of the same members")
+    return f"rank {marks[0]['rank']}'s step failed and no member was lost: redone in a new group of the same members"

@@ -7,6 +7,9 @@ and waits, so taking a rank costs no start-up. Every `tick` the coordinator judg
 - its heartbeat report is older than `detect_s` (the process is frozen, SIGSTOP or a hang);
 - most of its peers have not heard its heartbeats for `detect_s` (its host is cut off).
 
+A step that failed with no rank lost `detect_s` later (it ran into the all-reduce's bound,
+train.bound: a slow step) gets a new generation of the same members, and is redone.
+
 Every rank lost in one tick goes in one new generation (two failures at once: two spares).
 A lost rank's process is killed (fenced: it never comes back into the job), and a new
 generation is written: the spare's host at the lost rank's index, the same world size, a new
@@ -49,7 +52,7 @@ from clockfabric.lab.exec import command
 from clockfabric.lab.job import free_port
 from clockfabric.lab.state import Lab
 from clockfabric.train import control, report
-from clockfabric.train.detect import DETECT_S, verdict
+from clockfabric.train.detect import DETECT_S, slow_step, verdict
 from clockfabric.train.heartbeat import stopped
 from clockfabric.train.readmit import INTERVAL_S, HostAudit, Readmission
 
@@ -100,7 +103,7 @@ class TrainJob:
         (self.folder / "beat").mkdir(parents=True, exist_ok=True)
         for old in [*self.folder.glob("*.jsonl"), *self.folder.glob("beat/*"), *self.folder.glob("store.*")]:
             old.unlink()
-        for old in self.folder.glob("ready.*"):
+        for old in [*self.folder.glob("ready.*"), *self.folder.glob("failed.*")]:
             shutil.rmtree(old)
         self.port = free_port(self.lab, self.initial_hosts[0])
         try:
@@ -169,6 +172,10 @@ class TrainJob:
             self._fill()
         elif self.vacant and len(self._ready_spares()) >= len(self.vacant):
             self._fill()
+        elif self.awaiting is None and not self.vacant \
+                and (slow := slow_step(self.folder, self.gen.number, now, self.detect_s)):
+            self.event("slow step", generation=self.gen.number, why=slow)
+            self._fill()  # the same members: each redoes its failed step from its own state or the most advanced
         elif self.awaiting is None and len(self.ranks) < len(self.initial_hosts) and self._ready_spares():
             self._grow()
         elif self.gpu_fault and self.awaiting is None:

@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from clockfabric.train import control, group, state, zero
+from clockfabric.train.bound import StepBound
 from clockfabric.train.checkpoint import Checkpoints
 from clockfabric.train.ddp import ONE_BUCKET_MB, Guarded, average
 from clockfabric.train.heartbeat import Heartbeat, shut_sockets_to, split
@@ -58,6 +59,7 @@ class Elastic:
         self.buddy: zero.Buddy | None = None  # a sharded optimizer's shard and its mirror of the previous rank's
         self.log = log or (lambda **_: None)
         self.timeout_s, self.wait_s = timeout_s, wait_s
+        self.bound = StepBound(timeout_s)  # the collectives' timeout, sized from the measured steps
         self.checkpoints = Checkpoints(checkpoint_dir, checkpoint_every) if checkpoint_dir else None
         self.restored: dict[str, Any] = {}  # what the last group formed resumed from: a checkpoint, a reshard
         self.previous: dict[str, Any] | None = None  # ZeRO-1: the snapshot before the last completed step
@@ -137,7 +139,7 @@ class Elastic:
             self._lent, self.failed, self.fields = None, False, {}
             yield self.step, self.loader(self.step, self.rank)
             if self.failed:
-                self._recover(undo)
+                self._recover(undo, start)
                 self._lent = undo  # restored by copying out of it: its tensors are free again
                 continue
             self._lent = undo
@@ -146,8 +148,11 @@ class Elastic:
                 self._lent, self.previous = self.previous, undo
                 self.fields |= {"buddy_s": round(self.buddy.cost_s, 5), "buddy_bytes": self.buddy.bytes}
                 self.buddy.cost_s = 0.0
-            self.log(rank=self.rank, step=self.step, start=start, duration_s=time.time() - start,
+            duration = time.time() - start
+            self.log(rank=self.rank, step=self.step, start=start, duration_s=duration,
                      generation=self.gen.number if self.gen else None, **self.fields)
+            if (bound := self.bound.completed(duration)) is not None:
+                group.settle(bound)
             self.step += 1
             if self.checkpoints and self.checkpoints.due(self.step):
                 self.checkpoints.write(self.step, self.rank, state.capture(self.module, zero.local(self.optimizer),
@@ -171,8 +176,9 @@ class Elastic:
                 return gen
             time.sleep(0.02)
 
-    def _recover(self, undo: dict[str, Any]) -> None:
+    def _recover(self, undo: dict[str, Any], started: float) -> None:
         failed_at = time.time()
+        fired = self.bound.fired(failed_at - started)  # read before the next group resets it
         # the old group's operations ended first: a ZeRO broadcast still receiving into the
         # parameters after the restore would leave this member a step ahead where it lands
         self._leave()
@@ -180,7 +186,15 @@ class Elastic:
         state.restore(undo, self.module, self.held)
         assert self.gen is not None
         self.log(rank=self.rank, event="step failed", step=self.step, generation=self.gen.number, time=failed_at)
+        if fired:
+            self.log(rank=self.rank, event="bound fired", step=self.step, generation=self.gen.number,
+                     bound_s=self.bound.applied, elapsed_s=round(failed_at - started, 3), time=failed_at)
+        # the coordinator issues the generation again if no member turns out lost (a slow step)
+        control.mark_failed(self.folder, self.gen.number, self.rank, bound_s=self.bound.applied if fired else None)
+        lost = set(self.gen.lost)
         self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
+        if fired and set(self.gen.lost) <= lost:  # no member was lost: the step was only slow
+            self.bound.slow(failed_at - started)
 
     def _follow(self) -> None:
         """At a step boundary: a newer running generation (a rank replaced before it failed, as
@@ -257,7 +271,7 @@ class Elastic:
         self.model = Guarded(self.module, bucket_cap_mb=ONE_BUCKET_MB, init_sync=gen.number == 0)
         self.model.job = self
         self.model.register_comm_hook(self, average)
-        group.settle(self.timeout_s)
+        group.settle(self.bound.joined())
         self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
                  bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
                  wrap_s=time.time() - transferred, time=time.time(), **self.restored)

@@ -1,0 +1,118 @@
+"""A survivor caught sending to a lost rank fails its all-reduce within the bound sized from the
+measured steps, not the job's 30 s timeout: real gloo processes on localhost. The victim stops
+mid all-reduce (SIGSTOP: a frozen or cut-off host), so the survivor sending to it waits for a
+send that never completes. On the lab the fence (the survivors' sockets to a lost host shut)
+wakes a survivor waiting to receive, but not one whose send is in flight; on localhost every
+peer has the same address, so the fence is left out and the bound is the only thing that ends
+the wait, as it is for that sender. Without the bound the survivors wait out the timeout."""
+
+import multiprocessing
+import os
+import signal
+import time
+
+import pytest
+
+from tests.unit.test_train_form_bound import own_address
+
+torch = pytest.importorskip("torch")
+
+WORLD = 3
+TIMEOUT_S = 30.0  # the job's collective timeout, as the lab tests and the bench give it
+ELEMENTS = 8 << 20  # 32 MB of float32: far more than a socket's buffers, so a send to the stopped victim blocks
+STEPS = 6  # measured before the victim stops
+SLACK_S = 2.5  # a loaded machine's scheduling, on top of the bound
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="each member names itself in a UTS namespace (root)")
+
+
+def steps(rank: int, bound) -> tuple[torch.Tensor, float]:
+    """STEPS all-reduces, each measured and given to the bound as the runtime gives it a step."""
+    import torch.distributed as dist
+
+    from clockfabric.train import group
+
+    grads = torch.full((ELEMENTS,), float(rank))
+    for _ in range(STEPS):
+        began = time.time()
+        dist.all_reduce(grads)
+        if (value := bound.completed(time.time() - began)) is not None:
+            group.settle(value)
+    return grads, bound.applied
+
+
+def survivor(store: str, rank: int, ready, out) -> None:
+    import torch.distributed as dist
+
+    from clockfabric.train import group
+    from clockfabric.train.bound import StepBound
+
+    own_address(rank)
+    group.form(store, rank, WORLD)
+    bound = StepBound(TIMEOUT_S)
+    group.settle(bound.joined())
+    grads, applied = steps(rank, bound)
+    ready.put(rank)
+    try:
+        dist.all_reduce(grads)
+        out.put((rank, applied, time.time(), "completed"))
+    except RuntimeError as e:
+        out.put((rank, applied, time.time(), str(e)[:300]))
+
+
+def victim(store: str, rank: int, ready, out) -> None:
+    """Measures its steps with the others, posts the next all-reduce and stops (a frozen host)."""
+    import torch.distributed as dist
+
+    from clockfabric.train import group
+    from clockfabric.train.bound import StepBound
+
+    own_address(rank)
+    group.form(store, rank, WORLD)
+    bound = StepBound(TIMEOUT_S)
+    group.settle(bound.joined())
+    grads, _ = steps(rank, bound)
+    ready.put(rank)
+    ready.close()
+    ready.join_thread()  # on the pipe before the process stops
+    work = dist.all_reduce(grads, async_op=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    work.wait()
+
+
+def is_stopped(pid: int) -> bool:
+    return open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] in ("T", "t")
+
+
+def test_a_survivor_sending_to_a_frozen_rank_fails_within_the_bound_not_the_timeout(tmp_path):
+    from clockfabric.train.bound import FLOOR_S
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, out = ctx.Queue(), ctx.Queue()
+    store = str(tmp_path / "store.1")
+    lost = ctx.Process(target=victim, args=(store, WORLD - 1, ready, out))
+    survivors = [ctx.Process(target=survivor, args=(store, rank, ready, out)) for rank in range(WORLD - 1)]
+    for p in [lost, *survivors]:
+        p.start()
+    try:
+        assert sorted(ready.get(timeout=120) for _ in range(WORLD)) == list(range(WORLD))
+        deadline = time.monotonic() + 30
+        while not is_stopped(lost.pid):
+            assert time.monotonic() < deadline, "the victim never stopped"
+            time.sleep(0.005)
+        stopped = time.time()
+        results = sorted(out.get(timeout=TIMEOUT_S + 30) for _ in survivors)
+    finally:
+        for p in [lost, *survivors]:
+            p.kill()
+            p.join(10)
+    assert [rank for rank, *_ in results] == list(range(WORLD - 1)), results
+    assert all(error != "completed" for *_, error in results), results  # none completed without the victim
+    bounds = {applied for _, applied, _, _ in results}
+    assert all(FLOOR_S <= b < TIMEOUT_S for b in bounds), f"the bound was not lowered from the timeout: {results}"
+    took = {rank: at - stopped for rank, _, at, _ in results}
+    assert max(took.values()) < max(bounds) + SLACK_S, \
+        f"a survivor gave up {took} s after the victim stopped, past the bound {bounds} s: {results}"
+    # each ran into the bound, as gloo reports it: one of them waiting for its send to the victim
+    assert all("timed out" in error.lower() for *_, error in results), results
+    assert any("send operation" in error for *_, error in results), results
