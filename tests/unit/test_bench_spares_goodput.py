@@ -70,6 +70,8 @@ def test_a_restart_charges_its_gap_and_the_steps_it_redid():
     assert got["wall_s"] == pytest.approx(10.0)  # 100.0 to 110.0
     assert got["goodput"] == pytest.approx(0.5)  # 50 steps of 0.1 s in 10 s
     assert got["failures_at_s"] == [3.05]
+    # its own pace is plain DDP's; what the failure cost is the 5 s beyond 50 steps of it
+    assert got["step_s"] == pytest.approx(0.1) and got["lost_s"] == pytest.approx(5.0)
 
 
 def test_torchft_steps_on_fewer_replicas_count_their_share():
@@ -94,7 +96,8 @@ def result(**methods) -> dict:
 
 
 def row(gp: float, **extra) -> dict:
-    return {"goodput": gp, "wall_s": 450.0 / gp, "useful_s": 450.0, "step_s": 0.1, "failures_at_s": [180.0, 360.0],
+    return {"goodput": gp, "wall_s": 450.0 / gp, "useful_s": 450.0, "step_s": 0.1, "lost_s": 3.0,
+            "failures_at_s": [180.0, 360.0],
             "short_steps": 0, **extra}
 
 

@@ -99,22 +99,25 @@ def goodput(recs: list[dict[str, Any]], steps: int, step_s: float, ranks: int,
     """Goodput from a job's step records (every rank's, every attempt's): N x step_s of useful
     time, each step's share of the replicas where its records say how many took part (`world`),
     over the wall time from the first step's start to the last step's end. Beside it, the job's
-    own median step (the slowest rank's): what its steps cost apart from the failures."""
+    own step (the median time from one step's end to the next's, a step's last completion if
+    redone): what its steps cost apart from the failures; and lost_s, the wall time beyond its
+    steps at that pace: what the failures cost."""
     done = [r for r in recs if "duration_s" in r]
     if {r["step"] for r in done} != set(range(steps)):
         raise ClockfabricError(f"the job completed {len({r['step'] for r in done})} of its {steps} steps")
     first = min(r["start"] for r in done)
     wall = max(r["start"] + r["duration_s"] for r in done) - first
     worlds: dict[int, int] = {}
-    slowest: dict[int, float] = {}
+    ends: dict[int, float] = {}
     for r in done:
         worlds[r["step"]] = max(worlds.get(r["step"], 0), int(r.get("world", ranks)))
-        slowest[r["step"]] = max(slowest.get(r["step"], 0.0), r["duration_s"])
+        ends[r["step"]] = max(ends.get(r["step"], 0.0), r["start"] + r["duration_s"])
     shares = [min(worlds[s], ranks) / ranks for s in range(steps)]
     useful = step_s * sum(shares)
-    return {"goodput": useful / wall, "wall_s": wall, "useful_s": useful, "steps": steps,
-            "step_s": statistics.median(slowest.values()),
-            "short_steps": sum(1 for s in shares if s < 1), "failures_at_s": [round(f - first, 2) for f in failures]}
+    period = statistics.median(ends[s] - ends[s - 1] for s in range(1, steps)) if steps > 1 else wall
+    return {"goodput": useful / wall, "wall_s": wall, "useful_s": useful, "steps": steps, "step_s": period,
+            "lost_s": wall - steps * period, "short_steps": sum(1 for s in shares if s < 1),
+            "failures_at_s": [round(f - first, 2) for f in failures]}
 
 
 # ---- the three ways, each under the schedule ---------------------------------------------------
@@ -211,7 +214,7 @@ def said(row: dict[str, Any] | None) -> str:
     if "error" in row:
         return str(row["error"])
     return (f"{row['goodput']:.3f} ({row['wall_s']:.0f} s wall for {row['useful_s']:.0f} s of plain-DDP work, "
-            f"{row['step_s'] * 1e3:.0f} ms a step, "
+            f"{row['step_s'] * 1e3:.0f} ms a step, {row['lost_s']:.1f} s lost beyond that, "
             f"failures at {', '.join(f'{t:g}' for t in row['failures_at_s']) or 'none'} s)")
 
 
@@ -292,7 +295,9 @@ def main(every: float = typer.Option(180.0, min=5, help="Seconds of wall time be
                               "checkpoint_every": k, "steps": steps, "width": width, "ranks": len(RANKS),
                               "torchft_not_run": not_run, "methods": scored(runs, steps, reference)}
     found = targets(result)
-    record("spares-goodput", found, facts, result, path=json_path)
+    options = f"--every {every:g} --failures {failures} --kind {kind}" + ("" if torchft else " --no-torchft")
+    record("spares-goodput", found, facts, result, path=json_path,
+           figures={"options": options + ("" if every == 180 else " (the target's period is 180 s)")})
     if as_json:
         print_json(result)
         return
