@@ -283,7 +283,7 @@ def main(every: float = typer.Option(180.0, min=5, help="Seconds of wall time be
                 spare=SPARE[0], limit_s=limit, tell=out.print),
             "torchft": lambda: spares_torchft.torchft_schedule(
                 lab, RANKS, SPARE[0], EXAMPLES / "ddp_torchft.py", args, folders["torchft"], at=at,
-                limit_s=limit, tell=out.print)}
+                kind=kind, limit_s=limit, tell=out.print)}
         runs: dict[str, Records | str] = {}
         for method in methods:  # a plain-DDP run after each: the machine's speed drifts
             runs[method] = attempt(method, ways[method], kept, folders[method])

@@ -115,15 +115,22 @@ def torchft_run(lab: Lab, ranks: list[str], spare: str, script: Path, args: list
 
 
 def torchft_schedule(lab: Lab, ranks: list[str], spare: str, script: Path, args: list[str], folder: Path, *,
-                     at: list[float], victim: int = 1, limit_s: float = 900,
+                     at: list[float], kind: str = spares_faults.KILLED, victim: int = 1, limit_s: float = 900,
                      tell: Callable[[str], None] = lambda line: None) -> tuple[list[dict[str, Any]], list[float]]:
-    """The victim's replica killed `at` seconds (each) after the first step began, relaunched at
+    """The victim's replica killed (`kind`: between steps or mid-step) `at` seconds (each) after
+    the first step began, relaunched at
     once on a free host (the spare, then the host the last kill freed) as torchelastic would on
     its exit; each kill told as it lands. Every replica's step records, and when each kill happened."""
+    if kind not in (spares_faults.KILLED, spares_faults.MID_STEP):
+        raise ClockfabricError(f"torchft's harness relaunches a killed replica only, not a {kind} one")
     folder.mkdir(parents=True, exist_ok=True)
     beacon, address = lighthouse(lab, spare, folder, min_replicas=len(ranks) - 1)
     env = {"TORCHFT_LIGHTHOUSE": address}
     replicas = job.start(lab, ranks, [str(script), *args], folder, env=env)
+
+    def alive() -> bool:
+        return any(p.poll() is None for run in started for p in run.procs)
+
     holder: tuple[subprocess.Popen, Path, str] = (replicas.procs[victim], replicas.logs[victim], ranks[victim])
     started, failures, free = [replicas], [], spare
     deadline = time.monotonic() + limit_s
@@ -132,18 +139,18 @@ def torchft_schedule(lab: Lab, ranks: list[str], spare: str, script: Path, args:
                                     alive=lambda: all(p.poll() is None for p in replicas.procs))
         began = min(r["start"] for r in report.records(folder) if "duration_s" in r)
         for n, offset in enumerate(at):
-            while time.time() < began + offset and running(started, holder[0]):
+            while time.time() < began + offset and alive() and holder[0].poll() is None:
                 time.sleep(0.05)
-            if not running(started, holder[0]):
+            if not alive() or holder[0].poll() is not None:
                 break  # the job completed before this failure was due
-            failures.append(spares_faults.inject(lab, spares_faults.KILLED, holder[2], holder[0].pid, holder[1]))
+            failures.append(spares_faults.inject(lab, kind, holder[2], holder[0].pid, holder[1]))
             freed = holder[2]
-            tell(f"torchft: killed replica {victim} on {freed} at {failures[-1] - began:.1f} s")
+            tell(f"torchft: {kind} replica {victim} on {freed} at {failures[-1] - began:.1f} s")
             again = job.start(lab, [free], [str(script), *args, "--rank", str(victim)],
                               folder / f"replacement{n}", env=env)
             started.append(again)
             holder, free = (again.procs[0], again.logs[0], free), freed
-        while running(started, None):
+        while alive():
             if time.monotonic() > deadline:
                 raise ClockfabricError(f"the torchft job did not complete; see {folder}")
             time.sleep(0.1)
@@ -154,7 +161,3 @@ def torchft_schedule(lab: Lab, ranks: list[str], spare: str, script: Path, args:
     recs = [r for run in started for p in run.logs for r in job.read_log(p)]
     return recs, failures
 
-
-def running(started: list[job.Job], killed: subprocess.Popen | None) -> bool:
-    """Whether some replica still runs (killed: the one about to be killed, still running)."""
-    return any(p.poll() is None for run in started for p in run.procs) and (killed is None or killed.poll() is None)
