@@ -47,6 +47,8 @@ PEER_IMPORTS = {
 
 # (importing module, imported component) across layers the wrong way, and why
 UPWARD_IMPORTS: dict[tuple[str, str], str] = {
+    ("clockfabric.bench.spares_goodput", "cli"): "its elastic job audits a drained host as `train run --readmit` "
+                                                 "does (cli.readmit_audit.host_audit)",
 }
 
 SRC = Path(clockfabric.__file__).parent

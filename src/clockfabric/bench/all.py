@@ -4,7 +4,8 @@ import no benchmark's module (their stacks, scipy, psycopg, fastapi, torch, cost
 `clockfabric bench NAME` imports NAME's alone, which registers the command alone (its help and
 meta are said here only: Registry.declare). The order is the order `clockfabric bench` lists them: the lab, clocks,
 monitoring, failover, the collective and path steering, the audit, workload monitoring, packet
-authentication, fuzzing the parsers, spares (ZeRO-1's cost apart), the dashboard, the chaos soak."""
+authentication, fuzzing the parsers, spares (ZeRO-1's cost and the measured goodput apart), the
+dashboard, the chaos soak."""
 
 from typing import Any
 
@@ -57,5 +58,7 @@ _declare("spares", "spares", "Spares against checkpoint restarts and torchft: fa
          "cost")
 _declare("spares-zero", "spares_zero", "ZeRO-1 in the elastic wrapper (each shard mirrored on its buddy) against "
          "ZeRO-1 without it and plain DDP: per-step time, paired runs")
+_declare("spares-goodput", "spares_goodput", "Goodput measured: ours, checkpoint restarts and torchft, each a long "
+         "run with a failure every --every seconds")
 _declare("dashboard", "dashboard", "The dashboard on a synthetic 2,000-host fleet: route p95 and first render")
 _declare("chaos", "chaos", "A lab fleet under random faults: nothing acknowledged lost, every fault seen")

@@ -9,13 +9,15 @@ relaunched, on the same hosts after a kill and with the spare host in the failed
 after a frozen or cut-off host (as a scheduler replaces a node); it loads the last checkpoint
 and redoes the steps after it. Its figures are those of the elastic job: failure -> next new
 completed step, and the completed steps lost; `goodput` turns either into the effective
-training time ratio with one failure every period.
+training time ratio with one failure every period. `restart_schedule` takes several failures
+on a schedule of wall time, relaunching after each (the measured goodput, bench.spares_goodput).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,36 +62,59 @@ def goodput(lost_s: float, period_s: float, overhead: float) -> float:
     return max(0.0, 1.0 - lost_s / period_s) / overhead
 
 
+def await_due(run: job.Job, due: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll until due(); False if the attempt ended first (or timeout_s passed, which raises)."""
+    deadline = time.monotonic() + timeout_s
+    while not due():
+        if not run.running():
+            return False
+        if time.monotonic() > deadline:
+            raise ClockfabricError(f"the checkpointing job never reached its failure within {timeout_s:.0f} s")
+        time.sleep(0.02)
+    return True
+
+
+def fail_until_exit(lab: Lab, run: job.Job, kind: str, host: str) -> tuple[float, float]:
+    """Fail rank VICTIM (on host) with kind; wait for a worker to exit, as the agent acts on a
+    worker's exit only. When the failure began, and when a worker exited."""
+    failed = spares_faults.inject(lab, kind, host, run.pids[VICTIM], run.logs[VICTIM])
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while all(p.poll() is None for p in run.procs):
+        if time.monotonic() > deadline:
+            raise ClockfabricError(f"no worker exited within {EXIT_WAIT_S} s of the {kind} failure")
+        time.sleep(0.02)
+    return failed, time.time()
+
+
+def relaunch_hosts(hosts: list[str], kind: str, spare: str | None) -> tuple[list[str], str | None]:
+    """Where the relaunch runs, and the spare after it: the same hosts after a kill; after a
+    frozen or cut-off host, the spare in its place, the failed host (healed) the spare next."""
+    if kind in (KILLED, MID_STEP):
+        return list(hosts), spare
+    if spare is None:
+        raise ClockfabricError(f"a restart after a {kind} host needs a spare host to relaunch on")
+    again = list(hosts)
+    again[VICTIM], spare = spare, hosts[VICTIM]
+    return again, spare
+
+
 def restart_run(lab: Lab, hosts: list[str], script: Path, args: list[str], folder: Path, *,
                 every: int, kill_at: int, kind: str = KILLED, spare: str | None = None) -> dict[str, float]:
     """One failure of `kind` on rank 1's host once every rank completed kill_at, the job relaunched
     once a worker exits (exit_s after the failure); spare takes the host's place unless it was a kill."""
-    if kind not in (KILLED, MID_STEP) and spare is None:
-        raise ClockfabricError(f"a restart after a {kind} host needs a spare host to relaunch on")
+    again, _ = relaunch_hosts(hosts, kind, spare)
     checkpoint = folder / "checkpoint.pt"
     argv = [str(script), *args, "--checkpoint", str(checkpoint), "--every", str(every)]
     first = job.start(lab, hosts, argv, folder / "attempt0")
     try:
-        deadline = time.monotonic() + 120
-        while max(step_ends([job.read_log(p) for p in first.logs]), default=-1) < kill_at:
-            if time.monotonic() > deadline or not first.running():
-                raise ClockfabricError(f"the checkpointing job never reached step {kill_at}; see {folder}")
-            time.sleep(0.02)
-        failed = spares_faults.inject(lab, kind, hosts[VICTIM], first.pids[VICTIM], first.logs[VICTIM])
-        deadline = time.monotonic() + EXIT_WAIT_S
-        while all(p.poll() is None for p in first.procs):  # the agent acts on a worker's exit only
-            if time.monotonic() > deadline:
-                raise ClockfabricError(f"no worker exited within {EXIT_WAIT_S} s of the {kind} failure; see {folder}")
-            time.sleep(0.02)
-        exited = time.time()
+        if not await_due(first, lambda: max(step_ends([job.read_log(p) for p in first.logs]), default=-1) >= kill_at,
+                         120):
+            raise ClockfabricError(f"the checkpointing job never reached step {kill_at}; see {folder}")
+        failed, exited = fail_until_exit(lab, first, kind, hosts[VICTIM])
     finally:
         first.stop(grace_s=0.5)  # the agent stops the other workers as soon as one fails
         spares_faults.heal(lab, kind, hosts[VICTIM])
     before = step_ends([job.read_log(p) for p in first.logs])
-    again = list(hosts)
-    if kind not in (KILLED, MID_STEP):
-        assert spare is not None  # checked above
-        again[VICTIM] = spare
     second = job.start(lab, again, argv, folder / "attempt1")
     try:
         result = second.wait(300, stall_s=60)
@@ -103,3 +128,50 @@ def restart_run(lab: Lab, hosts: list[str], script: Path, args: list[str], folde
              for r in recs if r.get("event") == "checkpoint"]
     return restart_figures(before, step_ends(logs), failed, resumed) | {
         "checkpoint_s": statistics.median(saves) if saves else 0.0, "exit_s": exited - failed}
+
+
+def first_start(logs: list[Path]) -> float | None:
+    """When the first step of any rank began (None before one has)."""
+    return min((r["start"] for p in logs for r in job.read_log(p) if "duration_s" in r), default=None)
+
+
+def restart_schedule(lab: Lab, hosts: list[str], script: Path, args: list[str], folder: Path, *, every: int,
+                     at: list[float], kind: str = KILLED, spare: str | None = None,
+                     limit_s: float = 900, tell: Callable[[str], None] = lambda line: None,
+                     ) -> tuple[list[dict[str, Any]], list[float]]:
+    """Failures of `kind` on the host of rank 1, `at` seconds (each) after the first step began,
+    the job relaunched from its checkpoint after each, until it completes; each failure told as
+    it lands. Every attempt's step records (folder/attemptN), and when each failure began."""
+    checkpoint = folder / "checkpoint.pt"
+    argv = [str(script), *args, "--checkpoint", str(checkpoint), "--every", str(every)]
+    deadline, hosts, failures = time.monotonic() + limit_s, list(hosts), []
+    began: float | None = None
+    for n in range(len(at) + 1):
+        run, victim = job.start(lab, hosts, argv, folder / f"attempt{n}"), hosts[VICTIM]
+        try:
+            began = began or wait_first_step(run)
+            due = began + at[n] if n < len(at) else None
+            if due is not None and await_due(run, lambda: time.time() >= due,  # noqa: B023 - awaited here
+                                             deadline - time.monotonic()):
+                failures.append(fail_until_exit(lab, run, kind, victim)[0])
+                tell(f"checkpoint restarts: {kind} rank {VICTIM} on {victim} at {failures[-1] - began:.1f} s")
+            else:
+                result = run.wait(max(1.0, deadline - time.monotonic()), stall_s=60)
+                if result.outcome != "completed":
+                    raise ClockfabricError(f"the checkpointing job did not complete: {result.error or result.outcome}")
+                break
+        finally:
+            run.stop(grace_s=0.5)  # the agent stops the other workers as soon as one fails
+            spares_faults.heal(lab, kind, victim)
+        hosts, spare = relaunch_hosts(hosts, kind, spare)
+    recs = [r for p in sorted(folder.glob("attempt*/rank*.jsonl")) for r in job.read_log(p)]
+    return recs, failures
+
+
+def wait_first_step(run: job.Job, timeout_s: float = 120) -> float:
+    """When the job's first step began, once one has."""
+    if not await_due(run, lambda: first_start(run.logs) is not None, timeout_s):
+        raise ClockfabricError("the checkpointing job ended before its first step")
+    began = first_start(run.logs)
+    assert began is not None
+    return began

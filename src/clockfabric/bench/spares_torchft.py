@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,52 @@ def torchft_run(lab: Lab, ranks: list[str], spare: str, script: Path, args: list
     return figures(logs, job.read_log(replacement.logs[0]) if replacement else [], failed_at) | {
         "step_s": statistics.median(r["duration_s"] for recs in logs for r in recs
                                     if "duration_s" in r and r["start"] + r["duration_s"] < failed_at)}
+
+
+def torchft_schedule(lab: Lab, ranks: list[str], spare: str, script: Path, args: list[str], folder: Path, *,
+                     at: list[float], kind: str = spares_faults.KILLED, victim: int = 1, limit_s: float = 900,
+                     tell: Callable[[str], None] = lambda line: None) -> tuple[list[dict[str, Any]], list[float]]:
+    """The victim's replica killed (`kind`: between steps or mid-step) `at` seconds (each) after
+    the first step began, relaunched at
+    once on a free host (the spare, then the host the last kill freed) as torchelastic would on
+    its exit; each kill told as it lands. Every replica's step records, and when each kill happened."""
+    if kind not in (spares_faults.KILLED, spares_faults.MID_STEP):
+        raise ClockfabricError(f"torchft's harness relaunches a killed replica only, not a {kind} one")
+    folder.mkdir(parents=True, exist_ok=True)
+    beacon, address = lighthouse(lab, spare, folder, min_replicas=len(ranks) - 1)
+    env = {"TORCHFT_LIGHTHOUSE": address}
+    replicas = job.start(lab, ranks, [str(script), *args], folder, env=env)
+
+    def alive() -> bool:
+        return any(p.poll() is None for run in started for p in run.procs)
+
+    holder: tuple[subprocess.Popen, Path, str] = (replicas.procs[victim], replicas.logs[victim], ranks[victim])
+    started, failures, free = [replicas], [], spare
+    deadline = time.monotonic() + limit_s
+    try:
+        spares_faults.wait_for_step(lambda: report.records(folder), len(ranks), 0,
+                                    alive=lambda: all(p.poll() is None for p in replicas.procs))
+        began = min(r["start"] for r in report.records(folder) if "duration_s" in r)
+        for n, offset in enumerate(at):
+            while time.time() < began + offset and alive() and holder[0].poll() is None:
+                time.sleep(0.05)
+            if not alive() or holder[0].poll() is not None:
+                break  # the job completed before this failure was due
+            failures.append(spares_faults.inject(lab, kind, holder[2], holder[0].pid, holder[1]))
+            freed = holder[2]
+            tell(f"torchft: {kind} replica {victim} on {freed} at {failures[-1] - began:.1f} s")
+            again = job.start(lab, [free], [str(script), *args, "--rank", str(victim)],
+                              folder / f"replacement{n}", env=env)
+            started.append(again)
+            holder, free = (again.procs[0], again.logs[0], free), freed
+        while alive():
+            if time.monotonic() > deadline:
+                raise ClockfabricError(f"the torchft job did not complete; see {folder}")
+            time.sleep(0.1)
+    finally:
+        for run in started:
+            run.stop(grace_s=0.5)
+        process.stop([beacon], grace_s=0.5)
+    recs = [r for run in started for p in run.logs for r in job.read_log(p)]
+    return recs, failures
+
