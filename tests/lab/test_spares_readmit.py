@@ -11,7 +11,7 @@ import time
 import pytest
 
 from clockfabric.audit import expect
-from clockfabric.cli.readmit_audit import host_audit
+from clockfabric.train.readmit_audit import host_audit
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair
 from clockfabric.topology import multirail

@@ -43,12 +43,11 @@ PEER_IMPORTS = {
     ("audit", "collective"): "the collective check runs all-reduces and bisects slow planes",
     ("workload", "traffic"): "jobs' flows are read with traffic's sock_diag reader and keyed as it keys them",
     ("workload", "probe"): "each flow's spine is traced as the probe paths are (probe.paths)",
+    ("train", "audit"): "a drained host returns to the spares once the one-host audit passes on it",
 }
 
 # (importing module, imported component) across layers the wrong way, and why
 UPWARD_IMPORTS: dict[tuple[str, str], str] = {
-    ("clockfabric.bench.spares_goodput", "cli"): "its elastic job audits a drained host as `train run --readmit` "
-                                                 "does (cli.readmit_audit.host_audit)",
 }
 
 SRC = Path(clockfabric.__file__).parent

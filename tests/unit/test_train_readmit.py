@@ -143,7 +143,7 @@ def test_a_host_returning_while_the_job_stops_starts_nothing(job):
 # ---- the audit the command line builds ----------------------------------------------------------
 def test_only_what_is_found_on_the_drained_host_fails_it():
     from clockfabric.audit.model import CheckResult, Finding, Report, Verdict
-    from clockfabric.cli.readmit_audit import failing_on
+    from clockfabric.train.readmit_audit import failing_on
 
     def result(check_id, *findings):
         return CheckResult(check_id, check_id.split(".")[0], check_id, Verdict.FAIL, "", list(findings))

@@ -47,7 +47,6 @@ from clockfabric.bench import spares_faults, spares_restart, spares_torchft
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, machine, record, targets_table
 from clockfabric.bench.spares import EXAMPLES, RANKS, SPARE, VICTIM
 from clockfabric.bench.spares_faults import ISOLATED, KILLED, KINDS, MID_STEP
-from clockfabric.cli.readmit_audit import host_audit
 from clockfabric.console import out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
@@ -55,6 +54,7 @@ from clockfabric.lab.state import Lab
 from clockfabric.topology import multirail
 from clockfabric.train import report
 from clockfabric.train.launch import TrainJob
+from clockfabric.train.readmit_audit import host_audit
 
 BAR = 0.95
 PROBE_STEPS = 100  # each plain-DDP run that gives the step time and a checkpoint's cost

@@ -8,7 +8,7 @@ job without the watch, and says so.
 
 A replaced rank's host is drained; with --readmit (the default) it is audited alone, every
 --readmit-every seconds and less often while it fails, and rejoins the spares once it passes
-(cli/readmit_audit.py says what is checked).
+(train/readmit_audit.py says what is checked).
 """
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separat
         command: list[str] = typer.Argument(..., help="The training script and its arguments, after --.")) -> None:
     """Run SCRIPT as an elastic job: rank i on the i-th host, spares waiting with torch loaded."""
     from clockfabric.audit import expect
-    from clockfabric.cli.readmit_audit import host_audit
     from clockfabric.controller.token import read_token
     from clockfabric.train.launch import TrainJob
+    from clockfabric.train.readmit_audit import host_audit
     from clockfabric.train.to_controller import ControllerEvents
 
     names = [h.strip() for h in hosts.split(",") if h.strip()]
