@@ -18,7 +18,9 @@ from clockfabric.topology import multirail
 from clockfabric.train import report
 from tests.lab.test_spares import ARGS, failure_free, run
 
-STEPS = 100  # long enough for the cut host to fail its audit and pass it before the job ends
+# long enough for the cut host to fail its audit, pass it and return before the job ends, on a
+# loaded machine too (at 100 steps the job sometimes ended before the second kill could land)
+STEPS = 300
 LONGER = [*ARGS, "--steps", str(STEPS)]  # argparse: the last --steps counts
 
 
