@@ -3,6 +3,7 @@ leaves none behind, pass or fail."""
 
 import itertools
 import os
+from pathlib import Path
 
 import pytest
 from pyroute2 import IPRoute
@@ -11,7 +12,17 @@ from clockfabric.lab import build, hostsfile, netns
 from tests.conftest import lab_capable
 
 reason = lab_capable()
-pytestmark = pytest.mark.skipif(reason is not None, reason=reason or "")
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test here builds namespaces: marked `lab` (so -m "not lab" leaves them out), and
+    skipped with lab_capable()'s reason where they cannot run (a conftest's pytestmark marks nothing)."""
+    for item in items:
+        if HERE in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.lab)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
 _ids = itertools.count()
 PREFIX = f"t{os.getpid() % 10000}-"  # this run's labs; other labs on the machine are not ours
 _module_labs: set[str] = set()  # labs up for a whole module: not left behind by the test that used them

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from clockfabric.audit import expect
-from clockfabric.audit.gather import lab_transport
 from clockfabric.audit.registry import select
 from clockfabric.audit.run import audit
 from clockfabric.lab import check, impair
+from clockfabric.lab.hosts import lab_audit
 from clockfabric.topology import Port, multirail
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,8 +28,8 @@ def run_audit(lab, only=(), skip=(), **overrides):
     for section, values in overrides.items():
         expectations[section].update(values)
     topo = lab.topology
-    return audit(topo, sorted(topo.hosts), select(list(only), list(skip)), transport=lab_transport(lab),
-                 expect=expectations, fleet=lab.name, lab=lab)
+    return audit(topo, sorted(topo.hosts), select(list(only), list(skip)), **lab_audit(lab),
+                 expect=expectations, fleet=lab.name)
 
 
 def bad_findings(report) -> set[tuple[str, str, str]]:

@@ -5,7 +5,7 @@ sees every fault. `clockfabric bench chaos --minutes N` is the long run."""
 from __future__ import annotations
 
 from clockfabric.bench.chaos import soak, verdict
-from clockfabric.controller.on_lab import LabFleet
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.topology import leafspine
 
 

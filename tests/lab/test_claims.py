@@ -7,10 +7,10 @@ lab and its agents: each releases what it claimed, and the second waits for the 
 
 import pytest
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.clock.evaluate import read_states
 from clockfabric.collective import CollectiveOptions, claims, run_collective
 from clockfabric.lab import netns
+from clockfabric.lab.agents import LabAgents
 from clockfabric.topology import interfaces, leafspine
 from tests.conftest import lab_capable
 from tests.waiting import wait_for

@@ -4,9 +4,9 @@ own paths are quiet stay within 2 us."""
 
 import time
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.clock.evaluate import Sampler, coverage, summary
 from clockfabric.lab import process
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import leafspine
 

@@ -4,9 +4,9 @@ within its bound, the quiet ones within 2 us, and the reference is named as unsy
 
 import time
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.clock.evaluate import Sampler, coverage, summary
 from clockfabric.lab import impair, process
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import leafspine, parse_rate
 

@@ -22,11 +22,10 @@ from pathlib import Path
 import pytest
 
 from clockfabric.audit.model import CheckResult, Finding, Report, Verdict
-from clockfabric.controller.client import api
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.controller.rootcause_verdict import VERDICTS
 from clockfabric.controller.token import read_token
 from clockfabric.lab import impair, netns
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.process import stop
 from clockfabric.topology import Port, leafspine
 from tests.lab.test_workload import RECEIVER, SENDER
@@ -127,7 +126,7 @@ def store_audit(fleet: LabFleet) -> None:
                         CheckResult("backend.nic_active", "backend", "NICs active", Verdict.FAIL, "1 of 4 NICs down",
                                     [failing], fix="reseat the cable of h2:eth0"),
                         CheckResult("clock.sync", "clocks", "Clocks synced", Verdict.PASS, "4 of 4 synced", [])])
-    api(fleet.lab, fleet.url, fleet.token_file, "/api/v1/audits", body=report.as_dict())
+    fleet.api("/api/v1/audits", body=report.as_dict())
 
 
 def show(driver, view: str) -> None:
@@ -316,7 +315,7 @@ def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
 def test_swapped_cables_raise_the_drift_alert_on_the_page(fleet, browser):
     lab = fleet.lab
     a, b = Port("h1", "eth0"), Port("h3", "eth0")  # under different leaves; the controller is elsewhere
-    wait_for("LLDP neighbours", lambda: [s for s in api(lab, fleet.url, fleet.token_file, "/api/v1/samples",
+    wait_for("LLDP neighbours", lambda: [s for s in fleet.api("/api/v1/samples",
                                                          name="lldp_neighbour", host="leaf0")["items"]
                                          if s["value"] == 1.0], timeout_s=15, every_s=0.5)
     forward = Forward(lab.ns(fleet.host), str(lab.topology.hosts[fleet.host].address), fleet.PORT)

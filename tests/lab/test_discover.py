@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from clockfabric.controller.on_lab import LabFleet
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.topology import load, multirail
 from tests.waiting import wait_for
 

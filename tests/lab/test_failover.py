@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.clock.evaluate import read_states
 from clockfabric.lab import impair
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.exec import command
 from clockfabric.lab.streams import Mesh
 from clockfabric.topology import interfaces, multirail

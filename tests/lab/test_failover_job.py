@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.lab import impair, job
+from clockfabric.lab.agents import LabAgents
 from clockfabric.topology import multirail
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 from clockfabric.agent.config import CONTROL_PORT
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import forge
 from clockfabric.clock.evaluate import Sampler, read_states
+from clockfabric.lab.agents import LabAgents
 from clockfabric.topology import leafspine
 from tests.waiting import wait_for
 

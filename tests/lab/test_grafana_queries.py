@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from clockfabric.agent.config import METRICS_PORT
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.lab import impair, netns
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.exec import command
 from clockfabric.lab.process import stop
 from clockfabric.lab.state import Lab

@@ -25,10 +25,9 @@ import time
 
 import pytest
 
-from clockfabric.controller.client import api
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair, netns
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.process import stop
 from clockfabric.lab.shaping import LEAVES, buffer_bytes
 from clockfabric.topology import TrafficClasses, leafspine
@@ -147,7 +146,7 @@ def test_in_band_owd_matches_a_standing_queue_read_from_the_kernel(fleet):
 
     def out_owd(jobid, host):
         try:
-            flows = api(lab, fleet.url, fleet.token_file, f"/api/v1/jobs/{jobid}")["flows"]
+            flows = fleet.api(f"/api/v1/jobs/{jobid}")["flows"]
         except ClockfabricError:  # not reported yet: 404
             return None
         found = [f["owd"]["out"] for f in flows if f["host"] == host and f["active"] and f["owd"]["out"]]

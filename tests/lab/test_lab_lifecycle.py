@@ -150,7 +150,7 @@ def test_status_and_unknown_names(make_lab, cli):
 
 def test_agents_read_their_own_virtual_clock(make_lab, cli):
     lab = make_lab(leafspine(2, 1, 0))
-    code = ("import time; from clockfabric.lab.vclock import host_clock; "
+    code = ("import time; from clockfabric.clock.vclock import host_clock; "
             "c = host_clock(); t = time.time_ns(); print(c.host, c.local_ns(t), t)")
     proc = cli("lab", "exec", "h1", "--lab", lab.name, "--", sys.executable, "-c", code)
     host, local, real = proc.stdout.split()

@@ -18,11 +18,10 @@ import pytest
 
 from clockfabric.bench.contention import pinned_iperf
 from clockfabric.clock.evaluate import read_states
-from clockfabric.controller.client import api
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import impair
-from clockfabric.lab.process import stop
 from clockfabric.lab.exec import command
+from clockfabric.lab.monitoring import LabFleet
+from clockfabric.lab.process import stop
 from clockfabric.topology import Port, leafspine
 from tests.waiting import wait_for
 
@@ -34,7 +33,7 @@ flapping:
 
 
 def get(fleet, path, **params):
-    return api(fleet.lab, fleet.url, fleet.token_file, path, **params)
+    return fleet.api(path, **params)
 
 
 def open_alerts(fleet, kind):

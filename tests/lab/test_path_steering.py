@@ -11,11 +11,11 @@ import threading
 
 import pytest
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import contention
 from clockfabric.bench.contention import ideal_time_s
 from clockfabric.collective import CollectiveOptions, allreduce, run_collective
 from clockfabric.lab import impair, process
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.exec import command
 from clockfabric.topology import interfaces, leafspine
 from tests.conftest import lab_capable

@@ -15,8 +15,8 @@ import urllib.request
 import pytest
 
 from clockfabric.agent.config import METRICS_PORT
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.lab import netns
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 from clockfabric.topology import leafspine

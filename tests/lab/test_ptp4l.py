@@ -25,7 +25,7 @@ def ptp4l_running(lab) -> list[int]:
 def test_free_running_slaves_report_their_error(make_lab):
     lab = make_lab(leafspine(3, 2, 1))  # h1 shares h0's leaf, h2 is across the spine
     started = time.time()
-    with Ptp4lMesh(lab, "h0", ["h1", "h2"]) as mesh:
+    with Ptp4lMesh(lab, "h0", ["h1", "h2"], work_dir=lab.dir / "ptp4l") as mesh:
         time.sleep(6)
         assert len(lab.processes()) == 3  # known to the lab: `lab down` would stop them
     assert not ptp4l_running(lab)

@@ -15,8 +15,8 @@ import json
 import subprocess
 import time
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.clock.evaluate import read_states
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.exec import command
 from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, interfaces, multirail

@@ -6,9 +6,9 @@ scenario, so the test reports the one-FIFO figure beside the other rather than a
 import dataclasses
 import time
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.clock.evaluate import Sampler, summary
 from clockfabric.lab import impair, inspect, netns, process
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, TrafficClasses, leafspine
 

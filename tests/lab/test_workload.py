@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from clockfabric.controller.client import api
-from clockfabric.controller.on_lab import LabFleet
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.process import stop
 from clockfabric.topology import leafspine
 from tests.waiting import wait_for
@@ -42,7 +41,7 @@ while True:
 
 
 def get(fleet, path, **params):
-    return api(fleet.lab, fleet.url, fleet.token_file, path, **params)
+    return fleet.api(path, **params)
 
 
 @pytest.fixture

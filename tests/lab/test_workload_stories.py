@@ -20,9 +20,8 @@ import threading
 import time
 
 from clockfabric.bench.workload_lab import PACED, flow, links_between, senders, why
-from clockfabric.controller.client import api
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import impair
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.process import stop
 from clockfabric.topology import TrafficClasses, leafspine
 from tests.waiting import wait_for
@@ -110,7 +109,7 @@ def test_story_2_a_throughput_drops_as_a_flow_queues_behind_another_job(make_lab
             "verdict"] == "congestion_other_job" and w, timeout_s=60, every_s=1.0)
         named_s = (time.time_ns() - onset_ns) / 1e9
         time.sleep(max(0.0, 12 - named_s))  # readings well past the queue's build-up for the timeline
-        series = api(lab, fleet.url, fleet.token_file, "/api/v1/dashboard/job-series", jobid="A", since="2m")
+        series = fleet.api("/api/v1/dashboard/job-series", jobid="A", since="2m")
         (slow,) = [f for f in series["flows"] if f["host"] == "h0" and f["flow"].endswith(":5421")]
         rate = around(series, series["throughput_bps"], onset_ns)
         delay = around(series, slow["delay_us"], onset_ns)

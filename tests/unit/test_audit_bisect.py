@@ -19,7 +19,7 @@ from clockfabric.topology import multirail
 def context(hosts: int) -> Context:
     topo = multirail(hosts, 1, 2, 1)
     return Context(topo, sorted(topo.hosts), {h: {} for h in topo.hosts}, {}, expect=expect.defaults(),
-                   lab=SimpleNamespace(name="stand-in"))
+                   machines=SimpleNamespace(name="stand-in"))
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_a_slow_path_between_two_hosts_blames_both_ends(slow_host):
 def test_pair_tests_under_one_leaf_run_a_few_at_a_time(slow_host):
     topo = multirail(32, 1, 1, 0)  # one leaf: 16 pairs that share no link
     ctx = Context(topo, sorted(topo.hosts), {h: {} for h in topo.hosts}, {}, expect=expect.defaults(),
-                  lab=SimpleNamespace(name="stand-in"))
+                  machines=SimpleNamespace(name="stand-in"))
     assert slow_nics(ctx, ctx.hosts, 0, 1 << 20) == {}
     assert len(slow_host["calls"]) == 16
     assert 1 < slow_host["most"] <= PAIRS_AT_ONCE

@@ -23,7 +23,7 @@ def context(hosts: int = 8, leaves: int = 2, rate: str = "25mbit", **collective)
     cfg = expect.defaults()
     cfg["collective"].update(collective)
     return Context(topo, sorted(topo.hosts), {h: {} for h in topo.hosts}, {}, expect=cfg,
-                   lab=SimpleNamespace(name="stand-in", topology=topo))
+                   machines=SimpleNamespace(name="stand-in", topology=topo))
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 
 from clockfabric.agent import agent
 from clockfabric.agent.agent import ReloadingClock
-from clockfabric.lab.vclock import VirtualClock
+from clockfabric.clock.vclock import VirtualClock
 
 STEP_NS = 1_000_000
 

@@ -506,7 +506,7 @@ def test_nccl_table_names_the_collective():
 
     row = Row(size_bytes=1 << 20, count=(1 << 20) // 16, time_us=1e5, algbw_gbps=algbw_gbps(1 << 20, 1e5),
               busbw_gbps=busbw_gbps(1 << 20, 1e5, 4, "alltoall"), wrong=0)
-    res = CollectiveResult(lab="x", hosts=["h0", "h1", "h2", "h3"], algorithm="pairwise", subflows=1, planes=[0],
+    res = CollectiveResult(fleet="x", hosts=["h0", "h1", "h2", "h3"], algorithm="pairwise", subflows=1, planes=[0],
                            iters=1, warmup=0, port_base=20000, expected_busbw_gbps=0.01, rows=[row],
                            collective="alltoall")
     table = _nccl_table(res)

@@ -63,7 +63,7 @@ def test_request_is_a_local_management_get():
     assert req[48:] == b"\x00\x01\x00\x02\xc0\x00"  # MANAGEMENT TLV, TIME_STATUS_NP
 
 
-def test_missing_ptp4l_says_how_to_install_it(monkeypatch):
+def test_missing_ptp4l_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setattr(ptp4l.shutil, "which", lambda _: None)
     with pytest.raises(ClockfabricError, match="apt-get install linuxptp"):
-        ptp4l.Ptp4lMesh(None, "h0", ["h1"])
+        ptp4l.Ptp4lMesh(None, "h0", ["h1"], work_dir=tmp_path)

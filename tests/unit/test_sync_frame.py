@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from clockfabric.clock.evaluate import Sampler, frame_line
 from clockfabric.clock.mapping import Mapping
 from clockfabric.clock.timescale import Frame
-from clockfabric.lab.vclock import VirtualClock
+from clockfabric.clock.vclock import VirtualClock
 
 EPOCH = 1_700_000_000 * 10**9
 

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from clockfabric.lab.vclock import CLOCK_ENV, SystemClock, VirtualClock, host_clock, random_clocks
+from clockfabric.clock.vclock import CLOCK_ENV, SystemClock, VirtualClock, host_clock, random_clocks
 
 EPOCH = 1_790_000_000_000_000_000  # an epoch in ns: float64 could not hold it to the ns
 

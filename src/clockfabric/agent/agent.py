@@ -26,8 +26,8 @@ from clockfabric.agent.push import link_payload
 from clockfabric.agent.service import Router, Snapshot, Supervisor, chosen
 from clockfabric.auth.keys import Keyring
 from clockfabric.auth.seal import CONTROL, HEARTBEAT, PROBE, Rejected, Sealer
+from clockfabric.clock.vclock import CLOCK_ENV, SystemClock, VirtualClock
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab.vclock import CLOCK_ENV, SystemClock, VirtualClock
 from clockfabric.probe import timestamping
 from clockfabric.probe.engine import ProbeEngine
 from clockfabric.telemetry.link_watcher import LinkWatcher

@@ -79,15 +79,15 @@ def _test(ctx: Context, pairs: list[tuple[str, str]], plane: int, size: int | No
     size None: from the pair's link rates (auto_size, PAIR_STEP_S of link time a step)."""
     from clockfabric.collective.run import allreduce
 
-    lab = ctx.lab
-    assert lab is not None  # the collective check runs these on a lab only
+    fleet = ctx.machines
+    assert fleet is not None  # the collective check runs these only where it can start workers
 
     step_s = max(PAIR_STEP_S, ctx.expect["collective"]["step_ms"] / 1e3)
 
     def one(pair: tuple[str, str]) -> float:
         try:
             each = size or auto_size(ctx.topology, pair, SUBFLOWS, [plane], "ring", step_s)
-            res = allreduce(lab, list(pair), sizes=[each], subflows=SUBFLOWS, planes=[plane],
+            res = allreduce(fleet, list(pair), sizes=[each], subflows=SUBFLOWS, planes=[plane],
                             iters=ctx.expect["collective"]["iters"], timeout_s=ctx.expect["collective"]["timeout_s"])
         except ClockfabricError:
             return 0.0

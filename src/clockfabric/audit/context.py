@@ -4,13 +4,11 @@ what earlier checks learned (NICs already found broken are not blamed again down
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clockfabric.audit import expect
+from clockfabric.hosts import Fleet
 from clockfabric.topology import Nic, Topology, interfaces
-
-if TYPE_CHECKING:
-    from clockfabric.lab.state import Lab
 
 
 @dataclass
@@ -20,7 +18,7 @@ class Context:
     reports: dict[str, dict]  # host -> what it reported: facts, reachability, LLDP neighbours
     missing: dict[str, str]  # host -> why it reported nothing
     expect: dict = field(default_factory=expect.defaults)
-    lab: Lab | None = None  # active tests run on the lab's hosts
+    machines: Fleet | None = None  # where active tests start their workers (None: they cannot)
     derived: dict[str, Any] = field(default_factory=dict)  # expectations taken from the fleet, for the report
     broken: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, nic) -> which check failed it
 

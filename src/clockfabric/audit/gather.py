@@ -3,7 +3,7 @@ and never holds up the rest.
 
 A transport is how the report's command reaches a host. Two kinds:
 - a *command* transport: host -> the argv that runs `python -m clockfabric.audit.host` there,
-  run as a local subprocess (`ip netns exec` on a lab; `--via` for launchers like `kubectl exec`);
+  run as a local subprocess (a lab's `ip netns exec`, from above; `--via` for launchers like `kubectl exec`);
 - a *session* transport, which talks to the host itself: `audit/ssh.py` (asyncssh), the way
   real hosts are reached.
 """
@@ -15,7 +15,6 @@ import json
 import os
 import shlex
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
@@ -37,12 +36,6 @@ class Session(Protocol):
 
 
 Transport = Command | Session
-
-
-def lab_transport(lab) -> Transport:
-    from clockfabric.lab.exec import command
-
-    return lambda host: command(lab, host, [sys.executable, *MODULE])
 
 
 def template_transport(topo: Topology, template: str, python: str = "python3") -> Transport:

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 
 from clockfabric.audit.context import Context
 from clockfabric.audit.gather import Progress, Transport, gather, specs
 from clockfabric.audit.model import CheckResult, Finding, Report, Verdict, worst
 from clockfabric.audit.registry import Check, Outcome
+from clockfabric.hosts import Fleet
 from clockfabric.topology import Topology
 
 
 def audit(topo: Topology, hosts: list[str], checks: list[Check], *, transport: Transport, expect: dict,
-          fleet: str, lab=None, progress: Progress | None = None) -> Report:
+          fleet: str, machines: Fleet | None = None, during: AbstractContextManager | None = None,
+          progress: Progress | None = None) -> Report:
+    """machines: where active checks start workers (collective tests); during: what runs while the
+    hosts report (on a lab, its switches announcing themselves over LLDP, as real switches always do)."""
     started_ns, t0 = time.time_ns(), time.monotonic()
     report = progress or (lambda *_: None)
     pinging = any(c.active and c.category == "backend" for c in checks)  # --passive: no traffic at all
@@ -23,31 +27,15 @@ def audit(topo: Topology, hosts: list[str], checks: list[Check], *, transport: T
     listening = any(c.lldp for c in checks)
     tell = specs(topo, hosts, pings=expect["latency"]["samples"] if pinging else 0,
                  lldp_wait_s=expect["timeouts"]["lldp_s"] if listening else 0.0)
-    with _switches_speak_lldp(lab):
+    with during or nullcontext():
         reports, missing = gather(tell, transport, timeout_s=expect["timeouts"]["host_s"], progress=report)
-    ctx = Context(topo, hosts, reports, missing, expect=expect, lab=lab)
+    ctx = Context(topo, hosts, reports, missing, expect=expect, machines=machines)
     results = []
     for i, check in enumerate(checks):
         report("checks", i, len(checks))
         results.append(run_check(ctx, check, expect["timeouts"]["check_s"]))
     report("checks", len(checks), len(checks))
     return Report(fleet, hosts, results, started_ns, time.monotonic() - t0, expectations=ctx.derived)
-
-
-@contextmanager
-def _switches_speak_lldp(lab):
-    """On a lab, its switches announce themselves while the hosts listen (real switches always do)."""
-    if lab is None:
-        yield
-        return
-    from clockfabric.lab.lldp import speaker as lldp_speaker
-
-    speaker = lldp_speaker(lab)
-    speaker.start()
-    try:
-        yield
-    finally:
-        speaker.stop()
 
 
 def run_check(ctx: Context, check: Check, timeout_s: float) -> CheckResult:

@@ -29,12 +29,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
 from clockfabric.console import require_root
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import build
+from clockfabric.lab.agents import LabAgents
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.state import Lab
 from clockfabric.topology import leafspine
 

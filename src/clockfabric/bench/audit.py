@@ -33,7 +33,7 @@ from rich.table import Table
 
 from clockfabric.audit import expect
 from clockfabric.audit.bisect import ring_order
-from clockfabric.audit.gather import gather, lab_transport, specs
+from clockfabric.audit.gather import gather, specs
 from clockfabric.audit.registry import select
 from clockfabric.audit.run import audit
 from clockfabric.bench import harness
@@ -42,6 +42,7 @@ from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed,
 from clockfabric.collective.expected import expected_busbw_gbps
 from clockfabric.console import require_root
 from clockfabric.lab import build, impair
+from clockfabric.lab.hosts import lab_audit, lab_transport
 from clockfabric.topology import format_rate, multirail, parse_rate
 
 DEFAULT_JSON = RESULTS / "audit.json"
@@ -63,8 +64,8 @@ def _lab(name: str, hosts: int, rate: str):
 
 
 def _audit(lab):
-    return audit(lab.topology, sorted(lab.topology.hosts), select([], []), transport=lab_transport(lab),
-                 expect=expect.defaults(), fleet=lab.name, lab=lab,
+    return audit(lab.topology, sorted(lab.topology.hosts), select([], []), **lab_audit(lab),
+                 expect=expect.defaults(), fleet=lab.name,
                  progress=lambda stage, done, total: err.print(f"  {stage} {done}/{total}", end="\r"))
 
 
@@ -141,8 +142,8 @@ def repeats(n: int, rate: str) -> dict:
         kernel = {p: tcp_ring_ratio(lab, p) for p in lab.topology.planes}
         err.print(f"  iperf3 along each plane's ring: slowest hop {kernel} of line rate")
         for i in range(n):
-            r = audit(lab.topology, sorted(lab.topology.hosts), select([], []), transport=lab_transport(lab),
-                      expect=expect.defaults(), fleet=lab.name, lab=lab)
+            r = audit(lab.topology, sorted(lab.topology.hosts), select([], []), **lab_audit(lab),
+                      expect=expect.defaults(), fleet=lab.name)
             bad = [f"{c.id} {f.verdict.value} {f.where}: {f.message}" for c in r.results for f in c.findings
                    if f.verdict.value in ("fail", "unknown", "warn")]
             sweep = r.expectations.get("collective.sweep", [])

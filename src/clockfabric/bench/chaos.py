@@ -21,8 +21,8 @@ from clockfabric.bench.chaos_faults import ALERT_LATE, WITNESS_KIND, Faults
 from clockfabric.bench.harness import BENCHMARKS, Target, labs_removed, machine, record
 from clockfabric.clock.evaluate import ours_bounds, ours_errors, read_states
 from clockfabric.console import err, out, print_json, require_root
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import build
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.state import Lab
 from clockfabric.topology import leafspine
 

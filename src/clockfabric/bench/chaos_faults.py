@@ -1,4 +1,4 @@
-"""The faults the chaos soak injects into a lab fleet (controller.on_lab.LabFleet), one method
+"""The faults the chaos soak injects into a lab fleet (lab.monitoring.LabFleet), one method
 each, and how each is seen: every fault returns whether the fleet noticed it (an alert, an
 event, a counter, a refusal) within its time. A witness pushes numbered events all along, and
 keeps what the controller acknowledged, to be found again at the end."""
@@ -20,9 +20,9 @@ import httpx
 from clockfabric.agent.config import CONTROL_PORT
 from clockfabric.bench import forge
 from clockfabric.clock.evaluate import read_states
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.controller.token import read_token
 from clockfabric.lab import impair, netns
+from clockfabric.lab.monitoring import LabFleet
 
 WITNESS_KIND, WITNESS_BOOT = "chaos_witness", "chaos-witness"
 STORAGE_ALERT_S = 10.0  # a storage fault must be alerted within this

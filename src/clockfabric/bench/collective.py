@@ -40,7 +40,7 @@ def _nccl_table(res) -> str:
     planes = ", ".join(map(str, res.planes))
     head = f"# {'size':>10} {'count':>12} {'type':>6} {'redop':>6} {'time':>12} {'algbw':>9} {'busbw':>9} "
     units = f"# {'(B)':>10} {'(elements)':>12} {'':>6} {'':>6} {'(us)':>12} {'(GB/s)':>9} {'(GB/s)':>9} "
-    lines = [f"# {COLLECTIVES[collective]} ({res.algorithm}): {len(res.hosts)} ranks on lab {res.lab} "
+    lines = [f"# {COLLECTIVES[collective]} ({res.algorithm}): {len(res.hosts)} ranks on {res.fleet} "
              + f"({', '.join(res.hosts)})",
              f"# {res.subflows} subflow(s) per peer pair on plane(s) {planes}; time: the slowest rank, mean of "
              + f"{res.iters} iterations after {res.warmup} warmup",

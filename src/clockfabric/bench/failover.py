@@ -33,12 +33,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench.harness import BENCHMARKS, Target, labs_removed, machine, record
 from clockfabric.clock.evaluate import read_states
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair, job
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
 from clockfabric.topology import multirail

@@ -68,9 +68,9 @@ from clockfabric.bench.monitor_latency_match import (
     summarize,
 )
 from clockfabric.console import require_root
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, impair
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.state import Lab, lab_namespaces
 from clockfabric.topology import Link, leafspine
 

@@ -10,9 +10,9 @@ import time
 import httpx
 import numpy as np
 
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.controller.token import read_token
 from clockfabric.lab import netns
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.state import Lab
 from clockfabric.topology import Link
 

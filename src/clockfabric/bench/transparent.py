@@ -36,7 +36,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.bench.transparent_trace import Elephants, Tracer, exposure, sh
@@ -44,6 +43,7 @@ from clockfabric.clock.evaluate import read_states
 from clockfabric.console import require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.state import Lab
 from clockfabric.topology import multirail
 

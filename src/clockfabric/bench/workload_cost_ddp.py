@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench.harness import interval, labs_removed, resampled_medians
 from clockfabric.clock.evaluate import read_states
 from clockfabric.console import out
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.state import Lab
 from clockfabric.topology import leafspine
 from clockfabric.workload.jobs import JOB_ENV

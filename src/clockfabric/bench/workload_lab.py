@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from clockfabric.controller.client import api
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import netns
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.state import Lab
 from clockfabric.probe.paths import spread
 from clockfabric.topology import TrafficClasses, interfaces, leafspine
@@ -115,7 +114,7 @@ def sending_since(log: Path, timeout_s: float = 30.0) -> int:
 def why(fleet: LabFleet, jobid: str, since: str = "60s") -> dict | None:
     """The controller's verdict on the job now; None while it does not know the job."""
     try:
-        return api(fleet.lab, fleet.url, fleet.token_file, f"/api/v1/jobs/{jobid}/why", since=since)
+        return fleet.api(f"/api/v1/jobs/{jobid}/why", since=since)
     except ClockfabricError:  # 404 until the job's processes are pushed
         return None
 
@@ -145,7 +144,7 @@ def links_between(lab: Lab, a: str, b: str) -> set[str]:
 
 def alerts(fleet: LabFleet, kind: str, since_ns: int) -> list[dict]:
     """The controller's alerts of `kind` opened since `since_ns`."""
-    found = api(fleet.lab, fleet.url, fleet.token_file, "/api/v1/alerts", since_ns=since_ns, limit=1000)
+    found = fleet.api("/api/v1/alerts", since_ns=since_ns, limit=1000)
     return [a for a in found.get("items", []) if a.get("kind") == kind]
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator
 
-from clockfabric.controller.client import api
-from clockfabric.controller.on_lab import LabFleet
 from clockfabric.controller.rootcause import Thresholds, far_above
+from clockfabric.lab.monitoring import LabFleet
 
 BEFORE_NS = 10 * 10**9  # readings before the onset that make a flow's own usual level
 S = 1e9
@@ -25,7 +24,7 @@ def stored(fleet: LabFleet, route: str, **query) -> Iterator[dict]:
     """Every item of a paged controller list (`/api/v1/samples`, `/api/v1/events`)."""
     after = 0
     while True:
-        found = api(fleet.lab, fleet.url, fleet.token_file, route, after_id=after, limit=1000, **query)
+        found = fleet.api(route, after_id=after, limit=1000, **query)
         yield from found.get("items", [])
         if found.get("next") is None:
             return

@@ -90,7 +90,6 @@ def audit(lab_name: str = typer.Option(None, "--lab", "-l", help="Audit a lab (d
 
 
 def _run(lab_name, hosts_file, via, ssh: dict, checks, expectations, only_hosts: list[str], *, quiet: bool):
-    from clockfabric.audit.gather import lab_transport
     from clockfabric.audit.run import audit as run_audit
 
     if lab_name and hosts_file:
@@ -103,18 +102,19 @@ def _run(lab_name, hosts_file, via, ssh: dict, checks, expectations, only_hosts:
         raise ClockfabricError(f"--via reaches hosts instead of ssh: give it or {given[0]}, not both")
     if hosts_file:
         topo, transport = _hosts_transport(hosts_file, via, ssh)
-        lab, fleet = None, str(hosts_file)
+        lab, fleet, reach = None, str(hosts_file), {"transport": transport}
     else:
+        from clockfabric.lab.hosts import lab_audit
         from clockfabric.lab.state import Lab
 
         require_root()
         lab = Lab.open(lab_name)
-        topo, transport, fleet = lab.topology, lab_transport(lab), f"lab {lab.name}"
+        topo, fleet, reach = lab.topology, f"lab {lab.name}", lab_audit(lab)
     if unknown := [h for h in only_hosts if h not in topo.hosts]:
         raise ClockfabricError(f"--host {unknown[0]!r} is not a host of {fleet}; hosts are {', '.join(topo.hosts)}")
     with progress_bar("audit") as update:
-        return run_audit(topo, sorted(only_hosts or topo.hosts), checks, transport=transport, expect=expectations,
-                         fleet=fleet, lab=lab, progress=None if quiet else update), lab
+        return run_audit(topo, sorted(only_hosts or topo.hosts), checks, **reach, expect=expectations,
+                         fleet=fleet, progress=None if quiet else update), lab
 
 
 def _hosts_transport(hosts_file: Path, via: str | None, ssh: dict):
@@ -136,18 +136,19 @@ def _store(report, lab, url: str | None, token_file: Path | None) -> None:
     A failure is one warning: the audit's verdict and exit code stand either way."""
     if not url and lab is None:
         return  # a fleet audit with nowhere to store it (a Slurm prolog): no HTTP client to load
-    from clockfabric.controller.client import api, locate, record_path
+    from clockfabric.controller.client import api
+    from clockfabric.lab.controller import lab_controller, record_path
 
     if not url and not record_path(lab).exists():
         return
     try:
-        url, token_path = locate(lab, url, token_file)
-        stored = api(lab, url, token_path, "/api/v1/audits", body=report.as_dict())
+        ctl = lab_controller(lab, url, token_file)
+        stored = api(ctl, "/api/v1/audits", body=report.as_dict())
     except (ClockfabricError, OSError, ValueError) as e:  # ValueError: no JSON either way
         err.print(f"audit not stored: {' '.join(str(e).split())}", style="yellow", markup=False, highlight=False,
                   soft_wrap=True)
         return
-    err.print(f"stored as audit {stored['id']} on {url}", markup=False, highlight=False, soft_wrap=True)
+    err.print(f"stored as audit {stored['id']} on {ctl.url}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _list(checks, as_json: bool) -> None:

@@ -12,11 +12,11 @@ from rich.table import Table
 
 from clockfabric.agent.agent import Agent
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
-from clockfabric.agent.on_lab import LabAgents, lab_key
 from clockfabric.agent.service import SERVICES
 from clockfabric.clock.evaluate import Sampler, coverage, frame_line, read_states, since, summary
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
+from clockfabric.lab.agents import LabAgents, lab_key
 from clockfabric.lab.state import Lab
 from clockfabric.logs import LOG_FORMAT_HELP, setup_logging
 from clockfabric.topology import load
@@ -168,7 +168,8 @@ def _ptp4l_mesh(lab: Lab, master: str):
         return None
     from clockfabric.clock.ptp4l import Ptp4lMesh
 
-    return Ptp4lMesh(lab, master, [h for h in sorted(lab.topology.hosts) if h != master])
+    slaves = [h for h in sorted(lab.topology.hosts) if h != master]
+    return Ptp4lMesh(lab, master, slaves, work_dir=lab.dir / "ptp4l")
 
 
 def _run(sampler: Sampler, agents: LabAgents, duration: float, quiet: bool) -> None:

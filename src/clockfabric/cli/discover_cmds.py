@@ -13,7 +13,8 @@ from pathlib import Path
 import typer
 
 from clockfabric.console import err
-from clockfabric.controller.client import api, locate
+from clockfabric.controller.client import api
+from clockfabric.lab.controller import lab_controller
 from clockfabric.lab.state import Lab
 from clockfabric.topology import dumps, save
 from clockfabric.topology.discover import assemble, heard_from_samples
@@ -26,13 +27,13 @@ def discover(lab_name: str = typer.Option(None, "--lab", "-l", help="Lab name (d
              name: str = typer.Option("discovered", "--name", help="The topology's name.")) -> None:
     """Build a fleet file from the LLDP neighbours and addresses the running agents report."""
     lab = Lab.open(lab_name) if not (controller_url and token_file) else None
-    url, token_path = locate(lab, controller_url, token_file)
-    rows = api(lab, url, token_path, "/api/v1/hosts")["items"]
+    ctl = lab_controller(lab, controller_url, token_file)
+    rows = api(ctl, "/api/v1/hosts")["items"]
     pushing = {r["host"]: r["info"] or {} for r in rows if r["state"] == "ok"}
     if quiet := sorted(r["host"] for r in rows if r["state"] != "ok"):
         more = " ..." if len(quiet) > 5 else ""
         err.print(f"left out {len(quiet)} nodes not pushing now: {', '.join(quiet[:5])}{more}")
-    samples = [s for s in api(lab, url, token_path, "/api/v1/neighbours")["items"] if s["host"] in pushing]
+    samples = [s for s in api(ctl, "/api/v1/neighbours")["items"] if s["host"] in pushing]
     topo = assemble(pushing, heard_from_samples(samples), name)
     summary = (f"{len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links "
                f"on {len(topo.planes)} planes")

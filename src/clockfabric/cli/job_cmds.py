@@ -11,7 +11,8 @@ from rich.table import Table
 
 from clockfabric.cli.job_why_view import show_why
 from clockfabric.console import out, print_json
-from clockfabric.controller.client import api, fetch_all, locate
+from clockfabric.controller.client import Controller, api, fetch_all
+from clockfabric.lab.controller import lab_controller
 from clockfabric.lab.state import Lab
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
@@ -23,10 +24,9 @@ app = typer.Typer(help="One job: run a command as a named job, or show a job and
                   no_args_is_help=True)
 
 
-def _controller(lab_name: str | None, url: str | None, token_file: Path | None) -> tuple[Lab | None, str, Path]:
+def _controller(lab_name: str | None, url: str | None, token_file: Path | None) -> Controller:
     lab = Lab.open(lab_name) if not (url and token_file) else None
-    found_url, token_path = locate(lab, url, token_file)
-    return lab, found_url, token_path
+    return lab_controller(lab, url, token_file)
 
 
 def _bits(bps: float | None) -> str:
@@ -63,8 +63,8 @@ def jobs(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file
          active_only: bool = typer.Option(False, "--active", help="Only jobs that still run."),
          as_json: bool = JsonOpt) -> None:
     """The jobs the controller knows: hosts, ranks, start, and whether they still run."""
-    lab, url, token_path = _controller(lab_name, controller_url, token_file)
-    rows = fetch_all(lab, url, token_path, "/api/v1/jobs", cursor="after", start="", active_only=active_only)
+    ctl = _controller(lab_name, controller_url, token_file)
+    rows = fetch_all(ctl, "/api/v1/jobs", cursor="after", start="", active_only=active_only)
     if as_json:
         print_json(rows)
         return
@@ -82,8 +82,8 @@ def show(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric jo
          lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file: Path = TokenOpt,
          as_json: bool = JsonOpt) -> None:
     """One job: its hosts and ranks, and its flows (peers, rate, RTT, in-band one-way delays, retransmits, cwnd)."""
-    lab, url, token_path = _controller(lab_name, controller_url, token_file)
-    job = api(lab, url, token_path, f"/api/v1/jobs/{jobid}")
+    ctl = _controller(lab_name, controller_url, token_file)
+    job = api(ctl, f"/api/v1/jobs/{jobid}")
     if as_json:
         print_json(job)
         return
@@ -110,8 +110,8 @@ def why(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric job
         lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file: Path = TokenOpt,
         as_json: bool = JsonOpt) -> None:
     """Why the job is slow: a verdict in one sentence, its evidence, and each flow against its siblings."""
-    lab, url, token_path = _controller(lab_name, controller_url, token_file)
-    found = api(lab, url, token_path, f"/api/v1/jobs/{jobid}/why", since=since)
+    ctl = _controller(lab_name, controller_url, token_file)
+    found = api(ctl, f"/api/v1/jobs/{jobid}/why", since=since)
     if as_json:
         print_json(found)
         return

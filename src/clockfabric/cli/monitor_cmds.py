@@ -17,15 +17,16 @@ from rich.live import Live
 from rich.table import Table
 
 from clockfabric.console import err, out, print_json, progress_bar, require_root
-from clockfabric.controller.client import api, fetch_all, locate
+from clockfabric.controller.client import fetch_all
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
+from clockfabric.lab.controller import lab_controller
 from clockfabric.lab.state import Lab
 from clockfabric.logs import LOG_FORMAT_HELP, setup_logging
 from clockfabric.units import parse_duration
 
 if TYPE_CHECKING:  # `controller` and `switch-agent` start faster without the fleet runner's imports
-    from clockfabric.controller.on_lab import LabFleet
+    from clockfabric.lab.monitoring import LabFleet
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
 JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts.")
@@ -124,9 +125,9 @@ def switch_agent(switch: str = typer.Option(..., "--switch", help="This switch's
     lab = Lab.open(lab_name)
     if switch not in lab.topology.switches:
         raise ClockfabricError(f"{switch!r} is not a switch of lab {lab.name}")
-    url, token_path = locate(lab, controller_url, token_file)
+    ctl = lab_controller(lab, controller_url, token_file)
     ports = sorted({lk.port(switch).iface for lk in lab.topology.links if switch in (lk.a.node, lk.b.node)})
-    SwitchAgent(switch, ports, url, read_token(token_path), ca_file=ca_file).run()
+    SwitchAgent(switch, ports, ctl.url, ctl.token, ca_file=ca_file).run()
 
 
 # ---- reading ----------------------------------------------------------------------------------
@@ -136,14 +137,14 @@ def events(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_fi
            limit: int = typer.Option(1000, "--limit", min=1), as_json: bool = JsonOpt) -> None:
     """Events the controller has stored (link downs and ups, agent starts, drops), oldest first."""
     lab = Lab.open(lab_name) if not (controller_url and token_file) else None
-    url, token_path = locate(lab, controller_url, token_file)
+    ctl = lab_controller(lab, controller_url, token_file)
     since_ns = None
     if since:
         try:
             since_ns = time.time_ns() - int(parse_duration(since) * 1e9)
         except ValueError as e:
             raise ClockfabricError(f"--since: {e}") from None
-    rows = fetch_all(lab, url, token_path, "/api/v1/events", cursor="after_id", start=0, most=limit,
+    rows = fetch_all(ctl, "/api/v1/events", cursor="after_id", start=0, most=limit,
                      since_ns=since_ns, host=host, kind=kind)
     if as_json:
         print_json(rows)
@@ -165,7 +166,7 @@ def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--second
             as_json: bool = JsonOpt) -> None:
     """Watch a lab live: nodes, links, flaps, worst paths, alerts. Starts the controller and agents
     on it unless a kept monitor is already running there."""
-    from clockfabric.controller.on_lab import LabFleet
+    from clockfabric.lab.monitoring import LabFleet
 
     require_root()
     lab = Lab.open(lab_name)
@@ -211,7 +212,7 @@ def _wait_pushing(fleet: LabFleet) -> None:
 
 def _view(lab: Lab, fleet: LabFleet) -> dict:
     def get(path: str, **params) -> dict:
-        return api(lab, fleet.url, fleet.token_file, path, **params)
+        return fleet.api(path, **params)
 
     owd = sorted(get("/api/v1/owd", stat="p99")["items"], key=lambda r: -r["owd_ns"])
     return {"fleet": get("/api/v1/fleet"), "links": get("/api/v1/links")["items"],

@@ -1,6 +1,7 @@
-"""Judge clock sync on a lab against the truth only the lab knows: its virtual clocks.
+"""Judge clock sync against the truth only an emulator knows: every host's virtual clock
+(a lab's, handed in as a Truth).
 
-Agents run on every lab host (agent.on_lab.LabAgents) and publish their mappings; at each
+Agents run on every host and publish their mappings; at each
 sample instant (one real time for all hosts) a host's error is what its mapping says global time is, minus what
 global time really is: the reference host's clock, or, once the anchor moved (clock.timescale), the
 anchor's clock read through the frame the solver names. The NTP-style baseline (min-RTT/2 from the same
@@ -14,13 +15,19 @@ import json
 import time
 from collections import deque
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from clockfabric.clock.mapping import Mapping
 from clockfabric.clock.timescale import Frame
-from clockfabric.lab.state import Lab
-from clockfabric.lab.vclock import VirtualClock
+from clockfabric.clock.vclock import VirtualClock
+
+
+class Truth(Protocol):
+    def clocks(self) -> dict[str, VirtualClock]:
+        """Every host's clock model now (re-read: a clock may have been stepped)."""
+        ...
 
 
 def read_states(state_dir: Path) -> dict[str, dict]:
@@ -151,8 +158,8 @@ def summary(errors: list[float]) -> dict:
 class Sampler:
     """Collects every host's error over time for ours and the NTP-style baseline."""
 
-    def __init__(self, lab: Lab, state_dir: Path, reference: str, *, bound_ns: float = 1_000.0):
-        self.lab, self.state_dir, self.reference, self.bound_ns = lab, state_dir, reference, bound_ns
+    def __init__(self, truth: Truth, state_dir: Path, reference: str, *, bound_ns: float = 1_000.0):
+        self.truth, self.state_dir, self.reference, self.bound_ns = truth, state_dir, reference, bound_ns
         self.start = time.monotonic()
         self.ours: list[tuple[float, str, float]] = []  # (seconds since start, host, error)
         self.ntp: list[tuple[float, str, float]] = []
@@ -163,7 +170,7 @@ class Sampler:
         self.frames: list[tuple[float, Frame]] = []  # (seconds when first heard, frame): global time's definitions
 
     def sample(self) -> dict[str, float | None]:
-        clocks = self.lab.clocks()  # re-read: `lab clock step` may have changed one
+        clocks = self.truth.clocks()  # re-read: `lab clock step` may have changed one
         states = read_states(self.state_dir)
         self.last_states = states
         t = time.monotonic() - self.start

@@ -1,4 +1,4 @@
-"""Baseline: a real linuxptp ptp4l between lab hosts, software timestamps, never steering.
+"""Baseline: a real linuxptp ptp4l between a fleet's hosts, software timestamps, never steering.
 
 Unicast UDPv4 (the lab routes and forwards no multicast): the master grants unicast
 service, each slave asks the master's stable host address for it. `free_running 1` means
@@ -31,15 +31,13 @@ import re
 import shutil
 import socket
 import struct
-import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Self
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab import process
-from clockfabric.lab.state import Lab
+from clockfabric.hosts import Fleet, Proc, stop
 from clockfabric.topology.classes import PRIORITY_DSCP
 
 # tx_timestamp_timeout: ms, longer than an event message waits behind a burst in the capped
@@ -104,22 +102,25 @@ def _time_status(reply: bytes) -> tuple[int, int, bool] | None:
 
 
 class Ptp4lMesh:
-    """One ptp4l master and one slave per host, free-running; a context manager."""
+    """One ptp4l master and one slave per host, free-running; a context manager.
 
-    def __init__(self, lab: Lab, master: str, slaves: list[str], *, log_sync_interval: int = -4,
-                 iface: str = "eth0", dscp: int = PRIORITY_DSCP):
+    work_dir holds each host's config, log and management socket, which this process polls:
+    a folder the hosts share with it (as a lab's namespaces do)."""
+
+    def __init__(self, fleet: Fleet, master: str, slaves: list[str], *, work_dir: Path,
+                 log_sync_interval: int = -4, iface: str = "eth0", dscp: int = PRIORITY_DSCP):
         if shutil.which("ptp4l") is None:
             raise ClockfabricError("ptp4l not found; install linuxptp: apt-get install linuxptp, or run make setup")
         for h in (master, *slaves):
-            if h not in lab.topology.hosts:
-                raise ClockfabricError(f"{h!r} is not a host of lab {lab.name}; ptp4l runs on hosts")
+            if h not in fleet.topology.hosts:
+                raise ClockfabricError(f"{h!r} is not a host of {fleet.name}; ptp4l runs on hosts")
         if master in slaves or len(set(slaves)) != len(slaves):
             raise ClockfabricError("ptp4l: the master and each slave must be different hosts")
-        self.lab, self.master, self.slaves = lab, master, list(slaves)
-        self.dir = lab.dir / "ptp4l"
+        self.fleet, self.master, self.slaves = fleet, master, list(slaves)
+        self.dir = work_dir
         self.sync_s = 2.0 ** log_sync_interval
         self._sync, self._iface, self._dscp = log_sync_interval, iface, dscp
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs: dict[str, Proc] = {}
         self._samples: dict[str, list[tuple[float, int]]] = {h: [] for h in slaves}
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -135,9 +136,9 @@ class Ptp4lMesh:
         return self.dir / f"{host}.log"
 
     def start(self) -> None:
-        self.dir.mkdir(exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True)
         self._stop.clear()
-        address = str(self.lab.topology.hosts[self.master].address)
+        address = self.fleet.host(self.master).address
         try:
             self._launch(self.master, MASTER.format(iface=self._iface))
             for h in self.slaves:
@@ -146,7 +147,7 @@ class Ptp4lMesh:
             for h, p in self._procs.items():
                 if p.poll() is not None:
                     said = "; ".join(self.log(h).read_text().strip().splitlines()[-3:]) or "no output"
-                    raise ClockfabricError(f"ptp4l on {h} exited ({p.returncode}): {said}")
+                    raise ClockfabricError(f"ptp4l on {h} exited ({p.poll()}): {said}")
         except BaseException:
             self.stop()
             raise
@@ -156,11 +157,9 @@ class Ptp4lMesh:
     def _launch(self, host: str, role: str) -> None:
         conf = self.dir / f"{host}.conf"
         conf.write_text(COMMON.format(sync=self._sync, dscp=self._dscp, uds=self.dir / f"{host}.sock") + role)
-        # the lab name as an argument lets `lab down` and lab.processes() know it as ours
-        argv = ["ptp4l", "-f", str(conf), "--userDescription", self.lab.name]
-        side = "master" if host == self.master else "slave"
-        self._procs[host] = self.lab.spawn(host, argv, f"ptp4l {side} on {host}", log=self.log(host),
-                                           new_session=True, stdin=subprocess.DEVNULL)
+        # the fleet's name as an argument marks the process as started for it
+        argv = ["ptp4l", "-f", str(conf), "--userDescription", self.fleet.name]
+        self._procs[host] = self.fleet.host(host).spawn(argv, log=self.log(host))
 
     def _poll(self) -> None:
         """Ask each slave for its last offset a few times per Sync; keep each Sync once."""
@@ -205,5 +204,5 @@ class Ptp4lMesh:
         if self._poller is not None:
             self._poller.join()
             self._poller = None
-        process.stop(self._procs.values(), grace_s=2.0)
+        stop(self._procs.values(), grace_s=2.0)
         self._procs.clear()

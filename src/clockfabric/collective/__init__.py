@@ -10,17 +10,17 @@
     worker.py     one rank on one host: connect, time, check, print JSON lines
     placement.py  a rank's learned source ports, spines, standbys and receive buffer shares
     claims.py     the spine ledger the agents keep for learned placement, and a rank's ask
-    run.py        the launcher: run_collective(lab, hosts, options, sizes=...) -> CollectiveResult,
+    run.py        the launcher: run_collective(fleet, hosts, options, sizes=...) -> CollectiveResult,
                   and allreduce(...), alltoall(...) with the options as keywords
     expected.py   expected_busbw_gbps(), expected_alltoall_busbw_gbps(): what link rates allow
     results.py    rows and nccl-tests' algbw / busbw formulas
     sizes.py      '64M' -> 67108864
 
 `alltoall` here is the module (the algorithms); the launcher's alltoall() is
-clockfabric.collective.run.alltoall, or run_collective(lab, hosts, CollectiveOptions(collective="alltoall"), ...).
+clockfabric.collective.run.alltoall, or run_collective(fleet, hosts, CollectiveOptions(collective="alltoall"), ...).
 
 Names below load on first use, so a worker (ring + transport) starts without the topology
-and lab modules.
+and hosts modules.
 """
 
 from importlib import import_module

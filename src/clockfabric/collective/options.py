@@ -1,13 +1,13 @@
 """Every knob of a collective run and its transport, in one frozen value checked once.
 
     options = CollectiveOptions(collective="alltoall", subflows=4, scheduler="owd", rcvbuf=32 << 10)
-    run_collective(lab, hosts, options, sizes=[64 << 20])
+    run_collective(fleet, hosts, options, sizes=[64 << 20])
 
 A bad knob is one ClockfabricError line naming it (as its CLI flag) and what it takes, raised
 where the options are made: the CLI, the launcher and the workers all take the options as
 they are. to_json()/from_json() carry them to the worker processes.
 
-What depends on the lab (the hosts, the planes they share, sizes rounded to the ranks) is
+What depends on the fleet (the hosts, the planes they share, sizes rounded to the ranks) is
 checked by the launcher, which knows it (run.py).
 """
 

@@ -43,7 +43,7 @@ class Row:
 
 @dataclass
 class CollectiveResult:
-    lab: str
+    fleet: str  # the fleet it ran on (a lab's name, or a fleet file)
     hosts: list[str]  # rank i on hosts[i]; the ring runs in this order
     algorithm: str  # all-reduce: "ring" | "hier"; all-to-all: "pairwise" | "oneshot"
     subflows: int  # TCP connections per peer pair

@@ -1,9 +1,9 @@
-"""Run the collective benchmark (all-reduce, all-to-all) on lab hosts: one worker per host, results gathered.
+"""Run the collective benchmark (all-reduce, all-to-all) on a fleet's hosts: one worker per host, results gathered.
 
-run_collective(lab, hosts, options, sizes=...) is the launcher (options: CollectiveOptions);
+run_collective(fleet, hosts, options, sizes=...) is the launcher (options: CollectiveOptions);
 allreduce(...) and alltoall(...) are it with the collective named and the options as keywords.
 
-Each host runs `python -m clockfabric.collective.worker` in its own namespace. The worker
+Each host runs `python -m clockfabric.collective.worker` (started through its Host). The worker
 is told every rank's name and its NIC address on each plane in use (the /31 routed over
 that plane only), so subflow i, pinned to planes[i % len(planes)], connects NIC to NIC.
 Ranks listen on port_base + rank; each call reserves its own port range, so calls from
@@ -13,10 +13,8 @@ several threads never collide, even on one host. The options travel to the worke
 from __future__ import annotations
 
 import json
-import os
 import queue
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -42,9 +40,7 @@ from clockfabric.collective.results import (
 )
 from clockfabric.collective.sizes import format_size
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab import process
-from clockfabric.lab.exec import command
-from clockfabric.lab.state import Lab
+from clockfabric.hosts import Fleet, Proc, stop
 from clockfabric.topology import Port, interfaces
 
 PORT_LOW, PORT_HIGH = 20000, 32000  # below the ephemeral range (32768+) that source ports come from
@@ -56,7 +52,7 @@ _ports_lock = threading.Lock()
 _ports_used: set[int] = set()
 
 
-def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], progress: Progress | None = None,
+def allreduce(fleet: Fleet, hosts: Sequence[str], *, sizes: Sequence[int], progress: Progress | None = None,
               gate: threading.Barrier | None = None, **knobs: Any) -> CollectiveResult:
     """All-reduce float32 buffers of each size (bytes, rounded down to whole floats) over hosts.
 
@@ -64,11 +60,11 @@ def allreduce(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], progress:
     but the collective (algorithm: "ring", or "hier", which groups by leaf switch). The rest:
     see run_collective.
     """
-    return run_collective(lab, hosts, CollectiveOptions(collective="allreduce", **knobs), sizes=sizes,
+    return run_collective(fleet, hosts, CollectiveOptions(collective="allreduce", **knobs), sizes=sizes,
                           progress=progress, gate=gate)
 
 
-def alltoall(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], progress: Progress | None = None,
+def alltoall(fleet: Fleet, hosts: Sequence[str], *, sizes: Sequence[int], progress: Progress | None = None,
              gate: threading.Barrier | None = None, **knobs: Any) -> CollectiveResult:
     """All-to-all of float32 send buffers of each size over hosts: each rank sends 1/n of its
     buffer to each rank. Sizes are bytes per rank's send buffer, rounded down to a multiple of
@@ -76,11 +72,11 @@ def alltoall(lab: Lab, hosts: Sequence[str], *, sizes: Sequence[int], progress: 
     CollectiveOptions field but the collective (algorithm: "pairwise" or "oneshot"). The
     rest: see run_collective.
     """
-    return run_collective(lab, hosts, CollectiveOptions(collective="alltoall", **knobs), sizes=sizes,
+    return run_collective(fleet, hosts, CollectiveOptions(collective="alltoall", **knobs), sizes=sizes,
                           progress=progress, gate=gate)
 
 
-def run_collective(lab: Lab, hosts: Sequence[str], options: CollectiveOptions = CollectiveOptions(), *,
+def run_collective(fleet: Fleet, hosts: Sequence[str], options: CollectiveOptions = CollectiveOptions(), *,
                    sizes: Sequence[int], progress: Progress | None = None,
                    gate: threading.Barrier | None = None) -> CollectiveResult:
     """Run one collective (options.collective) over hosts, for each size.
@@ -96,8 +92,8 @@ def run_collective(lab: Lab, hosts: Sequence[str], options: CollectiveOptions = 
     should abort() it).
     Raises ClockfabricError, naming the host, if a rank fails; its workers are stopped first.
     """
-    topo, collective = lab.topology, options.collective
-    hosts, planes, sizes = _check(lab, hosts, sizes, options)
+    topo, collective = fleet.topology, options.collective
+    hosts, planes, sizes = _check(fleet, hosts, sizes, options)
     what, n = COLLECTIVES[collective], len(hosts)
     expect = expected_alltoall_busbw_gbps if collective == "alltoall" else expected_busbw_gbps
     expected = expect(topo, hosts, options.subflows, planes, algorithm=options.algorithm)
@@ -107,18 +103,18 @@ def run_collective(lab: Lab, hosts: Sequence[str], options: CollectiveOptions = 
     reserved = options.port_base is None
     base = _reserve_ports(n) if options.port_base is None else options.port_base
     ours = replace(options, planes=tuple(planes), port_base=base)
-    argv = [sys.executable, "-m", "clockfabric.collective.worker", "--lab", lab.name, "--options", ours.to_json(),
+    argv = [sys.executable, "-m", "clockfabric.collective.worker", "--fleet", fleet.name, "--options", ours.to_json(),
             "--world", str(n), "--sizes", ",".join(map(str, sizes)), "--token", str(random.getrandbits(32)),
             "--groups", ",".join(str(group_of[h]) for h in hosts)] + (["--gate"] if gate else [])
     for h, addrs in zip(hosts, addresses, strict=True):
         argv += ["--peer", f"{h}={','.join(addrs)}"]
     try:
-        records = _launch(lab, hosts, argv, len(sizes) * (options.warmup + options.iters), options.timeout_s,
+        records = _launch(fleet, hosts, argv, len(sizes) * (options.warmup + options.iters), options.timeout_s,
                           progress, what, gate)
     finally:
         if reserved:
             _release_ports(base, n)
-    result = CollectiveResult(lab=lab.name, hosts=hosts, algorithm=ours.algorithm, subflows=ours.subflows,
+    result = CollectiveResult(fleet=fleet.name, hosts=hosts, algorithm=ours.algorithm, subflows=ours.subflows,
                               planes=planes, iters=ours.iters, warmup=ours.warmup, port_base=base,
                               expected_busbw_gbps=expected,
                               connect_s=max(r["connect_s"] for r in records["connected"]),
@@ -137,17 +133,17 @@ def run_collective(lab: Lab, hosts: Sequence[str], options: CollectiveOptions = 
     return result
 
 
-def _check(lab: Lab, hosts: Sequence[str], sizes: Sequence[int],
+def _check(fleet: Fleet, hosts: Sequence[str], sizes: Sequence[int],
            options: CollectiveOptions) -> tuple[list[str], list[int], list[int]]:
-    """What the options cannot check alone: the hosts, planes and sizes against the lab."""
-    topo = lab.topology
+    """What the options cannot check alone: the hosts, planes and sizes against the fleet."""
+    topo = fleet.topology
     hosts = list(hosts)
     what = COLLECTIVES[options.collective]
     for h in hosts:
         if h not in topo.hosts:
             names = list(topo.hosts)
             sample = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-            raise ClockfabricError(f"{h!r} is not a host of lab {lab.name}; hosts are {sample}")
+            raise ClockfabricError(f"{h!r} is not a host of {fleet.name}; hosts are {sample}")
     if len(hosts) < 2:
         raise ClockfabricError(f"an {what} needs at least 2 hosts (got {len(hosts)})")
     if len(set(hosts)) != len(hosts):
@@ -192,30 +188,26 @@ def _release_ports(base: int, n: int) -> None:
 
 
 # ---- the workers -------------------------------------------------------------------------------
-def _launch(lab: Lab, hosts: list[str], argv: list[str], total_iters: int, timeout_s: float,
+def _launch(fleet: Fleet, hosts: list[str], argv: list[str], total_iters: int, timeout_s: float,
             progress: Progress | None, what: str = "all-reduce",
             gate: threading.Barrier | None = None) -> dict[str, list[dict]]:
     """Start rank i on hosts[i]; wait; return their JSON records by event. Never leaves one running."""
     events: queue.Queue = queue.Queue()  # (rank, record) from every worker's stdout, in arrival order
     stderr: list[deque[str]] = [deque(maxlen=20) for _ in hosts]
-    procs: list[subprocess.Popen] = []
+    procs: list[Proc] = []
     readers: list[threading.Thread] = []
-    env = os.environ | {"PYTHONUNBUFFERED": "1"}
     try:
         for rank, host in enumerate(hosts):
-            mine = [*argv, "--rank", str(rank), "--agent", str(lab.topology.hosts[host].address)]  # if one runs there
-            proc = subprocess.Popen(command(lab, host, mine), env=env, text=True,
-                                    stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True)
+            mine = [*argv, "--rank", str(rank), "--agent", str(fleet.topology.hosts[host].address)]  # if one runs there
+            proc = fleet.host(host).spawn(mine, env={"PYTHONUNBUFFERED": "1"}, pipes=True)
             procs.append(proc)
             for target, args in ((_read_json, (proc.stdout, rank, events)), (stderr[rank].extend, (proc.stderr,))):
                 reader = threading.Thread(target=target, args=args, daemon=True)
                 reader.start()  # before it is listed: an interrupt in between must not leave one to join unstarted
                 readers.append(reader)
-        records = _watch(procs, hosts, events, stderr, total_iters, timeout_s, progress, lab.name, what, gate)
+        records = _watch(procs, hosts, events, stderr, total_iters, timeout_s, progress, fleet.name, what, gate)
     finally:
-        process.stop(procs)
+        stop(procs)
         for p in procs:
             if p.stdin:
                 try:
@@ -238,8 +230,8 @@ def _read_json(stream, rank: int, events: queue.Queue) -> None:
     events.put((rank, {"event": "eof"}))
 
 
-def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue, stderr: list[deque],
-           total_iters: int, timeout_s: float, progress: Progress | None, lab: str,
+def _watch(procs: list[Proc], hosts: list[str], events: queue.Queue, stderr: list[deque],
+           total_iters: int, timeout_s: float, progress: Progress | None, fleet: str,
            what: str = "all-reduce", gate: threading.Barrier | None = None) -> dict[str, list[dict]]:
     records: dict[str, list[dict]] = {"connected": [], "result": [], "error": []}
     failures: list[tuple[int, str]] = []  # (rank, why), first failure first
@@ -262,10 +254,10 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
                 report("connecting", len(records["connected"]), len(hosts))
             elif kind == "ready" and gate is not None:  # ready and holding come with --gate only
                 if len(records["ready"]) % len(hosts) == 0:  # every rank, for this size
-                    _open(gate, procs, timeout_s, f"{what} on lab {lab}", "start")
+                    _open(gate, procs, timeout_s, f"{what} on {fleet}", "start")
             elif kind == "holding" and gate is not None:
                 if len(records["holding"]) == len(hosts):
-                    _open(gate, procs, timeout_s, f"{what} on lab {lab}", "end")
+                    _open(gate, procs, timeout_s, f"{what} on {fleet}", "end")
             elif kind == "iter":
                 done_iters += 1
                 report(what, done_iters, total_iters)
@@ -277,20 +269,20 @@ def _watch(procs: list[subprocess.Popen], hosts: list[str], events: queue.Queue,
             break
         if now - last_activity > timeout_s + STALL_GRACE_S:
             running = [hosts[r] for r, p in enumerate(procs) if p.poll() is None]
-            raise ClockfabricError(f"{what} on lab {lab}: no progress for {timeout_s + STALL_GRACE_S:g} s; "
+            raise ClockfabricError(f"{what} on {fleet}: no progress for {timeout_s + STALL_GRACE_S:g} s; "
                                    f"stopped the ranks on {', '.join(running)}")
     for r, p in enumerate(procs):  # a rank that died without a word (killed, crashed)
         if p.poll() not in (None, 0) and all(r != f for f, _ in failures):
-            failures.append((r, _exit_reason(p.returncode, stderr[r])))
+            failures.append((r, _exit_reason(p.poll(), stderr[r])))
     if failures:
         rank, why = failures[0]
         others = sorted({hosts[r] for r, _ in failures[1:]} - {hosts[rank]})
         also = f" (also failed: {', '.join(others)})" if others else ""
-        raise ClockfabricError(f"{what} on lab {lab} failed on {hosts[rank]} (rank {rank}): {why}{also}")
+        raise ClockfabricError(f"{what} on {fleet} failed on {hosts[rank]} (rank {rank}): {why}{also}")
     return records
 
 
-def _open(gate: threading.Barrier, procs: list[subprocess.Popen], timeout_s: float, what: str, to: str) -> None:
+def _open(gate: threading.Barrier, procs: list[Proc], timeout_s: float, what: str, to: str) -> None:
     """Wait for the jobs sharing the gate, then tell our ranks to go on (a line on their stdin):
     to "start" a size's iterations, or to "end" the untimed ones that keep the fabric loaded."""
     try:

@@ -1,6 +1,6 @@
 """One rank of the collective benchmark: `python -m clockfabric.collective.worker ...`.
 
-Runs on a host (in the lab: inside the host's namespace, started by clockfabric.collective.run).
+Runs on a host (started through its Host by clockfabric.collective.run).
 Connects its subflows, then for each size: warmup + timed iterations of the collective
 (the options' collective: allreduce or alltoall), every element of every result checked against the
 exactly known one. A barrier starts the warmup; from there iterations run back to back,
@@ -97,7 +97,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sizes", required=True,
                    help="Bytes per rank's (send) buffer, comma-separated: multiples of 4 (all-to-all: of 4 * world).")
     p.add_argument("--token", type=int, default=0)
-    p.add_argument("--lab", default="", help="The lab this rank belongs to (marks the process as the lab's).")
+    p.add_argument("--fleet", default="", help="The fleet this rank belongs to (marks the process as started for it).")
     p.add_argument("--gate", action="store_true",
                    help="Before each size's warmup, wait for a line on stdin; after the last size's timings "
                         "keep the fabric loaded until another line (the launcher starts and ends jobs that "

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 
+from clockfabric.clock.vclock import random_clocks
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import hostsfile, netns, process, shaping
 from clockfabric.lab.naming import check_lab_name, check_port_names, link_alias
 from clockfabric.lab.state import Lab, create_record, is_ours, lab_namespaces, remove_record, run_dir
-from clockfabric.lab.vclock import random_clocks
 from clockfabric.topology import Route, Topology, dumps, interfaces, routing_tables
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)

@@ -5,6 +5,9 @@ under `monitor`, each switch agent announces its own ports instead."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from clockfabric import lldp
 from clockfabric.lab import netns
 from clockfabric.lab.naming import link_alias
@@ -26,3 +29,14 @@ def speaker(lab: Lab, interval_s: float = 0.5) -> lldp.Announcer:
         announcer.close()
         raise
     return announcer
+
+
+@contextmanager
+def speaking(lab: Lab) -> Iterator[None]:
+    """The lab's switches announce themselves while the block runs (real switches always do)."""
+    announcer = speaker(lab)
+    announcer.start()
+    try:
+        yield
+    finally:
+        announcer.stop()

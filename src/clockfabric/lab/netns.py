@@ -1,23 +1,21 @@
-"""Network namespaces from inside this process, without a fork per namespace.
-
-The calling thread steps into a namespace (setns), opens what it needs (a netlink socket,
-a /proc/sys file, a UDP socket) and steps back: whatever it opened stays bound to that
-namespace. That is how one process drives a 76-namespace lab in a fraction of a second.
+"""The lab's namespaces: create, list, remove them, set their sysctls, find their processes
+(entering one is clockfabric.netns: the product may watch a named namespace too).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from pyroute2 import IPRoute, netns
+from pyroute2 import netns
+
+from clockfabric.netns import entered, ipr, returning
 
 NETNS_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
+__all__ = ["create", "entered", "exists", "ipr", "listed", "pids", "remove", "write_sysctls"]
 
 
 def exists(name: str) -> bool:
@@ -31,35 +29,11 @@ def listed(prefix: str = "") -> list[str]:
         return []
 
 
-@contextmanager
-def _returning() -> Iterator[None]:
-    """Whatever the block does to this thread's namespace is undone after it.
-
-    setns() moves only the calling thread, so each thread saves its own way back
-    (pyroute2's pushns/popns share one stack between threads, which is not safe)."""
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        yield
-    finally:
-        try:
-            netns.setns(home)
-        finally:
-            os.close(home)
-
-
-@contextmanager
-def entered(name: str) -> Iterator[None]:
-    """Run the block with this thread inside namespace `name`."""
-    with _returning():
-        netns.setns(name, flags=0)
-        yield
-
-
 def create(name: str) -> None:
     """Create a named namespace (like `ip netns add`), failing if it exists."""
     if exists(name):
         raise FileExistsError(name)
-    with _returning():
+    with returning():
         if _libc.unshare(CLONE_NEWNET) != 0:  # a new namespace for this thread only...
             raise OSError(ctypes.get_errno(), f"cannot create namespace {name}")
         netns.attach(name, "thread-self")  # ...bound at /run/netns/<name> like `ip netns add`
@@ -70,12 +44,6 @@ def remove(name: str) -> None:
         netns.remove(name)
     except FileNotFoundError:
         pass
-
-
-def ipr(name: str) -> IPRoute:
-    """A netlink socket bound to namespace `name`."""
-    with entered(name):
-        return IPRoute()
 
 
 def write_sysctls(name: str, values: dict[str, str | int]) -> None:

@@ -13,13 +13,17 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from clockfabric.clock.vclock import CLOCK_ENV, VirtualClock
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import process
 from clockfabric.lab.exec import command
 from clockfabric.lab.naming import check_lab_name, netns_name, netns_prefix, parse_netns
-from clockfabric.lab.vclock import CLOCK_ENV, VirtualClock
 from clockfabric.topology import Topology, load
+
+if TYPE_CHECKING:
+    from clockfabric.lab.hosts import LabHost
 
 
 def run_dir() -> Path:
@@ -70,6 +74,12 @@ class Lab:
         hosts = list(self.topology.hosts)
         sample = ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
         raise ClockfabricError(f"no host or switch {name!r} in lab {self.name}; hosts are {sample}")
+
+    def host(self, name: str) -> LabHost:
+        """A node as a Host: a lab is a Fleet (hosts.Fleet) the product can run on."""
+        from clockfabric.lab.hosts import LabHost  # it builds on this module
+
+        return LabHost(self, name)
 
     def host_env(self, host: str) -> dict[str, str]:
         """Environment for a process running on a lab host: which lab, which host, which clock."""

@@ -49,7 +49,7 @@ def _open_event_socket(netns_name: str | None, rcvbuf_bytes: int = RCVBUF_BYTES)
 
     if netns_name is None:
         return make()
-    from clockfabric.lab import netns
+    from clockfabric import netns
 
     with netns.entered(netns_name):
         return make()
@@ -62,7 +62,7 @@ def _dump(netns_name: str | None) -> list[LinkInfo]:
     if netns_name is None:
         ipr = IPRoute()
     else:
-        from clockfabric.lab import netns
+        from clockfabric import netns
 
         ipr = netns.ipr(netns_name)
     with ipr:

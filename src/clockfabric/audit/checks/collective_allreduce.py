@@ -50,10 +50,10 @@ def run(ctx: Context) -> Outcome:
     from clockfabric.collective.run import allreduce
     from clockfabric.collective.sizes import parse_size
 
-    lab = ctx.lab
-    if lab is None:
-        return Outcome("collective tests need a lab for now",
-                       [Finding(Verdict.SKIP, "collective tests run on labs (--lab); on real hosts: not yet")])
+    fleet = ctx.machines
+    if fleet is None:
+        return Outcome("no hosts to start workers on",
+                       [Finding(Verdict.SKIP, "collective tests start a worker on each host: not yet on real hosts")])
     broken_hosts = {h for h, _ in ctx.broken}
     hosts = [h for h in ctx.reporting() if h not in broken_hosts]
     excluded = sorted(set(ctx.hosts) - set(hosts))
@@ -67,7 +67,7 @@ def run(ctx: Context) -> Outcome:
     def measure(subflows: int, planes: list[int] | None, algorithm: str = "ring", among: list[str] = hosts) -> dict:
         size = fixed or auto_size(ctx.topology, among, subflows, planes, algorithm, step_s)
         t0 = time.monotonic()
-        result = allreduce(lab, among, sizes=[size], subflows=subflows, planes=planes, algorithm=algorithm,
+        result = allreduce(fleet, among, sizes=[size], subflows=subflows, planes=planes, algorithm=algorithm,
                            iters=cfg["iters"], timeout_s=cfg["timeout_s"])
         row = result.rows[-1]
         return {"algorithm": algorithm, "subflows": subflows, "planes": result.planes, "hosts": len(among),

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 
-from clockfabric.agent.on_lab import LabAgents
 from clockfabric.bench.contention.model import (
     ALLTOALL_ALGORITHM,
     ELEPHANT_CONGESTION,
@@ -23,6 +22,7 @@ from clockfabric.bench.contention.summary import judge, median_steal, summarize
 from clockfabric.bench.harness import labs_removed
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build
+from clockfabric.lab.agents import LabAgents
 
 
 def run(plan: Plan, *, lab_name: str = "contention", progress: Callable[[str], None] = lambda _: None) -> dict:

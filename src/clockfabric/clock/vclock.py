@@ -1,5 +1,6 @@
-"""Virtual host clocks: each lab host runs on its own clock with a known offset, drift,
-random-walk wander and steps, so clock sync has a ground truth to be judged against.
+"""Host clocks: the system clock, and virtual ones. A virtual clock has a known offset,
+drift, random-walk wander and steps (each lab host runs on one), so clock sync has a ground
+truth to be judged against.
 
 An agent in host h reads only its own model (the file named by $CLOCKFABRIC_CLOCK) and
 turns real kernel timestamps into h's local time; evaluation tools read every model.
@@ -15,9 +16,21 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 CLOCK_ENV = "CLOCKFABRIC_CLOCK"
 _BLOCK = 256  # wander knots (one per second) generated per random block
+
+
+class ClockSource(Protocol):
+    """A host's clock as software there reads it: the system clock, or a lab host's model."""
+    host: str
+
+    def local_ns(self, real_ns: int) -> int:
+        """The host's reading at true time real_ns."""
+        ...
+
+    def now_ns(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -99,7 +112,7 @@ class SystemClock:
 
 
 def host_clock() -> VirtualClock | SystemClock:
-    """The clock an agent should use: its lab host's virtual clock, or the real one."""
+    """The clock an agent should use: the model $CLOCKFABRIC_CLOCK names (a lab host's), or the real one."""
     path = os.environ.get(CLOCK_ENV)
     return VirtualClock.load(path) if path else SystemClock()
 

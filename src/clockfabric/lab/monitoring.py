@@ -10,14 +10,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from clockfabric.agent.on_lab import LabAgents
-from clockfabric.controller.client import api, record_path
+from clockfabric.controller.client import api
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import process
+from clockfabric.lab.agents import LabAgents
+from clockfabric.lab.controller import lab_controller, record_path
 from clockfabric.lab.state import Lab, is_ours
 
 PY = [sys.executable, "-m", "clockfabric.cli"]
@@ -40,6 +42,10 @@ class LabFleet:
                                 extra=["--controller", self.url, "--token-file", str(self.token_file)])
         self.procs: list[subprocess.Popen] = []
 
+    def api(self, path: str, *, body: dict | None = None, **params: Any) -> dict:
+        """A call to this fleet's controller's API."""
+        return api(lab_controller(self.lab, self.url, self.token_file), path, body=body, **params)
+
     @property
     def logs(self) -> Path:
         return self.lab.dir / "logs"
@@ -49,7 +55,7 @@ class LabFleet:
         if not record_path(self.lab).exists():
             return False
         try:
-            api(self.lab, self.url, self.token_file, "/healthz")
+            self.api("/healthz")
             return True
         except (httpx.HTTPError, OSError, ClockfabricError):
             return False
@@ -71,7 +77,7 @@ class LabFleet:
         deadline = time.monotonic() + timeout_s
         ok = 0
         while time.monotonic() < deadline:
-            ok = api(self.lab, self.url, self.token_file, "/api/v1/fleet")["ok"]
+            ok = self.api("/api/v1/fleet")["ok"]
             if progress:
                 progress("pushing to the controller", ok, nodes)
             if ok == nodes:
@@ -103,7 +109,7 @@ class LabFleet:
                 log = (self.logs / "controller.log").read_text().strip().splitlines()
                 raise ClockfabricError(f"the controller exited: {log[-1] if log else proc.returncode}")
             try:
-                api(self.lab, self.url, self.token_file, "/healthz")
+                self.api("/healthz")
                 return
             except (httpx.HTTPError, OSError, ClockfabricError):
                 time.sleep(0.2)
