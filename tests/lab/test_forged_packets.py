@@ -8,7 +8,7 @@ import time
 
 from clockfabric.agent.config import CONTROL_PORT
 from clockfabric.agent.on_lab import LabAgents
-from clockfabric.bench import forge
+from clockfabric.bench.auth import forge
 from clockfabric.clock.evaluate import Sampler, read_states
 from clockfabric.topology import leafspine
 from tests.waiting import wait_for

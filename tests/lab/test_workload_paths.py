@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from clockfabric.bench.workload_lab import PACED, address, flow, port_on
+from clockfabric.bench.workload.jobs import PACED, address, flow, port_on
 from clockfabric.lab import netns
 from clockfabric.lab.process import stop
 from clockfabric.probe.paths import trace

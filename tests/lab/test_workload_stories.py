@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from clockfabric.bench.workload_lab import PACED, flow, links_between, senders, why
+from clockfabric.bench.workload.jobs import PACED, flow, links_between, senders, why
 from clockfabric.controller.client import api
 from clockfabric.controller.on_lab import LabFleet
 from clockfabric.lab import impair

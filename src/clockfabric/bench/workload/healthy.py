@@ -35,7 +35,7 @@ def mismatches(w: dict) -> list[str]:
 
 def watch(fleet, minutes: float, poll_s: float, progress: Callable[[str], None]) -> dict:
     """Poll `job why` on each job for `minutes`: verdicts by job, the false ones, the mismatches."""
-    from clockfabric.bench.workload_lab import why
+    from clockfabric.bench.workload.jobs import why
 
     verdicts: dict[str, Counter] = {j: Counter() for j in JOBS}
     false: list[dict] = []
@@ -75,7 +75,7 @@ def sent_bytes(lab, host: str, port: int) -> int:
 
 
 def run(minutes: float, poll_s: float, settle_s: float, progress: Callable[[str], None]) -> dict:
-    from clockfabric.bench.workload_lab import PACED, alerts, flow, two_jobs
+    from clockfabric.bench.workload.jobs import PACED, alerts, flow, two_jobs
     from clockfabric.lab.process import stop
 
     background = {("h1", 5501): {"spine": "spine1"}, ("h2", 5502): {"spine": "spine0", **PACED}}
