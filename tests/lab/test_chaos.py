@@ -1,10 +1,10 @@
-"""The chaos soak, short: a lab fleet under a minute of random faults (bench/chaos.py) keeps every
+"""The chaos soak, short: a lab fleet under a minute of random faults (bench/monitoring/chaos.py) keeps every
 event it acknowledged, every agent and controller loop alive, every clock within its bound, and
 sees every fault. `clockfabric bench chaos --minutes N` is the long run."""
 
 from __future__ import annotations
 
-from clockfabric.bench.chaos import soak, verdict
+from clockfabric.bench.monitoring.chaos import soak, verdict
 from clockfabric.lab.monitoring import LabFleet
 from clockfabric.topology import leafspine
 

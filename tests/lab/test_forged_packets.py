@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from clockfabric.agent.config import CONTROL_PORT
-from clockfabric.bench import forge
+from clockfabric.bench.auth import forge
 from clockfabric.clock.evaluate import Sampler, read_states
 from clockfabric.lab.agents import LabAgents
 from clockfabric.topology import leafspine

@@ -16,12 +16,13 @@ import time
 
 import pytest
 
-from clockfabric.bench.contention import pinned_iperf
 from clockfabric.clock.evaluate import read_states
 from clockfabric.lab import impair
 from clockfabric.lab.exec import command
+from clockfabric.lab.flows import pinned_iperf
 from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.process import stop
+from clockfabric.probe.paths import spread
 from clockfabric.topology import Port, leafspine
 from tests.waiting import wait_for
 
@@ -182,8 +183,8 @@ def test_a_filled_spine_link_is_named_by_a_congestion_alert(fleet3):
 
     # two flows from leaf0 pinned on spine0, 2 x 100 Mbit/s into its 100 Mbit/s cable to spine0
     t0 = time.monotonic()
-    procs = pinned_iperf(fleet.lab, "h0", "h2", "spine0", port=5401) + pinned_iperf(fleet.lab, "h1", "h4", "spine0",
-                                                                                       port=5402)
+    procs = (pinned_iperf(fleet.lab, "h0", "h2", "spine0", spread, port=5401)
+             + pinned_iperf(fleet.lab, "h1", "h4", "spine0", spread, port=5402))
     try:
         try:
             alert = wait_for("a congestion alert naming a link", lambda: [

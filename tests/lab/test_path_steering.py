@@ -17,6 +17,7 @@ from clockfabric.collective import CollectiveOptions, allreduce, run_collective
 from clockfabric.lab import impair, process
 from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.exec import command
+from clockfabric.lab.flows import nic_address
 from clockfabric.topology import interfaces, leafspine
 from tests.conftest import lab_capable
 
@@ -69,7 +70,7 @@ def test_the_elephants_run_the_tcp_the_bench_names(make_lab):
     procs = contention.scenarios._elephants(lab)
     try:
         for src, dst in contention.ELEPHANTS:
-            out = subprocess.run(command(lab, src, ["ss", "-tin", "dst", contention.nic_address(lab.topology, dst, 0)]),
+            out = subprocess.run(command(lab, src, ["ss", "-tin", "dst", nic_address(lab.topology, dst, 0)]),
                                  capture_output=True, text=True, check=True).stdout
             # the data connection has carried the bytes; iperf3's control one, a few hundred
             conns = [c for c in out.split("\n\t") if "bytes_acked:" in c]

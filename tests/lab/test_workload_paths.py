@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 
-from clockfabric.bench.workload_lab import PACED, address, flow, port_on
 from clockfabric.lab import netns
+from clockfabric.lab.flows import PACED, address, flow, spine_port
 from clockfabric.lab.process import stop
-from clockfabric.probe.paths import trace
+from clockfabric.probe.paths import spread, trace
 from clockfabric.topology import interfaces, leafspine
 from clockfabric.workload.paths import TTL
 
@@ -20,8 +20,8 @@ def test_a_busy_flows_own_5_tuple_is_traced_to_its_spine(make_lab, tmp_path):
     lab = make_lab(leafspine(4, 2, 2, host_rate="100mbit", fabric_rate="20mbit"))
     spine1 = {str(i.address.ip) for p, i in interfaces(lab.topology).items() if p.node == "spine1"}
     for port, pace in ((5501, PACED), (5502, {})):  # paced bursts, then saturating
-        sport = port_on(lab, "h0", "h2", port, "spine1")
-        procs = flow(lab, tmp_path, None, "h0", "h2", port, spine="spine1", **pace)
+        sport = spine_port(lab, "h0", "h2", port, "spine1", spread)
+        procs = flow(lab, tmp_path, None, "h0", "h2", port, spine="spine1", spread=spread, **pace)
         try:
             time.sleep(2.0)  # connected and sending
             with netns.entered(lab.ns("h0")):

@@ -19,10 +19,12 @@ import sys
 import threading
 import time
 
-from clockfabric.bench.workload_lab import PACED, flow, links_between, senders, why
+from clockfabric.bench.workload.jobs import why
 from clockfabric.lab import impair
+from clockfabric.lab.flows import PACED, flow, links_between, senders
 from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.process import stop
+from clockfabric.probe.paths import spread
 from clockfabric.topology import TrafficClasses, leafspine
 from tests.waiting import wait_for
 
@@ -46,10 +48,10 @@ def test_story_1_a_flow_on_another_jobs_spine_names_that_link_and_job(make_lab):
     lab, logs, procs = fleet.lab, fleet.logs, []
     try:
         paced = {"chunk": 4096, "pause_s": 0.005}  # ~6 Mbit/s each, in small bursts: job A alone queues nowhere
-        procs += flow(lab, logs, "A", "h0", "h2", 5401, spine="spine1", **paced)  # B's spine
-        procs += flow(lab, logs, "A", "h0", "h3", 5402, spine="spine0", **paced)
-        procs += flow(lab, logs, "A", "h2", "h1", 5403, spine="spine0", **paced)
-        procs += flow(lab, logs, "B", "h1", "h3", 5404, spine="spine1")  # saturating
+        procs += flow(lab, logs, "A", "h0", "h2", 5401, spine="spine1", spread=spread, **paced)  # B's spine
+        procs += flow(lab, logs, "A", "h0", "h3", 5402, spine="spine0", spread=spread, **paced)
+        procs += flow(lab, logs, "A", "h2", "h1", 5403, spine="spine0", spread=spread, **paced)
+        procs += flow(lab, logs, "B", "h1", "h3", 5404, spine="spine1", spread=spread)  # saturating
         seen: list[dict] = []
 
         def blamed() -> dict | None:
@@ -98,13 +100,13 @@ def test_story_2_a_throughput_drops_as_a_flow_queues_behind_another_job(make_lab
     lab, logs, procs = fleet.lab, fleet.logs, []
     try:
         # most of A's bytes ride spine1 (~14 Mbit/s in small bursts: under the link's 20 alone)
-        procs += flow(lab, logs, "A", "h0", "h2", 5421, spine="spine1", chunk=4096, pause_s=0.002)
-        procs += flow(lab, logs, "A", "h0", "h3", 5422, spine="spine0", **PACED)
-        procs += flow(lab, logs, "A", "h2", "h1", 5423, spine="spine0", **PACED)
+        procs += flow(lab, logs, "A", "h0", "h2", 5421, spine="spine1", spread=spread, chunk=4096, pause_s=0.002)
+        procs += flow(lab, logs, "A", "h0", "h3", 5422, spine="spine0", spread=spread, **PACED)
+        procs += flow(lab, logs, "A", "h2", "h1", 5423, spine="spine0", spread=spread, **PACED)
         settled(fleet, "A", 3)
         onset_ns = time.time_ns()
         for port in (5424, 5425):  # the other tenant: two saturating flows on spine1
-            procs += flow(lab, logs, "B", "h1", "h3", port, spine="spine1")
+            procs += flow(lab, logs, "B", "h1", "h3", port, spine="spine1", spread=spread)
         found = wait_for("job why A: congestion from job B", lambda: (w := why(fleet, "A", "20s")) and w[
             "verdict"] == "congestion_other_job" and w, timeout_s=60, every_s=1.0)
         named_s = (time.time_ns() - onset_ns) / 1e9
@@ -135,9 +137,9 @@ def test_story_2_b_not_the_network_a_throttled_rank_is_a_straggler_host(make_lab
     running = threading.Event()
     throttler: threading.Thread | None = None
     try:
-        procs += flow(lab, logs, "A", "h0", "h2", 5431, spine="spine1", **PACED)
-        procs += flow(lab, logs, "A", "h0", "h3", 5432, spine="spine0", **PACED)
-        rank = flow(lab, logs, "A", "h2", "h1", 5433, spine="spine0", **PACED)
+        procs += flow(lab, logs, "A", "h0", "h2", 5431, spine="spine1", spread=spread, **PACED)
+        procs += flow(lab, logs, "A", "h0", "h3", 5432, spine="spine0", spread=spread, **PACED)
+        rank = flow(lab, logs, "A", "h2", "h1", 5433, spine="spine0", spread=spread, **PACED)
         procs += rank
         settled(fleet, "A", 3)
         pids = senders(rank[1:])

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from clockfabric.bench import clocksync_watch
-from clockfabric.bench.clocksync import lab_name
-from clockfabric.bench.clocksync_report import quiet_hosts, targets, verdicts
-from clockfabric.bench.clocksync_traffic import flows_for
-from clockfabric.bench.clocksync_watch import Fabric
+from clockfabric.bench.clocksync import watch as clocksync_watch
+from clockfabric.bench.clocksync.command import lab_name
+from clockfabric.bench.clocksync.report import quiet_hosts, targets, verdicts
+from clockfabric.bench.clocksync.traffic import flows_for
+from clockfabric.bench.clocksync.watch import Fabric
 from clockfabric.errors import ClockfabricError
 
 LEAVES = {"leaf0": ["h1", "h2", "h3", "h4"], "leaf1": ["h5", "h6", "h7", "h8"]}

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from clockfabric.agent.service import Router
-from clockfabric.bench import fuzz
-from clockfabric.bench.fuzz_mutate import inputs
-from clockfabric.bench.fuzz_parsers import PARSERS, Parser
+from clockfabric.bench.fuzz import command as fuzz
+from clockfabric.bench.fuzz.mutate import inputs
+from clockfabric.bench.fuzz.parsers import PARSERS, Parser
 from clockfabric.errors import ClockfabricError
 
 SEEDS = [struct.pack("!HHI", 4, 7, 99), struct.pack("!HHI", 4, 8, 100)]

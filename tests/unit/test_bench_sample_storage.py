@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from clockfabric.bench import sample_storage as bench
+from clockfabric.bench.controller import sample_storage as bench
 from clockfabric.controller.storage.retention import HOUR_NS, MINUTE_NS
 
 

@@ -4,8 +4,8 @@ baselines beside it, and where the restarts relaunch after each failure."""
 
 import pytest
 
-from clockfabric.bench.spares_faults import FROZEN, ISOLATED, KILLED
-from clockfabric.bench.spares_goodput import (
+from clockfabric.bench.spares.faults import FROZEN, ISOLATED, KILLED
+from clockfabric.bench.spares.goodput import (
     checkpoint_steps,
     goodput,
     period,
@@ -14,7 +14,7 @@ from clockfabric.bench.spares_goodput import (
     targets,
     wall_per_step,
 )
-from clockfabric.bench.spares_restart import relaunch_hosts
+from clockfabric.bench.spares.restart import relaunch_hosts
 from clockfabric.errors import ClockfabricError
 
 

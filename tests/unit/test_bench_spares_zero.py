@@ -1,7 +1,7 @@
 """bench spares-zero's figures: ratios within each pair, and the plain-DDP bar called out of
 reach when ZeRO-1 itself, with no wrapper, is over it."""
 
-from clockfabric.bench.spares_zero import Measured
+from clockfabric.bench.spares.zero import Measured
 
 
 def measured(ours, bare, ddp) -> Measured:

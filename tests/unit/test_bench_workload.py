@@ -1,6 +1,6 @@
 """bench workload's scoring: the injection order and the summary, on recorded outcomes; the healthy run's mismatches."""
 
-from clockfabric.bench.workload import CLASSES, HEALTHY, schedule, summary
+from clockfabric.bench.workload.command import CLASSES, HEALTHY, schedule, summary
 
 
 def test_schedule_takes_every_class_in_turn_in_a_seeded_order():
@@ -25,7 +25,7 @@ def test_summary_scores_first_verdicts_and_times_to_name_without_the_healthy_one
 
 
 def test_a_healthy_run_counts_as_mismatches_only_in_band_delays_far_above_their_probe_floor():
-    from clockfabric.bench.workload_healthy import mismatches
+    from clockfabric.bench.workload.healthy import mismatches
 
     def judged(flow, source, why):
         return {"host": "h0", "flow": flow, "delay_source": source, "why": why}
@@ -39,7 +39,7 @@ def test_a_healthy_run_counts_as_mismatches_only_in_band_delays_far_above_their_
 
 
 def test_a_fault_is_seen_at_the_first_reading_off_the_flows_own_level_before_the_onset():
-    from clockfabric.bench.workload_stages import first_change
+    from clockfabric.bench.workload.stages import first_change
 
     def far(v, usual):
         return v > 3 * usual
@@ -52,7 +52,7 @@ def test_a_fault_is_seen_at_the_first_reading_off_the_flows_own_level_before_the
 
 
 def test_stages_give_each_class_its_median_share_of_the_time_to_name():
-    from clockfabric.bench.workload_stages import stages
+    from clockfabric.bench.workload.stages import stages
 
     rows = [{"kind": "degraded_link", "prepared_s": 0.0, "seen_s": 2.0, "named_s": 5.0},
             {"kind": "degraded_link", "prepared_s": 0.0, "seen_s": 3.0, "named_s": 7.0},

@@ -3,7 +3,7 @@ published a good mapping, not by when the watcher (starved on a loaded machine) 
 
 from __future__ import annotations
 
-from clockfabric.bench.clocksync_watch import Watch
+from clockfabric.bench.clocksync.watch import Watch
 
 STEP = 100 * 10**9
 S = 10**9

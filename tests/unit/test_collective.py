@@ -501,7 +501,7 @@ def test_cli_bad_collective_options_are_one_line(cli, args, message):
 
 
 def test_nccl_table_names_the_collective():
-    from clockfabric.bench.collective import _nccl_table
+    from clockfabric.bench.collective.command import _nccl_table
     from clockfabric.collective.results import CollectiveResult, Row
 
     row = Row(size_bytes=1 << 20, count=(1 << 20) // 16, time_us=1e5, algbw_gbps=algbw_gbps(1 << 20, 1e5),

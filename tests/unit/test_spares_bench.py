@@ -3,10 +3,10 @@ three goodputs, and the per-kind targets with torchft and the checkpoint restart
 
 import pytest
 
-from clockfabric.bench.spares import goodputs, kind_targets
-from clockfabric.bench.spares_faults import FROZEN, KILLED, inject
-from clockfabric.bench.spares_restart import restart_run
-from clockfabric.bench.spares_torchft import figures
+from clockfabric.bench.spares.command import goodputs, kind_targets
+from clockfabric.bench.spares.faults import FROZEN, KILLED, inject
+from clockfabric.bench.spares.restart import restart_run
+from clockfabric.bench.spares.torchft import figures
 from clockfabric.errors import ClockfabricError
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from clockfabric.bench.spares_restart import goodput, restart_figures, step_ends
+from clockfabric.bench.spares.restart import goodput, restart_figures, step_ends
 from clockfabric.errors import ClockfabricError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from clockfabric.bench.workload_cost import jobs_running
+from clockfabric.bench.workload.cost import jobs_running
 from clockfabric.workload.monitor import WorkloadMonitor
 from clockfabric.workload.procfs import ProcFs
 
@@ -35,7 +35,7 @@ def test_4_jobs_of_16_flows_are_all_found(sockets):
 
 
 def test_paired_runs_give_each_pairs_ratio_and_an_interval_around_their_median():
-    from clockfabric.bench.workload_cost_ddp import Pairs
+    from clockfabric.bench.workload.cost_ddp import Pairs
 
     pairs = Pairs(with_workload=[0.404, 0.396, 0.410, 0.400], without=[0.400, 0.400, 0.400, 0.400],
                   order=["A", "B", "A", "B"])

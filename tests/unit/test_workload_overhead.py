@@ -140,7 +140,7 @@ def test_the_ring_gives_each_sampled_packet_of_a_flow_leaving_and_arriving():
 
 
 def test_the_service_cost_of_each_pair_is_its_agent_cpu_with_less_without():
-    from clockfabric.bench.workload_cost_ddp import Pairs
+    from clockfabric.bench.workload.cost_ddp import Pairs
 
     pairs = Pairs(with_workload=[0.4] * 3, without=[0.4] * 3, order=["A", "B", "A"],
                   agent_cpu={"A": [0.015, 0.012, 0.020], "B": [0.008, 0.009, 0.008]},

@@ -9,7 +9,7 @@ docs/benchmarks.md from the records.
     @BENCHMARKS.register("clocksync-solve")
     def main(sizes: str = typer.Option("1000,3000", ...)) -> None: ...
 
-    _declare("clocksync-solve", "clocksync_solve", "The network-effect solve: time and accuracy")  # bench/all.py
+    _declare("clocksync-solve", "clocksync.solve", "The network-effect solve: time and accuracy")  # bench/all.py
 """
 
 from __future__ import annotations

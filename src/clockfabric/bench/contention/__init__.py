@@ -79,7 +79,6 @@ from clockfabric.bench.contention.model import (
     FABRIC_RATE,
     FABRICS,
     HOST_RATE,
-    IPERF_PORT,
     JOB_A,
     JOB_B,
     MTU,
@@ -99,7 +98,6 @@ from clockfabric.bench.contention.model import (
     ideal_time_s,
     jobs_of,
     leaf_of,
-    nic_address,
     plane0,
     spine_paths,
     tcp_payload,
@@ -109,7 +107,6 @@ from clockfabric.bench.contention.run import rejudge, run
 from clockfabric.bench.contention.scenarios import (
     Outsiders,
     mbps,
-    pinned_iperf,
     run_one,
     run_scenario,
     still_running,
@@ -117,8 +114,8 @@ from clockfabric.bench.contention.scenarios import (
 from clockfabric.bench.contention.summary import judge, median_steal, outside, standby_share, summarize
 
 __all__ = ["ALLTOALL_ALGORITHM", "ALONE_S", "BUFFER_BYTES", "ELEPHANTS", "ELEPHANT_CONGESTION", "ELEPHANT_SECONDS",
-           "FABRICS", "FABRIC_RATE", "HOST_RATE", "IPERF_PORT", "JOB_A", "JOB_B", "MTU", "MTUS", "QUIET_SLACK",
+           "FABRICS", "FABRIC_RATE", "HOST_RATE", "JOB_A", "JOB_B", "MTU", "MTUS", "QUIET_SLACK",
            "RCVBUF", "RCVBUF_BUDGET", "SCENARIOS", "SETTLE_S", "SPINES", "TARGETS", "WARMUP", "Outsiders", "Plan",
            "Run", "busbw_gbps", "flows", "ideal_time_s", "jobs_of", "judge", "leaf_of", "mbps", "median_steal",
-           "nic_address", "outside", "pinned_iperf", "plane0", "rejudge", "run", "run_one", "run_scenario",
+           "outside", "plane0", "rejudge", "run", "run_one", "run_scenario",
            "spine_paths", "standby_share", "still_running", "summarize", "tcp_payload", "topology"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from clockfabric.bench.collective import _list, _rcvbuf
+from clockfabric.bench.collective.command import _list, _rcvbuf
 from clockfabric.bench.harness import BENCHMARKS, Target, machine, record
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError

@@ -10,9 +10,7 @@ from clockfabric.collective.options import CollectiveOptions
 from clockfabric.collective.results import BUS_FACTORS
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import (
-    Port,
     Topology,
-    interfaces,
     leafspine,
     multirail,
     parse_rate,
@@ -34,7 +32,6 @@ WARMUP = 5
 MTU = 1500
 MTUS = (1500, 9000)  # Ethernet's, and the jumbo frames AI back-end fabrics run
 BUFFER_BYTES = 200 * 1514  # each port's FIFO: the lab's default 200 full-sized frames at MTU 1500
-IPERF_PORT = 5400
 # how long the elephants may run: iperf3's longest (a day); the bench stops them once the
 # scenario is done, so every seed runs loaded
 ELEPHANT_SECONDS = 86400
@@ -100,11 +97,6 @@ def plane0(topo: Topology, name: str) -> str:
 def leaf_of(topo: Topology, host: str, plane: int) -> str:
     nic = topo.hosts[host].nic_on(plane)
     return next(lk.other(host).node for lk in topo.links_of(host) if lk.port(host).iface == nic.name)
-
-
-def nic_address(topo: Topology, host: str, plane: int) -> str:
-    """The host's address on its NIC of that plane: routed over that plane only."""
-    return str(interfaces(topo)[Port(host, topo.hosts[host].nic_on(plane).name)].address.ip)
 
 
 def jobs_of(scenario: str) -> list[tuple[str, list[str]]]:

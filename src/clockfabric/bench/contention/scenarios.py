@@ -16,24 +16,20 @@ from clockfabric.bench.contention.model import (
     ELEPHANT_CONGESTION,
     ELEPHANT_SECONDS,
     ELEPHANTS,
-    IPERF_PORT,
     SETTLE_S,
     Plan,
     Run,
     jobs_of,
-    nic_address,
     plane0,
 )
 from clockfabric.bench.harness import cpu_ticks, steal_share
 from clockfabric.collective.run import run_collective
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair, netns
-from clockfabric.lab.exec import command
+from clockfabric.lab.flows import IPERF_PORT, pinned_iperf
 from clockfabric.lab.process import stop
 from clockfabric.lab.state import Lab
-from clockfabric.lab.traffic import iperf_server
 from clockfabric.probe.paths import spread
-from clockfabric.topology import interfaces
 from clockfabric.traffic.steer import FlowReader
 
 
@@ -41,7 +37,7 @@ def _elephants(lab: Lab) -> list[subprocess.Popen]:
     procs: list[subprocess.Popen] = []
     try:
         for src, dst in ELEPHANTS:
-            procs += pinned_iperf(lab, src, dst, plane0(lab.topology, "spine0"), seconds=ELEPHANT_SECONDS,
+            procs += pinned_iperf(lab, src, dst, plane0(lab.topology, "spine0"), spread, seconds=ELEPHANT_SECONDS,
                                   congestion=ELEPHANT_CONGESTION)
     except BaseException:
         stop(procs)
@@ -90,26 +86,6 @@ def still_running(procs: list[subprocess.Popen], during: str) -> None:
     if ended := [p for p in procs if p.poll() is not None]:
         raise ClockfabricError(f"an iperf3 elephant flow ended (exit code {ended[0].returncode}) before {during} "
                                "was done: that run was not loaded as the scenario says, so the bench stops")
-
-
-def pinned_iperf(lab: Lab, src: str, dst: str, spine: str, *, plane: int = 0, seconds: float = 600,
-                 port: int = IPERF_PORT, congestion: str | None = None) -> list[subprocess.Popen]:
-    """An iperf3 TCP flow src -> dst pinned on `spine`: the plane's NIC addresses, and a client
-    port learned (probe.paths) to hash onto that spine; congestion: the sender's TCP congestion
-    control (None: the namespace's default). Its server and client, to stop()."""
-    topo = lab.topology
-    on_spine = {str(i.address.ip) for p, i in interfaces(topo).items() if p.node == spine}
-    a, b = nic_address(topo, src, plane), nic_address(topo, dst, plane)
-    with netns.entered(lab.ns(src)):
-        ports = [p.sport for p in spread(a, b, port, want=4, seed=7) if p.hop in on_spine]
-    if not ports:
-        raise ClockfabricError(f"no source port from {src} to {dst} was found on {spine}")
-    server = iperf_server(lab, dst, b, port)
-    client = subprocess.Popen(command(lab, src, ["iperf3", "-c", b, "-B", a, "--cport", str(ports[0]),
-                                                 "-p", str(port), "-t", str(seconds)]
-                                            + (["-C", congestion] if congestion else [])),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return [server, client]
 
 
 def run_one(lab: Lab, scenario: str, scheduler: str, seed: int, plan: Plan, *,

@@ -1,5 +1,5 @@
-"""`clockfabric bench fuzz`: 10^6 mutated inputs per parser (bench/fuzz_parsers.py), by a pure
-Python mutation fuzzer (bench/fuzz_mutate.py), counted.
+"""`clockfabric bench fuzz`: 10^6 mutated inputs per parser (bench/fuzz/parsers.py), by a pure
+Python mutation fuzzer (bench/fuzz/mutate.py), counted.
 
 Each input is either refused cleanly (one of the parser's refusal exceptions, or a "not mine"
 answer), taken, or a crash (any other exception, or a handler bug a catch-all logged): the
@@ -24,8 +24,8 @@ import typer
 from rich.table import Table
 
 from clockfabric.bench import harness
-from clockfabric.bench.fuzz_mutate import inputs
-from clockfabric.bench.fuzz_parsers import PARSERS, Parser
+from clockfabric.bench.fuzz.mutate import inputs
+from clockfabric.bench.fuzz.parsers import PARSERS, Parser
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.console import err, out, print_json, progress_bar
 

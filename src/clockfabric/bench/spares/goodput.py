@@ -10,8 +10,8 @@ times):
    re-admission: the failed host is drained, passes its audit and returns to the spare pool,
    so the one spare serves every failure; the failure goes to whichever host holds rank 1;
 2. checkpoint restarts: plain DDP writing a checkpoint every K steps, relaunched whole after
-   each failure (bench.spares_restart.restart_schedule);
-3. torchft, where installed (bench.spares_torchft.torchft_schedule), the killed replica
+   each failure (bench.spares.restart.restart_schedule);
+3. torchft, where installed (bench.spares.torchft.torchft_schedule), the killed replica
    relaunched at once on a free host.
 
 Definition. Failure-free plain DDP (examples/ddp_train.py) is run for 100 steps before the
@@ -43,10 +43,12 @@ from typing import Any
 import typer
 
 from clockfabric.audit import expect
-from clockfabric.bench import spares_faults, spares_restart, spares_torchft
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, machine, record, targets_table
-from clockfabric.bench.spares import EXAMPLES, RANKS, SPARE, VICTIM
-from clockfabric.bench.spares_faults import ISOLATED, KILLED, KINDS, MID_STEP
+from clockfabric.bench.spares import faults as spares_faults
+from clockfabric.bench.spares import restart as spares_restart
+from clockfabric.bench.spares import torchft as spares_torchft
+from clockfabric.bench.spares.command import EXAMPLES, RANKS, SPARE, VICTIM
+from clockfabric.bench.spares.faults import ISOLATED, KILLED, KINDS, MID_STEP
 from clockfabric.console import out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job

@@ -7,7 +7,7 @@ is what finding each socket's process and job costs. Target: at one update a sec
 of a core.
 
 The job's step time: paired runs of the lab's DDP job with and without the agents' workload
-service (bench.workload_cost_ddp). Target: at most 1% longer steps, median of the pairs. In the
+service (bench.workload.cost_ddp). Target: at most 1% longer steps, median of the pairs. In the
 same pairs, what the service costs each host with the job's traffic live (its flows read, its
 packets sampled, matched and exchanged, its paths traced): each agent's CPU with the service
 less without, the median of the pairs; target: at most 1% of a core. The service's own count
@@ -81,7 +81,7 @@ def main(jobs: int = typer.Option(4, min=1, max=64, help="Jobs, one process each
          steps: int = typer.Option(40, min=5, help="Training steps per DDP run."),
          out_file: Path = typer.Option(RESULTS / "workload-cost.json", "--out", help="Where the record goes."),
          as_json: bool = typer.Option(False, "--json", help="Print the record's report as JSON.")) -> None:
-    from clockfabric.bench import workload_cost_ddp
+    from clockfabric.bench.workload import cost_ddp as workload_cost_ddp
     from clockfabric.traffic.steer_kernel import FlowReader
     from clockfabric.workload.monitor import WorkloadMonitor
     from clockfabric.workload.procfs import ProcFs

@@ -3,7 +3,7 @@
 examples/ddp_torchft.py runs one replica per rank host; torchft's lighthouse (the
 `torchft_lighthouse` binary its wheel installs) runs on the spare host, its heartbeat
 timeout the coordinator's detection time (2 s), so both are judged on the same budget. The
-same failures are injected (bench.spares_faults). A killed replica is relaunched on the spare
+same failures are injected (bench.spares.faults). A killed replica is relaunched on the spare
 host at once, as torchelastic would on its exit, and joins the quorum, its state fetched from
 a peer; a frozen or cut-off one is not (its process has not exited): the survivors carry on
 without it. Figures: failure -> next completed step (every survivor completed a step that
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clockfabric.bench import spares_faults
+from clockfabric.bench.spares import faults as spares_faults
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import job, process
 from clockfabric.lab.exec import command

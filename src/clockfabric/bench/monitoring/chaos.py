@@ -1,5 +1,5 @@
 """`clockfabric bench chaos`: a lab fleet (controller, switch agents, keyed clock agents) for N
-minutes while faults are injected at random, one after another (bench/chaos_faults.py):
+minutes while faults are injected at random, one after another (bench/monitoring/chaos_faults.py):
 controller kill -9 and restart, agent kill -9 and restart, a database lock held past the
 controller's busy wait, the database file removed and put back, link flaps, garbage and forged
 datagrams, bad pushes. At the end it checks: no acknowledged event lost (a witness pushes
@@ -17,8 +17,8 @@ from typing import Annotated, Any
 
 import typer
 
-from clockfabric.bench.chaos_faults import ALERT_LATE, WITNESS_KIND, Faults
 from clockfabric.bench.harness import BENCHMARKS, Target, labs_removed, machine, record
+from clockfabric.bench.monitoring.chaos_faults import ALERT_LATE, WITNESS_KIND, Faults
 from clockfabric.clock.evaluate import ours_bounds, ours_errors, read_states
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.lab import build

@@ -27,9 +27,10 @@ from pathlib import Path
 import typer
 
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, machine, record, targets_table
-from clockfabric.bench.workload_lab import COLLECTIVE, FABRIC_BPS, PACED
-from clockfabric.bench.workload_stages import seen_ns, stages
+from clockfabric.bench.workload.jobs import COLLECTIVE, FABRIC_BPS
+from clockfabric.bench.workload.stages import seen_ns, stages
 from clockfabric.console import out, print_json
+from clockfabric.lab.flows import PACED
 
 HEALTHY = "healthy"
 CLASSES = ("congestion_other_job", "congestion_non_job", "degraded_link", "flapping_link", "misconfigured_class",
@@ -61,14 +62,14 @@ class Outcome:
     polls: int
     evidence: dict = field(default_factory=dict)  # what the first verdict read: its flows, and the link's load
     prepared_s: float = 0.0  # from the injection's start to its onset: a culprit's port search and start-up
-    seen_s: float | None = None  # onset to the first agent sample that shows the fault (workload_stages)
+    seen_s: float | None = None  # onset to the first agent sample that shows the fault (stages.py)
 
 
 class Faults:
     """The fault classes on one lab with jobs A and B running; each call injects one, now."""
 
     def __init__(self, fleet, logs: Path):
-        from clockfabric.bench.workload_lab import links_between
+        from clockfabric.lab.flows import links_between
 
         self.fleet, self.lab, self.logs = fleet, fleet.lab, logs
         self.port = 5600
@@ -83,11 +84,12 @@ class Faults:
     def _flow(self, kind: str, jobid: str | None, src: str, spine: str, dscp: int = COLLECTIVE,
               **kw) -> Injection:
         """A flow src -> h3 pinned on `spine`, started now: its onset is its first send."""
-        from clockfabric.bench.workload_lab import flow, sender_log, sending_since
+        from clockfabric.lab.flows import flow, sender_log, sending_since
         from clockfabric.lab.process import stop
+        from clockfabric.probe.paths import spread
 
         port = self._next_port()
-        procs = flow(self.lab, self.logs, jobid, src, "h3", port, spine=spine, dscp=dscp, **kw)
+        procs = flow(self.lab, self.logs, jobid, src, "h3", port, spine=spine, spread=spread, dscp=dscp, **kw)
         try:
             onset = sending_since(sender_log(self.logs, jobid, src, "h3", port))
         except BaseException:
@@ -116,7 +118,7 @@ class Faults:
             impair.flap(self.lab, link, down_s=1.0, up_s=1.0, count=2)
             return Injection(kind, self.uplink, onset_ns=onset)
         if kind == "straggler_host":  # rank on h2 stops sending: a busy or throttled host
-            from clockfabric.bench.workload_lab import senders
+            from clockfabric.lab.flows import senders
 
             pids = senders(self.straggler_procs)
             for pid in pids:
@@ -132,7 +134,7 @@ class Faults:
 
 def first_verdict(fleet, injection: Injection, onset: float, watch_s: float) -> Outcome:
     """Poll `job why A` from the onset: the first verdict other than healthy (or healthy)."""
-    from clockfabric.bench.workload_lab import why
+    from clockfabric.bench.workload.jobs import why
 
     verdict = link = culprit = None
     evidence: dict = {}
@@ -176,7 +178,7 @@ def schedule(faults: int, seed: int) -> list[str]:
 def run(faults: int, watch_s: float, settle_s: float, seed: int, progress: Callable[[str], None]) -> dict:
     import dataclasses
 
-    from clockfabric.bench.workload_lab import alerts, two_jobs
+    from clockfabric.bench.workload.jobs import alerts, two_jobs
 
     with two_jobs(LAB, settle_s) as running:
         fleet = running.fleet

@@ -79,8 +79,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clockfabric.bench import harness
-from clockfabric.bench.clocksync_report import PEERS, STEP, WINDOW_S, machine, quiet_hosts, report, targets, verdicts
-from clockfabric.bench.clocksync_traffic import (
+from clockfabric.bench.clocksync.report import PEERS, STEP, WINDOW_S, machine, quiet_hosts, report, targets, verdicts
+from clockfabric.bench.clocksync.traffic import (
     CLI,
     UDP_SHARE,
     BenchError,
@@ -93,7 +93,7 @@ from clockfabric.bench.clocksync_traffic import (
     stop_traffic,
     wait_flowing,
 )
-from clockfabric.bench.clocksync_watch import Fabric, Watch, cpu_busy, cpu_pressure
+from clockfabric.bench.clocksync.watch import Fabric, Watch, cpu_busy, cpu_pressure
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, record
 from clockfabric.console import err, out, require_root
 from clockfabric.errors import ClockfabricError

@@ -56,7 +56,7 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.bench.monitor_latency_match import (
+from clockfabric.bench.monitoring.latency_match import (
     MISSED_S,
     POLL_S,
     SCRAPE_S,

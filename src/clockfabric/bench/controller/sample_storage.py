@@ -31,8 +31,8 @@ from rich.console import Console
 from rich.table import Table
 
 from clockfabric.bench import harness
-from clockfabric.bench.controller_ingest import _test_postgres
-from clockfabric.bench.controller_scale_load import samples as pushed
+from clockfabric.bench.controller.ingest import _test_postgres
+from clockfabric.bench.controller.scale_load import samples as pushed
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.controller.storage.base import Sample
 from clockfabric.controller.storage.retention import HOUR_NS, MINUTE_NS

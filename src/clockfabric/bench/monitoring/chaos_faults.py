@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from clockfabric.agent.config import CONTROL_PORT
-from clockfabric.bench import forge
+from clockfabric.bench.auth import forge
 from clockfabric.clock.evaluate import read_states
 from clockfabric.controller.token import read_token
 from clockfabric.lab import impair, netns

@@ -1,7 +1,7 @@
 """Workload monitoring's false alarms: two healthy jobs and background traffic for minutes on
 end, and every alarm the controller raised about them.
 
-The lab, jobs A and B, as `bench workload` runs them (`workload_lab.two_jobs`), plus traffic of
+The lab, jobs A and B, as `bench workload` runs them (`jobs.two_jobs`), plus traffic of
 no job in the best-effort class: one saturating flow h1 -> h3 on spine1 (across the link of A's
 spine1 flow) and one paced flow h2 -> h0 on spine0. Nothing is injected. For `--minutes`, every
 `--poll` seconds, `job why` on each job over the last 30 s: a verdict other than healthy is a
@@ -35,7 +35,7 @@ def mismatches(w: dict) -> list[str]:
 
 def watch(fleet, minutes: float, poll_s: float, progress: Callable[[str], None]) -> dict:
     """Poll `job why` on each job for `minutes`: verdicts by job, the false ones, the mismatches."""
-    from clockfabric.bench.workload_lab import why
+    from clockfabric.bench.workload.jobs import why
 
     verdicts: dict[str, Counter] = {j: Counter() for j in JOBS}
     false: list[dict] = []
@@ -75,15 +75,18 @@ def sent_bytes(lab, host: str, port: int) -> int:
 
 
 def run(minutes: float, poll_s: float, settle_s: float, progress: Callable[[str], None]) -> dict:
-    from clockfabric.bench.workload_lab import PACED, alerts, flow, two_jobs
+    from clockfabric.bench.workload.jobs import alerts, two_jobs
+    from clockfabric.lab.flows import PACED, flow
     from clockfabric.lab.process import stop
+    from clockfabric.probe.paths import spread
 
     background = {("h1", 5501): {"spine": "spine1"}, ("h2", 5502): {"spine": "spine0", **PACED}}
     with two_jobs(LAB, settle_s) as running:
         fleet, procs = running.fleet, []
         try:
             for (src, port), how in background.items():
-                procs += flow(fleet.lab, fleet.logs, None, src, "h3" if src == "h1" else "h0", port, dscp=0, **how)
+                dst = "h3" if src == "h1" else "h0"
+                procs += flow(fleet.lab, fleet.logs, None, src, dst, port, spread=spread, dscp=0, **how)
             time.sleep(settle_s)
             start_ns, sent = time.time_ns(), {key: sent_bytes(fleet.lab, *key) for key in background}
             report = watch(fleet, minutes, poll_s, progress)

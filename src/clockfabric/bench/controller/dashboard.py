@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clockfabric.bench import harness
-from clockfabric.bench.dashboard_fleet import Shape, generate
+from clockfabric.bench.controller.dashboard_fleet import Shape, generate
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
 from clockfabric.controller.fleet import Fleet

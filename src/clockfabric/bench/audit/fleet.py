@@ -37,7 +37,7 @@ from clockfabric.audit.gather import gather, specs
 from clockfabric.audit.registry import select
 from clockfabric.audit.run import audit
 from clockfabric.bench import harness
-from clockfabric.bench.allreduce_vs_tcp import tcp_ring  # the same-run kernel TCP baseline
+from clockfabric.bench.collective.vs_tcp import tcp_ring  # the same-run kernel TCP baseline
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record
 from clockfabric.collective.expected import expected_busbw_gbps
 from clockfabric.console import require_root

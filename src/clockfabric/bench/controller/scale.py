@@ -36,8 +36,8 @@ import typer
 from rich.console import Console
 
 from clockfabric.bench import harness
-from clockfabric.bench.controller_ingest import _test_postgres
-from clockfabric.bench.controller_scale_load import Counts, SimHost, run_load
+from clockfabric.bench.controller.ingest import _test_postgres
+from clockfabric.bench.controller.scale_load import Counts, SimHost, run_load
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.lab import process
 

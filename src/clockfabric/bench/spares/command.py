@@ -1,9 +1,9 @@
 """`clockfabric bench spares`: the same job three ways on one lab in one run, under the same failures.
 
 (1) what users run today: plain DDP writing a checkpoint every K steps, relaunched whole once a
-worker exits (bench.spares_restart: after a frozen or cut-off rank, at the collective timeout);
-(2) torchft on gloo (bench.spares_torchft); (3) ours: the elastic wrapper with a spare waiting
-(examples/ddp_spares.py, train.launch). The failures (bench.spares_faults): a rank killed
+worker exits (bench.spares.restart: after a frozen or cut-off rank, at the collective timeout);
+(2) torchft on gloo (bench.spares.torchft); (3) ours: the elastic wrapper with a spare waiting
+(examples/ddp_spares.py, train.launch). The failures (bench.spares.faults): a rank killed
 between steps or in the middle of its step (its peers in the all-reduce), its host isolated
 (both NICs down), its process frozen (SIGSTOP); each of the three ways under each of them.
 
@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import typer
 
-from clockfabric.bench import spares_faults, spares_restart, spares_torchft
 from clockfabric.bench.harness import (
     BENCHMARKS,
     RESULTS,
@@ -40,7 +39,10 @@ from clockfabric.bench.harness import (
     resampled_medians,
     targets_table,
 )
-from clockfabric.bench.spares_faults import FROZEN, ISOLATED, KILLED, KINDS, MID_STEP
+from clockfabric.bench.spares import faults as spares_faults
+from clockfabric.bench.spares import restart as spares_restart
+from clockfabric.bench.spares import torchft as spares_torchft
+from clockfabric.bench.spares.faults import FROZEN, ISOLATED, KILLED, KINDS, MID_STEP
 from clockfabric.console import out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job

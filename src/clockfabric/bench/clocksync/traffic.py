@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from clockfabric.bench.clocksync_watch import Fabric
+from clockfabric.bench.clocksync.watch import Fabric
 from clockfabric.console import err
 from clockfabric.lab import build, job
 from clockfabric.lab.process import alive, children

@@ -1,7 +1,7 @@
 """What users run today, in the spares benchmark's harness: restarts from a disk checkpoint.
 
 Plain DDP (examples/ddp_train.py) writes a checkpoint every K steps. Rank 1's host fails (any
-of bench.spares_faults' kinds); as torchrun's agent does with `--max-restarts`, the job is
+of bench.spares.faults' kinds); as torchrun's agent does with `--max-restarts`, the job is
 relaunched whole once a worker exits: a killed rank exits at once, but a frozen or cut-off
 one does not, so the agent learns of it only when its peers' collective times out (the job's
 own `--timeout`) and they exit with the error. The other workers are then stopped and the job
@@ -10,7 +10,7 @@ after a frozen or cut-off host (as a scheduler replaces a node); it loads the la
 and redoes the steps after it. Its figures are those of the elastic job: failure -> next new
 completed step, and the completed steps lost; `goodput` turns either into the effective
 training time ratio with one failure every period. `restart_schedule` takes several failures
-on a schedule of wall time, relaunching after each (the measured goodput, bench.spares_goodput).
+on a schedule of wall time, relaunching after each (the measured goodput, bench.spares.goodput).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clockfabric.bench import spares_faults
-from clockfabric.bench.spares_faults import KILLED, MID_STEP
+from clockfabric.bench.spares import faults as spares_faults
+from clockfabric.bench.spares.faults import KILLED, MID_STEP
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import job
 from clockfabric.lab.state import Lab

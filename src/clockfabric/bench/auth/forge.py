@@ -1,9 +1,9 @@
 """What an attacker on a lab host without the fleet key can send: run on a host, in its namespace.
 
-    python -m clockfabric.bench.forge reply   --to ADDR --ports 7304,7305 [--count N]
-    python -m clockfabric.bench.forge map     --to ADDR --victim HOST --shift-ns NS [--count N]
-    python -m clockfabric.bench.forge garbage --to ADDR --ports 7299,7300 [--count N]
-    python -m clockfabric.bench.forge replay  --ports 7299 [--count N] [--wait S]
+    python -m clockfabric.bench.auth.forge reply   --to ADDR --ports 7304,7305 [--count N]
+    python -m clockfabric.bench.auth.forge map     --to ADDR --victim HOST --shift-ns NS [--count N]
+    python -m clockfabric.bench.auth.forge garbage --to ADDR --ports 7299,7300 [--count N]
+    python -m clockfabric.bench.auth.forge replay  --ports 7299 [--count N] [--wait S]
 
 `reply` sends probe replies (REPLY0 with made-up timestamps, REPLY1) sealed with a key of its
 own under the fleet's key id; `map` a clock map that moves `victim` by `shift-ns`, sealed the
@@ -118,7 +118,7 @@ def on_host(lab: Lab, host: str, what: str, *args: str, timeout_s: float = 30.0)
     from clockfabric.lab.exec import command
 
     address = str(lab.topology.hosts[host].address)
-    argv = [sys.executable, "-m", "clockfabric.bench.forge", what, "--bind", address, *args]
+    argv = [sys.executable, "-m", "clockfabric.bench.auth.forge", what, "--bind", address, *args]
     done = subprocess.run(command(lab, host, argv), capture_output=True, text=True, timeout=timeout_s)
     lines = done.stdout.strip().splitlines()
     return int(json.loads(lines[-1])["sent"]) if lines else 0

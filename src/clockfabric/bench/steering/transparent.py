@@ -38,7 +38,7 @@ from rich.table import Table
 
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.bench.transparent_trace import Elephants, Tracer, exposure, sh
+from clockfabric.bench.steering.transparent_trace import Elephants, Tracer, exposure, sh
 from clockfabric.clock.evaluate import read_states
 from clockfabric.console import require_root
 from clockfabric.errors import ClockfabricError

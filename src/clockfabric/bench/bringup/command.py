@@ -34,8 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from clockfabric.bench import harness
-from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.bench.lab_bringup_baseline import (
+from clockfabric.bench.bringup.baseline import (
     BenchError,
     baseline_down,
     baseline_plan,
@@ -43,6 +42,7 @@ from clockfabric.bench.lab_bringup_baseline import (
     compare,
     fingerprint,
 )
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.console import require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, netns

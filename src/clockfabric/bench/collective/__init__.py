@@ -1,0 +1,2 @@
+"""Collective benchmarks: all-reduce and all-to-all in nccl-tests' columns (command.py), and
+all-reduce against link rates and plain TCP (vs_tcp.py)."""
