@@ -37,7 +37,7 @@ PEER_IMPORTS = {
     ("console", "errors"): "a command's unmet precondition is one clear line",
     ("logs", "errors"): "an unknown --log-format is one clear line",
     ("auth", "errors"): "a malformed key file is a user's mistake: one clear line",
-    ("clock", "probe"): "pair fits and the sync service read the probes' timestamps",
+    ("clock", "probe"): "pair fits and clock sync read the probes' timestamps",
     ("collective", "probe"): "the workers learn each subflow's spine with probe.paths",
     ("audit", "telemetry"): "the host facts reuse the collectors' sysfs and NVML readers",
     ("audit", "collective"): "the collective check runs all-reduces and bisects slow planes",
