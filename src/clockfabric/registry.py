@@ -3,13 +3,15 @@ detectors, agent services, collective schedulers, benchmarks.
 
 Modelled on node_exporter's `registerCollector(name, default, factory)`: each entry has a stable
 name, a factory, whether it is on by default, and whatever the kind needs to know about it
-(`meta`). Entries register themselves on import (one module each), so adding one is adding a
-file; `load` names the package whose import registers them all.
+(`meta`). Each kind has one small ABC (`Collector`, `Check`, `Detector`, `Service`, ...) and
+its factories make instances of it, so callers call typed methods, never one found by name.
+Entries register themselves on import (one module each), so adding one is adding a file;
+`load` names the package whose import registers them all.
 
     COLLECTORS = Registry("collector", load="clockfabric.telemetry.collectors")
 
     @COLLECTORS.register("nic", help="NIC counters from sysfs")
-    class Nic: ...
+    def nic_collector(ctx: CollectorContext) -> Collector: ...
 
     for entry in COLLECTORS.enabled(enable=["rdma"], disable=["amd_gpu"]):
         collector = entry.factory(...)

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from clockfabric.agent.metrics import AgentMetrics, clock_metrics
-from clockfabric.telemetry.base import Collectors, Metric
+from clockfabric.telemetry.base import Collector, Collectors, Metric
 
 STATE = {
     "host": "h1",
@@ -22,7 +22,7 @@ STATE = {
 }
 
 
-class Broken:
+class Broken(Collector):
     name = "broken"
 
     def absent(self):
@@ -32,7 +32,7 @@ class Broken:
         raise OSError("device vanished")
 
 
-class Missing:
+class Missing(Collector):
     name = "missing"
 
     def absent(self):
@@ -42,7 +42,7 @@ class Missing:
         raise AssertionError("collect() of an absent collector")
 
 
-class Fixed:
+class Fixed(Collector):
     name = "fixed"
 
     def absent(self):

@@ -184,10 +184,10 @@ def test_a_failing_service_costs_its_call_not_the_caller_and_is_counted(caplog):
     sup, broken, fine = Supervisor(), Broken(), Recorder("fine")
     with caplog.at_level("ERROR"):
         for _ in range(3):
-            assert sup.call(broken, "tick", 0) is None
-            assert sup.call(fine, "report", default={"x": 1}) == {}  # a working service's answer, not the default
+            assert sup.call(broken, broken.tick, 0, default=None) is None
+            assert sup.call(fine, fine.report, default={"x": 1}) == {}  # a working service's answer, not the default
     assert broken.ticks == 3
-    assert sup.call(broken, "poll", 0.0, default=7.0) == math.inf  # poll does not raise: its own answer
+    assert sup.call(broken, broken.poll, 0.0, default=7.0) == math.inf  # poll does not raise: its own answer
     report = sup.report()["service_failures"]
     assert list(report) == ["broken"] and report["broken"]["count"] == 3
     assert report["broken"]["last"] == "tick: OSError: [Errno 100] Network is down"

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 from clockfabric.agent.context import AgentContext
 from clockfabric.clock.mapping import HOLDOVER, Mapping
-from clockfabric.clock.service import OWD_TRUST_NS
+from clockfabric.clock.sync import OWD_TRUST_NS
 
 
 class Clock:

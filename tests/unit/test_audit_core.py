@@ -19,7 +19,7 @@ from clockfabric.audit.blame import blame
 from clockfabric.audit.context import Context
 from clockfabric.audit.gather import gather, specs, template_transport
 from clockfabric.audit.model import CheckResult, Finding, Report, Verdict, worst
-from clockfabric.audit.registry import CATEGORIES, CHECKS, Check, Outcome, all_checks, check, select
+from clockfabric.audit.registry import CATEGORIES, CHECKS, FunctionCheck, Outcome, all_checks, check, select
 from clockfabric.audit.render import SHOWN, junit, tree
 from clockfabric.audit.run import audit, run_check
 from clockfabric.errors import ClockfabricError
@@ -377,19 +377,20 @@ def ctx():
 
 
 def test_run_check_result(ctx):
-    c = Check("backend.demo", "backend", "Demo", "do the thing",
+    c = FunctionCheck("backend.demo", "backend", "Demo", "do the thing",
               lambda ctx: Outcome("2 looked at", [Finding(P, "ok", "h0"), Finding(W, "meh", "h1", "eth0")]))
     r = run_check(ctx, c, 5)
     assert (r.id, r.category, r.title, r.verdict, r.summary, r.fix) == ("backend.demo", "backend", "Demo", W,
                                                                         "2 looked at", "do the thing")
     assert len(r.findings) == 2 and 0 <= r.seconds < 5
-    assert run_check(ctx, Check("backend.e", "backend", "E", "", lambda ctx: Outcome("nothing wrong")), 5).verdict is P
+    empty = FunctionCheck("backend.e", "backend", "E", "", lambda ctx: Outcome("nothing wrong"))
+    assert run_check(ctx, empty, 5).verdict is P
 
 
 def test_run_check_that_raises_is_unknown(ctx):
     def boom(ctx):
         raise KeyError("rtt_us")
-    r = run_check(ctx, Check("backend.boom", "backend", "Boom", "fix", boom), 5)
+    r = run_check(ctx, FunctionCheck("backend.boom", "backend", "Boom", "fix", boom), 5)
     assert r.verdict is U
     assert r.summary == "the check failed to run"
     assert [(f.verdict, f.message) for f in r.findings] == [(U, "KeyError: 'rtt_us'")]
@@ -397,7 +398,7 @@ def test_run_check_that_raises_is_unknown(ctx):
 
 def test_run_check_that_hangs_is_unknown_within_the_timeout(ctx):
     release = threading.Event()
-    c = Check("backend.hang", "backend", "Hang", "fix", lambda ctx: release.wait(30) and Outcome("late"))
+    c = FunctionCheck("backend.hang", "backend", "Hang", "fix", lambda ctx: release.wait(30) and Outcome("late"))
     try:
         t0 = time.monotonic()
         r = run_check(ctx, c, 0.3)

@@ -14,7 +14,7 @@ from clockfabric.agent.services.clock import START_REPORT_S, START_SOLVE_S, STAR
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.mapping import Mapping
 from clockfabric.topology import leafspine
-from tests.unit.test_clock_service import EPOCH, NOW_TAU, Host, edge_row, make_fleet
+from tests.unit.test_clock_sync import EPOCH, NOW_TAU, Host, edge_row, make_fleet
 
 
 class Clock:

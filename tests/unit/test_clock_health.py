@@ -10,8 +10,8 @@ from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.health import HOLDOVER_MAX_NS, asymmetric_hosts, hold_over
 from clockfabric.clock.mapping import DRIFT_BOUND, HOLDOVER, UNSYNCED, Mapping
 from clockfabric.clock.pairs import PairWindow
-from clockfabric.clock.service import HostSync, Solver
-from tests.unit.test_clock_service import EPOCH, NOW_TAU, edge_row, make_fleet
+from clockfabric.clock.sync import HostSync, Solver
+from tests.unit.test_clock_sync import EPOCH, NOW_TAU, edge_row, make_fleet
 from tests.unit.test_pair_window import FLOOR_NS, TrueClock, feed, make_exchange, stream, theta
 
 

@@ -10,10 +10,10 @@ import pytest
 from clockfabric.clock.evaluate import frame_of, ours_errors
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.mapping import Mapping
-from clockfabric.clock.service import FLAG_HOLD_S, Solver
+from clockfabric.clock.sync import FLAG_HOLD_S, Solver
 from clockfabric.clock.timescale import Frame
 from clockfabric.clock.vclock import VirtualClock
-from tests.unit.test_clock_service import EPOCH, NOW_TAU, Host, edge_row, make_fleet
+from tests.unit.test_clock_sync import EPOCH, NOW_TAU, Host, edge_row, make_fleet
 
 QUEUED_NS = 80_000.0  # the band half-width of every pair with the queued host
 

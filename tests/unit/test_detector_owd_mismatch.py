@@ -121,7 +121,8 @@ def test_off_without_a_topology_and_when_disabled():
 
 def test_config_section_parses_like_slow_flow():
     config = parse_config({"owd_mismatch": {"windows": 5, "recent": "20s", "severity": "critical"}})
-    assert (config.owd_mismatch.windows, config.owd_mismatch.recent_ns, config.owd_mismatch.severity) == \
+    section = config.detectors["owd_mismatch"]
+    assert (section.windows, section.recent_ns, section.severity) == \
         (5, 20 * S, "critical")
     with pytest.raises(ClockfabricError, match="owd_mismatch.windows must be a positive integer"):
         parse_config({"owd_mismatch": {"windows": 0}})

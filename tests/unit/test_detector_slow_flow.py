@@ -51,4 +51,4 @@ def test_healthy_jobs_with_background_traffic_never_alert():
 def test_it_can_be_turned_off_and_tuned():
     off = parse_config({"slow_flow": {"enabled": False}})
     assert not any(run(ring("A", h1=(80, 2000)), off)[-1])
-    assert parse_config({"slow_flow": {"windows": 5, "recent": "20s"}}).slow_flow.recent_ns == 20 * S
+    assert parse_config({"slow_flow": {"windows": 5, "recent": "20s"}}).detectors["slow_flow"].recent_ns == 20 * S

@@ -339,14 +339,16 @@ congestion: {margin: 20us, windows: 3, stat: min, severity: critical}
 topology_drift: {enabled: false}
 """))
     assert cfg.stale_after_ns == 120 * S
-    assert cfg.link_down.severity == "warning"
-    assert (cfg.flapping.count, cfg.flapping.window_ns) == (5, 30 * S)
-    assert (cfg.latency_sla.p99_ns, cfg.latency_sla.windows) == (800 * US, 4)
-    assert cfg.latency_sla.threshold_ns("h0", "h2", "eth0:7000") == 2 * MS
-    assert cfg.latency_sla.threshold_ns("h0", "h2", "eth0:7001") == 500 * US
-    assert cfg.latency_sla.threshold_ns("h1", "h2", "eth0:7001") == 800 * US
-    assert (cfg.congestion.margin_ns, cfg.congestion.windows, cfg.congestion.stat) == (20 * US, 3, "min")
-    assert not cfg.topology_drift.enabled
+    link_down, flapping, sla, congestion, drift = (cfg.detectors[name] for name in (
+        "link_down", "flapping", "latency_sla", "congestion", "topology_drift"))
+    assert link_down.severity == "warning"
+    assert (flapping.count, flapping.window_ns) == (5, 30 * S)
+    assert (sla.p99_ns, sla.windows) == (800 * US, 4)
+    assert sla.threshold_ns("h0", "h2", "eth0:7000") == 2 * MS
+    assert sla.threshold_ns("h0", "h2", "eth0:7001") == 500 * US
+    assert sla.threshold_ns("h1", "h2", "eth0:7001") == 800 * US
+    assert (congestion.margin_ns, congestion.windows, congestion.stat) == (20 * US, 3, "min")
+    assert not drift.enabled
 
 
 @pytest.mark.parametrize("text, says", [

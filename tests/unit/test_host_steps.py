@@ -1,4 +1,4 @@
-"""Clock steps as a host sees them (clock/service.py HostSync over clock/pairs.py): our own
+"""Clock steps as a host sees them (clock/sync.py HostSync over clock/pairs.py): our own
 step is told apart from a peer's by several pairs breaking alike, and every pair shifts at
 once; a peer's word shifts the one pair with it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clockfabric.clock.service import HostSync
+from clockfabric.clock.sync import HostSync
 from tests.unit.test_pair_window import FLOOR_NS, TrueClock, make_exchange
 
 PEERS = ["p1", "p2", "p3", "p4"]

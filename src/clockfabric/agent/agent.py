@@ -170,7 +170,7 @@ class Agent:
                     next_tick += self.cfg.update_s
         finally:
             for s in reversed(self.services):
-                self.supervisor.call(s, "stop")  # the others are stopped too
+                self.supervisor.call(s, s.stop, default=None)  # the others are stopped too
             ctx.engine.stop()
             ctx.engine.join(2)
             sel.close()
@@ -196,14 +196,14 @@ class Agent:
             self.router.deliver(opened.payload, (src, sport))
 
     def _poll(self) -> float:
-        return min((self.supervisor.call(s, "poll", time.monotonic(), default=math.inf) for s in self.services),
+        return min((self.supervisor.call(s, s.poll, time.monotonic(), default=math.inf) for s in self.services),
                    default=math.inf)
 
     def _tick(self) -> None:
         self._poll()  # what completed since the last poll: the fits see it before the report
         now = self.ctx.clock.now_ns()
         for s in self.services:
-            self.supervisor.call(s, "tick", now)
+            self.supervisor.call(s, s.tick, now, default=None)
         self._publish(now)
 
     def _for_controller(self) -> tuple[list[dict], list[dict], dict]:
@@ -213,7 +213,7 @@ class Agent:
         events, samples, self._links_seen = link_payload(ctx.links, self._links_seen, ctx.to_time)
         info = {"address": ctx.address, "pid": os.getpid(), "reference": self.cfg.reference}
         for s in self.services:
-            part = self.supervisor.call(s, "snapshot", default=Snapshot())
+            part = self.supervisor.call(s, s.snapshot, default=Snapshot())
             events += part.events
             samples += part.samples
             info.update(part.info)
@@ -228,7 +228,7 @@ class Agent:
                  "auth": {"secure": self.keys is not None, "key_ids": self.keys.ids() if self.keys else [],
                           "rejected": {s.channel: dict(s.rejected) for s in self.sealers.values()}}}
         for s in self.services:
-            state.update(self.supervisor.call(s, "report", default={}))
+            state.update(self.supervisor.call(s, s.report, default={}))
         state.update(self.supervisor.report())
         self.ctx.latest = state
         tmp = self.state_path.with_suffix(".tmp")

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from clockfabric.agent.config import CONTROL_PORT
 from clockfabric.auth.seal import CONTROL, Sealer
-from clockfabric.clock.service import OWD_TRUST_NS
+from clockfabric.clock.sync import OWD_TRUST_NS
 from clockfabric.probe import wire
 
 if TYPE_CHECKING:
     from clockfabric.agent.config import AgentConfig
-    from clockfabric.clock.service import HostSync
+    from clockfabric.clock.sync import HostSync
     from clockfabric.lldp import Neighbours
     from clockfabric.probe.engine import ProbeEngine
     from clockfabric.telemetry.link_watcher import LinkWatcher

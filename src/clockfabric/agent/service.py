@@ -1,5 +1,13 @@
 """The agent is a router of services: each concern of the host agent is one `Service`.
 
+Words, as the agent's code uses them:
+- service: one part of the host agent (clock, claims, lldp, failover, telemetry, workload,
+  controller), a `Service` here, one module in clockfabric.agent.services. Nothing else is one:
+  clock sync's algorithm is clock.sync, and the controller is a process the agents push to.
+- collector: one source of telemetry (telemetry/), run by the telemetry service.
+- detector: one kind of alert the controller finds (controller/detectors/).
+- check: one audit verdict (audit/checks/).
+
 A service is built from the agent's shared context (context.py) when its config wants it,
 and then the agent drives it: `start()`; each control message of a type it declared in
 `handles` goes to `on_message`; `poll()` each time the main loop wakes (a fraction of a
@@ -17,18 +25,21 @@ from __future__ import annotations
 import logging
 import math
 import time
+from abc import ABC
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 from clockfabric import wirejson
 from clockfabric.registry import Entry, Registry
 
 if TYPE_CHECKING:
     from clockfabric.agent.config import AgentConfig
+    from clockfabric.agent.context import AgentContext
 
 log = logging.getLogger(__name__)
-SERVICES: Registry = Registry("service", load="clockfabric.agent.services")
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 @dataclass
@@ -40,14 +51,14 @@ class Snapshot:
     info: dict = field(default_factory=dict)  # fields of the push's agent info
 
 
-class Service:
+class Service(ABC):  # noqa: B024 - every call is optional: a service overrides those it does
     """What the agent calls; a service overrides the parts it does (these do nothing)."""
 
     name: str = ""  # set by @service
     handles: frozenset[str] = frozenset()  # control message types ("t") it answers
 
-    def start(self) -> None:
-        pass
+    def start(self) -> None:  # noqa: B027 - optional
+        """Start its threads and sockets; the constructor only builds."""
 
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
         raise NotImplementedError(f"service {self.name} declared {msg.get('t')!r} but does not handle it")
@@ -57,7 +68,7 @@ class Service:
         on that clock, it wants the next poll at the latest (math.inf: no hurry)."""
         return math.inf
 
-    def tick(self, now_ns: int) -> None:
+    def tick(self, now_ns: int) -> None:  # noqa: B027 - optional
         """The periodic work of one update; `now_ns`: the host clock's reading."""
 
     def report(self) -> dict:
@@ -68,19 +79,25 @@ class Service:
         """Its part of a push to the controller (called from the pusher's thread)."""
         return Snapshot()
 
-    def stop(self) -> None:
-        pass
+    def stop(self) -> None:  # noqa: B027 - optional
+        """Let go of its threads and sockets."""
 
 
-def service(name: str, *, help: str, wanted: Callable[[AgentConfig], bool] = lambda cfg: True):
+# a service's factory: its class, built from the agent's shared context
+SERVICES: Registry[Callable[[AgentContext], Service]] = Registry("service", load="clockfabric.agent.services")
+S = TypeVar("S", bound=type[Service])
+
+
+def service(name: str, *, help: str, wanted: Callable[[AgentConfig], bool] = lambda cfg: True) -> Callable[[S], S]:
     """Class decorator: register a Service under `name`; `wanted(cfg)` says whether an agent runs it."""
-    def add(cls: type[Service]) -> type[Service]:
+    def add(cls: S) -> S:
         cls.name = name
-        return SERVICES.register(name, help=help, wanted=wanted)(cls)
+        SERVICES.register(name, help=help, wanted=wanted)(cls)
+        return cls
     return add
 
 
-def chosen(cfg: AgentConfig) -> list[Entry]:
+def chosen(cfg: AgentConfig) -> list[Entry[Callable[[AgentContext], Service]]]:
     """The services an agent with `cfg` runs, in their start order: those not disabled
     (`clockfabric agent --disable NAME`) that its configuration wants."""
     return [entry for entry in SERVICES.enabled(disable=cfg.disabled) if entry.meta["wanted"](cfg)]
@@ -138,18 +155,19 @@ class Supervisor:
     def __init__(self) -> None:
         self.failures: dict[str, Failures] = {}
 
-    def call(self, s: Service, method: str, *args: object, default: object = None):
+    def call(self, s: Service, method: Callable[[*Ts], T], *args: *Ts, default: T) -> T:
+        """`method` (one of `s`'s) with `args`; `default` if it raises."""
         try:
-            return getattr(s, method)(*args)
+            return method(*args)
         except Exception as e:  # noqa: BLE001 - any of a service's bugs: counted and logged below
             f = self.failures.setdefault(s.name, Failures())
             f.count += 1
-            f.last = f"{method}: {type(e).__name__}: {e}"[:300]
+            f.last = f"{method.__name__}: {type(e).__name__}: {e}"[:300]
             now = time.monotonic()
             if now - f.logged_at >= self.LOG_EVERY_S:
                 f.logged_at = now
                 log.exception("the %s service's %s failed (%d so far): the agent goes on without it",
-                              s.name, method, f.count)
+                              s.name, method.__name__, f.count)
             return default
 
     def report(self) -> dict:

@@ -1,4 +1,4 @@
-"""The controller as a service to run: its background loops (supervised), the storage watch, the
+"""The controller as a process to run: its background loops (supervised), the storage watch, the
 readiness probe and its own metrics.
 
 - `GET /healthz` (app.py): live, the process serves; no token, no storage.

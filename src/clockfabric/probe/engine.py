@@ -144,13 +144,13 @@ class ProbeEngine(threading.Thread):
         try:
             while not self._stopping.is_set():
                 for fd, events in wake.poll(max(0.0, next_tick - time.monotonic())):
-                    self._service(self._by_fd[fd], events)  # our replies' send timestamps follow
+                    self._drain(self._by_fd[fd], events)  # our replies' send timestamps follow
                 now = time.monotonic()
                 if now < next_tick:
                     continue
                 next_tick = max(next_tick + TICK_S, now)
                 for fd, events in tick.poll(0):
-                    self._service(self._by_fd[fd], events)
+                    self._drain(self._by_fd[fd], events)
                 while due and due[0][0] <= now:
                     _, peer = heapq.heappop(due)
                     self._probe(peer)
@@ -163,7 +163,7 @@ class ProbeEngine(threading.Thread):
             for p in self._paths + self._reflectors:
                 p.sock.close()
 
-    def _service(self, sock: _Socket, events: int) -> None:
+    def _drain(self, sock: _Socket, events: int) -> None:
         """Read only the queues that have something (an empty read is a wasted syscall): data,
         then the error queue, where the send timestamps of what we just sent are waiting."""
         if events & select.EPOLLIN:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
+from clockfabric.telemetry.base import COLLECTORS, Collector, CollectorContext, Metric
 
 log = logging.getLogger(__name__)
 P = "clockfabric_amd_gpu_"
@@ -45,7 +45,7 @@ def _pcie_replay(smi, h, labels):
 FIELDS = [_temperature("edge"), _temperature("junction"), _power, _ecc, _pcie_replay]
 
 
-class AmdGpuCollector:
+class AmdGpuCollector(Collector):
     name = "amd_gpu"
 
     def __init__(self, amdsmi=None):

@@ -1,12 +1,12 @@
 """What every collector returns, and how the agent runs them all.
 
-A collector answers two questions: is its hardware here (`absent()`: None, or why not),
-and what does it read now (`collect()`: a list of Metric). A collector for absent
+A collector (the `Collector` ABC) answers two questions: is its hardware here (`absent()`:
+None, or why not), and what does it read now (`collect()`: a list of Metric). A collector for absent
 hardware costs nothing after that one check; one that raises is reported down on its own
 (`clockfabric_collector_up`) and takes no other collector with it.
 
-Each collector module registers a factory in `COLLECTORS` (one module each, imported by
-telemetry/collectors.py); the factory takes the host's `CollectorContext`. Which run is
+Each collector module registers a factory `(CollectorContext) -> Collector` in `COLLECTORS`
+(one module each, imported by telemetry/collectors.py). Which run is
 chosen as node_exporter does: the defaults, plus `--collector NAME`, less `--no-collector NAME`.
 """
 
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from clockfabric.registry import Registry
 
@@ -38,16 +39,19 @@ class Metric:
     help: str = ""
 
 
-class Collector(Protocol):
+class Collector(ABC):
     name: str  # short and stable: "nic", "rdma", "nvidia_gpu", ...
 
+    @abstractmethod
     def absent(self) -> str | None:
         """None if the hardware is here; otherwise one line on why it is not."""
 
+    @abstractmethod
     def collect(self) -> list[Metric]:
         """Read everything now."""
 
-    # optional: close(), for a collector that holds a thread or a library handle
+    def close(self) -> None:  # noqa: B027 - optional: most hold nothing
+        """Let go of what it holds: a thread, a library handle."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,8 @@ class CollectorContext:
     neighbours: Neighbours | None = None  # None: no LLDP here (not root)
 
 
-COLLECTORS: Registry = Registry("collector", load="clockfabric.telemetry.collectors")
+CollectorFactory = Callable[[CollectorContext], Collector]
+COLLECTORS: Registry[CollectorFactory] = Registry("collector", load="clockfabric.telemetry.collectors")
 
 
 @dataclass
@@ -102,5 +107,4 @@ class Collectors:
 
     def close(self) -> None:
         for c in self.all:
-            if hasattr(c, "close"):
-                c.close()
+            c.close()

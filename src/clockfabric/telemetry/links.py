@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
+from clockfabric.telemetry.base import COLLECTORS, Collector, CollectorContext, Metric
 from clockfabric.telemetry.link_watcher import LinkWatcher
 
 
-class LinkCollector:
+class LinkCollector(Collector):
     """Link state and flaps as metrics, from a LinkWatcher (its own, started on first use,
     unless one is given)."""
 

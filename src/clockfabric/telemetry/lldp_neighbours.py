@@ -8,10 +8,10 @@ The listener is the agent's (its LLDP service opens and closes it); this only re
 from __future__ import annotations
 
 from clockfabric.lldp import Neighbours
-from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
+from clockfabric.telemetry.base import COLLECTORS, Collector, CollectorContext, Metric
 
 
-class LldpCollector:
+class LldpCollector(Collector):
     name = "lldp"
 
     def __init__(self, neighbours: Neighbours | None):

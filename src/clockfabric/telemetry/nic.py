@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
+from clockfabric.telemetry.base import COLLECTORS, Collector, CollectorContext, Metric
 
 # statistics file -> node_exporter metric
 COUNTERS = {
@@ -31,7 +31,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-class NicCollector:
+class NicCollector(Collector):
     name = "nic"
 
     def __init__(self, devices: list[str] | None = None, root: Path = Path("/sys/class/net")):

@@ -21,7 +21,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
+from clockfabric.telemetry.base import COLLECTORS, Collector, CollectorContext, Metric
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class _Gpu:
     xids: int = 0
 
 
-class NvidiaGpuCollector:
+class NvidiaGpuCollector(Collector):
     name = "nvidia_gpu"
 
     def __init__(self, nvml=None):

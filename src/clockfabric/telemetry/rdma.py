@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from clockfabric.telemetry.base import COLLECTORS, CollectorContext, Metric
+from clockfabric.telemetry.base import COLLECTORS, Collector, CollectorContext, Metric
 
 P = "clockfabric_rdma_"
 # PortRcvData / PortXmitData count 4-byte words (IB spec, PortCounters), and sysfs passes
@@ -64,7 +64,7 @@ def _entries(d: Path, numbered: bool = False) -> list[Path]:
     return sorted(found)
 
 
-class RdmaCollector:
+class RdmaCollector(Collector):
     name = "rdma"
 
     def __init__(self, root: Path = Path("/sys/class/infiniband")):

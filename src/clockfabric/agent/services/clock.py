@@ -19,7 +19,7 @@ import time
 
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
-from clockfabric.clock.service import YOUNG_WINDOWS, HostSync, Solver
+from clockfabric.clock.sync import YOUNG_WINDOWS, HostSync, Solver
 
 # after a host reports a clock step, the solver waits this long for its neighbours' reports
 URGENT_SOLVE_S = 0.05

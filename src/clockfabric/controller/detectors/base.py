@@ -1,22 +1,27 @@
-"""What the detectors share: their registry, the finding each reports, OWD sample keys, streaks,
-link names.
+"""What the detectors share: their ABC and registry, the finding each reports, OWD sample keys,
+streaks, link names.
 
-Each detector module registers a factory `(MonitorConfig, LinkIndex) -> detector` in
-`DETECTORS` under the name of its config section; a detector implements whichever of
-on_events / on_samples / on_neighbours / set_path_links / findings it needs (see DetectorSet).
+A detector is a `Detector` subclass, registered in `DETECTORS` under the name of its config
+section; the class is the factory: `(its config, DetectorContext) -> Detector`. It says what
+should be open now (`findings`), fed by whichever of on_events / on_samples / on_neighbours /
+set_path_links it needs (the rest do nothing); DetectorSet calls them all.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
 
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.detectors.config import DetectorConfig
+from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.registry import Registry
 from clockfabric.topology.addressing import interfaces
 from clockfabric.topology.model import Link, Port, Topology
 
-DETECTORS: Registry = Registry("detector", load="clockfabric.controller.detectors")
 PathKey = tuple[str, str, str]  # (src host, dst host, path label): one direction of one path
+C = TypeVar("C", bound=DetectorConfig)
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,44 @@ class Finding:
     severity: str
     message: str
     detail: dict = field(default_factory=dict)  # JSON-safe: it goes to storage and webhooks as is
+
+
+@dataclass(frozen=True)
+class DetectorContext:
+    """What any detector may read besides its own config."""
+
+    links: LinkIndex
+    stale_after_ns: int  # a path with no sample this long is forgotten (its alerts resolve)
+
+
+class Detector(ABC, Generic[C]):
+    """One kind of alert: fed what agents push, it says which findings should be open now."""
+
+    config_type: ClassVar[type[DetectorConfig]]  # its section of the monitor config
+    needs_topology: ClassVar[bool] = False  # compares with the topology: off without one
+
+    def __init__(self, config: C, ctx: DetectorContext):
+        self.config = config
+
+    @abstractmethod
+    def findings(self, now_ns: int) -> list[Finding]:
+        """What should be open now."""
+
+    def on_events(self, events: Iterable[Event], now_ns: int) -> None:  # noqa: B027 - optional
+        """Events agents pushed."""
+
+    def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:  # noqa: B027 - optional
+        """Samples agents pushed (OWD by path, link state, LLDP neighbours, job flows)."""
+
+    def on_neighbours(self, host: str, nic: str, seen: str | None, now_ns: int) -> None:  # noqa: B027 - optional
+        """The neighbour LLDP heard on `host`'s `nic` (None: none)."""
+
+    def set_path_links(self, mapping: Mapping[PathKey, list[str]],  # noqa: B027 - optional
+                       src: str | None = None) -> None:
+        """The topology links each path crosses; with `src`, that host's paths only."""
+
+
+DETECTORS: Registry[type[Detector[Any]]] = Registry("detector", load="clockfabric.controller.detectors")
 
 
 def owd_path(sample: Sample) -> PathKey | None:

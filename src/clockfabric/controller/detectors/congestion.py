@@ -14,10 +14,13 @@ by one, and until enough have, the link they share may not stand out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import ClassVar
 
-from clockfabric.controller.config import CongestionConfig, MonitorConfig
 from clockfabric.controller.detectors.base import (
     DETECTORS,
+    Detector,
+    DetectorContext,
     Finding,
     LinkIndex,
     PathKey,
@@ -26,16 +29,34 @@ from clockfabric.controller.detectors.base import (
     owd_path,
     path_label,
 )
+from clockfabric.controller.detectors.config import US, DetectorConfig, Keys, S, choice, duration_ns, positive_int
 from clockfabric.controller.storage.base import Sample
 
+STATS = ("p50", "min")
 Hop = tuple[str, str]  # (link name, "from>to" nodes, or "" where the direction is unknown)
 
 
-class Congestion:
-    def __init__(self, config: CongestionConfig, stale_after_ns: int, links: LinkIndex):
-        self.config = config
-        self.stale_after_ns = stale_after_ns
-        self.links = links
+@dataclass(frozen=True)
+class CongestionConfig(DetectorConfig):
+    margin_ns: int = 50 * US  # OWD this far above the path's floor is queueing
+    windows: int = 2
+    stat: str = "p50"  # p50 sees a busy queue; min sees one that never drains
+    # a congested path that has a map but that no link explains waits this long before it is
+    # reported by pair: while a queue builds, paths open one by one, and the link only shows later
+    unexplained_after_ns: int = 3 * S
+
+    KEYS: ClassVar[Keys] = {"margin": ("margin_ns", duration_ns), "windows": ("windows", positive_int),
+                            "stat": ("stat", choice(STATS)), "unexplained_after": ("unexplained_after_ns", duration_ns)}
+
+
+@DETECTORS.register("congestion", help="Paths' delay above their floor, and the link they share")
+class Congestion(Detector[CongestionConfig]):
+    config_type = CongestionConfig
+
+    def __init__(self, config: CongestionConfig, ctx: DetectorContext):
+        super().__init__(config, ctx)
+        self.stale_after_ns = ctx.stale_after_ns
+        self.links = ctx.links
         self.floors: dict[PathKey, tuple[int, float]] = {}  # the latest floor: (t_ns, value)
         self.paths: dict[PathKey, Streak] = {}
         self.excess: dict[PathKey, float] = {}  # the latest OWD above floor
@@ -146,8 +167,3 @@ def localize(congested: dict[PathKey, list[Hop]], quiet: set[Hop]
         for key in best:
             del left[key]
     return blamed, sorted(left)
-
-
-@DETECTORS.register("congestion", help="Paths' delay above their floor, and the link they share")
-def congestion(config: MonitorConfig, links: LinkIndex) -> Congestion:
-    return Congestion(config.congestion, config.stale_after_ns, links)

@@ -7,15 +7,26 @@ the wrong port is drift too. The latest observation of each NIC stands until the
 
 from __future__ import annotations
 
-from clockfabric.controller.config import DriftConfig, MonitorConfig
-from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex
+from dataclasses import dataclass
+
+from clockfabric.controller.detectors.base import DETECTORS, Detector, DetectorContext, Finding
+from clockfabric.controller.detectors.config import DetectorConfig
 from clockfabric.topology.model import Port
 
 
-class TopologyDrift:
-    def __init__(self, config: DriftConfig, links: LinkIndex):
-        self.config = config
-        self.links = links
+@dataclass(frozen=True)
+class DriftConfig(DetectorConfig):
+    """No thresholds: a neighbour is the expected one or not."""
+
+
+@DETECTORS.register("topology_drift", help="A NIC whose LLDP neighbour is not the one the topology expects")
+class TopologyDrift(Detector[DriftConfig]):
+    config_type = DriftConfig
+    needs_topology = True  # without a topology nothing is expected, so nothing can drift
+
+    def __init__(self, config: DriftConfig, ctx: DetectorContext):
+        super().__init__(config, ctx)
+        self.links = ctx.links
         self.drifted: dict[Port, tuple[str, int]] = {}  # NIC -> (neighbour seen, since)
 
     def on_neighbours(self, host: str, nic: str, seen: str | None, now_ns: int) -> None:
@@ -39,10 +50,3 @@ class TopologyDrift:
                 detail={"port": str(port), "seen": seen, "expected": expected,
                         "link": link.name if link else None, "since_ns": since_ns}))
         return out
-
-
-# without a topology nothing is expected, so nothing can drift
-@DETECTORS.register("topology_drift", needs_topology=True,
-                    help="A NIC whose LLDP neighbour is not the one the topology expects")
-def topology_drift(config: MonitorConfig, links: LinkIndex) -> TopologyDrift:
-    return TopologyDrift(config.topology_drift, links)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
 
-from clockfabric.controller.config import FlappingConfig, MonitorConfig
-from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex, format_ns
+from clockfabric.controller.detectors.base import DETECTORS, Detector, DetectorContext, Finding, format_ns
+from clockfabric.controller.detectors.config import DetectorConfig, Keys, S, duration_ns, positive_int
 from clockfabric.controller.storage.base import Event
 from clockfabric.topology.model import Port
 
@@ -21,10 +23,21 @@ EPISODE_MAX = 1000  # transitions kept per end: a link that flaps for days stays
 DETAIL_MAX = 50  # transitions shown in a finding
 
 
-class Flapping:
-    def __init__(self, config: FlappingConfig, links: LinkIndex):
-        self.config = config
-        self.links = links
+@dataclass(frozen=True)
+class FlappingConfig(DetectorConfig):
+    count: int = 3  # transitions (downs and ups) ...
+    window_ns: int = 60 * S  # ... within this long; quiet this long resolves
+
+    KEYS: ClassVar[Keys] = {"count": ("count", positive_int), "window": ("window_ns", duration_ns)}
+
+
+@DETECTORS.register("flapping", help="Downs and ups of one link, `count` within `window`")
+class Flapping(Detector[FlappingConfig]):
+    config_type = FlappingConfig
+
+    def __init__(self, config: FlappingConfig, ctx: DetectorContext):
+        super().__init__(config, ctx)
+        self.links = ctx.links
         self.episodes: dict[Port, list[tuple[int, bool]]] = {}  # end -> sorted (t_ns, up)
 
     def on_events(self, events: Iterable[Event], now_ns: int) -> None:
@@ -74,8 +87,3 @@ class Flapping:
                     "transitions": len(episode), "in_window": recent, "window_ns": window,
                     "times_ns": [[t, "up" if up else "down"] for t, up in episode[-DETAIL_MAX:]],
                     "down_durations_ns": downs[-DETAIL_MAX:], "down_since_ns": down_since})
-
-
-@DETECTORS.register("flapping", help="Downs and ups of one link, `count` within `window`")
-def flapping(config: MonitorConfig, links: LinkIndex) -> Flapping:
-    return Flapping(config.flapping, links)

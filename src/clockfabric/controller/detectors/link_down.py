@@ -12,19 +12,28 @@ of an end wins; a down's start is the first report of it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from clockfabric.controller.config import LinkDownConfig, MonitorConfig
-from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex
+from clockfabric.controller.detectors.base import DETECTORS, Detector, DetectorContext, Finding
+from clockfabric.controller.detectors.config import DetectorConfig
 from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.topology.model import Port
 
 UPNESS = {"link_down": False, "link_up": True}  # "link_change" keeps up-ness (see telemetry/link_state.py)
 
 
-class LinkDown:
-    def __init__(self, config: LinkDownConfig, links: LinkIndex):
-        self.config = config
-        self.links = links
+@dataclass(frozen=True)
+class LinkDownConfig(DetectorConfig):
+    severity: str = "critical"
+
+
+@DETECTORS.register("link_down", help="A link is down while any end's latest report says so")
+class LinkDown(Detector[LinkDownConfig]):
+    config_type = LinkDownConfig
+
+    def __init__(self, config: LinkDownConfig, ctx: DetectorContext):
+        super().__init__(config, ctx)
+        self.links = ctx.links
         self.ends: dict[Port, tuple[int, bool, int]] = {}  # each reporting end: (latest report, up, since)
 
     def on_events(self, events: Iterable[Event], now_ns: int) -> None:
@@ -58,8 +67,3 @@ class LinkDown:
                 detail={"link": link.name if link else None, "ends_down": dict(sorted(ends.items())),
                         "since_ns": min(ends.values())}))
         return out
-
-
-@DETECTORS.register("link_down", help="A link is down while any end's latest report says so")
-def link_down(config: MonitorConfig, links: LinkIndex) -> LinkDown:
-    return LinkDown(config.link_down, links)

@@ -16,17 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
-from clockfabric.controller.config import MonitorConfig, OwdMismatchConfig
 from clockfabric.controller.detectors.base import (
     DETECTORS,
+    Detector,
+    DetectorContext,
     Finding,
-    LinkIndex,
     Streak,
     format_ns,
     keep_recent,
     owd_path,
 )
+from clockfabric.controller.detectors.config import DetectorConfig, Keys, S, duration_ns, positive_int
 from clockfabric.controller.rootcause import FALLBACK, Thresholds, far_above, point, reading, settled
 from clockfabric.controller.storage.base import Sample
 from clockfabric.workload.flows import parse_flow_label
@@ -46,12 +48,24 @@ class Judged:
     mismatched: bool
 
 
-class OwdMismatch:
-    def __init__(self, config: OwdMismatchConfig, stale_after_ns: int, links: LinkIndex):
-        self.config = config
-        self.stale_after_ns = stale_after_ns
+@dataclass(frozen=True)
+class OwdMismatchConfig(DetectorConfig):
+    windows: int = 3  # judgements (one a tick) in a row that open or close a flow's alert
+    recent_ns: int = 10 * S  # each judgement reads this much of the flows' latest in-band readings
+
+    KEYS: ClassVar[Keys] = {"windows": ("windows", positive_int), "recent": ("recent_ns", duration_ns)}
+
+
+@DETECTORS.register("owd_mismatch", help="A job's flow far above its pair's probe delays, k judgements in a row")
+class OwdMismatch(Detector[OwdMismatchConfig]):
+    config_type = OwdMismatchConfig
+    needs_topology = True  # a flow's far end is a host by the topology's addresses
+
+    def __init__(self, config: OwdMismatchConfig, ctx: DetectorContext):
+        super().__init__(config, ctx)
+        self.stale_after_ns = ctx.stale_after_ns
         self.limits = Thresholds(recent_ns=config.recent_ns)
-        self.host_of = links.host_of
+        self.host_of = ctx.links.host_of
         # (src, dst) -> path -> stat -> (t_ns, µs): the latest of each
         self.probes: dict[tuple[str, str], dict[str, dict[str, tuple[int, float]]]] = {}
         self.readings: dict[FlowId, dict[int, dict[str, float]]] = {}  # by t_ns
@@ -121,9 +135,3 @@ class OwdMismatch:
                        detail={"jobid": jobid, "host": host, "flow": label,
                                "inband_us": j.delay_us if j else None, "probe_floor_us": j.floor_us if j else None,
                                "probe_us": j.probes_us if j else None})
-
-
-@DETECTORS.register("owd_mismatch", needs_topology=True,
-                    help="A job's flow far above its pair's probe delays, k judgements in a row")
-def owd_mismatch(config: MonitorConfig, links: LinkIndex) -> OwdMismatch:
-    return OwdMismatch(config.owd_mismatch, config.stale_after_ns, links)

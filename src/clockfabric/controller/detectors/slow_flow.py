@@ -10,18 +10,31 @@ fine ones close it. `clockfabric job why` names the link and what else is on it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
 
-from clockfabric.controller.config import MonitorConfig, SlowFlowConfig
-from clockfabric.controller.detectors.base import DETECTORS, Finding, LinkIndex, Streak, keep_recent
+from clockfabric.controller.detectors.base import DETECTORS, Detector, DetectorContext, Finding, Streak, keep_recent
+from clockfabric.controller.detectors.config import DetectorConfig, Keys, S, duration_ns, positive_int
 from clockfabric.controller.rootcause import FALLBACK, READINGS, Flow, Thresholds, job_flows, point, reading
 from clockfabric.controller.storage.base import Sample
 
 FlowId = tuple[str, str, str]  # (jobid, host, flow label)
 
 
-class SlowFlow:
-    def __init__(self, config: SlowFlowConfig):
-        self.config = config
+@dataclass(frozen=True)
+class SlowFlowConfig(DetectorConfig):
+    windows: int = 3  # judgements (one a tick) in a row that open or close a flow's alert
+    recent_ns: int = 10 * S  # each judgement reads this much of the flows' latest readings
+
+    KEYS: ClassVar[Keys] = {"windows": ("windows", positive_int), "recent": ("recent_ns", duration_ns)}
+
+
+@DETECTORS.register("slow_flow", help="A job's flow far slower than its siblings, k judgements in a row")
+class SlowFlow(Detector[SlowFlowConfig]):
+    config_type = SlowFlowConfig
+
+    def __init__(self, config: SlowFlowConfig, ctx: DetectorContext):
+        super().__init__(config, ctx)
         self.limits = Thresholds(recent_ns=config.recent_ns)
         self.readings: dict[FlowId, dict[int, dict[str, float]]] = {}  # by t_ns
         self.streaks: dict[FlowId, Streak] = {}
@@ -57,8 +70,3 @@ class SlowFlow:
                        message=(f"job {jobid}: flow {label} from {host} is slow ({'; '.join(self.why.get(key, []))}); "
                                 f"`clockfabric job why {jobid}` names the link"),
                        detail={"jobid": jobid, "host": host, "flow": label, "why": self.why.get(key, [])})
-
-
-@DETECTORS.register("slow_flow", help="A job's flow far slower than its siblings, k judgements in a row")
-def slow_flow(config: MonitorConfig, links: LinkIndex) -> SlowFlow:
-    return SlowFlow(config.slow_flow)

@@ -1,4 +1,4 @@
-"""Clock sync as two services that talk in small JSON messages.
+"""Clock sync as two roles that talk in small JSON messages.
 
 HostSync runs on every host: it fits each probed pair over the window (the expensive part,
 spread over the fleet) and reports one line per pair. Solver runs in one place: it keeps
