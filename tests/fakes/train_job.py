@@ -28,7 +28,8 @@ def coordinator(folder: Path, hosts: list[str], ranks: list[str], spares: list[s
     for h in spares:
         stand_in(job, h, None)
     job.tick()
-    assert job.gen is not None and job.gen.number == 0
+    assert job.gen is not None and job.gen.number == 0 and [e["event"] for e in job.events] == ["started"]
+    job.events.clear()  # the tests follow what happens from generation 0 on
     return job
 
 

@@ -56,7 +56,7 @@ def parse_url(url: str) -> tuple[str, str, int]:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "file" and parts.path:
         return "file", parts.path, 0
-    if parts.scheme == "tcp" and parts.hostname and parts.port:
+    if parts.scheme == "tcp" and parts.hostname and parts.port is not None:
         return "tcp", parts.hostname, parts.port
     raise ClockfabricError(f"{STORE_ENV}={url!r}: give tcp://HOST:PORT (the coordinator's) or file:///PATH "
                            "(on a filesystem every member shares)")

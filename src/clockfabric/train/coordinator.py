@@ -61,6 +61,7 @@ class Member:
     host: str  # its name on the board
     beat: str = ""  # its heartbeat address:port, from its first report
     proc: Proc | None = None  # where the coordinator started it
+    log: Path | None = None  # its log, where the coordinator started it
     local: bool = False  # its process runs on this machine (a lab's): /proc says if it is stopped
 
     def ended(self) -> int | None:
@@ -116,6 +117,9 @@ class Coordinator:
             member = self.known.pop(name, None) or Member(name)
             if rank is not None and self.gen is None and 0 <= rank < self.size and rank not in self.first:
                 self.first[rank] = member
+            elif why := self.readmission.why(name):  # a launcher started it there: it gets no work
+                self.event("spare refused", host=name, why=f"{name} is drained ({why}) until its audit passes")
+                fence(member)
             else:
                 self.spares.append(member)
                 if self.gen is not None:

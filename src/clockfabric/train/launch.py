@@ -63,7 +63,7 @@ class TrainJob(Coordinator):
         env |= {"RANK": str(rank)} if rank is not None else {control.SPARE_ENV: "1"}
         proc = self.hosts[host].spawn([*self.runner(host), *self.argv, "--log", str(log)], env=env,
                                       log=log.with_suffix(".out"))
-        member = Member(host, proc=proc, local=self.local)
+        member = Member(host, proc=proc, log=log, local=self.local)
         with self.lock:
             self.known[host] = member
         return member
