@@ -1,52 +1,56 @@
-"""A training job's coordinator (TrainJob) over sleeping processes standing in for its ranks and
-spares: no lab, no torch. Host N of `hosts` (from 0) has the address 10.0.0.N+1; every member's
-beat address is its host's, port PORT."""
+"""A training job's coordinator over sleeping processes standing in for its ranks and spares:
+no lab, no torch in the members. Host N of `hosts` (from 0) has the address 10.0.0.N+1; every
+member's beat address is its host's, port PORT. The board is a FileStore in the test's folder."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
+from clockfabric.hosts.local import LocalHost
 from clockfabric.train import control
-from clockfabric.train.launch import Member, TrainJob
+from clockfabric.train.coordinator import Coordinator, Member
 
 PORT = 9
 
 
-def coordinator(folder: Path, hosts: list[str], ranks: list[str], spares: list[str], **options) -> TrainJob:
-    """The coordinator of generation 0, running `ranks` with `spares` waiting; a spare it starts
-    later (a host returned to the pool) is a stand-in too. `options` go to TrainJob."""
-    script = folder / "train.py"
-    script.write_text("")
-    addresses = {h: SimpleNamespace(address=f"10.0.0.{i + 1}") for i, h in enumerate(hosts)}
-    lab = SimpleNamespace(name="t", topology=SimpleNamespace(hosts=addresses))
-    job = TrainJob(lab, ranks, spares, [str(script)], folder / "job", **options)  # type: ignore[arg-type]
-    job.port = PORT
-    (job.folder / "beat").mkdir(parents=True)
-    job._spawn = lambda host, rank: stand_in(job, host, rank)  # type: ignore[method-assign]  # no lab
-    job.ranks = [stand_in(job, h, rank) for rank, h in enumerate(ranks)]
-    job.spares = [stand_in(job, h, None) for h in spares]
-    job.gen = control.Generation(0, control.RUNNING, list(ranks), [m.beat for m in job.ranks], "store.0")
-    control.write_generation(job.folder, job.gen)
+def coordinator(folder: Path, hosts: list[str], ranks: list[str], spares: list[str], **options) -> Coordinator:
+    """The coordinator once generation 0 is written, running `ranks` with `spares` waiting; a
+    spare started later (a host returned to the pool) is a stand-in too. `options` go to Coordinator."""
+    board = control.Board.open(f"file://{folder / 'board'}")
+    job = Coordinator(board, len(ranks), folder / "job", **options)
+    job.folder.mkdir(parents=True)
+    job.addresses = {h: f"10.0.0.{i + 1}" for i, h in enumerate(hosts)}  # type: ignore[attr-defined]
+    job.on_return = lambda host: stand_in(job, host, None)
+    for rank, h in enumerate(ranks):
+        stand_in(job, h, rank)
+    for h in spares:
+        stand_in(job, h, None)
+    job.tick()
+    assert job.gen is not None and job.gen.number == 0 and [e["event"] for e in job.events] == ["started"]
+    job.events.clear()  # the tests follow what happens from generation 0 on
     return job
 
 
-def stand_in(job: TrainJob, host: str, rank: int | None) -> Member:
-    """A sleeping process as `host`'s member, its first beat written."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    member = Member(host, f"{job.lab.topology.hosts[host].address}:{PORT}", proc, job.folder / f"{host}.jsonl")
-    control.write_json(control.beat_path(job.folder, host),
-                       {"name": host, "time": time.time(), "rank": rank, "done": False, "heard": {}})
+def stand_in(job: Coordinator, host: str, rank: int | None) -> Member:
+    """A sleeping process as `host`'s member, registered with its first report written: it is
+    admitted at the coordinator's next tick."""
+    address = job.addresses[host]  # type: ignore[attr-defined]
+    proc = LocalHost(host, address).spawn([sys.executable, "-c", "import time; time.sleep(60)"])
+    member = Member(host, proc=proc, local=True)
+    job.known[host] = member
+    job.board.write_report(host, {"name": host, "beat": f"{address}:{PORT}", "time": time.time(), "rank": rank,
+                                  "done": False, "heard": {}})
+    job.board.register(host, rank)
     return member
 
 
 def lose(member: Member) -> None:
-    member.proc.kill()
-    member.proc.wait()
+    assert member.proc is not None
+    member.proc.signal(9)
+    member.proc.wait(5)
 
 
-def kinds(job: TrainJob) -> list[str]:
+def kinds(job: Coordinator) -> list[str]:
     return [e["event"] for e in job.events]

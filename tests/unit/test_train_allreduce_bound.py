@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="each member names its
 
 
 def steps(rank: int, bound) -> tuple[torch.Tensor, float]:
-    """STEPS all-reduces, each measured and given to the bound as the runtime gives it a step."""
+    """STEPS all-reduces, each measured and given to the bound as the elastic loop gives it a step."""
     import torch.distributed as dist
 
     from clockfabric.train import group
@@ -48,7 +48,7 @@ def survivor(store: str, rank: int, ready, out) -> None:
     from clockfabric.train.bound import StepBound
 
     own_address(rank)
-    group.form(store, rank, WORLD)
+    group.form(dist.FileStore(store, WORLD), rank, WORLD)
     bound = StepBound(TIMEOUT_S)
     group.settle(bound.joined())
     grads, applied = steps(rank, bound)
@@ -68,7 +68,7 @@ def victim(store: str, rank: int, ready, out) -> None:
     from clockfabric.train.bound import StepBound
 
     own_address(rank)
-    group.form(store, rank, WORLD)
+    group.form(dist.FileStore(store, WORLD), rank, WORLD)
     bound = StepBound(TIMEOUT_S)
     group.settle(bound.joined())
     grads, _ = steps(rank, bound)

@@ -1,4 +1,5 @@
-"""The job folder's protocol, and fencing: a reader blocked on a lost peer wakes at once."""
+"""The job's board on both stores (a FileStore, a TCPStore the coordinator serves), the
+members' presence, and fencing: a reader blocked on a lost peer wakes at once."""
 
 import socket
 import threading
@@ -6,24 +7,115 @@ import time
 
 import pytest
 
-from clockfabric.train import control
-from clockfabric.train.heartbeat import shut_sockets_to
+pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
+
+from clockfabric.errors import ClockfabricError  # noqa: E402
+from clockfabric.train import control, presence  # noqa: E402
+from clockfabric.train.elastic import identity  # noqa: E402
+from clockfabric.train.heartbeat import shut_sockets_to  # noqa: E402
 
 
 def gen(number, state=control.RUNNING):
-    return control.Generation(number, state, ["h0", "h1"], ["10.0.0.1:1", "10.0.0.2:1"], f"/x/store.{number}")
+    return control.Generation(number, state, ["h0", "h1"], ["10.0.0.1:1", "10.0.0.2:1"])
 
 
-def test_a_survivor_waits_through_a_paused_generation_for_the_next_running_one(tmp_path):
-    control.write_generation(tmp_path, gen(0))
-    assert control.read_generation(tmp_path) == gen(0) and gen(0).world == 2
+@pytest.fixture(params=["file", "tcp"])
+def board(request, tmp_path):
+    """The coordinator's board and a member's connection to it."""
+    if request.param == "file":
+        served = control.Board.open(f"file://{tmp_path / 'board'}")
+    else:
+        served = control.Board.open("tcp://127.0.0.1:0", serve=True)
+    return served, served.again()
+
+
+def test_a_survivor_waits_through_a_paused_generation_for_the_next_running_one(board):
+    coordinator, member = board
+    assert member.generation() is None
+    coordinator.write_generation(gen(0))
+    assert member.generation() == gen(0) and gen(0).world == 2
     with pytest.raises(TimeoutError, match="no spare came"):
-        control.wait_generation(tmp_path, after=0, timeout_s=0.1)
-    control.write_generation(tmp_path, gen(1, control.PAUSED))
+        member.wait_generation(after=0, timeout_s=0.1)
+    coordinator.write_generation(gen(1, control.PAUSED))
     with pytest.raises(TimeoutError):
-        control.wait_generation(tmp_path, after=0, timeout_s=0.1)
-    threading.Timer(0.2, control.write_generation, (tmp_path, gen(2))).start()
-    assert control.wait_generation(tmp_path, after=0, timeout_s=5).number == 2
+        member.wait_generation(after=0, timeout_s=0.1)
+    threading.Timer(0.2, coordinator.write_generation, (gen(2),)).start()
+    assert member.wait_generation(after=0, timeout_s=5).number == 2
+    assert member.superseded(1) and not member.superseded(2)
+
+
+def test_members_form_once_all_are_ready_and_move_on_if_one_is_lost_first(board):
+    coordinator, member = board
+    coordinator.write_generation(gen(1))
+    member.mark_ready(1, 0)
+    with pytest.raises(TimeoutError, match="did not all arrive"):
+        member.wait_ready(gen(1), timeout_s=0.1)
+    coordinator.write_generation(gen(2, control.PAUSED))  # the missing member was lost, no spare yet
+    with pytest.raises(TimeoutError):
+        member.wait_ready(gen(1), timeout_s=0.1)
+    threading.Timer(0.2, coordinator.write_generation, (gen(3),)).start()
+    assert member.wait_ready(gen(1), timeout_s=5).number == 3
+    member.mark_ready(3, 1)
+    member.mark_ready(3, 0)
+    assert member.wait_ready(gen(3), timeout_s=0.5) is None
+
+
+def test_registrations_and_records_are_read_once_each_in_order(board):
+    coordinator, member = board
+    member.register("h0", 0)
+    member.register("h3", None)
+    assert [(m["name"], m["rank"]) for m in coordinator.members()] == [("h0", 0), ("h3", None)]
+    assert [m["name"] for m in coordinator.members(since=1)] == ["h3"]
+    member.post({"event": "joined", "generation": 1, "rank": 0})
+    member.mark_failed(1, 1, bound_s=None)
+    assert [r["event"] for r in coordinator.records()] == ["joined", "step failed"]
+    assert [m["rank"] for m in coordinator.failed_steps(1)] == [1] and coordinator.failed_steps(2) == []
+    member.write_report("h0", {"time": 1.0, "beat": "10.0.0.1:5"})
+    assert coordinator.report("h0")["beat"] == "10.0.0.1:5" and coordinator.report("h9") is None
+
+
+def test_bad_board_urls_and_an_unreachable_board_are_one_line_each():
+    for url in ("10.0.0.1:29500", "tcp://host", "http://x:1", "file://"):
+        with pytest.raises(ClockfabricError, match="tcp://HOST:PORT"):
+            control.parse_url(url)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: nothing answers there
+        with pytest.raises(ClockfabricError, match="is `clockfabric train coordinator` running"):
+            control.Board.open(f"tcp://127.0.0.1:{port}", timeout_s=1)
+
+
+def test_a_member_finds_its_job_under_each_launcher():
+    store = {control.STORE_ENV: "tcp://head:29500"}
+    assert identity(store | {control.NAME_ENV: "h1", "RANK": "2", control.BEAT_ENV: "10.0.0.2"}) == \
+        ("h1", 2, "10.0.0.2")
+    torchrun = store | {"TORCHELASTIC_RUN_ID": "j", "RANK": "5", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    name, rank, _ = identity(torchrun)
+    assert name == f"{socket.gethostname()}/1" and rank == 5
+    assert identity(store | {"SLURM_PROCID": "3"})[1] == 3
+    assert identity(store | {"RANK": "1", control.SPARE_ENV: "1"})[1] is None  # a spare waits, whatever RANK says
+    with pytest.raises(RuntimeError, match="under torchrun, start `clockfabric train coordinator`"):
+        identity({"TORCHELASTIC_RUN_ID": "j", "RANK": "0"})
+
+
+def test_presence_tells_a_process_that_ended_and_refuses_what_is_not_a_name():
+    served = presence.Presence("127.0.0.1")
+    served.start()
+    try:
+        held = presence.announce(served.address, "h1")
+        bad = presence.announce(served.address, "h2\x00; rm -rf")
+        deadline = time.monotonic() + 5
+        while "h1" not in served.named.values() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not served.gone("h1") and "h1" in served.named.values()
+        held.close()  # as the kernel closes it when the process dies
+        while not served.gone("h1") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert served.gone("h1")
+        assert bad.recv(1) == b""  # closed on it: not a name
+        assert not served.gone("h2\x00; rm -rf")
+    finally:
+        served.stop()
 
 
 def test_shutting_sockets_to_an_address_wakes_a_blocked_reader_and_spares_the_rest():
@@ -36,23 +128,9 @@ def test_shutting_sockets_to_an_address_wakes_a_blocked_reader_and_spares_the_re
     reader.start()
     time.sleep(0.1)
     assert shut_sockets_to({"10.9.9.9"}) == 0 and reader.is_alive()  # no socket to that address
+    assert shut_sockets_to({"127.0.0.77"}, keep_ports={port}) == 0 and reader.is_alive()  # the board's: kept
     assert shut_sockets_to({"127.0.0.77"}) == 1
     reader.join(2)
     assert not reader.is_alive() and woke == [b""]  # woken with end of stream, not after a timeout
     for s in (client, accepted, server):
         s.close()
-
-
-def test_members_form_once_all_are_ready_and_move_on_if_one_is_lost_first(tmp_path):
-    control.write_generation(tmp_path, gen(1))
-    control.mark_ready(tmp_path, 1, 0)
-    with pytest.raises(TimeoutError, match="did not all arrive"):
-        control.wait_ready(tmp_path, gen(1), timeout_s=0.1)
-    control.write_generation(tmp_path, gen(2, control.PAUSED))  # the missing member was lost, no spare yet
-    with pytest.raises(TimeoutError):
-        control.wait_ready(tmp_path, gen(1), timeout_s=0.1)
-    threading.Timer(0.2, control.write_generation, (tmp_path, gen(3))).start()
-    assert control.wait_ready(tmp_path, gen(1), timeout_s=5).number == 3
-    control.mark_ready(tmp_path, 3, 1)
-    control.mark_ready(tmp_path, 3, 0)
-    assert control.wait_ready(tmp_path, gen(3), timeout_s=0.5) is None

@@ -22,7 +22,7 @@ def test_two_ranks_lost_in_one_tick_get_two_spares_in_one_generation(job):
     for m in lost:
         lose(m)
     job.tick()
-    gen = control.read_generation(job.folder)
+    gen = job.board.generation()
     assert gen.number == 1 and gen.state == control.RUNNING
     assert gen.hosts == ["h3", "h1", "h4"] and set(gen.lost) == {m.beat for m in lost}
     assert kinds(job) == ["detected", "drained", "detected", "drained", "spare chosen", "spare chosen", "generation"]
@@ -32,10 +32,10 @@ def test_two_ranks_lost_in_one_tick_get_two_spares_in_one_generation(job):
 def test_a_spare_lost_while_it_joins_is_replaced_by_the_next(job):
     lose(job.ranks[1])
     job.tick()
-    assert control.read_generation(job.folder).hosts == ["h0", "h3", "h2"]
+    assert job.board.generation().hosts == ["h0", "h3", "h2"]
     lose(job.ranks[1])  # the spare, before every member joined generation 1
     job.tick()
-    gen = control.read_generation(job.folder)
+    gen = job.board.generation()
     assert gen.number == 2 and gen.hosts == ["h0", "h4", "h2"] and len(gen.lost) == 2
     assert kinds(job)[-4:] == ["detected", "drained", "spare chosen", "generation"] and job.events[-4]["host"] == "h3"
     assert job.awaiting == 2
@@ -48,14 +48,14 @@ def test_two_lost_with_one_spare_pause_without_taking_it_until_a_second_is_ready
     lose(job.ranks[0])
     lose(job.ranks[1])
     job.tick()
-    gen = control.read_generation(job.folder)
+    gen = job.board.generation()
     assert gen.state == control.PAUSED and gen.hosts == HOSTS[:3] and "spare chosen" not in kinds(job)
     assert [m.host for m in job.spares] == ["h3"] and job.events[-1]["ranks"] == [0, 1]
     job.tick()  # still one spare for two ranks: nothing moves
-    assert control.read_generation(job.folder).number == 1
-    job.spares.append(stand_in(job, "h5", None))
+    assert job.board.generation().number == 1
+    stand_in(job, "h5", None)
     job.tick()
-    gen = control.read_generation(job.folder)
+    gen = job.board.generation()
     assert gen.state == control.RUNNING and gen.number == 2 and gen.hosts == ["h3", "h5", "h2"]
 
 
@@ -64,15 +64,14 @@ def test_a_gpu_fault_moves_the_rank_at_a_step_boundary_and_fences_it_once_the_sp
     job.gpu_fault = lambda host: faults.get(host, []).pop() if faults.get(host) else None
     faulty = job.ranks[1]
     job.tick()
-    gen = control.read_generation(job.folder)
+    gen = job.board.generation()
     assert gen.number == 1 and gen.hosts == ["h0", "h3", "h2"] and gen.lost == []  # no fencing mid-step
     assert "XID 79" in job.events[0]["why"] and faulty.proc.poll() is None
     job.tick()  # not every member has joined: the faulty rank runs on
     assert faulty.proc.poll() is None
-    with open(job.folder / "rank0.jsonl", "w") as log:
-        for rank in range(3):
-            log.write(json.dumps({"event": "joined", "generation": 1, "rank": rank, "step": 7, "bytes": 10,
-                                  "transfer_s": 0.1, "time": time.time()}) + "\n")
+    for rank in range(3):
+        job.board.post({"event": "joined", "generation": 1, "rank": rank, "step": 7, "bytes": 10,
+                        "transfer_s": 0.1, "time": time.time()})
     job.tick()
     assert faulty.proc.wait(5) is not None and faulty in job.retired and not job.draining
     assert kinds(job)[-3:] == ["state transferred", "resumed", "drained"]
@@ -83,7 +82,7 @@ def test_a_gpu_fault_with_no_spare_left_is_said_and_the_rank_runs_on(job):
         lose(m)
     job.gpu_fault = lambda host: "XID 48 (double-bit ECC error)" if host == "h2" else None
     job.tick()
-    assert control.read_generation(job.folder).number == 0 and job.ranks[2].proc.poll() is None
+    assert job.board.generation().number == 0 and job.ranks[2].proc.poll() is None
     assert job.events[-1]["event"] == "no spare" and job.events[-1]["rank"] == 2
 
 
@@ -91,27 +90,26 @@ def test_a_generation_not_joined_by_every_member_in_time_is_issued_again(job):
     lose(job.ranks[1])
     job.tick()
     job.tick()
-    assert control.read_generation(job.folder).number == 1  # not joined yet, but not overdue
+    assert job.board.generation().number == 1  # not joined yet, but not overdue
     job.issued -= 60
     job.tick()
-    gen = control.read_generation(job.folder)
-    assert gen.number == 2 and gen.hosts == ["h0", "h3", "h2"] and gen.store.endswith("store.2")
+    gen = job.board.generation()
+    assert gen.number == 2 and gen.hosts == ["h0", "h3", "h2"]
     assert kinds(job)[-2:] == ["not joined", "generation"] and job.awaiting == 2
 
 
 def test_a_rendezvous_that_failed_with_every_member_alive_is_issued_again_at_once(job):
     lose(job.ranks[1])
     job.tick()
-    assert control.read_generation(job.folder).number == 1
-    with open(job.folder / "rank0.jsonl", "w") as log:  # gloo timed out connecting: no one was lost
-        log.write(json.dumps({"event": "join failed", "generation": 1, "rank": 0, "error": "Connect timeout",
-                              "time": time.time()}) + "\n")
+    assert job.board.generation().number == 1
+    job.board.post({"event": "join failed", "generation": 1, "rank": 0, "error": "Connect timeout",
+                              "time": time.time()})  # gloo timed out connecting: no one was lost
     job.tick()
-    gen = control.read_generation(job.folder)
+    gen = job.board.generation()
     assert gen.number == 2 and gen.hosts == ["h0", "h3", "h2"] and job.awaiting == 2
     assert kinds(job)[-2:] == ["not joined", "generation"] and "Connect timeout" in job.events[-2]["why"]
     job.tick()  # the failure was generation 1's: generation 2 is awaited, not issued again
-    assert control.read_generation(job.folder).number == 2
+    assert job.board.generation().number == 2
 
 
 def test_a_loss_while_a_generation_forms_with_no_spare_left_pauses_once(job):
@@ -125,4 +123,4 @@ def test_a_loss_while_a_generation_forms_with_no_spare_left_pauses_once(job):
     for _ in range(3):
         job.tick()
     assert kinds(job).count("paused") == 1 and "not joined" not in kinds(job) and job.awaiting is None
-    assert control.read_generation(job.folder).state == control.PAUSED
+    assert job.board.generation().state == control.PAUSED

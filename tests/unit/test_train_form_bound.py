@@ -28,6 +28,8 @@ def own_address(rank: int) -> None:
 
 
 def member(store: str, rank: int, ready, go, out) -> None:
+    import torch.distributed as dist
+
     from clockfabric.train import group
 
     own_address(rank)
@@ -35,7 +37,7 @@ def member(store: str, rank: int, ready, go, out) -> None:
     go.wait()
     began = time.monotonic()
     try:
-        group.form(store, rank, WORLD)
+        group.form(dist.FileStore(store, WORLD), rank, WORLD)
         out.put((rank, time.monotonic() - began, None))
     except RuntimeError as e:
         out.put((rank, time.monotonic() - began, str(e)))

@@ -17,7 +17,7 @@ def model(tmp_path, monkeypatch):
     import torch.distributed as dist
 
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    group.form(str(tmp_path / "store"), 0, 1)
+    group.form(dist.FileStore(str(tmp_path / "store"), 1), 0, 1)
     module = torch.nn.Linear(4, 2)
     m = Guarded(module)
     m.job = SimpleNamespace(failed=False)

@@ -1,6 +1,7 @@
 """`clockfabric train run` watching the GPUs itself: a critical XID (fake NVML) names the host
 whose rank is to be moved, once; other XIDs and a machine without NVML name none."""
 
+from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
@@ -41,12 +42,14 @@ def test_train_run_hands_the_watch_to_the_coordinator(monkeypatch, tmp_path):
     nvml = FakeNvml([FakeGpu(uuid=f"GPU-{i}") for i in range(4)])
     real = nvidia_gpu.NvidiaGpuCollector
     monkeypatch.setattr(nvidia_gpu, "NvidiaGpuCollector", lambda _=None: real(nvml))
-    monkeypatch.setattr(train_cmds.Lab, "open", classmethod(lambda cls, name=None: object()))
+    reach = SimpleNamespace(hosts={}, topology=SimpleNamespace(), audit={}, fleet="lab t", runner=None,
+                            serve_on=None, local=True)
+    monkeypatch.setattr("clockfabric.cli.train_reach.lab_reach", lambda name: reach)
     given = {}
 
     class Job:
-        def __init__(self, lab, hosts, spares, argv, folder, **options):
-            given.update(hosts=hosts, spares=spares, **options)
+        def __init__(self, hosts, ranks, spares, argv, folder, **options):
+            given.update(ranks=ranks, spares=spares, **options)
 
         def start(self):
             return self
@@ -66,7 +69,7 @@ def test_train_run_hands_the_watch_to_the_coordinator(monkeypatch, tmp_path):
     result = CliRunner().invoke(train_cmds.app, ["run", "--hosts", ",".join(HOSTS), "--spares", "1",
                                                  "--dir", str(tmp_path / "job"), "--", str(script)])
     assert result.exit_code == 0, result.output
-    assert given["hosts"] == HOSTS[:3] and given["spares"] == ["h3"]
+    assert given["ranks"] == HOSTS[:3] and given["spares"] == ["h3"]
     assert given["fault"] == "XID 95 (uncontained ECC error) on GPU 3"
     assert "watching GPUs 0-3" in result.output
 

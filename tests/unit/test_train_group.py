@@ -22,7 +22,7 @@ def member(store0: str, store1: str, rank: int, role: str, out) -> None:
     opt = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
     completed = -1
     if role != "replacement":
-        group.form(store0, rank, WORLD, timeout_s=20)
+        group.form(dist.FileStore(store0, WORLD), rank, WORLD, timeout_s=20)
         for step in range(2):
             module.weight.grad = torch.full_like(module.weight, float(step + 1))
             module.bias.grad = torch.zeros_like(module.bias)
@@ -35,7 +35,7 @@ def member(store0: str, store1: str, rank: int, role: str, out) -> None:
             module.weight.grad = torch.ones_like(module.weight)
             opt.step()
             completed = 3
-    group.form(store1, rank, WORLD, timeout_s=20)
+    group.form(dist.FileStore(store1, WORLD), rank, WORLD, timeout_s=20)
     source, counts = group.most_advanced(completed)
     best = counts[source]
     mine = state.to_bytes(state.capture(module, opt, completed, completed)) if rank == source else None

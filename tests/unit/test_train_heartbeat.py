@@ -11,19 +11,21 @@ from clockfabric.train.heartbeat import Heartbeat, shut_sockets_to
 LOST = "127.0.0.9:9"
 
 
-def folder_with_a_lost_host(tmp_path, beat: str):
-    (tmp_path / "beat").mkdir()
-    control.write_generation(tmp_path, control.Generation(1, control.RUNNING, ["h0", "h1"], [beat, LOST],
-                                                          str(tmp_path / "store.1"), lost=[LOST]))
-    return tmp_path
+def board(tmp_path) -> control.Board:
+    return control.Board.open(f"file://{tmp_path / 'board'}")
 
 
-def reports(folder, name: str, seconds: float) -> list[dict]:
+def board_with_a_lost_host(board: control.Board, beat: str) -> control.Board:
+    board.write_generation(control.Generation(1, control.RUNNING, ["h0", "h1"], [beat, LOST], lost=[LOST]))
+    return board
+
+
+def reports(board: control.Board, name: str, seconds: float) -> list[dict]:
     """The heartbeat's reports, read every 50 ms for `seconds`."""
     seen = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        report = control.read_json(control.beat_path(folder, name))
+        report = board.report(name)
         if report and (not seen or report["time"] != seen[-1]["time"]):
             seen.append(report)
         time.sleep(0.05)
@@ -56,7 +58,7 @@ def connection():
 
 
 def test_a_loss_in_a_newer_generation_shuts_the_whole_old_group_but_never_a_newer_group(tmp_path):
-    beat = Heartbeat(tmp_path, "h0", "127.0.0.1:0")
+    beat = Heartbeat(board(tmp_path), "h0", "127.0.0.1:0")
     old_client, old_accepted = connection()
     try:
         # in generation 0's group with a peer at 127.0.0.1; generation 1 says 127.0.0.9 is lost: the
@@ -87,11 +89,12 @@ def test_a_loss_in_a_newer_generation_shuts_the_whole_old_group_but_never_a_newe
 
 def test_fencing_with_a_unix_socket_open_keeps_the_heartbeat_going(tmp_path):
     near, far = socket.socketpair()
-    beat = Heartbeat(tmp_path, "h0", "127.0.0.1:0", interval_s=0.05)
-    folder_with_a_lost_host(tmp_path, beat.beat)
+    jobs = board(tmp_path)
+    beat = Heartbeat(jobs, "h0", "127.0.0.1:0", interval_s=0.05)
+    board_with_a_lost_host(jobs, beat.beat)
     beat.start()
     try:
-        seen = reports(tmp_path, "h0", 1.0)
+        seen = reports(jobs, "h0", 1.0)
     finally:
         beat.stop()
         near.close()
@@ -102,8 +105,9 @@ def test_fencing_with_a_unix_socket_open_keeps_the_heartbeat_going(tmp_path):
 
 
 def test_a_failing_beat_is_reported_and_the_beats_go_on(tmp_path):
-    beat = Heartbeat(tmp_path, "h0", "127.0.0.1:0", interval_s=0.05)
-    folder_with_a_lost_host(tmp_path, beat.beat)
+    jobs = board(tmp_path)
+    beat = Heartbeat(jobs, "h0", "127.0.0.1:0", interval_s=0.05)
+    board_with_a_lost_host(jobs, beat.beat)
 
     def broken(number, addresses):
         raise RuntimeError("fence failed")
@@ -111,7 +115,7 @@ def test_a_failing_beat_is_reported_and_the_beats_go_on(tmp_path):
     beat.fence = broken  # type: ignore[method-assign]
     beat.start()
     try:
-        seen = reports(tmp_path, "h0", 1.0)
+        seen = reports(jobs, "h0", 1.0)
     finally:
         beat.stop()
     assert len(seen) >= 5, seen  # still beating after many failed beats

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.train import control
+from clockfabric.train.launch import TrainJob
 from clockfabric.train.readmit import AuditResult, Readmission
-from tests.fakes.train_job import kinds
+from tests.fakes.train_job import kinds, lose
 
 HOSTS = ["h0", "h1", "h2", "h3", "h4"]
 DOWN = {"backend.nic_active": "h1:eth0: link down (operstate lowerlayerdown, carrier False)"}
@@ -104,14 +104,13 @@ def job(make_coordinator):
 
 def test_a_replaced_host_is_drained_refused_as_a_spare_and_returned_once_it_passes(job):
     lost = job.ranks[1]
-    lost.proc.kill()
-    lost.proc.wait()
+    lose(lost)
     job.tick()
     drained = next(e for e in job.events if e["event"] == "drained")
     assert drained["host"] == "h1" and drained["why"].startswith("its process exited")
     assert kinds(job).index("detected") < kinds(job).index("drained") < kinds(job).index("spare chosen")
     with pytest.raises(ClockfabricError, match="h1 is drained .*`clockfabric audit` passes"):
-        job.add_spare("h1")
+        TrainJob.add_spare(job, "h1")  # the launcher's: the stand-in coordinator spawns no host itself
     assert "h1" not in [m.host for m in job.spares]
 
     job.verdicts += [failing(), AuditResult(["frontend.reach", "backend.nic_active"])]
@@ -119,17 +118,17 @@ def test_a_replaced_host_is_drained_refused_as_a_spare_and_returned_once_it_pass
     assert kinds(job)[-1] == "audit failed" and job.events[-1]["failing"] == DOWN
     assert job.readmission.why("h1") and not job.spares  # h3 took rank 1; h1 is no spare yet
     job.readmission.hosts["h1"].due = 0  # due now
-    control.beat_path(job.folder, "h1").write_text("{}")  # the lost process's last report
+    job.board.write_report("h1", {})  # the lost process's last report
     job.readmission.step()
     assert kinds(job)[-2:] == ["audit passed", "returned to spare pool"]
+    job.tick()  # the spare started there registers, and is admitted
     assert [m.host for m in job.spares] == ["h1"] and job.readmission.why("h1") is None
     assert "10.0.0.2:9" not in job.gen.lost  # it may join again
 
     second = job.ranks[2]
-    second.proc.kill()
-    second.proc.wait()
+    lose(second)
     job.tick()  # the returned host takes the next lost rank's place
-    gen = control.read_generation(job.folder)
+    gen = job.board.generation()
     assert gen.hosts == ["h0", "h3", "h1"] and gen.lost == ["10.0.0.3:9"]
     assert job.readmission.why("h2") is not None
 
@@ -169,11 +168,13 @@ def test_train_run_gives_the_coordinator_an_audit_unless_told_not_to(monkeypatch
 
     from clockfabric.cli import train_cmds
 
-    monkeypatch.setattr(train_cmds.Lab, "open", classmethod(lambda cls, name=None: SimpleNamespace(name="t")))
+    reach = SimpleNamespace(hosts={}, topology=SimpleNamespace(), audit={}, fleet="lab t", runner=None,
+                            serve_on=None, local=True)
+    monkeypatch.setattr("clockfabric.cli.train_reach.lab_reach", lambda name: reach)
     given = {}
 
     class Job:
-        def __init__(self, lab, hosts, spares, argv, folder, **options):
+        def __init__(self, hosts, ranks, spares, argv, folder, **options):
             given.update(options)
 
         def start(self):

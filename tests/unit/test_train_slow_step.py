@@ -17,41 +17,43 @@ HOSTS = ["h0", "h1", "h2", "h3"]
 def job(make_coordinator):
     """Three ranks and a spare, in generation 4 (the counts are the generation's, whatever came before)."""
     j = make_coordinator(HOSTS, HOSTS[:3], HOSTS[3:])
-    j.gen = control.Generation(4, control.RUNNING, HOSTS[:3], [m.beat for m in j.ranks], "store.4")
-    control.write_generation(j.folder, j.gen)
+    j.gen = control.Generation(4, control.RUNNING, HOSTS[:3], [m.beat for m in j.ranks])
+    j.board.write_generation(j.gen)
     return j
 
 
 def test_a_slow_step_is_redone_by_the_same_members_once_no_loss_was_found_in_the_detection_time(job):
-    control.mark_failed(job.folder, 4, 1, bound_s=3.0)
-    control.mark_failed(job.folder, 4, 0, bound_s=None)  # failed as its peer left the group
+    job.board.mark_failed(4, 1, bound_s=3.0)
+    job.board.mark_failed(4, 0, bound_s=None)  # failed as its peer left the group
     job.tick()
-    assert control.read_generation(job.folder).number == 4  # a loss may yet be found: nothing issued
-    for rank in (0, 1):
-        mark = control.read_json(job.folder / "failed.4" / f"{rank}.json")
-        control.write_json(job.folder / "failed.4" / f"{rank}.json", mark | {"time": mark["time"] - job.detect_s})
+    assert job.board.generation().number == 4  # a loss may yet be found: nothing issued
+    marks = job.board.failed_steps(4)  # the marks as the coordinator read them off the board
+    assert sorted(m["rank"] for m in marks) == [0, 1]
+    for mark in marks:
+        mark["time"] -= job.detect_s
     job.tick()
-    gen = control.read_generation(job.folder)
+    gen = job.board.generation()
     assert gen.number == 5 and gen.state == control.RUNNING and gen.hosts == HOSTS[:3] and gen.lost == []
-    assert gen.store.endswith("store.5") and job.awaiting == 5
+    assert job.awaiting == 5
     slow = next(e for e in job.events if e["event"] == "slow step")
     assert slow["generation"] == 4 and "rank 1" in slow["why"] and "(3.0 s)" in slow["why"]
     assert [m.host for m in job.spares] == ["h3"]  # no spare taken, no host drained
     job.tick()
-    assert control.read_generation(job.folder).number == 5  # the old generation's marks move nothing more
+    assert job.board.generation().number == 5  # the old generation's marks move nothing more
 
 
 def test_a_rank_lost_while_its_peers_steps_failed_gets_a_spare_not_a_redo(job):
-    control.mark_failed(job.folder, 4, 0, bound_s=3.0)
+    job.board.mark_failed(4, 0, bound_s=3.0)
     lose(job.ranks[2])
     job.tick()
-    gen = control.read_generation(job.folder)
+    gen = job.board.generation()
     assert gen.number == 5 and gen.hosts == ["h0", "h1", "h3"] and "slow step" not in kinds(job)
 
 
 def test_only_marks_of_the_generation_asked_about_count(tmp_path):
-    control.mark_failed(tmp_path, 3, 2, bound_s=None)
+    board = control.Board.open(f"file://{tmp_path / 'board'}")
+    board.mark_failed(3, 2, bound_s=None)
     later = time.time() + 10
-    assert slow_step(tmp_path, 4, later, 2.0) is None
-    assert "rank 2's step failed" in slow_step(tmp_path, 3, later, 2.0)
-    assert slow_step(tmp_path, 3, time.time(), 2.0) is None
+    assert slow_step(board, 4, later, 2.0) is None
+    assert "rank 2's step failed" in slow_step(board, 3, later, 2.0)
+    assert slow_step(board, 3, time.time(), 2.0) is None

@@ -1,6 +1,6 @@
 """A member lost while the state is carried costs the others well under the transfer's 5 s
 bound: real gloo processes on localhost. The receiving member stops while its piece is partly
-read, then is killed. The survivors do what the runtime does: shut their sockets to every
+read, then is killed. The survivors do what the elastic loop does: shut their sockets to every
 peer once the next generation is issued (the heartbeat's fence) or their own operation fails
 (`_leave`). Gloo does not fail an operation whose bytes are partly read or written when its
 connection closes, so without the abandonment a survivor waits its operation's full timeout."""
@@ -25,23 +25,23 @@ BOUND_S = 2.0  # from the kill to every survivor's error: the poll and a loaded 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="each member names itself in a UTS namespace (root)")
 
 
-def generation(number: int, store: str) -> control.Generation:
+def generation(number: int) -> control.Generation:
     hosts = [f"h{r}" for r in range(WORLD)]
-    return control.Generation(number, control.RUNNING, hosts, [f"127.0.0.{r + 1}:1" for r in range(WORLD)], store)
+    return control.Generation(number, control.RUNNING, hosts, [f"127.0.0.{r + 1}:1" for r in range(WORLD)])
 
 
-def survivor(folder: str, rank: int, ready, go, out) -> None:
-    from pathlib import Path
-
+def survivor(url: str, rank: int, ready, go, out) -> None:
     from clockfabric.train import group
     from clockfabric.train.heartbeat import shut_sockets_to
 
     own_address(rank)
-    group.form(str(Path(folder) / "store.1"), rank, WORLD)
+    board = control.Board.open(url)
+    group.form(board.group_store(1), rank, WORLD)
     peers = {f"127.0.0.{r + 1}" for r in range(WORLD) if r != rank}
 
     def fence() -> None:
-        while not control.superseded(Path(folder), 1):
+        beats = board.again()  # the heartbeat's own connection
+        while not beats.superseded(1):
             time.sleep(0.02)
         shut_sockets_to(peers)
 
@@ -49,8 +49,7 @@ def survivor(folder: str, rank: int, ready, go, out) -> None:
     ready.put(rank)
     go.wait()
     try:
-        group.broadcast_bytes(bytes(PAYLOAD) if rank == 0 else None, 0,
-                              lambda: control.superseded(Path(folder), 1))
+        group.broadcast_bytes(bytes(PAYLOAD) if rank == 0 else None, 0, lambda: board.superseded(1))
         out.put((rank, "carried", time.time(), ""))
         return
     except RuntimeError as e:
@@ -58,22 +57,20 @@ def survivor(folder: str, rank: int, ready, go, out) -> None:
         out.put((rank, type(e).__name__, time.time(), str(e)[:200]))
     began = time.monotonic()
     group.leave()  # the abandoned operations still run: leaving must not wait for them
-    group.form(str(Path(folder) / "store.2"), rank, WORLD - 1)  # the next generation, here without a spare
+    group.form(board.group_store(2), rank, WORLD - 1)  # the next generation, here without a spare
     blob = group.broadcast_bytes(b"next" if rank == 0 else None, 0)
     out.put((rank, blob.decode(), time.monotonic() - began, ""))
 
 
-def victim(folder: str, rank: int, ready, go, out) -> None:
+def victim(url: str, rank: int, ready, go, out) -> None:
     """Receives the size, posts its receive of the first piece and stops at once (a frozen
     spare, killed next): the sender's piece is left half-written in gloo's transmit queue."""
-    from pathlib import Path
-
     import torch.distributed as dist
 
     from clockfabric.train import group
 
     own_address(rank)
-    group.form(str(Path(folder) / "store.1"), rank, WORLD)
+    group.form(control.Board.open(url).group_store(1), rank, WORLD)
     ready.put(rank)
     go.wait()
     size = torch.zeros(1, dtype=torch.int64)
@@ -87,9 +84,10 @@ def victim(folder: str, rank: int, ready, go, out) -> None:
 def test_a_member_lost_during_the_transfer_is_abandoned_when_the_next_generation_comes(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    control.write_generation(tmp_path, generation(1, str(tmp_path / "store.1")))
-    lost = ctx.Process(target=victim, args=(str(tmp_path), 2, ready, go, out))
-    survivors = [ctx.Process(target=survivor, args=(str(tmp_path), rank, ready, go, out)) for rank in (0, 1)]
+    board = control.Board.open(f"file://{tmp_path / 'board'}")
+    board.write_generation(generation(1))
+    lost = ctx.Process(target=victim, args=(board.url, 2, ready, go, out))
+    survivors = [ctx.Process(target=survivor, args=(board.url, rank, ready, go, out)) for rank in (0, 1)]
     for p in [lost, *survivors]:
         p.start()
     try:
@@ -103,7 +101,7 @@ def test_a_member_lost_during_the_transfer_is_abandoned_when_the_next_generation
         killed = time.time()
         lost.kill()
         lost.join(10)
-        control.write_generation(tmp_path, generation(2, str(tmp_path / "store.2")))  # as the coordinator does
+        board.write_generation(generation(2))  # as the coordinator does
         failed = sorted(out.get(timeout=60) for _ in survivors)
         moved_on = sorted(out.get(timeout=60) for _ in survivors)
     finally:

@@ -41,7 +41,7 @@ def member(store0: str, store1: str, rank: int, role: str, kind: str, out) -> No
         return ZeroRedundancyOptimizer(module.parameters(), optimizer_class=getattr(torch.optim, name), **options)
 
     if role != "replacement":
-        group.form(store0, rank, WORLD, timeout_s=20)
+        group.form(dist.FileStore(store0, WORLD), rank, WORLD, timeout_s=20)
         opt = optimizer()
         buddy = zero.Buddy(opt)
         for step in range(STEPS + 1):
@@ -61,7 +61,7 @@ def member(store0: str, store1: str, rank: int, role: str, kind: str, out) -> No
             out.close()
             out.join_thread()  # the shard is sent before the process goes
             os._exit(0)
-    group.form(store1, rank, WORLD, timeout_s=20)
+    group.form(dist.FileStore(store1, WORLD), rank, WORLD, timeout_s=20)
     if role == "replacement":
         opt = optimizer()
         buddy = zero.Buddy(opt)
@@ -108,7 +108,7 @@ def test_a_rank_lost_with_its_buddy_stops_with_shard_lost_which_no_join_retries(
         zero.resume_at([5, -1, -1], [4, -9, -9])  # two lost at once: with 3 ranks, always neighbours
     with pytest.raises(zero.ShardLost, match="every rank was lost"):
         zero.resume_at([-1, -1, -1], [-9] * WORLD)
-    assert not issubclass(zero.ShardLost, RuntimeError)  # the runtime's join goes on after a RuntimeError
+    assert not issubclass(zero.ShardLost, RuntimeError)  # the elastic loop's join goes on after a RuntimeError
 
 
 def test_the_members_go_on_from_the_most_completed_step_the_mirrors_allow():

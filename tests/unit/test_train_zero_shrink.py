@@ -43,7 +43,7 @@ def member(stores: list[str], rank: int, out) -> None:
         return zero.Buddy(opt)
 
     if rank < WORLD:  # the first three ranks
-        group.form(stores[0], rank, WORLD, timeout_s=20)
+        group.form(dist.FileStore(stores[0], WORLD), rank, WORLD, timeout_s=20)
         opt = optimizer()
         buddy = zero.Buddy(opt)
         for step in range(STEPS):
@@ -56,15 +56,15 @@ def member(stores: list[str], rank: int, out) -> None:
         if rank == LOST:
             return
         shrunk_rank = [r for r in range(WORLD) if r != LOST].index(rank)
-        group.form(stores[1], shrunk_rank, WORLD - 1, timeout_s=20)
+        group.form(dist.FileStore(stores[1], WORLD - 1), shrunk_rank, WORLD - 1, timeout_s=20)
         zero.rebind(opt)
         buddy = regroup(buddy, STEPS, "shrunk")
         dist.barrier()
-        group.form(stores[2], shrunk_rank, WORLD, timeout_s=20)
+        group.form(dist.FileStore(stores[2], WORLD), shrunk_rank, WORLD, timeout_s=20)
         zero.rebind(buddy.zero)
         regroup(buddy, STEPS, "grown")
     else:  # a new member joins the grown group at its last index
-        group.form(stores[2], WORLD - 1, WORLD, timeout_s=60)
+        group.form(dist.FileStore(stores[2], WORLD), WORLD - 1, WORLD, timeout_s=60)
         regroup(zero.Buddy(optimizer()), -1, "grown")
     dist.destroy_process_group()
 

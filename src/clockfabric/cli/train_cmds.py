@@ -1,5 +1,10 @@
-"""`clockfabric train run --hosts h0,..,hN --spares K -- SCRIPT ARGS`: an elastic training job on a
-lab, the last K hosts its spares; each lost rank is replaced and the job carries on.
+"""Elastic training: each lost rank is replaced by a spare and the job carries on.
+
+- `clockfabric train run --hosts h0,..,hN --spares K -- SCRIPT ARGS`: the coordinator starts the
+  ranks and spares itself, on a lab's hosts or on real ones over ssh (`--fleet fleet.yaml`),
+  the last K hosts the spares.
+- `clockfabric train coordinator --ranks N`: the coordinator alone, for members a launcher
+  starts (torchrun, srun): it serves the job's board, which torchrun's rendezvous may share.
 
 The coordinator also watches the GPUs through NVML: a lab's hosts share the machine, so GPU i
 stands for the i-th host named (ranks, then spares), and a critical XID on it moves that
@@ -23,7 +28,6 @@ import typer
 
 from clockfabric.console import out
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab.state import Lab
 
 app = typer.Typer(help="Elastic training: spares take a lost rank's place, its state from peers' memory.",
                   no_args_is_help=True)
@@ -59,6 +63,11 @@ def gpu_watch(hosts: list[str], nvml: Any = None) -> tuple[Callable[[str], str |
 def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separated: ranks first, then spares."),
         spares: int = typer.Option(0, "--spares", min=0, help="How many of the hosts, from the end, are spares."),
         lab_name: str = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up)."),
+        fleet: Path = typer.Option(None, "--fleet", help="Real hosts, reached over ssh: a fleet file (topology "
+                                                         "YAML with addresses and an ssh: section)."),
+        serve_on: str = typer.Option(None, "--serve-on", help="With --fleet: this machine's address the hosts "
+                                                              "reach the job's board at (default: the one "
+                                                              "that routes to the first host)."),
         folder: Path = typer.Option(None, "--dir", help="Logs, heartbeats and events (default: a new folder "
                                                         "under /tmp)."),
         detect_s: float = typer.Option(2.0, "--detect", min=0.2, help="Seconds without a heartbeat that "
@@ -80,6 +89,7 @@ def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separat
         command: list[str] = typer.Argument(..., help="The training script and its arguments, after --.")) -> None:
     """Run SCRIPT as an elastic job: rank i on the i-th host, spares waiting with torch loaded."""
     from clockfabric.audit import expect
+    from clockfabric.cli.train_reach import fleet_reach, lab_reach
     from clockfabric.controller.token import read_token
     from clockfabric.train.launch import TrainJob
     from clockfabric.train.readmit_audit import host_audit
@@ -100,9 +110,10 @@ def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separat
             sender(event)
 
     gpu_fault, watched = gpu_watch(names) if watch_gpus else (None, "GPUs not watched: --no-watch-gpus")
-    lab = Lab.open(lab_name)
-    audit = host_audit(lab, expect.defaults()) if readmit else None
-    job = TrainJob(lab, names[:len(names) - spares], names[len(names) - spares:], argv, where,
+    reach = fleet_reach(fleet, serve_on, names) if fleet else lab_reach(lab_name)
+    audit = host_audit(reach.topology, reach.audit, expect.defaults(), reach.fleet) if readmit else None
+    job = TrainJob(reach.hosts, names[:len(names) - spares], names[len(names) - spares:], argv, where,
+                   serve_on=reach.serve_on, runner=reach.runner, local=reach.local,
                    detect_s=detect_s, on_event=on_event, gpu_fault=gpu_fault,
                    min_ranks=min_ranks, audit=audit, readmit_s=readmit_s)
     out.print(f"logs in {where}; {watched}")
@@ -117,3 +128,61 @@ def run(hosts: str = typer.Option(..., "--hosts", help="Lab hosts, comma-separat
             sender.close()
     if not completed:
         sys.exit(f"the job did not complete within {timeout_s:.0f} s; see {where}")
+
+
+@app.command()
+def coordinator(ranks: int = typer.Option(..., "--ranks", min=2, help="The job's ranks (its world size)."),
+                listen: str = typer.Option("0.0.0.0:29500", "--listen",
+                                           help="ADDRESS:PORT to serve the job's board on; torchrun's rendezvous "
+                                                "may share it (--rdzv-backend c10d --rdzv-endpoint HOST:PORT)."),
+                folder: Path = typer.Option(None, "--dir", help="Events (default: a new folder under /tmp)."),
+                detect_s: float = typer.Option(2.0, "--detect", min=0.2, help="Seconds without a heartbeat "
+                                                                              "that make a rank lost."),
+                min_ranks: int = typer.Option(None, "--min-ranks", min=1, help="With no spare left, go on with "
+                                                                               "at least this many survivors."),
+                start_s: float = typer.Option(300.0, "--start-timeout", min=1, help="Give up if the ranks have "
+                                                                                    "not all arrived by then."),
+                timeout_s: float = typer.Option(86400.0, "--timeout", min=1, help="Give up after this many "
+                                                                                 "seconds.")) -> None:
+    """Serve the board of a job whose members a launcher starts (torchrun, srun, a script).
+
+    Each rank runs with CLOCKFABRIC_TRAIN_STORE=tcp://THIS_HOST:PORT (its first rank from RANK or
+    SLURM_PROCID); each spare also with CLOCKFABRIC_TRAIN_SPARE=1. A lost rank's place goes to a
+    spare; the survivors and the job go on."""
+    from clockfabric.train import control
+    from clockfabric.train.coordinator import Coordinator
+    from clockfabric.train.presence import KEY, Presence
+
+    address, _, port = listen.rpartition(":")
+    if not address or not port.isdigit():
+        raise ClockfabricError(f"--listen {listen!r}: give ADDRESS:PORT, like 0.0.0.0:29500")
+    board = control.Board.open(f"tcp://{address}:{port}", serve=True)
+    presence = Presence(address)
+    presence.start()
+    board.store.set(KEY, f"{_reachable(address)}:{presence.address.rsplit(':', 1)[1]}")
+    where = folder or Path(f"/tmp/clockfabric-train-{time.strftime('%Y%m%d-%H%M%S')}")
+    job = Coordinator(board, ranks, where, detect_s=detect_s, on_event=_show, min_ranks=min_ranks,
+                      presence=presence)
+    out.print(f"serving the job's board on {board.url}: run each rank with "
+              f"{control.STORE_ENV}=tcp://{_reachable(address)}:{board.port}, each spare also with "
+              f"{control.SPARE_ENV}=1; events in {where}")
+    job.start()
+    try:
+        deadline = time.monotonic() + start_s
+        while job.gen is None:
+            if time.monotonic() > deadline:
+                sys.exit(f"only {len(job.first)} of {ranks} ranks arrived within {start_s:.0f} s: is each started "
+                         f"with {control.STORE_ENV} set, and does the script use clockfabric.train.elastic?")
+            time.sleep(0.1)
+        completed = job.wait(timeout_s)
+    finally:
+        job.stop()
+    if not completed:
+        sys.exit(f"the job did not complete: {job.stopped or f'not within {timeout_s:.0f} s'}; see {where}")
+
+
+def _reachable(address: str) -> str:
+    """What members connect to: the address itself, or this host's name where it listens on all."""
+    import socket
+
+    return socket.gethostname() if address in ("0.0.0.0", "") else address

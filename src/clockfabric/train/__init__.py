@@ -10,6 +10,6 @@ from typing import Any
 
 
 def elastic(*args: Any, **kwargs: Any) -> Any:
-    from clockfabric.train.runtime import elastic as wrap
+    from clockfabric.train.elastic import elastic as wrap
 
     return wrap(*args, **kwargs)

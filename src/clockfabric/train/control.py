@@ -1,122 +1,200 @@
-"""The job folder: how the coordinator and the ranks tell each other things.
+"""The job's board: how the coordinator and the members tell each other things.
 
-The folder is on the machine's filesystem, which every lab namespace shares, so it works the
-same for every rank whatever happens to the network. The coordinator writes the generation
-(`generation.json`: who holds each rank, the store to rendezvous in, which hosts were lost);
-each rank and spare writes its heartbeat report (`beat/NAME.json`: when, and when it last
-heard each peer over the network) and, when it enters a generation, a mark
-(`ready.N/RANK`): the members form the group only once every mark is there, so a member lost
-before that never leaves the others blocked in the group's rendezvous. Files are replaced
-atomically, so a reader never sees half.
+The board is a c10d store every member reaches, so it works the same whatever launched the
+members and whatever happens to the fabric between them:
+
+- `tcp://HOST:PORT`: a TCPStore that the coordinator serves (`clockfabric train coordinator`);
+  torchrun's own rendezvous may share it (`--rdzv-backend c10d --rdzv-endpoint HOST:PORT`), so
+  no member's host holds the store the others need;
+- `file:///PATH`: a FileStore on a filesystem every member shares (the lab's, or a cluster's).
+
+The coordinator writes the generation (who holds each rank, which members were lost); each
+member registers, writes its heartbeat report (when, and when it last heard each peer over the
+network), and, when it enters a generation, a ready mark: the members form the group only
+once every mark is there, so a member lost before that never leaves the others blocked in the
+group's rendezvous. What the coordinator must know of the members' own progress (joined, a
+rendezvous failed, the job stopped) they post as records. Each generation's group meets under
+its own prefix, as torchft re-forms its groups with a new store prefix.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
-import os
 import time
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-FOLDER_ENV = "CLOCKFABRIC_TRAIN_DIR"
-HOST_ENV = "CLOCKFABRIC_TRAIN_HOST"  # the lab host a rank or spare runs on
-BEAT_ENV = "CLOCKFABRIC_TRAIN_BEAT"  # address:port its heartbeats are sent from and to
+from clockfabric.errors import ClockfabricError
+
+STORE_ENV = "CLOCKFABRIC_TRAIN_STORE"  # the job's board: tcp://HOST:PORT or file:///PATH
+NAME_ENV = "CLOCKFABRIC_TRAIN_HOST"  # the member's name (default: the host's name, /LOCAL_RANK if several)
+BEAT_ENV = "CLOCKFABRIC_TRAIN_BEAT"  # address[:port] its heartbeats are sent from (default: its hostname's)
 SPARE_ENV = "CLOCKFABRIC_TRAIN_SPARE"  # set on a spare: it waits to be given a rank
 RUNNING, PAUSED, DONE = "running", "paused", "done"
+CONNECT_S = 30.0  # a member's wait for the board when it starts (the coordinator may start after it)
+KEY = "clockfabric/train/"
 
 
 @dataclass
 class Generation:
     number: int
     state: str  # running | paused (a rank is lost and no spare is left) | done
-    hosts: list[str]  # rank i runs on hosts[i]
+    hosts: list[str]  # rank i is held by the member named hosts[i]
     beats: list[str]  # rank i's heartbeat address:port
-    store: str  # the FileStore path this generation rendezvouses in
-    lost: list[str] = field(default_factory=list)  # heartbeat addresses of every host lost so far
+    lost: list[str] = field(default_factory=list)  # heartbeat addresses of every member lost so far
 
     @property
     def world(self) -> int:
         return len(self.hosts)
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+def parse_url(url: str) -> tuple[str, str, int]:
+    """('tcp', host, port) or ('file', path, 0); one clear line for anything else."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file" and parts.path:
+        return "file", parts.path, 0
+    if parts.scheme == "tcp" and parts.hostname and parts.port is not None:
+        return "tcp", parts.hostname, parts.port
+    raise ClockfabricError(f"{STORE_ENV}={url!r}: give tcp://HOST:PORT (the coordinator's) or file:///PATH "
+                           "(on a filesystem every member shares)")
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+class Board:
+    def __init__(self, store: Any, url: str):
+        self.store, self.url = store, url
+        self.port = parse_url(url)[2]  # a tcp board's: fencing a peer on its host never shuts it
+        self._records: list[dict[str, Any]] = []  # read so far
 
+    @classmethod
+    def open(cls, url: str, *, serve: bool = False, timeout_s: float = CONNECT_S) -> Board:
+        """The board at url; serve: this process is the coordinator and serves a tcp one (its
+        port may be 0: a free one, `url` then says which)."""
+        import torch.distributed as dist  # the coordinator of a lab job imports torch only here
 
-def write_generation(folder: Path, gen: Generation) -> None:
-    write_json(folder / "generation.json", asdict(gen))
+        kind, where, port = parse_url(url)
+        limit = datetime.timedelta(seconds=timeout_s)
+        if kind == "file":
+            Path(where).parent.mkdir(parents=True, exist_ok=True)
+            return cls(dist.FileStore(where, -1), url)
+        try:
+            store = dist.TCPStore(where, port, is_master=serve, wait_for_workers=False, timeout=limit)
+        except (RuntimeError, OSError) as e:
+            doing = "serve the job's board on" if serve else "reach the job's board at"
+            raise ClockfabricError(f"cannot {doing} {where}:{port}: {str(e).splitlines()[0][:160]}"
+                                   + ("" if serve else "; is `clockfabric train coordinator` running there?")) from None
+        return cls(store, f"tcp://{where}:{store.port}")
 
+    def again(self) -> Board:
+        """A second connection to the same board, for another thread (a heartbeat's)."""
+        return Board.open(self.url)
 
-def read_generation(folder: Path) -> Generation | None:
-    data = read_json(folder / "generation.json")
-    return Generation(**data) if data else None
-
-
-def wait_generation(folder: Path, after: int, timeout_s: float, poll_s: float = 0.02) -> Generation:
-    """The first running generation numbered above `after` (a paused one is waited through)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        gen = read_generation(folder)
-        if gen is not None and gen.number > after and gen.state != PAUSED:
-            return gen
-        time.sleep(poll_s)
-    raise TimeoutError(f"no new generation of the job within {timeout_s:.0f} s (no spare came)")
-
-
-def superseded(folder: Path, number: int) -> bool:
-    """Whether a generation numbered above `number` was issued (paused or not): generation
-    `number`'s group is over, whatever it is still doing."""
-    gen = read_generation(folder)
-    return gen is not None and gen.number > number
-
-
-def beat_path(folder: Path, name: str) -> Path:
-    return folder / "beat" / f"{name}.json"
-
-
-def mark_ready(folder: Path, number: int, rank: int) -> None:
-    ready = folder / f"ready.{number}"
-    ready.mkdir(exist_ok=True)
-    (ready / str(rank)).touch()
-
-
-def mark_failed(folder: Path, number: int, rank: int, **detail: Any) -> None:
-    """Rank's step of generation `number` failed (its all-reduce, its group): the coordinator
-    issues the generation again if, its detection time later, no member is lost."""
-    failed = folder / f"failed.{number}"
-    failed.mkdir(exist_ok=True)
-    write_json(failed / f"{rank}.json", {"rank": rank, "time": time.time(), **detail})
-
-
-def failed_steps(folder: Path, number: int) -> list[dict[str, Any]]:
-    """The marks of generation `number`'s failed steps, first first (none: a single stat)."""
-    failed = folder / f"failed.{number}"
-    if not failed.is_dir():
-        return []
-    marks = [read_json(path) for path in failed.glob("*.json")]
-    return sorted((m for m in marks if m), key=lambda m: m["time"])
-
-
-def wait_ready(folder: Path, gen: Generation, timeout_s: float, poll_s: float = 0.02) -> Generation | None:
-    """None once every member of gen marked itself ready; a newer generation if one came first
-    (a member was lost before the group formed: the rendezvous would wait for it in vain)."""
-    deadline = time.monotonic() + timeout_s
-    ready = folder / f"ready.{gen.number}"
-    while time.monotonic() < deadline:
-        if all((ready / str(rank)).exists() for rank in range(gen.world)):
+    # ---- plain values ----------------------------------------------------------------------
+    def _get(self, key: str) -> dict[str, Any] | None:
+        if not self.store.check([KEY + key]):
             return None
-        newer = read_generation(folder)
-        if newer is not None and newer.number > gen.number and newer.state != PAUSED:
-            return newer
-        time.sleep(poll_s)
-    raise TimeoutError(f"generation {gen.number}'s members did not all arrive within {timeout_s:.0f} s")
+        return json.loads(self.store.get(KEY + key))
+
+    def _set(self, key: str, value: dict[str, Any]) -> None:
+        self.store.set(KEY + key, json.dumps(value))
+
+    # ---- the generation --------------------------------------------------------------------
+    def write_generation(self, gen: Generation) -> None:
+        self._set("generation", asdict(gen))
+
+    def generation(self) -> Generation | None:
+        data = self._get("generation")
+        return Generation(**data) if data else None
+
+    def wait_generation(self, after: int, timeout_s: float, poll_s: float = 0.02) -> Generation:
+        """The first running generation numbered above `after` (a paused one is waited through)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            gen = self.generation()
+            if gen is not None and gen.number > after and gen.state != PAUSED:
+                return gen
+            time.sleep(poll_s)
+        raise TimeoutError(f"no new generation of the job within {timeout_s:.0f} s (no spare came)")
+
+    def superseded(self, number: int) -> bool:
+        """Whether a generation numbered above `number` was issued (paused or not): generation
+        `number`'s group is over, whatever it is still doing."""
+        gen = self.generation()
+        return gen is not None and gen.number > number
+
+    def group_store(self, number: int) -> Any:
+        """The store generation `number`'s group rendezvouses in: its own prefix, never reused."""
+        import torch.distributed as dist
+
+        return dist.PrefixStore(f"{KEY}group/{number}", self.store)
+
+    # ---- members ---------------------------------------------------------------------------
+    def register(self, name: str, rank: int | None) -> None:
+        """A member is here: `rank` its first rank (None for a spare). Once per process."""
+        self._append("member", {"name": name, "rank": rank, "time": time.time()})
+
+    def members(self, since: int = 0) -> list[dict[str, Any]]:
+        """The members registered after the first `since`, in order."""
+        return self._read("member", since)
+
+    def write_report(self, name: str, report: dict[str, Any]) -> None:
+        self._set(f"beat/{name}", report)
+
+    def report(self, name: str) -> dict[str, Any] | None:
+        return self._get(f"beat/{name}")
+
+    # ---- forming a generation --------------------------------------------------------------
+    def mark_ready(self, number: int, rank: int) -> None:
+        self.store.set(f"{KEY}ready/{number}/{rank}", "1")
+
+    def all_ready(self, gen: Generation) -> bool:
+        return bool(self.store.check([f"{KEY}ready/{gen.number}/{r}" for r in range(gen.world)]))
+
+    def wait_ready(self, gen: Generation, timeout_s: float, poll_s: float = 0.02) -> Generation | None:
+        """None once every member of gen marked itself ready; a newer generation if one came first
+        (a member was lost before the group formed: the rendezvous would wait for it in vain)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.all_ready(gen):
+                return None
+            newer = self.generation()
+            if newer is not None and newer.number > gen.number and newer.state != PAUSED:
+                return newer
+            time.sleep(poll_s)
+        raise TimeoutError(f"generation {gen.number}'s members did not all arrive within {timeout_s:.0f} s")
+
+    def mark_failed(self, number: int, rank: int, **detail: Any) -> None:
+        """Rank's step of generation `number` failed (its all-reduce, its group): the coordinator
+        issues the generation again if, its detection time later, no member is lost."""
+        self.post({"event": "step failed", "generation": number, "rank": rank, "time": time.time(), **detail})
+
+    def failed_steps(self, number: int) -> list[dict[str, Any]]:
+        """The marks of generation `number`'s failed steps, first first."""
+        marks = [r for r in self.records() if r.get("event") == "step failed" and r.get("generation") == number]
+        return sorted(marks, key=lambda m: m["time"])
+
+    # ---- records ---------------------------------------------------------------------------
+    def post(self, record: dict[str, Any]) -> None:
+        """What the coordinator must know of a member's progress: joined, a failed rendezvous
+        or step, the job stopped."""
+        self._append("record", record)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record posted so far, in order (read once each)."""
+        self._records += self._read("record", len(self._records))
+        return self._records
+
+    # ---- append-only lists: a counter, then the entry under its number ----------------------
+    def _append(self, name: str, value: dict[str, Any]) -> None:
+        self._set(f"{name}/{self.store.add(f'{KEY}{name}s', 1)}", value)
+
+    def _read(self, name: str, since: int) -> list[dict[str, Any]]:
+        """The entries after the first `since`, up to the first counted but not yet written."""
+        out = []
+        for i in range(since + 1, self.store.add(f"{KEY}{name}s", 0) + 1):
+            if (entry := self._get(f"{name}/{i}")) is None:
+                break
+            out.append(entry)
+        return out

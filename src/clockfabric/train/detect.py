@@ -3,7 +3,6 @@ whether its process is stopped (frozen); and whether a failed step was only slow
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from clockfabric.train import control
@@ -16,13 +15,18 @@ HUNG_WAITS = 3
 
 
 def verdict(rank: int, exit_code: int | None, report: dict[str, Any] | None, peers: list[dict[str, Any]],
-            beat: str, now: float, detect_s: float, stopped: bool = False) -> str | None:
-    """Why the rank is lost (None if it is not): its exit, its own report, its peers' reports,
-    and whether its process is stopped."""
+            beat: str, now: float, detect_s: float, stopped: bool = False, gone: bool = False) -> str | None:
+    """Why the rank is lost (None if it is not): its exit (gone: its connection to the
+    coordinator closed, for a process the coordinator did not start), its own report, its
+    peers' reports, and whether its process is stopped."""
     if exit_code is not None:
         return None if exit_code == 0 else f"its process exited with status {exit_code}"
-    if report is None or report.get("rank") != rank or report.get("done"):
-        return None  # still starting, or through its loop and exiting
+    if report is not None and report.get("done"):
+        return None  # through its loop and exiting
+    if gone:
+        return "its process ended: its connection to the coordinator closed"
+    if report is None or report.get("rank") != rank:
+        return None  # still starting
     silent = now - report["time"]
     if silent > detect_s and stopped:
         return f"no heartbeat report for {silent:.1f} s, its process stopped (frozen)"
@@ -35,13 +39,13 @@ def verdict(rank: int, exit_code: int | None, report: dict[str, Any] | None, pee
     return None
 
 
-def slow_step(folder: Path, number: int, now: float, detect_s: float) -> str | None:
+def slow_step(board: control.Board, number: int, now: float, detect_s: float) -> str | None:
     """Why generation `number` must be issued again with the same members (None if not): a
     member's step failed, and `detect_s` later no member was judged lost. A lost rank is judged
     within detect_s of its loss (a cut-off one too: its step fails only once it is fenced, or
     by the bound, which is above detect_s), so a step failed with nobody lost was slow: it ran
     into the all-reduce's bound (train.bound), and its members wait for a generation."""
-    marks = control.failed_steps(folder, number)
+    marks = board.failed_steps(number)
     if not marks or now - marks[0]["time"] < detect_s:
         return None
     fired = [m for m in marks if m.get("bound_s") is not None]

@@ -1,7 +1,7 @@
 """The job's process group, formed anew for each generation, and what is sent over it.
 
-Each generation rendezvouses in its own store (a FileStore at a fresh path, so no key of an
-earlier generation is ever read), as torchft re-forms its groups with a new store prefix:
+Each generation rendezvouses in its own store (a fresh prefix on the job's board, so no key of
+an earlier generation is ever read), as torchft re-forms its groups with a new store prefix:
 every member destroys the old group and initialises the new one with the same rank index and
 world size. On NCCL the same sequence holds (abort the communicator, init a new one from the
 new store); only the transfer tensors would live on the GPU.
@@ -54,12 +54,11 @@ def never() -> bool:
     return False
 
 
-def form(store_path: str, rank: int, world: int, timeout_s: float = FORM_S) -> None:
-    """Leave the current group, if any, and join the generation whose store is store_path: the
+def form(store: Any, rank: int, world: int, timeout_s: float = FORM_S) -> None:
+    """Leave the current group, if any, and join the generation whose store is `store`: the
     rendezvous and the connections bounded by timeout_s, and so is each operation until `settle`."""
     leave()
     limit = datetime.timedelta(seconds=timeout_s)
-    store = dist.FileStore(store_path, world)
     store.set_timeout(limit)
     if store.add(ARRIVED, 1) == world:
         store.set(f"{ARRIVED}/all", "1")

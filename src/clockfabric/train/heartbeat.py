@@ -1,4 +1,4 @@
-"""A rank's heartbeats: UDP datagrams to every peer over the lab network, and a report file.
+"""A member's heartbeats: UDP datagrams to every peer over the fabric, and a report on the board.
 
 Every `interval_s` the thread sends its name to each peer's heartbeat address, drains what it
 received, and writes its report (the time, and how long since each peer was heard). So the
@@ -13,6 +13,7 @@ on a survivor that waits for it, fails at once, instead of after the collective 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import stat
 import threading
@@ -27,8 +28,9 @@ def split(beat: str) -> tuple[str, int]:
     return address, int(port)
 
 
-def shut_sockets_to(addresses: set[str]) -> int:
-    """Shut down every connected TCP socket of this process whose peer is one of addresses."""
+def shut_sockets_to(addresses: set[str], keep_ports: set[int] | None = None) -> int:
+    """Shut down every connected TCP socket of this process whose peer is one of addresses,
+    except those to keep_ports (the board's and the coordinator's, which may share a host with a peer)."""
     shut = 0
     for entry in os.scandir("/proc/self/fd"):
         try:
@@ -41,7 +43,8 @@ def shut_sockets_to(addresses: set[str]) -> int:
         try:
             # TCP only: a Unix socket's peer name is a path (an unnamed one's is '')
             if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM \
-                    and sock.getpeername()[0].removeprefix("::ffff:") in addresses:
+                    and sock.getpeername()[0].removeprefix("::ffff:") in addresses \
+                    and sock.getpeername()[1] not in (keep_ports or set()):
                 sock.shutdown(socket.SHUT_RDWR)  # on the shared socket: the blocked reader wakes with an error
                 shut += 1
         except OSError:
@@ -62,9 +65,11 @@ def stopped(pid: int) -> bool:
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, folder: Path, name: str, beat: str, interval_s: float = 0.1):
+    def __init__(self, board: control.Board, name: str, beat: str, interval_s: float = 0.1):
         super().__init__(name=f"heartbeat {name}", daemon=True)
-        self.folder, self.name, self.beat, self.interval_s = folder, name, beat, interval_s
+        self.board = board.again()  # its own connection: the training thread uses the other
+        self.name, self.interval_s = name, interval_s
+        self.keep: set[int] = {board.port} if board.port else set()  # never shut: the board's, the coordinator's
         self.rank: int | None = None  # set once this process holds a rank
         self.heard: dict[str, float] = {}
         self.fenced: set[str] = set()
@@ -74,8 +79,9 @@ class Heartbeat(threading.Thread):
         self.lock = threading.Lock()
         self.group: tuple[int, set[str]] | None = None
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(split(beat))
+        self.sock.bind(split(beat) if ":" in beat else (beat, 0))
         self.sock.setblocking(False)
+        self.beat = "{}:{}".format(*self.sock.getsockname())  # the port bound, where none was given
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -86,10 +92,12 @@ class Heartbeat(threading.Thread):
                 self.error = f"{type(e).__name__}: {e}"[:200]
 
     def beat_once(self) -> None:
-        gen = control.read_generation(self.folder)
+        gen = self.board.generation()
         peers = [b for b in gen.beats if b != self.beat] if gen else []
+        if gen is not None and self.beat in gen.lost:
+            os.kill(os.getpid(), signal.SIGKILL)  # fenced: lost once, this process never rejoins the job
         try:
-            if gen is not None and self.beat not in gen.lost:
+            if gen is not None:
                 self.fence(gen.number, {split(b)[0] for b in gen.lost} - self.fenced)
             for peer in peers:
                 try:
@@ -104,8 +112,8 @@ class Heartbeat(threading.Thread):
 
     def report(self, gen: control.Generation | None, peers: list[str], done: bool = False) -> None:
         now = time.time()
-        control.write_json(control.beat_path(self.folder, self.name), {
-            "name": self.name, "pid": os.getpid(), "time": now, "rank": self.rank, "done": done,
+        self.board.write_report(self.name, {
+            "name": self.name, "beat": self.beat, "pid": os.getpid(), "time": now, "rank": self.rank, "done": done,
             "generation": gen.number if gen else None, "error": self.error,
             "heard": {p: now - self.heard[p] for p in peers if p in self.heard}})
 
@@ -118,7 +126,7 @@ class Heartbeat(threading.Thread):
             return
         with self.lock:
             over = self.group[1] if self.group is not None and self.group[0] < number else set()
-            shut_sockets_to(addresses | over)
+            shut_sockets_to(addresses | over, self.keep)
         self.fenced |= addresses
 
     def joined(self, number: int, peers: set[str]) -> None:
@@ -144,4 +152,4 @@ class Heartbeat(threading.Thread):
         self.stopping.set()
         if self.is_alive():
             self.join(1)
-        self.report(control.read_generation(self.folder), [], done=True)
+        self.report(self.board.generation(), [], done=True)

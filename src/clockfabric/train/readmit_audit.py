@@ -9,11 +9,12 @@ and the peer) fails it: a peer's own trouble is not the drained host's.
 
 from __future__ import annotations
 
-from clockfabric.audit.gather import lab_transport
+from typing import Any
+
 from clockfabric.audit.model import Finding, Report, Verdict
 from clockfabric.audit.registry import get_check
 from clockfabric.audit.run import audit as run_audit
-from clockfabric.lab.state import Lab
+from clockfabric.topology import Topology
 from clockfabric.train.readmit import AuditResult, HostAudit
 
 CHECKS = ("frontend.reach", "frontend.mtu", "frontend.names", "backend.nic_init", "backend.nic_active",
@@ -22,13 +23,13 @@ REFERENCE_PEERS = 1  # each peer runs the audit's report too, beside the trainin
 BAD = (Verdict.FAIL, Verdict.UNKNOWN)  # a warning does not keep a host out; not knowing does
 
 
-def host_audit(lab: Lab, expectations: dict) -> HostAudit:
+def host_audit(topo: Topology, reach: dict[str, Any], expectations: dict, fleet: str) -> HostAudit:
+    """reach: how the audit reaches the hosts (audit()'s transport and its friends: a lab's, or
+    ssh's for real hosts), so a drained host is audited the way every host is."""
     checks = [get_check(c) for c in CHECKS]
-    transport = lab_transport(lab)
 
     def audit(host: str, peers: list[str]) -> AuditResult:
-        report = run_audit(lab.topology, [host, *peers[:REFERENCE_PEERS]], checks, transport=transport,
-                           expect=expectations, fleet=f"lab {lab.name}")
+        report = run_audit(topo, [host, *peers[:REFERENCE_PEERS]], checks, expect=expectations, fleet=fleet, **reach)
         return AuditResult([c.id for c in checks], failing_on(report, host))
 
     return audit

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from clockfabric.lab.job import read_log
+
+def read_log(path: Path) -> list[dict]:
+    """A member's JSON lines; a torn last line (the process was killed mid-write) is skipped."""
+    out: list[dict] = []
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
 
 
 def records(folder: Path) -> list[dict[str, Any]]:

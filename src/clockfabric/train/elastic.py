@@ -24,14 +24,19 @@ shard is mirrored on its buddy rank, which steps it too (train.zero).
 (train.checkpoint); when memory cannot rebuild the state (a ZeRO-1 rank lost with its buddy),
 every rank loads the last checkpoint and the job goes on from its step. Without one, the
 members log a `stopped` event and raise ShardLost.
+
+The wrapper finds its job from the environment, whatever launched it: the board
+(`CLOCKFABRIC_TRAIN_STORE`), its first rank (`RANK`, as torchrun and `clockfabric train run`
+set it, or Slurm's `SLURM_PROCID`), or that it is a spare (`CLOCKFABRIC_TRAIN_SPARE=1`).
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +44,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from clockfabric.train import control, group, state, zero
+from clockfabric.train import control, group, presence, state, zero
 from clockfabric.train.bound import StepBound
 from clockfabric.train.checkpoint import Checkpoints
 from clockfabric.train.ddp import ONE_BUCKET_MB, Guarded, average
@@ -64,13 +69,10 @@ class Elastic:
         self.restored: dict[str, Any] = {}  # what the last group formed resumed from: a checkpoint, a reshard
         self.previous: dict[str, Any] | None = None  # ZeRO-1: the snapshot before the last completed step
         self._lent: dict[str, Any] | None = None  # a snapshot no longer wanted: the next one copies into it
-        try:
-            self.folder = Path(os.environ[control.FOLDER_ENV])
-            self.host = os.environ[control.HOST_ENV]
-            beat = os.environ[control.BEAT_ENV]
-        except KeyError as e:
-            raise RuntimeError(f"{e.args[0]} is not set: run the script with `clockfabric train run`") from None
-        self.heartbeat = Heartbeat(self.folder, self.host, beat)
+        self.host, self.first_rank, beat = identity(os.environ)
+        self.board = control.Board.open(os.environ[control.STORE_ENV])
+        self.heartbeat = Heartbeat(self.board, self.host, beat)
+        self.presence: socket.socket | None = None  # held open for as long as this process lives
         self.rank, self.step, self.failed = -1, 0, False
         self.carried = False  # a spare: whether it holds a rank's state yet
         self.fields: dict[str, Any] = {}
@@ -88,15 +90,18 @@ class Elastic:
         return self.gen.world if self.gen else 0
 
     def __enter__(self) -> Elastic:
+        if self.board.store.check([presence.KEY]):
+            self.presence = presence.announce(self.board.store.get(presence.KEY).decode(), self.host)
+            self.heartbeat.keep.add(self.presence.getpeername()[1])
         self.heartbeat.start()
-        if os.environ.get(control.SPARE_ENV):
+        self.heartbeat.report(None, [])  # its beat address, before it registers
+        self.board.register(self.host, self.first_rank)
+        if self.first_rank is None:
             gen = self._assignment()
             self._join(gen, completed=-1)
         else:
-            first = control.read_generation(self.folder)
-            if first is None:
-                raise RuntimeError(f"no generation.json in {self.folder}")
-            self.rank = int(os.environ["RANK"])
+            first = self.board.wait_generation(-1, self.wait_s)
+            self.rank = self.first_rank
             self._join(first, completed=0)
         return self
 
@@ -170,7 +175,7 @@ class Elastic:
         """A spare waits until a running generation gives its host a rank."""
         self.log(event="spare", host=self.host, time=time.time())
         while True:
-            gen = control.read_generation(self.folder)
+            gen = self.board.generation()
             if gen is not None and gen.state == control.RUNNING and self.host in gen.hosts:
                 self.rank = gen.hosts.index(self.host)
                 return gen
@@ -190,16 +195,16 @@ class Elastic:
             self.log(rank=self.rank, event="bound fired", step=self.step, generation=self.gen.number,
                      bound_s=self.bound.applied, elapsed_s=round(failed_at - started, 3), time=failed_at)
         # the coordinator issues the generation again if no member turns out lost (a slow step)
-        control.mark_failed(self.folder, self.gen.number, self.rank, bound_s=self.bound.applied if fired else None)
+        self.board.mark_failed(self.gen.number, self.rank, bound_s=self.bound.applied if fired else None)
         lost = set(self.gen.lost)
-        self._join(control.wait_generation(self.folder, self.gen.number, self.wait_s), completed=self.step)
+        self._join(self.board.wait_generation(self.gen.number, self.wait_s), completed=self.step)
         if fired and set(self.gen.lost) <= lost:  # no member was lost: the step was only slow
             self.bound.slow(failed_at - started)
 
     def _follow(self) -> None:
         """At a step boundary: a newer running generation (a rank replaced before it failed, as
         on a critical XID) is joined now, the step count as it stands."""
-        newer = control.read_generation(self.folder)
+        newer = self.board.generation()
         if self.gen is not None and newer is not None and newer.number > self.gen.number \
                 and newer.state == control.RUNNING:
             self.log(rank=self.rank, event="new generation", step=self.step, generation=newer.number, time=time.time())
@@ -209,7 +214,7 @@ class Elastic:
     def _leave(self) -> None:
         """The old group is over: a peer still blocked in it on this member wakes now, not at its timeout."""
         assert self.gen is not None
-        shut_sockets_to({split(b)[0] for b in self.gen.beats} - {split(self.heartbeat.beat)[0]})
+        shut_sockets_to({split(b)[0] for b in self.gen.beats} - {split(self.heartbeat.beat)[0]}, self.heartbeat.keep)
 
     def _join(self, gen: control.Generation, completed: int) -> None:
         """Join gen; a member lost while it forms or carries the state (a second failure, the
@@ -217,22 +222,22 @@ class Elastic:
         while True:
             while self.host not in gen.hosts:  # drained (its GPU reported a critical XID): wait to be fenced
                 self.log(event="drained", host=self.host, generation=gen.number, time=time.time())
-                gen = control.wait_generation(self.folder, gen.number, self.wait_s)
+                gen = self.board.wait_generation(gen.number, self.wait_s)
             self.rank = self.heartbeat.rank = gen.hosts.index(self.host)  # judged (frozen?) from here on
             newer = None
             self._drop_group()
             try:
-                control.mark_ready(self.folder, gen.number, self.rank)
-                newer = control.wait_ready(self.folder, gen, self.wait_s)
+                self.board.mark_ready(gen.number, self.rank)
+                newer = self.board.wait_ready(gen, self.wait_s)
                 if newer is None:
                     self._form(gen, completed)
                     return
             except RuntimeError as e:  # gloo: a member of the group being formed is gone
-                self.log(rank=self.rank, event="join failed", generation=gen.number, error=str(e)[:200],
-                         time=time.time())
+                self.tell(rank=self.rank, event="join failed", generation=gen.number, error=str(e)[:200],
+                          time=time.time())
                 self._leave()
             completed = self.step if completed >= 0 or self.carried else -1
-            gen = newer or control.wait_generation(self.folder, gen.number, self.wait_s)
+            gen = newer or self.board.wait_generation(gen.number, self.wait_s)
 
     def _drop_group(self) -> None:
         """Destroy the old group before marking ready, not after: its destruction waits for its
@@ -249,7 +254,7 @@ class Elastic:
     def _form(self, gen: control.Generation, completed: int) -> None:
         started = time.time()
         self.gen = gen
-        group.form(gen.store, self.rank, gen.world)
+        group.form(self.board.group_store(gen.number), self.rank, gen.world)
         self.heartbeat.joined(gen.number, {split(b)[0] for b in gen.beats} - {split(self.heartbeat.beat)[0]})
         formed = time.time()
         if self._optimizer is None:
@@ -272,9 +277,9 @@ class Elastic:
         self.model.job = self
         self.model.register_comm_hook(self, average)
         group.settle(self.bound.joined())
-        self.log(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
-                 bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
-                 wrap_s=time.time() - transferred, time=time.time(), **self.restored)
+        self.tell(rank=self.rank, event="joined", generation=gen.number, step=self.step, host=self.host,
+                  bytes=carried, form_s=formed - started, transfer_s=transferred - formed,
+                  wrap_s=time.time() - transferred, time=time.time(), **self.restored)
         self.restored = {}
 
     def _carry(self, completed: int) -> int:
@@ -321,7 +326,7 @@ class Elastic:
         """A newer generation was issued (a member of this one lost while the state is carried):
         the transfer is abandoned at once, not waited out (group.Superseded)."""
         assert self.gen is not None
-        return control.superseded(self.folder, self.gen.number)
+        return self.board.superseded(self.gen.number)
 
     def _from_checkpoint(self, lost: zero.ShardLost, reached: int) -> int:
         """Every member loads the last disk checkpoint (each decides alike: the same files, the
@@ -329,7 +334,7 @@ class Elastic:
         at = self.checkpoints.latest(self.world) if self.checkpoints else None
         if self.checkpoints is None or at is None:
             why = f"{lost}; no disk checkpoint to resume from" + ("" if self.checkpoints else " (checkpoint_dir)")
-            self.log(rank=self.rank, event="stopped", why=why, time=time.time())
+            self.tell(rank=self.rank, event="stopped", why=why, time=time.time())
             raise zero.ShardLost(why) from None
         saved = self.checkpoints.read(at, self.rank)
         self.step, _ = state.restore(saved, self.module, zero.local(self.optimizer))
@@ -337,6 +342,31 @@ class Elastic:
         self.restored = {"checkpoint_step": at, "redone": reached - at,
                          "why": f"{lost}: resumed from checkpoint at step {at}, {reached - at} steps redone"}
         return self.checkpoints.path(at, self.rank).stat().st_size
+
+
+    def tell(self, **record: Any) -> None:
+        """A record for the job's log and for the coordinator (it reads them from the board)."""
+        self.log(**record)
+        self.board.post(record)
+
+
+def identity(env: Mapping[str, str]) -> tuple[str, int | None, str]:
+    """(this member's name, its first rank or None for a spare, its heartbeat address[:port]),
+    from what `clockfabric train run`, torchrun or Slurm set. One clear line if no board is named."""
+    if control.STORE_ENV not in env:
+        launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "srun" if "SLURM_PROCID" in env else None
+        how = (f"under {launcher}, start `clockfabric train coordinator` and set {control.STORE_ENV}=tcp://HOST:PORT"
+               if launcher else "run the script with `clockfabric train run`, or under a launcher with "
+               f"`clockfabric train coordinator` and {control.STORE_ENV}")
+        raise RuntimeError(f"{control.STORE_ENV} is not set: {how}")
+    spare = env.get(control.SPARE_ENV, "") not in ("", "0")
+    first = env.get("RANK", env.get("SLURM_PROCID"))
+    rank = None if spare or first is None else int(first)
+    name = env.get(control.NAME_ENV) or socket.gethostname()
+    if not env.get(control.NAME_ENV) and int(env.get("LOCAL_WORLD_SIZE", env.get("SLURM_NTASKS_PER_NODE", "1"))) > 1:
+        name += f"/{env.get('LOCAL_RANK', env.get('SLURM_LOCALID', '0'))}"
+    beat = env.get(control.BEAT_ENV) or socket.gethostbyname(socket.gethostname())  # the address gloo binds to
+    return name, rank, beat
 
 
 def elastic(module: torch.nn.Module, optimizer: torch.optim.Optimizer | OptimizerFactory, loader: Loader,
