@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from clockfabric.lab import impair
+from clockfabric.lab.training import train_job
 from clockfabric.topology import multirail
-from clockfabric.train import control, report
-from clockfabric.train.launch import TrainJob
+from clockfabric.train import report
 
 pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
 
@@ -25,14 +25,14 @@ def run(lab, folder: Path, spares: list[str], inject=None, at_step: int = 8, arg
     """Run the job (TrainJob's options passed on); inject(job) once every rank has completed at_step
     and every spare is ready (it imports torch first: tens of seconds on a loaded machine).
     Returns (job, records, injected_at)."""
-    job = TrainJob(lab, RANKS, spares, args, folder, **options).start()
+    job = train_job(lab, RANKS, spares, args, folder, **options).start()
     injected = None
     try:
         if inject:
             deadline = time.monotonic() + 90
             while min((max(s) for s in report.steps_by_rank(report.records(folder)).values()), default=-1) < at_step \
                     or len(report.steps_by_rank(report.records(folder))) < len(RANKS) \
-                    or not all(control.beat_path(folder, host).exists() for host in spares):  # spares ready
+                    or not set(spares) <= set(job.ready_spares()):  # spares ready
                 assert time.monotonic() < deadline, "the job never reached the step to fail at"
                 time.sleep(0.05)
             injected = time.time()
@@ -129,7 +129,7 @@ def test_cut_off_host_is_replaced(make_lab, tmp_path):
 def test_no_spare_pauses_the_job_until_one_is_added(make_lab, tmp_path):
     lab = make_lab(multirail(4, 2, 2, 2))
     folder = tmp_path / "paused"
-    job = TrainJob(lab, RANKS, [], ARGS, folder).start()
+    job = train_job(lab, RANKS, [], ARGS, folder).start()
     try:
         deadline = time.monotonic() + 90
         while len(report.steps_by_rank(report.records(folder))) < len(RANKS):

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from clockfabric.audit import expect
-from clockfabric.train.readmit_audit import host_audit
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair
+from clockfabric.lab.training import lab_host_audit
 from clockfabric.topology import multirail
 from clockfabric.train import report
 from tests.lab.test_spares import ARGS, failure_free, run
@@ -53,7 +53,7 @@ def test_a_cut_off_host_returns_to_the_spares_only_once_its_audit_passes(make_la
         os.kill(job.ranks[2].proc.pid, signal.SIGKILL)
 
     job, recs, _ = run(lab, tmp_path / "readmit", ["h3"], cut_then_mend_then_kill, args=LONGER,
-                       audit=host_audit(lab, expect.defaults()), readmit_s=1.0)
+                       audit=lab_host_audit(lab, expect.defaults()), readmit_s=1.0)
     assert report.job_steps(recs) == list(range(STEPS)), "a completed step was lost"
     assert report.digests(recs) == reference  # bit-equal to the failure-free run
     assert [m.host for m in job.ranks] == ["h0", "h3", "h1"]  # the returned host took rank 2

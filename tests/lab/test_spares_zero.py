@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from clockfabric.lab.training import train_job
 from clockfabric.topology import multirail
 from clockfabric.train import report
-from clockfabric.train.launch import TrainJob
 from tests.lab.test_spares import ARGS, RANKS, STEPS, run
 
 pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
@@ -49,7 +49,7 @@ def test_a_rank_lost_with_its_buddy_resumes_from_the_last_checkpoint(make_lab, t
 def test_a_rank_lost_with_its_buddy_and_no_checkpoint_stops_the_job(make_lab, tmp_path):
     lab = make_lab(multirail(5, 2, 2, 2))
     folder = tmp_path / "stopped"
-    job = TrainJob(lab, RANKS, SPARES, [*ARGS, "--zero"], folder).start()
+    job = train_job(lab, RANKS, SPARES, [*ARGS, "--zero"], folder).start()
     try:
         deadline = time.monotonic() + 90
         while min((max(s) for s in report.steps_by_rank(report.records(folder)).values()), default=-1) < 8 \

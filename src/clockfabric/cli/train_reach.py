@@ -7,7 +7,6 @@ one value, so the rest of the command never asks which it is.
 from __future__ import annotations
 
 import socket
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,15 +30,10 @@ class Reach:
 def lab_reach(name: str | None) -> Reach:
     from clockfabric.lab.hosts import lab_audit, lab_hosts
     from clockfabric.lab.state import Lab
+    from clockfabric.lab.training import runner
 
     lab = Lab.open(name)
-
-    def runner(host: str) -> list[str]:
-        # gloo binds to the address the hostname resolves to: a lab rank's is its host's stable address
-        return [sys.executable, "-m", "clockfabric.lab.job", "--lab", lab.name, "--hostname",
-                str(lab.topology.hosts[host].address), "--"]
-
-    return Reach(lab_hosts(lab), lab.topology, lab_audit(lab), f"lab {lab.name}", runner, None, True)
+    return Reach(lab_hosts(lab), lab.topology, lab_audit(lab), f"lab {lab.name}", runner(lab), None, True)
 
 
 def fleet_reach(path: Path, serve_on: str | None, names: list[str]) -> Reach:

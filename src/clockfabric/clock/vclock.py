@@ -24,7 +24,8 @@ _BLOCK = 256  # wander knots (one per second) generated per random block
 
 class ClockSource(Protocol):
     """A host's clock as software there reads it: the system clock, or a lab host's model."""
-    host: str
+    @property
+    def host(self) -> str: ...
 
     def local_ns(self, real_ns: int) -> int:
         """The host's reading at true time real_ns."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clockfabric.hosts.base import HostFleet, Hosts
+from clockfabric.hosts.base import Host, HostFleet, Hosts
 from clockfabric.hosts.options import options
 from clockfabric.hosts.ssh import SshHost
 from clockfabric.topology import load
@@ -19,5 +19,5 @@ def fleet_hosts(path: str | Path, **cli) -> Hosts:
 def open_fleet(path: str | Path, **cli) -> HostFleet:
     topo = load(Path(path))
     opts = options(topo, Path(path), **cli)
-    hosts = {h: SshHost(h, str(node.address), opts[h]) for h, node in topo.hosts.items()}
+    hosts: dict[str, Host] = {h: SshHost(h, str(node.address), opts[h]) for h, node in topo.hosts.items()}
     return HostFleet(str(path), topo, Hosts(hosts, f"fleet file {path}"))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import json
 import math
 import os
 import random
@@ -38,6 +37,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab import process
 from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab
+from clockfabric.train.report import read_log
 
 CLONE_NEWUTS = 0x04000000
 DEFAULT_STALL_S = 120.0  # above the collective timeouts jobs use (30 s), so a timeout reads as a crash
@@ -62,23 +62,6 @@ class JobResult:
 
     def as_dict(self) -> dict:
         return asdict(self) | {"median_step_s": self.median_step_s}
-
-
-def read_log(path: Path) -> list[dict]:
-    """A rank's JSON lines; a torn last line (the process was killed mid-write) is skipped."""
-    out: list[dict] = []
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
 
 
 def parse(logs: list[Path] | list[list[dict]], *, launched_at: float | None = None,

@@ -174,8 +174,8 @@ class Coordinator:
         peers = [self.board.report(m.host) for i, m in enumerate(self.ranks) if i != rank and i not in self.vacant]
         gone = self.presence is not None and member.proc is None and self.presence.gone(member.host)
         return verdict(rank, member.ended(), self.board.report(member.host), [p for p in peers if p], member.beat,
-                       now, self.detect_s, stopped=member.local and member.proc is not None and stopped(member.proc.pid),
-                       gone=gone)
+                       now, self.detect_s, gone=gone,
+                       stopped=member.local and member.proc is not None and stopped(member.proc.pid))
 
     def _replace(self, lost: list[tuple[int, str]], now: float) -> None:
         assert self.gen is not None

@@ -47,9 +47,9 @@ from clockfabric.console import out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
 from clockfabric.lab.state import Lab
+from clockfabric.lab.training import train_job
 from clockfabric.topology import multirail
 from clockfabric.train import report
-from clockfabric.train.launch import TrainJob
 
 RANKS, SPARE = ["h0", "h1", "h2"], ["h3"]
 VICTIM = 1  # the rank failed in every run
@@ -73,12 +73,13 @@ def elastic_run(lab: Lab, folder: Path, args: list[str], kind: str | None = None
                 fail_at: int = 0) -> tuple[list[dict[str, Any]], float | None]:
     """Run the elastic job; with a failure kind, one spare and that failure once every rank
     completed fail_at. Its records and when the failure began."""
-    run = TrainJob(lab, RANKS, SPARE if kind else [], [str(EXAMPLES / "ddp_spares.py"), *args], folder).start()
+    run = train_job(lab, RANKS, SPARE if kind else [], [str(EXAMPLES / "ddp_spares.py"), *args], folder).start()
     failed = None
     try:
         if kind:
             spares_faults.wait_for_step(lambda: report.records(folder), len(RANKS), fail_at)
             victim = run.ranks[VICTIM]
+            assert victim.proc is not None and victim.log is not None  # started by the job
             failed = spares_faults.inject(lab, kind, victim.host, victim.proc.pid, victim.log)
         completed = run.wait(180)
     finally:

@@ -23,9 +23,9 @@ from typing import Any
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair
-from clockfabric.lab.job import read_log
 from clockfabric.lab.state import Lab
 from clockfabric.train import report
+from clockfabric.train.report import read_log
 
 KILLED, MID_STEP, ISOLATED, FROZEN = "killed", "killed mid-step", "isolated", "frozen"
 KINDS = (KILLED, MID_STEP, ISOLATED, FROZEN)

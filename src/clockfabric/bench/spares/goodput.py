@@ -53,10 +53,10 @@ from clockfabric.console import out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
 from clockfabric.lab.state import Lab
+from clockfabric.lab.training import lab_host_audit, train_job
 from clockfabric.topology import multirail
 from clockfabric.train import report
 from clockfabric.train.launch import TrainJob
-from clockfabric.train.readmit_audit import host_audit
 
 BAR = 0.95
 PROBE_STEPS = 100  # each plain-DDP run that gives the step time and a checkpoint's cost
@@ -126,8 +126,8 @@ def goodput(recs: list[dict[str, Any]], steps: int, step_s: float, ranks: int,
 def ours_schedule(lab: Lab, folder: Path, args: list[str], at: list[float], kind: str, limit_s: float,
                   tell: Callable[[str], None]) -> tuple[list[dict[str, Any]], list[float]]:
     """The elastic job with one spare and re-admission, rank 1's host failed at each of `at`."""
-    run = TrainJob(lab, RANKS, SPARE, [str(EXAMPLES / "ddp_spares.py"), *args], folder,
-                   audit=host_audit(lab, expect.defaults())).start()
+    run = train_job(lab, RANKS, SPARE, [str(EXAMPLES / "ddp_spares.py"), *args], folder,
+                   audit=lab_host_audit(lab, expect.defaults())).start()
     failures: list[float] = []
     victims: list[str] = []
     try:
@@ -140,6 +140,7 @@ def ours_schedule(lab: Lab, folder: Path, args: list[str], at: list[float], kind
                 break
             with run.lock:
                 victim = run.ranks[VICTIM]
+            assert victim.proc is not None and victim.log is not None  # started by the job
             failures.append(spares_faults.inject(lab, kind, victim.host, victim.proc.pid, victim.log))
             victims.append(victim.host)
             tell(f"ours: {kind} rank {VICTIM} on {victim.host} at {failures[-1] - began:.1f} s")

@@ -35,9 +35,9 @@ from clockfabric.console import out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, job
 from clockfabric.lab.state import Lab
+from clockfabric.lab.training import train_job
 from clockfabric.topology import multirail
 from clockfabric.train import report
-from clockfabric.train.launch import TrainJob
 
 RANKS = ["h0", "h1", "h2"]
 SCRIPT = Path("examples") / "ddp_spares.py"
@@ -88,7 +88,7 @@ def _bare_step_s(lab: Lab, folder: Path, args: list[str]) -> float:
 
 def _ours(lab: Lab, folder: Path, args: list[str]) -> tuple[float, float, int]:
     """Ours with no failure: (median step, the mirror's share of the step time, its bytes)."""
-    run = TrainJob(lab, RANKS, [], [str(SCRIPT), *args], folder).start()
+    run = train_job(lab, RANKS, [], [str(SCRIPT), *args], folder).start()
     try:
         completed = run.wait(300)
     finally:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab.flows import PACED, flow
+from clockfabric.lab.monitoring import LabFleet
 from clockfabric.probe.paths import spread
 from clockfabric.topology import TrafficClasses, leafspine
 
