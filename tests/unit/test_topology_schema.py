@@ -203,7 +203,7 @@ def test_json_schema_refuses_what_the_loader_refuses():
 
 
 def test_the_ssh_section_takes_the_keys_the_audit_reads():
-    from clockfabric.audit.ssh import _TYPES
+    from clockfabric.hosts.options import _TYPES
 
     assert set(schema.SSH["properties"]) == set(_TYPES)
     data = fleet({"ssh": {"port": 2222}})
