@@ -33,7 +33,7 @@ def coordinator(folder: Path, hosts: list[str], ranks: list[str], spares: list[s
     return job
 
 
-def stand_in(job: Coordinator, host: str, rank: int | None) -> Member:
+def stand_in(job: Coordinator, host: str, rank: int | None, torch: str = "") -> Member:
     """A sleeping process as `host`'s member, registered with its first report written: it is
     admitted at the coordinator's next tick."""
     address = job.addresses[host]  # type: ignore[attr-defined]
@@ -42,7 +42,7 @@ def stand_in(job: Coordinator, host: str, rank: int | None) -> Member:
     job.known[host] = member
     job.board.write_report(host, {"name": host, "beat": f"{address}:{PORT}", "time": time.time(), "rank": rank,
                                   "done": False, "heard": {}})
-    job.board.register(host, rank)
+    job.board.register(host, rank, torch)
     return member
 
 

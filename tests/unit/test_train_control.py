@@ -85,6 +85,18 @@ def test_bad_board_urls_and_an_unreachable_board_are_one_line_each():
             control.Board.open(f"tcp://127.0.0.1:{port}", timeout_s=1)
 
 
+def test_a_board_whose_coordinator_ended_is_one_line():
+    served = control.Board.open("tcp://127.0.0.1:0", serve=True)
+    member = served.again()
+    member.write_report("h0", {"time": 1.0})
+    del served  # the coordinator's process ends: its store with it
+    import gc
+
+    gc.collect()
+    with pytest.raises(control.BoardGone, match="does not answer .*is its coordinator still running"):
+        member.generation()
+
+
 def test_a_member_finds_its_job_under_each_launcher():
     store = {control.STORE_ENV: "tcp://head:29500"}
     assert identity(store | {control.NAME_ENV: "h1", "RANK": "2", control.BEAT_ENV: "10.0.0.2"}) == \
@@ -94,6 +106,8 @@ def test_a_member_finds_its_job_under_each_launcher():
     assert name == f"{socket.gethostname()}/1" and rank == 5
     assert identity(store | {"SLURM_PROCID": "3"})[1] == 3
     assert identity(store | {"RANK": "1", control.SPARE_ENV: "1"})[1] is None  # a spare waits, whatever RANK says
+    srun = store | {"SLURM_PROCID": "3", control.RANKS_ENV: "3"}  # an allocation with a spare node
+    assert identity(srun)[1] is None and identity(srun | {"SLURM_PROCID": "2"})[1] == 2
     with pytest.raises(RuntimeError, match="under torchrun, start `clockfabric train coordinator`"):
         identity({"TORCHELASTIC_RUN_ID": "j", "RANK": "0"})
 

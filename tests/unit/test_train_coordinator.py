@@ -124,3 +124,11 @@ def test_a_loss_while_a_generation_forms_with_no_spare_left_pauses_once(job):
         job.tick()
     assert kinds(job).count("paused") == 1 and "not joined" not in kinds(job) and job.awaiting is None
     assert job.board.generation().state == control.PAUSED
+
+
+def test_a_spare_with_another_torch_is_refused_in_one_line_and_fenced(job):
+    other = stand_in(job, "h5", None, torch="0.0.1")  # the job's members run another
+    job.tick()
+    refused = [e for e in job.events if e["event"] == "spare refused"]
+    assert len(refused) == 1 and "torch 0.0.1" in refused[0]["why"] and "install the job's version" in refused[0]["why"]
+    assert other.proc.wait(5) is not None

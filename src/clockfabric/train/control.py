@@ -19,10 +19,12 @@ its own prefix, as torchft re-forms its groups with a new store prefix.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import time
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ STORE_ENV = "CLOCKFABRIC_TRAIN_STORE"  # the job's board: tcp://HOST:PORT or fil
 NAME_ENV = "CLOCKFABRIC_TRAIN_HOST"  # the member's name (default: the host's name, /LOCAL_RANK if several)
 BEAT_ENV = "CLOCKFABRIC_TRAIN_BEAT"  # address[:port] its heartbeats are sent from (default: its hostname's)
 SPARE_ENV = "CLOCKFABRIC_TRAIN_SPARE"  # set on a spare: it waits to be given a rank
+RANKS_ENV = "CLOCKFABRIC_TRAIN_RANKS"  # the job's ranks: a task numbered past them is a spare (srun)
 RUNNING, PAUSED, DONE = "running", "paused", "done"
 CONNECT_S = 30.0  # a member's wait for the board when it starts (the coordinator may start after it)
 KEY = "clockfabric/train/"
@@ -60,6 +63,10 @@ def parse_url(url: str) -> tuple[str, str, int]:
         return "tcp", parts.hostname, parts.port
     raise ClockfabricError(f"{STORE_ENV}={url!r}: give tcp://HOST:PORT (the coordinator's) or file:///PATH "
                            "(on a filesystem every member shares)")
+
+
+class BoardGone(ClockfabricError):
+    """The board stopped answering (its coordinator ended, or the network to it)."""
 
 
 class Board:
@@ -93,12 +100,23 @@ class Board:
 
     # ---- plain values ----------------------------------------------------------------------
     def _get(self, key: str) -> dict[str, Any] | None:
-        if not self.store.check([KEY + key]):
-            return None
-        return json.loads(self.store.get(KEY + key))
+        with self.answering():
+            if not self.store.check([KEY + key]):
+                return None
+            return json.loads(self.store.get(KEY + key))
 
     def _set(self, key: str, value: dict[str, Any]) -> None:
-        self.store.set(KEY + key, json.dumps(value))
+        with self.answering():
+            self.store.set(KEY + key, json.dumps(value))
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """A store operation; BoardGone, one line, if the board no longer answers."""
+        try:
+            yield
+        except (RuntimeError, OSError) as e:  # c10d's DistNetworkError and DistStoreError are RuntimeErrors
+            raise BoardGone(f"the job's board at {self.url} does not answer ({str(e).splitlines()[0][:120]}): "
+                            "is its coordinator still running?") from None
 
     # ---- the generation --------------------------------------------------------------------
     def write_generation(self, gen: Generation) -> None:
@@ -131,9 +149,10 @@ class Board:
         return dist.PrefixStore(f"{KEY}group/{number}", self.store)
 
     # ---- members ---------------------------------------------------------------------------
-    def register(self, name: str, rank: int | None) -> None:
-        """A member is here: `rank` its first rank (None for a spare). Once per process."""
-        self._append("member", {"name": name, "rank": rank, "time": time.time()})
+    def register(self, name: str, rank: int | None, torch: str = "") -> None:
+        """A member is here: `rank` its first rank (None for a spare), `torch` its torch's
+        version. Once per process."""
+        self._append("member", {"name": name, "rank": rank, "torch": torch, "time": time.time()})
 
     def members(self, since: int = 0) -> list[dict[str, Any]]:
         """The members registered after the first `since`, in order."""
@@ -147,10 +166,12 @@ class Board:
 
     # ---- forming a generation --------------------------------------------------------------
     def mark_ready(self, number: int, rank: int) -> None:
-        self.store.set(f"{KEY}ready/{number}/{rank}", "1")
+        with self.answering():
+            self.store.set(f"{KEY}ready/{number}/{rank}", "1")
 
     def all_ready(self, gen: Generation) -> bool:
-        return bool(self.store.check([f"{KEY}ready/{gen.number}/{r}" for r in range(gen.world)]))
+        with self.answering():
+            return bool(self.store.check([f"{KEY}ready/{gen.number}/{r}" for r in range(gen.world)]))
 
     def wait_ready(self, gen: Generation, timeout_s: float, poll_s: float = 0.02) -> Generation | None:
         """None once every member of gen marked itself ready; a newer generation if one came first
@@ -188,12 +209,16 @@ class Board:
 
     # ---- append-only lists: a counter, then the entry under its number ----------------------
     def _append(self, name: str, value: dict[str, Any]) -> None:
-        self._set(f"{name}/{self.store.add(f'{KEY}{name}s', 1)}", value)
+        with self.answering():
+            index = self.store.add(f"{KEY}{name}s", 1)
+        self._set(f"{name}/{index}", value)
 
     def _read(self, name: str, since: int) -> list[dict[str, Any]]:
         """The entries after the first `since`, up to the first counted but not yet written."""
         out = []
-        for i in range(since + 1, self.store.add(f"{KEY}{name}s", 0) + 1):
+        with self.answering():
+            count = self.store.add(f"{KEY}{name}s", 0)
+        for i in range(since + 1, count + 1):
             if (entry := self._get(f"{name}/{i}")) is None:
                 break
             out.append(entry)

@@ -85,6 +85,7 @@ class Coordinator:
         self.known: dict[str, Member] = {}  # started by us, before they register
         self.first: dict[int, Member] = {}  # generation 0's ranks, as they register
         self.registered = 0
+        self.torch: str | None = None  # the job's torch version
         self.draining: list[Member] = []  # replaced on a GPU fault, fenced once their successor joined
         self.ranks: list[Member] = []
         self.spares: list[Member] = []
@@ -113,12 +114,18 @@ class Coordinator:
         """New registrations: generation 0's ranks until all are there, spares after."""
         for entry in self.board.members(self.registered):
             self.registered += 1
-            name, rank = str(entry["name"]), entry.get("rank")
+            name, rank, torch = str(entry["name"]), entry.get("rank"), str(entry.get("torch", ""))
             member = self.known.pop(name, None) or Member(name)
+            if self.torch is None:
+                self.torch = torch  # the version the job runs: the first member's
             if rank is not None and self.gen is None and 0 <= rank < self.size and rank not in self.first:
                 self.first[rank] = member
             elif why := self.readmission.why(name):  # a launcher started it there: it gets no work
                 self.event("spare refused", host=name, why=f"{name} is drained ({why}) until its audit passes")
+                fence(member)
+            elif torch != self.torch:  # its state would not load, or its collectives not match
+                self.event("spare refused", host=name, why=f"{name} runs torch {torch or '(unknown)'}, the job "
+                           f"torch {self.torch}: install the job's version there")
                 fence(member)
             else:
                 self.spares.append(member)

@@ -73,6 +73,7 @@ class Elastic:
         self.board = control.Board.open(os.environ[control.STORE_ENV])
         self.heartbeat = Heartbeat(self.board, self.host, beat)
         self.presence: socket.socket | None = None  # held open for as long as this process lives
+        self.board_gone: str | None = None  # why the board stopped answering, once it did
         self.rank, self.step, self.failed = -1, 0, False
         self.carried = False  # a spare: whether it holds a rank's state yet
         self.fields: dict[str, Any] = {}
@@ -95,7 +96,7 @@ class Elastic:
             self.heartbeat.keep.add(self.presence.getpeername()[1])
         self.heartbeat.start()
         self.heartbeat.report(None, [])  # its beat address, before it registers
-        self.board.register(self.host, self.first_rank)
+        self.board.register(self.host, self.first_rank, torch.__version__)
         if self.first_rank is None:
             gen = self._assignment()
             self._join(gen, completed=-1)
@@ -182,6 +183,8 @@ class Elastic:
             time.sleep(0.02)
 
     def _recover(self, undo: dict[str, Any], started: float) -> None:
+        if self.board_gone:
+            raise control.BoardGone(f"a step failed, and no spare can take a lost rank's place: {self.board_gone}")
         failed_at = time.time()
         fired = self.bound.fired(failed_at - started)  # read before the next group resets it
         # the old group's operations ended first: a ZeRO broadcast still receiving into the
@@ -204,7 +207,14 @@ class Elastic:
     def _follow(self) -> None:
         """At a step boundary: a newer running generation (a rank replaced before it failed, as
         on a critical XID) is joined now, the step count as it stands."""
-        newer = self.board.generation()
+        if self.board_gone:
+            return
+        try:
+            newer = self.board.generation()
+        except control.BoardGone as e:  # the job goes on, with no one to replace a lost rank
+            self.board_gone = str(e)
+            self.log(rank=self.rank, event="board gone", step=self.step, why=self.board_gone, time=time.time())
+            return
         if self.gen is not None and newer is not None and newer.number > self.gen.number \
                 and newer.state == control.RUNNING:
             self.log(rank=self.rank, event="new generation", step=self.step, generation=newer.number, time=time.time())
@@ -362,6 +372,8 @@ def identity(env: Mapping[str, str]) -> tuple[str, int | None, str]:
     spare = env.get(control.SPARE_ENV, "") not in ("", "0")
     first = env.get("RANK", env.get("SLURM_PROCID"))
     rank = None if spare or first is None else int(first)
+    if rank is not None and control.RANKS_ENV in env and rank >= int(env[control.RANKS_ENV]):
+        rank = None  # srun over an allocation with spare nodes: the tasks past the job's ranks wait
     name = env.get(control.NAME_ENV) or socket.gethostname()
     if not env.get(control.NAME_ENV) and int(env.get("LOCAL_WORLD_SIZE", env.get("SLURM_NTASKS_PER_NODE", "1"))) > 1:
         name += f"/{env.get('LOCAL_RANK', env.get('SLURM_LOCALID', '0'))}"
