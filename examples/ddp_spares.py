@@ -36,7 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=100, help="Training steps (default 100).")
     p.add_argument("--timeout", type=float, default=30.0, help="Collective timeout in seconds (default 30).")
-    p.add_argument("--log", default=None, help="Write JSON lines here (one per step, then the outcome).")
+    p.add_argument("--log", "--log-file", dest="log", default=None,  # torchrun takes --log for its own
+                   help="Write JSON lines here (one per step, then the outcome).")
     p.add_argument("--width", type=int, default=512, help="Hidden layer width (default 512).")
     p.add_argument("--depth", type=int, default=4, help="Linear layers (default 4).")
     p.add_argument("--inputs", type=int, default=256, help="Input features (default 256).")
