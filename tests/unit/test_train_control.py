@@ -108,6 +108,9 @@ def test_a_member_finds_its_job_under_each_launcher():
     assert identity(store | {"RANK": "1", control.SPARE_ENV: "1"})[1] is None  # a spare waits, whatever RANK says
     srun = store | {"SLURM_PROCID": "3", control.RANKS_ENV: "3"}  # an allocation with a spare node
     assert identity(srun)[1] is None and identity(srun | {"SLURM_PROCID": "2"})[1] == 2
+    assert identity(srun | {"SLURMD_NODENAME": "node7"})[0] == "node7"  # the name scontrol drains
+    assert identity(srun | {"SLURMD_NODENAME": "node7", "SLURM_NTASKS_PER_NODE": "2", "SLURM_LOCALID": "1"})[0] \
+        == "node7/1"
     with pytest.raises(RuntimeError, match="under torchrun, start `clockfabric train coordinator`"):
         identity({"TORCHELASTIC_RUN_ID": "j", "RANK": "0"})
 

@@ -5,6 +5,8 @@
   the last K hosts the spares.
 - `clockfabric train coordinator --ranks N`: the coordinator alone, for members a launcher
   starts (torchrun, srun): it serves the job's board, which torchrun's rendezvous may share.
+  --slurm drains a replaced rank's node in Slurm; --fleet audits it over ssh, and a node that
+  passes is resumed (train/slurm.py).
 
 The coordinator also watches the GPUs through NVML: a lab's hosts share the machine, so GPU i
 stands for the i-th host named (ranks, then spares), and a critical XID on it moves that
@@ -142,27 +144,46 @@ def coordinator(ranks: int = typer.Option(..., "--ranks", min=2, help="The job's
                                                                                "at least this many survivors."),
                 start_s: float = typer.Option(300.0, "--start-timeout", min=1, help="Give up if the ranks have "
                                                                                     "not all arrived by then."),
+                slurm: bool = typer.Option(False, "--slurm", help="Drain a replaced rank's Slurm node (scontrol, "
+                                                                  "with the reason) and resume it once its audit "
+                                                                  "passes (--fleet)."),
+                fleet: Path = typer.Option(None, "--fleet", help="Audit each drained host over ssh (a fleet "
+                                                                 "file) and return it to the spares once it "
+                                                                 "passes. Without it there is no audit: a "
+                                                                 "drained host, and its Slurm node, stay drained."),
                 timeout_s: float = typer.Option(86400.0, "--timeout", min=1, help="Give up after this many "
                                                                                  "seconds.")) -> None:
     """Serve the board of a job whose members a launcher starts (torchrun, srun, a script).
 
     Each rank runs with CLOCKFABRIC_TRAIN_STORE=tcp://THIS_HOST:PORT (its first rank from RANK or
-    SLURM_PROCID); each spare also with CLOCKFABRIC_TRAIN_SPARE=1. A lost rank's place goes to a
-    spare; the survivors and the job go on."""
+    SLURM_PROCID); each spare also with CLOCKFABRIC_TRAIN_SPARE=1, or, under srun, each task whose
+    SLURM_PROCID is past CLOCKFABRIC_TRAIN_RANKS. A lost rank's place goes to a spare; the
+    survivors and the job go on."""
+    from clockfabric.audit import expect
+    from clockfabric.cli.train_reach import fleet_reach
     from clockfabric.train import control
     from clockfabric.train.coordinator import Coordinator
     from clockfabric.train.presence import KEY, Presence
+    from clockfabric.train.readmit_audit import host_audit
+    from clockfabric.train.slurm import Slurm
 
     address, _, port = listen.rpartition(":")
     if not address or not port.isdigit():
         raise ClockfabricError(f"--listen {listen!r}: give ADDRESS:PORT, like 0.0.0.0:29500")
+    audit = None
+    if fleet:  # read before serving anything: a bad file is one line, not a half-started job
+        reach = fleet_reach(fleet, None)
+        audit = host_audit(reach.topology, reach.audit, expect.defaults(), reach.fleet)
     board = control.Board.open(f"tcp://{address}:{port}", serve=True)
     presence = Presence(address)
     presence.start()
     board.store.set(KEY, f"{_reachable(address)}:{presence.address.rsplit(':', 1)[1]}")
     where = folder or Path(f"/tmp/clockfabric-train-{time.strftime('%Y%m%d-%H%M%S')}")
     job = Coordinator(board, ranks, where, detect_s=detect_s, on_event=_show, min_ranks=min_ranks,
-                      presence=presence)
+                      presence=presence, audit=audit)
+    nodes = Slurm(job.event).start() if slurm else None
+    if nodes:
+        job.on_drain, job.on_return = nodes.drain, nodes.resume
     out.print(f"serving the job's board on {board.url}: run each rank with "
               f"{control.STORE_ENV}=tcp://{_reachable(address)}:{board.port}, each spare also with "
               f"{control.SPARE_ENV}=1; events in {where}")
@@ -177,6 +198,8 @@ def coordinator(ranks: int = typer.Option(..., "--ranks", min=2, help="The job's
         completed = job.wait(timeout_s)
     finally:
         job.stop()
+        if nodes:
+            nodes.stop()
     if not completed:
         sys.exit(f"the job did not complete: {job.stopped or f'not within {timeout_s:.0f} s'}; see {where}")
 

@@ -36,21 +36,22 @@ def lab_reach(name: str | None) -> Reach:
     return Reach(lab_hosts(lab), lab.topology, lab_audit(lab), f"lab {lab.name}", runner(lab), None, True)
 
 
-def fleet_reach(path: Path, serve_on: str | None, names: list[str]) -> Reach:
+def fleet_reach(path: Path, serve_on: str | None, names: list[str] | None = None) -> Reach:
+    """names: the job's hosts, the first one's route giving serve_on (None: nothing is served)."""
     from clockfabric.audit.ssh import SshTransport
     from clockfabric.hosts.fleet import open_fleet
     from clockfabric.hosts.options import options
 
     fleet = open_fleet(path)
     opts = options(fleet.topology, path)
-    first = fleet.hosts[names[0]]  # a name not in the file: one line, from the hosts' mapping
+    if names and not serve_on:
+        serve_on = route_to(fleet.hosts[names[0]].address)  # a name not in the file: one line, from the mapping
 
     def runner(host: str) -> list[str]:
         return [*opts[host].python.split()]
 
     audit = {"transport": SshTransport(fleet.topology, opts)}
-    return Reach(fleet.hosts, fleet.topology, audit, f"fleet {path}", runner, serve_on or route_to(first.address),
-                 False)
+    return Reach(fleet.hosts, fleet.topology, audit, f"fleet {path}", runner, serve_on, False)
 
 
 def route_to(address: str) -> str:

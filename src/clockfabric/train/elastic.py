@@ -374,7 +374,8 @@ def identity(env: Mapping[str, str]) -> tuple[str, int | None, str]:
     rank = None if spare or first is None else int(first)
     if rank is not None and control.RANKS_ENV in env and rank >= int(env[control.RANKS_ENV]):
         rank = None  # srun over an allocation with spare nodes: the tasks past the job's ranks wait
-    name = env.get(control.NAME_ENV) or socket.gethostname()
+    # under Slurm the node's name, which scontrol drains: a node's hostname may differ from it
+    name = env.get(control.NAME_ENV) or env.get("SLURMD_NODENAME") or socket.gethostname()
     if not env.get(control.NAME_ENV) and int(env.get("LOCAL_WORLD_SIZE", env.get("SLURM_NTASKS_PER_NODE", "1"))) > 1:
         name += f"/{env.get('LOCAL_RANK', env.get('SLURM_LOCALID', '0'))}"
     beat = env.get(control.BEAT_ENV) or socket.gethostbyname(socket.gethostname())  # the address gloo binds to
