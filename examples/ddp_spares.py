@@ -16,6 +16,8 @@ per completed step, {"event": "joined", "bytes", "form_s", "transfer_s", "wrap_s
 "buddy_s" and "buddy_bytes": the time this rank spent stepping its mirror of the previous
 rank's optimizer shard, and the memory that mirror holds.
 
+--device cuda trains on the current CUDA device; the wrapper then forms its groups with NCCL.
+
 --checkpoint-dir DIR --checkpoint-every K: every rank also writes its state to DIR every K
 steps; the job resumes from the last one when no member's memory holds a lost rank's state
 (a ZeRO-1 rank lost with its buddy). --bare runs the same training without the wrapper
@@ -44,6 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=32, help="Samples per rank per step (default 32).")
     p.add_argument("--threads", type=int, default=1, help="Torch CPU threads per rank (default 1).")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="Where the model trains (default cpu); cuda: the wrapper's group is NCCL.")
     p.add_argument("--zero", action="store_true",
                    help="ZeRO-1: each rank keeps its shard of the optimizer state (ZeroRedundancyOptimizer).")
     p.add_argument("--checkpoint-dir", default=None, help="Write each rank's state here every K steps.")
@@ -81,7 +85,7 @@ def train(args: argparse.Namespace, log: Log) -> str:
         layers += [nn.Linear(width_in, args.width), nn.ReLU()]
         width_in = args.width
     layers.append(nn.Linear(width_in, 10))
-    module = nn.Sequential(*layers)
+    module = nn.Sequential(*layers).to(args.device)  # made on the CPU first: the same weights on any device
     if args.zero:  # made once the group is formed: the wrapper calls this with the parameters
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -95,7 +99,7 @@ def train(args: argparse.Namespace, log: Log) -> str:
     def batch(position: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
         data = torch.Generator().manual_seed((args.seed * 1_000_003 + rank) * 1_000_003 + position)
         x = torch.randn(args.batch, args.inputs, generator=data)
-        return x, (x @ teacher).argmax(dim=1)
+        return x.to(args.device), (x @ teacher).argmax(dim=1).to(args.device)
 
     if args.bare:
         return bare(args, module, opt, loss_fn, batch, log)

@@ -9,6 +9,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from clockfabric.train import backend as backends
+from clockfabric.train import group
+
 ONE_BUCKET_MB = 1 << 20  # more than any model: DDP then makes one bucket of all the gradients
 
 
@@ -35,6 +38,7 @@ def average(job, bucket):  # unannotated: DDP compares a hook's annotations to c
     try:
         work = dist.all_reduce(flat, async_op=True)
         assert work is not None
+        backends.wait(work, group.current())  # NCCL: raises here, its future would not
         fut = work.get_future()
     except RuntimeError:
         job.failed = True

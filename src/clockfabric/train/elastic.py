@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from clockfabric.train import control, group, presence, state, zero
+from clockfabric.train import backend, control, group, presence, state, zero
 from clockfabric.train.bound import StepBound
 from clockfabric.train.checkpoint import Checkpoints
 from clockfabric.train.ddp import ONE_BUCKET_MB, Guarded, average
@@ -154,6 +154,7 @@ class Elastic:
                 self._lent, self.previous = self.previous, undo
                 self.fields |= {"buddy_s": round(self.buddy.cost_s, 5), "buddy_bytes": self.buddy.bytes}
                 self.buddy.cost_s = 0.0
+            backend.synchronize(group.current())  # the step's CUDA work is part of its time
             duration = time.time() - start
             self.log(rank=self.rank, step=self.step, start=start, duration_s=duration,
                      generation=self.gen.number if self.gen else None, **self.fields)
@@ -264,7 +265,7 @@ class Elastic:
     def _form(self, gen: control.Generation, completed: int) -> None:
         started = time.time()
         self.gen = gen
-        group.form(self.board.group_store(gen.number), self.rank, gen.world)
+        group.form(self.board.group_store(gen.number), self.rank, gen.world, backend=backend.for_module(self.module))
         self.heartbeat.joined(gen.number, {split(b)[0] for b in gen.beats} - {split(self.heartbeat.beat)[0]})
         formed = time.time()
         if self._optimizer is None:

@@ -4,7 +4,7 @@ Each generation rendezvouses in its own store (a fresh prefix on the job's board
 an earlier generation is ever read), as torchft re-forms its groups with a new store prefix:
 every member destroys the old group and initialises the new one with the same rank index and
 world size. On NCCL the same sequence holds (abort the communicator, init a new one from the
-new store); only the transfer tensors would live on the GPU.
+new store), the transfer tensors on the GPU (train.backend).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from clockfabric.train import backend as backends
 
 # Every member had marked itself ready before the rendezvous (control.wait_ready), so it takes
 # well under a second. While the group forms and the state is carried, each operation may take
@@ -43,6 +45,7 @@ POLL_S = 0.005
 # operations write into tensors that must outlive them.
 _abandoned: list[tuple[Any, list[Any]]] = []
 Superseding = Callable[[], bool]  # whether a newer generation was issued
+_backend = backends.GLOO  # the current group's
 
 
 class Superseded(RuntimeError):
@@ -54,23 +57,28 @@ def never() -> bool:
     return False
 
 
-def form(store: Any, rank: int, world: int, timeout_s: float = FORM_S) -> None:
+def form(store: Any, rank: int, world: int, timeout_s: float = FORM_S, backend: str = backends.GLOO) -> None:
     """Leave the current group, if any, and join the generation whose store is `store`: the
     rendezvous and the connections bounded by timeout_s, and so is each operation until `settle`."""
+    global _backend
     leave()
+    options = backends.prepare(backend)
+    _backend = backend
     limit = datetime.timedelta(seconds=timeout_s)
     store.set_timeout(limit)
     if store.add(ARRIVED, 1) == world:
         store.set(f"{ARRIVED}/all", "1")
     store.wait([f"{ARRIVED}/all"])  # a RuntimeError past the timeout, as gloo's own waits
     try:
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=limit / CONNECT_WAITS)
+        # CONNECT_WAITS is gloo's; NCCL's timeout is its operations' only
+        init = limit / CONNECT_WAITS if backend == backends.GLOO else limit
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=init, **options)
     except RuntimeError:
         # a failed init still counted a group, and the next group's name (its keys in the store)
         # must match a fresh spare's: reset the count as destroy_process_group does
         dist.distributed_c10d._world.group_count = 0
         raise
-    dist.distributed_c10d._set_pg_timeout(limit)  # the state transfer's operations
+    backends.set_timeout(timeout_s)  # the state transfer's operations
 
 
 def leave() -> None:
@@ -78,6 +86,7 @@ def leave() -> None:
     except those abandoned: their group is kept until they end)."""
     _abandoned[:] = [(pg, works) for pg, works in _abandoned if not all(w.is_completed() for w in works)]
     if dist.is_initialized():
+        backends.abort(dist.distributed_c10d._get_default_group())  # NCCL: a lost peer's comm, else a no-op
         dist.destroy_process_group()
 
 
@@ -93,14 +102,20 @@ def _finish(work: Any, superseded: Superseding) -> None:
 
 
 def settle(timeout_s: float) -> None:
-    """The group formed and the state carried: the collectives' own timeout from now on."""
-    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=timeout_s))
+    """The group formed and the state carried: the collectives' own timeout from now on (on
+    NCCL, its watchdog's)."""
+    backends.set_timeout(timeout_s)
+
+
+def current() -> str:
+    """The backend of the group formed last."""
+    return _backend
 
 
 def gather_ints(values: list[int], superseded: Superseding = never) -> list[list[int]]:
     """Every member's values (as many on each), in rank order; Superseded as soon as
     superseded() says a newer generation was issued."""
-    mine = torch.tensor(values, dtype=torch.int64)
+    mine = torch.tensor(values, dtype=torch.int64, device=backends.device(_backend))
     rows = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     _finish(dist.all_gather(rows, mine, async_op=True), superseded)
     return [[int(v) for v in row.tolist()] for row in rows]
@@ -118,12 +133,14 @@ def most_advanced(completed: int, superseded: Superseding = never) -> tuple[int,
 def broadcast_bytes(data: bytes | None, source: int, superseded: Superseding = never) -> bytes:
     """The source's bytes, on every member (data is ignored elsewhere); Superseded as soon as
     superseded() says a newer generation was issued."""
-    size = torch.tensor([len(data) if dist.get_rank() == source and data is not None else 0], dtype=torch.int64)
+    on = backends.device(_backend)
+    size = torch.tensor([len(data) if dist.get_rank() == source and data is not None else 0], dtype=torch.int64,
+                        device=on)
     _finish(dist.broadcast(size, source, async_op=True), superseded)
     if dist.get_rank() == source and data is not None:
-        payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        payload = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(on)
     else:
-        payload = torch.empty(int(size.item()), dtype=torch.uint8)
+        payload = torch.empty(int(size.item()), dtype=torch.uint8, device=on)
     for start in range(0, payload.numel(), CHUNK):
         _finish(dist.broadcast(payload[start:start + CHUNK], source, async_op=True), superseded)
-    return payload.numpy().tobytes()
+    return payload.cpu().numpy().tobytes()
