@@ -15,6 +15,15 @@ from clockfabric.train.elastic import identity  # noqa: E402
 from clockfabric.train.heartbeat import shut_sockets_to  # noqa: E402
 
 
+def soon(check, timeout_s=2.0):
+    """check()'s first truthy result: a TCPStore's set does not wait for the server's reply, so
+    another connection reads it a moment later (every reader of the board polls)."""
+    deadline = time.monotonic() + timeout_s
+    while not (result := check()) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return result
+
+
 def gen(number, state=control.RUNNING):
     return control.Generation(number, state, ["h0", "h1"], ["10.0.0.1:1", "10.0.0.2:1"])
 
@@ -33,10 +42,11 @@ def test_a_survivor_waits_through_a_paused_generation_for_the_next_running_one(b
     coordinator, member = board
     assert member.generation() is None
     coordinator.write_generation(gen(0))
-    assert member.generation() == gen(0) and gen(0).world == 2
+    assert soon(lambda: member.generation() == gen(0)) and gen(0).world == 2
     with pytest.raises(TimeoutError, match="no spare came"):
         member.wait_generation(after=0, timeout_s=0.1)
     coordinator.write_generation(gen(1, control.PAUSED))
+    assert soon(lambda: member.generation() == gen(1, control.PAUSED))
     with pytest.raises(TimeoutError):
         member.wait_generation(after=0, timeout_s=0.1)
     threading.Timer(0.2, coordinator.write_generation, (gen(2),)).start()
@@ -51,6 +61,7 @@ def test_members_form_once_all_are_ready_and_move_on_if_one_is_lost_first(board)
     with pytest.raises(TimeoutError, match="did not all arrive"):
         member.wait_ready(gen(1), timeout_s=0.1)
     coordinator.write_generation(gen(2, control.PAUSED))  # the missing member was lost, no spare yet
+    assert soon(lambda: member.superseded(1))
     with pytest.raises(TimeoutError):
         member.wait_ready(gen(1), timeout_s=0.1)
     threading.Timer(0.2, coordinator.write_generation, (gen(3),)).start()
@@ -64,14 +75,16 @@ def test_registrations_and_records_are_read_once_each_in_order(board):
     coordinator, member = board
     member.register("h0", 0)
     member.register("h3", None)
+    assert soon(lambda: len(coordinator.members()) == 2)
     assert [(m["name"], m["rank"]) for m in coordinator.members()] == [("h0", 0), ("h3", None)]
     assert [m["name"] for m in coordinator.members(since=1)] == ["h3"]
     member.post({"event": "joined", "generation": 1, "rank": 0})
     member.mark_failed(1, 1, bound_s=None)
+    assert soon(lambda: len(coordinator.records()) == 2)
     assert [r["event"] for r in coordinator.records()] == ["joined", "step failed"]
     assert [m["rank"] for m in coordinator.failed_steps(1)] == [1] and coordinator.failed_steps(2) == []
     member.write_report("h0", {"time": 1.0, "beat": "10.0.0.1:5"})
-    assert coordinator.report("h0")["beat"] == "10.0.0.1:5" and coordinator.report("h9") is None
+    assert soon(lambda: coordinator.report("h0"))["beat"] == "10.0.0.1:5" and coordinator.report("h9") is None
 
 
 def test_bad_board_urls_and_an_unreachable_board_are_one_line_each():
@@ -113,6 +126,22 @@ def test_a_member_finds_its_job_under_each_launcher():
         == "node7/1"
     with pytest.raises(RuntimeError, match="under torchrun, start `clockfabric train coordinator`"):
         identity({"TORCHELASTIC_RUN_ID": "j", "RANK": "0"})
+
+
+def test_a_script_run_without_its_coordinator_stops_in_one_line(monkeypatch):
+    import torch
+
+    from clockfabric.train.elastic import Elastic
+
+    for var in (control.STORE_ENV, "RANK"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "j")  # torchrun, without the wrapper's job
+    module = torch.nn.Linear(2, 2)
+    with pytest.raises(SystemExit, match="^clockfabric: CLOCKFABRIC_TRAIN_STORE is not set: under torchrun"):
+        Elastic(module, torch.optim.SGD(module.parameters(), lr=0.1), lambda step, rank: None)
+    monkeypatch.setenv(control.STORE_ENV, "tcp://127.0.0.1")
+    with pytest.raises(SystemExit, match="^clockfabric: .*give tcp://HOST:PORT"):
+        Elastic(module, torch.optim.SGD(module.parameters(), lr=0.1), lambda step, rank: None)
 
 
 def test_presence_tells_a_process_that_ended_and_refuses_what_is_not_a_name():

@@ -35,6 +35,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -44,6 +45,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
+from clockfabric.errors import ClockfabricError
 from clockfabric.train import backend, control, group, presence, state, zero
 from clockfabric.train.bound import StepBound
 from clockfabric.train.checkpoint import Checkpoints
@@ -69,8 +71,11 @@ class Elastic:
         self.restored: dict[str, Any] = {}  # what the last group formed resumed from: a checkpoint, a reshard
         self.previous: dict[str, Any] | None = None  # ZeRO-1: the snapshot before the last completed step
         self._lent: dict[str, Any] | None = None  # a snapshot no longer wanted: the next one copies into it
-        self.host, self.first_rank, beat = identity(os.environ)
-        self.board = control.Board.open(os.environ[control.STORE_ENV])
+        try:
+            self.host, self.first_rank, beat = identity(os.environ)
+            self.board = control.Board.open(os.environ[control.STORE_ENV])
+        except (RuntimeError, ClockfabricError) as e:  # no job to join: one line, nothing started
+            sys.exit(f"clockfabric: {e}")
         self.heartbeat = Heartbeat(self.board, self.host, beat)
         self.presence: socket.socket | None = None  # held open for as long as this process lives
         self.board_gone: str | None = None  # why the board stopped answering, once it did
