@@ -20,7 +20,7 @@ from clockfabric.topology import Topology
 class Reach:
     hosts: Mapping[str, Host]
     topology: Topology
-    audit: dict[str, Any]  # audit()'s keywords: its transport and friends
+    audit: Callable[[], dict[str, Any]]  # audit()'s keywords, anew for each audit: its transport and friends
     fleet: str  # names the place in messages
     runner: Callable[[str], list[str]]  # host -> the argv prefix that runs a Python script there
     serve_on: str | None  # the address the board is served on (None: a FileStore, every host shares it)
@@ -33,7 +33,7 @@ def lab_reach(name: str | None) -> Reach:
     from clockfabric.lab.training import runner
 
     lab = Lab.open(name)
-    return Reach(lab_hosts(lab), lab.topology, lab_audit(lab), f"lab {lab.name}", runner(lab), None, True)
+    return Reach(lab_hosts(lab), lab.topology, lambda: lab_audit(lab), f"lab {lab.name}", runner(lab), None, True)
 
 
 def fleet_reach(path: Path, serve_on: str | None, names: list[str] | None = None) -> Reach:
@@ -50,8 +50,9 @@ def fleet_reach(path: Path, serve_on: str | None, names: list[str] | None = None
     def runner(host: str) -> list[str]:
         return [*opts[host].python.split()]
 
-    audit = {"transport": SshTransport(fleet.topology, opts)}
-    return Reach(fleet.hosts, fleet.topology, audit, f"fleet {path}", runner, serve_on, False)
+    transport = SshTransport(fleet.topology, opts)
+    return Reach(fleet.hosts, fleet.topology, lambda: {"transport": transport}, f"fleet {path}", runner, serve_on,
+                 False)
 
 
 def route_to(address: str) -> str:

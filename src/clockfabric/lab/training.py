@@ -29,4 +29,4 @@ def train_job(lab: Lab, ranks: list[str], spares: list[str], argv: list[str], fo
 
 
 def lab_host_audit(lab: Lab, expectations: dict) -> HostAudit:
-    return host_audit(lab.topology, lab_audit(lab), expectations, f"lab {lab.name}")
+    return host_audit(lab.topology, lambda: lab_audit(lab), expectations, f"lab {lab.name}")

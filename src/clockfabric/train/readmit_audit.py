@@ -9,6 +9,7 @@ and the peer) fails it: a peer's own trouble is not the drained host's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from clockfabric.audit.model import Finding, Report, Verdict
@@ -23,13 +24,14 @@ REFERENCE_PEERS = 1  # each peer runs the audit's report too, beside the trainin
 BAD = (Verdict.FAIL, Verdict.UNKNOWN)  # a warning does not keep a host out; not knowing does
 
 
-def host_audit(topo: Topology, reach: dict[str, Any], expectations: dict, fleet: str) -> HostAudit:
-    """reach: how the audit reaches the hosts (audit()'s transport and its friends: a lab's, or
-    ssh's for real hosts), so a drained host is audited the way every host is."""
+def host_audit(topo: Topology, reach: Callable[[], dict[str, Any]], expectations: dict, fleet: str) -> HostAudit:
+    """reach: how the audit reaches the hosts, made anew for each audit (audit()'s transport
+    and its friends: a lab's, or ssh's for real hosts), so a drained host is audited the way
+    every host is."""
     checks = [get_check(c) for c in CHECKS]
 
     def audit(host: str, peers: list[str]) -> AuditResult:
-        report = run_audit(topo, [host, *peers[:REFERENCE_PEERS]], checks, expect=expectations, fleet=fleet, **reach)
+        report = run_audit(topo, [host, *peers[:REFERENCE_PEERS]], checks, expect=expectations, fleet=fleet, **reach())
         return AuditResult([c.id for c in checks], failing_on(report, host))
 
     return audit
