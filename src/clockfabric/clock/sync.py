@@ -19,11 +19,11 @@ from functools import partial
 import numpy as np
 
 from clockfabric.clock.graph import neighbours
-from clockfabric.clock.health import NO_PURE, asymmetric_hosts, hold_over
+from clockfabric.clock.health import NO_PURE, SUSTAINED_NS, SUSTAINED_S, asymmetric_hosts, hold_over
 from clockfabric.clock.mapping import SYNCED, UNSYNCED, Mapping
 from clockfabric.clock.network import Edges, Solution, solve
 from clockfabric.clock.pairs import PairWindow, Step
-from clockfabric.clock.timescale import Frame, ensemble, members, pivot
+from clockfabric.clock.timescale import Frame, clean, ensemble, members, pivot
 from clockfabric.probe.engine import Exchange
 
 MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
@@ -45,6 +45,7 @@ FLAG_HOLD_S = 10.0  # a host found queued on every path stays out of the solve t
 # that alone; until then a wide host is left out of one solve at a time, not held out
 YOUNG_WINDOWS = 4
 YOUNG_S = YOUNG_WINDOWS * 2.0  # at the default 2 s window
+PROBATION_S = 10.0
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
 
@@ -280,6 +281,8 @@ class Solver:
         self.rejected = 0
         self.flagged: dict[str, tuple[float, str]] = {}  # host -> (left out until, why)
         self.frame: Frame | None = None  # global time: the ensemble of the well-placed hosts' clocks
+        self.wide_since: dict[str, float] = {}  # host -> since when its band is a little wide
+        self.dirty: dict[str, float] = {}  # host -> when it last failed the ensemble's band test
         self.utc: dict[str, tuple[float, float, float, int]] = {}  # host -> (when, offset, rate, at its clock)
 
     def on_report(self, msg: dict, now: float | None = None) -> None:
@@ -320,8 +323,12 @@ class Solver:
             margins[self.hosts[j]].append(abs(m))
         # a queue drains now and then: a flagged host stays out for FLAG_HOLD_S, or its skewed
         # edges would come back at each lull and bend the solve; a young one, for this solve only
+        wide = asymmetric_hosts(margins, SUSTAINED_NS)
+        self.wide_since = {h: self.wide_since.get(h, now) for h in wide}
+        found = asymmetric_hosts(margins) | {h: why for h, why in wide.items()
+                                             if now - self.wide_since[h] >= SUSTAINED_S}
         self.flagged |= {h: (now + FLAG_HOLD_S if now - self.since[h] >= self.young_s else now, why)
-                         for h, why in asymmetric_hosts(margins).items()}
+                         for h, why in found.items()}
         self.flagged = {h: f for h, f in self.flagged.items() if now <= f[0]}
         reasons = {h: why for h, (_, why) in self.flagged.items()}
         flagged = {self.index[h] for h in reasons}
@@ -339,7 +346,9 @@ class Solver:
         anchor = self.index[hub]
         guess = self.last.offset_ns - self.last.offset_ns[anchor] if self.last is not None else None
         raw = solve(len(self.hosts), edges, anchor, t0_ns, outlier_ns=self.outlier_ns, guess=guess)
-        shares = members(raw, self.index, bands, set(bands))
+        # a host that left the ensemble as wide rejoins once clean for PROBATION_S
+        self.dirty |= {h: now for h in set(bands) - clean(raw, self.index, bands)}
+        shares = members(raw, self.index, bands, {h for h in bands if now - self.dirty.get(h, -1e18) >= PROBATION_S})
         sol, self.frame = ensemble(raw, self.index, shares, self.last, self.reference, self._utc(t0_ns, now),
                                    self.last.t0_ns if self.last is not None else None)
         self.last = sol

@@ -110,17 +110,21 @@ def pivot(frame: Frame | None, reference: str, solvable: dict[str, float], bands
     return max(solvable, key=lambda h: (solvable[h], h))
 
 
-def members(sol: Solution, index: dict[str, int], bands: dict[str, float], eligible: set[str]) -> dict[str, float]:
-    """Host -> weight share: the eligible placed hosts whose typical band (`bands`) is near the
-    fleet's, weighted by its inverse square."""
+def clean(sol: Solution, index: dict[str, int], bands: dict[str, float]) -> set[str]:
+    """The placed hosts whose typical band (`bands`) is near the fleet's, at a sane rate."""
     synced = sol.synced()
-    placed = {h: b for h, b in bands.items() if h in eligible and synced[index[h]]}
+    placed = {h: b for h, b in bands.items() if synced[index[h]]}
     if not placed:
-        return {}
+        return set()
     typical = statistics.median(placed.values())
     rate = statistics.median(float(sol.drift[index[h]]) for h in placed)
-    good = {h: 1.0 / max(b, 1.0) ** 2 for h, b in placed.items()
+    return {h for h, b in placed.items()
             if b <= 2 * typical + MEMBER_SLACK_NS and abs(sol.drift[index[h]] - rate) <= MEMBER_MAX_DRIFT}
+
+
+def members(sol: Solution, index: dict[str, int], bands: dict[str, float], eligible: set[str]) -> dict[str, float]:
+    """Host -> weight share: the eligible clean hosts, weighted by their band's inverse square."""
+    good = {h: 1.0 / max(bands[h], 1.0) ** 2 for h in clean(sol, index, bands) & eligible}
     best = sorted(good, key=lambda h: (-good[h], h))[:MAX_MEMBERS]
     return _capped({h: good[h] for h in best})
 
