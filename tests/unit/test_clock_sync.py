@@ -370,6 +370,10 @@ def test_the_agents_validators_take_what_hosts_and_the_solver_send():
     solver = Solver(list(clocks), "h00")
     for h in clocks:
         msg = report(clocks, h, peers[h], NOW_TAU - 1e9)
+        if h == "h02":  # a host with an external time source says how far its clock is from UTC
+            msg["utc"] = [1_500.0, 2e-8, clocks[h].read(NOW_TAU - 1e9)]
+            assert not valid_report({**msg, "utc": [1.0, float("nan"), 0]}, h, clocks)
+            assert not valid_report({**msg, "utc": "soon"}, h, clocks)
         assert valid_report(msg, h, clocks), msg
         solver.on_report(msg, now=100.0)
     msgs = solver.solve(clocks["h00"].read(NOW_TAU), now=101.0)

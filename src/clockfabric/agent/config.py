@@ -33,6 +33,9 @@ class AgentConfig:
     ports: int = 4  # UDP ports per rail: paths through ECMP
     base_port: int = 7300
     probe_dscp: int = PRIORITY_DSCP  # on probes and control messages: the fabric's priority class (EF)
+    # the system's real-time clock is UTC (disciplined by GPS, NTP or PTP) while the agent's clock is
+    # another: the agent reports the difference, and the solver steers global time to it
+    utc_system: bool = False
     metrics_port: int = METRICS_PORT  # Prometheus /metrics on the host's address; 0: none
     controller: str | None = None  # the controller URL (http(s)://host:port), or its replicas' comma-separated
     token: str = ""  # the fleet token the controller wants

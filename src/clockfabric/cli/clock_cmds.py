@@ -72,8 +72,11 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           probe_dscp: int = typer.Option(PRIORITY_DSCP, "--probe-dscp", min=0, max=63,
                                          help="DSCP on probes and control messages: the fabric's strict-priority "
                                               "class (46, EF, as PTP usually runs; 0: best-effort)."),
-          reference: str = typer.Option(None, "--reference", help="Host whose clock is global time "
-                                                                  "(it also runs the solver)."),
+          reference: str = typer.Option(None, "--reference", help="Host that runs the solver (and whose "
+                                                                  "clock global time starts on)."),
+          utc_system: bool = typer.Option(False, "--utc-system",
+                                          help="This host's system clock is UTC (GPS, NTP or PTP): global time "
+                                               "is steered to it, slowly."),
           failover: bool = typer.Option(None, "--failover/--no-failover",
                                         help="Move traffic off failed planes (default: on for hosts with 2+ NICs)."),
           hold_down: float = typer.Option(5.0, "--hold-down", min=0.0,
@@ -120,7 +123,7 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
         key_file = lab_key(lab)  # a lab host: the lab's own key, as its other agents use
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
                       probe_rate=probe_rate, quiet_rate=quiet_rate, probe_budget=probe_budget,
-                      metrics_port=metrics_port, probe_dscp=probe_dscp,
+                      metrics_port=metrics_port, probe_dscp=probe_dscp, utc_system=utc_system,
                       controller=controller, token=token, ca_file=ca_file, failover=failover,
                       hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,
                       collectors=tuple(collectors), no_collectors=tuple(no_collectors),

@@ -3,8 +3,8 @@
 
 Agents run on every host and publish their mappings; at each
 sample instant (one real time for all hosts) a host's error is what its mapping says global time is, minus what
-global time really is: the reference host's clock, or, once the anchor moved (clock.timescale), the
-anchor's clock read through the frame the solver names. The NTP-style baseline (min-RTT/2 from the same
+global time really is: the weighted mean of the ensemble's members' clocks, each read through the
+mapping the frame the solver names gives it (clock.timescale). The NTP-style baseline (min-RTT/2 from the same
 probes, composed hop by hop down a stratum tree from the reference, as NTP servers chain)
 is judged at each of its samples' own instants: no extrapolation error is charged to it.
 """
@@ -58,32 +58,38 @@ def heard_frame(states: dict[str, dict]) -> Frame | None:
 def frame_of(states: dict[str, dict], reference: str) -> Frame:
     """What global time is (clock.timescale): the newest frame any agent heard, else the
     reference's own clock."""
-    return heard_frame(states) or Frame(reference, 0)
+    return heard_frame(states) or Frame.single(reference, 0)
 
 
 def frame_line(report: dict | None) -> str:
-    """One line for a person: Sampler.frame_report's frame, its since and its handovers."""
+    """One line for a person: Sampler.frame_report's ensemble, since when, and its changes."""
     if report is None:
         return "global time: no frame yet (no solve reached the agents)"
-    read = ""
-    if report["offset_ns"] or report["drift"]:
-        read = f" read through offset {report['offset_ns']:,.0f} ns, drift {report['drift'] * 1e9:+,.1f} ppb"
-    moves = [f"{h['from']} -> {h['to']} at {h['at_s']:.1f} s" for h in report["handovers"]]
-    return (f"global time: {report['anchor']}'s clock{read}, since {report['since_s']:.1f} s; "
-            f"{'handovers: ' + ', '.join(moves) if moves else 'no handover'}")
+    shares = sorted(report["members"].items(), key=lambda m: (-m[1], m[0]))
+    who = ", ".join(f"{h} {s:.0%}" for h, s in shares)
+    utc = "" if report.get("utc_ns") is None else f"; {report['utc_ns']:+,.0f} ns from UTC"
+    moves = [f"{'+' + ' +'.join(c['joined']) if c['joined'] else ''}{' ' if c['joined'] and c['left'] else ''}"
+             f"{'-' + ' -'.join(c['left']) if c['left'] else ''} at {c['at_s']:.1f} s" for c in report["changes"]]
+    return (f"global time: ensemble of {len(shares)} ({who}), since {report['since_s']:.1f} s{utc}; "
+            f"{'changes: ' + ', '.join(moves) if moves else 'no member change'}")
 
 
 def ours_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], reference: str,
                 real_ns: int) -> dict[str, float | None]:
     """Each host's error at one real instant (None: no synced mapping yet): what its mapping
-    says global time is, minus global time as the frame's anchor clock really reads it."""
+    says global time is, minus global time as the frame's members' clocks really read it."""
     frame = frame_of(states, reference)
-    truth = frame.global_ns(clocks[frame.anchor].local_ns(real_ns))
-    out = {}
+    known = {h for h, _, _, _ in frame.members if h in clocks}
+    if known != set(frame.shares()):  # a member the lab does not know: judge by the others
+        kept = [m for m in frame.members if m[0] in known] or [(reference, 1.0, 0.0, 0.0)]
+        total = sum(w for _, w, _, _ in kept)
+        frame = Frame(frame.t0_ns, tuple((h, w / total, x, y) for h, w, x, y in kept))
+    truth = frame.global_ns({h: clocks[h].local_ns(real_ns) for h in frame.shares()})
+    out: dict[str, float | None] = {}
     for h, clock in clocks.items():
         m = (states.get(h) or {}).get("mapping")
-        if h == frame.anchor or not m or not m.get("synced"):
-            out[h] = 0.0 if h == frame.anchor and m else None
+        if not m or not m.get("synced"):
+            out[h] = None
             continue
         out[h] = float(Mapping.from_dict(m).global_ns(clock.local_ns(real_ns)) - truth)
     return out
@@ -167,15 +173,18 @@ class Sampler:
         self.named: dict[str, tuple[float, str]] = {}  # host not synced now -> (since when, why)
         self.converged_s: float | None = None
         self.last_states: dict[str, dict] = {}
-        self.frames: list[tuple[float, Frame]] = []  # (seconds when first heard, frame): global time's definitions
+        self.frame: Frame | None = None  # global time's newest definition
+        self.frames: list[tuple[float, frozenset[str]]] = []  # (seconds when first heard, the ensemble's members)
 
     def sample(self) -> dict[str, float | None]:
         clocks = self.truth.clocks()  # re-read: `lab clock step` may have changed one
         states = read_states(self.state_dir)
         self.last_states = states
         t = time.monotonic() - self.start
-        if (frame := heard_frame(states)) is not None and (not self.frames or self.frames[-1][1] != frame):
-            self.frames.append((t, frame))
+        if (frame := heard_frame(states)) is not None:
+            self.frame = frame
+            if not self.frames or self.frames[-1][1] != set(frame.shares()):
+                self.frames.append((t, frozenset(frame.shares())))
         real = time.time_ns()
         errors = ours_errors(states, clocks, self.reference, real)
         bounds = ours_bounds(states, clocks, real)
@@ -198,15 +207,16 @@ class Sampler:
         return errors
 
     def frame_report(self) -> dict | None:
-        """Global time's frame at the last sample (None: no solve named one): its anchor, since
-        when (seconds into the run), and each change of frame before it (a handover; one to the
-        same anchor is a fresh start, a step)."""
-        if not self.frames:
+        """Global time's frame at the last sample (None: no solve named one): the ensemble's
+        members and their shares, since when it has had them (seconds into the run), and each
+        change of membership before (hosts joined and left)."""
+        if self.frame is None:
             return None
-        since_s, frame = self.frames[-1]
-        handovers = [{"at_s": t, "from": a.anchor, "to": b.anchor}
-                     for (_, a), (t, b) in zip(self.frames, self.frames[1:], strict=False)]
-        return {**frame.as_dict(), "since_s": since_s, "handovers": handovers}
+        changes = [{"at_s": t, "joined": sorted(b - a), "left": sorted(a - b)}
+                   for (_, a), (t, b) in zip(self.frames, self.frames[1:], strict=False)]
+        return {"kind": "ensemble", "members": self.frame.shares(), "anchor": self.frame.anchor,
+                "t0_ns": self.frame.t0_ns, "utc_ns": self.frame.utc_ns, "since_s": self.frames[-1][0],
+                "changes": changes}
 
     def timeline(self) -> list[dict]:
         """Per whole second: p99 and max |error| of ours across hosts."""

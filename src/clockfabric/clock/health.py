@@ -19,18 +19,20 @@ from clockfabric.clock.mapping import HOLDOVER, SYNCED, UNSYNCED, Mapping
 # A host's narrowest band beyond twice the fleet's typical narrowest plus this is queued on
 # every path: tens of us of standing queue, where hop counts change a band by a few us.
 ASYMMETRY_NS = 10_000.0
+# ... or beyond it plus this for SUSTAINED_S on end: a standing queue stays, a busy moment passes
+SUSTAINED_NS, SUSTAINED_S = 5_000.0, 3.0
 HOLDOVER_MAX_NS = 60_000_000_000  # past this a held-over mapping's drift term says little
 NO_PURE = "no pure probe pair on any path"
 
 
-def asymmetric_hosts(margins: dict[str, list[float]]) -> dict[str, str]:
+def asymmetric_hosts(margins: dict[str, list[float]], slack_ns: float = ASYMMETRY_NS) -> dict[str, str]:
     """Host -> why it cannot be synced, from the band half-widths of each host's edges (both
     the ones it reports and the ones its peers report with it)."""
     narrowest = {h: min(m) for h, m in margins.items() if m}
     if len(narrowest) < 3:
         return {}  # two hosts share every path: nothing to tell one's queue from the other's
     typical = statistics.median(narrowest.values())
-    limit = 2 * typical + ASYMMETRY_NS
+    limit = 2 * typical + slack_ns
     return {h: f"asymmetric: every path queued (narrowest band {m / 1e3:.0f} us, fleet {typical / 1e3:.0f} us)"
             for h, m in narrowest.items() if m > limit}
 

@@ -11,6 +11,7 @@ report again.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import defaultdict, deque
 from functools import partial
@@ -18,11 +19,11 @@ from functools import partial
 import numpy as np
 
 from clockfabric.clock.graph import neighbours
-from clockfabric.clock.health import NO_PURE, asymmetric_hosts, hold_over
+from clockfabric.clock.health import NO_PURE, SUSTAINED_NS, SUSTAINED_S, asymmetric_hosts, hold_over
 from clockfabric.clock.mapping import SYNCED, UNSYNCED, Mapping
 from clockfabric.clock.network import Edges, Solution, solve
 from clockfabric.clock.pairs import PairWindow, Step
-from clockfabric.clock.timescale import Frame, next_frame, restate
+from clockfabric.clock.timescale import Frame, clean, ensemble, members, pivot
 from clockfabric.probe.engine import Exchange
 
 MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
@@ -44,6 +45,7 @@ FLAG_HOLD_S = 10.0  # a host found queued on every path stays out of the solve t
 # that alone; until then a wide host is left out of one solve at a time, not held out
 YOUNG_WINDOWS = 4
 YOUNG_S = YOUNG_WINDOWS * 2.0  # at the default 2 s window
+PROBATION_S = 10.0
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
 
@@ -278,7 +280,10 @@ class Solver:
         self.last: Solution | None = None
         self.rejected = 0
         self.flagged: dict[str, tuple[float, str]] = {}  # host -> (left out until, why)
-        self.frame: Frame | None = None  # global time: the anchor's clock, read through its mapping
+        self.frame: Frame | None = None  # global time: the ensemble of the well-placed hosts' clocks
+        self.wide_since: dict[str, float] = {}  # host -> since when its band is a little wide
+        self.dirty: dict[str, float] = {}  # host -> when it last failed the ensemble's band test
+        self.utc: dict[str, tuple[float, float, float, int]] = {}  # host -> (when, offset, rate, at its clock)
 
     def on_report(self, msg: dict, now: float | None = None) -> None:
         host = msg.get("host")
@@ -290,14 +295,24 @@ class Solver:
         if last is None or now - last[0] > self.stale_s:
             self.since[host] = now
         self.reports[host] = (now, msg.get("edges", []))
+        if isinstance(utc := msg.get("utc"), list) and len(utc) == 3:
+            self.utc[host] = (now, float(utc[0]), float(utc[1]), int(utc[2]))
+
+    def _utc(self, t0_ns: int, now: float) -> tuple[str, float, float] | None:
+        """(host, its clock minus UTC at t0, its rate against UTC) from a fresh external source."""
+        fresh = sorted((h, u) for h, u in self.utc.items() if now - u[0] <= self.stale_s)
+        if not fresh:
+            return None
+        host, (_, offset, rate, at) = fresh[0]
+        return host, offset + rate * (t0_ns - at), rate
 
     def solve(self, t0_ns: int, now: float | None = None) -> dict[str, dict]:
         """One solve over the fresh reports; the map message for each reporting host.
 
         Hosts queued on every path (health.asymmetric_hosts) are left out of the solve and
-        named. If that is the reference, another host anchors the solve, carrying the offset
-        and drift it had, so global time goes on without a step (clock.timescale); every map
-        message names that frame."""
+        named. Global time is the ensemble of the well-placed hosts (clock.timescale), carried
+        on from the last solve, so no one host's load or loss moves it; every map message
+        names that frame."""
         now = time.monotonic() if now is None else now
         fresh = {h: e for h, (at, e) in self.reports.items() if now - at <= self.stale_s}
         rows = [(self.index[h], self.index[p], a, b, c, w * _trust(m), m, d) for h, edges in fresh.items()
@@ -308,8 +323,12 @@ class Solver:
             margins[self.hosts[j]].append(abs(m))
         # a queue drains now and then: a flagged host stays out for FLAG_HOLD_S, or its skewed
         # edges would come back at each lull and bend the solve; a young one, for this solve only
+        wide = asymmetric_hosts(margins, SUSTAINED_NS)
+        self.wide_since = {h: self.wide_since.get(h, now) for h in wide}
+        found = asymmetric_hosts(margins) | {h: why for h, why in wide.items()
+                                             if now - self.wide_since[h] >= SUSTAINED_S}
         self.flagged |= {h: (now + FLAG_HOLD_S if now - self.since[h] >= self.young_s else now, why)
-                         for h, why in asymmetric_hosts(margins).items()}
+                         for h, why in found.items()}
         self.flagged = {h: f for h, f in self.flagged.items() if now <= f[0]}
         reasons = {h: why for h, (_, why) in self.flagged.items()}
         flagged = {self.index[h] for h in reasons}
@@ -321,15 +340,20 @@ class Solver:
         edges = Edges(src, dst, a.astype(float), b.astype(float), c.astype(np.int64), w.astype(float),
                       m.astype(float), d.astype(float))
         solvable = np.bincount(np.concatenate([src, dst]), np.concatenate([w, w]).astype(float), len(self.hosts))
-        self.frame = next_frame(self.frame, self.reference, {h: solvable[i] for h, i in self.index.items()
-                                                             if solvable[i] > 0}, self.last, self.index, t0_ns)
-        anchor = self.index[self.frame.anchor]
+        bands = {h: statistics.median(margins[h]) for h in fresh if h in margins and h not in reasons}
+        hub = pivot(self.frame, self.reference, {h: solvable[i] for h, i in self.index.items() if solvable[i] > 0},
+                    bands)
+        anchor = self.index[hub]
         guess = self.last.offset_ns - self.last.offset_ns[anchor] if self.last is not None else None
-        sol = restate(solve(len(self.hosts), edges, anchor, t0_ns, outlier_ns=self.outlier_ns, guess=guess),
-                      anchor, self.frame)
+        raw = solve(len(self.hosts), edges, anchor, t0_ns, outlier_ns=self.outlier_ns, guess=guess)
+        # a host that left the ensemble as wide rejoins once clean for PROBATION_S
+        self.dirty |= {h: now for h in set(bands) - clean(raw, self.index, bands)}
+        shares = members(raw, self.index, bands, {h for h in bands if now - self.dirty.get(h, -1e18) >= PROBATION_S})
+        sol, self.frame = ensemble(raw, self.index, shares, self.last, self.reference, self._utc(t0_ns, now),
+                                   self.last.t0_ns if self.last is not None else None)
         self.last = sol
         synced = sol.synced()
-        cut_off = f"cut off from {self.frame.anchor}, global time's anchor"
+        cut_off = "cut off from global time's ensemble"
         mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]),
                               float(sol.bound_ns[i]) if synced[i] else float("inf"), bool(synced[i]),
                               SYNCED if synced[i] else UNSYNCED,

@@ -1,22 +1,29 @@
-"""Global time: which host's clock anchors the solve, and how global time reads on it.
+"""Global time: an ensemble of the fleet's well-placed clocks, as TAI is of many clocks.
 
-Global time starts as the reference host's clock. When the reference cannot anchor a solve
-(queued on every path, or silent), a host the last solve placed takes over, and global time
-goes on as that host's clock read through its last mapping (offset and drift, extrapolated):
-no step. When the reference comes back it takes the anchor back the same way, once a solve
-has placed it, so global time stays continuous but is then the reference's clock read through
-its own mapping, no longer the raw clock. A reference unusable from the first solve leaves
-nothing to carry: global time then starts as the clock of the best-placed host (the most
-trusted pure points), and the reference joins it later.
+At a solve's epoch t0, global time is the weighted mean of its members' clocks, each read
+through its own mapping: g = sum_i w_i M_i(c_i). Members are the hosts whose paths are pure
+(their typical band no wider than the fleet's, by MEMBER_SLACK_NS), not named unsyncable, with
+a sane rate; a member weighs 1 / its typical band squared, no member above MAX_SHARE.
 
-A Frame is that definition: the anchor host and the affine map from its clock to global
-time. Bounds are relative to global time as the frame defines it: the anchor's own bound is
-zero, and a handover adds nothing to them (what hosts must agree on is one time, not which
-physical clock it once was).
+The solve itself is anchored on one host, the pivot; the ensemble then sets the pivot's offset
+and drift (X, Y) so that, over the members the last solve placed too, the new offsets match the
+last ones extrapolated, and the new drifts the last ones, on a weighted mean. So a member
+that joins or leaves does not move global time, and one whose vote stands out (its clock
+stepped, or a queue bent it) is left out of that solve's vote: a member whose vote is kept
+moves global time by at most its share of the vote tolerance (VOTE_NS, or the votes' spread).
+
+The first solve has nothing to continue: global time starts on the reference's clock if the
+reference is a member, else on the members' weighted mean. Only a solve that shares no placed
+host with the last one starts afresh (a step).
+
+A host with an external time source (UTC) reports its clock minus UTC and its rate against it;
+global time is steered to it slowly, through its rate only (toward UTC's rate plus the offset
+over UTC_TAU_S, changed by at most MAX_RATE_STEP a second), never anchored on it, never stepped.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -24,73 +31,187 @@ import numpy as np
 from clockfabric.clock.mapping import Mapping
 from clockfabric.clock.network import Solution
 
+MAX_MEMBERS = 32  # the best-weighted; more adds little and every map message carries them
+MAX_SHARE = 0.35  # no member weighs more: two or three members must agree to move global time
+MEMBER_SLACK_NS = 2_000.0  # a member's typical band is within twice the fleet's plus this
+MEMBER_MAX_DRIFT = 200e-6  # off the fleet's median rate by more: a broken oscillator
+VOTE_NS, VOTE_DRIFT = 300.0, 300e-9  # a member's vote within this of the median counts, or 4 spreads
+UTC_TAU_S = 100.0  # the offset to UTC is steered out with this time constant ...
+# ... by a rate that changes by at most this a second: a mapping a second old is then off the
+# newest by 50 ns at most, alike on every host
+MAX_RATE_STEP = 50e-9
+
 
 @dataclass(frozen=True)
 class Frame:
-    anchor: str
     t0_ns: int
-    offset_ns: float = 0.0  # the anchor's clock minus global time at t0
-    drift: float = 0.0
+    members: tuple[tuple[str, float, float, float], ...]  # (host, weight share, offset_ns, drift) at t0
+    utc_ns: float | None = None  # global time minus UTC at t0, where a host has an external source
 
-    def at(self, t0_ns: int) -> tuple[float, float]:
-        """The anchor's offset and drift at another epoch."""
-        return self.offset_ns + self.drift * (t0_ns - self.t0_ns), self.drift
+    @classmethod
+    def single(cls, host: str, t0_ns: int, offset_ns: float = 0.0, drift: float = 0.0) -> Frame:
+        """Global time as one host's clock read through (offset, drift)."""
+        return cls(t0_ns, ((host, 1.0, offset_ns, drift),))
 
-    def global_ns(self, anchor_local_ns: int) -> int:
-        """Global time when the anchor's clock reads anchor_local_ns."""
-        return Mapping(self.t0_ns, self.offset_ns, self.drift, 0.0).global_ns(anchor_local_ns)
+    @property
+    def anchor(self) -> str:
+        """The heaviest member."""
+        return max(self.members, key=lambda m: (m[1], m[0]))[0]
+
+    def shares(self) -> dict[str, float]:
+        return {h: w for h, w, _, _ in self.members}
+
+    def global_ns(self, local_ns: dict[str, int]) -> int:
+        """Global time when each member's clock reads local_ns[member]."""
+        ahead = sum(w * (Mapping(self.t0_ns, x, y, 0.0).global_ns(local_ns[h]) - self.t0_ns)
+                    for h, w, x, y in self.members)
+        return self.t0_ns + round(ahead)
 
     def as_dict(self) -> dict:
-        return {"anchor": self.anchor, "t0_ns": self.t0_ns, "offset_ns": self.offset_ns, "drift": self.drift}
+        return {"kind": "ensemble", "anchor": self.anchor, "t0_ns": self.t0_ns,
+                "members": [list(m) for m in self.members], "utc_ns": self.utc_ns}
 
     @classmethod
     def from_dict(cls, d: object) -> Frame | None:
-        """The frame a map message names; None if it names none or a malformed one."""
+        """The frame a map message names (a one-host frame of older solvers too); None if it
+        names none or a malformed one."""
         try:
-            assert isinstance(d, dict) and isinstance(d["anchor"], str)
-            frame = cls(d["anchor"], int(d["t0_ns"]), float(d["offset_ns"]), float(d["drift"]))
+            assert isinstance(d, dict)
+            t0 = int(d["t0_ns"])
+            if "members" not in d:
+                assert isinstance(d["anchor"], str)
+                return _finite(cls.single(d["anchor"], t0, float(d["offset_ns"]), float(d["drift"])))
+            members = tuple((str(h), float(w), float(x), float(y)) for h, w, x, y in d["members"])
+            utc = d.get("utc_ns")
+            frame = cls(t0, members, None if utc is None else float(utc))
         except (AssertionError, KeyError, TypeError, ValueError, OverflowError):
             return None
-        return frame if np.isfinite([frame.offset_ns, frame.drift]).all() else None
+        return _finite(frame) if members else None
 
 
-def next_frame(frame: Frame | None, reference: str, solvable: dict[str, float], last: Solution | None,
-               index: dict[str, int], t0_ns: int) -> Frame:
-    """The frame this solve is anchored in. `solvable`: the hosts with edges in it, with the
-    weight of those edges.
+def _finite(frame: Frame) -> Frame | None:
+    values = [v for _, w, x, y in frame.members for v in (w, x, y)]
+    return frame if np.isfinite(values).all() else None
 
-    The reference keeps or takes back the anchor whenever it can without a step; else the
-    anchor stays; else the host the last solve placed best takes it, carrying its mapping.
-    Only when no solvable host was placed (the first solve, or every placed host gone) does a
-    frame start afresh, on the reference or else the host with the most weight."""
-    placed = {h: float(last.bound_ns[index[h]]) for h in solvable
-              if last is not None and last.synced()[index[h]]}
+
+def pivot(frame: Frame | None, reference: str, solvable: dict[str, float], bands: dict[str, float]) -> str:
+    """The host the solve is anchored on: the heaviest member still solvable; else the
+    reference if its band is as narrow as the fleet's; else the host with the narrowest band
+    (`bands`: each clean host's typical band); else the one with the most edge weight."""
     if frame is not None:
-        if frame.anchor in solvable and frame.anchor == reference:
-            return frame
-        if reference in placed:
-            return _carried(reference, last, index)
-        if frame.anchor in solvable:
-            return frame
-        if placed:
-            return _carried(min(placed, key=lambda h: (placed[h], h)), last, index)
-    if reference in solvable:
-        return Frame(reference, t0_ns)
-    return Frame(max(solvable, key=lambda h: (solvable[h], h)), t0_ns)
+        shares = {h: w for h, w in frame.shares().items() if h in solvable}
+        if shares:
+            return max(shares, key=lambda h: (shares[h], h))
+    clean = {h: b for h, b in bands.items() if h in solvable}
+    if clean:
+        if reference in clean and clean[reference] <= 2 * statistics.median(clean.values()) + MEMBER_SLACK_NS:
+            return reference
+        return min(clean, key=lambda h: (clean[h], h))
+    return max(solvable, key=lambda h: (solvable[h], h))
 
 
-def _carried(host: str, last: Solution | None, index: dict[str, int]) -> Frame:
-    """A frame on `host` that reads as the last solve's global time."""
-    assert last is not None
+def clean(sol: Solution, index: dict[str, int], bands: dict[str, float]) -> set[str]:
+    """The placed hosts whose typical band (`bands`) is near the fleet's, at a sane rate."""
+    synced = sol.synced()
+    placed = {h: b for h, b in bands.items() if synced[index[h]]}
+    if not placed:
+        return set()
+    typical = statistics.median(placed.values())
+    rate = statistics.median(float(sol.drift[index[h]]) for h in placed)
+    return {h for h, b in placed.items()
+            if b <= 2 * typical + MEMBER_SLACK_NS and abs(sol.drift[index[h]] - rate) <= MEMBER_MAX_DRIFT}
+
+
+def members(sol: Solution, index: dict[str, int], bands: dict[str, float], eligible: set[str]) -> dict[str, float]:
+    """Host -> weight share: the eligible clean hosts, weighted by their band's inverse square."""
+    good = {h: 1.0 / max(bands[h], 1.0) ** 2 for h in clean(sol, index, bands) & eligible}
+    best = sorted(good, key=lambda h: (-good[h], h))[:MAX_MEMBERS]
+    return _capped({h: good[h] for h in best})
+
+
+def _capped(weights: dict[str, float]) -> dict[str, float]:
+    """Shares summing to one, none above MAX_SHARE where there are enough members to allow it."""
+    cap = max(MAX_SHARE, 1.0 / max(len(weights), 1))
+    shares = {h: w / sum(weights.values()) for h, w in weights.items()}
+    for _ in range(len(shares)):
+        over = {h for h, s in shares.items() if s > cap + 1e-12}
+        if not over:
+            break
+        rest = sum(s for h, s in shares.items() if h not in over)
+        spare = 1.0 - cap * len(over)
+        shares = {h: cap if h in over else s * spare / rest for h, s in shares.items()}
+    return shares
+
+
+def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], last: Solution | None,
+             reference: str, utc: tuple[str, float, float] | None = None, last_t0_ns: int | None = None
+             ) -> tuple[Solution, Frame]:
+    """`sol` (anchored on its pivot) restated in global time, and the frame that defines it.
+    `utc`: (host, its clock minus UTC at t0, its rate against UTC)."""
+    x, y = sol.offset_ns, sol.drift
+    if not shares:  # no host looks clean: every placed one, alike
+        synced = [h for h, i in index.items() if sol.synced()[i]]
+        shares = {h: 1.0 / len(synced) for h in synced}
+    placed = last.synced() if last is not None else None
+    voters = {h: s for h, s in shares.items() if placed is not None and placed[index[h]]}
+    if not voters and placed is not None:  # every member new: continue through any host placed in both
+        both = [h for h, i in index.items() if placed[i] and sol.synced()[i]]
+        voters = {h: 1.0 / len(both) for h in both}
+    if voters:
+        assert last is not None
+        dt = sol.t0_ns - last.t0_ns
+        votes = {h: ((last.offset_ns[i] + last.drift[i] * dt - x[i]) / (1 + y[i]), (1 + last.drift[i]) / (1 + y[i]) - 1)
+                 for h in voters for i in [index[h]]}
+        big_x, big_y = _vote(votes, voters)
+    else:  # a fresh start: on the reference if it is a member, else on the members' mean
+        start = {reference: 1.0} if reference in shares else shares
+        total = sum(start.values())
+        den = sum(w * (1 + y[index[h]]) for h, w in start.items())
+        big_x = -sum(w * x[index[h]] for h, w in start.items()) / den
+        big_y = total / den - 1
+    utc_ns = None
+    if utc is not None and utc[0] in index and sol.synced()[index[utc[0]]]:
+        big_x, big_y, utc_ns = _steer(sol, index, utc, big_x, big_y, last_t0_ns)
+    out = restate(sol, big_x, big_y, {index[h]: s for h, s in shares.items()})
+    frame = Frame(sol.t0_ns, tuple((h, s, float(out.offset_ns[index[h]]), float(out.drift[index[h]]))
+                                   for h, s in sorted(shares.items())), utc_ns)
+    return out, frame
+
+
+def _vote(votes: dict[str, tuple[float, float]], weights: dict[str, float]) -> tuple[float, float]:
+    """The weighted mean of the votes for X and for Y, each over the votes near their median."""
+    out = []
+    for k, floor in ((0, VOTE_NS), (1, VOTE_DRIFT)):
+        v = np.array([votes[h][k] for h in votes])
+        w = np.array([weights[h] for h in votes])
+        mid = float(np.median(v))
+        spread = 1.4826 * float(np.median(np.abs(v - mid)))
+        near = np.abs(v - mid) <= max(floor, 4 * spread)
+        out.append(float(np.sum(w[near] * v[near]) / np.sum(w[near])))
+    return out[0], out[1]
+
+
+def _steer(sol: Solution, index: dict[str, int], utc: tuple[str, float, float], big_x: float, big_y: float,
+           last_t0_ns: int | None) -> tuple[float, float, float]:
+    """Y moved so global time's rate creeps toward UTC's, plus its offset over UTC_TAU_S; and
+    global time minus UTC at t0."""
+    host, u, u_rate = utc
     i = index[host]
-    return Frame(host, last.t0_ns, float(last.offset_ns[i]), float(last.drift[i]))
+    x_h = big_x + sol.offset_ns[i] + sol.drift[i] * big_x  # the host's clock minus global time
+    y_h = (1 + big_y) * (1 + sol.drift[i]) - 1
+    gap, rate = u - x_h, u_rate - y_h  # global time minus UTC, and its rate against UTC
+    dt = 1.0 if last_t0_ns is None else max(0.0, (sol.t0_ns - last_t0_ns) / 1e9)
+    dy = float(np.clip(rate + gap / 1e9 / UTC_TAU_S, -MAX_RATE_STEP * dt, MAX_RATE_STEP * dt))
+    return big_x, (1 + big_y) * (1 + dy) - 1, float(gap)
 
 
-def restate(sol: Solution, a: int, frame: Frame) -> Solution:
-    """A solve anchored at host a (x_a = y_a = 0) in the frame's global time, where a's offset
-    and drift are the frame's: c_i = c_a + x'_i + y'_i (c_a - t0) gives
-    x_i = x_a + x'_i + y'_i x_a and 1 + y_i = (1 + y_a)(1 + y'_i)."""
-    x_a, y_a = frame.at(sol.t0_ns)
-    if x_a == 0.0 and y_a == 0.0:
-        return sol  # global time is the anchor's own clock: nothing to move, exactly
-    return replace(sol, offset_ns=x_a + sol.offset_ns + sol.drift * x_a, drift=(1 + y_a) * (1 + sol.drift) - 1)
+def restate(sol: Solution, big_x: float, big_y: float, shares: dict[int, float]) -> Solution:
+    """A solve anchored at its pivot (x_p = y_p = 0) in global time, where the pivot's offset
+    and drift are (X, Y): c_i = c_p + x'_i + y'_i (c_p - t0) gives x_i = X + x'_i + y'_i X and
+    1 + y_i = (1 + Y)(1 + y'_i). Bounds: within the pivot's part, a host is within its bound from
+    the pivot plus the members' mean bound of global time (the members' weighted mean)."""
+    spread = sum(s * sol.bound_ns[i] for i, s in shares.items() if np.isfinite(sol.bound_ns[i]))
+    dspread = sum(s * sol.drift_bound[i] for i, s in shares.items() if np.isfinite(sol.drift_bound[i]))
+    return replace(sol, offset_ns=big_x + sol.offset_ns + sol.drift * big_x, drift=(1 + big_y) * (1 + sol.drift) - 1,
+                   bound_ns=sol.bound_ns + spread, drift_bound=sol.drift_bound + dspread)
+

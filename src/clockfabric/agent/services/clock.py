@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
@@ -23,6 +24,7 @@ from clockfabric.clock.sync import YOUNG_WINDOWS, HostSync, Solver
 
 # after a host reports a clock step, the solver waits this long for its neighbours' reports
 URGENT_SOLVE_S = 0.05
+UTC_SPAN_S = 30.0  # a UTC host's rate against UTC, over this long
 # the fast start (module docstring): how long, how often a starting host reports, how soon the
 # solver answers it (long enough to take several starting hosts' reports in one solve), and
 # how much faster it probes (its budgets are judged over the run, not its first seconds)
@@ -55,10 +57,11 @@ def valid_map(msg: dict, hosts: dict) -> bool:
 
 def valid_report(msg: dict, sender: str, hosts: dict) -> bool:
     """A report from the host it is about: edges [peer, offset, drift, center, weight, bound,
-    drift bound] to known hosts, every number finite."""
-    edges = msg.get("edges", [])
+    drift bound] to known hosts, and perhaps utc [offset, rate, at], every number finite."""
+    edges, utc = msg.get("edges", []), msg.get("utc", [0, 0, 0])
     return msg.get("host") == sender and isinstance(edges, list) and all(
-        isinstance(e, list) and len(e) == 7 and e[0] in hosts and _finite(*e[1:]) for e in edges)
+        isinstance(e, list) and len(e) == 7 and e[0] in hosts and _finite(*e[1:]) for e in edges) \
+        and isinstance(utc, list) and len(utc) == 3 and _finite(*utc)
 
 
 @service("clock", help="Clock sync: pair fits, reports to the reference and its maps; the solver there")
@@ -73,6 +76,7 @@ class ClockSync(Service):
         self.solver = Solver(list(cfg.topology.hosts), cfg.reference, stale_s=3 * cfg.update_s,
                              young_s=YOUNG_WINDOWS * cfg.window_s) if cfg.host == cfg.reference else None
         self._solve_due = math.inf
+        self._utc_seen: deque[tuple[int, int]] = deque()  # (our clock, our clock minus UTC)
         self._urgent = False  # a report said a clock stepped: the next solve's maps are published at once
         # seconds between exchanges with a peer, at the full rate (until the clock has settled)
         # and the quiet one; worked out once: it walks the topology's links
@@ -133,10 +137,23 @@ class ClockSync(Service):
 
     def _report(self, now_ns: int) -> None:
         msg = self.sync.report(now_ns)
+        if self.ctx.cfg.utc_system:
+            msg["utc"] = self._utc(now_ns)
         if self.starting:
             msg["start"] = True
             self._next_start_report = time.monotonic() + START_REPORT_S
         self.ctx.send(self.ctx.cfg.reference, msg)
+
+    def _utc(self, now_ns: int) -> list:
+        """[our clock minus UTC, its rate, at our clock]: UTC is the system clock; the rate over
+        the last UTC_SPAN_S, once there is that much."""
+        offset = now_ns - time.time_ns()
+        self._utc_seen.append((now_ns, offset))
+        while len(self._utc_seen) > 2 and now_ns - self._utc_seen[1][0] >= UTC_SPAN_S * 1e9:
+            self._utc_seen.popleft()
+        (t, o) = self._utc_seen[0]
+        rate = (offset - o) / (now_ns - t) if now_ns - t >= 1e9 else 0.0
+        return [float(offset), rate, now_ns]
 
     def report(self) -> dict:
         state = {"probe_interval_s": self.ctx.engine.interval_s, "probe_quiet": self.quiet, **self.sync.state()}
