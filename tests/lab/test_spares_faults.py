@@ -59,6 +59,12 @@ def test_two_ranks_killed_in_the_same_step_are_both_replaced(make_lab, tmp_path)
     print(f"two ranks killed: next step {took:.2f} s after, generation {last}")
 
 
+def forming(job, number: int) -> bool:
+    with job.lock:
+        gen = job.gen
+    return gen is not None and gen.number == number and job.board.all_ready(gen)
+
+
 def test_the_spare_killed_while_it_joins_is_replaced_by_the_next_spare(make_lab, tmp_path):
     lab = make_lab(multirail(5, 2, 2, 2))
     args = [*ARGS[:-1], "512"]  # a larger state: the spare is killed with the transfer under way
@@ -69,7 +75,7 @@ def test_the_spare_killed_while_it_joins_is_replaced_by_the_next_spare(make_lab,
     def kill_rank_then_the_spare(job):
         os.kill(job.ranks[1].proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while not (folder / "store.1").exists():  # every member of generation 1 is ready: the group forms
+        while not forming(job, 1):  # every member of generation 1 is ready: the group forms
             assert time.monotonic() < deadline, job.events
             time.sleep(0.005)
         time.sleep(0.1)  # gloo connecting the group, or the state (0.4 s on a 100 Mbit/s link) on its way

@@ -83,6 +83,7 @@ class Coordinator:
         self.on_drain: Callable[[str, str], None] | None = None
         self.on_return: Callable[[str], None] | None = None
         self.known: dict[str, Member] = {}  # started by us, before they register
+        self.preferred: list[str] = []  # the spares in the order they are to be taken
         self.first: dict[int, Member] = {}  # generation 0's ranks, as they register
         self.registered = 0
         self.torch: str | None = None  # the job's torch version
@@ -234,8 +235,11 @@ class Coordinator:
         return None
 
     def _ready_spares(self) -> list[Member]:
-        return [s for s in self.spares if s.beat and s.ended() is None
-                and not (self.presence and s.proc is None and self.presence.gone(s.host))]
+        """In the order the launcher named them (`preferred`), then as they registered."""
+        ready = [s for s in self.spares if s.beat and s.ended() is None
+                 and not (self.presence and s.proc is None and self.presence.gone(s.host))]
+        rank = {h: i for i, h in enumerate(self.preferred)}
+        return sorted(ready, key=lambda s: rank.get(s.host, len(rank)))
 
     def ready_spares(self) -> list[str]:
         with self.lock:

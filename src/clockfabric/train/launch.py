@@ -39,6 +39,7 @@ class TrainJob(Coordinator):
         self.hosts, self.argv, self.runner, self.local = hosts, list(argv), runner, local
         self.env = dict(env or {})
         self.initial_hosts, self.initial_spares = list(ranks), list(spares)
+        self.preferred = list(spares)
         self.on_return = self._respawn
 
     def start(self) -> TrainJob:
