@@ -4,8 +4,9 @@ and never holds up the rest.
 A transport is how the report's command reaches a host. Two kinds:
 - a *command* transport: host -> the argv that runs `python -m clockfabric.audit.host` there,
   run as a local subprocess (a lab's `ip netns exec`, from above; `--via` for launchers like `kubectl exec`);
-- a *session* transport, which talks to the host itself: `audit/ssh.py` (asyncssh), the way
-  real hosts are reached.
+- a *session* transport, which talks to the host itself: `audit/ssh.py` (asyncssh, a whole
+  fleet at once in-process), or `HostsSession` over the hosts seam (a host as every other
+  command reaches it: a drained host's re-admission audit).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import json
 import os
 import shlex
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, runtime_checkable
 
+from clockfabric.errors import ClockfabricError
+from clockfabric.hosts import Host
 from clockfabric.topology import Topology, interfaces
 
 Command = Callable[[str], list[str]]  # host -> the argv that runs `python -m clockfabric.audit.host` there
@@ -36,6 +39,24 @@ class Session(Protocol):
 
 
 Transport = Command | Session
+
+
+class HostsSession:
+    """The report run through each host's own `Host.run` (ssh, local, a lab's), in threads."""
+    parallel = 16  # each host a client process at a time
+
+    def __init__(self, hosts: Mapping[str, Host], python: Callable[[str], list[str]]):
+        self.hosts, self.python = hosts, python
+
+    async def run(self, host: str, stdin: bytes, timeout_s: float) -> tuple[bytes | None, str]:
+        try:
+            done = await asyncio.to_thread(self.hosts[host].run, [*self.python(host), *MODULE], input=stdin,
+                                           timeout_s=timeout_s)
+        except ClockfabricError as e:  # unreachable, refused, timed out: that host's line
+            return None, str(e)
+        if done.returncode != 0:
+            return None, failed(done.stderr, f"exit {done.returncode}")
+        return done.stdout, ""
 
 
 def template_transport(topo: Topology, template: str, python: str = "python3") -> Transport:

@@ -38,7 +38,7 @@ def lab_reach(name: str | None) -> Reach:
 
 def fleet_reach(path: Path, serve_on: str | None, names: list[str] | None = None) -> Reach:
     """names: the job's hosts, the first one's route giving serve_on (None: nothing is served)."""
-    from clockfabric.audit.ssh import SshTransport
+    from clockfabric.audit.gather import HostsSession
     from clockfabric.hosts.fleet import open_fleet
     from clockfabric.hosts.options import options
 
@@ -50,7 +50,7 @@ def fleet_reach(path: Path, serve_on: str | None, names: list[str] | None = None
     def runner(host: str) -> list[str]:
         return [*opts[host].python.split()]
 
-    transport = SshTransport(fleet.topology, opts)
+    transport = HostsSession(fleet.hosts, runner)  # audited through the seam the job runs on
     return Reach(fleet.hosts, fleet.topology, lambda: {"transport": transport}, f"fleet {path}", runner, serve_on,
                  False)
 
