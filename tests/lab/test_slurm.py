@@ -8,14 +8,15 @@ from __future__ import annotations
 import re
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 
 from clockfabric.lab import netns
 from clockfabric.lab.lldp import speaker
+from clockfabric.lab.slurm import Cluster, no_slurm
 from clockfabric.topology import multirail
 from clockfabric.workload.jobs import identify, parse_environ
-from tests.lab.slurm_cluster import Cluster, no_slurm
 
 pytestmark = pytest.mark.skipif(bool(no_slurm), reason=no_slurm)
 HOSTS = ("h0", "h1", "h2")
@@ -24,12 +25,13 @@ FAULTY = "h1"  # the lowest hosts are allocated first: h0 and h1 get the job bef
 # beside slurmctld, the slurmds and whatever else loads the machine (1.4-1.7 s measured), so the
 # test prints the figures and bounds them only against a prolog that waits out a timeout.
 PROLOG_BOUND_S = 10.0
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def cluster(make_lab):
     lab = make_lab(multirail(hosts=len(HOSTS), planes=1, leaves=1, spines=1))
-    found = Cluster(lab, HOSTS)
+    found = Cluster(lab, HOSTS, ROOT)
     lldp = speaker(lab)  # the lab's switches announce themselves, as real ones do
     lldp.start()
     try:

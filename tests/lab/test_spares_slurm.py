@@ -19,13 +19,14 @@ import pytest
 
 from clockfabric.lab import netns, process, sshd
 from clockfabric.lab.lldp import speaker
+from clockfabric.lab.slurm import CTLD, Cluster, no_slurm
 from clockfabric.topology import multirail
 from clockfabric.train import report
-from tests.lab.slurm_cluster import CTLD, ROOT, Cluster, no_slurm
 
 pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
 pytestmark = pytest.mark.skipif(bool(no_slurm) or not os.path.exists(sshd.SSHD), reason=no_slurm or "no sshd")
 
+ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ("h0", "h1", "h2", "h3")
 RANKS = 3
 STEPS = 300  # long enough that the lost node's audit passes while the job still runs
@@ -40,7 +41,7 @@ SRUN = ["srun", "--kill-on-bad-exit=0", "--wait=0", "--ntasks-per-node=1"]
 @pytest.fixture
 def cluster(make_lab, tmp_path):
     lab = make_lab(multirail(hosts=len(HOSTS), planes=1, leaves=1, spines=1))
-    found = Cluster(lab, HOSTS)
+    found = Cluster(lab, HOSTS, ROOT)
     lldp = speaker(lab)  # the prolog's audit reads the switches' LLDP, as on real ones
     lldp.start()
     ssh = None

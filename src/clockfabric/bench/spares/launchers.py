@@ -1,12 +1,15 @@
 """`clockfabric bench spares-launchers`: a killed rank's replacement under each launcher, in one run.
 
-The same job (examples/ddp_spares.py) on the same lab, launched three ways, each rank killed
+The same job (examples/ddp_spares.py) on the same lab, launched several ways, each rank killed
 (SIGKILL of its training process) once the ranks are past step KILL_AT and the spares wait:
 
 - lab: `train run` on the lab's hosts (the coordinator starts the members in their namespaces);
 - ssh: `train run --fleet` from a login node, every host reached over a real sshd;
 - torchrun: `train coordinator` on the login node, each rank a torchrun started over ssh, its
-  rendezvous on the coordinator's store, each spare a torchrun of its own told to wait.
+  rendezvous on the coordinator's store, each spare a torchrun of its own told to wait;
+- slurm: a Slurm cluster on the lab (slurmctld on the login node, a slurmd per rank and spare
+  host; started once per bench run), `train coordinator` on the login node and one srun step
+  of ranks + spares tasks, one per node; the tasks past the ranks are the spares.
 
 Figures per way: failure -> next completed step (every rank having completed a step that
 started after the kill), p50 and p95, each way against the lab's from the same run; and the
@@ -19,12 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,8 @@ from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed,
 from clockfabric.console import out, print_json, require_root
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, sshd
+from clockfabric.lab.lldp import speaker
+from clockfabric.lab.slurm import Cluster, no_slurm
 from clockfabric.lab.sshd import SshLab
 from clockfabric.lab.state import Lab
 from clockfabric.lab.training import train_job
@@ -42,7 +49,11 @@ from clockfabric.train import control, report
 
 SCRIPT = Path("examples") / "ddp_spares.py"
 KILL_AT, VICTIM, PORT = 8, 1, 29500
-WAYS = ("lab", "ssh", "torchrun")
+WAYS = ("lab", "ssh", "torchrun", "slurm")
+DEFAULT_WAYS = tuple(w for w in WAYS if w != "slurm" or not no_slurm)
+# --kill-on-bad-exit=0: a killed task does not end the step's other tasks; --wait=0: nor does srun
+# end them some time after the first one exits
+SRUN = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--wait=0"]
 BAR_S = 3.0  # p95 failure -> next step
 
 
@@ -189,6 +200,75 @@ def torchrun_run(sl: SshLab, ranks: list[str], spares: list[str], args: list[str
         stop([*members, coordinator])
 
 
+class SlurmLab:
+    """The Slurm cluster the slurm way runs on, with the LLDP its prolog's audit reads."""
+
+    def __init__(self, lab: Lab, nodes: list[str], login: str):
+        self.cluster = Cluster(lab, tuple(nodes), SCRIPT.resolve().parents[1], controller=login)
+        self.lldp = speaker(lab)
+
+    def __enter__(self) -> Cluster:
+        self.lldp.start()
+        try:
+            self.cluster.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.cluster
+
+    def __exit__(self, *_: object) -> None:
+        try:
+            self.cluster.stop()
+        finally:
+            self.lldp.stop()
+
+
+def member_script(cluster: Cluster, args: list[str], folder: Path) -> Path:
+    """What each srun task runs: the script through lab.job, whose hostname (in a UTS namespace
+    of its own) is its node's stable address, so gloo binds there (a task shares only its host's
+    network namespace, and the machine's hostname resolves to no lab address); its log named
+    as the other ways name them: rank{SLURM_PROCID} for a rank, spare-{node} past the ranks."""
+    lab = cluster.lab
+    cases = "".join(f"  {h}) a={lab.topology.hosts[h].address} ;;\n" for h in cluster.hosts)
+    path = folder / "member.sh"
+    path.write_text(f"#!/bin/sh\ncase \"$SLURMD_NODENAME\" in\n{cases}  *) exit 2 ;;\nesac\n"
+                    f"if [ \"$SLURM_PROCID\" -lt \"${control.RANKS_ENV}\" ]; then\n"
+                    f"  log={folder}/rank$SLURM_PROCID.jsonl\nelse\n  log={folder}/spare-$SLURMD_NODENAME.jsonl\nfi\n"
+                    f"exec {sys.executable} -m clockfabric.lab.job --lab {lab.name} --hostname $a -- "
+                    f"{shlex.join([str(SCRIPT.resolve()), *args])} --log-file \"$log\"\n")
+    path.chmod(0o755)
+    return path
+
+
+def slurm_run(cluster: Cluster, login: str, ranks: list[str], spares: list[str], args: list[str],
+              folder: Path) -> float:
+    """`train coordinator` on the login node; the ranks and spares one srun step, a task per node."""
+    address = str(cluster.lab.topology.hosts[login].address)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "coordinator.log", "wb") as log:
+        coordinator = subprocess.Popen(cluster.on(login, [
+            sys.executable, "-m", "clockfabric.cli", "train", "coordinator", "--ranks", str(len(ranks)),
+            "--listen", f"{address}:{PORT}", "--dir", str(folder)]), stdout=log, stderr=subprocess.STDOUT,
+            env=cluster.env)
+    members: list[subprocess.Popen] = []
+    try:
+        wait_until("the coordinator serving", lambda: b"serving" in (folder / "coordinator.log").read_bytes(), 60)
+        nodes = len(ranks) + len(spares)
+        env = {**cluster.env, control.STORE_ENV: f"tcp://{address}:{PORT}", control.RANKS_ENV: str(len(ranks))}
+        with open(folder / "srun.log", "wb") as log:
+            members.append(subprocess.Popen(cluster.on(login, [
+                *SRUN, f"-N{nodes}", f"-n{nodes}", "-o", str(folder / "task-%t.out"),
+                str(member_script(cluster, args, folder))]), stdout=log, stderr=subprocess.STDOUT, env=env))
+        killed_at = kill_and_wait(folder, coordinator, len(ranks), [folder / f"spare-{h}.jsonl" for h in spares])
+        try:  # the tasks end once the job completed (a spare: once the board is gone), and srun with them
+            members[0].wait(60)
+        except subprocess.TimeoutExpired:
+            pass
+        return killed_at
+    finally:
+        stop([*members, coordinator])
+
+
 def stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.poll() is None:
@@ -215,7 +295,9 @@ def main(runs: int = typer.Option(3, min=1, help="Kills per way."),
          spares: int = typer.Option(2, min=1, help="Spares waiting."),
          steps: int = typer.Option(60, min=KILL_AT + 10, help="Training steps per run."),
          width: int = typer.Option(512, min=8, help="The MLP's hidden width (512: about 5 MB of state)."),
-         ways: str = typer.Option(",".join(WAYS), help="Ways to launch, comma-separated."),
+         ways: str = typer.Option(",".join(DEFAULT_WAYS),
+                                  help=f"Ways to launch, comma-separated, of: {', '.join(WAYS)} "
+                                       "(slurm by default where Slurm is installed)."),
          json_path: Path = typer.Option(RESULTS / "spares-launchers.json", "--out", help="Where the record goes."),
          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     require_root()
@@ -224,6 +306,8 @@ def main(runs: int = typer.Option(3, min=1, help="Kills per way."),
     chosen = [w.strip() for w in ways.split(",") if w.strip()]
     if not chosen or set(chosen) - set(WAYS) or "lab" not in chosen:
         raise ClockfabricError(f"--ways takes lab and some of: {', '.join(WAYS[1:])} (lab is the baseline)")
+    if "slurm" in chosen and no_slurm:
+        raise ClockfabricError(f"--ways slurm: {no_slurm}")
     args = ["--steps", str(steps), "--timeout", "30", "--width", str(width)]
     on, off, login = layout(ranks, spares)
     facts, name = machine(), f"launchers-bench-{os.getpid() % 10000}"
@@ -240,18 +324,26 @@ def main(runs: int = typer.Option(3, min=1, help="Kills per way."),
         reference = report.digests(report.records(reference_dir))
         sl = sshd.start(lab, Path(tmp) / "ssh", client_host=login)
         try:
-            for i in range(runs):
-                for way in chosen:  # the ways interleaved: the machine's drift falls on all alike
-                    folder = Path(tmp) / f"{way}{i}"
-                    killed_at = (lab_run(lab, on, off, args, folder) if way == "lab" else
-                                 fleet_run(sl, on, off, args, folder) if way == "ssh" else
-                                 torchrun_run(sl, on, off, args, folder))
-                    check(folder, steps, reference)
-                    rows[way].append(phases(folder, killed_at))
-                    r = rows[way][-1]
-                    out.print(f"{way} {i}: next step {r['next_step_s']:.2f} s (detect {r['detect_s']:.2f}, "
-                              f"re-form {r['reform_s']:.2f}, transfer {r['transfer_s']:.2f}, "
-                              f"first step {r['first_step_s']:.2f}; {r['bytes'] / 1e6:.1f} MB)")
+            with SlurmLab(lab, on + off, login) if "slurm" in chosen else nullcontext() as cluster:
+
+                def launch(way: str, folder: Path) -> float:
+                    if way == "slurm":
+                        assert cluster is not None  # started above when slurm is among the ways
+                        return slurm_run(cluster, login, on, off, args, folder)
+                    return (lab_run(lab, on, off, args, folder) if way == "lab" else
+                            fleet_run(sl, on, off, args, folder) if way == "ssh" else
+                            torchrun_run(sl, on, off, args, folder))
+
+                for i in range(runs):
+                    for way in chosen:  # the ways interleaved: the machine's drift falls on all alike
+                        folder = Path(tmp) / f"{way}{i}"
+                        killed_at = launch(way, folder)
+                        check(folder, steps, reference)
+                        rows[way].append(phases(folder, killed_at))
+                        r = rows[way][-1]
+                        out.print(f"{way} {i}: next step {r['next_step_s']:.2f} s (detect {r['detect_s']:.2f}, "
+                                  f"re-form {r['reform_s']:.2f}, transfer {r['transfer_s']:.2f}, "
+                                  f"first step {r['first_step_s']:.2f}; {r['bytes'] / 1e6:.1f} MB)")
         finally:
             sl.stop()
     result: dict[str, Any] = {"ways": {w: summarise(rs) for w, rs in rows.items()}, "runs": rows,
