@@ -27,7 +27,7 @@ from clockfabric.controller.operations import Operations
 from clockfabric.controller.render import json_response, record, renderable
 from clockfabric.controller.storage.base import Audit, StorageError
 
-MAX_EVENTS, MAX_SAMPLES, MAX_PATHS, MAX_PAGE = 5_000, 50_000, 10_000, 1_000
+MAX_EVENTS, MAX_SAMPLES, MAX_PATHS, MAX_PAGE, MAX_BOOTS = 5_000, 50_000, 10_000, 1_000, 1_000
 MAX_AUDIT_BYTES = 4 * 2**20  # a report, every finding with its evidence: room for thousands of findings
 # the largest push an agent sends (2,000 events, a summary of every path and device), many times over
 MAX_PUSH_BYTES = 16 * 2**20
@@ -41,6 +41,7 @@ EXIT_CODES = {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "unknown": 3}  # as au
 
 class EventIn(BaseModel):
     seq: int = Field(ge=1)
+    boot: Name | None = None  # the agent run that numbered it, where not the push's (held over a restart)
     t_ns: int = Field(ge=0)
     kind: Name
     device: Annotated[str, Field(max_length=64)] = ""
@@ -55,6 +56,14 @@ class SampleIn(BaseModel):
     t_ns: int | None = Field(default=None, ge=0)
 
 
+class BootEnd(BaseModel):
+    """An agent run that ended, as its agent's event log tells it: how many of its events never arrived."""
+    boot: Name
+    last_seq: int = Field(ge=0)
+    delivered: int = Field(ge=0)
+    undelivered: int = Field(ge=0)
+
+
 class Push(BaseModel):
     host: Name
     boot: Name
@@ -62,6 +71,9 @@ class Push(BaseModel):
     events: list[EventIn] = Field(default_factory=list, max_length=MAX_EVENTS)
     samples: list[SampleIn] = Field(default_factory=list, max_length=MAX_SAMPLES)
     dropped_events: int = Field(default=0, ge=0)
+    # the runs the agent's log knows; None from a client that keeps no log (no run's end judged)
+    boots: list[Name] | None = Field(default=None, max_length=MAX_BOOTS)
+    ended: list[BootEnd] = Field(default_factory=list, max_length=MAX_BOOTS)
     # the host's path map: (peer, path label, plane, switch the path crosses at TTL 2, or null)
     paths: list[tuple[Name, Name, Annotated[int, Field(ge=0)], Name | None]] | None = Field(
         default=None, max_length=MAX_PATHS)
@@ -157,9 +169,10 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
         """Store a push, all of it or nothing. Read here, not by FastAPI, to cap and bound it."""
         body = validated(Push, parse(await read_body(request, MAX_PUSH_BYTES)))
         try:
-            items = body.model_dump(include={"events", "samples"})  # one call, not one per item
+            items = body.model_dump(include={"events", "samples", "ended"})  # one call, not one per item
             return await run_in_threadpool(fleet.push, body.host, body.boot, body.info, items["events"],
-                                           items["samples"], body.dropped_events, body.paths)
+                                           items["samples"], body.dropped_events, body.paths,
+                                           ended=items["ended"], boots=body.boots)
         except UnknownHost:
             raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
                                      f"or start the controller with --enroll-unknown") from None
