@@ -14,6 +14,7 @@ import pytest
 from clockfabric.agent.eventlog import EventLog
 from clockfabric.agent.metrics import clock_metrics
 from clockfabric.agent.push import Pusher
+from clockfabric.auth.credential import host_token
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
@@ -79,8 +80,8 @@ def test_events_are_on_disk_before_they_are_sent(tmp_path):
     """The pusher syncs before its POST: a push that fails leaves every event in the file."""
     log = EventLog(tmp_path / "h1.events")
     news = [[ev(1), ev(2)]]
-    p = Pusher(f"http://127.0.0.1:{free_port()}", TOKEN, "h1", snapshot=lambda: (news.pop() if news else [], [], {}),
-               log=log)
+    p = Pusher(f"http://127.0.0.1:{free_port()}", host_token(TOKEN, "h1"), "h1", log=log,
+               snapshot=lambda: (news.pop() if news else [], [], {}))
     assert not p.push_once()
     assert [e["seq"] for e in EventLog(tmp_path / "h1.events").pending] == [1, 2]
 
@@ -118,7 +119,8 @@ def controller(tmp_path):
 
 
 def agent(url: str, log: Path, n: int) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.unit.pushing_agent", url, TOKEN, "h1", str(log), str(n)],
+    argv = ["tests.unit.pushing_agent", url, host_token(TOKEN, "h1"), "h1", str(log), str(n)]
+    proc = subprocess.Popen([sys.executable, "-m", *argv],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"})
     assert proc.stdout is not None

@@ -1,7 +1,8 @@
 """The controller's HTTP API (FastAPI): agents push, `clockfabric audit` posts its reports, people
 and tools read.
 
-Every route but /healthz wants the fleet token (`Authorization: Bearer <token>`). Lists are
+Every route but /healthz and /readyz wants the fleet token (`Authorization: Bearer <token>`), but
+a push, which wants the pushing host's own credential (controller.token.host_token). Lists are
 paged by cursor (`after_id`, `limit`; the reply's `next` is the cursor of the next page, or
 null) and filtered by time (`since_ns`, `until_ns`).
 """
@@ -19,8 +20,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 
+from clockfabric.auth.credential import token_host
 from clockfabric.controller import jobs_api, neighbours_api, rootcause_inputs
 from clockfabric.controller.body import Bounds, invalid, parse, read_body
+from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
 from clockfabric.controller.operations import Operations
@@ -164,10 +167,24 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
         """The API's OpenAPI schema, for a client generator or a docs viewer the operator hosts."""
         return app.openapi()
 
-    @app.post("/api/v1/push", dependencies=auth)
-    async def push(request: Request) -> dict:
+    def pusher(request: Request) -> str:
+        """The host whose credential the push carries (before its body is read); 401 for any other."""
+        given = bearer(request.headers.raw)
+        host = token_host(token, given)
+        if host is None:
+            why = ("the fleet token does not push as a host" if hmac.compare_digest(given.encode(), token.encode())
+                   else "missing or wrong host credential")
+            raise HTTPException(401, f"{why}: give each agent its own (`clockfabric token host NAME`), "
+                                     "as Authorization: Bearer <host credential>")
+        return host
+
+    @app.post("/api/v1/push")
+    async def push(request: Request, claimed: str = Depends(pusher)) -> dict:  # noqa: B008 - FastAPI's way
         """Store a push, all of it or nothing. Read here, not by FastAPI, to cap and bound it."""
         body = validated(Push, parse(await read_body(request, MAX_PUSH_BYTES)))
+        if body.host != claimed:
+            request.state.refusal = "wrong_host"
+            raise HTTPException(403, f"this credential is host {claimed!r}'s: it does not push as {body.host!r}")
         try:
             items = body.model_dump(include={"events", "samples", "ended"})  # one call, not one per item
             return await run_in_threadpool(fleet.push, body.host, body.boot, body.info, items["events"],

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from clockfabric.agent.config import CONTROL_PORT
+from clockfabric.auth.credential import host_token
 from clockfabric.bench.auth import forge
 from clockfabric.clock.evaluate import read_states
 from clockfabric.controller.token import read_token
@@ -39,6 +40,7 @@ class Faults:
         self.fleet, self.lab, self.rng = fleet, fleet.lab, rng
         self.db = self.lab.dir / "controller.db"
         self.headers = {"Authorization": f"Bearer {read_token(fleet.token_file)}"}
+        self.fleet_token = read_token(fleet.token_file)
         self.hosts = sorted(self.lab.topology.hosts)
         self.witness_host = self.hosts[-1]
         self.pending: list[dict] = []  # witness events not yet acknowledged (an agent's buffer)
@@ -56,6 +58,10 @@ class Faults:
         except httpx.HTTPError:
             return None
 
+    def as_host(self, host: str) -> dict[str, str]:
+        """The headers of a push as `host`: its own credential, which the fleet token is not."""
+        return {"Authorization": f"Bearer {host_token(self.fleet_token, host)}"}
+
     def witness(self) -> None:
         """One more numbered event, and every one not yet acknowledged, in one push (at most 5 a second)."""
         if time.monotonic() - self.last_push < 0.2:
@@ -64,8 +70,8 @@ class Faults:
         self._seq += 1
         self.pending.append({"seq": self._seq, "t_ns": time.time_ns(), "kind": WITNESS_KIND,
                              "detail": {"n": self._seq}})
-        r = self.http("POST", "/api/v1/push", json={"host": self.witness_host, "boot": WITNESS_BOOT,
-                                                    "events": self.pending[:1000]})
+        body = {"host": self.witness_host, "boot": WITNESS_BOOT, "events": self.pending[:1000]}
+        r = self.http("POST", "/api/v1/push", json=body, headers=self.as_host(self.witness_host))
         if r is not None and r.status_code == 200:
             self.acked.update(e["seq"] for e in self.pending[:1000])
             del self.pending[:1000]
@@ -193,6 +199,7 @@ class Faults:
                   "huge_int": b'{"host": "h0", "boot": "x", "dropped_events": 99999999999999999999999}',
                   "too_large": b"[" + b"0," * 3_000_000 + b"0]", "not_json": os.urandom(64)}
         name = self.rng.choice(sorted(bodies))
-        r = self.http("POST", "/api/v1/push", content=bodies[name], headers={"content-type": "application/json"})
+        r = self.http("POST", "/api/v1/push", content=bodies[name],
+                      headers={"content-type": "application/json", **self.as_host("h0")})
         refused = r is not None and r.status_code in (413, 422)
         return refused, f"{name}: HTTP {r.status_code if r is not None else 'none'}"
