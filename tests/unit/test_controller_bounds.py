@@ -27,7 +27,8 @@ def raw_push(client, text: str):
                        content=text.encode())
 
 
-def event_json(detail: str = "{}", t_ns: str = str(T0), kind: str = '"link_down"') -> str:
+def event_json(detail: str = "{}", t_ns: str = str(T0), kind: str = '"note"') -> str:
+    """A push of one event; its kind has no declared detail, so only the bounds judge the detail."""
     event = f'{{"seq": 1, "t_ns": {t_ns}, "kind": {kind}, "detail": {detail}}}'
     return f'{{"host": "h1", "boot": "b1", "events": [{event}]}}'
 

@@ -60,7 +60,7 @@ class AgentConfig:
         if not 0 <= self.probe_dscp <= 63:
             raise ClockfabricError(f"probe DSCP {self.probe_dscp} must be 0..63 (46 is EF, PTP's usual class)")
         self.reference = self.reference or min(hosts)
-        self.event_log = self.event_log or self.state_dir / f"{self.host}.events"
+        self.event_log = self.event_log or Path(self.state_dir) / f"{self.host}.events"
         if self.reference not in self.topology.hosts:
             raise ClockfabricError(f"reference {self.reference!r} is not a host of the topology")
         self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]

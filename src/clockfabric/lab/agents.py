@@ -48,9 +48,12 @@ class LabAgents:
         for f in self.state_dir.glob("*.json"):
             f.unlink()
         for h in self.hosts:
-            argv = [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", self.lab.name, "--host", h, *self.args,
-                    *(self.per_host(h) if self.per_host else ())]
-            self.procs.append(self.lab.spawn(h, argv, f"clock agent on {h}", log=self.log(h)))
+            self.procs.append(self.lab.spawn(h, self.argv(h), f"clock agent on {h}", log=self.log(h)))
+
+    def argv(self, host: str) -> list[str]:
+        """The command line of `host`'s agent (a test restarting one uses it too)."""
+        return [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", self.lab.name, "--host", host, *self.args,
+                *(self.per_host(host) if self.per_host else ())]
 
     def log(self, host: str) -> Path:
         return self.lab.dir / "logs" / f"agent-{host}.log"

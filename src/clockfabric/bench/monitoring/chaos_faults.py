@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import sqlite3
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -120,7 +119,7 @@ class Faults:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         self.sleep(self.rng.uniform(0.2, 2.0))
-        argv = [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", self.lab.name, "--host", host, *agents.args]
+        argv = agents.argv(host)
         agents.procs[i] = self.lab.spawn(host, argv, f"clock agent on {host}", log=agents.log(host))
         new_pid = agents.procs[i].pid
         back = self.wait(lambda: read_states(agents.state_dir).get(host, {}).get("pid") == new_pid, 30.0)
