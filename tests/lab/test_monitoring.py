@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -128,8 +127,7 @@ def test_a_killed_agent_goes_stale_and_a_controller_away_loses_no_events(fleet):
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait(5)
     wait_for("h3 stale", lambda: "h3" in get(fleet, "/api/v1/fleet")["stale"], timeout_s=15, every_s=0.5)
-    argv = [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", lab.name, "--host", "h3", *fleet.agents.args]
-    fleet.agents.procs.append(subprocess.Popen(command(lab, "h3", argv), stdout=subprocess.DEVNULL,
+    fleet.agents.procs.append(subprocess.Popen(command(lab, "h3", fleet.agents.argv("h3")), stdout=subprocess.DEVNULL,
                                                stderr=subprocess.DEVNULL))
     lab.register(fleet.agents.procs[-1].pid, "clock agent on h3")
     wait_for("h3 back", lambda: "h3" not in get(fleet, "/api/v1/fleet")["stale"], timeout_s=30, every_s=0.5)

@@ -14,6 +14,7 @@ from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.topology import leafspine
+from tests.unit.credentials import as_host
 
 TOKEN = "t" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -50,7 +51,7 @@ def test_the_api_schema_needs_the_token_and_no_page_loads_a_cdn(env):
 
 
 def push(client, host="h1", boot="b1", events=(), samples=(), **kw):
-    return client.post("/api/v1/push", headers=AUTH,
+    return client.post("/api/v1/push", headers=as_host(TOKEN, host),
                        json={"host": host, "boot": boot, "events": list(events), "samples": list(samples), **kw})
 
 
@@ -69,9 +70,10 @@ def test_writes_and_reads_need_the_token(env):
 
 def test_malformed_and_unknown_pushes_get_4xx_with_a_reason(env):
     client, *_ = env
-    r = client.post("/api/v1/push", headers=AUTH, json={"host": "h1", "boot": "b", "events": [{"seq": 0}]})
+    r = client.post("/api/v1/push", headers=as_host(TOKEN, "h1"), json={"host": "h1", "boot": "b",
+                                                                         "events": [{"seq": 0}]})
     assert r.status_code == 422 and "seq" in r.text
-    r = client.post("/api/v1/push", headers=AUTH, content=b"{not json")
+    r = client.post("/api/v1/push", headers=as_host(TOKEN, "h1"), content=b"{not json")
     assert r.status_code == 422
     r = push(client, host="intruder")
     assert r.status_code == 403 and "not enrolled" in r.json()["detail"]

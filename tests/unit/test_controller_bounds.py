@@ -10,21 +10,25 @@ import sqlite3
 
 import pytest
 
+from clockfabric.auth.credential import host_token
 from clockfabric.controller.app import MAX_PUSH_BYTES
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.base import Event, Sample, StorageError
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from tests.unit.credentials import as_host
 from tests.unit.test_controller_app import AUTH, TOKEN, env, push  # noqa: F401 - env is a fixture
 
 T0 = 1_800_000_000 * 10**9
 
 
 def raw_push(client, text: str):
-    return client.post("/api/v1/push", headers={**AUTH, "Content-Type": "application/json"}, content=text.encode())
+    return client.post("/api/v1/push", headers=as_host(TOKEN, "h1", **{"Content-Type": "application/json"}),
+                       content=text.encode())
 
 
-def event_json(detail: str = "{}", t_ns: str = str(T0), kind: str = '"link_down"') -> str:
+def event_json(detail: str = "{}", t_ns: str = str(T0), kind: str = '"note"') -> str:
+    """A push of one event; its kind has no declared detail, so only the bounds judge the detail."""
     event = f'{{"seq": 1, "t_ns": {t_ns}, "kind": {kind}, "detail": {detail}}}'
     return f'{{"host": "h1", "boot": "b1", "events": [{event}]}}'
 
@@ -129,7 +133,7 @@ def live(tmp_path):
 
 def send_headers(port: int, extra: str) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-    sock.sendall(f"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+    sock.sendall(f"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {host_token(TOKEN, 'h1')}\r\n"
                  f"Content-Type: application/json\r\n{extra}\r\n".encode())
     return sock
 

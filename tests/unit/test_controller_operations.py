@@ -19,6 +19,7 @@ from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.storage.base import StorageError
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.controller.supervise import Supervisor
+from tests.unit.credentials import as_host
 from tests.waiting import wait_for
 
 TOKEN = "t" * 32
@@ -44,7 +45,7 @@ def env(tmp_path):
 
 
 def push(client, host="h0", seq=1):
-    return client.post("/api/v1/push", headers=AUTH, json={
+    return client.post("/api/v1/push", headers=as_host(TOKEN, host), json={
         "host": host, "boot": "b1", "events": [{"seq": seq, "t_ns": 1, "kind": "agent_start"}]})
 
 
@@ -75,7 +76,7 @@ def test_metrics_count_pushes_by_outcome_and_time_them(env):
     client, fleet, _ = env
     assert push(client).status_code == 200 and push(client, seq=2).status_code == 200
     assert push(client, host="intruder").status_code == 403
-    assert client.post("/api/v1/push", headers=AUTH, json={"host": "h0"}).status_code == 422
+    assert client.post("/api/v1/push", headers=as_host(TOKEN, "h0"), json={"host": "h0"}).status_code == 422
     assert client.post("/api/v1/push", json={"host": "h0", "boot": "b"}).status_code == 401
     fleet.tick()  # the detectors run
     m = metrics(client)

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from clockfabric.agent.push import Pusher
+from clockfabric.auth.credential import host_token
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine, save
 
@@ -113,8 +114,8 @@ def controller(tmp_path_factory):
 def pusher(url: str, *, verify: str | bool, token: str = TOKEN) -> Pusher:
     """The agent's own pusher, driven by hand (push_once), not as a thread."""
     info = {"version": "test"}
-    return Pusher(url, token, HOST, snapshot=lambda: ([], [{"name": "up", "value": 1.0, "labels": {}}], info),
-                  verify=verify)
+    return Pusher(url, host_token(token, HOST), HOST, verify=verify,
+                  snapshot=lambda: ([], [{"name": "up", "value": 1.0, "labels": {}}], info))
 
 
 def host_state(c: dict, host: str = HOST) -> str:

@@ -14,6 +14,7 @@ from clockfabric.controller.dashboard.routes import allow_viewer
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.storage.base import Sample
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from tests.unit.credentials import as_host
 
 TOKEN, VIEWER = "f" * 32, "v" * 32
 FLEET_AUTH, VIEWER_AUTH = {"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"Bearer {VIEWER}"}
@@ -78,7 +79,7 @@ def push_job(client, host, label, tx_bps):
         t = now - (3 - k) * S
         samples += [{"name": "job_flow_tx_bps", "value": tx_bps, "labels": {"jobid": "J", "flow": label}, "t_ns": t},
                     {"name": "job_flow_rtt_us", "value": 300.0, "labels": {"jobid": "J", "flow": label}, "t_ns": t}]
-    r = client.post("/api/v1/push", headers=FLEET_AUTH, json={"host": host, "boot": "b", "samples": samples})
+    r = client.post("/api/v1/push", headers=as_host(TOKEN, host), json={"host": host, "boot": "b", "samples": samples})
     assert r.status_code == 200, r.text
 
 

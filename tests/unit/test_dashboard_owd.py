@@ -20,6 +20,7 @@ from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.storage.base import Event, Sample
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from tests.unit.credentials import as_host
 
 TOKEN = "f" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -184,7 +185,7 @@ def test_the_route_shows_a_push_within_a_second(client):
         return client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p50"}).json()["hi_ns"]
 
     assert worst() == 3000.0
-    client.post("/api/v1/push", headers=AUTH, json={"host": "b", "boot": "x", "samples": [
+    client.post("/api/v1/push", headers=as_host(TOKEN, "b"), json={"host": "b", "boot": "x", "samples": [
         {"name": "owd_p50_ns", "value": 9000.0, "labels": {"src": "b", "dst": "a", "path": "p0"}}]})
     deadline = time.monotonic() + HEATMAP_MAX_AGE_S + 0.5
     while worst() != 9000.0:

@@ -24,6 +24,7 @@ from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine
+from tests.unit.credentials import as_host
 
 TOKEN, VIEWER = "f" * 32, "v" * 32
 FLEET_AUTH, VIEWER_AUTH = {"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"Bearer {VIEWER}"}
@@ -47,9 +48,9 @@ def client(fleet):
         yield c
 
 
-def push(client, host, samples=(), events=(), auth=FLEET_AUTH):
-    return client.post("/api/v1/push", headers=auth, json={"host": host, "boot": "b", "samples": list(samples),
-                                                          "events": list(events)})
+def push(client, host, samples=(), events=(), auth=None):
+    return client.post("/api/v1/push", headers=auth or as_host(TOKEN, host),
+                       json={"host": host, "boot": "b", "samples": list(samples), "events": list(events)})
 
 
 def link_up(device, up):
@@ -170,7 +171,7 @@ def test_a_real_server_streams_a_push_to_a_viewer_holding_the_token_as_a_paramet
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
             lines = r.iter_lines()
             assert "event: hello" in [next(lines) for _ in range(2)]
-            threading.Timer(0.3, lambda: httpx.post(f"{url}/api/v1/push", headers=FLEET_AUTH,
+            threading.Timer(0.3, lambda: httpx.post(f"{url}/api/v1/push", headers=as_host(TOKEN, "h2"),
                                                     json={"host": "h2", "boot": "b"})).start()
             next(line for line in lines if line == "event: change")
             assert json.loads(next(lines)[len("data: "):])["topics"] == ["hosts"]  # h2 pushed, nothing else

@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from clockfabric.controller.app import create_app
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from tests.unit.credentials import as_host
 
 TOKEN = "t" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -43,8 +44,8 @@ def flow(jobid, label, **stats):
 
 
 def push(client, host, address, samples):
-    r = client.post("/api/v1/push", headers=AUTH, json={"host": host, "boot": "b", "info": {"address": address},
-                                                          "samples": samples})
+    r = client.post("/api/v1/push", headers=as_host(TOKEN, host),
+                    json={"host": host, "boot": "b", "info": {"address": address}, "samples": samples})
     assert r.status_code == 200, r.text
 
 

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from clockfabric.agent.push import Pusher
+from clockfabric.auth.credential import host_token
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
@@ -89,7 +90,8 @@ def test_an_agent_not_in_the_fleet_file_is_refused_and_logged_once(logged, tmp_p
     thread = start_in_thread(srv)
     url = f"http://127.0.0.1:{srv.servers[0].sockets[0].getsockname()[1]}"
     try:
-        p = Pusher(url, TOKEN, "stray", snapshot=lambda: ([{"t_ns": time.time_ns(), "kind": "tick"}], [], {}))
+        p = Pusher(url, host_token(TOKEN, "stray"), "stray",
+                   snapshot=lambda: ([{"t_ns": time.time_ns(), "kind": "tick"}], [], {}))
         for _ in range(3):
             assert p.push_once()  # a refusal for good: not retried, the agent goes on
         assert p.counters["pushes"] == 0 and p.counters["quarantined"] == 3

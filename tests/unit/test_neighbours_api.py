@@ -13,6 +13,7 @@ from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.topology import multirail
 from clockfabric.topology.discover import assemble, heard_from_samples
+from tests.unit.credentials import as_host
 
 TOKEN = "t" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -30,8 +31,8 @@ def client(tmp_path):
 
 
 def push(client, node: str, info: dict, heard: dict[str, str | None]) -> None:
-    r = client.post("/api/v1/push", headers=AUTH, json={"host": node, "boot": "b", "info": info, "events": [],
-                                                         "samples": neighbour_samples(heard)})
+    r = client.post("/api/v1/push", headers=as_host(TOKEN, node),
+                    json={"host": node, "boot": "b", "info": info, "events": [], "samples": neighbour_samples(heard)})
     assert r.status_code == 200, r.text
 
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from clockfabric.agent.push import Pusher
+from clockfabric.auth.credential import host_token
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.server import Listen, server, start_in_thread
 
@@ -37,7 +38,7 @@ def test_a_postgres_restart_under_load_loses_no_event(own_postgres):
     srv = server(Fleet(store, hosts=hosts), TOKEN, Listen(port=0))
     thread = start_in_thread(srv)
     url = f"http://127.0.0.1:{srv.servers[0].sockets[0].getsockname()[1]}"
-    agents = [Pusher(url, TOKEN, h, interval_s=0.05, rng=random.Random(i),
+    agents = [Pusher(url, host_token(TOKEN, h), h, interval_s=0.05, rng=random.Random(i),
                      snapshot=lambda: ([{"t_ns": time.time_ns(), "kind": "tick"}], [], {}))
               for i, h in enumerate(hosts)]
     try:

@@ -13,6 +13,7 @@ import pytest
 
 from clockfabric.agent.config import AgentConfig
 from clockfabric.agent.push import Pusher
+from clockfabric.auth.credential import host_token
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
@@ -45,7 +46,7 @@ def dead_url() -> str:
 
 
 def pusher(urls: str, host: str = "h1", interval_s: float = 0.05) -> Pusher:
-    return Pusher(urls, TOKEN, host, interval_s=interval_s, rng=random.Random(0),
+    return Pusher(urls, host_token(TOKEN, host), host, interval_s=interval_s, rng=random.Random(0),
                   snapshot=lambda: ([{"t_ns": time.time_ns(), "kind": "tick"}], [], {}))
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from clockfabric.agent.metrics import clock_metrics
 from clockfabric.agent.push import PUSH_TIMEOUT_S, Pusher
+from clockfabric.auth.credential import host_token
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import BUSY_TIMEOUT_S, SqliteStorage
@@ -36,7 +37,7 @@ def controller(tmp_path):
 
 def pusher(url: str, news: list[list[dict]], samples: list[dict] = ()) -> Pusher:
     """A Pusher driven by hand; each snapshot hands over the next list of `news`."""
-    return Pusher(url, TOKEN, "h1", snapshot=lambda: (news.pop(0) if news else [], list(samples), {}))
+    return Pusher(url, host_token(TOKEN, "h1"), "h1", snapshot=lambda: (news.pop(0) if news else [], list(samples), {}))
 
 
 def event(i: int, **detail) -> dict:

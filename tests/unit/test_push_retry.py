@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from clockfabric.agent.push import MAX_BACKOFF_S, MAX_RETRY_AFTER_S, Pusher, backoff_s, retry_after_s
+from clockfabric.auth.credential import host_token
 
 TOKEN = "t" * 32
 
@@ -49,7 +50,7 @@ def busy():
 
 
 def run_pusher(srv, seconds: float, interval_s: float = 0.05, seed: int = 1) -> Pusher:
-    p = Pusher(f"http://127.0.0.1:{srv.server_port}", TOKEN, "h1", interval_s=interval_s,
+    p = Pusher(f"http://127.0.0.1:{srv.server_port}", host_token(TOKEN, "h1"), "h1", interval_s=interval_s,
                snapshot=lambda: ([{"t_ns": time.time_ns(), "kind": "tick"}], [], {}), rng=random.Random(seed))
     p.start()
     p.wake()

@@ -57,7 +57,7 @@ def test_a_refused_event_is_counted_and_the_rest_still_go(client, monkeypatch):
     sender = ControllerEvents("http://testserver", "wrong" * 8, "h0", client=client)
     sender.send(as_push({"event": "started", "time": time.time()}, 1, "job-2", "h0"))
     assert (sender.sent, sender.failed) == (0, 1)  # 401 is retried, then given up: the job carries on
-    sender.headers["Authorization"] = f"Bearer {TOKEN}"
+    sender.token = TOKEN
     sender.send(as_push({"event": "detected", "host": "nowhere", "time": time.time()}, 2, "job-2", "h0"))
     assert sender.failed == 2  # a host the fleet does not know: refused, not retried
     sender.send(as_push({"event": "completed", "time": time.time()}, 3, "job-2", "h0"))

@@ -40,6 +40,7 @@ class AgentConfig:
     controller: str | None = None  # the controller URL (http(s)://host:port), or its replicas' comma-separated
     token: str = ""  # the fleet token the controller wants
     ca_file: str | None = None  # to verify an https controller with a private CA
+    event_log: Path | None = None  # events held until the controller has them; default state_dir/HOST.events
     failover: bool | None = None  # move traffic off failed planes; None: on when the host has two or more
     failover_interval_s: float = 0.1  # heartbeats per path; a path is dead after three missed
     hold_down_s: float = 5.0  # a recovered plane carries traffic again after this long healthy
@@ -62,6 +63,7 @@ class AgentConfig:
         if not 0 <= self.probe_dscp <= 63:
             raise ClockfabricError(f"probe DSCP {self.probe_dscp} must be 0..63 (46 is EF, PTP's usual class)")
         self.reference = self.reference or min(hosts)
+        self.event_log = self.event_log or Path(self.state_dir) / f"{self.host}.events"
         if self.reference not in self.topology.hosts:
             raise ClockfabricError(f"reference {self.reference!r} is not a host of the topology")
         self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]

@@ -61,6 +61,13 @@ def clock_metrics(state: dict) -> list[Metric]:
     for name, value in state.get("push", {}).items():
         out.append(Metric(f"clockfabric_push_{name}_total", float(value), kind="counter",
                           help=PUSH_HELP.get(name, name)))
+    if events := state.get("events"):
+        out += [Metric("clockfabric_agent_events_held", float(events["held"]),
+                       help="Events held (in the event log) until the controller has them"),
+                Metric("clockfabric_agent_events_sent_total", float(events["sent"]), kind="counter",
+                       help="Events the controller has taken"),
+                Metric("clockfabric_agent_events_dropped_total", float(events["dropped"]), kind="counter",
+                       help="Events dropped, oldest first, because the event log was full")]
     for name, f in state.get("service_failures", {}).items():
         out.append(Metric("clockfabric_agent_service_failures_total", float(f["count"]), {"service": name},
                           "counter", "Calls of the agent service that raised (the agent went on without them)"))

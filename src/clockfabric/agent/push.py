@@ -36,6 +36,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from clockfabric import wirejson
+from clockfabric.agent.eventlog import EventLog
 from clockfabric.errors import ClockfabricError
 
 if TYPE_CHECKING:
@@ -56,12 +57,14 @@ class Pusher(threading.Thread):
     def __init__(self, url: str, token: str, host: str, *, snapshot: Callable[[], tuple[list[dict], list[dict], dict]],
                  interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS,
                  verify: str | bool | ssl.SSLContext = True,
-                 paths: Callable[[], list] | None = None, rng: random.Random | None = None):
+                 paths: Callable[[], list] | None = None, rng: random.Random | None = None,
+                 log: EventLog | None = None):
         """`url`: the controller's URL, or its replicas' URLs comma-separated.
         `snapshot()` returns (new events, current samples, agent info); events are taken from
         the caller's sources exactly once, so they must be kept here until the controller has them.
         `paths()`: the host's path map (agent.pathmap rows), sent whole with every push.
-        `rng`: the backoff's jitter (tests give a seeded one)."""
+        `rng`: the backoff's jitter (tests give a seeded one). `log`: where events are held until
+        the controller has them (agent.eventlog; None: in memory, `buffer_events` at most)."""
         super().__init__(name="controller-push", daemon=True)
         self.urls = [u.strip().rstrip("/") + "/api/v1/push" for u in url.split(",") if u.strip()]
         if not self.urls:
@@ -73,8 +76,8 @@ class Pusher(threading.Thread):
         self.paths = paths
         self.interval_s = interval_s
         self.boot = uuid.uuid4().hex[:12]  # this agent run: (host, boot, seq) names an event for good
-        self.seq = 0
-        self.pending: deque[dict] = deque(maxlen=buffer_events)
+        self.log = log if log is not None else EventLog(None, buffer_events)
+        self.log.start_boot(self.boot)
         self.counters = {"pushes": 0, "push_failures": 0, "events_sent": 0, "events_dropped": 0,
                          "quarantined": 0}
         self._unreported_drops = 0
@@ -106,13 +109,20 @@ class Pusher(threading.Thread):
         self._stopping.set()
         self._wake.set()
 
+    @property
+    def pending(self) -> deque[dict]:
+        """Events held until the controller has them, oldest first (earlier boots' too)."""
+        return self.log.pending
+
+    @property
+    def seq(self) -> int:
+        """The last seq this boot numbered."""
+        return self.log.current.last_seq
+
     def add_events(self, events: list[dict]) -> None:
-        for e in events:
-            self.seq += 1
-            if len(self.pending) == self.pending.maxlen:
-                self.counters["events_dropped"] += 1
-                self._unreported_drops += 1
-            self.pending.append({"seq": self.seq, **e})
+        dropped = self.log.add(events)
+        self.counters["events_dropped"] += dropped
+        self._unreported_drops += dropped
 
     def run(self) -> None:
         wait = self.interval_s
@@ -138,15 +148,18 @@ class Pusher(threading.Thread):
             self.push_once()  # a last one: what happened just before we stopped
         finally:
             self._client.close()
+            self.log.close()
 
     def push_once(self) -> bool:
         events, samples, info = self.snapshot()
         self.add_events(events)
+        self.log.commit()  # on disk before the controller can have them
         # a summary without a number to give (NaN, inf) is left out: the controller refuses them
         samples = [x for x in samples if math.isfinite(x["value"])]
         batch = list(islice(self.pending, PUSH_EVENTS))
+        ended = self.log.ended(final=self._stopping.is_set())
         body = {"host": self.host, "boot": self.boot, "info": info, "events": batch, "samples": samples,
-                "dropped_events": self._unreported_drops}
+                "dropped_events": self._unreported_drops, "boots": list(self.log.boots), "ended": ended}
         if self.paths:
             body["paths"] = self.paths()
         self._retry_after_s = 0.0
@@ -162,17 +175,16 @@ class Pusher(threading.Thread):
         if r.status_code != 200:
             self._retry_after_s = retry_after_s(r.headers.get("retry-after"))
             return self._failed(f"HTTP {r.status_code}: {r.text[:200]}")
-        self._taken(batch)
+        self._taken(batch, delivered=True)
+        self.log.reported(b["boot"] for b in ended)
         self._unreported_drops = 0
         self.counters["pushes"] += 1
         self.counters["events_sent"] += len(batch)
         return True
 
-    def _taken(self, batch: list[dict], keep: Sequence[dict] = ()) -> None:
-        """The batch leaves the buffer (new events may have been added behind it), but for `keep`."""
-        for _ in batch:
-            self.pending.popleft()
-        self.pending.extendleft(reversed(keep))
+    def _taken(self, batch: list[dict], keep: Sequence[dict] = (), *, delivered: bool) -> None:
+        """The batch leaves the log (new events may have been added behind it), but for `keep`."""
+        self.log.taken(batch, keep, delivered=delivered)
         if self.pending:
             self._wake.set()
 
@@ -181,7 +193,7 @@ class Pusher(threading.Thread):
         batch if it names none), keep the others for the next push."""
         named = _event_indexes(r)
         bad = [e for i, e in enumerate(batch) if i in named] if named else batch
-        self._taken(batch, [e for i, e in enumerate(batch) if i not in named] if named else [])
+        self._taken(batch, [e for i, e in enumerate(batch) if i not in named] if named else [], delivered=False)
         self.counters["quarantined"] += len(bad)
         reason = f"HTTP {r.status_code}: {r.text[:300]}"
         if reason != self._last_refusal:  # once per reason, not once per push

@@ -61,6 +61,10 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                                               "replicas' URLs, comma-separated (by host name; the next on failure)."),
           token_file: Path = typer.Option(None, "--token-file", help="The fleet token for --controller."),
           ca_file: str = typer.Option(None, "--ca-file", help="CA to verify an https controller."),
+          event_log: Path = typer.Option(None, "--event-log",
+                                         help="Where events wait until the controller has them, across restarts "
+                                              "(default STATE_DIR/HOST.events; on persistent disk to outlast a "
+                                              "reboot)."),
           key_file: Path = typer.Option(None, "--key-file",
                                         help="The fleet keys (`id:hexkey` lines) that seal probes, heartbeats and "
                                              "control messages; reloaded on change or SIGHUP."),
@@ -124,8 +128,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
                       probe_rate=probe_rate, quiet_rate=quiet_rate, probe_budget=probe_budget,
                       metrics_port=metrics_port, probe_dscp=probe_dscp, utc_system=utc_system,
-                      controller=controller, token=token, ca_file=ca_file, failover=failover,
-                      hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,
+                      controller=controller, token=token, ca_file=ca_file, event_log=event_log,
+                      failover=failover, hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,
                       collectors=tuple(collectors), no_collectors=tuple(no_collectors),
                       disabled=tuple(disabled), key_file=key_file, insecure=insecure)).run()
 

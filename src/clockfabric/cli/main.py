@@ -39,6 +39,8 @@ COMMANDS = {
     "controller": ("monitor_cmds", "controller", False,
                    "Run the controller: agents push to it; it stores, detects and alerts, and serves the API. "
                    "Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."),
+    "token": ("token_cmds", "app", True,
+              "Credentials derived from the fleet token: a host's own, to push as that host only."),
     "switch-agent": ("monitor_cmds", "switch_agent", False,
                      "Watch a switch's links by netlink and push their events to the controller (the lab's switches)."),
     "events": ("monitor_cmds", "events", False,

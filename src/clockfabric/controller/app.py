@@ -1,7 +1,8 @@
 """The controller's HTTP API (FastAPI): agents push, `clockfabric audit` posts its reports, people
 and tools read.
 
-Every route but /healthz wants the fleet token (`Authorization: Bearer <token>`). Lists are
+Every route but /healthz and /readyz wants the fleet token (`Authorization: Bearer <token>`), but
+a push, which wants the pushing host's own credential (controller.token.host_token). Lists are
 paged by cursor (`after_id`, `limit`; the reply's `next` is the cursor of the next page, or
 null) and filtered by time (`since_ns`, `until_ns`).
 """
@@ -12,84 +13,31 @@ import dataclasses
 import hmac
 import math
 from contextlib import asynccontextmanager
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from clockfabric.auth.credential import token_host
 from clockfabric.controller import jobs_api, neighbours_api, rootcause_inputs
 from clockfabric.controller.body import Bounds, invalid, parse, read_body
+from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
 from clockfabric.controller.operations import Operations
 from clockfabric.controller.render import json_response, record, renderable
+from clockfabric.controller.schemas import AuditIn, Push, detail_errors
 from clockfabric.controller.storage.base import Audit, StorageError
 
-MAX_EVENTS, MAX_SAMPLES, MAX_PATHS, MAX_PAGE = 5_000, 50_000, 10_000, 1_000
+MAX_PAGE = 1_000
 MAX_AUDIT_BYTES = 4 * 2**20  # a report, every finding with its evidence: room for thousands of findings
 # the largest push an agent sends (2,000 events, a summary of every path and device), many times over
 MAX_PUSH_BYTES = 16 * 2**20
 AUDIT_BOUNDS = Bounds(max_string=MAX_AUDIT_BYTES)  # evidence may be a long command output; the size cap holds it
-Name = Annotated[str, Field(min_length=1, max_length=128)]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
-VerdictName = Literal["pass", "skip", "warn", "unknown", "fail"]
 M = TypeVar("M", bound=BaseModel)
-EXIT_CODES = {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "unknown": 3}  # as audit.model.Report.exit_code
-
-
-class EventIn(BaseModel):
-    seq: int = Field(ge=1)
-    t_ns: int = Field(ge=0)
-    kind: Name
-    device: Annotated[str, Field(max_length=64)] = ""
-    detail: dict = Field(default_factory=dict)
-    synced: bool = True
-
-
-class SampleIn(BaseModel):
-    name: Name
-    value: float
-    labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
-    t_ns: int | None = Field(default=None, ge=0)
-
-
-class Push(BaseModel):
-    host: Name
-    boot: Name
-    info: dict = Field(default_factory=dict)
-    events: list[EventIn] = Field(default_factory=list, max_length=MAX_EVENTS)
-    samples: list[SampleIn] = Field(default_factory=list, max_length=MAX_SAMPLES)
-    dropped_events: int = Field(default=0, ge=0)
-    # the host's path map: (peer, path label, plane, switch the path crosses at TTL 2, or null)
-    paths: list[tuple[Name, Name, Annotated[int, Field(ge=0)], Name | None]] | None = Field(
-        default=None, max_length=MAX_PATHS)
-
-
-class CheckIn(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-    id: Name
-    verdict: VerdictName
-
-
-class AuditIn(BaseModel):
-    """What the controller reads of an audit report (audit.model.Report.as_dict()); it keeps all of it."""
-    model_config = ConfigDict(extra="allow", strict=True)
-    # "lab demo", a hosts file's path; no control characters (PostgreSQL's TEXT refuses NUL)
-    fleet: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f]*$")]
-    verdict: VerdictName
-    exit_code: int = Field(ge=0, le=3)
-    started_ns: int = Field(ge=0, lt=2**63)  # a BIGINT in both databases
-    counts: dict[VerdictName, Annotated[int, Field(ge=0)]]
-    checks: list[CheckIn]
-
-    @model_validator(mode="after")
-    def consistent(self) -> AuditIn:
-        if EXIT_CODES[self.verdict] != self.exit_code:
-            raise ValueError(f"exit_code {self.exit_code} does not go with verdict {self.verdict!r} "
-                             f"(0 pass/skip, 1 warn, 2 fail, 3 unknown)")
-        return self
 
 
 def validated(model: type[M], value: object) -> M:
@@ -152,14 +100,31 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
         """The API's OpenAPI schema, for a client generator or a docs viewer the operator hosts."""
         return app.openapi()
 
-    @app.post("/api/v1/push", dependencies=auth)
-    async def push(request: Request) -> dict:
+    def pusher(request: Request) -> str:
+        """The host whose credential the push carries (before its body is read); 401 for any other."""
+        given = bearer(request.headers.raw)
+        host = token_host(token, given)
+        if host is None:
+            why = ("the fleet token does not push as a host" if hmac.compare_digest(given.encode(), token.encode())
+                   else "missing or wrong host credential")
+            raise HTTPException(401, f"{why}: give each agent its own (`clockfabric token host NAME`), "
+                                     "as Authorization: Bearer <host credential>")
+        return host
+
+    @app.post("/api/v1/push")
+    async def push(request: Request, claimed: str = Depends(pusher)) -> dict:  # noqa: B008 - FastAPI's way
         """Store a push, all of it or nothing. Read here, not by FastAPI, to cap and bound it."""
         body = validated(Push, parse(await read_body(request, MAX_PUSH_BYTES)))
+        if errors := detail_errors(body):
+            raise invalid(errors)
+        if body.host != claimed:
+            request.state.refusal = "wrong_host"
+            raise HTTPException(403, f"this credential is host {claimed!r}'s: it does not push as {body.host!r}")
         try:
-            items = body.model_dump(include={"events", "samples"})  # one call, not one per item
+            items = body.model_dump(include={"events", "samples", "ended"})  # one call, not one per item
             return await run_in_threadpool(fleet.push, body.host, body.boot, body.info, items["events"],
-                                           items["samples"], body.dropped_events, body.paths)
+                                           items["samples"], body.dropped_events, body.paths,
+                                           ended=items["ended"], boots=body.boots)
         except UnknownHost:
             raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
                                      f"or start the controller with --enroll-unknown") from None

@@ -23,6 +23,28 @@ class UnknownHost(Exception):
     pass
 
 
+def boot_ends(host: str, boot: str, last: str | None, ended: list[dict], boots: list[str] | None,
+              now: int) -> list[Event]:
+    """A `boot_ended` event for each agent run that ended: as its agent states it (how many of its
+    events never arrived), or, for the run this controller last heard from when the agent knows
+    nothing of it (its event log lost, or kept in memory), with those counts unknown (null). One
+    per run: (host, "<boot>:ended", 0) is stored once, so the first word on it stands."""
+    out = []
+    for b in ended:
+        if b["undelivered"]:
+            log.warning("host %s: agent run %s ended with %d event(s) never delivered (of %d)", host, b["boot"],
+                        b["undelivered"], b["last_seq"], extra={"host": host, "reason": "events_undelivered"})
+        out.append(Event(host=host, seq=0, boot=f"{b['boot']}:ended", t_ns=now, kind="boot_ended",
+                         detail=dict(b), synced=False))
+    if boots is not None and last is not None and last != boot and last not in boots:
+        log.warning("host %s: agent run %s ended and its agent keeps no record of it: events it held may be "
+                    "lost", host, last, extra={"host": host, "reason": "event_log_lost"})
+        out.append(Event(host=host, seq=0, boot=f"{last}:ended", t_ns=now, kind="boot_ended", synced=False,
+                         detail={"boot": last, "last_seq": None, "delivered": None, "undelivered": None,
+                                 "why": "the agent keeps no record of this run: its event log was lost or not kept"}))
+    return out
+
+
 class Fleet:
     def __init__(self, storage: Storage, *, hosts: list[str], stale_s: float = 5.0, enroll_unknown: bool = False,
                  monitor: Any = None, replica: Any = None, retention: Any = None,
@@ -45,29 +67,39 @@ class Fleet:
         self.stale: set[str] = set()
         self._known: set[str] = set()  # hosts found in storage, for pushes without --enroll-unknown
         self._refused: set[str] = set()  # hosts whose pushes were refused, logged once each
+        self._boots: dict[str, str | None] = {}  # each host's agent run at its last push
 
     @property
     def monitor(self) -> Any:
         return self.replica.monitor if self.replica is not None else self._monitor
 
     def push(self, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
-             dropped_events: int, paths: list | None = None) -> dict:
-        """`paths`: the host's path map (agent.pathmap rows), when its agent sends one. Stored outside
-        the fleet's lock: pushes that arrive together share one transaction (storage.batch)."""
+             dropped_events: int, paths: list | None = None, *, ended: list[dict] | None = None,
+             boots: list[str] | None = None) -> dict:
+        """`paths`: the host's path map (agent.pathmap rows), when its agent sends one. `ended`: the
+        agent runs that ended, with what they delivered; `boots`: the runs the agent's log knows
+        (None: an agent that does not say). Stored outside the fleet's lock: pushes that arrive
+        together share one transaction (storage.batch)."""
         now = self.clock()
+        stored = None
+        if host not in self._boots:
+            stored = self.storage.host(host)
+            self._boots[host] = stored.info.get("boot") if stored is not None else None
         if not self.enroll_unknown and host not in self._known:
-            if self.storage.host(host) is None:
+            if stored is None and self.storage.host(host) is None:
                 self._refuse(host)
             self._known.add(host)  # hosts are never removed: one look per host suffices
-        evs = [Event(host=host, seq=e["seq"], boot=boot, t_ns=e["t_ns"], kind=e["kind"],
+        evs = [Event(host=host, seq=e["seq"], boot=e.get("boot") or boot, t_ns=e["t_ns"], kind=e["kind"],
                      device=e.get("device", ""), detail=e.get("detail", {}), synced=e.get("synced", True))
                for e in events]
         if dropped_events:
             evs.append(Event(host=host, seq=0, boot=f"{boot}:drop:{now}", t_ns=now, kind="events_dropped",
                              detail={"count": dropped_events}, synced=False))
+        evs += boot_ends(host, boot, self._boots[host], ended or [], boots, now)
         sams = [Sample(host=host, t_ns=s.get("t_ns") or now, name=s["name"], value=float(s["value"]),
                        labels=s.get("labels", {})) for s in samples]
         new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, sams)
+        self._boots[host] = boot
         with self.lock:
             self.stale.discard(host)
             monitor = self.monitor

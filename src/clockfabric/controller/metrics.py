@@ -46,7 +46,8 @@ class ControllerMetrics:
                                        registry=r)
         self.pushes_stored = Counter(f"{PREFIX}pushes_stored", "Pushes stored (answered 200).", registry=r)
         self.pushes_refused = Counter(f"{PREFIX}pushes_refused", "Pushes refused, by reason (unauthorised, "
-                                      "unknown_host, too_large, invalid, storage, other).", ["reason"], registry=r)
+                                      "unknown_host, wrong_host, too_large, invalid, storage, other).", ["reason"],
+                                      registry=r)
         self.push_duration = Histogram(f"{PREFIX}push_duration_seconds", "Time to answer a push, body read included.",
                                        buckets=PUSH_BUCKETS_S, registry=r)
         self.detector_duration = Histogram(f"{PREFIX}detector_duration_seconds",
@@ -54,13 +55,13 @@ class ControllerMetrics:
                                            ["detector"], buckets=DETECTOR_BUCKETS_S, registry=r)
         r.register(_StateCollector(state))
 
-    def push_answered(self, status: int, seconds: float) -> None:
+    def push_answered(self, status: int, seconds: float, reason: str | None = None) -> None:
         self.pushes_received.inc()
         self.push_duration.observe(seconds)
         if status == 200:
             self.pushes_stored.inc()
         else:
-            self.pushes_refused.labels(REFUSALS.get(status, "other")).inc()
+            self.pushes_refused.labels(reason or REFUSALS.get(status, "other")).inc()
 
     def detector_ran(self, detector: str, seconds: float) -> None:
         self.detector_duration.labels(detector).observe(seconds)
@@ -127,4 +128,5 @@ class PushMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
-            self.metrics.push_answered(status, time.perf_counter() - started)
+            # the route's own word on a refusal, where the status alone does not tell it (request.state)
+            self.metrics.push_answered(status, time.perf_counter() - started, scope.get("state", {}).get("refusal"))

@@ -1,5 +1,6 @@
-"""The fleet token: what agents and tools present to the controller. Its own small module, so
-agents read it without importing the web server."""
+"""The fleet token: what operators and tools present to the controller (hosts push with their own
+credential, derived from it: auth.credential). Its own small module, so agents read it without
+importing the web server."""
 
 from __future__ import annotations
 
@@ -24,3 +25,4 @@ def read_token(path: Path | None, *, create: bool = False) -> str:
     if len(token) < 16:
         raise ClockfabricError(f"the token in {path} is too short: use 16 characters or more")
     return token
+

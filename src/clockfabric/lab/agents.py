@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clockfabric.auth.keys import new_key_file
@@ -29,8 +29,10 @@ class LabAgents:
 
     def __init__(self, lab: Lab, *, peers: int = 10, window_s: float = 2.0, update_s: float = 1.0,
                  probe_rate: float = 20.0, probe_budget: float = 0.0005, reference: str | None = None,
-                 extra: Sequence[str] = ()):
+                 extra: Sequence[str] = (), per_host: Callable[[str], Sequence[str]] | None = None):
+        """`extra`: arguments every agent is given; `per_host(host)`: those one host's agent is given."""
         self.lab = lab
+        self.per_host = per_host
         self.hosts = sorted(lab.topology.hosts)
         self.reference = reference or self.hosts[0]
         self.state_dir = lab.dir / "agents"
@@ -46,8 +48,12 @@ class LabAgents:
         for f in self.state_dir.glob("*.json"):
             f.unlink()
         for h in self.hosts:
-            argv = [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", self.lab.name, "--host", h, *self.args]
-            self.procs.append(self.lab.spawn(h, argv, f"clock agent on {h}", log=self.log(h)))
+            self.procs.append(self.lab.spawn(h, self.argv(h), f"clock agent on {h}", log=self.log(h)))
+
+    def argv(self, host: str) -> list[str]:
+        """The command line of `host`'s agent (a test restarting one uses it too)."""
+        return [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", self.lab.name, "--host", host, *self.args,
+                *(self.per_host(host) if self.per_host else ())]
 
     def log(self, host: str) -> Path:
         return self.lab.dir / "logs" / f"agent-{host}.log"

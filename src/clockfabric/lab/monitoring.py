@@ -1,6 +1,10 @@
 """The monitoring stack on a lab: the controller on the reference host (listening on its lab
 address, so every push crosses the lab's own fabric), a switch agent on every switch, and a
-clock agent on every host that pushes to the controller. Started and stopped by pid."""
+clock agent on every host that pushes to the controller. Started and stopped by pid.
+
+The fleet token stays with the controller and the lab's commands; each agent, host's or switch's,
+is handed its own push credential (derived from the fleet token: controller.token.host_token), in
+`<lab>/tokens/NODE.token`, so it can push as itself only."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from clockfabric.auth.credential import host_token
 from clockfabric.controller.client import api
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
@@ -38,9 +43,21 @@ class LabFleet:
         self.url = f"http://{lab.topology.hosts[self.host].address}:{self.PORT}"
         self.token_file = lab.dir / "fleet.token"
         self.config, self.webhook = config, webhook
-        self.agents = LabAgents(lab, peers=peers,
-                                extra=["--controller", self.url, "--token-file", str(self.token_file)])
+        self.agents = LabAgents(lab, peers=peers, extra=["--controller", self.url],
+                                per_host=lambda h: ["--token-file", str(self.node_token_file(h))])
         self.procs: list[subprocess.Popen] = []
+
+    def node_token_file(self, node: str) -> Path:
+        """Where a host's or switch's own push credential is kept."""
+        return self.lab.dir / "tokens" / f"{node}.token"
+
+    def _write_node_tokens(self) -> None:
+        fleet_token = read_token(self.token_file, create=True)
+        for node in [*self.lab.topology.hosts, *self.lab.topology.switches]:
+            path = self.node_token_file(node)
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(host_token(fleet_token, node) + "\n")
 
     def api(self, path: str, *, body: dict | None = None, **params: Any) -> dict:
         """A call to this fleet's controller's API."""
@@ -62,11 +79,13 @@ class LabFleet:
 
     def start(self) -> None:
         self._stop_earlier()
-        read_token(self.token_file, create=True)
+        self._write_node_tokens()
         self.procs.append(self.restart_controller())
         record_path(self.lab).write_text(json.dumps({"url": self.url, "token_file": str(self.token_file)}))
         for sw in sorted(self.lab.topology.switches):
-            self.procs.append(self.lab.spawn(sw, [*PY, "switch-agent", "--lab", self.lab.name, "--switch", sw],
+            argv = [*PY, "switch-agent", "--lab", self.lab.name, "--switch", sw, "--controller", self.url,
+                    "--token-file", str(self.node_token_file(sw))]
+            self.procs.append(self.lab.spawn(sw, argv,
                                              f"switch agent on {sw}", log=self.logs / f"switch-{sw}.log"))
         self.agents.start()
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from clockfabric.auth.credential import host_token
+
 log = logging.getLogger(__name__)
 TRIES = 5
 TIMEOUT_S = 5.0
@@ -42,7 +44,7 @@ class ControllerEvents(threading.Thread):
         self.default_host = default_host
         self.job = job or f"train-{uuid.uuid4().hex[:12]}"
         self.client = client or httpx.Client(timeout=TIMEOUT_S)
-        self.headers = {"Authorization": f"Bearer {token}"}
+        self.token = token  # the fleet token: each push goes with its host's credential, derived from it
         self.pending: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.seq = 0
         self.sent = self.failed = 0
@@ -58,7 +60,8 @@ class ControllerEvents(threading.Thread):
     def send(self, body: dict[str, Any]) -> None:
         for attempt in range(TRIES):
             try:
-                answer = self.client.post(self.url, json=body, headers=self.headers)
+                headers = {"Authorization": f"Bearer {host_token(self.token, body['host'])}"}
+                answer = self.client.post(self.url, json=body, headers=headers)
                 if answer.status_code < 500 and answer.status_code not in (401, 408, 429):
                     answer.raise_for_status()  # any other refusal would be refused again
                     self.sent += 1

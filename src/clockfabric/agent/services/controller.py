@@ -12,6 +12,7 @@ import time
 
 from clockfabric.agent.config import AgentConfig
 from clockfabric.agent.context import AgentContext
+from clockfabric.agent.eventlog import EventLog
 from clockfabric.agent.pathmap import PathMapper
 from clockfabric.agent.push import Pusher
 from clockfabric.agent.service import Service, service
@@ -28,7 +29,8 @@ class ControllerPush(Service):
         assert cfg.controller  # _wanted: made only with one
         self.path_map = PathMapper(cfg.topology, cfg.host, cfg.probed, ctx.engine.flows, on_change=ctx.news)
         self.pusher = Pusher(cfg.controller, cfg.token, cfg.host, snapshot=ctx.push_snapshot,
-                             interval_s=cfg.update_s, verify=cfg.ca_file or True, paths=lambda: self.path_map.rows)
+                             interval_s=cfg.update_s, verify=cfg.ca_file or True, paths=lambda: self.path_map.rows,
+                             log=EventLog(cfg.event_log))
         ctx.on_link_change += [self.path_map.wake, self.pusher.wake]
         ctx.on_news.append(self.pusher.wake)
 
@@ -42,7 +44,8 @@ class ControllerPush(Service):
         c = self.pusher.counters
         return {"path_map": [{"dst": peer, "path": label, "plane": plane, "via": via}
                              for peer, label, plane, via in self.path_map.rows],
-                "push": {"quarantined": c["quarantined"], "failures": c["push_failures"]}}
+                "push": {"quarantined": c["quarantined"], "failures": c["push_failures"]},
+                "events": {"held": len(self.pusher.pending), "sent": c["events_sent"], "dropped": c["events_dropped"]}}
 
     def stop(self) -> None:
         self.path_map.stop()

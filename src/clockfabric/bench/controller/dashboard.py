@@ -24,6 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from clockfabric.auth.credential import host_token
 from clockfabric.bench import harness
 from clockfabric.bench.controller.dashboard_fleet import Shape, generate
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
@@ -156,7 +157,8 @@ def until(driver, t0: float, script: str, *args) -> None:
 def pusher(url: str, host: str, clock: Callable[[], int]) -> Callable[[int], None]:
     """A push of one `MARK` event from `host`, as its agent would send it."""
     def push(seq: int) -> None:
-        r = httpx.post(f"{url}/api/v1/push", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30, json={
+        credential = host_token(TOKEN, host)
+        r = httpx.post(f"{url}/api/v1/push", headers={"Authorization": f"Bearer {credential}"}, timeout=30, json={
             "host": host, "boot": "bench", "events": [{"seq": seq, "t_ns": clock(), "kind": MARK, "device": "eth0"}]})
         r.raise_for_status()
     return push

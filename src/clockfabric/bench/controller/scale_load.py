@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from clockfabric.auth.credential import host_token
+
 PEERS, PATHS, NICS, FLOWS = 10, 4, 2, 4
 EVENT_EVERY = 20  # one push in 20 carries a link event
 
@@ -63,6 +65,7 @@ class SimHost:
         self.pending: list[dict] = []
         self.pushes = 0
         self.busy = False
+        self.credential = ""  # its push credential (controller.token.host_token), set by run_load
         # the unchanging part, encoded once: a real agent's JSON encoding is its cost, not the controller's
         self.fixed = json.dumps({"samples": samples(name, hosts), "info": {"version": "sim"},
                                  "paths": [[f"sim{p:05d}", str(path), path % 2, None]
@@ -84,7 +87,8 @@ class SimHost:
         t = time.perf_counter()
         self.busy = True
         try:
-            r = await client.post(self.urls[self.at] + "/api/v1/push", content=body)
+            r = await client.post(self.urls[self.at] + "/api/v1/push", content=body,
+                                  headers={"Authorization": f"Bearer {self.credential}"})
             ok = r.status_code == 200
         except httpx.HTTPError:
             ok = False
@@ -105,6 +109,8 @@ async def run_load(hosts: list[SimHost], token: str, seconds: float, interval_s:
                    max_connections: int = 256) -> Counts:
     """Every host pushes once per interval for `seconds`; the counts of what came back."""
     counts = Counts()
+    for h in hosts:
+        h.credential = host_token(token, h.name)
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}", "content-type": "application/json"},
                                  timeout=10.0, limits=limits) as client:

@@ -282,7 +282,7 @@ def controller_push() -> Parser:
         loop = loops.get(threading.get_ident())
         if loop is None:
             loop = loops[threading.get_ident()] = asyncio.new_event_loop()
-        loop.run_until_complete(handler(Request(scope, receive)))
+        loop.run_until_complete(handler(Request(scope, receive), "h1"))  # as h1's credential would
         return True
 
     def close() -> None:

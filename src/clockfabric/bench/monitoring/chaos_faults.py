@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import sqlite3
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 
 from clockfabric.agent.config import CONTROL_PORT
+from clockfabric.auth.credential import host_token
 from clockfabric.bench.auth import forge
 from clockfabric.clock.evaluate import read_states
 from clockfabric.controller.token import read_token
@@ -39,6 +39,7 @@ class Faults:
         self.fleet, self.lab, self.rng = fleet, fleet.lab, rng
         self.db = self.lab.dir / "controller.db"
         self.headers = {"Authorization": f"Bearer {read_token(fleet.token_file)}"}
+        self.fleet_token = read_token(fleet.token_file)
         self.hosts = sorted(self.lab.topology.hosts)
         self.witness_host = self.hosts[-1]
         self.pending: list[dict] = []  # witness events not yet acknowledged (an agent's buffer)
@@ -56,6 +57,10 @@ class Faults:
         except httpx.HTTPError:
             return None
 
+    def as_host(self, host: str) -> dict[str, str]:
+        """The headers of a push as `host`: its own credential, which the fleet token is not."""
+        return {"Authorization": f"Bearer {host_token(self.fleet_token, host)}"}
+
     def witness(self) -> None:
         """One more numbered event, and every one not yet acknowledged, in one push (at most 5 a second)."""
         if time.monotonic() - self.last_push < 0.2:
@@ -64,8 +69,8 @@ class Faults:
         self._seq += 1
         self.pending.append({"seq": self._seq, "t_ns": time.time_ns(), "kind": WITNESS_KIND,
                              "detail": {"n": self._seq}})
-        r = self.http("POST", "/api/v1/push", json={"host": self.witness_host, "boot": WITNESS_BOOT,
-                                                    "events": self.pending[:1000]})
+        body = {"host": self.witness_host, "boot": WITNESS_BOOT, "events": self.pending[:1000]}
+        r = self.http("POST", "/api/v1/push", json=body, headers=self.as_host(self.witness_host))
         if r is not None and r.status_code == 200:
             self.acked.update(e["seq"] for e in self.pending[:1000])
             del self.pending[:1000]
@@ -114,7 +119,7 @@ class Faults:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         self.sleep(self.rng.uniform(0.2, 2.0))
-        argv = [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", self.lab.name, "--host", host, *agents.args]
+        argv = agents.argv(host)
         agents.procs[i] = self.lab.spawn(host, argv, f"clock agent on {host}", log=agents.log(host))
         new_pid = agents.procs[i].pid
         back = self.wait(lambda: read_states(agents.state_dir).get(host, {}).get("pid") == new_pid, 30.0)
@@ -193,6 +198,7 @@ class Faults:
                   "huge_int": b'{"host": "h0", "boot": "x", "dropped_events": 99999999999999999999999}',
                   "too_large": b"[" + b"0," * 3_000_000 + b"0]", "not_json": os.urandom(64)}
         name = self.rng.choice(sorted(bodies))
-        r = self.http("POST", "/api/v1/push", content=bodies[name], headers={"content-type": "application/json"})
+        r = self.http("POST", "/api/v1/push", content=bodies[name],
+                      headers={"content-type": "application/json", **self.as_host("h0")})
         refused = r is not None and r.status_code in (413, 422)
         return refused, f"{name}: HTTP {r.status_code if r is not None else 'none'}"

@@ -1,0 +1,25 @@
+"""A host's push credential, derived from the fleet token: HMAC-SHA256(fleet token, "host:" + name).
+
+The controller checks one from the fleet token alone (no table of hosts' secrets); a host holding
+its own can push as itself only, and the fleet token stays with the controller and its operators.
+The credential names its host in the clear ("NAME:MAC"), so the controller knows whom it claims
+to be before a push's body is read."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+
+def host_token(fleet_token: str, host: str) -> str:
+    """Host (or switch) `host`'s push credential."""
+    mac = hmac.new(fleet_token.encode(), f"host:{host}".encode(), hashlib.sha256).hexdigest()
+    return f"{host}:{mac}"
+
+
+def token_host(fleet_token: str, given: str) -> str | None:
+    """The host a push credential is for, if it is one (compared in constant time); else None."""
+    host, _, mac = given.rpartition(":")
+    if not host or len(mac) != 64:
+        return None
+    return host if hmac.compare_digest(host_token(fleet_token, host).encode(), given.encode()) else None
