@@ -21,6 +21,7 @@ LAYERS = [
     {ROOT, "units", "errors", "registry", "yamlfile", "console", "logs", "lldp", "auth", "wirejson",
      "netdev", "netns"},
     {"topology"},
+    {"localization"},  # network tomography: paths and their links in, suspect links out
     {"hosts"},
     {"probe", "clock", "telemetry", "traffic", "collective", "audit", "workload", "train"},
     {"agent"},

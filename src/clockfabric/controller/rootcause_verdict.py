@@ -5,8 +5,10 @@ In order, the first that holds:
   misconfigured (interface)  a flow leaves on no fabric NIC, or off the plane the job's others share
   flapping link X            link events on a link the job's flows may cross, while it suffers;
                              or two downs or more
-  congestion ... on link X   network-slow flows, and the hop they share that no healthy sibling
-                             crosses: loaded by another job, by flows of no job, or by the job itself
+  congestion ... on link X   network-slow flows, and the hop that explains them: located from the
+                             probe mesh and the in-band delays (localization) where that evidence
+                             names one on their paths, else the hop they share that no healthy
+                             sibling crosses; loaded by another job, by flows of no job, or by the job
   degraded link X            ... queueing while carrying under half its configured rate
   straggler host H           no flow slow in the network; the starved flows all leave one host
   healthy                    not the network: every flow at its floor
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from clockfabric import localization
 from clockfabric.controller.rootcause import (
     Flow,
     FlowStats,
@@ -184,13 +187,54 @@ def probes_queued(hop: Hop, floors: list[ProbePath], limits: Thresholds) -> int:
                and far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits))
 
 
+def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> list[localization.Observation]:
+    """The probe mesh's paths and the job's flows as localization's evidence. A probe path at its
+    floor clears its links only on a fabric without traffic classes: probes ride the priority
+    class there, and its quiet says nothing of the job's queue. A flow's delay counts only in-band
+    (RTT/2 counts the way back too); judged as the verdict judges it."""
+    out = []
+    for p in fabric.floors:
+        if p.p50_us is None:
+            continue
+        queued = far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits)
+        if queued or (fabric.collective_dscp is None and p.p50_us - p.floor_us <= limits.inband_margin_us / 2):
+            out.append(localization.Observation(f"probe {p.src}->{p.dst} " + ",".join(n for n, _ in p.hops),
+                                                p.hops, p.p50_us - p.floor_us, localization.PROBE,
+                                                src=p.src, dst=p.dst, queued=queued))
+    for s in stats:
+        f, inband = s.flow, s.delay_source == "inband"
+        excess = None if s.delay_us is None or not inband else s.delay_us - (s.floor_us or 0.0)
+        out.append(localization.Observation(f"{f.host} {f.flow}", f.hops, excess, localization.INBAND,
+                                            src=f.host, dst=f.peer, reach=f.reach,
+                                            queued=s.network_slow if inband else None))
+    return out
+
+
+def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric,
+            limits: Thresholds) -> tuple[list[Hop], localization.Verdict]:
+    """The hops localization names first on the slow flows' paths that no healthy sibling proves
+    quiet (its ACKs' way back included); [] where its evidence names none there."""
+    verdict = localization.locate(observations(slow + healthy, fabric, limits))
+    quiet = cleared(healthy, limits)
+    on_paths = {h for s in slow for h in s.flow.may_cross()}
+    for suspect in verdict.suspects:
+        hops = [h for h in suspect.hops if h in on_paths and h not in quiet]
+        if hops:
+            return hops, verdict
+    return [], verdict
+
+
 def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabric, since: int,
              limits: Thresholds) -> dict | None:
     slow = [s for s in stats if s.network_slow]
     if not slow:
         return None
     evidence: dict[str, object] = {"slow_flows": [s.row() for s in slow]}
-    hops = blame(slow, [s for s in stats if not s.network_slow], limits)
+    healthy = [s for s in stats if not s.network_slow]
+    hops, verdict = located(slow, healthy, fabric, limits)
+    evidence["localization"] = verdict.row()
+    if not hops:  # the mesh names nothing on their paths: the siblings' evidence alone
+        hops = blame(slow, healthy, limits)
     if not hops:
         return _verdict("slow_unlocated", f"{len(slow)} flows of job {jobid} are slow in the network "
                         f"({'; '.join(slow[0].why)}), but no link they share can be named", evidence=evidence)

@@ -4,9 +4,9 @@ Where several paths are congested, the culprit is a link they share that no quie
 `set_path_links` says which topology links each path crosses (path discovery fills it, the lab
 too). With the topology, each path's links are put in order from its source, so a hop is a
 link *and a direction*: queueing one way says nothing of the other, and a quiet path the other
-way does not clear a link. The links named are a greedy cover: the hop that explains the most
-congested paths first, then the next for what is left. Hops no quiet path can tell apart are
-named together. Congested paths that no link explains are reported per src -> dst pair, those
+way does not clear a link. The links named are localization's: a greedy cover, the hop that
+explains the most congested paths first, then the next for what is left. Hops no path can tell
+apart are named together. Congested paths that no link explains are reported per src -> dst pair, those
 with a map only once they have stayed unexplained a while: as a queue builds, paths open one
 by one, and until enough have, the link they share may not stand out.
 """
@@ -31,6 +31,7 @@ from clockfabric.controller.detectors.base import (
 )
 from clockfabric.controller.detectors.config import US, DetectorConfig, Keys, S, choice, duration_ns, positive_int
 from clockfabric.controller.storage.base import Sample
+from clockfabric.localization import PROBE, Observation, locate
 
 STATS = ("p50", "min")
 Hop = tuple[str, str]  # (link name, "from>to" nodes, or "" where the direction is unknown)
@@ -144,26 +145,11 @@ def orient(links: LinkIndex, src: str, names: list[str]) -> list[Hop]:
 
 def localize(congested: dict[PathKey, list[Hop]], quiet: set[Hop]
              ) -> tuple[list[tuple[list[Hop], list[PathKey]]], list[PathKey]]:
-    """Groups of hops to blame, each with the congested paths it explains; and the unexplained paths."""
-    quiet_names = {name for name, _ in quiet}
-    quiet_any_way = {name for name, way in quiet if not way}
-
-    def suspect(hop: Hop) -> bool:
-        name, way = hop
-        return hop not in quiet and name not in quiet_any_way and (way != "" or name not in quiet_names)
-
-    left = {k: {h for h in hops if suspect(h)} for k, hops in congested.items()}
-    blamed = []
-    while True:
-        covers: dict[Hop, frozenset[PathKey]] = {}
-        for key, hops in left.items():
-            for hop in hops:
-                covers[hop] = covers.get(hop, frozenset()) | {key}
-        if not covers:
-            break
-        best = max(covers.values(), key=lambda paths: (len(paths), sorted(paths)))
-        group = sorted(h for h, paths in covers.items() if paths == best)
-        blamed.append((group, sorted(best)))
-        for key in best:
-            del left[key]
-    return blamed, sorted(left)
+    """Groups of hops to blame, each with the congested paths it explains; and the unexplained
+    paths: localization's verdict, the quiet hops standing for the quiet paths that cross them."""
+    label = {"|".join(k): k for k in congested}
+    evidence = [Observation("|".join(k), tuple(hops), source=PROBE, queued=True) for k, hops in congested.items()]
+    evidence.append(Observation("\0quiet", tuple(sorted(quiet)), source=PROBE, queued=False))
+    verdict = locate(evidence)
+    return ([(list(s.hops), sorted(label[p] for p in s.queued)) for s in verdict.suspects],
+            sorted(label[p] for p in verdict.unexplained))

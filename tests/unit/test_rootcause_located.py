@@ -1,0 +1,45 @@
+"""`job why` takes the link from localization where the probe mesh's evidence names one."""
+
+from itertools import pairwise
+
+from clockfabric.controller.rootcause import Flow, FlowPoint, ProbePath
+from clockfabric.controller.rootcause_verdict import Fabric, why
+from clockfabric.topology import leafspine
+
+S = 10**9
+NOW = 1_000 * S
+TOPO = leafspine(6, 3, 2)  # h0,h1 on leaf0; h2,h3 on leaf1; h4,h5 on leaf2
+QUEUE = ("spine0", "leaf1")  # spine0 -> leaf1 queues, carrying little: a degraded link
+
+
+def hops(src, dst, spine):
+    (path,) = [p.nodes for p in TOPO.paths(src, dst) if spine in p.nodes]
+    return tuple((TOPO.find_link(a, b).name, f"{a}>{b}") for a, b in pairwise(path))
+
+
+def queued(route):
+    return any(way == ">".join(QUEUE) for _, way in route)
+
+
+def flow(src, dst, spine, jobid, mbps, owd_us):
+    points = tuple(FlowPoint(NOW - (30 - i) * S, mbps * 1e6, 2 * owd_us, owd_us) for i in range(30))
+    return Flow(src, f"10.0.0.{src[1:]}:5000->10.0.1.{dst[1:]}:5201", jobid, dst, 0, hops(src, dst, spine), 26,
+                points)
+
+
+def fabric():
+    floors = [ProbePath(s, d, hops(s, d, sp), 12.0, 912.0 if queued(hops(s, d, sp)) else 13.0)
+              for s in TOPO.hosts for d in TOPO.hosts if s[1] != d[1] and s != d
+              for sp in ("spine0", "spine1") if any(sp in p.nodes for p in TOPO.paths(s, d))]
+    return Fabric(floors=floors, link_rates={lk.name: 1e9 for lk in TOPO.links})
+
+
+def test_the_mesh_names_the_queued_link_where_another_jobs_load_would_mislead():
+    flows = [flow("h0", "h2", "spine0", "A", 50, 912.0),  # slow: over spine0 -> leaf1
+             flow("h4", "h0", "spine1", "A", 300, 13.0),
+             flow("h1", "h4", "spine0", "B", 500, 13.0)]  # B loads leaf0 -> spine0, at its floor
+    v = why("A", flows, fabric(), NOW, 30 * S)
+    link = TOPO.find_link(*QUEUE).name
+    assert (v["verdict"], v["link"], v["evidence"]["direction"]) == ("degraded_link", link, "spine0>leaf1")
+    top = v["evidence"]["localization"]["suspects"][0]
+    assert top["links"] == [{"link": link, "direction": "spine0->leaf1"}] and not top["ambiguous"]
