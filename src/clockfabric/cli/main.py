@@ -36,6 +36,7 @@ COMMANDS = {
              "Start agents on every lab host, run, and report every host's error against the truth."),
     "owd": ("clock_cmds", "owd", False,
             "One-way delays between lab hosts from the agents' latest state (run `sync --keep` first)."),
+    "key": ("key_cmds", "app", True, "Make the fleet key that seals what agents send each other."),
     "controller": ("monitor_cmds", "controller", False,
                    "Run the controller: agents push to it; it stores, detects and alerts, and serves the API. "
                    "Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."),
