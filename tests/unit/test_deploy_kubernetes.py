@@ -1,9 +1,14 @@
-"""The Kubernetes manifests in deploy/kubernetes: valid against the Kubernetes schemas (offline,
-kubernetes-validate ships them), CRDs checked structurally, references between objects
-resolved, and every flag a container passes known to the CLI."""
+"""The Kubernetes manifests in deploy/kubernetes (a kustomize base, and an example overlay with a
+fleet file): valid against the Kubernetes schemas (offline, kubernetes-validate ships them), CRDs
+checked structurally, references between objects resolved against what is applied and what the
+documented commands make, and every flag a container passes known to the CLI."""
 
 from __future__ import annotations
 
+import re
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,15 +17,65 @@ import yaml
 from clockfabric.topology import load
 from tests.unit.cli_flags import unknown_options
 
-K8S = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "kubernetes"
+BASE, EXAMPLES = K8S / "base", K8S / "examples"
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 KUBERNETES_VERSION = "1.30"
 CRDS = {"ServiceMonitor", "PrometheusRule"}
 
 
-def documents() -> list[dict]:
-    docs = [d for path in sorted(K8S.glob("*.yaml")) for d in yaml.safe_load_all(path.read_text()) if d]
-    assert docs, f"no manifests in {K8S}"
+def render(directory: Path) -> list[dict]:
+    """What `kubectl apply -k DIRECTORY` applies, for the part of kustomize the manifests use
+    (resources, files or folders; ConfigMaps generated from files under a fixed name): a
+    kustomization using anything else fails here, so this never silently differs from kustomize."""
+    k = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert set(k) <= {"apiVersion", "kind", "resources", "configMapGenerator"}, f"{directory}: {sorted(k)}"
+    docs: list[dict] = []
+    for resource in k.get("resources", []):
+        path = directory / resource
+        docs += render(path) if path.is_dir() else [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for gen in k.get("configMapGenerator", []):
+        assert set(gen) <= {"name", "namespace", "files", "options"} and gen["options"]["disableNameSuffixHash"]
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": gen["name"], "namespace": gen["namespace"],
+                                  "labels": gen["options"].get("labels", {})},
+                     "data": {Path(f).name: (directory / f).read_text() for f in gen["files"]}})
     return docs
+
+
+def documents() -> list[dict]:
+    """The example overlay: the base and the example fleet's ConfigMap."""
+    docs = render(EXAMPLES)
+    assert docs, f"no manifests in {EXAMPLES}"
+    return docs
+
+
+def documented_objects() -> dict[tuple[str, str], set[str]]:
+    """(kind, name) -> keys of every Secret and ConfigMap docs/deploy.md's commands make
+    (`kubectl -n clockfabric create secret generic NAME --from-file=...`, and configmap)."""
+    made: dict[tuple[str, str], set[str]] = {}
+    for line in DEPLOY_DOC.read_text().replace("\\\n", " ").splitlines():
+        m = re.match(r"kubectl -n clockfabric create (secret generic|configmap) (\S+) (.*)", line.strip())
+        if not m:
+            continue
+        keys = set()
+        for word in shlex.split(m.group(3), comments=True):
+            if word.startswith(("--from-file=", "--from-literal=")):
+                source = word.split("=", 1)[1]
+                keys.add(source.split("=", 1)[0] if "=" in source or word.startswith("--from-literal")
+                         else Path(source).name)
+        made[("Secret" if m.group(1) == "secret generic" else "ConfigMap", m.group(2))] = keys
+    return made
+
+
+def defined(docs: list[dict]) -> dict[tuple[str, str], set[str]]:
+    """(kind, name) -> keys of what is there once DOCS are applied after the documented commands."""
+    objects = documented_objects()
+    for d in docs:
+        keys = {*d.get("data", {}), *d.get("stringData", {})}
+        objects[(d["kind"], d["metadata"]["name"])] = objects.get((d["kind"], d["metadata"]["name"]), set()) | keys
+    return objects
 
 
 def by_kind(kind: str) -> list[dict]:
@@ -126,9 +181,10 @@ def test_the_controller_runs_three_replicas_on_postgresql_with_the_password_from
     assert password == served  # both sides read the same Secret key
 
 
-def test_files_the_containers_read_are_mounted_from_objects_that_exist():
-    names = {(d["kind"], d["metadata"]["name"]) for d in documents()}
-    for workload in workloads():
+@pytest.mark.parametrize("layout", [BASE, EXAMPLES], ids=["base", "examples"])
+def test_files_the_containers_read_are_mounted_from_objects_that_exist(layout):
+    names = set(defined(render(layout)))
+    for workload in [d for d in render(layout) if d["kind"] in ("DaemonSet", "Deployment", "StatefulSet")]:
         pod = workload["spec"]["template"]["spec"]
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
         volumes |= {t["metadata"]["name"]: t for t in workload["spec"].get("volumeClaimTemplates", [])}
@@ -143,16 +199,48 @@ def test_files_the_containers_read_are_mounted_from_objects_that_exist():
             mounts = [m["mountPath"] for m in c["volumeMounts"]]
             assert {m["name"] for m in c["volumeMounts"]} <= set(volumes)
             for arg in c.get("args", []):
-                if arg.startswith(("--topology=", "--token-file=", "--state-dir=", "--db=/")):
+                if arg.startswith(("--topology=", "--token-file=", "--key-file=", "--state-dir=", "--db=/")):
                     path = arg.split("=", 1)[1]
                     assert any(path.startswith(m + "/") for m in mounts), f"{arg}: not on a mounted volume"
 
 
-def test_the_example_fleet_loads_and_the_token_is_long_enough(tmp_path):
+def test_the_example_fleet_loads(tmp_path):
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(one("ConfigMap", "clockfabric-fleet")["data"]["fleet.yaml"])
     assert len(load(fleet).hosts) == 4
-    assert len(one("Secret", "clockfabric-token")["stringData"]["token"]) >= 16  # the controller's minimum
+
+
+def test_no_example_data_is_applied():
+    # Secrets come from the documented commands only; the base needs the fleet's ConfigMap made too
+    for layout in (BASE, EXAMPLES):
+        assert [d["metadata"]["name"] for d in render(layout) if d["kind"] == "Secret"] == []
+    assert "ConfigMap" not in {d["kind"] for d in render(BASE)}
+    assert set(documented_objects()) == {("Secret", "clockfabric-token"), ("Secret", "clockfabric-key"),
+                                         ("Secret", "clockfabric-postgres"), ("ConfigMap", "clockfabric-fleet")}
+
+
+def test_the_documented_key_and_token_commands_are_the_clis():
+    text = DEPLOY_DOC.read_text()
+    assert "clockfabric key new fleet.key" in text  # what --from-file=fleet.key=fleet.key reads
+    assert documented_objects()[("Secret", "clockfabric-key")] == {"fleet.key"}
+
+
+@pytest.mark.parametrize("kind", sorted(CRDS))
+def test_the_operator_objects_carry_a_release_label(kind):
+    for doc in by_kind(kind):
+        assert doc["metadata"]["labels"].get("release"), doc["metadata"]["name"]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (its kustomize renders here)")
+@pytest.mark.parametrize("layout", [BASE, EXAMPLES], ids=["base", "examples"])
+def test_the_render_here_is_what_kustomize_applies(layout):
+    done = subprocess.run(["kubectl", "kustomize", str(layout)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+    def key(d: dict) -> tuple[str, str]:
+        return d["kind"], d["metadata"]["name"]
+
+    assert sorted(render(layout), key=key) == sorted((d for d in yaml.safe_load_all(done.stdout) if d), key=key)
 
 
 def test_services_select_their_pods_and_name_their_ports():
@@ -190,7 +278,7 @@ def test_the_controller_servicemonitor_scrapes_its_metrics_with_the_fleet_token(
     assert endpoint["path"] == "/metrics" and endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     credentials = endpoint["authorization"]["credentials"]
     assert endpoint["authorization"]["type"] == "Bearer"
-    assert credentials["key"] in one("Secret", credentials["name"])["stringData"]
+    assert credentials["key"] in documented_objects()[("Secret", credentials["name"])]
 
 
 def test_the_prometheusrule_is_well_formed():
@@ -229,17 +317,22 @@ def secret_references(node, under: str = "") -> list[tuple[str, str | None]]:
     return found
 
 
-def test_every_secret_a_manifest_refers_to_is_defined_with_its_keys():
+@pytest.mark.parametrize("layout", [BASE, EXAMPLES], ids=["base", "examples"])
+def test_every_secret_a_manifest_refers_to_is_made_with_its_keys(layout):
     """A manifest applied with a Secret missing leaves its pods waiting (ContainerCreating with
     FailedMount for a volume, CreateContainerConfigError for an env reference): every Secret and key
-    referred to must be one the manifests define (docs/deploy.md, "A missing Secret")."""
-    secrets = {d["metadata"]["name"]: {*d.get("data", {}), *d.get("stringData", {})} for d in by_kind("Secret")}
-    refs = [(d["kind"], d["metadata"]["name"], ref) for d in documents() if d["kind"] != "Secret"
+    referred to must be one docs/deploy.md's commands make (its "A missing Secret")."""
+    docs = render(layout)
+    secrets = {name: keys for (kind, name), keys in defined(docs).items() if kind == "Secret"}
+    refs = [(d["kind"], d["metadata"]["name"], ref) for d in docs if d["kind"] != "Secret"
             for ref in secret_references(d)]
     assert {kind for kind, _, _ in refs} >= {"DaemonSet", "Deployment", "ServiceMonitor"}  # the walk finds them
     for kind, name, (secret, key) in refs:
-        assert secret in secrets, f"{kind} {name} refers to Secret {secret!r}, which no manifest defines"
+        assert secret in secrets, f"{kind} {name} refers to Secret {secret!r}, which no documented command makes"
         assert key is None or key in secrets[secret], f"{kind} {name} wants key {key!r} of Secret {secret!r}"
+    agent = {secret for d in docs if d["kind"] == "DaemonSet" for secret, _ in secret_references(d)}
+    controller = {secret for d in docs if d["kind"] == "Deployment" for secret, _ in secret_references(d)}
+    assert agent == {"clockfabric-token", "clockfabric-key"} and "clockfabric-key" not in controller
 
 
 def test_the_secret_walk_finds_env_and_image_pull_references():

@@ -13,7 +13,7 @@ import yaml
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "clockfabric-rules.yml"
 RULE_TESTS = sorted((DEPLOY / "prometheus" / "tests").glob("*.yml"))
-PROMETHEUS_RULE = DEPLOY / "kubernetes" / "prometheusrule.yaml"
+PROMETHEUS_RULE = DEPLOY / "kubernetes" / "base" / "prometheusrule.yaml"
 
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
                                     reason="promtool is not installed (scripts/setup.sh installs prometheus)")

@@ -53,6 +53,17 @@ def fleet_keys(cfg: AgentConfig) -> Keyring | None:
     return None
 
 
+def raise_priority() -> None:
+    """Nice -5 before any thread starts, so all inherit it: failover must act in ms on a host busy
+    with a job. A service manager may have set it already (systemd's Nice=), with no capability."""
+    if os.getpriority(os.PRIO_PROCESS, 0) <= AGENT_NICE:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, AGENT_NICE)
+    except PermissionError:
+        log.info("running at normal priority (raising it needs root, CAP_SYS_NICE or systemd's Nice=)")
+
+
 def _plain_json(data: bytes) -> bool:
     try:
         wirejson.loads(data)
@@ -102,10 +113,7 @@ class ReloadingClock:
 class Agent:
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
-        try:  # before any thread starts, so all inherit it: failover must act in ms on a host busy with a job
-            os.setpriority(os.PRIO_PROCESS, 0, AGENT_NICE)
-        except PermissionError:
-            log.info("running at normal priority (raising it needs root)")
+        raise_priority()
         topo = cfg.topology
         address = str(topo.hosts[cfg.host].address)
         addresses = {h: str(topo.hosts[h].address) for h in topo.hosts}

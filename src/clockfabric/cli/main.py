@@ -10,7 +10,6 @@ import sys
 import warnings
 from typing import NoReturn
 
-import click
 import typer
 import typer.core
 
@@ -18,8 +17,12 @@ from clockfabric import __version__
 from clockfabric.console import err
 from clockfabric.errors import USAGE_EXIT, ClockfabricError
 
-# the click typer runs on: newer typer carries its own copy, whose exceptions are the ones raised
-CLICK = getattr(typer.core, "_click", click).exceptions
+# installed with the `controller` extra only (pyproject.toml): a host with the agent alone lacks them
+CONTROLLER_ONLY = frozenset({"fastapi", "starlette", "uvicorn", "psycopg"})
+
+# the click typer runs on: newer typer carries its own copy, whose exceptions are the ones raised,
+# and installs no other (nothing else may bring click to a host with the agent alone)
+CLICK = (getattr(typer.core, "_click", None) or importlib.import_module("click")).exceptions
 
 # command -> (module in clockfabric.cli, its attribute, whether it is a group of commands, its
 # summary for `clockfabric --help`). Only the module of the command given is imported: a lab starts
@@ -36,6 +39,7 @@ COMMANDS = {
              "Start agents on every lab host, run, and report every host's error against the truth."),
     "owd": ("clock_cmds", "owd", False,
             "One-way delays between lab hosts from the agents' latest state (run `sync --keep` first)."),
+    "key": ("key_cmds", "app", True, "Make the fleet key that seals what agents send each other."),
     "controller": ("monitor_cmds", "controller", False,
                    "Run the controller: agents push to it; it stores, detects and alerts, and serves the API. "
                    "Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."),
@@ -143,6 +147,11 @@ def main() -> None:
         _error(f"{e.format_message()}{hint}")
     except ClockfabricError as e:
         _error(str(e))
+    except ModuleNotFoundError as e:
+        if (package := (e.name or "").split(".")[0]) not in CONTROLLER_ONLY:
+            raise
+        _error(f"`clockfabric {first}` needs {package}, which comes with the controller's install: "
+               "pip install 'clockfabric\\[controller]'")  # \\[: a literal bracket, not rich markup
     except (KeyboardInterrupt, typer.Abort):  # before the command began
         err.print("interrupted")
         sys.exit(130)
