@@ -61,7 +61,7 @@ _declare("spares", "spares.command", "Spares against checkpoint restarts and tor
 _declare("spares-zero", "spares.zero", "ZeRO-1 in the elastic wrapper (each shard mirrored on its buddy) against "
          "ZeRO-1 without it and plain DDP: per-step time, paired runs")
 _declare("spares-launchers", "spares.launchers", "Spares under each launcher (the lab's, ssh from a fleet file, "
-         "torchrun): failure -> next step p95 against the lab's, split by phase")
+         "torchrun, srun): failure -> next step p95 against the lab's, split by phase")
 _declare("spares-goodput", "spares.goodput", "Goodput measured: ours, checkpoint restarts and torchft, each a long run "
          "with a failure every --every seconds")
 _declare("dashboard", "controller.dashboard", "The dashboard on a synthetic 2,000-host fleet: route p95 and first "
