@@ -26,6 +26,7 @@ from clockfabric.controller.body import Bounds, invalid, parse, read_body
 from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.routes import register as register_dashboard
 from clockfabric.controller.fleet import Fleet, UnknownHost
+from clockfabric.controller.headers import SecurityHeaders
 from clockfabric.controller.operations import Operations
 from clockfabric.controller.render import json_response, record, renderable
 from clockfabric.controller.schemas import AuditIn, Push, detail_errors
@@ -226,4 +227,5 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
     app.include_router(jobs_api.router(fleet, auth))
     app.include_router(neighbours_api.router(fleet, auth))
     register_dashboard(app, fleet, token)
+    app.add_middleware(SecurityHeaders)  # added last: outermost, so every answer carries them
     return app

@@ -14,6 +14,8 @@ function fill(node, attrs, children) {
   for (const [key, value] of Object.entries(attrs)) {
     if (value === undefined || value === null || value === false) continue;
     if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    // through CSSOM: the page's CSP (style-src 'self') refuses a style attribute set as markup
+    else if (key === "style") node.style.cssText = String(value);
     else node.setAttribute(key, value === true ? "" : String(value));
   }
   for (const child of children.flat()) {
