@@ -194,6 +194,7 @@ def test_storage_errors_make_an_in_memory_alert_that_resolves_when_storage_is_ba
     assert m.storage_alert.detail["failures"] == 2
 
     flaky.failing = False
+    m.storage_wrote(T0 + 4 * S)
     changes = m.sync({DOWN.key: DOWN}, T0 + 5 * S)  # the finding gets its alert; storage's stays, not quiet yet
     assert [(a, al.key) for a, al in changes] == [("opened", DOWN.key)]
     assert m.storage_alert is not None
@@ -214,9 +215,23 @@ def test_caller_reports_storage_errors(storage, receiver):
     assert (alert.key, alert.opened_ns) == ("storage", T0)
     assert m.raise_storage_alert(StorageError("again"), T0 + S) is None
     assert receiver.bodies == []  # it goes out with the next sync, never from the caller's thread
+    m.storage_wrote(T0 + 2 * S)
     assert [(a, al.key) for a, al in m.sync({}, T0 + 5 * S)] == []  # storage works, but not 10 s quiet yet
     assert receiver.actions() == [("opened", "storage")]
     assert [(a, al.key) for a, al in m.sync({}, T0 + 11 * S)] == [("resolved", "storage")]
+    m.close()
+
+
+def test_the_storage_alert_resolves_only_once_a_push_is_stored(storage, receiver):
+    m = AlertManager(storage, webhook_url=receiver.url, storage_quiet_s=10)
+    m.raise_storage_alert(StorageError("disk is full"), T0)
+    assert m.sync({}, T0 + 60 * S) == []  # storage works for the sync (and the check's probe): not enough
+    assert m.storage_alert is not None
+    m.storage_wrote(T0 + 61 * S)
+    m.raise_storage_alert(StorageError("disk is full"), T0 + 62 * S)  # failing again after that write
+    assert m.sync({}, T0 + 80 * S) == [] and m.storage_alert is not None
+    m.storage_wrote(T0 + 81 * S)
+    assert [(a, al.key) for a, al in m.sync({}, T0 + 82 * S)] == [("resolved", "storage")]
     m.close()
 
 

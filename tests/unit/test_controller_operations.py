@@ -135,8 +135,11 @@ def test_a_replaced_database_is_refused_until_put_back_then_the_alert_is_stored(
     assert client.get("/api/v1/events", headers=AUTH).status_code == 503  # reads, too: not from the stranger
     assert path.read_bytes() == before  # nothing went into it
     os.replace(moved, path)  # put back: the file the controller has open
-    wait_for("ready again", lambda: client.get("/readyz").status_code == 200, timeout_s=10)
+    # the check passes again, but a push was refused since the last one stored: not ready until one is
+    wait_for("only the refused write keeps it unready", lambda: client.get("/readyz").json().get("failing")
+             == {"writes": "refused: replaced"}, timeout_s=10)
     assert push(client, seq=2).status_code == 200
+    assert client.get("/readyz").json() == {"ready": True}
     fleet.tick()  # storage works: the storage alert is written to storage, resolved
     (stored,) = [a for a in client.get("/api/v1/alerts", headers=AUTH).json()["items"] if a["key"] == "storage"]
     assert stored["id"] is not None and stored["resolved_ns"] is not None and stored["detail"]["fault"] == "replaced"
@@ -323,3 +326,38 @@ def test_the_supervisor_backs_off_and_resets_after_a_good_step():
     finally:
         sup.stop()
     assert sup.dead() == ["x"]
+
+
+# ---- readiness follows the pushes' writes, not only the check's probe ---------------------------------
+class PushesFail(SqliteStorage):
+    """Storage whose pushes fail on demand while its check (a probe row) still passes."""
+    failing = False
+
+    def add_push(self, *args, **kwargs):
+        if self.failing:
+            raise StorageError("disk is full", kind="full")
+        return super().add_push(*args, **kwargs)
+
+
+def test_a_refused_push_makes_it_unready_until_a_push_is_stored_and_only_that_resolves_the_alert(tmp_path):
+    storage = PushesFail(tmp_path / "c.db", busy_timeout_s=0.2, quick_check_s=0)
+    fleet, client = app_on(storage)
+    with client:
+        wait_for("the first storage check", lambda: client.get("/readyz").status_code == 200, timeout_s=5)
+        assert push(client).status_code == 200
+        storage.failing = True
+        assert push(client, seq=2).status_code == 503
+        r = client.get("/readyz")  # at once, from the refusal: the check's probe still passes
+        assert r.status_code == 503 and r.json()["failing"] == {"writes": "refused: full"}
+        storage.failing = False
+        storage.check(fleet.clock())  # the probe alone: still unready, the alert still open
+        fleet.tick()
+        assert client.get("/readyz").status_code == 503
+        assert fleet.monitor.alerts.storage_alert is not None
+        assert push(client, seq=2).status_code == 200
+        assert client.get("/readyz").json() == {"ready": True}
+        fleet.tick()
+        assert fleet.monitor.alerts.storage_alert is None
+        (stored,) = [a for a in client.get("/api/v1/alerts", headers=AUTH).json()["items"] if a["key"] == "storage"]
+        assert stored["resolved_ns"] is not None and stored["detail"]["fault"] == "full"
+    storage.close()

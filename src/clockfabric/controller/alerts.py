@@ -65,6 +65,7 @@ class AlertManager:
         self._open: dict[str, Alert] | None = None  # open in storage, by key; None until read from it
         self.storage_alert: Alert | None = None  # in memory only while storage fails: show it beside storage's
         self._storage_error_ns = 0
+        self._wrote_since_error = False  # a push's rows stored since storage last failed
         # counters, for the controller's metrics
         self.webhook_sent = 0
         self.webhook_failures = 0
@@ -96,6 +97,12 @@ class AlertManager:
         with self._lock:
             self._storage_failed(error, self.clock() if now_ns is None else now_ns, changes)
         return changes[0][1] if changes else None
+
+    def storage_wrote(self, now_ns: int) -> None:
+        """Real data (a push's rows) was stored: the storage alert may resolve once quiet. The
+        storage check's probe does not count: a probe row can pass where pushes still fail."""
+        with self._lock:
+            self._wrote_since_error = True
 
     def open_by_kind(self) -> dict[str, int]:
         """Open alerts per kind, as this manager knows them (the storage alert too): for metrics,
@@ -147,6 +154,7 @@ class AlertManager:
         self.storage_failures += 1
         self.storage_errors[getattr(error, "kind", "unavailable")] += 1
         self._storage_error_ns = now_ns
+        self._wrote_since_error = False
         fault = getattr(error, "kind", "unavailable")
         held = self.storage_alert
         if held and held.detail.get("fault") == fault:
@@ -166,8 +174,10 @@ class AlertManager:
             self._notify("opened", self.storage_alert, changes)
 
     def _recover(self, now_ns: int, changes: list[Change]) -> None:
-        """Storage did its work this sync; after a quiet spell, close the storage alert, in storage too."""
-        if not self.storage_alert or now_ns - self._storage_error_ns < self.storage_quiet_ns:
+        """Storage did its work this sync, and a push was stored since it last failed; after a quiet
+        spell, close the storage alert, in storage too."""
+        quiet = now_ns - self._storage_error_ns >= self.storage_quiet_ns
+        if not self.storage_alert or not self._wrote_since_error or not quiet:
             return
         self.storage.open_alert(self.storage_alert)
         resolved = self.storage.resolve_alert(STORAGE_KEY, now_ns) or replace(self.storage_alert, resolved_ns=now_ns)

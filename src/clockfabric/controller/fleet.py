@@ -68,6 +68,8 @@ class Fleet:
         self._known: set[str] = set()  # hosts found in storage, for pushes without --enroll-unknown
         self._refused: set[str] = set()  # hosts whose pushes were refused, logged once each
         self._boots: dict[str, str | None] = {}  # each host's agent run at its last push
+        # why the last push that met storage failing was refused; None once a push is stored again
+        self.write_refused: StorageError | None = None
 
     @property
     def monitor(self) -> Any:
@@ -81,6 +83,14 @@ class Fleet:
         (None: an agent that does not say). Stored outside the fleet's lock: pushes that arrive
         together share one transaction (storage.batch)."""
         now = self.clock()
+        try:
+            return self._push(now, host, boot, info, events, samples, dropped_events, paths, ended, boots)
+        except StorageError as e:
+            self.write_refused = e
+            raise
+
+    def _push(self, now: int, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
+              dropped_events: int, paths: list | None, ended: list[dict] | None, boots: list[str] | None) -> dict:
         stored = None
         if host not in self._boots:
             stored = self.storage.host(host)
@@ -100,10 +110,12 @@ class Fleet:
                        labels=s.get("labels", {})) for s in samples]
         new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, sams)
         self._boots[host] = boot
+        self.write_refused = None
         with self.lock:
             self.stale.discard(host)
             monitor = self.monitor
             if monitor is not None:
+                monitor.storage_wrote(now)
                 if paths is not None:
                     monitor.observe_paths(host, paths, now)
                 if self.replica is None:  # a replica's leader reads every replica's pushes from the database

@@ -113,6 +113,9 @@ class Monitor:
     def storage_failed(self, error: StorageError, now_ns: int) -> None:
         self.alerts.raise_storage_alert(error, now_ns)
 
+    def storage_wrote(self, now_ns: int) -> None:
+        self.alerts.storage_wrote(now_ns)
+
     def tick(self, now_ns: int, *, stale: Iterable[str] = ()) -> None:
         with self.lock:
             findings = self.detectors.active(now_ns)

@@ -2,8 +2,9 @@
 readiness probe and its own metrics.
 
 - `GET /healthz` (app.py): live, the process serves; no token, no storage.
-- `GET /readyz`: 200 while the last storage check (a real write and read, every second) passed
-  and every background loop runs; else 503 naming what is not. No token: a kubelet probes it, and
+- `GET /readyz`: 200 while the last storage check (a real write and read, every second) passed,
+  no push was refused for storage since the last one stored, and every background loop runs;
+  else 503 naming what is not. No token: a kubelet probes it, and
   it tells no more than "storage failing: replaced".
 - `GET /metrics`: Prometheus text, with the fleet token like the rest of the API (one port, one
   secret, nothing unauthenticated to reach; Prometheus sends it as `authorization` credentials).
@@ -48,6 +49,9 @@ class Operations:
         storage = self.watch.healthy()
         if storage:
             why["storage"] = storage
+        refused = self.fleet.write_refused  # the check's probe may pass where pushes fail: their word counts
+        if refused is not None:
+            why["writes"] = f"refused: {refused.kind}"
         dead = self.supervisor.dead()
         if dead:
             why["threads"] = "not running: " + ", ".join(dead)
