@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import logging
 import math
 from contextlib import asynccontextmanager
 from typing import Annotated, TypeVar
@@ -19,6 +20,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from clockfabric.auth.credential import token_host
 from clockfabric.controller import jobs_api, neighbours_api, rootcause_inputs
@@ -39,6 +41,7 @@ MAX_PUSH_BYTES = 16 * 2**20
 AUDIT_BOUNDS = Bounds(max_string=MAX_AUDIT_BYTES)  # evidence may be a long command output; the size cap holds it
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 
 def validated(model: type[M], value: object) -> M:
@@ -91,6 +94,16 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
             fleet.monitor.storage_failed(e, fleet.clock())
         return JSONResponse({"detail": f"storage unavailable, retry: {e}"}, status_code=503,
                             headers={"Retry-After": "1"})
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, _e: ClientDisconnect) -> Response:
+        """A client gone before its body was whole (an agent killed, a network cut): ordinary
+        enough for one line and a count, not a traceback. The answer reaches no one."""
+        request.state.refusal = "client_disconnect"
+        log.warning("client %s left before its request body was whole: %s %s",
+                    request.client.host if request.client else "?", request.method, request.url.path,
+                    extra={"reason": "client_disconnect"})
+        return Response(status_code=400)
 
     @app.get("/healthz")
     def healthz() -> dict:
