@@ -44,13 +44,30 @@ def setup_logging(log_format: str = "text", *, verbose: bool = False, stream: Te
     Replaces handlers set before, so it may be called again (tests, a command run twice)."""
     if log_format not in FORMATS:
         raise ClockfabricError(f"--log-format {log_format!r}: give one of {', '.join(FORMATS)}")
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _Stderr()
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+class _Stderr(logging.StreamHandler):
+    """stderr as it is when each line is written, as logging's own last resort does: a process
+    whose stderr was replaced after setup (a test's capture, a daemon's redirect) never writes
+    to a stream that is closed by then."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass
 
 
 def _rfc3339(created: float) -> str:

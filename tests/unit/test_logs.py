@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import re
+import sys
 import time
 
 import pytest
@@ -71,6 +72,24 @@ def test_text_is_the_default_and_a_second_setup_replaces_the_first(logged):
     logging.getLogger("c").info("plain %d", 1)
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} plain 1\n", logged.getvalue())
     assert len(logging.getLogger().handlers) == 1
+
+
+def test_lines_go_to_stderr_as_it_is_when_they_are_written(monkeypatch):
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        setup_logging()
+        first = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", first)
+        logging.getLogger("clockfabric.t").warning("one")
+        first.close()  # a test's capture, closed once its test ended
+        later = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", later)
+        logging.getLogger("clockfabric.t").warning("two")  # no "--- Logging error ---" on a closed stream
+        assert later.getvalue().rstrip().endswith("two")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
 
 
 def test_an_unknown_format_is_one_clear_line():
