@@ -27,6 +27,7 @@ import pytest
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import impair, netns
+from clockfabric.lab.flows import RECEIVER
 from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.process import stop
 from clockfabric.lab.shaping import LEAVES, buffer_bytes
@@ -41,14 +42,6 @@ FLOOD_BPS = 10_500_000  # above the link's rate: the FIFO stays full, the excess
 # not dropped from, so Q keeps sending; full frames (30 x 1514 = LIMIT) would leave Q none
 FLOOD_FRAME = 1420
 Q_DATA, Q_EVERY_S = 100, 0.01
-RECEIVER = """
-import socket, sys
-srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("0.0.0.0", int(sys.argv[1]))); srv.listen()
-conn, _ = srv.accept()
-while conn.recv(1 << 16):
-    pass
-"""
 SENDER = """
 import os, socket, sys, time
 os.nice(-10)  # on time on a busy machine: a late sender bunches its segments
