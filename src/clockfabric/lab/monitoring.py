@@ -37,8 +37,10 @@ class LabFleet:
 
     PORT = 7400
 
-    def __init__(self, lab: Lab, *, config: Path | None = None, webhook: str | None = None, peers: int = 10):
+    def __init__(self, lab: Lab, *, config: Path | None = None, webhook: str | None = None, peers: int = 10,
+                 db: Path | None = None):
         self.lab = lab
+        self.db = db or lab.dir / "controller.db"
         self.host = min(lab.topology.hosts)  # the reference host, as for clock sync
         self.url = f"http://{lab.topology.hosts[self.host].address}:{self.PORT}"
         self.token_file = lab.dir / "fleet.token"
@@ -106,7 +108,7 @@ class LabFleet:
 
     def restart_controller(self) -> subprocess.Popen:
         """Start the controller (again: same database and token) and wait until it answers."""
-        argv = [*PY, "controller", "--db", str(self.lab.dir / "controller.db"), "--listen",
+        argv = [*PY, "controller", "--db", str(self.db), "--listen",
                 f"{self.lab.topology.hosts[self.host].address}:{self.PORT}", "--token-file", str(self.token_file),
                 "--lab", self.lab.name]
         argv += ["--config", str(self.config)] if self.config else []

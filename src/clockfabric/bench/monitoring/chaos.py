@@ -1,23 +1,29 @@
 """`clockfabric bench chaos`: a lab fleet (controller, switch agents, keyed clock agents) for N
 minutes while faults are injected at random, one after another (bench/monitoring/chaos_faults.py):
-controller kill -9 and restart, agent kill -9 and restart, a database lock held past the
-controller's busy wait, the database file removed and put back, link flaps, garbage and forged
-datagrams, bad pushes. At the end it checks: no acknowledged event lost (a witness pushes
+controller kill -9 and restart, agent kill -9 while it holds events (with the controller up and
+down), a database lock held past the controller's busy wait, the database file removed and put
+back, the database's disk filled (a small tmpfs of its own), link flaps, garbage and forged
+datagrams, bad pushes, a host pushing as another. Faults come in rounds: each kind once, in a
+random order, the agent kills twice. At the end it checks: no acknowledged event lost (a witness pushes
 numbered events all along; every one the controller answered 200 must be served), no agent or
 controller loop dead (every agent runs, /readyz answers 200), every clock within its published
 bound, and every fault seen (alerted, evented, counted or refused)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from clockfabric.bench.harness import BENCHMARKS, Target, labs_removed, machine, record
+from clockfabric.bench.monitoring.chaos_agents import AllFaults
 from clockfabric.bench.monitoring.chaos_faults import ALERT_LATE, WITNESS_KIND, Faults
 from clockfabric.clock.evaluate import ours_bounds, ours_errors, read_states
 from clockfabric.console import err, out, print_json, require_root
@@ -28,6 +34,19 @@ from clockfabric.topology import leafspine
 
 GAP_S = (0.5, 2.0)  # quiet time between two faults
 CLOCK_SETTLE_S = 60.0  # after the last fault, for every clock to be back within its bound
+DISK = "64m"  # the controller's database gets a tmpfs of this size, for the disk-full fault
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str = DISK) -> Iterator[Path]:
+    """A tmpfs of `size` mounted on path (made if need be) while the block runs, then unmounted."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "chaos-disk", str(path)],
+                   check=True, capture_output=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=False, capture_output=True)
 
 
 def served_witness(faults: Faults) -> set[int]:
@@ -61,14 +80,23 @@ def clocks_within_bound(lab: Lab, fleet: LabFleet) -> dict[str, Any]:
         time.sleep(0.5)
 
 
+def rounds(faults: AllFaults, rng: random.Random) -> Iterator[str]:
+    """Fault kinds, round after round: each round every kind the fleet can take, shuffled."""
+    while True:
+        one = list(faults.kinds())
+        rng.shuffle(one)
+        yield from one
+
+
 def soak(lab: Lab, fleet: LabFleet, minutes: float, seed: int, log=None) -> dict[str, Any]:
-    """Inject faults for `minutes` into a started fleet, then judge it; the report."""
+    """Inject faults for `minutes`, and at least one round, into a started fleet, then judge it."""
     rng = random.Random(seed)
-    faults = Faults(fleet, rng)
+    faults = AllFaults(fleet, rng)
     injected: list[dict[str, Any]] = []
     t0 = time.monotonic()
-    while time.monotonic() - t0 < minutes * 60:
-        kind = rng.choice(Faults.KINDS)
+    kinds = rounds(faults, rng)
+    while time.monotonic() - t0 < minutes * 60 or len(injected) < len(faults.kinds()):
+        kind = next(kinds)
         started = time.monotonic()
         try:
             seen, detail = getattr(faults, kind)()
@@ -113,13 +141,14 @@ def verdict(report: dict[str, Any]) -> list[str]:
 
 def run_on_new_lab(name: str, minutes: float, seed: int, log=None) -> dict[str, Any]:
     lab = build.up(leafspine(4, 2, 2, host_rate="200mbit"), name)
-    fleet = LabFleet(lab, peers=3)
-    fleet.start()
-    try:
-        fleet.wait_pushing()
-        return soak(lab, fleet, minutes, seed, log)
-    finally:
-        fleet.stop()
+    with small_disk(lab.dir / "db") as disk:
+        fleet = LabFleet(lab, peers=3, db=disk / "controller.db")
+        fleet.start()
+        try:
+            fleet.wait_pushing()
+            return soak(lab, fleet, minutes, seed, log)
+        finally:
+            fleet.stop()
 
 
 @BENCHMARKS.register("chaos")

@@ -1,7 +1,9 @@
 """The faults the chaos soak injects into a lab fleet (lab.monitoring.LabFleet), one method
 each, and how each is seen: every fault returns whether the fleet noticed it (an alert, an
 event, a counter, a refusal) within its time. A witness pushes numbered events all along, and
-keeps what the controller acknowledged, to be found again at the end."""
+keeps what the controller acknowledged, to be found again at the end. The faults an agent's
+own events live through (killed while it holds them, a host pushing as another) are in
+chaos_held.py."""
 
 from __future__ import annotations
 
@@ -33,11 +35,12 @@ PROBE_PORTS = "7300,7301,7302,7303,7304,7305,7306,7307"  # the agents' default p
 class Faults:
     """Injects faults into a running fleet; `http` reaches its controller from the lab host it runs on."""
 
-    KINDS = ("controller_kill", "agent_kill", "db_lock", "db_delete", "link_flap", "garbage", "forged", "bad_push")
+    KINDS: tuple[str, ...] = ("controller_kill", "db_lock", "db_delete", "link_flap", "garbage", "forged", "bad_push")
 
     def __init__(self, fleet: LabFleet, rng: random.Random):
         self.fleet, self.lab, self.rng = fleet, fleet.lab, rng
-        self.db = self.lab.dir / "controller.db"
+        self.db = fleet.db
+        self.refused_at: float | None = None  # when the witness's last push was refused (503), monotonic
         self.headers = {"Authorization": f"Bearer {read_token(fleet.token_file)}"}
         self.fleet_token = read_token(fleet.token_file)
         self.hosts = sorted(self.lab.topology.hosts)
@@ -74,6 +77,9 @@ class Faults:
         if r is not None and r.status_code == 200:
             self.acked.update(e["seq"] for e in self.pending[:1000])
             del self.pending[:1000]
+            self.refused_at = None
+        elif r is not None and r.status_code == 503 and self.refused_at is None:
+            self.refused_at = time.monotonic()
 
     def wait(self, check: Callable[[], Any], timeout_s: float) -> bool:
         """Whether check() came true within timeout_s; the witness pushes meanwhile."""
@@ -111,19 +117,6 @@ class Faults:
         self.sleep(self.rng.uniform(0.2, 3.0))
         self.fleet.procs[0] = self.fleet.restart_controller()
         return self.wait(self.ready, 15.0), "killed -9 and restarted"
-
-    def agent_kill(self) -> tuple[bool, str]:
-        agents = self.fleet.agents
-        i = self.rng.randrange(len(agents.hosts))
-        host, proc = agents.hosts[i], agents.procs[i]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        self.sleep(self.rng.uniform(0.2, 2.0))
-        argv = agents.argv(host)
-        agents.procs[i] = self.lab.spawn(host, argv, f"clock agent on {host}", log=agents.log(host))
-        new_pid = agents.procs[i].pid
-        back = self.wait(lambda: read_states(agents.state_dir).get(host, {}).get("pid") == new_pid, 30.0)
-        return back, f"{host} killed -9 and restarted"
 
     def storage_seen(self, faults: tuple[str, ...], within_s: float) -> tuple[bool, str]:
         """Whether a storage fault was seen within_s: /readyz failing (it reads no database) or the
