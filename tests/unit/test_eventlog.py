@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,23 @@ def test_events_are_on_disk_before_they_are_sent(tmp_path):
                snapshot=lambda: (news.pop() if news else [], [], {}))
     assert not p.push_once()
     assert [e["seq"] for e in EventLog(tmp_path / "h1.events").pending] == [1, 2]
+
+
+def test_a_link_change_is_held_on_disk_while_a_push_hangs(tmp_path):
+    """hold() (a link watcher's thread) puts new events on disk while the pusher's thread waits
+    on a controller that took the connection and never answers: a kill then loses nothing."""
+    mute = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog) and never answers
+    news: list[list[dict]] = [[ev(1)]]
+    p = Pusher(f"http://127.0.0.1:{mute.getsockname()[1]}", host_token(TOKEN, "h1"), "h1",
+               log=EventLog(tmp_path / "h1.events"), snapshot=lambda: (news.pop() if news else [], [], {}))
+    hung = threading.Thread(target=p.push_once, daemon=True)
+    hung.start()
+    wait_for("the push under way", lambda: not news, timeout_s=5)
+    news.append([ev(2), ev(3)])
+    p.hold()
+    assert hung.is_alive()  # the push still waits for its answer
+    assert [e["detail"]["i"] for e in EventLog(tmp_path / "h1.events").pending] == [1, 2, 3]
+    mute.close()
 
 
 def test_the_event_counts_are_metrics():

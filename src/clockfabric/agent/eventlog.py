@@ -3,8 +3,10 @@ killed (kill -9, a crash, a power cut) sends what it held once it runs again, un
 sequence numbers they were given.
 
 Durability. Events are appended as JSON lines and synced (fdatasync) once per push, before the
-push is sent: the controller never has an event the disk does not. The window of risk is what a
-service has seen but the pusher has not yet taken: at most one push interval (1 s), in memory.
+push is sent: the controller never has an event the disk does not. A link's change is put on
+disk at once, from the link watcher's thread (Pusher.hold), even while a push hangs on the
+network the change took down. The window of risk is what another service has seen but the pusher
+has not yet taken: at most one push interval (1 s), in memory.
 The controller's acknowledgements are appended without a sync: lost, their events are sent
 again, and the controller stores each (host, boot, seq) once.
 

@@ -86,6 +86,8 @@ class Pusher(threading.Thread):
         self._last_refusal = ""
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        # the log and the snapshot's cursors, between the pusher's thread and hold()'s (a link watcher's)
+        self._lock = threading.RLock()
         if isinstance(verify, str):  # a private CA's file: httpx wants it as an SSL context
             try:
                 verify = ssl.create_default_context(cafile=verify)
@@ -105,6 +107,14 @@ class Pusher(threading.Thread):
     def wake(self) -> None:
         self._wake.set()
 
+    def hold(self) -> None:
+        """Take the services' new events and put them on disk now, from the caller's thread: a link
+        that changed is held even while a push hangs on the network it took down."""
+        with self._lock:
+            events, _samples, _info = self.snapshot()
+            self.add_events(events)
+            self.log.commit()
+
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
@@ -120,7 +130,8 @@ class Pusher(threading.Thread):
         return self.log.current.last_seq
 
     def add_events(self, events: list[dict]) -> None:
-        dropped = self.log.add(events)
+        with self._lock:
+            dropped = self.log.add(events)
         self.counters["events_dropped"] += dropped
         self._unreported_drops += dropped
 
@@ -151,15 +162,17 @@ class Pusher(threading.Thread):
             self.log.close()
 
     def push_once(self) -> bool:
-        events, samples, info = self.snapshot()
-        self.add_events(events)
-        self.log.commit()  # on disk before the controller can have them
+        with self._lock:
+            events, samples, info = self.snapshot()
+            self.add_events(events)
+            self.log.commit()  # on disk before the controller can have them
+            batch = list(islice(self.pending, PUSH_EVENTS))
+            ended = self.log.ended(final=self._stopping.is_set())
+            boots = list(self.log.boots)
         # a summary without a number to give (NaN, inf) is left out: the controller refuses them
         samples = [x for x in samples if math.isfinite(x["value"])]
-        batch = list(islice(self.pending, PUSH_EVENTS))
-        ended = self.log.ended(final=self._stopping.is_set())
         body = {"host": self.host, "boot": self.boot, "info": info, "events": batch, "samples": samples,
-                "dropped_events": self._unreported_drops, "boots": list(self.log.boots), "ended": ended}
+                "dropped_events": self._unreported_drops, "boots": boots, "ended": ended}
         if self.paths:
             body["paths"] = self.paths()
         self._retry_after_s = 0.0
@@ -175,8 +188,9 @@ class Pusher(threading.Thread):
         if r.status_code != 200:
             self._retry_after_s = retry_after_s(r.headers.get("retry-after"))
             return self._failed(f"HTTP {r.status_code}: {r.text[:200]}")
-        self._taken(batch, delivered=True)
-        self.log.reported(b["boot"] for b in ended)
+        with self._lock:
+            self._taken(batch, delivered=True)
+            self.log.reported(b["boot"] for b in ended)
         self._unreported_drops = 0
         self.counters["pushes"] += 1
         self.counters["events_sent"] += len(batch)
@@ -193,7 +207,8 @@ class Pusher(threading.Thread):
         batch if it names none), keep the others for the next push."""
         named = _event_indexes(r)
         bad = [e for i, e in enumerate(batch) if i in named] if named else batch
-        self._taken(batch, [e for i, e in enumerate(batch) if i not in named] if named else [], delivered=False)
+        with self._lock:
+            self._taken(batch, [e for i, e in enumerate(batch) if i not in named] if named else [], delivered=False)
         self.counters["quarantined"] += len(bad)
         reason = f"HTTP {r.status_code}: {r.text[:300]}"
         if reason != self._last_refusal:  # once per reason, not once per push

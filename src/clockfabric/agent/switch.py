@@ -3,7 +3,8 @@
 Real switches stream this themselves (gNMI subscriptions, SNMP traps); in the lab each
 switch is a namespace, and this small agent plays that part, so a leaf-spine link that
 flaps is seen on the link itself, not guessed from the hosts. Switch clocks in the lab are
-the machine's true clock, not synced to global time: events say `synced: false`.
+the machine's true clock, not synced to global time: events say `synced: false`. Its events
+are held in a log on disk (agent/eventlog.py) until the controller has them, as a host agent's.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 from clockfabric import lldp
+from clockfabric.agent.eventlog import EventLog
 from clockfabric.agent.push import Pusher, link_payload, neighbour_samples
 from clockfabric.errors import ClockfabricError
 from clockfabric.telemetry.link_watcher import LinkWatcher
@@ -24,16 +27,21 @@ log = logging.getLogger(__name__)
 
 class SwitchAgent:
     def __init__(self, name: str, ports: list[str], controller: str, token: str, *, interval_s: float = 1.0,
-                 ca_file: str | None = None, lldp_interval_s: float = 2.0):
+                 ca_file: str | None = None, lldp_interval_s: float = 2.0, event_log: Path | None = None):
         self.name = name
         # a switch announces each port by LLDP, and hears the hosts' announcements: a miscabled
         # host is seen from the switch even when the host cannot reach the controller
         self.neighbours, self.lldp = lldp.for_ports(name, ports, lldp_interval_s)
         self.pusher = Pusher(controller, token, name, snapshot=self._snapshot, interval_s=interval_s,
-                             verify=ca_file or True)
-        self.links = LinkWatcher(ports, on_change=self.pusher.wake)  # a port going down is pushed at once
+                             verify=ca_file or True, log=EventLog(event_log))
+        self.links = LinkWatcher(ports, on_change=self._changed)
         self._seen = 0
         self.stopping = threading.Event()
+
+    def _changed(self) -> None:
+        """A port changed: on disk at once, pushed at once."""
+        self.pusher.hold()
+        self.pusher.wake()
 
     def _snapshot(self) -> tuple[list[dict], list[dict], dict]:
         events, samples, self._seen = link_payload(self.links, self._seen, lambda t: (t, False))

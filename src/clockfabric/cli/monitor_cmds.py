@@ -127,7 +127,8 @@ def switch_agent(switch: str = typer.Option(..., "--switch", help="This switch's
         raise ClockfabricError(f"{switch!r} is not a switch of lab {lab.name}")
     ctl = lab_controller(lab, controller_url, token_file)
     ports = sorted({lk.port(switch).iface for lk in lab.topology.links if switch in (lk.a.node, lk.b.node)})
-    SwitchAgent(switch, ports, ctl.url, ctl.token, ca_file=ca_file).run()
+    SwitchAgent(switch, ports, ctl.url, ctl.token, ca_file=ca_file,
+                event_log=lab.dir / "switch-events" / f"{switch}.events").run()
 
 
 # ---- reading ----------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ class ControllerPush(Service):
         self.pusher = Pusher(cfg.controller, cfg.token, cfg.host, snapshot=ctx.push_snapshot,
                              interval_s=cfg.update_s, verify=cfg.ca_file or True, paths=lambda: self.path_map.rows,
                              log=EventLog(cfg.event_log))
-        ctx.on_link_change += [self.path_map.wake, self.pusher.wake]
+        ctx.on_link_change += [self.path_map.wake, self.pusher.hold, self.pusher.wake]
         ctx.on_news.append(self.pusher.wake)
 
     def start(self) -> None:

@@ -8,6 +8,7 @@ refused write and the storage alert kept open while the disk stays full."""
 from __future__ import annotations
 
 import errno
+import math
 import os
 import signal
 import time
@@ -21,6 +22,7 @@ from clockfabric.topology import Link
 
 READY_AFTER_REFUSAL_S = 1.0  # /readyz must fail within this of the first refused write
 DELIVERED_S = 30.0  # an agent's held events must reach the controller within this of its restart
+ON_DISK_S = 3.0  # a link_down must be in its agent's log on disk within this of the carrier's drop
 
 
 class AllFaults(Faults):
@@ -67,8 +69,16 @@ class AllFaults(Faults):
         if controller_down:
             os.kill(self.fleet.procs[0].pid, signal.SIGKILL)
             self.fleet.procs[0].wait(10)
+        log_file = self.fleet.agents.state_dir / f"{host}.events"
+        logged = _logged_downs(log_file, device)
+        down_at = time.monotonic()
         impair.set_link(self.lab, link, up=False)
-        time.sleep(self.rng.uniform(0.05, 0.9))  # the agent has seen the carrier drop, has not pushed
+        time.sleep(self.rng.uniform(0.05, 0.9))  # the agent has seen the carrier drop, maybe not pushed it
+        # held: in the agent's log on disk (what the log promises to keep; its window is said in agent/eventlog.py)
+        if not self.wait(lambda: _logged_downs(log_file, device) > logged, ON_DISK_S):
+            impair.set_link(self.lab, link, up=True)
+            return False, f"{host} {device} down: not in its agent's log on disk within {ON_DISK_S:.0f} s"
+        held_after = time.monotonic() - down_at
         back = self._restart_agent(host, meanwhile=lambda: impair.set_link(self.lab, link, up=True))
         if controller_down:
             self.fleet.procs[0] = self.fleet.restart_controller()
@@ -81,7 +91,7 @@ class AllFaults(Faults):
         boots = sorted({e["boot"] for e in found})
         ok = back and bool(found) and boots == [boot]
         said = f"under boot {boots}" if found else "not delivered"
-        return ok, (f"{host} {device} down, agent killed -9 holding it"
+        return ok, (f"{host} {device} down, on disk by {held_after:.2f} s, agent killed -9 holding it"
                     f"{' with the controller down' if controller_down else ''}: {said} (boot then {boot})")
 
     def _restart_agent(self, host: str, meanwhile: Callable[[], object]) -> bool:
@@ -96,6 +106,17 @@ class AllFaults(Faults):
         agents.procs[i] = self.lab.spawn(host, agents.argv(host), f"clock agent on {host}", log=agents.log(host))
         new_pid = agents.procs[i].pid
         return self.wait(lambda: read_states(agents.state_dir).get(host, {}).get("pid") == new_pid, 30.0)
+
+    def _unready_after(self, refused_at: float | None, within_s: float = 5.0) -> float:
+        """Seconds from the first refused write to the sending of the first /readyz that fails
+        (inf if none within_s): polled back to back, the check's own round trip not counted."""
+        assert refused_at is not None
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            sent = time.monotonic()
+            if not self.ready():
+                return sent - refused_at
+        return math.inf
 
     # ---- the faults ----------------------------------------------------------------------------
     def agent_kill(self) -> tuple[bool, str]:
@@ -129,10 +150,7 @@ class AllFaults(Faults):
         try:
             if not self.wait(lambda: self.refused_at is not None, 15.0):
                 return False, "the disk filled, but no write was refused within 15 s"
-            refused = self.refused_at
-            assert refused is not None
-            self.wait(lambda: not self.ready(), 5.0)
-            unready_after = time.monotonic() - refused
+            unready_after = self._unready_after(self.refused_at)
             alert_seen = resolved_early = False
             deadline = time.monotonic() + self.rng.uniform(3.0, 6.0)
             while time.monotonic() < deadline:
@@ -147,6 +165,15 @@ class AllFaults(Faults):
         return ok, (f"/readyz failed {unready_after:.2f} s after the first refused write; storage alert "
                     f"{'seen' if alert_seen else 'not seen'}{', resolved while full' if resolved_early else ''}; "
                     f"{'ready' if back else 'not ready'} once room was made")
+
+
+def _logged_downs(log_file: Path, device: str) -> int:
+    """link_down records of `device` in an agent's event log file (appended, compacted at its start)."""
+    try:
+        lines = log_file.read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    return sum('"kind":"link_down"' in line and f'"device":"{device}"' in line for line in lines)
 
 
 def _fill(path: Path) -> None:
