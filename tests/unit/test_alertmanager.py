@@ -4,6 +4,7 @@ holds back what another alert explains, and a queue waits, bounded, while Alertm
 
 import socket
 import subprocess
+import sys
 import time
 
 import httpx
@@ -20,6 +21,7 @@ from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.storage.base import Alert
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.errors import ClockfabricError
+from tests.unit.cli_flags import accepted_options
 from tests.waiting import wait_for
 
 S = 1_000_000_000
@@ -174,3 +176,49 @@ def test_readyz_and_metrics_say_alertmanager_is_away_and_the_controller_stays_re
             assert "clockfabric_controller_alertmanager_post_failures_total" in text
             pending = [ln for ln in text.splitlines() if ln.startswith("clockfabric_controller_alertmanager_pending ")]
             assert pending and float(pending[0].split()[1]) >= 1
+
+
+def test_a_bare_controller_starts_its_alertmanager_and_it_dies_with_the_controller(tmp_path):
+    """No --alertmanager: one on loopback, its data and URL beside the database; a controller
+    killed outright (no clean-up of its own) takes it down too."""
+    token = tmp_path / "fleet.token"
+    with socket_closed() as listen:
+        argv = [sys.executable, "-m", "clockfabric.cli", "controller", "--db", str(tmp_path / "fleet.db"),
+                "--listen", listen.removeprefix("http://"), "--token-file", str(token), "--new-token"]
+    log = tmp_path / "controller.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url_file = tmp_path / "fleet.db.alertmanager" / "url"
+        wait_for("the controller up", lambda: proc.poll() is None and url_file.exists()
+                 and answers(f"{listen}/healthz"), timeout_s=20)
+        am = url_file.read_text().strip()
+        assert am.startswith("http://127.0.0.1:") and answers(f"{am}/-/ready")
+        assert f"alerts to Alertmanager {am} (started here)" in " ".join(log.read_text().split())
+    finally:
+        proc.kill()
+        proc.wait(5)
+    wait_for("the alertmanager gone with it", lambda: not answers(f"{am}/-/ready"), timeout_s=5)
+
+
+def test_the_embedded_alertmanager_is_restarted_when_it_exits(tmp_path):
+    am = EmbeddedAlertmanager(tmp_path / "am", watch_s=0.05).start()
+    try:
+        am.proc.kill()
+        wait_for("restarted", lambda: am.restarts == 1 and answers(f"{am.url}/-/ready"), timeout_s=10)
+    finally:
+        am.stop()
+    assert am.proc.poll() is not None
+
+
+def test_controller_and_monitor_take_alertmanager_and_no_webhook():
+    for command in ("controller", "monitor"):
+        options = accepted_options(command)
+        assert "--alertmanager" in options and not {"--webhook", "--alert-webhook"} & options
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code < 500
+    except httpx.HTTPError:
+        return False
