@@ -66,6 +66,15 @@ def test_an_alert_appears_with_stable_labels_and_ends_when_resolved(manager, ale
     assert manager.alertmanager.sent == 2 and manager.alertmanager.pending == 0
 
 
+def test_a_restarted_controller_posts_again_what_storage_has_open(storage, alertmanager):
+    f = link_down("leaf3-spine1")
+    AlertManager(storage).sync({f.key: f}, time.time_ns())  # opened by a controller with no Alertmanager
+    again = AlertManager(storage, alertmanager=AlertmanagerClient([alertmanager.url]))
+    assert again.sync({f.key: f}, time.time_ns()) == []  # nothing new to log or store
+    wait_for("the open alert in alertmanager", lambda: held(alertmanager.url, f.key), timeout_s=5)
+    again.close()
+
+
 def test_a_silence_made_through_the_api_suppresses_the_alert(manager, alertmanager):
     f = link_down("leaf1-spine1")
     manager.sync({f.key: f}, time.time_ns())

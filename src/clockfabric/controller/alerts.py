@@ -95,6 +95,9 @@ class AlertManager:
     def _sync_storage(self, findings: dict[str, Finding], now_ns: int, changes: list[Change]) -> None:
         if self._open is None:  # after a restart, storage knows what is open
             self._open = self._read_open()
+            if self.alertmanager:  # still firing: Alertmanager hears it again, or expires it at its resolve_timeout
+                for alert in self._open.values():
+                    self.alertmanager.send("opened", alert)
         for key, f in findings.items():
             if key in self._open or key == STORAGE_KEY:
                 continue
