@@ -95,27 +95,28 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     topo = load(topology) if topology else (Lab.open(lab_name).topology if lab_name else None)
     nodes = sorted(topo.hosts) + sorted(topo.switches) if topo else []
     storage = open_storage(db)
-    embedded = None if alertmanager else _embedded_alertmanager(db)
-    urls = [embedded.url] if embedded else list(alertmanager)
-
-    def make_monitor() -> Monitor:
-        return Monitor.create(storage, topology=topo, config=config, alertmanagers=urls,
-                              generator_url=f"{listen_at.url}/dashboard/")
-
+    embedded = None
     replica = None
-    if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects
-        from clockfabric.controller.lease import Lease
-        from clockfabric.controller.replica import Replica
-
-        replica = Replica(storage, Lease(db), make_monitor)
-    monitor = None if replica else make_monitor()
-    retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
-    fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
-                  monitor=monitor, replica=replica, retention=retention)
-    err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
-              f"{len(nodes)} enrolled nodes" + (", a replica: detectors run on the lease holder" if replica else "")
-              + f"; alerts to Alertmanager {', '.join(urls)}" + (" (started here)" if embedded else ""))
     try:
+        embedded = None if alertmanager else _embedded_alertmanager(db)
+        urls = [embedded.url] if embedded else list(alertmanager)
+
+        def make_monitor() -> Monitor:
+            return Monitor.create(storage, topology=topo, config=config, alertmanagers=urls,
+                                  generator_url=f"{listen_at.url}/dashboard/")
+
+        if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects
+            from clockfabric.controller.lease import Lease
+            from clockfabric.controller.replica import Replica
+
+            replica = Replica(storage, Lease(db), make_monitor)
+        monitor = None if replica else make_monitor()
+        retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
+        fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
+                      monitor=monitor, replica=replica, retention=retention)
+        err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
+                  f"{len(nodes)} enrolled nodes" + (", a replica: detectors run on the lease holder" if replica else "")
+                  + f"; alerts to Alertmanager {', '.join(urls)}" + (" (started here)" if embedded else ""))
         server(fleet, token, listen_at, viewer_token).run()
     finally:
         if replica:

@@ -1,9 +1,10 @@
 """Detectors and alerts behind the controller: what the fleet pushes goes in, alerts come out.
 
 Pushes arrive on server threads and call `observe`; the controller's ticker calls `tick`
-once a second, which syncs the alerts (their posts to Alertmanager are queued, and the
-detectors' lock is not held while storage writes them). At start, recent history is replayed into the detectors, so
-a restarted controller neither forgets a flapping link nor resolves its alert by mistake.
+once a second, which syncs the alerts (the detectors' lock is not held while storage writes
+them; their posts to Alertmanager only queue). At start, recent history is replayed into the
+detectors, so a restarted controller neither forgets a flapping link nor resolves its alert
+by mistake.
 """
 
 from __future__ import annotations
