@@ -11,6 +11,8 @@ command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v ptp4l >/dev/null || need+=(linuxptp)
 command -v prometheus >/dev/null || need+=(prometheus)  # the server the /metrics test scrapes with
+# the controller's alerts go out through Alertmanager (one is started when no URL is given)
+[ -x /usr/bin/prometheus-alertmanager ] || need+=(prometheus-alertmanager)
 [ -x /usr/bin/chromium ] || need+=(chromium)  # the headless browser the dashboard tests drive
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)  # the real sshd the audit's ssh tests log in to

@@ -4,7 +4,8 @@ The proofs of the monitoring issue: a flapped leaf-spine link reaches the contro
 and up events on the right link within 1 s, a flapping alert fires and resolves; a spine link
 filled with iperf3 traffic is named by a congestion alert within 5 s, while paths over the
 other spine stay quiet; swapped cables raise topology drift (LLDP), and their hosts push again once
-they are put back; an agent killed goes stale and comes back; a controller that was away loses no events."""
+they are put back; an agent killed goes stale and comes back; a controller that was away loses no events.
+Each problem pages once on the Alertmanager the controller starts: 0 duplicate pages."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections import Counter
 
 import pytest
 
@@ -38,6 +40,12 @@ def get(fleet, path, **params):
 
 def open_alerts(fleet, kind):
     return [a for a in get(fleet, "/api/v1/alerts", open_only=True)["items"] if a["kind"] == kind]
+
+
+def pages_by_link(fleet):
+    """Alertmanager's alerts that would page now (neither silenced nor inhibited), by the link they name."""
+    return Counter(a["labels"]["link"] for a in fleet.alertmanager_alerts()
+                   if a["status"]["state"] == "active" and "link" in a["labels"])
 
 
 def link_events(fleet, port, kind, after_id=0):
@@ -82,7 +90,10 @@ def test_a_flapped_spine_link_is_seen_within_a_second_and_alerted(fleet):
     impair.flap(fleet.lab, link, down_s=0.2, up_s=0.3, count=3)
     alert = wait_for("flapping alert", lambda: [a for a in get(fleet, "/api/v1/alerts", open_only=True)["items"]
                                                  if a["kind"] == "flapping"], timeout_s=5)
-    assert "leaf0" in alert[0]["key"] or "spine1" in alert[0]["key"], alert
+    assert alert[0]["detail"]["link"] == link.name, alert
+    pages = wait_for("the flap on Alertmanager", lambda: (found := pages_by_link(fleet))[link.name] and found,
+                     timeout_s=5, every_s=0.2)
+    assert pages[link.name] == 1, pages  # the flap; a down of that link, if open, is inhibited by it
     wait_for("flapping alert resolved", lambda: not [a for a in get(fleet, "/api/v1/alerts", open_only=True)["items"]
                                                      if a["kind"] == "flapping"], timeout_s=20, every_s=0.5)
 
@@ -196,6 +207,8 @@ def test_a_filled_spine_link_is_named_by_a_congestion_alert(fleet3):
         # the paths it names all cross spine0; none over spine1 was congested
         assert all(via[(p["src"], p["dst"], p["path"])] == "spine0" for p in alert["detail"]["paths"]), alert
         time.sleep(2)
+        pages = pages_by_link(fleet)
+        assert pages == Counter({link.name: 1}), pages  # one problem, one page: 0 duplicates
         # nothing else is blamed: no other link, and no pair alert for a path that misses spine0 (one of
         # its paths may have been reported on its own a moment before the link stood out)
         others = [a for a in open_alerts(fleet, "congestion") if a["key"] != alert["key"]]

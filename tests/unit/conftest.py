@@ -19,3 +19,14 @@ def make_coordinator(tmp_path):
     for job in made:
         for member in job.members():
             lose(member)
+
+
+@pytest.fixture(scope="session")
+def alertmanager(tmp_path_factory):
+    """A real prometheus-alertmanager on loopback, with the controller's generated config, for the
+    whole session (it starts in a fraction of a second); tests tell their alerts apart by key."""
+    from clockfabric.controller.alertmanager_embedded import EmbeddedAlertmanager
+
+    am = EmbeddedAlertmanager(tmp_path_factory.mktemp("alertmanager")).start()
+    yield am
+    am.stop()

@@ -136,46 +136,6 @@ def test_flapping_episode_restarts_after_quiet(topo):
     assert not any(k.startswith("flapping:") for k in d.active(at(30)))
 
 
-# ---- latency SLA -----------------------------------------------------------------------------
-
-def test_sla_opens_after_k_bad_windows_and_resolves_after_k_good():
-    d = DetectorSet(parse_config({"latency_sla": {"p99": "1ms", "windows": 3}}))
-    key = "latency_sla:h0->h2:eth0:7000"
-    for t, p99 in enumerate([1500, 1600, 900, 1500, 1500]):  # a good window breaks the run
-        d.on_samples(owd("h0", "h2", "eth0:7000", t, p99=p99), at(t))
-    assert key not in d.active(at(5))
-    d.on_samples(owd("h0", "h2", "eth0:7000", 5, p99=2000), at(5))
-    f = d.active(at(5))[key]
-    assert f.detail["recent_p99_ns"] == [1500 * US, 1500 * US, 2000 * US]
-    assert f.detail["threshold_ns"] == 1 * MS
-    assert "2 ms" in f.message
-    for t in (6, 7):
-        d.on_samples(owd("h0", "h2", "eth0:7000", t, p99=500), at(t))
-        assert key in d.active(at(t))
-    d.on_samples(owd("h0", "h2", "eth0:7000", 8, p99=500), at(8))
-    assert key not in d.active(at(8))
-
-
-def test_sla_overrides_per_pair_and_per_path():
-    cfg = parse_config({"latency_sla": {"p99": "1ms", "windows": 1, "overrides": [
-        {"src": "h0", "dst": "h2", "p99": "2ms"}, {"src": "h0", "dst": "h2", "path": "eth0:7001", "p99": "500us"}]}})
-    d = DetectorSet(cfg)
-    d.on_samples(owd("h0", "h2", "eth0:7000", 1, p99=1500)  # under the pair's 2 ms
-                 + owd("h0", "h2", "eth0:7001", 1, p99=600)  # over the path's 500 µs
-                 + owd("h0", "h3", "eth0:7000", 1, p99=1500), at(1))  # over the default
-    assert sorted(d.active(at(1))) == ["latency_sla:h0->h2:eth0:7001", "latency_sla:h0->h3:eth0:7000"]
-
-
-def test_sla_ignores_the_back_view_and_resolves_a_path_gone_silent():
-    d = DetectorSet(parse_config({"stale_after": "30s", "latency_sla": {"windows": 1}}))
-    back = Sample(host="h2", t_ns=at(1), name="owd_p99_ns", value=5 * MS,
-                  labels={"peer": "h0", "path": "eth0:7000", "direction": "back"})
-    d.on_samples([back, *owd("h0", "h2", "eth0:7000", 1, p99=5000)], at(1))
-    assert list(d.active(at(1))) == ["latency_sla:h0->h2:eth0:7000"]
-    assert list(d.active(at(31)))
-    assert d.active(at(31.1)) == {}
-
-
 # ---- congestion ------------------------------------------------------------------------------
 
 def links_of(topo, src, dst, spine):
@@ -329,24 +289,14 @@ def test_config_defaults_and_a_full_file(tmp_path):
 stale_after: 2m
 link_down: {severity: warning}
 flapping: {count: 5, window: 30s}
-latency_sla:
-  p99: 800us
-  windows: 4
-  overrides:
-    - {src: h0, dst: h2, p99: 2ms}
-    - {src: h0, dst: h2, path: "eth0:7001", p99: 0.0005}
 congestion: {margin: 20us, windows: 3, stat: min, severity: critical}
 topology_drift: {enabled: false}
 """))
     assert cfg.stale_after_ns == 120 * S
-    link_down, flapping, sla, congestion, drift = (cfg.detectors[name] for name in (
-        "link_down", "flapping", "latency_sla", "congestion", "topology_drift"))
+    link_down, flapping, congestion, drift = (cfg.detectors[name] for name in (
+        "link_down", "flapping", "congestion", "topology_drift"))
     assert link_down.severity == "warning"
     assert (flapping.count, flapping.window_ns) == (5, 30 * S)
-    assert (sla.p99_ns, sla.windows) == (800 * US, 4)
-    assert sla.threshold_ns("h0", "h2", "eth0:7000") == 2 * MS
-    assert sla.threshold_ns("h0", "h2", "eth0:7001") == 500 * US
-    assert sla.threshold_ns("h1", "h2", "eth0:7001") == 800 * US
     assert (congestion.margin_ns, congestion.windows, congestion.stat) == (20 * US, 3, "min")
     assert not drift.enabled
 
@@ -358,8 +308,7 @@ topology_drift: {enabled: false}
     ("flaping: {count: 3}", "monitor.yaml: top level: unknown key 'flaping'"),
     ("congestion: {stat: p99}", "monitor.yaml: congestion.stat must be one of p50, min"),
     ("link_down: {enabled: maybe}", "monitor.yaml: link_down.enabled must be true or false"),
-    ("latency_sla: {overrides: [{src: h0, p99: 1ms}]}", "monitor.yaml: latency_sla.overrides[0] needs dst"),
-    ("latency_sla: {p99: 0}", "monitor.yaml: latency_sla.p99 must be above zero"),
+    ("latency_sla: {p99: 1ms}", "monitor.yaml: latency_sla: the latency SLA is the rule ClockfabricLatencySLABreach"),
     ("- just a list", "monitor.yaml: must be a mapping"),
     ("flapping: [1", "monitor.yaml: not valid YAML at line 1"),
 ])
@@ -382,7 +331,7 @@ def write(tmp_path, text):
 
 def test_every_detector_runs_by_default_and_drift_and_mismatch_only_with_a_topology(topo):
     assert list(DetectorSet(MonitorConfig(), topo).detectors) == [
-        "link_down", "flapping", "latency_sla", "congestion", "topology_drift", "slow_flow", "owd_mismatch"]
+        "link_down", "flapping", "congestion", "topology_drift", "slow_flow", "owd_mismatch"]
     without = DetectorSet(MonitorConfig()).detectors
     assert "topology_drift" not in without and "owd_mismatch" not in without
 
@@ -399,8 +348,7 @@ def test_a_detector_disabled_in_the_config_is_not_built_and_finds_nothing(topo):
 
 
 def test_with_every_detector_disabled_each_call_is_a_no_op(topo):
-    sections = ("link_down", "flapping", "latency_sla", "congestion", "topology_drift", "slow_flow",
-                "owd_mismatch")
+    sections = ("link_down", "flapping", "congestion", "topology_drift", "slow_flow", "owd_mismatch")
     d = DetectorSet(parse_config({s: {"enabled": False} for s in sections}), topo)
     assert d.detectors == {}
     d.on_events([ev("link_down", 1)], at(1))

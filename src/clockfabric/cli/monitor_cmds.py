@@ -26,6 +26,7 @@ from clockfabric.logs import LOG_FORMAT_HELP, setup_logging
 from clockfabric.units import parse_duration
 
 if TYPE_CHECKING:  # `controller` and `switch-agent` start faster without the fleet runner's imports
+    from clockfabric.controller.alertmanager_embedded import EmbeddedAlertmanager
     from clockfabric.lab.monitoring import LabFleet
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
@@ -33,6 +34,9 @@ JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts.")
 ControllerOpt = typer.Option(None, "--controller", help="Controller URL (default: the lab's controller).")
 TokenOpt = typer.Option(None, "--token-file", help="File holding the fleet token.")
 LogFormatOpt = typer.Option("text", "--log-format", help=LOG_FORMAT_HELP)
+AlertmanagerOpt = typer.Option(None, "--alertmanager",
+                               help="Alertmanager URL to post alerts to; repeat it for each of an HA pair "
+                                    "(default: start one on loopback).")
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -55,9 +59,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                                             help="Enroll a lab's hosts and switches (run it on a lab host)."),
                config: Path = typer.Option(None, "--config",
                                            help="Detector thresholds (YAML, see docs/monitoring.md)."),
-               webhook: str = typer.Option(None, "--webhook", help="POST alerts (JSON) to this URL."),
-               alert_webhook: str = typer.Option(None, "--alert-webhook",
-                                                 help="POST alerts to this URL in Alertmanager's webhook format."),
+               alertmanager: list[str] = AlertmanagerOpt,
                tls_cert: Path = typer.Option(None, "--tls-cert"), tls_key: Path = typer.Option(None, "--tls-key"),
                enroll_unknown: bool = typer.Option(False, "--enroll-unknown", help="Accept hosts not in the topology."),
                stale: float = typer.Option(5.0, "--stale", min=0.5,
@@ -72,7 +74,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: agents push to it; it stores, detects and alerts, and serves the API.
     Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."""
-    from clockfabric.controller.alerts import check_url
+    from clockfabric.controller.alertmanager import check_url
     from clockfabric.controller.fleet import Fleet
     from clockfabric.controller.monitor import Monitor
     from clockfabric.controller.retention import Retention
@@ -83,9 +85,8 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     if topology and lab_name:
         raise ClockfabricError("give --topology FILE or --lab NAME (whose nodes to enroll), not both")
     setup_logging(log_format, verbose=verbose)
-    for flag, url in (("--webhook", webhook), ("--alert-webhook", alert_webhook)):
-        if url:  # now, not when a replica takes the lease and builds its monitor
-            check_url(url, flag)
+    for url in alertmanager or []:  # now, not when a replica takes the lease and builds its monitor
+        check_url(url)
     host, port = _listen(listen)
     listen_at = Listen(host, port, tls_cert, tls_key)
     listen_at.check()
@@ -94,26 +95,45 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     topo = load(topology) if topology else (Lab.open(lab_name).topology if lab_name else None)
     nodes = sorted(topo.hosts) + sorted(topo.switches) if topo else []
     storage = open_storage(db)
+    embedded = None
     replica = None
-    if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects
-        from clockfabric.controller.lease import Lease
-        from clockfabric.controller.replica import Replica
-
-        replica = Replica(storage, Lease(db), lambda: Monitor.create(storage, topology=topo, config=config,
-                                                                     webhook=webhook, alert_webhook=alert_webhook))
-    monitor = None if replica else Monitor.create(storage, topology=topo, config=config, webhook=webhook,
-                                                  alert_webhook=alert_webhook)
-    retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
-    fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
-                  monitor=monitor, replica=replica, retention=retention)
-    err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
-              f"{len(nodes)} enrolled nodes" + (", a replica: detectors run on the lease holder" if replica else ""))
     try:
+        embedded = None if alertmanager else _embedded_alertmanager(db)
+        urls = [embedded.url] if embedded else list(alertmanager)
+
+        def make_monitor() -> Monitor:
+            return Monitor.create(storage, topology=topo, config=config, alertmanagers=urls,
+                                  generator_url=f"{listen_at.url}/dashboard/")
+
+        if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects
+            from clockfabric.controller.lease import Lease
+            from clockfabric.controller.replica import Replica
+
+            replica = Replica(storage, Lease(db), make_monitor)
+        monitor = None if replica else make_monitor()
+        retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
+        fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
+                      monitor=monitor, replica=replica, retention=retention)
+        err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
+                  f"{len(nodes)} enrolled nodes" + (", a replica: detectors run on the lease holder" if replica else "")
+                  + f"; alerts to Alertmanager {', '.join(urls)}" + (" (started here)" if embedded else ""))
         server(fleet, token, listen_at, viewer_token).run()
     finally:
         if replica:
             replica.close()
         storage.close()
+        if embedded:
+            embedded.stop()
+
+
+def _embedded_alertmanager(db: str) -> EmbeddedAlertmanager:
+    """One prometheus-alertmanager on loopback, its data beside the database; its URL is written
+    there too (`url`), for a tool on this host."""
+    from clockfabric.controller.alertmanager_embedded import EmbeddedAlertmanager, data_dir  # noqa: F811 - at run time
+
+    embedded = EmbeddedAlertmanager(data_dir(db)).start()
+    (embedded.data / "url").write_text(embedded.url + "\n")
+    return embedded
 
 
 def switch_agent(switch: str = typer.Option(..., "--switch", help="This switch's name."),
@@ -161,7 +181,7 @@ def events(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_fi
 
 def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--seconds", "-s", help="How long to watch."),
             config: Path = typer.Option(None, "--config", help="Detector thresholds (YAML)."),
-            webhook: str = typer.Option(None, "--webhook", help="Also POST alerts to this URL."),
+            alertmanager: list[str] = AlertmanagerOpt,
             keep: bool = typer.Option(False, "--keep",
                                       help="Leave controller and agents running; `lab down` stops them."),
             as_json: bool = JsonOpt) -> None:
@@ -175,7 +195,7 @@ def monitor(lab_name: str = LabOpt, seconds: str = typer.Option("30s", "--second
         duration = parse_duration(seconds)
     except ValueError as e:
         raise ClockfabricError(f"--seconds: {e}") from None
-    fleet = LabFleet(lab, config=config, webhook=webhook)
+    fleet = LabFleet(lab, config=config, alertmanagers=alertmanager or [])
     started = not fleet.running()
     if started:
         err.print(f"starting the controller on {fleet.host} ({fleet.url}), switch agents and host agents")

@@ -1,12 +1,9 @@
-"""Alerts: findings in; alerts opened and resolved in storage, each with a log line and a webhook
-(and, with `alertmanager`, a post in Alertmanager's webhook format: controller.alertmanager).
+"""Alerts: findings in; alerts opened and resolved in storage, each with a log line and a post to
+Alertmanager (controller.alertmanager), which groups, silences, inhibits and delivers them.
 
 `AlertManager.sync` is called each tick with the detectors' active findings. A key that is
 new opens an alert (storage de-duplicates by key); an open key no longer found resolves.
-
-Webhooks are posted during `sync`, one JSON body per open or resolve, in order. A failed
-post stays queued (bounded: the oldest go first when full) and is retried at the next sync;
-a sync makes at most one failed attempt, so a dead receiver costs one timeout per tick.
+Posting to Alertmanager only queues: its own thread sends, so a sync never waits on it.
 
 The database may itself be what fails. A StorageError (from sync's own writes, or reported
 by the caller through `raise_storage_alert`) becomes an in-memory alert, key "storage",
@@ -17,65 +14,43 @@ has come for `storage_quiet_s` the storage alert is written to storage as histor
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
-import httpx
-
+from clockfabric.controller.alertmanager import AlertmanagerClient
 from clockfabric.controller.detectors import Finding
 from clockfabric.controller.storage.base import Alert, Storage, StorageError
-from clockfabric.errors import ClockfabricError
-
-if TYPE_CHECKING:  # alertmanager imports this module
-    from clockfabric.controller.alertmanager import AlertmanagerWebhook
 
 DEFAULT_LOG = logging.getLogger(__name__)
 STORAGE_KEY = "storage"
-WEBHOOK_QUEUE_MAX = 1000
 PAGE = 500
 
 Change = tuple[str, Alert]  # ("opened" | "resolved", the alert)
 
 
 class AlertManager:
-    def __init__(self, storage: Storage, *, webhook_url: str | None = None,
-                 log: logging.Logger = DEFAULT_LOG,
-                 clock: Callable[[], int] = time.time_ns, webhook_timeout_s: float = 2.0,
-                 storage_quiet_s: float = 10.0, alertmanager: AlertmanagerWebhook | None = None):
-        """`alertmanager`: also send each change, in Alertmanager's webhook format, from its own thread."""
-        if webhook_url:
-            check_url(webhook_url)
+    def __init__(self, storage: Storage, *, alertmanager: AlertmanagerClient | None = None,
+                 log: logging.Logger = DEFAULT_LOG, clock: Callable[[], int] = time.time_ns,
+                 storage_quiet_s: float = 10.0):
+        """`alertmanager`: where each change is posted (None: storage and the log only)."""
         self.storage = storage
-        self.webhook_url = webhook_url
         self.alertmanager = alertmanager
         self.log = log
         self.clock = clock
         self.storage_quiet_ns = round(storage_quiet_s * 1e9)
-        self._client = httpx.Client(timeout=webhook_timeout_s) if webhook_url else None
-        self._outbox: deque[dict] = deque(maxlen=WEBHOOK_QUEUE_MAX)
-        # the state below is shared with raise_storage_alert, called from the caller's request threads;
-        # the lock is never held across a webhook post, so those threads never wait on the network
+        # the state below is shared with raise_storage_alert, called from the caller's request threads
         self._lock = threading.Lock()
         self._open: dict[str, Alert] | None = None  # open in storage, by key; None until read from it
         self.storage_alert: Alert | None = None  # in memory only while storage fails: show it beside storage's
         self._storage_error_ns = 0
         self._wrote_since_error = False  # a push's rows stored since storage last failed
         # counters, for the controller's metrics
-        self.webhook_sent = 0
-        self.webhook_failures = 0
-        self.webhook_dropped = 0
         self.storage_failures = 0
         self.storage_errors: Counter[str] = Counter()  # by StorageError.kind
-
-    @property
-    def webhook_pending(self) -> int:
-        return len(self._outbox)
 
     def sync(self, findings: dict[str, Finding], now_ns: int) -> list[Change]:
         """Open what is new, resolve what is gone; returns the changes made, in order.
@@ -87,12 +62,11 @@ class AlertManager:
                 self._recover(now_ns, changes)
             except StorageError as e:  # what was not done is tried again next sync
                 self._storage_failed(e, now_ns, changes)
-        self._deliver()
         return changes
 
     def raise_storage_alert(self, error: Exception, now_ns: int | None = None) -> Alert | None:
         """Storage failed the caller (a push it could not store): the alert if this opened it.
-        Its webhook goes out at the next sync, so this never waits on the network."""
+        Its post to Alertmanager is queued, so this never waits on the network."""
         changes: list[Change] = []
         with self._lock:
             self._storage_failed(error, self.clock() if now_ns is None else now_ns, changes)
@@ -114,8 +88,6 @@ class AlertManager:
         return dict(kinds)
 
     def close(self) -> None:
-        if self._client:
-            self._client.close()
         if self.alertmanager:
             self.alertmanager.close()
 
@@ -123,6 +95,9 @@ class AlertManager:
     def _sync_storage(self, findings: dict[str, Finding], now_ns: int, changes: list[Change]) -> None:
         if self._open is None:  # after a restart, storage knows what is open
             self._open = self._read_open()
+            if self.alertmanager:  # still firing: Alertmanager hears it again, or expires it at its resolve_timeout
+                for alert in self._open.values():
+                    self.alertmanager.send("opened", alert)
         for key, f in findings.items():
             if key in self._open or key == STORAGE_KEY:
                 continue
@@ -184,7 +159,7 @@ class AlertManager:
         self.storage_alert = None
         self._notify("resolved", resolved, changes)
 
-    # ---- log and webhook ---------------------------------------------------------------------
+    # ---- log and Alertmanager ----------------------------------------------------------------
     def _notify(self, action: str, alert: Alert, changes: list[Change]) -> None:
         changes.append((action, alert))
         level = logging.INFO if action == "resolved" else (
@@ -192,50 +167,3 @@ class AlertManager:
         self.log.log(level, "alert %s: %s [%s] %s", action, alert.key, alert.severity, alert.message)
         if self.alertmanager:
             self.alertmanager.send(action, alert)  # queued: its thread posts it
-        if self._client:
-            if len(self._outbox) == self._outbox.maxlen:
-                self.webhook_dropped += 1  # the deque drops the oldest
-            self._outbox.append({"action": action, "alert": asdict(alert)})
-
-    def _deliver(self) -> None:
-        client, url = self._client, self.webhook_url
-        if client is None or url is None:  # no webhook: nothing is ever queued
-            return
-        while True:
-            with self._lock:
-                if not self._outbox:
-                    return
-                item = self._outbox[0]
-            body = json.dumps(item, default=str)  # default: an odd detail value must never stop delivery
-            try:
-                r = client.post(url, content=body, headers={"content-type": "application/json"})
-            except httpx.HTTPError as e:
-                return self._webhook_failed(f"{type(e).__name__}: {e}")
-            if r.status_code >= 500 or r.status_code in (408, 429):  # the receiver may take it later
-                return self._webhook_failed(f"HTTP {r.status_code}")
-            with self._lock:
-                if self._outbox and self._outbox[0] is item:  # not pushed out by a full queue meanwhile
-                    self._outbox.popleft()
-                if r.is_success:
-                    self.webhook_sent += 1
-                    continue
-                self.webhook_failures += 1  # 4xx: it refuses this body, and always will
-                self.webhook_dropped += 1
-            self.log.warning("alert webhook %s refused an alert (HTTP %d); dropped it", self.webhook_url,
-                             r.status_code)
-
-    def _webhook_failed(self, why: str) -> None:
-        with self._lock:
-            self.webhook_failures += 1
-        self.log.warning("alert webhook %s failed (%s); %d queued for the next sync", self.webhook_url, why,
-                         len(self._outbox))
-
-
-def check_url(url: str, what: str = "webhook URL") -> None:
-    """One clear line unless `url` is an http(s) URL with a host; `what` names it (a flag)."""
-    try:
-        ok = httpx.URL(url).scheme in ("http", "https") and bool(httpx.URL(url).host)
-    except httpx.InvalidURL:
-        ok = False
-    if not ok:
-        raise ClockfabricError(f"{what} {url!r} is not an http:// or https:// URL with a host; fix it")

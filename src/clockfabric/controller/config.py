@@ -38,6 +38,9 @@ def _parse(data: Any) -> MonitorConfig:
     sections = config_types()
     if not isinstance(data, dict):
         raise Problem(f"must be a mapping with keys {', '.join(['stale_after', *sections])}")
+    if "latency_sla" in data:
+        raise Problem("latency_sla: the latency SLA is the rule ClockfabricLatencySLABreach now "
+                      "(deploy/prometheus/clockfabric-rules.yml; docs/alerts.md): remove the section")
     mapping(data, "top level", {"stale_after", *sections})
     stale_after_ns = duration_ns(data["stale_after"], "stale_after") if "stale_after" in data else None
     detectors = {name: kind.parse(data.get(name), name) for name, kind in sections.items()}

@@ -146,7 +146,7 @@ class Fleet:
                 log.warning("host %s is stale: no push for %.1f s", h, self.stale_ns / 1e9)
             self.stale = quiet
         jobs = [self.retention.run_if_due] if self.retention is not None else []
-        if self.replica is not None:  # outside the lock: alerts may wait on a webhook
+        if self.replica is not None:  # outside the lock: alerts may wait on storage
             self.replica.tick(now, quiet, jobs)
             return
         if self.monitor is not None:

@@ -1,5 +1,5 @@
 """The leader lease: which one of several controller replicas on one PostgreSQL runs the detectors,
-the alerts and their webhooks, and the retention job.
+the alerts and their posts to Alertmanager, and the retention job.
 
 A row in `leases` (name, holder, generation, expires_ns), on its own connection. The holder renews it
 every tick; when it stops (killed, paused, cut off), another replica takes it once it expires, and

@@ -34,8 +34,16 @@ class State:
     storage_faults: dict[str, int]  # faults the storage check found, by kind, counted as each began
     thread_restarts: dict[str, int]
     database_bytes: int | None
-    webhook: dict[str, int] = field(default_factory=dict)  # sent, failures, dropped: counters; pending
-    alertmanager: dict[str, int] = field(default_factory=dict)  # the same, for --alert-webhook
+    alertmanager: dict[str, int] = field(default_factory=dict)  # alerts sent, dropped, posts failed; pending
+    alertmanager_up: dict[str, int] = field(default_factory=dict)  # by URL: 1 while it takes alerts
+
+
+ALERTMANAGER_HELP = {
+    "alerts_sent": "Alerts an Alertmanager took (a re-post of a firing alert counts again).",
+    "alerts_dropped": "Alerts given up: pushed out of a full queue, or refused.",
+    "post_failures": "Posts to an Alertmanager that failed.",
+    "pending": "Alerts queued for an Alertmanager that has not taken them.",
+}
 
 
 class ControllerMetrics:
@@ -88,12 +96,12 @@ class _StateCollector:
         if s.database_bytes is not None:
             yield GaugeMetricFamily(f"{PREFIX}database_size_bytes", "The database's size on disk, at the last check.",
                                     value=s.database_bytes)
-        for name, value in s.webhook.items():
-            family = GaugeMetricFamily if name == "pending" else CounterMetricFamily
-            yield family(f"{PREFIX}webhook_{name}", f"Alert webhook posts: {name}.", value=value)
         for name, value in s.alertmanager.items():
             family = GaugeMetricFamily if name == "pending" else CounterMetricFamily
-            yield family(f"{PREFIX}alertmanager_webhook_{name}", f"Alertmanager webhook posts: {name}.", value=value)
+            yield family(f"{PREFIX}alertmanager_{name}", ALERTMANAGER_HELP[name], value=value)
+        if s.alertmanager_up:
+            yield _by(GaugeMetricFamily, "alertmanager_up", "1 while this Alertmanager takes alerts, by URL.",
+                      "url", s.alertmanager_up)
 
     def describe(self) -> list[Family]:
         return []  # built at each scrape: nothing to check at registration

@@ -1,9 +1,10 @@
 """Detectors and alerts behind the controller: what the fleet pushes goes in, alerts come out.
 
 Pushes arrive on server threads and call `observe`; the controller's ticker calls `tick`
-once a second, which syncs the alerts (webhooks may take a moment, so the detectors' lock
-is not held while they go out). At start, recent history is replayed into the detectors, so
-a restarted controller neither forgets a flapping link nor resolves its alert by mistake.
+once a second, which syncs the alerts (the detectors' lock is not held while storage writes
+them; their posts to Alertmanager only queue). At start, recent history is replayed into the
+detectors, so a restarted controller neither forgets a flapping link nor resolves its alert
+by mistake.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from clockfabric.controller.alertmanager import AlertmanagerWebhook
+from clockfabric.controller.alertmanager import AlertmanagerClient
 from clockfabric.controller.alerts import AlertManager
 from clockfabric.controller.config import load_config, parse_config
 from clockfabric.controller.detectors import DetectorSet, Finding
@@ -50,12 +51,12 @@ class Monitor:
 
     @classmethod
     def create(cls, storage: Storage, *, topology: Topology | None = None, config: Path | None = None,
-               webhook: str | None = None, alert_webhook: str | None = None) -> Monitor:
-        """`webhook`: alerts posted as clockfabric's JSON; `alert_webhook`: in Alertmanager's format."""
+               alertmanagers: Sequence[str] = (), generator_url: str = "http://localhost/") -> Monitor:
+        """`alertmanagers`: the URLs every alert is posted to (none: storage and the log only);
+        `generator_url`: the page an alert links back to (the controller's dashboard)."""
         cfg = load_config(config) if config else parse_config({})
-        alertmanager = AlertmanagerWebhook(alert_webhook) if alert_webhook else None
-        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, webhook_url=webhook,
-                                                               alertmanager=alertmanager), topology)
+        client = AlertmanagerClient(list(alertmanagers), generator_url=generator_url) if alertmanagers else None
+        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, alertmanager=client), topology)
         monitor.replay(storage)
         return monitor
 
@@ -121,5 +122,10 @@ class Monitor:
             findings = self.detectors.active(now_ns)
         for host in stale:
             findings[f"stale:{host}"] = Finding(f"stale:{host}", "host_stale", "warning",
-                                                f"{host} has stopped pushing to the controller")
+                                                f"{host} has stopped pushing to the controller", {"host": host})
+        client = self.alerts.alertmanager
+        for url, why in (client.away() if client else {}).items():  # sent by the other of a pair, or once back
+            findings[f"alertmanager:{url}"] = Finding(
+                f"alertmanager:{url}", "alertmanager_unreachable", "critical",
+                f"Alertmanager {url} does not take alerts ({why}); they are sent when it does", {"url": url})
         self.alerts.sync(findings, now_ns)

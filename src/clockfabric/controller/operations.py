@@ -5,7 +5,8 @@ readiness probe and its own metrics.
 - `GET /readyz`: 200 while the last storage check (a real write and read, every second) passed,
   no push was refused for storage since the last one stored, and every background loop runs;
   else 503 naming what is not. No token: a kubelet probes it, and
-  it tells no more than "storage failing: replaced".
+  it tells no more than "storage failing: replaced". An Alertmanager that does not take alerts
+  is named under `degraded`, still 200: pushes must go on, its alerts wait in a queue.
 - `GET /metrics`: Prometheus text, with the fleet token like the rest of the API (one port, one
   secret, nothing unauthenticated to reach; Prometheus sends it as `authorization` credentials).
 """
@@ -17,7 +18,7 @@ from fastapi.params import Depends
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from clockfabric.controller.alertmanager import AlertmanagerWebhook
+from clockfabric.controller.alertmanager import AlertmanagerClient
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.health import StorageWatch
 from clockfabric.controller.metrics import ControllerMetrics, PushMetrics, State
@@ -31,7 +32,7 @@ class Operations:
         self.watch = StorageWatch(fleet.storage, report=monitor.storage_failed if monitor else None,
                                   clock=fleet.clock, every_s=check_s)
         self.supervisor = Supervisor()
-        self.supervisor.add("tick", fleet.tick, tick_s)  # stale hosts, detectors, alerts and their webhooks
+        self.supervisor.add("tick", fleet.tick, tick_s)  # stale hosts, detectors, alerts
         self.supervisor.add("storage-check", self.watch.check, check_s, at_start=True)
         self.metrics = ControllerMetrics(self.state)
         if monitor is not None:
@@ -59,6 +60,7 @@ class Operations:
 
     def state(self) -> State:
         alerts = self.fleet.monitor.alerts if self.fleet.monitor is not None else None
+        client = alerts.alertmanager if alerts else None
         return State(
             ready=not self.not_ready(),
             open_alerts=alerts.open_by_kind() if alerts else {},
@@ -66,27 +68,31 @@ class Operations:
             storage_faults=dict(self.watch.faults),
             thread_restarts=self.supervisor.restarts(),
             database_bytes=self.watch.size_bytes,
-            webhook={"sent": alerts.webhook_sent, "failures": alerts.webhook_failures,
-                     "dropped": alerts.webhook_dropped, "pending": alerts.webhook_pending}
-            if alerts and alerts.webhook_url else {},
-            alertmanager=_alertmanager_counts(alerts.alertmanager if alerts else None))
+            alertmanager=_alertmanager_counts(client),
+            alertmanager_up={url: int(up) for url, up in client.up().items()} if client else {})
+
+    def degraded(self) -> dict[str, str]:
+        """What works less well but keeps the controller ready: Alertmanagers away, by URL."""
+        client = self.fleet.monitor.alerts.alertmanager if self.fleet.monitor is not None else None
+        return {f"alertmanager {url}": f"unreachable: {why}" for url, why in (client.away() if client else {}).items()}
 
     def register(self, app: FastAPI, auth: list[Depends]) -> None:
         app.add_middleware(PushMetrics, metrics=self.metrics)
 
         @app.get("/readyz")
         def readyz() -> JSONResponse:
-            why = self.not_ready()
-            return JSONResponse({"ready": not why, **({"failing": why} if why else {})},
-                                status_code=503 if why else 200)
+            why, degraded = self.not_ready(), self.degraded()
+            return JSONResponse({"ready": not why, **({"failing": why} if why else {}),
+                                 **({"degraded": degraded} if degraded else {})}, status_code=503 if why else 200)
 
         @app.get("/metrics", dependencies=auth)
         def metrics() -> Response:
             return Response(self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-def _alertmanager_counts(sender: AlertmanagerWebhook | None) -> dict[str, int]:
-    """The Alertmanager webhook's counters, as State.webhook has the JSON webhook's; {} without one."""
-    if sender is None:
+def _alertmanager_counts(client: AlertmanagerClient | None) -> dict[str, int]:
+    """The Alertmanager client's counters, by their metric names; {} without one."""
+    if client is None:
         return {}
-    return {"sent": sender.sent, "failures": sender.failures, "dropped": sender.dropped, "pending": sender.pending}
+    return {"alerts_sent": client.sent, "post_failures": client.failures, "alerts_dropped": client.dropped,
+            "pending": client.pending}

@@ -1,6 +1,6 @@
 """One controller replica of several on one PostgreSQL: every replica serves the API and stores
 pushes; the one holding the leader lease (controller.lease) runs the detectors, the alerts and
-their webhooks, and the retention job, once for the fleet.
+their posts to Alertmanager, and the retention job, once for the fleet.
 
 The API keeps nothing in memory that another replica would need: pushes go to the database,
 and host staleness is read from it. The leader feeds its detectors from the database, not from

@@ -25,6 +25,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab import process
 from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.controller import lab_controller, record_path
+from clockfabric.lab.exec import command
 from clockfabric.lab.state import Lab, is_ours
 
 PY = [sys.executable, "-m", "clockfabric.cli"]
@@ -37,14 +38,16 @@ class LabFleet:
 
     PORT = 7400
 
-    def __init__(self, lab: Lab, *, config: Path | None = None, webhook: str | None = None, peers: int = 10,
-                 db: Path | None = None):
+    def __init__(self, lab: Lab, *, config: Path | None = None, alertmanagers: list[str] | None = None,
+                 peers: int = 10, db: Path | None = None):
+        """`alertmanagers`: their URLs, reachable from the reference host (none: the controller
+        starts one on that host's loopback). `db`: the controller's database (in the lab's folder)."""
         self.lab = lab
         self.db = db or lab.dir / "controller.db"
         self.host = min(lab.topology.hosts)  # the reference host, as for clock sync
         self.url = f"http://{lab.topology.hosts[self.host].address}:{self.PORT}"
         self.token_file = lab.dir / "fleet.token"
-        self.config, self.webhook = config, webhook
+        self.config, self.alertmanagers = config, alertmanagers or []
         self.agents = LabAgents(lab, peers=peers, extra=["--controller", self.url],
                                 per_host=lambda h: ["--token-file", str(self.node_token_file(h))])
         self.procs: list[subprocess.Popen] = []
@@ -64,6 +67,19 @@ class LabFleet:
     def api(self, path: str, *, body: dict | None = None, **params: Any) -> dict:
         """A call to this fleet's controller's API."""
         return api(lab_controller(self.lab, self.url, self.token_file), path, body=body, **params)
+
+    def alertmanager_alerts(self) -> list[dict]:
+        """The alerts the controller's Alertmanager holds (`GET /api/v2/alerts`), asked from the
+        reference host, where the one the controller started listens on loopback."""
+        url = (self.alertmanagers[0] if self.alertmanagers
+               else (self.db.with_name(self.db.name + ".alertmanager") / "url").read_text().strip())
+        script = ("import sys, urllib.request; "
+                  "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())")
+        done = subprocess.run(command(self.lab, self.host, [sys.executable, "-c", script, f"{url}/api/v2/alerts"]),
+                              capture_output=True, text=True, timeout=15)
+        if done.returncode:
+            raise ClockfabricError(f"Alertmanager {url} did not answer: {done.stderr.strip()[-300:]}")
+        return json.loads(done.stdout)
 
     @property
     def logs(self) -> Path:
@@ -112,7 +128,7 @@ class LabFleet:
                 f"{self.lab.topology.hosts[self.host].address}:{self.PORT}", "--token-file", str(self.token_file),
                 "--lab", self.lab.name]
         argv += ["--config", str(self.config)] if self.config else []
-        argv += ["--webhook", self.webhook] if self.webhook else []
+        argv += [arg for url in self.alertmanagers for arg in ("--alertmanager", url)]
         proc = self.lab.spawn(self.host, argv, "controller", log=self.logs / "controller.log")
         self._wait_ready(proc)
         return proc

@@ -140,7 +140,7 @@ def _alerts(storage: SqliteStorage, shape: Shape, hosts: list[str], rng: random.
     opened = sorted(now_ns - rng.randrange(span) for _ in range(shape.alerts))
     for i, t in enumerate(opened):
         host = rng.choice(hosts)
-        storage.open_alert(Alert(key=f"synthetic:{i}", kind=rng.choice(("link_down", "latency_sla", "congestion")),
+        storage.open_alert(Alert(key=f"synthetic:{i}", kind=rng.choice(("link_down", "flapping", "congestion")),
                                  severity=rng.choice(("warning", "critical")), message=f"{host}: synthetic alert {i}",
                                  opened_ns=t, detail={"host": host}))
         if i < shape.alerts - shape.open_alerts:

@@ -32,7 +32,7 @@ class Finding:
     kind: str
     severity: str
     message: str
-    detail: dict = field(default_factory=dict)  # JSON-safe: it goes to storage and webhooks as is
+    detail: dict = field(default_factory=dict)  # JSON-safe: it goes to storage and the API as is
 
 
 @dataclass(frozen=True)

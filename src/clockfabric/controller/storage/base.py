@@ -67,7 +67,7 @@ class Host:
 @dataclass(frozen=True)
 class Alert:
     key: str  # what it is about, stable: "flapping:leaf0-spine1" - one open alert per key
-    kind: str  # "link_down", "flapping", "latency_sla", "congestion", "topology_drift", "storage", ...
+    kind: str  # "link_down", "flapping", "congestion", "topology_drift", "storage", ...
     severity: str  # "warning" | "critical"
     message: str
     opened_ns: int
