@@ -12,7 +12,8 @@ import threading
 import time
 
 import pytest
-from pyroute2 import IPRoute, netns as pyroute_netns
+from pyroute2 import IPRoute
+from pyroute2 import netns as pyroute_netns
 
 from clockfabric import netns
 from clockfabric.qos import tc

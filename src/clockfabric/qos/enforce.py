@@ -20,7 +20,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from clockfabric.qos import tc
-from clockfabric.qos.bpf import BpfError, MarkMap
+from clockfabric.qos.bpf import MarkMap
 from clockfabric.qos.policy import CLASSES, Policy
 
 log = logging.getLogger(__name__)
