@@ -20,7 +20,7 @@ from tests.waiting import wait_for
 PORT = 5331
 # the receiver counts the DSCP of every TCP packet to PORT reaching its NIC, into a file
 RECEIVER = f"""
-import json, socket, sys, threading, time
+import json, os, socket, sys, threading, time
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("0.0.0.0", {PORT})); srv.listen()
 def drain():
@@ -36,7 +36,8 @@ while True:
     if frame[23] == 6 and int.from_bytes(frame[14 + ihl + 2:14 + ihl + 4], "big") == {PORT}:
         seen[frame[15] >> 2] = seen.get(frame[15] >> 2, 0) + 1
     if time.monotonic() - last > 0.1:
-        open(sys.argv[1] + ".tmp", "w").write(json.dumps(seen)); __import__("os").replace(sys.argv[1] + ".tmp", sys.argv[1])
+        open(sys.argv[1] + ".tmp", "w").write(json.dumps(seen))
+        os.replace(sys.argv[1] + ".tmp", sys.argv[1])
         last = time.monotonic()
 """
 SENDER = f"""
