@@ -20,7 +20,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from clockfabric.qos import tc
-from clockfabric.qos.bpf import MarkMap
+from clockfabric.qos.bpf import BpfError, MarkMap
 from clockfabric.qos.policy import CLASSES, Policy
 
 log = logging.getLogger(__name__)
@@ -61,13 +61,15 @@ class Enforcer:
     refused: str = ""  # the kernel's last refusal, until a policy applies
     refusals: list[dict] = field(default_factory=list)  # events not yet pushed
     shaping: dict[str, str] = field(default_factory=dict)  # device -> "shaped" or why not
+    stale: bool = False  # a NIC changed (replaced, moved): put everything on again at the next update
     _map: MarkMap | None = None
     _carried: dict[int, int] = field(default_factory=dict)  # packets counted by maps replaced since
 
     def update(self, policies: Iterable[Policy], sockets: Iterable[tuple[str, int]]) -> None:
         want = wanted(policies, sockets)
-        if want == self.applied:
+        if want == self.applied and not self.stale:
             return
+        self.stale = False
         try:
             self._apply(want)
         except (OSError, NetlinkError) as e:  # a refused program, map or qdisc: nothing of it stays
@@ -132,7 +134,10 @@ class Enforcer:
 
     def marked(self) -> dict[int, int]:
         """Packets marked so far, by socket cookie, over every map this enforcer made."""
-        now = self._map.packets() if self._map is not None else {}
+        try:
+            now = self._map.packets() if self._map is not None else {}
+        except BpfError:  # the map went with a change made meanwhile: its counts are carried already
+            now = {}
         return {c: now.get(c, 0) + self._carried.get(c, 0) for c in set(now) | set(self._carried)}
 
     def remove(self) -> None:

@@ -39,8 +39,13 @@ class Qos(Service):
         self.problem = ""  # why the last policies handed to us were not taken
         self.cleaned: list[str] = []  # NICs a killed agent had left marks or shaping on
         self.sockets: list[tuple[str, int]] = []
+        self._state: dict = {}  # made by each tick, read by the publisher and the pusher's thread
         if self.file is None:
             ctx.on_reply.append(self._from_controller)
+        ctx.on_link_change.append(self._link_changed)
+
+    def _link_changed(self) -> None:
+        self.enforcer.stale = True  # a NIC back as a new device has none of our marks
 
     def start(self) -> None:
         self.cleaned = remove_all(self.enforcer.devices)
@@ -74,6 +79,7 @@ class Qos(Service):
             self._read_file()
         self.sockets = self.ctx.job_sockets() if self.ctx.job_sockets else []
         self.enforcer.update(self.policies, self.sockets)
+        self._state = self.state()
 
     def state(self) -> dict:
         marked, applied = self.enforcer.marked(), self.enforcer.applied
@@ -90,11 +96,11 @@ class Qos(Service):
                 "cleaned_at_start": self.cleaned, "jobs": jobs}
 
     def report(self) -> dict:
-        return {"qos": self.state()}
+        return {"qos": self._state}
 
     def snapshot(self) -> Snapshot:
         events, self.enforcer.refusals = self.enforcer.refusals, []
-        return Snapshot(events=events, info={"qos": self.state()})
+        return Snapshot(events=events, info={"qos": self._state})
 
     def stop(self) -> None:
         self.enforcer.remove()
