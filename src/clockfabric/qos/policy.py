@@ -70,6 +70,15 @@ def make(jobid: str, qos_class: str, weight: int | None = None, override_dscp: b
     return Policy(jobid, qos_class, weight, bool(override_dscp))
 
 
+def parse_asked(jobid: str, asked: str) -> Policy:
+    """The policy a job asks for itself: CLASS or CLASS:WEIGHT (CLOCKFABRIC_QOS, `job run --qos`)."""
+    cls, _, weight = asked.partition(":")
+    if weight and not weight.strip().isdigit():
+        raise ClockfabricError(f"QoS {asked!r}: give CLASS or CLASS:WEIGHT, the weight a whole number from "
+                               f"{MIN_WEIGHT} to {MAX_WEIGHT}")
+    return make(jobid, cls.strip(), int(weight) if weight else None)
+
+
 def from_dict(raw: object) -> Policy:
     """A policy as the controller hands it out (Policy.as_dict); ClockfabricError if it is not one."""
     if not isinstance(raw, dict) or not isinstance(raw.get("jobid"), str) or not isinstance(raw.get("class"), str):

@@ -1,5 +1,6 @@
 """QoS: each job's class enforced on this host (clockfabric.qos). The policies come with the
-controller's answer to every push, or from `--qos-file`; the jobs' sockets from the workload
+controller's answer to every push, or from `--qos-file`; a job without one there may ask for a
+class itself (CLOCKFABRIC_QOS, `job run --qos`). The jobs' sockets come from the workload
 service. Each update the marks and shaping follow them, all or nothing (qos.enforce); a refusal
 is an event and part of the pushed state. At start, whatever a killed agent left (found by its
 tags) is removed; at stop, everything of ours is."""
@@ -17,6 +18,19 @@ from clockfabric.qos import policy
 from clockfabric.qos.enforce import Enforcer, remove_all
 
 log = logging.getLogger(__name__)
+
+
+def effective(set_: list[policy.Policy], asked: dict[str, str]) -> tuple[list[policy.Policy], list[str]]:
+    """The policies set (controller, file) and, for jobs without one, the class each job asks for
+    itself (CLOCKFABRIC_QOS); with a line for each ask that is not a valid one."""
+    out, problems, named = list(set_), [], {p.jobid for p in set_}
+    for jobid, ask in sorted(asked.items()):
+        if jobid not in named:
+            try:
+                out.append(policy.parse_asked(jobid, ask))
+            except ClockfabricError as e:
+                problems.append(f"job {jobid}: {e}")
+    return out, problems
 
 
 def read_policies(raw: object) -> list[policy.Policy]:
@@ -39,6 +53,8 @@ class Qos(Service):
         self.problem = ""  # why the last policies handed to us were not taken
         self.cleaned: list[str] = []  # NICs a killed agent had left marks or shaping on
         self.sockets: list[tuple[str, int]] = []
+        self.in_force: list[policy.Policy] = []  # those set, and those jobs ask for themselves
+        self.asked_problems: list[str] = []
         self._state: dict = {}  # made by each tick, read by the publisher and the pusher's thread
         if self.file is None:
             ctx.on_reply.append(self._from_controller)
@@ -78,21 +94,23 @@ class Qos(Service):
         if self.file is not None:
             self._read_file()
         self.sockets = self.ctx.job_sockets() if self.ctx.job_sockets else []
-        self.enforcer.update(self.policies, self.sockets)
+        self.in_force, self.asked_problems = effective(self.policies, self.ctx.job_qos() if self.ctx.job_qos else {})
+        self.enforcer.update(self.in_force, self.sockets)
         self._state = self.state()
 
     def state(self) -> dict:
         marked, applied = self.enforcer.marked(), self.enforcer.applied
         jobs: dict[str, dict] = {}
-        by_job = {p.jobid: p for p in self.policies}
+        by_job = {p.jobid: p for p in self.in_force}
         for jobid, cookie in self.sockets:
             if (p := by_job.get(jobid)) is not None and cookie in applied.marks:
                 j = jobs.setdefault(jobid, {"class": p.qos_class, "weight": p.weight, "dscp": p.dscp,
                                             "sockets": 0, "marked_packets": 0})
                 j["sockets"] += 1
                 j["marked_packets"] += marked.get(cookie, 0)
+        problem = "; ".join(filter(None, [self.problem, *self.asked_problems]))
         return {"policies": len(self.policies), "source": "file" if self.file else "controller",
-                "refused": self.enforcer.refused, "problem": self.problem, "links": dict(self.enforcer.shaping),
+                "refused": self.enforcer.refused, "problem": problem, "links": dict(self.enforcer.shaping),
                 "cleaned_at_start": self.cleaned, "jobs": jobs}
 
     def report(self) -> dict:
