@@ -67,6 +67,16 @@ def _dscp_by_port(raw: socket.socket, ports: set[int]) -> dict[int, set[int]]:
             seen.setdefault(sport, set()).add(frame[15] >> 2)
 
 
+def _assert_nothing_of_ours() -> None:
+    with IPRoute() as ipr:
+        for dev in ("lo", "qd0", "qd1"):
+            index = ipr.link_lookup(ifname=dev)[0]
+            assert not tc.has_marks(ipr, index) and not tc.shaped(ipr, index), dev
+            assert not any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(index)), dev
+        root = tc.root_qdisc(ipr, ipr.link_lookup(ifname="qd1")[0])
+        assert root is not None and root["handle"] == 0x10000  # someone else's: still there
+
+
 def test_marks_shaping_refusal_and_cleanup_on_a_real_kernel(ns):
     with netns.entered(ns):
         server = socket.socket()
@@ -112,16 +122,16 @@ def test_marks_shaping_refusal_and_cleanup_on_a_real_kernel(ns):
         assert enforcer.shaping == {"lo": "not shaped: the link's rate is unknown", "qd0": "shaped",
                                     "qd1": "not shaped: a root qdisc htb 1: that clockfabric did not make"}
 
-        # the agent is killed: its marks and shaping stay until the next one starts and removes them
+        # the agent is killed: what it left is found by its tags alone and removed
         assert sorted(remove_all(["lo", "qd0", "qd1"])) == ["lo", "qd0", "qd1"]
-        enforcer._map = None  # what a killed agent's successor has: nothing but the tags
+        _assert_nothing_of_ours()
+        # a NIC that came back as a new device has nothing of ours: a stale enforcer puts it all on again
+        enforcer.stale = True
+        enforcer.update(policies, sockets)
         with IPRoute() as ipr:
-            for dev in ("lo", "qd0", "qd1"):
-                index = ipr.link_lookup(ifname=dev)[0]
-                assert not tc.has_marks(ipr, index) and not tc.shaped(ipr, index), dev
-                assert not any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(index)), dev
-            root = tc.root_qdisc(ipr, ipr.link_lookup(ifname="qd1")[0])
-            assert root is not None and root["handle"] == 0x10000  # someone else's: still there
+            assert all(tc.has_marks(ipr, ipr.link_lookup(ifname=dev)[0]) for dev in ("lo", "qd0", "qd1"))
+        enforcer.remove()  # the agent stops
+        _assert_nothing_of_ours()
         bulk.sendall(b"y" * 100_000)
         assert _dscp_by_port(raw, {bulk.getsockname()[1]}) == {bulk.getsockname()[1]: {0}}
         for s in (bulk, other, own, raw, server):

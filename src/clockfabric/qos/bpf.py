@@ -98,8 +98,9 @@ def program(map_fd: int) -> bytes:
 class MarkMap:
     """A hash map of socket cookies to their marks, and the program that reads it."""
 
-    def __init__(self, entries: dict[int, tuple[int, bool]], max_entries: int = 65_536):
-        self.fd = _bpf(MAP_CREATE, struct.pack("=IIII", MAP_HASH, KEY.size, VALUE.size, max(1, max_entries)))
+    def __init__(self, entries: dict[int, tuple[int, bool]]):
+        # sized to what it holds: a map is made whole for each change and never grows after
+        self.fd = _bpf(MAP_CREATE, struct.pack("=IIII", MAP_HASH, KEY.size, VALUE.size, max(1, len(entries))))
         self.prog_fd = -1
         try:
             for cookie, (dscp, override) in entries.items():
