@@ -32,3 +32,14 @@ def test_a_policy_set_wins_over_what_the_job_asks_and_a_bad_ask_is_one_line():
 def test_a_bad_ask_names_the_problem(ask, says):
     with pytest.raises(ClockfabricError, match=says):
         parse_asked("J", ask)
+
+
+def test_the_hosts_qos_on_metrics():
+    from clockfabric.agent.metrics import qos_metrics
+
+    state = {"qos": {"refused": "", "jobs": {"bulk": {"class": "scavenger", "sockets": 2, "marked_packets": 40}}}}
+    found = {(m.name, tuple(sorted(m.labels.items()))): m.value for m in qos_metrics(state)}
+    assert found == {("clockfabric_qos_refused", ()): 0.0,
+                     ("clockfabric_qos_marked_packets_total", (("class", "scavenger"), ("jobid", "bulk"))): 40.0,
+                     ("clockfabric_qos_sockets", (("class", "scavenger"), ("jobid", "bulk"))): 2.0}
+    assert qos_metrics({"qos": {}}) == []  # before the service's first update
