@@ -82,3 +82,17 @@ def test_an_agent_refuses_a_malformed_policy_list_in_one_line():
     with pytest.raises(ClockfabricError, match="a JSON list"):
         read_policies({"jobid": "J"})
     assert policy.make("J", "scavenger").dscp == 1
+
+
+def test_a_push_is_not_refused_when_the_policies_cannot_be_read(tmp_path, monkeypatch):
+    from clockfabric.controller.storage.base import StorageError
+
+    storage = SqliteStorage(tmp_path / "c.db")
+    with TestClient(create_app(Fleet(storage, hosts=["h1"]), TOKEN, tick_s=3600)) as client:
+        def refused():
+            raise StorageError("database is locked", "busy")
+        monkeypatch.setattr(storage, "qos_policies", refused)
+        assert "qos" not in push(client, "h1", {})  # stored; the agent keeps the policies it has
+        monkeypatch.undo()
+        assert push(client, "h1", {})["qos"] == []
+    storage.close()

@@ -140,7 +140,8 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
             stored = await run_in_threadpool(fleet.push, body.host, body.boot, body.info, items["events"],
                                              items["samples"], body.dropped_events, body.paths,
                                              ended=items["ended"], boots=body.boots)
-            return {**stored, "qos": await run_in_threadpool(qos.handed)}
+            handed = await run_in_threadpool(qos.handed)
+            return stored if handed is None else {**stored, "qos": handed}
         except UnknownHost:
             raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
                                      f"or start the controller with --enroll-unknown") from None

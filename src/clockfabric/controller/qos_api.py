@@ -9,6 +9,7 @@ policies (`QosBook.handed`): an agent enforces what its last answer said.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -17,9 +18,11 @@ from starlette.concurrency import run_in_threadpool
 
 from clockfabric.controller.body import parse, read_body
 from clockfabric.controller.fleet import Fleet
+from clockfabric.controller.storage.base import StorageError
 from clockfabric.errors import ClockfabricError
 from clockfabric.qos import policy
 
+log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4096
 REFRESH_S = 2.0  # another replica's change reaches this one's pushes within this long
 
@@ -30,15 +33,20 @@ class QosBook:
     def __init__(self, fleet: Fleet):
         self.fleet = fleet
         self._lock = threading.Lock()
-        self._handed: list[dict] = []
+        self._handed: list[dict] | None = None  # None until a read succeeds
         self._read_s = -float("inf")
 
-    def handed(self) -> list[dict]:
+    def handed(self) -> list[dict] | None:
+        """The policies; the last ones read while the database cannot be read (a push already
+        stored is never refused for them); None before any read succeeded: agents keep theirs."""
         with self._lock:
             if time.monotonic() - self._read_s >= REFRESH_S:
-                self._handed = [policy.Policy(j, c, w, o).as_dict()
-                                for j, c, w, o, _ in self.fleet.storage.qos_policies()]
-                self._read_s = time.monotonic()
+                try:
+                    self._handed = [policy.Policy(j, c, w, o).as_dict()
+                                    for j, c, w, o, _ in self.fleet.storage.qos_policies()]
+                    self._read_s = time.monotonic()
+                except StorageError as e:
+                    log.warning("cannot read the QoS policies (%s): agents keep the last ones", e)
             return self._handed
 
     def changed(self) -> None:
