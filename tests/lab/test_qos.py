@@ -79,7 +79,8 @@ def test_a_jobs_packets_carry_its_class_and_a_killed_agents_marks_go(make_lab):
         before = seen()
         wait_for("critical packets (DSCP 26) at h1", lambda: seen().get(26, 0) > before.get(26, 0) + 100, 5)
         assert qos_of("h0")["links"] == {"eth0": "not shaped: a root qdisc htb 1: that clockfabric did not make"}
-        assert qos_of("h1")["jobs"] == {}  # the job's sockets are not on h1: nothing of it marked there
+        h1 = wait_for("h1's agent publishing", lambda: qos_of("h1"), 10)
+        assert h1["jobs"] == {}  # the job's sockets are not on h1: nothing of it marked there
 
         killed = agents.procs[0]
         os.kill(killed.pid, signal.SIGKILL)

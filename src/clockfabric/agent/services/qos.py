@@ -67,6 +67,7 @@ class Qos(Service):
         self.cleaned = remove_all(self.enforcer.devices)
         if self.cleaned:
             log.info("removed the QoS marks and shaping an earlier agent left on %s", ", ".join(self.cleaned))
+        self._state = self.state()
 
     def _from_controller(self, body: dict) -> None:
         """Called from the pusher's thread: the list is replaced whole."""
