@@ -131,8 +131,7 @@ class MarkMap:
     def packets(self) -> dict[int, int]:
         """Packets marked so far, by socket cookie."""
         out: dict[int, int] = {}
-        key, nxt, value = (ctypes.create_string_buffer(KEY.size) for _ in range(2)), None, None
-        cur, nxt = key
+        cur, nxt = ctypes.create_string_buffer(KEY.size), ctypes.create_string_buffer(KEY.size)
         value = ctypes.create_string_buffer(VALUE.size)
         first = True
         while True:
