@@ -62,6 +62,11 @@ def test_a_policy_waits_for_its_job_rides_on_pushes_and_is_cleared(client):
     assert shown["items"][0]["state"] == "enforced" and shown["items"][0]["hosts"]["h1"]["marked_packets"] == 9
     assert shown["hosts"] == {"h1": {"refused": "", "links": {"eth0": "shaped"}}}
 
+    push(client, "h2", {"qos": {"refused": "", "links": {}, "jobs": {
+        "ckpt": {"class": "scavenger", "weight": 3, "sockets": 1, "marked_packets": 4}}}})  # `job run --qos`
+    asked = client.get("/api/v1/qos", headers=AUTH).json()["items"][-1]
+    assert (asked["jobid"], asked["class"], asked["state"], asked["set_ns"]) == ("ckpt", "scavenger",
+                                                                                 "asked by the job", None)
     assert client.post("/api/v1/qos/clear", headers=AUTH, json={"jobid": "bulk"}).status_code == 200
     r = client.post("/api/v1/qos/clear", headers=AUTH, json={"jobid": "bulk"})
     assert r.status_code == 404 and "has no QoS policy" in r.json()["detail"]

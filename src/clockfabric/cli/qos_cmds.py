@@ -63,8 +63,9 @@ def show(lab_name: str = LabOpt, controller_url: str = ControllerOpt, token_file
     for col in ("job", "class", "weight", "DSCP", "state", "on hosts"):
         t.add_column(col)
     for p in found["items"]:
-        dscp = policy.CLASSES[p["class"]].dscp
-        t.add_row(p["jobid"], p["class"], str(p["weight"]), str(dscp), p["state"], _on_hosts(p["hosts"]))
+        known = policy.CLASSES.get(p["class"])
+        t.add_row(p["jobid"], str(p["class"]), str(p["weight"]), str(known.dscp) if known else "?", p["state"],
+                  _on_hosts(p["hosts"]))
     out.print(t)
     for host, q in sorted(found["hosts"].items()):
         if q.get("refused"):

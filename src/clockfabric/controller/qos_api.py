@@ -65,14 +65,22 @@ def _policy(body: object) -> policy.Policy:
 
 
 def view(fleet: Fleet) -> dict:
-    """Every policy with each host's enforcement of it, and each host's QoS state."""
+    """Every policy with each host's enforcement of it, and each host's QoS state; then the jobs
+    that asked for a class themselves (`job run --qos`), as the hosts enforce them."""
     hosts = {h.name: h.info["qos"] for h in fleet.storage.hosts() if isinstance(h.info.get("qos"), dict)}
+    on: dict[str, dict[str, dict]] = {}  # jobid -> host -> what the host does about it
+    for name, q in hosts.items():
+        for jobid, j in (q.get("jobs") if isinstance(q.get("jobs"), dict) else {}).items():
+            on.setdefault(jobid, {})[name] = j
     items = []
     for jobid, cls, weight, override, set_ns in fleet.storage.qos_policies():
-        on = {name: q["jobs"][jobid] for name, q in hosts.items()
-              if isinstance(q.get("jobs"), dict) and jobid in q["jobs"]}
+        found = on.pop(jobid, {})
         items.append({**policy.Policy(jobid, cls, weight, override).as_dict(), "set_ns": set_ns,
-                      "state": "enforced" if on else "waiting: no host runs the job", "hosts": on})
+                      "state": "enforced" if found else "waiting: no host runs the job", "hosts": found})
+    for jobid, found in sorted(on.items()):
+        first = next(iter(found.values()))
+        items.append({"jobid": jobid, "class": first.get("class"), "weight": first.get("weight"),
+                      "override_dscp": False, "set_ns": None, "state": "asked by the job", "hosts": found})
     return {"items": items, "hosts": {name: {k: v for k, v in q.items() if k != "jobs"} for name, q in hosts.items()}}
 
 
