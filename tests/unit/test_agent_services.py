@@ -73,7 +73,8 @@ def test_a_service_that_raises_on_a_bad_field_counts_the_message_bad():
 
 def test_the_agents_services_declare_disjoint_message_types():
     router = Router(entry.factory for entry in SERVICES.entries())  # the classes carry name and handles
-    assert SERVICES.names() == ["clock", "claims", "lldp", "failover", "telemetry", "workload", "controller"]
+    assert SERVICES.names() == ["clock", "claims", "lldp", "failover", "telemetry", "workload", "qos",
+                               "controller"]
     assert {kind: s.name for kind, s in router.routes.items()} == {
         "report": "clock", "map": "clock", "stepped": "clock",
         "place": "claims", "release": "claims", "loads": "claims", "claims": "claims", "inband": "workload"}
@@ -85,15 +86,15 @@ def wanted(cfg: AgentConfig) -> list[str]:
 
 def test_failover_and_controller_services_run_only_when_configured(tmp_path):
     topo = leafspine(4, 2, 2)
-    assert wanted(AgentConfig("h0", topo, tmp_path)) == ["clock", "claims", "lldp", "telemetry", "workload"]
+    assert wanted(AgentConfig("h0", topo, tmp_path)) == ["clock", "claims", "lldp", "telemetry", "workload", "qos"]
     assert wanted(AgentConfig("h0", topo, tmp_path, controller="http://c:9400", failover=True)) == [
-        "clock", "claims", "lldp", "failover", "telemetry", "workload", "controller"]
+        "clock", "claims", "lldp", "failover", "telemetry", "workload", "qos", "controller"]
 
 
 def test_a_disabled_service_is_not_run_and_the_rest_keep_their_order(tmp_path):
     topo = leafspine(4, 2, 2)
     cfg = AgentConfig("h0", topo, tmp_path, controller="http://c:9400", failover=True, disabled=("workload", "lldp"))
-    assert [e.name for e in chosen(cfg)] == ["clock", "claims", "failover", "telemetry", "controller"]
+    assert [e.name for e in chosen(cfg)] == ["clock", "claims", "failover", "telemetry", "qos", "controller"]
     assert [e.name for e in chosen(AgentConfig("h0", topo, tmp_path))] == wanted(AgentConfig("h0", topo, tmp_path))
 
 

@@ -36,6 +36,9 @@ CORPUS: list[str] = [
     "controller --token-file {d}/tok --stale abc", "topology generate leafspine --hosts many",
     "topology generate leafspine --mtu big", "topology generate multirail --planes x",
     "lab up {d}/good.yaml --seed x", "lab up {d}/good.yaml --max-drift fast", "audit --ssh-port x",
+    "qos set J --class gold", "qos set J --class critical --weight 0", "qos set J --class critical --weight 101",
+    "qos set 'a b' --class critical", "qos clear 'a b'", "qos set J", "job run --name J --qos gold -- true",
+    "job run --name J --qos critical:x -- true",
     # bad durations, rates and addresses
     "sync --lab " + NOLAB + " --seconds forever", "lab up {d}/bad.yaml --max-offset 5parsecs",
     "events --controller http://127.0.0.1:9 --token-file {d}/tok --since yesterday",

@@ -23,7 +23,7 @@ LAYERS = [
     {"topology"},
     {"localization"},  # network tomography: paths and their links in, suspect links out
     {"hosts"},
-    {"probe", "clock", "telemetry", "traffic", "collective", "audit", "workload", "train"},
+    {"probe", "clock", "telemetry", "traffic", "collective", "audit", "workload", "train", "qos"},
     {"agent"},
     {"controller"},
     {"lab"},  # a tool that drives the product from above: the product never knows it

@@ -51,6 +51,7 @@ class AgentConfig:
     disabled: tuple[str, ...] = ()  # agent services not to run (agent/services/), e.g. to measure one's cost
     key_file: Path | None = None  # the fleet keys (auth/keys.py) that seal probes, heartbeats, control messages
     insecure: bool = False  # run without a key: any host on the fabric can then move this host's clock
+    qos_file: Path | None = None  # QoS policies (qos.policy) from this JSON file, not from the controller
     seed: int = 0
     probed: list[str] = field(init=False)
 

@@ -49,6 +49,9 @@ class AgentContext:
     time_source: HostSync | None = None  # the clock service's: the mapping to global time
     on_link_change: list[Callable[[], None]] = field(default_factory=list)  # a link of this host changed
     on_news: list[Callable[[], None]] = field(default_factory=list)  # something the controller should hear now
+    on_reply: list[Callable[[dict], None]] = field(default_factory=list)  # the controller's answer to a push
+    job_sockets: Callable[[], list[tuple[str, int]]] | None = None  # (jobid, socket cookie): the workload's
+    job_qos: Callable[[], dict[str, str]] | None = None  # jobid -> the QoS class its processes ask for
 
     def link_changed(self) -> None:
         for wake in self.on_link_change:

@@ -125,6 +125,21 @@ def workload_metrics(state: dict) -> list[Metric]:
     return out
 
 
+def qos_metrics(state: dict) -> list[Metric]:
+    """Each job's QoS on this host (label `jobid`) and whether the kernel refused the policies."""
+    q = state.get("qos")
+    if not q:
+        return []
+    out = [Metric("clockfabric_qos_refused", float(bool(q["refused"])),
+                  help="1 while the kernel refuses this host's QoS policies (the host keeps what it had)")]
+    for jobid, j in q["jobs"].items():
+        labels = {"jobid": jobid, "class": j["class"]}
+        out += [Metric("clockfabric_qos_marked_packets_total", float(j["marked_packets"]), labels, "counter",
+                       "Packets of the job marked with its class's DSCP on this host"),
+                Metric("clockfabric_qos_sockets", float(j["sockets"]), labels, help="The job's sockets marked")]
+    return out
+
+
 class AgentMetrics:
     """A prometheus_client collector over the agent's telemetry and its latest state."""
 
@@ -136,7 +151,7 @@ class AgentMetrics:
     def collect(self) -> Iterator[Family]:
         metrics = self.collectors.collect().metrics
         if (state := self.state()) is not None:
-            metrics += clock_metrics(state) + workload_metrics(state)
+            metrics += clock_metrics(state) + workload_metrics(state) + qos_metrics(state)
         # name -> family, its label names
         families: dict[str, tuple[CounterMetricFamily | GaugeMetricFamily, list[str]]] = {}
         for m in metrics:

@@ -58,13 +58,14 @@ class Pusher(threading.Thread):
                  interval_s: float = 1.0, buffer_events: int = BUFFER_EVENTS,
                  verify: str | bool | ssl.SSLContext = True,
                  paths: Callable[[], list] | None = None, rng: random.Random | None = None,
-                 log: EventLog | None = None):
+                 log: EventLog | None = None, on_reply: Callable[[dict], None] | None = None):
         """`url`: the controller's URL, or its replicas' URLs comma-separated.
         `snapshot()` returns (new events, current samples, agent info); events are taken from
         the caller's sources exactly once, so they must be kept here until the controller has them.
         `paths()`: the host's path map (agent.pathmap rows), sent whole with every push.
         `rng`: the backoff's jitter (tests give a seeded one). `log`: where events are held until
-        the controller has them (agent.eventlog; None: in memory, `buffer_events` at most)."""
+        the controller has them (agent.eventlog; None: in memory, `buffer_events` at most).
+        `on_reply`: given the controller's answer to each push it took (the QoS policies ride on it)."""
         super().__init__(name="controller-push", daemon=True)
         self.urls = [u.strip().rstrip("/") + "/api/v1/push" for u in url.split(",") if u.strip()]
         if not self.urls:
@@ -73,6 +74,7 @@ class Pusher(threading.Thread):
         self._failed_in_row = 0
         self.host = host
         self.snapshot = snapshot
+        self.on_reply = on_reply
         self.paths = paths
         self.interval_s = interval_s
         self.boot = uuid.uuid4().hex[:12]  # this agent run: (host, boot, seq) names an event for good
@@ -194,6 +196,11 @@ class Pusher(threading.Thread):
         self._unreported_drops = 0
         self.counters["pushes"] += 1
         self.counters["events_sent"] += len(batch)
+        if self.on_reply is not None:
+            try:
+                self.on_reply(r.json())
+            except ValueError:  # not JSON: a controller too old to answer with anything to act on
+                pass
         return True
 
     def _taken(self, batch: list[dict], keep: Sequence[dict] = (), *, delivered: bool) -> None:

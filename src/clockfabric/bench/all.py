@@ -54,6 +54,8 @@ _declare("workload-healthy", "workload.healthy", "Workload monitoring's false al
          "traffic for minutes, every slow-flow alert and mismatch.")
 _declare("workload-cost", "workload.cost", "Workload monitoring: CPU per update at 4 jobs x 16 flows, against the bare "
          "sock_diag read; a DDP job's step time, paired runs with and without it.")
+_declare("qos", "qos.command", "A critical DDP job beside a scavenger bulk job, on a fabric with classes and one "
+         "without: step time with and without QoS.")
 _declare("auth-cost", "auth.cost", "The fleet key: per-datagram seal/open time and the agent CPU it adds")
 _declare("fuzz", "fuzz.command", "Mutation fuzzing of every parser: crashes, forgeries taken, dead loops")
 _declare("spares", "spares.command", "Spares against checkpoint restarts and torchft: failure -> next step, goodput, "

@@ -96,6 +96,9 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           no_collectors: list[str] = typer.Option([], "--no-collector", metavar="NAME",
                                                   help="Do not run this telemetry collector (repeatable)."),
           disabled: list[str] = DisableOpt,
+          qos_file: Path = typer.Option(None, "--qos-file",
+                                        help="Enforce the QoS policies in this JSON file (a list of {jobid, class, "
+                                             "weight}), read again when it changes, instead of the controller's."),
           log_format: str = LogFormatOpt,
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
@@ -131,7 +134,8 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                       controller=controller, token=token, ca_file=ca_file, event_log=event_log,
                       failover=failover, hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,
                       collectors=tuple(collectors), no_collectors=tuple(no_collectors),
-                      disabled=tuple(disabled), key_file=key_file, insecure=insecure)).run()
+                      disabled=tuple(disabled), key_file=key_file, insecure=insecure,
+                      qos_file=qos_file)).run()
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),

@@ -121,8 +121,13 @@ def why(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric job
 @app.command(context_settings={"ignore_unknown_options": True})
 def run(name: str = typer.Option(..., "--name", "-n", help="The job's name: how agents and the controller call it."),
         run_id: str = typer.Option(None, "--run-id", help="This run's id (default: a new random one)."),
+        qos: str = typer.Option("", "--qos", help="The QoS class it asks for, CLASS or CLASS:WEIGHT (a policy "
+                                                  "set with `clockfabric qos set` wins)."),
         command: list[str] = typer.Argument(..., help="The command, after --.")) -> None:
     """Run a command as job NAME (CLOCKFABRIC_JOB in its environment), passing signals and its exit status through."""
+    from clockfabric.qos.policy import parse_asked
     from clockfabric.workload.run import run as run_job
 
-    raise typer.Exit(run_job(name, command, run_id))
+    if qos:
+        parse_asked(name, qos)  # a mistake is one line, before the command starts
+    raise typer.Exit(run_job(name, command, run_id, qos))

@@ -61,6 +61,7 @@ COMMANDS = {
     "jobs": ("job_cmds", "jobs", False,
              "The jobs the controller knows: hosts, ranks, start, and whether they still run."),
     "job": ("job_cmds", "app", True, "One job: run a command as a named job, or show a job and its flows."),
+    "qos": ("qos_cmds", "app", True, "Jobs' QoS: a class and weight per job, enforced from the hosts."),
     "train": ("train_cmds", "app", True,
               "Elastic training: spares take a lost rank's place, its state from peers' memory."),
 }

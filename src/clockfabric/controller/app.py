@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from clockfabric.auth.credential import token_host
-from clockfabric.controller import jobs_api, neighbours_api, rootcause_inputs
+from clockfabric.controller import jobs_api, neighbours_api, qos_api, rootcause_inputs
 from clockfabric.controller.body import Bounds, invalid, parse, read_body
 from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.routes import register as register_dashboard
@@ -87,6 +87,7 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
     app.state.operations = ops
     auth = [Depends(authorised)]
     ops.register(app, auth)
+    qos = qos_api.QosBook(fleet)  # every push is answered with the policies
 
     @app.exception_handler(StorageError)
     async def storage_error(_request: Request, e: StorageError):
@@ -136,9 +137,11 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
             raise HTTPException(403, f"this credential is host {claimed!r}'s: it does not push as {body.host!r}")
         try:
             items = body.model_dump(include={"events", "samples", "ended"})  # one call, not one per item
-            return await run_in_threadpool(fleet.push, body.host, body.boot, body.info, items["events"],
-                                           items["samples"], body.dropped_events, body.paths,
-                                           ended=items["ended"], boots=body.boots)
+            stored = await run_in_threadpool(fleet.push, body.host, body.boot, body.info, items["events"],
+                                             items["samples"], body.dropped_events, body.paths,
+                                             ended=items["ended"], boots=body.boots)
+            handed = await run_in_threadpool(qos.handed)
+            return stored if handed is None else {**stored, "qos": handed}
         except UnknownHost:
             raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
                                      f"or start the controller with --enroll-unknown") from None
@@ -239,6 +242,7 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
     app.include_router(rootcause_inputs.router(fleet, auth))  # before jobs_api: its {jobid:path} takes all
     app.include_router(jobs_api.router(fleet, auth))
     app.include_router(neighbours_api.router(fleet, auth))
+    app.include_router(qos_api.router(fleet, qos, auth))
     register_dashboard(app, fleet, token)
     app.add_middleware(SecurityHeaders)  # added last: outermost, so every answer carries them
     return app

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 
 JOB_ENV = "CLOCKFABRIC_JOB"
 RUN_ENV = "CLOCKFABRIC_JOB_RUN"
+QOS_ENV = "CLOCKFABRIC_QOS"  # the QoS class the job asks for, CLASS or CLASS:WEIGHT (`job run --qos`)
 # (variable, source name); the first one a process has names its job
 JOB_SOURCES = ((JOB_ENV, "clockfabric"), ("SLURM_JOB_ID", "slurm"), ("TORCHELASTIC_RUN_ID", "torchelastic"))
 RANK_ENV = ("RANK", "SLURM_PROCID")
-WANTED_ENV = frozenset([v for v, _ in JOB_SOURCES] + list(RANK_ENV) + [RUN_ENV])
+WANTED_ENV = frozenset([v for v, _ in JOB_SOURCES] + list(RANK_ENV) + [RUN_ENV, QOS_ENV])
 # kubepods-burstable-pod1b2c..._..slice (systemd driver) or /kubepods/burstable/pod1b2c-... (cgroupfs)
 POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 
@@ -31,6 +32,7 @@ class JobTag:
     source: str  # "clockfabric" | "slurm" | "torchelastic" | "kubernetes"
     rank: int | None = None
     run: str = ""  # CLOCKFABRIC_JOB_RUN: one run of a named job
+    qos: str = ""  # CLOCKFABRIC_QOS: the QoS class (and weight) it asks for, as given
 
 
 def parse_environ(data: bytes) -> dict[str, str]:
@@ -59,12 +61,12 @@ def _rank(environ: dict[str, str]) -> int | None:
 
 def identify(environ: dict[str, str], cgroup: str = "") -> JobTag | None:
     """The job a process with this environment and cgroup belongs to; None for no job."""
-    rank, run = _rank(environ), environ.get(RUN_ENV, "")
+    rank, run, qos = _rank(environ), environ.get(RUN_ENV, ""), environ.get(QOS_ENV, "").strip()[:64]
     for name, source in JOB_SOURCES:
         if value := environ.get(name, "").strip():
-            return JobTag(value if source == "clockfabric" else f"{source}:{value}", source, rank, run)
+            return JobTag(value if source == "clockfabric" else f"{source}:{value}", source, rank, run, qos)
     if uid := pod_uid(cgroup):
-        return JobTag(f"kubernetes:{uid}", "kubernetes", rank, run)
+        return JobTag(f"kubernetes:{uid}", "kubernetes", rank, run, qos)
     return None
 
 
@@ -93,6 +95,11 @@ class Job:
     @property
     def runs(self) -> list[str]:
         return sorted({p.tag.run for p in self.processes if p.tag.run})
+
+    @property
+    def qos(self) -> str:
+        """The QoS class its processes ask for (CLOCKFABRIC_QOS); "" where none does."""
+        return min((p.tag.qos for p in self.processes if p.tag.qos), default="")
 
     @property
     def hidden(self) -> int:

@@ -15,7 +15,7 @@ import subprocess
 import uuid
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.workload.jobs import JOB_ENV, RUN_ENV
+from clockfabric.workload.jobs import JOB_ENV, QOS_ENV, RUN_ENV
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
@@ -28,12 +28,13 @@ def check_name(name: str) -> str:
     return name
 
 
-def run(name: str, argv: list[str], run_id: str | None = None) -> int:
-    """Run argv as job `name` until it ends; returns its exit status."""
+def run(name: str, argv: list[str], run_id: str | None = None, qos: str = "") -> int:
+    """Run argv as job `name` until it ends; returns its exit status. `qos`: the class (and weight)
+    the job asks for, CLASS or CLASS:WEIGHT, checked by the caller (clockfabric.qos.policy)."""
     check_name(name)
     if not argv:
         raise ClockfabricError("no command given: clockfabric job run --name N -- CMD ...")
-    env = {**os.environ, JOB_ENV: name, RUN_ENV: run_id or uuid.uuid4().hex[:12]}
+    env = {**os.environ, JOB_ENV: name, RUN_ENV: run_id or uuid.uuid4().hex[:12], **({QOS_ENV: qos} if qos else {})}
     started: list[subprocess.Popen] = []
     early: list[int] = []  # signals that came before the command started: it gets them once it has
 

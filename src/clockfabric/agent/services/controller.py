@@ -26,13 +26,18 @@ def _wanted(cfg: AgentConfig) -> bool:
 class ControllerPush(Service):
     def __init__(self, ctx: AgentContext):
         cfg = ctx.cfg
+        self.ctx = ctx
         assert cfg.controller  # _wanted: made only with one
         self.path_map = PathMapper(cfg.topology, cfg.host, cfg.probed, ctx.engine.flows, on_change=ctx.news)
         self.pusher = Pusher(cfg.controller, cfg.token, cfg.host, snapshot=ctx.push_snapshot,
                              interval_s=cfg.update_s, verify=cfg.ca_file or True, paths=lambda: self.path_map.rows,
-                             log=EventLog(cfg.event_log))
+                             log=EventLog(cfg.event_log), on_reply=self._answered)
         ctx.on_link_change += [self.path_map.wake, self.pusher.hold, self.pusher.wake]
         ctx.on_news.append(self.pusher.wake)
+
+    def _answered(self, body: dict) -> None:
+        for hear in self.ctx.on_reply:  # the QoS policies ride on the answer
+            hear(body)
 
     def start(self) -> None:
         self.pusher.add_events([{"t_ns": time.time_ns(), "synced": False, "kind": "agent_start",

@@ -150,6 +150,13 @@ class Storage(Protocol):
     def audit(self, id_: int) -> Audit | None:
         """One audit with its report; None if there is none with that id."""
 
+    def set_qos(self, jobid: str, qos_class: str, weight: int, override_dscp: bool, now_ns: int) -> None:
+        """A job's QoS policy (storage.qos), replacing any it had."""
+
+    def clear_qos(self, jobid: str) -> bool: ...
+
+    def qos_policies(self) -> list[tuple[str, str, int, bool, int]]: ...
+
     def check(self, now_ns: int) -> None:
         """A real read and write (and, where the database has them, its own integrity checks);
         StorageError if any fails. The controller runs it every second."""

@@ -1,5 +1,5 @@
-// Jobs: the jobs list; a job's flows (peers, rate, RTT, retransmits, OWD, path), its throughput
-// and each flow's delay on one time axis, the root-cause verdict with its evidence, and the
+// Jobs: the jobs list; a job's QoS class and what the hosts do about it; its flows (peers, rate,
+// RTT, retransmits, OWD, path), its throughput and each flow's delay on one time axis, the root-cause verdict with its evidence, and the
 // links its flows cross on the fabric map, the verdict's link in the verdict's colour.
 import { get } from "./api.js";
 import { COLOURS, chart, legend } from "./chart.js";
@@ -22,9 +22,10 @@ export async function render(refresh) {
   }
   if (!jobs.some((j) => j.jobid === chosen)) chosen = (jobs.find((j) => j.active) || jobs[0]).jobid;
   const id = encodeURIComponent(chosen);
-  const [job, why, series, fabric] = await Promise.all([
+  const [job, why, series, fabric, qos] = await Promise.all([
     get(`/api/v1/jobs/${id}`), get(`/api/v1/jobs/${id}/why`, { since }),
-    get("/api/v1/dashboard/job-series", { jobid: chosen, since }), get("/api/v1/fabric").catch(() => null)]);
+    get("/api/v1/dashboard/job-series", { jobid: chosen, since }), get("/api/v1/fabric").catch(() => null),
+    get("/api/v1/qos").catch(() => null)]);
   const list = paged("Jobs", ["job", "state", "hosts", "ranks", "started", "last seen"], jobs, (j) =>
     el("tr", { "data-job": j.jobid, class: j.jobid === chosen ? "chosen" : null },
       el("td", {}, el("button", { type: "button", "aria-label": `open job ${j.jobid}`,
@@ -38,10 +39,19 @@ export async function render(refresh) {
   return el("section", { "aria-label": "Jobs", "data-job": chosen },
     el("h2", {}, `Jobs: ${jobs.length}`), list,
     el("div", { class: "toolbar" }, el("h2", {}, `Job ${chosen}`), el("label", { for: "job-window" }, "window"), window),
-    verdict(why),
+    qosLine(qos, chosen), verdict(why),
     el("h2", {}, "Throughput and per-flow delay"), timeline(series),
     el("h2", {}, "Its flows on the fabric"), map(fabric, why),
     el("h2", {}, `Flows: ${job.flows.length}`), flows(job, why));
+}
+
+// "QoS: critical, weight 70 (enforced) · h0: 2 sockets, 310 packets marked"
+function qosLine(qos, jobid) {
+  const p = qos && qos.items.find((i) => i.jobid === jobid);
+  if (!p) return el("p", { id: "job-qos", class: "muted" }, "QoS: none (clockfabric qos set JOB --class C)");
+  const hosts = Object.entries(p.hosts).map(([h, j]) => `${h}: ${j.sockets} sockets, ${j.marked_packets} packets marked`);
+  return el("p", { id: "job-qos", "data-class": p.class },
+    [`QoS: ${p.class}, weight ${p.weight} (${p.state})`, ...hosts].join(" · "));
 }
 
 function verdict(why) {

@@ -1,0 +1,125 @@
+"""QoS: each job's class enforced on this host (clockfabric.qos). The policies come with the
+controller's answer to every push, or from `--qos-file`; a job without one there may ask for a
+class itself (CLOCKFABRIC_QOS, `job run --qos`). The jobs' sockets come from the workload
+service. Each update the marks and shaping follow them, all or nothing (qos.enforce); a refusal
+is an event and part of the pushed state. At start, whatever a killed agent left (found by its
+tags) is removed; at stop, everything of ours is."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from clockfabric.agent.context import AgentContext
+from clockfabric.agent.service import Service, Snapshot, service
+from clockfabric.errors import ClockfabricError
+from clockfabric.qos import policy
+from clockfabric.qos.enforce import Enforcer, remove_all
+
+log = logging.getLogger(__name__)
+
+
+def effective(set_: list[policy.Policy], asked: dict[str, str]) -> tuple[list[policy.Policy], list[str]]:
+    """The policies set (controller, file) and, for jobs without one, the class each job asks for
+    itself (CLOCKFABRIC_QOS); with a line for each ask that is not a valid one."""
+    out, problems, named = list(set_), [], {p.jobid for p in set_}
+    for jobid, ask in sorted(asked.items()):
+        if jobid not in named:
+            try:
+                out.append(policy.parse_asked(jobid, ask))
+            except ClockfabricError as e:
+                problems.append(f"job {jobid}: {e}")
+    return out, problems
+
+
+def read_policies(raw: object) -> list[policy.Policy]:
+    """A list of policies (qos.policy.Policy.as_dict); ClockfabricError naming the first bad one."""
+    if not isinstance(raw, list):
+        raise ClockfabricError("QoS policies are a JSON list of {\"jobid\", \"class\", \"weight\"}")
+    return [policy.from_dict(p) for p in raw]
+
+
+@service("qos", help="QoS: mark each job's packets with its class's DSCP, shape egress by class")
+class Qos(Service):
+    def __init__(self, ctx: AgentContext):
+        self.ctx = ctx
+        topo, host = ctx.cfg.topology, ctx.cfg.host
+        rates = {(lk.a if lk.a.node == host else lk.b).iface: lk.rate_bps for lk in topo.links_of(host)}
+        self.enforcer = Enforcer({nic: rates.get(nic, 0) for nic in ctx.rails})
+        self.policies: list[policy.Policy] = []
+        self.file: Path | None = ctx.cfg.qos_file
+        self._file_seen: float | None = None
+        self.problem = ""  # why the last policies handed to us were not taken
+        self.cleaned: list[str] = []  # NICs a killed agent had left marks or shaping on
+        self.sockets: list[tuple[str, int]] = []
+        self.in_force: list[policy.Policy] = []  # those set, and those jobs ask for themselves
+        self.asked_problems: list[str] = []
+        self._state: dict = {}  # made by each tick, read by the publisher and the pusher's thread
+        if self.file is None:
+            ctx.on_reply.append(self._from_controller)
+        ctx.on_link_change.append(self._link_changed)
+
+    def _link_changed(self) -> None:
+        self.enforcer.stale = True  # a NIC back as a new device has none of our marks
+
+    def start(self) -> None:
+        self.cleaned = remove_all(self.enforcer.devices)
+        if self.cleaned:
+            log.info("removed the QoS marks and shaping an earlier agent left on %s", ", ".join(self.cleaned))
+        self._state = self.state()
+
+    def _from_controller(self, body: dict) -> None:
+        """Called from the pusher's thread: the list is replaced whole."""
+        if "qos" in body:
+            self._take(body["qos"])
+
+    def _take(self, raw: object) -> None:
+        try:
+            self.policies = read_policies(raw)
+            self.problem = ""
+        except ClockfabricError as e:
+            self.problem = str(e)
+
+    def _read_file(self) -> None:
+        assert self.file is not None
+        try:
+            mtime = self.file.stat().st_mtime
+            if mtime != self._file_seen:
+                self._file_seen = mtime
+                self._take(json.loads(self.file.read_text()))
+        except (OSError, ValueError) as e:
+            self.problem = f"{self.file}: {e}"
+
+    def tick(self, now_ns: int) -> None:
+        if self.file is not None:
+            self._read_file()
+        self.sockets = self.ctx.job_sockets() if self.ctx.job_sockets else []
+        self.in_force, self.asked_problems = effective(self.policies, self.ctx.job_qos() if self.ctx.job_qos else {})
+        self.enforcer.update(self.in_force, self.sockets)
+        self._state = self.state()
+
+    def state(self) -> dict:
+        marked, applied = self.enforcer.marked(), self.enforcer.applied
+        jobs: dict[str, dict] = {}
+        by_job = {p.jobid: p for p in self.in_force}
+        for jobid, cookie in self.sockets:
+            if (p := by_job.get(jobid)) is not None and cookie in applied.marks:
+                j = jobs.setdefault(jobid, {"class": p.qos_class, "weight": p.weight, "dscp": p.dscp,
+                                            "sockets": 0, "marked_packets": 0})
+                j["sockets"] += 1
+                j["marked_packets"] += marked.get(cookie, 0)
+        problem = "; ".join(filter(None, [self.problem, *self.asked_problems]))
+        return {"policies": len(self.policies), "source": "file" if self.file else "controller",
+                "refused": self.enforcer.refused, "problem": problem, "links": dict(self.enforcer.shaping),
+                "cleaned_at_start": self.cleaned, "jobs": jobs}
+
+    def report(self) -> dict:
+        return {"qos": self._state}
+
+    def snapshot(self) -> Snapshot:
+        events, self.enforcer.refusals = self.enforcer.refusals, []
+        return Snapshot(events=events, info={"qos": self._state})
+
+    def stop(self) -> None:
+        self.enforcer.remove()

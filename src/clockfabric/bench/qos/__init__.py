@@ -1,0 +1,1 @@
+"""`clockfabric bench qos`: a critical DDP job beside a scavenger bulk job, with and without QoS."""

@@ -1,0 +1,172 @@
+"""`clockfabric bench qos`: the lab's example DDP job (examples/ddp_train.py, 4 ranks, one per
+host of a 4-host leaf-spine, every ring hop across the spine) named `ddp`, beside a scavenger
+bulk job (`bulk`: iperf3, 4 TCP streams h0 -> h2 and h3 -> h1, on the DDP job's host links and
+uplinks), on each fabric asked for (`--fabric`):
+
+  classes  every port with the lab's traffic classes (topology/classes.py), the collective class
+           guaranteed COLLECTIVE_SHARE of each link, as an AI fabric configures them;
+  fifo     one FIFO per port.
+
+Per fabric, three runs, each with an agent on every host: the DDP job alone, beside the bulk job
+without QoS (no policy), and beside it with QoS (`ddp` critical, `bulk` scavenger, from the
+agents' --qos-file). Figures: each run's median step; the slowdown without QoS (to be >= 1.3x:
+the scenario is contended) and with QoS (<= 1.05x); the share the bulk job took of what the DDP
+job left of h0's link (>= 80%: no starvation; the DDP job's bytes are its alone run's, the same
+model and steps); the agents' CPU with QoS less without (what QoS costs a host).
+
+    sudo clockfabric bench qos [--fabric classes --fabric fifo] [--steps 30] [--rate 50mbit]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, machine, record, targets_table
+from clockfabric.bench.workload.cost_ddp import cpu_s
+from clockfabric.clock.evaluate import read_states
+from clockfabric.console import out, print_json, require_root
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build, job, process
+from clockfabric.lab.agents import LabAgents
+from clockfabric.lab.state import Lab
+from clockfabric.lab.traffic import iperf_server
+from clockfabric.topology import TrafficClasses, leafspine
+from clockfabric.topology.rates import parse_rate
+from clockfabric.workload.jobs import JOB_ENV
+
+SCRIPT = Path("examples/ddp_train.py")
+HOSTS = ["h0", "h1", "h2", "h3"]
+BULK = [("h0", "h2"), ("h3", "h1")]
+BULK_PORT, SEED = 5340, 7
+COLLECTIVE_SHARE = 90.0  # of every link, for the collective class (priority keeps its 5% cap)
+# on one FIFO a mark changes no queue, and the lab's link emulation holds the hosts' root qdisc
+FIFO_NOTE = ("; the hosts' pacing loop (qos/pacing.py) is not driven yet: marks change no queue on a FIFO, "
+             "and the lab's link qdisc leaves the hosts no room to shape")
+POLICIES = [{"jobid": "ddp", "class": "critical"}, {"jobid": "bulk", "class": "scavenger"}]
+
+
+def tx_bytes(lab: Lab, host: str) -> int:
+    from clockfabric.lab import netns
+
+    with netns.ipr(lab.ns(host)) as ipr:
+        return ipr.get_links(ipr.link_lookup(ifname="eth0")[0])[0].get_attr("IFLA_STATS64")["tx_bytes"]
+
+
+def start_bulk(lab: Lab) -> list:
+    procs = []
+    try:
+        for i, (src, dst) in enumerate(BULK):
+            address = str(lab.topology.hosts[dst].address)
+            procs.append(iperf_server(lab, dst, address, BULK_PORT + i))
+            procs.append(lab.spawn(src, ["env", f"{JOB_ENV}=bulk", "iperf3", "-c", address, "-p", str(BULK_PORT + i),
+                                         "-P", "4", "-t", "3600"], "bulk job",
+                                  log=lab.dir / "logs" / f"bulk-{src}.log"))
+        time.sleep(2.0)  # the streams reach their rate
+    except BaseException:
+        process.stop(procs)
+        raise
+    return procs
+
+
+def one_run(lab: Lab, folder: Path, steps: int, *, bulk: bool, qos: bool) -> dict:
+    policy_file = folder / "qos.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    policy_file.write_text(json.dumps(POLICIES if qos else []))
+    agents = LabAgents(lab, peers=1, extra=["--metrics-port", "0", "--qos-file", str(policy_file)])
+    procs = []
+    agents.start()
+    try:
+        agents.wait_publishing()
+        if bulk:
+            procs = start_bulk(lab)
+        cpu0, tx0, t0 = [cpu_s(p.pid) for p in agents.procs], tx_bytes(lab, "h0"), time.monotonic()
+        run = job.start(lab, HOSTS, [str(SCRIPT), "--steps", str(steps), "--timeout", "120", "--seed", str(SEED)],
+                        folder / "job", env={JOB_ENV: "ddp"})
+        try:
+            result = run.wait(steps * 30 + 300, stall_s=150)
+        finally:
+            run.stop()
+        took = time.monotonic() - t0
+        cpu = sum(cpu_s(p.pid) - c for p, c in zip(agents.procs, cpu0, strict=True)) / took / len(agents.procs)
+        sent = tx_bytes(lab, "h0") - tx0
+        qos_state = {h: s.get("qos", {}) for h, s in read_states(agents.state_dir).items()}
+    finally:
+        process.stop(procs)
+        agents.stop()
+    if result.outcome != "completed" or result.median_step_s is None:
+        raise ClockfabricError(f"the DDP job did not complete: {result.error or result.outcome}")
+    return {"bulk": bulk, "qos": qos, "median_step_s": result.median_step_s, "seconds": took, "h0_tx_bytes": sent,
+            "agent_cpu_share": cpu, "qos_state": qos_state}
+
+
+def fabric_runs(fabric: str, steps: int, rate: str, tmp: Path) -> dict:
+    classes = TrafficClasses(collective_share=COLLECTIVE_SHARE) if fabric == "classes" else None
+    name = f"qos-{fabric}-{os.getpid() % 10000}"
+    with labs_removed(name):
+        lab = build.up(replace(leafspine(len(HOSTS), 2, 1, host_rate=rate, name=f"qos-{fabric}"), classes=classes),
+                       name)
+        runs = {}
+        for label, bulk, qos in (("alone", False, False), ("without_qos", True, False), ("with_qos", True, True)):
+            runs[label] = one_run(lab, tmp / fabric / label, steps, bulk=bulk, qos=qos)
+            out.print(f"{fabric} {label}: {runs[label]['median_step_s'] * 1e3:.0f} ms/step, h0 sent "
+                      f"{runs[label]['h0_tx_bytes'] * 8 / runs[label]['seconds'] / 1e6:.1f} Mbit/s, agents "
+                      f"{runs[label]['agent_cpu_share']:.2%} of a core each")
+    return runs
+
+
+def fabric_targets(fabric: str, runs: dict, rate_bps: int) -> list[Target]:
+    alone, without, with_qos = runs["alone"], runs["without_qos"], runs["with_qos"]
+    slow_without = without["median_step_s"] / alone["median_step_s"]
+    slow_with = with_qos["median_step_s"] / alone["median_step_s"]
+    ddp_bytes = alone["h0_tx_bytes"]  # the same model and steps: the same bytes
+    left = rate_bps / 8 * with_qos["seconds"] - ddp_bytes
+    bulk_share = (with_qos["h0_tx_bytes"] - ddp_bytes) / left if left > 0 else None
+    alone_ms = f"alone {alone['median_step_s'] * 1e3:.0f} ms/step"
+    return [
+        Target(f"{fabric}: DDP slowdown beside the bulk job, without QoS (the scenario's contention)",
+               round(slow_without, 3), 1.3, "x", note=alone_ms),
+        Target(f"{fabric}: DDP slowdown beside the bulk job, with QoS", round(slow_with, 3), 1.05, "x",
+               better="lower", baseline=round(slow_without, 3),
+               note=f"{alone_ms}; baseline: without QoS" + (FIFO_NOTE if fabric == "fifo" else "")),
+        Target(f"{fabric}: bulk job's share of the link capacity the DDP job left (h0)",
+               None if bulk_share is None else round(bulk_share, 3), 0.8, "",
+               note="DDP bytes from its alone run"),
+        Target(f"{fabric}: agent CPU with QoS less without", round(with_qos["agent_cpu_share"]
+                                                                   - without["agent_cpu_share"], 4), 0.01, "core",
+               better="lower", note=f"with QoS each agent {with_qos['agent_cpu_share']:.2%} of a core"),
+    ]
+
+
+@BENCHMARKS.register("qos")
+def main(fabrics: list[str] = typer.Option(["classes", "fifo"], "--fabric", help="classes and/or fifo."),
+         steps: int = typer.Option(30, min=5, help="Training steps per DDP run."),
+         rate: str = typer.Option("50mbit", help="Every link's rate."),
+         out_file: Path = typer.Option(RESULTS / "qos.json", "--out", help="Where the record goes."),
+         as_json: bool = typer.Option(False, "--json", help="Print the record's report as JSON.")) -> None:
+    """A critical DDP job beside a scavenger bulk job: step time with and without QoS."""
+    require_root()
+    if bad := [f for f in fabrics if f not in ("classes", "fifo")]:
+        raise ClockfabricError(f"--fabric {bad[0]!r}: give classes or fifo")
+    if not SCRIPT.is_file():
+        raise ClockfabricError(f"run from the repository root: {SCRIPT} is not here")
+    facts = machine()
+    report: dict = {"steps": steps, "rate": rate, "seed": SEED, "collective_share": COLLECTIVE_SHARE, "fabrics": {}}
+    targets: list[Target] = []
+    with tempfile.TemporaryDirectory(prefix="qos-bench-") as tmp:
+        for fabric in fabrics:
+            runs = fabric_runs(fabric, steps, rate, Path(tmp))
+            report["fabrics"][fabric] = runs
+            targets += fabric_targets(fabric, runs, parse_rate(rate))
+    path = record("qos", targets, facts, report, path=out_file)
+    if as_json:
+        print_json(report)
+        return
+    out.print(targets_table("QoS: a critical DDP job beside a scavenger bulk job", targets))
+    out.print(f"record: {path}")

@@ -1,0 +1,83 @@
+"""The rate law for lower classes on a one-FIFO link: pure, one step per control period.
+
+On a fabric whose switch ports have one FIFO, a higher class is protected only by the hosts
+slowing the lower classes that share its links. Per directed link, each period T the controller
+reads the queueing delay the higher class's packets met there (q: their one-way delay less the
+path's floor, on the synced clocks) and the higher class's rate through the link (a), and sets
+the lower classes' total rate on it:
+
+    r = C - a - kappa * C * (q - q*) / T,    clamped to [floor * C, C]; r = C is no limit at all
+
+where C is the link's capacity and q* the queueing the higher class tolerates. The lower classes
+get what the higher class leaves, less a term that drains the excess queue (or, below the
+target, more: up to q* of queue is allowed, so the link stays full).
+
+Why it is stable. While the FIFO holds a queue it grows by the excess arrival rate:
+q[k+1] = q[k] + T * (a + r[k] - C) / C. Put the law in, with e = q - q*:
+
+    e[k+1] = e[k] - kappa * e[k] = (1 - kappa) * e[k]
+
+so the excess shrinks geometrically for 0 < kappa < 2, without overshoot for kappa <= 1.
+If the queue reading is a period late (the rate acts on q[k-1]), e[k+1] = e[k] - kappa * e[k-1]:
+the roots of z^2 - z + kappa have |z| = sqrt(kappa) < 1 for 0 < kappa < 1, still stable, now
+with a damped ring. So GAINS_OK is 0 < kappa < 1. An error d in the estimate of a shifts the
+equilibrium to e = -T * d / (kappa * C) and changes nothing else. With kappa = 0.5 and
+T = 0.1 s, 20 targets' worth of queue is under target in about 5 periods (0.5 s), 9 with the
+late reading.
+
+Why it is work-conserving: with the higher class idle (a = 0) and no queue, r >= C: no limit.
+`release_periods` of an idle higher class remove the limit outright (a training job's compute
+phase hands the whole link to the scavenger), and `floor` keeps a lower class from starving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gains:
+    period_s: float = 0.1  # T: how often the law runs
+    target_s: float = 200e-6  # q*: the higher class's tolerated queueing on the link
+    kappa: float = 0.5  # the share of the excess queue drained per period
+    floor: float = 0.02  # the lower classes keep at least this share of the link
+    release_periods: int = 3  # the higher class idle this long: the limit goes
+
+    def __post_init__(self) -> None:
+        if not 0 < self.kappa < 1:
+            raise ValueError(f"kappa {self.kappa} is outside 0 < kappa < 1, where the loop is stable "
+                             "with a reading a period late")
+        if self.period_s <= 0 or self.target_s <= 0 or not 0 <= self.floor < 1:
+            raise ValueError("the period and target must be positive and the floor in [0, 1)")
+
+
+@dataclass
+class LinkPacer:
+    """The lower classes' total rate on one directed link; None: not limited."""
+
+    capacity_bps: float
+    gains: Gains = Gains()
+    rate_bps: float | None = None
+    idle_periods: int = 0
+
+    def step(self, high_bps: float, queue_s: float | None) -> float | None:
+        """One period: the higher class's rate through the link and the queueing its packets met
+        (None: no reading this period, the rate holds). Returns the new limit (None: none)."""
+        g, c = self.gains, self.capacity_bps
+        if high_bps <= 0:
+            self.idle_periods += 1
+            if self.idle_periods >= g.release_periods:
+                self.rate_bps = None
+            return self.rate_bps
+        self.idle_periods = 0
+        if queue_s is None:
+            return self.rate_bps
+        r = c - high_bps - g.kappa * c * (queue_s - g.target_s) / g.period_s
+        self.rate_bps = None if r >= c else max(g.floor * c, r)
+        return self.rate_bps
+
+
+def shares(rate_bps: float | None, weights: dict[str, int]) -> dict[str, float | None]:
+    """A link's lower-class rate split among the lower classes' flows by weight."""
+    total = sum(weights.values())
+    return {k: None if rate_bps is None else rate_bps * w / total for k, w in weights.items()}

@@ -1,0 +1,45 @@
+"""A job's QoS class from where the job carries it: `job run --qos CLASS[:WEIGHT]` puts
+CLOCKFABRIC_QOS in its environment, the workload monitor reads it with the job, and the agent
+takes it for a job that no policy names (a policy set at the controller wins)."""
+
+from __future__ import annotations
+
+import pytest
+
+from clockfabric.agent.services.qos import effective
+from clockfabric.errors import ClockfabricError
+from clockfabric.qos.policy import make, parse_asked
+from clockfabric.workload.jobs import QOS_ENV, Job, JobProcess, identify, parse_environ
+
+
+def test_the_class_a_job_asks_for_rides_with_its_processes():
+    environ = parse_environ(b"CLOCKFABRIC_JOB=bulk\0" + f"{QOS_ENV}=scavenger:3\0".encode() + b"HOME=/root\0")
+    tag = identify(environ)
+    assert tag is not None and tag.qos == "scavenger:3"
+    job = Job("bulk", "clockfabric", [JobProcess(1, tag, 0.0), JobProcess(2, identify({"CLOCKFABRIC_JOB": "bulk"}),
+                                                                          0.0)])
+    assert job.qos == "scavenger:3"
+
+
+def test_a_policy_set_wins_over_what_the_job_asks_and_a_bad_ask_is_one_line():
+    policies, problems = effective([make("a", "critical")], {"a": "scavenger", "b": "scavenger:3", "c": "gold"})
+    assert [(p.jobid, p.qos_class, p.weight) for p in policies] == [("a", "critical", 70), ("b", "scavenger", 3)]
+    assert problems == ["job c: unknown class 'gold': use one of critical, normal, scavenger"]
+
+
+@pytest.mark.parametrize("ask, says", [("critical:x", "give CLASS or CLASS:WEIGHT"),
+                                       ("critical:0", "weight 0 is out of range"), ("", "unknown class ''")])
+def test_a_bad_ask_names_the_problem(ask, says):
+    with pytest.raises(ClockfabricError, match=says):
+        parse_asked("J", ask)
+
+
+def test_the_hosts_qos_on_metrics():
+    from clockfabric.agent.metrics import qos_metrics
+
+    state = {"qos": {"refused": "", "jobs": {"bulk": {"class": "scavenger", "sockets": 2, "marked_packets": 40}}}}
+    found = {(m.name, tuple(sorted(m.labels.items()))): m.value for m in qos_metrics(state)}
+    assert found == {("clockfabric_qos_refused", ()): 0.0,
+                     ("clockfabric_qos_marked_packets_total", (("class", "scavenger"), ("jobid", "bulk"))): 40.0,
+                     ("clockfabric_qos_sockets", (("class", "scavenger"), ("jobid", "bulk"))): 2.0}
+    assert qos_metrics({"qos": {}}) == []  # before the service's first update
