@@ -112,12 +112,15 @@ def soak(lab: Lab, fleet: LabFleet, minutes: float, seed: int, log=None) -> dict
     lost = sorted(faults.acked - served)
     clocks = clocks_within_bound(lab, fleet)
     dead_agents = fleet.agents.failed()
+    tracebacks = {log.name: n for log in sorted(fleet.logs.glob("*.log"))
+                  if (n := log.read_text(errors="replace").count("Traceback (most recent call last)"))}
     by_kind = Counter(f["kind"] for f in injected)
     unseen = [f for f in injected if not f["seen"]]
     return {"minutes": round((time.monotonic() - t0) / 60, 2), "faults": len(injected), "by_kind": dict(by_kind),
             "unseen": unseen, "storage_alert_late": sum(ALERT_LATE in f["detail"] for f in injected),
             "acknowledged": len(faults.acked), "served": len(served), "lost": lost,
             "dead_agents": dead_agents, "controller_ready": faults.ready(), "clocks": clocks,
+            "tracebacks": tracebacks,
             "injected": injected}
 
 
@@ -134,6 +137,8 @@ def verdict(report: dict[str, Any]) -> list[str]:
         problems.append(f"clocks outside their bound: {report['clocks']}")
     if report["storage_alert_late"]:
         problems.append(f"{report['storage_alert_late']} storage faults not alerted in the API within 10 s")
+    if report["tracebacks"]:
+        problems.append(f"tracebacks in the fleet's logs: {report['tracebacks']}")
     if report["unseen"]:
         problems.append(f"{len(report['unseen'])} faults not seen: {report['unseen'][:5]}")
     return problems
@@ -166,6 +171,8 @@ def main(minutes: Annotated[float, typer.Option(min=0.1, help="How long to injec
     judged = [Target("injected faults", report["faults"], 200, "faults"),
               Target("acknowledged events lost", len(report["lost"]), 0, "events", better="lower"),
               Target("faults not seen", len(report["unseen"]), 0, "faults", better="lower"),
+              Target("tracebacks in the fleet's logs", sum(report["tracebacks"].values()), 0, "tracebacks",
+                     better="lower"),
               Target("storage faults not alerted within 10 s", report["storage_alert_late"], 0, "faults",
                      better="lower")]
     path = record("chaos", judged, facts, {k: v for k, v in report.items()},
@@ -177,7 +184,9 @@ def main(minutes: Annotated[float, typer.Option(min=0.1, help="How long to injec
     summary = {k: report[k] for k in ("minutes", "faults", "by_kind", "acknowledged", "served")}
     out.print(f"{summary}\nlost {len(report['lost'])}, dead agents {len(report['dead_agents'])}, "
               f"controller ready {report['controller_ready']}, clocks within bound {report['clocks']['ok']}, "
-              f"faults not seen {len(report['unseen'])}, storage faults the API's alert did not show within 10 s "
+              f"faults not seen {len(report['unseen'])}, "
+              f"tracebacks {sum(report['tracebacks'].values())}, "
+              f"storage faults the API's alert did not show within 10 s "
               f"{report['storage_alert_late']}\nraw: {path}")
     for p in problems:
         err.print(f"[red]{p}[/red]")
