@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from clockfabric.controller.app import create_app
+from clockfabric.controller.dashboard.auth import Tickets
 from clockfabric.controller.dashboard.changes import Changes, stream
 from clockfabric.controller.dashboard.routes import allow_viewer
 from clockfabric.controller.fleet import Fleet
@@ -159,7 +160,7 @@ def test_the_stream_says_hello_then_only_what_changed():
     assert json.loads(change.split("data: ")[1])["topics"] == ["events"]
 
 
-def test_a_real_server_streams_a_push_to_a_viewer_holding_the_token_as_a_parameter(fleet):
+def test_a_real_server_streams_a_push_to_a_viewer_holding_a_ticket_not_the_token(fleet):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -167,7 +168,8 @@ def test_a_real_server_streams_a_push_to_a_viewer_holding_the_token_as_a_paramet
     thread = start_in_thread(srv)
     try:
         url = f"http://127.0.0.1:{port}"
-        with httpx.stream("GET", f"{url}/api/v1/stream", params={"token": VIEWER}, timeout=5) as r:
+        ticket = httpx.get(f"{url}/api/v1/stream/ticket", headers={"Authorization": f"Bearer {VIEWER}"}).json()["ticket"]
+        with httpx.stream("GET", f"{url}/api/v1/stream", params={"ticket": ticket}, timeout=5) as r:
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
             lines = r.iter_lines()
             assert "event: hello" in [next(lines) for _ in range(2)]
@@ -175,10 +177,22 @@ def test_a_real_server_streams_a_push_to_a_viewer_holding_the_token_as_a_paramet
                                                     json={"host": "h2", "boot": "b"})).start()
             next(line for line in lines if line == "event: change")
             assert json.loads(next(lines)[len("data: "):])["topics"] == ["hosts"]  # h2 pushed, nothing else
-        assert httpx.get(f"{url}/api/v1/stream", params={"token": "x" * 32}).status_code == 401
+        assert httpx.get(f"{url}/api/v1/stream", params={"ticket": ticket}).status_code == 401  # spent
+        assert httpx.get(f"{url}/api/v1/stream", params={"token": VIEWER}).status_code == 401  # never a token
+        assert httpx.get(f"{url}/api/v1/stream/ticket", params={"token": VIEWER}).status_code == 401
     finally:
         srv.should_exit = True
         thread.join(10)
+
+
+def test_a_ticket_is_spent_once_and_expires():
+    now = [0.0]
+    tickets = Tickets(clock=lambda: now[0])
+    a, b = tickets.issue(), tickets.issue()
+    assert a != b and len(a) >= 32
+    assert tickets.redeem(a) and not tickets.redeem(a)
+    now[0] = Tickets.TTL_S + 0.1
+    assert not tickets.redeem(b) and not tickets.redeem("made-up")
 
 
 def test_an_open_stream_does_not_hold_the_server_at_exit(fleet):

@@ -1,7 +1,8 @@
 """No row the API accepts breaks a view: pushes (their events with each declared kind's detail, and
 any other kind's any detail), and audits, drawn from the door's own schemas, are stored through a
 real controller, and every dashboard view then renders in Chromium without "could not load this
-view" and without a script error."""
+view" and without a script error. The page goes live on its stream by ticket, and the token is
+nowhere in the controller's log."""
 
 from __future__ import annotations
 
@@ -72,6 +73,8 @@ def controller(tmp_path_factory):
         finally:
             proc.terminate()
             proc.wait(30)
+    log = (folder / "log").read_text()
+    assert TOKEN not in log
 
 
 @pytest.fixture(scope="module")

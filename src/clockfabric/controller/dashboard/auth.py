@@ -3,11 +3,18 @@
 The controller's routes check the fleet token. A viewer token is accepted for reads only:
 `ViewerAccess` lets a GET or HEAD that carries it through as if it carried the fleet token,
 and refuses any other method with 403, so no route needs to know about viewers.
+
+The live stream (EventSource, which cannot send a header) takes a `Tickets` ticket in its URL,
+never a token: one use, for 30 s, asked for with the token in a header. A URL that a proxy logs
+holds nothing that opens anything afterwards.
 """
 
 from __future__ import annotations
 
 import hmac
+import secrets
+import threading
+import time
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -28,6 +35,35 @@ class Tokens:
         if self.viewer and hmac.compare_digest(given.encode(), self.viewer.encode()):
             return "viewer"
         return None
+
+
+class Tickets:
+    """One-use, short-lived tickets that stand for a token where a URL must carry it."""
+
+    TTL_S = 30.0
+    MAX = 10_000  # live tickets held; past it the oldest go (a client asking in a loop cannot grow it)
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._live: dict[str, float] = {}  # ticket -> expiry, oldest first
+        self._lock = threading.Lock()
+
+    def issue(self) -> str:
+        ticket = secrets.token_urlsafe(24)
+        with self._lock:
+            self._live[ticket] = self._clock() + self.TTL_S
+            while len(self._live) > self.MAX:
+                del self._live[next(iter(self._live))]
+        return ticket
+
+    def redeem(self, ticket: str) -> bool:
+        """Whether the ticket was live; it is spent either way."""
+        with self._lock:
+            expiry = self._live.pop(ticket, None)
+            now = self._clock()
+            for stale in [t for t, e in self._live.items() if e < now]:
+                del self._live[stale]
+        return expiry is not None and expiry >= now
 
 
 def bearer(headers: list[tuple[bytes, bytes]]) -> str:

@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from clockfabric.controller.dashboard import data
-from clockfabric.controller.dashboard.auth import Tokens, ViewerAccess, bearer
+from clockfabric.controller.dashboard.auth import Tickets, Tokens, ViewerAccess, bearer
 from clockfabric.controller.dashboard.changes import Changes, stream
 from clockfabric.controller.dashboard.fabric import fabric_json
 from clockfabric.controller.fleet import Fleet
@@ -28,6 +28,7 @@ def register(app: FastAPI, fleet: Fleet, token: str) -> None:
     app.state.dashboard_tokens = tokens
     app.add_middleware(ViewerAccess, tokens=tokens)
     changes = Changes(fleet)
+    tickets = Tickets()
 
     def check(given: str) -> None:
         if tokens.role(given) is None:
@@ -55,11 +56,19 @@ def register(app: FastAPI, fleet: Fleet, token: str) -> None:
 
     app.include_router(data.router(fleet, check))
 
+    @app.get("/api/v1/stream/ticket")
+    def ticket(request: Request) -> Response:
+        """A ticket for one opening of the stream within 30 s (EventSource sends no header)."""
+        check(bearer(request.headers.raw))
+        return Response(f'{{"ticket":"{tickets.issue()}","ttl_s":{tickets.TTL_S:g}}}', media_type="application/json",
+                        headers={"Cache-Control": "no-store"})
+
     @app.get("/api/v1/stream")
-    async def live(request: Request, token: str | None = Query(None, description="For EventSource, "
-                   "which cannot send headers: the token as a parameter, on this route only")) -> StreamingResponse:
+    async def live(request: Request, ticket: str | None = Query(None, max_length=64, description="From "
+                   "/api/v1/stream/ticket, for EventSource, which cannot send headers")) -> StreamingResponse:
         """Server-sent events: "change" with the topics that moved (hosts, events, alerts, audits)."""
-        check(token or bearer(request.headers.raw))
+        if not (ticket and tickets.redeem(ticket)):
+            check(bearer(request.headers.raw))
         events = stream(lambda: run_in_threadpool(changes.poll), request.is_disconnected, every_s=changes.every_s)
         return StreamingResponse(events, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

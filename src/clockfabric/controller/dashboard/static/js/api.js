@@ -1,6 +1,6 @@
 // Talking to the controller: the token (kept in sessionStorage, sent as a Bearer header), reads,
-// and the live stream. EventSource cannot send headers, so the stream takes the token as a
-// parameter (the one route that accepts it so).
+// and the live stream. EventSource cannot send headers, so the stream is opened with a ticket
+// (one use, 30 s) asked for with the token in a header: no URL ever holds the token.
 const KEY = "clockfabric.token";
 
 export class Unauthorised extends Error {}
@@ -50,9 +50,18 @@ export async function all(path, params = {}, max = 5000) {
 export function live(onChange, onState) {
   let source = null;
   let retry = null;
-  const open = () => {
+  const open = async () => {
     clearTimeout(retry);
-    source = new EventSource(`/api/v1/stream?token=${encodeURIComponent(token.get() || "")}`);
+    let ticket;
+    try {
+      ({ ticket } = await get("/api/v1/stream/ticket"));  // a one-use ticket in the URL, never the token
+    } catch (e) {
+      if (e instanceof Unauthorised) { onState("unauthorised"); return; }
+      onState("down");
+      retry = setTimeout(open, 1000);
+      return;
+    }
+    source = new EventSource(`/api/v1/stream?ticket=${encodeURIComponent(ticket)}`);
     source.addEventListener("hello", () => { onState("live"); onChange(null); });
     source.addEventListener("change", (e) => onChange(JSON.parse(e.data).topics));
     source.onerror = async () => {
