@@ -26,6 +26,7 @@ from clockfabric.logs import LOG_FORMAT_HELP, setup_logging
 from clockfabric.units import parse_duration
 
 if TYPE_CHECKING:  # `controller` and `switch-agent` start faster without the fleet runner's imports
+    from clockfabric.controller.series.path import SeriesPath
     from clockfabric.lab.monitoring import LabFleet
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
@@ -68,6 +69,12 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                keep_minute_days: float = typer.Option(90.0, "--keep-minute-days",
                                                       help="Keep per-minute aggregates this many days "
                                                            "(hourly ones: for good)."),
+               series_url: str = typer.Option(None, "--series-url",
+                                              help="A VictoriaMetrics already running (default: start one, "
+                                                   "its data beside the database)."),
+               series_port: int = typer.Option(None, "--series-port", min=1, max=65535,
+                                               help="Where hosts write samples, on the --listen address "
+                                                    "(default: the --listen port + 1)."),
                log_format: str = LogFormatOpt,
                verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: agents push to it; it stores, detects and alerts, and serves the API.
@@ -104,16 +111,35 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     monitor = None if replica else Monitor.create(storage, topology=topo, config=config, webhook=webhook,
                                                   alert_webhook=alert_webhook)
     retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
+    series = start_series(db, token, series_url, host, series_port or port + 1,
+                          (tls_cert, tls_key) if tls_cert and tls_key else None, [h.name for h in storage.hosts()])
     fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
-                  monitor=monitor, replica=replica, retention=retention)
+                  monitor=monitor, replica=replica, retention=retention, series=series)
     err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
-              f"{len(nodes)} enrolled nodes" + (", a replica: detectors run on the lease holder" if replica else ""))
+              f"series {series.url} (hosts write at port {series.write_port}), {len(nodes)} enrolled nodes"
+              + (", a replica: detectors run on the lease holder" if replica else ""))
     try:
         server(fleet, token, listen_at, viewer_token).run()
     finally:
         if replica:
             replica.close()
+        series.stop()
         storage.close()
+
+
+def start_series(db: str, token: str, url: str | None, address: str, port: int, tls: tuple[Path, Path] | None,
+                 hosts: list[str]) -> SeriesPath:
+    """The series engine (started here when no URL is given, its data beside the database) and the
+    gate the hosts write through, on the controller's address."""
+    from clockfabric.controller.series.engine import beside
+    from clockfabric.controller.series.path import SeriesPath
+
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise ClockfabricError(f"--series-url {url!r}: give http(s)://HOST:PORT of a VictoriaMetrics")
+    series = SeriesPath(data_dir=beside(db), fleet_token=token, url=url, gate_address=address, gate_port=port,
+                        tls=tls)
+    series.start(hosts)
+    return series
 
 
 def switch_agent(switch: str = typer.Option(..., "--switch", help="This switch's name."),

@@ -47,18 +47,21 @@ def boot_ends(host: str, boot: str, last: str | None, ended: list[dict], boots: 
 
 class Fleet:
     def __init__(self, storage: Storage, *, hosts: list[str], stale_s: float = 5.0, enroll_unknown: bool = False,
-                 monitor: Any = None, replica: Any = None, retention: Any = None,
+                 monitor: Any = None, replica: Any = None, retention: Any = None, series: Any = None,
                  clock: Callable[[], int] = time.time_ns):
         """`monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only.
         `replica`: one of several replicas on one database (controller.replica.Replica): its leader's
         monitor, fed from the database, takes the place of `monitor`. `retention`: the samples'
-        retention job (controller.retention.Retention), run by the leader."""
+        retention job (controller.retention.Retention), run by the leader. `series`: the series path
+        (controller.series.path.SeriesPath, started) the hosts write their samples through."""
         self.storage = storage
         self.stale_ns = int(stale_s * 1e9)
         self.enroll_unknown = enroll_unknown
         self.replica = replica
         self.retention = retention
         self._monitor = monitor
+        self.series = series
+        self._let_write: set[str] = set()  # hosts the series gate lets in
         self.clock = clock
         self.lock = threading.Lock()  # pushes and ticks come from several server threads
         now = clock()
@@ -109,6 +112,12 @@ class Fleet:
         sams = [Sample(host=host, t_ns=s.get("t_ns") or now, name=s["name"], value=float(s["value"]),
                        labels=s.get("labels", {})) for s in samples]
         new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, sams)
+        reply: dict[str, Any] = {}
+        if self.series is not None:
+            if host not in self._let_write:  # a host the controller took a push from may write its samples
+                self.series.allow([host])
+                self._let_write.add(host)
+            reply["series_port"] = self.series.write_port
         self._boots[host] = boot
         self.write_refused = None
         with self.lock:
@@ -120,7 +129,7 @@ class Fleet:
                     monitor.observe_paths(host, paths, now)
                 if self.replica is None:  # a replica's leader reads every replica's pushes from the database
                     monitor.observe(evs, sams, now)
-        return {"events_new": new, "events": len(evs), "samples": len(sams)}
+        return {"events_new": new, "events": len(evs), "samples": len(sams), **reply}
 
     def _refuse(self, host: str) -> None:
         """A host not in the fleet file pushes: refused (the API answers 403 naming the fix), and
@@ -150,7 +159,7 @@ class Fleet:
             self.replica.tick(now, quiet, jobs)
             return
         if self.monitor is not None:
-            self.monitor.tick(now, stale=quiet)
+            self.monitor.tick(now, stale=quiet, series_down=self.series.down if self.series is not None else None)
         for job in jobs:
             job(now)
 

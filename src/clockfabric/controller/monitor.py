@@ -116,10 +116,15 @@ class Monitor:
     def storage_wrote(self, now_ns: int) -> None:
         self.alerts.storage_wrote(now_ns)
 
-    def tick(self, now_ns: int, *, stale: Iterable[str] = ()) -> None:
+    def tick(self, now_ns: int, *, stale: Iterable[str] = (), series_down: str | None = None) -> None:
+        """`series_down`: why the series engine does not answer (None while it does)."""
         with self.lock:
             findings = self.detectors.active(now_ns)
         for host in stale:
             findings[f"stale:{host}"] = Finding(f"stale:{host}", "host_stale", "warning",
                                                 f"{host} has stopped pushing to the controller")
+        if series_down:
+            findings["series_engine"] = Finding("series_engine", "series_engine", "critical",
+                                                f"the series engine is down: {series_down}; samples are not "
+                                                "stored or read until it answers")
         self.alerts.sync(findings, now_ns)

@@ -3,8 +3,10 @@ started again by a watchdog if it exits; stopped by its pid."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -20,11 +22,17 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 10.0
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on now (the kernel's pick)."""
+def free_port(address: str = "127.0.0.1") -> int:
+    """A port nobody listens on now at `address` (the kernel's pick)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: the kernel sends it SIGTERM when the controller dies, however it
+    dies, so no engine outlives the controller that started it (Linux prctl PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def binary(name: str) -> str:
@@ -37,12 +45,14 @@ def binary(name: str) -> str:
 
 class Child:
     def __init__(self, name: str, argv: Callable[[int], list[str]], log_path: Path, *, port: int = 0,
-                 watch_s: float = 0.5) -> None:
-        """`argv(port)`: the command line that listens on 127.0.0.1:port; its output goes to `log_path`."""
+                 address: str = "127.0.0.1", scheme: str = "http", watch_s: float = 0.5) -> None:
+        """`argv(port)`: the command line that listens on address:port; its output goes to `log_path`."""
         self.name = name
+        self.address = address
+        self.scheme = scheme
         self.argv = argv
         self.log_path = log_path
-        self.port = port or free_port()
+        self.port = port or free_port(address)
         self.watch_s = watch_s
         self.restarts = 0
         self.proc: subprocess.Popen | None = None
@@ -52,7 +62,7 @@ class Child:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://{self.address}:{self.port}"
 
     def start(self) -> None:
         self._spawn()
@@ -62,7 +72,7 @@ class Child:
     def _spawn(self) -> None:
         with self._lock, open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(self.argv(self.port), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -76,7 +86,8 @@ class Child:
 
     def healthy(self) -> bool:
         try:
-            return httpx.get(self.url + "/health", timeout=1.0).status_code == 200
+            # a liveness probe of our own child: its certificate is ours, not what is checked here
+            return httpx.get(self.url + "/health", timeout=1.0, verify=False).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -36,7 +36,10 @@ def config(engine_url: str, fleet_token: str, hosts: Iterable[str]) -> str:
 
 
 class Gate:
-    def __init__(self, engine_url: str, fleet_token: str, work_dir: Path, *, port: int = 0) -> None:
+    def __init__(self, engine_url: str, fleet_token: str, work_dir: Path, *, address: str = "127.0.0.1",
+                 port: int = 0, tls: tuple[Path, Path] | None = None) -> None:
+        """Listens on address:port (0: any free one): where the hosts reach it; over TLS with
+        `tls` (certificate, key): the controller's own, so hosts trust it as they trust the controller."""
         work_dir.mkdir(parents=True, exist_ok=True)
         self.engine_url = engine_url
         self.fleet_token = fleet_token
@@ -44,8 +47,13 @@ class Gate:
         self.hosts: set[str] = set()
         self._write()
         exe = binary("vmauth")
-        self.child = Child("vmauth", lambda p: [exe, f"-auth.config={self.path}", f"-httpListenAddr=127.0.0.1:{p}",
-                                                "-loggerLevel=ERROR"], work_dir / "vmauth.log", port=port)
+        tls_args = ["-tls", f"-tlsCertFile={tls[0]}", f"-tlsKeyFile={tls[1]}"] if tls else []
+
+        def argv(p: int) -> list[str]:
+            return [exe, f"-auth.config={self.path}", f"-httpListenAddr={address}:{p}", "-loggerLevel=ERROR", *tls_args]
+
+        self.child = Child("vmauth", argv, work_dir / "vmauth.log", port=port, address=address,
+                           scheme="https" if tls else "http")
 
     @property
     def url(self) -> str:
