@@ -8,11 +8,14 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from clockfabric.agent.push import Pusher
+from clockfabric.auth.credential import host_token
 from clockfabric.controller.app import create_app
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.series.gate import IMPORT_PATH
 from clockfabric.controller.series.path import SeriesPath
+from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.serieswire import body
 from tests.series import until
@@ -72,3 +75,28 @@ def test_the_engine_down_is_not_ready_and_alerts_until_it_is_back(tmp_path):
         assert [(s.host, s.value) for s in series.series.latest("link_up")] == [("h0", 1.0)]
     series.stop()
     storage.close()
+
+
+def test_an_agent_writes_its_samples_to_the_gate_the_controller_names(tmp_path, series_engine):
+    """The real Pusher against a real controller on loopback: its samples reach the engine through
+    the gate, under its own host label."""
+    storage = SqliteStorage(tmp_path / "c.db", quick_check_s=0)
+    series = SeriesPath(data_dir=tmp_path / "series", fleet_token=TOKEN, url=series_engine.url)
+    series.start()
+    srv = server(Fleet(storage, hosts=["h1"], series=series), TOKEN, Listen(port=0))
+    thread = start_in_thread(srv)
+    url = f"http://127.0.0.1:{srv.servers[0].sockets[0].getsockname()[1]}"
+    sample = {"name": "link_transitions_total", "value": 3.0, "labels": {"device": "eth7", "host": "h2"}}
+    agent = Pusher(url, host_token(TOKEN, "h1"), "h1", snapshot=lambda: ([], [sample], {}))
+    try:
+        assert agent.push_once() and agent.push_once()  # the first push learns the gate's port
+        assert agent.series.counters["series_writes"] >= 1
+        assert series.series is not None
+        until(lambda: [(s.host, s.labels) for s in series.series.latest("link_transitions_total",
+                                                                        match={"device": "eth7"})]
+              == [("h1", {"device": "eth7"})], series_engine.url)
+    finally:
+        srv.should_exit = True
+        thread.join(5)
+        series.stop()
+        storage.close()

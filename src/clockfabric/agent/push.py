@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from clockfabric import wirejson
 from clockfabric.agent.eventlog import EventLog
+from clockfabric.agent.series_write import SeriesWriter, gate_url
 from clockfabric.errors import ClockfabricError
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class Pusher(threading.Thread):
 
         self._client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=PUSH_TIMEOUT_S,
                                    verify=verify)
+        self.series = SeriesWriter(self._client)
 
     @property
     def url(self) -> str:
@@ -176,11 +178,21 @@ class Pusher(threading.Thread):
             self._retry_after_s = retry_after_s(r.headers.get("retry-after"))
             return self._failed(f"HTTP {r.status_code}: {r.text[:200]}")
         self._taken(batch, delivered=True)
+        self._write_series(r, samples)
         self.log.reported(b["boot"] for b in ended)
         self._unreported_drops = 0
         self.counters["pushes"] += 1
         self.counters["events_sent"] += len(batch)
         return True
+
+    def _write_series(self, r: httpx.Response, samples: list[dict]) -> None:
+        """The samples to the series gate the controller's answer names (none named: it keeps them)."""
+        try:
+            port = wirejson.loads(r.content).get("series_port")
+        except (ValueError, AttributeError):
+            port = None
+        if isinstance(port, int):
+            self.series.write(gate_url(self.url, port), samples)
 
     def _taken(self, batch: list[dict], keep: Sequence[dict] = (), *, delivered: bool) -> None:
         """The batch leaves the log (new events may have been added behind it), but for `keep`."""
