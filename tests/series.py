@@ -8,9 +8,18 @@ between checks, so a test waits about a second, not ten."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
+
+from clockfabric import serieswire
+from clockfabric.auth.credential import host_token
+from clockfabric.controller.series.gate import IMPORT_PATH
+from clockfabric.controller.series.path import SeriesPath
+
+FLEET_TOKEN = "t" * 32  # the unit tests' fleet token
 
 
 def until(check: Callable[[], bool], engine_url: str | None = None, timeout_s: float = 10.0) -> None:
@@ -21,3 +30,39 @@ def until(check: Callable[[], bool], engine_url: str | None = None, timeout_s: f
         if engine_url:
             httpx.get(engine_url + "/internal/force_flush", timeout=5.0)
         time.sleep(0.05)
+
+
+@contextmanager
+def series_path(tmp_path: Path, hosts: Iterable[str] = ()) -> Iterator[SeriesPath]:
+    """The controller's series path with an engine of its own (a test's series stay its own)."""
+    path = SeriesPath(data_dir=tmp_path / "series", fleet_token=FLEET_TOKEN)
+    path.start(hosts)
+    try:
+        yield path
+    finally:
+        path.stop()
+
+
+def write(path: SeriesPath, host: str, samples: list[dict], t_ns: int | None = None, *, wait: bool = True) -> None:
+    """`samples` (dicts: name, value, labels) as `host`'s agent writes them, through the gate;
+    `wait`: returns once the engine answers them to a reader (a second or so: a test writing
+    many waits on its last write only, as the engine makes what it took searchable in order)."""
+    t_ns = time.time_ns() if t_ns is None else t_ns
+    path.allow([host])
+    lines = serieswire.body(samples, t_ns // 1_000_000)
+    headers = {"Authorization": f"Bearer {host_token(path.fleet_token, host)}"}
+    until(lambda: httpx.post(path.write_url + IMPORT_PATH, content=lines, headers=headers).status_code == 204)
+    reader = path.series
+    assert reader is not None
+    if not wait:
+        return
+
+    def there() -> bool:
+        for s in samples:
+            labels = {k: v for k, v in (s.get("labels") or {}).items() if v != "" and k != "host"}
+            if not any(r.labels == labels and r.t_ns >= t_ns // 1_000_000 * 1_000_000
+                       for r in reader.latest(s["name"], hosts=[host], now_ns=max(time.time_ns(), t_ns + 1))):
+                return False
+        return True
+
+    until(there, path.url)

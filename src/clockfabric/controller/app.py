@@ -32,6 +32,7 @@ from clockfabric.controller.headers import SecurityHeaders
 from clockfabric.controller.operations import Operations
 from clockfabric.controller.render import json_response, record, renderable
 from clockfabric.controller.schemas import AuditIn, Push, detail_errors
+from clockfabric.controller.series.read import SeriesError
 from clockfabric.controller.storage.base import Audit, StorageError
 
 MAX_PAGE = 1_000
@@ -94,6 +95,10 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
             fleet.monitor.storage_failed(e, fleet.clock())
         return JSONResponse({"detail": f"storage unavailable, retry: {e}"}, status_code=503,
                             headers={"Retry-After": "1"})
+
+    @app.exception_handler(SeriesError)
+    async def series_error(_request: Request, e: SeriesError):
+        return JSONResponse({"detail": str(e)}, status_code=503, headers={"Retry-After": "1"})
 
     @app.exception_handler(ClientDisconnect)
     async def client_left(request: Request, _e: ClientDisconnect) -> Response:

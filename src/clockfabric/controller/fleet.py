@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from clockfabric.controller.series.read import Series, SeriesError
 from clockfabric.controller.storage.base import Event, Sample, Storage, StorageError
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,15 @@ class Fleet:
         self._boots: dict[str, str | None] = {}  # each host's agent run at its last push
         # why the last push that met storage failing was refused; None once a push is stored again
         self.write_refused: StorageError | None = None
+
+    @property
+    def samples(self) -> Series:
+        """The one reader of samples: the series engine's query API."""
+        reader = self.series.series if self.series is not None else None
+        if reader is None:
+            raise SeriesError("this controller runs without a series engine: start it with one "
+                              "(the default) or give --series-url")
+        return reader
 
     @property
     def monitor(self) -> Any:

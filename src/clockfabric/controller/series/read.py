@@ -41,6 +41,11 @@ def _labels(metric: dict) -> tuple[str, dict[str, str]]:
     return metric.get(HOST, ""), {k: v for k, v in metric.items() if k not in ("__name__", HOST)}
 
 
+def _ns(t_s: float) -> int:
+    """The engine's seconds (to the millisecond) as integer ns, exactly: not via a float's 1e9."""
+    return round(t_s * 1000) * 1_000_000
+
+
 def _key(metric: dict) -> frozenset:
     return frozenset((k, v) for k, v in metric.items() if k != "__name__")
 
@@ -90,7 +95,7 @@ class Series:
             if t_s is None:
                 continue
             host, labels = _labels(r["metric"])
-            t_ns = round(t_s * 1e9)
+            t_ns = _ns(t_s)
             if since_ns is None or t_ns >= since_ns:
                 out.append(Sample(host, t_ns, name, float(r["value"][1]), labels))
         return sorted(out, key=lambda s: (s.host, sorted(s.labels.items())))
@@ -108,7 +113,7 @@ class Series:
         out = []
         for r in rows:
             h, labels = _labels(r["metric"])
-            out += [Sample(h, round(float(t) * 1e9), name, float(v), labels) for t, v in r["values"]]
+            out += [Sample(h, _ns(float(t)), name, float(v), labels) for t, v in r["values"]]
         return out
 
     def names(self) -> list[str]:
