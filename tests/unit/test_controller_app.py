@@ -128,21 +128,6 @@ def test_stale_hosts_and_the_fleet_summary(env):
     assert client.get("/api/v1/fleet", headers=AUTH).json()["stale"] == []
 
 
-def test_owd_matrix_and_links_from_the_latest_samples(env):
-    client, _, clock, _ = env
-    owd = [{"name": "owd_p50_ns", "value": v, "labels": {"src": "h1", "dst": "h2", "path": "eth0:7300"}}
-           for v in (21_000.0, 22_000.0)]
-    push(client, samples=owd[:1] + [{"name": "link_up", "value": 1, "labels": {"device": "eth0"}}])
-    clock.now += 10**9
-    push(client, samples=owd[1:] + [{"name": "link_up", "value": 0, "labels": {"device": "eth0"}},
-                                     {"name": "link_transitions_total", "value": 3, "labels": {"device": "eth0"}}])
-    rows = client.get("/api/v1/owd", headers=AUTH).json()["items"]
-    assert [(r["src"], r["dst"], r["path"], r["owd_ns"]) for r in rows] == [("h1", "h2", "eth0:7300", 22_000.0)]
-    links = client.get("/api/v1/links", headers=AUTH).json()["items"]
-    assert links == [{"host": "h1", "device": "eth0", "up": False, "t_ns": clock.now, "transitions": 3}]
-    assert client.get("/api/v1/owd", headers=AUTH, params={"stat": "p42"}).status_code == 422
-
-
 def test_path_maps_let_a_congestion_alert_name_the_links(env):
     client, fleet, clock, topo = env
     # h0's probe paths as its agent traced them: two over spine0, one over spine1; h2's back over spine0
