@@ -33,9 +33,9 @@ def until(check: Callable[[], bool], engine_url: str | None = None, timeout_s: f
 
 
 @contextmanager
-def series_path(tmp_path: Path, hosts: Iterable[str] = ()) -> Iterator[SeriesPath]:
+def series_path(tmp_path: Path, hosts: Iterable[str] = (), token: str = FLEET_TOKEN) -> Iterator[SeriesPath]:
     """The controller's series path with an engine of its own (a test's series stay its own)."""
-    path = SeriesPath(data_dir=tmp_path / "series", fleet_token=FLEET_TOKEN)
+    path = SeriesPath(data_dir=tmp_path / "series", fleet_token=token)
     path.start(hosts)
     try:
         yield path
@@ -57,12 +57,27 @@ def write(path: SeriesPath, host: str, samples: list[dict], t_ns: int | None = N
     if not wait:
         return
 
+    newest: dict[tuple, int] = {}  # each series written: the newest time it must show
+    for s in samples:
+        labels = tuple(sorted((k, v) for k, v in (s.get("labels") or {}).items() if v != "" and k != "host"))
+        at = (s.get("t_ns") or t_ns) // 1_000_000 * 1_000_000
+        newest[(s["name"], labels)] = max(at, newest.get((s["name"], labels), 0))
+
     def there() -> bool:
-        for s in samples:
-            labels = {k: v for k, v in (s.get("labels") or {}).items() if v != "" and k != "host"}
-            if not any(r.labels == labels and r.t_ns >= t_ns // 1_000_000 * 1_000_000
-                       for r in reader.latest(s["name"], hosts=[host], now_ns=max(time.time_ns(), t_ns + 1))):
+        now = max(time.time_ns(), t_ns + 1)
+        for (name, labels), at in newest.items():
+            if not any(tuple(sorted(r.labels.items())) == labels and r.t_ns >= at
+                       for r in reader.latest(name, hosts=[host], now_ns=now)):
                 return False
         return True
 
     until(there, path.url)
+
+
+def write_pushed(client, host: str, samples, t_ns: int | None = None, *, wait: bool = True) -> None:
+    """What an agent's push writes to the engine: `samples` through the gate of the controller
+    behind `client` (a TestClient of create_app), at `t_ns` (now if None)."""
+    samples = list(samples)
+    if samples:
+        series = client.app.state.operations.fleet.series
+        write(series, host, samples, t_ns, wait=wait)

@@ -43,7 +43,7 @@ def line(name: str, value: float, labels: dict[str, str], t_ms: int) -> str:
 
 
 def body(samples: list[dict], t_ms: int) -> bytes:
-    """The lines of a push's samples (dicts with name, value, labels), all at `t_ms`; a value
-    with no number to give (NaN, inf) is left out."""
-    return "".join(line(s["name"], s["value"], s.get("labels") or {}, t_ms) + "\n"
-                   for s in samples if math.isfinite(s["value"])).encode()
+    """The lines of a push's samples (dicts with name, value, labels, and t_ns where one was taken
+    at a time of its own), the others at `t_ms`; a value with no number to give (NaN, inf) is left out."""
+    return "".join(line(s["name"], s["value"], s.get("labels") or {}, s["t_ns"] // 1_000_000 if s.get("t_ns") else t_ms)
+                   + "\n" for s in samples if math.isfinite(s["value"])).encode()

@@ -24,6 +24,7 @@ from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine
+from tests.series import series_path, write_pushed
 from tests.unit.credentials import as_host
 
 TOKEN, VIEWER = "f" * 32, "v" * 32
@@ -35,8 +36,8 @@ def fleet(tmp_path):
     topo = leafspine(4, 2, 2)
     storage = SqliteStorage(tmp_path / "c.db")
     monitor = Monitor.create(storage, topology=topo)
-    fleet = Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), monitor=monitor)
-    yield fleet
+    with series_path(tmp_path, token=TOKEN) as series:
+        yield Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), monitor=monitor, series=series)
     storage.close()
 
 
@@ -49,8 +50,12 @@ def client(fleet):
 
 
 def push(client, host, samples=(), events=(), auth=None):
-    return client.post("/api/v1/push", headers=auth or as_host(TOKEN, host),
-                       json={"host": host, "boot": "b", "samples": list(samples), "events": list(events)})
+    """As an agent does: its events to the controller, its samples through the series gate."""
+    r = client.post("/api/v1/push", headers=auth or as_host(TOKEN, host),
+                    json={"host": host, "boot": "b", "events": list(events)})
+    if r.status_code == 200:
+        write_pushed(client, host, samples)
+    return r
 
 
 def link_up(device, up):

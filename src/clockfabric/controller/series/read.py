@@ -8,6 +8,7 @@ refused with SeriesError, which says so in one line, and no route waits longer.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,9 @@ from clockfabric.serieswire import HOST, sample_name, series_name
 BUDGET_S = 2.0
 LOOKBACK_S = 3600  # "latest" with no `since`: a series silent for an hour is gone
 RANGE_POINTS = 1000  # query_range's steps at most, so a wide window does not ask for millions
+
+
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
 class SeriesError(Exception):
@@ -115,6 +119,17 @@ class Series:
             h, labels = _labels(r["metric"])
             out += [Sample(h, _ns(float(t)), name, float(v), labels) for t, v in r["values"]]
         return out
+
+    def ranges(self, names: list[str], *, since_ns: int, until_ns: int, host: str | None = None,
+               match: dict[str, str] | None = None, step_s: float | None = None) -> list[Sample]:
+        """`range` of each of `names` (a job's flows: match={"jobid": ...}), one list."""
+        return [s for name in names for s in self.range(name, since_ns=since_ns, until_ns=until_ns, host=host,
+                                                         match=match, step_s=step_s)]
+
+    def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
+        """`latest(name)` as bare rows, (host, labels as canonical JSON text, t_ns, value): the
+        heatmap's and fabric's shape, which parse the labels they need."""
+        return [(s.host, _dumps(s.labels), s.t_ns, s.value) for s in self.latest(name)]
 
     def names(self) -> list[str]:
         """Every sample name the engine holds."""
