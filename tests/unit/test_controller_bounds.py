@@ -84,9 +84,8 @@ def test_a_push_is_stored_whole_or_not_at_all(env, monkeypatch):  # noqa: F811
     def fail(*_args):
         raise StorageError("disk full")
 
-    monkeypatch.setattr(fleet.storage, "_upsert_latest", fail)  # after the events and samples went in
-    r = push(client, events=[{"seq": 1, "t_ns": clock.now, "kind": "link_down"}],
-             samples=[{"name": "x", "value": 1.0}])
+    monkeypatch.setattr(fleet.storage, "_seen", fail)  # after the events went in
+    r = push(client, events=[{"seq": 1, "t_ns": clock.now, "kind": "link_down"}])
     assert r.status_code == 503
     assert client.get("/api/v1/events", headers=AUTH).json()["items"] == []
     assert fleet.storage.host("h1").last_seen_ns is None

@@ -98,6 +98,7 @@ class Pusher(threading.Thread):
         self._client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=PUSH_TIMEOUT_S,
                                    verify=verify)
         self.series = SeriesWriter(self._client)
+        self.series_port: int | None = None  # the gate's, as the controller last named it
 
     @property
     def url(self) -> str:
@@ -160,7 +161,9 @@ class Pusher(threading.Thread):
         samples = [x for x in samples if math.isfinite(x["value"])]
         batch = list(islice(self.pending, PUSH_EVENTS))
         ended = self.log.ended(final=self._stopping.is_set())
-        body = {"host": self.host, "boot": self.boot, "info": info, "events": batch, "samples": samples,
+        # samples go to the series gate once the controller has named it; until then, in the push
+        body = {"host": self.host, "boot": self.boot, "info": info, "events": batch,
+                "samples": samples if self.series_port is None else [],
                 "dropped_events": self._unreported_drops, "boots": list(self.log.boots), "ended": ended}
         if self.paths:
             body["paths"] = self.paths()
@@ -186,13 +189,14 @@ class Pusher(threading.Thread):
         return True
 
     def _write_series(self, r: httpx.Response, samples: list[dict]) -> None:
-        """The samples to the series gate the controller's answer names (none named: it keeps them)."""
+        """The samples to the series gate the controller's answer names."""
         try:
             port = wirejson.loads(r.content).get("series_port")
         except (ValueError, AttributeError):
             port = None
-        if isinstance(port, int):
-            self.series.write(gate_url(self.url, port), samples)
+        self.series_port = port if isinstance(port, int) else None
+        if self.series_port is not None:
+            self.series.write(gate_url(self.url, self.series_port), samples)
 
     def _taken(self, batch: list[dict], keep: Sequence[dict] = (), *, delivered: bool) -> None:
         """The batch leaves the log (new events may have been added behind it), but for `keep`."""

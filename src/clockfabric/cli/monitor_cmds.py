@@ -101,18 +101,19 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     topo = load(topology) if topology else (Lab.open(lab_name).topology if lab_name else None)
     nodes = sorted(topo.hosts) + sorted(topo.switches) if topo else []
     storage = open_storage(db)
+    series = start_series(db, token, series_url, host, series_port or port + 1,
+                          (tls_cert, tls_key) if tls_cert and tls_key else None, [h.name for h in storage.hosts()])
     replica = None
     if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects
         from clockfabric.controller.lease import Lease
         from clockfabric.controller.replica import Replica
 
         replica = Replica(storage, Lease(db), lambda: Monitor.create(storage, topology=topo, config=config,
-                                                                     webhook=webhook, alert_webhook=alert_webhook))
+                                                                     webhook=webhook, alert_webhook=alert_webhook,
+                                                                     series=series.series))
     monitor = None if replica else Monitor.create(storage, topology=topo, config=config, webhook=webhook,
-                                                  alert_webhook=alert_webhook)
+                                                  alert_webhook=alert_webhook, series=series.series)
     retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
-    series = start_series(db, token, series_url, host, series_port or port + 1,
-                          (tls_cert, tls_key) if tls_cert and tls_key else None, [h.name for h in storage.hosts()])
     fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
                   monitor=monitor, replica=replica, retention=retention, series=series)
     err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "

@@ -141,10 +141,9 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
             request.state.refusal = "wrong_host"
             raise HTTPException(403, f"this credential is host {claimed!r}'s: it does not push as {body.host!r}")
         try:
-            items = body.model_dump(include={"events", "samples", "ended"})  # one call, not one per item
+            items = body.model_dump(include={"events", "ended"})  # one call, not one per item
             return await run_in_threadpool(fleet.push, body.host, body.boot, body.info, items["events"],
-                                           items["samples"], body.dropped_events, body.paths,
-                                           ended=items["ended"], boots=body.boots)
+                                           body.dropped_events, body.paths, ended=items["ended"], boots=body.boots)
         except UnknownHost:
             raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
                                      f"or start the controller with --enroll-unknown") from None

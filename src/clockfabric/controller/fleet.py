@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from clockfabric.controller.series.read import Series, SeriesError
-from clockfabric.controller.storage.base import Event, Sample, Storage, StorageError
+from clockfabric.controller.storage.base import Event, Storage, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -88,22 +88,21 @@ class Fleet:
     def monitor(self) -> Any:
         return self.replica.monitor if self.replica is not None else self._monitor
 
-    def push(self, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
-             dropped_events: int, paths: list | None = None, *, ended: list[dict] | None = None,
-             boots: list[str] | None = None) -> dict:
+    def push(self, host: str, boot: str, info: dict, events: list[dict], dropped_events: int,
+             paths: list | None = None, *, ended: list[dict] | None = None, boots: list[str] | None = None) -> dict:
         """`paths`: the host's path map (agent.pathmap rows), when its agent sends one. `ended`: the
         agent runs that ended, with what they delivered; `boots`: the runs the agent's log knows
         (None: an agent that does not say). Stored outside the fleet's lock: pushes that arrive
         together share one transaction (storage.batch)."""
         now = self.clock()
         try:
-            return self._push(now, host, boot, info, events, samples, dropped_events, paths, ended, boots)
+            return self._push(now, host, boot, info, events, dropped_events, paths, ended, boots)
         except StorageError as e:
             self.write_refused = e
             raise
 
-    def _push(self, now: int, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
-              dropped_events: int, paths: list | None, ended: list[dict] | None, boots: list[str] | None) -> dict:
+    def _push(self, now: int, host: str, boot: str, info: dict, events: list[dict], dropped_events: int,
+              paths: list | None, ended: list[dict] | None, boots: list[str] | None) -> dict:
         stored = None
         if host not in self._boots:
             stored = self.storage.host(host)
@@ -119,9 +118,7 @@ class Fleet:
             evs.append(Event(host=host, seq=0, boot=f"{boot}:drop:{now}", t_ns=now, kind="events_dropped",
                              detail={"count": dropped_events}, synced=False))
         evs += boot_ends(host, boot, self._boots[host], ended or [], boots, now)
-        sams = [Sample(host=host, t_ns=s.get("t_ns") or now, name=s["name"], value=float(s["value"]),
-                       labels=s.get("labels", {})) for s in samples]
-        new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, sams)
+        new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, [])
         reply: dict[str, Any] = {}
         if self.series is not None:
             if host not in self._let_write:  # a host the controller took a push from may write its samples
@@ -138,8 +135,8 @@ class Fleet:
                 if paths is not None:
                     monitor.observe_paths(host, paths, now)
                 if self.replica is None:  # a replica's leader reads every replica's pushes from the database
-                    monitor.observe(evs, sams, now)
-        return {"events_new": new, "events": len(evs), "samples": len(sams), **reply}
+                    monitor.observe(evs, [], now)
+        return {"events_new": new, "events": len(evs), **reply}
 
     def _refuse(self, host: str) -> None:
         """A host not in the fleet file pushes: refused (the API answers 403 naming the fix), and

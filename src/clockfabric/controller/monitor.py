@@ -1,7 +1,8 @@
 """Detectors and alerts behind the controller: what the fleet pushes goes in, alerts come out.
 
-Pushes arrive on server threads and call `observe`; the controller's ticker calls `tick`
-once a second, which syncs the alerts (webhooks may take a moment, so the detectors' lock
+Pushes arrive on server threads and call `observe` with their events; the controller's ticker
+calls `tick` once a second, which feeds the detectors the samples written since (read from the
+series engine, series.feed) and syncs the alerts (webhooks may take a moment, so the detectors' lock
 is not held while they go out). At start, recent history is replayed into the detectors, so
 a restarted controller neither forgets a flapping link nor resolves its alert by mistake.
 """
@@ -18,6 +19,8 @@ from clockfabric.controller.alertmanager import AlertmanagerWebhook
 from clockfabric.controller.alerts import AlertManager
 from clockfabric.controller.config import load_config, parse_config
 from clockfabric.controller.detectors import DetectorSet, Finding
+from clockfabric.controller.series.feed import SampleFeed
+from clockfabric.controller.series.read import Series, SeriesError
 from clockfabric.controller.storage.base import Event, Sample, Storage, StorageError
 from clockfabric.topology import Topology
 
@@ -40,8 +43,12 @@ def _for_detectors(samples: list[Sample]) -> list[Sample]:
 
 
 class Monitor:
-    def __init__(self, detectors: DetectorSet, alerts: AlertManager, topology: Topology | None = None):
+    def __init__(self, detectors: DetectorSet, alerts: AlertManager, topology: Topology | None = None,
+                 feed: SampleFeed | None = None):
+        """`feed`: the detectors' samples from the series engine, read at each tick."""
         self.detectors = detectors
+        self.feed = feed
+        self._feed_error = ""
         self.alerts = alerts
         self.topology = topology
         self.lock = threading.Lock()
@@ -50,12 +57,14 @@ class Monitor:
 
     @classmethod
     def create(cls, storage: Storage, *, topology: Topology | None = None, config: Path | None = None,
-               webhook: str | None = None, alert_webhook: str | None = None) -> Monitor:
-        """`webhook`: alerts posted as clockfabric's JSON; `alert_webhook`: in Alertmanager's format."""
+               webhook: str | None = None, alert_webhook: str | None = None, series: Series | None = None) -> Monitor:
+        """`webhook`: alerts posted as clockfabric's JSON; `alert_webhook`: in Alertmanager's format;
+        `series`: where the detectors read their samples."""
         cfg = load_config(config) if config else parse_config({})
         alertmanager = AlertmanagerWebhook(alert_webhook) if alert_webhook else None
         monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, webhook_url=webhook,
-                                                               alertmanager=alertmanager), topology)
+                                                               alertmanager=alertmanager), topology,
+                      SampleFeed(series) if series is not None else None)
         monitor.replay(storage)
         return monitor
 
@@ -73,7 +82,6 @@ class Monitor:
             after = last
         with self.lock:
             self.detectors.on_events(events, now)
-            self.detectors.on_samples(_for_detectors(storage.latest_samples("link_up")), now)
         if events:
             log.info("replayed %d events of the last %d s into the detectors", len(events), REPLAY_NS // 10**9)
 
@@ -118,6 +126,16 @@ class Monitor:
 
     def tick(self, now_ns: int, *, stale: Iterable[str] = (), series_down: str | None = None) -> None:
         """`series_down`: why the series engine does not answer (None while it does)."""
+        if self.feed is not None and not series_down:
+            try:
+                samples = self.feed.new(now_ns)
+            except SeriesError as e:  # the engine's own alert says so; the next tick reads the window again
+                if str(e) != self._feed_error:
+                    log.warning("detectors' samples not read: %s", e)
+                self._feed_error = str(e)
+            else:
+                self._feed_error = ""
+                self.observe([], samples, now_ns)
         with self.lock:
             findings = self.detectors.active(now_ns)
         for host in stale:
