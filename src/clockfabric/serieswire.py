@@ -35,10 +35,12 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def line(name: str, value: float, labels: dict[str, str], t_ms: int) -> str:
-    """One sample's line; labels with an empty value are left out (the engine drops them anyway)."""
-    pairs = ",".join(f'{_label_name(k)}="{_escape(str(v))}"' for k, v in sorted(labels.items())
-                     if v != "" and k != HOST)
+def line(name: str, value: float, labels: dict[str, str], t_ms: int, host: str | None = None) -> str:
+    """One sample's line; labels with an empty value are left out (the engine drops them anyway).
+    `host`: written as the host label, by a writer the engine trusts (its own import, not the gate)."""
+    own = {HOST: host} if host is not None else {}
+    pairs = ",".join(f'{_label_name(k)}="{_escape(str(v))}"' for k, v in sorted({**labels, **own}.items())
+                     if v != "" and (k != HOST or host is not None))
     return f"{series_name(name)}{{{pairs}}} {float(value)!r} {t_ms}"
 
 

@@ -12,7 +12,7 @@ from clockfabric.controller.app import create_app
 from clockfabric.controller.dashboard.jobseries import job_series
 from clockfabric.controller.dashboard.routes import allow_viewer
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from tests.series import series_path, write_pushed
 from tests.unit.credentials import as_host

@@ -18,7 +18,8 @@ from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatma
 from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.storage.base import Event
+from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from tests.series import series_path, write, write_pushed
 

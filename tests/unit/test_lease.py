@@ -67,7 +67,7 @@ def test_a_paused_leader_is_fenced_when_it_resumes(dsn):
     assert [x.key for x in store.alerts()] == ["while-leading"]
     with store.fenced(b.guard()):
         assert store.open_alert(alert("new-leader")) is not None
-    store.add_samples([])  # outside a fence, writes are the API's and go on
+    store.add_events([])  # outside a fence, writes are the API's and go on
     a.close(), b.close(), store.close()
 
 

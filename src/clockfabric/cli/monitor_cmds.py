@@ -7,6 +7,7 @@ on every switch, and a clock agent on every host that pushes to the controller.
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -63,12 +64,9 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                enroll_unknown: bool = typer.Option(False, "--enroll-unknown", help="Accept hosts not in the topology."),
                stale: float = typer.Option(5.0, "--stale", min=0.5,
                                            help="Seconds without a push before a host is stale."),
-               keep_raw_days: float = typer.Option(7.0, "--keep-raw-days",
-                                                   help="Keep raw samples this many days, then per-minute and "
-                                                        "per-hour aggregates only."),
-               keep_minute_days: float = typer.Option(90.0, "--keep-minute-days",
-                                                      help="Keep per-minute aggregates this many days "
-                                                           "(hourly ones: for good)."),
+               series_retention: str = typer.Option("90d", "--series-retention",
+                                                    help="How long the embedded engine keeps samples "
+                                                         "(VictoriaMetrics' -retentionPeriod: 30d, 1y)."),
                series_url: str = typer.Option(None, "--series-url",
                                               help="A VictoriaMetrics already running (default: start one, "
                                                    "its data beside the database)."),
@@ -82,7 +80,6 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     from clockfabric.controller.alerts import check_url
     from clockfabric.controller.fleet import Fleet
     from clockfabric.controller.monitor import Monitor
-    from clockfabric.controller.retention import Retention
     from clockfabric.controller.server import Listen, server
     from clockfabric.controller.storage.open import open_storage
     from clockfabric.topology import load
@@ -102,7 +99,8 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     nodes = sorted(topo.hosts) + sorted(topo.switches) if topo else []
     storage = open_storage(db)
     series = start_series(db, token, series_url, host, series_port or port + 1,
-                          (tls_cert, tls_key) if tls_cert and tls_key else None, [h.name for h in storage.hosts()])
+                          (tls_cert, tls_key) if tls_cert and tls_key else None, [h.name for h in storage.hosts()],
+                          series_retention)
     replica = None
     if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects
         from clockfabric.controller.lease import Lease
@@ -113,9 +111,8 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                                                                      series=series.series))
     monitor = None if replica else Monitor.create(storage, topology=topo, config=config, webhook=webhook,
                                                   alert_webhook=alert_webhook, series=series.series)
-    retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
     fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
-                  monitor=monitor, replica=replica, retention=retention, series=series)
+                  monitor=monitor, replica=replica, series=series)
     err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
               f"series {series.url} (hosts write at port {series.write_port}), {len(nodes)} enrolled nodes"
               + (", a replica: detectors run on the lease holder" if replica else ""))
@@ -129,7 +126,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
 
 
 def start_series(db: str, token: str, url: str | None, address: str, port: int, tls: tuple[Path, Path] | None,
-                 hosts: list[str]) -> SeriesPath:
+                 hosts: list[str], retention: str) -> SeriesPath:
     """The series engine (started here when no URL is given, its data beside the database) and the
     gate the hosts write through, on the controller's address."""
     from clockfabric.controller.series.engine import beside
@@ -137,8 +134,10 @@ def start_series(db: str, token: str, url: str | None, address: str, port: int, 
 
     if url is not None and not url.startswith(("http://", "https://")):
         raise ClockfabricError(f"--series-url {url!r}: give http(s)://HOST:PORT of a VictoriaMetrics")
+    if not re.fullmatch(r"\d+[hdwy]?", retention):
+        raise ClockfabricError(f"--series-retention {retention!r}: give a number with h, d, w or y, e.g. 90d")
     series = SeriesPath(data_dir=beside(db), fleet_token=token, url=url, gate_address=address, gate_port=port,
-                        tls=tls)
+                        tls=tls, retention=retention)
     series.start(hosts)
     return series
 

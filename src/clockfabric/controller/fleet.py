@@ -48,18 +48,16 @@ def boot_ends(host: str, boot: str, last: str | None, ended: list[dict], boots: 
 
 class Fleet:
     def __init__(self, storage: Storage, *, hosts: list[str], stale_s: float = 5.0, enroll_unknown: bool = False,
-                 monitor: Any = None, replica: Any = None, retention: Any = None, series: Any = None,
+                 monitor: Any = None, replica: Any = None, series: Any = None,
                  clock: Callable[[], int] = time.time_ns):
         """`monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only.
         `replica`: one of several replicas on one database (controller.replica.Replica): its leader's
-        monitor, fed from the database, takes the place of `monitor`. `retention`: the samples'
-        retention job (controller.retention.Retention), run by the leader. `series`: the series path
+        monitor, fed from the database, takes the place of `monitor`. `series`: the series path
         (controller.series.path.SeriesPath, started) the hosts write their samples through."""
         self.storage = storage
         self.stale_ns = int(stale_s * 1e9)
         self.enroll_unknown = enroll_unknown
         self.replica = replica
-        self.retention = retention
         self._monitor = monitor
         self.series = series
         self._let_write: set[str] = set()  # hosts the series gate lets in
@@ -118,7 +116,7 @@ class Fleet:
             evs.append(Event(host=host, seq=0, boot=f"{boot}:drop:{now}", t_ns=now, kind="events_dropped",
                              detail={"count": dropped_events}, synced=False))
         evs += boot_ends(host, boot, self._boots[host], ended or [], boots, now)
-        new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, [])
+        new = self.storage.add_push(host, now, {**info, "boot": boot}, evs)
         reply: dict[str, Any] = {}
         if self.series is not None:
             if host not in self._let_write:  # a host the controller took a push from may write its samples
@@ -161,14 +159,11 @@ class Fleet:
             for h in quiet - self.stale:
                 log.warning("host %s is stale: no push for %.1f s", h, self.stale_ns / 1e9)
             self.stale = quiet
-        jobs = [self.retention.run_if_due] if self.retention is not None else []
+        series_down = self.series.down if self.series is not None else None
         if self.replica is not None:  # outside the lock: alerts may wait on a webhook
-            self.replica.tick(now, quiet, jobs)
-            return
-        if self.monitor is not None:
-            self.monitor.tick(now, stale=quiet, series_down=self.series.down if self.series is not None else None)
-        for job in jobs:
-            job(now)
+            self.replica.tick(now, quiet, series_down)
+        elif self.monitor is not None:
+            self.monitor.tick(now, stale=quiet, series_down=series_down)
 
     def host_rows(self) -> list[dict]:
         now = self.clock()

@@ -21,7 +21,8 @@ from clockfabric.controller.config import load_config, parse_config
 from clockfabric.controller.detectors import DetectorSet, Finding
 from clockfabric.controller.series.feed import SampleFeed
 from clockfabric.controller.series.read import Series, SeriesError
-from clockfabric.controller.storage.base import Event, Sample, Storage, StorageError
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event, Storage, StorageError
 from clockfabric.topology import Topology
 
 log = logging.getLogger(__name__)

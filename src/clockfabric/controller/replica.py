@@ -1,6 +1,6 @@
 """One controller replica of several on one PostgreSQL: every replica serves the API and stores
 pushes; the one holding the leader lease (controller.lease) runs the detectors, the alerts and
-their webhooks, and the retention job, once for the fleet.
+and their webhooks, once for the fleet.
 
 The API keeps nothing in memory that another replica would need: pushes go to the database,
 and host staleness is read from it. The leader feeds its detectors from the database, not from
@@ -15,7 +15,7 @@ database, as a restarted controller does), so a replica that leads again never f
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from clockfabric.controller.storage.base import Event, FenceLost, Storage
@@ -31,8 +31,7 @@ class Tail:
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        events, _samples = storage.last_ids()
-        self.newest = {"events": events}
+        self.newest = {"events": storage.last_event_id()}
         self.fed: dict[str, set[int]] = {"events": set()}
 
     def events(self) -> list[Event]:
@@ -72,9 +71,9 @@ class Replica:
     def leading(self) -> bool:
         return self.monitor is not None
 
-    def tick(self, now_ns: int, stale: set[str], jobs: Iterable[Callable[[int], object]] = ()) -> None:
-        """Once a second: hold the lease; if held, feed and run the detectors and alerts, then `jobs`
-        (each given the time), all fenced."""
+    def tick(self, now_ns: int, stale: set[str], series_down: str | None = None) -> None:
+        """Once a second: hold the lease; if held, feed and run the detectors and alerts, fenced.
+        `series_down`: why the series engine does not answer (None while it does)."""
         if not self.lease.hold():
             return self._step_down()
         if self.lease.generation != self._generation:
@@ -86,9 +85,7 @@ class Replica:
         try:
             with self.storage.fenced(self.lease.guard()):
                 self.monitor.observe(self._tail.events(), [], now_ns)
-                self.monitor.tick(now_ns, stale=stale)
-                for job in jobs:
-                    job(now_ns)
+                self.monitor.tick(now_ns, stale=stale, series_down=series_down)
         except FenceLost as e:
             log.warning("leader: %s; stepping down", e)
             self._step_down()

@@ -36,7 +36,8 @@ from clockfabric.controller.rootcause import (
 )
 from clockfabric.controller.rootcause_verdict import Fabric, why
 from clockfabric.controller.series.read import Series
-from clockfabric.controller.storage.base import Event, Sample, Storage
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event, Storage
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology, interfaces
 from clockfabric.units import parse_duration

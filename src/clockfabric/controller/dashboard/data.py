@@ -23,7 +23,8 @@ from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.render import json_response
 from clockfabric.controller.rootcause import Flow
 from clockfabric.controller.rootcause_inputs import PATH_STAT, PlacesCache, flows_from
-from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology
 from clockfabric.units import parse_duration

@@ -31,7 +31,7 @@ from clockfabric.controller.detectors.config import (
     mapping,
     positive_int,
 )
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 
 Overrides = dict[tuple[str, str, str | None], int]  # (src, dst, path or None for every path) -> p99 ns
 

@@ -6,7 +6,7 @@ OVERLAP_NS behind the last one and skips the samples it has fed (by series and t
 from __future__ import annotations
 
 from clockfabric.controller.series.read import Series
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 
 # what the detectors read (detectors/*.py's on_samples): link states, probe delays, job flows' readings
 DETECTOR_SAMPLES = ("link_up", "owd_floor_ns", "owd_min_ns", "owd_p50_ns", "owd_p99_ns", "job_flow_tx_bps",

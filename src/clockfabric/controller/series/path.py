@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from clockfabric.controller.series.child import Child
-from clockfabric.controller.series.engine import engine
+from clockfabric.controller.series.engine import RETENTION, engine
 from clockfabric.controller.series.gate import Gate
 from clockfabric.controller.series.read import BUDGET_S, Series
 
@@ -20,10 +20,10 @@ log = logging.getLogger(__name__)
 class SeriesPath:
     def __init__(self, *, data_dir: Path, fleet_token: str, url: str | None = None,
                  gate_address: str = "127.0.0.1", gate_port: int = 0, tls: tuple[Path, Path] | None = None,
-                 budget_s: float = BUDGET_S) -> None:
+                 retention: str = RETENTION, budget_s: float = BUDGET_S) -> None:
         """`url`: an engine already running (its own scale-out behind it); None: start one with its
         data under `data_dir`. The gate listens on gate_address:gate_port, where the hosts reach it."""
-        self.engine: Child | None = None if url else engine(data_dir / "engine")
+        self.engine: Child | None = None if url else engine(data_dir / "engine", retention=retention)
         self._url = url.rstrip("/") if url else None
         self.data_dir = data_dir
         self.fleet_token = fleet_token
