@@ -50,8 +50,12 @@ def _ns(t_s: float) -> int:
     return round(t_s * 1000) * 1_000_000
 
 
-def _key(metric: dict) -> frozenset:
-    return frozenset((k, v) for k, v in metric.items() if k != "__name__")
+def _key(metric: dict) -> tuple:
+    """A series' identity in one result, to find it in the other: the engine writes a series'
+    labels in one order (sorted by name), the same in both, so the items as they come suffice;
+    last_over_time keeps the metric's name and tlast_over_time does not, so it is dropped here."""
+    metric.pop("__name__", None)
+    return tuple(metric.items())
 
 
 class Series:
@@ -102,7 +106,7 @@ class Series:
             t_ns = _ns(t_s)
             if since_ns is None or t_ns >= since_ns:
                 out.append(Sample(host, t_ns, name, float(r["value"][1]), labels))
-        return sorted(out, key=lambda s: (s.host, sorted(s.labels.items())))
+        return sorted(out, key=lambda s: (s.host, tuple(s.labels.items())))  # labels come sorted by name
 
     def range(self, name: str, *, since_ns: int, until_ns: int, host: str | None = None,
               match: dict[str, str] | None = None, step_s: float | None = None) -> list[Sample]:
