@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from clockfabric.agent.push import Pusher
+from clockfabric.agent.series_write import SeriesWriter
 from clockfabric.auth.credential import host_token
 from clockfabric.controller.app import create_app
 from clockfabric.controller.fleet import Fleet
@@ -98,5 +99,28 @@ def test_an_agent_writes_its_samples_to_the_gate_the_controller_names(tmp_path, 
     finally:
         srv.should_exit = True
         thread.join(5)
+        series.stop()
+        storage.close()
+
+
+def test_an_engine_with_its_disk_full_is_not_ready_and_alerts(tmp_path):
+    """A real engine below its free-space floor: it answers /health but refuses every write (503).
+    The agent's write fails and is counted; /readyz and an alert say why."""
+    storage = SqliteStorage(tmp_path / "c.db", quick_check_s=0)
+    series = SeriesPath(data_dir=tmp_path / "series", fleet_token=TOKEN,
+                        engine_flags=("-storage.minFreeDiskSpaceBytes=1000000000000000000",))
+    series.start(["h0"])
+    monitor = Monitor.create(storage)
+    fleet = Fleet(storage, hosts=["h0"], stale_s=60, monitor=monitor, series=series)
+    try:
+        with httpx.Client(headers=as_host(TOKEN, "h0")) as client:
+            writer = SeriesWriter(client)
+            assert not writer.write(series.write_url + IMPORT_PATH, [{"name": "link_up", "value": 1.0}])
+            assert writer.counters["series_write_failures"] == 1
+        with TestClient(create_app(fleet, TOKEN, tick_s=0.05, check_s=0.05)) as client:
+            wait_for("readyz to name the full disk", lambda: "disk is full" in client.get("/readyz").json()
+                     .get("failing", {}).get("series", ""), timeout_s=5)
+            wait_for("the alert", lambda: "series_engine" in monitor.alerts.open_by_kind(), timeout_s=5)
+    finally:
         series.stop()
         storage.close()

@@ -144,6 +144,6 @@ class Monitor:
                                                 f"{host} has stopped pushing to the controller")
         if series_down:
             findings["series_engine"] = Finding("series_engine", "series_engine", "critical",
-                                                f"the series engine is down: {series_down}; samples are not "
-                                                "stored or read until it answers")
+                                                f"the series engine fails: {series_down}; samples are not "
+                                                "stored or read until it recovers")
         self.alerts.sync(findings, now_ns)

@@ -10,8 +10,9 @@ from clockfabric.controller.series.child import Child, binary
 RETENTION = "90d"
 
 
-def engine(data_dir: Path, *, port: int = 0, retention: str = RETENTION) -> Child:
-    """A victoria-metrics (not yet started) keeping its data under `data_dir`."""
+def engine(data_dir: Path, *, port: int = 0, retention: str = RETENTION, flags: tuple[str, ...] = ()) -> Child:
+    """A victoria-metrics (not yet started) keeping its data under `data_dir`; `flags`: more of
+    its own command-line flags (e.g. -storage.minFreeDiskSpaceBytes)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     exe = binary("victoria-metrics")
 
@@ -19,7 +20,7 @@ def engine(data_dir: Path, *, port: int = 0, retention: str = RETENTION) -> Chil
         return [exe, f"-storageDataPath={data_dir}", f"-httpListenAddr=127.0.0.1:{p}",
                 f"-retentionPeriod={retention}", "-loggerLevel=ERROR",
                 # a sample is read back as soon as it is written: "latest" means the last push
-                "-search.latencyOffset=0s", "-search.disableCache"]
+                "-search.latencyOffset=0s", "-search.disableCache", *flags]
 
     return Child("victoria-metrics", argv, data_dir / "engine.log", port=port)
 

@@ -4,6 +4,7 @@ hosts write through, the reader, and a watch on the engine that /readyz and an a
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,15 +16,17 @@ from clockfabric.controller.series.gate import Gate
 from clockfabric.controller.series.read import BUDGET_S, Series
 
 log = logging.getLogger(__name__)
+READ_ONLY = re.compile(r"^vm_storage_is_read_only(\{[^}]*\})? 1$", re.MULTILINE)
 
 
 class SeriesPath:
     def __init__(self, *, data_dir: Path, fleet_token: str, url: str | None = None,
                  gate_address: str = "127.0.0.1", gate_port: int = 0, tls: tuple[Path, Path] | None = None,
-                 retention: str = RETENTION, budget_s: float = BUDGET_S) -> None:
+                 retention: str = RETENTION, engine_flags: tuple[str, ...] = (), budget_s: float = BUDGET_S) -> None:
         """`url`: an engine already running (its own scale-out behind it); None: start one with its
         data under `data_dir`. The gate listens on gate_address:gate_port, where the hosts reach it."""
-        self.engine: Child | None = None if url else engine(data_dir / "engine", retention=retention)
+        self.engine: Child | None = None if url else engine(data_dir / "engine", retention=retention,
+                                                               flags=engine_flags)
         self._url = url.rstrip("/") if url else None
         self.data_dir = data_dir
         self.fleet_token = fleet_token
@@ -81,11 +84,24 @@ class SeriesPath:
                 why = f"{part} {url} does not answer ({type(e).__name__})"
             if why:
                 break
+        why = why or self._read_only()
         if why and not self.down:
             log.error("series %s", why)
         elif not why and self.down and self.down != "not checked yet":
             log.warning("series engine answers again")
         self.down = why
+
+    def _read_only(self) -> str | None:
+        """Why the engine takes no writes though it answers: its disk is full (below its
+        -storage.minFreeDiskSpaceBytes it turns read-only and refuses every import with 503)."""
+        try:
+            r = httpx.get(self.url + "/metrics", timeout=min(1.0, self.budget_s))
+        except httpx.HTTPError:
+            return None  # an engine that answers /health but not /metrics (a cluster's vmselect): no word
+        if READ_ONLY.search(r.text):
+            return (f"engine {self.url} is read-only: its disk is full; samples are refused until space is "
+                    "freed (or its -storage.minFreeDiskSpaceBytes lowered)")
+        return None
 
     def stop(self) -> None:
         if self.series is not None:
