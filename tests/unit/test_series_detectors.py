@@ -78,3 +78,15 @@ def test_the_feed_gives_each_sample_once(tmp_path):
         assert feed.new(now + 10**8) == []  # read again within the overlap: not fed twice
         write(series, "h1", [{"name": "link_up", "value": 0.0, "labels": {"device": "eth0"}}], now)
         assert [s.value for s in feed.new(time.time_ns())] == [0.0]
+
+
+def test_a_wrong_lldp_neighbour_read_from_the_engine_raises_topology_drift(env):
+    _client, fleet, series, topo = env
+    link = next(lk for lk in topo.links_of("leaf0") if lk.other("leaf0").node in topo.hosts)
+    port, expected = link.port("leaf0"), str(link.other("leaf0"))
+    wrong = next(f"{h}:eth0" for h in sorted(topo.hosts) if f"{h}:eth0" != expected)
+    write(series, "leaf0", [{"name": "lldp_neighbour", "value": 1.0,
+                             "labels": {"device": port.iface, "neighbour": wrong}}])
+    fleet.tick()
+    drifts = [a for a in fleet.storage.alerts(open_only=True) if a.kind == "topology_drift"]
+    assert [(a.detail["port"], a.detail["seen"]) for a in drifts] == [(str(port), wrong)], drifts
