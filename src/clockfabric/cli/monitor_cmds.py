@@ -91,6 +91,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
         if url:  # now, not when a replica takes the lease and builds its monitor
             check_url(url, flag)
     host, port = _listen(listen)
+    _series_options(series_url, series_retention)
     listen_at = Listen(host, port, tls_cert, tls_key)
     listen_at.check()
     token = read_token(token_file, create=new_token)
@@ -125,6 +126,14 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
         storage.close()
 
 
+def _series_options(url: str | None, retention: str) -> None:
+    """The series options, checked before anything starts."""
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise ClockfabricError(f"--series-url {url!r}: give http(s)://HOST:PORT of a VictoriaMetrics")
+    if not re.fullmatch(r"\d+[hdwy]?", retention):
+        raise ClockfabricError(f"--series-retention {retention!r}: give a number with h, d, w or y, e.g. 90d")
+
+
 def start_series(db: str, token: str, url: str | None, address: str, port: int, tls: tuple[Path, Path] | None,
                  hosts: list[str], retention: str) -> SeriesPath:
     """The series engine (started here when no URL is given, its data beside the database) and the
@@ -132,10 +141,6 @@ def start_series(db: str, token: str, url: str | None, address: str, port: int, 
     from clockfabric.controller.series.engine import beside
     from clockfabric.controller.series.path import SeriesPath
 
-    if url is not None and not url.startswith(("http://", "https://")):
-        raise ClockfabricError(f"--series-url {url!r}: give http(s)://HOST:PORT of a VictoriaMetrics")
-    if not re.fullmatch(r"\d+[hdwy]?", retention):
-        raise ClockfabricError(f"--series-retention {retention!r}: give a number with h, d, w or y, e.g. 90d")
     series = SeriesPath(data_dir=beside(db), fleet_token=token, url=url, gate_address=address, gate_port=port,
                         tls=tls, retention=retention)
     series.start(hosts)
