@@ -39,3 +39,14 @@ def postgres_server():
         pytest.skip(why)
     with throwaway_postgres(fsync=False) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def series_engine(tmp_path_factory):
+    """A real single-node victoria-metrics on loopback for the whole session (its URL and process)."""
+    from clockfabric.controller.series.engine import engine
+
+    child = engine(tmp_path_factory.mktemp("series"))
+    child.start()
+    yield child
+    child.stop()

@@ -51,6 +51,7 @@ CORPUS: list[str] = [
     "topology generate multirail --planes 0", "topology generate leafspine --hosts 3 --leaves 5",
     "controller --token-file {d}/tok --listen nowhere", "controller --token-file {d}/tok --listen 1.2.3.4:99999",
     "controller --token-file {d}/tok --listen :7400", "controller --token-file {d}/tok --listen host:port",
+    "controller --token-file {d}/tok --series-url nowhere", "controller --token-file {d}/tok --series-retention soon",
     # missing, unreadable and malformed files
     "topology show {d}/missing.yaml", "topology show {d}/bad.yaml", "topology show {d}/list.yaml",
     "topology show {d}/empty.yaml", "topology show {d}/binary.yaml", "topology show {d}/wrongtype.yaml",

@@ -56,7 +56,7 @@ def test_the_prologs_command_ran_the_audit(tmp_path):
 
 
 def test_a_heavy_package_would_be_seen(tmp_path):
-    modules, _ = loaded(["bench", "controller-ingest", "--help"], tmp_path)  # the controller's stack
+    modules, _ = loaded(["bench", "controller-scale", "--help"], tmp_path)  # the controller's stack
     assert modules & HEAVY, "the guard sees nothing: the module list is not what the CLI loaded"
 
 

@@ -128,51 +128,6 @@ def test_stale_hosts_and_the_fleet_summary(env):
     assert client.get("/api/v1/fleet", headers=AUTH).json()["stale"] == []
 
 
-def test_owd_matrix_and_links_from_the_latest_samples(env):
-    client, _, clock, _ = env
-    owd = [{"name": "owd_p50_ns", "value": v, "labels": {"src": "h1", "dst": "h2", "path": "eth0:7300"}}
-           for v in (21_000.0, 22_000.0)]
-    push(client, samples=owd[:1] + [{"name": "link_up", "value": 1, "labels": {"device": "eth0"}}])
-    clock.now += 10**9
-    push(client, samples=owd[1:] + [{"name": "link_up", "value": 0, "labels": {"device": "eth0"}},
-                                     {"name": "link_transitions_total", "value": 3, "labels": {"device": "eth0"}}])
-    rows = client.get("/api/v1/owd", headers=AUTH).json()["items"]
-    assert [(r["src"], r["dst"], r["path"], r["owd_ns"]) for r in rows] == [("h1", "h2", "eth0:7300", 22_000.0)]
-    links = client.get("/api/v1/links", headers=AUTH).json()["items"]
-    assert links == [{"host": "h1", "device": "eth0", "up": False, "t_ns": clock.now, "transitions": 3}]
-    assert client.get("/api/v1/owd", headers=AUTH, params={"stat": "p42"}).status_code == 422
-
-
-def test_path_maps_let_a_congestion_alert_name_the_links(env):
-    client, fleet, clock, topo = env
-    # h0's probe paths as its agent traced them: two over spine0, one over spine1; h2's back over spine0
-    maps = {"h0": [["h2", "eth0:7300", 0, "spine0"], ["h2", "eth0:7301", 0, "spine1"], ["h3", "eth0:7300", 0, "spine0"]],
-            "h2": [["h0", "eth0:7300", 0, "spine0"]]}
-    congested = {("h0", "h2", "eth0:7300"), ("h0", "h3", "eth0:7300")}
-    for _ in range(2):  # two bad windows open it
-        clock.now += 10**9
-        for host, rows in maps.items():
-            samples = [{"name": f"owd_{stat}_ns", "value": value, "labels": {"src": host, "dst": dst, "path": path}}
-                       for dst, path, *_ in rows
-                       for stat, value in (("floor", 20_000), ("p50", 900_000 if (host, dst, path) in congested
-                                                                   else 21_000))]
-            assert push(client, host=host, samples=samples, paths=rows).status_code == 200
-    fleet.tick()
-    (alert,) = client.get("/api/v1/alerts", headers=AUTH, params={"open_only": True}).json()["items"]
-    up, down = topo.find_link("leaf0", "spine0").name, topo.find_link("spine0", "leaf1").name
-    # h0's own cable and h2's are cleared by the quiet path over spine1; with two leaves, leaf0 -> spine0
-    # and spine0 -> leaf1 carry the same paths: one of the two
-    assert alert["detail"]["links"] == [{"link": up, "direction": "leaf0->spine0"},
-                                        {"link": down, "direction": "spine0->leaf1"}], alert
-    assert sorted((p["src"], p["dst"]) for p in alert["detail"]["paths"]) == [("h0", "h2"), ("h0", "h3")]
-    rows = client.get("/api/v1/paths", headers=AUTH, params={"host": "h0"}).json()["items"]
-    assert [(r["dst"], r["via"]) for r in rows] == [("h2", "spine0"), ("h2", "spine1"), ("h3", "spine0")]
-    assert rows[1]["links"] == [topo.find_link("h0", "leaf0").name, topo.find_link("leaf0", "spine1").name,
-                                topo.find_link("spine1", "leaf1").name, topo.find_link("leaf1", "h2").name]
-    bad = push(client, host="h0", paths=[["h2", "eth0:7300", -1, "spine0"]])
-    assert bad.status_code == 422 and "paths" in bad.text
-
-
 def test_a_locked_database_gives_503_and_an_alert_not_a_crash(env, tmp_path):
     client, fleet, *_ = env
     locker = sqlite3.connect(tmp_path / "c.db", timeout=0.1)

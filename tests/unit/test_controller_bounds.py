@@ -4,7 +4,6 @@ what only a socket shows), with SQLite."""
 
 from __future__ import annotations
 
-import math
 import socket
 import sqlite3
 
@@ -14,7 +13,7 @@ from clockfabric.auth.credential import host_token
 from clockfabric.controller.app import MAX_PUSH_BYTES
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.server import Listen, server, start_in_thread
-from clockfabric.controller.storage.base import Event, Sample, StorageError
+from clockfabric.controller.storage.base import Event, StorageError
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from tests.unit.credentials import as_host
 from tests.unit.test_controller_app import AUTH, TOKEN, env, push  # noqa: F401 - env is a fixture
@@ -47,7 +46,7 @@ def test_non_finite_numbers_are_refused(env, value):  # noqa: F811
     text = f'{{"host": "h1", "boot": "b1", "samples": [{{"name": "x", "value": {value}}}]}}'
     assert "finite" in refused(raw_push(client, text), "samples", 0, "value")
     assert "finite" in refused(raw_push(client, event_json(f'{{"v": {value}}}')), "events", 0, "detail", "v")
-    assert client.get("/api/v1/samples", headers=AUTH).json()["items"] == []
+    assert client.get("/api/v1/events", headers=AUTH).json()["items"] == []
 
 
 def test_integers_past_64_bits_are_refused(env):  # noqa: F811
@@ -85,12 +84,10 @@ def test_a_push_is_stored_whole_or_not_at_all(env, monkeypatch):  # noqa: F811
     def fail(*_args):
         raise StorageError("disk full")
 
-    monkeypatch.setattr(fleet.storage, "_upsert_latest", fail)  # after the events and samples went in
-    r = push(client, events=[{"seq": 1, "t_ns": clock.now, "kind": "link_down"}],
-             samples=[{"name": "x", "value": 1.0}])
+    monkeypatch.setattr(fleet.storage, "_seen", fail)  # after the events went in
+    r = push(client, events=[{"seq": 1, "t_ns": clock.now, "kind": "link_down"}])
     assert r.status_code == 503
     assert client.get("/api/v1/events", headers=AUTH).json()["items"] == []
-    assert client.get("/api/v1/samples", headers=AUTH).json()["items"] == []
     assert fleet.storage.host("h1").last_seen_ns is None
     monkeypatch.undo()
     assert push(client, events=[{"seq": 1, "t_ns": clock.now, "kind": "link_down"}]).json()["events_new"] == 1
@@ -102,9 +99,6 @@ def test_rows_stored_before_the_bounds_still_list(env, tmp_path):  # noqa: F811
     for _ in range(900):
         deep = {"d": deep}
     fleet.storage.add_events([Event("h1", 1, "b1", clock.now, "link_down", detail={"deep": deep})])
-    fleet.storage.add_samples([Sample("h1", clock.now, "owd_p50_ns", math.nan, {"src": "h1", "dst": "h2"}),
-                               Sample("h1", clock.now, "link_up", 1.0, {"device": "eth0"}),
-                               Sample("h1", clock.now, "link_transitions_total", math.inf, {"device": "eth0"})])
     with sqlite3.connect(tmp_path / "c.db") as db:  # a detail that is not JSON at all
         db.execute("INSERT INTO events (host, seq, boot, t_ns, kind, device, detail, synced) "
                    "VALUES ('h1', 2, 'b1', 1, 'x', '', '{broken', 1)")
@@ -112,10 +106,6 @@ def test_rows_stored_before_the_bounds_still_list(env, tmp_path):  # noqa: F811
     assert events.status_code == 200
     first, second = events.json()["items"]
     assert "not shown" in str(first["detail"]) and "unreadable" in second["detail"]
-    samples = client.get("/api/v1/samples", headers=AUTH)
-    assert samples.status_code == 200 and samples.json()["items"][0]["value"] is None
-    assert client.get("/api/v1/owd", headers=AUTH).json()["items"][0]["owd_ns"] is None
-    assert client.get("/api/v1/links", headers=AUTH).json()["items"][0]["transitions"] is None
 
 
 # ---- on a real socket: what the test client cannot show ------------------------------------------

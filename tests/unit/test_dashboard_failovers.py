@@ -4,19 +4,22 @@ its flow; other events and flows that ended before the move left out."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
 from clockfabric.controller.app import create_app
 from clockfabric.controller.dashboard.failovers import decisions
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.storage.base import Event
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from tests.series import series_path, write
 
 TOKEN = "f" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 S = 10**9
-NOW = 1000 * S
+NOW = time.time_ns() // S * S  # the engine takes samples of now, not of 1970
 TO_B, TO_C, B_TO_A = "10.0.0.1:40000->10.0.0.2:5301", "10.0.0.1:40001->10.0.0.3:5301", "10.0.0.2:5301->10.0.0.1:40000"
 
 
@@ -48,13 +51,15 @@ def client(tmp_path):
     for host, address in (("a", "10.0.0.1"), ("b", "10.0.0.2")):
         storage.enroll(host, 0)
         storage.seen(host, NOW, {"address": address})
-    storage.add_samples([Sample("a", NOW - S, "job_flow_tx_bps", 2e9, {"jobid": "J", "flow": TO_B}),
-                         Sample("a", NOW - S, "job_process", 1.0, {"jobid": "J", "pid": "1"})])
     storage.add_events([event("failover_moved", NOW - 20 * S, planes=[1], reason="plane 0 down"),
                         event("failover_moved", NOW - 7200 * S, seq=1, reason="two hours ago"),
                         event("link_down", NOW - 10 * S, seq=2)])
-    with TestClient(create_app(Fleet(storage, hosts=["a", "b"], clock=lambda: NOW), TOKEN, tick_s=3600)) as c:
-        yield c
+    with series_path(tmp_path, token=TOKEN) as series:
+        write(series, "a", [{"name": "job_flow_tx_bps", "value": 2e9, "labels": {"jobid": "J", "flow": TO_B}},
+                            {"name": "job_process", "value": 1.0, "labels": {"jobid": "J", "pid": "1"}}], NOW - S)
+        with TestClient(create_app(Fleet(storage, hosts=["a", "b"], clock=lambda: NOW, series=series), TOKEN,
+                                   tick_s=3600)) as c:
+            yield c
     storage.close()
 
 

@@ -12,8 +12,9 @@ from clockfabric.controller.app import create_app
 from clockfabric.controller.dashboard.jobseries import job_series
 from clockfabric.controller.dashboard.routes import allow_viewer
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from tests.series import series_path, write_pushed
 from tests.unit.credentials import as_host
 
 TOKEN, VIEWER = "f" * 32, "v" * 32
@@ -64,11 +65,12 @@ def test_readings_outside_the_window_are_left_out():
 @pytest.fixture
 def client(tmp_path):
     storage = SqliteStorage(tmp_path / "c.db")
-    fleet = Fleet(storage, hosts=["h1", "h2"])
-    app = create_app(fleet, TOKEN, tick_s=3600)
-    allow_viewer(app, VIEWER)
-    with TestClient(app) as c:
-        yield c
+    with series_path(tmp_path, token=TOKEN) as series:
+        fleet = Fleet(storage, hosts=["h1", "h2"], series=series)
+        app = create_app(fleet, TOKEN, tick_s=3600)
+        allow_viewer(app, VIEWER)
+        with TestClient(app) as c:
+            yield c
     storage.close()
 
 
@@ -79,8 +81,9 @@ def push_job(client, host, label, tx_bps):
         t = now - (3 - k) * S
         samples += [{"name": "job_flow_tx_bps", "value": tx_bps, "labels": {"jobid": "J", "flow": label}, "t_ns": t},
                     {"name": "job_flow_rtt_us", "value": 300.0, "labels": {"jobid": "J", "flow": label}, "t_ns": t}]
-    r = client.post("/api/v1/push", headers=as_host(TOKEN, host), json={"host": host, "boot": "b", "samples": samples})
+    r = client.post("/api/v1/push", headers=as_host(TOKEN, host), json={"host": host, "boot": "b"})
     assert r.status_code == 200, r.text
+    write_pushed(client, host, samples, now)
 
 
 def test_the_route_gives_a_pushed_jobs_series_to_either_token(client):

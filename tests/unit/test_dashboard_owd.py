@@ -18,9 +18,10 @@ from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatma
 from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.storage.base import Event
+from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.sqlite import SqliteStorage
-from tests.unit.credentials import as_host
+from tests.series import series_path, write, write_pushed
 
 TOKEN = "f" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -77,13 +78,20 @@ def test_names_sort_as_people_count():
     assert sorted(["h10", "h2", "h1"], key=natural) == ["h1", "h2", "h10"]
 
 
+def owd(name: str, ns: float, src: str, dst: str, path: str = "p0") -> dict:
+    """One delay as the agents write it (agent/services/clock.py)."""
+    return {"name": name, "value": ns, "labels": {"src": src, "dst": dst, "path": path}}
+
+
 @pytest.fixture
 def client(tmp_path):
     storage = SqliteStorage(tmp_path / "c.db")
-    storage.add_samples([Sample(src, 5, "owd_p50_ns", ns, {"src": src, "dst": dst, "path": "p0"})
-                         for src, dst, ns in (("a", "b", 1000.0), ("b", "a", 3000.0), ("a", "<b>", 2000.0))])
-    with TestClient(create_app(Fleet(storage, hosts=["a", "b"]), TOKEN, tick_s=3600)) as c:
-        yield c
+    with series_path(tmp_path, token=TOKEN) as series:
+        at = time.time_ns() - 5 * 10**9
+        write(series, "b", [owd("owd_p50_ns", 3000.0, "b", "a")], at, wait=False)
+        write(series, "a", [owd("owd_p50_ns", ns, "a", dst) for dst, ns in (("b", 1000.0), ("<b>", 2000.0))], at)
+        with TestClient(create_app(Fleet(storage, hosts=["a", "b"], series=series), TOKEN, tick_s=3600)) as c:
+            yield c
     storage.close()
 
 
@@ -134,13 +142,16 @@ def test_excess_is_each_delay_less_its_own_series_floor():
 
 @pytest.fixture
 def windowed(tmp_path):
-    now = 10**12
+    now = time.time_ns() // 10**9 * 10**9
     storage = SqliteStorage(tmp_path / "c.db")
-    storage.add_samples([sample("a", "b", "owd_p50_ns", ns, now - age * 10**9)
-                         for age, ns in ((120, 9000.0), (20, 1000.0), (10, 3000.0), (5, 2000.0))])
-    storage.add_samples([sample("a", "b", "owd_floor_ns", 500.0, now - 5 * 10**9)])
-    with TestClient(create_app(Fleet(storage, hosts=["a", "b"], clock=lambda: now), TOKEN, tick_s=3600)) as c:
-        yield c
+    with series_path(tmp_path, token=TOKEN) as series:
+        for age, ns in ((120, 9000.0), (20, 1000.0), (10, 3000.0)):
+            write(series, "a", [owd("owd_p50_ns", ns, "a", "b")], now - age * 10**9, wait=False)
+        write(series, "a", [owd("owd_p50_ns", 2000.0, "a", "b"), owd("owd_floor_ns", 500.0, "a", "b")],
+              now - 5 * 10**9)
+        with TestClient(create_app(Fleet(storage, hosts=["a", "b"], clock=lambda: now, series=series), TOKEN,
+                                   tick_s=3600)) as c:
+            yield c
     storage.close()
 
 
@@ -180,16 +191,17 @@ def test_a_heatmap_is_worked_out_at_most_once_a_second_per_question():
     assert len(fresh._kept) == MAX_KEYS
 
 
-def test_the_route_shows_a_push_within_a_second(client):
+def test_the_route_shows_a_push_within_two_seconds(client):
     def worst():
         return client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p50"}).json()["hi_ns"]
 
     assert worst() == 3000.0
-    client.post("/api/v1/push", headers=as_host(TOKEN, "b"), json={"host": "b", "boot": "x", "samples": [
-        {"name": "owd_p50_ns", "value": 9000.0, "labels": {"src": "b", "dst": "a", "path": "p0"}}]})
-    deadline = time.monotonic() + HEATMAP_MAX_AGE_S + 0.5
+    write_pushed(client, "b", [owd("owd_p50_ns", 9000.0, "b", "a")], wait=False)
+    # the engine makes a known series' new sample searchable within about a second, then the
+    # heatmap's own cache holds it at most HEATMAP_MAX_AGE_S
+    deadline = time.monotonic() + HEATMAP_MAX_AGE_S + 2.0
     while worst() != 9000.0:
-        assert time.monotonic() < deadline, "the push is not in the heatmap a second later"
+        assert time.monotonic() < deadline, "the push is not in the heatmap two seconds later"
         time.sleep(0.05)
 
 

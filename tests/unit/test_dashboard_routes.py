@@ -25,6 +25,7 @@ from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine
+from tests.series import series_path, write_pushed
 from tests.unit.credentials import as_host
 
 TOKEN, VIEWER = "f" * 32, "v" * 32
@@ -36,8 +37,8 @@ def fleet(tmp_path):
     topo = leafspine(4, 2, 2)
     storage = SqliteStorage(tmp_path / "c.db")
     monitor = Monitor.create(storage, topology=topo)
-    fleet = Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), monitor=monitor)
-    yield fleet
+    with series_path(tmp_path, token=TOKEN) as series:
+        yield Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), monitor=monitor, series=series)
     storage.close()
 
 
@@ -50,8 +51,12 @@ def client(fleet):
 
 
 def push(client, host, samples=(), events=(), auth=None):
-    return client.post("/api/v1/push", headers=auth or as_host(TOKEN, host),
-                       json={"host": host, "boot": "b", "samples": list(samples), "events": list(events)})
+    """As an agent does: its events to the controller, its samples through the series gate."""
+    r = client.post("/api/v1/push", headers=auth or as_host(TOKEN, host),
+                    json={"host": host, "boot": "b", "events": list(events)})
+    if r.status_code == 200:
+        write_pushed(client, host, samples)
+    return r
 
 
 def link_up(device, up):
@@ -129,7 +134,7 @@ def test_changes_bump_only_the_topics_that_moved(fleet):
     changes = Changes(fleet, every_s=0)
     first = changes.poll()
     assert changes.poll() == first
-    fleet.push("h1", "b", {}, [{"seq": 1, "t_ns": fleet.clock(), "kind": "link_down", "device": "eth0"}], [], 0)
+    fleet.push("h1", "b", {}, [{"seq": 1, "t_ns": fleet.clock(), "kind": "link_down", "device": "eth0"}], 0)
     after_push = changes.poll()
     assert after_push["hosts"] == first["hosts"] + 1 and after_push["events"] == first["events"] + 1
     assert after_push["alerts"] == first["alerts"] and after_push["audits"] == first["audits"]

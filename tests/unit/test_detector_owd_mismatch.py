@@ -8,7 +8,7 @@ import pytest
 
 from clockfabric.controller.config import MonitorConfig, parse_config
 from clockfabric.controller.detectors import DetectorSet
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from clockfabric.controller.config import MonitorConfig, parse_config
 from clockfabric.controller.detectors import DetectorSet
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 from tests.unit.rootcause_timelines import flow, ring
 
 S = 10**9

@@ -6,7 +6,8 @@ from clockfabric.controller.config import MonitorConfig, load_config, parse_conf
 from clockfabric.controller.detectors import DetectorSet
 from clockfabric.controller.detectors.base import LinkIndex
 from clockfabric.controller.detectors.congestion import localize, orient
-from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.storage.base import Event
+from clockfabric.controller.series.sample import Sample
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine
 

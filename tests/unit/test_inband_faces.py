@@ -8,7 +8,7 @@ import pytest
 from clockfabric.agent.metrics import workload_metrics
 from clockfabric.cli.job_cmds import _owd
 from clockfabric.controller.jobs import flows_of
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 from clockfabric.traffic.steer_decide import FlowKey
 from clockfabric.workload import samples
 from clockfabric.workload.flows import FlowRates, SocketReading

@@ -3,17 +3,21 @@ hosts, its ranks and start, and its flows with peers matched end to end; paging;
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
 from clockfabric.controller.app import create_app
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from tests.series import series_path, write_pushed
 from tests.unit.credentials import as_host
 
 TOKEN = "t" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-T0 = 1_800_000_000 * 10**9
+T0_S = time.time_ns() // 10**9 - 600  # the engine takes samples up to now, so the tests' clock runs behind it
+T0 = T0_S * 10**9
 
 
 class Clock:
@@ -28,13 +32,14 @@ class Clock:
 def env(tmp_path):
     storage = SqliteStorage(tmp_path / "c.db")
     clock = Clock()
-    fleet = Fleet(storage, hosts=["h1", "h2", "h3"], clock=clock)
-    with TestClient(create_app(fleet, TOKEN, tick_s=3600)) as client:
-        yield client, clock
+    with series_path(tmp_path) as series:
+        fleet = Fleet(storage, hosts=["h1", "h2", "h3"], clock=clock, series=series)
+        with TestClient(create_app(fleet, TOKEN, tick_s=3600)) as client:
+            yield client, clock
     storage.close()
 
 
-def process(jobid, pid, rank, start_s=1_799_999_000.0):
+def process(jobid, pid, rank, start_s=T0_S - 1000.0):
     return {"name": "job_process", "value": start_s, "labels": {"jobid": jobid, "pid": str(pid), "rank": str(rank),
                                                                 "source": "clockfabric", "run": "r1", "visible": "1"}}
 
@@ -44,9 +49,11 @@ def flow(jobid, label, **stats):
 
 
 def push(client, host, address, samples):
+    """As an agent does: its info to the controller, its samples through the series gate."""
     r = client.post("/api/v1/push", headers=as_host(TOKEN, host),
-                    json={"host": host, "boot": "b", "info": {"address": address}, "samples": samples})
+                    json={"host": host, "boot": "b", "info": {"address": address}})
     assert r.status_code == 200, r.text
+    write_pushed(client, host, samples, client.app.state.operations.fleet.clock())
 
 
 def get(client, path, **params):
@@ -57,7 +64,7 @@ def get(client, path, **params):
 
 def test_a_job_on_two_hosts_with_a_flow_between_them(env):
     client, clock = env
-    push(client, "h1", "10.0.0.1", [process("J", 100, 0, start_s=1_799_999_500.0), *flow(
+    push(client, "h1", "10.0.0.1", [process("J", 100, 0, start_s=T0_S - 500.0), *flow(
         "J", "10.1.0.2:40000->10.0.0.2:5201", tx_bps=8e8, rx_bps=1e4, rtt_us=150, retransmits_total=2, cwnd=40,
         delivery_bps=9e8)])
     push(client, "h2", "10.0.0.2", [process("J", 200, 1), *flow("J", "10.0.0.2:5201->10.1.0.2:40000",
@@ -66,7 +73,7 @@ def test_a_job_on_two_hosts_with_a_flow_between_them(env):
     assert listed["next"] is None
     [job] = listed["items"]
     assert job["jobid"] == "J" and job["hosts"] == ["h1", "h2"] and job["ranks"] == [0, 1]
-    assert job["start_ns"] == 1_799_999_000 * 10**9 and job["active"] and job["processes"] == 2
+    assert job["start_ns"] == (T0_S - 1000) * 10**9 and job["active"] and job["processes"] == 2
     shown = get(client, "/api/v1/jobs/J")
     assert [h["host"] for h in shown["by_host"]] == ["h1", "h2"] and shown["by_host"][1]["ranks"] == [1]
     by_host = {f["host"]: f for f in shown["flows"]}

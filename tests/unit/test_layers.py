@@ -18,7 +18,7 @@ import clockfabric
 
 ROOT = "clockfabric"  # the package itself (`__version__`) counts with the foundations
 LAYERS = [
-    {ROOT, "units", "errors", "registry", "yamlfile", "console", "logs", "lldp", "auth", "wirejson",
+    {ROOT, "units", "errors", "registry", "yamlfile", "console", "logs", "lldp", "auth", "wirejson", "serieswire",
      "netdev", "netns"},
     {"topology"},
     {"localization"},  # network tomography: paths and their links in, suspect links out

@@ -67,7 +67,7 @@ def test_a_paused_leader_is_fenced_when_it_resumes(dsn):
     assert [x.key for x in store.alerts()] == ["while-leading"]
     with store.fenced(b.guard()):
         assert store.open_alert(alert("new-leader")) is not None
-    store.add_samples([])  # outside a fence, writes are the API's and go on
+    store.add_events([])  # outside a fence, writes are the API's and go on
     a.close(), b.close(), store.close()
 
 
@@ -95,8 +95,7 @@ def test_only_the_leader_runs_the_detectors_and_it_sees_every_replicas_pushes(ds
     fleet_b.tick()
     assert rep_a.leading and not rep_b.leading
     # a link goes down on h2, pushed to the follower: the leader reads it from the database
-    fleet_b.push("h2", "boot", {}, [{"seq": 1, "t_ns": time.time_ns(), "kind": "link_down", "device": "eth0"}],
-                 [{"name": "link_up", "value": 0.0, "labels": {"device": "eth0"}}], 0)
+    fleet_b.push("h2", "boot", {}, [{"seq": 1, "t_ns": time.time_ns(), "kind": "link_down", "device": "eth0"}], 0)
     time.sleep(0.3)  # h1 never pushed; h2 goes stale too
     fleet_b.tick()
     fleet_a.tick()

@@ -13,6 +13,7 @@ from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.topology import multirail
 from clockfabric.topology.discover import assemble, heard_from_samples
+from tests.series import series_path, write
 from tests.unit.credentials import as_host
 
 TOKEN = "t" * 32
@@ -23,26 +24,32 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def client(tmp_path):
     topo = multirail(4, 2, 2, 1)
     storage = SqliteStorage(tmp_path / "c.db")
-    fleet = Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), stale_s=60,
-                  monitor=Monitor.create(storage, topology=topo))
-    with TestClient(create_app(fleet, TOKEN, tick_s=3600)) as c:
-        yield c, topo
+    with series_path(tmp_path) as series:
+        fleet = Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), stale_s=60,
+                      monitor=Monitor.create(storage, topology=topo), series=series)
+        with TestClient(create_app(fleet, TOKEN, tick_s=3600)) as c:
+            yield (c, series), topo
     storage.close()
 
 
-def push(client, node: str, info: dict, heard: dict[str, str | None]) -> None:
+def push(client, node: str, info: dict, heard: dict[str, str | None], *, wait: bool = False) -> None:
+    """As the agent does: its info to the controller, its samples through the series gate."""
+    client, series = client
     r = client.post("/api/v1/push", headers=as_host(TOKEN, node),
-                    json={"host": node, "boot": "b", "info": info, "events": [], "samples": neighbour_samples(heard)})
+                    json={"host": node, "boot": "b", "info": info, "events": []})
     assert r.status_code == 200, r.text
+    write(series, node, neighbour_samples(heard), wait=wait)
 
 
 def test_pushed_neighbours_come_back_and_assemble_to_the_fleet(client):
-    client, topo = client
+    pair, topo = client
+    client = pair[0]
     for node in topo.nodes():
         info = {"role": "switch"} if node in topo.switches else {"address": str(topo.hosts[node].address)}
-        push(client, node, info, {lk.port(node).iface: str(lk.other(node)) for lk in topo.links_of(node)})
-    push(client, "h0", {"address": str(topo.hosts["h0"].address)}, {"eth0": None, "eth1": "p1-leaf0:swp1"})
-    push(client, "h0", {"address": str(topo.hosts["h0"].address)}, {"eth0": "p0-leaf0:swp1", "eth1": "p1-leaf0:swp1"})
+        push(pair, node, info, {lk.port(node).iface: str(lk.other(node)) for lk in topo.links_of(node)})
+    push(pair, "h0", {"address": str(topo.hosts["h0"].address)}, {"eth0": None, "eth1": "p1-leaf0:swp1"})
+    push(pair, "h0", {"address": str(topo.hosts["h0"].address)}, {"eth0": "p0-leaf0:swp1", "eth1": "p1-leaf0:swp1"},
+         wait=True)
     assert client.get("/api/v1/neighbours").status_code == 401
     rows = client.get("/api/v1/neighbours", headers=AUTH).json()["items"]
     h0_eth0 = [r for r in rows if r["host"] == "h0" and r["labels"]["device"] == "eth0"]

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from clockfabric.controller.storage import open_storage
-from clockfabric.controller.storage.base import Alert, Audit, Event, Sample, StorageError
+from clockfabric.controller.storage.base import Alert, Audit, Event, StorageError
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.errors import ClockfabricError
 
@@ -45,10 +45,6 @@ def store(opener):
 
 def ev(host: str, seq: int, t_ns: int, kind: str = "link_down", boot: str = "b1", **kw) -> Event:
     return Event(host=host, seq=seq, boot=boot, t_ns=t_ns, kind=kind, **kw)
-
-
-def owd(host: str, t_ns: int, value: float, **labels: str) -> Sample:
-    return Sample(host=host, t_ns=t_ns, name="owd_p99_ns", value=value, labels=labels)
 
 
 def alert(key: str, opened_ns: int, **kw) -> Alert:
@@ -124,60 +120,20 @@ def test_event_filters(store):
     assert seqs(host="nobody") == []
 
 
-# ---- samples -----------------------------------------------------------------------------------------
 def test_a_push_is_one_transaction(store):
     store.enroll("h1", 1)
-    assert store.add_push("h1", 50, {"pid": 7}, [ev("h1", 1, 10)], [owd("h1", 10, 1.0, peer="h2")]) == 1
-    assert store.host("h1").info == {"pid": 7} and len(store.samples()) == 1
+    assert store.add_push("h1", 50, {"pid": 7}, [ev("h1", 1, 10)]) == 1
+    assert store.host("h1").info == {"pid": 7}
     with pytest.raises(Exception):  # noqa: B017 - each driver has its own: the point is what is left after
-        store.add_push("h1", 60, {"pid": 8}, [ev("h1", 2, 20)], [owd("h1", 2**70, 2.0, peer="h2")])
-    assert [e.seq for e in store.events()] == [1] and len(store.samples()) == 1  # nothing of the failed push
+        store.add_push("h1", 60, {"pid": 8}, [ev("h1", 2, 20), ev("h1", 3, 2**70)])
+    assert [e.seq for e in store.events()] == [1]  # nothing of the failed push
     assert store.host("h1").last_seen_ns == 50 and store.host("h1").info == {"pid": 7}
-
-
-def test_samples_filters_and_paging(store):
-    assert store.add_samples([owd(f"h{i % 2}", 1000 + i, float(i), peer="h9") for i in range(10)]) == 10
-    store.add_samples([Sample("h0", 1003, "rx_bytes", 5e9, {"device": "eth0"})])
-    assert [s.value for s in store.samples(name="owd_p99_ns", host="h1")] == [1.0, 3.0, 5.0, 7.0, 9.0]
-    assert [s.t_ns for s in store.samples(since_ns=1003, until_ns=1005)] == [1003, 1004, 1003]
-    assert [s.name for s in store.samples(since_ns=1003, until_ns=1004)] == ["owd_p99_ns", "rx_bytes"]
-    assert [s.name for s in store.samples(host="h0", since_ns=1003, until_ns=1004)] == ["rx_bytes"]
-    first = store.samples(limit=4)
-    rest = store.samples(after_id=first[-1].id)
-    assert len(first) == 4 and len(rest) == 7 and first[-1].id < rest[0].id
-    assert rest[-1] == Sample("h0", 1003, "rx_bytes", 5e9, {"device": "eth0"}, rest[-1].id)
-
-
-def test_latest_samples_newest_per_host_and_labels(store):
-    store.add_samples([owd("h1", 100, 1.0, peer="h2", path="0"), owd("h1", 200, 2.0, path="0", peer="h2"),
-                       owd("h1", 150, 3.0, peer="h2", path="1"), owd("h2", 120, 4.0, peer="h1", path="0")])
-    store.add_samples([owd("h1", 300, 5.0, path="0", peer="h2"),  # same labels, other key order: same series
-                       owd("h2", 110, 6.0, peer="h1", path="0"),  # late and older than what is stored: ignored
-                       Sample("h1", 999, "rx_bytes", 1.0)])  # another name
-    got = store.latest_samples("owd_p99_ns")
-    assert [(s.host, s.labels, s.t_ns, s.value) for s in got] == [
-        ("h1", {"path": "0", "peer": "h2"}, 300, 5.0), ("h1", {"path": "1", "peer": "h2"}, 150, 3.0),
-        ("h2", {"path": "0", "peer": "h1"}, 120, 4.0)]
-    by_id = {s.id: s for s in store.samples(limit=100)}
-    assert all(by_id[s.id] == s for s in got)  # the id is the stored sample's own
-    assert [(s.host, s.t_ns) for s in store.latest_samples("owd_p99_ns", since_ns=150)] == [("h1", 300), ("h1", 150)]
-    assert store.latest_samples("nothing") == []
-
-
-def test_latest_within_one_batch_and_nan(store):
-    store.add_samples([owd("h1", 100, 1.0, peer="h2"), owd("h1", 300, math.nan, peer="h2"),
-                       owd("h1", 200, 2.0, peer="h2")])
-    (latest,) = store.latest_samples("owd_p99_ns")
-    assert latest.t_ns == 300 and math.isnan(latest.value)  # NaN survives both databases
-    assert math.isnan(store.samples()[1].value)
-    store.add_samples([owd("h1", 300, 7.0, peer="h2"), owd("h1", 300, 8.0, peer="h2")])  # same time: the last wins
-    assert [s.value for s in store.latest_samples("owd_p99_ns")] == [8.0]
 
 
 def test_concurrent_writers_from_threads(store):
     def push(host: str) -> None:
         for t in range(20):
-            store.add_samples([owd(host, t, float(t), peer=str(p)) for p in range(50)])
+            store.add_push(host, t, {"t": t}, [ev(host, 1000 + t, t)])
             store.add_events([ev(host, t, t)])
 
     threads = [threading.Thread(target=push, args=(f"h{i}",)) for i in range(4)]
@@ -185,9 +141,8 @@ def test_concurrent_writers_from_threads(store):
         th.start()
     for th in threads:
         th.join()
-    assert len(store.samples(limit=10_000)) == 4 * 20 * 50
-    assert len(store.events(limit=1000)) == 4 * 20
-    assert {s.t_ns for s in store.latest_samples("owd_p99_ns")} == {19}
+    assert len(store.events(limit=1000)) == 4 * 20 * 2
+    assert {store.host(f"h{i}").info["t"] for i in range(4)} == {19}
 
 
 # ---- alerts ------------------------------------------------------------------------------------------
@@ -259,11 +214,10 @@ def test_reopen_keeps_everything(opener):
     s = opener()
     s.enroll("h1", 1)
     s.add_events([ev("h1", 0, 10)])
-    s.add_samples([owd("h1", 10, 1.0)])
     s.open_alert(alert("k", 10))
     s.close()
     again = opener()
-    assert again.host("h1") is not None and len(again.events()) == len(again.samples()) == 1
+    assert again.host("h1") is not None and len(again.events()) == 1
     assert again.open_alert(alert("k", 20)) is None
     assert again.add_events([ev("h1", 0, 10)]) == 0
 
@@ -326,22 +280,22 @@ def test_open_storage_unreachable_postgres(tmp_path):
 def test_sqlite_locked_by_another_writer(tmp_path):
     path = tmp_path / "controller.db"
     store = SqliteStorage(path, busy_timeout_s=0.1)
-    store.add_samples([owd("h1", 1, 1.0)])
+    store.add_events([ev("h1", 0, 1)])
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
     try:
-        for write in (lambda: store.add_samples([owd("h1", 2, 2.0)]), lambda: store.add_events([ev("h1", 0, 1)]),
+        for write in (lambda: store.add_events([ev("h1", 1, 2)]),
                       lambda: store.enroll("h1", 1), lambda: store.open_alert(alert("k", 1))):
             t = time.monotonic()
             with pytest.raises(StorageError, match="locked"):
                 write()
             assert time.monotonic() - t < 2
-        assert [s.t_ns for s in store.samples()] == [1]  # WAL: reads go on meanwhile
+        assert [e.t_ns for e in store.events()] == [1]  # WAL: reads go on meanwhile
     finally:
         other.execute("ROLLBACK")
         other.close()
-    store.add_samples([owd("h1", 2, 2.0)])  # the retry after the lock is gone
-    assert [s.t_ns for s in store.samples()] == [1, 2]
+    store.add_events([ev("h1", 1, 2)])  # the retry after the lock is gone
+    assert [e.t_ns for e in store.events()] == [1, 2]
     store.close()
 
 
@@ -370,37 +324,7 @@ def test_sqlite_read_only_file(tmp_path):
         with pytest.raises(StorageError, match="readonly"):
             s.enroll("h2", 2)
         with pytest.raises(StorageError):
-            s.add_samples([owd("h1", 1, 1.0)])
-
-
-def test_job_samples_by_jobid_name_and_window(store):
-    flow = {"flow": "10.0.0.1:1->10.0.0.2:2"}
-    store.add_samples([Sample("h1", t, name, float(t), {"jobid": job, **flow})
-                       for t in (100, 200, 300) for job in ("a", "b") for name in ("job_flow_tx_bps", "job_flow_cwnd")]
-                      + [Sample("h1", 200, "job_flow_tx_bps", 1.0, flow)])  # no jobid: in no job's read
-    got = store.job_samples("a", names=["job_flow_tx_bps"], since_ns=200, until_ns=300)
-    assert [(s.t_ns, s.labels["jobid"], s.name) for s in got] == [(200, "a", "job_flow_tx_bps")]
-    every = store.job_samples("b", names=["job_flow_tx_bps", "job_flow_cwnd"], limit=4)
-    assert [s.t_ns for s in every] == [100, 100, 200, 200] and {s.labels["jobid"] for s in every} == {"b"}
-    rest = store.job_samples("b", names=["job_flow_tx_bps", "job_flow_cwnd"], after_id=every[-1].id)
-    assert [s.t_ns for s in rest] == [300, 300]
-    assert store.job_samples("a", names=[]) == [] and store.job_samples("c", names=["job_flow_tx_bps"]) == []
-
-
-def test_latest_samples_of_some_hosts(store):
-    store.add_samples([owd(h, 100, 1.0, peer="x") for h in ("h1", "h2", "h3")])
-    assert [s.host for s in store.latest_samples("owd_p99_ns", hosts=["h3", "h1"])] == ["h1", "h3"]
-    assert store.latest_samples("owd_p99_ns", hosts=[]) == []
-
-
-def test_an_older_database_gets_the_job_index(tmp_path):
-    path = tmp_path / "old.db"
-    SqliteStorage(path).close()
-    with sqlite3.connect(path) as db:
-        db.execute("DROP INDEX samples_job")
-    SqliteStorage(path).close()
-    with sqlite3.connect(path) as db:
-        assert db.execute("SELECT 1 FROM sqlite_master WHERE name = 'samples_job'").fetchone() == (1,)
+            s.add_events([ev("h1", 0, 1)])
 
 
 def test_sqlite_writes_stop_waiting_out_a_lock_once_one_has_until_the_lock_is_free(tmp_path):

@@ -7,7 +7,7 @@ import threading
 import time
 
 from clockfabric.controller.storage import open_storage
-from clockfabric.controller.storage.base import Event, Sample, StorageError
+from clockfabric.controller.storage.base import Event, StorageError
 from clockfabric.controller.storage.batch import GroupCommit
 
 
@@ -87,8 +87,7 @@ def test_concurrent_pushes_each_count_their_own_new_events(tmp_path):
     def push(host: str) -> None:
         for seq in (1, 1, 2):  # the second is a re-send: nothing new
             ev = Event(host=host, seq=seq, boot="b", t_ns=seq, kind="link_down")
-            news.setdefault(host, []).append(store.add_push(host, seq, {"n": seq}, [ev],
-                                                             [Sample(host, seq, "x", float(seq), {"k": host})]))
+            news.setdefault(host, []).append(store.add_push(host, seq, {"n": seq}, [ev]))
 
     workers = [threading.Thread(target=push, args=(f"h{i}",)) for i in range(threads)]
     for t in workers:
@@ -97,8 +96,5 @@ def test_concurrent_pushes_each_count_their_own_new_events(tmp_path):
         t.join(10)
     assert news == {f"h{i}": [1, 0, 1] for i in range(threads)}
     assert len(store.events(limit=1000)) == 2 * threads
-    assert len(store.samples(limit=1000)) == 3 * threads
-    latest = store.latest_samples("x")
-    assert [(s.host, s.value) for s in latest] == [(f"h{i}", 2.0) for i in range(threads)]
     assert all(h.info == {"n": 2} for h in store.hosts())
     store.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from clockfabric.controller.rootcause_inputs import Places, flows_from
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 from clockfabric.topology import interfaces, leafspine
 from clockfabric.traffic.steer_decide import FlowKey
 from clockfabric.traffic.steer_kernel import dscp

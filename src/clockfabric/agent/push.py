@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from clockfabric import wirejson
 from clockfabric.agent.eventlog import EventLog
+from clockfabric.agent.series_write import SeriesWriter, gate_url
 from clockfabric.errors import ClockfabricError
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ class Pusher(threading.Thread):
 
         self._client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=PUSH_TIMEOUT_S,
                                    verify=verify)
+        self.series = SeriesWriter(self._client)
+        self.series_port: int | None = None  # the gate's, as the controller last named it
 
     @property
     def url(self) -> str:
@@ -173,7 +176,9 @@ class Pusher(threading.Thread):
             boots = list(self.log.boots)
         # a summary without a number to give (NaN, inf) is left out: the controller refuses them
         samples = [x for x in samples if math.isfinite(x["value"])]
-        body = {"host": self.host, "boot": self.boot, "info": info, "events": batch, "samples": samples,
+        # samples go to the series gate once the controller has named it; until then, in the push
+        body = {"host": self.host, "boot": self.boot, "info": info, "events": batch,
+                "samples": samples if self.series_port is None else [],
                 "dropped_events": self._unreported_drops, "boots": boots, "ended": ended}
         if self.paths:
             body["paths"] = self.paths()
@@ -193,6 +198,7 @@ class Pusher(threading.Thread):
         with self._lock:
             self._taken(batch, delivered=True)
             self.log.reported(b["boot"] for b in ended)
+        self._write_series(r, samples)
         self._unreported_drops = 0
         self.counters["pushes"] += 1
         self.counters["events_sent"] += len(batch)
@@ -202,6 +208,16 @@ class Pusher(threading.Thread):
             except ValueError:  # not JSON: a controller too old to answer with anything to act on
                 pass
         return True
+
+    def _write_series(self, r: httpx.Response, samples: list[dict]) -> None:
+        """The samples to the series gate the controller's answer names."""
+        try:
+            port = wirejson.loads(r.content).get("series_port")
+        except (ValueError, AttributeError):
+            port = None
+        self.series_port = port if isinstance(port, int) else None
+        if self.series_port is not None:
+            self.series.write(gate_url(self.url, self.series_port), samples)
 
     def _taken(self, batch: list[dict], keep: Sequence[dict] = (), *, delivered: bool) -> None:
         """The batch leaves the log (new events may have been added behind it), but for `keep`."""

@@ -22,12 +22,10 @@ _declare("clocksync", "clocksync.command", "Clock sync on 8- and 32-host labs, i
          "ptp4l in the same run.")
 _declare("clocksync-solve", "clocksync.solve", "The network-effect clock solve on 1k-100k synthetic hosts: time and "
          "accuracy, against a sparse direct solve.")
-_declare("controller-ingest", "controller.ingest", "Controller storage ingest into SQLite and PostgreSQL, against "
-         "per-row and executemany inserts.")
+_declare("fleet-scale", "controller.fleet_scale", "Simulated agents writing an agent's series every 10 s through the "
+         "series gate to the engine, up to 10,000: samples dropped, CPU a host-second, bytes a sample.")
 _declare("controller-scale", "controller.scale", "Simulated agents against 1 and 3 controller replicas, SQLite and "
          "PostgreSQL: pushes/s, p99, growth, failover.")
-_declare("sample-storage", "controller.sample_storage", "Bytes a host-day of samples, raw and rolled up, and a year of "
-         "a fleet.")
 _declare("agent-overhead", "monitoring.agent_overhead", "Fleet monitoring: what an agent costs its host (CPU, RSS), "
          "against the agent probing at full rate.")
 _declare("monitor-latency", "monitoring.latency", "Fleet monitoring: link flap to event at the controller, against "

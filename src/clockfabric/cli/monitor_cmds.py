@@ -7,6 +7,7 @@ on every switch, and a clock agent on every host that pushes to the controller.
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -27,6 +28,7 @@ from clockfabric.units import parse_duration
 
 if TYPE_CHECKING:  # `controller` and `switch-agent` start faster without the fleet runner's imports
     from clockfabric.controller.alertmanager_embedded import EmbeddedAlertmanager
+    from clockfabric.controller.series.path import SeriesPath
     from clockfabric.lab.monitoring import LabFleet
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
@@ -64,12 +66,15 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                enroll_unknown: bool = typer.Option(False, "--enroll-unknown", help="Accept hosts not in the topology."),
                stale: float = typer.Option(5.0, "--stale", min=0.5,
                                            help="Seconds without a push before a host is stale."),
-               keep_raw_days: float = typer.Option(7.0, "--keep-raw-days",
-                                                   help="Keep raw samples this many days, then per-minute and "
-                                                        "per-hour aggregates only."),
-               keep_minute_days: float = typer.Option(90.0, "--keep-minute-days",
-                                                      help="Keep per-minute aggregates this many days "
-                                                           "(hourly ones: for good)."),
+               series_retention: str = typer.Option("90d", "--series-retention",
+                                                    help="How long the embedded engine keeps samples "
+                                                         "(VictoriaMetrics' -retentionPeriod: 30d, 1y)."),
+               series_url: str = typer.Option(None, "--series-url",
+                                              help="A VictoriaMetrics already running (default: start one, "
+                                                   "its data beside the database)."),
+               series_port: int = typer.Option(None, "--series-port", min=1, max=65535,
+                                               help="Where hosts write samples, on the --listen address "
+                                                    "(default: the --listen port + 1)."),
                log_format: str = LogFormatOpt,
                verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: agents push to it; it stores, detects and alerts, and serves the API.
@@ -77,7 +82,6 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     from clockfabric.controller.alertmanager import check_url
     from clockfabric.controller.fleet import Fleet
     from clockfabric.controller.monitor import Monitor
-    from clockfabric.controller.retention import Retention
     from clockfabric.controller.server import Listen, server
     from clockfabric.controller.storage.open import open_storage
     from clockfabric.topology import load
@@ -88,6 +92,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     for url in alertmanager or []:  # now, not when a replica takes the lease and builds its monitor
         check_url(url)
     host, port = _listen(listen)
+    _series_options(series_url, series_retention)
     listen_at = Listen(host, port, tls_cert, tls_key)
     listen_at.check()
     token = read_token(token_file, create=new_token)
@@ -97,13 +102,17 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     storage = open_storage(db)
     embedded = None
     replica = None
+    series: SeriesPath | None = None
     try:
+        series = path = start_series(db, token, series_url, host, series_port or port + 1,
+                                     (tls_cert, tls_key) if tls_cert and tls_key else None,
+                                     [h.name for h in storage.hosts()], series_retention)
         embedded = None if alertmanager else _embedded_alertmanager(db)
         urls = [embedded.url] if embedded else list(alertmanager)
 
         def make_monitor() -> Monitor:
             return Monitor.create(storage, topology=topo, config=config, alertmanagers=urls,
-                                  generator_url=f"{listen_at.url}/dashboard/")
+                                  generator_url=f"{listen_at.url}/dashboard/", series=path.series)
 
         if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects
             from clockfabric.controller.lease import Lease
@@ -111,16 +120,18 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
 
             replica = Replica(storage, Lease(db), make_monitor)
         monitor = None if replica else make_monitor()
-        retention = Retention(storage, raw_days=keep_raw_days, minute_days=keep_minute_days)
         fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
-                      monitor=monitor, replica=replica, retention=retention)
+                      monitor=monitor, replica=replica, series=path)
         err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
-                  f"{len(nodes)} enrolled nodes" + (", a replica: detectors run on the lease holder" if replica else "")
+                  f"series {path.url} (hosts write at port {path.write_port}), {len(nodes)} enrolled nodes"
+                  + (", a replica: detectors run on the lease holder" if replica else "")
                   + f"; alerts to Alertmanager {', '.join(urls)}" + (" (started here)" if embedded else ""))
         server(fleet, token, listen_at, viewer_token).run()
     finally:
         if replica:
             replica.close()
+        if series:
+            series.stop()
         storage.close()
         if embedded:
             embedded.stop()
@@ -134,6 +145,27 @@ def _embedded_alertmanager(db: str) -> EmbeddedAlertmanager:
     embedded = EmbeddedAlertmanager(data_dir(db)).start()
     (embedded.data / "url").write_text(embedded.url + "\n")
     return embedded
+
+
+def _series_options(url: str | None, retention: str) -> None:
+    """The series options, checked before anything starts."""
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise ClockfabricError(f"--series-url {url!r}: give http(s)://HOST:PORT of a VictoriaMetrics")
+    if not re.fullmatch(r"\d+[hdwy]?", retention):
+        raise ClockfabricError(f"--series-retention {retention!r}: give a number with h, d, w or y, e.g. 90d")
+
+
+def start_series(db: str, token: str, url: str | None, address: str, port: int, tls: tuple[Path, Path] | None,
+                 hosts: list[str], retention: str) -> SeriesPath:
+    """The series engine (started here when no URL is given, its data beside the database) and the
+    gate the hosts write through, on the controller's address."""
+    from clockfabric.controller.series.engine import beside
+    from clockfabric.controller.series.path import SeriesPath
+
+    series = SeriesPath(data_dir=beside(db), fleet_token=token, url=url, gate_address=address, gate_port=port,
+                        tls=tls, retention=retention)
+    series.start(hosts)
+    return series
 
 
 def switch_agent(switch: str = typer.Option(..., "--switch", help="This switch's name."),

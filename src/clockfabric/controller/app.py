@@ -32,9 +32,11 @@ from clockfabric.controller.headers import SecurityHeaders
 from clockfabric.controller.operations import Operations
 from clockfabric.controller.render import json_response, record, renderable
 from clockfabric.controller.schemas import AuditIn, Push, detail_errors
+from clockfabric.controller.series.read import SeriesError
 from clockfabric.controller.storage.base import Audit, StorageError
 
 MAX_PAGE = 1_000
+SAMPLES_WINDOW_NS = 3600 * 10**9  # /api/v1/samples with no since_ns: the last hour
 MAX_AUDIT_BYTES = 4 * 2**20  # a report, every finding with its evidence: room for thousands of findings
 # the largest push an agent sends (2,000 events, a summary of every path and device), many times over
 MAX_PUSH_BYTES = 16 * 2**20
@@ -96,6 +98,10 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
         return JSONResponse({"detail": f"storage unavailable, retry: {e}"}, status_code=503,
                             headers={"Retry-After": "1"})
 
+    @app.exception_handler(SeriesError)
+    async def series_error(_request: Request, e: SeriesError):
+        return JSONResponse({"detail": str(e)}, status_code=503, headers={"Retry-After": "1"})
+
     @app.exception_handler(ClientDisconnect)
     async def client_left(request: Request, _e: ClientDisconnect) -> Response:
         """A client gone before its body was whole (an agent killed, a network cut): ordinary
@@ -136,10 +142,9 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
             request.state.refusal = "wrong_host"
             raise HTTPException(403, f"this credential is host {claimed!r}'s: it does not push as {body.host!r}")
         try:
-            items = body.model_dump(include={"events", "samples", "ended"})  # one call, not one per item
+            items = body.model_dump(include={"events", "ended"})  # one call, not one per item
             stored = await run_in_threadpool(fleet.push, body.host, body.boot, body.info, items["events"],
-                                             items["samples"], body.dropped_events, body.paths,
-                                             ended=items["ended"], boots=body.boots)
+                                             body.dropped_events, body.paths, ended=items["ended"], boots=body.boots)
             handed = await run_in_threadpool(qos.handed)
             return stored if handed is None else {**stored, "qos": handed}
         except UnknownHost:
@@ -167,15 +172,19 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
                                          after_id=after_id, limit=limit), limit)
 
     @app.get("/api/v1/samples", dependencies=auth)
-    def samples(name: str | None = None, host: str | None = None, since_ns: int | None = None,
-                until_ns: int | None = None, after_id: int = 0, limit: Limit = 1000) -> dict:
-        return page(fleet.storage.samples(name=name, host=host, since_ns=since_ns, until_ns=until_ns,
-                                          after_id=after_id, limit=limit), limit)
+    def samples(name: str = Query(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), host: str | None = None,
+                since_ns: int | None = None, until_ns: int | None = None,
+                step_s: float = Query(1.0, gt=0)) -> dict:
+        """`name`'s values over the window (an hour to now by default), one per step per series."""
+        until = fleet.clock() if until_ns is None else until_ns
+        since = until - SAMPLES_WINDOW_NS if since_ns is None else since_ns
+        rows = fleet.samples.range(name, since_ns=since, until_ns=until, host=host, step_s=step_s)
+        return {"items": [renderable(r) for r in rows], "next": None}
 
     @app.get("/api/v1/owd", dependencies=auth)
     def owd(stat: str = Query("p50", pattern="^(min|p50|p99|floor)$"), since_ns: int | None = None) -> Response:
         """The newest one-way delay of every (src, dst, path), as each agent last pushed it."""
-        rows = fleet.storage.latest_samples(f"owd_{stat}_ns", since_ns=since_ns)
+        rows = fleet.samples.latest(f"owd_{stat}_ns", since_ns=since_ns)
         # every field but the delay is text, which json.dumps escapes as it must: only a NaN needs mending
         return json_response({"stat": stat, "items": [{
             "src": r.labels.get("src", r.host), "dst": r.labels.get("dst"), "path": r.labels.get("path"),
@@ -185,9 +194,8 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
     @app.get("/api/v1/links", dependencies=auth)
     def links() -> dict:
         """Each host NIC's state and transition count, as its agent last pushed them."""
-        up = {(r.host, r.labels.get("device", "")): r for r in fleet.storage.latest_samples("link_up")}
-        flips = {(r.host, r.labels.get("device", "")): r.value
-                 for r in fleet.storage.latest_samples("link_transitions_total")}
+        up = {(r.host, r.labels.get("device", "")): r for r in fleet.samples.latest("link_up")}
+        flips = {(r.host, r.labels.get("device", "")): r.value for r in fleet.samples.latest("link_transitions_total")}
         return {"items": [{"host": h, "device": d, "up": bool(r.value), "t_ns": r.t_ns,
                            "transitions": _count(flips.get((h, d), 0.0))} for (h, d), r in sorted(up.items())],
                 "next": None}

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from clockfabric.controller.storage.base import Event, Sample, Storage, StorageError
+from clockfabric.controller.series.read import Series, SeriesError
+from clockfabric.controller.storage.base import Event, Storage, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +48,19 @@ def boot_ends(host: str, boot: str, last: str | None, ended: list[dict], boots: 
 
 class Fleet:
     def __init__(self, storage: Storage, *, hosts: list[str], stale_s: float = 5.0, enroll_unknown: bool = False,
-                 monitor: Any = None, replica: Any = None, retention: Any = None,
+                 monitor: Any = None, replica: Any = None, series: Any = None,
                  clock: Callable[[], int] = time.time_ns):
         """`monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only.
         `replica`: one of several replicas on one database (controller.replica.Replica): its leader's
-        monitor, fed from the database, takes the place of `monitor`. `retention`: the samples'
-        retention job (controller.retention.Retention), run by the leader."""
+        monitor, fed from the database, takes the place of `monitor`. `series`: the series path
+        (controller.series.path.SeriesPath, started) the hosts write their samples through."""
         self.storage = storage
         self.stale_ns = int(stale_s * 1e9)
         self.enroll_unknown = enroll_unknown
         self.replica = replica
-        self.retention = retention
         self._monitor = monitor
+        self.series = series
+        self._let_write: set[str] = set()  # hosts the series gate lets in
         self.clock = clock
         self.lock = threading.Lock()  # pushes and ticks come from several server threads
         now = clock()
@@ -72,25 +74,33 @@ class Fleet:
         self.write_refused: StorageError | None = None
 
     @property
+    def samples(self) -> Series:
+        """The one reader of samples: the series engine's query API."""
+        reader = self.series.series if self.series is not None else None
+        if reader is None:
+            raise SeriesError("this controller runs without a series engine: start it with one "
+                              "(the default) or give --series-url")
+        return reader
+
+    @property
     def monitor(self) -> Any:
         return self.replica.monitor if self.replica is not None else self._monitor
 
-    def push(self, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
-             dropped_events: int, paths: list | None = None, *, ended: list[dict] | None = None,
-             boots: list[str] | None = None) -> dict:
+    def push(self, host: str, boot: str, info: dict, events: list[dict], dropped_events: int,
+             paths: list | None = None, *, ended: list[dict] | None = None, boots: list[str] | None = None) -> dict:
         """`paths`: the host's path map (agent.pathmap rows), when its agent sends one. `ended`: the
         agent runs that ended, with what they delivered; `boots`: the runs the agent's log knows
         (None: an agent that does not say). Stored outside the fleet's lock: pushes that arrive
         together share one transaction (storage.batch)."""
         now = self.clock()
         try:
-            return self._push(now, host, boot, info, events, samples, dropped_events, paths, ended, boots)
+            return self._push(now, host, boot, info, events, dropped_events, paths, ended, boots)
         except StorageError as e:
             self.write_refused = e
             raise
 
-    def _push(self, now: int, host: str, boot: str, info: dict, events: list[dict], samples: list[dict],
-              dropped_events: int, paths: list | None, ended: list[dict] | None, boots: list[str] | None) -> dict:
+    def _push(self, now: int, host: str, boot: str, info: dict, events: list[dict], dropped_events: int,
+              paths: list | None, ended: list[dict] | None, boots: list[str] | None) -> dict:
         stored = None
         if host not in self._boots:
             stored = self.storage.host(host)
@@ -106,9 +116,13 @@ class Fleet:
             evs.append(Event(host=host, seq=0, boot=f"{boot}:drop:{now}", t_ns=now, kind="events_dropped",
                              detail={"count": dropped_events}, synced=False))
         evs += boot_ends(host, boot, self._boots[host], ended or [], boots, now)
-        sams = [Sample(host=host, t_ns=s.get("t_ns") or now, name=s["name"], value=float(s["value"]),
-                       labels=s.get("labels", {})) for s in samples]
-        new = self.storage.add_push(host, now, {**info, "boot": boot}, evs, sams)
+        new = self.storage.add_push(host, now, {**info, "boot": boot}, evs)
+        reply: dict[str, Any] = {}
+        if self.series is not None:
+            if host not in self._let_write:  # a host the controller took a push from may write its samples
+                self.series.allow([host])
+                self._let_write.add(host)
+            reply["series_port"] = self.series.write_port
         self._boots[host] = boot
         self.write_refused = None
         with self.lock:
@@ -119,8 +133,8 @@ class Fleet:
                 if paths is not None:
                     monitor.observe_paths(host, paths, now)
                 if self.replica is None:  # a replica's leader reads every replica's pushes from the database
-                    monitor.observe(evs, sams, now)
-        return {"events_new": new, "events": len(evs), "samples": len(sams)}
+                    monitor.observe(evs, [], now)
+        return {"events_new": new, "events": len(evs), **reply}
 
     def _refuse(self, host: str) -> None:
         """A host not in the fleet file pushes: refused (the API answers 403 naming the fix), and
@@ -145,14 +159,11 @@ class Fleet:
             for h in quiet - self.stale:
                 log.warning("host %s is stale: no push for %.1f s", h, self.stale_ns / 1e9)
             self.stale = quiet
-        jobs = [self.retention.run_if_due] if self.retention is not None else []
+        series_down = self.series.down if self.series is not None else None
         if self.replica is not None:  # outside the lock: alerts may wait on storage
-            self.replica.tick(now, quiet, jobs)
-            return
-        if self.monitor is not None:
-            self.monitor.tick(now, stale=quiet)
-        for job in jobs:
-            job(now)
+            self.replica.tick(now, quiet, series_down)
+        elif self.monitor is not None:
+            self.monitor.tick(now, stale=quiet, series_down=series_down)
 
     def host_rows(self) -> list[dict]:
         now = self.clock()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 from clockfabric.workload.flows import parse_flow_label
 from clockfabric.workload.owd import FALLBACK, INBAND
 from clockfabric.workload.samples import DIRECTIONS, FLOW_STATS, OWD_FIELDS, OWD_SAMPLES

@@ -18,7 +18,7 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
     api = APIRouter(dependencies=auth)
 
     def processes() -> dict[str, list[dict]]:
-        return jobs.processes_by_job(fleet.storage.latest_samples(jobs.PROCESS), fleet.clock())
+        return jobs.processes_by_job(fleet.samples.latest(jobs.PROCESS), fleet.clock())
 
     @api.get("/api/v1/jobs")
     def job_list(after: str = "", limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
@@ -35,7 +35,7 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
         if not procs:
             raise HTTPException(404, f"no job {jobid!r}")
         addresses = {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")}
-        by_stat = {name: fleet.storage.latest_samples(name) for name in jobs.FLOW_SAMPLES}
+        by_stat = {name: fleet.samples.latest(name, match={"jobid": jobid}) for name in jobs.FLOW_SAMPLES}
         return jobs.detail(jobid, procs, jobs.flows_of(jobid, by_stat, addresses, fleet.clock()))
 
     return api

@@ -1,9 +1,10 @@
 """Detectors and alerts behind the controller: what the fleet pushes goes in, alerts come out.
 
-Pushes arrive on server threads and call `observe`; the controller's ticker calls `tick`
-once a second, which syncs the alerts (the detectors' lock is not held while storage writes
-them; their posts to Alertmanager only queue). At start, recent history is replayed into the
-detectors, so a restarted controller neither forgets a flapping link nor resolves its alert
+Pushes arrive on server threads and call `observe` with their events; the controller's ticker
+calls `tick` once a second, which feeds the detectors the samples written since (read from the
+series engine, series.feed) and syncs the alerts (the detectors' lock is not held while storage
+writes them; their posts to Alertmanager only queue). At start, recent history is replayed into
+the detectors, so a restarted controller neither forgets a flapping link nor resolves its alert
 by mistake.
 """
 
@@ -19,7 +20,10 @@ from clockfabric.controller.alertmanager import AlertmanagerClient
 from clockfabric.controller.alerts import AlertManager
 from clockfabric.controller.config import load_config, parse_config
 from clockfabric.controller.detectors import DetectorSet, Finding
-from clockfabric.controller.storage.base import Event, Sample, Storage, StorageError
+from clockfabric.controller.series.feed import SampleFeed
+from clockfabric.controller.series.read import Series, SeriesError
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event, Storage, StorageError
 from clockfabric.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -41,8 +45,12 @@ def _for_detectors(samples: list[Sample]) -> list[Sample]:
 
 
 class Monitor:
-    def __init__(self, detectors: DetectorSet, alerts: AlertManager, topology: Topology | None = None):
+    def __init__(self, detectors: DetectorSet, alerts: AlertManager, topology: Topology | None = None,
+                 feed: SampleFeed | None = None):
+        """`feed`: the detectors' samples from the series engine, read at each tick."""
         self.detectors = detectors
+        self.feed = feed
+        self._feed_error = ""
         self.alerts = alerts
         self.topology = topology
         self.lock = threading.Lock()
@@ -51,12 +59,15 @@ class Monitor:
 
     @classmethod
     def create(cls, storage: Storage, *, topology: Topology | None = None, config: Path | None = None,
-               alertmanagers: Sequence[str] = (), generator_url: str = "http://localhost/") -> Monitor:
+               alertmanagers: Sequence[str] = (), generator_url: str = "http://localhost/",
+               series: Series | None = None) -> Monitor:
         """`alertmanagers`: the URLs every alert is posted to (none: storage and the log only);
-        `generator_url`: the page an alert links back to (the controller's dashboard)."""
+        `generator_url`: the page an alert links back to (the controller's dashboard); `series`:
+        where the detectors read their samples."""
         cfg = load_config(config) if config else parse_config({})
         client = AlertmanagerClient(list(alertmanagers), generator_url=generator_url) if alertmanagers else None
-        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, alertmanager=client), topology)
+        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, alertmanager=client), topology,
+                      SampleFeed(series) if series is not None else None)
         monitor.replay(storage)
         return monitor
 
@@ -74,7 +85,6 @@ class Monitor:
             after = last
         with self.lock:
             self.detectors.on_events(events, now)
-            self.detectors.on_samples(_for_detectors(storage.latest_samples("link_up")), now)
         if events:
             log.info("replayed %d events of the last %d s into the detectors", len(events), REPLAY_NS // 10**9)
 
@@ -117,7 +127,18 @@ class Monitor:
     def storage_wrote(self, now_ns: int) -> None:
         self.alerts.storage_wrote(now_ns)
 
-    def tick(self, now_ns: int, *, stale: Iterable[str] = ()) -> None:
+    def tick(self, now_ns: int, *, stale: Iterable[str] = (), series_down: str | None = None) -> None:
+        """`series_down`: why the series engine does not answer (None while it does)."""
+        if self.feed is not None and not series_down:
+            try:
+                samples = self.feed.new(now_ns)
+            except SeriesError as e:  # the engine's own alert says so; the next tick reads the window again
+                if str(e) != self._feed_error:
+                    log.warning("detectors' samples not read: %s", e)
+                self._feed_error = str(e)
+            else:
+                self._feed_error = ""
+                self.observe([], samples, now_ns)
         with self.lock:
             findings = self.detectors.active(now_ns)
         for host in stale:
@@ -128,4 +149,8 @@ class Monitor:
             findings[f"alertmanager:{url}"] = Finding(
                 f"alertmanager:{url}", "alertmanager_unreachable", "critical",
                 f"Alertmanager {url} does not take alerts ({why}); they are sent when it does", {"url": url})
+        if series_down:
+            findings["series_engine"] = Finding("series_engine", "series_engine", "critical",
+                                                f"the series engine fails: {series_down}; samples are not "
+                                                "stored or read until it recovers")
         self.alerts.sync(findings, now_ns)

@@ -16,8 +16,9 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
 
     @api.get("/api/v1/neighbours")
     def neighbours() -> dict:
-        rows = sorted(fleet.storage.latest_samples(SAMPLE),
-                      key=lambda r: (r.host, r.labels.get("device", ""), -r.t_ns))
-        return {"items": [{"host": r.host, "t_ns": r.t_ns, "labels": r.labels} for r in rows], "next": None}
+        rows = sorted(fleet.samples.latest(SAMPLE), key=lambda r: (r.host, r.labels.get("device", ""), -r.t_ns))
+        # "" (none heard) is no label in the engine: given back as the agent wrote it
+        return {"items": [{"host": r.host, "t_ns": r.t_ns, "labels": {"neighbour": "", **r.labels}} for r in rows],
+                "next": None}
 
     return api

@@ -3,7 +3,8 @@ readiness probe and its own metrics.
 
 - `GET /healthz` (app.py): live, the process serves; no token, no storage.
 - `GET /readyz`: 200 while the last storage check (a real write and read, every second) passed,
-  no push was refused for storage since the last one stored, and every background loop runs;
+  no push was refused for storage since the last one stored, the series engine and its gate answer,
+  and every background loop runs;
   else 503 naming what is not. No token: a kubelet probes it, and
   it tells no more than "storage failing: replaced". An Alertmanager that does not take alerts
   is named under `degraded`, still 200: pushes must go on, its alerts wait in a queue.
@@ -34,6 +35,8 @@ class Operations:
         self.supervisor = Supervisor()
         self.supervisor.add("tick", fleet.tick, tick_s)  # stale hosts, detectors, alerts
         self.supervisor.add("storage-check", self.watch.check, check_s, at_start=True)
+        if fleet.series is not None:
+            self.supervisor.add("series-check", fleet.series.check, check_s, at_start=True)
         self.metrics = ControllerMetrics(self.state)
         if monitor is not None:
             monitor.detectors.ran = self.metrics.detector_ran
@@ -53,6 +56,8 @@ class Operations:
         refused = self.fleet.write_refused  # the check's probe may pass where pushes fail: their word counts
         if refused is not None:
             why["writes"] = f"refused: {refused.kind}"
+        if self.fleet.series is not None and self.fleet.series.down:
+            why["series"] = self.fleet.series.down
         dead = self.supervisor.dead()
         if dead:
             why["threads"] = "not running: " + ", ".join(dead)

@@ -1,10 +1,11 @@
 """One controller replica of several on one PostgreSQL: every replica serves the API and stores
 pushes; the one holding the leader lease (controller.lease) runs the detectors, the alerts and
-their posts to Alertmanager, and the retention job, once for the fleet.
+their posts to Alertmanager, once for the fleet.
 
 The API keeps nothing in memory that another replica would need: pushes go to the database,
 and host staleness is read from it. The leader feeds its detectors from the database, not from
-the pushes it happened to receive: it tails the events and samples tables by id. Ids are taken
+the pushes it happened to receive: it tails the events table by id (and reads samples from the
+series engine, controller.series.feed). Ids are taken
 when a push starts and seen when it commits, so a slower push may show a lower id after a faster
 one: each read looks back LOOKBACK ids behind the newest seen, and skips the ids it has fed.
 On taking the lease a replica builds its monitor afresh (replaying recent history from the
@@ -14,31 +15,27 @@ database, as a restarted controller does), so a replica that leads again never f
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from clockfabric.controller.storage.base import Event, FenceLost, Sample, Storage
+from clockfabric.controller.storage.base import Event, FenceLost, Storage
 
 log = logging.getLogger(__name__)
-LOOKBACK = {"events": 5_000, "samples": 20_000}
+LOOKBACK = {"events": 5_000}
 PAGE = 5_000
 MAX_PER_TICK = 200_000  # rows fed per tick and table; more wait for the next tick (logged)
 
 
 class Tail:
-    """New rows of `events` and `samples`, in id order, each once."""
+    """New rows of `events`, in id order, each once."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        events, samples = storage.last_ids()
-        self.newest = {"events": events, "samples": samples}
-        self.fed: dict[str, set[int]] = {"events": set(), "samples": set()}
+        self.newest = {"events": storage.last_event_id()}
+        self.fed: dict[str, set[int]] = {"events": set()}
 
     def events(self) -> list[Event]:
         return self._read("events", lambda after: self.storage.events(after_id=after, limit=PAGE))
-
-    def samples(self) -> list[Sample]:
-        return self._read("samples", lambda after: self.storage.samples(after_id=after, limit=PAGE))
 
     def _read(self, table: str, page_after: Callable[[int], list[Any]]) -> list[Any]:
         low = max(0, self.newest[table] - LOOKBACK[table])
@@ -74,9 +71,9 @@ class Replica:
     def leading(self) -> bool:
         return self.monitor is not None
 
-    def tick(self, now_ns: int, stale: set[str], jobs: Iterable[Callable[[int], object]] = ()) -> None:
-        """Once a second: hold the lease; if held, feed and run the detectors and alerts, then `jobs`
-        (each given the time), all fenced."""
+    def tick(self, now_ns: int, stale: set[str], series_down: str | None = None) -> None:
+        """Once a second: hold the lease; if held, feed and run the detectors and alerts, fenced.
+        `series_down`: why the series engine does not answer (None while it does)."""
         if not self.lease.hold():
             return self._step_down()
         if self.lease.generation != self._generation:
@@ -87,10 +84,8 @@ class Replica:
         assert self._tail is not None  # set with the monitor
         try:
             with self.storage.fenced(self.lease.guard()):
-                self.monitor.observe(self._tail.events(), self._tail.samples(), now_ns)
-                self.monitor.tick(now_ns, stale=stale)
-                for job in jobs:
-                    job(now_ns)
+                self.monitor.observe(self._tail.events(), [], now_ns)
+                self.monitor.tick(now_ns, stale=stale, series_down=series_down)
         except FenceLost as e:
             log.warning("leader: %s; stepping down", e)
             self._step_down()

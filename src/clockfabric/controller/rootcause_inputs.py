@@ -14,7 +14,7 @@ OWD matrix and the path map.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import pairwise
 
 from fastapi import APIRouter, HTTPException, Query
@@ -35,7 +35,9 @@ from clockfabric.controller.rootcause import (
     reading,
 )
 from clockfabric.controller.rootcause_verdict import Fabric, why
-from clockfabric.controller.storage.base import Event, Sample, Storage
+from clockfabric.controller.series.read import Series
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event, Storage
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology, interfaces
 from clockfabric.units import parse_duration
@@ -45,19 +47,6 @@ from clockfabric.workload.flows import parse_flow_label
 PATH_STAT = "path"  # value: unused; labels: via (the switch the flow crosses), dscp where known
 PAGE = 5_000
 MAX_SAMPLES = 500_000  # a window this busy is cut short rather than hold the controller
-
-
-def stored(read: Callable[..., list[Sample]], **query) -> list[Sample]:
-    """Every page of a samples read (`storage.samples`, `storage.job_samples`) given `query`."""
-    out: list[Sample] = []
-    after = 0
-    while len(out) < MAX_SAMPLES:
-        page = read(**query, after_id=after, limit=PAGE)
-        out += page
-        if len(page) < PAGE or page[-1].id is None:
-            return out
-        after = page[-1].id
-    return out
 
 
 def stored_events(storage: Storage, since_ns: int) -> list[Event]:
@@ -191,10 +180,10 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
     return out
 
 
-def probe_paths(storage: Storage, path_map: list[dict], places: Places, hosts: list[str]) -> list[ProbePath]:
+def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: list[str]) -> list[ProbePath]:
     """The probe paths `hosts` measured or were measured by: a flow's floor is its pair's."""
     latest = {name: {(s.labels.get("src"), s.labels.get("dst"), s.labels.get("path")): s.value
-                     for s in storage.latest_samples(name, hosts=hosts)} for name in ("owd_floor_ns", "owd_p50_ns")}
+                     for s in series.latest(name, hosts=hosts)} for name in ("owd_floor_ns", "owd_p50_ns")}
     links = {(m["src"], m["dst"], m["path"]): m["links"] for m in path_map}
     return [ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))), floor / 1e3,
             None if (p50 := latest["owd_p50_ns"].get((src, dst, path))) is None else p50 / 1e3)
@@ -212,17 +201,19 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
     topology = fleet.monitor.topology if fleet.monitor else None
     here = places.get(topology, {h.info["address"]: h.name for h in storage.hosts() if h.info.get("address")})
     stats = [*READINGS, FALLBACK, PATH_STAT]
-    own = stored(storage.job_samples, jobid=jobid, names=[f"job_flow_{stat}" for stat in stats], since_ns=since_ns)
+    series = fleet.samples
+    own = series.ranges([f"job_flow_{stat}" for stat in stats], since_ns=since_ns, until_ns=now_ns + 1,
+                        match={"jobid": jobid})
     recent = max(since_ns, now_ns - Thresholds().recent_ns)
-    others = [s for kind in ("job", "other") for stat in ("tx_bps", PATH_STAT)
-              for s in stored(storage.samples, name=f"{kind}_flow_{stat}", since_ns=recent)
+    others = [s for s in series.ranges([f"{kind}_flow_{stat}" for kind in ("job", "other")
+                                        for stat in ("tx_bps", PATH_STAT)], since_ns=recent, until_ns=now_ns + 1)
               if s.labels.get("jobid") != jobid]
     flows = flows_from([*own, *others], here)
     # a flow's floor is its pair's, which either end may report
     ends = sorted({h for f in flows if f.jobid == jobid for h in (f.host, f.peer) if h is not None})
     path_map = [m for host in ends for m in fleet.monitor.path_map(host)] if fleet.monitor else []
     classes = topology.classes if topology else None
-    fabric = Fabric(probe_paths(storage, path_map, here, ends),
+    fabric = Fabric(probe_paths(series, path_map, here, ends),
                     {lk.name: float(lk.rate_bps) for lk in topology.links} if topology else {},
                     link_events(stored_events(storage, since_ns), here),
                     classes.collective_dscp if classes else None)
@@ -243,7 +234,7 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
             raise HTTPException(422, f"since: {e}") from None
         if window_ns <= 0:
             raise HTTPException(422, "since must be above zero")
-        if jobid not in jobs.processes_by_job(fleet.storage.latest_samples(jobs.PROCESS), fleet.clock()):
+        if jobid not in jobs.processes_by_job(fleet.samples.latest(jobs.PROCESS), fleet.clock()):
             raise HTTPException(404, f"no job {jobid!r}")
         now = fleet.clock()
         flows, fabric = gather(fleet, places, jobid, now, now - window_ns)

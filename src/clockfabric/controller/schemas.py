@@ -93,6 +93,8 @@ class Push(BaseModel):
     boot: Boot
     info: dict[LabelKey, Any] = Field(default_factory=dict)
     events: list[EventIn] = Field(default_factory=list, max_length=MAX_EVENTS)
+    # samples go to the series gate (agent.series_write); an agent that has not been told where yet
+    # still sends them here: checked, and not stored
     samples: list[SampleIn] = Field(default_factory=list, max_length=MAX_SAMPLES)
     dropped_events: Count = 0
     # the runs the agent's log knows; None from a client that keeps no log (no run's end judged)

@@ -26,11 +26,12 @@ from rich.table import Table
 
 from clockfabric.auth.credential import host_token
 from clockfabric.bench import harness
-from clockfabric.bench.controller.dashboard_fleet import Shape, generate
+from clockfabric.bench.controller.dashboard_fleet import Shape, engine_sink, generate
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.monitor import Monitor
+from clockfabric.controller.series.path import SeriesPath
 from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
 
@@ -182,8 +183,11 @@ def main(hosts: Annotated[int, typer.Option(min=10)] = 2000, days: Annotated[flo
     with tempfile.TemporaryDirectory() as tmp:
         path = db or Path(tmp) / "dashboard.db"
         shape = Shape(hosts=hosts, days=days)
+        series = SeriesPath(data_dir=Path(tmp) / "series", fleet_token=TOKEN)
+        series.start()
         t0 = time.perf_counter()
-        made = generate(path, shape, time.time_ns())
+        made = generate(path, shape, time.time_ns(), engine_sink(series.url))
+        httpx.get(series.url + "/internal/force_flush", timeout=60)  # all of it searchable before the timing
         generated_s = time.perf_counter() - t0
         out.print(f"database: {made['hosts']} hosts, {made['events']} events over {days:g} days, "
                   f"{made['samples']} samples, {made['bytes'] / 2**20:.0f} MiB, made in {generated_s:.0f} s")
@@ -191,10 +195,10 @@ def main(hosts: Annotated[int, typer.Option(min=10)] = 2000, days: Annotated[flo
         offset = time.time_ns() - made["now_ns"]
         t0 = time.perf_counter()
         topo = shape.topology()
-        monitor = Monitor.create(storage, topology=topo)
+        monitor = Monitor.create(storage, topology=topo, series=series.series)
         # no agent pushes here: hosts would go stale and alerts open while the routes are timed
         fleet = Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), monitor=monitor, stale_s=86400,
-                      clock=lambda: time.time_ns() - offset)
+                      clock=lambda: time.time_ns() - offset, series=series)
         started_s = time.perf_counter() - t0
         listen = Listen(port=free_port())
         srv = server(fleet, TOKEN, listen)
@@ -206,6 +210,7 @@ def main(hosts: Annotated[int, typer.Option(min=10)] = 2000, days: Annotated[flo
             srv.should_exit = True
             thread.join(10)
             storage.close()
+            series.stop()
     report(rows, page, made, generated_s, started_s, facts, json_path)
 
 

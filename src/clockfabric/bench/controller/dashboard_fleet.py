@@ -1,22 +1,25 @@
-"""A synthetic controller database for the dashboard's scale targets: a fleet of N hosts on a
-multi-plane leaf-spine, a week of their events, alerts and audits, the newest of every series
-the views read (link states, the OWD matrix), and jobs with flows over their last minutes.
+"""A synthetic controller database and series engine for the dashboard's scale targets: a fleet
+of N hosts on a multi-plane leaf-spine, a week of their events, alerts and audits in the database,
+the newest of every series the views read (link states, the OWD matrix) and jobs with flows over
+their last minutes in the engine.
 
-What is not synthesised: a week of every sample. Agents push their series each second; what a
-controller keeps of that is a retention policy, and no view reads it (they read `latest` and
-windows of minutes), so the samples table holds the newest round plus the jobs' window.
+What is not synthesised: a week of every sample. No view reads it (they read the latest and
+windows of minutes), so the engine holds the newest round plus the jobs' window.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from clockfabric.audit.model import CheckResult, Finding, Report, Verdict
-from clockfabric.controller.storage.base import Alert, Audit, Event, Sample
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Alert, Audit, Event
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from clockfabric.serieswire import line
 from clockfabric.topology import Topology, interfaces, multirail
 
 WEEK_NS = 7 * 86400 * 10**9
@@ -49,8 +52,20 @@ class Shape:
         return multirail(self.hosts, self.planes, self.leaves, self.spines, name=f"synthetic-{self.hosts}")
 
 
-def generate(path: Path, shape: Shape, now_ns: int) -> dict:
-    """Write the database at `path` (a new file); returns what it holds, with its size."""
+def engine_sink(engine_url: str) -> Callable[[list[Sample]], None]:
+    """Samples into the engine's own import path (trusted: each line names its host)."""
+    import httpx
+
+    def sink(samples: list[Sample]) -> None:
+        body = "".join(line(s.name, s.value, s.labels, s.t_ns // 1_000_000, host=s.host) + "\n" for s in samples)
+        httpx.post(engine_url + "/api/v1/import/prometheus", content=body.encode(), timeout=60).raise_for_status()
+
+    return sink
+
+
+def generate(path: Path, shape: Shape, now_ns: int, sink: Callable[[list[Sample]], None]) -> dict:
+    """Write the database at `path` (a new file) and the samples to `sink`; returns what it holds,
+    with the database's size."""
     if path.exists():
         path.unlink()
     rng = random.Random(shape.seed)
@@ -65,7 +80,7 @@ def generate(path: Path, shape: Shape, now_ns: int) -> dict:
             age = 60 * SECOND_NS if name in stale else rng.randrange(SECOND_NS)
             storage.seen(name, now_ns - age, {**info, "synced": name not in stale, "boot": "b"})
         events = _events(storage, shape, hosts, rng, now_ns)
-        samples = _latest(storage, topo, shape, rng, now_ns) + _jobs(storage, topo, shape, rng, now_ns)
+        samples = _latest(sink, topo, shape, rng, now_ns) + _jobs(sink, topo, shape, rng, now_ns)
         _alerts(storage, shape, hosts, rng, now_ns)
         _audits(storage, shape, hosts, now_ns)
     size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
@@ -88,7 +103,7 @@ def _events(storage: SqliteStorage, shape: Shape, hosts: list[str], rng: random.
     return total
 
 
-def _latest(storage: SqliteStorage, topo: Topology, shape: Shape, rng: random.Random, now_ns: int) -> int:
+def _latest(sink: Callable[[list[Sample]], None], topo: Topology, shape: Shape, rng: random.Random, now_ns: int) -> int:
     out = [Sample(p.node, now_ns - rng.randrange(SECOND_NS), "link_up", 1.0, {"device": p.iface})
            for p in interfaces(topo)]
     hosts = sorted(topo.hosts)
@@ -101,11 +116,11 @@ def _latest(storage: SqliteStorage, topo: Topology, shape: Shape, rng: random.Ra
                     out.append(Sample(src, now_ns - rng.randrange(SECOND_NS), f"owd_{stat}_ns", floor * over,
                                       {"src": src, "dst": dst, "path": path}))
     for start in range(0, len(out), BATCH):
-        storage.add_samples(out[start:start + BATCH])
+        sink(out[start:start + BATCH])
     return len(out)
 
 
-def _jobs(storage: SqliteStorage, topo: Topology, shape: Shape, rng: random.Random, now_ns: int) -> int:
+def _jobs(sink: Callable[[list[Sample]], None], topo: Topology, shape: Shape, rng: random.Random, now_ns: int) -> int:
     """Each job on `job_hosts` hosts in a ring: a flow from each to the next, every second of the
     window; the first job's flow out of its first host is slow (ten times its siblings' RTT)."""
     nic = {p.node: str(i.address.ip) for p, i in interfaces(topo).items()
@@ -129,9 +144,9 @@ def _jobs(storage: SqliteStorage, topo: Topology, shape: Shape, rng: random.Rand
                 rows += [Sample(host, t, f"job_flow_{stat}", v, {"jobid": jobid, "flow": flow})
                          for stat, v in zip(FLOW_STATS, values, strict=True)]
             if len(rows) >= BATCH:
-                storage.add_samples(rows)
+                sink(rows)
                 written, rows = written + len(rows), []
-    storage.add_samples(rows)
+    sink(rows)
     return written + len(rows)
 
 

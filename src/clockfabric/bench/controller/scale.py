@@ -36,7 +36,6 @@ import typer
 from rich.console import Console
 
 from clockfabric.bench import harness
-from clockfabric.bench.controller.ingest import _test_postgres
 from clockfabric.bench.controller.scale_load import Counts, SimHost, run_load
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.lab import process
@@ -305,3 +304,16 @@ def main(start: Annotated[int, typer.Option(min=1, help="Hosts at the first step
             "params": {"start": start, "max_hosts": max_hosts, "step_s": step_s, "interval_s": INTERVAL_S}}
     record("controller-scale", targets, info, data, path=json_path)
     err.print(f"results written to {json_path}")
+
+
+def _test_postgres():
+    """The tests' throwaway PostgreSQL server (tests/pg.py): (missing, throwaway_postgres), or a
+    `missing` that says why there is none outside a checkout of the repository."""
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        from tests.pg import missing, throwaway_postgres
+    except ImportError:
+        return (lambda: "tests/pg.py not found: run from the repository"), None
+    finally:
+        sys.path.pop(0)
+    return missing, throwaway_postgres

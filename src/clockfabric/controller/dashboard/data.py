@@ -22,15 +22,15 @@ from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.render import json_response
 from clockfabric.controller.rootcause import Flow
-from clockfabric.controller.rootcause_inputs import PATH_STAT, PlacesCache, flows_from, stored
-from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.rootcause_inputs import PATH_STAT, PlacesCache, flows_from
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology
 from clockfabric.units import parse_duration
 
 MAX_WINDOW_NS = 3600 * 10**9  # a chart of one-second points: an hour is 3,600 of them per flow
 MAX_WINDOW_SAMPLES = 100_000  # the delays one heatmap over a window may read: 10 pages of about 65 ms
-SAMPLES_PAGE = 10_000
 HEATMAP_MAX_AGE_S = 1.0  # every page and block of a heatmap asked within this shares one reading of the rows
 MAX_EVENTS = 20_000  # of the window, looked through for failover decisions
 TX = "job_flow_tx_bps"
@@ -59,11 +59,11 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         """Job `jobid`'s sent throughput and each sending flow's rate and delay, per second."""
         check(bearer(request.headers.raw))
         window = window_ns(since)
-        procs = jobs.processes_by_job(fleet.storage.latest_samples(jobs.PROCESS), fleet.clock()).get(jobid)
+        procs = jobs.processes_by_job(fleet.samples.latest(jobs.PROCESS), fleet.clock()).get(jobid)
         if not procs:
             raise HTTPException(404, f"no job {jobid!r}")
         now = fleet.clock()
-        samples = stored(fleet.storage.job_samples, jobid=jobid, names=list(STATS), since_ns=now - window)
+        samples = fleet.samples.ranges(list(STATS), since_ns=now - window, until_ns=now + 1, match={"jobid": jobid})
         return job_series(jobid, samples, now - window, now)
 
     @api.get("/api/v1/dashboard/owd")
@@ -109,11 +109,11 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         """The heatmap's pairs: the newest delays or over `window`, as they are or less their floors."""
         name = f"owd_{stat}_ns"
         if window == "latest":
-            rows = fleet.storage.latest_rows(name)
+            rows = fleet.samples.latest_rows(name)
         else:
             rows = _over_window(name, stat, window_ns(window, "window"))
         if over_floor:
-            rows = excess(rows, fleet.storage.latest_rows("owd_floor_ns"))
+            rows = excess(rows, fleet.samples.latest_rows("owd_floor_ns"))
         return pairs(rows, path)
 
     def _over_window(name: str, stat: str, window: int) -> list[Row]:
@@ -122,14 +122,9 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
 
     def _window_of(name: str, since: int, host: str | None = None) -> list[Sample]:
         """The samples of `name` (pushed by `host`, if given) since `since`; 422 past MAX_WINDOW_SAMPLES."""
-        after, read = 0, []
-        while page := fleet.storage.samples(name=name, host=host, since_ns=since, after_id=after, limit=SAMPLES_PAGE):
-            read += page
-            if len(read) > MAX_WINDOW_SAMPLES:
-                raise HTTPException(422, f"the window holds over {MAX_WINDOW_SAMPLES} delays: choose a shorter one")
-            after = page[-1].id or after
-            if len(page) < SAMPLES_PAGE:
-                break
+        read = fleet.samples.range(name, since_ns=since, until_ns=fleet.clock() + 1, host=host)
+        if len(read) > MAX_WINDOW_SAMPLES:
+            raise HTTPException(422, f"the window holds over {MAX_WINDOW_SAMPLES} delays: choose a shorter one")
         return read
 
     @api.get("/api/v1/dashboard/failovers")
@@ -169,11 +164,11 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
     def _recent_flows(topology: Topology) -> list[Flow]:
         here = places.get(topology, {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")})
         since = fleet.clock() - jobs.ACTIVE_NS
-        return flows_from([s for name in FLOW_STATS for s in fleet.storage.latest_samples(name, since_ns=since)], here)
+        return flows_from([s for name in FLOW_STATS for s in fleet.samples.latest(name, since_ns=since)], here)
 
     def _job_flows() -> list[dict]:
         """Every job's flows with their rate, as the jobs route gives them, each with its `jobid`."""
-        sent = fleet.storage.latest_samples(TX)
+        sent = fleet.samples.latest(TX)
         addresses = {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")}
         return [{**flow, "jobid": jobid} for jobid in sorted({s.labels.get("jobid", "") for s in sent} - {""})
                 for flow in jobs.flows_of(jobid, {TX: sent}, addresses, fleet.clock())]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from clockfabric.controller.series.read import Series
 from clockfabric.controller.storage.base import Storage
 from clockfabric.topology import Topology
 
@@ -42,10 +43,10 @@ def _drawing(topology: Topology) -> Drawing:
     return head, links
 
 
-def fabric_json(topology: Topology, storage: Storage, now_ns: int) -> str:
+def fabric_json(topology: Topology, storage: Storage, series: Series, now_ns: int) -> str:
     """{name, planes, nodes: [{name, kind, role, planes}], links: [{name, a, b, plane, rate_bps, state,
     transitions}]}: state "up", "down", "flapping", or "unknown" where neither end has reported."""
-    up = {(host, _device(labels)): bool(value) for host, labels, _t, value in storage.latest_rows("link_up")}
+    up = {(host, _device(labels)): bool(value) for host, labels, _t, value in series.latest_rows("link_up")}
     recent = Counter((e.host, e.device) for e in storage.events(since_ns=now_ns - FLAP_WINDOW_NS,
                                                                  limit=MAX_RECENT_EVENTS) if e.kind in LINK_EVENTS)
     head, drawn = _drawing(topology)

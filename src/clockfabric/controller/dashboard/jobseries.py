@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 
 STATS = {"job_flow_tx_bps": "tx_bps", "job_flow_rtt_us": "rtt_us", "job_flow_owd_out_p50_ns": "owd_ns",
          "job_flow_owd_out_fallback": "fallback"}

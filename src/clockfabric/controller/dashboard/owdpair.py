@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 
 BUCKET_NS = 10**9
 

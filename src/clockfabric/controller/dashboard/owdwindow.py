@@ -1,5 +1,5 @@
 """The heatmap's delays over a chosen window, and as excess over each path's floor. Pure: samples
-or rows in, rows (as storage's `latest_rows` gives them) out, so the heatmap draws them alike.
+or rows in, rows (as `Series.latest_rows` gives them) out, so the heatmap draws them alike.
 
 Over a window each series' pushes are reduced by the statistic they carry: the median of its
 p50s, the 99th percentile (nearest rank) of its p99s, the least of its mins and floors. The
@@ -14,8 +14,8 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 
 from clockfabric.controller.dashboard.owdmap import Row
-from clockfabric.controller.storage.base import Sample
-from clockfabric.controller.storage.rows import labels_text
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.rows import dumps
 
 
 def _p99(values: Sequence[float]) -> float:
@@ -33,7 +33,7 @@ def over_window(samples: Iterable[Sample], stat: str) -> list[Row]:
     for s in samples:
         if not math.isfinite(s.value):
             continue
-        key = (s.host, labels_text(s.labels))
+        key = (s.host, dumps(s.labels))
         newest, values = series.get(key, (s.t_ns, []))
         values.append(s.value)
         series[key] = (max(newest, s.t_ns), values)

@@ -52,7 +52,8 @@ def register(app: FastAPI, fleet: Fleet, token: str) -> None:
         topology = fleet.monitor.topology if fleet.monitor else None
         if topology is None:
             raise HTTPException(404, "the controller has no topology: start it with --topology FILE or --lab NAME")
-        return Response(fabric_json(topology, fleet.storage, fleet.clock()), media_type="application/json")
+        return Response(fabric_json(topology, fleet.storage, fleet.samples, fleet.clock()),
+                        media_type="application/json")
 
     app.include_router(data.router(fleet, check))
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from clockfabric.controller.detectors.config import DetectorConfig
-from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event
 from clockfabric.registry import Registry
 from clockfabric.topology.addressing import interfaces
 from clockfabric.topology.model import Link, Port, Topology

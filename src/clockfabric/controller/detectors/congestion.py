@@ -30,7 +30,7 @@ from clockfabric.controller.detectors.base import (
     path_label,
 )
 from clockfabric.controller.detectors.config import US, DetectorConfig, Keys, S, choice, duration_ns, positive_int
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 from clockfabric.localization import PROBE, Observation, locate
 
 STATS = ("p50", "min")

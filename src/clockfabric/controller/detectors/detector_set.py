@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from clockfabric.controller.detectors.base import DETECTORS, Detector, DetectorContext, Finding, LinkIndex
 from clockfabric.controller.detectors.config import DetectorConfig, S
-from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event
 from clockfabric.topology.model import Topology
 
 

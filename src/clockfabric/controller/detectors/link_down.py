@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from clockfabric.controller.detectors.base import DETECTORS, Detector, DetectorContext, Finding
 from clockfabric.controller.detectors.config import DetectorConfig
-from clockfabric.controller.storage.base import Event, Sample
+from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event
 from clockfabric.topology.model import Port
 
 UPNESS = {"link_down": False, "link_up": True}  # "link_change" keeps up-ness (see telemetry/link_state.py)

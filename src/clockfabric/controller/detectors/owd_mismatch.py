@@ -30,7 +30,7 @@ from clockfabric.controller.detectors.base import (
 )
 from clockfabric.controller.detectors.config import DetectorConfig, Keys, S, duration_ns, positive_int
 from clockfabric.controller.rootcause import FALLBACK, Thresholds, far_above, point, reading, settled
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 from clockfabric.workload.flows import parse_flow_label
 
 FlowId = tuple[str, str, str]  # (jobid, host, flow label)

@@ -16,7 +16,7 @@ from typing import ClassVar
 from clockfabric.controller.detectors.base import DETECTORS, Detector, DetectorContext, Finding, Streak, keep_recent
 from clockfabric.controller.detectors.config import DetectorConfig, Keys, S, duration_ns, positive_int
 from clockfabric.controller.rootcause import FALLBACK, READINGS, Flow, Thresholds, job_flows, point, reading
-from clockfabric.controller.storage.base import Sample
+from clockfabric.controller.series.sample import Sample
 
 FlowId = tuple[str, str, str]  # (jobid, host, flow label)
 

@@ -4,10 +4,9 @@ from clockfabric.controller.storage.base import (
     Alert,
     Event,
     Host,
-    Sample,
     Storage,
     StorageError,
 )
 from clockfabric.controller.storage.open import open_storage
 
-__all__ = ["Alert", "Event", "Host", "Sample", "Storage", "StorageError", "open_storage"]
+__all__ = ["Alert", "Event", "Host", "Storage", "StorageError", "open_storage"]

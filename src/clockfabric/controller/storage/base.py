@@ -47,16 +47,6 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Sample:
-    host: str
-    t_ns: int
-    name: str  # e.g. "owd_p99_ns", "rx_bytes"
-    value: float
-    labels: dict[str, str] = field(default_factory=dict)  # e.g. peer, path, direction, device
-    id: int | None = None
-
-
-@dataclass(frozen=True)
 class Host:
     name: str
     enrolled_ns: int
@@ -99,37 +89,15 @@ class Storage(Protocol):
     def events(self, *, since_ns: int | None = None, until_ns: int | None = None, host: str | None = None,
                kind: str | None = None, after_id: int = 0, limit: int = 100) -> list[Event]: ...
 
-    def add_samples(self, samples: list[Sample]) -> int: ...
-
-    def add_push(self, host: str, now_ns: int, info: dict, events: list[Event], samples: list[Sample]) -> int:
-        """A host's push in one transaction: add_events, add_samples and seen, all or nothing.
+    def add_push(self, host: str, now_ns: int, info: dict, events: list[Event]) -> int:
+        """A host's push in one transaction: add_events and seen, all or nothing.
         Returns how many events were new."""
 
-    def samples(self, *, name: str | None = None, host: str | None = None, since_ns: int | None = None,
-                until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]: ...
-
-    def job_samples(self, jobid: str, *, names: list[str], since_ns: int | None = None,
-                    until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]:
-        """The samples labelled `jobid` named one of `names` (a job's flows), by an index: not every job's."""
-
-    def latest_samples(self, name: str, *, since_ns: int | None = None,
-                       hosts: list[str] | None = None) -> list[Sample]:
-        """The newest sample of `name` for each (host, labels): the OWD matrix, link states;
-        `hosts`: of those hosts only."""
-
-    def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
-        """`latest_samples(name)` as bare rows, (host, labels as canonical JSON text, t_ns, value),
-        unsorted: for a reader of tens of thousands of series that parses the labels it needs."""
+    def last_event_id(self) -> int:
+        """The newest event's id (0 where none): where a reader that tails them starts."""
 
     def fenced(self, guard: tuple[str, tuple]) -> AbstractContextManager[None]:
         """This thread's writes, while inside, run `guard` first in their transaction; no row: FenceLost."""
-
-    def roll_up(self, raw_before_ns: int, minutes_before_ns: int) -> dict[str, int]:
-        """Raw samples older than raw_before_ns into per-minute and per-hour aggregates, then deleted;
-        minute aggregates older than minutes_before_ns deleted (storage.retention)."""
-
-    def last_ids(self) -> tuple[int, int]:
-        """The newest event's and sample's ids (0 where none): where a reader that tails them starts."""
 
     def open_alert(self, alert: Alert) -> Alert | None:
         """Store a new open alert; None if one with that key is open already (de-duplication)."""

@@ -1,6 +1,7 @@
 """The Storage methods, written once in the SQL that SQLite (3.35 or newer: upserts, RETURNING) and
 PostgreSQL both speak. `sqlite.SqliteStorage` and `postgres.PostgresStorage` bring the connection,
-transactions, error mapping and the bulk path for samples.
+transactions and error mapping. Samples are not here: they live in the series engine
+(controller.series); a database from before keeps its old sample tables, unread.
 
 Time windows are half-open, since_ns <= t < until_ns, so consecutive windows never share a row.
 """
@@ -15,20 +16,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from clockfabric.controller.storage import qos, retention, rows
-from clockfabric.controller.storage.base import Alert, Audit, Event, FenceLost, Host, Sample, StorageError
+from clockfabric.controller.storage import qos, rows
+from clockfabric.controller.storage.base import Alert, Audit, Event, FenceLost, Host, StorageError
 from clockfabric.controller.storage.batch import GroupCommit
 from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 
-# {id}: the dialect's auto-numbered key; {latest_options}: how to store the much-updated `latest`;
-# {jobid}: a sample's `jobid` label, read from its labels' text. A job's samples are found by an index
-# on that expression, holding only the samples that have one (pushes store their rows as before).
-# Labels, details and infos are canonical JSON text (rows.dumps): "same labels" is text equality in
-# both databases, and NaN in a detail survives (PostgreSQL's JSONB would refuse it). An audit's report is
-# JSON text too, in its own key order (rows.dumps_ordered): it is only ever read back whole.
+# {id}: the dialect's auto-numbered key. Details and infos are canonical JSON text (rows.dumps), and
+# NaN in a detail survives (PostgreSQL's JSONB would refuse it). An audit's report is JSON text too, in
+# its own key order (rows.dumps_ordered): it is only ever read back whole.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS hosts (
@@ -40,14 +38,6 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_t ON events (t_ns);
 CREATE INDEX IF NOT EXISTS events_host ON events (host, id);
 CREATE INDEX IF NOT EXISTS events_kind ON events (kind, id);
-CREATE TABLE IF NOT EXISTS samples (
-    id {id}, host TEXT NOT NULL, t_ns BIGINT NOT NULL, name TEXT NOT NULL, value DOUBLE PRECISION,
-    labels TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS samples_name_t ON samples (name, t_ns);
-CREATE INDEX IF NOT EXISTS samples_job ON samples ({jobid}, name, t_ns) WHERE {jobid} IS NOT NULL;
-CREATE TABLE IF NOT EXISTS latest (
-    name TEXT NOT NULL, host TEXT NOT NULL, labels TEXT NOT NULL, t_ns BIGINT NOT NULL,
-    value DOUBLE PRECISION, sample_id BIGINT NOT NULL, PRIMARY KEY (name, host, labels)){latest_options};
 CREATE TABLE IF NOT EXISTS alerts (
     id {id}, key TEXT NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL,
     opened_ns BIGINT NOT NULL, resolved_ns BIGINT, detail TEXT NOT NULL);
@@ -57,7 +47,7 @@ CREATE TABLE IF NOT EXISTS audits (
     counts TEXT NOT NULL, report TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS audits_t ON audits (t_ns);
 CREATE TABLE IF NOT EXISTS health_check (name TEXT PRIMARY KEY, t_ns BIGINT NOT NULL);
-""" + retention.SCHEMA + qos.SCHEMA
+""" + qos.SCHEMA
 # A table added to SCHEMA without changing what the others hold keeps SCHEMA_VERSION: opening an older
 # database creates what it lacks (each statement is IF NOT EXISTS), and an older clockfabric ignores it.
 # So with an index: one an older database lacks is built when it is opened.
@@ -65,12 +55,6 @@ TABLES = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)
 INDEXES = re.findall(r"CREATE (?:UNIQUE )?INDEX IF NOT EXISTS (\w+)", SCHEMA)
 
 CHECK_WRITE = "INSERT INTO health_check VALUES ('controller', ?) ON CONFLICT (name) DO UPDATE SET t_ns = excluded.t_ns"
-INSERT_SAMPLE = f"INSERT INTO samples ({rows.SAMPLE_COLS}) VALUES (?, ?, ?, ?, ?, ?)"
-# an older sample arriving late (a re-sent push) must not replace a newer one
-LATEST_CONFLICT = """ON CONFLICT (name, host, labels) DO UPDATE SET t_ns = excluded.t_ns,
-    value = excluded.value, sample_id = excluded.sample_id WHERE excluded.t_ns >= latest.t_ns"""
-UPSERT_LATEST = f"""INSERT INTO latest (name, host, labels, t_ns, value, sample_id) VALUES (?, ?, ?, ?, ?, ?)
-    {LATEST_CONFLICT}"""
 
 
 @dataclass(frozen=True)
@@ -80,7 +64,6 @@ class Push:
     now_ns: int
     info: dict
     events: list[Event]
-    samples: list[Sample]
 
 
 class SqlStorage(qos.QosPolicies, ABC):
@@ -94,10 +77,8 @@ class SqlStorage(qos.QosPolicies, ABC):
 
     # ---- dialect hooks ---------------------------------------------------------------------------
     ID: str  # the auto-numbered key column's type
-    LATEST_OPTIONS: str  # what follows the `latest` table's definition
     TABLE_EXISTS: str  # a query giving a row if the table named by its one parameter exists
     INDEX_EXISTS: str  # the same for an index
-    JOBID: str  # the SQL expression of a sample's `jobid` label (NULL where it has none)
     SCHEMA_LOCK = ""  # taken first when creating the schema, so replicas starting together take turns
 
     def _q(self, sql: str) -> str:
@@ -115,17 +96,6 @@ class SqlStorage(qos.QosPolicies, ABC):
     @abstractmethod
     def _cursor(self):
         """A context yielding a cursor for reads outside any transaction."""
-
-    @abstractmethod
-    def _sample_ids(self, cur, n: int) -> list[int] | range:
-        """n new ascending sample ids, reserved in the current transaction."""
-
-    def _insert_samples(self, cur, values: list[tuple]) -> None:
-        cur.executemany(self._q(INSERT_SAMPLE), values)
-
-    def _upsert_latest(self, cur, values: list[tuple]) -> None:
-        """Keep `latest` up to date with the samples just inserted (`values`, in id order)."""
-        cur.executemany(self._q(UPSERT_LATEST), rows.newest_per_key(values))
 
     @abstractmethod
     def close(self) -> None: ...
@@ -178,8 +148,7 @@ class SqlStorage(qos.QosPolicies, ABC):
             with self._write() as cur:
                 if self.SCHEMA_LOCK:
                     cur.execute(self.SCHEMA_LOCK)
-                for statement in SCHEMA.format(id=self.ID, latest_options=self.LATEST_OPTIONS,
-                                               jobid=self.JOBID).split(";"):
+                for statement in SCHEMA.format(id=self.ID).split(";"):
                     if statement.strip():
                         cur.execute(statement)
                 cur.execute("SELECT version FROM schema_version")
@@ -246,93 +215,24 @@ class SqlStorage(qos.QosPolicies, ABC):
         return [rows.event(r) for r in self._fetch(
             f"SELECT {rows.EVENT_COLS} FROM events WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)])]
 
-    # ---- samples ---------------------------------------------------------------------------------
-    def add_samples(self, samples: list[Sample]) -> int:
-        if not samples:
-            return 0
-        with self._write() as cur:
-            self._add_samples(cur, samples)
-        return len(samples)
-
-    def _add_samples(self, cur, samples: list[Sample]) -> None:
-        ids = self._sample_ids(cur, len(samples))
-        values = [rows.sample_values(s, id_) for s, id_ in zip(samples, ids, strict=True)]
-        self._insert_samples(cur, values)
-        self._upsert_latest(cur, values)
-
-    # ---- a push, whole -----------------------------------------------------------------------------
-    def add_push(self, host: str, now_ns: int, info: dict, events: list[Event], samples: list[Sample]) -> int:
-        """A host's push in one transaction: its events (as add_events), its samples, and `seen`; all
-        of it is stored or none. Pushes made meanwhile by other threads share the transaction (batch.py).
+    def add_push(self, host: str, now_ns: int, info: dict, events: list[Event]) -> int:
+        """A host's push in one transaction: its events (as add_events) and `seen`; all of it is
+        stored or none. Pushes made meanwhile by other threads share the transaction (batch.py).
         Returns how many events were new."""
-        return self._pushes.submit(Push(host, now_ns, info, events, samples))
+        return self._pushes.submit(Push(host, now_ns, info, events))
 
     def _store_pushes(self, pushes: list[Push]) -> list[int]:
         """Pushes in one transaction (the lock held): events push by push, for each one's count of new
-        ones; every push's samples in one insert; then each host seen, in arrival order."""
+        ones; then each host seen, in arrival order."""
         with self._locked_write() as cur:
             new = [self._add_events(cur, p.events) if p.events else 0 for p in pushes]
-            samples = [s for p in pushes for s in p.samples]
-            if samples:
-                self._add_samples(cur, samples)
             for p in pushes:
                 self._seen(cur, p.host, p.now_ns, p.info)
         return new
 
-    def samples(self, *, name: str | None = None, host: str | None = None, since_ns: int | None = None,
-                until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]:
-        where, params = _where(after_id, ("name = ?", name), ("host = ?", host), ("t_ns >= ?", since_ns),
-                               ("t_ns < ?", until_ns))
-        return rows.samples(self._fetch(
-            f"SELECT {rows.SAMPLE_COLS} FROM samples WHERE {where} ORDER BY id LIMIT ?", [*params, max(limit, 0)]))
-
-    def job_samples(self, jobid: str, *, names: list[str], since_ns: int | None = None,
-                    until_ns: int | None = None, after_id: int = 0, limit: int = 1000) -> list[Sample]:
-        """The samples labelled with `jobid` whose name is one of `names`, found by the job's index."""
-        if not names:
-            return []
-        where, params = _where(after_id, (f"{self.JOBID} = ?", jobid), ("t_ns >= ?", since_ns), ("t_ns < ?", until_ns))
-        return rows.samples(self._fetch(
-            f"SELECT {rows.SAMPLE_COLS} FROM samples WHERE {where} AND name IN ({', '.join('?' * len(names))}) "
-            "ORDER BY id LIMIT ?", [*params, *names, max(limit, 0)]))
-
-    def latest_samples(self, name: str, *, since_ns: int | None = None,
-                       hosts: list[str] | None = None) -> list[Sample]:
-        """Sorted by host, then labels (as canonical JSON text). `hosts`: only what they pushed."""
-        sql = "SELECT sample_id, host, t_ns, name, value, labels FROM latest WHERE name = ?"
-        params: list = [name]
-        if since_ns is not None:
-            sql, params = sql + " AND t_ns >= ?", [*params, since_ns]
-        if hosts is not None:
-            if not hosts:
-                return []
-            sql, params = sql + f" AND host IN ({', '.join('?' * len(hosts))})", [*params, *hosts]
-        return rows.samples(sorted(self._fetch(sql, params), key=lambda r: (r[1], r[5])))
-
-    def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
-        return self._fetch("SELECT host, labels, t_ns, value FROM latest WHERE name = ?", [name])
-
-    def roll_up(self, raw_before_ns: int, minutes_before_ns: int) -> dict[str, int]:
-        """Raw samples older than raw_before_ns into per-minute and per-hour aggregates, then deleted;
-        minute aggregates older than minutes_before_ns deleted (storage.retention). One transaction."""
-        with self._write() as cur:
-            return retention.roll_up(cur, self._q, raw_before_ns, minutes_before_ns)
-
-    def rollups(self, *, name: str, bucket_ns: int, host: str | None = None, since_ns: int | None = None,
-                until_ns: int | None = None, limit: int = 1000) -> list[retention.Rollup]:
-        """Aggregates of one sample name, per minute or hour (retention.MINUTE_NS, HOUR_NS), by time then series."""
-        where = "name = ? AND bucket_ns = ?" + "".join(f" AND {c}" for c, v in (
-            ("host = ?", host), ("t_ns >= ?", since_ns), ("t_ns < ?", until_ns)) if v is not None)
-        params = [v for v in (name, bucket_ns, host, since_ns, until_ns) if v is not None]
-        return [retention.rollup(r) for r in self._fetch(
-            f"SELECT {retention.ROLLUP_COLS} FROM sample_rollups WHERE {where} ORDER BY t_ns, host, labels LIMIT ?",
-            [*params, max(limit, 0)])]
-
-    def last_ids(self) -> tuple[int, int]:
-        """The newest event's and sample's ids (0 where none): where a reader that tails them starts."""
-        found = self._fetch("SELECT (SELECT COALESCE(MAX(id), 0) FROM events), "
-                            "(SELECT COALESCE(MAX(id), 0) FROM samples)")
-        return found[0][0], found[0][1]
+    def last_event_id(self) -> int:
+        """The newest event's id (0 where none): where a reader that tails them starts."""
+        return int(self._fetch("SELECT COALESCE(MAX(id), 0) FROM events")[0][0])
 
     # ---- alerts ----------------------------------------------------------------------------------
     def open_alert(self, alert: Alert) -> Alert | None:

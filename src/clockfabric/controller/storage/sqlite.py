@@ -52,10 +52,8 @@ def _identity(path: str) -> tuple[int, int]:
 
 class SqliteStorage(SqlStorage):
     ID = "INTEGER PRIMARY KEY"  # the rowid itself: no second index
-    LATEST_OPTIONS = " WITHOUT ROWID"  # `latest` is found by its key only: store it in the key's b-tree
     TABLE_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
     INDEX_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?"
-    JOBID = "json_extract(labels, '$.jobid')"
 
     def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S,
                  quick_check_s: float = QUICK_CHECK_S) -> None:
@@ -148,11 +146,6 @@ class SqliteStorage(SqlStorage):
     def _cursor(self):
         self._same_file()  # another file at the path shares our -wal and -shm: even reads go wrong
         return closing(self._reader.cursor())
-
-    def _sample_ids(self, cur: sqlite3.Cursor, n: int) -> range:
-        # safe: BEGIN IMMEDIATE holds the only write lock on the file until COMMIT
-        first = cur.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM samples").fetchone()[0]
-        return range(first, first + n)
 
     def check(self, now_ns: int) -> None:
         """The file's identity, its pages (every `quick_check_s`), then a write and a read."""

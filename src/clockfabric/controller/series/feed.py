@@ -1,0 +1,38 @@
+"""The detectors' samples, read from the engine once a tick: each series' newest sample, fed once.
+
+The engine makes a sample searchable a second or so after it took it, so each read looks back
+OVERLAP_NS behind the last one and skips the samples it has fed (by series and time)."""
+
+from __future__ import annotations
+
+from clockfabric.controller.series.read import Series
+from clockfabric.controller.series.sample import Sample
+
+# what the detectors read (detectors/*.py's on_samples, detector_set's LLDP neighbours): link states,
+# LLDP neighbours, probe delays, job flows' readings
+DETECTOR_SAMPLES = ("link_up", "lldp_neighbour", "owd_floor_ns", "owd_min_ns", "owd_p50_ns", "owd_p99_ns",
+                    "job_flow_tx_bps", "job_flow_rtt_us", "job_flow_owd_out_p50_ns", "job_flow_owd_out_fallback")
+OVERLAP_NS = 5 * 10**9
+FIRST_NS = 300 * 10**9  # the first read: the recent past, as a restarted controller replays its events
+
+
+class SampleFeed:
+    def __init__(self, series: Series, names: tuple[str, ...] = DETECTOR_SAMPLES) -> None:
+        self.series = series
+        self.names = names
+        self._since: int | None = None
+        self._fed: dict[tuple, int] = {}  # (name, host, labels) -> the newest time fed
+
+    def new(self, now_ns: int) -> list[Sample]:
+        """The samples written since the last call that have not been fed; SeriesError if the
+        engine does not answer (the next call reads the same window again)."""
+        since = now_ns - FIRST_NS if self._since is None else self._since - OVERLAP_NS
+        out = []
+        for name in self.names:
+            for s in self.series.latest(name, since_ns=since):
+                key = (name, s.host, tuple(sorted(s.labels.items())))
+                if s.t_ns > self._fed.get(key, -1):
+                    self._fed[key] = s.t_ns
+                    out.append(s)
+        self._since = now_ns
+        return out

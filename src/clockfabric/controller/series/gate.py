@@ -1,0 +1,82 @@
+"""vmauth in front of the engine: the only way a host's samples reach it.
+
+One user per host, whose bearer token is the host's push credential (auth.credential: the same
+token it pushes events with) and whose one route, the import path, carries
+`extra_label=host=NAME`: the engine sets that label on every line, over any `host` the body or
+the query string gives (vmauth 1.79 keeps url_prefix's query args and the engine applies them
+last). No other path is routed, so a host can neither read nor delete series through it.
+Hosts enrolled later are added by rewriting the file and sending vmauth SIGHUP.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import quote
+
+import yaml
+
+from clockfabric.auth.credential import host_token
+from clockfabric.controller.series.child import Child, binary
+
+IMPORT_PATH = "/api/v1/import/prometheus"
+
+
+def config(engine_url: str, fleet_token: str, hosts: Iterable[str]) -> str:
+    """vmauth's -auth.config for these hosts."""
+    users = [{"bearer_token": host_token(fleet_token, h),
+              "url_map": [{"src_paths": [IMPORT_PATH],
+                           "url_prefix": f"{engine_url.rstrip('/')}/?extra_label={quote(f'host={h}', safe='=')}"}]}
+             for h in sorted(set(hosts))]
+    # vmauth refuses a file with no users: one nobody holds keeps an empty fleet's gate up
+    users.append({"bearer_token": secrets.token_hex(32), "url_prefix": f"{engine_url.rstrip('/')}/health"})
+    return yaml.safe_dump({"users": users}, sort_keys=False)
+
+
+class Gate:
+    def __init__(self, engine_url: str, fleet_token: str, work_dir: Path, *, address: str = "127.0.0.1",
+                 port: int = 0, tls: tuple[Path, Path] | None = None) -> None:
+        """Listens on address:port (0: any free one): where the hosts reach it; over TLS with
+        `tls` (certificate, key): the controller's own, so hosts trust it as they trust the controller."""
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self.engine_url = engine_url
+        self.fleet_token = fleet_token
+        self.path = work_dir / "vmauth.yml"
+        self.hosts: set[str] = set()
+        self._write()
+        exe = binary("vmauth")
+        tls_args = ["-tls", f"-tlsCertFile={tls[0]}", f"-tlsKeyFile={tls[1]}"] if tls else []
+
+        def argv(p: int) -> list[str]:
+            return [exe, f"-auth.config={self.path}", f"-httpListenAddr={address}:{p}", "-loggerLevel=ERROR", *tls_args]
+
+        self.child = Child("vmauth", argv, work_dir / "vmauth.log", port=port, address=address,
+                           scheme="https" if tls else "http")
+
+    @property
+    def url(self) -> str:
+        return self.child.url
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(config(self.engine_url, self.fleet_token, self.hosts))
+        tmp.replace(self.path)  # vmauth never reads half a file
+
+    def allow(self, hosts: Iterable[str]) -> None:
+        """Let these hosts write too (a no-op for those already let)."""
+        new = set(hosts) - self.hosts
+        if not new:
+            return
+        self.hosts |= new
+        self._write()
+        proc = self.child.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGHUP)
+
+    def start(self) -> None:
+        self.child.start()
+
+    def stop(self) -> None:
+        self.child.stop()

@@ -1,0 +1,150 @@
+"""`Series`: the controller's one reader of samples, over the engine's PromQL query API.
+
+"Latest" is an instant query of `last_over_time` (the value) and `tlast_over_time` (when it was
+written) over a look-back window; a range is `query_range`. Every query runs within a time budget,
+passed to the engine as its own `timeout` and held here as the HTTP timeout: past it the query is
+refused with SeriesError, which says so in one line, and no route waits longer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from clockfabric.controller.series.sample import Sample
+from clockfabric.serieswire import HOST, sample_name, series_name
+
+BUDGET_S = 2.0
+LOOKBACK_S = 3600  # "latest" with no `since`: a series silent for an hour is gone
+RANGE_POINTS = 1000  # query_range's steps at most, so a wide window does not ask for millions
+
+
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
+class SeriesError(Exception):
+    """The engine did not answer a query (down, past the budget, refused it): what and how to fix it."""
+
+
+def _selector(name: str, match: dict[str, str], hosts: list[str] | None) -> str:
+    terms = [f'{k}="{_quote(v)}"' for k, v in sorted(match.items())]
+    if hosts is not None:
+        terms.append(f'{HOST}=~"{_quote("|".join(re.escape(h) for h in hosts))}"')
+    return f"{series_name(name)}{{{','.join(terms)}}}"
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _labels(metric: dict) -> tuple[str, dict[str, str]]:
+    return metric.get(HOST, ""), {k: v for k, v in metric.items() if k not in ("__name__", HOST)}
+
+
+def _ns(t_s: float) -> int:
+    """The engine's seconds (to the millisecond) as integer ns, exactly: not via a float's 1e9."""
+    return round(t_s * 1000) * 1_000_000
+
+
+def _key(metric: dict) -> tuple:
+    """A series' identity in one result, to find it in the other: the engine writes a series'
+    labels in one order (sorted by name), the same in both, so the items as they come suffice;
+    last_over_time keeps the metric's name and tlast_over_time does not, so it is dropped here."""
+    metric.pop("__name__", None)
+    return tuple(metric.items())
+
+
+class Series:
+    def __init__(self, url: str, *, budget_s: float = BUDGET_S) -> None:
+        self.url = url.rstrip("/")
+        self.budget_s = budget_s
+        self._client = httpx.Client(timeout=httpx.Timeout(budget_s + 0.5, connect=min(1.0, budget_s)))
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="series-read")
+
+    def close(self) -> None:
+        self._client.close()
+        self._pool.shutdown(wait=False)
+
+    def query(self, path: str, params: dict[str, str]) -> list[dict]:
+        """One query's result list; SeriesError if the engine does not give one within the budget."""
+        what = params.get("query", "")[:120]
+        try:
+            r = self._client.post(self.url + path, data={**params, "timeout": f"{self.budget_s}s"})
+        except httpx.TimeoutException:
+            raise SeriesError(f"the series engine at {self.url} did not answer within the {self.budget_s:g} s "
+                              f"budget for {what}: narrow the window, or raise the budget") from None
+        except httpx.HTTPError as e:
+            raise SeriesError(f"the series engine at {self.url} cannot be reached ({type(e).__name__}): "
+                              "is it running? the controller's /readyz says") from None
+        if r.status_code != 200:
+            raise SeriesError(f"the series engine refused {what}: HTTP {r.status_code}: {r.text[:200]}")
+        return r.json()["data"]["result"]
+
+    def latest(self, name: str, *, since_ns: int | None = None, hosts: list[str] | None = None,
+               match: dict[str, str] | None = None, now_ns: int | None = None) -> list[Sample]:
+        """The newest sample of `name` for each (host, labels) written since `since_ns` (an hour
+        if None); `hosts`: of those hosts only; `match`: labels that must equal these."""
+        if hosts is not None and not hosts:
+            return []
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        window_s = max(1, -(-(now_ns - since_ns) // 1_000_000_000)) if since_ns is not None else LOOKBACK_S
+        sel = f"{_selector(name, match or {}, hosts)}[{window_s}s]"
+        at = {"time": f"{now_ns / 1e9:.3f}"}
+        values, times = self._pool.map(lambda fn: self.query("/api/v1/query", {"query": f"{fn}({sel})", **at}),
+                                       ("last_over_time", "tlast_over_time"))
+        when = {_key(r["metric"]): float(r["value"][1]) for r in times}
+        out = []
+        for r in values:
+            t_s = when.get(_key(r["metric"]))
+            if t_s is None:
+                continue
+            host, labels = _labels(r["metric"])
+            t_ns = _ns(t_s)
+            if since_ns is None or t_ns >= since_ns:
+                out.append(Sample(host, t_ns, name, float(r["value"][1]), labels))
+        return sorted(out, key=lambda s: (s.host, tuple(s.labels.items())))  # labels come sorted by name
+
+    def range(self, name: str, *, since_ns: int, until_ns: int, host: str | None = None,
+              match: dict[str, str] | None = None, step_s: float | None = None) -> list[Sample]:
+        """`name`'s values from since_ns up to until_ns, one per step (RANGE_POINTS steps at most),
+        oldest first per series."""
+        span_s = max(1e-3, (until_ns - since_ns) / 1e9)
+        step = max(step_s or 1.0, span_s / RANGE_POINTS)
+        sel = _selector(name, {**(match or {}), **({HOST: host} if host is not None else {})}, None)
+        rows = self.query("/api/v1/query_range", {"query": f"last_over_time({sel}[{step:g}s])",
+                                                  "start": f"{since_ns / 1e9:.3f}",
+                                                  "end": f"{(until_ns - 1) / 1e9:.3f}", "step": f"{step:g}s"})
+        out = []
+        for r in rows:
+            h, labels = _labels(r["metric"])
+            out += [Sample(h, _ns(float(t)), name, float(v), labels) for t, v in r["values"]]
+        return out
+
+    def ranges(self, names: list[str], *, since_ns: int, until_ns: int, host: str | None = None,
+               match: dict[str, str] | None = None, step_s: float | None = None) -> list[Sample]:
+        """`range` of each of `names` (a job's flows: match={"jobid": ...}), one list."""
+        return [s for name in names for s in self.range(name, since_ns=since_ns, until_ns=until_ns, host=host,
+                                                         match=match, step_s=step_s)]
+
+    def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
+        """`latest(name)` as bare rows, (host, labels as canonical JSON text, t_ns, value): the
+        heatmap's and fabric's shape, which parse the labels they need."""
+        return [(s.host, _dumps(s.labels), s.t_ns, s.value) for s in self.latest(name)]
+
+    def names(self) -> list[str]:
+        """Every sample name the engine holds."""
+        try:
+            r = self._client.get(self.url + "/api/v1/label/__name__/values")
+            r.raise_for_status()
+        except httpx.HTTPError as e:
+            raise SeriesError(f"the series engine at {self.url} cannot be reached ({type(e).__name__})") from None
+        return sorted(sample_name(n) for n in r.json()["data"] if n.startswith("clockfabric_"))
+
+    def count(self) -> int:
+        """How many series the engine holds (of ours)."""
+        rows = self.query("/api/v1/query", {"query": 'count({__name__=~"clockfabric_.*"})'})
+        return int(float(rows[0]["value"][1])) if rows else 0

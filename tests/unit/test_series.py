@@ -1,0 +1,121 @@
+"""Samples through a real victoria-metrics and its vmauth gate on loopback: written with a host's
+credential, read back by `Series`; a forged host label overridden; queries held to their budget."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+
+import httpx
+import pytest
+
+from clockfabric.auth.credential import host_token
+from clockfabric.controller.series.gate import IMPORT_PATH, Gate
+from clockfabric.controller.series.read import Series, SeriesError
+from clockfabric.serieswire import body, line
+from tests.series import until
+
+FLEET = "fleet-token-for-tests"
+
+
+@pytest.fixture(scope="module")
+def gate(series_engine, tmp_path_factory):
+    g = Gate(series_engine.url, FLEET, tmp_path_factory.mktemp("gate"))
+    g.allow(["h1", "h2"])
+    g.start()
+    yield g
+    g.stop()
+
+
+@pytest.fixture
+def series(series_engine):
+    s = Series(series_engine.url, budget_s=2.0)
+    yield s
+    s.close()
+
+
+def push(gate: Gate, host: str, lines: str | bytes, *, token: str | None = None, params: str = "") -> httpx.Response:
+    return httpx.post(gate.url + IMPORT_PATH + params, content=lines,
+                      headers={"Authorization": f"Bearer {token or host_token(FLEET, host)}"}, timeout=5.0)
+
+
+def test_line_escapes_values_and_drops_the_host_label():
+    got = line("owd_p99_ns", 5, {"peer": 'a"b\\c', "host": "other", "path": "", "1x": "y"}, 1234)
+    assert got == 'clockfabric_owd_p99_ns{_1x="y",peer="a\\"b\\\\c"} 5.0 1234'
+    assert body([{"name": "x", "value": float("nan")}, {"name": "y", "value": 1.0}], 7) == b"clockfabric_y{} 1.0 7\n"
+
+
+def test_a_host_writes_and_the_controller_reads_its_latest(gate, series, series_engine):
+    name = f"t_{uuid.uuid4().hex[:8]}"
+    now_ms = time.time_ns() // 1_000_000
+    lines = body([{"name": name, "value": 1.0, "labels": {"peer": "p1"}}], now_ms - 2000)
+    lines += body([{"name": name, "value": 2.0, "labels": {"peer": "p1"}},
+                   {"name": name, "value": 7.0, "labels": {"peer": "p2"}}], now_ms - 1000)
+    assert push(gate, "h1", lines).status_code == 204
+    until(lambda: len(series.latest(name)) == 2 and series.latest(name)[0].value == 2.0, series_engine.url)
+    got = series.latest(name)
+    assert [(s.host, s.labels, s.value, s.t_ns // 1_000_000) for s in got] == [
+        ("h1", {"peer": "p1"}, 2.0, now_ms - 1000), ("h1", {"peer": "p2"}, 7.0, now_ms - 1000)]
+    assert series.latest(name, hosts=["h2"]) == []
+    assert [s.value for s in series.latest(name, match={"peer": "p2"})] == [7.0]
+    # written before `since`: not the latest any more
+    assert series.latest(name, since_ns=(now_ms - 500) * 1_000_000) == []
+    ranged = series.range(name, since_ns=(now_ms - 3000) * 1_000_000, until_ns=now_ms * 1_000_000,
+                          match={"peer": "p1"})
+    assert [s.value for s in ranged][-1] == 2.0 and 1.0 in [s.value for s in ranged]
+
+
+def test_a_forged_host_label_is_overridden(gate, series, series_engine):
+    name = f"t_{uuid.uuid4().hex[:8]}"
+    now_ms = time.time_ns() // 1_000_000
+    forged = f'clockfabric_{name}{{host="h2",peer="p"}} 9 {now_ms}\n'
+    assert push(gate, "h1", forged, params="?extra_label=host=h2").status_code == 204
+    until(lambda: series.latest(name) != [], series_engine.url)
+    assert [(s.host, s.labels) for s in series.latest(name)] == [("h1", {"peer": "p"})]
+
+
+def test_the_gate_refuses_a_wrong_credential_and_every_other_path(gate):
+    assert push(gate, "h1", "clockfabric_x 1\n", token="h1:" + "0" * 64).status_code in (400, 401, 403)
+    assert push(gate, "h3", "clockfabric_x 1\n").status_code in (400, 401, 403)  # not let in yet
+    for path in ("/api/v1/query?query=up", "/api/v1/admin/tsdb/delete_series?match[]=x", "/api/v1/export"):
+        r = httpx.get(gate.url + path, headers={"Authorization": f"Bearer {host_token(FLEET, 'h1')}"})
+        assert r.status_code >= 400, path
+
+
+def test_a_host_enrolled_later_is_let_in(gate):
+    gate.allow(["h4"])
+    until(lambda: push(gate, "h4", "clockfabric_later 1\n").status_code == 204)
+
+
+def test_a_query_past_its_budget_is_refused_in_time():
+    """An engine that takes the connection and never answers: refused within the budget."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        held: list[socket.socket] = []
+        threading.Thread(target=lambda: held.append(s.accept()[0]), daemon=True).start()
+        slow = Series(f"http://127.0.0.1:{s.getsockname()[1]}", budget_s=0.3)
+        t0 = time.monotonic()
+        with pytest.raises(SeriesError, match="did not answer within the 0.3 s budget"):
+            slow.query("/api/v1/query", {"query": "clockfabric_x"})
+        assert time.monotonic() - t0 < 1.5
+        slow.close()
+
+
+def test_an_engine_away_is_one_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gone = Series(f"http://127.0.0.1:{port}")
+    with pytest.raises(SeriesError, match="cannot be reached"):
+        gone.latest("x")
+    gone.close()
+
+
+def test_the_engine_is_started_again_after_it_dies(series_engine, series):
+    before = series_engine.restarts
+    series_engine.proc.kill()
+    until(lambda: series_engine.restarts > before and series_engine.healthy(), timeout_s=10)
+    assert series.latest("nothing_here") == []

@@ -1,0 +1,92 @@
+"""The detectors read their samples from the series engine at each tick (series.feed): written as
+agents write them, through the gate, they open the alerts they did when they came in pushes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from clockfabric.controller.app import create_app
+from clockfabric.controller.fleet import Fleet
+from clockfabric.controller.monitor import Monitor
+from clockfabric.controller.series.feed import SampleFeed
+from clockfabric.controller.storage.sqlite import SqliteStorage
+from clockfabric.topology import leafspine
+from tests.series import FLEET_TOKEN, series_path, write
+from tests.unit.credentials import as_host
+
+AUTH = {"Authorization": f"Bearer {FLEET_TOKEN}"}
+
+
+@pytest.fixture
+def env(tmp_path):
+    topo = leafspine(4, 2, 2)
+    storage = SqliteStorage(tmp_path / "c.db")
+    with series_path(tmp_path) as series:
+        monitor = Monitor.create(storage, topology=topo, series=series.series)
+        fleet = Fleet(storage, hosts=sorted(topo.hosts) + sorted(topo.switches), stale_s=60, monitor=monitor,
+                      series=series)
+        with TestClient(create_app(fleet, FLEET_TOKEN, tick_s=3600)) as client:
+            yield client, fleet, series, topo
+    storage.close()
+
+
+def test_path_maps_let_a_congestion_alert_name_the_links(env):
+    client, fleet, series, topo = env
+    # h0's probe paths as its agent traced them: two over spine0, one over spine1; h2's back over spine0
+    maps = {"h0": [["h2", "eth0:7300", 0, "spine0"], ["h2", "eth0:7301", 0, "spine1"],
+                   ["h3", "eth0:7300", 0, "spine0"]],
+            "h2": [["h0", "eth0:7300", 0, "spine0"]]}
+    congested = {("h0", "h2", "eth0:7300"), ("h0", "h3", "eth0:7300")}
+    t0 = time.time_ns() - 3 * 10**9
+    for window in range(2):  # two bad windows open it: each read at a tick
+        for host, rows in maps.items():
+            samples = [{"name": f"owd_{stat}_ns", "value": value, "labels": {"src": host, "dst": dst, "path": path}}
+                       for dst, path, *_ in rows
+                       for stat, value in (("floor", 20_000), ("p50", 900_000 if (host, dst, path) in congested
+                                                                   else 21_000))]
+            r = client.post("/api/v1/push", headers=as_host(FLEET_TOKEN, host),
+                            json={"host": host, "boot": "b", "paths": rows})
+            assert r.status_code == 200
+            write(series, host, samples, t0 + window * 10**9)
+        fleet.tick()
+    (alert,) = client.get("/api/v1/alerts", headers=AUTH, params={"open_only": True}).json()["items"]
+    up, down = topo.find_link("leaf0", "spine0").name, topo.find_link("spine0", "leaf1").name
+    # h0's own cable and h2's are cleared by the quiet path over spine1; with two leaves, leaf0 -> spine0
+    # and spine0 -> leaf1 carry the same paths: one of the two
+    assert alert["detail"]["links"] == [{"link": up, "direction": "leaf0->spine0"},
+                                        {"link": down, "direction": "spine0->leaf1"}], alert
+    assert sorted((p["src"], p["dst"]) for p in alert["detail"]["paths"]) == [("h0", "h2"), ("h0", "h3")]
+    rows = client.get("/api/v1/paths", headers=AUTH, params={"host": "h0"}).json()["items"]
+    assert [(r["dst"], r["via"]) for r in rows] == [("h2", "spine0"), ("h2", "spine1"), ("h3", "spine0")]
+    assert rows[1]["links"] == [topo.find_link("h0", "leaf0").name, topo.find_link("leaf0", "spine1").name,
+                                topo.find_link("spine1", "leaf1").name, topo.find_link("leaf1", "h2").name]
+    bad = client.post("/api/v1/push", headers=as_host(FLEET_TOKEN, "h0"),
+                      json={"host": "h0", "boot": "b", "paths": [["h2", "eth0:7300", -1, "spine0"]]})
+    assert bad.status_code == 422 and "paths" in bad.text
+
+
+def test_the_feed_gives_each_sample_once(tmp_path):
+    with series_path(tmp_path) as series:
+        assert series.series is not None
+        feed = SampleFeed(series.series, names=("link_up",))
+        now = time.time_ns()
+        write(series, "h1", [{"name": "link_up", "value": 1.0, "labels": {"device": "eth0"}}], now - 10**9)
+        assert [(s.host, s.value) for s in feed.new(now)] == [("h1", 1.0)]
+        assert feed.new(now + 10**8) == []  # read again within the overlap: not fed twice
+        write(series, "h1", [{"name": "link_up", "value": 0.0, "labels": {"device": "eth0"}}], now)
+        assert [s.value for s in feed.new(time.time_ns())] == [0.0]
+
+
+def test_a_wrong_lldp_neighbour_read_from_the_engine_raises_topology_drift(env):
+    _client, fleet, series, topo = env
+    link = next(lk for lk in topo.links_of("leaf0") if lk.other("leaf0").node in topo.hosts)
+    port, expected = link.port("leaf0"), str(link.other("leaf0"))
+    wrong = next(f"{h}:eth0" for h in sorted(topo.hosts) if f"{h}:eth0" != expected)
+    write(series, "leaf0", [{"name": "lldp_neighbour", "value": 1.0,
+                             "labels": {"device": port.iface, "neighbour": wrong}}])
+    fleet.tick()
+    drifts = [a for a in fleet.storage.alerts(open_only=True) if a.kind == "topology_drift"]
+    assert [(a.detail["port"], a.detail["seen"]) for a in drifts] == [(str(port), wrong)], drifts
