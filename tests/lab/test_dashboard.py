@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from clockfabric.audit.model import CheckResult, Finding, Report, Verdict
+from clockfabric.bench import chromium
 from clockfabric.controller.rootcause_verdict import VERDICTS
 from clockfabric.controller.token import read_token
 from clockfabric.lab import impair, netns
@@ -31,11 +32,9 @@ from clockfabric.topology import Port, leafspine
 from tests.lab.test_workload import RECEIVER, SENDER
 from tests.waiting import wait_for
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
-pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+pytestmark = pytest.mark.skipif(not chromium.available(),
                                 reason="needs Debian's chromium and chromium-driver (scripts/setup.sh)")
-from selenium.webdriver.chrome.service import Service  # noqa: E402 - after the skip: selenium may be absent
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
 
@@ -106,12 +105,7 @@ def fleet(make_module_lab):
 
 @pytest.fixture
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,800"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)  # never downloads a driver
+    driver = chromium.driver()
     try:
         yield driver
     finally:

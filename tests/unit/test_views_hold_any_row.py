@@ -9,23 +9,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clockfabric.bench import chromium
 from clockfabric.controller.schemas import AuditIn, EventIn, Push, detail_model
 from tests.unit.credentials import as_host
 from tests.unit.schema_strategies import JSON, from_schema
 from tests.waiting import wait_for
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
-pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+pytestmark = pytest.mark.skipif(not chromium.available(),
                                 reason="needs Debian's chromium and chromium-driver (scripts/setup.sh)")
-from selenium.webdriver.chrome.service import Service  # noqa: E402 - after the skip: selenium may be absent
 from selenium.webdriver.common.by import By  # noqa: E402
 
 TOKEN = "views-hold-any-row-token-0123456789"
@@ -79,12 +77,7 @@ def controller(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(controller):
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,800"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver = chromium.driver()
     try:
         driver.get(f"{controller}/dashboard/")
         driver.find_element(By.ID, "token").send_keys(TOKEN)
@@ -114,10 +107,10 @@ def test_every_view_renders_whatever_rows_were_accepted(controller, browser, dra
     for view in VIEWS:
         clicked = browser.execute_script("return Date.now()")
         browser.find_element(By.CSS_SELECTOR, f'#tabs [data-view="{view}"]').click()
-        wait_for(f"the {view} view rendered, or refused", lambda v=view: browser.execute_script(
+        wait_for(f"the {view} view rendered, or refused", lambda v=view, t=clicked: browser.execute_script(
             "const e = document.querySelector('#view');"
             "return (e.dataset.view === arguments[0] && Number(e.dataset.rendered) >= arguments[1])"
-            " || Boolean(e.querySelector('.state-down'))", v, clicked), timeout_s=10)
+            " || Boolean(e.querySelector('.state-down'))", v, t), timeout_s=10)
         time.sleep(0.3)  # a view's later fetches (a tree, a chart) land
         broken = browser.execute_script("return [...document.querySelectorAll('#view .state-down')]"
                                         ".map((e) => e.textContent).filter((t) => t.includes('could not load'))")

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clockfabric.auth.credential import host_token
-from clockfabric.bench import harness
+from clockfabric.bench import chromium, harness
 from clockfabric.bench.controller.dashboard_fleet import Shape, engine_sink, generate
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
@@ -42,7 +42,6 @@ FIRST_OF_SECOND = "owd, first of its second"  # a heatmap no request of the last
 LAG_S, LAG_PUSHES, MARK = 1.0, 10, "dashboard_mark"  # the live-update bar; pushes timed; their events' kind
 TOKEN = "b" * 32
 VIEWS = ("fleet", "fabric", "owd", "events", "audit", "jobs")
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 DEFAULT_JSON = RESULTS / "dashboard.json"
 out = Console()
 
@@ -93,19 +92,12 @@ def time_page(url: str, repeats: int, push: Callable[[int], None], shots: Path |
     with data ("renders"), and from pushing an event to seeing it in the events view ("lag_s"); None
     without Debian's chromium and chromium-driver, or selenium. `push(seq)` pushes one marked event.
     `shots`: also save the heatmap's blocks, and one block opened, there (1280x800)."""
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+    if not chromium.available():
         return None
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
+        driver = chromium.driver()
+    except ImportError:  # selenium is a test extra
         return None
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,800"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     found: dict[str, list[float]] = {v: [] for v in VIEWS}
     try:
         driver.get(f"{url}/dashboard/")
