@@ -106,7 +106,8 @@ def test_a_sample_over_the_sla_fires_in_alertmanager_and_vmalert_away_degrades(t
     am = EmbeddedAlertmanager(tmp_path / "am").start()
     storage = SqliteStorage(tmp_path / "c.db", quick_check_s=0)
     series = SeriesPath(data_dir=tmp_path / "series", fleet_token=TOKEN,
-                        rules=RuleOptions((am.url,), (fast(RULES, tmp_path / "rules.yml"),), 0.3))
+                        rules=RuleOptions((am.url,), (fast(RULES, tmp_path / "rules.yml"),), 0.3,
+                                          "http://ctl.example:7400"))
     try:
         series.start()
         assert series.engine is not None and series.rules is not None
@@ -126,6 +127,7 @@ def test_a_sample_over_the_sla_fires_in_alertmanager_and_vmalert_away_degrades(t
         assert {k: labels.get(k) for k in ("host", "peer", "path", "severity")} == \
             {"host": "h0", "peer": "h2", "path": "p1", "severity": "warning"}
         assert "h0 -> h2 above 1 ms" in alert["annotations"]["summary"]
+        assert alert["generatorURL"] == "http://ctl.example:7400/dashboard/"
 
         monitor = Monitor.create(storage)
         fleet = Fleet(storage, hosts=["h0"], stale_s=60, monitor=monitor, series=series)

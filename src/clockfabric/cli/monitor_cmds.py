@@ -118,7 +118,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
         embedded = None if alertmanager else _embedded_alertmanager(db)
         urls = [embedded.url] if embedded else list(alertmanager)
         rule_options = None if no_rules else RuleOptions(tuple(urls), tuple(rules or ()), rules_interval,
-                                                         f"{listen_at.url}/dashboard/")
+                                                         listen_at.url)
         series = path = start_series(db, token, series_url, host, series_port or port + 1,
                                      (tls_cert, tls_key) if tls_cert and tls_key else None,
                                      [h.name for h in storage.hosts()], series_retention, rule_options)

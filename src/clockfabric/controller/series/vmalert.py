@@ -26,7 +26,7 @@ def rule_files(given: Sequence[Path] = ()) -> list[Path]:
 @dataclass(frozen=True)
 class RuleOptions:
     """`notifiers`: the Alertmanagers' URLs; `files`: rules instead of the shipped ones;
-    `external_url`: where an alert's source link points (the controller's dashboard)."""
+    `external_url`: the controller's URL (an alert's source link is its dashboard)."""
     notifiers: tuple[str, ...]
     files: tuple[Path, ...] = ()
     interval_s: float = INTERVAL_S
@@ -39,8 +39,8 @@ def vmalert(work_dir: Path, engine_url: str, opts: RuleOptions) -> Child:
     exe = binary("vmalert")
     engine = engine_url.rstrip("/")
     flags = [f"-rule={p}" for p in rule_files(opts.files)] + [f"-notifier.url={u}" for u in opts.notifiers]
-    if opts.external_url:
-        flags.append(f"-external.url={opts.external_url}")
+    if opts.external_url:  # generatorURL: the dashboard, as the controller's own alerts give
+        flags += [f"-external.url={opts.external_url.rstrip('/')}", "-external.alert.source=dashboard/"]
     interval_s = opts.interval_s
 
     def argv(p: int) -> list[str]:
