@@ -36,7 +36,7 @@ class RuleOptions:
 def vmalert(work_dir: Path, engine_url: str, opts: RuleOptions) -> Child:
     """A vmalert (not yet started) reading and writing `engine_url`."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    exe = binary("vmalert")
+    exe = binary("vmalert", "give --no-rules where your own vmalert or Prometheus evaluates the rules")
     engine = engine_url.rstrip("/")
     flags = [f"-rule={p}" for p in rule_files(opts.files)] + [f"-notifier.url={u}" for u in opts.notifiers]
     if opts.external_url:  # generatorURL: the dashboard, as the controller's own alerts give
