@@ -13,8 +13,10 @@ command -v ptp4l >/dev/null || need+=(linuxptp)
 command -v prometheus >/dev/null || need+=(prometheus)  # the server the /metrics test scrapes with
 # the controller's alerts go out through Alertmanager (one is started when no URL is given)
 [ -x /usr/bin/prometheus-alertmanager ] || need+=(prometheus-alertmanager)
-# the series engine the controller starts (victoria-metrics) and the gate hosts write through (vmauth)
-command -v victoria-metrics >/dev/null && command -v vmauth >/dev/null || need+=(victoria-metrics)
+# the series engine the controller starts (victoria-metrics), the gate hosts write through (vmauth)
+# and the rules evaluator (vmalert)
+command -v victoria-metrics >/dev/null && command -v vmauth >/dev/null && command -v vmalert >/dev/null \
+    || need+=(victoria-metrics)
 [ -x /usr/bin/chromium ] || need+=(chromium)  # the headless browser the dashboard tests drive
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)  # the real sshd the audit's ssh tests log in to

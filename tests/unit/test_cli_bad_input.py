@@ -52,6 +52,8 @@ CORPUS: list[str] = [
     "controller --token-file {d}/tok --listen nowhere", "controller --token-file {d}/tok --listen 1.2.3.4:99999",
     "controller --token-file {d}/tok --listen :7400", "controller --token-file {d}/tok --listen host:port",
     "controller --token-file {d}/tok --series-url nowhere", "controller --token-file {d}/tok --series-retention soon",
+    "controller --token-file {d}/tok --rules {d}/missing.yaml",
+    "controller --token-file {d}/tok --rules {d}/bad.yaml --no-rules",
     # missing, unreadable and malformed files
     "topology show {d}/missing.yaml", "topology show {d}/bad.yaml", "topology show {d}/list.yaml",
     "topology show {d}/empty.yaml", "topology show {d}/binary.yaml", "topology show {d}/wrongtype.yaml",

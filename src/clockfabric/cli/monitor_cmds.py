@@ -29,6 +29,7 @@ from clockfabric.units import parse_duration
 if TYPE_CHECKING:  # `controller` and `switch-agent` start faster without the fleet runner's imports
     from clockfabric.controller.alertmanager_embedded import EmbeddedAlertmanager
     from clockfabric.controller.series.path import SeriesPath
+    from clockfabric.controller.series.vmalert import RuleOptions
     from clockfabric.lab.monitoring import LabFleet
 
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
@@ -75,6 +76,14 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                series_port: int = typer.Option(None, "--series-port", min=1, max=65535,
                                                help="Where hosts write samples, on the --listen address "
                                                     "(default: the --listen port + 1)."),
+               rules: list[Path] = typer.Option(None, "--rules",
+                                                help="Rules files vmalert evaluates instead of the shipped ones "
+                                                     "(repeat it; see docs/alerts.md)."),
+               no_rules: bool = typer.Option(False, "--no-rules",
+                                             help="Start no vmalert: your own vmalert or Prometheus evaluates "
+                                                  "the rules."),
+               rules_interval: float = typer.Option(30.0, "--rules-interval", min=0.1,
+                                                    help="Seconds between vmalert's evaluations."),
                log_format: str = LogFormatOpt,
                verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: agents push to it; it stores, detects and alerts, and serves the API.
@@ -82,6 +91,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     from clockfabric.controller.alertmanager import check_url
     from clockfabric.controller.fleet import Fleet
     from clockfabric.controller.monitor import Monitor
+    from clockfabric.controller.series.vmalert import RuleOptions  # noqa: F811 - at run time
     from clockfabric.controller.server import Listen, server
     from clockfabric.controller.storage.open import open_storage
     from clockfabric.topology import load
@@ -93,6 +103,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
         check_url(url)
     host, port = _listen(listen)
     _series_options(series_url, series_retention)
+    _rules_options(rules or [], no_rules)
     listen_at = Listen(host, port, tls_cert, tls_key)
     listen_at.check()
     token = read_token(token_file, create=new_token)
@@ -104,11 +115,13 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     replica = None
     series: SeriesPath | None = None
     try:
-        series = path = start_series(db, token, series_url, host, series_port or port + 1,
-                                     (tls_cert, tls_key) if tls_cert and tls_key else None,
-                                     [h.name for h in storage.hosts()], series_retention)
         embedded = None if alertmanager else _embedded_alertmanager(db)
         urls = [embedded.url] if embedded else list(alertmanager)
+        rule_options = None if no_rules else RuleOptions(tuple(urls), tuple(rules or ()), rules_interval,
+                                                         listen_at.url)
+        series = path = start_series(db, token, series_url, host, series_port or port + 1,
+                                     (tls_cert, tls_key) if tls_cert and tls_key else None,
+                                     [h.name for h in storage.hosts()], series_retention, rule_options)
 
         def make_monitor() -> Monitor:
             return Monitor.create(storage, topology=topo, config=config, alertmanagers=urls,
@@ -125,7 +138,8 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
         err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
                   f"series {path.url} (hosts write at port {path.write_port}), {len(nodes)} enrolled nodes"
                   + (", a replica: detectors run on the lease holder" if replica else "")
-                  + f"; alerts to Alertmanager {', '.join(urls)}" + (" (started here)" if embedded else ""))
+                  + f"; alerts to Alertmanager {', '.join(urls)}" + (" (started here)" if embedded else "")
+                  + (f"; rules by vmalert {path.rules.url}" if path.rules else "; no rules evaluated here"))
         server(fleet, token, listen_at, viewer_token).run()
     finally:
         if replica:
@@ -155,16 +169,28 @@ def _series_options(url: str | None, retention: str) -> None:
         raise ClockfabricError(f"--series-retention {retention!r}: give a number with h, d, w or y, e.g. 90d")
 
 
+def _rules_options(files: list[Path], none: bool) -> None:
+    """The rules options, checked before anything starts."""
+    if none and files:
+        raise ClockfabricError("--rules and --no-rules: give the files vmalert evaluates, or run no vmalert, not both")
+    for f in files:
+        if not f.is_file():
+            raise ClockfabricError(f"--rules {f}: no such file; give a rules file (YAML groups, as "
+                                   "deploy/prometheus/clockfabric-rules.yml)")
+
+
 def start_series(db: str, token: str, url: str | None, address: str, port: int, tls: tuple[Path, Path] | None,
-                 hosts: list[str], retention: str) -> SeriesPath:
-    """The series engine (started here when no URL is given, its data beside the database) and the
-    gate the hosts write through, on the controller's address."""
+                 hosts: list[str], retention: str, rules: RuleOptions | None = None) -> SeriesPath:
+    """The series engine (started here when no URL is given, its data beside the database), the
+    gate the hosts write through, on the controller's address, and vmalert on the engine (`rules`)."""
     from clockfabric.controller.series.engine import beside
     from clockfabric.controller.series.path import SeriesPath
 
     series = SeriesPath(data_dir=beside(db), fleet_token=token, url=url, gate_address=address, gate_port=port,
-                        tls=tls, retention=retention)
+                        tls=tls, retention=retention, rules=rules)
     series.start(hosts)
+    if series.rules is not None:  # for a tool on this host, as the Alertmanager's
+        (series.data_dir / "vmalert" / "url").write_text(series.rules.url + "\n")
     return series
 
 

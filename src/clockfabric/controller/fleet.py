@@ -160,10 +160,11 @@ class Fleet:
                 log.warning("host %s is stale: no push for %.1f s", h, self.stale_ns / 1e9)
             self.stale = quiet
         series_down = self.series.down if self.series is not None else None
+        rules_down = self.series.rules_down if self.series is not None else None
         if self.replica is not None:  # outside the lock: alerts may wait on storage
-            self.replica.tick(now, quiet, series_down)
+            self.replica.tick(now, quiet, series_down, rules_down)
         elif self.monitor is not None:
-            self.monitor.tick(now, stale=quiet, series_down=series_down)
+            self.monitor.tick(now, stale=quiet, series_down=series_down, rules_down=rules_down)
 
     def host_rows(self) -> list[dict]:
         now = self.clock()

@@ -127,8 +127,9 @@ class Monitor:
     def storage_wrote(self, now_ns: int) -> None:
         self.alerts.storage_wrote(now_ns)
 
-    def tick(self, now_ns: int, *, stale: Iterable[str] = (), series_down: str | None = None) -> None:
-        """`series_down`: why the series engine does not answer (None while it does)."""
+    def tick(self, now_ns: int, *, stale: Iterable[str] = (), series_down: str | None = None,
+             rules_down: str | None = None) -> None:
+        """`series_down`, `rules_down`: why the series engine, vmalert do not answer (None while they do)."""
         if self.feed is not None and not series_down:
             try:
                 samples = self.feed.new(now_ns)
@@ -153,4 +154,8 @@ class Monitor:
             findings["series_engine"] = Finding("series_engine", "series_engine", "critical",
                                                 f"the series engine fails: {series_down}; samples are not "
                                                 "stored or read until it recovers")
+        if rules_down:
+            findings["rules"] = Finding("rules", "rules_down", "critical",
+                                        f"the rules are not evaluated: {rules_down}; no rule's alert "
+                                        "(latency SLA, clock sync) is raised until it answers")
         self.alerts.sync(findings, now_ns)

@@ -77,9 +77,12 @@ class Operations:
             alertmanager_up={url: int(up) for url, up in client.up().items()} if client else {})
 
     def degraded(self) -> dict[str, str]:
-        """What works less well but keeps the controller ready: Alertmanagers away, by URL."""
+        """What works less well but keeps the controller ready: Alertmanagers away, by URL; vmalert down."""
         client = self.fleet.monitor.alerts.alertmanager if self.fleet.monitor is not None else None
-        return {f"alertmanager {url}": f"unreachable: {why}" for url, why in (client.away() if client else {}).items()}
+        why = {f"alertmanager {url}": f"unreachable: {why}" for url, why in (client.away() if client else {}).items()}
+        if self.fleet.series is not None and self.fleet.series.rules_down:
+            why["rules"] = self.fleet.series.rules_down
+        return why
 
     def register(self, app: FastAPI, auth: list[Depends]) -> None:
         app.add_middleware(PushMetrics, metrics=self.metrics)

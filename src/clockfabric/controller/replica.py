@@ -71,9 +71,9 @@ class Replica:
     def leading(self) -> bool:
         return self.monitor is not None
 
-    def tick(self, now_ns: int, stale: set[str], series_down: str | None = None) -> None:
+    def tick(self, now_ns: int, stale: set[str], series_down: str | None = None, rules_down: str | None = None) -> None:
         """Once a second: hold the lease; if held, feed and run the detectors and alerts, fenced.
-        `series_down`: why the series engine does not answer (None while it does)."""
+        `series_down`, `rules_down`: why the series engine, vmalert do not answer (None while they do)."""
         if not self.lease.hold():
             return self._step_down()
         if self.lease.generation != self._generation:
@@ -85,7 +85,7 @@ class Replica:
         try:
             with self.storage.fenced(self.lease.guard()):
                 self.monitor.observe(self._tail.events(), [], now_ns)
-                self.monitor.tick(now_ns, stale=stale, series_down=series_down)
+                self.monitor.tick(now_ns, stale=stale, series_down=series_down, rules_down=rules_down)
         except FenceLost as e:
             log.warning("leader: %s; stepping down", e)
             self._step_down()

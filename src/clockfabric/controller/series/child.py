@@ -35,11 +35,12 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def binary(name: str) -> str:
+def binary(name: str, instead: str = "give --series-url of an engine already running") -> str:
+    """`instead`: what an operator without the package may do."""
     path = shutil.which(name)
     if path is None:
         raise ClockfabricError(f"{name} is not installed: install Debian's victoria-metrics package "
-                               "(scripts/setup.sh), or give --series-url of an engine already running")
+                               f"(scripts/setup.sh), or {instead}")
     return path
 
 

@@ -14,6 +14,7 @@ from clockfabric.controller.series.child import Child
 from clockfabric.controller.series.engine import RETENTION, engine
 from clockfabric.controller.series.gate import Gate
 from clockfabric.controller.series.read import BUDGET_S, Series
+from clockfabric.controller.series.vmalert import RuleOptions, vmalert
 
 log = logging.getLogger(__name__)
 READ_ONLY = re.compile(r"^vm_storage_is_read_only(\{[^}]*\})? 1$", re.MULTILINE)
@@ -22,9 +23,11 @@ READ_ONLY = re.compile(r"^vm_storage_is_read_only(\{[^}]*\})? 1$", re.MULTILINE)
 class SeriesPath:
     def __init__(self, *, data_dir: Path, fleet_token: str, url: str | None = None,
                  gate_address: str = "127.0.0.1", gate_port: int = 0, tls: tuple[Path, Path] | None = None,
-                 retention: str = RETENTION, engine_flags: tuple[str, ...] = (), budget_s: float = BUDGET_S) -> None:
+                 retention: str = RETENTION, engine_flags: tuple[str, ...] = (), budget_s: float = BUDGET_S,
+                 rules: RuleOptions | None = None) -> None:
         """`url`: an engine already running (its own scale-out behind it); None: start one with its
-        data under `data_dir`. The gate listens on gate_address:gate_port, where the hosts reach it."""
+        data under `data_dir`. The gate listens on gate_address:gate_port, where the hosts reach it.
+        `rules`: start vmalert on the engine (None: rules are evaluated elsewhere, or not at all)."""
         self.engine: Child | None = None if url else engine(data_dir / "engine", retention=retention,
                                                                flags=engine_flags)
         self._url = url.rstrip("/") if url else None
@@ -35,6 +38,9 @@ class SeriesPath:
         self.gate: Gate | None = None
         self.series: Series | None = None
         self.down: str | None = "not checked yet"  # why the engine does not answer; None while it does
+        self.rule_options = rules
+        self.rules: Child | None = None
+        self.rules_down: str | None = None  # why vmalert does not answer; None while it does
 
     @property
     def url(self) -> str:
@@ -64,6 +70,9 @@ class SeriesPath:
         self.gate.allow(hosts)
         self.gate.start()
         self.series = Series(self.url, budget_s=self.budget_s)
+        if self.rule_options is not None:
+            self.rules = vmalert(self.data_dir / "vmalert", self.url, self.rule_options)
+            self.rules.start()
         self.check()
 
     def allow(self, hosts: Iterable[str]) -> None:
@@ -90,6 +99,17 @@ class SeriesPath:
         elif not why and self.down and self.down != "not checked yet":
             log.warning("series engine answers again")
         self.down = why
+        self._check_rules()
+
+    def _check_rules(self) -> None:
+        if self.rules is None:
+            return
+        why = None if self.rules.healthy() else f"vmalert {self.rules.url} does not answer: {self.rules.log_tail()}"
+        if why and not self.rules_down:
+            log.error("rules: %s", why)
+        elif not why and self.rules_down:
+            log.warning("vmalert answers again")
+        self.rules_down = why
 
     def _read_only(self) -> str | None:
         """Why the engine takes no writes though it answers: its disk is full (below its
@@ -104,6 +124,8 @@ class SeriesPath:
         return None
 
     def stop(self) -> None:
+        if self.rules is not None:
+            self.rules.stop()
         if self.series is not None:
             self.series.close()
         if self.gate is not None:

@@ -1,0 +1,16 @@
+"""The rules the controller's vmalert evaluates, shipped inside the package.
+
+- `clockfabric-rules.yml`: the recording and alerting rules (docs/alerts.md). The one copy:
+  deploy/prometheus/clockfabric-rules.yml is a link to it, for Prometheus and promtool.
+- `engine-bridge.yml`: recording rules that give the series engine's samples the names and
+  labels the rules read on an agent's /metrics, for an engine the agents write to and nothing
+  scrapes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RULES = HERE / "clockfabric-rules.yml"
+BRIDGE = HERE / "engine-bridge.yml"
