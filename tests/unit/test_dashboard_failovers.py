@@ -56,7 +56,7 @@ def client(tmp_path):
                         event("link_down", NOW - 10 * S, seq=2)])
     with series_path(tmp_path, token=TOKEN) as series:
         write(series, "a", [{"name": "job_flow_tx_bps", "value": 2e9, "labels": {"jobid": "J", "flow": TO_B}},
-                            {"name": "job_process", "value": 1.0, "labels": {"jobid": "J", "pid": "1"}}], NOW - S)
+                            {"name": "job_processes", "value": 1.0, "labels": {"jobid": "J"}}], NOW - S)
         with TestClient(create_app(Fleet(storage, hosts=["a", "b"], clock=lambda: NOW, series=series), TOKEN,
                                    tick_s=3600)) as c:
             yield c

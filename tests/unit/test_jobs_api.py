@@ -8,6 +8,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from clockfabric.cli.job_cmds import host_line
 from clockfabric.controller.app import create_app
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.storage.sqlite import SqliteStorage
@@ -40,18 +41,23 @@ def env(tmp_path):
 
 
 def process(jobid, pid, rank, start_s=T0_S - 1000.0):
-    return {"name": "job_process", "value": start_s, "labels": {"jobid": jobid, "pid": str(pid), "rank": str(rank),
-                                                                "source": "clockfabric", "run": "r1", "visible": "1"}}
+    """A process as an agent pushes it: its group's samples (no pid label), its pid in the push's info."""
+    labels = {"jobid": jobid, "rank": str(rank), "source": "clockfabric", "run": "r1", "visible": "1"}
+    return {"samples": [{"name": "job_processes", "value": 1.0, "labels": labels},
+                        {"name": "job_start_seconds", "value": start_s, "labels": labels}],
+            "info": {**labels, "pid": pid, "start_s": start_s}}
 
 
 def flow(jobid, label, **stats):
     return [{"name": f"job_flow_{k}", "value": v, "labels": {"jobid": jobid, "flow": label}} for k, v in stats.items()]
 
 
-def push(client, host, address, samples):
+def push(client, host, address, items):
     """As an agent does: its info to the controller, its samples through the series gate."""
+    procs = [i["info"] for i in items if "info" in i]
+    samples = [s for i in items for s in (i["samples"] if "info" in i else [i])]
     r = client.post("/api/v1/push", headers=as_host(TOKEN, host),
-                    json={"host": host, "boot": "b", "info": {"address": address}})
+                    json={"host": host, "boot": "b", "info": {"address": address, "workload": {"processes": procs}}})
     assert r.status_code == 200, r.text
     write_pushed(client, host, samples, client.app.state.operations.fleet.clock())
 
@@ -76,6 +82,9 @@ def test_a_job_on_two_hosts_with_a_flow_between_them(env):
     assert job["start_ns"] == (T0_S - 1000) * 10**9 and job["active"] and job["processes"] == 2
     shown = get(client, "/api/v1/jobs/J")
     assert [h["host"] for h in shown["by_host"]] == ["h1", "h2"] and shown["by_host"][1]["ranks"] == [1]
+    # the pids come from each host's push info, never from a series label
+    assert [[p["pid"] for p in h["processes"]] for h in shown["by_host"]] == [[100], [200]]
+    assert host_line(shown["by_host"][0]) == "  h1: ranks 0, pids 100"  # `job show`
     by_host = {f["host"]: f for f in shown["flows"]}
     # h1's source address is a NIC's, not its host address: the peer is found by the reversed key
     assert by_host["h1"]["peer"] == "h2" and by_host["h2"]["peer"] == "h1"
@@ -101,6 +110,10 @@ def test_jobs_page_by_id_and_ended_jobs_stay_marked_ended(env):
     assert [j["jobid"] for j in rest["items"]] == ["job2", "job3", "job4"] and rest["next"] is None
     assert [j["active"] for j in rest["items"]] == [False, False, True]
     assert [j["jobid"] for j in get(client, "/api/v1/jobs", active_only=True)["items"]] == ["job4"]
+    ended = get(client, "/api/v1/jobs/job0")["by_host"][0]["processes"]
+    assert ended == [{"pid": None, "rank": 0, "run": "r1", "start_ns": (T0_S - 1000) * 10**9, "active": False,
+                      "flows_visible": True}]  # its host's push no longer names it running
+    assert host_line(get(client, "/api/v1/jobs/job0")["by_host"][0]) == "  h1: ranks 0, pids -, 1 ended"
 
 
 def test_an_unknown_job_is_404_and_the_routes_want_the_token(env):

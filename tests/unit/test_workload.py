@@ -183,10 +183,15 @@ def test_push_samples_label_by_jobid_and_flow_never_job(proc):
     mon = WorkloadMonitor(ProcFs(proc), lambda: readings, clock=lambda: next(clock))
     first = samples.push_samples(mon.update())
     assert not [s for s in first if s["name"] == "job_flow_tx_bps"]  # no rate from one reading
-    out = samples.push_samples(mon.update())
+    view = mon.update()
+    out = samples.push_samples(view)
     assert all("job" not in s["labels"] for s in out)
-    procs = [s for s in out if s["name"] == "job_process"]
-    assert {s["labels"]["pid"] for s in procs} == {"100", "101", "102", "200"}
+    # processes counted per job, rank and run: no pid label (the pids are in the push's info)
+    procs = {(s["labels"]["jobid"], s["labels"]["rank"], s["labels"]["visible"]): s["value"]
+             for s in out if s["name"] == "job_processes"}
+    assert all("pid" not in s["labels"] for s in out)
+    assert procs == {("J", "0", "1"): 1, ("J", "1", "1"): 1, ("J", "", "1"): 1, ("slurm:77", "4", "0"): 1}
+    assert {p["pid"] for p in samples.summary(view)["processes"]} == {100, 101, 102, 200}
     tx = [s for s in out if s["name"] == "job_flow_tx_bps"]
     assert tx == [{"name": "job_flow_tx_bps", "value": 0.0,
                    "labels": {"jobid": "J", "flow": "10.0.0.1:1->10.0.1.1:2"}}]
@@ -226,7 +231,8 @@ def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypat
     assert state["workload"]["flows"][0]["tx_bps"] > 0
     snap = svc.snapshot()
     assert snap.info["workload"]["jobs"] == 2 and snap.info["workload"]["hidden_processes"] == 1
-    assert {s["name"] for s in snap.samples} >= {"job_process", "job_flow_tx_bps", "job_flow_rtt_us"}
+    assert {s["name"] for s in snap.samples} >= {"job_processes", "job_start_seconds", "job_flow_tx_bps",
+                                                 "job_flow_rtt_us"}
     svc.paths.stop()
     assert ctx.on_link_change == [svc.paths.forget]
     metrics = workload_metrics({"host": "h0", **state})

@@ -1,6 +1,7 @@
 """Jobs and their flows as the controller answers for them, assembled from the newest sample of
-each process and flow that the agents' workload services pushed (storage's `latest`). Pure:
-the samples and the clock come in, dicts go out.
+each process group and flow that the agents' workload services pushed (the engine's `latest`),
+and the pids each host's latest push names. Pure but for `of_fleet`: the samples and the clock
+come in, dicts go out.
 
 A process or flow is active while its agent keeps reporting it (within `active_ns`); one that
 ended keeps its last values, marked inactive. A flow's peer is the host that reports the same
@@ -11,35 +12,57 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from clockfabric.controller.series.sample import Sample
 from clockfabric.workload.flows import parse_flow_label
 from clockfabric.workload.owd import FALLBACK, INBAND
-from clockfabric.workload.samples import DIRECTIONS, FLOW_STATS, OWD_FIELDS, OWD_SAMPLES
+from clockfabric.workload.samples import DIRECTIONS, FLOW_STATS, OWD_FIELDS, OWD_SAMPLES, PROCESSES, START
 
-PROCESS = "job_process"
+if TYPE_CHECKING:
+    from clockfabric.controller.fleet import Fleet
+
 FLOW_SAMPLES = [f"job_flow_{stat}" for stat in FLOW_STATS] + OWD_SAMPLES
 ACTIVE_NS = 10 * 10**9  # three missed pushes and some
+GROUP = ("jobid", "rank", "source", "run", "visible")  # a process group's labels (samples.process_labels)
 
 
-def processes_by_job(rows: Iterable[Sample], now_ns: int, active_ns: int = ACTIVE_NS) -> dict[str, list[dict]]:
+def _group(labels: dict) -> tuple[str, ...]:
+    return tuple(str(labels.get(k, "")) for k in GROUP)
+
+
+def processes_by_job(counts: Iterable[Sample], starts: Iterable[Sample], infos: dict[str, dict], now_ns: int,
+                     active_ns: int = ACTIVE_NS) -> dict[str, list[dict]]:
+    """Each job's process groups, one per (host, rank, run, source, visible): how many, the earliest
+    start, and while active the pids its host's latest push info names (`workload.processes`)."""
+    start_of = {(s.host, _group(s.labels)): s.value for s in starts}
+    pids: dict[tuple[str, tuple[str, ...]], list[int]] = defaultdict(list)
+    for host, info in infos.items():
+        for p in (info.get("workload") or {}).get("processes", []):
+            pids[host, _group(p)].append(int(p["pid"]))
     out: dict[str, list[dict]] = defaultdict(list)
-    for s in rows:
+    for s in counts:
         if jobid := s.labels.get("jobid"):
-            rank = s.labels.get("rank", "")
-            out[jobid].append({"host": s.host, "pid": int(s.labels.get("pid", 0) or 0),
-                               "rank": int(rank) if rank.isdigit() else None, "source": s.labels.get("source", ""),
-                               "run": s.labels.get("run", ""), "start_ns": int(s.value * 1e9), "t_ns": s.t_ns,
-                               "flows_visible": s.labels.get("visible", "1") == "1",
-                               "active": now_ns - s.t_ns < active_ns})
+            key, rank, active = _group(s.labels), s.labels.get("rank", ""), now_ns - s.t_ns < active_ns
+            out[jobid].append({"host": s.host, "rank": int(rank) if rank.isdigit() else None,
+                               "source": s.labels.get("source", ""), "run": s.labels.get("run", ""),
+                               "count": int(s.value), "start_ns": int(start_of.get((s.host, key), 0.0) * 1e9),
+                               "t_ns": s.t_ns, "flows_visible": s.labels.get("visible", "1") == "1",
+                               "active": active, "pids": sorted(pids[s.host, key]) if active else []})
     return out
+
+
+def of_fleet(fleet: Fleet) -> dict[str, list[dict]]:
+    """processes_by_job over the fleet's latest samples and its hosts' latest push info."""
+    infos = {h.name: h.info for h in fleet.storage.hosts()}
+    return processes_by_job(fleet.samples.latest(PROCESSES), fleet.samples.latest(START), infos, fleet.clock())
 
 
 def summary(jobid: str, procs: list[dict]) -> dict:
     """A job in a list: where it runs, its ranks, when it started, whether it still runs."""
     return {"jobid": jobid, "source": procs[0]["source"], "hosts": sorted({p["host"] for p in procs}),
             "ranks": sorted({p["rank"] for p in procs if p["rank"] is not None}),
-            "processes": sum(p["active"] for p in procs), "start_ns": min(p["start_ns"] for p in procs),
+            "processes": sum(p["count"] for p in procs if p["active"]), "start_ns": min(p["start_ns"] for p in procs),
             "last_seen_ns": max(p["t_ns"] for p in procs), "active": any(p["active"] for p in procs)}
 
 
@@ -84,12 +107,15 @@ def _owd(row: dict) -> dict[str, dict | None]:
 
 
 def detail(jobid: str, procs: list[dict], flows: list[dict]) -> dict:
-    """One job whole: its hosts with their ranks and processes, and its flows."""
+    """One job whole: its hosts with their ranks and processes (pid None where its host's push
+    no longer names it: ended), and its flows."""
     hosts: dict[str, dict] = {}
-    for p in sorted(procs, key=lambda p: (p["host"], p["pid"])):
+    for p in sorted(procs, key=lambda p: (p["host"], p["pids"], p["rank"] is None, p["rank"] or 0)):
         h = hosts.setdefault(p["host"], {"host": p["host"], "ranks": [], "processes": [], "start_ns": p["start_ns"]})
         if p["rank"] is not None and p["rank"] not in h["ranks"]:
             h["ranks"].append(p["rank"])
-        h["processes"].append({k: p[k] for k in ("pid", "rank", "run", "start_ns", "active", "flows_visible")})
+        pids: list[int | None] = [*p["pids"][:p["count"]], *[None] * (p["count"] - len(p["pids"]))]
+        h["processes"] += [{"pid": pid, **{k: p[k] for k in ("rank", "run", "start_ns", "active", "flows_visible")}}
+                           for pid in pids]
         h["start_ns"] = min(h["start_ns"], p["start_ns"])
     return {**summary(jobid, procs), "by_host": list(hosts.values()), "flows": flows}

@@ -234,7 +234,7 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
             raise HTTPException(422, f"since: {e}") from None
         if window_ns <= 0:
             raise HTTPException(422, "since must be above zero")
-        if jobid not in jobs.processes_by_job(fleet.samples.latest(jobs.PROCESS), fleet.clock()):
+        if jobid not in jobs.of_fleet(fleet):
             raise HTTPException(404, f"no job {jobid!r}")
         now = fleet.clock()
         flows, fabric = gather(fleet, places, jobid, now, now - window_ns)

@@ -2,7 +2,10 @@
 state the agent publishes (which its /metrics reads).
 
 Samples, each labelled with `jobid` (never `job`: Prometheus owns that label):
-  job_process             one per process; value: its start (s since the epoch); labels pid, rank, source, run
+  job_processes           how many processes of the job run here, per (rank, run, source, visible)
+  job_start_seconds       the earliest start (s since the epoch) of those processes, same labels
+                          (no pid label: a label that grows with each process would make series
+                          without bound; the pids are in the push's info, `processes`)
   job_flow_<stat>         one per flow and stat (FLOW_STATS); label flow: "local:port->remote:port"
   other_flow_<stat>       tx_bps and rtt_us of each flow of no job that sends (monitor.BUSY_BPS); label flow
   job_flow_owd_<dir>_<s>  its one-way delay out (local to remote) and in, over the last window
@@ -18,6 +21,7 @@ from collections.abc import Callable
 
 from clockfabric.traffic.steer_decide import FlowKey
 from clockfabric.workload.flows import FlowRates, flow_label
+from clockfabric.workload.jobs import JobProcess
 from clockfabric.workload.monitor import JobFlow, WorkloadView
 from clockfabric.workload.owd import FALLBACK, OwdStats
 
@@ -31,6 +35,7 @@ FLOW_STATS = {
     "delivery_bps": lambda f: f.rates.reading.delivery_rate_bps,
 }
 
+PROCESSES, START = "job_processes", "job_start_seconds"
 DIRECTIONS = ("out", "in")  # from the flow's local end to its remote one, and back
 OWD_FIELDS = ("min_ns", "p50_ns", "p99_ns", "samples", "fallback")
 OWD_SAMPLES = [f"job_flow_owd_{d}_{f}" for d in DIRECTIONS for f in OWD_FIELDS]
@@ -46,6 +51,22 @@ def path_labels(r: FlowRates, via: Via | None) -> dict[str, str] | None:
     return {"flow": flow_label(r.key), "via": switch or "", "dscp": "" if dscp is None else str(dscp)}
 
 
+def process_labels(jobid: str, source: str, p: JobProcess) -> tuple[tuple[str, str], ...]:
+    return (("jobid", jobid), ("rank", "" if p.tag.rank is None else str(p.tag.rank)), ("source", source),
+            ("run", p.tag.run), ("visible", "1" if p.visible else "0"))
+
+
+def process_groups(view: WorkloadView) -> dict[tuple[tuple[str, str], ...], tuple[int, float]]:
+    """Each job's processes by (rank, run, source, visible): how many, and the earliest start."""
+    groups: dict[tuple[tuple[str, str], ...], tuple[int, float]] = {}
+    for job in view.jobs.values():
+        for p in job.processes:
+            key = process_labels(job.jobid, job.source, p)
+            count, start = groups.get(key, (0, p.start_s))
+            groups[key] = (count + 1, min(start, p.start_s))
+    return groups
+
+
 def owd_values(stats: OwdStats) -> dict[str, float]:
     return {"min_ns": stats.min_ns, "p50_ns": stats.p50_ns, "p99_ns": stats.p99_ns, "samples": stats.samples,
             "fallback": float(stats.source == FALLBACK)}
@@ -53,11 +74,9 @@ def owd_values(stats: OwdStats) -> dict[str, float]:
 
 def push_samples(view: WorkloadView, owd: FlowOwd | None = None, via: Via | None = None) -> list[dict]:
     out = []
-    for job in view.jobs.values():
-        for p in job.processes:
-            labels = {"jobid": job.jobid, "pid": str(p.pid), "rank": "" if p.tag.rank is None else str(p.tag.rank),
-                      "source": job.source, "run": p.tag.run, "visible": "1" if p.visible else "0"}
-            out.append({"name": "job_process", "value": p.start_s, "labels": labels})
+    for group, (count, start_s) in process_groups(view).items():
+        out.append({"name": PROCESSES, "value": float(count), "labels": dict(group)})
+        out.append({"name": START, "value": start_s, "labels": dict(group)})
     for f in view.flows:
         labels = {"jobid": f.jobid, "flow": flow_label(f.rates.key)}
         for stat, read in FLOW_STATS.items():
@@ -99,7 +118,10 @@ def state(view: WorkloadView, owd: FlowOwd | None = None) -> dict:
 
 
 def summary(view: WorkloadView) -> dict:
-    """A push's agent info: counts, and what could not be seen."""
+    """A push's agent info: counts, what could not be seen, and each job process with its pid
+    (bounded by what runs on the host, and replaced each push: never a series label)."""
     return {"jobs": len(view.jobs), "job_flows": len(view.flows), "other_flows": view.other_flows,
             "flows_readable": view.flows_readable,
-            "hidden_processes": sum(j.hidden for j in view.jobs.values())}
+            "hidden_processes": sum(j.hidden for j in view.jobs.values()),
+            "processes": [{**dict(process_labels(j.jobid, j.source, p)), "pid": p.pid, "start_s": p.start_s}
+                          for j in view.jobs.values() for p in j.processes]}
