@@ -20,7 +20,7 @@ from tests.unit.credentials import as_host
 TOKEN, VIEWER = "f" * 32, "v" * 32
 FLEET_AUTH, VIEWER_AUTH = {"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"Bearer {VIEWER}"}
 S = 10**9
-SEND, RECEIVE = "10.0.0.1:40000->10.0.0.2:5301", "10.0.0.2:5301->10.0.0.1:40000"
+SEND, RECEIVE = "10.0.0.1->10.0.0.2", "10.0.0.2->10.0.0.1"
 
 
 def flow(host, t, stat, value, label=SEND, jobid="J"):

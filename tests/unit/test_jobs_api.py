@@ -12,6 +12,11 @@ from clockfabric.cli.job_cmds import host_line
 from clockfabric.controller.app import create_app
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from clockfabric.traffic.steer_decide import FlowKey
+from clockfabric.workload import samples
+from clockfabric.workload.flows import FlowRates, SocketReading
+from clockfabric.workload.jobs import Job, JobProcess, JobTag
+from clockfabric.workload.monitor import JobFlow, WorkloadView
 from tests.series import series_path, write_pushed
 from tests.unit.credentials import as_host
 
@@ -71,9 +76,9 @@ def get(client, path, **params):
 def test_a_job_on_two_hosts_with_a_flow_between_them(env):
     client, clock = env
     push(client, "h1", "10.0.0.1", [process("J", 100, 0, start_s=T0_S - 500.0), *flow(
-        "J", "10.1.0.2:40000->10.0.0.2:5201", tx_bps=8e8, rx_bps=1e4, rtt_us=150, retransmits_total=2, cwnd=40,
+        "J", "10.1.0.2->10.0.0.2", tx_bps=8e8, rx_bps=1e4, rtt_us=150, retransmits_total=2, cwnd=40,
         delivery_bps=9e8)])
-    push(client, "h2", "10.0.0.2", [process("J", 200, 1), *flow("J", "10.0.0.2:5201->10.1.0.2:40000",
+    push(client, "h2", "10.0.0.2", [process("J", 200, 1), *flow("J", "10.0.0.2->10.1.0.2",
                                                                  tx_bps=1e4, rx_bps=8e8, rtt_us=90)])
     listed = get(client, "/api/v1/jobs")
     assert listed["next"] is None
@@ -94,7 +99,7 @@ def test_a_job_on_two_hosts_with_a_flow_between_them(env):
 
 def test_a_peer_without_an_agent_is_named_by_its_address(env):
     client, _ = env
-    push(client, "h1", "10.0.0.1", [process("J", 100, 0), *flow("J", "10.0.0.1:40000->10.0.0.3:22", tx_bps=1.0)])
+    push(client, "h1", "10.0.0.1", [process("J", 100, 0), *flow("J", "10.0.0.1->10.0.0.3", tx_bps=1.0)])
     push(client, "h3", "10.0.0.3", [])
     assert get(client, "/api/v1/jobs/J")["flows"][0]["peer"] == "h3"
 
@@ -121,3 +126,27 @@ def test_an_unknown_job_is_404_and_the_routes_want_the_token(env):
     assert client.get("/api/v1/jobs/nope", headers=AUTH).status_code == 404
     assert client.get("/api/v1/jobs").status_code == 401
     assert client.get("/api/v1/jobs/J").status_code == 401
+
+
+def test_connections_to_one_peer_are_one_flow_with_their_5_tuples_from_the_push(env):
+    """What the agent's workload service pushes: two connections h1 -> h2 make one flow group's
+    series (rates summed, the slower RTT); the API lists both 5-tuples and pids from the push's info."""
+    rank0 = JobProcess(100, JobTag("J", "clockfabric", 0, "r1"), T0_S - 100.0)
+    conns = [JobFlow("J", 100, FlowRates(SocketReading(FlowKey("10.0.0.1", port, "10.0.0.2", 5201), port, port,
+                                                       0, 0, 0, rtt, 10, 0.0), 4e8, 1e4, 0))
+             for port, rtt in ((40000, 150), (40001, 300))]
+    view = WorkloadView(jobs={"J": Job("J", "clockfabric", [rank0])}, flows=conns)
+    client, clock = env
+    r = client.post("/api/v1/push", headers=as_host(TOKEN, "h1"), json={
+        "host": "h1", "boot": "b", "info": {"address": "10.0.0.1", "workload": samples.summary(view)}})
+    assert r.status_code == 200, r.text
+    written = samples.push_samples(view)
+    assert {s["labels"]["flow"] for s in written if s["name"].startswith("job_flow_")} == {"10.0.0.1->10.0.0.2"}
+    write_pushed(client, "h1", written, clock())
+    push(client, "h2", "10.0.0.2", [])
+    [row] = get(client, "/api/v1/jobs/J")["flows"]
+    assert (row["flow"], row["local"], row["remote"], row["peer"]) == ("10.0.0.1->10.0.0.2", "10.0.0.1", "10.0.0.2",
+                                                                       "h2")
+    assert row["tx_bps"] == 8e8 and row["rx_bps"] == 2e4 and row["rtt_us"] == 300 and row["cwnd"] == 10
+    assert [(c["flow"], c["pid"], c["rtt_us"]) for c in row["connections"]] == [
+        ("10.0.0.1:40000->10.0.0.2:5201", 100, 150), ("10.0.0.1:40001->10.0.0.2:5201", 100, 300)]

@@ -92,11 +92,12 @@ def show(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric jo
     for h in job["by_host"]:
         out.print(host_line(h))
     t = Table(title=f"{len(job['flows'])} flows")
-    for col in ("host", "local", "peer", "remote", "sent", "received", "RTT", "OWD in-band",
+    for col in ("host", "local", "peer", "remote", "connections", "sent", "received", "RTT", "OWD in-band",
                 "retransmits", "cwnd", "state"):
         t.add_column(col)
     for f in job["flows"]:
-        t.add_row(f["host"], f["local"], f["peer"] or "?", f["remote"], _bits(f["tx_bps"]), _bits(f["rx_bps"]),
+        t.add_row(f["host"], f["local"], f["peer"] or "?", f["remote"], str(len(f.get("connections", []))),
+                  _bits(f["tx_bps"]), _bits(f["rx_bps"]),
                   "-" if f["rtt_us"] is None else f"{f['rtt_us'] / 1e3:.2f} ms", _owd(f.get("owd")),
                   "-" if f["retransmits_total"] is None else str(int(f["retransmits_total"])),
                   "-" if f["cwnd"] is None else str(int(f["cwnd"])), "active" if f["active"] else "ended")

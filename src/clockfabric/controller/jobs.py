@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from clockfabric.controller.series.sample import Sample
-from clockfabric.workload.flows import parse_flow_label
+from clockfabric.workload.flowgroups import parse_pair
 from clockfabric.workload.owd import FALLBACK, INBAND
 from clockfabric.workload.samples import DIRECTIONS, FLOW_STATS, OWD_FIELDS, OWD_SAMPLES, PROCESSES, START
 
@@ -66,19 +66,32 @@ def summary(jobid: str, procs: list[dict]) -> dict:
             "last_seen_ns": max(p["t_ns"] for p in procs), "active": any(p["active"] for p in procs)}
 
 
+def connections_of(jobid: str, infos: dict[str, dict]) -> dict[tuple[str, str], list[dict]]:
+    """The job's connections each host's latest push names (5-tuple, pid, rates), by (host, flow group)."""
+    out: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for host, info in infos.items():
+        for f in (info.get("workload") or {}).get("flows", []):
+            if f.get("jobid") == jobid:
+                out[host, f["group"]].append({k: f.get(k) for k in ("flow", "pid", "tx_bps", "rx_bps", "rtt_us")})
+    return out
+
+
 def flows_of(jobid: str, by_stat: dict[str, list[Sample]], addresses: dict[str, str], now_ns: int,
-             active_ns: int = ACTIVE_NS) -> list[dict]:
-    """Each flow of the job, one row per (reporting host, flow) with every stat; `addresses`: host by address."""
+             connections: dict[tuple[str, str], list[dict]] | None = None, active_ns: int = ACTIVE_NS) -> list[dict]:
+    """Each flow group of the job (flowgroups: its connections from one address to another), one row
+    per (reporting host, group) with every stat; `addresses`: host by address; `connections`: the
+    5-tuples the hosts' pushes name, by (host, group)."""
     rows: dict[tuple[str, str], dict] = {}
     for name, found in by_stat.items():
         stat = name.removeprefix("job_flow_")
         for s in found:
-            if s.labels.get("jobid") != jobid or (key := parse_flow_label(s.labels.get("flow", ""))) is None:
+            if s.labels.get("jobid") != jobid or (ends := parse_pair(s.labels.get("flow", ""))) is None:
                 continue
             row = rows.setdefault((s.host, s.labels["flow"]), {
-                "host": s.host, "flow": s.labels["flow"], "local": f"{key.local}:{key.lport}",
-                "remote": f"{key.remote}:{key.rport}", "peer": addresses.get(key.remote), "t_ns": 0,
-                **{k: None for k in FLOW_STATS}})
+                "host": s.host, "flow": s.labels["flow"], "local": ends[0], "remote": ends[1],
+                "peer": addresses.get(ends[1]), "t_ns": 0, **{k: None for k in FLOW_STATS},
+                "connections": sorted((connections or {}).get((s.host, s.labels["flow"]), []),
+                                      key=lambda c: c["flow"])})
             row[stat] = s.value
             row["t_ns"] = max(row["t_ns"], s.t_ns)
     reported = {}  # (local, remote) -> the host that reports it

@@ -27,12 +27,15 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
 
     @api.get("/api/v1/jobs/{jobid:path}")
     def job(jobid: str) -> dict:
-        """One job: its hosts, ranks and start; its flows with peers, rates, RTT, retransmits, cwnd."""
+        """One job: its hosts, ranks and start; its flow groups with peers, rates, RTT, retransmits,
+        cwnd, and the connections (5-tuple, pid) each host's latest push names."""
         procs = jobs.of_fleet(fleet).get(jobid)
         if not procs:
             raise HTTPException(404, f"no job {jobid!r}")
-        addresses = {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")}
+        infos = {h.name: h.info for h in fleet.storage.hosts()}
+        addresses = {info["address"]: host for host, info in infos.items() if info.get("address")}
         by_stat = {name: fleet.samples.latest(name, match={"jobid": jobid}) for name in jobs.FLOW_SAMPLES}
-        return jobs.detail(jobid, procs, jobs.flows_of(jobid, by_stat, addresses, fleet.clock()))
+        flows = jobs.flows_of(jobid, by_stat, addresses, fleet.clock(), jobs.connections_of(jobid, infos))
+        return jobs.detail(jobid, procs, flows)
 
     return api

@@ -137,7 +137,7 @@ def _jobs(sink: Callable[[list[Sample]], None], topo: Topology, shape: Shape, rn
                 rows += [Sample(host, t, "job_processes", 1.0, group),
                          Sample(host, t, "job_start_seconds", (now_ns - 3600 * SECOND_NS) / 1e9, group)]
                 peer = members[(rank + 1) % len(members)]
-                flow = f"{nic[host]}:{40000 + rank}->{nic[peer]}:29500"
+                flow = f"{nic[host]}->{nic[peer]}"  # a flow group: its ends, no port
                 slow = j == 0 and rank == 0
                 rtt = (2_000.0 if slow else 200.0) * (1 + 0.1 * rng.random())
                 values = (40e6 if slow else 90e6, 0.0, rtt, 0.0, 10.0, 90e6)
