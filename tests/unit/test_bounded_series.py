@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 
+from clockfabric.agent.metrics import workload_metrics
 from clockfabric.workload import samples
 from clockfabric.workload.monitor import WorkloadMonitor
 from clockfabric.workload.procfs import ProcFs
@@ -64,8 +65,8 @@ def test_a_job_starting_more_processes_writes_no_more_series():
 
 def flow_series_of(jobid: str, connections: int) -> tuple[set[tuple[str, tuple]], int, dict]:
     """What the agent writes for job `jobid` while one of its processes holds `connections` loopback
-    connections (both ends its own): the set of (name, labels) over two updates, how many flows
-    the push's info names, and the group's sent rate."""
+    connections (both ends its own): the set of (name, labels) over two updates, its /metrics'
+    among them, how many flows the push's info names, and the group's pushed values."""
     env = {**os.environ, "CLOCKFABRIC_JOB": jobid, "CLOCKFABRIC_JOB_RUN": "r1", "RANK": "0"}
     proc = subprocess.Popen([sys.executable, "-c", CONNECT, str(connections)], env=env,  # noqa: S603
                             stdout=subprocess.PIPE)
@@ -79,6 +80,9 @@ def flow_series_of(jobid: str, connections: int) -> tuple[set[tuple[str, tuple]]
             written = [s for s in samples.push_samples(view) if s["labels"].get("jobid") == jobid]
             keys |= {(s["name"], tuple(sorted(s["labels"].items()))) for s in written}
         named = [f for f in samples.summary(view)["flows"] if f["jobid"] == jobid]
+        exported = workload_metrics({"workload": {**samples.state(view), "cpu_seconds": 0.0}})
+        keys |= {("/metrics " + m.name, tuple(sorted(m.labels.items())))
+                 for m in exported if m.labels.get("jobid") == jobid}
         values = {s["name"]: s["value"] for s in written}
     finally:
         sockets.close()
@@ -96,6 +100,7 @@ def test_a_job_making_more_connections_writes_no_more_series():
     assert {dict(labels).get("flow") for name, labels in many if name.startswith("job_flow_")} == {
         "127.0.0.1->127.0.0.1"}
     assert all(":" not in dict(labels).get("flow", "") and "pid" not in dict(labels) for _, labels in many)
-    assert {"job_flow_rtt_us", "job_flow_cwnd", "job_flow_tx_bps"} <= {name for name, _ in many}
+    assert {"job_flow_rtt_us", "job_flow_cwnd", "job_flow_tx_bps", "/metrics clockfabric_job_flow_rtt_seconds"} <= {
+        name for name, _ in many}
     assert few_named == 2 * 10 and many_named == 2 * 200  # every connection's two ends, by 5-tuple, in the info
     assert values["job_flow_tx_bps"] == 0.0  # nothing sent between the two readings: summed, not a spike

@@ -240,4 +240,5 @@ def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypat
     metrics = workload_metrics({"host": "h0", **state})
     assert all("job" not in m.labels for m in metrics)
     rtt = [m for m in metrics if m.name == "clockfabric_job_flow_rtt_seconds"]
-    assert rtt[0].labels == {"jobid": "J", "flow": "10.0.0.1:1->10.0.1.1:2"} and rtt[0].value == pytest.approx(120e-6)
+    assert rtt[0].labels == {"jobid": "J", "flow": "10.0.0.1->10.0.1.1"} and rtt[0].value == pytest.approx(120e-6)
+    assert state["workload"]["flows"][0]["flow"] == "10.0.0.1:1->10.0.1.1:2"  # the 5-tuple, in the state

@@ -65,3 +65,9 @@ def combine_owd(found: list[OwdStats]) -> OwdStats | None:
         return None
     return OwdStats(min(s.min_ns for s in chosen), max(s.p50_ns for s in chosen), max(s.p99_ns for s in chosen),
                     sum(s.samples for s in chosen), chosen[0].source)
+
+
+def combine_owd_dicts(found: Iterable[dict | None]) -> dict | None:
+    """combine_owd over published delays (OwdStats.as_dict), as the agent's /metrics reads them."""
+    stats = combine_owd([OwdStats(**d) for d in found if d])
+    return stats.as_dict() if stats else None

@@ -109,7 +109,8 @@ def push_samples(view: WorkloadView, owd: FlowOwd | None = None, via: Via | None
 def flow_state(f: JobFlow, owd: FlowOwd) -> dict:
     r = f.rates.reading
     found = owd.get(flow_label(r.key), {})
-    return {"jobid": f.jobid, "pid": f.pid, "flow": flow_label(r.key), "tx_bps": f.rates.tx_bps,
+    return {"jobid": f.jobid, "pid": f.pid, "flow": flow_label(r.key), "group": flowgroups.pair_label(r.key),
+            "tx_bps": f.rates.tx_bps,
             "rx_bps": f.rates.rx_bps, "bytes_acked": r.bytes_acked, "bytes_received": r.bytes_received,
             "retransmits": r.retransmits, "rtt_us": r.rtt_us, "cwnd": r.cwnd, "delivery_bps": r.delivery_rate_bps,
             "owd": {d: s.as_dict() if (s := found.get(d)) else None for d in DIRECTIONS}}
