@@ -80,7 +80,10 @@ def test_a_job_on_two_hosts_and_its_flow_reach_the_controller(fleet):
         print(f"\n{sent['local']} -> {sent['remote']}: sent {sent['tx_bps'] / 1e6:.1f} Mbit/s, "
               f"rtt {sent['rtt_us']:.0f} us, cwnd {sent['cwnd']:.0f}; received {received['rx_bps'] / 1e6:.1f} Mbit/s")
         assert shown["active"] and shown["source"] == "clockfabric"
-        assert sent["remote"].endswith(f":{PORT}") and received["local"].endswith(f":{PORT}")
+        # a flow group's series carry its addresses; its connections' 5-tuples come from the push
+        assert sent["remote"] == receiver_address and received["local"] == receiver_address
+        assert any(c["flow"].endswith(f":{PORT}") for c in sent["connections"])
+        assert any(c["flow"].partition("->")[0].endswith(f":{PORT}") for c in received["connections"])
         assert sent["tx_bps"] < 60e6  # within the 50 Mbit/s link, so it is the rate and not a counter
         cli = [sys.executable, "-m", "clockfabric.cli"]
         listed = json.loads(subprocess.run([*cli, "jobs", "--lab", lab.name, "--json"], capture_output=True,

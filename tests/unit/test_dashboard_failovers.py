@@ -20,7 +20,7 @@ TOKEN = "f" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 S = 10**9
 NOW = time.time_ns() // S * S  # the engine takes samples of now, not of 1970
-TO_B, TO_C, B_TO_A = "10.0.0.1:40000->10.0.0.2:5301", "10.0.0.1:40001->10.0.0.3:5301", "10.0.0.2:5301->10.0.0.1:40000"
+TO_B, TO_C, B_TO_A = "10.0.0.1->10.0.0.2", "10.0.0.1->10.0.0.3", "10.0.0.2->10.0.0.1"
 
 
 def flow(host, label, jobid, t_ns, f=None):
@@ -33,7 +33,7 @@ def event(kind, t_ns, host="a", peer="b", seq=0, **detail):
 
 def test_a_move_lists_the_flows_from_its_host_to_its_peer_that_were_still_running():
     flows = [flow("a", TO_B, "J", NOW, "b"), flow("a", TO_C, "J", NOW, "c"), flow("b", B_TO_A, "J", NOW, "a"),
-             flow("a", "10.0.0.1:40002->10.0.0.2:5301", "old", NOW - 500 * S, "b")]
+             flow("a", "10.0.0.1->10.0.0.2", "old", NOW - 500 * S, "b")]
     found = decisions([event("failover_detected", NOW - 30 * S, planes=[0], reason="no heartbeats"),
                        event("failover_moved", NOW - 29 * S, seq=1, planes=[1], reason="plane 0 down"),
                        event("link_down", NOW - 31 * S, seq=2),
@@ -56,7 +56,7 @@ def client(tmp_path):
                         event("link_down", NOW - 10 * S, seq=2)])
     with series_path(tmp_path, token=TOKEN) as series:
         write(series, "a", [{"name": "job_flow_tx_bps", "value": 2e9, "labels": {"jobid": "J", "flow": TO_B}},
-                            {"name": "job_process", "value": 1.0, "labels": {"jobid": "J", "pid": "1"}}], NOW - S)
+                            {"name": "job_processes", "value": 1.0, "labels": {"jobid": "J"}}], NOW - S)
         with TestClient(create_app(Fleet(storage, hosts=["a", "b"], clock=lambda: NOW, series=series), TOKEN,
                                    tick_s=3600)) as c:
             yield c

@@ -20,7 +20,7 @@ from tests.unit.credentials import as_host
 TOKEN, VIEWER = "f" * 32, "v" * 32
 FLEET_AUTH, VIEWER_AUTH = {"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"Bearer {VIEWER}"}
 S = 10**9
-SEND, RECEIVE = "10.0.0.1:40000->10.0.0.2:5301", "10.0.0.2:5301->10.0.0.1:40000"
+SEND, RECEIVE = "10.0.0.1->10.0.0.2", "10.0.0.2->10.0.0.1"
 
 
 def flow(host, t, stat, value, label=SEND, jobid="J"):
@@ -76,7 +76,7 @@ def client(tmp_path):
 
 def push_job(client, host, label, tx_bps):
     now = time.time_ns()
-    samples = [{"name": "job_process", "value": now / 1e9, "labels": {"jobid": "J", "pid": "7", "rank": "0"}}]
+    samples = [{"name": "job_processes", "value": 1.0, "labels": {"jobid": "J", "rank": "0"}}]
     for k in range(3):
         t = now - (3 - k) * S
         samples += [{"name": "job_flow_tx_bps", "value": tx_bps, "labels": {"jobid": "J", "flow": label}, "t_ns": t},

@@ -15,7 +15,8 @@ from clockfabric.workload.flows import FlowRates, SocketReading
 from clockfabric.workload.monitor import JobFlow, WorkloadView
 from clockfabric.workload.owd import OwdStats
 
-LABEL = "10.0.0.1:40000->10.0.0.2:5201"
+LABEL = "10.0.0.1:40000->10.0.0.2:5201"  # the agent's delays are per connection
+GROUP = "10.0.0.1->10.0.0.2"  # its series, per flow group
 OWD = {LABEL: {"out": OwdStats(4_000_000, 4_800_000, 5_000_000, 90, "inband"), "in": OwdStats.fallback(200)}}
 
 
@@ -31,6 +32,7 @@ def test_pushed_samples_carry_both_directions_and_the_controller_puts_them_back_
     for s in pushed:
         by_stat.setdefault(s["name"], []).append(Sample("h1", 10, s["name"], s["value"], s["labels"]))
     [row] = flows_of("J", by_stat, {}, now_ns=11)
+    assert row["flow"] == GROUP and row["local"] == "10.0.0.1" and row["remote"] == "10.0.0.2"
     assert row["owd"]["out"] == {"min_ns": 4_000_000, "p50_ns": 4_800_000, "p99_ns": 5_000_000, "samples": 90,
                                  "source": "inband"}
     assert row["owd"]["in"] == {"min_ns": 100_000, "p50_ns": 100_000, "p99_ns": 100_000, "samples": 0,
@@ -40,7 +42,7 @@ def test_pushed_samples_carry_both_directions_and_the_controller_puts_them_back_
 
 def test_a_flow_without_delays_shows_none_and_a_dash():
     [row] = flows_of("J", {"job_flow_rtt_us": [Sample("h1", 10, "job_flow_rtt_us", 200.0,
-                                                      {"jobid": "J", "flow": LABEL})]}, {}, now_ns=11)
+                                                      {"jobid": "J", "flow": GROUP})]}, {}, now_ns=11)
     assert row["owd"] == {"out": None, "in": None}
     assert _owd(row["owd"]) == "-"
 

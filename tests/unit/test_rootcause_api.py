@@ -18,17 +18,17 @@ def test_why_names_the_slow_flow_against_its_siblings(env):  # noqa: F811
     for second in range(12):
         clock.now += S
         push(client, "h1", "10.0.0.1", [process("J", 100, 0),
-                                         *flow("J", "10.0.0.1:40000->10.0.0.2:5201", tx_bps=4e8, rtt_us=60),
-                                         *flow("J", "10.0.0.1:40001->10.0.0.3:5201", tx_bps=4e8,
+                                         *flow("J", "10.0.0.1->10.0.0.2", tx_bps=4e8, rtt_us=60),
+                                         *flow("J", "10.0.0.1->10.0.0.3", tx_bps=4e8,
                                                rtt_us=60 if second < 4 else 3000)])
         push(client, "h2", "10.0.0.2", [process("J", 200, 1),
-                                         *flow("J", "10.0.0.2:40002->10.0.0.3:5201", tx_bps=4e8, rtt_us=70)])
+                                         *flow("J", "10.0.0.2->10.0.0.3", tx_bps=4e8, rtt_us=70)])
     r = client.get("/api/v1/jobs/J/why", headers=AUTH, params={"since": "30s"})
     assert r.status_code == 200, r.text
     found = r.json()
     assert found["verdict"] == "slow_unlocated"  # no topology here: no link to name
     slow = [f for f in found["flows"] if f["network_slow"]]
-    assert [(f["host"], f["flow"], f["peer"]) for f in slow] == [("h1", "10.0.0.1:40001->10.0.0.3:5201", "h3")]
+    assert [(f["host"], f["flow"], f["peer"]) for f in slow] == [("h1", "10.0.0.1->10.0.0.3", "h3")]
     assert slow[0]["delay_source"] == "rtt/2"
 
 
@@ -45,12 +45,12 @@ def test_why_of_an_unknown_job_and_a_bad_window(env):  # noqa: F811
 def test_stored_samples_become_flows_with_plane_and_links():
     topo = leafspine(4, 2, 2)
     places = Places(topo, {})
-    label = "10.64.0.0:40000->10.64.0.4:5201"  # h0's NIC to h2's
+    label = "10.64.0.0->10.64.0.4"  # h0's NIC to h2's
     samples = [Sample("h0", t * S, f"job_flow_{stat}", v, {"jobid": "A", "flow": label})
                for t in (1, 2) for stat, v in (("tx_bps", 5e8), ("rtt_us", 80.0))]
     samples.append(Sample("h0", 2 * S, "job_flow_path", 1.0, {"jobid": "A", "flow": label, "via": "spine1",
                                                               "dscp": "26"}))
-    samples.append(Sample("h1", 2 * S, "other_flow_tx_bps", 9e8, {"flow": "10.0.0.2:5000->10.0.0.4:6000"}))
+    samples.append(Sample("h1", 2 * S, "other_flow_tx_bps", 9e8, {"flow": "10.0.0.2->10.0.0.4"}))
     by_host = {f.host: f for f in flows_from(samples, places)}
     a, other = by_host["h0"], by_host["h1"]
     assert (a.jobid, a.peer, a.plane, a.dscp, len(a.points)) == ("A", "h2", 0, 26, 2)
@@ -84,7 +84,7 @@ def test_the_cli_page_shows_the_sentence_and_each_flow_judged():
 def test_an_untraced_flow_reaches_every_spine_and_a_traced_switch_outlives_a_later_untraced_reading():
     topo = leafspine(4, 2, 2)
     places = Places(topo, {})
-    label = "10.64.0.0:40000->10.64.0.4:5201"  # h0's NIC to h2's
+    label = "10.64.0.0->10.64.0.4"  # h0's NIC to h2's
     rate = [Sample("h0", 1 * S, "job_flow_tx_bps", 5e8, {"jobid": "A", "flow": label})]
 
     def path(t: int, via: str) -> Sample:
@@ -101,7 +101,7 @@ def test_an_untraced_flow_reaches_every_spine_and_a_traced_switch_outlives_a_lat
 def test_a_flow_traced_through_two_switches_in_the_window_may_cross_both_paths():
     topo = leafspine(4, 2, 2)
     places = Places(topo, {})
-    label = "10.64.0.0:40000->10.64.0.4:5201"  # h0's NIC to h2's
+    label = "10.64.0.0->10.64.0.4"  # h0's NIC to h2's
     rate = [Sample("h0", 1 * S, "job_flow_tx_bps", 5e8, {"jobid": "A", "flow": label})]
 
     def path(t: int, via: str) -> Sample:

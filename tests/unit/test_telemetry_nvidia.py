@@ -1,5 +1,6 @@
 """NVIDIA collector against a fake NVML with pynvml's names, constants and errors."""
 
+import socket
 import subprocess
 import sys
 
@@ -30,7 +31,7 @@ def values(metrics, device):
     """name -> value for one GPU's samples, the per-reason throttle gauges keyed name:reason."""
     out = {}
     for m in metrics:
-        if m.labels.get("device") == str(device):
+        if m.labels.get("gpu") == str(device):
             key = f"{m.name}:{m.labels['reason']}" if "reason" in m.labels else m.name
             out[key] = m.value
     return out
@@ -85,9 +86,10 @@ def test_two_gpus():
     assert busy["clockfabric_gpu_throttle_reason:hw_slowdown"] == 1
     assert busy["clockfabric_gpu_throttle_reason:gpu_idle"] == 0
     assert busy["DCGM_FI_DEV_XID_ERRORS"] == 0
-    temp = next(m for m in metrics if m.name == "DCGM_FI_DEV_GPU_TEMP" and m.labels["device"] == "1")
-    assert temp.labels == {"device": "1", "uuid": "GPU-0f3e9c44-1d2b-4a55-8e0f-7b6c5d4e3a21",
-                           "name": "NVIDIA H100 80GB HBM3"}
+    temp = next(m for m in metrics if m.name == "DCGM_FI_DEV_GPU_TEMP" and m.labels["gpu"] == "1")
+    # dcgm-exporter's labels, so these series join its own on the same GPU
+    assert temp.labels == {"gpu": "1", "UUID": "GPU-0f3e9c44-1d2b-4a55-8e0f-7b6c5d4e3a21", "device": "nvidia1",
+                           "modelName": "NVIDIA H100 80GB HBM3", "Hostname": socket.gethostname()}
     assert not [m for m in metrics if m.name == "clockfabric_gpu_read_errors_total"]
 
 
@@ -171,8 +173,8 @@ def test_a_bug_is_reported_as_collector_error():
 def test_main_prints_one_line_per_metric(capsys):
     assert main(NvidiaGpuCollector(two_gpus())) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert 'DCGM_FI_DEV_GPU_TEMP{device="1",uuid="GPU-0f3e9c44-1d2b-4a55-8e0f-7b6c5d4e3a21",' \
-           'name="NVIDIA H100 80GB HBM3"} 67' in lines
+    assert 'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-0f3e9c44-1d2b-4a55-8e0f-7b6c5d4e3a21",device="nvidia1",' \
+           f'modelName="NVIDIA H100 80GB HBM3",Hostname="{socket.gethostname()}"}} 67' in lines
     assert len(lines) == len(NvidiaGpuCollector(two_gpus()).collect())
 
 

@@ -12,7 +12,8 @@ import pytest
 from clockfabric.topology import leafspine
 from clockfabric.traffic.steer_decide import FlowKey
 from clockfabric.workload import samples
-from clockfabric.workload.flows import FlowTracker, SocketReading, flow_label, parse_flow_label
+from clockfabric.workload.flowgroups import pair_label, parse_pair
+from clockfabric.workload.flows import FlowTracker, SocketReading, flow_label
 from clockfabric.workload.jobs import JobProcess, JobTag, group, identify, parse_environ, pod_uid
 from clockfabric.workload.monitor import WorkloadMonitor
 from clockfabric.workload.procfs import ProcFs
@@ -122,8 +123,9 @@ def test_an_ended_flow_is_reported_once_then_forgotten():
 def test_flow_labels_round_trip_and_refuse_garbage():
     key = FlowKey("10.0.0.1", 40000, "10.0.1.1", 5201)
     assert flow_label(key) == "10.0.0.1:40000->10.0.1.1:5201"
-    assert parse_flow_label(flow_label(key)) == key
-    assert parse_flow_label("10.0.0.1:x->10.0.1.1:5201") is None and parse_flow_label("nonsense") is None
+    assert pair_label(key) == "10.0.0.1->10.0.1.1"  # a series' label: no port
+    assert parse_pair(pair_label(key)) == ("10.0.0.1", "10.0.1.1")
+    assert parse_pair(flow_label(key)) is None and parse_pair("nonsense") is None
 
 
 # ---- the monitor on a recorded /proc --------------------------------------------------------------
@@ -183,13 +185,18 @@ def test_push_samples_label_by_jobid_and_flow_never_job(proc):
     mon = WorkloadMonitor(ProcFs(proc), lambda: readings, clock=lambda: next(clock))
     first = samples.push_samples(mon.update())
     assert not [s for s in first if s["name"] == "job_flow_tx_bps"]  # no rate from one reading
-    out = samples.push_samples(mon.update())
+    view = mon.update()
+    out = samples.push_samples(view)
     assert all("job" not in s["labels"] for s in out)
-    procs = [s for s in out if s["name"] == "job_process"]
-    assert {s["labels"]["pid"] for s in procs} == {"100", "101", "102", "200"}
+    # processes counted per job, rank and run: no pid label (the pids are in the push's info)
+    procs = {(s["labels"]["jobid"], s["labels"]["rank"], s["labels"]["visible"]): s["value"]
+             for s in out if s["name"] == "job_processes"}
+    assert all("pid" not in s["labels"] for s in out)
+    assert procs == {("J", "0", "1"): 1, ("J", "1", "1"): 1, ("J", "", "1"): 1, ("slurm:77", "4", "0"): 1}
+    assert {p["pid"] for p in samples.summary(view)["processes"]} == {100, 101, 102, 200}
     tx = [s for s in out if s["name"] == "job_flow_tx_bps"]
     assert tx == [{"name": "job_flow_tx_bps", "value": 0.0,
-                   "labels": {"jobid": "J", "flow": "10.0.0.1:1->10.0.1.1:2"}}]
+                   "labels": {"jobid": "J", "flow": "10.0.0.1->10.0.1.1"}}]  # no port: a group's series
 
 
 def test_flows_of_no_job_that_send_are_pushed_as_the_links_other_load(proc):
@@ -201,8 +208,8 @@ def test_flows_of_no_job_that_send_are_pushed_as_the_links_other_load(proc):
     view = mon.update()
     out = [s for s in samples.push_samples(view) if s["name"].startswith("other_flow")]
     assert view.other_flows == 2
-    assert {(s["name"], s["labels"]["flow"]) for s in out} == {("other_flow_tx_bps", "10.0.0.1:7->10.0.1.1:8"),
-                                                              ("other_flow_rtt_us", "10.0.0.1:7->10.0.1.1:8")}
+    assert {(s["name"], s["labels"]["flow"]) for s in out} == {("other_flow_tx_bps", "10.0.0.1->10.0.1.1"),
+                                                              ("other_flow_rtt_us", "10.0.0.1->10.0.1.1")}
     assert next(s["value"] for s in out if s["name"] == "other_flow_tx_bps") == pytest.approx(8e7)
 
 
@@ -226,10 +233,12 @@ def test_the_agent_service_publishes_pushes_and_exports_by_jobid(proc, monkeypat
     assert state["workload"]["flows"][0]["tx_bps"] > 0
     snap = svc.snapshot()
     assert snap.info["workload"]["jobs"] == 2 and snap.info["workload"]["hidden_processes"] == 1
-    assert {s["name"] for s in snap.samples} >= {"job_process", "job_flow_tx_bps", "job_flow_rtt_us"}
+    assert {s["name"] for s in snap.samples} >= {"job_processes", "job_start_seconds", "job_flow_tx_bps",
+                                                 "job_flow_rtt_us"}
     svc.paths.stop()
     assert ctx.on_link_change == [svc.paths.forget]
     metrics = workload_metrics({"host": "h0", **state})
     assert all("job" not in m.labels for m in metrics)
     rtt = [m for m in metrics if m.name == "clockfabric_job_flow_rtt_seconds"]
-    assert rtt[0].labels == {"jobid": "J", "flow": "10.0.0.1:1->10.0.1.1:2"} and rtt[0].value == pytest.approx(120e-6)
+    assert rtt[0].labels == {"jobid": "J", "flow": "10.0.0.1->10.0.1.1"} and rtt[0].value == pytest.approx(120e-6)
+    assert state["workload"]["flows"][0]["flow"] == "10.0.0.1:1->10.0.1.1:2"  # the 5-tuple, in the state

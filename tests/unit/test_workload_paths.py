@@ -117,10 +117,10 @@ def test_path_samples_are_what_the_root_cause_reads():
     via = {FAR: "spine1"}.get
     pushed = [s for s in samples.push_samples(view, None, via) if s["name"].endswith("_flow_path")]
     assert pushed == [{"name": "job_flow_path", "value": 1.0,
-                       "labels": {"jobid": "A", "flow": "10.0.0.1:40000->10.0.0.3:5201", "via": "spine1",
+                       "labels": {"jobid": "A", "flow": "10.0.0.1->10.0.0.3", "via": "spine1",
                                   "dscp": "0"}}]  # the other flow: no switch, no DSCP known: nothing
     stored = [Sample("h0", 1, s["name"], s["value"], s["labels"]) for s in pushed]
-    stored.append(Sample("h0", 1, "job_flow_tx_bps", 5e6, {"jobid": "A", "flow": "10.0.0.1:40000->10.0.0.3:5201"}))
+    stored.append(Sample("h0", 1, "job_flow_tx_bps", 5e6, {"jobid": "A", "flow": "10.0.0.1->10.0.0.3"}))
     places = Places(TOPO, {})
     (flow,) = flows_from(stored, places)
     assert flow.dscp == 0 and flow.peer == "h2"

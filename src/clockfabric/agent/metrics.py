@@ -15,6 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.core import Metric as Family
 
 from clockfabric.telemetry.base import Collectors, Metric
+from clockfabric.workload.flowgroups import combine_owd_dicts
+from clockfabric.workload.samples import DIRECTIONS
 
 NS = 1e-9
 PUSH_HELP = {"quarantined": "Events the controller refused as invalid: dropped, so that the ones after them go on",
@@ -92,8 +94,8 @@ def owd_metrics(labels: dict, owd: dict) -> list[Metric]:
 
 
 def workload_metrics(state: dict) -> list[Metric]:
-    """Jobs and their flows (labels `jobid` and `flow`; `job` is Prometheus's own), from the
-    workload service's last update."""
+    """Jobs and their flow groups (labels `jobid` and `flow`, the group's ends; `job` is
+    Prometheus's own), from the workload service's last update."""
     w = state.get("workload")
     if not w:
         return []
@@ -104,17 +106,23 @@ def workload_metrics(state: dict) -> list[Metric]:
                        help="The job's processes on this host"),
                 Metric("clockfabric_job_start_seconds", j["start_s"], labels,
                        help="When the job's first process on this host started, seconds since the epoch")]
-    for f in w["flows"]:
-        labels = {"jobid": f["jobid"], "flow": f["flow"]}
-        out += [Metric("clockfabric_job_flow_acked_bytes_total", float(f["bytes_acked"]), labels, "counter",
-                       "Bytes the flow sent that its peer acknowledged"),
-                Metric("clockfabric_job_flow_received_bytes_total", float(f["bytes_received"]), labels, "counter",
-                       "Bytes the flow received"),
-                Metric("clockfabric_job_flow_retransmits_total", float(f["retransmits"]), labels, "counter",
-                       "Segments the flow retransmitted"),
-                Metric("clockfabric_job_flow_rtt_seconds", f["rtt_us"] * 1e-6, labels, help="Smoothed RTT of the flow"),
-                Metric("clockfabric_job_flow_cwnd_segments", float(f["cwnd"]), labels, help="Congestion window")]
-        out += owd_metrics(labels, f.get("owd") or {})
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for f in w["flows"]:  # summed per flow group as the pushed series are: a label never holds a port
+        groups.setdefault((f["jobid"], f["group"]), []).append(f)
+    for (jobid, group), flows in groups.items():
+        labels = {"jobid": jobid, "flow": group}
+        out += [Metric("clockfabric_job_flow_acked_bytes_total", float(sum(f["bytes_acked"] for f in flows)), labels,
+                       "counter", "Bytes the group's connections sent that the peer acknowledged"),
+                Metric("clockfabric_job_flow_received_bytes_total", float(sum(f["bytes_received"] for f in flows)),
+                       labels, "counter", "Bytes the group's connections received"),
+                Metric("clockfabric_job_flow_retransmits_total", float(sum(f["retransmits"] for f in flows)), labels,
+                       "counter", "Segments the group's connections retransmitted"),
+                Metric("clockfabric_job_flow_rtt_seconds", max(f["rtt_us"] for f in flows) * 1e-6, labels,
+                       help="Smoothed RTT of the group's slowest connection"),
+                Metric("clockfabric_job_flow_cwnd_segments", float(max(f["cwnd"] for f in flows)), labels,
+                       help="The largest congestion window among the group's connections")]
+        out += owd_metrics(labels, {d: combine_owd_dicts((f.get("owd") or {}).get(d) for f in flows)
+                                    for d in DIRECTIONS})
     out.append(Metric("clockfabric_workload_cpu_seconds_total", w["cpu_seconds"], kind="counter",
                       help="CPU time the agent spent reading jobs and flows"))
     if inband := w.get("inband"):

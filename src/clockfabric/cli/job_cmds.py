@@ -90,18 +90,26 @@ def show(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric jo
     out.print(f"job [bold]{job['jobid']}[/] ({job['source']}), started {_when(job['start_ns'])} UTC, "
               f"{'running' if job['active'] else 'ended'}")
     for h in job["by_host"]:
-        out.print(f"  {h['host']}: ranks {', '.join(map(str, h['ranks'])) or '-'}, "
-                  f"pids {', '.join(str(p['pid']) for p in h['processes'])}")
+        out.print(host_line(h))
     t = Table(title=f"{len(job['flows'])} flows")
-    for col in ("host", "local", "peer", "remote", "sent", "received", "RTT", "OWD in-band",
+    for col in ("host", "local", "peer", "remote", "connections", "sent", "received", "RTT", "OWD in-band",
                 "retransmits", "cwnd", "state"):
         t.add_column(col)
     for f in job["flows"]:
-        t.add_row(f["host"], f["local"], f["peer"] or "?", f["remote"], _bits(f["tx_bps"]), _bits(f["rx_bps"]),
+        t.add_row(f["host"], f["local"], f["peer"] or "?", f["remote"], str(len(f.get("connections", []))),
+                  _bits(f["tx_bps"]), _bits(f["rx_bps"]),
                   "-" if f["rtt_us"] is None else f"{f['rtt_us'] / 1e3:.2f} ms", _owd(f.get("owd")),
                   "-" if f["retransmits_total"] is None else str(int(f["retransmits_total"])),
                   "-" if f["cwnd"] is None else str(int(f["cwnd"])), "active" if f["active"] else "ended")
     out.print(t)
+
+
+def host_line(h: dict) -> str:
+    """A host of the job: its ranks and the pids its push names (an ended process has none)."""
+    pids = ", ".join(str(p["pid"]) for p in h["processes"] if p["pid"] is not None) or "-"
+    ended = sum(p["pid"] is None for p in h["processes"])
+    return f"  {h['host']}: ranks {', '.join(map(str, h['ranks'])) or '-'}, pids {pids}" + (
+        f", {ended} ended" if ended else "")
 
 
 @app.command()

@@ -17,25 +17,25 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
     """The routes, each wanting `auth` (the app's token check)."""
     api = APIRouter(dependencies=auth)
 
-    def processes() -> dict[str, list[dict]]:
-        return jobs.processes_by_job(fleet.samples.latest(jobs.PROCESS), fleet.clock())
-
     @api.get("/api/v1/jobs")
     def job_list(after: str = "", limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
                  active_only: bool = False) -> dict:
         """Jobs by id: their hosts, ranks, start, and whether they still run."""
-        found = [jobs.summary(jobid, procs) for jobid, procs in sorted(processes().items()) if jobid > after]
+        found = [jobs.summary(jobid, procs) for jobid, procs in sorted(jobs.of_fleet(fleet).items()) if jobid > after]
         found = [j for j in found if j["active"] or not active_only][:limit]
         return {"items": found, "next": found[-1]["jobid"] if len(found) == limit else None}
 
     @api.get("/api/v1/jobs/{jobid:path}")
     def job(jobid: str) -> dict:
-        """One job: its hosts, ranks and start; its flows with peers, rates, RTT, retransmits, cwnd."""
-        procs = processes().get(jobid)
+        """One job: its hosts, ranks and start; its flow groups with peers, rates, RTT, retransmits,
+        cwnd, and the connections (5-tuple, pid) each host's latest push names."""
+        procs = jobs.of_fleet(fleet).get(jobid)
         if not procs:
             raise HTTPException(404, f"no job {jobid!r}")
-        addresses = {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")}
+        infos = {h.name: h.info for h in fleet.storage.hosts()}
+        addresses = {info["address"]: host for host, info in infos.items() if info.get("address")}
         by_stat = {name: fleet.samples.latest(name, match={"jobid": jobid}) for name in jobs.FLOW_SAMPLES}
-        return jobs.detail(jobid, procs, jobs.flows_of(jobid, by_stat, addresses, fleet.clock()))
+        flows = jobs.flows_of(jobid, by_stat, addresses, fleet.clock(), jobs.connections_of(jobid, infos))
+        return jobs.detail(jobid, procs, flows)
 
     return api

@@ -41,7 +41,7 @@ from clockfabric.controller.storage.base import Event, Storage
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology, interfaces
 from clockfabric.units import parse_duration
-from clockfabric.workload.flows import parse_flow_label
+from clockfabric.workload.flowgroups import parse_pair
 
 # sample name -> FlowPoint field; a flow of no job is pushed as other_flow_<stat>
 PATH_STAT = "path"  # value: unused; labels: via (the switch the flow crosses), dscp where known
@@ -166,13 +166,14 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
             reading(readings.setdefault(key, {}).setdefault(s.t_ns, {}), stat, s.value)
     out = []
     for (host, label, jobid), by_t in readings.items():
-        if (fk := parse_flow_label(label)) is None:
+        if (ends := parse_pair(label)) is None:
             continue
+        local, remote = ends
         traced, dscp = list(vias.get((host, label, jobid), {})), dscps.get((host, label, jobid), "")
         # one switch: its path; several (a link went down or came back in the window): it may
         # have crossed each of their paths, and surely only what they share
         via = traced[0] if len(traced) == 1 else None
-        peer, plane = places.by_address.get(fk.remote), places.plane(host, fk.local, traced[-1] if traced else None)
+        peer, plane = places.by_address.get(remote), places.plane(host, local, traced[-1] if traced else None)
         reach = places.across(host, peer, plane, traced) if len(traced) > 1 else places.reach(host, peer, plane, via)
         out.append(Flow(host, label, jobid, peer, plane, places.hops(host, peer, plane, via),
                         int(dscp) if dscp.isdigit() else None,
@@ -234,7 +235,7 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
             raise HTTPException(422, f"since: {e}") from None
         if window_ns <= 0:
             raise HTTPException(422, "since must be above zero")
-        if jobid not in jobs.processes_by_job(fleet.samples.latest(jobs.PROCESS), fleet.clock()):
+        if jobid not in jobs.of_fleet(fleet):
             raise HTTPException(404, f"no job {jobid!r}")
         now = fleet.clock()
         flows, fabric = gather(fleet, places, jobid, now, now - window_ns)

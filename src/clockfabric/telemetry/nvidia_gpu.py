@@ -1,5 +1,9 @@
 """NVIDIA GPUs through NVML (`pynvml`, from the nvidia-ml-py package), named as dcgm-exporter names them.
 
+Labels are dcgm-exporter's too, so a series here joins one of dcgm-exporter's on the same GPU:
+`gpu` (NVML index), `UUID`, `device` ("nvidia0"), `modelName`, `Hostname`. Every one is bounded:
+a host's GPUs, never a process or a port.
+
 Each field is one NVML call, read on its own: a field the GPU or driver lacks
 (NotSupported, FunctionNotFound) is dropped for good after the first try; any other NVML error
 drops it for this read only and counts it in clockfabric_gpu_read_errors_total, so one flaky
@@ -16,6 +20,7 @@ are gauges here so the names stay the ones dashboards query.
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from collections import Counter, deque
 from collections.abc import Callable
@@ -110,6 +115,12 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value  # pynvml returns bytes for some strings
 
 
+def dcgm_labels(index: int, uuid: str, model: str) -> dict[str, str]:
+    """A GPU's labels as dcgm-exporter writes them (its Hostname is the node's host name too)."""
+    return {"gpu": str(index), "UUID": uuid, "device": f"nvidia{index}", "modelName": model,
+            "Hostname": socket.gethostname()}
+
+
 @dataclass
 class _Gpu:
     index: int
@@ -158,8 +169,7 @@ class NvidiaGpuCollector(Collector):
         for i in range(count):
             try:
                 h = nv.nvmlDeviceGetHandleByIndex(i)
-                labels = {"device": str(i), "uuid": _text(nv.nvmlDeviceGetUUID(h)),
-                          "name": _text(nv.nvmlDeviceGetName(h))}
+                labels = dcgm_labels(i, _text(nv.nvmlDeviceGetUUID(h)), _text(nv.nvmlDeviceGetName(h)))
             except nv.NVMLError as e:  # e.g. a GPU that fell off the bus, or one we may not see
                 log.warning("NVIDIA GPU %d skipped: %s", i, e)
                 continue
@@ -236,7 +246,7 @@ class NvidiaGpuCollector(Collector):
                                help="Value of the last XID error encountered."),
                         Metric("clockfabric_gpu_xid_errors_total", g.xids, g.labels, "counter",
                                "XID errors NVML reported since the collector started")]
-        out += [Metric("clockfabric_gpu_read_errors_total", n, {"device": str(i), "field": field}, "counter",
+        out += [Metric("clockfabric_gpu_read_errors_total", n, {"gpu": str(i), "field": field}, "counter",
                        "NVML reads that failed, other than for an unsupported field")
                 for (i, field), n in sorted(self._errors.items())]
         return out

@@ -79,13 +79,3 @@ def _rate(delta_bytes: int, dt_s: float) -> float | None:
 def flow_label(key: FlowKey) -> str:
     """"10.0.0.1:40000->10.0.1.1:5201": the flow's label value, local end first."""
     return str(key)
-
-
-def parse_flow_label(text: str) -> FlowKey | None:
-    """A flow label back into its key; None for text that is not one."""
-    local, sep, remote = text.partition("->")
-    la, _, lp = local.rpartition(":")
-    ra, _, rp = remote.rpartition(":")
-    if not (sep and la and ra and lp.isdigit() and rp.isdigit()):
-        return None
-    return FlowKey(la, int(lp), ra, int(rp))

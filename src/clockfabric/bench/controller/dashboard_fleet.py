@@ -133,11 +133,11 @@ def _jobs(sink: Callable[[list[Sample]], None], topo: Topology, shape: Shape, rn
         jobid = f"train-{j:03d}"
         for t in range(now_ns - shape.job_window_s * SECOND_NS, now_ns, SECOND_NS):
             for rank, host in enumerate(members):
-                rows.append(Sample(host, t, "job_process", (now_ns - 3600 * SECOND_NS) / 1e9,
-                                   {"jobid": jobid, "pid": str(1000 + rank), "rank": str(rank), "source": "slurm",
-                                    "run": "r1", "visible": "1"}))
+                group = {"jobid": jobid, "rank": str(rank), "source": "slurm", "run": "r1", "visible": "1"}
+                rows += [Sample(host, t, "job_processes", 1.0, group),
+                         Sample(host, t, "job_start_seconds", (now_ns - 3600 * SECOND_NS) / 1e9, group)]
                 peer = members[(rank + 1) % len(members)]
-                flow = f"{nic[host]}:{40000 + rank}->{nic[peer]}:29500"
+                flow = f"{nic[host]}->{nic[peer]}"  # a flow group: its ends, no port
                 slow = j == 0 and rank == 0
                 rtt = (2_000.0 if slow else 200.0) * (1 + 0.1 * rng.random())
                 values = (40e6 if slow else 90e6, 0.0, rtt, 0.0, 10.0, 90e6)

@@ -59,7 +59,7 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         """Job `jobid`'s sent throughput and each sending flow's rate and delay, per second."""
         check(bearer(request.headers.raw))
         window = window_ns(since)
-        procs = jobs.processes_by_job(fleet.samples.latest(jobs.PROCESS), fleet.clock()).get(jobid)
+        procs = jobs.of_fleet(fleet).get(jobid)
         if not procs:
             raise HTTPException(404, f"no job {jobid!r}")
         now = fleet.clock()

@@ -31,7 +31,7 @@ from clockfabric.controller.detectors.base import (
 from clockfabric.controller.detectors.config import DetectorConfig, Keys, S, duration_ns, positive_int
 from clockfabric.controller.rootcause import FALLBACK, Thresholds, far_above, point, reading, settled
 from clockfabric.controller.series.sample import Sample
-from clockfabric.workload.flows import parse_flow_label
+from clockfabric.workload.flowgroups import parse_pair
 
 FlowId = tuple[str, str, str]  # (jobid, host, flow label)
 INBAND = "owd_out_p50_ns"
@@ -111,8 +111,8 @@ class OwdMismatch(Detector[OwdMismatchConfig]):
     def _judge(self, key: FlowId, by_t: dict[int, dict[str, float]]) -> Judged | None:
         """The flow's in-band delay against its pair's probes; None with no in-band reading or no probes."""
         _, host, label = key
-        fk = parse_flow_label(label)
-        peer = self.host_of.get(fk.remote) if fk else None
+        ends = parse_pair(label)
+        peer = self.host_of.get(ends[1]) if ends else None
         paths = [stats for stats in self.probes.get((host, peer), {}).values() if "floor" in stats] if peer else []
         delay = settled([point(t, v).owd_us for t, v in sorted(by_t.items())], self.limits.newest)
         if delay is None or not paths:
