@@ -149,6 +149,33 @@ def test_a_controller_that_is_not_there_fails_with_what_to_look_at(tmp_path):
     assert o.verdict is Verdict.FAIL and "not reachable" in o.message and "that the controller runs" in o.fix
 
 
+def test_a_certificate_for_another_name_fails_naming_the_name(tmp_path):
+    from tests.unit.test_controller_tls import make_ca, make_server_cert
+
+    ca = make_ca(tmp_path, "ca")
+    cert, key = make_server_cert(tmp_path, ca)  # for IP 127.0.0.1 alone
+    storage = SqliteStorage(tmp_path / "controller.db")
+    srv = server(Fleet(storage, hosts=["gpu0"]), FLEET_TOKEN, Listen("127.0.0.1", 0, tls_cert=cert, tls_key=key))
+    thread = start_in_thread(srv)
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    try:
+        credential = host_token(FLEET_TOKEN, "gpu0")
+        by_name = setup(tmp_path, token=credential, controller_url=f"https://localhost:{port}", ca_file=str(ca[0]))
+        o = one(controller.controller(by_name))
+        assert o.verdict is Verdict.FAIL
+        assert "the controller's certificate is for another name than localhost" in o.message
+        assert o.fix.startswith("reissue the certificate with localhost in its subjectAltName")
+        untrusted = one(controller.controller(setup(tmp_path, token=credential,
+                                                    controller_url=f"https://127.0.0.1:{port}")))
+        assert untrusted.verdict is Verdict.FAIL and "--ca-file" in untrusted.fix
+        by_address = setup(tmp_path, token=credential, controller_url=f"https://127.0.0.1:{port}", ca_file=str(ca[0]))
+        assert one(controller.controller(by_address)).verdict is Verdict.PASS
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        storage.close()
+
+
 def test_a_port_in_use_fails_naming_it(tmp_path):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe, socket.socket() as metrics:
         probe.bind(("127.0.0.1", 0))

@@ -4,6 +4,7 @@ Asked with GET /api/v1/whoami: nothing is pushed."""
 from __future__ import annotations
 
 import ssl
+import urllib.parse
 
 from clockfabric.audit.model import Verdict
 from clockfabric.controller.token import read_token
@@ -42,10 +43,7 @@ def _ask(url: str, token: str, verify: ssl.SSLContext | bool, setup: Setup) -> O
         r = httpx.get(f"{url.rstrip('/')}/api/v1/whoami", headers={"Authorization": f"Bearer {token}"},
                       timeout=TIMEOUT_S, verify=verify)
     except httpx.HTTPError as e:
-        fix = ("give --ca-file with the CA that signed its certificate, or check the certificate's name "
-               f"matches {url}") if "CERTIFICATE" in str(e).upper() else \
-            "check the URL, that the controller runs, and that a firewall lets this host reach its port"
-        return Outcome("controller", Verdict.FAIL, f"{url} not reachable: {e or type(e).__name__}", fix)
+        return _unreachable(url, e)
     if r.status_code in (401, 403):
         return Outcome("controller", Verdict.FAIL, f"{url} refuses this host's credential: {_detail(r)}",
                        f"make it again from the controller's fleet token: clockfabric token host {cfg.host} "
@@ -67,6 +65,23 @@ def _ask(url: str, token: str, verify: ssl.SSLContext | bool, setup: Setup) -> O
                        "add the host to the controller's fleet topology, or run it with --enroll-unknown")
     return Outcome("controller", Verdict.PASS, f"{url} takes host {who.get('host')}'s credential"
                                                + (f", fleet {served}" if served else ""))
+
+
+def _unreachable(url: str, e: Exception) -> Outcome:
+    """The one line for a controller not reached: a certificate for another name, one no trusted CA
+    signed, or no answer at all."""
+    said = str(e) or type(e).__name__
+    name = urllib.parse.urlsplit(url).hostname
+    if "mismatch" in said.lower():
+        return Outcome("controller", Verdict.FAIL, f"{url}: the controller's certificate is for another name than "
+                                                   f"{name} ({said})",
+                       f"reissue the certificate with {name} in its subjectAltName, or give --controller by a "
+                       "name the certificate has")
+    if "CERTIFICATE" in said.upper():
+        return Outcome("controller", Verdict.FAIL, f"{url}: the controller's certificate is not trusted ({said})",
+                       "give --ca-file with the CA that signed the controller's certificate")
+    return Outcome("controller", Verdict.FAIL, f"{url} not reachable: {said}",
+                   "check the URL, that the controller runs, and that a firewall lets this host reach its port")
 
 
 def _detail(r) -> str:
