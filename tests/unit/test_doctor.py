@@ -264,3 +264,16 @@ def test_the_command_prints_a_line_per_check_and_exits_1_on_a_failure(tmp_path):
     bad = run_cli("--host", "gpu0", "--topology", str(fleet), "--user", "no-such-user-here")
     assert bad.returncode == USAGE_EXIT and bad.stdout == ""
     assert bad.stderr.count("\n") == 1 and "--user no-such-user-here: no such user on this host" in bad.stderr
+
+
+def test_the_agent_refuses_the_fleet_token_as_doctor_does(tmp_path):
+    fleet, token = tmp_path / "fleet.yaml", tmp_path / "token"
+    fleet.write_text(FLEET.format(name="site-a"))
+    token.write_text(FLEET_TOKEN + "\n")
+    done = subprocess.run([sys.executable, "-m", "clockfabric.cli", "agent", "--topology", str(fleet), "--host", "gpu0",
+                           "--state-dir", str(tmp_path / "state"), "--controller", "http://127.0.0.1:1",
+                           "--token-file", str(token), "--insecure"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=SOURCE_ENV)
+    assert done.returncode == USAGE_EXIT and done.stderr.count("\n") == 1, done.stderr
+    assert f"--token-file {token} holds a fleet token, not a host credential" in done.stderr
+    assert f"clockfabric token host gpu0 --token-file FLEET_TOKEN -o {token}" in done.stderr

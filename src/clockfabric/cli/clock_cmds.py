@@ -123,9 +123,12 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
     state.mkdir(parents=True, exist_ok=True)
     token = ""
     if controller:
+        from clockfabric.auth.credential import make_own, not_own
         from clockfabric.controller.token import read_token
 
         token = read_token(token_file)
+        if problem := not_own(token, host, f"--token-file {token_file}"):
+            raise ClockfabricError(f"{problem}; give this host its own: {make_own(host, token_file)}")
     if lab_name and not topology and key_file is None and not insecure:
         key_file = lab_key(lab)  # a lab host: the lab's own key, as its other agents use
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,

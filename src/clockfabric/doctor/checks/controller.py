@@ -7,9 +7,9 @@ import ssl
 import urllib.parse
 
 from clockfabric.audit.model import Verdict
+from clockfabric.auth.credential import credential_host
 from clockfabric.controller.token import read_token
 from clockfabric.doctor.base import CHECKS, Outcome, Setup
-from clockfabric.doctor.checks.files import is_host_credential
 from clockfabric.errors import ClockfabricError
 
 TIMEOUT_S = 5.0
@@ -25,7 +25,7 @@ def controller(setup: Setup) -> list[Outcome]:
         token = read_token(setup.token_file)
     except ClockfabricError as e:
         return [Outcome("controller", Verdict.SKIP, f"no credential to ask with ({e})")]
-    if is_host_credential(token) is None:
+    if credential_host(token) is None:
         return [Outcome("controller", Verdict.SKIP, "no host credential to ask with (see `credential`)")]
     try:
         verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=cfg.ca_file) if cfg.ca_file else True

@@ -6,12 +6,11 @@ from pathlib import Path
 
 from clockfabric.audit.model import Verdict
 from clockfabric.auth import keys
+from clockfabric.auth.credential import make_own, not_own
 from clockfabric.controller.token import read_token
 from clockfabric.doctor.base import CHECKS, Outcome, Setup
 from clockfabric.doctor.readable import describe, readable
 from clockfabric.errors import ClockfabricError
-
-HEX = frozenset("0123456789abcdef")
 
 
 def _unreadable(check: str, path: Path, setup: Setup) -> Outcome | None:
@@ -48,12 +47,6 @@ def key(setup: Setup) -> list[Outcome]:
                                          f"signing with {ring.signer()[0]}")]
 
 
-def is_host_credential(token: str) -> str | None:
-    """The host a credential names (`NAME:MAC`, auth.credential), or None for anything else (a fleet token)."""
-    host, _, mac = token.rpartition(":")
-    return host if host and len(mac) == 64 and set(mac) <= HEX else None
-
-
 @CHECKS.register("credential", help="the push credential: readable, this host's own, not the fleet token")
 def credential(setup: Setup) -> list[Outcome]:
     cfg, path = setup.config, setup.token_file
@@ -64,16 +57,11 @@ def credential(setup: Setup) -> list[Outcome]:
                         f"give --token-file FILE with this host's credential (`clockfabric token host {cfg.host}`)")]
     if refused := _unreadable("credential", path, setup):
         return [refused]
-    fix = f"clockfabric token host {cfg.host} --token-file FLEET_TOKEN -o {path}"
+    fix = make_own(cfg.host, path)
     try:
         token = read_token(path)
     except ClockfabricError as e:
         return [Outcome("credential", Verdict.FAIL, str(e), fix)]
-    named = is_host_credential(token)
-    if named is None:
-        return [Outcome("credential", Verdict.FAIL, f"{path} holds a fleet token, not a host credential: the "
-                                                    "controller refuses its pushes", fix)]
-    if named != cfg.host:
-        return [Outcome("credential", Verdict.FAIL, f"{path} is host {named!r}'s credential, not {cfg.host!r}'s", fix)]
-    return [Outcome("credential", Verdict.PASS, f"{path}: host {named}'s credential")]
-
+    if problem := not_own(token, cfg.host, str(path)):
+        return [Outcome("credential", Verdict.FAIL, problem, fix)]
+    return [Outcome("credential", Verdict.PASS, f"{path}: host {cfg.host}'s credential")]
