@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
+from clockfabric.cli.host_options import this_host
 from clockfabric.console import out, print_json
-from clockfabric.errors import ClockfabricError
-from clockfabric.topology import load
 
 
 def doctor(host: str = typer.Option(None, "--host", help="This host's name (default $CLOCKFABRIC_NODE)."),
+           lab_name: str = typer.Option(None, "--lab", help="A lab host (default $CLOCKFABRIC_LAB)."),
            topology: Path = typer.Option(None, "--topology", help="Fleet topology YAML, as the agent is given it."),
            key_file: Path = typer.Option(None, "--key-file", help="The fleet keys the agent is given."),
            insecure: bool = typer.Option(False, "--insecure", help="The agent runs without a key file."),
@@ -31,19 +30,15 @@ def doctor(host: str = typer.Option(None, "--host", help="This host's name (defa
     from clockfabric.doctor.base import Setup, failed, run
     from clockfabric.doctor.readable import user_ids
 
-    host = host or os.environ.get("CLOCKFABRIC_NODE", "")
-    if not host:
-        raise ClockfabricError("which host is this? give --host NAME (as the fleet file names it)")
-    if topology is None:
-        raise ClockfabricError("give --topology FILE: the fleet file the agent is given")
+    here = this_host(host, lab_name, topology, key_file, insecure)
     if user:
         user_ids(user)  # an unknown user: one line, before any check
     # the agent's own configuration: whatever it would refuse, doctor refuses the same way
-    cfg = AgentConfig(host, load(topology), Path("/run/clockfabric/agent"), controller=controller, ca_file=ca_file,
-                      key_file=key_file, insecure=insecure, metrics_port=metrics_port)
+    cfg = AgentConfig(here.name, here.topology, Path("/run/clockfabric/agent"), controller=controller,
+                      ca_file=ca_file, key_file=here.key_file, insecure=insecure, metrics_port=metrics_port)
     outcomes = run(Setup(cfg, token_file=token_file, user=user, unit=unit))
     if as_json:
-        print_json({"host": host, "failed": failed(outcomes), "checks": [o.as_dict() for o in outcomes]})
+        print_json({"host": here.name, "failed": failed(outcomes), "checks": [o.as_dict() for o in outcomes]})
     else:
         for o in outcomes:
             out.print(o.line(), highlight=False, markup=False, soft_wrap=True)
