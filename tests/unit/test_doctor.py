@@ -22,7 +22,7 @@ from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.doctor.base import Outcome, Setup
-from clockfabric.doctor.checks import controller, files, nics, ports, unit
+from clockfabric.doctor.checks import clock, controller, files, nics, ports, unit
 from clockfabric.errors import USAGE_EXIT
 from clockfabric.topology import parse
 
@@ -277,3 +277,38 @@ def test_the_agent_refuses_the_fleet_token_as_doctor_does(tmp_path):
     assert done.returncode == USAGE_EXIT and done.stderr.count("\n") == 1, done.stderr
     assert f"--token-file {token} holds a fleet token, not a host credential" in done.stderr
     assert f"clockfabric token host gpu0 --token-file FLEET_TOKEN -o {token}" in done.stderr
+
+
+def test_a_unit_naming_its_program_bare_finds_it_where_systemd_looks(tmp_path):
+    path = tmp_path / "clockfabric-agent.service"
+    path.write_text("[Service]\nExecStart=sh -c true\n")  # systemd resolves a bare name in its fixed PATH
+    assert one(unit.unit(setup(tmp_path, unit_file=path))).verdict is Verdict.PASS
+    path.write_text("[Service]\nExecStart=no-such-program-here --x\n")
+    assert one(unit.unit(setup(tmp_path, unit_file=path))).verdict is Verdict.FAIL
+
+
+def test_a_nic_the_fleet_file_names_that_is_not_here_fails(tmp_path):
+    topo = parse(yaml.safe_load(FLEET.format(name="x").replace("eth0", "nosuchnic0")))
+    o = one(nics.nic(setup(tmp_path, topo=topo)))
+    assert o.verdict is Verdict.FAIL and o.message == "nosuchnic0 (plane 0) is not on this host"
+    assert one(nics.routes(setup(tmp_path, topo=topo))).verdict is Verdict.SKIP
+
+
+def test_a_clock_source_other_than_tsc_warns_on_x86(tmp_path, monkeypatch):
+    sysfs, ptp = tmp_path / "clocksource0", tmp_path / "ptp"
+    sysfs.mkdir()
+    (ptp / "ptp0").mkdir(parents=True)
+    (sysfs / "current_clocksource").write_text("hpet\n")
+    (sysfs / "available_clocksource").write_text("tsc hpet acpi_pm\n")
+    monkeypatch.setattr(clock.platform, "machine", lambda: "x86_64")
+    o = one(clock.clock(setup(tmp_path), sysfs, ptp))
+    assert o.verdict is Verdict.WARN and o.message.startswith("clock source hpet; PTP clocks: ptp0: tsc expected")
+    assert o.fix == "echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource"
+    (sysfs / "current_clocksource").write_text("tsc\n")
+    assert one(clock.clock(setup(tmp_path), sysfs, ptp)).verdict is Verdict.PASS
+
+
+def test_no_key_fails_and_insecure_warns(tmp_path):
+    o = one(files.key(setup(tmp_path)))
+    assert o.verdict is Verdict.FAIL and "clockfabric key new FILE" in o.fix
+    assert one(files.key(setup(tmp_path, insecure=True))).verdict is Verdict.WARN

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 from pathlib import Path
 
 from clockfabric.audit.model import Verdict
 from clockfabric.doctor.base import CHECKS, Outcome, Setup
 
 PREFIXES = "@-:+!|"  # ExecStart= prefixes (systemd.service(5)): not part of the path
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"  # where it looks for a bare name
 
 
 def exec_starts(text: str) -> list[str]:
@@ -38,7 +40,8 @@ def unit(setup: Setup) -> list[Outcome]:
                                                                                  "clockfabric-agent.service")]
     out = []
     for program in programs:
-        path = Path(program)
+        found = program if Path(program).is_absolute() else shutil.which(program, path=SYSTEMD_PATH)
+        path = Path(found or program)
         if not path.is_absolute() or not path.is_file():
             out.append(Outcome("unit", Verdict.FAIL, f"{setup.unit}: ExecStart program {program} does not exist",
                                "install clockfabric there (docs/quickstart.md), or edit ExecStart= to "
