@@ -15,8 +15,7 @@ from clockfabric.errors import ClockfabricError
 
 def _unreadable(check: str, path: Path, setup: Setup) -> Outcome | None:
     if not path.exists():
-        made = ("clockfabric key new FILE" if check == "key" else
-                f"clockfabric token host {setup.config.host} --token-file FLEET_TOKEN -o FILE")
+        made = "clockfabric key new FILE" if check == "key" else make_own(setup.config.host, path)
         return Outcome(check, Verdict.FAIL, f"{path} does not exist", f"give the file's path, or make it: {made}")
     why = readable(path, setup.user)
     if why is None:

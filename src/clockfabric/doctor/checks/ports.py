@@ -35,12 +35,24 @@ def _bind(protocol: str, address: str, port: int) -> OSError | None:
     return None
 
 
+def _listed(ports: list[tuple[str, int, str]]) -> str:
+    """udp/7299, udp/7300-7307, tcp/9470: each protocol's consecutive ports as one range."""
+    runs: list[list] = []
+    for protocol, port, _ in ports:
+        if runs and runs[-1][0] == protocol and runs[-1][2] == port - 1:
+            runs[-1][2] = port
+        else:
+            runs.append([protocol, port, port])
+    return ", ".join(f"{p}/{a}" if a == b else f"{p}/{a}-{b}" for p, a, b in runs)
+
+
 @CHECKS.register("ports", help="the agent's UDP and TCP ports free on the host's address")
 def ports(setup: Setup) -> list[Outcome]:
     cfg = setup.config
     address = str(cfg.topology.hosts[cfg.host].address)
-    busy = []
-    for protocol, port, what in agent_ports(setup):
+    wanted = agent_ports(setup)
+    busy: list[tuple[str, int, str, OSError]] = []
+    for protocol, port, what in wanted:
         e = _bind(protocol, address, port)
         if e is not None and e.errno == errno.EADDRNOTAVAIL:
             return [Outcome("ports", Verdict.FAIL, f"{address}, host {cfg.host}'s address in the fleet file, is "
@@ -48,12 +60,11 @@ def ports(setup: Setup) -> list[Outcome]:
                             f"check that --host {cfg.host} is this host, then add {address}/32 to its loopback "
                             "(the agent binds there)")]
         if e is not None:
-            busy.append(f"{protocol}/{port} ({what}): {e.strerror}")
+            busy.append((protocol, port, what, e))
     if busy:
-        first = busy[0].split(" ")[0].split("/")
-        return [Outcome("ports", Verdict.FAIL, f"on {address}: {'; '.join(busy)}",
-                        f"stop what holds them (ss -lp{'u' if first[0] == 'udp' else 't'}n 'sport = :{first[1]}'); "
-                        "an agent already running here holds them all")]
-    listed = ", ".join(f"{p}/{n}" for p, n, _ in agent_ports(setup)[:2]) + ", ... " + \
-        ", ".join(f"{p}/{n}" for p, n, _ in agent_ports(setup)[-2:])
-    return [Outcome("ports", Verdict.PASS, f"free on {address}: {listed}")]
+        protocol, port = busy[0][:2]
+        said = "; ".join(f"{p}/{n} ({what}): {e.strerror}" for p, n, what, e in busy)
+        return [Outcome("ports", Verdict.FAIL, f"on {address}: {said}",
+                        f"stop what holds them (ss -lp{protocol[0]}n 'sport = :{port}'); an agent already running "
+                        "here holds them all")]
+    return [Outcome("ports", Verdict.PASS, f"free on {address}: {_listed(wanted)}")]
