@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # the controller's (fastapi, its starlette, uvicorn, psycopg) and scipy, which only the clock
 # reference's solver imports, when it first solves
 BLOCKED = ["fastapi", "starlette", "uvicorn", "psycopg", "scipy"]
-# what an agent host runs: the agent and everything it starts, the audit, the key, topologies
+# what an agent host runs: the agent and everything it starts, the audit, the key, topologies, the doctor
 AGENT_PACKAGES = ["agent", "auth", "clock", "probe", "telemetry", "traffic", "workload", "topology", "audit",
-                  "collective", "qos", "hosts"]
-AGENT_COMMANDS = ["clock_cmds", "audit_cmds", "key_cmds", "topology_cmds"]
+                  "collective", "qos", "hosts", "doctor"]
+AGENT_COMMANDS = ["clock_cmds", "audit_cmds", "key_cmds", "topology_cmds", "doctor_cmds"]
 BLOCKER = """import json, sys
 BLOCKED = set(json.loads(sys.argv[1]))
 class Blocked:
@@ -77,7 +77,8 @@ def test_every_module_an_agent_host_runs_imports_without_them():
     assert done.returncode == 0, done.stderr[-3000:]
     imported = json.loads(done.stdout)
     assert {"clockfabric.agent.agent", "clockfabric.agent.services.controller", "clockfabric.clock.network",
-            "clockfabric.telemetry.nvidia_gpu", "clockfabric.cli.clock_cmds"} <= set(imported)
+            "clockfabric.telemetry.nvidia_gpu", "clockfabric.cli.clock_cmds",
+            "clockfabric.doctor.checks.controller"} <= set(imported)
 
 
 def test_the_blocker_blocks():

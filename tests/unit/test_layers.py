@@ -26,6 +26,7 @@ LAYERS = [
     {"probe", "clock", "telemetry", "traffic", "collective", "audit", "workload", "train", "qos"},
     {"agent"},
     {"controller"},
+    {"doctor"},  # checks a host for its agent: reads the agent's configuration, asks the controller
     {"lab"},  # a tool that drives the product from above: the product never knows it
     {"bench"},
     {"cli"},

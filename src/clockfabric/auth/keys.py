@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 MIN_KEY_BYTES, MAX_KEY_BYTES = 16, 64  # BLAKE2b takes keys up to 64 bytes
 MAX_KEY_ID = 0xFFFF
 CHECK_EVERY_S = 1.0  # how often the file's mtime is looked at: a stat per packet would cost more than the MAC
+# the key this module's docstring shows: a file copied from the example seals nothing anyone could not forge
+EXAMPLE_KEY = bytes.fromhex("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
 
 
 def parse(text: str, source: str = "key file") -> dict[int, bytes]:
@@ -39,6 +41,9 @@ def parse(text: str, source: str = "key file") -> dict[int, bytes]:
         if not sep or not 1 <= key_id <= MAX_KEY_ID or not MIN_KEY_BYTES <= len(key) <= MAX_KEY_BYTES:
             raise ClockfabricError(f"{source} line {n}: expected `id:hexkey` (id 1..{MAX_KEY_ID}, "
                                    f"{MIN_KEY_BYTES}..{MAX_KEY_BYTES} bytes of key in hex)")
+        if key == EXAMPLE_KEY:
+            raise ClockfabricError(f"{source} line {n}: this is the documentation's example key, which anyone can "
+                                   "read: make the fleet's own with `clockfabric key new FILE`")
         if key_id in keys:
             raise ClockfabricError(f"{source} line {n}: key id {key_id} is listed twice")
         keys[key_id] = key

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
@@ -13,13 +12,13 @@ from rich.table import Table
 from clockfabric.agent.agent import Agent
 from clockfabric.agent.config import METRICS_PORT, AgentConfig
 from clockfabric.agent.service import SERVICES
+from clockfabric.cli.host_options import this_host
 from clockfabric.clock.evaluate import Sampler, coverage, frame_line, read_states, since, summary
 from clockfabric.console import err, out, print_json, require_root
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab.agents import LabAgents, lab_key
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.state import Lab
 from clockfabric.logs import LOG_FORMAT_HELP, setup_logging
-from clockfabric.topology import load
 from clockfabric.topology.classes import PRIORITY_DSCP
 from clockfabric.units import parse_duration
 
@@ -103,38 +102,27 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the host agent: probe peers, keep the clock mapping, publish state."""
     setup_logging(log_format, verbose=verbose)
-    if lab_name and topology:
-        raise ClockfabricError("give --lab NAME (a lab host) or --topology FILE (a real fleet), not both")
     if both := sorted(set(collectors) & set(no_collectors)):
         raise ClockfabricError(f"--collector {both[0]} and --no-collector {both[0]}: choose one")
-    host = host or os.environ.get("CLOCKFABRIC_NODE", "")
-    lab_name = lab_name or os.environ.get("CLOCKFABRIC_LAB", "")
-    if not host:
-        raise ClockfabricError("which host is this? give --host NAME")
-    if topology:
-        topo = load(topology)
-        state = state_dir or Path("/run/clockfabric/agent")
-    elif lab_name:
-        lab = Lab.open(lab_name)
-        topo = lab.topology
-        state = state_dir or lab.dir / "agents"
-    else:
-        raise ClockfabricError("give --lab NAME (a lab host) or --topology FILE (a real fleet)")
+    here = this_host(host, lab_name, topology, key_file, insecure)
+    host, topo = here.name, here.topology
+    state = state_dir or (here.lab.dir / "agents" if here.lab else Path("/run/clockfabric/agent"))
     state.mkdir(parents=True, exist_ok=True)
     token = ""
     if controller:
+        from clockfabric.auth.credential import make_own, not_own
         from clockfabric.controller.token import read_token
 
         token = read_token(token_file)
-    if lab_name and not topology and key_file is None and not insecure:
-        key_file = lab_key(lab)  # a lab host: the lab's own key, as its other agents use
+        if problem := not_own(token, host, f"--token-file {token_file}"):
+            raise ClockfabricError(f"{problem}; give this host its own: {make_own(host, token_file)}")
     Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
                       probe_rate=probe_rate, quiet_rate=quiet_rate, probe_budget=probe_budget,
                       metrics_port=metrics_port, probe_dscp=probe_dscp, utc_system=utc_system,
                       controller=controller, token=token, ca_file=ca_file, event_log=event_log,
                       failover=failover, hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,
                       collectors=tuple(collectors), no_collectors=tuple(no_collectors),
-                      disabled=tuple(disabled), key_file=key_file, insecure=insecure,
+                      disabled=tuple(disabled), key_file=here.key_file, insecure=insecure,
                       qos_file=qos_file)).run()
 
 

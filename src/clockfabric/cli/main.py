@@ -39,6 +39,8 @@ COMMANDS = {
              "Start agents on every lab host, run, and report every host's error against the truth."),
     "owd": ("clock_cmds", "owd", False,
             "One-way delays between lab hosts from the agents' latest state (run `sync --keep` first)."),
+    "doctor": ("doctor_cmds", "doctor", False,
+               "Check this host is ready for its agent: key, credential, clock, NICs, routes, controller, ports."),
     "key": ("key_cmds", "app", True, "Make the fleet key that seals what agents send each other."),
     "controller": ("monitor_cmds", "controller", False,
                    "Run the controller: agents push to it; it stores, detects and alerts, and serves the API. "

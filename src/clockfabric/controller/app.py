@@ -151,6 +151,16 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
             raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
                                      f"or start the controller with --enroll-unknown") from None
 
+    @app.get("/api/v1/whoami")
+    def whoami(claimed: str = Depends(pusher)) -> dict:  # noqa: B008 - FastAPI's way
+        """Which host a push credential is for, whether this controller takes its pushes, and the
+        fleet it serves (the topology's name; None without one): what `clockfabric doctor` checks
+        before an agent starts, with nothing pushed."""
+        monitor = fleet.monitor
+        topology = getattr(monitor, "topology", None)
+        enrolled = fleet.enroll_unknown or fleet.storage.host(claimed) is not None
+        return {"host": claimed, "enrolled": enrolled, "fleet": topology.name if topology is not None else None}
+
     @app.get("/api/v1/fleet", dependencies=auth)
     def fleet_summary() -> dict:
         hosts = fleet.host_rows()
