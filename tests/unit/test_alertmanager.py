@@ -159,14 +159,16 @@ def storage_alert(key):
 
 
 class socket_closed:
-    """A loopback URL where nothing listens."""
+    """A loopback URL where nothing listens: its port stays bound (and refuses connections) while
+    the block runs, so no other server of a busy test run can take it meanwhile."""
 
     def __enter__(self):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return f"http://127.0.0.1:{s.getsockname()[1]}"
+        self.held = socket.socket()
+        self.held.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{self.held.getsockname()[1]}"
 
     def __exit__(self, *exc):
+        self.held.close()
         return False
 
 
