@@ -1,9 +1,10 @@
 """The chaos soak's faults against what agents hold and who they claim to be: an agent killed
 -9 while it holds events (with the controller up, and with it down), a host pushing as another,
-and the controller's disk filled. Each returns, as the others in chaos_faults.py, whether the
-fleet did what it promises within its time: the held events delivered under their original
-boot, the forged push refused and not stored, /readyz failing within a second of the first
-refused write and the storage alert kept open while the disk stays full."""
+malformed-but-JSON details and audits, and the controller's disk filled. Each returns, as the
+others in chaos_faults.py, whether the fleet did what it promises within its time: the held
+events delivered under their original boot, the forged and malformed pushes refused and not
+stored, /readyz failing within a second of the first refused write and the storage alert kept
+open while the disk stays full."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clockfabric.bench.monitoring.chaos_faults import Faults
+from clockfabric.bench.monitoring.chaos_malformed import bad_audit, bad_event
 from clockfabric.clock.evaluate import read_states
 from clockfabric.lab import impair
 from clockfabric.topology import Link
@@ -26,7 +28,7 @@ ON_DISK_S = 3.0  # a link_down must be in its agent's log on disk within this of
 
 
 class AllFaults(Faults):
-    KINDS = (*Faults.KINDS, "agent_kill", "agent_kill_held", "push_as_other", "disk_full")
+    KINDS = (*Faults.KINDS, "agent_kill", "agent_kill_held", "push_as_other", "bad_detail", "disk_full")
     # one round of the soak: every kind once, the agent kills (events held) twice
     ROUND = (*KINDS, "agent_kill", "agent_kill_held")
 
@@ -141,6 +143,20 @@ class AllFaults(Faults):
         stored = [e for e in self._events(host=victim, kind="link_down") if e["seq"] >= 1_000_000]
         ok = codes == [403, 403] and not stored
         return ok, f"{liar} and {switch} pushed as {victim}: HTTP {codes}, {len(stored)} stored"
+
+    def bad_detail(self) -> tuple[bool, str]:
+        """A declared kind's detail, then an audit's finding, with one field of the wrong JSON type
+        (chaos_malformed.py, read from the door's schemas): each 422 naming that field."""
+        host = self.rng.choice([h for h in self.hosts if h != self.witness_host])
+        kind, field, event = bad_event(self.rng, 2_000_000 + self.rng.randrange(10**6), time.time_ns())
+        r = self.http("POST", "/api/v1/push", json={"host": host, "boot": "chaos-malformed", "events": [event]},
+                      headers=self.as_host(host))
+        finding, report = bad_audit(self.rng, time.time_ns())
+        a = self.http("POST", "/api/v1/audits", json=report)
+        said = [(x.status_code, x.json()["detail"][0]["loc"][-1] if x.status_code == 422 else None) if x is not None
+                else (None, None) for x in (r, a)]
+        ok = said == [(422, field), (422, finding)]
+        return ok, f"{kind} detail.{field} and an audit finding's {finding} of the wrong type: {said}"
 
     def disk_full(self) -> tuple[bool, str]:
         """The controller's disk filled: /readyz 503 within a second of the first refused write,
