@@ -60,8 +60,8 @@ def cpu_and_rss(pid: int) -> tuple[float, float, float]:
 
 def measure(lab: Lab, extra: list[str], settle_s: float, measure_s: float) -> dict:
     fleet = LabFleet(lab)
-    fleet.agents = LabAgents(lab, peers=10, extra=["--controller", fleet.url, "--token-file", str(fleet.token_file),
-                                                   *extra])
+    fleet.agents = LabAgents(lab, peers=10, extra=["--controller", fleet.url, *extra],
+                             per_host=lambda h: ["--token-file", str(fleet.node_token_file(h))])
     fleet.start()
     try:
         fleet.wait_pushing()
