@@ -22,7 +22,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 SOCKET_LINK = "socket:["
 
 
-class Gone(Exception):
+class Gone(LookupError):
     """The process or its socket is no longer there."""
 
 

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from clockfabric.agent.context import AgentContext
+from clockfabric.agent.qos_pace import HostPacer, release_left
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.errors import ClockfabricError
 from clockfabric.qos import policy
@@ -47,6 +48,12 @@ class Qos(Service):
         topo, host = ctx.cfg.topology, ctx.cfg.host
         rates = {(lk.a if lk.a.node == host else lk.b).iface: lk.rate_bps for lk in topo.links_of(host)}
         self.enforcer = Enforcer({nic: rates.get(nic, 0) for nic in ctx.rails})
+        # one FIFO per port: the hosts pace the lower classes themselves, at the delays' pace
+        self.pace_file = Path(ctx.cfg.state_dir) / f"{host}.paced"
+        link_rates = [r for r in rates.values() if r]
+        self.pacer = HostPacer(min(link_rates), self.pace_file, max(ctx.cfg.update_s, ctx.cfg.window_s)) \
+            if topo.classes is None and link_rates else None
+        self.released_at_start = 0  # sockets a killed agent had paced
         self.policies: list[policy.Policy] = []
         self.file: Path | None = ctx.cfg.qos_file
         self._file_seen: float | None = None
@@ -67,6 +74,7 @@ class Qos(Service):
         self.cleaned = remove_all(self.enforcer.devices)
         if self.cleaned:
             log.info("removed the QoS marks and shaping an earlier agent left on %s", ", ".join(self.cleaned))
+        self.released_at_start = release_left(self.pace_file)
         self._state = self.state()
 
     def _from_controller(self, body: dict) -> None:
@@ -97,6 +105,8 @@ class Qos(Service):
         self.sockets = self.ctx.job_sockets() if self.ctx.job_sockets else []
         self.in_force, self.asked_problems = effective(self.policies, self.ctx.job_qos() if self.ctx.job_qos else {})
         self.enforcer.update(self.in_force, self.sockets)
+        if self.pacer is not None and self.ctx.job_flows is not None:
+            self.pacer.step(*self.ctx.job_flows(), self.in_force)
         self._state = self.state()
 
     def state(self) -> dict:
@@ -112,7 +122,15 @@ class Qos(Service):
         problem = "; ".join(filter(None, [self.problem, *self.asked_problems]))
         return {"policies": len(self.policies), "source": "file" if self.file else "controller",
                 "refused": self.enforcer.refused, "problem": problem, "links": dict(self.enforcer.shaping),
-                "cleaned_at_start": self.cleaned, "jobs": jobs}
+                "cleaned_at_start": self.cleaned, "jobs": jobs, "pacing": self._pacing()}
+
+    def _pacing(self) -> dict | None:
+        """The lower classes' limit per link and the sockets held to it (None: the fabric has classes)."""
+        if self.pacer is None:
+            return None
+        return {"links_bps": {k: round(v) for k, v in self.pacer.loop.limits.items()},
+                "sockets": len(self.pacer.loop.paced), "problem": self.pacer.problem,
+                "released_at_start": self.released_at_start}
 
     def report(self) -> dict:
         return {"qos": self._state}
@@ -122,4 +140,6 @@ class Qos(Service):
         return Snapshot(events=events, info={"qos": self._state})
 
     def stop(self) -> None:
+        if self.pacer is not None:
+            self.pacer.release()
         self.enforcer.remove()

@@ -1,0 +1,92 @@
+"""The QoS service's pacing on a one-FIFO fabric: the workload's readings in, qos.pace_loop's
+rates onto the jobs' own sockets (qos.sockpace) out.
+
+Host-local: a flow crosses two directed links the host can name, its NIC's egress (by its local
+address) and the last hop into its peer (by the peer's address); the higher class's queueing on
+them is its in-band one-way delay (the workload's window, synced clocks) above the lowest this
+host has seen to that peer. What it paced is written to a state file first, so an agent killed
+while pacing releases those sockets at its next start.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from clockfabric.qos import sockpace
+from clockfabric.qos.pace_loop import Flow, PaceLoop, SocketId
+from clockfabric.qos.pacing import Gains
+from clockfabric.qos.policy import Policy
+from clockfabric.workload.flows import flow_label
+from clockfabric.workload.monitor import JobFlow
+from clockfabric.workload.owd import INBAND
+from clockfabric.workload.samples import FlowOwd
+
+
+def links_of(f: JobFlow) -> tuple[str, ...]:
+    return (f"{f.rates.key.local}>", f">{f.rates.key.remote}")
+
+
+class HostPacer:
+    def __init__(self, capacity_bps: float, state_file: Path, period_s: float):
+        self.state_file = state_file
+        self.loop = PaceLoop(lambda _link: capacity_bps, self._actuate, Gains(period_s=period_s))
+        self.floor_ns: dict[str, int] = {}  # peer address -> the lowest one-way delay seen to it
+        self.last_owd: FlowOwd | None = None
+        self.problem = ""  # the kernel's last refusal, for the state
+
+    def _actuate(self, sock: SocketId, bytes_per_s: int | None) -> None:
+        try:
+            sockpace.set_max_rate(*sock, sockpace.UNLIMITED if bytes_per_s is None else bytes_per_s)
+        except OSError as e:
+            self.problem = f"cannot pace socket {sock[1]} of process {sock[0]}: {e}"
+            raise LookupError(self.problem) from None  # not paced: tried again next period
+
+    def _queue_s(self, f: JobFlow, owd: FlowOwd, fresh: bool) -> float | None:
+        stats = owd.get(flow_label(f.rates.key), {}).get("out")
+        if not fresh or stats is None or stats.source != INBAND:
+            return None
+        peer = f.rates.key.remote
+        floor = self.floor_ns[peer] = min(self.floor_ns.get(peer, stats.min_ns), stats.min_ns)
+        return max(0, stats.p50_ns - floor) / 1e9
+
+    def step(self, flows: list[JobFlow], owd: FlowOwd, policies: list[Policy]) -> dict[SocketId, int]:
+        """One period: the jobs' flows and their last window of delays, the policies in force."""
+        fresh, self.last_owd = owd is not self.last_owd, owd  # a new window is a new dict
+        by_job = {p.jobid: p for p in policies}
+        readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, links_of(f), f.rates.tx_bps or 0.0,
+                         self._queue_s(f, owd, fresh))
+                    for f in flows if (p := by_job.get(f.jobid)) is not None]
+        before = dict(self.loop.paced)
+        paced = self.loop.step(readings)
+        if paced != before:
+            self._remember()
+        return paced
+
+    def _remember(self) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted(self.loop.paced)))
+        tmp.replace(self.state_file)
+
+    def release(self) -> None:
+        self.loop.release()
+        self.state_file.unlink(missing_ok=True)
+
+
+def release_left(state_file: Path) -> int:
+    """Sockets an earlier agent paced back to no limit; how many were still open."""
+    try:
+        left = json.loads(state_file.read_text())
+    except FileNotFoundError:
+        return 0
+    except ValueError:
+        left = []
+    released = 0
+    for pid, inode in left:
+        try:
+            sockpace.set_max_rate(int(pid), int(inode), sockpace.UNLIMITED)
+            released += 1
+        except (LookupError, OSError):
+            continue
+    state_file.unlink(missing_ok=True)
+    return released
