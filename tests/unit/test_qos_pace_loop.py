@@ -54,7 +54,7 @@ def run(high, periods, fake, loop):
 
 def test_paced_within_a_second_by_weight_and_released_when_the_higher_class_idles():
     fake = FakeSockets()
-    loop = PaceLoop(lambda link: C, fake, G)
+    loop = PaceLoop(lambda link: (C, G), fake)
     high = lambda k: 0.6 * C if 5 <= k < 40 else 0.0  # noqa: E731 - compute, all-reduce, compute
     queue = run(high, 60, fake, loop)
     assert fake.calls and fake.calls[0][1] is not None  # alone, nothing was released: it was never limited
@@ -70,7 +70,7 @@ def test_paced_within_a_second_by_weight_and_released_when_the_higher_class_idle
 
 def test_shares_follow_the_weights_and_the_tightest_link_wins():
     fake = FakeSockets()
-    loop = PaceLoop(lambda link: C, fake, G)
+    loop = PaceLoop(lambda link: (C, G), fake)
     queued = G.target_s + 0.01  # well over target: the law gives the floor
     flows = [Flow((1, 1), "critical", 70, (LINK,), 0.5 * C, 0.0),
              Flow(A, "scavenger", 3, (LINK, ">10.0.0.9"), C, None),
@@ -86,7 +86,7 @@ def test_shares_follow_the_weights_and_the_tightest_link_wins():
 
 def test_a_socket_gone_is_forgotten_and_stop_releases_the_rest():
     fake = FakeSockets()
-    loop = PaceLoop(lambda link: C, fake, G)
+    loop = PaceLoop(lambda link: (C, G), fake)
     flows = [Flow((1, 1), "critical", 70, (LINK,), 0.5 * C, 0.01), Flow(A, "scavenger", 3, (LINK,), C, None),
              Flow(B, "scavenger", 1, (LINK,), C, None)]
     assert set(loop.step(flows)) == {A, B}
@@ -102,8 +102,17 @@ def test_a_socket_gone_is_forgotten_and_stop_releases_the_rest():
 
 def test_no_higher_class_on_a_link_no_limit():
     fake = FakeSockets()
-    loop = PaceLoop(lambda link: C, fake, G)
+    loop = PaceLoop(lambda link: (C, G), fake)
     flows = [Flow(A, "scavenger", 3, (LINK,), C, 0.05), Flow(B, "scavenger", 1, (LINK,), C, 0.05)]
     for _ in range(5):
         assert loop.step(flows) == {}
     assert fake.calls == []
+
+
+def test_a_links_own_queue_reading_paces_without_any_flow_reading():
+    fake = FakeSockets()
+    loop = PaceLoop(lambda link: (C, G), fake)
+    flows = [Flow((1, 1), "critical", 70, (LINK,), 0.5 * C, None), Flow(A, "scavenger", 3, (LINK,), C, None)]
+    assert loop.step(flows, {"other>": 0.05}) == {}  # another link's queue: not this one's
+    assert loop.step(flows, {LINK: 0.2})[A] == round(G.floor * C / 8)  # 200 ms of queue: the floor
+    assert loop.limits == {LINK: G.floor * C}

@@ -1,11 +1,12 @@
-"""The QoS service's pacing on a one-FIFO fabric: the workload's readings in, qos.pace_loop's
-rates onto the jobs' own sockets (qos.sockpace) out.
+"""The QoS service's pacing on a one-FIFO fabric: the workload's readings and the NICs' queues in,
+qos.pace_loop's rates onto the jobs' own sockets (qos.sockpace) out, every PERIOD_S.
 
-Host-local: a flow crosses two directed links the host can name, its NIC's egress (by its local
-address) and the last hop into its peer (by the peer's address); the higher class's queueing on
-them is its in-band one-way delay (the workload's window, synced clocks) above the lowest this
-host has seen to that peer. What it paced is written to a state file first, so an agent killed
-while pacing releases those sockets at its next start.
+Host-local: a flow crosses two directed links the host can name, its NIC's egress and the last
+hop into its peer. The first's queue is read from the NIC's qdisc backlog each period
+(qos.backlog); the second's is the higher class's in-band one-way delay (the workload's window,
+synced clocks) above the lowest this host has seen to that peer, new once a window, so that link
+is stepped with the window as its period. What it paced goes to a state file first, so an agent
+killed while pacing releases those sockets at its next start.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 
 from clockfabric.qos import sockpace
+from clockfabric.qos.backlog import EgressBacklog
 from clockfabric.qos.pace_loop import Flow, PaceLoop, SocketId
 from clockfabric.qos.pacing import Gains
 from clockfabric.qos.policy import Policy
@@ -22,18 +24,27 @@ from clockfabric.workload.monitor import JobFlow
 from clockfabric.workload.owd import INBAND
 from clockfabric.workload.samples import FlowOwd
 
-
-def links_of(f: JobFlow) -> tuple[str, ...]:
-    return (f"{f.rates.key.local}>", f">{f.rates.key.remote}")
+PERIOD_S = Gains().period_s
 
 
 class HostPacer:
-    def __init__(self, capacity_bps: float, state_file: Path, period_s: float):
+    def __init__(self, rates_bps: dict[str, int], state_file: Path, window_s: float):
         self.state_file = state_file
-        self.loop = PaceLoop(lambda _link: capacity_bps, self._actuate, Gains(period_s=period_s))
+        self.backlog = EgressBacklog(rates_bps)
+        self.capacity = min(r for r in rates_bps.values() if r)  # a peer's last hop: the host's own speed
+        self.local, self.remote = Gains(), Gains(period_s=max(window_s, PERIOD_S))
+        self.loop = PaceLoop(self._link, self._actuate)
         self.floor_ns: dict[str, int] = {}  # peer address -> the lowest one-way delay seen to it
         self.last_owd: FlowOwd | None = None
         self.problem = ""  # the kernel's last refusal, for the state
+
+    def _link(self, link: str) -> tuple[float, Gains]:
+        if link.endswith(">"):  # a NIC's egress
+            return self.backlog.rates_bps.get(link[:-1], self.capacity), self.local
+        return self.capacity, self.remote
+
+    def links_of(self, f: JobFlow) -> tuple[str, ...]:
+        return (f"{self.backlog.nic_of.get(f.rates.key.local, f.rates.key.local)}>", f">{f.rates.key.remote}")
 
     def _actuate(self, sock: SocketId, bytes_per_s: int | None) -> None:
         try:
@@ -54,11 +65,12 @@ class HostPacer:
         """One period: the jobs' flows and their last window of delays, the policies in force."""
         fresh, self.last_owd = owd is not self.last_owd, owd  # a new window is a new dict
         by_job = {p.jobid: p for p in policies}
-        readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, links_of(f), f.rates.tx_bps or 0.0,
-                         self._queue_s(f, owd, fresh))
+        nic_queues = self.backlog.queues_s()
+        readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, self.links_of(f),
+                         f.rates.tx_bps or 0.0, self._queue_s(f, owd, fresh))
                     for f in flows if (p := by_job.get(f.jobid)) is not None]
         before = dict(self.loop.paced)
-        paced = self.loop.step(readings)
+        paced = self.loop.step(readings, {f"{nic}>": q for nic, q in nic_queues.items()})
         if paced != before:
             self._remember()
         return paced
@@ -71,6 +83,7 @@ class HostPacer:
     def release(self) -> None:
         self.loop.release()
         self.state_file.unlink(missing_ok=True)
+        self.backlog.close()
 
 
 def release_left(state_file: Path) -> int:

@@ -1,6 +1,8 @@
 """The pacing loop of a one-FIFO fabric, host-local: each period, per directed link the host's
 flows cross, the law (qos.pacing) sets the lower classes' rate from the higher class's queueing
-there, and each lower-class socket gets its share (the smallest over the links it crosses).
+there (the link's own reading, else the highest its flows saw), and each lower-class socket gets
+its share (the smallest over the links it crosses). Each link has its own gains: a link whose
+queue is read less often is stepped with that period, holding its rate between readings.
 
 Pure: the flows come in as plain readings, the rates go out through an `Actuator` (the agent's
 is qos.sockpace on the processes' sockets). What it paced it remembers, so a release (the higher
@@ -36,28 +38,22 @@ class Actuator(Protocol):
         """Limit the socket to this rate (None: no limit). Raises LookupError if it is gone."""
 
 
-@dataclass
-class Link:
-    capacity_bps: float
-    pacer: LinkPacer
-
-
 class PaceLoop:
-    def __init__(self, capacity_of: Callable[[str], float], actuator: Actuator, gains: Gains | None = None):
-        self.capacity_of = capacity_of
+    def __init__(self, link_of: Callable[[str], tuple[float, Gains]], actuator: Actuator):
+        self.link_of = link_of  # a link's capacity (bits/s) and the gains for how often its queue is read
         self.actuator = actuator
-        self.gains = gains or Gains()
         self.links: dict[str, LinkPacer] = {}
         self.paced: dict[SocketId, int] = {}  # socket -> the bytes per second it is limited to now
         self.limits: dict[str, float] = {}  # link -> the lower classes' rate on it, where limited
 
     def _pacer(self, link: str) -> LinkPacer:
         if link not in self.links:
-            self.links[link] = LinkPacer(self.capacity_of(link), self.gains)
+            self.links[link] = LinkPacer(*self.link_of(link))
         return self.links[link]
 
-    def step(self, flows: Iterable[Flow]) -> dict[SocketId, int]:
-        """One period; returns the limits in force after it (bytes per second, by socket)."""
+    def step(self, flows: Iterable[Flow], link_queues: dict[str, float] | None = None) -> dict[SocketId, int]:
+        """One period: the flows and the links' own queue readings (seconds). Returns the limits in
+        force after it (bytes per second, by socket)."""
         by_link: dict[str, list[Flow]] = {}
         for f in flows:
             for link in f.links:
@@ -69,6 +65,8 @@ class PaceLoop:
             high = [f for f in on if RANK.get(f.qos_class, 1) == top]
             low = [f for f in on if RANK.get(f.qos_class, 1) > top]
             queues = [f.queue_s for f in high if f.queue_s is not None]
+            if link_queues and link in link_queues:
+                queues.append(link_queues[link])
             rate = self._pacer(link).step(sum(f.tx_bps for f in high), max(queues) if queues else None)
             if rate is None or not low:
                 continue

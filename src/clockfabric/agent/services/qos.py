@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 from clockfabric.agent.context import AgentContext
-from clockfabric.agent.qos_pace import HostPacer, release_left
+from clockfabric.agent.qos_pace import PERIOD_S, HostPacer, release_left
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.errors import ClockfabricError
 from clockfabric.qos import policy
@@ -48,11 +49,11 @@ class Qos(Service):
         topo, host = ctx.cfg.topology, ctx.cfg.host
         rates = {(lk.a if lk.a.node == host else lk.b).iface: lk.rate_bps for lk in topo.links_of(host)}
         self.enforcer = Enforcer({nic: rates.get(nic, 0) for nic in ctx.rails})
-        # one FIFO per port: the hosts pace the lower classes themselves, at the delays' pace
+        # one FIFO per port: the hosts pace the lower classes themselves (made at start)
         self.pace_file = Path(ctx.cfg.state_dir) / f"{host}.paced"
-        link_rates = [r for r in rates.values() if r]
-        self.pacer = HostPacer(min(link_rates), self.pace_file, max(ctx.cfg.update_s, ctx.cfg.window_s)) \
-            if topo.classes is None and link_rates else None
+        self.pace_rates = {nic: rates.get(nic, 0) for nic in ctx.rails} if topo.classes is None else {}
+        self.pacer: HostPacer | None = None
+        self._pace_due = 0.0
         self.released_at_start = 0  # sockets a killed agent had paced
         self.policies: list[policy.Policy] = []
         self.file: Path | None = ctx.cfg.qos_file
@@ -69,12 +70,16 @@ class Qos(Service):
 
     def _link_changed(self) -> None:
         self.enforcer.stale = True  # a NIC back as a new device has none of our marks
+        if self.pacer is not None:
+            self.pacer.backlog.forget()
 
     def start(self) -> None:
         self.cleaned = remove_all(self.enforcer.devices)
         if self.cleaned:
             log.info("removed the QoS marks and shaping an earlier agent left on %s", ", ".join(self.cleaned))
         self.released_at_start = release_left(self.pace_file)
+        if any(self.pace_rates.values()):
+            self.pacer = HostPacer(self.pace_rates, self.pace_file, self.ctx.cfg.window_s)
         self._state = self.state()
 
     def _from_controller(self, body: dict) -> None:
@@ -105,9 +110,16 @@ class Qos(Service):
         self.sockets = self.ctx.job_sockets() if self.ctx.job_sockets else []
         self.in_force, self.asked_problems = effective(self.policies, self.ctx.job_qos() if self.ctx.job_qos else {})
         self.enforcer.update(self.in_force, self.sockets)
-        if self.pacer is not None and self.ctx.job_flows is not None:
-            self.pacer.step(*self.ctx.job_flows(), self.in_force)
         self._state = self.state()
+
+    def poll(self, now_s: float) -> float:
+        """The pacing loop, every PERIOD_S, on the last update's flows and policies."""
+        if self.pacer is None or self.ctx.job_flows is None:
+            return math.inf
+        if now_s >= self._pace_due:
+            self._pace_due = now_s + PERIOD_S
+            self.pacer.step(*self.ctx.job_flows(), self.in_force)
+        return self._pace_due
 
     def state(self) -> dict:
         marked, applied = self.enforcer.marked(), self.enforcer.applied
