@@ -37,6 +37,8 @@ class HostPacer:
         self.floor_ns: dict[str, int] = {}  # peer address -> the lowest one-way delay seen to it
         self.last_owd: FlowOwd | None = None
         self.problem = ""  # the kernel's last refusal, for the state
+        self.ever_paced: set[SocketId] = set()  # for the state: what the loop has held since start
+        self.limited_s = 0.0  # and how long any limit was in force
 
     def _link(self, link: str) -> tuple[float, Gains]:
         if link.endswith(">"):  # a NIC's egress
@@ -65,12 +67,16 @@ class HostPacer:
         """One period: the jobs' flows and their last window of delays, the policies in force."""
         fresh, self.last_owd = owd is not self.last_owd, owd  # a new window is a new dict
         by_job = {p.jobid: p for p in policies}
-        nic_queues = self.backlog.queues_s()
         readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, self.links_of(f),
                          f.rates.tx_bps or 0.0, self._queue_s(f, owd, fresh))
                     for f in flows if (p := by_job.get(f.jobid)) is not None]
+        if not readings and not self.loop.paced:
+            return {}  # no job with a policy here: not even the qdiscs are read
+        nic_queues = self.backlog.queues_s()
         before = dict(self.loop.paced)
         paced = self.loop.step(readings, {f"{nic}>": q for nic, q in nic_queues.items()})
+        self.ever_paced |= set(paced)
+        self.limited_s += PERIOD_S if paced else 0.0
         if paced != before:
             self._remember()
         return paced

@@ -12,6 +12,8 @@ import logging
 import math
 from pathlib import Path
 
+from pyroute2.netlink.exceptions import NetlinkError
+
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.qos_pace import PERIOD_S, HostPacer, release_left
 from clockfabric.agent.service import Service, Snapshot, service
@@ -118,7 +120,10 @@ class Qos(Service):
             return math.inf
         if now_s >= self._pace_due:
             self._pace_due = now_s + PERIOD_S
-            self.pacer.step(*self.ctx.job_flows(), self.in_force)
+            try:
+                self.pacer.step(*self.ctx.job_flows(), self.in_force)
+            except (OSError, NetlinkError) as e:  # the NICs' queues unreadable: the limits hold
+                self.pacer.problem = f"cannot read the NICs' queues: {e}"
         return self._pace_due
 
     def state(self) -> dict:
@@ -141,7 +146,8 @@ class Qos(Service):
         if self.pacer is None:
             return None
         return {"links_bps": {k: round(v) for k, v in self.pacer.loop.limits.items()},
-                "sockets": len(self.pacer.loop.paced), "problem": self.pacer.problem,
+                "sockets": len(self.pacer.loop.paced), "sockets_ever": len(self.pacer.ever_paced),
+                "limited_s": round(self.pacer.limited_s, 1), "problem": self.pacer.problem,
                 "released_at_start": self.released_at_start}
 
     def report(self) -> dict:
