@@ -82,6 +82,10 @@ def test_shares_follow_the_weights_and_the_tightest_link_wins():
     # on the second link the normal job is the higher class, and queues: A gets less there
     assert paced[A] == round((C - 0.9 * C - G.kappa * C * (queued - G.target_s) / G.period_s) / 8) < paced[B] * 3
     assert (1, 1) not in paced and (2, 2) not in paced
+    idle = (12, 3)  # a scavenger socket that sends nothing (a control connection) takes no share
+    with_idle = [*flows[:3], Flow(idle, "scavenger", 3, (LINK,), 0.0, None)]
+    paced = PaceLoop(lambda link: (C, G), FakeSockets()).step(with_idle)
+    assert paced[B] == round(on_link / 4 / 8) and paced[idle] == round(on_link * 3 / 4 / 8)
 
 
 def test_a_socket_gone_is_forgotten_and_stop_releases_the_rest():

@@ -71,9 +71,11 @@ class PaceLoop:
             if rate is None or not low:
                 continue
             self.limits[link] = rate
-            total = sum(f.weight for f in low)
+            # split over the sockets that send: an idle one (a control connection) would waste its
+            # share; it gets the same share as a sending one until the next period sees it send
+            total = sum(f.weight for f in low if f.tx_bps > 0) or sum(f.weight for f in low)
             for f in low:
-                share = rate * f.weight / total
+                share = min(rate, rate * f.weight / total)
                 want[f.sock] = min(want.get(f.sock, share), share)
         for link in set(self.links) - set(by_link):  # no flow of ours crosses it any more
             del self.links[link]
