@@ -72,7 +72,8 @@ def test_a_rate_set_through_pidfd_getfd_holds_another_process_to_it(ns, tmp_path
                      if (link := os.readlink(fds + n)).startswith("socket:["))
         free = counter.rate(0.5)
         assert free > 10 * LIMIT, free
-        sockpace.set_max_rate(sender.pid, inode, LIMIT)
+        fd = sockpace.set_max_rate(sender.pid, inode, LIMIT)
+        assert sockpace.set_max_rate(sender.pid, inode, LIMIT, fd=0) == fd  # a stale number: looked up again
         assert sockpace.max_rate(sender.pid, inode) == LIMIT
         time.sleep(0.3)  # what was already queued drains
         paced = counter.rate(1.0)

@@ -39,6 +39,7 @@ class HostPacer:
         self.problem = ""  # the kernel's last refusal, for the state
         self.ever_paced: set[SocketId] = set()  # for the state: what the loop has held since start
         self.limited_s = 0.0  # and how long any limit was in force
+        self.fds: dict[SocketId, int] = {}  # each paced socket's descriptor number in its process
 
     def _link(self, link: str) -> tuple[float, Gains]:
         if link.endswith(">"):  # a NIC's egress
@@ -49,8 +50,14 @@ class HostPacer:
         return (f"{self.backlog.nic_of.get(f.rates.key.local, f.rates.key.local)}>", f">{f.rates.key.remote}")
 
     def _actuate(self, sock: SocketId, bytes_per_s: int | None) -> None:
+        rate = sockpace.UNLIMITED if bytes_per_s is None else bytes_per_s
         try:
-            sockpace.set_max_rate(*sock, sockpace.UNLIMITED if bytes_per_s is None else bytes_per_s)
+            self.fds[sock] = sockpace.set_max_rate(*sock, rate, self.fds.get(sock))
+            if bytes_per_s is None:
+                del self.fds[sock]
+        except LookupError:
+            self.fds.pop(sock, None)
+            raise
         except OSError as e:
             self.problem = f"cannot pace socket {sock[1]} of process {sock[0]}: {e}"
             raise LookupError(self.problem) from None  # not paced: tried again next period

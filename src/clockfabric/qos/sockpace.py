@@ -52,27 +52,34 @@ def fd_of(pid: int, inode: int, proc: str = "/proc") -> int | None:
     return None
 
 
-def set_max_rate(pid: int, inode: int, bytes_per_s: int) -> None:
+def set_max_rate(pid: int, inode: int, bytes_per_s: int, fd: int | None = None) -> int:
     """Set SO_MAX_PACING_RATE (bytes per second; UNLIMITED: none) on a socket of process pid,
-    named by its inode. Gone if the process or socket went; OSError if the kernel refuses."""
-    fd = fd_of(pid, inode)
-    if fd is None:
-        raise Gone(f"socket {inode} is no longer open in process {pid}")
-    try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        raise Gone(f"process {pid} is gone") from None
-    try:
-        dup = _pidfd_getfd(pidfd, fd)
-    finally:
-        os.close(pidfd)
-    s = socket.socket(fileno=dup)
-    try:
-        if os.fstat(dup).st_ino != inode:  # the fd number was reused between the listing and now
-            raise Gone(f"socket {inode} is no longer open in process {pid}")
-        s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("Q", min(bytes_per_s, UNLIMITED)))
-    finally:
-        s.close()
+    named by its inode; `fd`: where it was last time (checked, else looked up again). Returns the
+    process's descriptor number for it. Gone if the process or socket went; OSError if the
+    kernel refuses."""
+    for guess in ([fd] if fd is not None else []) + [None]:
+        at = guess if guess is not None else fd_of(pid, inode)
+        if at is None:
+            break
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            raise Gone(f"process {pid} is gone") from None
+        try:
+            dup = _pidfd_getfd(pidfd, at)
+        except Gone:
+            continue
+        finally:
+            os.close(pidfd)
+        s = socket.socket(fileno=dup)
+        try:
+            if os.fstat(dup).st_ino != inode:  # the number now holds another file
+                continue
+            s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("Q", min(bytes_per_s, UNLIMITED)))
+            return at
+        finally:
+            s.close()
+    raise Gone(f"socket {inode} is no longer open in process {pid}")
 
 
 def max_rate(pid: int, inode: int) -> int:
