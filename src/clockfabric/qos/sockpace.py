@@ -71,10 +71,11 @@ def set_max_rate(pid: int, inode: int, bytes_per_s: int, fd: int | None = None) 
             continue
         finally:
             os.close(pidfd)
+        if os.fstat(dup).st_ino != inode:  # the number now holds another file
+            os.close(dup)
+            continue
         s = socket.socket(fileno=dup)
         try:
-            if os.fstat(dup).st_ino != inode:  # the number now holds another file
-                continue
             s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("Q", min(bytes_per_s, UNLIMITED)))
             return at
         finally:
