@@ -13,6 +13,7 @@ import ctypes
 import errno
 import os
 import socket
+import stat
 import struct
 
 SO_MAX_PACING_RATE = 47  # asm-generic/socket.h
@@ -71,7 +72,8 @@ def set_max_rate(pid: int, inode: int, bytes_per_s: int, fd: int | None = None) 
             continue
         finally:
             os.close(pidfd)
-        if os.fstat(dup).st_ino != inode:  # the number now holds another file
+        st = os.fstat(dup)
+        if not stat.S_ISSOCK(st.st_mode) or st.st_ino != inode:  # the number now holds another file
             os.close(dup)
             continue
         s = socket.socket(fileno=dup)
