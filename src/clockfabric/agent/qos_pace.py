@@ -47,7 +47,7 @@ class HostPacer:
         return self.capacity, self.remote
 
     def links_of(self, f: JobFlow) -> tuple[str, ...]:
-        return (f"{self.backlog.nic_of.get(f.rates.key.local, f.rates.key.local)}>", f">{f.rates.key.remote}")
+        return (f"{self.backlog.egress(f.rates.key.remote)}>", f">{f.rates.key.remote}")
 
     def _actuate(self, sock: SocketId, bytes_per_s: int | None) -> None:
         rate = sockpace.UNLIMITED if bytes_per_s is None else bytes_per_s

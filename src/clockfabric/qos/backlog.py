@@ -8,12 +8,11 @@ backlog bytes over the link's rate. Read only: nothing is changed on any qdisc.
 
 from __future__ import annotations
 
-import socket
 import time
 
 from pyroute2 import IPRoute
 
-ADDRESSES_EVERY_S = 10.0  # which NIC has which address, read again this often
+ADDRESSES_EVERY_S = 10.0  # the NICs and the routes to peers, read again this often
 ROOT = 0xFFFFFFFF
 
 
@@ -21,16 +20,30 @@ class EgressBacklog:
     def __init__(self, rates_bps: dict[str, int]):
         self.rates_bps = {nic: r for nic, r in rates_bps.items() if r}
         self.ipr = IPRoute()
-        self.nic_of: dict[str, str] = {}  # local IPv4 address -> NIC
+        self.routes: dict[str, str] = {}  # peer address -> the NIC the kernel sends to it by
         self._index: dict[str, int] = {}
         self._read_at = -ADDRESSES_EVERY_S
+        self._names: dict[int, str] = {}
 
     def _addresses(self) -> None:
         self._read_at = time.monotonic()
         names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in self.ipr.get_links()}
         self._index = {name: i for i, name in names.items() if name in self.rates_bps}
-        self.nic_of = {a.get_attr("IFA_ADDRESS"): names.get(a["index"], "")
-                       for a in self.ipr.get_addr(family=socket.AF_INET)}
+        self._names = names
+        self.routes = {}
+
+    def egress(self, peer: str) -> str:
+        """The NIC the kernel routes to this peer by (a host's own address may sit on lo: the
+        route, not the address, says which link a flow leaves by); the peer itself where unknown."""
+        if time.monotonic() - self._read_at >= ADDRESSES_EVERY_S:
+            self._addresses()
+        if peer not in self.routes:
+            try:
+                oif = self.ipr.route("get", dst=peer)[0].get_attr("RTA_OIF")
+                self.routes[peer] = self._names.get(oif, peer)
+            except (OSError, IndexError, ValueError):
+                self.routes[peer] = peer
+        return self.routes[peer]
 
     def queues_s(self) -> dict[str, float]:
         """Each NIC's root qdisc backlog, in seconds at its link's rate."""
