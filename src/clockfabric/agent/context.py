@@ -52,6 +52,7 @@ class AgentContext:
     on_reply: list[Callable[[dict], None]] = field(default_factory=list)  # the controller's answer to a push
     job_sockets: Callable[[], list[tuple[str, int]]] | None = None  # (jobid, socket cookie): the workload's
     job_qos: Callable[[], dict[str, str]] | None = None  # jobid -> the QoS class its processes ask for
+    job_flows: Callable[[], tuple[list, dict]] | None = None  # the workload's flows and their last OWD window
 
     def link_changed(self) -> None:
         for wake in self.on_link_change:

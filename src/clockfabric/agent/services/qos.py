@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
+from pyroute2.netlink.exceptions import NetlinkError
+
 from clockfabric.agent.context import AgentContext
+from clockfabric.agent.qos_pace import PERIOD_S, HostPacer, release_left
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.errors import ClockfabricError
 from clockfabric.qos import policy
@@ -47,6 +51,12 @@ class Qos(Service):
         topo, host = ctx.cfg.topology, ctx.cfg.host
         rates = {(lk.a if lk.a.node == host else lk.b).iface: lk.rate_bps for lk in topo.links_of(host)}
         self.enforcer = Enforcer({nic: rates.get(nic, 0) for nic in ctx.rails})
+        # one FIFO per port: the hosts pace the lower classes themselves (made at start)
+        self.pace_file = Path(ctx.cfg.state_dir) / f"{host}.paced"
+        self.pace_rates = {nic: rates.get(nic, 0) for nic in ctx.rails} if topo.classes is None else {}
+        self.pacer: HostPacer | None = None
+        self._pace_due = 0.0
+        self.released_at_start = 0  # sockets a killed agent had paced
         self.policies: list[policy.Policy] = []
         self.file: Path | None = ctx.cfg.qos_file
         self._file_seen: float | None = None
@@ -62,11 +72,16 @@ class Qos(Service):
 
     def _link_changed(self) -> None:
         self.enforcer.stale = True  # a NIC back as a new device has none of our marks
+        if self.pacer is not None:
+            self.pacer.backlog.forget()
 
     def start(self) -> None:
         self.cleaned = remove_all(self.enforcer.devices)
         if self.cleaned:
             log.info("removed the QoS marks and shaping an earlier agent left on %s", ", ".join(self.cleaned))
+        self.released_at_start = release_left(self.pace_file)
+        if any(self.pace_rates.values()):
+            self.pacer = HostPacer(self.pace_rates, self.pace_file, self.ctx.cfg.window_s)
         self._state = self.state()
 
     def _from_controller(self, body: dict) -> None:
@@ -99,6 +114,18 @@ class Qos(Service):
         self.enforcer.update(self.in_force, self.sockets)
         self._state = self.state()
 
+    def poll(self, now_s: float) -> float:
+        """The pacing loop, every PERIOD_S, on the last update's flows and policies."""
+        if self.pacer is None or self.ctx.job_flows is None:
+            return math.inf
+        if now_s >= self._pace_due:
+            self._pace_due = now_s + PERIOD_S
+            try:
+                self.pacer.step(*self.ctx.job_flows(), self.in_force)
+            except (OSError, NetlinkError) as e:  # the NICs' queues unreadable: the limits hold
+                self.pacer.problem = f"cannot read the NICs' queues: {e}"
+        return self._pace_due
+
     def state(self) -> dict:
         marked, applied = self.enforcer.marked(), self.enforcer.applied
         jobs: dict[str, dict] = {}
@@ -112,7 +139,16 @@ class Qos(Service):
         problem = "; ".join(filter(None, [self.problem, *self.asked_problems]))
         return {"policies": len(self.policies), "source": "file" if self.file else "controller",
                 "refused": self.enforcer.refused, "problem": problem, "links": dict(self.enforcer.shaping),
-                "cleaned_at_start": self.cleaned, "jobs": jobs}
+                "cleaned_at_start": self.cleaned, "jobs": jobs, "pacing": self._pacing()}
+
+    def _pacing(self) -> dict | None:
+        """The lower classes' limit per link and the sockets held to it (None: the fabric has classes)."""
+        if self.pacer is None:
+            return None
+        return {"links_bps": {k: round(v) for k, v in self.pacer.loop.limits.items()},
+                "sockets": len(self.pacer.loop.paced), "sockets_ever": len(self.pacer.ever_paced),
+                "limited_s": round(self.pacer.limited_s, 1), "problem": self.pacer.problem,
+                "released_at_start": self.released_at_start}
 
     def report(self) -> dict:
         return {"qos": self._state}
@@ -122,4 +158,6 @@ class Qos(Service):
         return Snapshot(events=events, info={"qos": self._state})
 
     def stop(self) -> None:
+        if self.pacer is not None:
+            self.pacer.release()
         self.enforcer.remove()

@@ -57,6 +57,7 @@ class Workload(Service):
         self.paths = PathTracer(FlowPaths(ctx.cfg.topology, ctx.cfg.host, device_of=self.device))
         ctx.on_link_change.append(self.paths.forget)  # a changed fabric moves the hash
         ctx.job_sockets = lambda: [(f.jobid, f.rates.reading.cookie) for f in self.view.flows]  # for QoS
+        ctx.job_flows = lambda: (self.view.flows, self.owd)  # for QoS's pacing
         ctx.job_qos = lambda: {jobid: j.qos for jobid, j in self.view.jobs.items() if j.qos}
         self.paths.start()
 

@@ -46,9 +46,8 @@ HOSTS = ["h0", "h1", "h2", "h3"]
 BULK = [("h0", "h2"), ("h3", "h1")]
 BULK_PORT, SEED = 5340, 7
 COLLECTIVE_SHARE = 90.0  # of every link, for the collective class (priority keeps its 5% cap)
-# on one FIFO a mark changes no queue, and the lab's link emulation holds the hosts' root qdisc
-FIFO_NOTE = ("; the hosts' pacing loop (qos/pacing.py) is not driven yet: marks change no queue on a FIFO, "
-             "and the lab's link qdisc leaves the hosts no room to shape")
+# on one FIFO a mark changes no queue: the hosts pace the scavenger's sockets (agent/qos_pace.py)
+FIFO_NOTE = "; one FIFO: the hosts pace the scavenger's sockets"
 POLICIES = [{"jobid": "ddp", "class": "critical"}, {"jobid": "bulk", "class": "scavenger"}]
 
 
@@ -121,6 +120,13 @@ def fabric_runs(fabric: str, steps: int, rate: str, tmp: Path) -> dict:
     return runs
 
 
+def paced_note(run: dict) -> str:
+    """Which hosts' pacing held sockets in the run, how many and for how long (the agents' last state)."""
+    held = {h: p for h, s in sorted(run["qos_state"].items()) if (p := s.get("pacing")) and p.get("sockets_ever")}
+    return " (" + ", ".join(f"{h}: {p['sockets_ever']} sockets, limited {p['limited_s']:.0f} s"
+                            for h, p in held.items()) + ")" if held else " (no socket was paced)"
+
+
 def fabric_targets(fabric: str, runs: dict, rate_bps: int) -> list[Target]:
     alone, without, with_qos = runs["alone"], runs["without_qos"], runs["with_qos"]
     slow_without = without["median_step_s"] / alone["median_step_s"]
@@ -134,7 +140,8 @@ def fabric_targets(fabric: str, runs: dict, rate_bps: int) -> list[Target]:
                round(slow_without, 3), 1.3, "x", note=alone_ms),
         Target(f"{fabric}: DDP slowdown beside the bulk job, with QoS", round(slow_with, 3), 1.05, "x",
                better="lower", baseline=round(slow_without, 3),
-               note=f"{alone_ms}; baseline: without QoS" + (FIFO_NOTE if fabric == "fifo" else "")),
+               note=f"{alone_ms}; baseline: without QoS" + (FIFO_NOTE + paced_note(with_qos)
+                                                             if fabric == "fifo" else "")),
         Target(f"{fabric}: bulk job's share of the link capacity the DDP job left (h0)",
                None if bulk_share is None else round(bulk_share, 3), 0.8, "",
                note="DDP bytes from its alone run"),

@@ -1,0 +1,118 @@
+"""The QoS service's pacing on a one-FIFO fabric: the workload's readings and the NICs' queues in,
+qos.pace_loop's rates onto the jobs' own sockets (qos.sockpace) out, every PERIOD_S.
+
+Host-local: a flow crosses two directed links the host can name, its NIC's egress and the last
+hop into its peer. The first's queue is read from the NIC's qdisc backlog each period
+(qos.backlog); the second's is the higher class's in-band one-way delay (the workload's window,
+synced clocks) above the lowest this host has seen to that peer, new once a window, so that link
+is stepped with the window as its period. What it paced goes to a state file first, so an agent
+killed while pacing releases those sockets at its next start.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from clockfabric.qos import sockpace
+from clockfabric.qos.backlog import EgressBacklog
+from clockfabric.qos.pace_loop import Flow, PaceLoop, SocketId
+from clockfabric.qos.pacing import Gains
+from clockfabric.qos.policy import Policy
+from clockfabric.workload.flows import flow_label
+from clockfabric.workload.monitor import JobFlow
+from clockfabric.workload.owd import INBAND
+from clockfabric.workload.samples import FlowOwd
+
+PERIOD_S = Gains().period_s
+
+
+class HostPacer:
+    def __init__(self, rates_bps: dict[str, int], state_file: Path, window_s: float):
+        self.state_file = state_file
+        self.backlog = EgressBacklog(rates_bps)
+        self.capacity = min(r for r in rates_bps.values() if r)  # a peer's last hop: the host's own speed
+        self.local, self.remote = Gains(), Gains(period_s=max(window_s, PERIOD_S))
+        self.loop = PaceLoop(self._link, self._actuate)
+        self.floor_ns: dict[str, int] = {}  # peer address -> the lowest one-way delay seen to it
+        self.last_owd: FlowOwd | None = None
+        self.problem = ""  # the kernel's last refusal, for the state
+        self.ever_paced: set[SocketId] = set()  # for the state: what the loop has held since start
+        self.limited_s = 0.0  # and how long any limit was in force
+        self.fds: dict[SocketId, int] = {}  # each paced socket's descriptor number in its process
+
+    def _link(self, link: str) -> tuple[float, Gains]:
+        if link.endswith(">"):  # a NIC's egress
+            return self.backlog.rates_bps.get(link[:-1], self.capacity), self.local
+        return self.capacity, self.remote
+
+    def links_of(self, f: JobFlow) -> tuple[str, ...]:
+        return (f"{self.backlog.egress(f.rates.key.remote)}>", f">{f.rates.key.remote}")
+
+    def _actuate(self, sock: SocketId, bytes_per_s: int | None) -> None:
+        rate = sockpace.UNLIMITED if bytes_per_s is None else bytes_per_s
+        try:
+            self.fds[sock] = sockpace.set_max_rate(*sock, rate, self.fds.get(sock))
+            if bytes_per_s is None:
+                del self.fds[sock]
+        except LookupError:
+            self.fds.pop(sock, None)
+            raise
+        except OSError as e:
+            self.problem = f"cannot pace socket {sock[1]} of process {sock[0]}: {e}"
+            raise LookupError(self.problem) from None  # not paced: tried again next period
+
+    def _queue_s(self, f: JobFlow, owd: FlowOwd, fresh: bool) -> float | None:
+        stats = owd.get(flow_label(f.rates.key), {}).get("out")
+        if not fresh or stats is None or stats.source != INBAND:
+            return None
+        peer = f.rates.key.remote
+        floor = self.floor_ns[peer] = min(self.floor_ns.get(peer, stats.min_ns), stats.min_ns)
+        return max(0, stats.p50_ns - floor) / 1e9
+
+    def step(self, flows: list[JobFlow], owd: FlowOwd, policies: list[Policy]) -> dict[SocketId, int]:
+        """One period: the jobs' flows and their last window of delays, the policies in force."""
+        fresh, self.last_owd = owd is not self.last_owd, owd  # a new window is a new dict
+        by_job = {p.jobid: p for p in policies}
+        readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, self.links_of(f),
+                         f.rates.tx_bps or 0.0, self._queue_s(f, owd, fresh))
+                    for f in flows if (p := by_job.get(f.jobid)) is not None]
+        if not readings and not self.loop.paced:
+            return {}  # no job with a policy here: not even the qdiscs are read
+        nic_queues = self.backlog.queues_s()
+        before = dict(self.loop.paced)
+        paced = self.loop.step(readings, {f"{nic}>": q for nic, q in nic_queues.items()})
+        self.ever_paced |= set(paced)
+        self.limited_s += PERIOD_S if paced else 0.0
+        if paced != before:
+            self._remember()
+        return paced
+
+    def _remember(self) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted(self.loop.paced)))
+        tmp.replace(self.state_file)
+
+    def release(self) -> None:
+        self.loop.release()
+        self.state_file.unlink(missing_ok=True)
+        self.backlog.close()
+
+
+def release_left(state_file: Path) -> int:
+    """Sockets an earlier agent paced back to no limit; how many were still open."""
+    try:
+        left = json.loads(state_file.read_text())
+    except FileNotFoundError:
+        return 0
+    except ValueError:
+        left = []
+    released = 0
+    for pid, inode in left:
+        try:
+            sockpace.set_max_rate(int(pid), int(inode), sockpace.UNLIMITED)
+            released += 1
+        except (LookupError, OSError):
+            continue
+    state_file.unlink(missing_ok=True)
+    return released

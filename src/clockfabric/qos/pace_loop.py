@@ -1,0 +1,106 @@
+"""The pacing loop of a one-FIFO fabric, host-local: each period, per directed link the host's
+flows cross, the law (qos.pacing) sets the lower classes' rate from the higher class's queueing
+there (the link's own reading, else the highest its flows saw), and each lower-class socket gets
+its share (the smallest over the links it crosses). Each link has its own gains: a link whose
+queue is read less often is stepped with that period, holding its rate between readings.
+
+Pure: the flows come in as plain readings, the rates go out through an `Actuator` (the agent's
+is qos.sockpace on the processes' sockets). What it paced it remembers, so a release (the higher
+class idle, the flow's job no longer lower, the loop stopping) sets each back to no limit once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from clockfabric.qos.pacing import Gains, LinkPacer
+
+RANK = {"critical": 0, "normal": 1, "scavenger": 2}  # lower is higher
+SocketId = tuple[int, int]  # (pid, socket inode)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One socket of a job with a policy, as the last reading saw it."""
+
+    sock: SocketId
+    qos_class: str
+    weight: int
+    links: tuple[str, ...]  # the directed links it crosses, as the host knows them
+    tx_bps: float  # what it sent, bits per second (0: idle)
+    queue_s: float | None  # its packets' one-way delay above the path's floor; None: no new reading
+
+
+class Actuator(Protocol):
+    def __call__(self, sock: SocketId, bytes_per_s: int | None) -> None:
+        """Limit the socket to this rate (None: no limit). Raises LookupError if it is gone."""
+
+
+class PaceLoop:
+    def __init__(self, link_of: Callable[[str], tuple[float, Gains]], actuator: Actuator):
+        self.link_of = link_of  # a link's capacity (bits/s) and the gains for how often its queue is read
+        self.actuator = actuator
+        self.links: dict[str, LinkPacer] = {}
+        self.paced: dict[SocketId, int] = {}  # socket -> the bytes per second it is limited to now
+        self.limits: dict[str, float] = {}  # link -> the lower classes' rate on it, where limited
+
+    def _pacer(self, link: str) -> LinkPacer:
+        if link not in self.links:
+            self.links[link] = LinkPacer(*self.link_of(link))
+        return self.links[link]
+
+    def step(self, flows: Iterable[Flow], link_queues: dict[str, float] | None = None) -> dict[SocketId, int]:
+        """One period: the flows and the links' own queue readings (seconds). Returns the limits in
+        force after it (bytes per second, by socket)."""
+        by_link: dict[str, list[Flow]] = {}
+        for f in flows:
+            for link in f.links:
+                by_link.setdefault(link, []).append(f)
+        want: dict[SocketId, float] = {}
+        self.limits = {}
+        for link, on in by_link.items():
+            top = min(RANK.get(f.qos_class, 1) for f in on)
+            high = [f for f in on if RANK.get(f.qos_class, 1) == top]
+            low = [f for f in on if RANK.get(f.qos_class, 1) > top]
+            queues = [f.queue_s for f in high if f.queue_s is not None]
+            if link_queues and link in link_queues:
+                queues.append(link_queues[link])
+            rate = self._pacer(link).step(sum(f.tx_bps for f in high), max(queues) if queues else None)
+            if rate is None or not low:
+                continue
+            self.limits[link] = rate
+            # split over the sockets that send: an idle one (a control connection) would waste its
+            # share; it gets the same share as a sending one until the next period sees it send
+            total = sum(f.weight for f in low if f.tx_bps > 0) or sum(f.weight for f in low)
+            for f in low:
+                share = min(rate, rate * f.weight / total)
+                want[f.sock] = min(want.get(f.sock, share), share)
+        for link in set(self.links) - set(by_link):  # no flow of ours crosses it any more
+            del self.links[link]
+        return self._apply({s: max(1, round(bps / 8)) for s, bps in want.items()})
+
+    def _apply(self, want: dict[SocketId, int]) -> dict[SocketId, int]:
+        for sock in [s for s in self.paced if s not in want]:
+            self._set(sock, None)
+        for sock, rate in want.items():
+            if self.paced.get(sock) != rate:
+                self._set(sock, rate)
+        return dict(self.paced)
+
+    def _set(self, sock: SocketId, rate: int | None) -> None:
+        try:
+            self.actuator(sock, rate)
+        except LookupError:  # the socket or its process is gone: nothing to hold or release
+            self.paced.pop(sock, None)
+            return
+        if rate is None:
+            self.paced.pop(sock, None)
+        else:
+            self.paced[sock] = rate
+
+    def release(self) -> None:
+        """Every socket back to no limit (the loop stops)."""
+        self._apply({})
+        self.links = {}
