@@ -118,6 +118,10 @@ class Qos(Service):
         """The pacing loop, every PERIOD_S, on the last update's flows and policies."""
         if self.pacer is None or self.ctx.job_flows is None:
             return math.inf
+        if not self.in_force:  # no policy, no work: what was paced is let go once
+            if self.pacer.loop.paced:
+                self.pacer.release()
+            return math.inf
         if now_s >= self._pace_due:
             self._pace_due = now_s + PERIOD_S
             try:
