@@ -395,6 +395,6 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
                        "all_rate": ALL_RATE, "loaded_reference_rate": LOADED_REF_RATE, "step": STEP,
                        "quick": quick, "scenarios": keys, "repeats": repeats},
             "results": results, "targets": checks, "failures": failures}
-    record("clocksync", targets(checks), info, data, path=json_path)
+    record(json_path.stem, targets(checks), info, data, path=json_path)  # the name its page section takes
     err.print(f"results written to {json_path} ({info['wall_s'] / 60:.1f} min)")
     raise typer.Exit(code)
