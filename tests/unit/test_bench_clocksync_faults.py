@@ -16,6 +16,8 @@ def test_a_steady_rate_is_no_departure_but_a_step_or_a_bend_is():
     bent = [(t, v + (20.0 * (t - 15.0) if t >= 15.0 else 0.0)) for t, v in steady]
     assert line_departure(bent, 15.0) == pytest.approx(20.0 * 14.5)  # the last sample, 14.5 s on
     assert line_departure(steady[:2] + steady[40:], 15.0) is None  # nothing to fit before the event
+    settling = [(t, v + (9e8 if t < 10.0 else 0.0)) for t, v in steady]  # before convergence: not the line
+    assert line_departure(settling, 15.0, from_s=10.0) == pytest.approx(0.0, abs=1e-6)
 
 
 def fault_result(key: str, quiet_p99: float | None, repeat: int = 0, **extra) -> dict:

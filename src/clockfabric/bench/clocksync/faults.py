@@ -73,10 +73,12 @@ def fire(fab: Fabric, key: str, t: float) -> dict:
             "real_ns": fab.lab.clocks()[host].rates[-1][0]}
 
 
-def line_departure(series: list[tuple[float, float]], at_s: float, before_s: float = BEFORE_S) -> float | None:
+def line_departure(series: list[tuple[float, float]], at_s: float, before_s: float = BEFORE_S,
+                   from_s: float = 0.0) -> float | None:
     """How far (ns) a (seconds, value) series strays after at_s from the line fitted to its
-    last before_s before: a step or a bend shows, a steady rate does not."""
-    pre = [(t, v) for t, v in series if at_s - before_s <= t < at_s]
+    last before_s before (none before from_s: global time is the reference's clock until the
+    fleet has converged): a step or a bend shows, a steady rate does not."""
+    pre = [(t, v) for t, v in series if max(at_s - before_s, from_s) <= t < at_s]
     post = [(t, v) for t, v in series if t >= at_s]
     if len(pre) < 3 or not post:
         return None
@@ -106,7 +108,7 @@ def judge(res: dict, watch: Watch, fab: Fabric, key: str, load_at: float | None,
         res["loaded_named"] = {"hosts": loaded, "after_s": None if None in late else max(late),
                                "reasons": [n["reason"] for n in named]}
     if key != "R0":  # R0 has no moment before which global time was quiet
-        res["ensemble_departure_ns"] = line_departure(watch.ensemble, since)
+        res["ensemble_departure_ns"] = line_departure(watch.ensemble, since, from_s=watch.steady_from())
     if fault and key in ("S", "F"):
         res["resync"] = {k: v for k, v in watch.reconvergence(fault["host"], fault["real_ns"]).items() if k != "series"}
 
