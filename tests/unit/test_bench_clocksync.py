@@ -144,3 +144,9 @@ def test_the_labs_are_named_by_prefix_so_two_runs_need_not_collide():
     assert [lab_name("csbench", 32, False), lab_name("mine", 8, True)] == ["csbench-32", "mine-8p"]
     with pytest.raises(ClockfabricError):
         lab_name("No/Such", 8, False)
+
+
+def test_two_loaded_hosts_each_trade_with_one_partner_and_leave_the_reference_out():
+    flows = flows_for(fabric(), "L2")  # type: ignore[arg-type]
+    assert flows == [("h2", "h5"), ("h5", "h2"), ("h6", "h3"), ("h3", "h6")]  # h2, h6 loaded; h4, h7, h8 quiet
+    assert flows_for(fabric(), "R0") == flows_for(fabric(), "R")  # type: ignore[arg-type]

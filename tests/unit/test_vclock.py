@@ -64,3 +64,14 @@ def test_host_clock_reads_the_file_named_in_the_environment(tmp_path, monkeypatc
     assert clock.now_ns() - time.time_ns() == pytest.approx(5_000_000, abs=2_000_000)
     monkeypatch.delenv(CLOCK_ENV)
     assert isinstance(host_clock(), SystemClock)
+
+
+def test_a_rate_change_bends_the_clock_without_a_step_and_survives_json():
+    at = EPOCH + 10 * 10**9
+    c = VirtualClock("h0", EPOCH, 0, 100.0).with_rate(at, 500.0)
+    assert c.local_ns(at) - at == 1_000_000  # 100 ppm for 10 s, and no jump where the rate changes
+    assert c.local_ns(at + 1) - c.local_ns(at - 1) == 2
+    assert c.local_ns(at + 10**9) - c.local_ns(at) == 10**9 + 500_000  # 500 ppm from then on
+    assert c.drift_now_ppm == 500.0 and VirtualClock.from_json(c.to_json()) == c
+    with pytest.raises(ValueError):
+        c.with_rate(at - 1, 0.0)

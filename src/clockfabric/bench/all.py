@@ -20,6 +20,8 @@ _declare("lab-bringup", "bringup.command", "Lab bring-up and tear-down at 8-64 h
          "one ip/tc process per step.")
 _declare("clocksync", "clocksync.command", "Clock sync on 8- and 32-host labs, idle and loaded, against NTP-style and "
          "ptp4l in the same run.")
+_declare("clocksync-faults", "clocksync.faults_bench", "Clock sync faults (reference loaded first or killed, two "
+         "hosts loaded, a clock stepped, one at 500 ppm), repeated: the worst repeat and the spread.")
 _declare("clocksync-solve", "clocksync.solve", "The network-effect clock solve on 1k-100k synthetic hosts: time and "
          "accuracy, against a sparse direct solve.")
 _declare("fleet-scale", "controller.fleet_scale", "Simulated agents writing an agent's series every 10 s through the "

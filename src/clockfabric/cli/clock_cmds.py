@@ -131,6 +131,8 @@ def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds",
          ptp4l: bool = typer.Option(True, "--ptp4l/--no-ptp4l", help="Run linuxptp ptp4l beside, as a baseline."),
          keep: bool = typer.Option(False, "--keep",
                                    help="Leave the agents running (for `owd`); `lab down` stops them."),
+         survive_death: bool = typer.Option(False, "--survive-death",
+                                            help="An agent that exits (a drill kills one) is reported, not fatal."),
          as_json: bool = JsonOpt) -> None:
     """Start agents on every lab host, run, and report every host's error against the truth."""
     require_root()
@@ -148,13 +150,13 @@ def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds",
     try:
         if mesh:
             mesh.start()
-        _run(sampler, agents, duration, as_json)
+        died = _run(sampler, agents, duration, as_json, survive_death)
     finally:
         if mesh:
             mesh.stop()
         if not keep:
             agents.stop()
-    report = _report(sampler, scenario, mesh, agents.reference, duration)
+    report = {**_report(sampler, scenario, mesh, agents.reference, duration), "agents_died": died}
     if as_json:
         print_json(report)
     else:
@@ -171,13 +173,18 @@ def _ptp4l_mesh(lab: Lab, master: str):
     return Ptp4lMesh(lab, master, slaves, work_dir=lab.dir / "ptp4l")
 
 
-def _run(sampler: Sampler, agents: LabAgents, duration: float, quiet: bool) -> None:
+def _run(sampler: Sampler, agents: LabAgents, duration: float, quiet: bool, survive_death: bool) -> dict:
+    """Sample until the time is up; the agents that died meanwhile (host -> seconds, last line)."""
     end = time.monotonic() + duration
     last_line = 0.0
+    died: dict = {}
     while time.monotonic() < end:
         time.sleep(0.25)
-        if dead := agents.failed():
-            raise ClockfabricError(f"an agent died: {dead[0]} (full log in {agents.lab.dir / 'logs'})")
+        if dead := [d for d in agents.failed() if d.split(":", 1)[0] not in died]:
+            if not survive_death:
+                raise ClockfabricError(f"an agent died: {dead[0]} (full log in {agents.lab.dir / 'logs'})")
+            for d in dead:
+                died[d.split(":", 1)[0]] = {"after_s": time.monotonic() - sampler.start, "last_line": d}
         errors = sampler.sample()
         now = time.monotonic()
         if not quiet and now - last_line >= 2.0:
@@ -185,6 +192,7 @@ def _run(sampler: Sampler, agents: LabAgents, duration: float, quiet: bool) -> N
             known = [abs(e) for h, e in errors.items() if e is not None and h != agents.reference]
             worst = f"worst |error| {max(known):,.0f} ns" if known else "no mapping yet"
             err.print(f"  {now - sampler.start:5.1f} s  {len(known)}/{len(errors) - 1} hosts synced, {worst}")
+    return died
 
 
 def _report(sampler: Sampler, scenario: dict, mesh, reference: str, duration: float) -> dict:
@@ -245,6 +253,8 @@ def _print_report(r: dict) -> None:
         out.print(f"bound: covers the error in {b['coverage']:.1%} of samples; median {_ns(b['bound_p50_ns'])} ns, "
                   f"p99 {_ns(b['bound_p99_ns'])} ns")
     out.print(frame_line(r["frame"]))
+    for h, d in r.get("agents_died", {}).items():
+        out.print(f"{h}'s agent exited {d['after_s']:.1f} s into the run")
     for h, u in r["unsynced"].items():
         out.print(f"{h} not synced from {u['after_s']:.1f} s: {u['reason']}")
     out.print(f"probe traffic {r['probe_bytes_per_host_per_s'] * 8 / 1e3:.1f} kbit/s per host; "

@@ -334,8 +334,9 @@ def clock_show(lab_name: str = LabOpt, as_json: bool = JsonOpt) -> None:
     """Each host's clock model and its error against true time right now."""
     lab = _open(lab_name)
     now = time.time_ns()
-    rows: list[dict] = [{"host": c.host, "offset_ns": c.offset_ns, "drift_ppm": c.drift_ppm, "wander_ns": c.wander_ns,
-             "steps": len(c.steps), "error_now_ns": c.local_ns(now) - now} for c in lab.clocks().values()]
+    rows: list[dict] = [{"host": c.host, "offset_ns": c.offset_ns, "drift_ppm": c.drift_now_ppm,
+             "wander_ns": c.wander_ns, "steps": len(c.steps), "error_now_ns": c.local_ns(now) - now}
+                        for c in lab.clocks().values()]
     if as_json:
         print_json(rows)
         return
@@ -362,3 +363,16 @@ def clock_step(host: str, size: str = typer.Argument(..., help="Step size, like 
     c = lab.clocks()[host]
     lab.save_clock(c.with_step(time.time_ns(), size_ns))
     err.print(f"{host}: clock stepped by {size_ns / 1e6:+.3f} ms")
+
+
+@clock.command("rate")
+def clock_rate(host: str, ppm: float = typer.Argument(..., help="The clock's drift from now on, in ppm (e.g. 500)."),
+               lab_name: str = LabOpt) -> None:
+    """Change a host's clock rate now, without a step, as a failing oscillator would."""
+    lab = _open(lab_name)
+    if host not in lab.topology.hosts:
+        raise ClockfabricError(f"{host!r} is not a host of lab {lab.name}")
+    if not abs(ppm) < 10_000:
+        raise ClockfabricError(f"a drift of {ppm} ppm is not a clock's; give one within ±10000 ppm")
+    lab.save_clock(lab.clocks()[host].with_rate(time.time_ns(), ppm))
+    err.print(f"{host}: clock now runs at {ppm:+.3f} ppm")

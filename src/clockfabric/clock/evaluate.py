@@ -74,17 +74,22 @@ def frame_line(report: dict | None) -> str:
             f"{'changes: ' + ', '.join(moves) if moves else 'no member change'}")
 
 
-def ours_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], reference: str,
-                real_ns: int) -> dict[str, float | None]:
-    """Each host's error at one real instant (None: no synced mapping yet): what its mapping
-    says global time is, minus global time as the frame's members' clocks really read it."""
+def global_truth(states: dict[str, dict], clocks: dict[str, VirtualClock], reference: str, real_ns: int) -> int:
+    """What global time really is at one real instant: the frame's members' clocks, read through it."""
     frame = frame_of(states, reference)
     known = {h for h, _, _, _ in frame.members if h in clocks}
     if known != set(frame.shares()):  # a member the lab does not know: judge by the others
         kept = [m for m in frame.members if m[0] in known] or [(reference, 1.0, 0.0, 0.0)]
         total = sum(w for _, w, _, _ in kept)
         frame = Frame(frame.t0_ns, tuple((h, w / total, x, y) for h, w, x, y in kept))
-    truth = frame.global_ns({h: clocks[h].local_ns(real_ns) for h in frame.shares()})
+    return frame.global_ns({h: clocks[h].local_ns(real_ns) for h in frame.shares()})
+
+
+def ours_errors(states: dict[str, dict], clocks: dict[str, VirtualClock], reference: str,
+                real_ns: int) -> dict[str, float | None]:
+    """Each host's error at one real instant (None: no synced mapping yet): what its mapping
+    says global time is, minus global time as the frame's members' clocks really read it."""
+    truth = global_truth(states, clocks, reference, real_ns)
     out: dict[str, float | None] = {}
     for h, clock in clocks.items():
         m = (states.get(h) or {}).get("mapping")

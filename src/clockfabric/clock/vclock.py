@@ -43,22 +43,44 @@ class VirtualClock:
     wander_ns: float = 0.0  # random walk: standard deviation of the change over one second
     seed: int = 0
     steps: tuple[tuple[int, int], ...] = ()  # (real time of the step, size), both ns
+    rates: tuple[tuple[int, float], ...] = ()  # (real ns from which, drift in ppm from then): no step
     _walk: dict = field(default_factory=dict, compare=False, repr=False)
 
     def local_ns(self, real_ns: int) -> int:
         """This host's reading of its clock at true time real_ns."""
         elapsed = real_ns - self.epoch_ns
-        value = real_ns + self.offset_ns + round(elapsed * self.drift_ppm * 1e-6)
+        value = real_ns + self.offset_ns + self._drifted(real_ns)
         if self.wander_ns and elapsed > 0:
             value += round(self._wander(elapsed / 1e9))
         return value + sum(size for at, size in self.steps if at <= real_ns)
+
+    def _drifted(self, real_ns: int) -> int:
+        """What the drift has added by real_ns: drift_ppm from the epoch, each rate from its time on."""
+        total, since, ppm = 0, self.epoch_ns, self.drift_ppm
+        for at, new in self.rates:
+            if at > real_ns:
+                break
+            total += round((at - since) * ppm * 1e-6)
+            since, ppm = at, new
+        return total + round((real_ns - since) * ppm * 1e-6)
 
     def now_ns(self) -> int:
         return self.local_ns(time.time_ns())
 
     def with_step(self, at_real_ns: int, size_ns: int) -> VirtualClock:
         return VirtualClock(self.host, self.epoch_ns, self.offset_ns, self.drift_ppm, self.wander_ns,
-                            self.seed, (*self.steps, (at_real_ns, size_ns)))
+                            self.seed, (*self.steps, (at_real_ns, size_ns)), self.rates)
+
+    def with_rate(self, at_real_ns: int, drift_ppm: float) -> VirtualClock:
+        """From at_real_ns on the clock runs at drift_ppm, without a step (a failing oscillator)."""
+        if self.rates and at_real_ns < self.rates[-1][0]:
+            raise ValueError("a rate change must come after the clock's last one")
+        return VirtualClock(self.host, self.epoch_ns, self.offset_ns, self.drift_ppm, self.wander_ns,
+                            self.seed, self.steps, (*self.rates, (at_real_ns, drift_ppm)))
+
+    @property
+    def drift_now_ppm(self) -> float:
+        return self.rates[-1][1] if self.rates else self.drift_ppm
 
     # ---- the random walk, piecewise linear between one-second knots ------------------------
     def _wander(self, seconds: float) -> float:
@@ -87,12 +109,14 @@ class VirtualClock:
         d = asdict(self)
         d.pop("_walk")
         d["steps"] = [list(s) for s in self.steps]
+        d["rates"] = [list(r) for r in self.rates]
         return json.dumps(d, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> VirtualClock:
         d = json.loads(text)
         d["steps"] = tuple(tuple(s) for s in d.get("steps", ()))
+        d["rates"] = tuple((int(at), float(ppm)) for at, ppm in d.get("rates", ()))
         return cls(**d)
 
     @classmethod

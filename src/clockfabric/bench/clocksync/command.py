@@ -50,6 +50,9 @@ and load.
                   published each state (the watcher's own look, later by up to a sample
                   period and more on a loaded machine, is reported beside it).
 
+The fault scenarios (R0 ref-loaded-first, K ref-killed, L2 two-loaded, S hand-step, F fast-clock)
+and --repeats N are described in faults.py.
+
 Beside `sync`, this benchmark watches the agents itself (every 0.5 s): their state files
 (first publish, counters) and /proc/<pid>/stat (CPU), and each host's error against the
 truth with clockfabric.clock.evaluate.ours_errors, as `sync`'s own Sampler does. That gives
@@ -64,7 +67,7 @@ Every scenario also reports its bound's coverage: the share of samples after con
 which each host's published bound held its |error| against the truth (`sync --json`'s "bound").
 
     sudo clockfabric bench clocksync [--sizes 8,32] [--scenarios A,R,P] [--seconds 20] [--out PATH]
-                                     [--lab-prefix csbench]
+                                     [--lab-prefix csbench] [--repeats N]
 """
 
 from __future__ import annotations
@@ -79,15 +82,18 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clockfabric.bench import harness
+from clockfabric.bench.clocksync import faults
 from clockfabric.bench.clocksync.report import PEERS, STEP, WINDOW_S, machine, quiet_hosts, report, targets, verdicts
 from clockfabric.bench.clocksync.traffic import (
     CLI,
     UDP_SHARE,
     BenchError,
     cleanup,
+    cli,
     flows_for,
     job_summary,
     leftovers,
+    loaded_hosts,
     start_job,
     start_traffic,
     stop_traffic,
@@ -108,12 +114,10 @@ HOST_RATE = "200mbit"
 SPINE_RATE_C = "25mbit"  # scenario C: the spine link is the bottleneck, host links stay at 200
 ALL_RATE = "25mbit"  # scenarios C+ and P: every link, so 2 cores can keep all of them saturated
 LOADED_REF_RATE = "25mbit"  # scenario R: the reference's host link
-SAMPLE_S = 0.5
+SAMPLE_S, QUEUE_LOOK_S = 0.5, 4.0  # the watcher's period; queue lengths looked at this often
 STEP_AFTER_CONVERGED_S = 3.0
 STEP_TAIL_S = 14.0  # sync time kept after the step
-QUEUE_LOOK_S = 4.0
 STARTUP_S, STARTUP_PER_HOST_S, LOADED_STARTUP_FACTOR = 8.0, 1.0, 2.0  # sync time allowed for agents to start
-
 
 SCENARIOS = {
     "A": ("idle", "no traffic"),
@@ -124,21 +128,13 @@ SCENARIOS = {
     "R": ("ref-loaded", f"the reference's link at {LOADED_REF_RATE}, saturated both ways by TCP"),
     "P": ("prio-all", "C+'s load on a fabric with traffic classes, probes and ptp4l in the priority class"),
     "J": ("ddp-job", "the example DDP job (smallest model), one rank on every host"),
+    **faults.SCENARIOS,
 }
-ORDER = ["A", "B", "D", "J", "R", "C", "C+", "P"]  # C and C+ change link rates, so they come late
+ORDER = ["A", "B", "D", "J", "R", *faults.ORDER, "C", "C+", "P"]  # C and C+ change link rates, so they come late
 PRIORITIZED = {"P"}  # run on the lab built with traffic classes
-LOADED = {"B", "C", "C+", "R", "P", "J"}
-LOAD_LATE = {"R"}  # the load starts once every host is within 1 µs (+3 s), as D's step does
+LOADED = {"B", "C", "C+", "R", "P", "J", "R0", "L2"}
+LOAD_LATE = {"R", "L2"}  # the load starts once every host is within 1 µs (+3 s), as D's step does
 EVERY_HOST_LOADED = {"C+", "P", "J"}  # only at --all-saturated-sizes: what 2 cores carry at 8 hosts
-
-
-
-# ---- helpers --------------------------------------------------------------------------------
-def cli(*args: str, timeout: float = 120) -> str:
-    p = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        raise BenchError(f"`clockfabric {' '.join(args)}` failed: {(p.stderr or p.stdout).strip()[-500:]}")
-    return p.stdout
 
 
 # ---- one scenario ----------------------------------------------------------------------------
@@ -153,10 +149,11 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     if key == "C":
         stage(f"leaf-spine links to {SPINE_RATE_C}")
         fab.set_rates(parse_rate(SPINE_RATE_C), fabric_only=True)
-    if key == "R":
-        stage(f"the reference's link to {LOADED_REF_RATE}")
+    if key in faults.HOST_LOADED:
+        stage(f"{', '.join(loaded_hosts(fab, key))}'s link to {LOADED_REF_RATE}")
         fab.set_rates(parse_rate(HOST_RATE), fabric_only=False)
-        fab.set_host_rate(fab.reference, parse_rate(LOADED_REF_RATE))
+        for h in loaded_hosts(fab, key):
+            fab.set_host_rate(h, parse_rate(LOADED_REF_RATE))
     if key in ("C+", "P"):
         stage(f"every link to {ALL_RATE}")
         fab.set_rates(parse_rate(ALL_RATE), fabric_only=False)
@@ -166,7 +163,7 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     loaded = key in LOADED - LOAD_LATE
     # Python start-up of N agents on 2 cores takes longer while the lab forwards traffic
     sync_s = (startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds
-              + (STEP_TAIL_S if key in ("D", *LOAD_LATE) else 0.0))
+              + (STEP_TAIL_S if key in ("D", *LOAD_LATE, *faults.EVENTS) else 0.0))
     res["sync_seconds"] = sync_s
     flows, ddp, load_at = [], None, None
     if key == "J":
@@ -186,10 +183,10 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     t_launch = time.monotonic()
     with open(sync_out, "w") as so, open(sync_err, "w") as se:
         proc = subprocess.Popen([*CLI, "sync", "--lab", fab.lab.name, "--seconds", f"{sync_s:.0f}s",
-                                 "--peers", str(PEERS), "--window", str(WINDOW_S), "--json"],
+                                 "--peers", str(PEERS), "--window", str(WINDOW_S), "--json", *faults.sync_args(key)],
                                 stdout=so, stderr=se)
     watch = Watch(fab, t_launch)
-    step = stepper = None
+    step = stepper = fault = None
     last_look = 0.0
     step_host = fab.hosts[-1]
     try:
@@ -205,11 +202,12 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
             if key in LOAD_LATE and load_at is None and due:
                 flows = start_traffic(fab, key, sync_s + 60)
                 load_at = time.monotonic() - t_launch
-            if key == "D" and stepper is None:
-                if due:
-                    before = len(fab.lab.clocks()[step_host].steps)
-                    stepper = subprocess.Popen([*CLI, "lab", "clock", "step", step_host, STEP, "--lab", fab.lab.name],
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if key in faults.EVENTS and fault is None and due:
+                fault = faults.fire(fab, key, t)
+            if key == "D" and stepper is None and due:
+                before = len(fab.lab.clocks()[step_host].steps)
+                stepper = subprocess.Popen([*CLI, "lab", "clock", "step", step_host, STEP, "--lab", fab.lab.name],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             if stepper is not None and step is None and stepper.poll() is not None:
                 steps = fab.lab.clocks()[step_host].steps
                 if stepper.returncode != 0 or len(steps) <= before:
@@ -219,7 +217,7 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
             up = f"{len(watch.first)}/{hosts} agents up"
             worst = f", worst |error| {watch.worst:,.0f} ns" if watch.worst is not None else ""
             conv = f", converged at {watch.converged_s:.1f} s" if watch.converged_s is not None else ""
-            stepped = ", stepped" if step else ", loaded" if load_at else ""
+            stepped = ", stepped" if step else ", loaded" if load_at else f", {fault['what']}" if fault else ""
             stage(f"sync {t:4.0f}/{sync_s:.0f} s, {up}{worst}{conv}{stepped}")
     finally:
         if proc.poll() is None:
@@ -252,6 +250,7 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
         busy_hosts = {h for f in flows for h in (f["src"], f["dst"])} | {fab.reference}
         res["quiet_hosts"] = quiet_hosts(watch.errors, load_at, busy_hosts)
         res["reference_named"] = watch.named_after(fab.reference, load_at)
+    faults.judge(res, watch, fab, key, load_at, fault)
     res["timeline"] = report.get("timeline")
     res["agents_up_s"] = watch.agents_up_s
     res["converged_watch_s"] = watch.converged_s
@@ -261,8 +260,8 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
     res["probes"] = watch.probe_shares(parse_rate(HOST_RATE), report.get("probe_bytes_per_host_per_s"))
     res["links"] = fab.link_load(tc0, looks, tc1)
     res["links"]["queue_looks"] = len(looks)
-    if key == "R":  # later scenarios expect every host link at the host rate
-        fab.set_host_rate(fab.reference, parse_rate(HOST_RATE))
+    if key in faults.HOST_LOADED:  # later scenarios expect every host link at the host rate
+        fab.set_rates(parse_rate(HOST_RATE), fabric_only=False)
     res["machine_load"] = {"loadavg_start": load0, "loadavg_end": load1,
                            "cpu_busy_pct": 100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
                            "cpu_pressure_some_avg60_pct": cpu_pressure()}
@@ -287,7 +286,7 @@ def lab_name(prefix: str, hosts: int, classes: bool) -> str:
 
 
 def run_size(name: str, hosts: int, classes: bool, keys: list[str], seconds: float, bar: Progress, overall,
-             stage_id, results: list[dict], failures: list[str]) -> None:
+             stage_id, results: list[dict], failures: list[str], repeats: int = 1) -> None:
     leaves, spines = SHAPES.get(hosts, (max(2, hosts // 8), max(2, hosts // 8)))
     path = Path(f"/tmp/{name}.yaml")
     bar.update(stage_id, description=f"{hosts:>2} hosts: lab up")
@@ -297,10 +296,10 @@ def run_size(name: str, hosts: int, classes: bool, keys: list[str], seconds: flo
     try:
         fab = Fabric(name)
         startup_s = STARTUP_S + STARTUP_PER_HOST_S * hosts  # Python start-up of N agents on 2 cores
-        for key in keys:
+        for rep, key in ((rep, key) for rep in range(repeats) for key in keys):
             try:
                 r = run_scenario(fab, key, seconds, startup_s, bar, stage_id)
-                r.update({"leaves": leaves, "spines": spines, "traffic_classes": classes})
+                r.update({"leaves": leaves, "spines": spines, "traffic_classes": classes, "repeat": rep})
                 results.append(r)
             except BenchError as e:
                 failures.append(str(e))
@@ -316,8 +315,10 @@ def run_size(name: str, hosts: int, classes: bool, keys: list[str], seconds: flo
 @BENCHMARKS.register("clocksync")
 def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separated: 8 and 32 are defined."),
          scenarios: str = typer.Option("A,B,D,J,R,C,C+,P", help="Scenarios: A idle, B udp80, C tcp-spine, "
-                                                                "C+ tcp-all, D step, J ddp-job, R ref-loaded, "
-                                                                "P prio-all."),
+                                       "C+ tcp-all, D step, J ddp-job, R ref-loaded, P prio-all; the faults R0 "
+                                       "ref-loaded-first, K ref-killed, L2 two-loaded, S hand-step, F fast-clock."),
+         repeats: int = typer.Option(1, min=1, max=20, help="Run each scenario this many times; targets are "
+                                                             "judged on the worst repeat, and the spread reported."),
          limit_sizes: str = typer.Option("8", "--all-saturated-sizes",
                                          help="Sizes that also run C+, P and J (load on every host)."),
          seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' "
@@ -340,7 +341,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
             raise ValueError
     except ValueError:
         raise ClockfabricError("--sizes: host counts of at least 8 (e.g. 8,32); "
-                               "--scenarios: some of A,B,C,C+,D,R,P,J") from None
+                               "--scenarios: some of A,B,C,C+,D,R,P,J,R0,K,L2,S,F") from None
 
     def on_term(*_):
         raise KeyboardInterrupt
@@ -361,10 +362,10 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=True) as bar:
-            overall = bar.add_task("all scenarios", total=sum(len(k) for *_, k in plan))
+            overall = bar.add_task("all scenarios", total=repeats * sum(len(k) for *_, k in plan))
             stage = bar.add_task("", total=None)
             for name, (h, classes, ks) in zip(names, plan, strict=True):
-                run_size(name, h, classes, ks, seconds, bar, overall, stage, results, failures)
+                run_size(name, h, classes, ks, seconds, bar, overall, stage, results, failures, repeats)
     except KeyboardInterrupt:
         status, code = "interrupted", 130
         err.print("interrupted; cleaning up")
@@ -382,7 +383,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
     if failures and status == "ok":
         status, code = f"{len(failures)} scenario(s) failed", 1
     info = {**harness.finish(info), "wall_s": time.monotonic() - started}
-    checks = verdicts(results)
+    checks = faults.across_repeats(verdicts(results) + faults.verdicts(results)) + faults.spread(results)
     if results:
         report(results, checks)
     for f in failures:
@@ -392,8 +393,8 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
                        "max_offset": "50ms", "max_drift_ppm": 100.0, "peers": PEERS, "window_s": WINDOW_S,
                        "seconds_beyond_startup": seconds, "udp_share": UDP_SHARE, "spine_rate_c": SPINE_RATE_C,
                        "all_rate": ALL_RATE, "loaded_reference_rate": LOADED_REF_RATE, "step": STEP,
-                       "quick": quick, "scenarios": keys},
+                       "quick": quick, "scenarios": keys, "repeats": repeats},
             "results": results, "targets": checks, "failures": failures}
-    record("clocksync", targets(checks), info, data, path=json_path)
+    record(json_path.stem, targets(checks), info, data, path=json_path)  # the name its page section takes
     err.print(f"results written to {json_path} ({info['wall_s'] / 60:.1f} min)")
     raise typer.Exit(code)

@@ -24,7 +24,7 @@ UDP_SHARE = 0.8
 
 
 TCP_CC = "reno"  # loss-based; set in the TCP senders' namespaces (cubic is not allowed there)
-TCP_SCENARIOS = ("C", "C+", "P", "R")
+TCP_SCENARIOS = ("C", "C+", "P", "R", "R0", "L2")
 
 
 RAMP_TIMEOUT_S = 25.0
@@ -41,7 +41,24 @@ class BenchError(Exception):
     pass
 
 
+def cli(*args: str, timeout: float = 120) -> str:
+    p = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise BenchError(f"`clockfabric {' '.join(args)}` failed: {(p.stderr or p.stdout).strip()[-500:]}")
+    return p.stdout
+
+
 # ---- traffic ---------------------------------------------------------------------------------
+def loaded_hosts(fab: Fabric, scenario: str) -> list[str]:
+    """The hosts whose own link a scenario slows and saturates both ways: the reference (R, R0),
+    or the second host of each of the first two leaves (L2: two at once, neither the reference)."""
+    if scenario in ("R", "R0"):
+        return [fab.reference]
+    if scenario == "L2":
+        return [leaf[1] for leaf in list(fab.leaves.values())[:2]]
+    return []
+
+
 def flows_for(fab: Fabric, scenario: str) -> list[tuple[str, str]]:
     leaves = list(fab.leaves.values())
     n = len(leaves)
@@ -53,11 +70,19 @@ def flows_for(fab: Fabric, scenario: str) -> list[tuple[str, str]]:
         per_leaf = len(leaves[0])
         return [(leaves[k % n][1 + k // n], leaves[(k + 1) % n][per_leaf - 1 - k // n])
                 for k in range(max(1, spine_links // 4))]
-    if scenario == "R":  # the reference sends to one host on the next leaf and receives from another
+    if scenario in ("R", "R0"):  # the reference sends to one host on the next leaf and receives from another
         ref = fab.reference
         home = next(i for i, leaf in enumerate(leaves) if ref in leaf)
         far = leaves[(home + 1) % n]
         return [(ref, far[0]), (far[-1], ref)]
+    if scenario == "L2":  # each loaded host sends to and receives from one partner on the next leaf
+        busy = {fab.reference, *loaded_hosts(fab, scenario)}
+        flows = []
+        for h in loaded_hosts(fab, scenario):
+            home = next(i for i, leaf in enumerate(leaves) if h in leaf)
+            partner = next(x for x in leaves[(home + 1) % n] if x not in busy)
+            flows += [(h, partner), (partner, h)]
+        return flows
     if scenario in ("C+", "P"):  # every host: one flow to the next leaf, one within its leaf
         flows = []
         for i, leaf in enumerate(leaves):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clockfabric.clock import evaluate
 from clockfabric.clock.evaluate import ours_errors, read_states, real_time_of, unsynced_reasons
 from clockfabric.lab import impair
 from clockfabric.lab.state import Lab
@@ -158,6 +159,8 @@ class Watch:
         self.cpu: dict[str, list[tuple[float, int]]] = {}  # host -> (t, ticks)
         self.bytes: dict[str, list[tuple[float, int, int, int]]] = {}  # host -> (t, local ns, wire, control)
         self.errors: list[tuple[float, int, str, float]] = []  # (t, real ns, host, error)
+        self.bounds: list[tuple[float, str, float]] = []  # (t, host, its published bound)
+        self.ensemble: list[tuple[float, float]] = []  # (t, global time minus true time, ns): steps and bends
         # (real ns its agent published the state, host, error): what the host served from then,
         # timed by the agent, not by when this watcher got a core on a loaded machine
         self.published: list[tuple[int, str, float]] = []
@@ -172,6 +175,8 @@ class Watch:
         real = time.time_ns()
         clocks = self.fab.lab.clocks()
         errors = ours_errors(states, clocks, self.fab.reference, real)
+        self.ensemble.append((t, float(evaluate.global_truth(states, clocks, self.fab.reference, real) - real)))
+        self.bounds += [(t, h, b) for h, b in evaluate.ours_bounds(states, clocks, real).items()]
         for h, st in states.items():
             pid = st.get("pid")
             ticks = proc_ticks(pid, h) if pid else None

@@ -1,0 +1,20 @@
+"""`clockfabric bench clocksync-faults`: `bench clocksync`'s fault scenarios (faults.py) alone,
+repeated, in a record of their own (bench/results/clocksync-faults.json)."""
+
+from __future__ import annotations
+
+import typer
+
+from clockfabric.bench.clocksync import command, faults
+from clockfabric.bench.harness import BENCHMARKS, RESULTS
+
+
+@BENCHMARKS.register("clocksync-faults")
+def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separated: 8 and 32 are defined."),
+         scenarios: str = typer.Option(",".join(faults.ORDER), help="Some of R0,K,L2,S,F."),
+         repeats: int = typer.Option(5, min=1, max=20, help="Runs of each scenario; judged on the worst."),
+         seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' start-up."),
+         prefix: str = typer.Option("csfault", "--lab-prefix", help="Name prefix of the labs it builds.")) -> None:
+    """The clock sync fault scenarios at 8 and 32 hosts, repeated, against NTP-style and ptp4l."""
+    command.main(sizes=sizes, scenarios=scenarios, limit_sizes="8", seconds=seconds, quick=False, prefix=prefix,
+                 json_path=RESULTS / "clocksync-faults.json", repeats=repeats)

@@ -1,0 +1,58 @@
+"""`bench clocksync`'s fault scenarios: global time's departure from its line, and judging repeats."""
+
+from __future__ import annotations
+
+import pytest
+
+from clockfabric.bench.clocksync.faults import across_repeats, line_departure, spread, verdicts
+from clockfabric.bench.clocksync.report import targets
+
+
+def test_a_steady_rate_is_no_departure_but_a_step_or_a_bend_is():
+    steady = [(t / 2, 1_000.0 + 50.0 * t / 2) for t in range(60)]  # 50 ns/s, sampled every 0.5 s
+    assert line_departure(steady, 15.0) == pytest.approx(0.0, abs=1e-6)
+    stepped = [(t, v + (800.0 if t >= 15.0 else 0.0)) for t, v in steady]
+    assert line_departure(stepped, 15.0) == pytest.approx(800.0)
+    bent = [(t, v + (20.0 * (t - 15.0) if t >= 15.0 else 0.0)) for t, v in steady]
+    assert line_departure(bent, 15.0) == pytest.approx(20.0 * 14.5)  # the last sample, 14.5 s on
+    assert line_departure(steady[:2] + steady[40:], 15.0) is None  # nothing to fit before the event
+    settling = [(t, v + (9e8 if t < 10.0 else 0.0)) for t, v in steady]  # before convergence: not the line
+    assert line_departure(settling, 15.0, from_s=10.0) == pytest.approx(0.0, abs=1e-6)
+
+
+def fault_result(key: str, quiet_p99: float | None, repeat: int = 0, **extra) -> dict:
+    return {"hosts": 8, "scenario": key, "name": key.lower(), "repeat": repeat,
+            "methods": {"clockfabric": {"p99_ns": 5_000.0}},
+            "quiet_hosts": {"hosts": ["h3", "h4"], "worst_p99_ns": quiet_p99, "worst_max_ns": quiet_p99},
+            "quiet_bound": {"p99_ns": quiet_p99, "bound_p50_ns": 400.0,
+                            "ratio": None if quiet_p99 is None else 400.0 / quiet_p99}, **extra}
+
+
+def test_the_fault_targets_read_each_figure_against_its_bar():
+    r = fault_result("S", 150.0, ensemble_departure_ns=1_800.0,
+                     resync={"reconverged_s": 1.5, "max_error_after_step_ns": 5e7},
+                     fault={"host": "h8", "what": "clock stepped +50ms"})
+    checks = {c["target"].split(" ")[2]: c for c in verdicts([r])}
+    assert checks["worst"]["met"] and checks["bound"]["met"]  # 150 ns; bound 2.67x the p99
+    assert not checks["off"]["met"] and checks["off"]["value"] == "1,800 ns"
+    assert checks["back"]["met"]
+    bars = {t.name.split(": ", 1)[1]: t for t in targets(verdicts([r]))}
+    assert {t.bar for t in bars.values()} == {2_000.0, 5.0, 1_000.0, 4.0}
+    assert all(t.better == "lower" for t in bars.values())
+    named = fault_result("L2", 90.0, loaded_named={"hosts": ["h2", "h6"], "after_s": None, "reasons": [None, "x"]})
+    miss = next(c for c in verdicts([named]) if "named" in c["target"])
+    assert not miss["met"] and miss["value"] == "- s"  # one loaded host never named: missed
+
+
+def test_repeats_are_judged_on_the_worst_and_their_spread_on_worst_over_best():
+    runs = [fault_result("K", p99, i) for i, p99 in enumerate((100.0, 180.0, 3_000.0))]
+    merged = [c for c in across_repeats(verdicts(runs)) if c["target"].startswith("quiet hosts' worst")]
+    assert len(merged) == 1 and not merged[0]["met"] and merged[0]["value"] == "3,000 ns"
+    assert "100 ns, 180 ns, 3,000 ns" in merged[0]["note"]
+    ratio = [c for c in across_repeats(verdicts(runs)) if "bound p50" in c["target"]][0]
+    assert ratio["value"] == "4.00x" and ratio["met"]  # the largest ratio of the three (400 / 100)
+    (sp,) = spread(runs)
+    assert sp["value"] == "30.00x" and not sp["met"]
+    assert spread(runs[:2])[0]["met"]  # 1.8x
+    assert not spread([*runs[:2], fault_result("K", None, 3)])[0]["met"]  # a repeat with no figure
+    assert spread(runs[:1]) == []  # one run has no spread
