@@ -22,6 +22,7 @@ from clockfabric.lab.lldp import speaker
 from clockfabric.lab.slurm import CTLD, Cluster, no_slurm
 from clockfabric.topology import multirail
 from clockfabric.train import report
+from tests.waiting import wait_for
 
 pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
 pytestmark = pytest.mark.skipif(bool(no_slurm) or not os.path.exists(sshd.SSHD), reason=no_slurm or "no sshd")
@@ -190,7 +191,8 @@ def test_a_killed_task_is_replaced_by_the_spare_node_which_slurm_drains_and_resu
     reasons = {reason for _, state, reason in states.seen if "DRAIN" in state}
     assert drained["reason"] in reasons, states.seen  # as slurmctld showed it
     assert "DRAIN" not in states.seen[-1][1], states.seen
-    assert cluster.states()[victim] == "idle"
+    # back in service: idle, once slurmd has finished the killed step's clean-up (COMPLETING)
+    wait_for(f"{victim} idle in Slurm", lambda: cluster.states()[victim] == "idle", timeout_s=30, every_s=0.5)
     print(f"\nsrun: {' '.join(run.command[:-1])} member.sh\nkill -> detected {detected['time'] - killed_at:.2f} s, "
           f"-> drained in Slurm {drained['time'] - killed_at:.2f} s, -> job resumed "
           f"{next(e for e in events if e['event'] == 'resumed')['time'] - killed_at:.2f} s, -> audit passed "
