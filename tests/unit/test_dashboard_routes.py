@@ -67,8 +67,12 @@ def test_the_page_and_its_files_load_without_a_token_but_hold_no_data(client):
     assert client.get("/", follow_redirects=False).headers["location"] == "/dashboard/"
     page = client.get("/dashboard/")
     assert page.status_code == 200 and '<script type="module" src="/dashboard/static/js/main.js">' in page.text
-    for path in ("js/main.js", "js/api.js", "js/fabric.js", "dashboard.css"):
-        assert client.get(f"/dashboard/static/{path}").status_code == 200, path
+    for path in ("js/main.js", "js/api.js", "js/fabric.js", "js/chart.js", "dashboard.css", "vendor/uplot/uPlot.esm.js",
+                 "vendor/uplot/uPlot.min.css"):
+        served = client.get(f"/dashboard/static/{path}")
+        assert served.status_code == 200, path
+        kind = "text/javascript" if path.endswith(".js") else "text/css"
+        assert served.headers["content-type"].startswith(kind), path
     assert client.get("/dashboard/static/nothing.js").status_code == 404
 
 

@@ -2,7 +2,7 @@
 // RTT, retransmits, OWD, path), its throughput and each flow's delay on one time axis, the root-cause verdict with its evidence, and the
 // links its flows cross on the fabric map, the verdict's link in the verdict's colour.
 import { get } from "./api.js";
-import { COLOURS, chart, legend } from "./chart.js";
+import { COLOURS, chart } from "./chart.js";
 import { ago, cls, el, micros, paged, rate } from "./dom.js";
 import { draw } from "./fabric.js";
 
@@ -70,17 +70,15 @@ function verdict(why) {
 
 function timeline(series) {
   if (!series.t_ns.length) return el("p", { class: "muted" }, "no flow of this job sent in the window");
-  const lines = series.flows.map((f, i) => ({ name: `${f.host} ${f.flow}`, colour: COLOURS[i % COLOURS.length],
-    tx: f.tx_bps, delay: f.delay_us, source: f.delay_source }));
-  const sources = [...new Set(lines.map((l) => l.source))].join(", ");
+  const sources = [...new Set(series.flows.map((f) => f.delay_source))].join(", ");
   return el("div", { id: "job-timeline" },
-    chart(series.t_ns, [
-      { label: "throughput sent (all flows)", unit: "Mbit/s", scale: 1e6,
+    chart(`job ${series.jobid} ${since}`, series.t_ns, [
+      { label: "throughput sent (all flows)", quantity: "bit/s", scale: 1,
         lines: [{ name: "job", values: series.throughput_bps, colour: "#1f2328", emphasis: true }] },
-      { label: `delay per flow (${sources})`, unit: "µs", scale: 1,
-        lines: lines.map((l) => ({ name: l.name, values: l.delay, colour: l.colour })) }],
-    "Throughput and per-flow delay"),
-    legend(lines));
+      { label: `delay per flow (${sources})`, quantity: "s", scale: 1e-6,
+        lines: series.flows.map((f, i) => ({ name: `${f.host} ${f.flow}`, values: f.delay_us,
+          colour: COLOURS[i % COLOURS.length] })) }],
+    "Throughput and per-flow delay"));
 }
 
 function map(fabric, why) {

@@ -6,7 +6,7 @@
 // for its hosts. Click (or Enter on) a host cell for that pair's delays over the last 5 minutes, both
 // directions and every path. The worst pairs are listed below, 50 a page, paged by the controller.
 import { get } from "./api.js";
-import { chart, COLOURS, legend } from "./chart.js";
+import { chart, COLOURS } from "./chart.js";
 import { el, table } from "./dom.js";
 
 export const topics = ["hosts"];
@@ -114,10 +114,10 @@ async function series(refresh) {
   const head = el("h2", {}, `${src} ⇄ ${dst}, ${stat} over the last 5 minutes `, close);
   if (!found.t_ns.length) return el("div", { id: "owd-pair" }, head, el("p", { class: "muted" }, "no pushes in the window"));
   const lines = found.lines.map((l, i) => ({ ...l, name: `${l.from} → ${l.to} ${l.path}`, colour: COLOURS[i % COLOURS.length] }));
-  const panel = (a, b) => ({ label: `${a} → ${b}`, unit: "µs", scale: 1e3,
+  const panel = (a, b) => ({ label: `${a} → ${b}`, quantity: "s", scale: 1e-9,
     lines: lines.filter((l) => l.from === a && l.to === b).map((l) => ({ name: l.name, values: l.ns, colour: l.colour })) });
-  return el("div", { id: "owd-pair" }, head, chart(found.t_ns, [panel(src, dst), panel(dst, src)], `${src} and ${dst} over time`),
-    legend(lines));
+  return el("div", { id: "owd-pair" }, head,
+    chart(`owd ${src} ${dst} ${stat}`, found.t_ns, [panel(src, dst), panel(dst, src)], `${src} and ${dst} over time`));
 }
 
 function worst(owd, colour, refresh) {
