@@ -139,6 +139,12 @@ def attrs(driver, css: str, name: str) -> list[str]:
                                  ".map((e) => e.getAttribute(arguments[1]))", css, name)
 
 
+def lines(driver, css: str) -> dict[str, int]:
+    """The series the charts under `css` draw (their legend rows), each with how many readings it has."""
+    return driver.execute_script("return Object.fromEntries([...document.querySelectorAll(arguments[0] + "
+                                 "' tr[data-series]')].map((r) => [r.dataset.series, Number(r.dataset.points)]))", css)
+
+
 def unnamed_controls(driver) -> list[str]:
     """The page's controls (buttons, fields, anything with a button's role) that a screen reader
     could not name: no aria-label, no <label for> and no text."""
@@ -189,8 +195,9 @@ def test_every_view_renders_and_a_link_set_down_turns_red_within_2_s(fleet, brow
         wait_for("the excess over floor over a minute", lambda: "excess over floor" in " ".join(texts(
             browser, "#view .toolbar .muted")) and len(texts(browser, "td[data-pair]")) >= 4, timeout_s=10)
         click(browser, "td[data-pair]")
-        wait_for("a pair's series, both directions",
-                 lambda: len(attrs(browser, "#owd-pair polyline", "data-series")) >= 2, timeout_s=10)
+        # both directions, each a line (two readings or more) on some path; a series is "FROM → TO PATH"
+        wait_for("a pair's series, both directions", lambda: len(
+            {n.split(" ")[0] for n, points in lines(browser, "#owd-pair").items() if points >= 2}) == 2, timeout_s=15)
         show(browser, "audit")
         tree = wait_for("the audit tree", lambda: texts(browser, "#audit-tree .finding"), timeout_s=5)
         assert tree == ["fail h2:eth0: no carrier"], tree
@@ -284,10 +291,16 @@ def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
         sentence = texts(browser, "#job-verdict .sentence")[0]
         print(f"verdict {verdict[0]}: {sentence}")
         assert verdict[0] in VERDICTS and len(sentence) > 20, (verdict, sentence)
-        assert wait_for("the throughput and delay lines", lambda: len(attrs(browser, "#job-timeline polyline",
-                                                                           "data-series")) >= 2, timeout_s=10)
+        # a line each (two readings or more): the job's throughput and its sending flow's delay
+        drawn = wait_for("the throughput and delay lines", lambda: (found := lines(browser, "#job-timeline"))
+                         .get("job", 0) >= 2 and any(n.startswith(f"{sender} ") and p >= 2 for n, p in found.items())
+                         and found, timeout_s=15)
+        print(f"chart lines (readings): {drawn}")
         where = os.environ.get("CLOCKFABRIC_SCREENSHOTS")
-        if where:  # the view as it is, whatever the map then shows of the job's links
+        if where:  # the view as it is, the cursor on the chart, whatever the map then shows of the job's links
+            browser.execute_script("document.getElementById('job-verdict').scrollIntoView()")
+            webdriver.ActionChains(browser).move_to_element(browser.find_element(
+                By.CSS_SELECTOR, "#job-timeline .u-over")).perform()
             time.sleep(0.5)
             browser.save_screenshot(str(Path(where) / "dashboard-jobs.png"))
         crossed = wait_for("J's links on the map", lambda: attrs(browser, "#job-map line.link.job", "data-link"),

@@ -140,3 +140,18 @@ def test_a_chart_plots_its_points_with_units_reads_them_and_zooms(page):
     wait_for("the zoom reset", lambda: x_range(page) == [[T0_S, T0_S + N - 2]] * 2, timeout_s=5)
     errors = [e["message"] for e in page.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
+
+
+def test_a_reading_between_gaps_is_a_dot_and_short_gaps_are_bridged(page):
+    # 4 nulls in a row break a line, 3 do not: readings 0 and 5 stand alone, 10 and 14 make one line
+    values = [1e6, None, None, None, None, 2e6, None, None, None, None, 3e6, None, None, None, 4e6]
+    dots = page.execute_script("""
+        const { chart } = await import("/dashboard/static/js/chart.js");
+        const node = chart("gaps", arguments[0].map((v, i) => i * 1e9), [{ label: "rate", quantity: "bit/s",
+          scale: 1, lines: [{ name: "a", values: arguments[0], colour: "#000" }] }], "gaps");
+        document.getElementById("view").replaceChildren(node);
+        const u = node.querySelector(".timechart-panel").uplot;
+        return [u.series[1].points.filter(u, 1, false), u.data[1].map((v) => v === undefined ? "bridged" : v)];
+    """, values)
+    assert dots[0] == [0, 5], dots
+    assert dots[1] == [1, None, None, None, None, 2, None, None, None, None, 3, *["bridged"] * 3, 4], dots

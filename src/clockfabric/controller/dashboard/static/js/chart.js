@@ -10,7 +10,7 @@ import uPlot from "../vendor/uplot/uPlot.esm.js";
 import { el } from "./dom.js";
 
 const MAX_GAP = 3;
-const HEIGHT = 190, AXIS = 84, WIDTH = 1200;
+const HEIGHT = 170, AXIS = 84, WIDTH = 1200;
 const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];  // s between time ticks: whole seconds
 export const COLOURS = ["#1f6feb", "#d62d20", "#2e9e4f", "#f28c18", "#8250df", "#0a8a8a", "#bf3989", "#6e7781"];
 // the units a quantity is shown in, largest first: a panel takes the largest its top value reaches
@@ -71,7 +71,8 @@ function options(panel, key, width, found) {
   const unit = panel.unit[1];
   const number = (v) => (v === null || v === undefined ? "–" : `${Number(v.toPrecision(3))} ${unit}`);
   return {
-    title: `${panel.label} (${unit})`, width, height: HEIGHT,
+    title: `${panel.label}, in ${unit}`, width, height: HEIGHT,
+    padding: [12, 32, 0, 0],  // room on the right for the last time tick's label
     cursor: { y: false, sync: { key, setSeries: true }, drag: { x: true, y: false, setScale: true }, focus: { prox: 16 } },
     focus: { alpha: 0.35 },
     legend: { live: true },
