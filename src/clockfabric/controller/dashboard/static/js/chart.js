@@ -18,7 +18,7 @@ const UNITS = {
   "bit/s": [[1e9, "Gbit/s"], [1e6, "Mbit/s"], [1e3, "kbit/s"], [1, "bit/s"]],
   s: [[1, "s"], [1e-3, "ms"], [1e-6, "µs"], [1e-9, "ns"]],
 };
-const charts = new Map();  // id -> { node, plots, shape }: the charts the page may still show
+const charts = new Map();  // id -> { node, plots, shape, zoom }: the charts the page may still show
 
 // panels: [{ label, quantity: "bit/s" | "s", scale, lines: [{ name, values, colour, emphasis }] }],
 // each value times `scale` in the quantity's unit, every values list on tNs. The element keeps its
@@ -30,10 +30,11 @@ export function chart(id, tNs, panels, label) {
   const shown = panels.map((p) => ({ ...p, unit: unitOf(p) }));
   const shape = JSON.stringify(shown.map((p) => [p.label, p.unit[1], p.lines.map((l) => [l.name, l.colour, l.emphasis])]));
   let found = charts.get(id);
-  if (found && found.shape !== shape) { drop(found); found = null; }
-  if (!found) {
+  if (!found || found.shape !== shape) {  // new, or other series or units: new panels, on the same span
+    const zoom = found ? found.zoom : null;
+    if (found) drop(found);
     found = build(id, shown, label);
-    found.shape = shape;
+    Object.assign(found, { shape, zoom });
     charts.set(id, found);
   }
   found.node.setAttribute("aria-label", `${label}: ${range(xs)}`);
