@@ -13,11 +13,14 @@ $(VENV)/.ready: pyproject.toml scripts/setup.sh
 demo: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
+# the unit tests in a worker per core (a file's tests in one worker); the lab's one at a time, as
+# they time real queues; both run, whatever the first finds
 test: setup
-	$(BIN)/python -m pytest -ra --durations=30
+	$(BIN)/python -m pytest -ra -n auto --dist loadfile tests/unit; status=$$?; \
+	$(BIN)/python -m pytest -ra --durations=30 tests/lab || status=1; exit $$status
 
 unit: setup
-	$(BIN)/python -m pytest -ra tests/unit
+	$(BIN)/python -m pytest -ra -n auto --dist loadfile tests/unit
 
 # both run, whatever the first finds; configuration in pyproject.toml
 lint: setup

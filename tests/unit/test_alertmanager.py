@@ -178,6 +178,8 @@ def test_readyz_and_metrics_say_alertmanager_is_away_and_the_controller_stays_re
         monitor.alerts.alertmanager.first_wait_s = 0.05
         fleet = Fleet(storage, hosts=["h0"], stale_s=60, monitor=monitor)
         with TestClient(create_app(fleet, TOKEN, tick_s=0.1, check_s=0.05)) as client:
+            # ready first (the storage checked once): a busy machine may answer before the first check
+            wait_for("ready", lambda: client.get("/readyz").status_code == 200, timeout_s=10)
             f = link_down("x-y")
             monitor.alerts.sync({f.key: f}, time.time_ns())
             r = wait_for("degraded", lambda: (r := client.get("/readyz")).json().get("degraded") and r, timeout_s=5)
