@@ -317,6 +317,10 @@ def test_a_jobs_view_shows_its_flows_verdict_series_and_links(fleet, browser):
         choose(browser, "#fabric-colour", "load")
         wait_for("the sender's link coloured by J's load", lambda: float(
             (attrs(browser, sender_link, "data-load") or ["0"])[0] or 0) > 1e6, timeout_s=10)
+        choose(browser, "#fabric-colour", "queueing")
+        wait_for("every link coloured by the queueing the mesh locates on it", lambda: 0 < len(
+            attrs(browser, "line.link[data-excess-us]", "data-link")) == len(attrs(browser, "line.link", "data-link"))
+            and "probe paths queued now" in " ".join(texts(browser, "p.legend span.muted")), timeout_s=10)
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
     finally:

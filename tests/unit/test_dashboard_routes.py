@@ -264,3 +264,40 @@ def test_a_links_load_is_the_flows_that_surely_cross_it(client):
     rate = next(lk["rate_bps"] for lk in client.get("/api/v1/fabric", headers=FLEET_AUTH).json()["links"]
                 if lk["name"] == "h1:eth0--leaf0:swp2")
     assert links["h1:eth0--leaf0:swp2"]["share"] == pytest.approx(9e8 / rate)
+
+
+def push_mesh(client, fleet, queued_at_ns: int) -> None:
+    """Every path through spine0 from leaf0 to leaf1 queues 2 ms over its floor (its newest delay
+    at `queued_at_ns`); the same pairs through spine1, and each leaf's own pairs, sit at theirs."""
+    now = time.time_ns()
+    rows = {"h0": [("h2", "p0", 0, "spine0"), ("h2", "p1", 0, "spine1"), ("h1", "p0", 0, None)],
+            "h1": [("h3", "p0", 0, "spine0"), ("h3", "p1", 0, "spine1")], "h2": [("h3", "p0", 0, None)]}
+    for src, paths in rows.items():
+        fleet.monitor.observe_paths(src, paths, now)
+        samples = []
+        for dst, label, _, via in paths:
+            queued, key = via == "spine0", {"src": src, "dst": dst, "path": label}
+            samples += [{"name": "owd_floor_ns", "value": 20_000.0, "labels": key, "t_ns": now},
+                        {"name": "owd_p50_ns", "value": 2_020_000.0 if queued else 21_000.0, "labels": key,
+                         "t_ns": queued_at_ns if queued else now}]
+        push(client, src, samples=samples)
+
+
+def test_the_queueing_the_mesh_locates_is_named_on_its_links_and_both_where_no_path_parts_them(client, fleet):
+    push_mesh(client, fleet, queued_at_ns=time.time_ns())
+    found = client.get("/api/v1/dashboard/link-queueing", headers=VIEWER_AUTH).json()
+    assert (found["strength"], found["queued"]) == ("weak", 2), found  # weak: the mesh joins 4 of 12 pairs
+    assert [lack for lack in found["lacks"] if lack.startswith("the probe mesh misses 8 of 12 host pairs")]
+    # every path through spine0 crosses leaf0's uplink and spine0's downlink alike: both, never one
+    up, down = "leaf0:swp3--spine0:swp1", "leaf1:swp3--spine0:swp2"
+    assert set(found["links"]) == {up, down}, found["links"]
+    assert found["links"][up]["direction"] == "leaf0->spine0" and found["links"][down]["direction"] == "spine0->leaf1"
+    assert all(lk["ambiguous"] and lk["queued_paths"] == 2 for lk in found["links"].values())
+    assert found["links"][up]["with"] == [down] and found["links"][up]["excess_us"] == pytest.approx(2000, rel=0.01)
+    assert client.get("/api/v1/dashboard/link-queueing").status_code == 401
+
+
+def test_a_queue_whose_newest_delay_has_left_the_window_locates_nothing(client, fleet):
+    push_mesh(client, fleet, queued_at_ns=time.time_ns() - 60 * 10**9)
+    found = client.get("/api/v1/dashboard/link-queueing", headers=FLEET_AUTH).json()
+    assert (found["strength"], found["links"], found["queued"]) == ("healthy", {}, 0), found

@@ -181,10 +181,13 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
     return out
 
 
-def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: list[str]) -> list[ProbePath]:
-    """The probe paths `hosts` measured or were measured by: a flow's floor is its pair's."""
+def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: list[str] | None,
+                since_ns: int | None = None) -> list[ProbePath]:
+    """The probe paths `hosts` (None: every host) measured or were measured by: a flow's floor is
+    its pair's; a path's delay only where its newest is since `since_ns` (None: the engine's lookback)."""
     latest = {name: {(s.labels.get("src"), s.labels.get("dst"), s.labels.get("path")): s.value
-                     for s in series.latest(name, hosts=hosts)} for name in ("owd_floor_ns", "owd_p50_ns")}
+                     for s in series.latest(name, hosts=hosts, since_ns=since_ns if name == "owd_p50_ns" else None)}
+              for name in ("owd_floor_ns", "owd_p50_ns")}
     links = {(m["src"], m["dst"], m["path"]): m["links"] for m in path_map}
     return [ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))), floor / 1e3,
             None if (p50 := latest["owd_p50_ns"].get((src, dst, path))) is None else p50 / 1e3)

@@ -1,7 +1,8 @@
 """The routes that serve the dashboard's views what the controller's general API does not
 answer in one cheap request: a job's time series on one axis; the one-way-delay heatmap (newest
 or over a window, as delays or their excess over floor) and one pair's delays over time; the
-failover decisions with the flows they moved; the flows that cross a link and each link's load."""
+failover decisions with the flows they moved; the flows that cross a link, each link's load and
+the queueing the probe mesh locates on it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from clockfabric.controller.dashboard.linkflows import crossing, load
 from clockfabric.controller.dashboard.owdmap import Pairs, Row, heatmap, pairs
 from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
+from clockfabric.controller.dashboard.queueing import link_queueing
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.render import json_response
 from clockfabric.controller.rootcause import Flow
@@ -156,10 +158,20 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         """Each link's load: the newest sending rates of the flows pushed in the last jobs.ACTIVE_NS
         that surely cross it; 404 without a topology."""
         check(bearer(request.headers.raw))
+        topology = _topology()
+        return {"links": load(_recent_flows(topology), {lk.name: float(lk.rate_bps) for lk in topology.links})}
+
+    @api.get("/api/v1/dashboard/link-queueing")
+    def queueing(request: Request) -> dict:
+        """Each link's queueing now, located from the whole probe mesh; 404 without a topology."""
+        check(bearer(request.headers.raw))
+        return link_queueing(fleet, _topology(), places)
+
+    def _topology() -> Topology:
         topology = fleet.monitor.topology if fleet.monitor else None
         if topology is None:
             raise HTTPException(404, "the controller has no topology: start it with --topology FILE or --lab NAME")
-        return {"links": load(_recent_flows(topology), {lk.name: float(lk.rate_bps) for lk in topology.links})}
+        return topology
 
     def _recent_flows(topology: Topology) -> list[Flow]:
         here = places.get(topology, {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")})

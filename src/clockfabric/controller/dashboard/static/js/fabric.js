@@ -1,5 +1,6 @@
-// Fabric map: leaf-spine drawn per plane, side by side; each link coloured by its state, or by
-// the load the flows that surely cross it put on it (a share of its rate).
+// Fabric map: leaf-spine drawn per plane, side by side; each link coloured by its state, by the
+// load the flows that surely cross it put on it (a share of its rate), or by the queueing the
+// whole probe mesh locates on it now.
 // Click (or Enter on) a link for its events and the probe paths and flows that cross it.
 import { all, get } from "./api.js";
 import { clock, el, rate, svg, table } from "./dom.js";
@@ -9,7 +10,7 @@ const MAX_HOSTS_DRAWN = 96;  // per plane: more boxes than this would not fit th
 
 export const topics = ["hosts", "events"];
 let selected = null;
-let colourBy = "state";  // or "load"
+let colourBy = "state";  // or one of PAINTS
 
 export async function render(refresh) {
   let fabric;
@@ -21,21 +22,61 @@ export async function render(refresh) {
   }
   const details = el("div", { id: "link-details" });
   const select = async (name) => { selected = name; await refresh(); };
-  const loads = colourBy === "load" ? (await get("/api/v1/dashboard/link-load")).links : null;
-  const map = draw(fabric, select, {}, selected, loads);
+  const paint = PAINTS[colourBy] ? await PAINTS[colourBy].read() : null;
+  const map = draw(fabric, select, {}, selected, paint && paint.link);
   if (selected && fabric.links.some((l) => l.name === selected)) details.append(await linkDetails(fabric, selected));
   return el("section", { "aria-label": "Fabric map" },
     el("p", { class: "legend" },
       el("label", { for: "fabric-colour" }, "colour links by "),
       el("select", { id: "fabric-colour", onchange: (e) => { colourBy = e.target.value; refresh(); } },
-        [["state", "state"], ["load", "load (share of rate)"]].map(([v, text]) =>
+        [["state", "state"], ...Object.entries(PAINTS).map(([v, p]) => [v, p.name])].map(([v, text]) =>
           el("option", { value: v, selected: v === colourBy }, text))),
-      loads ? [0, 0.5, 1].map((f) => el("span", {}, el("i", { style: `background: ${loadColour(f)}` }), `${f * 100}%`))
-        : ["up", "down", "flapping", "unknown"].map((s) => el("span", {}, el("i", { style: `background: var(--${s})` }), s)),
-      el("span", { class: "muted" }, `${fabric.name}: ${fabric.links.length} links; click a link for its events, paths and flows`),
+      (paint ? paint.legend : ["up", "down", "flapping", "unknown"].map((s) => [`var(--${s})`, s]))
+        .map(([colour, text]) => el("span", {}, el("i", { style: `background: ${colour}` }), text)),
+      el("span", { class: "muted" }, paint && paint.note ? paint.note
+        : `${fabric.name}: ${fabric.links.length} links; click a link for its events, paths and flows`),
       hidden(fabric)),
     map, details);
 }
+
+// The colourings besides the state: each reads its data once per render and gives a legend, and
+// for each link name a stroke, what it says of the link, and the data-* attributes tests read.
+const PAINTS = {
+  load: {
+    name: "load (share of rate)",
+    async read() {
+      const loads = (await get("/api/v1/dashboard/link-load")).links;
+      return { legend: [0, 0.5, 1].map((f) => [shareColour(f), `${f * 100}%`]), link: (name) => {
+        const l = loads[name] || { bps: 0, share: 0 };
+        return { stroke: shareColour(l.share || 0), data: { "data-load": l.bps },
+          says: `carrying ${rate(l.bps)}${l.share === null ? "" : ` (${(l.share * 100).toFixed(0)}%)`}` };
+      } };
+    },
+  },
+  queueing: {
+    name: "queueing (located from the probe mesh)",
+    async read() {
+      const q = await get("/api/v1/dashboard/link-queueing");
+      const note = `${q.queued} of ${q.paths} probe paths queued now: ${q.strength.replace("_", " ")}`
+        + (q.lacks.length ? ` (${q.lacks.join("; ")})` : "");
+      return { note, legend: [[QUIET, "none located"], ...QUEUE_TICKS_US.map((us) => [queueColour(us), micros(us)])],
+        link: (name) => {
+          const s = q.links[name];
+          if (!s) return { stroke: QUIET, data: { "data-excess-us": 0 }, says: "no queue located" };
+          const also = s.ambiguous ? `; no probe path tells it from ${s.with.join(", ")}` : "";
+          return { stroke: queueColour(s.excess_us), dashed: s.ambiguous, data: { "data-excess-us": s.excess_us ?? "" },
+            says: `queueing ${s.excess_us === null ? "(unmeasured)" : micros(s.excess_us)}`
+              + `${s.direction ? ` ${s.direction}` : ""}, explaining ${s.queued_paths} queued probe paths${also}` };
+        } };
+    },
+  },
+};
+
+const QUIET = "#9aa4ad";
+const QUEUE_TICKS_US = [50, 1600, 50000];  // the scale's ends and middle, log: 50 µs to 50 ms
+const shareColour = (share) => `hsl(${(1 - Math.min(1, share)) * 120}, 75%, 42%)`;
+const queueColour = (us) => shareColour(us ? Math.max(0, Math.log10(us / 50)) / 3 : 1);
+const micros = (us) => (us >= 1000 ? `${(us / 1000).toFixed(us >= 10000 ? 0 : 1)} ms` : `${us.toFixed(0)} µs`);
 
 function hosts(fabric) {
   return fabric.nodes.filter((n) => n.kind === "host").length;
@@ -46,11 +87,10 @@ function hidden(fabric) {
   return per > MAX_HOSTS_DRAWN ? el("span", { class: "muted" }, ` (${hosts(fabric)} hosts: their links are not drawn)`) : null;
 }
 
-const loadColour = (share) => `hsl(${(1 - Math.min(1, share)) * 120}, 75%, 42%)`;
-
 // The map. marks: link name -> an extra class ("job", "culprit verdict-bad"): the jobs view's highlight.
-// loads: link name -> {bps, share}, to colour each link by its load instead of its state (null: by state).
-export function draw(fabric, select, marks = {}, chosen = null, loads = null) {
+// paint: link name -> {stroke, says, data, dashed}, to colour each link by a PAINTS entry instead
+// of its state (null: by state).
+export function draw(fabric, select, marks = {}, chosen = null, paint = null) {
   const planes = fabric.planes.length ? fabric.planes : [0];
   const width = WIDTH / planes.length;
   const where = {};  // `${plane}/${node}` -> [x, y]
@@ -68,12 +108,13 @@ export function draw(fabric, select, marks = {}, chosen = null, loads = null) {
   const lines = fabric.links.map((l) => {
     const [a, b] = [l.a, l.b].map((end) => where[`${l.plane}/${end.split(":")[0]}`]);
     if (!a || !b) return null;
-    const extra = `${l.name === chosen ? " selected" : ""}${marks[l.name] ? ` ${marks[l.name]}` : ""}`;
-    const load = loads ? loads[l.name] || { bps: 0, share: 0 } : null;
-    const carries = load ? `, carrying ${rate(load.bps)}${load.share === null ? "" : ` (${(load.share * 100).toFixed(0)}%)`}` : "";
+    const painted = paint ? paint(l.name) : null;
+    const extra = `${l.name === chosen ? " selected" : ""}${marks[l.name] ? ` ${marks[l.name]}` : ""}`
+      + `${painted && painted.dashed ? " ambiguous" : ""}`;
+    const carries = painted ? `, ${painted.says}` : "";
     return svg("line", { class: `link ${l.state}${extra}`, x1: a[0], y1: a[1],
       x2: b[0], y2: b[1], tabindex: 0, role: "button", "data-link": l.name, "data-state": l.state,
-      "data-load": load ? load.bps : null, style: load ? `stroke: ${loadColour(load.share || 0)}` : null,
+      ...(painted ? painted.data : {}), style: painted ? `stroke: ${painted.stroke}` : null,
       "aria-label": `link ${l.name}: ${l.state}${carries}`, onclick: () => select(l.name),
       onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") select(l.name); } },
     svg("title", {}, `${l.name}: ${l.state}, ${l.transitions} transitions in the last minute${carries}`));
