@@ -8,7 +8,7 @@ import pytest
 
 from clockfabric.agent.services.qos import effective
 from clockfabric.errors import ClockfabricError
-from clockfabric.qos.policy import make, parse_asked
+from clockfabric.qos.policy import Ask, make, parse_asked
 from clockfabric.workload.jobs import QOS_ENV, Job, JobProcess, identify, parse_environ
 
 
@@ -22,9 +22,34 @@ def test_the_class_a_job_asks_for_rides_with_its_processes():
 
 
 def test_a_policy_set_wins_over_what_the_job_asks_and_a_bad_ask_is_one_line():
-    policies, problems = effective([make("a", "critical")], {"a": "scavenger", "b": "scavenger:3", "c": "gold"})
+    policies, problems = effective([make("a", "critical")], {"a": Ask("scavenger"), "b": Ask("scavenger:3"),
+                                                             "c": Ask("gold")})
     assert [(p.jobid, p.qos_class, p.weight) for p in policies] == [("a", "critical", 70), ("b", "scavenger", 3)]
     assert problems == ["job c: unknown class 'gold': use one of critical, normal, scavenger"]
+
+
+def test_a_slurm_jobs_qos_and_partition_ride_with_its_processes_qos_first():
+    environ = parse_environ(b"SLURM_JOB_ID=12\0SLURM_JOB_PARTITION=gpu\0SLURM_JOB_QOS=high\0HOME=/root\0")
+    tag = identify(environ)
+    assert tag is not None and (tag.jobid, tag.groups) == ("slurm:12", ("slurm-qos:high", "slurm-partition:gpu"))
+    step = identify({"SLURM_JOB_ID": "12", "SLURM_JOB_PARTITION": "gpu"})  # a step that lost its QOS variable
+    assert Job("slurm:12", "slurm", [JobProcess(2, step, 0.0), JobProcess(1, tag, 0.0)]).groups == (
+        "slurm-qos:high", "slurm-partition:gpu")
+    assert identify({"SLURM_JOB_QOS": "high"}) is None  # a group alone makes no job
+
+
+def test_a_groups_policy_reaches_its_jobs_after_their_own_and_before_what_they_ask():
+    set_ = [make("slurm-qos:high", "critical", 80), make("slurm-partition:gpu", "normal"),
+            make("slurm:3", "scavenger")]
+    asks = {"slurm:1": Ask("scavenger", ("slurm-qos:high", "slurm-partition:gpu")),  # its QOS, over its own ask
+            "slurm:2": Ask("", ("slurm-qos:low", "slurm-partition:gpu")),  # no policy for its QOS: its partition's
+            "slurm:3": Ask("", ("slurm-qos:high",)),  # its own policy, over its QOS's
+            "slurm:4": Ask("normal:9", ("slurm-qos:low",)),  # no group's policy: what it asks
+            "slurm:5": Ask("", ("slurm-qos:low",))}  # nothing: no policy, no change to its packets
+    policies, problems = effective(set_, asks)
+    assert [(p.jobid, p.qos_class, p.weight) for p in policies] == [
+        ("slurm:3", "scavenger", 5), ("slurm:1", "critical", 80), ("slurm:2", "normal", 25), ("slurm:4", "normal", 9)]
+    assert problems == []
 
 
 @pytest.mark.parametrize("ask, says", [("critical:x", "give CLASS or CLASS:WEIGHT"),

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from clockfabric.clock.sync import HostSync
     from clockfabric.lldp import Neighbours
     from clockfabric.probe.engine import ProbeEngine
+    from clockfabric.qos.policy import Ask
     from clockfabric.telemetry.link_watcher import LinkWatcher
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class AgentContext:
     on_news: list[Callable[[], None]] = field(default_factory=list)  # something the controller should hear now
     on_reply: list[Callable[[dict], None]] = field(default_factory=list)  # the controller's answer to a push
     job_sockets: Callable[[], list[tuple[str, int]]] | None = None  # (jobid, socket cookie): the workload's
-    job_qos: Callable[[], dict[str, str]] | None = None  # jobid -> the QoS class its processes ask for
+    job_qos: Callable[[], dict[str, Ask]] | None = None  # jobid -> what may give it a QoS class
     job_flows: Callable[[], tuple[list, dict]] | None = None  # the workload's flows and their last OWD window
 
     def link_changed(self) -> None:

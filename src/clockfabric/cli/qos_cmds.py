@@ -18,7 +18,8 @@ app = typer.Typer(help="Jobs' QoS: a class and weight per job, enforced from the
 
 @app.command("set")
 def set_policy(jobid: str = typer.Argument(..., help="The job's id, as `clockfabric jobs` lists it (it may "
-                                                     "not run yet: the policy waits for it)."),
+                                                     "not run yet: the policy waits for it); or a Slurm group: "
+                                                     "slurm-qos:NAME, slurm-partition:NAME."),
                qos_class: str = typer.Option(..., "--class", help=f"One of {', '.join(policy.CLASSES)}."),
                weight: int = typer.Option(None, "--weight", help=f"{policy.MIN_WEIGHT}..{policy.MAX_WEIGHT}: "
                                                                   "its share of a host link among busy classes "

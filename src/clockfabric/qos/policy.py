@@ -5,7 +5,10 @@ default weights (the share of a host link each is guaranteed when all are busy).
     normal     DSCP  0 (best effort)                                          weight 25
     scavenger  DSCP  1 (LE, RFC 8622: lower effort than best effort)          weight  5
 
-A policy may name a job no host runs yet: it waits until one does.
+A policy may name a job no host runs yet: it waits until one does. It may also name a group of
+jobs their scheduler already keeps, `slurm-qos:NAME` or `slurm-partition:NAME`: each job in the
+group without a policy of its own takes it (its QOS's before its partition's), before the class
+the job asks for itself.
 """
 
 from __future__ import annotations
@@ -28,6 +31,20 @@ CLASSES = {c.name: c for c in (QosClass("critical", 26, 70, 0), QosClass("normal
                                 QosClass("scavenger", 1, 5, 2))}
 MIN_WEIGHT, MAX_WEIGHT = 1, 100
 JOBID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")  # what job ids look like (workload.jobs, job run)
+GROUPS = ("slurm-qos:", "slurm-partition:")  # what a policy names when it names a group (workload.jobs.GROUP_ENV)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a running job carries that may give it a class: the class it asks for itself
+    (CLOCKFABRIC_QOS, `job run --qos`) and its scheduler's groups, in the order they count."""
+
+    own: str = ""
+    groups: tuple[str, ...] = ()
+
+
+def names_group(name: str) -> bool:
+    return name.startswith(GROUPS)
 
 
 @dataclass(frozen=True)

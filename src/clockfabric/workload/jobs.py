@@ -19,7 +19,9 @@ QOS_ENV = "CLOCKFABRIC_QOS"  # the QoS class the job asks for, CLASS or CLASS:WE
 # (variable, source name); the first one a process has names its job
 JOB_SOURCES = ((JOB_ENV, "clockfabric"), ("SLURM_JOB_ID", "slurm"), ("TORCHELASTIC_RUN_ID", "torchelastic"))
 RANK_ENV = ("RANK", "SLURM_PROCID")
-WANTED_ENV = frozenset([v for v, _ in JOB_SOURCES] + list(RANK_ENV) + [RUN_ENV, QOS_ENV])
+# (variable, group): the scheduler's groups a job is in, which a QoS policy may name ("slurm-qos:high")
+GROUP_ENV = (("SLURM_JOB_QOS", "slurm-qos"), ("SLURM_JOB_PARTITION", "slurm-partition"))
+WANTED_ENV = frozenset([v for v, _ in JOB_SOURCES] + list(RANK_ENV) + [RUN_ENV, QOS_ENV] + [v for v, _ in GROUP_ENV])
 # kubepods-burstable-pod1b2c..._..slice (systemd driver) or /kubepods/burstable/pod1b2c-... (cgroupfs)
 POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 
@@ -33,6 +35,7 @@ class JobTag:
     rank: int | None = None
     run: str = ""  # CLOCKFABRIC_JOB_RUN: one run of a named job
     qos: str = ""  # CLOCKFABRIC_QOS: the QoS class (and weight) it asks for, as given
+    groups: tuple[str, ...] = ()  # its scheduler's groups, in GROUP_ENV's order: "slurm-qos:high", ...
 
 
 def parse_environ(data: bytes) -> dict[str, str]:
@@ -62,11 +65,12 @@ def _rank(environ: dict[str, str]) -> int | None:
 def identify(environ: dict[str, str], cgroup: str = "") -> JobTag | None:
     """The job a process with this environment and cgroup belongs to; None for no job."""
     rank, run, qos = _rank(environ), environ.get(RUN_ENV, ""), environ.get(QOS_ENV, "").strip()[:64]
+    groups = tuple(f"{group}:{value}" for name, group in GROUP_ENV if (value := environ.get(name, "").strip()[:64]))
     for name, source in JOB_SOURCES:
         if value := environ.get(name, "").strip():
-            return JobTag(value if source == "clockfabric" else f"{source}:{value}", source, rank, run, qos)
+            return JobTag(value if source == "clockfabric" else f"{source}:{value}", source, rank, run, qos, groups)
     if uid := pod_uid(cgroup):
-        return JobTag(f"kubernetes:{uid}", "kubernetes", rank, run, qos)
+        return JobTag(f"kubernetes:{uid}", "kubernetes", rank, run, qos, groups)
     return None
 
 
@@ -100,6 +104,13 @@ class Job:
     def qos(self) -> str:
         """The QoS class its processes ask for (CLOCKFABRIC_QOS); "" where none does."""
         return min((p.tag.qos for p in self.processes if p.tag.qos), default="")
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Its processes' scheduler groups, each once, in GROUP_ENV's order (its QOS before its partition)."""
+        found = {g for p in self.processes for g in p.tag.groups}
+        order = [group for _, group in GROUP_ENV]
+        return tuple(sorted(found, key=lambda g: (order.index(g.partition(":")[0]), g)))
 
     @property
     def hidden(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from pyroute2.netlink.exceptions import NetlinkError
@@ -24,14 +25,20 @@ from clockfabric.qos.enforce import Enforcer, remove_all
 log = logging.getLogger(__name__)
 
 
-def effective(set_: list[policy.Policy], asked: dict[str, str]) -> tuple[list[policy.Policy], list[str]]:
-    """The policies set (controller, file) and, for jobs without one, the class each job asks for
+def effective(set_: list[policy.Policy], asks: dict[str, policy.Ask]) -> tuple[list[policy.Policy], list[str]]:
+    """The policies set (controller, file) for jobs by name; for each running job without one, the
+    first set for a group it is in (its Slurm QOS, then its partition), else the class it asks for
     itself (CLOCKFABRIC_QOS); with a line for each ask that is not a valid one."""
-    out, problems, named = list(set_), [], {p.jobid for p in set_}
-    for jobid, ask in sorted(asked.items()):
-        if jobid not in named:
+    by_name = {p.jobid: p for p in set_}
+    out, problems = [p for p in set_ if not policy.names_group(p.jobid)], []
+    for jobid, ask in sorted(asks.items()):
+        if jobid in by_name:
+            continue
+        if group := next((by_name[g] for g in ask.groups if g in by_name), None):
+            out.append(replace(group, jobid=jobid))
+        elif ask.own:
             try:
-                out.append(policy.parse_asked(jobid, ask))
+                out.append(policy.parse_asked(jobid, ask.own))
             except ClockfabricError as e:
                 problems.append(f"job {jobid}: {e}")
     return out, problems

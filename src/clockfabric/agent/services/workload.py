@@ -13,6 +13,7 @@ import time
 from clockfabric.agent.capture import NicCapture
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
+from clockfabric.qos.policy import Ask
 from clockfabric.workload import exchange, samples, stages
 from clockfabric.workload.monitor import WorkloadMonitor, WorkloadView
 from clockfabric.workload.owd_monitor import InbandOwd
@@ -58,7 +59,7 @@ class Workload(Service):
         ctx.on_link_change.append(self.paths.forget)  # a changed fabric moves the hash
         ctx.job_sockets = lambda: [(f.jobid, f.rates.reading.cookie) for f in self.view.flows]  # for QoS
         ctx.job_flows = lambda: (self.view.flows, self.owd)  # for QoS's pacing
-        ctx.job_qos = lambda: {jobid: j.qos for jobid, j in self.view.jobs.items() if j.qos}
+        ctx.job_qos = lambda: {jobid: Ask(j.qos, j.groups) for jobid, j in self.view.jobs.items() if j.qos or j.groups}
         self.paths.start()
 
     def _take_samples(self) -> None:
