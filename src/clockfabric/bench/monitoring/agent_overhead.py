@@ -48,7 +48,7 @@ TICK_S = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 DEFAULT_JSON = RESULTS / "agent-overhead.json"
 
-out = Console(width=max(120, Console().width))  # the table is wide: do not squeeze it into 80 columns
+out = Console(width=max(132, Console().width))  # the table is wide: do not squeeze it into 80 columns
 
 
 def cpu_and_rss(pid: int) -> tuple[float, float, float]:
