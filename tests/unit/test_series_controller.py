@@ -8,6 +8,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from clockfabric.agent.http_post import Poster
 from clockfabric.agent.push import Pusher
 from clockfabric.agent.series_write import SeriesWriter
 from clockfabric.auth.credential import host_token
@@ -113,10 +114,11 @@ def test_an_engine_with_its_disk_full_is_not_ready_and_alerts(tmp_path):
     monitor = Monitor.create(storage)
     fleet = Fleet(storage, hosts=["h0"], stale_s=60, monitor=monitor, series=series)
     try:
-        with httpx.Client(headers=as_host(TOKEN, "h0")) as client:
-            writer = SeriesWriter(client)
-            assert not writer.write(series.write_url + IMPORT_PATH, [{"name": "link_up", "value": 1.0}])
-            assert writer.counters["series_write_failures"] == 1
+        poster = Poster(as_host(TOKEN, "h0"), 10.0)
+        writer = SeriesWriter(poster)
+        assert not writer.write(series.write_url + IMPORT_PATH, [{"name": "link_up", "value": 1.0}])
+        assert writer.counters["series_write_failures"] == 1
+        poster.close()
         with TestClient(create_app(fleet, TOKEN, tick_s=0.05, check_s=0.05)) as client:
             wait_for("readyz to name the full disk", lambda: "disk is full" in client.get("/readyz").json()
                      .get("failing", {}).get("series", ""), timeout_s=5)

@@ -33,18 +33,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from itertools import islice
-from typing import TYPE_CHECKING
 
 from clockfabric import wirejson
 from clockfabric.agent.eventlog import EventLog
+from clockfabric.agent.http_post import Poster, PostFailed, Reply, encode
 from clockfabric.agent.series_write import SeriesWriter, gate_url
 from clockfabric.errors import ClockfabricError
 
-if TYPE_CHECKING:
-    import httpx
-
 log = logging.getLogger(__name__)
-logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per push
 BUFFER_EVENTS = 10_000
 PUSH_EVENTS = 2_000  # per request; more go in the next one, at once
 MAX_BACKOFF_S = 10.0
@@ -91,16 +87,13 @@ class Pusher(threading.Thread):
         self._stopping = threading.Event()
         # the log and the snapshot's cursors, between the pusher's thread and hold()'s (a link watcher's)
         self._lock = threading.RLock()
-        if isinstance(verify, str):  # a private CA's file: httpx wants it as an SSL context
+        if isinstance(verify, str):  # a private CA's file
             try:
                 verify = ssl.create_default_context(cafile=verify)
             except (OSError, ssl.SSLError) as e:
                 raise ClockfabricError(f"cannot read the CA file {verify}: {e.strerror or e}; "
                                        "give the PEM file of the CA that signed the controller's certificate") from None
-        import httpx  # here, not at the top: an agent with no controller (every lab agent) never loads it
-
-        self._client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=PUSH_TIMEOUT_S,
-                                   verify=verify)
+        self._client = Poster({"Authorization": f"Bearer {token}"}, PUSH_TIMEOUT_S, verify)
         self.series = SeriesWriter(self._client)
         self.series_port: int | None = None  # the gate's, as the controller last named it
 
@@ -183,12 +176,10 @@ class Pusher(threading.Thread):
         if self.paths:
             body["paths"] = self.paths()
         self._retry_after_s = 0.0
-        import httpx  # loaded by __init__ already
-
         try:
-            r = self._client.post(self.url, json=body)
-        except httpx.HTTPError as e:
-            return self._failed(f"{type(e).__name__}: {e}")
+            r = self._client.post(self.url, encode(body))
+        except PostFailed as e:
+            return self._failed(str(e))
         if 400 <= r.status_code < 500 and r.status_code not in RETRIED:
             self._quarantine(batch, r)
             return True
@@ -198,23 +189,20 @@ class Pusher(threading.Thread):
         with self._lock:
             self._taken(batch, delivered=True)
             self.log.reported(b["boot"] for b in ended)
-        self._write_series(r, samples)
+        try:
+            answer = r.json()
+        except ValueError:  # not JSON: a controller too old to answer with anything to act on
+            answer = None
+        self._write_series(answer.get("series_port") if isinstance(answer, dict) else None, samples)
         self._unreported_drops = 0
         self.counters["pushes"] += 1
         self.counters["events_sent"] += len(batch)
-        if self.on_reply is not None:
-            try:
-                self.on_reply(r.json())
-            except ValueError:  # not JSON: a controller too old to answer with anything to act on
-                pass
+        if self.on_reply is not None and isinstance(answer, dict):
+            self.on_reply(answer)
         return True
 
-    def _write_series(self, r: httpx.Response, samples: list[dict]) -> None:
+    def _write_series(self, port: object, samples: list[dict]) -> None:
         """The samples to the series gate the controller's answer names."""
-        try:
-            port = wirejson.loads(r.content).get("series_port")
-        except (ValueError, AttributeError):
-            port = None
         self.series_port = port if isinstance(port, int) else None
         if self.series_port is not None:
             self.series.write(gate_url(self.url, self.series_port), samples)
@@ -225,7 +213,7 @@ class Pusher(threading.Thread):
         if self.pending:
             self._wake.set()
 
-    def _quarantine(self, batch: list[dict], r: httpx.Response) -> None:
+    def _quarantine(self, batch: list[dict], r: Reply) -> None:
         """The controller refused the push as invalid: drop the events it names (all of the
         batch if it names none), keep the others for the next push."""
         named = _event_indexes(r)
@@ -247,7 +235,7 @@ class Pusher(threading.Thread):
         return False
 
 
-def _event_indexes(r: httpx.Response) -> set[int]:
+def _event_indexes(r: Reply) -> set[int]:
     """The batch's events a 422 names (its detail's places: ["body", "events", i, ...])."""
     try:
         errors = wirejson.loads(r.content).get("detail")

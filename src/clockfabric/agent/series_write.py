@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from clockfabric import serieswire
-
-if TYPE_CHECKING:
-    import httpx
+from clockfabric.agent.http_post import Poster, PostFailed
 
 log = logging.getLogger(__name__)
 IMPORT_PATH = "/api/v1/import/prometheus"
@@ -31,7 +28,7 @@ def gate_url(controller_url: str, port: int) -> str:
 
 
 class SeriesWriter:
-    def __init__(self, client: httpx.Client) -> None:
+    def __init__(self, client: Poster) -> None:
         """`client`: the pusher's, which carries the host's credential."""
         self.client = client
         self.counters = {"series_writes": 0, "series_write_failures": 0, "samples_written": 0}
@@ -41,13 +38,11 @@ class SeriesWriter:
         lines = serieswire.body(samples, (time.time_ns() if now_ns is None else now_ns) // 1_000_000)
         if not lines:
             return True
-        import httpx
-
         try:
-            r = self.client.post(url, content=lines)
+            r = self.client.post(url, lines, content_type="text/plain")
             why = "" if r.status_code in (200, 204) else f"HTTP {r.status_code}: {r.text[:200]}"
-        except httpx.HTTPError as e:
-            why = f"{type(e).__name__}: {e}"
+        except PostFailed as e:
+            why = str(e)
         if why:
             self.counters["series_write_failures"] += 1
             if why != self._last_error:  # once per reason, not once per push

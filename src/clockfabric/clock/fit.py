@@ -91,26 +91,37 @@ def _corner_margins(xu, yu, xl, yl) -> tuple[np.ndarray, np.ndarray]:
     return corners, low_edges - high_edges
 
 
-def _best_slope(xu, yu, xl, yl, prior: float) -> float:
-    if not _pins_slope(xu, xl):
+Corners = tuple[np.ndarray, np.ndarray] | None  # _corner_margins' answer; None: the clouds pin no slope
+
+
+def _corners(xu, yu, xl, yl) -> Corners:
+    return _corner_margins(xu, yu, xl, yl) if _pins_slope(xu, xl) else None
+
+
+def _best_slope(corners: Corners, prior: float) -> float:
+    if corners is None:
         return prior  # keep the last known drift
-    corners, margins = _corner_margins(xu, yu, xl, yl)
-    best = corners[margins >= margins.max() - 1e-6]  # a flat top: take its middle
+    slopes, margins = corners
+    best = slopes[margins >= margins.max() - 1e-6]  # a flat top: take its middle
     return float(best.min() + best.max()) / 2
 
 
 def feasible_slopes(xu, yu, xl, yl) -> tuple[float, float]:
-    """The slopes at which the clouds still separate, within +-MAX_SLOPE. The width is concave
-    and linear between corners, so the ends lie where it crosses the level between two corners.
-    Where the clouds overlap at every slope (late timestamps the fit kept), the level is as deep
-    again as the best slope's overlap."""
-    if not _pins_slope(xu, xl):
+    """The slopes at which the clouds still separate, within +-MAX_SLOPE."""
+    return _feasible(_corners(xu, yu, xl, yl))
+
+
+def _feasible(corners: Corners) -> tuple[float, float]:
+    """The width is concave and linear between corners, so the ends lie where it crosses the
+    level between two corners. Where the clouds overlap at every slope (late timestamps the fit
+    kept), the level is as deep again as the best slope's overlap."""
+    if corners is None:
         return -MAX_SLOPE, MAX_SLOPE
-    corners, widths = _corner_margins(xu, yu, xl, yl)
+    slopes, widths = corners
     level = min(0.0, 2 * widths.max())
     inside = np.flatnonzero(widths >= level)
     first, last = int(inside[0]), int(inside[-1])
-    return _crossing(corners, widths, first, first - 1, level), _crossing(corners, widths, last, last + 1, level)
+    return _crossing(slopes, widths, first, first - 1, level), _crossing(slopes, widths, last, last + 1, level)
 
 
 def _crossing(corners: np.ndarray, widths: np.ndarray, inside: int, outside: int, level: float) -> float:
@@ -138,7 +149,9 @@ def fit_band(fwd: np.ndarray, rev: np.ndarray, center_ns: int, *, prior_drift: f
     budget = min(MAX_DROPS, int(max_outliers * (len(xu) + len(xl))))
     dropped = 0
     while True:
-        slope = drift if drift is not None else _best_slope(xu, yu, xl, yl, prior_drift)
+        # the corners serve the slope and, for the points kept at the end, the drift bound
+        corners = None if drift is not None else _corners(xu, yu, xl, yl)
+        slope = drift if drift is not None else _best_slope(corners, prior_drift)
         margin, intercept = _margin(slope, xu, yu, xl, yl)
         if margin >= 0 or dropped >= budget or len(xu) + len(xl) <= 2:
             break
@@ -155,7 +168,7 @@ def fit_band(fwd: np.ndarray, rev: np.ndarray, center_ns: int, *, prior_drift: f
             break
         dropped += 1
     if drift is None:
-        low, high = feasible_slopes(xu, yu, xl, yl)
+        low, high = _feasible(corners)
         drift_bound = max(slope - low, high - slope, MIN_DRIFT_BOUND)
     return PairFit(intercept, slope, center_ns, margin, len(xu), len(xl), dropped,
                    pinned=drift is not None or _pins_slope(xu, xl),

@@ -48,7 +48,7 @@ TICK_S = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 DEFAULT_JSON = RESULTS / "agent-overhead.json"
 
-out = Console(width=max(120, Console().width))  # the table is wide: do not squeeze it into 80 columns
+out = Console(width=max(132, Console().width))  # the table is wide: do not squeeze it into 80 columns
 
 
 def cpu_and_rss(pid: int) -> tuple[float, float, float]:
@@ -100,7 +100,7 @@ def main(repeats: Annotated[int, typer.Option(min=1)] = 2, settle: Annotated[flo
                 runs[name].append(measure(lab, extra, settle, measure_s))
     table = Table(title="agent cost, 12-host lab, 10 peers, idle (per agent; reference h0 apart)")
     for col in ("setting", "CPU % (mean)", "user %", "system %", "max host %", "RSS MB", "h0 CPU %", "h0 RSS MB",
-                "vs baseline"):
+                "quiet", "vs baseline"):
         table.add_column(col, justify="right")
     summary = {}
     for name, rs in runs.items():
@@ -111,11 +111,13 @@ def main(repeats: Annotated[int, typer.Option(min=1)] = 2, settle: Annotated[flo
         summary[name]["max_cpu_pct"] = max(o["cpu_pct"] for o in others)
         summary[name]["ref_cpu_pct"] = float(np.mean([o["cpu_pct"] for o in ref]))
         summary[name]["ref_rss_mb"] = float(np.mean([o["rss_mb"] for o in ref]))
+        # the share of hosts probing at the quiet rate (a settled clock): a loaded machine keeps them at full rate
+        summary[name]["quiet_share"] = float(np.mean([bool(o["probe_quiet"]) for o in others]))
     base = summary["full rate (baseline)"]["cpu_pct"]
     for name, s in summary.items():
         table.add_row(name, f"{s['cpu_pct']:.2f}", f"{s['user_pct']:.2f}", f"{s['system_pct']:.2f}",
                       f"{s['max_cpu_pct']:.2f}", f"{s['rss_mb']:.0f}", f"{s['ref_cpu_pct']:.2f}",
-                      f"{s['ref_rss_mb']:.0f}", f"{s['cpu_pct'] / base:.2f}x")
+                      f"{s['ref_rss_mb']:.0f}", f"{s['quiet_share']:.0%}", f"{s['cpu_pct'] / base:.2f}x")
     out.print(table)
     ours = summary["default"]
     judged = [Target("agent CPU, idle, 10 peers", ours["cpu_pct"], CPU_TARGET_PCT, "% of a core", better="lower",
