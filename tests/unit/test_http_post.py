@@ -3,6 +3,7 @@ the server closed the kept one between posts (an idle timeout). A real HTTP/1.1 
 
 from __future__ import annotations
 
+import itertools
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -12,19 +13,26 @@ from clockfabric.agent.http_post import Poster, PostFailed, encode
 
 
 class KeepAlive(BaseHTTPRequestHandler):
-    """HTTP/1.1: answers on the same connection, with the client's port, until told to hang up."""
+    """HTTP/1.1: answers on the same connection, with the connection's number, until told to hang
+    up. Numbered, not told apart by the client's port: the kernel may give a new connection the
+    port of one just closed."""
 
     protocol_version = "HTTP/1.1"
 
+    def setup(self):
+        super().setup()
+        self.connection_number = next(self.server.connections)  # one handler a connection
+
     def do_POST(self):  # noqa: N802 - the handler's name
+        hang_up = self.server.hang_up  # read before answering: the client may change it once answered
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.seen.append((self.client_address[1], self.headers["Authorization"], body))
-        answer = encode({"port": self.client_address[1]})
+        self.server.seen.append((self.connection_number, self.headers["Authorization"], body))
+        answer = encode({"connection": self.connection_number})
         self.send_response(200)
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
         self.wfile.write(answer)
-        if self.server.hang_up:  # closed after answering, as a server's idle timeout does later
+        if hang_up:  # closed after answering, as a server's idle timeout does later
             self.close_connection = True
 
     def log_message(self, *_args):
@@ -34,7 +42,7 @@ class KeepAlive(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     srv = ThreadingHTTPServer(("127.0.0.1", 0), KeepAlive)
-    srv.seen, srv.hang_up = [], False
+    srv.seen, srv.hang_up, srv.connections = [], False, itertools.count()
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
     srv.shutdown()
@@ -47,10 +55,10 @@ def test_posts_share_one_connection(server):
     replies = [poster.post(url, encode({"n": n})) for n in range(3)]
     poster.close()
     assert [r.status_code for r in replies] == [200, 200, 200]
-    assert len({port for port, _, _ in server.seen}) == 1, "a new connection per post"
+    assert len({connection for connection, _, _ in server.seen}) == 1, "a new connection per post"
     assert [body for _, _, body in server.seen] == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
     assert {auth for _, auth, _ in server.seen} == {"Bearer x"}
-    assert replies[0].json() == {"port": server.seen[0][0]}
+    assert replies[0].json() == {"connection": server.seen[0][0]}
 
 
 def test_a_connection_the_server_closed_is_opened_again(server):
