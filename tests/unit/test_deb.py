@@ -81,7 +81,8 @@ def test_files_the_unit_and_the_command(unpacked):
     assert os.readlink(unpacked / PREFIX / "bin/python3") == "/usr/bin/python3"
     assert (unpacked / "DEBIAN/conffiles").read_text().split() == ["/etc/default/clockfabric-agent"]
     # no path of the build's temporary folder is left in the venv's text files
-    leaked = subprocess.run(["grep", "-rlI", "/tmp/", str(unpacked / PREFIX / "bin"), str(unpacked / PREFIX / "pyvenv.cfg")],
+    venv = unpacked / PREFIX
+    leaked = subprocess.run(["grep", "-rlI", "/tmp/", str(venv / "bin"), str(venv / "pyvenv.cfg")],
                             capture_output=True, text=True)
     assert leaked.stdout == ""
 
