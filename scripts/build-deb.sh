@@ -96,7 +96,7 @@ Suggests: linuxptp
       "clockfabric controller: fleet state, detectors, alerts, dashboard" \
       "Recommends: openssh-client
 Suggests: linuxptp, postgresql
-Provides: clockfabric-agent
+Provides: clockfabric-agent (= $version)
 Conflicts: clockfabric-agent
 Replaces: clockfabric-agent
 " ;;

@@ -173,6 +173,10 @@ echo "user $(getent passwd clockfabric | cut -d: -f1,6,7)"
 stat -c 'dir %n %U:%G %a' /etc/clockfabric /var/lib/clockfabric
 echo "enabled $(readlink /etc/systemd/system/multi-user.target.wants/clockfabric-agent.service)"
 DPKG_MAINTSCRIPT_NAME=prerm "$root/DEBIAN/prerm" remove
+# a venv left at /opt/clockfabric is another package's: its folders stay
+DPKG_MAINTSCRIPT_NAME=postrm "$root/DEBIAN/postrm" purge
+[ -d /etc/clockfabric ] && [ -d /var/lib/clockfabric ] && echo "kept while a venv is installed"
+umount /opt/clockfabric  # dpkg removes the files before postrm runs
 DPKG_MAINTSCRIPT_NAME=postrm "$root/DEBIAN/postrm" remove
 DPKG_MAINTSCRIPT_NAME=postrm "$root/DEBIAN/postrm" purge
 for d in /etc/clockfabric /var/lib/clockfabric /etc/systemd/system/multi-user.target.wants/clockfabric-agent.service; do
@@ -194,6 +198,6 @@ def test_installed_tree_runs_and_its_scripts_make_and_purge_the_user_folders(unp
     assert {"agent-help ok", "doctor-help ok", "user clockfabric:/var/lib/clockfabric:/usr/sbin/nologin",
             "dir /etc/clockfabric root:clockfabric 750", "dir /var/lib/clockfabric clockfabric:clockfabric 750",
             "enabled /lib/systemd/system/clockfabric-agent.service",
-            "purged /etc/clockfabric", "purged /var/lib/clockfabric",
+            "kept while a venv is installed", "purged /etc/clockfabric", "purged /var/lib/clockfabric",
             "purged /etc/systemd/system/multi-user.target.wants/clockfabric-agent.service"} <= set(lines), lines
     assert Path("/etc/passwd").read_bytes() == before  # this machine's root was not touched
