@@ -87,6 +87,19 @@ def test_files_the_unit_and_the_command(unpacked):
     assert leaked.stdout == ""
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None or not Path("/usr/lib/systemd/system").is_dir(),
+                    reason="no systemd-analyze, or no system units to verify against")
+def test_systemd_verifies_the_unit_where_the_package_installs_it(unpacked, tmp_path):
+    # this machine's system units, and the package's unit and program at the package's paths
+    shutil.copytree("/usr/lib/systemd/system", tmp_path / "usr/lib/systemd/system", symlinks=True)
+    shutil.copytree(unpacked / "lib/systemd/system", tmp_path / "lib/systemd/system")
+    (tmp_path / PREFIX / "bin").mkdir(parents=True)
+    shutil.copy2(unpacked / PREFIX / "bin/clockfabric", tmp_path / PREFIX / "bin/clockfabric")
+    done = subprocess.run(["systemd-analyze", "verify", "--man=no", f"--root={tmp_path}", "clockfabric-agent.service"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and not done.stderr.strip(), done.stdout + done.stderr
+
+
 def test_the_venv_has_the_agents_dependencies_only(unpacked):
     (site,) = (unpacked / PREFIX / "lib").glob("python3.*/site-packages")
     present = {p.name for p in site.iterdir()}
