@@ -35,4 +35,4 @@ benchmarks-doc: setup
 
 clean:
 	-$(BIN)/clockfabric lab down --all
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) build src/*.egg-info dist
