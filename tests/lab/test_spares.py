@@ -82,9 +82,15 @@ def failure_free(lab, folder, args=ARGS) -> dict[int, str]:
     return digests
 
 
-def test_killed_rank_is_replaced_with_no_step_lost_and_bit_equal_parameters(make_lab, tmp_path):
+@pytest.fixture(scope="module")
+def reference(make_module_lab, tmp_path_factory) -> dict[int, str]:
+    """The failure-free run's parameters with ARGS, on the shape the tests below run: one run for
+    the module (the job is deterministic: the same arguments give the same bits on any lab)."""
+    return failure_free(make_module_lab(multirail(4, 2, 2, 2)), tmp_path_factory.mktemp("reference"))
+
+
+def test_killed_rank_is_replaced_with_no_step_lost_and_bit_equal_parameters(make_lab, tmp_path, reference):
     lab = make_lab(multirail(4, 2, 2, 2))
-    reference = failure_free(lab, tmp_path / "reference")
     victim = {}
 
     def kill(job):
@@ -98,9 +104,8 @@ def test_killed_rank_is_replaced_with_no_step_lost_and_bit_equal_parameters(make
     check_recovered(recs, killed_at)
 
 
-def test_frozen_rank_is_replaced_within_seconds(make_lab, tmp_path):
+def test_frozen_rank_is_replaced_within_seconds(make_lab, tmp_path, reference):
     lab = make_lab(multirail(4, 2, 2, 2))
-    reference = failure_free(lab, tmp_path / "reference")
     job, recs, frozen_at = run(lab, tmp_path / "frozen", SPARE,
                                lambda job: os.kill(job.ranks[2].proc.pid, signal.SIGSTOP))
     check_carried_on(job, recs, reference)
@@ -110,9 +115,8 @@ def test_frozen_rank_is_replaced_within_seconds(make_lab, tmp_path):
     check_recovered(recs, frozen_at)
 
 
-def test_cut_off_host_is_replaced(make_lab, tmp_path):
+def test_cut_off_host_is_replaced(make_lab, tmp_path, reference):
     lab = make_lab(multirail(4, 2, 2, 2))
-    reference = failure_free(lab, tmp_path / "reference")
 
     def isolate(job):
         for link in lab.topology.links:
