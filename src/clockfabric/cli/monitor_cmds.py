@@ -89,6 +89,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     """Run the controller: agents push to it; it stores, detects and alerts, and serves the API.
     Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."""
     from clockfabric.controller.alertmanager import check_url
+    from clockfabric.controller.config import load_config
     from clockfabric.controller.fleet import Fleet
     from clockfabric.controller.monitor import Monitor
     from clockfabric.controller.series.vmalert import RuleOptions  # noqa: F811 - at run time
@@ -106,6 +107,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     _rules_options(rules or [], no_rules)
     listen_at = Listen(host, port, tls_cert, tls_key)
     listen_at.check()
+    detector_config = load_config(config) if config else None  # a mistake is one line, before anything starts
     token = read_token(token_file, create=new_token)
     viewer_token = read_token(viewer_token_file) if viewer_token_file else None
     topo = load(topology) if topology else (Lab.open(lab_name).topology if lab_name else None)
@@ -124,7 +126,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                                      [h.name for h in storage.hosts()], series_retention, rule_options)
 
         def make_monitor() -> Monitor:
-            return Monitor.create(storage, topology=topo, config=config, alertmanagers=urls,
+            return Monitor.create(storage, topology=topo, config=detector_config, alertmanagers=urls,
                                   generator_url=f"{listen_at.url}/dashboard/", series=path.series)
 
         if db.startswith(("postgresql://", "postgres://")):  # maybe one of several replicas: the leader detects

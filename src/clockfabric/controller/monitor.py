@@ -14,11 +14,10 @@ import functools
 import logging
 import threading
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from clockfabric.controller.alertmanager import AlertmanagerClient
 from clockfabric.controller.alerts import AlertManager
-from clockfabric.controller.config import load_config, parse_config
+from clockfabric.controller.config import MonitorConfig, parse_config
 from clockfabric.controller.detectors import DetectorSet, Finding
 from clockfabric.controller.series.feed import SampleFeed
 from clockfabric.controller.series.read import Series, SeriesError
@@ -58,13 +57,13 @@ class Monitor:
         self._links_through = functools.lru_cache(maxsize=100_000)(self._links)
 
     @classmethod
-    def create(cls, storage: Storage, *, topology: Topology | None = None, config: Path | None = None,
+    def create(cls, storage: Storage, *, topology: Topology | None = None, config: MonitorConfig | None = None,
                alertmanagers: Sequence[str] = (), generator_url: str = "http://localhost/",
                series: Series | None = None) -> Monitor:
         """`alertmanagers`: the URLs every alert is posted to (none: storage and the log only);
         `generator_url`: the page an alert links back to (the controller's dashboard); `series`:
         where the detectors read their samples."""
-        cfg = load_config(config) if config else parse_config({})
+        cfg = config or parse_config({})
         client = AlertmanagerClient(list(alertmanagers), generator_url=generator_url) if alertmanagers else None
         monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, alertmanager=client), topology,
                       SampleFeed(series) if series is not None else None)
