@@ -36,6 +36,7 @@ CORPUS: list[str] = [
     "controller --token-file {d}/tok --stale abc", "topology generate leafspine --hosts many",
     "topology generate leafspine --mtu big", "topology generate multirail --planes x",
     "lab up {d}/good.yaml --seed x", "lab up {d}/good.yaml --max-drift fast", "audit --ssh-port x",
+    "tls new {d}/pki", "tls new {d}/pki --name 'bad name'", "tls new {d}/pki --name -x.example",
     "qos set J --class gold", "qos set J --class critical --weight 0", "qos set J --class critical --weight 101",
     "qos set 'a b' --class critical", "qos clear 'a b'", "qos set J", "job run --name J --qos gold -- true",
     "job run --name J --qos critical:x -- true",

@@ -1,5 +1,6 @@
-"""The controller over TLS, end to end on loopback: a private CA made here (openssl CLI), the
-real `clockfabric controller --tls-cert --tls-key` in a subprocess, the real agent Pusher.
+"""The controller over TLS, end to end on loopback: a private CA and the controller's certificate
+made as docs/deploy.md makes them (`clockfabric tls new`), another CA made apart (openssl CLI),
+the real `clockfabric controller --tls-cert --tls-key` in a subprocess, the real agent Pusher.
 
 Why: agents authenticate to the controller with the fleet token, and TLS is what keeps that
 token (and the fleet's telemetry) off the wire in clear; a TLS path nobody runs is one that
@@ -22,6 +23,7 @@ from clockfabric.agent.push import Pusher
 from clockfabric.auth.credential import host_token
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine, save
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make certificates")
 
@@ -44,19 +46,6 @@ def make_ca(d: Path, name: str) -> tuple[Path, Path]:
     return cert, key
 
 
-def make_server_cert(d: Path, ca: tuple[Path, Path]) -> tuple[Path, Path]:
-    """A server certificate for 127.0.0.1 (an IP SAN: clients match the IP, not the CN)."""
-    key, csr, cert, ext = d / "server.key", d / "server.csr", d / "server.pem", d / "server.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n"
-                   "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
-                   "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
-    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(csr), cwd=d)
-    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-set_serial", "2",
-            "-days", "2", "-extfile", str(ext), "-out", str(cert), cwd=d)
-    return cert, key
-
-
 def trusting(ca: Path) -> ssl.SSLContext:
     """For the test's own reads (httpx 0.28 deprecates verify=<path>; the Pusher still takes one)."""
     return ssl.create_default_context(cafile=str(ca))
@@ -72,9 +61,10 @@ def free_port() -> int:
 def controller(tmp_path_factory):
     """The real controller, TLS on, on a free loopback port; stopped by its own Popen handle."""
     d = tmp_path_factory.mktemp("tls")
-    ca = make_ca(d, "ca")
+    run_cli("tls", "new", str(d / "pki"), "--name", "127.0.0.1")  # an IP SAN: clients match the IP, not the CN
+    ca, cert, key = (d / "pki" / "ca.crt",), d / "pki" / "tls.crt", d / "pki" / "tls.key"
+    assert oct(key.stat().st_mode & 0o777) == oct((d / "pki" / "ca.key").stat().st_mode & 0o777) == "0o600"
     other_ca = make_ca(d, "other-ca")
-    cert, key = make_server_cert(d, ca)
     token_file = d / "fleet.token"
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
@@ -132,6 +122,13 @@ def test_an_agent_trusting_the_ca_pushes_over_tls(controller):
     assert p.push_once(), "a push to the TLS controller with its CA failed"
     assert p.counters["pushes"] == 1 and p.counters["push_failures"] == 0
     assert host_state(controller) == "ok"
+
+
+def test_an_agent_reaching_the_controller_by_a_name_its_certificate_lacks_cannot_push(controller):
+    """The certificate is for 127.0.0.1; localhost is the same server by another name."""
+    p = pusher(f"https://localhost:{controller['port']}", verify=str(controller["ca"]))
+    assert not p.push_once()
+    assert p.counters["push_failures"] == 1
 
 
 @pytest.mark.parametrize("trust", ["system CAs", "another CA"])

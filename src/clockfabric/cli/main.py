@@ -45,6 +45,7 @@ COMMANDS = {
     "controller": ("monitor_cmds", "controller", False,
                    "Run the controller: agents push to it; it stores, detects and alerts, and serves the API. "
                    "Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."),
+    "tls": ("tls_cmds", "app", True, "TLS for the controller: a private CA and its server certificate."),
     "token": ("token_cmds", "app", True,
               "Credentials derived from the fleet token: a host's own, to push as that host only."),
     "switch-agent": ("monitor_cmds", "switch_agent", False,
