@@ -112,9 +112,9 @@ class HostPacer:
                 self.own[link] = (v.queue_s, now_ns, hold)
             queue_s, read_ns, hold = self.own.get(link, (0.0, 0, 0))
             if hold > 0 and v.high_bps > 0:
-                out.append(Reading(link, CLASS_OF[v.rank], queue_s, v.high_bps, v.low_bps, read_ns))
-            elif link in self.loop.limits and v.low_bps > 0:
-                out.append(Reading(link, CLASS_OF[v.rank], None, 0.0, v.low_bps, now_ns))
+                out.append(Reading(link, CLASS_OF[v.rank], queue_s, v.high_bps, v.low_weight, read_ns))
+            elif link in self.loop.limits and v.low_weight > 0:
+                out.append(Reading(link, CLASS_OF[v.rank], None, 0.0, v.low_weight, now_ns))
         for link in set(self.own) - set(self.loop.views):
             del self.own[link]
         return out

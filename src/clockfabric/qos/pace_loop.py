@@ -4,6 +4,12 @@ there (the link's own reading, else the highest its flows saw), and each lower-c
 its share (the smallest over the links it crosses). Each link has its own gains: a link whose
 queue is read less often is stepped with that period, holding its rate between readings.
 
+Across hosts (qos.shared): another host's reading of a link counts as this host's own for its
+lower-class flows crossing that link, with the same law and gains. With several hosts pacing
+against one link, each takes a share of the law's rate, so that their limits add up to one
+law's, not several times its cut: the rate is split by policy weight over the sending
+lower-class flows of all the hosts pacing there, as over one host's.
+
 Pure: the flows come in as plain readings, the rates go out through an `Actuator` (the agent's
 is qos.sockpace on the processes' sockets). What it paced it remembers, so a release (the higher
 class idle, the flow's job no longer lower, the loop stopping) sets each back to no limit once.
@@ -43,7 +49,7 @@ class LinkView:
     rank: int  # the higher class there, this host's or another's
     queue_s: float | None  # this host's own new reading of the higher class's queueing; None: none
     high_bps: float  # this host's higher-class rate through it
-    low_bps: float  # this host's lower-class rate on it
+    low_weight: int  # the policy weights of this host's lower-class flows sending on it
 
 
 class Actuator(Protocol):
@@ -87,18 +93,18 @@ class PaceLoop:
             if link_queues and link in link_queues:
                 own.append(link_queues[link])
             queues = own + ([heard.queue_s] if heard and heard.rank == top and heard.queue_s is not None else [])
-            high_bps, low_bps = sum(f.tx_bps for f in high), sum(f.tx_bps for f in low)
-            self.views[link] = LinkView(top, max(own) if own else None, high_bps, low_bps)
+            high_bps = sum(f.tx_bps for f in high)
+            # split over the sockets that send: an idle one (a control connection) would waste its
+            # share; it gets the same share as a sending one until the next period sees it send
+            total = sum(f.weight for f in low if f.tx_bps > 0) or sum(f.weight for f in low)
+            self.views[link] = LinkView(top, max(own) if own else None, high_bps, total)
             others_high = heard.high_bps if heard and heard.rank == top else 0.0
             rate = self._pacer(link, top).step(high_bps + others_high, max(queues) if queues else None)
             if rate is None or not low:
                 continue
-            if heard is not None and heard.low_bps > 0 and low_bps > 0:  # this host's share of one cut
-                rate *= low_bps / (low_bps + heard.low_bps)
+            if heard is not None and heard.low_weight > 0 and total > 0:  # this host's share of one cut
+                rate *= total / (total + heard.low_weight)
             self.limits[link] = rate
-            # split over the sockets that send: an idle one (a control connection) would waste its
-            # share; it gets the same share as a sending one until the next period sees it send
-            total = sum(f.weight for f in low if f.tx_bps > 0) or sum(f.weight for f in low)
             for f in low:
                 share = min(rate, rate * f.weight / total)
                 want[f.sock] = min(want.get(f.sock, share), share)

@@ -2,14 +2,14 @@
 
 A host's higher-class flow that sees queueing on the last hop into a peer tells the other hosts,
 so that a host with lower-class flows into that peer (and no higher-class flow there) paces them
-too. A host pacing against a shared reading tells its lower-class rate on the link back, so that
-every host pacing on one link takes a share of one cut (qos.pace_loop) instead of each cutting
-the whole of it.
+too. A host pacing against a shared reading tells its lower-class flows' weights on the link
+back, so that every host pacing on one link takes a share of one cut (qos.pace_loop) instead of
+each cutting the whole of it.
 
 A link is named the same way on every host: `>ADDRESS`, the last hop into the host with that
 address. A reading: the link, the class that sees the queue, its queueing above the path's floor
-(None: the host only tells its lower-class rate there), the higher class's rate through the link,
-the host's lower-class rate on it, and when the queue was read. One message carries all of a
+(None: the host only tells its lower-class weight there), the higher class's rate through the
+link, the policy weights of the host's lower-class flows sending on it, and when the queue was read. One message carries all of a
 host's readings, with the time it was sent.
 
 What is accepted is bounded: a message of a fleet host, sent within STALE_S, not from the future,
@@ -31,6 +31,7 @@ STALE_S = 0.5  # a message older than this counts for nothing (the sender repeat
 FUTURE_S = 0.2  # the clocks' error a message's time may carry
 MAX_QUEUE_S = 1.0
 MAX_BPS = 1e12
+MAX_WEIGHT = 100_000  # the weights of a thousand flows
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Reading:
     qos_class: str  # the class whose packets met the queue (or, without a queue, the class paced against)
     queue_s: float | None  # queueing above the floor; None: only the host's lower-class rate is told
     high_bps: float  # the higher class's rate through the link from this host
-    low_bps: float  # the lower classes' rate on the link from this host
+    low_weight: int  # the policy weights of this host's lower-class flows sending on the link
     read_ns: int  # when the queue was read: a new time is a new reading
 
 
@@ -50,13 +51,13 @@ class Shared:
     rank: int
     queue_s: float | None  # the largest new queue reading at that class; None: none new this period
     high_bps: float  # the other hosts' higher-class rate through the link
-    low_bps: float  # the other hosts' lower-class rate on it (for this host's share of the cut)
+    low_weight: int  # the other hosts' lower-class weights on it (for this host's share of the cut)
 
 
 def encode(host: str, sent_ns: int, readings: list[Reading]) -> dict:
     return {"t": KIND, "host": host, "at": sent_ns,
             "r": [[r.link, r.qos_class, None if r.queue_s is None else round(r.queue_s * 1e6),
-                   round(r.high_bps), round(r.low_bps), r.read_ns] for r in readings[:MAX_READINGS]]}
+                   round(r.high_bps), r.low_weight, r.read_ns] for r in readings[:MAX_READINGS]]}
 
 
 class Refused(ValueError):
@@ -73,11 +74,11 @@ def _reading(raw: object, links: frozenset[str], sent_ns: int, max_read_age_s: f
         raise Refused("unknown class")
     if queue_us is not None and not (isinstance(queue_us, int) and 0 <= queue_us <= MAX_QUEUE_S * 1e6):
         raise Refused("bad reading")
-    if not all(isinstance(v, int) and 0 <= v <= MAX_BPS for v in (high, low)):
+    if not (isinstance(high, int) and 0 <= high <= MAX_BPS and isinstance(low, int) and 0 <= low <= MAX_WEIGHT):
         raise Refused("bad reading")
     if not isinstance(read_ns, int) or not 0 <= sent_ns - read_ns <= max_read_age_s * 1e9:
         raise Refused("stale reading")
-    return Reading(link, cls, None if queue_us is None else queue_us / 1e6, float(high), float(low), read_ns)
+    return Reading(link, cls, None if queue_us is None else queue_us / 1e6, float(high), low, read_ns)
 
 
 class SharedQueues:
@@ -137,5 +138,5 @@ class SharedQueues:
                     new.append(r.queue_s or 0.0)
             out[link] = Shared(rank, max(new) if new else None,
                                sum(r.high_bps for _, r in seeing if RANK[r.qos_class] == rank),
-                               sum(r.low_bps for _, r in heard))
+                               sum(r.low_weight for _, r in heard))
         return out
