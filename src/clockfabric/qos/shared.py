@@ -9,8 +9,8 @@ each cutting the whole of it.
 A link is named the same way on every host: `>ADDRESS`, the last hop into the host with that
 address. A reading: the link, the class that sees the queue, its queueing above the path's floor
 (None: the host only tells its lower-class weight there), the higher class's rate through the
-link, the policy weights of the host's lower-class flows sending on it, and when the queue was read. One message carries all of a
-host's readings, with the time it was sent.
+link, the policy weights of the host's lower-class flows sending on it, and when the queue was
+read. One message carries all of a host's readings, with the time it was sent.
 
 What is accepted is bounded: a message of a fleet host, sent within STALE_S, not from the future,
 at most MAX_READINGS readings, each of a known link and class with values in range. What is not
