@@ -124,3 +124,28 @@ def test_two_hosts_pacing_against_one_link_cut_as_one_law():
     # queue rings and never settles
     alone, _ = fifo(tell_low=False)
     assert min(alone[40:]) > 10 * G.target_s
+
+
+def test_what_a_host_tells(tmp_path):
+    """Its higher class's last-hop reading while it shows a queue (and SHARE_HOLD readings more),
+    held between readings; its lower-class weight where it paces on another's; never a NIC's egress."""
+    from clockfabric.agent.qos_pace import SHARE_HOLD, HostPacer
+
+    pacer = HostPacer({"lo": int(C)}, tmp_path / "h0.paced", window_s=2.0)
+    pacer.loop.actuator = lambda sock, rate: None  # no process of ours behind these sockets
+    try:
+        def period(queue_s, now, tx=30e6):
+            pacer.loop.step([Flow((1, 1), "critical", 70, ("lo>", INTO_H1), tx, queue_s)])
+            return pacer.tell(now)
+
+        assert period(0.004, T0) == [Reading(INTO_H1, "critical", 0.004, 30e6, 0, T0)]
+        assert period(None, T0 + 1) == [Reading(INTO_H1, "critical", 0.004, 30e6, 0, T0)]  # held: no new one
+        told = [period(0.0, T0 + 2 + k) for k in range(SHARE_HOLD + 1)]
+        assert all(told[:-1]) and told[-1] == []  # under target: told SHARE_HOLD more times, then not
+        assert period(0.004, T0 + 9, tx=0.0) == []  # the higher class idle: nothing to tell
+        heard = store()
+        heard.hear(encode("h2", T0, [critical(0.2, link=">10.0.0.4")]), "10.0.0.3", T0)
+        pacer.loop.step([Flow((5, 5), "scavenger", 5, ("lo>", ">10.0.0.4"), C, None)], {"lo>": 0.0}, heard.take(T0))
+        assert pacer.tell(T0 + 10) == [Reading(">10.0.0.4", "critical", None, 0.0, 5, T0 + 10)]
+    finally:
+        pacer.release()

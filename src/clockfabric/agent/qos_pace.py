@@ -31,7 +31,7 @@ from clockfabric.workload.owd import INBAND
 from clockfabric.workload.samples import FlowOwd
 
 PERIOD_S = Gains().period_s
-SHARE_HOLD = 3  # readings at or under target a link is still told after its last queue: they release the others
+SHARE_HOLD = 3  # readings at or under target still told after the last over it: they let the others' law rise
 CLASS_OF = {rank: name for name, rank in RANK.items()}
 
 
@@ -108,7 +108,7 @@ class HostPacer:
             if not link.startswith(">"):  # a NIC's egress: only this host's flows cross it
                 continue
             if v.queue_s is not None:
-                hold = SHARE_HOLD if v.queue_s > self.remote.target_s else self.own.get(link, (0, 0, 0))[2] - 1
+                hold = SHARE_HOLD + 1 if v.queue_s > self.remote.target_s else self.own.get(link, (0, 0, 0))[2] - 1
                 self.own[link] = (v.queue_s, now_ns, hold)
             queue_s, read_ns, hold = self.own.get(link, (0.0, 0, 0))
             if hold > 0 and v.high_bps > 0:
