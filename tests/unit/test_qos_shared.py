@@ -51,6 +51,8 @@ def test_a_reading_round_trips_and_is_handed_out_once_while_new():
     ({**encode("h0", T0, []), "r": [[INTO_H1, "critical", 10, -1, 0, T0]]}, "10.0.0.1", "bad reading"),
     ({**encode("h0", T0, []), "r": [["x"]] * (MAX_READINGS + 1)}, "10.0.0.1", "too many readings"),
     ({**encode("h0", T0, []), "r": "x"}, "10.0.0.1", "too many readings"),
+    ({**encode("h0", T0, []), "r": [[[1], "critical", 10, 0, 0, T0]]}, "10.0.0.1", "unknown link"),
+    ({**encode("h0", T0, []), "r": [[INTO_H1, {}, 10, 0, 0, T0]]}, "10.0.0.1", "unknown class"),
     ({"t": "qos_queues", "host": "h0", "at": "now", "r": []}, "10.0.0.1", "stale"),
 ])
 def test_bad_messages_are_refused_whole_and_counted(msg, src, reason):

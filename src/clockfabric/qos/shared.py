@@ -68,9 +68,9 @@ def _reading(raw: object, links: frozenset[str], sent_ns: int, max_read_age_s: f
     if not isinstance(raw, list) or len(raw) != 6:
         raise Refused("bad reading")
     link, cls, queue_us, high, low, read_ns = raw
-    if link not in links:
+    if not isinstance(link, str) or link not in links:
         raise Refused("unknown link")
-    if cls not in RANK:
+    if not isinstance(cls, str) or cls not in RANK:
         raise Refused("unknown class")
     if queue_us is not None and not (isinstance(queue_us, int) and 0 <= queue_us <= MAX_QUEUE_S * 1e6):
         raise Refused("bad reading")
