@@ -11,7 +11,7 @@ import pytest
 
 from clockfabric.qos.pace_loop import Flow, PaceLoop
 from clockfabric.qos.pacing import Gains
-from clockfabric.qos.shared import MAX_READINGS, STALE_S, Reading, SharedQueues, encode
+from clockfabric.qos.shared import MAX_READINGS, REPEAT_S, STALE_S, Reading, SharedQueues, encode
 
 C = 100e6  # bits/s
 G = Gains()
@@ -140,14 +140,18 @@ def test_what_a_host_tells(tmp_path):
             pacer.loop.step([Flow((1, 1), "critical", 70, ("lo>", INTO_H1), tx, queue_s)])
             return pacer.tell(now)
 
+        s = int(REPEAT_S * 1e9)
         assert period(0.004, T0) == [Reading(INTO_H1, "critical", 0.004, 30e6, 0, T0)]
-        assert period(None, T0 + 1) == [Reading(INTO_H1, "critical", 0.004, 30e6, 0, T0)]  # held: no new one
-        told = [period(0.0, T0 + 2 + k) for k in range(SHARE_HOLD + 1)]
+        assert period(None, T0 + s // 2) == []  # the same, told a moment ago
+        assert period(None, T0 + s) == [Reading(INTO_H1, "critical", 0.004, 30e6, 0, T0)]  # again: held
+        assert period(None, T0 + 5 * 10**9) == []  # no new reading for two windows: no news
+        told = [period(0.0, T0 + (10 + k) * s) for k in range(SHARE_HOLD + 1)]
         assert all(told[:-1]) and told[-1] == []  # under target: told SHARE_HOLD more times, then not
-        assert period(0.004, T0 + 9, tx=0.0) == []  # the higher class idle: nothing to tell
+        assert period(0.004, T0 + 20 * s, tx=0.0) == []  # the higher class idle: nothing to tell
         heard = store()
-        heard.hear(encode("h2", T0, [critical(0.2, link=">10.0.0.4")]), "10.0.0.3", T0)
-        pacer.loop.step([Flow((5, 5), "scavenger", 5, ("lo>", ">10.0.0.4"), C, None)], {"lo>": 0.0}, heard.take(T0))
-        assert pacer.tell(T0 + 10) == [Reading(">10.0.0.4", "critical", None, 0.0, 5, T0 + 10)]
+        now = T0 + 21 * s
+        heard.hear(encode("h2", now, [critical(0.2, now, link=">10.0.0.4")]), "10.0.0.3", now)
+        pacer.loop.step([Flow((5, 5), "scavenger", 5, ("lo>", ">10.0.0.4"), C, None)], {"lo>": 0.0}, heard.take(now))
+        assert pacer.tell(now) == [Reading(">10.0.0.4", "critical", None, 0.0, 5, now)]
     finally:
         pacer.release()

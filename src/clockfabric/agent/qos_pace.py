@@ -24,7 +24,7 @@ from clockfabric.qos.backlog import EgressBacklog
 from clockfabric.qos.pace_loop import RANK, Flow, PaceLoop, SocketId
 from clockfabric.qos.pacing import Gains
 from clockfabric.qos.policy import Policy
-from clockfabric.qos.shared import Reading, Shared
+from clockfabric.qos.shared import REPEAT_S, Reading, Shared
 from clockfabric.workload.flows import flow_label
 from clockfabric.workload.monitor import JobFlow
 from clockfabric.workload.owd import INBAND
@@ -49,6 +49,7 @@ class HostPacer:
         self.limited_s = 0.0  # and how long any limit was in force
         self.fds: dict[SocketId, int] = {}  # each paced socket's descriptor number in its process
         self.own: dict[str, tuple[float, int, int]] = {}  # last hop -> its last queue reading, read time, hold
+        self._told: tuple[list, int] = ([], 0)  # what was last told, and when
 
     def _link(self, link: str) -> tuple[float, Gains]:
         if link.endswith(">"):  # a NIC's egress
@@ -102,8 +103,9 @@ class HostPacer:
 
     def tell(self, now_ns: int) -> list[Reading]:
         """What the other hosts should hear after this period: the last hops this host's higher
-        class sees queueing on, and its lower-class rate where it paces (qos.shared)."""
-        out = []
+        class sees queueing on, and its lower-class weights where it paces (qos.shared); nothing
+        when that is what was told less than REPEAT_S ago."""
+        out, max_age_ns = [], 2 * self.remote.period_s * 1e9  # a reading two windows old is no news
         for link, v in self.loop.views.items():
             if not link.startswith(">"):  # a NIC's egress: only this host's flows cross it
                 continue
@@ -111,12 +113,17 @@ class HostPacer:
                 hold = SHARE_HOLD + 1 if v.queue_s > self.remote.target_s else self.own.get(link, (0, 0, 0))[2] - 1
                 self.own[link] = (v.queue_s, now_ns, hold)
             queue_s, read_ns, hold = self.own.get(link, (0.0, 0, 0))
-            if hold > 0 and v.high_bps > 0:
+            if hold > 0 and v.high_bps > 0 and now_ns - read_ns <= max_age_ns:
                 out.append(Reading(link, CLASS_OF[v.rank], queue_s, v.high_bps, v.low_weight, read_ns))
             elif link in self.loop.limits and v.low_weight > 0:
                 out.append(Reading(link, CLASS_OF[v.rank], None, 0.0, v.low_weight, now_ns))
         for link in set(self.own) - set(self.loop.views):
             del self.own[link]
+        said = [(r.link, r.qos_class, r.queue_s, round(r.high_bps, -5), r.low_weight, r.queue_s is None or r.read_ns)
+                for r in out]
+        if said == self._told[0] and now_ns - self._told[1] < REPEAT_S * 1e9:
+            return []
+        self._told = (said, now_ns)
         return out
 
     def _remember(self) -> None:

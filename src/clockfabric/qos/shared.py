@@ -15,7 +15,8 @@ read. One message carries all of a host's readings, with the time it was sent.
 What is accepted is bounded: a message of a fleet host, sent within STALE_S, not from the future,
 at most MAX_READINGS readings, each of a known link and class with values in range. What is not
 is refused whole and counted by reason. A reading counts only while its last message is within
-STALE_S: a host that stops telling stops holding the others paced.
+STALE_S (the sender repeats an unchanged one every REPEAT_S): a host that stops telling stops
+holding the others paced.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from clockfabric.qos.pace_loop import RANK
 
 KIND = "qos_queues"  # the control message's type
 MAX_READINGS = 32  # per message
-STALE_S = 0.5  # a message older than this counts for nothing (the sender repeats it every period)
+STALE_S = 0.5  # a message older than this counts for nothing
+REPEAT_S = 0.2  # a sender repeats an unchanged message this often (a changed one goes at once)
 FUTURE_S = 0.2  # the clocks' error a message's time may carry
 MAX_QUEUE_S = 1.0
 MAX_BPS = 1e12

@@ -63,9 +63,10 @@ class Qos(Service):
         self.pacer: HostPacer | None = None
         hosts = set(topo.hosts) - {host}
         self.peers = sorted(h for h in hosts if h in ctx.addresses)
-        ends = {str(i.address.ip) for i in interfaces(topo).values() if i.port.node in hosts}
+        # a link into any host of the fleet, this one's too: a message also tells other hosts' links
+        ends = {str(i.address.ip) for i in interfaces(topo).values() if i.port.node in topo.hosts}
         self.shared = SharedQueues({h: ctx.addresses[h] for h in self.peers}, 3 * ctx.cfg.window_s,
-                                   frozenset(f">{a}" for a in ends | {ctx.addresses[h] for h in self.peers}))
+                                   frozenset(f">{a}" for a in ends | set(ctx.addresses.values())))
         self._next_peer = 0
         self.told = 0  # messages sent to other hosts
         self._pace_due = 0.0
