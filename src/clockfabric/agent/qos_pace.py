@@ -9,8 +9,8 @@ is stepped with the window as its period. What it paced goes to a state file fir
 killed while pacing releases those sockets at its next start.
 
 Across hosts: the readings of the last hops into peers that its higher class sees queueing on
-(while they show a queue, and SHARE_HOLD readings more), and its lower-class rate on links it
-paces against another host's reading, are what it tells the other hosts (qos.shared); what they
+(while they show a queue, and SHARE_HOLD readings more), and its lower-class flows' weights on
+links it paces against another host's reading, are what it tells the other hosts (qos.shared); what they
 tell comes into the loop as their readings.
 """
 

@@ -40,7 +40,7 @@ MAX_WEIGHT = 100_000  # the weights of a thousand flows
 class Reading:
     link: str  # ">ADDRESS": the last hop into that host
     qos_class: str  # the class whose packets met the queue (or, without a queue, the class paced against)
-    queue_s: float | None  # queueing above the floor; None: only the host's lower-class rate is told
+    queue_s: float | None  # queueing above the floor; None: only the host's lower-class weights are told
     high_bps: float  # the higher class's rate through the link from this host
     low_weight: int  # the policy weights of this host's lower-class flows sending on the link
     read_ns: int  # when the queue was read: a new time is a new reading

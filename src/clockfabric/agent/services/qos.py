@@ -4,7 +4,7 @@ class itself (CLOCKFABRIC_QOS, `job run --qos`). The jobs' sockets come from the
 service. Each update the marks and shaping follow them, all or nothing (qos.enforce); a refusal
 is an event and part of the pushed state. At start, whatever a killed agent left (found by its
 tags) is removed; at stop, everything of ours is. On a one-FIFO fabric it paces the lower classes
-(agent.qos_pace), telling the other hosts its queue readings each period, sealed (qos.shared)."""
+(agent.qos_pace), telling the other hosts its queue readings as they change, sealed (qos.shared)."""
 
 from __future__ import annotations
 
