@@ -77,7 +77,8 @@ def test_the_agents_services_declare_disjoint_message_types():
                                "controller"]
     assert {kind: s.name for kind, s in router.routes.items()} == {
         "report": "clock", "map": "clock", "stepped": "clock",
-        "place": "claims", "release": "claims", "loads": "claims", "claims": "claims", "inband": "workload"}
+        "place": "claims", "release": "claims", "loads": "claims", "claims": "claims", "inband": "workload",
+        "qos_queues": "qos"}
 
 
 def wanted(cfg: AgentConfig) -> list[str]:

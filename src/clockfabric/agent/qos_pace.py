@@ -7,6 +7,11 @@ hop into its peer. The first's queue is read from the NIC's qdisc backlog each p
 synced clocks) above the lowest this host has seen to that peer, new once a window, so that link
 is stepped with the window as its period. What it paced goes to a state file first, so an agent
 killed while pacing releases those sockets at its next start.
+
+Across hosts: the readings of the last hops into peers that its higher class sees queueing on
+(while they show a queue, and SHARE_HOLD readings more), and its lower-class flows' weights on
+links it paces against another host's reading, are what it tells the other hosts (qos.shared); what they
+tell comes into the loop as their readings.
 """
 
 from __future__ import annotations
@@ -16,15 +21,18 @@ from pathlib import Path
 
 from clockfabric.qos import sockpace
 from clockfabric.qos.backlog import EgressBacklog
-from clockfabric.qos.pace_loop import Flow, PaceLoop, SocketId
+from clockfabric.qos.pace_loop import RANK, Flow, PaceLoop, SocketId
 from clockfabric.qos.pacing import Gains
 from clockfabric.qos.policy import Policy
+from clockfabric.qos.shared import REPEAT_S, Reading, Shared
 from clockfabric.workload.flows import flow_label
 from clockfabric.workload.monitor import JobFlow
 from clockfabric.workload.owd import INBAND
 from clockfabric.workload.samples import FlowOwd
 
 PERIOD_S = Gains().period_s
+SHARE_HOLD = 3  # readings at or under target still told after the last over it: they let the others' law rise
+CLASS_OF = {rank: name for name, rank in RANK.items()}
 
 
 class HostPacer:
@@ -40,6 +48,8 @@ class HostPacer:
         self.ever_paced: set[SocketId] = set()  # for the state: what the loop has held since start
         self.limited_s = 0.0  # and how long any limit was in force
         self.fds: dict[SocketId, int] = {}  # each paced socket's descriptor number in its process
+        self.own: dict[str, tuple[float, int, int]] = {}  # last hop -> its last queue reading, read time, hold
+        self._told: tuple[list, int] = ([], 0)  # what was last told, and when
 
     def _link(self, link: str) -> tuple[float, Gains]:
         if link.endswith(">"):  # a NIC's egress
@@ -70,23 +80,51 @@ class HostPacer:
         floor = self.floor_ns[peer] = min(self.floor_ns.get(peer, stats.min_ns), stats.min_ns)
         return max(0, stats.p50_ns - floor) / 1e9
 
-    def step(self, flows: list[JobFlow], owd: FlowOwd, policies: list[Policy]) -> dict[SocketId, int]:
-        """One period: the jobs' flows and their last window of delays, the policies in force."""
+    def step(self, flows: list[JobFlow], owd: FlowOwd, policies: list[Policy],
+             shared: dict[str, Shared] | None = None) -> dict[SocketId, int]:
+        """One period: the jobs' flows and their last window of delays, the policies in force, the
+        other hosts' readings."""
         fresh, self.last_owd = owd is not self.last_owd, owd  # a new window is a new dict
         by_job = {p.jobid: p for p in policies}
         readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, self.links_of(f),
                          f.rates.tx_bps or 0.0, self._queue_s(f, owd, fresh))
                     for f in flows if (p := by_job.get(f.jobid)) is not None]
         if not readings and not self.loop.paced:
+            self.loop.views = {}
             return {}  # no job with a policy here: not even the qdiscs are read
         nic_queues = self.backlog.queues_s()
         before = dict(self.loop.paced)
-        paced = self.loop.step(readings, {f"{nic}>": q for nic, q in nic_queues.items()})
+        paced = self.loop.step(readings, {f"{nic}>": q for nic, q in nic_queues.items()}, shared)
         self.ever_paced |= set(paced)
         self.limited_s += PERIOD_S if paced else 0.0
         if paced != before:
             self._remember()
         return paced
+
+    def tell(self, now_ns: int) -> list[Reading]:
+        """What the other hosts should hear after this period: the last hops this host's higher
+        class sees queueing on, and its lower-class weights where it paces (qos.shared); nothing
+        when that is what was told less than REPEAT_S ago."""
+        out, max_age_ns = [], 2 * self.remote.period_s * 1e9  # a reading two windows old is no news
+        for link, v in self.loop.views.items():
+            if not link.startswith(">"):  # a NIC's egress: only this host's flows cross it
+                continue
+            if v.queue_s is not None:
+                hold = SHARE_HOLD + 1 if v.queue_s > self.remote.target_s else self.own.get(link, (0, 0, 0))[2] - 1
+                self.own[link] = (v.queue_s, now_ns, hold)
+            queue_s, read_ns, hold = self.own.get(link, (0.0, 0, 0))
+            if hold > 0 and v.high_bps > 0 and now_ns - read_ns <= max_age_ns:
+                out.append(Reading(link, CLASS_OF[v.rank], queue_s, v.high_bps, v.low_weight, read_ns))
+            elif link in self.loop.limits and v.low_weight > 0:
+                out.append(Reading(link, CLASS_OF[v.rank], None, 0.0, v.low_weight, now_ns))
+        for link in set(self.own) - set(self.loop.views):
+            del self.own[link]
+        said = [(r.link, r.qos_class, r.queue_s, round(r.high_bps, -5), r.low_weight, r.queue_s is None or r.read_ns)
+                for r in out]
+        if said == self._told[0] and now_ns - self._told[1] < REPEAT_S * 1e9:
+            return []
+        self._told = (said, now_ns)
+        return out
 
     def _remember(self) -> None:
         tmp = self.state_file.with_suffix(".tmp")

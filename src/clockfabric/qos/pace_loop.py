@@ -4,6 +4,12 @@ there (the link's own reading, else the highest its flows saw), and each lower-c
 its share (the smallest over the links it crosses). Each link has its own gains: a link whose
 queue is read less often is stepped with that period, holding its rate between readings.
 
+Across hosts (qos.shared): another host's reading of a link counts as this host's own for its
+lower-class flows crossing that link, with the same law and gains. With several hosts pacing
+against one link, each takes a share of the law's rate, so that their limits add up to one
+law's, not several times its cut: the rate is split by policy weight over the sending
+lower-class flows of all the hosts pacing there, as over one host's.
+
 Pure: the flows come in as plain readings, the rates go out through an `Actuator` (the agent's
 is qos.sockpace on the processes' sockets). What it paced it remembers, so a release (the higher
 class idle, the flow's job no longer lower, the loop stopping) sets each back to no limit once.
@@ -13,9 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from clockfabric.qos.pacing import Gains, LinkPacer
+
+if TYPE_CHECKING:
+    from clockfabric.qos.shared import Shared
 
 RANK = {"critical": 0, "normal": 1, "scavenger": 2}  # lower is higher
 SocketId = tuple[int, int]  # (pid, socket inode)
@@ -33,6 +42,16 @@ class Flow:
     queue_s: float | None  # its packets' one-way delay above the path's floor; None: no new reading
 
 
+@dataclass(frozen=True)
+class LinkView:
+    """What one period saw of a link, for telling the other hosts (qos.shared)."""
+
+    rank: int  # the higher class there, this host's or another's
+    queue_s: float | None  # this host's own new reading of the higher class's queueing; None: none
+    high_bps: float  # this host's higher-class rate through it
+    low_weight: int  # the policy weights of this host's lower-class flows sending on it
+
+
 class Actuator(Protocol):
     def __call__(self, sock: SocketId, bytes_per_s: int | None) -> None:
         """Limit the socket to this rate (None: no limit). Raises LookupError if it is gone."""
@@ -42,38 +61,50 @@ class PaceLoop:
     def __init__(self, link_of: Callable[[str], tuple[float, Gains]], actuator: Actuator):
         self.link_of = link_of  # a link's capacity (bits/s) and the gains for how often its queue is read
         self.actuator = actuator
-        self.links: dict[str, LinkPacer] = {}
+        self.links: dict[str, tuple[int, LinkPacer]] = {}  # link -> (the higher class's rank, its law)
         self.paced: dict[SocketId, int] = {}  # socket -> the bytes per second it is limited to now
-        self.limits: dict[str, float] = {}  # link -> the lower classes' rate on it, where limited
+        self.limits: dict[str, float] = {}  # link -> this host's lower classes' rate on it, where limited
+        self.views: dict[str, LinkView] = {}  # link -> what the last period saw there
 
-    def _pacer(self, link: str) -> LinkPacer:
-        if link not in self.links:
-            self.links[link] = LinkPacer(*self.link_of(link))
-        return self.links[link]
+    def _pacer(self, link: str, rank: int) -> LinkPacer:
+        """The link's law; a new one when its higher class changed (another class's rate is not this one's)."""
+        if link not in self.links or self.links[link][0] != rank:
+            self.links[link] = (rank, LinkPacer(*self.link_of(link)))
+        return self.links[link][1]
 
-    def step(self, flows: Iterable[Flow], link_queues: dict[str, float] | None = None) -> dict[SocketId, int]:
-        """One period: the flows and the links' own queue readings (seconds). Returns the limits in
-        force after it (bytes per second, by socket)."""
+    def step(self, flows: Iterable[Flow], link_queues: dict[str, float] | None = None,
+             shared: dict[str, Shared] | None = None) -> dict[SocketId, int]:
+        """One period: the flows, the links' own queue readings (seconds) and the other hosts'
+        readings (qos.shared). Returns the limits in force after it (bytes per second, by socket)."""
         by_link: dict[str, list[Flow]] = {}
         for f in flows:
             for link in f.links:
                 by_link.setdefault(link, []).append(f)
         want: dict[SocketId, float] = {}
-        self.limits = {}
+        self.limits, self.views = {}, {}
         for link, on in by_link.items():
+            heard = (shared or {}).get(link)
             top = min(RANK.get(f.qos_class, 1) for f in on)
+            if heard is not None and heard.rank < top:
+                top = heard.rank
             high = [f for f in on if RANK.get(f.qos_class, 1) == top]
             low = [f for f in on if RANK.get(f.qos_class, 1) > top]
-            queues = [f.queue_s for f in high if f.queue_s is not None]
+            own = [f.queue_s for f in high if f.queue_s is not None]
             if link_queues and link in link_queues:
-                queues.append(link_queues[link])
-            rate = self._pacer(link).step(sum(f.tx_bps for f in high), max(queues) if queues else None)
-            if rate is None or not low:
-                continue
-            self.limits[link] = rate
+                own.append(link_queues[link])
+            queues = own + ([heard.queue_s] if heard and heard.rank == top and heard.queue_s is not None else [])
+            high_bps = sum(f.tx_bps for f in high)
             # split over the sockets that send: an idle one (a control connection) would waste its
             # share; it gets the same share as a sending one until the next period sees it send
             total = sum(f.weight for f in low if f.tx_bps > 0) or sum(f.weight for f in low)
+            self.views[link] = LinkView(top, max(own) if own else None, high_bps, total)
+            others_high = heard.high_bps if heard and heard.rank == top else 0.0
+            rate = self._pacer(link, top).step(high_bps + others_high, max(queues) if queues else None)
+            if rate is None or not low:
+                continue
+            if heard is not None and heard.low_weight > 0 and total > 0:  # this host's share of one cut
+                rate *= total / (total + heard.low_weight)
+            self.limits[link] = rate
             for f in low:
                 share = min(rate, rate * f.weight / total)
                 want[f.sock] = min(want.get(f.sock, share), share)

@@ -3,7 +3,8 @@ controller's answer to every push, or from `--qos-file`; a job without one there
 class itself (CLOCKFABRIC_QOS, `job run --qos`). The jobs' sockets come from the workload
 service. Each update the marks and shaping follow them, all or nothing (qos.enforce); a refusal
 is an event and part of the pushed state. At start, whatever a killed agent left (found by its
-tags) is removed; at stop, everything of ours is."""
+tags) is removed; at stop, everything of ours is. On a one-FIFO fabric it paces the lower classes
+(agent.qos_pace), telling the other hosts its queue readings as they change, sealed (qos.shared)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.errors import ClockfabricError
 from clockfabric.qos import policy
 from clockfabric.qos.enforce import Enforcer, remove_all
+from clockfabric.qos.shared import KIND, SharedQueues, encode
+from clockfabric.topology import interfaces
 
 log = logging.getLogger(__name__)
+MAX_FANOUT = 8  # the hosts told per period at most (the rest in the next periods, in turn)
 
 
 def effective(set_: list[policy.Policy], asks: dict[str, policy.Ask]) -> tuple[list[policy.Policy], list[str]]:
@@ -53,6 +57,8 @@ def read_policies(raw: object) -> list[policy.Policy]:
 
 @service("qos", help="QoS: mark each job's packets with its class's DSCP, shape egress by class")
 class Qos(Service):
+    handles = frozenset({KIND})
+
     def __init__(self, ctx: AgentContext):
         self.ctx = ctx
         topo, host = ctx.cfg.topology, ctx.cfg.host
@@ -62,6 +68,14 @@ class Qos(Service):
         self.pace_file = Path(ctx.cfg.state_dir) / f"{host}.paced"
         self.pace_rates = {nic: rates.get(nic, 0) for nic in ctx.rails} if topo.classes is None else {}
         self.pacer: HostPacer | None = None
+        hosts = set(topo.hosts) - {host}
+        self.peers = sorted(h for h in hosts if h in ctx.addresses)
+        # a link into any host of the fleet, this one's too: a message also tells other hosts' links
+        ends = {str(i.address.ip) for i in interfaces(topo).values() if i.port.node in topo.hosts}
+        self.shared = SharedQueues({h: ctx.addresses[h] for h in self.peers}, 3 * ctx.cfg.window_s,
+                                   frozenset(f">{a}" for a in ends | set(ctx.addresses.values())))
+        self._next_peer = 0
+        self.told = 0  # messages sent to other hosts
         self._pace_due = 0.0
         self.released_at_start = 0  # sockets a killed agent had paced
         self.policies: list[policy.Policy] = []
@@ -131,11 +145,32 @@ class Qos(Service):
             return math.inf
         if now_s >= self._pace_due:
             self._pace_due = now_s + PERIOD_S
+            now_ns = self.ctx.clock.now_ns()
             try:
-                self.pacer.step(*self.ctx.job_flows(), self.in_force)
+                self.pacer.step(*self.ctx.job_flows(), self.in_force, self.shared.take(now_ns))
             except (OSError, NetlinkError) as e:  # the NICs' queues unreadable: the limits hold
                 self.pacer.problem = f"cannot read the NICs' queues: {e}"
+            self._tell(now_ns)
         return self._pace_due
+
+    def _tell(self, now_ns: int) -> None:
+        """This period's readings to the other hosts: one datagram each, MAX_FANOUT at most."""
+        assert self.pacer is not None
+        readings = self.pacer.tell(now_ns)
+        if not readings or not self.peers:
+            return
+        msg = encode(self.ctx.cfg.host, now_ns, readings)
+        for _ in range(min(MAX_FANOUT, len(self.peers))):
+            self.ctx.send(self.peers[self._next_peer % len(self.peers)], msg)
+            self._next_peer += 1
+            self.told += 1
+
+    def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
+        """Another host's queue readings (qos.shared): taken only while this host paces."""
+        if self.pacer is None:
+            self.shared.refused["not pacing here"] += 1
+            return
+        self.shared.hear(msg, reply_to[0], self.ctx.clock.now_ns())
 
     def state(self) -> dict:
         marked, applied = self.enforcer.marked(), self.enforcer.applied
@@ -159,7 +194,9 @@ class Qos(Service):
         return {"links_bps": {k: round(v) for k, v in self.pacer.loop.limits.items()},
                 "sockets": len(self.pacer.loop.paced), "sockets_ever": len(self.pacer.ever_paced),
                 "limited_s": round(self.pacer.limited_s, 1), "problem": self.pacer.problem,
-                "released_at_start": self.released_at_start}
+                "released_at_start": self.released_at_start,
+                "shared": {"told": self.told, "heard": self.shared.accepted, "refused": dict(self.shared.refused),
+                           "links_heard": sorted({link for _, link in self.shared.heard})}}
 
     def report(self) -> dict:
         return {"qos": self._state}
