@@ -216,7 +216,8 @@ def test_no_example_data_is_applied():
         assert [d["metadata"]["name"] for d in render(layout) if d["kind"] == "Secret"] == []
     assert "ConfigMap" not in {d["kind"] for d in render(BASE)}
     assert set(documented_objects()) == {("Secret", "clockfabric-token"), ("Secret", "clockfabric-key"),
-                                         ("Secret", "clockfabric-postgres"), ("ConfigMap", "clockfabric-fleet")}
+                                         ("Secret", "clockfabric-postgres"), ("Secret", "clockfabric-tls"),
+                                         ("Secret", "clockfabric-ca"), ("ConfigMap", "clockfabric-fleet")}
 
 
 def test_the_documented_key_and_token_commands_are_the_clis():
@@ -252,7 +253,11 @@ def test_services_select_their_pods_and_name_their_ports():
         assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
     agent_url = next(a for a in one("DaemonSet", "clockfabric-agent")["spec"]["template"]["spec"]["containers"][0]
                      ["args"] if a.startswith("--controller="))
-    assert agent_url == "--controller=http://clockfabric-controller.clockfabric.svc:7400"
+    assert agent_url == "--controller=https://clockfabric-controller.clockfabric.svc:7400"
+    # the certificate the documented command makes is for the name the agents reach the controller by
+    names = re.findall(r"--name (\S+)", next(line for line in DEPLOY_DOC.read_text().splitlines()
+                                              if line.startswith("clockfabric tls new pki")))
+    assert "clockfabric-controller.clockfabric.svc" in names
     assert one("Service", "clockfabric-controller")["spec"]["ports"][0]["port"] == 7400
 
 
@@ -332,7 +337,9 @@ def test_every_secret_a_manifest_refers_to_is_made_with_its_keys(layout):
         assert key is None or key in secrets[secret], f"{kind} {name} wants key {key!r} of Secret {secret!r}"
     agent = {secret for d in docs if d["kind"] == "DaemonSet" for secret, _ in secret_references(d)}
     controller = {secret for d in docs if d["kind"] == "Deployment" for secret, _ in secret_references(d)}
-    assert agent == {"clockfabric-token", "clockfabric-key"} and "clockfabric-key" not in controller
+    # the agents get the CA, never the controller's key; the controller never the fleet key
+    assert agent == {"clockfabric-token", "clockfabric-key", "clockfabric-ca"} and "clockfabric-key" not in controller
+    assert "clockfabric-tls" in controller
 
 
 def test_the_secret_walk_finds_env_and_image_pull_references():

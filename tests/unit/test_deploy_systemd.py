@@ -49,7 +49,15 @@ def root_only_paths(doc: str) -> set[str]:
     found = set(re.findall(r"chmod 0?600 (/\S+)", doc))
     found |= set(re.findall(r"install -m 0?600 .*? (/\S+)$", doc, re.M))
     found |= set(re.findall(r"clockfabric key new (/\S+)", doc))
+    found |= {f"{folder}/{key}" for folder in re.findall(r"clockfabric tls new (/\S+)", doc)
+              for key in ("ca.key", "tls.key")}
     return found
+
+
+def certificates(doc: str) -> set[str]:
+    """The certificates `clockfabric tls new DIR` writes where the docs run it (mode 644: public)."""
+    return {f"{folder}/{cert}" for folder in re.findall(r"clockfabric tls new (/\S+)", doc)
+            for cert in ("ca.crt", "tls.crt")}
 
 
 def flag_values(argv: list[str]) -> list[tuple[str, str]]:
@@ -122,8 +130,8 @@ def test_no_unit_reads_a_root_only_path_as_its_dynamic_user(unit):
     assert {"/etc/clockfabric/token", "/etc/clockfabric/fleet.key"} <= root_only
     d = directives(unit)
     assert unreadable_by_the_service(d, exec_argv(unit), root_only) == []
-    # and the credentials systemd copies are the root-only files themselves
-    assert {v.split(":", 1)[1] for v in d["LoadCredential"]} <= root_only
+    # and the credentials systemd copies are the root-only files themselves, or certificates
+    assert {v.split(":", 1)[1] for v in d["LoadCredential"]} <= root_only | certificates(DEPLOY_DOC.read_text())
 
 
 def test_the_root_only_check_catches_a_key_read_in_place():
