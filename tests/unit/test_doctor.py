@@ -150,10 +150,10 @@ def test_a_controller_that_is_not_there_fails_with_what_to_look_at(tmp_path):
 
 
 def test_a_certificate_for_another_name_fails_naming_the_name(tmp_path):
-    from tests.unit.test_controller_tls import make_ca, make_server_cert
+    from tests.conftest import run_cli as clockfabric
 
-    ca = make_ca(tmp_path, "ca")
-    cert, key = make_server_cert(tmp_path, ca)  # for IP 127.0.0.1 alone
+    clockfabric("tls", "new", str(tmp_path / "pki"), "--name", "127.0.0.1")  # for IP 127.0.0.1 alone
+    ca, cert, key = (tmp_path / "pki" / "ca.crt",), tmp_path / "pki" / "tls.crt", tmp_path / "pki" / "tls.key"
     storage = SqliteStorage(tmp_path / "controller.db")
     srv = server(Fleet(storage, hosts=["gpu0"]), FLEET_TOKEN, Listen("127.0.0.1", 0, tls_cert=cert, tls_key=key))
     thread = start_in_thread(srv)
