@@ -58,6 +58,8 @@ def run_case(case: Case, lab_name: str, watch_s: float, say: Callable[[str], Non
                 injection.undo()
         except ClockfabricError as e:
             row |= {"verdict": None, "error": str(e)}
+        except Exception as e:  # noqa: BLE001 - one case's failure is its record; the next case runs
+            row |= {"verdict": None, "error": f"{type(e).__name__}: {e}"}
         finally:
             stop(procs, grace_s=2.0)
             fleet.stop()

@@ -22,8 +22,8 @@ from clockfabric.errors import ClockfabricError
 LAB = "rcbench"
 
 
-def run(seed: int, cases: int, watch_s: float, lab: str, say) -> list[dict]:
-    """Every case in turn; one line as each ends."""
+def run(seed: int, cases: int, watch_s: float, lab: str, say, keep) -> list[dict]:
+    """Every case in turn; one line as each ends, and the record so far kept (`keep(rows)`)."""
     from clockfabric.bench.rootcause.case import run_case
 
     rows = []
@@ -35,6 +35,7 @@ def run(seed: int, cases: int, watch_s: float, lab: str, say) -> list[dict]:
         error = f" ({row['error']})" if row.get("error") else ""
         say(f"case {i + 1}/{cases} {case.fault.kind} at {case.fault.tier}: {row.get('verdict')} "
             f"{'right' if row['right'] else 'WRONG'}{named}, {row['cost_s']:.0f} s{error}")
+        keep(rows)
     return rows
 
 
@@ -63,13 +64,19 @@ def main(random_cases: bool = typer.Option(False, "--random", help="Random cases
     say = (lambda line: None) if as_json else out.print
     say(f"seed {seed}, {cases} cases")
     started = time.monotonic()
-    rows = run(seed, cases, watch_s, LAB, say)
-    found = summary(rows)
-    report = {"seed": seed, "cases": rows, "summary": found, "wall_s": round(time.monotonic() - started, 1)}
-    record("rootcause", targets(found), facts, report,
-           figures={"seed": seed, **{k: v for k, v in found.items() if k not in ("confusion", "per_class",
-                                                                                  "per_tier")}},
-           path=out_file)
+
+    def keep(rows: list[dict]) -> dict:
+        """The record of the cases run so far: an interrupted run keeps what it measured."""
+        found = summary(rows)
+        report = {"seed": seed, "cases": rows, "summary": found, "wall_s": round(time.monotonic() - started, 1)}
+        record("rootcause", targets(found), facts, report,
+               figures={"seed": seed, **{k: v for k, v in found.items() if k not in ("confusion", "per_class",
+                                                                                      "per_tier")}},
+               path=out_file)
+        return report
+
+    report = keep(run(seed, cases, watch_s, LAB, say, keep))
+    found = report["summary"]
     if as_json:
         print_json(report)
         return
