@@ -17,6 +17,10 @@ from clockfabric.bench.rootcause.draw import HEALTHY, STYLES, Case
 from clockfabric.errors import ClockfabricError
 
 PORT = 5401
+# what every case's record holds (the report reads them): the drawn case (to replay), the truth,
+# the verdict and what it named, each judged, the time to name and the cost
+RECORD_FIELDS = ("case", "kind", "tier", "truth", "verdict", "link", "culprit", "class_right", "named_right", "right",
+                 "named_s", "cost_s")
 
 
 def run_case(case: Case, lab_name: str, watch_s: float, say: Callable[[str], None] = lambda _: None) -> dict:

@@ -32,7 +32,7 @@ def run(seed: int, cases: int, watch_s: float, lab: str, say, keep) -> list[dict
         row = run_case(case, lab, watch_s)
         rows.append(row)
         named = f", named in {row['named_s']:.1f} s" if row.get("named_s") is not None else ""
-        error = f" ({row['error']})" if row.get("error") else ""
+        error = f" ({row['error'][:160]})" if row.get("error") else ""
         say(f"case {i + 1}/{cases} {case.fault.kind} at {case.fault.tier}: {row.get('verdict')} "
             f"{'right' if row['right'] else 'WRONG'}{named}, {row['cost_s']:.0f} s{error}")
         keep(rows)

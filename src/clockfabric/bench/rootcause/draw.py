@@ -18,7 +18,7 @@ from clockfabric.topology import Topology, TrafficClasses, multirail
 
 HOST_BPS, FABRIC_BPS = 100_000_000, 20_000_000
 FLOW_BPS = 6_500_000  # a job flow's nominal rate, paced or bulk (lab.flows: 4 KiB / 5 ms; 16 KiB / 20 ms)
-LOAD_SHARE = 0.7  # the jobs' nominal load on any directed link stays under this share of its rate
+LOAD_SHARE = 0.5  # the jobs' nominal load on a directed link stays under this share of its rate: no queue
 STYLES = {"paced": {"chunk": 4096, "pause_s": 0.005}, "bulk": {"chunk": 16384, "pause_s": 0.02}}
 HEALTHY = "healthy"
 CLASSES = ("congestion_other_job", "congestion_non_job", "degraded_link", "flapping_link", "straggler_host",
