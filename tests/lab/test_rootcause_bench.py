@@ -7,12 +7,12 @@ from clockfabric.bench.rootcause.case import RECORD_FIELDS, run_case
 from clockfabric.bench.rootcause.draw import HEALTHY, draw
 from tests.lab.conftest import PREFIX
 
-SEED = 176  # its first case: 4 hosts, 2 leaves, 2 spines, FIFO ports, job A of 3 paced flows (B of 1), healthy
+SEED = 46  # its first case: 5 hosts, 3 leaves, 2 spines, FIFO ports, one job of 3 paced flows, healthy
 
 
 def test_a_drawn_healthy_case_gets_a_healthy_verdict_and_a_full_record():
     case = draw(SEED, 0)
-    assert case.fault.kind == HEALTHY and case.hosts == 4 and len(case.jobs[0].flows) == 3
+    assert case.fault.kind == HEALTHY and case.hosts == 5 and len(case.jobs[0].flows) == 3
     row = run_case(case, f"{PREFIX}rc", watch_s=8.0)
     assert row.get("error") is None, row.get("error")
     assert set(RECORD_FIELDS) <= set(row), set(RECORD_FIELDS) - set(row)

@@ -25,9 +25,10 @@ def test_shapes_stay_within_their_ranges_and_replay():
     for c in CASES:
         assert 4 <= c.hosts <= 12 and 2 <= c.leaves <= 4 and 2 <= c.spines <= 4 and 1 <= c.planes <= 2
         assert 1 <= len(c.jobs) <= 3 and all(len(j.flows) <= 8 for j in c.jobs) and len(c.jobs[0].flows) >= 1
-        assert all(j.style in ("paced", "bulk") for j in c.jobs)
+        assert c.jobs[0].style == "paced" and all(j.style in ("paced", "bulk") for j in c.jobs)
     assert draw(1, 5) == CASES[5]  # the seed and the index replay a case
     assert {c.planes for c in CASES} == {1, 2} and {c.classes for c in CASES} == {True, False}
+    assert {j.style for c in CASES for j in c.jobs[1:]} == {"paced", "bulk"}
 
 
 def test_every_class_and_tier_is_reached():

@@ -78,10 +78,11 @@ def watch(fleet, case: Case, onset: float, watch_s: float) -> dict:
 
     first: dict | None = None
     named_s: float | None = None
-    polls = 0
+    polls, last = 0, None
     while (elapsed := time.monotonic() - onset) < watch_s:
         w = why(fleet, "A", f"{max(3, int(elapsed) + 2)}s")
         polls += 1
+        last = w or last
         if w is not None and w["verdict"] not in ("no_flows", HEALTHY):
             first = first or trimmed(w)
             if named_s is None and right(case, trimmed(w))[0]:
@@ -90,13 +91,22 @@ def watch(fleet, case: Case, onset: float, watch_s: float) -> dict:
                                                                  or first["verdict"] != case.fault.kind):
             break
         time.sleep(max(0.0, 1.0 - (time.monotonic() - onset - elapsed)))
-    return {**(first or {"verdict": HEALTHY, "link": None, "culprit": None}), "named_s": named_s, "polls": polls}
+    healthy = {"verdict": HEALTHY, "link": None, "culprit": None, "judged": judged(last)}  # as last judged
+    return {**(first or healthy), "named_s": named_s, "polls": polls}
+
+
+def judged(w: dict | None) -> list[dict]:
+    """Each flow of A as a verdict judged it: what the record needs to tell why it was wrong."""
+    keys = ("host", "peer", "links", "rate_bps", "delay_us", "delay_source", "probe_floor_us", "network_slow",
+            "starved", "why")
+    return [{k: f.get(k) for k in keys} for f in (w or {}).get("flows", [])]
 
 
 def trimmed(w: dict) -> dict:
-    """What a verdict named, its sentence, and its evidence's flows and load."""
+    """What a verdict named, its sentence, and its evidence: flows judged, load, localization."""
     ev = w.get("evidence", {})
     return {"verdict": w["verdict"], "link": w.get("link"), "culprit": w.get("culprit"), "sentence": w.get("sentence"),
+            "judged": judged(w),
             "evidence": {"flows": ev.get("flows"), "load_bps": ev.get("load_bps"), "direction": ev.get("direction"),
                          "localization": ev.get("localization"),
                          "slow_flows": [{k: f.get(k) for k in ("host", "peer", "links", "delay_us", "probe_floor_us",
