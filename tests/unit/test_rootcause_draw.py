@@ -54,6 +54,7 @@ def test_jobs_fit_the_fabric_and_cross_a_spine():
     for c in CASES:
         load: Counter = Counter()
         for j in c.jobs:
+            assert len({(f.src, f.dst) for f in j.flows}) == len(j.flows)  # one flow group a pair
             for fl in j.flows:
                 assert leaf_of(fl.src, c.hosts, c.leaves) != leaf_of(fl.dst, c.hosts, c.leaves)
                 assert len(hops(fl, c.hosts, c.leaves, c.planes)) == 4
