@@ -27,7 +27,6 @@ def run_case(case: Case, lab_name: str, watch_s: float, say: Callable[[str], Non
     """The case's record (see `judge`), with its cost: wall time from bring-up to removal."""
     from clockfabric.bench.harness import labs_removed
     from clockfabric.bench.rootcause.inject import inject, start_flow
-    from clockfabric.bench.workload.jobs import known
     from clockfabric.lab import build
     from clockfabric.lab.monitoring import LabFleet
     from clockfabric.lab.process import stop
@@ -52,7 +51,7 @@ def run_case(case: Case, lab_name: str, watch_s: float, say: Callable[[str], Non
                     if job.jobid == "A":
                         senders_of_a.setdefault(f.src, []).append(pair[-1])
                     port += 1
-            known(fleet, "A", flows=len(case.jobs[0].flows))
+            ready(fleet, len(case.jobs[0].flows))
             row["ready_s"] = round(time.monotonic() - started, 1)
             injection = inject(lab, fleet.logs, case, senders_of_a, port)
             onset = time.monotonic() - (time.time_ns() - injection.onset_ns) / 1e9
@@ -69,6 +68,26 @@ def run_case(case: Case, lab_name: str, watch_s: float, say: Callable[[str], Non
             fleet.stop()
     row["cost_s"] = round(time.monotonic() - started, 1)
     return judge(case, row)
+
+
+def ready(fleet, flows: int, timeout_s: float = 90.0) -> None:
+    """Until the controller judges A's `flows` flows healthy, each measured in-band. Unlike
+    `bench workload`, a flow's traced path is not awaited: where A sends both ways between two
+    hosts, a host's group for that pair holds its sender and the reverse flow's receiver, traced
+    through two spines, and keeps only the links both paths share (the rest stay in reach)."""
+    from clockfabric.bench.workload.jobs import why
+
+    deadline = time.monotonic() + timeout_s
+    w: dict = {}
+    while time.monotonic() < deadline:
+        w = why(fleet, "A", "10s") or {}
+        rows = w.get("flows", [])
+        if w.get("verdict") == HEALTHY and len(rows) == flows and all(r.get("delay_source") == "inband"
+                                                                       for r in rows):
+            return
+        time.sleep(1.0)
+    raise ClockfabricError(f"job A's {flows} flows were not all judged healthy and measured in-band in "
+                           f"{timeout_s:.0f} s; last verdict: {w.get('verdict')}, flows: {judged(w)}")
 
 
 def watch(fleet, case: Case, onset: float, watch_s: float) -> dict:

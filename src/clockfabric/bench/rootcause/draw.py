@@ -137,7 +137,8 @@ def _jobs(rng: random.Random, hosts: int, leaves: int, spines: int, planes: int)
     for j in range(rng.randint(1, 3)):
         # A, the job judged, is paced: a bulk flow's own 16 KiB bursts queue ~2 ms at a leaf's
         # 20 Mbit/s uplink (5x slower than the host's), so job why never calls a bulk job healthy here
-        plane, style, flows = rng.randrange(planes), "paced" if j == 0 else rng.choice(sorted(STYLES)), []
+        plane, style = rng.randrange(planes), "paced" if j == 0 else rng.choice(sorted(STYLES))
+        flows: list[FlowSpec] = []
         for _ in range(rng.randint(3, 8)):
             for _try in range(50):
                 src, dst = rng.sample([f"h{i}" for i in range(hosts)], 2)
