@@ -209,3 +209,18 @@ def test_messages_are_chunked_to_fit_a_datagram():
     assert [len(m["r"]) for m in msgs] == [exchange.CHUNK, exchange.CHUNK, 1]
     assert max(len(json.dumps(m)) for m in msgs) < 30_000
     assert [r for m in msgs for r in exchange.decode(m)] == records
+
+
+def test_flows_between_two_nics_have_peers_from_the_address_plan():
+    """Ranks bound to their rails name each other by NIC address at both ends: neither end has a
+    record to learn the other from, so each agent knows every host's NIC addresses up front."""
+    from clockfabric.topology import host_of_address, interfaces, multirail
+
+    topo = multirail(4, 2, 2, 2)
+    nic = {(p.node, p.iface): str(i.address.ip) for p, i in interfaces(topo).items() if p.node in topo.hosts}
+    known = host_of_address(topo)
+    assert known[str(topo.hosts["h2"].address)] == "h2" and known[nic[("h2", "eth1")]] == "h2"
+    assert len(known) == 4 * 3  # a stable address and two NICs a host
+    end = InbandOwd("h0", known, lambda t: (t, True), window_ns=100)
+    end.flows_changed(view("J", nic[("h0", "eth1")], 40000, nic[("h2", "eth1")], 5201))
+    assert set(end.peers.values()) == {"h2"}

@@ -50,6 +50,8 @@ _declare("slurm-prolog", "audit.slurm_prolog", "The Slurm prolog's passive audit
          "against a baseline in the same run.")
 _declare("workload", "workload.command", "Workload root cause: fault classes injected on a lab with two jobs, `job "
          "why`'s first verdict scored against the truth.")
+_declare("rootcause", "rootcause.command", "Workload root cause on random cases: each its own fabric, jobs and fault "
+         "(class, tier, intensity); `job why`'s verdict and the link or host it names, per class and tier.")
 _declare("workload-healthy", "workload.healthy", "Workload monitoring's false alarms: two healthy jobs and background "
          "traffic for minutes, every slow-flow alert and mismatch.")
 _declare("workload-cost", "workload.cost", "Workload monitoring: CPU per update at 4 jobs x 16 flows, against the bare "

@@ -245,9 +245,11 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     def foreign(hop: Hop) -> float:
         return sum(v for j, v in load(hop).items() if j != jobid)
 
-    # the suspect others load most, then the one probes see queueing, then the first on the way
+    # the suspect probes see queueing across most (the queue itself, whoever sends), then the one
+    # others load most (a hint: a load may not be what queues, or be seen before the culprit's),
+    # then the first on the way
     order = {h: i for s in reversed(slow) for i, h in enumerate(s.flow.may_cross())}
-    hop = max(hops, key=lambda h: (foreign(h), probes_queued(h, fabric.floors, limits), -order.get(h, len(order))))
+    hop = max(hops, key=lambda h: (probes_queued(h, fabric.floors, limits), foreign(h), -order.get(h, len(order))))
     link, on_link = hop[0], load(hop)
     rate = fabric.link_rates.get(link)
     others = {j: v for j, v in on_link.items() if j not in (jobid, None)}

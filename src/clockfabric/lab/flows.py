@@ -103,21 +103,25 @@ def spine_port(lab: Lab, src: str, dst: str, port: int, spine: str, spread: Spre
 
 
 def flow(lab: Lab, logs: Path, jobid: str | None, src: str, dst: str, port: int, *, spine: str | None = None,
-         spread: Spread | None = None, chunk: int = 65536, pause_s: float = 0.0,
-         dscp: int = 0) -> list[subprocess.Popen]:
+         spread: Spread | None = None, chunk: int = 65536, pause_s: float = 0.0, dscp: int = 0,
+         plane: int | None = None) -> list[subprocess.Popen]:
     """A TCP flow src -> dst:port (its receiver first), as job `jobid` (None: as no job), pinned on
-    `spine` where given (learned with `spread`); the sender writes `chunk` bytes then sleeps
-    `pause_s`, marking `dscp`."""
+    `spine` where given (learned with `spread`), between the hosts' NICs on `plane` where given
+    (else their stable addresses); the sender writes `chunk` bytes then sleeps `pause_s`, marking `dscp`."""
     if spine and spread is None:
         raise ClockfabricError(f"a flow pinned on {spine} needs the spread that learns its source port")
-    sport = spine_port(lab, src, dst, port, spine, spread) if spine and spread else 0
+    sport = spine_port(lab, src, dst, port, spine, spread, plane=plane) if spine and spread else 0
+    if plane is None:
+        a, b = address(lab, src), address(lab, dst)
+    else:
+        a, b = nic_address(lab.topology, src, plane), nic_address(lab.topology, dst, plane)
     job = [sys.executable, "-m", "clockfabric.cli", "job", "run", "--name", jobid, "--"] if jobid else []
     name = f"{jobid or 'nojob'}-{src}-{dst}-{port}"
     procs = [lab.spawn(dst, [*job, sys.executable, "-c", RECEIVER, str(port)], f"{name} receiver",
                        log=logs / f"{name}-receiver.log")]
     try:
-        procs.append(lab.spawn(src, [*job, sys.executable, "-c", SENDER, address(lab, dst), str(port),
-                                     address(lab, src), str(sport), str(chunk), str(pause_s), str(dscp)],
+        procs.append(lab.spawn(src, [*job, sys.executable, "-c", SENDER, b, str(port), a, str(sport), str(chunk),
+                                     str(pause_s), str(dscp)],
                                f"{name} sender", log=sender_log(logs, jobid, src, dst, port)))
     except BaseException:
         from clockfabric.lab.process import stop

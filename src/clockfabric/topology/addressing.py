@@ -58,6 +58,13 @@ def interfaces(topo: Topology) -> dict[Port, Interface]:
     return out
 
 
+def host_of_address(topo: Topology) -> dict[str, str]:
+    """Every address a host sends from, its stable one and each of its NICs', -> the host: a flow
+    bound to one NIC (a rank on its rail) names its peer by that NIC's address."""
+    out = {str(itf.address.ip): itf.port.node for itf in interfaces(topo).values() if itf.port.node in topo.hosts}
+    return out | {str(h.address): name for name, h in topo.hosts.items()}
+
+
 def _nic(topo: Topology, port: Port) -> Nic | None:
     host = topo.hosts.get(port.node)
     return next((n for n in host.nics if n.name == port.iface), None) if host else None

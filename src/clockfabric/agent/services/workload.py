@@ -14,6 +14,7 @@ from clockfabric.agent.capture import NicCapture
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.qos.policy import Ask
+from clockfabric.topology import host_of_address
 from clockfabric.workload import exchange, samples, stages
 from clockfabric.workload.monitor import WorkloadMonitor, WorkloadView
 from clockfabric.workload.owd_monitor import InbandOwd
@@ -47,7 +48,7 @@ class Workload(Service):
             self.capture = NicCapture(ctx.rails)
         except OSError as e:  # no raw sockets here (no CAP_NET_RAW): flows keep RTT/2 only
             log.warning("cannot sample packets on %s (%s): one-way delays fall back to RTT/2", ctx.rails, e)
-        self.inband = InbandOwd(ctx.cfg.host, {a: h for h, a in ctx.addresses.items()}, self.ctx.to_time,
+        self.inband = InbandOwd(ctx.cfg.host, host_of_address(ctx.cfg.topology), self.ctx.to_time,
                                 window_ns=round(ctx.cfg.window_s * 1e9))
         self.owd: samples.FlowOwd = {}
         self.device: KernelDevice | None = None

@@ -1,0 +1,1 @@
+"""`clockfabric bench rootcause`: `job why` judged on random fabrics, jobs and faults."""
