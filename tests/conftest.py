@@ -1,8 +1,20 @@
+import logging
 import os
 import subprocess
 import sys
 
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored():
+    """A command run in-process sets up logging for a daemon; the next test must not inherit it."""
+    loggers = [logging.getLogger(name) for name in ("", "httpx", "httpcore")]
+    saved = [(list(lg.handlers), lg.level) for lg in loggers]
+    yield
+    for lg, (handlers, level) in zip(loggers, saved):
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
 
 
 def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:

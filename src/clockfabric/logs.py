@@ -20,6 +20,7 @@ from clockfabric.errors import ClockfabricError
 FORMATS = ("text", "json")
 LOG_FORMAT_HELP = "Log lines as text, or json: one object a line (ts, level, logger, msg, fields)."
 TEXT_FORMAT = "%(asctime)s %(message)s"
+QUIET_BELOW_WARNING = ("httpx", "httpcore")
 # what every LogRecord carries: anything else on a record came from `extra=`
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 
@@ -51,6 +52,9 @@ def setup_logging(log_format: str = "text", *, verbose: bool = False, stream: Te
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    # httpx logs every request at INFO: a daemon polling once a second would drown its own lines
+    for chatty in QUIET_BELOW_WARNING:
+        logging.getLogger(chatty).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 class _Stderr(logging.StreamHandler):

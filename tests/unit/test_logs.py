@@ -124,3 +124,13 @@ def test_an_agent_not_in_the_fleet_file_is_refused_and_logged_once(logged, tmp_p
     assert "--enroll-unknown" in refused[0]["msg"]
     agent_side = [x for x in lines(logged) if x["logger"] == "clockfabric.agent.push"]
     assert len(agent_side) == 1 and "not enrolled" in agent_side[0]["msg"]  # the agent's log names the fix
+
+
+def test_httpx_request_lines_are_kept_below_info_unless_verbose(logged):
+    setup_logging(stream=logged)
+    logging.getLogger("httpx").info('HTTP Request: GET http://127.0.0.1/health "HTTP/1.1 200 OK"')
+    logging.getLogger("httpx").warning("retrying")
+    assert "HTTP Request" not in logged.getvalue() and "retrying" in logged.getvalue()
+    setup_logging(stream=logged, verbose=True)
+    logging.getLogger("httpx").info("HTTP Request: shown when verbose")
+    assert "shown when verbose" in logged.getvalue()
