@@ -174,6 +174,24 @@ def test_not_settled_when_probes_meet_queues():
     assert len(settled) == 20 and not any(settled)
 
 
+def test_not_settled_when_only_the_forward_packets_meet_a_queue():
+    """A host sending into a filled link: half its forward pairs queued (the paths over that link),
+    every reply pure. Three pure packets in four overall, but the queue is there one way."""
+    ours, peers = clocks()
+    sync = HostSync("me", PEERS)
+    settled = []
+    for k, ex in enumerate(exchanges(ours, peers, 0.0, 20.0)):
+        if k % 2:
+            ex = type(ex)(ex.peer, ex.path, ex.tx, (ex.peer_rx[0], ex.peer_rx[1] + 5_000), ex.peer_tx, ex.rx)
+        sync.add([ex])
+        if k == 40:
+            _mapped(sync)
+        if k % 20 == 19:
+            sync.report(ex.rx[1])
+            settled.append(sync.settled(ex.rx[1]))
+    assert len(settled) == 20 and not any(settled)
+
+
 def test_settled_at_the_quiet_rate_though_an_update_sees_a_queued_pair_among_few():
     """At the quiet rate an update sees two or three exchanges: one queued pair among them is
     not a busy fabric, and must not send the host back to the full rate (nor restart its calm)."""

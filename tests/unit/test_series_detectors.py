@@ -80,6 +80,25 @@ def test_the_feed_gives_each_sample_once(tmp_path):
         assert [s.value for s in feed.new(time.time_ns())] == [0.0]
 
 
+def test_every_sample_between_two_reads_is_fed_in_time_order(tmp_path):
+    """Two windows of one path's delay written between two ticks: both reach the detectors (a
+    streak of bad windows counts each), the older first, and other names are not read."""
+    with series_path(tmp_path) as series:
+        feed = SampleFeed(series.series, names=("owd_p50_ns", "link_up"))
+        now = time.time_ns()
+        labels = {"src": "h1", "dst": "h2", "path": "eth0:7300"}
+        write(series, "h1", [{"name": "owd_p50_ns", "value": 30_000.0, "labels": labels}], now - 3 * 10**9)
+        assert [s.value for s in feed.new(now - 2 * 10**9)] == [30_000.0]
+        for age_s, value in ((2, 900_000.0), (1, 950_000.0)):
+            write(series, "h1", [{"name": "owd_p50_ns", "value": value, "labels": labels},
+                                 {"name": "owd_p99_ns", "value": 1e6, "labels": labels}], now - age_s * 10**9)
+        fed = feed.new(now)
+        assert [(s.name, s.host, s.value, s.labels) for s in fed] == [
+            ("owd_p50_ns", "h1", 900_000.0, labels), ("owd_p50_ns", "h1", 950_000.0, labels)]
+        assert fed[1].t_ns - fed[0].t_ns == 10**9
+        assert feed.new(now + 10**8) == []
+
+
 def test_a_wrong_lldp_neighbour_read_from_the_engine_raises_topology_drift(env):
     _client, fleet, series, topo = env
     link = next(lk for lk in topo.links_of("leaf0") if lk.other("leaf0").node in topo.hosts)

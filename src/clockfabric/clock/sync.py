@@ -28,7 +28,7 @@ from clockfabric.probe.engine import Exchange
 
 MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
 FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many reports
-# settled (HostSync.settled): this share of probe packets pure, i.e. an idle fabric, and no
+# settled (HostSync.settled): this share of probe packets pure each way, i.e. an idle fabric, and no
 # step for this many windows
 QUIET_PURE = 0.7
 QUIET_AFTER_STEP_WINDOWS = 5
@@ -73,7 +73,7 @@ class HostSync:
         self.urgent = False  # a pair stepped since the last report: the solver wants it now
         self._stepped = False  # since the last `settled`
         self._calm_since: int | None = None  # our clock: since when no step and mostly pure probes
-        self._counted = (0, 0)  # (exchanges, pure points) when the last purity sample began
+        self._counted = (0, 0, 0)  # (exchanges, pure forward, pure back) when the last purity sample began
         self._quiet = False  # the last purity sample's verdict: most probe packets pure
 
     def add(self, exchanges: list[Exchange]) -> None:
@@ -129,16 +129,20 @@ class HostSync:
 
     def settled(self, now_ns: int) -> bool:
         """Whether fewer probes would do: mapped onto the reference, no step for a few windows,
-        no break pending, and most probe packets since the last call pure (an idle fabric;
-        under load pure points are scarce and every exchange counts). The share is judged once
-        enough exchanges came (QUIET_SAMPLE_PER_PAIR), whatever the probe rate; until then the
-        last verdict holds."""
+        no break pending, and most probe packets since the last call pure each way (an idle
+        fabric; under load pure points are scarce and every exchange counts). Each way on its
+        own: a queue is one-way, and a host sending into a filled link has its forward packets
+        queued while its replies come back pure; counted together they would read as quiet,
+        and the paths that show the queue would be probed at the slow rate. The share is judged
+        once enough exchanges came (QUIET_SAMPLE_PER_PAIR), whatever the probe rate; until then
+        the last verdict holds."""
         seen = sum(p.seen for p in self.pairs.values())
-        pure = sum(p.pure_fwd + p.pure_rev for p in self.pairs.values())
-        seen0, pure0 = self._counted
+        fwd = sum(p.pure_fwd for p in self.pairs.values())
+        rev = sum(p.pure_rev for p in self.pairs.values())
+        seen0, fwd0, rev0 = self._counted
         if seen - seen0 >= QUIET_SAMPLE_PER_PAIR * max(1, len(self.pairs)):
-            self._quiet = (pure - pure0) >= QUIET_PURE * 2 * (seen - seen0)
-            self._counted = (seen, pure)
+            self._quiet = min(fwd - fwd0, rev - rev0) >= QUIET_PURE * (seen - seen0)
+            self._counted = (seen, fwd, rev)
         calm = (self._quiet and not self._stepped and self._candidate is None and self.mapping is not None
                 and self.mapping.synced)
         self._stepped = False

@@ -1,7 +1,9 @@
-"""The detectors' samples, read from the engine once a tick: each series' newest sample, fed once.
+"""The detectors' samples, read from the engine once a tick: every sample, each fed once.
 
+Every sample, not each series' newest: a detector counts windows in a row (congestion's two bad
+windows), and where two of a series' samples come between two reads, the older is a window too.
 The engine makes a sample searchable a second or so after it took it, so each read looks back
-OVERLAP_NS behind the last one and skips the samples it has fed (by series and time)."""
+OVERLAP_NS behind the last one and skips, per series, what is not newer than what it has fed."""
 
 from __future__ import annotations
 
@@ -28,11 +30,12 @@ class SampleFeed:
         engine does not answer (the next call reads the same window again)."""
         since = now_ns - FIRST_NS if self._since is None else self._since - OVERLAP_NS
         out = []
-        for name in self.names:
-            for s in self.series.latest(name, since_ns=since):
-                key = (name, s.host, tuple(sorted(s.labels.items())))
-                if s.t_ns > self._fed.get(key, -1):
-                    self._fed[key] = s.t_ns
-                    out.append(s)
+        for s in sorted(self.series.samples(self.names, since_ns=since, until_ns=now_ns), key=lambda s: s.t_ns):
+            key = (s.name, s.host, tuple(sorted(s.labels.items())))
+            if s.t_ns > self._fed.get(key, -1):
+                self._fed[key] = s.t_ns
+                out.append(s)
+        # a series older than this read's window cannot be fed twice by the next: forget it
+        self._fed = {k: t for k, t in self._fed.items() if t >= since}
         self._since = now_ns
         return out

@@ -1,7 +1,8 @@
 """`Series`: the controller's one reader of samples, over the engine's PromQL query API.
 
 "Latest" is an instant query of `last_over_time` (the value) and `tlast_over_time` (when it was
-written) over a look-back window; a range is `query_range`. Every query runs within a time budget,
+written) over a look-back window; a range is `query_range`; every sample as written, the engine's
+export (what the detectors read each tick). Every query runs within a time budget,
 passed to the engine as its own `timeout` and held here as the HTTP timeout: past it the query is
 refused with SeriesError, which says so in one line, and no route waits longer.
 """
@@ -129,6 +130,34 @@ class Series:
         """`range` of each of `names` (a job's flows: match={"jobid": ...}), one list."""
         return [s for name in names for s in self.range(name, since_ns=since_ns, until_ns=until_ns, host=host,
                                                          match=match, step_s=step_s)]
+
+    def samples(self, names: tuple[str, ...], *, since_ns: int, until_ns: int) -> list[Sample]:
+        """Every sample of `names` stamped from since_ns to until_ns, as written: one export for
+        all names, so no sample between two reads is lost to a step or to "latest"."""
+        if not names:
+            return []
+        pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
+        params = {"match[]": f'{{__name__=~"{pattern}"}}', "start": f"{since_ns / 1e9:.3f}",
+                  "end": f"{until_ns / 1e9:.3f}"}
+        try:
+            r = self._client.post(self.url + "/api/v1/export", data=params)
+        except httpx.TimeoutException:
+            raise SeriesError(f"the series engine at {self.url} did not export {len(names)} names within "
+                              f"{self.budget_s:g} s: raise the budget, or give it more CPU") from None
+        except httpx.HTTPError as e:
+            raise SeriesError(f"the series engine at {self.url} cannot be reached ({type(e).__name__}): "
+                              "is it running? the controller's /readyz says") from None
+        if r.status_code != 200:
+            raise SeriesError(f"the series engine refused an export: HTTP {r.status_code}: {r.text[:200]}")
+        out = []
+        for line in r.text.splitlines():
+            row = json.loads(line)
+            metric = row["metric"]
+            name = sample_name(metric.pop("__name__", ""))
+            host, labels = _labels(metric)
+            out += [Sample(host, t_ms * 1_000_000, name, float(v), labels)
+                    for t_ms, v in zip(row["timestamps"], row["values"], strict=True)]
+        return out
 
     def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
         """`latest(name)` as bare rows, (host, labels as canonical JSON text, t_ns, value): the
