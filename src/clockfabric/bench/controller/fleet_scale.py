@@ -6,8 +6,10 @@ The load generator is asyncio over plain keep-alive connections with each host's
 once (no timestamps in the lines: the engine stamps what it takes), since Python, not the engine,
 is what runs out first on a small machine. Each step records samples sent, ingested (the engine's
 own count) and dropped, CPU per host-second for the engine, the gate and the generator apart,
-disk bytes a sample, and the latency of `Series.latest` of one OWD statistic (what the heatmap
-and the detectors read). The baseline is the old SQL store's, measured at 570e30a on this
+disk bytes a sample, the latency of `Series.latest` of one OWD statistic (what the heatmap
+reads), and one tick of the detectors' feed as it reads now (one export of every sample since
+the last tick) against the feed as it read before (each name's newest, two queries a name).
+The baseline is the old SQL store's, measured at 570e30a on this
 machine (docs/deploy.md): 4.6 + 1.5 ms of controller and database CPU a push of 167 samples,
 173 bytes a sample on PostgreSQL.
 
@@ -34,6 +36,7 @@ from clockfabric.auth.credential import host_token
 from clockfabric.bench import harness
 from clockfabric.bench.controller.scale_load import samples
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
+from clockfabric.controller.series.feed import DETECTOR_SAMPLES, OVERLAP_NS, SampleFeed
 from clockfabric.controller.series.gate import IMPORT_PATH
 from clockfabric.controller.series.path import SeriesPath
 from clockfabric.controller.series.read import SeriesError
@@ -46,6 +49,7 @@ CADENCE_S = 10.0
 CONNECTIONS = 64
 BASE_CPU_HOST_S = (4.6e-3 + 1.5e-3) / CADENCE_S  # the SQL store's CPU a host-second at this cadence
 BASE_BYTES = 173.0
+TICK_NS = 10**9  # the controller's tick: the feed reads what came since the last one
 
 
 def request(host: str, hosts: int, port: int) -> bytes:
@@ -139,6 +143,7 @@ def step(series: SeriesPath, hosts: int, seconds: float) -> dict:
     t0 = time.monotonic()
     counts = asyncio.run(_load(series.write_port, reqs, seconds))
     wall = time.monotonic() - t0
+    t_end = time.time_ns()  # the engine stamped every sample before this: the feed's ticks read up to it
     eng, gated, own = _cpu_s(engine.pid) - eng0, _cpu_s(gate.pid) - gate0, _own_cpu_s() - own0
     time.sleep(3.0)  # the engine's insert buffers
     ingested = _rows(series.url) - rows0
@@ -153,18 +158,36 @@ def step(series: SeriesPath, hosts: int, seconds: float) -> dict:
             lat.append(math.inf)
             continue
         lat.append(time.perf_counter() - q0)
+    feed_s, fed = _timed(lambda: len(SampleFeed(series.series, since_ns=t_end - TICK_NS).new(t_end)))
+    by_name_s, _ = _timed(lambda: [series.series.latest(name, since_ns=t_end - TICK_NS - OVERLAP_NS, now_ns=t_end)
+                                   for name in DETECTOR_SAMPLES])
     host_s = hosts * wall
     return {"hosts": hosts, "seconds": round(wall, 1), **counts, "samples_sent": counts["sent"] * per_request,
             "samples_acked": sent, "samples_ingested": ingested,
             "samples_dropped": counts["sent"] * per_request - ingested,
             "engine_cpu_us_host_s": eng / host_s * 1e6, "gate_cpu_us_host_s": gated / host_s * 1e6,
             "generator_cpu_us_host_s": own / host_s * 1e6, "latest_series": found,
-            "latest_p50_s": _finite(sorted(lat)[2]), "latest_max_s": _finite(max(lat))}
+            "latest_p50_s": _finite(sorted(lat)[2]), "latest_max_s": _finite(max(lat)),
+            "feed_tick_s": _finite(feed_s), "feed_samples": fed, "feed_by_name_s": _finite(by_name_s)}
+
+
+def _timed(read) -> tuple[float, object]:
+    """Seconds `read()` took and what it gave; infinity where the engine refused it past the budget."""
+    t0 = time.perf_counter()
+    try:
+        got = read()
+    except SeriesError:
+        return math.inf, None
+    return time.perf_counter() - t0, got
 
 
 def _finite(x: float) -> float | None:
     """None for a read refused past its budget (JSON has no infinity)."""
     return x if math.isfinite(x) else None
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
 
 
 @BENCHMARKS.register("fleet-scale")
@@ -202,16 +225,24 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                None if top["latest_p50_s"] is None else round(top["latest_p50_s"], 3), 0.5, "s", "lower",
                note="None: refused past the reader's 2 s budget"),
     ]
+    feed_over = [r for r in rows if r["feed_tick_s"] is not None and r["feed_tick_s"] <= TICK_NS / 1e9]
+    held = max(feed_over, key=lambda r: r["hosts"]) if feed_over else None
+    targets.append(Target(f"detectors' feed, one tick, at {top['hosts']} agents", _ms(top["feed_tick_s"]),
+                          TICK_NS / 1e9, "s", "lower", _ms(top["feed_by_name_s"]),
+                          note=("every sample since the last tick in one export; baseline: each name's newest, "
+                                "two queries a name (None: refused past the 2 s budget); held within the tick up "
+                                f"to {held['hosts'] if held else 0} agents")))
     record("fleet-scale", targets, facts, {"steps": rows, "disk_bytes": disk, "rows": total},
            {"agents": top["hosts"], "bytes_a_sample": round(bytes_a_sample, 2)}, json_path)
     table = Table(title="fleet-scale")
     for col in ("agents", "sent", "ingested", "dropped", "engine us/host-s", "gate us/host-s", "generator us/host-s",
-                "latest p50"):
+                "latest p50", "feed tick", "feed by name"):
         table.add_column(col)
     for r in rows:
         table.add_row(str(r["hosts"]), str(r["samples_sent"]), str(r["samples_ingested"]), str(r["samples_dropped"]),
                       f"{r['engine_cpu_us_host_s']:.1f}", f"{r['gate_cpu_us_host_s']:.1f}",
                       f"{r['generator_cpu_us_host_s']:.1f}",
-                      "over budget" if r["latest_p50_s"] is None else f"{r['latest_p50_s'] * 1e3:.0f} ms")
+                      *[("over budget" if r[k] is None else f"{r[k] * 1e3:.0f} ms")
+                        for k in ("latest_p50_s", "feed_tick_s", "feed_by_name_s")])
     out.print(table)
     out.print(harness.targets_table("fleet-scale", targets))

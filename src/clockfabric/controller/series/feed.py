@@ -19,10 +19,13 @@ FIRST_NS = 300 * 10**9  # the first read: the recent past, as a restarted contro
 
 
 class SampleFeed:
-    def __init__(self, series: Series, names: tuple[str, ...] = DETECTOR_SAMPLES) -> None:
+    def __init__(self, series: Series, names: tuple[str, ...] = DETECTOR_SAMPLES, *,
+                 since_ns: int | None = None) -> None:
+        """`since_ns`: where the last read ended, as if one had (a steady tick's first read);
+        None: the first read replays the recent past (FIRST_NS)."""
         self.series = series
         self.names = names
-        self._since: int | None = None
+        self._since = since_ns
         self._fed: dict[tuple, int] = {}  # (name, host, labels) -> the newest time fed
 
     def new(self, now_ns: int) -> list[Sample]:
