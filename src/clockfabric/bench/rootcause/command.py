@@ -22,18 +22,19 @@ from clockfabric.errors import ClockfabricError
 LAB = "rcbench"
 
 
-def run(seed: int, cases: int, watch_s: float, lab: str, say, keep) -> list[dict]:
-    """Every case in turn; one line as each ends, and the record so far kept (`keep(rows)`)."""
+def run(seed: int, indexes: list[int], watch_s: float, lab: str, say, keep) -> list[dict]:
+    """Each drawn case of `indexes` in turn; one line as each ends, and the record so far kept (`keep(rows)`)."""
     from clockfabric.bench.rootcause.case import run_case
 
     rows = []
-    for i in range(cases):
+    cases = len(indexes)
+    for n, i in enumerate(indexes):
         case = draw(seed, i)
         row = run_case(case, lab, watch_s)
         rows.append(row)
         named = f", named in {row['named_s']:.1f} s" if row.get("named_s") is not None else ""
         error = f" ({row['error'][:160]})" if row.get("error") else ""
-        say(f"case {i + 1}/{cases} {case.fault.kind} at {case.fault.tier}: {row.get('verdict')} "
+        say(f"case {n + 1}/{cases} (#{i}) {case.fault.kind} at {case.fault.tier}: {row.get('verdict')} "
             f"{'right' if row['right'] else 'WRONG'}{named}, {row['cost_s']:.0f} s{error}")
         keep(rows)
     return rows
@@ -54,11 +55,22 @@ def targets(found: dict) -> list[Target]:
 def main(random_cases: bool = typer.Option(False, "--random", help="Random cases: the only mode there is."),
          seed: int | None = typer.Option(None, help="Seed of the draw; without it one is drawn and recorded."),
          cases: int = typer.Option(20, "--cases", min=1, help="Cases to draw and run."),
+         only: str = typer.Option("", "--only", help="Replay these cases of the seed's draw (their index in "
+                                                      "the record, comma-separated), not the first --cases."),
          watch_s: float = typer.Option(20.0, "--watch", min=5.0, help="Seconds each fault is watched."),
          out_file: Path = typer.Option(RESULTS / "rootcause.json", "--out", help="Where the record goes."),
          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     if not random_cases:
         raise ClockfabricError("bench rootcause draws its cases: give --random (with --seed S to replay a draw)")
+    if only and seed is None:
+        raise ClockfabricError("--only replays cases of one draw: give its --seed too (the record's `seed`)")
+    try:
+        indexes = sorted({int(i) for i in only.split(",")}) if only else list(range(cases))
+    except ValueError:
+        raise ClockfabricError(f"--only {only!r}: give case indexes, comma-separated (e.g. 6,20)") from None
+    if indexes and indexes[0] < 0:
+        raise ClockfabricError(f"--only {only!r}: case indexes start at 0")
+    cases = len(indexes)
     seed = random.SystemRandom().randrange(10**6) if seed is None else seed
     facts = machine()
     say = (lambda line: None) if as_json else out.print
@@ -75,7 +87,7 @@ def main(random_cases: bool = typer.Option(False, "--random", help="Random cases
                path=out_file)
         return report
 
-    report = keep(run(seed, cases, watch_s, LAB, say, keep))
+    report = keep(run(seed, indexes, watch_s, LAB, say, keep))
     found = report["summary"]
     if as_json:
         print_json(report)
