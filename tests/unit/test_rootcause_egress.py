@@ -60,6 +60,8 @@ def test_a_sibling_from_the_same_host_with_a_short_round_trip_clears_its_uplink(
 
 
 def test_a_round_trip_within_the_margin_of_its_siblings_is_not_slow():
-    flows = [flow("h0", "h2", "A", 5, 13.0, 150.0, "spine0"),  # 90 us above the others: under 200 us
+    """A busy host's scheduling and delayed ACKs move a round trip by hundreds of us (424 us
+    against its siblings' 88 us, seen on the lab): under the 1 ms margin, not a queue."""
+    flows = [flow("h0", "h2", "A", 5, 13.0, 424.0, "spine0"),
              flow("h3", "h4", "A", 5, 13.0, 60.0, "spine1"), flow("h4", "h1", "A", 5, 13.0, 60.0, "spine0")]
     assert why("A", flows, Fabric(floors=quiet_mesh(), link_rates=RATES), NOW, 10 * S)["verdict"] == "healthy"

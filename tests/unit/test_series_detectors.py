@@ -109,3 +109,17 @@ def test_a_wrong_lldp_neighbour_read_from_the_engine_raises_topology_drift(env):
     fleet.tick()
     drifts = [a for a in fleet.storage.alerts(open_only=True) if a.kind == "topology_drift"]
     assert [(a.detail["port"], a.detail["seen"]) for a in drifts] == [(str(port), wrong)], drifts
+
+
+def test_fresh_makes_a_new_series_searchable_at_once(tmp_path):
+    """A new series (a flow that just started) is searchable about ten seconds after its first
+    sample; `fresh()` flushes the embedded engine's buffers, so the next read has it."""
+    with series_path(tmp_path) as series:
+        reader = series.series
+        assert reader is not None and reader.flushes
+        now = time.time_ns()
+        labels = {"jobid": "B", "flow": "10.0.0.6->10.0.0.5", "peer": "h5"}
+        write(series, "h6", [{"name": "job_flow_tx_bps", "value": 9e7, "labels": labels}], now, wait=False)
+        reader.fresh()
+        got = reader.samples(("job_flow_tx_bps",), since_ns=now - 10**9, until_ns=now + 10**9)
+        assert [(s.host, s.value, s.labels["jobid"]) for s in got] == [("h6", 9e7, "B")]

@@ -95,6 +95,10 @@ class Thresholds:
     delay_ratio: float = 3.0  # a delay this many times the siblings' median (or the floor) is far above
     inband_margin_us: float = 50.0  # and at least this far above, in-band
     rtt_margin_us: float = 200.0  # or this far, from RTT/2: both stacks' time rides along
+    # a round trip this far above its siblings' with its in-band delay at the floor is a queue on
+    # its host's uplink (or its ACKs' way): RTT alone carries both hosts' scheduling and delayed
+    # ACKs, hundreds of us on a busy host, so a wider margin than RTT/2's
+    egress_margin_us: float = 1000.0
     busy_share: float = 0.1  # traffic of others on a link above this share of its rate is a load
     degraded_share: float = 0.5  # a link queueing while carrying under this share of its rate is degraded
     active_bps: float = 1e6  # a flow under this rate is idle: no sibling comparison of its rate
@@ -186,7 +190,7 @@ def judge(stats: list[FlowStats], limits: Thresholds) -> None:
         s.network_slow = bool(s.why)
         sib_rtt = median(o.rtt_us for o in siblings)
         if (not s.network_slow and s.delay_source == "inband" and s.rtt_us is not None and sib_rtt is not None
-                and far_above(s.rtt_us, sib_rtt, limits.rtt_margin_us, limits)):
+                and far_above(s.rtt_us, sib_rtt, limits.egress_margin_us, limits)):
             s.why.append(f"round trip {s.rtt_us:.0f} us vs its siblings' {sib_rtt:.0f} us, its in-band delay at "
                          "its floor: queued before the wire or on its ACKs' way back")
             s.network_slow = s.egress = True

@@ -206,6 +206,7 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
     here = places.get(topology, {h.info["address"]: h.name for h in storage.hosts() if h.info.get("address")})
     stats = [*READINGS, FALLBACK, PATH_STAT]
     series = fleet.samples
+    series.fresh()  # a culprit's flow that just started is a new series: read it beside the delay it causes
     own = series.ranges([f"job_flow_{stat}" for stat in stats], since_ns=since_ns, until_ns=now_ns + 1,
                         match={"jobid": jobid})
     recent = max(since_ns, now_ns - Thresholds().recent_ns)

@@ -69,7 +69,7 @@ class SeriesPath:
                          port=self.gate_port, tls=self.tls)
         self.gate.allow(hosts)
         self.gate.start()
-        self.series = Series(self.url, budget_s=self.budget_s)
+        self.series = Series(self.url, budget_s=self.budget_s, flushes=self.engine is not None)
         if self.rule_options is not None:
             self.rules = vmalert(self.data_dir / "vmalert", self.url, self.rule_options)
             self.rules.start()

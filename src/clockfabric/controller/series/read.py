@@ -10,6 +10,7 @@ refused with SeriesError, which says so in one line, and no route waits longer.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from clockfabric.serieswire import HOST, sample_name, series_name
 BUDGET_S = 2.0
 LOOKBACK_S = 3600  # "latest" with no `since`: a series silent for an hour is gone
 RANGE_POINTS = 1000  # query_range's steps at most, so a wide window does not ask for millions
+FLUSH_EVERY_S = 1.0  # `fresh()`'s flushes at most this often, however many ask
 
 
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
@@ -60,9 +62,12 @@ def _key(metric: dict) -> tuple:
 
 
 class Series:
-    def __init__(self, url: str, *, budget_s: float = BUDGET_S) -> None:
+    def __init__(self, url: str, *, budget_s: float = BUDGET_S, flushes: bool = False) -> None:
+        """`flushes`: the engine is the embedded one, whose buffers `fresh()` may flush."""
         self.url = url.rstrip("/")
         self.budget_s = budget_s
+        self.flushes = flushes
+        self._flushed = -math.inf  # monotonic seconds of the last flush
         self._client = httpx.Client(timeout=httpx.Timeout(budget_s + 0.5, connect=min(1.0, budget_s)))
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="series-read")
 
@@ -130,6 +135,21 @@ class Series:
         """`range` of each of `names` (a job's flows: match={"jobid": ...}), one list."""
         return [s for name in names for s in self.range(name, since_ns=since_ns, until_ns=until_ns, host=host,
                                                          match=match, step_s=step_s)]
+
+    def fresh(self) -> None:
+        """Make what the embedded engine took searchable now, at most once per FLUSH_EVERY_S. A new
+        series is not searchable for about ten seconds after its first sample (the engine's index
+        buffers), so a flow that just started would not be read beside the delay it causes; an
+        existing one's samples show within about a second. Where the engine is another's, or
+        the flush fails, reads go on with the engine's lag."""
+        now = time.monotonic()
+        if not self.flushes or now - self._flushed < FLUSH_EVERY_S:
+            return
+        self._flushed = now
+        try:
+            self._client.get(self.url + "/internal/force_flush")
+        except httpx.HTTPError:
+            pass
 
     def samples(self, names: tuple[str, ...], *, since_ns: int, until_ns: int) -> list[Sample]:
         """Every sample of `names` stamped from since_ns to until_ns, as written: one export for
