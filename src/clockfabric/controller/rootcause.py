@@ -95,10 +95,6 @@ class Thresholds:
     delay_ratio: float = 3.0  # a delay this many times the siblings' median (or the floor) is far above
     inband_margin_us: float = 50.0  # and at least this far above, in-band
     rtt_margin_us: float = 200.0  # or this far, from RTT/2: both stacks' time rides along
-    # a round trip this far above its siblings' with its in-band delay at the floor is a queue on
-    # its host's uplink (or its ACKs' way): RTT alone carries both hosts' scheduling and delayed
-    # ACKs, hundreds of us on a busy host, so a wider margin than RTT/2's
-    egress_margin_us: float = 1000.0
     busy_share: float = 0.1  # traffic of others on a link above this share of its rate is a load
     degraded_share: float = 0.5  # a link queueing while carrying under this share of its rate is degraded
     active_bps: float = 1e6  # a flow under this rate is idle: no sibling comparison of its rate
@@ -118,18 +114,13 @@ class FlowStats:
     why: list[str] = field(default_factory=list)  # the comparisons it failed
     network_slow: bool = False
     starved: bool = False
-    rtt_us: float | None = None  # its round trip, settled as its delay is
-    # slow by its round trip alone, its in-band delay at the floor: queued before the wire (its
-    # host's egress, which neither in-band capture nor probe stamps see) or on its ACKs' way back
-    egress: bool = False
 
     def row(self) -> dict:
         f = self.flow
         return {"host": f.host, "flow": f.flow, "peer": f.peer, "plane": f.plane, "dscp": f.dscp,
                 "links": [name for name, _ in f.hops], "rate_bps": self.rate_bps, "delay_us": self.delay_us,
                 "delay_source": self.delay_source, "probe_floor_us": self.floor_us,
-                "rtt_us": self.rtt_us, "network_slow": self.network_slow, "egress": self.egress,
-                "starved": self.starved, "why": self.why}
+                "network_slow": self.network_slow, "starved": self.starved, "why": self.why}
 
 
 def median(values: Iterable[float | None]) -> float | None:
@@ -159,8 +150,7 @@ def summarize(flow: Flow, floors: list[ProbePath], newest: int = Thresholds.newe
     rtt = settled([p.rtt_us for p in flow.points], newest)
     delay, source = (inband, "inband") if inband is not None else (
         (rtt / 2, "rtt/2") if rtt is not None else (None, "none"))
-    return FlowStats(flow, median(p.tx_bps for p in flow.points), delay, source, probe_floor(flow, floors),
-                     rtt_us=rtt)
+    return FlowStats(flow, median(p.tx_bps for p in flow.points), delay, source, probe_floor(flow, floors))
 
 
 def probe_floor(flow: Flow, floors: list[ProbePath]) -> float | None:
@@ -188,12 +178,6 @@ def judge(stats: list[FlowStats], limits: Thresholds) -> None:
         if s.delay_us is not None and s.floor_us is not None and far_above(s.delay_us, s.floor_us, margin, limits):
             s.why.append(f"delay {s.delay_us:.0f} us ({s.delay_source}) vs its path's probe floor {s.floor_us:.0f} us")
         s.network_slow = bool(s.why)
-        sib_rtt = median(o.rtt_us for o in siblings)
-        if (not s.network_slow and s.delay_source == "inband" and s.rtt_us is not None and sib_rtt is not None
-                and far_above(s.rtt_us, sib_rtt, limits.egress_margin_us, limits)):
-            s.why.append(f"round trip {s.rtt_us:.0f} us vs its siblings' {sib_rtt:.0f} us, its in-band delay at "
-                         "its floor: queued before the wire or on its ACKs' way back")
-            s.network_slow = s.egress = True
         if sib_rate is not None and s.rate_bps is not None and s.rate_bps < sib_rate * limits.rate_ratio:
             s.why.append(f"rate {s.rate_bps / 1e6:.1f} Mbit/s vs its siblings' {sib_rate / 1e6:.1f} Mbit/s")
             s.starved = not s.network_slow

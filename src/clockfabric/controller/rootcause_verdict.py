@@ -8,9 +8,7 @@ In order, the first that holds:
   congestion ... on link X   network-slow flows, and the hop that explains them: located from the
                              probe mesh and the in-band delays (localization) where that evidence
                              names one on their paths, else the hop they share that no healthy
-                             sibling crosses; loaded by another job, by flows of no job, or by the job.
-                             A flow slow by its round trip alone (its in-band delay at the floor)
-                             is queued on its host's uplink or its ACKs' way back: those are its hops
+                             sibling crosses; loaded by another job, by flows of no job, or by the job
   degraded link X            ... queueing while carrying under half its configured rate
   straggler host H           no flow slow in the network; the starved flows all leave one host
   healthy                    not the network: every flow at its floor
@@ -146,17 +144,16 @@ def ends(flow: Flow) -> list[Hop]:
 
 
 def cleared(healthy: list[FlowStats], limits: Thresholds) -> set[Hop]:
-    """The hops healthy siblings prove quiet: those each crosses past its host, at its floor; and
-    its host's uplink and its host links the way in where its round trip (which holds its host's
-    queue and its ACKs' return) is not far above its healthy siblings'."""
+    """The hops healthy siblings prove quiet: those each crosses, at its floor; and its host links
+    the way in where its round trip (its ACKs' return) is not far above its healthy siblings'."""
     rtts = {id(s): median(p.rtt_us for p in s.flow.points) for s in healthy}
     usual = median(rtts.values())
     quiet = set()
     for s in healthy:
-        quiet |= set(after_host(s.flow.host, s.flow.hops))
+        quiet |= set(s.flow.hops)
         rtt = rtts[id(s)]
         if rtt is not None and usual is not None and not far_above(rtt, usual, limits.rtt_margin_us, limits):
-            quiet |= set(ends(s.flow)) | set(uplink(s.flow))
+            quiet |= set(ends(s.flow))
     return quiet
 
 
@@ -176,7 +173,7 @@ def blame(slow: list[FlowStats], healthy: list[FlowStats], limits: Thresholds | 
     """The hops the most network-slow flows may cross that no healthy sibling proves quiet: a
     flow's own last hop is as suspect as any until a sibling's round trip clears it."""
     quiet = cleared(healthy, limits or Thresholds())
-    counts = Counter(h for s in slow for h in suspects(s) if h not in quiet)
+    counts = Counter(h for s in slow for h in s.flow.may_cross() if h not in quiet)
     if not counts:
         return []
     top = counts.most_common(1)[0][1]
@@ -194,9 +191,7 @@ def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> 
     """The probe mesh's paths and the job's flows as localization's evidence. A probe path at its
     floor clears its links only on a fabric without traffic classes: probes ride the priority
     class there, and its quiet says nothing of the job's queue. A flow's delay counts only in-band
-    (RTT/2 counts the way back too); judged as the verdict judges it. Neither sees its sender's
-    own uplink: both are stamped where the packet leaves the host's queue, so that hop is left
-    out of what they clear (or blame)."""
+    (RTT/2 counts the way back too); judged as the verdict judges it."""
     out = []
     for p in fabric.floors:
         if p.p50_us is None:
@@ -204,34 +199,15 @@ def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> 
         queued = far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits)
         if queued or (fabric.collective_dscp is None and p.p50_us - p.floor_us <= limits.inband_margin_us / 2):
             out.append(localization.Observation(f"probe {p.src}->{p.dst} " + ",".join(n for n, _ in p.hops),
-                                                after_host(p.src, p.hops), p.p50_us - p.floor_us, localization.PROBE,
+                                                p.hops, p.p50_us - p.floor_us, localization.PROBE,
                                                 src=p.src, dst=p.dst, queued=queued))
     for s in stats:
         f, inband = s.flow, s.delay_source == "inband"
         excess = None if s.delay_us is None or not inband else s.delay_us - (s.floor_us or 0.0)
-        out.append(localization.Observation(f"{f.host} {f.flow}", after_host(f.host, f.hops), excess,
-                                            localization.INBAND, src=f.host, dst=f.peer,
-                                            reach=after_host(f.host, f.reach),
-                                            queued=(s.network_slow and not s.egress) if inband else None))
+        out.append(localization.Observation(f"{f.host} {f.flow}", f.hops, excess, localization.INBAND,
+                                            src=f.host, dst=f.peer, reach=f.reach,
+                                            queued=s.network_slow if inband else None))
     return out
-
-
-def after_host(host: str, hops: tuple[Hop, ...]) -> tuple[Hop, ...]:
-    """`hops` less the host's own uplink (the way out of it): a queue there is before the wire."""
-    return tuple(h for h in hops if not h[1].startswith(f"{host}>"))
-
-
-def uplink(flow: Flow) -> list[Hop]:
-    """The hop out of the flow's host, where its way is known."""
-    return [h for h in flow.hops if h[1].startswith(f"{flow.host}>")]
-
-
-def suspects(s: FlowStats) -> tuple[Hop, ...]:
-    """The hops a slow flow may be slowed on: those it may cross; for one slow by its round trip
-    alone, its host's uplink and the hops its ACKs surely cross (its in-band delay clears the rest)."""
-    if s.egress:
-        return tuple(uplink(s.flow)) + tuple(ends(s.flow))
-    return s.flow.may_cross()
 
 
 def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric,
@@ -240,7 +216,7 @@ def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric,
     quiet (its ACKs' way back included); [] where its evidence names none there."""
     verdict = localization.locate(observations(slow + healthy, fabric, limits))
     quiet = cleared(healthy, limits)
-    on_paths = {h for s in slow for h in suspects(s)}
+    on_paths = {h for s in slow for h in s.flow.may_cross()}
     for suspect in verdict.suspects:
         hops = [h for h in suspect.hops if h in on_paths and h not in quiet]
         if hops:
@@ -272,7 +248,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     # the suspect probes see queueing across most (the queue itself, whoever sends), then the one
     # others load most (a hint: a load may not be what queues, or be seen before the culprit's),
     # then the first on the way
-    order = {h: i for s in reversed(slow) for i, h in enumerate(suspects(s))}
+    order = {h: i for s in reversed(slow) for i, h in enumerate(s.flow.may_cross())}
     hop = max(hops, key=lambda h: (probes_queued(h, fabric.floors, limits), foreign(h), -order.get(h, len(order))))
     link, on_link = hop[0], load(hop)
     rate = fabric.link_rates.get(link)
