@@ -157,13 +157,14 @@ def test_settled_only_when_mapped_calm_and_mostly_pure():
     assert sync.own_steps == 1
 
 
-def test_not_settled_when_probes_meet_queues():
+def settled_each_second(queued) -> list[bool]:
+    """HostSync.settled once a second over 20 s of exchanges, mapped after the 40th; those for which
+    `queued(k)` holds have their forward pair's second packet 5 us late (it met a queue)."""
     ours, peers = clocks()
     sync = HostSync("me", PEERS)
-    rng = np.random.default_rng(2)
     settled = []
     for k, ex in enumerate(exchanges(ours, peers, 0.0, 20.0)):
-        if rng.random() < 0.8:  # most forward pairs queued: their second packet 5 us later
+        if queued(k):
             ex = type(ex)(ex.peer, ex.path, ex.tx, (ex.peer_rx[0], ex.peer_rx[1] + 5_000), ex.peer_tx, ex.rx)
         sync.add([ex])
         if k == 40:
@@ -171,24 +172,19 @@ def test_not_settled_when_probes_meet_queues():
         if k % 20 == 19:
             sync.report(ex.rx[1])
             settled.append(sync.settled(ex.rx[1]))
+    return settled
+
+
+def test_not_settled_when_probes_meet_queues():
+    rng = np.random.default_rng(2)
+    settled = settled_each_second(lambda _k: rng.random() < 0.8)  # most forward pairs queued
     assert len(settled) == 20 and not any(settled)
 
 
 def test_not_settled_when_only_the_forward_packets_meet_a_queue():
     """A host sending into a filled link: half its forward pairs queued (the paths over that link),
     every reply pure. Three pure packets in four overall, but the queue is there one way."""
-    ours, peers = clocks()
-    sync = HostSync("me", PEERS)
-    settled = []
-    for k, ex in enumerate(exchanges(ours, peers, 0.0, 20.0)):
-        if k % 2:
-            ex = type(ex)(ex.peer, ex.path, ex.tx, (ex.peer_rx[0], ex.peer_rx[1] + 5_000), ex.peer_tx, ex.rx)
-        sync.add([ex])
-        if k == 40:
-            _mapped(sync)
-        if k % 20 == 19:
-            sync.report(ex.rx[1])
-            settled.append(sync.settled(ex.rx[1]))
+    settled = settled_each_second(lambda k: k % 2 == 1)
     assert len(settled) == 20 and not any(settled)
 
 

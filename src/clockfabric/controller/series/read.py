@@ -78,8 +78,12 @@ class Series:
     def query(self, path: str, params: dict[str, str]) -> list[dict]:
         """One query's result list; SeriesError if the engine does not give one within the budget."""
         what = params.get("query", "")[:120]
+        return self._post(path, {**params, "timeout": f"{self.budget_s}s"}, what).json()["data"]["result"]
+
+    def _post(self, path: str, params: dict[str, str], what: str) -> httpx.Response:
+        """The engine's answer to `what`; SeriesError, in one line, where none comes within the budget."""
         try:
-            r = self._client.post(self.url + path, data={**params, "timeout": f"{self.budget_s}s"})
+            r = self._client.post(self.url + path, data=params)
         except httpx.TimeoutException:
             raise SeriesError(f"the series engine at {self.url} did not answer within the {self.budget_s:g} s "
                               f"budget for {what}: narrow the window, or raise the budget") from None
@@ -88,7 +92,7 @@ class Series:
                               "is it running? the controller's /readyz says") from None
         if r.status_code != 200:
             raise SeriesError(f"the series engine refused {what}: HTTP {r.status_code}: {r.text[:200]}")
-        return r.json()["data"]["result"]
+        return r
 
     def latest(self, name: str, *, since_ns: int | None = None, hosts: list[str] | None = None,
                match: dict[str, str] | None = None, now_ns: int | None = None) -> list[Sample]:
@@ -159,16 +163,7 @@ class Series:
         pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
         params = {"match[]": f'{{__name__=~"{pattern}"}}', "start": f"{since_ns / 1e9:.3f}",
                   "end": f"{until_ns / 1e9:.3f}"}
-        try:
-            r = self._client.post(self.url + "/api/v1/export", data=params)
-        except httpx.TimeoutException:
-            raise SeriesError(f"the series engine at {self.url} did not export {len(names)} names within "
-                              f"{self.budget_s:g} s: raise the budget, or give it more CPU") from None
-        except httpx.HTTPError as e:
-            raise SeriesError(f"the series engine at {self.url} cannot be reached ({type(e).__name__}): "
-                              "is it running? the controller's /readyz says") from None
-        if r.status_code != 200:
-            raise SeriesError(f"the series engine refused an export: HTTP {r.status_code}: {r.text[:200]}")
+        r = self._post("/api/v1/export", params, f"an export of {len(names)} names")
         out = []
         for line in r.text.splitlines():
             row = json.loads(line)
