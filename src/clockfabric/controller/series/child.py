@@ -20,6 +20,7 @@ from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 10.0
+PORT_ATTEMPTS = 3  # starts on a port chosen here, each on a new one where another took it first
 
 
 def free_port(address: str = "127.0.0.1") -> int:
@@ -54,6 +55,7 @@ class Child:
         self.argv = argv
         self.log_path = log_path
         self.port = port or free_port(address)
+        self._port_ours = not port  # chosen here: another may take it before the child binds it
         self.watch_s = watch_s
         self.restarts = 0
         self.proc: subprocess.Popen | None = None
@@ -66,7 +68,17 @@ class Child:
         return f"{self.scheme}://{self.address}:{self.port}"
 
     def start(self) -> None:
-        self._spawn()
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self._spawn()
+                break
+            except ClockfabricError:
+                # a free port is free only when it is looked at: another process may bind it before
+                # the child does; where the port was ours to choose, choose again
+                if not (self._port_ours and "address already in use" in self.log_tail().lower()) \
+                        or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                self.port = free_port(self.address)
         self._watchdog = threading.Thread(target=self._watch, name=f"{self.name}-watchdog", daemon=True)
         self._watchdog.start()
 
