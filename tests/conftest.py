@@ -62,3 +62,15 @@ def series_engine(tmp_path_factory):
     child.start()
     yield child
     child.stop()
+
+
+@pytest.fixture(scope="session")
+def debs():
+    """The Debian packages (tests/debs.py), each built once for what it is built from; skips where
+    none can be."""
+    from tests.debs import Debs, missing
+
+    why = missing()
+    if why:
+        pytest.skip(why)
+    return Debs()

@@ -16,32 +16,21 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.debs import missing
+
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "opt/clockfabric"
 CONTROLLER_ONLY = ["fastapi", "starlette", "uvicorn", "psycopg"]
 
-
-
-def debian_python_makes_venvs() -> bool:
-    return Path("/usr/bin/python3").exists() and subprocess.run(
-        ["/usr/bin/python3", "-c", "import ensurepip, venv"], capture_output=True).returncode == 0
-
-
-pytestmark = [
-    pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed (not Debian or Ubuntu)"),
-    pytest.mark.skipif(not debian_python_makes_venvs(),
-                       reason="no /usr/bin/python3 that makes venvs (apt-get install python3-venv)"),
-]
+WHY_NOT = missing()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
 
 
 @pytest.fixture(scope="session")
-def deb(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("deb")
-    done = subprocess.run([str(ROOT / "scripts" / "build-deb.sh"), "-o", str(out), "agent"],
-                          capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (path,) = out.glob("clockfabric-agent_*.deb")
-    return path
+def deb(debs) -> Path:
+    """The agent's package (tests/debs.py). Both are built, as docs/quickstart.md builds them, so
+    the lab tests' quickstart run that follows finds them made for this same checkout."""
+    return debs.get("agent", "controller")["agent"]
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,14 @@ sshd's sessions inherit the mount namespace of `ip netns exec`, so they read the
 h1's stable address, the address gloo and torch bind to. Logins are root with a generated key
 only; the host key is generated too, and known_hosts names it under every host's name and address.
 
+Lab hosts share this machine's filesystem. With `own_root`, each sshd also runs in a mount
+namespace of its own where the host's /etc, /usr and /var are copy-on-write layers over this
+machine's and /opt, /root and /run start empty: what a session installs there (a package, its
+system user, its files under /etc and /opt) stays on that host, vanishes with its sshd, and
+this machine's own files stay as they were. root's ~/.ssh on every such host holds the lab's
+client key and known_hosts, so `ssh HOST` and `scp FILE HOST:` work as written from one host
+to another, as on a fleet whose admin logs in with one key.
+
 `folder/fleet.yaml` is the lab's topology plus the fleet-wide `ssh:` section that the audit's
 ssh transport reads, so `clockfabric audit --hosts folder/fleet.yaml` treats the lab as a fleet.
 
@@ -44,6 +52,29 @@ PRIVSEP_DIR = Path("/run/sshd")  # root's sshd refuses to start without it (syst
 # not know as ours; this shell, named clockfabric-sshd with the lab's name, stays its parent and
 # takes it down when stopped
 _LAUNCH = 'hostname "$2" || exit 1; "$3" -D -e -f "$4" & trap \'kill $!; wait $!; exit 143\' TERM INT; wait $!'
+# own_root: run first, in the sshd's own mount namespace; $5 is the folder its layers live in
+# (a tmpfs seen only there), $6 the lab's ssh folder. /etc/hosts is the lab's, copied in before
+# the layer over /etc hides the one `ip netns exec` bound there.
+_OWN_ROOT = r"""set -e
+r=$5
+mount -t tmpfs -o mode=700 clockfabric-root "$r"
+cp /etc/hosts "$r/hosts"
+for d in /etc /usr /var; do
+    mkdir "$r$d" "$r$d.work"
+    mount -t overlay overlay -o "lowerdir=$d,upperdir=$r$d,workdir=$r$d.work" "$d"
+done
+for d in /opt /root /run; do mount -t tmpfs -o mode=755 tmpfs "$d"; done
+chmod 700 /root
+install -d -m 755 /run/sshd
+install -d -m 1777 /run/lock
+cat "$r/hosts" > /etc/hosts
+echo "$2" > /etc/hostname
+install -d -m 700 /root/.ssh
+install -m 600 "$6/client_key" /root/.ssh/id_ed25519
+install -m 644 "$6/client_key.pub" /root/.ssh/id_ed25519.pub
+install -m 644 "$6/known_hosts" /root/.ssh/known_hosts
+set +e
+"""
 _WRITTEN = ("host_key", "host_key.pub", "client_key", "client_key.pub", "authorized_keys", "known_hosts",
             "fleet.yaml")
 
@@ -100,16 +131,21 @@ class SshLab:
         for h in self.lab.topology.hosts:
             for name in (f"sshd-{h}.conf", f"sshd-{h}.log"):
                 (self.folder / name).unlink(missing_ok=True)
+            try:
+                (self.folder / f"root-{h}").rmdir()  # own_root's mount point: its tmpfs went with the namespace
+            except OSError:
+                pass
         for name in _WRITTEN:
             (self.folder / name).unlink(missing_ok=True)
 
 
 def start(lab: Lab, folder: Path, *, client_host: str | None = None, python: str | None = None,
-          timeout_s: float = 15.0) -> SshLab:
+          own_root: bool = False, timeout_s: float = 15.0) -> SshLab:
     """sshd on every lab host, keys, known_hosts and `folder/fleet.yaml`; stopped by `.stop()`.
 
     python: the command that runs Python on the hosts (default: this interpreter, seeing this
-    process's PYTHONPATH, since ssh sessions start with a clean environment)."""
+    process's PYTHONPATH, since ssh sessions start with a clean environment).
+    own_root: each host's files its own (the module's docstring), as a fresh host's are."""
     if not os.path.exists(SSHD):
         raise ClockfabricError(f"{SSHD} is missing; scripts/setup.sh installs openssh-server")
     hosts = lab.topology.hosts
@@ -125,6 +161,11 @@ def start(lab: Lab, folder: Path, *, client_host: str | None = None, python: str
             conf = folder / f"sshd-{h}.conf"
             conf.write_text(_config(folder, str(node.address)))
             argv = ["unshare", "--uts", "sh", "-c", _LAUNCH, "clockfabric-sshd", lab.name, h, SSHD, str(conf)]
+            if own_root:
+                (folder / f"root-{h}").mkdir(exist_ok=True)
+                argv[1:2] = ["--uts", "--mount", "--propagation", "private"]
+                argv[argv.index(_LAUNCH)] = _OWN_ROOT + _LAUNCH
+                argv += [str(folder / f"root-{h}"), str(folder)]
             sl.procs[h] = lab.spawn(h, argv, f"sshd on {h}", log=folder / f"sshd-{h}.log")
         _wait_listening(sl, timeout_s)
         return sl
@@ -164,6 +205,7 @@ def _config(folder: Path, address: str) -> str:
         "X11Forwarding no",
         "PrintMotd no",
         "MaxStartups 100:30:200",  # a whole fleet's audit logs in at once
+        "Subsystem sftp internal-sftp",  # scp speaks SFTP, as a real host's sshd serves it
     ))
 
 
