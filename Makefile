@@ -1,8 +1,10 @@
 # The two commands a new user needs (README): `make demo` and `make test`.
 VENV := .venv
 BIN := $(VENV)/bin
+# the oldest Python supported, for `make unit-py310`: a venv of its own, without torch
+VENV310 := .venv310
 
-.PHONY: setup demo test unit lint bench benchmarks-doc clean
+.PHONY: setup demo test unit unit-py310 lint bench benchmarks-doc clean
 
 setup: $(VENV)/.ready
 
@@ -22,6 +24,21 @@ test: setup
 unit: setup
 	$(BIN)/python -m pytest -ra -n auto --dist loadfile tests/unit
 
+# the unit tests again on Python 3.10 (CI runs them after `make test`); setup brings the system
+# packages some tests use. No `job` extra: the tests that need torch skip
+unit-py310: setup $(VENV310)/.ready
+	$(VENV310)/bin/python -m pytest -ra -n auto --dist loadfile tests/unit
+
+$(VENV310)/.ready: pyproject.toml
+	@py=; for c in $$(command -v python3.10) $$(ls -d /root/.pyenv/versions/3.10*/bin/python3.10 2>/dev/null | sort -rV); do \
+	  "$$c" -c 'import ensurepip, venv' 2>/dev/null && { py=$$c; break; }; done; \
+	[ -n "$$py" ] || { echo "unit-py310: no python3.10 that can make a venv, on PATH or in /root/.pyenv/versions;" \
+	  "install one (Ubuntu 22.04: apt-get install python3.10-venv; elsewhere: pyenv install 3.10)" >&2; exit 1; }; \
+	echo "unit-py310: a venv in $(VENV310) from $$py"; \
+	[ -x $(VENV310)/bin/python ] || "$$py" -m venv $(VENV310) || exit 1; \
+	$(VENV310)/bin/pip install -q --disable-pip-version-check -e '.[controller,test]'
+	touch $@
+
 # both run, whatever the first finds; configuration in pyproject.toml
 lint: setup
 	$(BIN)/ruff check src; status=$$?; $(BIN)/mypy || status=1; exit $$status
@@ -35,4 +52,4 @@ benchmarks-doc: setup
 
 clean:
 	-$(BIN)/clockfabric lab down --all
-	rm -rf $(VENV) build src/*.egg-info dist
+	rm -rf $(VENV) $(VENV310) build src/*.egg-info dist

@@ -27,8 +27,8 @@ $PYTHON -c 'import ensurepip, venv' 2>/dev/null || {
   echo "build-deb: $PYTHON cannot make a venv; apt-get install python3-venv" >&2; exit 1; }
 
 PREFIX=/opt/clockfabric
-version=$($PYTHON -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' \
-  "$ROOT/pyproject.toml")
+version=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' "$ROOT/pyproject.toml" | head -n 1)  # no tomllib before 3.11
+[ -n "$version" ] || { echo "build-deb: no version = \"...\" line in $ROOT/pyproject.toml" >&2; exit 1; }
 arch=$(dpkg --print-architecture)
 py=$($PYTHON -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 py_next=$($PYTHON -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1] + 1}")')

@@ -40,8 +40,8 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
-  echo "setup: clockfabric needs Python 3.11 or newer (found $(python3 --version))" >&2; exit 1; }
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
+  echo "setup: clockfabric needs Python 3.10 or newer (found $(python3 --version))" >&2; exit 1; }
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[controller,test,job]'  # controller: the lab starts one; job: torch and torchft, for the lab's DDP jobs
 echo "setup: ready (.venv)"

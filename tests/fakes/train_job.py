@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from clockfabric.hosts.local import LocalHost
 from clockfabric.train import control
 from clockfabric.train.coordinator import Coordinator, Member
@@ -15,10 +17,17 @@ from clockfabric.train.coordinator import Coordinator, Member
 PORT = 9
 
 
+def file_board(folder: Path) -> control.Board:
+    """A board on a FileStore in `folder`; the calling test is skipped where torch is absent (the
+    board is a torch.distributed store)."""
+    pytest.importorskip("torch", reason="torch is not installed (make setup installs the job extra)")
+    return control.Board.open(f"file://{folder / 'board'}")
+
+
 def coordinator(folder: Path, hosts: list[str], ranks: list[str], spares: list[str], **options) -> Coordinator:
     """The coordinator once generation 0 is written, running `ranks` with `spares` waiting; a
     spare started later (a host returned to the pool) is a stand-in too. `options` go to Coordinator."""
-    board = control.Board.open(f"file://{folder / 'board'}")
+    board = file_board(folder)
     job = Coordinator(board, len(ranks), folder / "job", **options)
     job.folder.mkdir(parents=True)
     job.addresses = {h: f"10.0.0.{i + 1}" for i, h in enumerate(hosts)}  # type: ignore[attr-defined]

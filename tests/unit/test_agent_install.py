@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 import typer.core
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 # the controller's (fastapi, its starlette, uvicorn, psycopg) and scipy, which only the clock

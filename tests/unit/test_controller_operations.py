@@ -17,7 +17,7 @@ from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.health import StorageWatch
 from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.storage.base import StorageError
-from clockfabric.controller.storage.sqlite import SqliteStorage
+from clockfabric.controller.storage.sqlite import CORRUPT, SqliteStorage, _kind
 from clockfabric.controller.supervise import Supervisor
 from tests.unit.credentials import as_host
 from tests.waiting import wait_for
@@ -168,17 +168,40 @@ def test_overwritten_pages_are_found_by_the_check_and_writes_refused(env):
 def test_sqlite_corruption_met_by_a_query_is_a_storage_error_not_a_crash(tmp_path):
     storage = SqliteStorage(tmp_path / "c.db", quick_check_s=3600)
 
-    def corrupt(*_a, **_k):
-        raise sqlite3.DatabaseError("database disk image is malformed")
+    def unknown(*_a, **_k):
+        raise sqlite3.DatabaseError("something SQLite never says")
 
     with storage._errors(), pytest.raises(sqlite3.DatabaseError):  # unclassified: stays what it is
-        corrupt()
+        unknown()
     err = sqlite3.DatabaseError("database disk image is malformed")
-    err.sqlite_errorcode = sqlite3.SQLITE_CORRUPT  # type: ignore[attr-defined]
+    err.sqlite_errorcode = CORRUPT  # type: ignore[attr-defined]
     with pytest.raises(StorageError) as caught, storage._errors():
         raise err
     assert caught.value.kind == "corrupt"
     storage.close()
+
+
+def test_sqlite_errors_are_known_by_kind_on_every_python(tmp_path):
+    # from Python 3.11 on by their result code; before it by SQLite's message
+    def kind(act) -> str | None:
+        with pytest.raises(sqlite3.Error) as caught:
+            act()
+        return _kind(caught.value)
+
+    path = str(tmp_path / "k.db")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    assert kind(lambda: sqlite3.connect(path, isolation_level=None, timeout=0).execute("BEGIN IMMEDIATE")) == "busy"
+    holder.execute("COMMIT")
+    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    assert kind(lambda: reader.execute("INSERT INTO t VALUES (1)")) == "readonly"
+    assert kind(lambda: reader.execute("SELECT y FROM t")) is None  # a query's own mistake
+    assert kind(lambda: sqlite3.connect(f"file:{tmp_path}/no/such.db?mode=rw", uri=True)) == "cantopen"
+    (tmp_path / "text.db").write_text("not a database, " * 100)
+    assert kind(lambda: sqlite3.connect(tmp_path / "text.db").execute("SELECT * FROM sqlite_master")) == "corrupt"
+    for db in (holder, reader):
+        db.close()
 
 
 def test_postgres_gone_is_found_and_pushes_get_503():

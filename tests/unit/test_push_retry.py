@@ -8,7 +8,7 @@ import random
 import statistics
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -61,7 +61,7 @@ def run_pusher(srv, seconds: float, interval_s: float = 0.05, seed: int = 1) -> 
 
 
 def http_date(seconds_ahead: float) -> str:
-    return format_datetime(datetime.fromtimestamp(time.time() + seconds_ahead, UTC), usegmt=True)
+    return format_datetime(datetime.fromtimestamp(time.time() + seconds_ahead, timezone.utc), usegmt=True)
 
 
 def test_a_503_with_retry_after_in_seconds_is_waited_out(busy):
@@ -107,5 +107,5 @@ def test_full_jitter_spreads_over_zero_to_the_cap():
     ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # a date past: at once
 ])
 def test_retry_after_reads_seconds_and_http_dates(value, expected):
-    now = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC).timestamp()
+    now = datetime(2015, 10, 21, 7, 28, 0, tzinfo=timezone.utc).timestamp()
     assert retry_after_s(value, now_s=now) == pytest.approx(expected)

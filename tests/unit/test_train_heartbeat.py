@@ -7,12 +7,13 @@ import time
 
 from clockfabric.train import control
 from clockfabric.train.heartbeat import Heartbeat, shut_sockets_to
+from tests.fakes.train_job import file_board
 
 LOST = "127.0.0.9:9"
 
 
 def board(tmp_path) -> control.Board:
-    return control.Board.open(f"file://{tmp_path / 'board'}")
+    return file_board(tmp_path)
 
 
 def board_with_a_lost_host(board: control.Board, beat: str) -> control.Board:

@@ -8,7 +8,7 @@ import pytest
 
 from clockfabric.train import control
 from clockfabric.train.detect import slow_step
-from tests.fakes.train_job import kinds, lose
+from tests.fakes.train_job import file_board, kinds, lose
 
 HOSTS = ["h0", "h1", "h2", "h3"]
 
@@ -51,7 +51,7 @@ def test_a_rank_lost_while_its_peers_steps_failed_gets_a_spare_not_a_redo(job):
 
 
 def test_only_marks_of_the_generation_asked_about_count(tmp_path):
-    board = control.Board.open(f"file://{tmp_path / 'board'}")
+    board = file_board(tmp_path)
     board.mark_failed(3, 2, bound_s=None)
     later = time.time() + 10
     assert slow_step(board, 4, later, 2.0) is None

@@ -30,7 +30,7 @@ import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
-from datetime import UTC
+from datetime import timezone
 from email.utils import parsedate_to_datetime
 from itertools import islice
 
@@ -266,7 +266,7 @@ def retry_after_s(value: str | None, now_s: float | None = None) -> float:
         except (TypeError, ValueError, IndexError):
             return 0.0
         if when.tzinfo is None:  # "-0000": an HTTP date is always UTC
-            when = when.replace(tzinfo=UTC)
+            when = when.replace(tzinfo=timezone.utc)
         seconds = when.timestamp() - (time.time() if now_s is None else now_s)
     if not math.isfinite(seconds):
         return 0.0

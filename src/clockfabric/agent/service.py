@@ -24,11 +24,17 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from abc import ABC
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, TypeVar
+
+if sys.version_info >= (3, 11):
+    from typing import TypeVarTuple, Unpack
+else:
+    from typing_extensions import TypeVarTuple, Unpack
 
 from clockfabric import wirejson
 from clockfabric.registry import Entry, Registry
@@ -155,7 +161,7 @@ class Supervisor:
     def __init__(self) -> None:
         self.failures: dict[str, Failures] = {}
 
-    def call(self, s: Service, method: Callable[[*Ts], T], *args: *Ts, default: T) -> T:
+    def call(self, s: Service, method: Callable[[Unpack[Ts]], T], *args: Unpack[Ts], default: T) -> T:
         """`method` (one of `s`'s) with `args`; `default` if it raises."""
         try:
             return method(*args)

@@ -93,14 +93,14 @@ async def _command(argv: list[str], stdin: bytes, timeout_s: float) -> tuple[byt
         return None, f"cannot start {argv[0]}: {e.strerror}"
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
-    except TimeoutError:
+    except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         try:
             await asyncio.wait_for(proc.wait(), 5)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             pass  # unkillable (stuck in the kernel): named below all the same
         return None, f"no answer within {timeout_s:g} s"
     if proc.returncode != 0:

@@ -57,7 +57,8 @@ class SshTransport:
 
         try:
             done = await asyncio.wait_for(report(), timeout_s)
-        except TimeoutError:  # before OSError: it is one
+        except (TimeoutError, asyncio.TimeoutError):  # before OSError, which TimeoutError is (asyncio's is
+            # another class before Python 3.11)
             return None, f"no answer within {timeout_s:g} s ({phase.now})"
         except asyncssh.PermissionDenied:
             who = f" as {o.user}" if o.user else ""

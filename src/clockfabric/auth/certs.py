@@ -55,7 +55,7 @@ def issue(names: list[str], now: datetime.datetime | None = None) -> Issued:
     if not names:
         raise ClockfabricError("give at least one --name: the address or DNS name the hosts reach the controller by")
     names = [check_name(n) for n in names]
-    now = now or datetime.datetime.now(datetime.UTC)
+    now = now or datetime.datetime.now(datetime.timezone.utc)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "clockfabric fleet CA")])
     ca_id = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())

@@ -31,10 +31,15 @@ import re
 import shutil
 import socket
 import struct
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Self
+
+if sys.version_info >= (3, 11):
+    from typing import Self
+else:
+    from typing_extensions import Self
 
 from clockfabric.errors import ClockfabricError
 from clockfabric.hosts import Fleet, Proc, stop

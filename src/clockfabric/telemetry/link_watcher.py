@@ -20,10 +20,16 @@ import logging
 import os
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    from typing import Self
+else:
+    from typing_extensions import Self
 
 from clockfabric.telemetry.link_state import EVENTS_MAX, LinkInfo, LinkState, LinkTracker, Transition, parse_link
 

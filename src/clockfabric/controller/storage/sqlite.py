@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,19 +31,35 @@ from clockfabric.controller.storage.base import StorageError
 from clockfabric.controller.storage.sql import CHECK_WRITE, SqlStorage
 from clockfabric.errors import ClockfabricError
 
+# SQLite's primary result codes (sqlite3.h; the sqlite3 module names them from Python 3.11 on)
+BUSY, LOCKED, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, NOTADB = 5, 6, 8, 10, 11, 13, 14, 26
 # errors of the moment, which a retry later may not meet, by primary result code (extended ones carry
 # it in the low byte): another writer's lock, a read-only or vanished file, a failing or full disk; and
 # pages that do not read back, which no retry mends but which must not lose a push either
-KINDS = {sqlite3.SQLITE_BUSY: "busy", sqlite3.SQLITE_LOCKED: "busy", sqlite3.SQLITE_READONLY: "readonly",
-         sqlite3.SQLITE_IOERR: "io", sqlite3.SQLITE_FULL: "full", sqlite3.SQLITE_CANTOPEN: "cantopen",
-         sqlite3.SQLITE_CORRUPT: "corrupt", sqlite3.SQLITE_NOTADB: "corrupt"}
+KINDS = {BUSY: "busy", LOCKED: "busy", READONLY: "readonly", IOERR: "io", FULL: "full", CANTOPEN: "cantopen",
+         CORRUPT: "corrupt", NOTADB: "corrupt"}
+# before Python 3.11 an error carries no result code, only SQLite's message for it: its text for the
+# code (sqlite3_errstr), or a longer one that starts the same way
+MESSAGES = (("database is locked", BUSY), ("database table is locked", LOCKED), ("database schema is locked", LOCKED),
+            ("attempt to write a readonly database", READONLY), ("disk I/O error", IOERR),
+            ("database or disk is full", FULL), ("unable to open database file", CANTOPEN),
+            ("database disk image is malformed", CORRUPT), ("malformed database schema", CORRUPT),
+            ("file is not a database", NOTADB))
 # how long a write waits for another writer's lock; agents wait longer for an answer (agent.push)
 BUSY_TIMEOUT_S = 5.0
 QUICK_CHECK_S = 10.0
 
 
+def _kind(e: sqlite3.Error) -> str | None:
+    """The kind of a SQLite error of the moment or of damage (KINDS); None for any other."""
+    code: int | None = getattr(e, "sqlite_errorcode", None)
+    if code is None and sys.version_info < (3, 11):
+        code = next((c for text, c in MESSAGES if str(e).startswith(text)), None)
+    return None if code is None else KINDS.get(code & 0xFF)
+
+
 def _is_busy(e: sqlite3.Error) -> bool:
-    return KINDS.get(getattr(e, "sqlite_errorcode", 0) & 0xFF) == "busy"
+    return _kind(e) == "busy"
 
 
 def _identity(path: str) -> tuple[int, int]:
@@ -94,7 +111,7 @@ class SqliteStorage(SqlStorage):
         try:
             yield
         except sqlite3.Error as e:
-            kind = KINDS.get(getattr(e, "sqlite_errorcode", 0) & 0xFF)
+            kind = _kind(e)
             if kind is None:
                 raise
             raise StorageError(f"SQLite {self.path}: {e}", kind) from e
@@ -178,7 +195,7 @@ class SqliteStorage(SqlStorage):
             with closing(sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)) as db:
                 found = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
         except sqlite3.Error as e:
-            kind = KINDS.get(getattr(e, "sqlite_errorcode", 0) & 0xFF, "corrupt")
+            kind = _kind(e) or "corrupt"
             if kind == "busy":
                 return None  # another writer's moment: not damage
             return StorageError(f"SQLite {self.path}: quick_check could not read the file: {e}", kind)
