@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test unit lint bench benchmarks-doc clean
+.PHONY: setup demo test unit image-test lint bench benchmarks-doc clean
 
 setup: $(VENV)/.ready
 
@@ -21,6 +21,11 @@ test: setup
 
 unit: setup
 	$(BIN)/python -m pytest -ra -n auto --dist loadfile tests/unit
+
+# the container image (scripts/build-image.sh) built once and run with podman; apart from `test`,
+# as the build alone takes a minute or two
+image-test: setup
+	$(BIN)/python -m pytest -ra tests/image
 
 # both run, whatever the first finds; configuration in pyproject.toml
 lint: setup
