@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 # the oldest Python supported, for `make unit-py310`: a venv of its own, without torch
 VENV310 := .venv310
 
-.PHONY: setup demo test unit unit-py310 lint bench benchmarks-doc clean
+.PHONY: setup demo test unit unit-py310 image-test lint bench benchmarks-doc clean
 
 setup: $(VENV)/.ready
 
@@ -38,6 +38,11 @@ $(VENV310)/.ready: pyproject.toml
 	[ -x $(VENV310)/bin/python ] || "$$py" -m venv $(VENV310) || exit 1; \
 	$(VENV310)/bin/pip install -q --disable-pip-version-check -e '.[controller,test]'
 	touch $@
+
+# the container image (scripts/build-image.sh) built once and run with podman; apart from `test`,
+# as the build alone takes a minute or two
+image-test: setup
+	$(BIN)/python -m pytest -ra tests/image
 
 # both run, whatever the first finds; configuration in pyproject.toml
 lint: setup

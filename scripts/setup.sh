@@ -27,6 +27,11 @@ command -v sbatch >/dev/null || need+=(slurm-client)
 [ -x /usr/sbin/munged ] || need+=(munge)
 # the throwaway server the storage tests start; Debian keeps its binaries off PATH
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || need+=(postgresql)
+# the container image (scripts/build-image.sh, make image-test): its root filesystem, podman to make
+# and run it, runc where crun cannot run (cgroup v1 and v2 controllers side by side)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v podman >/dev/null || need+=(podman)
+command -v runc >/dev/null || need+=(runc)
 command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then

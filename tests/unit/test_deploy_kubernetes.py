@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,18 @@ def test_every_object_is_in_the_clockfabric_namespace():
     for doc in documents():
         if doc["kind"] != "Namespace":
             assert doc["metadata"].get("namespace") == "clockfabric", doc["metadata"]["name"]
+
+
+def test_the_workloads_run_the_image_the_build_script_tags():
+    """scripts/build-image.sh tags the image clockfabric:VERSION, pyproject.toml's version (as
+    docker.io/library/clockfabric, the name containerd gives it): a manifest naming another tag
+    waits for an image nothing builds."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert "name=docker.io/library/clockfabric:$version" in (ROOT / "scripts" / "build-image.sh").read_text()
+    for workload in by_kind("DaemonSet") + by_kind("Deployment"):
+        pod = workload["spec"]["template"]["spec"]
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            assert (c["image"], c["imagePullPolicy"]) == (f"clockfabric:{version}", "IfNotPresent"), c["name"]
 
 
 @pytest.mark.parametrize("kind", ["DaemonSet", "Deployment"])
