@@ -57,6 +57,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(proc: subprocess.Popen, url: str, ca: Path, log_file: Path, last: bool) -> bool:
+    """Whether the controller answers; False if it lost its port to another process and may try
+    another; any other exit, or no answer in 15 s, fails the test."""
+    deadline = time.monotonic() + 15
+    while True:
+        if proc.poll() is not None:
+            said = log_file.read_text()
+            if not last and "address already in use" in said.lower():
+                return False
+            pytest.fail(f"the controller exited {proc.returncode}:\n{said}")
+        try:
+            if httpx.get(f"{url}/healthz", verify=trusting(ca), timeout=1.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the controller did not answer on {url}:\n{log_file.read_text()}")
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
     """The real controller, TLS on, on a free loopback port; stopped by its own Popen handle."""
@@ -70,27 +91,18 @@ def controller(tmp_path_factory):
     token_file.chmod(0o600)
     topo_file = d / "fleet.yaml"
     save(leafspine(2, 1, 1), topo_file)  # h1 is enrolled, not seen yet
-    port = free_port()
-    argv = [sys.executable, "-m", "clockfabric.cli", "controller", "--listen", f"127.0.0.1:{port}",
-            "--db", str(d / "controller.db"), "--token-file", str(token_file), "--topology", str(topo_file),
-            "--tls-cert", str(cert), "--tls-key", str(key)]
-    url = f"https://127.0.0.1:{port}"
     log_file = d / "controller.log"
-    with open(log_file, "w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    for attempt in range(3):  # a free port may be taken by another process before the controller binds it
+        port = free_port()
+        argv = [sys.executable, "-m", "clockfabric.cli", "controller", "--listen", f"127.0.0.1:{port}",
+                "--db", str(d / "controller.db"), "--token-file", str(token_file), "--topology", str(topo_file),
+                "--tls-cert", str(cert), "--tls-key", str(key)]
+        url = f"https://127.0.0.1:{port}"
+        with open(log_file, "w") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        if wait_healthy(proc, url, ca[0], log_file, last=attempt == 2):
+            break
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the controller exited {proc.returncode}:\n{log_file.read_text()}")
-            try:
-                if httpx.get(f"{url}/healthz", verify=trusting(ca[0]), timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the controller did not answer on {url}:\n{log_file.read_text()}")
-            time.sleep(0.1)
         yield {"url": url, "port": port, "ca": ca[0], "other_ca": other_ca[0]}
     finally:
         proc.terminate()
