@@ -48,6 +48,8 @@ COMMANDS = {
     "tls": ("tls_cmds", "app", True, "TLS for the controller: a private CA and its server certificate."),
     "token": ("token_cmds", "app", True,
               "Credentials derived from the fleet token: a host's own, to push as that host only."),
+    "hosts": ("hosts_cmds", "app", True,
+              "Hosts waiting for approval: list them, approve them into the fleet, or reject them."),
     "switch-agent": ("monitor_cmds", "switch_agent", False,
                      "Watch a switch's links by netlink and push their events to the controller (the lab's switches)."),
     "events": ("monitor_cmds", "events", False,
