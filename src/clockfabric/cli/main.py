@@ -58,7 +58,7 @@ COMMANDS = {
                 "Watch a lab live: nodes, links, flaps, worst paths, alerts. Starts the controller and agents "
                 "on it unless a kept monitor is already running there."),
     "discover": ("discover_cmds", "discover", False,
-                 "Build a fleet file from the LLDP neighbours and addresses the running agents report."),
+                 "Build a fleet file from what the running agents hear by LLDP and the switches' own LLDP tables."),
     "audit": ("audit_cmds", "audit", False,
               "Audit the fleet: configuration, front-end and back-end network, collectives."),
     "paths": ("path_cmds", "paths", False,
