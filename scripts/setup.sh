@@ -10,6 +10,7 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v ptp4l >/dev/null || need+=(linuxptp)
+[ -x /usr/sbin/lldpd ] || need+=(lldpd)  # the lab's switches run it where discover reads their tables
 command -v prometheus >/dev/null || need+=(prometheus)  # the server the /metrics test scrapes with
 # the controller's alerts go out through Alertmanager (one is started when no URL is given)
 [ -x /usr/bin/prometheus-alertmanager ] || need+=(prometheus-alertmanager)

@@ -7,6 +7,7 @@ each NIC to learn where it is cabled. Real switches send the same TLVs.
 from __future__ import annotations
 
 import logging
+import re
 import select
 import socket
 import struct
@@ -20,6 +21,7 @@ CHASSIS, PORT, TTL, PORT_DESC, SYSTEM_NAME, END = 1, 2, 3, 4, 5, 0
 LOCAL, IFNAME = 7, 5  # chassis id subtype "locally assigned", port id subtype "interface name"
 MAC_CHASSIS, ADDRESS_CHASSIS, MAC_PORT, ADDRESS_PORT = 4, 5, 3, 4  # the id subtypes that are binary
 MAX_FRAME = 1518
+_MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")  # a port id as parse() writes a MAC
 log = logging.getLogger(__name__)
 
 
@@ -182,8 +184,12 @@ class Announcer(threading.Thread):
 
 def neighbour_name(heard: dict) -> str:
     """"node:port" of what a frame describes: the system name where it gives one (a chassis id is
-    often a MAC), as the topology names switches."""
-    return f"{heard.get('system') or heard['chassis']}:{heard['port']}"
+    often a MAC), as the topology names switches; the port description where the port id is a MAC
+    or an address (lldpd on a Linux machine announces its MAC, and the interface name as description)."""
+    port = heard["port"]
+    if _MAC.fullmatch(port) and heard.get("port_description"):
+        port = heard["port_description"]
+    return f"{heard.get('system') or heard['chassis']}:{port}"
 
 
 class Neighbours:

@@ -97,6 +97,26 @@ CORPUS: list[str] = [
     "sync --lab " + NOLAB, "monitor --lab " + NOLAB, "switch-agent --switch s0 --lab " + NOLAB,
     "events --lab " + NOLAB, "paths --lab " + NOLAB + " --from h0 --to h1",
     "lab flap h0 leaf0 --lab " + NOLAB, "agent --host h0 --lab " + NOLAB, "agent --host h0",
+    # discovery: agents with no fleet file, hosts held for approval, switches' tables
+    "agent --discover", "agent --discover --host h0 --topology {d}/good.yaml",
+    "agent --discover --host h0 --controller http://127.0.0.1:9 --token-file {d}/tok",
+    "agent --discover --host 'h 0' --controller http://127.0.0.1:9 --token-file {d}/tok",
+    "agent --host h0 --topology {d}/good.yaml --address 10.0.0.9",
+    "controller --token-file {d}/tok --enroll maybe",
+    "controller --token-file {d}/tok --enroll pending --enroll-unknown",
+    "hosts approve --controller http://127.0.0.1:9 --token-file {d}/tok",
+    "hosts approve h1 --all --controller http://127.0.0.1:9 --token-file {d}/tok",
+    "hosts reject --controller http://127.0.0.1:9 --token-file {d}/tok",
+    "hosts pending --controller http://127.0.0.1:9 --token-file {d}/tok",
+    "hosts frob", "hosts pending --lab " + NOLAB,
+    "discover --controller http://127.0.0.1:9 --token-file {d}/tok --lldp-file leaf0",
+    "discover --controller http://127.0.0.1:9 --token-file {d}/tok --lldp-file leaf0={d}/missing.json",
+    "discover --controller http://127.0.0.1:9 --token-file {d}/tok --lldp-file leaf0={d}/good.yaml",
+    "discover --controller http://127.0.0.1:9 --token-file {d}/tok --lldp-file leaf0={d}/binary.yaml",
+    "discover --controller http://127.0.0.1:9 --token-file {d}/tok --switch leaf0=",
+    "discover --controller http://127.0.0.1:9 --token-file {d}/tok --switch leaf0 --snmp leaf0",
+    "discover --controller http://127.0.0.1:9 --token-file {d}/tok --lldpcli ''",
+    "discover --controller http://127.0.0.1:9 --token-file {d}/tok",
 ]
 
 

@@ -102,6 +102,21 @@ def test_every_flag_in_execstart_exists_in_the_cli(unit):
     assert unknown_options(argv) == []
 
 
+def test_the_first_day_drop_ins_in_the_docs_run_flags_the_cli_has_and_replace_the_units_own():
+    """docs/deploy.md's drop-ins (a controller holding hosts for approval, agents in discovery
+    mode): each resets ExecStart= and the conditions, and passes only flags the CLI has."""
+    blocks = re.findall(r"```ini\n(# /etc/systemd/system/clockfabric-(\w+)\.service\.d/discover\.conf\n.*?)```",
+                        DEPLOY_DOC.read_text(), re.S)
+    assert sorted(name for _, name in blocks) == ["agent", "controller"]
+    for text, name in blocks:
+        lines = text.replace("\\\n", " ").splitlines()
+        assert "ExecStart=" in lines and "ConditionPathExists=" in lines, name
+        (start,) = [line.split("=", 1)[1] for line in lines if line.startswith("ExecStart=") and line != "ExecStart="]
+        argv = shlex.split(start)[1:]
+        assert argv[0] == name and unknown_options(argv) == [], argv
+        assert "/etc/clockfabric/fleet.yaml" not in text and ("--discover" in argv or "pending" in argv)
+
+
 def test_the_flag_check_catches_a_flag_the_cli_lacks():
     assert unknown_options(["agent", "--topology", "f.yaml", "--no-such-flag", "1"]) == ["--no-such-flag"]
     assert "--no-failover" in accepted_options("agent")

@@ -1,12 +1,23 @@
-"""Discover's assembly: a fleet file from recorded LLDP neighbour samples and agents' info."""
+"""Discover's assembly: a fleet file from recorded LLDP neighbour samples and agents' info, and
+switches' own LLDP tables."""
+
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from clockfabric.errors import ClockfabricError
-from clockfabric.topology import dumps, leafspine, multirail, parse
-from clockfabric.topology.discover import Heard, assemble, heard_from_samples
+from clockfabric.topology import dumps, leafspine, load, multirail, parse
+from clockfabric.topology.discover import Heard, assemble, heard_from_samples, with_switches
 from clockfabric.topology.model import Topology
+from clockfabric.topology.switch_table import Neighbour, SwitchTable
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "lldp"  # real lldpd and snmpwalk output: test_switch_lldp.py
+
+
+def read(name: str) -> str:
+    return (FIXTURES / name).read_text()
 
 
 def recorded(topo: Topology, *, switch_agents: bool = True) -> tuple[dict[str, dict], list[Heard]]:
@@ -40,6 +51,49 @@ def test_without_switch_agents_hosts_still_find_their_leaves():
     topo = multirail(4, 2, 1, 0)
     found = assemble(*recorded(topo, switch_agents=False))
     assert shape(found) == shape(topo)
+
+
+def tables(topo: Topology, *, bridge: bool | None = True) -> dict[str, SwitchTable]:
+    """Each switch's own LLDP table, as lldpd on it would print it: what every port hears."""
+    out: dict[str, list[Neighbour]] = {s: [] for s in topo.switches}
+    for lk in topo.links:
+        for here, there in ((lk.a, lk.b), (lk.b, lk.a)):
+            if here.node in topo.switches:
+                far_is_switch = bridge if there.node in topo.switches else False
+                out[here.node].append(Neighbour(here.iface, there.node, there.iface, far_is_switch))
+    return {s: SwitchTable(s, tuple(n)) for s, n in out.items()}
+
+
+@pytest.mark.parametrize("topo", [multirail(4, 2, 1, 1), leafspine(8, 2, 2)], ids=lambda t: t.name)
+def test_switches_tables_give_the_cables_between_switches(topo):
+    """A real fleet: hosts push (their agents hear their leaves), switches run no agent, and their
+    LLDP tables, read, give the leaf-spine cables the hosts cannot hear."""
+    nodes, heard = recorded(topo, switch_agents=False)
+    found = assemble(*with_switches(nodes, heard, tables(topo))[:2])
+    assert shape(found) == shape(topo)
+    # the switches' tables alone (hosts that push but hear nothing of their own) say the same
+    assert shape(assemble(*with_switches(nodes, [], tables(topo))[:2])) == shape(topo)
+    if topo.name == "dualplane-4":  # without the tables: no leaf-spine cable
+        assert len(assemble(nodes, heard).links) == len(topo.links) - 2
+
+
+def test_a_switch_is_named_as_it_calls_itself_and_unknown_neighbours_are_left_out():
+    topo = multirail(2, 2, 1, 1)
+    nodes, heard = recorded(topo, switch_agents=False)
+    read = tables(topo)
+    read["10.1.0.5"] = read.pop("p0-spine0")  # the spine read by its address; its table says its name
+    leaf = read["p0-leaf0"]
+    read["p0-leaf0"] = SwitchTable("p0-leaf0", (*leaf.neighbours, Neighbour("swp9", "h9", "eth0", None)),
+                                   ("'x' hears 'bad name':'eth0': neighbour 'bad name' is not a name",))
+    read["p0-mgmt"] = SwitchTable(None, ())
+    nodes_out, heard_out, notes = with_switches(nodes, heard, read)
+    assert shape(assemble(nodes_out, heard_out)) == shape(topo)
+    assert notes == [
+        "switch 10.1.0.5 calls itself p0-spine0 by LLDP: named p0-spine0, as its neighbours hear it",
+        "switch p0-leaf0: 'x' hears 'bad name':'eth0': neighbour 'bad name' is not a name",
+        "p0-leaf0:swp9 hears h9:eth0, which does not push (not approved yet, or no agent) and is no switch read: "
+        "left out",
+        "switch p0-mgmt: its LLDP table has no neighbour; left out"]
 
 
 def test_spines_and_core_get_their_roles():
@@ -105,3 +159,45 @@ def test_samples_reduce_to_the_newest_neighbour_of_each_interface():
             {"host": "h0", "t_ns": 7, "labels": {"device": "eth1", "neighbour": "leaf1:swp1"}},
             {"host": "h0", "t_ns": 8, "labels": {"device": "eth1", "neighbour": ""}}]
     assert heard_from_samples(rows) == [Heard("h0", "eth0", "leaf0:swp2"), Heard("h0", "eth1", "")]
+
+
+@pytest.mark.parametrize("leaf", ["json", "snmpwalk"])
+def test_discover_writes_a_fleet_file_topology_show_takes_from_hosts_and_saved_tables(leaf, tmp_path, monkeypatch,
+                                                                                       capsys):
+    """`clockfabric discover --lldp-file`: the hosts as the controller gives them (stood in for here),
+    the switches' tables as saved; the file it writes is one `topology show` accepts."""
+    from clockfabric.cli import discover_cmds
+    from clockfabric.cli.main import main
+
+    answers = {"/api/v1/hosts": {"items": [
+        {"host": "hostB", "state": "ok", "info": {"address": "10.0.0.1"}},
+        {"host": "h7", "state": "ok", "info": {"address": "10.0.0.2"}},
+        {"host": "h9", "state": "stale", "info": {"address": "10.0.0.9"}}]},
+        "/api/v1/neighbours": {"items": [
+            {"host": "hostB", "t_ns": 1, "labels": {"device": "eth0", "neighbour": "leafA:swp1"}},
+            {"host": "h7", "t_ns": 1, "labels": {"device": "eth0", "neighbour": "leafA:swp2"}}]}}
+    monkeypatch.setattr(discover_cmds, "api", lambda ctl, path, **kw: answers[path])
+    (tmp_path / "tok").write_text("t" * 32)
+    if leaf == "json":
+        (tmp_path / "leafA").write_text(read("leafA-neighbors.json") + read("leafA-interfaces.json"))
+    else:
+        (tmp_path / "leafA").write_text(read("leafA-lldp.snmpwalk"))
+    (tmp_path / "spineD").write_text(read("spineD-neighbors.json") + read("spineD-interfaces.json"))
+    out = tmp_path / "fleet.yaml"
+
+    def cli(*argv: str) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", ["clockfabric", *argv])
+        with pytest.raises(SystemExit) as done:
+            main()
+        return done.value.code, capsys.readouterr().err
+
+    code, said = cli("discover", "--controller", "http://ctl:7400", "--token-file", str(tmp_path / "tok"), "-o",
+                     str(out), "--lldp-file", f"leafA={tmp_path / 'leafA'}", "--lldp-file", f"x={tmp_path / 'spineD'}")
+    assert code == 0, said
+    assert "2 hosts, 2 switches, 3 links on 1 planes: wrote" in said and "left out 1 nodes not pushing now: h9" in said
+    assert "switch x calls itself spineD by LLDP" in said
+    topo = load(out)
+    assert {str(lk.a): str(lk.b) for lk in topo.links} == {
+        "hostB:eth0": "leafA:swp1", "h7:eth0": "leafA:swp2", "leafA:Eth1/3": "spineD:Ethernet4"}
+    assert {s.name: s.role for s in topo.switches.values()} == {"leafA": "leaf", "spineD": "spine"}
+    assert cli("topology", "show", str(out))[0] == 0

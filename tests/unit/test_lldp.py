@@ -60,6 +60,16 @@ def test_parse_mac_address_port_id():
     assert lldp.parse(ether(body))["port"] == "02:00:00:00:00:07"
 
 
+def test_a_mac_port_id_is_named_by_its_description():
+    """lldpd on a Linux machine announces its MAC as port id and the interface name as description:
+    the neighbour is named by the name, as a switch's LLDP table names it (topology/switch_table.py)."""
+    body = (tlv(1, b"\x04" + bytes.fromhex("0c42a1b2c3d4")) + tlv(2, b"\x03" + bytes.fromhex("020000000007"))
+            + tlv(4, b"eth0") + tlv(5, b"gpu-3") + tlv(0, b""))
+    assert lldp.neighbour_name(lldp.parse(ether(body))) == "gpu-3:eth0"
+    assert lldp.neighbour_name({"chassis": "leaf0", "port": "02:00:00:00:00:07"}) == "leaf0:02:00:00:00:00:07"
+    assert lldp.neighbour_name({"chassis": "leaf0", "port": "swp1", "port_description": "to h1"}) == "leaf0:swp1"
+
+
 def test_parse_skips_unknown_tlvs():
     """Organisationally specific (127) and management address (8) TLVs are stepped over."""
     body = (tlv(1, b"\x07leaf0") + tlv(2, b"\x05swp1") + tlv(3, b"\x00\x78")

@@ -75,6 +75,23 @@ def test_enroll_hosts_and_seen(store):
 
 
 # ---- events ------------------------------------------------------------------------------------------
+def test_hosts_held_for_approval(store):
+    assert store.hold("gpu-7", 5, {"address": "10.0.0.7", "neighbours": {"eth0": "leaf0:swp7"}}) == "pending"
+    assert store.hold("gpu-7", 9, {"address": "10.0.0.7", "neighbours": {}}) == "pending"
+    assert store.hold("gpu-8", 6, {}) == "pending"
+    held = store.held()
+    assert [(h.name, h.state, h.first_seen_ns, h.last_seen_ns, h.info) for h in held] == [
+        ("gpu-7", "pending", 5, 9, {"address": "10.0.0.7", "neighbours": {}}), ("gpu-8", "pending", 6, 6, {})]
+    assert store.host("gpu-7") is None
+    assert store.held_host("gpu-8") == held[1] and store.held_host("nobody") is None
+    assert store.reject("gpu-8") and not store.reject("nobody")
+    assert store.hold("gpu-8", 10, {"address": "10.0.0.8"}) == "rejected"
+    assert [(h.state, h.info) for h in store.held() if h.name == "gpu-8"] == [("rejected", {})]
+    assert store.approve("gpu-7", 11) and not store.approve("gpu-7", 12)
+    assert store.host("gpu-7").enrolled_ns == 11 and [h.name for h in store.held()] == ["gpu-8"]
+    assert store.approve("gpu-8", 13) and store.held() == []
+
+
 def test_events_round_trip(store):
     e = ev("h1", 1, 10, device="eth0", detail={"carrier_changes": 7, "rtt": math.inf}, synced=False)
     assert store.add_events([e]) == 1

@@ -9,6 +9,10 @@ a summary the controller missed is replaced by a newer one, not replayed.
 Several controller replicas may be given (URLs, comma-separated): each agent starts on the one
 its host name hashes to, so a fleet spreads over them, and stays there until a push fails.
 
+A controller that holds this host for an operator's approval (`--enroll pending`) answers 202:
+the events stay here, and the push goes again after the wait it asks for (Retry-After), not as a
+failure; the first push it stores after the approval carries them.
+
 What the controller cannot take for now (5xx, a timeout, 401, 408, 429) is sent again: to the
 next replica at once, and after a failure on every one, after an exponential backoff with full
 jitter (a random wait up to interval * 2^rounds, capped at MAX_BACKOFF_S: a fleet that lost its
@@ -81,6 +85,7 @@ class Pusher(threading.Thread):
                          "quarantined": 0}
         self._unreported_drops = 0
         self._retry_after_s = 0.0  # the last push's Retry-After
+        self.held = False  # the controller holds this host for an operator's approval (its last answer: 202)
         self._rng = rng or random.Random()
         self._last_refusal = ""
         self._wake = threading.Event()
@@ -143,6 +148,8 @@ class Pusher(threading.Thread):
                 self._wake.clear()
                 if self.push_once():
                     wait, rounds, asked_s = self.interval_s, 0, 0.0
+                    if self.held:  # waiting for approval: as often as the controller asks, no more
+                        wait = max(wait, self._retry_after_s)
                     self._failed_in_row = 0
                     continue
                 self._failed_in_row += 1
@@ -180,6 +187,12 @@ class Pusher(threading.Thread):
             r = self._client.post(self.url, encode(body))
         except PostFailed as e:
             return self._failed(str(e))
+        if r.status_code == 202:
+            self._held_for_approval(r)
+            return True
+        if self.held:
+            self.held = False
+            log.info("controller %s admits host %s now", self.url, self.host)
         if 400 <= r.status_code < 500 and r.status_code not in RETRIED:
             self._quarantine(batch, r)
             return True
@@ -200,6 +213,14 @@ class Pusher(threading.Thread):
         if self.on_reply is not None and isinstance(answer, dict):
             self.on_reply(answer)
         return True
+
+    def _held_for_approval(self, r: Reply) -> None:
+        """202: nothing taken; the events wait here, and the next push comes when the controller asks."""
+        self._retry_after_s = retry_after_s(r.headers.get("retry-after"))
+        if not self.held:
+            self.held = True
+            log.warning("controller %s holds host %s until an operator approves it (`clockfabric hosts approve "
+                        "%s`); its events wait here meanwhile", self.url, self.host, self.host)
 
     def _write_series(self, port: object, samples: list[dict]) -> None:
         """The samples to the series gate the controller's answer names."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.state import Lab
 from clockfabric.logs import LOG_FORMAT_HELP, setup_logging
+from clockfabric.telemetry.base import COLLECTORS
 from clockfabric.topology.classes import PRIORITY_DSCP
 from clockfabric.units import parse_duration
 
@@ -41,9 +44,20 @@ def _seconds(text: str, what: str) -> float:
         raise ClockfabricError(f"{what}: {e}") from None
 
 
-def agent(host: str = typer.Option(None, "--host", help="This host's name (default $CLOCKFABRIC_NODE)."),
+def agent(host: str = typer.Option(None, "--host", help="This host's name (default $CLOCKFABRIC_NODE; with "
+                                                         "--discover, else the hostname)."),
           lab_name: str = typer.Option(None, "--lab", help="Run on a lab host (default $CLOCKFABRIC_LAB)."),
           topology: Path = typer.Option(None, "--topology", help="Fleet topology YAML, for real hosts."),
+          discover: bool = typer.Option(False, "--discover",
+                                        help="No fleet file yet: run LLDP on the NICs, telemetry and pushes to "
+                                             "--controller, which holds the host for approval (`controller "
+                                             "--enroll pending`); no probes, clock or failover."),
+          nics: list[str] = typer.Option([], "--nic", metavar="NAME",
+                                         help="With --discover: a NIC to run LLDP on (repeatable; default: the "
+                                              "Ethernet NICs with a device behind them)."),
+          address: str = typer.Option(None, "--address",
+                                      help="With --discover: the address this host is known by (default: the one "
+                                           "it reaches the controller from)."),
           state_dir: Path = typer.Option(None, "--state-dir", help="Where to publish state (default per lab, "
                                                                     "or /run/clockfabric/agent)."),
           peers: int = PeersOpt, window: float = WindowOpt,
@@ -104,6 +118,22 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
     setup_logging(log_format, verbose=verbose)
     if both := sorted(set(collectors) & set(no_collectors)):
         raise ClockfabricError(f"--collector {both[0]} and --no-collector {both[0]}: choose one")
+    if discover:
+        from clockfabric.agent.discovery import DiscoveryAgent, host_nics, source_address
+
+        name, token, given = _discovering(host, lab_name, topology, address, controller, token_file)
+        COLLECTORS.enabled(tuple(collectors), tuple(no_collectors))  # an unknown name: one line naming the known
+        state = state_dir or Path("/run/clockfabric/agent")
+        state.mkdir(parents=True, exist_ok=True)
+        assert controller  # _discovering: it is given
+        DiscoveryAgent(name, nics or host_nics(), controller, token, address=given or source_address(controller),
+                       metrics_port=metrics_port, collectors=tuple(collectors), no_collectors=tuple(no_collectors),
+                       interval_s=update, ca_file=ca_file, lldp_interval_s=lldp_interval,
+                       event_log=event_log or state / f"{name}.events").run()
+        return
+    if nics or address:
+        raise ClockfabricError(f"{'--nic' if nics else '--address'} is for --discover: the fleet file names this "
+                               "host's NICs and address")
     here = this_host(host, lab_name, topology, key_file, insecure)
     host, topo = here.name, here.topology
     state = state_dir or (here.lab.dir / "agents" if here.lab else Path("/run/clockfabric/agent"))
@@ -124,6 +154,37 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                       collectors=tuple(collectors), no_collectors=tuple(no_collectors),
                       disabled=tuple(disabled), key_file=here.key_file, insecure=insecure,
                       qos_file=qos_file)).run()
+
+
+def _discovering(host: str | None, lab_name: str | None, topology: Path | None, address: str | None,
+                 controller: str | None, token_file: Path | None) -> tuple[str, str, str | None]:
+    """`agent --discover` (agent/discovery.py), its options checked: this host's name, its own push
+    credential, and its address if given."""
+    import ipaddress
+    import socket
+
+    from clockfabric.auth.credential import make_own, not_own
+    from clockfabric.controller.token import read_token
+    from clockfabric.topology.schema import NODE_NAME
+
+    if topology or lab_name:
+        raise ClockfabricError(f"--discover runs without a fleet file: drop {'--topology' if topology else '--lab'}")
+    if not (controller and token_file):
+        raise ClockfabricError("--discover pushes what the host hears to a controller: give --controller URL "
+                               "--token-file FILE (this host's credential)")
+    name = host or os.environ.get("CLOCKFABRIC_NODE") or socket.gethostname()
+    if not re.match(NODE_NAME, name):
+        raise ClockfabricError(f"host name {name!r}: give --host NAME as the fleet file will name it (letters, "
+                               "digits, '-', '_', dots between labels)")
+    if address is not None:
+        try:
+            address = str(ipaddress.ip_address(address))
+        except ValueError:
+            raise ClockfabricError(f"--address {address!r}: give an IPv4 or IPv6 address") from None
+    token = read_token(token_file)
+    if problem := not_own(token, name, f"--token-file {token_file}"):
+        raise ClockfabricError(f"{problem}; give this host its own: {make_own(name, token_file)}")
+    return name, token, address
 
 
 def sync(lab_name: str = LabOpt, seconds: str = typer.Option("20s", "--seconds", "-s", help="How long to run."),

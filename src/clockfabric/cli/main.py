@@ -48,6 +48,8 @@ COMMANDS = {
     "tls": ("tls_cmds", "app", True, "TLS for the controller: a private CA and its server certificate."),
     "token": ("token_cmds", "app", True,
               "Credentials derived from the fleet token: a host's own, to push as that host only."),
+    "hosts": ("hosts_cmds", "app", True,
+              "Hosts waiting for approval: list them, approve them into the fleet, or reject them."),
     "switch-agent": ("monitor_cmds", "switch_agent", False,
                      "Watch a switch's links by netlink and push their events to the controller (the lab's switches)."),
     "events": ("monitor_cmds", "events", False,
@@ -56,7 +58,7 @@ COMMANDS = {
                 "Watch a lab live: nodes, links, flaps, worst paths, alerts. Starts the controller and agents "
                 "on it unless a kept monitor is already running there."),
     "discover": ("discover_cmds", "discover", False,
-                 "Build a fleet file from the LLDP neighbours and addresses the running agents report."),
+                 "Build a fleet file from what the running agents hear by LLDP and the switches' own LLDP tables."),
     "audit": ("audit_cmds", "audit", False,
               "Audit the fleet: configuration, front-end and back-end network, collectives."),
     "paths": ("path_cmds", "paths", False,

@@ -64,7 +64,13 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
                                            help="Detector thresholds (YAML, see docs/monitoring.md)."),
                alertmanager: list[str] = AlertmanagerOpt,
                tls_cert: Path = typer.Option(None, "--tls-cert"), tls_key: Path = typer.Option(None, "--tls-key"),
-               enroll_unknown: bool = typer.Option(False, "--enroll-unknown", help="Accept hosts not in the topology."),
+               enroll: str = typer.Option(None, "--enroll", metavar="topology|pending|any",
+                                          help="Who may push: the topology's nodes and those approved (topology, the "
+                                               "default with --topology or --lab); those, and others held until an "
+                                               "operator approves them (pending: `clockfabric hosts`); anyone with "
+                                               "a host credential (any, the default without a topology)."),
+               enroll_unknown: bool = typer.Option(False, "--enroll-unknown",
+                                                   help="Accept hosts not in the topology (--enroll any)."),
                stale: float = typer.Option(5.0, "--stale", min=0.5,
                                            help="Seconds without a push before a host is stale."),
                series_retention: str = typer.Option("90d", "--series-retention",
@@ -99,6 +105,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
 
     if topology and lab_name:
         raise ClockfabricError("give --topology FILE or --lab NAME (whose nodes to enroll), not both")
+    enroll = _enroll(enroll, enroll_unknown, bool(topology or lab_name))
     setup_logging(log_format, verbose=verbose)
     for url in alertmanager or []:  # now, not when a replica takes the lease and builds its monitor
         check_url(url)
@@ -135,10 +142,11 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
 
             replica = Replica(storage, Lease(db), make_monitor)
         monitor = None if replica else make_monitor()
-        fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll_unknown=enroll_unknown or topo is None,
-                      monitor=monitor, replica=replica, series=path)
+        fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll=enroll, monitor=monitor, replica=replica,
+                      series=path)
         err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
                   f"series {path.url} (hosts write at port {path.write_port}), {len(nodes)} enrolled nodes"
+                  + {"pending": ", others held for approval", "any": ", others enrolled as they push"}.get(enroll, "")
                   + (", a replica: detectors run on the lease holder" if replica else "")
                   + f"; alerts to Alertmanager {', '.join(urls)}" + (" (started here)" if embedded else "")
                   + (f"; rules by vmalert {path.rules.url}" if path.rules else "; no rules evaluated here"))
@@ -151,6 +159,17 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
         storage.close()
         if embedded:
             embedded.stop()
+
+
+def _enroll(given: str | None, unknown: bool, topology: bool) -> str:
+    """--enroll, checked before anything starts (--enroll-unknown says `any`)."""
+    from clockfabric.controller.fleet import ENROLL_MODES
+
+    if given is not None and given not in ENROLL_MODES:
+        raise ClockfabricError(f"--enroll {given!r}: give one of {', '.join(ENROLL_MODES)}")
+    if unknown and given not in (None, "any"):
+        raise ClockfabricError(f"--enroll-unknown and --enroll {given} contradict each other: give one")
+    return "any" if unknown else given or ("topology" if topology else "any")
 
 
 def _embedded_alertmanager(db: str) -> EmbeddedAlertmanager:

@@ -2,7 +2,9 @@
 and tools read.
 
 Every route but /healthz and /readyz wants the fleet token (`Authorization: Bearer <token>`), but
-a push, which wants the pushing host's own credential (controller.token.host_token). Lists are
+a push, which wants the pushing host's own credential (controller.token.host_token). A push from a
+host not enrolled is refused (403), or, with `--enroll pending`, held for an operator's approval
+(202, Retry-After: pending_api lists, approves and rejects such hosts). Lists are
 paged by cursor (`after_id`, `limit`; the reply's `next` is the cursor of the next page, or
 null) and filtered by time (`since_ns`, `until_ns`).
 """
@@ -23,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from clockfabric.auth.credential import token_host
-from clockfabric.controller import jobs_api, neighbours_api, qos_api, rootcause_inputs
+from clockfabric.controller import jobs_api, neighbours_api, pending_api, qos_api, rootcause_inputs
 from clockfabric.controller.body import Bounds, invalid, parse, read_body
 from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.routes import register as register_dashboard
@@ -36,6 +38,7 @@ from clockfabric.controller.series.read import SeriesError
 from clockfabric.controller.storage.base import Audit, StorageError
 
 MAX_PAGE = 1_000
+PENDING_RETRY_S = 2  # how soon a host held for approval pushes again (Retry-After): its approval shows this soon
 SAMPLES_WINDOW_NS = 3600 * 10**9  # /api/v1/samples with no since_ns: the last hour
 MAX_AUDIT_BYTES = 4 * 2**20  # a report, every finding with its evidence: room for thousands of findings
 # the largest push an agent sends (2,000 events, a summary of every path and device), many times over
@@ -132,8 +135,8 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
                                      "as Authorization: Bearer <host credential>")
         return host
 
-    @app.post("/api/v1/push")
-    async def push(request: Request, claimed: str = Depends(pusher)) -> dict:  # noqa: B008 - FastAPI's way
+    @app.post("/api/v1/push", response_model=None)
+    async def push(request: Request, claimed: str = Depends(pusher)) -> dict | Response:  # noqa: B008 - FastAPI's way
         """Store a push, all of it or nothing. Read here, not by FastAPI, to cap and bound it."""
         body = validated(Push, parse(await read_body(request, MAX_PUSH_BYTES)))
         if errors := detail_errors(body):
@@ -148,8 +151,29 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
             handed = await run_in_threadpool(qos.handed)
             return stored if handed is None else {**stored, "qos": handed}
         except UnknownHost:
-            raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
-                                     f"or start the controller with --enroll-unknown") from None
+            if fleet.enroll != "pending":
+                raise HTTPException(403, f"host {body.host!r} is not enrolled: add it to the fleet topology, "
+                                         f"or start the controller with --enroll-unknown") from None
+        return await held(request, body)
+
+    async def held(request: Request, body: Push) -> Response:
+        """A host not enrolled, under --enroll pending: kept (its address and what its NICs hear)
+        until an operator approves or rejects it; its events stay with its agent meanwhile."""
+        neighbours = {s.labels.get("device", ""): s.labels.get("neighbour", "")
+                      for s in body.samples if s.name == neighbours_api.SAMPLE}
+        state = await run_in_threadpool(fleet.hold, body.host, body.info, neighbours)
+        request.state.refusal = state if state != "full" else "pending_full"
+        if state == "rejected":
+            raise HTTPException(403, f"host {body.host!r} was rejected by an operator: `clockfabric hosts approve "
+                                     f"{body.host}` admits it")
+        if state == "full":
+            return JSONResponse({"detail": "too many hosts wait for approval: approve or reject some "
+                                           "(`clockfabric hosts pending`)"}, status_code=503,
+                                headers={"Retry-After": "60"})
+        return JSONResponse({"pending": True, "host": body.host,
+                             "detail": f"host {body.host!r} waits for an operator's approval: "
+                                       f"`clockfabric hosts approve {body.host}`"},
+                            status_code=202, headers={"Retry-After": str(PENDING_RETRY_S)})
 
     @app.get("/api/v1/whoami")
     def whoami(claimed: str = Depends(pusher)) -> dict:  # noqa: B008 - FastAPI's way
@@ -159,7 +183,11 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
         monitor = fleet.monitor
         topology = getattr(monitor, "topology", None)
         enrolled = fleet.enroll_unknown or fleet.storage.host(claimed) is not None
-        return {"host": claimed, "enrolled": enrolled, "fleet": topology.name if topology is not None else None}
+        found = None if enrolled else fleet.storage.held_host(claimed)
+        held = found.state if found is not None else None
+        pending = "pending" if fleet.enroll == "pending" and held is None and not enrolled else held
+        return {"host": claimed, "enrolled": enrolled, "pending": pending,
+                "fleet": topology.name if topology is not None else None}
 
     @app.get("/api/v1/fleet", dependencies=auth)
     def fleet_summary() -> dict:
@@ -260,6 +288,7 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
     app.include_router(rootcause_inputs.router(fleet, auth))  # before jobs_api: its {jobid:path} takes all
     app.include_router(jobs_api.router(fleet, auth))
     app.include_router(neighbours_api.router(fleet, auth))
+    app.include_router(pending_api.router(fleet, auth))
     app.include_router(qos_api.router(fleet, qos, auth))
     register_dashboard(app, fleet, token)
     app.add_middleware(SecurityHeaders)  # added last: outermost, so every answer carries them

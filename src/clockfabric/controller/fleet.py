@@ -4,10 +4,16 @@ run the detectors and the alerts.
 A host is stale when it has not pushed for `stale_s`; it is fresh again at its next push,
 and since the agent kept its events while the controller could not hear it, nothing is
 lost in between (the push says if its buffer overflowed).
+
+Who may push (`enroll`): the hosts enrolled (the fleet topology's, and those approved) and no
+other ("topology"); those, and others held for an operator's approval ("pending": `hold`
+records what an unknown host says of itself and hears, `approve` enrolls it); or anyone with a
+valid credential ("any", `--enroll-unknown`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 import time
@@ -18,10 +24,31 @@ from clockfabric.controller.series.read import Series, SeriesError
 from clockfabric.controller.storage.base import Event, Storage, StorageError
 
 log = logging.getLogger(__name__)
+ENROLL_MODES = ("topology", "pending", "any")
+MAX_HELD_NEIGHBOURS = 64  # the LLDP neighbours kept of a host waiting for approval: its NICs, and then some
+HOLD_REFRESH_NS = 30 * 10**9  # a held host that says the same again is written at most this often
+MAX_HELD_CACHE = 10_000  # held hosts remembered here, to write one that says the same again only now and then
 
 
 class UnknownHost(Exception):
     pass
+
+
+def held_info(info: dict, neighbours: dict[str, str]) -> dict:
+    """What is kept of a host waiting for approval, from its push (already checked at the door):
+    its address if it is one, whether it says it is a switch, and its first MAX_HELD_NEIGHBOURS
+    interfaces' LLDP neighbours. Nothing else it sent is kept."""
+    out: dict = {}
+    address = info.get("address")
+    if isinstance(address, str) and len(address) <= 64:
+        try:
+            out["address"] = str(ipaddress.ip_address(address))
+        except ValueError:
+            pass
+    if info.get("role") == "switch":
+        out["role"] = "switch"
+    out["neighbours"] = {d: neighbours[d] for d in sorted(neighbours)[:MAX_HELD_NEIGHBOURS]}
+    return out
 
 
 def boot_ends(host: str, boot: str, last: str | None, ended: list[dict], boots: list[str] | None,
@@ -48,15 +75,18 @@ def boot_ends(host: str, boot: str, last: str | None, ended: list[dict], boots: 
 
 class Fleet:
     def __init__(self, storage: Storage, *, hosts: list[str], stale_s: float = 5.0, enroll_unknown: bool = False,
-                 monitor: Any = None, replica: Any = None, series: Any = None,
+                 enroll: str | None = None, monitor: Any = None, replica: Any = None, series: Any = None,
                  clock: Callable[[], int] = time.time_ns):
-        """`monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only.
+        """`enroll`: who may push (ENROLL_MODES; `enroll_unknown` says "any"; default "topology").
+        `monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only.
         `replica`: one of several replicas on one database (controller.replica.Replica): its leader's
         monitor, fed from the database, takes the place of `monitor`. `series`: the series path
         (controller.series.path.SeriesPath, started) the hosts write their samples through."""
         self.storage = storage
         self.stale_ns = int(stale_s * 1e9)
-        self.enroll_unknown = enroll_unknown
+        self.enroll = enroll or ("any" if enroll_unknown else "topology")
+        if self.enroll not in ENROLL_MODES:
+            raise ValueError(f"enroll {self.enroll!r}: one of {', '.join(ENROLL_MODES)}")
         self.replica = replica
         self._monitor = monitor
         self.series = series
@@ -70,8 +100,13 @@ class Fleet:
         self._known: set[str] = set()  # hosts found in storage, for pushes without --enroll-unknown
         self._refused: set[str] = set()  # hosts whose pushes were refused, logged once each
         self._boots: dict[str, str | None] = {}  # each host's agent run at its last push
+        self._held: dict[str, tuple[dict, int, str]] = {}  # held host -> (what was written, when, its state)
         # why the last push that met storage failing was refused; None once a push is stored again
         self.write_refused: StorageError | None = None
+
+    @property
+    def enroll_unknown(self) -> bool:
+        return self.enroll == "any"
 
     @property
     def samples(self) -> Series:
@@ -138,12 +173,55 @@ class Fleet:
 
     def _refuse(self, host: str) -> None:
         """A host not in the fleet file pushes: refused (the API answers 403 naming the fix), and
-        logged once per host, so the operator sees an agent running where the fleet file has no node."""
-        if host not in self._refused:
+        logged once per host, so the operator sees an agent running where the fleet file has no node.
+        Where unknown hosts are held for approval, `hold` takes it from here."""
+        if host not in self._refused and self.enroll != "pending":
             self._refused.add(host)
             log.warning("refused pushes from host %s: not in the fleet topology (add it, or run the controller "
                         "with --enroll-unknown)", host, extra={"host": host, "reason": "not_enrolled"})
         raise UnknownHost(host)
+
+    def hold(self, host: str, info: dict, neighbours: dict[str, str]) -> str:
+        """An unknown host's push, under `enroll="pending"`: what it says of itself and hears is
+        kept (held_info) until an operator approves or rejects it. Its state: "pending",
+        "rejected", or "full" (too many held). The same again is written at most every
+        HOLD_REFRESH_NS: a held host pushes every few seconds."""
+        kept = held_info(info, neighbours)
+        now = self.clock()
+        last = self._held.get(host)
+        if last is not None and last[0] == kept and now - last[1] < HOLD_REFRESH_NS:
+            return last[2]
+        state = self.storage.hold(host, now, kept)
+        if state == "full":
+            if host not in self._refused:
+                self._refused.add(host)
+                log.warning("refused host %s: too many hosts wait for approval; approve or reject them "
+                            "(clockfabric hosts pending)", host, extra={"host": host, "reason": "pending_full"})
+            return state
+        if last is None and state == "pending":
+            log.warning("host %s waits for approval (not in the fleet topology): `clockfabric hosts approve %s` "
+                        "admits it", host, host, extra={"host": host, "reason": "pending"})
+        if len(self._held) >= MAX_HELD_CACHE and host not in self._held:
+            self._held.pop(next(iter(self._held)))
+        self._held[host] = (kept, now, state)
+        return state
+
+    def approve(self, host: str) -> bool:
+        """Enroll a held host: its next push is stored. False if it is not held."""
+        if not self.storage.approve(host, self.clock()):
+            return False
+        self._held.pop(host, None)
+        self._refused.discard(host)
+        log.info("host %s approved: enrolled", host, extra={"host": host})
+        return True
+
+    def reject(self, host: str) -> bool:
+        """Refuse a held host's pushes from now on. False if it is not held."""
+        if not self.storage.reject(host):
+            return False
+        self._held.pop(host, None)
+        log.info("host %s rejected: its pushes are refused", host, extra={"host": host})
+        return True
 
     def tick(self) -> None:
         """Once a second: hosts that went quiet, and the alerts."""

@@ -19,7 +19,8 @@ from prometheus_client.core import Metric as Family
 
 PREFIX = "clockfabric_controller_"
 PUSH_PATH = "/api/v1/push"
-REFUSALS = {401: "unauthorised", 403: "unknown_host", 413: "too_large", 422: "invalid", 503: "storage"}
+REFUSALS = {202: "pending", 401: "unauthorised", 403: "unknown_host", 413: "too_large", 422: "invalid",
+            503: "storage"}
 PUSH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 DETECTOR_BUCKETS_S = (1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0)
 
@@ -54,8 +55,8 @@ class ControllerMetrics:
                                        registry=r)
         self.pushes_stored = Counter(f"{PREFIX}pushes_stored", "Pushes stored (answered 200).", registry=r)
         self.pushes_refused = Counter(f"{PREFIX}pushes_refused", "Pushes refused, by reason (unauthorised, "
-                                      "unknown_host, wrong_host, too_large, invalid, storage, client_disconnect, "
-                                      "other).", ["reason"], registry=r)
+                                      "unknown_host, wrong_host, pending (held for approval), rejected, pending_full, "
+                                      "too_large, invalid, storage, client_disconnect, other).", ["reason"], registry=r)
         self.push_duration = Histogram(f"{PREFIX}push_duration_seconds", "Time to answer a push, body read included.",
                                        buckets=PUSH_BUCKETS_S, registry=r)
         self.detector_duration = Histogram(f"{PREFIX}detector_duration_seconds",

@@ -29,17 +29,25 @@ class LabAgents:
 
     def __init__(self, lab: Lab, *, peers: int = 10, window_s: float = 2.0, update_s: float = 1.0,
                  probe_rate: float = 20.0, probe_budget: float = 0.0005, reference: str | None = None,
-                 extra: Sequence[str] = (), per_host: Callable[[str], Sequence[str]] | None = None):
-        """`extra`: arguments every agent is given; `per_host(host)`: those one host's agent is given."""
+                 extra: Sequence[str] = (), per_host: Callable[[str], Sequence[str]] | None = None,
+                 discover: bool = False):
+        """`extra`: arguments every agent is given; `per_host(host)`: those one host's agent is given.
+        `discover`: agents in discovery mode, as on a fleet with no fleet file yet (no lab, no
+        topology: LLDP, telemetry and pushes only)."""
         self.lab = lab
         self.per_host = per_host
+        self.discover = discover
         self.hosts = sorted(lab.topology.hosts)
         self.reference = reference or self.hosts[0]
         self.state_dir = lab.dir / "agents"
-        self.args = ["--peers", str(peers), "--window", str(window_s), "--update", str(update_s),
-                     "--probe-rate", str(probe_rate), "--probe-budget", str(probe_budget),
-                     "--reference", self.reference,
-                     "--state-dir", str(self.state_dir), "--key-file", str(lab_key(lab)), *extra]
+        if discover:
+            self.args = ["--discover", "--lldp-interval", "1", "--update", str(update_s),
+                         "--state-dir", str(self.state_dir), *extra]
+        else:
+            self.args = ["--peers", str(peers), "--window", str(window_s), "--update", str(update_s),
+                         "--probe-rate", str(probe_rate), "--probe-budget", str(probe_budget),
+                         "--reference", self.reference,
+                         "--state-dir", str(self.state_dir), "--key-file", str(lab_key(lab)), *extra]
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
@@ -52,7 +60,8 @@ class LabAgents:
 
     def argv(self, host: str) -> list[str]:
         """The command line of `host`'s agent (a test restarting one uses it too)."""
-        return [sys.executable, "-m", "clockfabric.cli", "agent", "--lab", self.lab.name, "--host", host, *self.args,
+        lab = [] if self.discover else ["--lab", self.lab.name]
+        return [sys.executable, "-m", "clockfabric.cli", "agent", *lab, "--host", host, *self.args,
                 *(self.per_host(host) if self.per_host else ())]
 
     def log(self, host: str) -> Path:

@@ -4,7 +4,12 @@ clock agent on every host that pushes to the controller. Started and stopped by 
 
 The fleet token stays with the controller and the lab's commands; each agent, host's or switch's,
 is handed its own push credential (derived from the fleet token: controller.token.host_token), in
-`<lab>/tokens/NODE.token`, so it can push as itself only."""
+`<lab>/tokens/NODE.token`, so it can push as itself only.
+
+`discovering=True` makes the lab a fleet on its first day instead: the controller knows no node and
+holds every host that pushes for approval (`--enroll pending`), the switches run real lldpd
+(lab/lldpd.py) and no agent of ours, and the hosts' agents run in discovery mode, with no fleet
+file: what `clockfabric discover` has to work from on a real fleet."""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from clockfabric.auth.credential import host_token
 from clockfabric.controller.client import api
 from clockfabric.controller.token import read_token
 from clockfabric.errors import ClockfabricError
-from clockfabric.lab import process
+from clockfabric.lab import lldpd, process
 from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.controller import lab_controller, record_path
 from clockfabric.lab.exec import command
@@ -39,16 +44,17 @@ class LabFleet:
     PORT = 7400
 
     def __init__(self, lab: Lab, *, config: Path | None = None, alertmanagers: list[str] | None = None,
-                 peers: int = 10, db: Path | None = None):
+                 peers: int = 10, db: Path | None = None, discovering: bool = False):
         """`alertmanagers`: their URLs, reachable from the reference host (none: the controller
         starts one on that host's loopback). `db`: the controller's database (in the lab's folder)."""
         self.lab = lab
-        self.db = db or lab.dir / "controller.db"
+        self.discovering = discovering
+        self.db = db or lab.dir / ("discovery.db" if discovering else "controller.db")
         self.host = min(lab.topology.hosts)  # the reference host, as for clock sync
         self.url = f"http://{lab.topology.hosts[self.host].address}:{self.PORT}"
         self.token_file = lab.dir / "fleet.token"
         self.config, self.alertmanagers = config, alertmanagers or []
-        self.agents = LabAgents(lab, peers=peers, extra=["--controller", self.url],
+        self.agents = LabAgents(lab, peers=peers, extra=["--controller", self.url], discover=discovering,
                                 per_host=lambda h: ["--token-file", str(self.node_token_file(h))])
         self.procs: list[subprocess.Popen] = []
 
@@ -100,6 +106,10 @@ class LabFleet:
         self._write_node_tokens()
         self.procs.append(self.restart_controller())
         record_path(self.lab).write_text(json.dumps({"url": self.url, "token_file": str(self.token_file)}))
+        if self.discovering:
+            self.procs += lldpd.start(self.lab)
+            self.agents.start()
+            return
         for sw in sorted(self.lab.topology.switches):
             argv = [*PY, "switch-agent", "--lab", self.lab.name, "--switch", sw, "--controller", self.url,
                     "--token-file", str(self.node_token_file(sw))]
@@ -122,11 +132,22 @@ class LabFleet:
             time.sleep(0.5)
         return ok
 
+    def wait_pending(self, timeout_s: float = 90.0) -> list[dict]:
+        """Until every host is held for approval (discovering), or time runs out; the hosts held."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            held = self.api("/api/v1/pending")["items"]
+            if len(held) == len(self.lab.topology.hosts) or time.monotonic() > deadline:
+                return held
+            if failed := self.agents.failed():
+                raise ClockfabricError(f"agent failed: {failed[0]}")
+            time.sleep(0.5)
+
     def restart_controller(self) -> subprocess.Popen:
         """Start the controller (again: same database and token) and wait until it answers."""
         argv = [*PY, "controller", "--db", str(self.db), "--listen",
                 f"{self.lab.topology.hosts[self.host].address}:{self.PORT}", "--token-file", str(self.token_file),
-                "--lab", self.lab.name]
+                *(["--enroll", "pending"] if self.discovering else ["--lab", self.lab.name])]
         argv += ["--config", str(self.config)] if self.config else []
         argv += [arg for url in self.alertmanagers for arg in ("--alertmanager", url)]
         proc = self.lab.spawn(self.host, argv, "controller", log=self.logs / "controller.log")

@@ -1,11 +1,12 @@
 """A fleet file from what running agents hear: each NIC's LLDP neighbour, each host's address.
 
 Every agent pushes, per interface, the neighbour LLDP announces there ("node:port"); the
-switch agents push their ports' too. Each heard pair is one cable. A node that pushes with
-role "switch", or that is only ever heard, is a switch. Planes are what the cabling says:
-each connected fabric of switches is one plane, numbered in the order of the NIC names
-cabled to it (the fabric eth0s reach is plane 0 when eth0 comes first). A switch that hosts
-are cabled to is a leaf; one cabled to leaves, a spine; the rest, core.
+switch agents push their ports' too, and switches that run no agent give their own LLDP tables
+(`with_switches`: lldpd's or SNMP's, topology/switch_table.py). Each heard pair is one cable. A
+node that pushes with role "switch", or that is only ever heard, is a switch. Planes are what
+the cabling says: each connected fabric of switches is one plane, numbered in the order of the
+NIC names cabled to it (the fabric eth0s reach is plane 0 when eth0 comes first). A switch that
+hosts are cabled to is a leaf; one cabled to leaves, a spine; the rest, core.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology.load import DEFAULT_HOST_POOL, parse
 from clockfabric.topology.model import Port, Topology
+from clockfabric.topology.switch_table import SwitchTable
 
 
 @dataclass(frozen=True)
@@ -145,3 +147,32 @@ def heard_from_samples(rows: list[dict]) -> list[Heard]:
         if key not in newest or r["t_ns"] > newest[key]["t_ns"]:
             newest[key] = r
     return [Heard(host, device, r["labels"].get("neighbour", "")) for (host, device), r in sorted(newest.items())]
+
+
+def with_switches(nodes: dict[str, dict], heard: list[Heard],
+                  tables: dict[str, SwitchTable]) -> tuple[dict[str, dict], list[Heard], list[str]]:
+    """The hosts' hearing and the switches' own tables (by the name each was read as) together: each
+    switch read is a node, named as its neighbours hear it (its own LLDP system name, where its table
+    says it), and each row of its table is heard at its port. A neighbour that neither pushes, nor
+    was read, nor says it bridges or routes (a host not admitted yet, say) is left out: it would be
+    taken for a switch. Returns the nodes, the hearing, and a line for each thing left out."""
+    nodes, heard, notes = dict(nodes), list(heard), []
+    named = {given: table.system or given for given, table in tables.items()}
+    for given, name in sorted(named.items()):
+        if name != given:
+            notes.append(f"switch {given} calls itself {name} by LLDP: named {name}, as its neighbours hear it")
+    read = set(named.values())
+    for given, table in sorted(tables.items()):
+        name = named[given]
+        notes += [f"switch {name}: {line}" for line in table.left_out]
+        if not table.neighbours:
+            notes.append(f"switch {name}: its LLDP table has no neighbour; left out")
+            continue
+        nodes[name] = {**nodes.get(name, {}), "role": "switch"}
+        for n in table.neighbours:
+            if n.node not in nodes and n.node not in read and n.switch is not True:
+                notes.append(f"{name}:{n.port} hears {n.node}:{n.node_port}, which does not push (not "
+                             "approved yet, or no agent) and is no switch read: left out")
+                continue
+            heard.append(Heard(name, n.port, f"{n.node}:{n.node_port}"))
+    return nodes, heard, notes

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from clockfabric.controller.storage.pending import PendingHost
 
 
 class StorageError(Exception):
@@ -124,6 +127,18 @@ class Storage(Protocol):
     def clear_qos(self, jobid: str) -> bool: ...
 
     def qos_policies(self) -> list[tuple[str, str, int, bool, int]]: ...
+
+    def hold(self, host: str, now_ns: int, info: dict) -> str:
+        """A host waiting for approval, recorded or refreshed (storage.pending): "pending", "rejected", "full"."""
+
+    def held(self) -> list[PendingHost]: ...
+
+    def held_host(self, host: str) -> PendingHost | None: ...
+
+    def approve(self, host: str, now_ns: int) -> bool:
+        """Enroll a held host and let go of it; False if it is not held."""
+
+    def reject(self, host: str) -> bool: ...
 
     def check(self, now_ns: int) -> None:
         """A real read and write (and, where the database has them, its own integrity checks);

@@ -59,10 +59,20 @@ def _ask(url: str, token: str, verify: ssl.SSLContext | bool, setup: Setup) -> O
     if served is not None and served != fleet:
         return Outcome("controller", Verdict.FAIL, f"{url} serves fleet {served!r}; the fleet file here is {fleet!r}",
                        "give the agent the fleet file the controller runs with (or --controller of this fleet's)")
+    if not who.get("enrolled") and who.get("pending") == "pending":
+        return Outcome("controller", Verdict.WARN, f"{url} takes the credential and holds host {who.get('host')!r} "
+                                                   "for an operator's approval: its pushes wait until then",
+                       f"approve it: clockfabric hosts approve {who.get('host')} --controller {url} "
+                       "--token-file FLEET_TOKEN")
+    if not who.get("enrolled") and who.get("pending") == "rejected":
+        return Outcome("controller", Verdict.FAIL, f"{url} refuses host {who.get('host')!r}: an operator rejected it",
+                       f"if it belongs to the fleet: clockfabric hosts approve {who.get('host')} --controller {url} "
+                       "--token-file FLEET_TOKEN")
     if not who.get("enrolled"):
         return Outcome("controller", Verdict.FAIL, f"{url} takes the credential but does not know host "
                                                    f"{who.get('host')!r}: its pushes would be refused",
-                       "add the host to the controller's fleet topology, or run it with --enroll-unknown")
+                       "add the host to the controller's fleet topology, or run it with --enroll pending "
+                       "(and approve the host) or --enroll-unknown")
     return Outcome("controller", Verdict.PASS, f"{url} takes host {who.get('host')}'s credential"
                                                + (f", fleet {served}" if served else ""))
 
