@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build the Debian packages a fleet installs from, from this checkout:
 #   clockfabric-agent       every host: the agent's dependencies only, its unit
-#   clockfabric-controller  the controller's machine: the controller extras, both units
+#   clockfabric-reference   the clock's reference host: the agent and the solver's SciPy
+#   clockfabric-controller  the controller's machine: the controller extras (SciPy too), both units
 # Each holds a venv at /opt/clockfabric made here with pip (from the index or its cache), so
 # nothing downloads at install time; it is bound to this machine's Python minor version and
-# architecture. Usage: scripts/build-deb.sh [-o OUTDIR] [agent|controller]...  (default: both)
+# architecture. Usage: scripts/build-deb.sh [-o OUTDIR] [agent|reference|controller]...  (default: all)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 out=$ROOT/dist
@@ -12,12 +13,12 @@ packages=()
 while [ $# -gt 0 ]; do
   case $1 in
     -o) [ $# -ge 2 ] || { echo "build-deb: -o needs a folder, e.g. -o dist" >&2; exit 64; }; out=$2; shift 2 ;;
-    agent|controller) packages+=("$1"); shift ;;
-    *) echo "build-deb: unknown argument '$1'; usage: scripts/build-deb.sh [-o OUTDIR] [agent|controller]..." >&2
+    agent|reference|controller) packages+=("$1"); shift ;;
+    *) echo "build-deb: unknown argument '$1'; usage: scripts/build-deb.sh [-o OUTDIR] [agent|reference|controller]..." >&2
        exit 64 ;;
   esac
 done
-[ ${#packages[@]} -gt 0 ] || packages=(agent controller)
+[ ${#packages[@]} -gt 0 ] || packages=(agent reference controller)
 # the venv runs on the hosts' python3, so it is made with Debian's, never one on PATH (pyenv, conda)
 PYTHON=/usr/bin/python3
 for tool in dpkg-deb dpkg $PYTHON; do
@@ -49,6 +50,9 @@ build() {  # build PACKAGE EXTRAS UNITS DEPENDS SUMMARY [extra control lines]
   # the venv is moved to /opt/clockfabric: its scripts' #! lines and activate name it there
   grep -rlI --null "$root" "$venv" | xargs -0 -r sed -i "s|$root||g"
   find "$venv" -name __pycache__ -prune -exec rm -rf {} +
+  # the dependencies' own test suites (numpy's, scipy's, networkx's): nothing on a host runs them
+  find "$venv/lib" -mindepth 4 -type d -name tests -not -path "*/site-packages/clockfabric/*" -prune \
+      -exec rm -rf {} +
   # byte code made here, naming the installed paths; /opt stays read-only to the services
   $PYTHON -m compileall -q -j 0 -s "$root" -p / "$venv/lib" >/dev/null
   install -d "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/default" "$root/DEBIAN"
@@ -89,6 +93,15 @@ for package in "${packages[@]}"; do
       "clockfabric host agent: clock sync, one-way delays, link telemetry, failover" \
       "Recommends: openssh-client
 Suggests: linuxptp
+" ;;
+    # the reference's agent runs the solver: the agent's package and SciPy, in its place
+    reference) build clockfabric-reference "[solver]" clockfabric-agent "iproute2" \
+      "clockfabric host agent for the clock's reference host: the agent and its solver" \
+      "Recommends: openssh-client
+Suggests: linuxptp
+Provides: clockfabric-agent (= $version)
+Conflicts: clockfabric-agent
+Replaces: clockfabric-agent
 " ;;
     # the controller's machine runs an agent too: this package carries both, in place of the agent's
     controller) build clockfabric-controller "[controller]" "clockfabric-controller clockfabric-agent" \

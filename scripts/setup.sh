@@ -49,5 +49,5 @@ fi
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
   echo "setup: clockfabric needs Python 3.10 or newer (found $(python3 --version))" >&2; exit 1; }
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e '.[controller,test,job]'  # controller: the lab starts one; job: torch and torchft, for the lab's DDP jobs
+.venv/bin/pip install -q --disable-pip-version-check -e '.[controller,solver,test,job]'  # controller: the lab starts one; job: torch and torchft, for the lab's DDP jobs
 echo "setup: ready (.venv)"

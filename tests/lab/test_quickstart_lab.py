@@ -81,6 +81,8 @@ PLAN: list[tuple[str, Where]] = [
 SKIPPED: list[tuple[str, str]] = [
     (r"python3 -m venv |/opt/clockfabric/bin/pip |apt-get install victoria-metrics|install -d -m 755 /etc/clock"
      r"|/opt/clockfabric/bin/clockfabric --version", "the venv by hand: this run takes the Debian packages' path"),
+    (r"apt install \./clockfabric-reference_", "the lab's reference is h0, the controller's machine, whose package "
+     "carries SciPy; tests/unit/test_deb.py checks the reference's package"),
     (r"clockfabric audit .*--via 'kubectl exec", "hosts reached through kubectl: the lab has no Kubernetes"),
     (r"clockfabric controller .*--enroll pending|clockfabric agent --discover |clockfabric (hosts|discover|topology) "
      r"|export SSL_CERT_FILE=", "the path with no fleet file yet (section 7): tests/lab/test_discover.py runs it on "

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import typer.core
 
+from clockfabric.topology import leafspine, save
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:
@@ -90,6 +92,20 @@ def test_the_blocker_blocks():
     assert done.returncode != 0 and "blocked" in done.stderr
 
 
+def test_the_references_agent_without_scipy_says_how_to_install_it(tmp_path):
+    # the fleet file's first host by name is the reference; h1 is not, and needs no solver
+    save(leafspine(2, 1, 1), tmp_path / "fleet.yaml")
+    assert run(RUN_CLI, ["key", "new", str(tmp_path / "fleet.key")]).returncode == 0
+    argv = ["agent", "--topology", str(tmp_path / "fleet.yaml"), "--key-file", str(tmp_path / "fleet.key"),
+            "--state-dir", str(tmp_path / "state"), "--metrics-port", "0"]
+    done = run(RUN_CLI, [*argv, "--host", "h0"])
+    assert done.returncode == 64, done.stderr
+    assert done.stderr.count("\n") == 1 and "clockfabric-reference" in done.stderr, done.stderr
+    assert "pip install 'clockfabric[solver]'" in done.stderr and "Traceback" not in done.stderr
+    other = run(RUN_CLI, [*argv, "--host", "h1"])  # gets past its configuration, to its probe ports
+    assert "SciPy" not in other.stderr and "cannot open probe ports" in other.stderr, other.stderr
+
+
 def test_the_controller_without_its_extra_says_how_to_install_it(tmp_path):
     done = run(RUN_CLI, ["controller", "--db", str(tmp_path / "fleet.db"), "--listen", "127.0.0.1:0",
                          "--token-file", str(tmp_path / "token"), "--new-token"])
@@ -102,8 +118,9 @@ def test_the_core_dependencies_leave_out_the_controllers():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = {d.split("[")[0].split(">")[0].split("=")[0] for d in project["dependencies"]}
     controller = {d.split("[")[0].split(">")[0].split("=")[0] for d in project["optional-dependencies"]["controller"]}
-    assert controller == {"fastapi", "uvicorn", "psycopg"}
-    assert not core & controller
+    solver = {d.split(">")[0] for d in project["optional-dependencies"]["solver"]}
+    assert controller == {"fastapi", "uvicorn", "psycopg", "scipy"} and solver == {"scipy"}
+    assert not core & (controller | solver)
     assert {"test", "job"} <= set(project["optional-dependencies"])
 
 

@@ -102,8 +102,19 @@ def test_the_venv_has_the_agents_dependencies_only(unpacked):
     assert {"clockfabric", "pyroute2", "numpy", "typer"} <= present
     assert [name for name in CONTROLLER_ONLY if name in present] == []
     assert "pip" not in present  # nothing installs into it on a host
-    # scipy stays: the agent on the clock's reference host solves with it, and any host may be that
-    assert "scipy" in present
+    # scipy is the solver's, on the clock's reference host alone (clockfabric-reference)
+    assert "scipy" not in present
+
+
+def test_the_references_package_adds_the_solver_in_the_agents_place(debs, tmp_path):
+    reference = debs.get("reference")["reference"]
+    subprocess.run(["dpkg-deb", "-x", str(reference), str(tmp_path)], check=True, timeout=120)
+    (site,) = (tmp_path / PREFIX / "lib").glob("python3.*/site-packages")
+    present = {p.name for p in site.iterdir()}
+    assert {"clockfabric", "scipy", "numpy"} <= present and not set(CONTROLLER_ONLY) & present
+    for name in ("Provides", "Conflicts", "Replaces"):
+        assert field(reference, name).startswith("clockfabric-agent"), name
+    assert {p.name for p in (tmp_path / "lib/systemd/system").iterdir()} == {"clockfabric-agent.service"}
 
 
 READ_PYC = "import marshal, sys; print(marshal.loads(open(sys.argv[1], 'rb').read()[16:]).co_filename)"
@@ -145,23 +156,26 @@ def installed_kib(dists: dict, names: set[str]) -> int:
     return total // 1024
 
 
-def test_installed_size_is_half_of_the_full_venv_or_less(deb):
-    # baseline: this venv's clockfabric[controller,job] (what setup.sh installs, less the test tools),
-    # counted from each distribution's RECORD; the package: its Installed-Size, the whole venv
+def test_installed_size_is_half_of_every_hosts_old_install_or_less(deb):
+    # baseline: what every host installed before the agent had a package of its own, a venv with
+    # pip, setuptools and the package with what are now the controller's extras (its web server,
+    # database driver and scipy), counted from each distribution's RECORD in this venv; the
+    # package: its Installed-Size, the whole venv
     dists = {canonicalize_name(d.metadata["Name"]): d for d in md.distributions()}
-    if "torch" not in dists:
-        pytest.skip("the baseline is the full venv scripts/setup.sh makes; this one has no job extra")
-    full = installed_kib(dists, closure(dists, "clockfabric", ("controller", "job")))
+    if "fastapi" not in dists:
+        pytest.skip("the baseline is clockfabric[controller], and this venv has no controller extra")
+    old = installed_kib(dists, closure(dists, "clockfabric", ("controller",)) | {"pip", "setuptools"} & set(dists))
     package = int(field(deb, "Installed-Size"))
-    print(f"agent package {package // 1024} MiB installed; full venv less test tools {full // 1024} MiB")
-    assert package <= full / 2
+    print(f"agent package {package // 1024} MiB installed; a venv of clockfabric[controller] {old // 1024} MiB")
+    assert package <= old / 2
 
 
 def test_the_size_baseline_follows_extras():
     dists = {canonicalize_name(d.metadata["Name"]): d for d in md.distributions()}
     core = closure(dists, "clockfabric", ())
-    assert {"numpy", "pyroute2", "typer"} <= core and "fastapi" not in core
-    assert "fastapi" in closure(dists, "clockfabric", ("controller",))
+    assert {"numpy", "pyroute2", "typer"} <= core and not {"fastapi", "scipy"} & core
+    assert {"fastapi", "scipy"} <= closure(dists, "clockfabric", ("controller",))
+    assert "scipy" in closure(dists, "clockfabric", ("solver",))
 
 
 SANDBOX = r"""set -eu

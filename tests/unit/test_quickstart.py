@@ -96,12 +96,12 @@ def test_key_new_writes_a_key_only_its_owner_reads(tmp_path):
 def test_the_packages_the_page_installs_are_the_ones_the_build_script_makes():
     script = (ROOT / "scripts" / "build-deb.sh").read_text()
     built = set(re.findall(r"^\s+\w+\) build (clockfabric-\w+) ", script, re.M))
-    assert built == {"clockfabric-agent", "clockfabric-controller"}
+    assert built == {"clockfabric-agent", "clockfabric-reference", "clockfabric-controller"}
     installed = set(re.findall(r"^apt install \./(clockfabric-\w+)_[^_]+_amd64\.deb", "".join(blocks("sh")), re.M))
     assert installed == built
     for block in blocks("sh"):
         for line in block.splitlines():
             if line.startswith("scripts/build-deb.sh"):
                 words = shlex.split(line.split("  #")[0])[1:]
-                assert all(w in ("agent", "controller") or words[i - 1] == "-o" or w == "-o"
+                assert all(w in ("agent", "reference", "controller") or words[i - 1] == "-o" or w == "-o"
                            for i, w in enumerate(words)), line

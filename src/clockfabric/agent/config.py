@@ -7,6 +7,7 @@ from pathlib import Path
 
 from clockfabric.agent.service import SERVICES
 from clockfabric.clock.graph import probe_peers
+from clockfabric.clock.network import solver_installed
 from clockfabric.collective.claims import AGENT_PORT
 from clockfabric.errors import ClockfabricError
 from clockfabric.probe import wire
@@ -69,6 +70,8 @@ class AgentConfig:
             raise ClockfabricError(f"reference {self.reference!r} is not a host of the topology")
         self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]
         SERVICES.enabled(disable=self.disabled)  # an unknown name: one line naming the known
+        if self.host == self.reference and "clock" not in self.disabled:
+            solver_installed(self.host)
         if self.failover and "failover" in self.disabled:
             raise ClockfabricError("--failover and --disable failover contradict each other: give one")
         if self.failover is None:

@@ -12,6 +12,7 @@ from typing import NoReturn
 
 import typer
 import typer.core
+from rich.markup import escape
 
 from clockfabric import __version__
 from clockfabric.console import err
@@ -157,7 +158,7 @@ def main() -> None:
         if (package := (e.name or "").split(".")[0]) not in CONTROLLER_ONLY:
             raise
         _error(f"`clockfabric {first}` needs {package}, which comes with the controller's install: "
-               "pip install 'clockfabric\\[controller]'")  # \\[: a literal bracket, not rich markup
+               "pip install 'clockfabric[controller]'")
     except (KeyboardInterrupt, typer.Abort):  # before the command began
         err.print("interrupted")
         sys.exit(130)
@@ -168,6 +169,6 @@ def main() -> None:
 
 def _error(message: str) -> NoReturn:
     """Bad input: USAGE_EXIT with the message, each of its lines as one line whatever the terminal's width."""
-    for line in message.splitlines():
-        err.print(f"[red]error:[/] {line}", highlight=False, markup=True, soft_wrap=True)
+    for line in message.splitlines():  # the message as written: its brackets are not rich markup
+        err.print(f"[red]error:[/] {escape(line)}", highlight=False, markup=True, soft_wrap=True)
     sys.exit(USAGE_EXIT)

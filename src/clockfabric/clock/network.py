@@ -24,6 +24,7 @@ from functools import cached_property
 import numpy as np
 
 from clockfabric.clock.mapping import DRIFT_BOUND
+from clockfabric.errors import ClockfabricError
 
 # The solves stop when no host's Jacobi step (its residual over its diagonal) is above a
 # tolerance in the unknown's own unit; it is absolute, so a solve from a close guess ends after a
@@ -76,6 +77,17 @@ class Solution:
     def synced(self) -> np.ndarray:
         """Hosts tied to the reference through kept edges."""
         return self.component == self.reference_component
+
+
+def solver_installed(host: str) -> None:
+    """Refuse to run the reference's agent without SciPy, which only the solver needs (the `solver`
+    extra), rather than let it fail at its first solve; imported now, as that solve would."""
+    try:
+        import scipy.sparse.csgraph  # noqa: F401
+    except ImportError:
+        raise ClockfabricError(f"{host} is the fleet's clock reference (the fleet file's first host by name, or "
+                               "--reference): its agent runs the solver, which needs SciPy; install "
+                               "clockfabric-reference here, or pip install 'clockfabric[solver]'") from None
 
 
 class _System:
