@@ -76,7 +76,7 @@ PLAN: list[tuple[str, Where]] = [
     (r"systemctl enable --now clockfabric-controller$", Where((CTL,), how="unit")),
     (r"systemctl enable --now clockfabric-agent$", Where(UNITS, how="unit")),
     (r"clockfabric agent ", Where(BY_HAND, each="self", how="daemon")),
-    (r"curl .*/api/v1/fleet$", Where((CTL,), how="fleet")),
+    (r"curl .*/api/v1/fleet\b", Where((CTL,), how="fleet")),
 ]
 SKIPPED: list[tuple[str, str]] = [
     (r"python3 -m venv |/opt/clockfabric/bin/pip |apt-get install victoria-metrics|install -d -m 755 /etc/clock"
@@ -457,3 +457,40 @@ def test_the_quickstart_runs_as_written(fleet):
         run_step(f, step, where)
         print(f"{time.monotonic() - started:5.1f} s {step}")
     assert this_machine() == before, "the hosts' installs reached this machine's own files"
+
+
+def test_no_token_in_the_process_list_or_a_log_line(fleet):
+    """With the fleet the page started still running: the fleet token and every host's credential
+    are in no process's arguments (what `ps` shows every user), and in no log line the fleet wrote:
+    the daemons' output (the controller's, its engines' and the agents', request lines and URLs
+    among them) and every text file under the hosts' /var/log, and their logs and event logs under
+    /var/lib/clockfabric and /run/clockfabric (the engines' gate keeps the hosts' credentials in a
+    file of its own, its owner's alone)."""
+    f = fleet
+    f.check_daemons()
+    tokens = {"the fleet token": f.read(CTL, "/etc/clockfabric/token")}
+    tokens |= {f"{h}'s credential": f.read(h, "/etc/clockfabric/host.token") for h in HOSTS}
+    tokens = {name: (t or "").strip() for name, t in tokens.items()}
+    assert all(len(t) >= 32 for t in tokens.values()), "the run left a token missing or short"
+    argvs = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argvs.append(proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass  # not a process, or one that has ended
+    assert len(argvs) > 20
+    logs = {f"this machine's {p.name}": p.read_text(errors="replace") for p in f.logs.glob("*.log")}
+    assert any("clockfabric" in text for text in logs.values())
+    for host in HOSTS:
+        # the files' names and text, NUL-separated: the tokens stay out of this command's own arguments
+        done = f.ssh(host, "{ find /var/log -type f; find /var/lib/clockfabric /run/clockfabric -type f "
+                           "\\( -name '*.log' -o -name '*.events' \\); } 2>/dev/null | xargs -r grep -Il . "
+                           "| while read -r p; do printf '%s\\0' \"$p\"; cat \"$p\"; printf '\\0'; done")
+        parts = done.stdout.split("\0")
+        logs |= {f"{host}:{name}": text for name, text in zip(parts[::2], parts[1::2], strict=False)}
+    leaks = [f"{name} in {where}" for name, t in tokens.items()
+             for where, text in [*(("the process list", a) for a in argvs), *logs.items()] if t in text]
+    assert not leaks, "; ".join(leaks)
+    assert any(name.startswith(f"{CTL}:/var/lib/clockfabric/") for name in logs), sorted(logs)
+    gate = f.ssh(CTL, "stat -c %a /var/lib/clockfabric/*/gate/vmauth.yml")
+    assert gate.stdout.split() == ["600"], gate.stdout + gate.stderr

@@ -3,6 +3,7 @@ credential, read back by `Series`; a forged host label overridden; queries held 
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -87,6 +88,17 @@ def test_the_gate_refuses_a_wrong_credential_and_every_other_path(gate):
 def test_a_host_enrolled_later_is_let_in(gate):
     gate.allow(["h4"])
     until(lambda: push(gate, "h4", "clockfabric_later 1\n").status_code == 204)
+
+
+def test_the_gates_configuration_is_its_owners_alone_whatever_the_umask(gate):
+    # it holds every host's credential
+    old = os.umask(0o022)
+    try:
+        gate.allow(["h5"])
+    finally:
+        os.umask(old)
+    assert host_token(FLEET, "h5") in gate.path.read_text()
+    assert gate.path.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_query_past_its_budget_is_refused_in_time():

@@ -10,6 +10,7 @@ Hosts enrolled later are added by rewriting the file and sending vmauth SIGHUP.
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 from collections.abc import Iterable
@@ -61,7 +62,10 @@ class Gate:
 
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(config(self.engine_url, self.fleet_token, self.hosts))
+        tmp.unlink(missing_ok=True)
+        # every host's credential is in it: its owner's alone, whatever the umask
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(config(self.engine_url, self.fleet_token, self.hosts))
         tmp.replace(self.path)  # vmauth never reads half a file
 
     def allow(self, hosts: Iterable[str]) -> None:
