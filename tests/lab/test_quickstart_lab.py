@@ -494,3 +494,35 @@ def test_no_token_in_the_process_list_or_a_log_line(fleet):
     assert any(name.startswith(f"{CTL}:/var/lib/clockfabric/") for name in logs), sorted(logs)
     gate = f.ssh(CTL, "stat -c %a /var/lib/clockfabric/*/gate/vmauth.yml")
     assert gate.stdout.split() == ["600"], gate.stdout + gate.stderr
+
+
+def test_a_hosts_credential_pushes_for_it_alone_and_revoking_one_leaves_the_rest(fleet):
+    """h1's own credential, over the fleet's TLS, pushing as h2: refused. Then h2 revoked, as
+    docs/security.md does it: h2's agent is refused from then on while h0's and h1's push on."""
+    f = fleet
+    header = '<<< "Authorization: Bearer $(cat /etc/clockfabric/host.token)"'  # never in curl's arguments
+    as_h2 = f.ssh("h1", ". /etc/default/clockfabric-agent && curl -s -o /dev/null -w '%{http_code}' "
+                        "--cacert /etc/clockfabric/ca.crt -H @- -H 'Content-Type: application/json' "
+                        "--data '{\"host\": \"h2\", \"boot\": \"forged\", \"events\": []}' "
+                        f"\"$CLOCKFABRIC_CONTROLLER/api/v1/push\" {header}")
+    assert as_h2.stdout == "403", as_h2.stdout + as_h2.stderr
+    url = f"https://{f.address[CTL]}:7400"
+    done = f.ssh(CTL, f"SSL_CERT_FILE=/etc/clockfabric/ca.crt clockfabric token revoke h2 --controller {url} "
+                      "--token-file /etc/clockfabric/token")
+    said = "h2: revoked; its new credential: clockfabric token host h2 --epoch 1"
+    assert done.returncode == 0 and said in done.stdout, done.stdout + done.stderr
+
+    def as_operator(path: str) -> str:  # the page's curl, with the fleet token
+        return f"curl -s --cacert /etc/clockfabric/ca.crt -H @- {url}{path} {header.replace('host.token', 'token')}"
+
+    deadline, state = time.monotonic() + 30, None
+    while time.monotonic() < deadline:
+        f.check_daemons()  # h2's agent runs on, refused
+        state = fleet_state(f, as_operator("/api/v1/fleet"))
+        if state and state["stale"] == ["h2"]:
+            break
+        time.sleep(0.5)
+    assert state and state["stale"] == ["h2"] and state["ok"] == len(HOSTS) - 1, state
+    metrics = f.ssh(CTL, as_operator("/metrics"))
+    assert re.search(r'clockfabric_controller_pushes_refused_total\{reason="revoked"\} [1-9]', metrics.stdout), \
+        metrics.stdout[-2000:]

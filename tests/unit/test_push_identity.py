@@ -75,3 +75,48 @@ def test_the_cli_derives_the_credential_the_controller_takes(env, tmp_path):
     credential = out.read_text().strip()
     assert credential == host_token(TOKEN, "h3") and token_host(TOKEN, credential) == "h3"
     assert push(client, "h3", {"Authorization": f"Bearer {credential}"}).status_code == 200
+
+
+def test_a_revoked_hosts_credential_is_refused_and_every_other_hosts_works_on(env):
+    client, fleet, *_ = env
+    assert push(client, "h1", as_host(TOKEN, "h1")).status_code == 200
+    assert client.post("/api/v1/hosts/revoke", headers=as_host(TOKEN, "h2"), json={"hosts": ["h1"]}).status_code == 401
+    r = client.post("/api/v1/hosts/revoke", headers=AUTH, json={"hosts": ["h1"]})
+    assert r.status_code == 200 and r.json() == {"revoked": {"h1": 1}}
+    refused = push(client, "h1", as_host(TOKEN, "h1"), seq=2)
+    assert refused.status_code == 401 and "--epoch 1" in refused.json()["detail"]
+    assert push(client, "h2", as_host(TOKEN, "h2")).status_code == 200  # the others push on
+    new = {"Authorization": f"Bearer {host_token(TOKEN, 'h1', 1)}"}
+    assert push(client, "h1", new, seq=2).status_code == 200
+    assert refused_by_reason(client)["revoked"] == 1
+    # a second revocation refuses the first new credential too; the epochs outlive the controller
+    assert client.post("/api/v1/hosts/revoke", headers=AUTH, json={"hosts": ["h1"]}).json() == {"revoked": {"h1": 2}}
+    assert push(client, "h1", new, seq=3).status_code == 401
+    assert client.get("/api/v1/hosts/epochs", headers=AUTH).json() == {"epochs": {"h1": 2}}
+    assert fleet.storage.epochs() == {"h1": 2}
+
+
+def test_a_credential_of_another_epoch_than_the_hosts_is_refused(env):
+    client, *_ = env
+    ahead = {"Authorization": f"Bearer {host_token(TOKEN, 'h1', 3)}"}  # made before any revocation
+    assert push(client, "h1", ahead).status_code == 401
+    assert token_host(TOKEN, host_token(TOKEN, "h1", 3)) == "h1" and token_host("another fleet token", host_token(
+        TOKEN, "h1", 3)) is None
+
+
+def test_token_revoke_prints_the_command_for_the_new_credential(env, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from clockfabric.cli.main import build_app
+
+    client, *_ = env
+    token_file = tmp_path / "fleet.token"
+    token_file.write_text(TOKEN + "\n")
+    monkeypatch.setattr("clockfabric.cli.token_cmds.api", lambda _ctl, path, body=None: client.post(
+        path, headers=AUTH, json=body).json())
+    done = CliRunner().invoke(build_app(), ["token", "revoke", "h3", "--controller", "http://ctl:7400",
+                                            "--token-file", str(token_file)])
+    assert done.exit_code == 0, done.output
+    assert "h3: revoked; its new credential: clockfabric token host h3 --epoch 1" in done.output
+    made = CliRunner().invoke(build_app(), ["token", "host", "h3", "--epoch", "1", "--token-file", str(token_file)])
+    assert made.output.strip() == host_token(TOKEN, "h3", 1)

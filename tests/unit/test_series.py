@@ -90,6 +90,14 @@ def test_a_host_enrolled_later_is_let_in(gate):
     until(lambda: push(gate, "h4", "clockfabric_later 1\n").status_code == 204)
 
 
+def test_a_revoked_hosts_old_credential_is_refused_at_the_gate_and_the_others_write_on(gate):
+    assert push(gate, "h2", "clockfabric_before 1\n").status_code == 204
+    gate.set_epochs({"h2": 1})
+    until(lambda: push(gate, "h2", "clockfabric_old 1\n").status_code in (400, 401, 403))
+    assert push(gate, "h2", "clockfabric_new 1\n", token=host_token(FLEET, "h2", 1)).status_code == 204
+    assert push(gate, "h1", "clockfabric_other 1\n").status_code == 204
+
+
 def test_the_gates_configuration_is_its_owners_alone_whatever_the_umask(gate):
     # it holds every host's credential
     old = os.umask(0o022)

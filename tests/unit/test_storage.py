@@ -92,6 +92,13 @@ def test_hosts_held_for_approval(store):
     assert store.approve("gpu-8", 13) and store.held() == []
 
 
+def test_revoked_hosts_epochs_rise_and_outlive_a_reopen(opener):
+    store = opener()
+    assert store.epochs() == {}
+    assert [store.revoke("gpu-7"), store.revoke("gpu-8"), store.revoke("gpu-7")] == [1, 1, 2]
+    assert opener().epochs() == {"gpu-7": 2, "gpu-8": 1}
+
+
 def test_events_round_trip(store):
     e = ev("h1", 1, 10, device="eth0", detail={"carrier_changes": 7, "rtt": math.inf}, synced=False)
     assert store.add_events([e]) == 1

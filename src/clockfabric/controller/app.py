@@ -24,8 +24,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from clockfabric.auth.credential import token_host
-from clockfabric.controller import jobs_api, neighbours_api, pending_api, qos_api, rootcause_inputs
+from clockfabric.auth.credential import token_identity
+from clockfabric.controller import credentials_api, jobs_api, neighbours_api, pending_api, qos_api, rootcause_inputs
 from clockfabric.controller.body import Bounds, invalid, parse, read_body
 from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.routes import register as register_dashboard
@@ -127,12 +127,17 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
     def pusher(request: Request) -> str:
         """The host whose credential the push carries (before its body is read); 401 for any other."""
         given = bearer(request.headers.raw)
-        host = token_host(token, given)
-        if host is None:
+        found = token_identity(token, given)
+        if found is None:
             why = ("the fleet token does not push as a host" if hmac.compare_digest(given.encode(), token.encode())
                    else "missing or wrong host credential")
             raise HTTPException(401, f"{why}: give each agent its own (`clockfabric token host NAME`), "
                                      "as Authorization: Bearer <host credential>")
+        host, epoch = found
+        if epoch != (current := fleet.epoch(host)):
+            request.state.refusal = "revoked"
+            raise HTTPException(401, f"host {host!r}'s credential of epoch {epoch} was revoked: give the agent a new "
+                                     f"one (`clockfabric token host {host} --epoch {current}`)")
         return host
 
     @app.post("/api/v1/push", response_model=None)
@@ -289,6 +294,7 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
     app.include_router(jobs_api.router(fleet, auth))
     app.include_router(neighbours_api.router(fleet, auth))
     app.include_router(pending_api.router(fleet, auth))
+    app.include_router(credentials_api.router(fleet, auth))
     app.include_router(qos_api.router(fleet, qos, auth))
     register_dashboard(app, fleet, token)
     app.add_middleware(SecurityHeaders)  # added last: outermost, so every answer carries them

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 ENROLL_MODES = ("topology", "pending", "any")
 MAX_HELD_NEIGHBOURS = 64  # the LLDP neighbours kept of a host waiting for approval: its NICs, and then some
 HOLD_REFRESH_NS = 30 * 10**9  # a held host that says the same again is written at most this often
+EPOCHS_READ_S = 2.0  # revocations another replica made are read this often
 MAX_HELD_CACHE = 10_000  # held hosts remembered here, to write one that says the same again only now and then
 
 
@@ -103,6 +104,34 @@ class Fleet:
         self._held: dict[str, tuple[dict, int, str]] = {}  # held host -> (what was written, when, its state)
         # why the last push that met storage failing was refused; None once a push is stored again
         self.write_refused: StorageError | None = None
+        # each revoked host's credential epoch (storage.revoked), read again every EPOCHS_READ_S:
+        # a revocation made through another replica reaches this one within that
+        self._epochs: dict[str, int] = storage.epochs()
+        self._epochs_read = time.monotonic()
+        if series is not None:
+            series.set_epochs(self._epochs)
+
+    def epoch(self, host: str) -> int:
+        """The epoch a push credential for `host` must carry (0 for a host never revoked)."""
+        if time.monotonic() - self._epochs_read > EPOCHS_READ_S:
+            self._epochs_read = time.monotonic()
+            epochs = self.storage.epochs()
+            if epochs != self._epochs:
+                self._set_epochs(epochs)
+        return self._epochs.get(host, 0)
+
+    def revoke(self, host: str) -> int:
+        """Refuse `host`'s credential from now on, here and at the series gate; the new one's epoch."""
+        epoch = self.storage.revoke(host)
+        self._set_epochs({**self._epochs, host: epoch})
+        log.warning("host %s's credential revoked: its new one is of epoch %d (clockfabric token host %s --epoch %d)",
+                    host, epoch, host, epoch, extra={"host": host, "reason": "revoked"})
+        return epoch
+
+    def _set_epochs(self, epochs: dict[str, int]) -> None:
+        self._epochs = epochs
+        if self.series is not None:
+            self.series.set_epochs(epochs)
 
     @property
     def enroll_unknown(self) -> bool:

@@ -55,8 +55,9 @@ class ControllerMetrics:
                                        registry=r)
         self.pushes_stored = Counter(f"{PREFIX}pushes_stored", "Pushes stored (answered 200).", registry=r)
         self.pushes_refused = Counter(f"{PREFIX}pushes_refused", "Pushes refused, by reason (unauthorised, "
-                                      "unknown_host, wrong_host, pending (held for approval), rejected, pending_full, "
-                                      "too_large, invalid, storage, client_disconnect, other).", ["reason"], registry=r)
+                                      "unknown_host, wrong_host, revoked, pending (held for approval), rejected, "
+                                      "pending_full, too_large, invalid, storage, client_disconnect, other).",
+                                      ["reason"], registry=r)
         self.push_duration = Histogram(f"{PREFIX}push_duration_seconds", "Time to answer a push, body read included.",
                                        buckets=PUSH_BUCKETS_S, registry=r)
         self.detector_duration = Histogram(f"{PREFIX}detector_duration_seconds",

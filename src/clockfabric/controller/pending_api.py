@@ -22,7 +22,7 @@ MAX_NAMES = 1_000
 _HOST = re.compile(HOST)
 
 
-def _names(body: object) -> list[str]:
+def names(body: object) -> list[str]:
     hosts = body.get("hosts") if isinstance(body, dict) else None
     if not isinstance(hosts, list) or not hosts or len(hosts) > MAX_NAMES:
         raise HTTPException(400, f'the body is {{"hosts": [NAME, ...]}}, 1 to {MAX_NAMES} names')
@@ -44,13 +44,13 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
                 "enroll": fleet.enroll, "next": None}
 
     async def decide(request: Request, verb: str) -> dict:
-        names = _names(parse(await read_body(request, MAX_BODY_BYTES)))
+        hosts = names(parse(await read_body(request, MAX_BODY_BYTES)))
         held = {h.name for h in await run_in_threadpool(fleet.storage.held)}
-        if missing := [h for h in names if h not in held]:
+        if missing := [h for h in hosts if h not in held]:
             raise HTTPException(404, f"host {missing[0]!r} does not wait for approval: `clockfabric hosts pending` "
                                      "lists those that do")
         act = fleet.approve if verb == "approved" else fleet.reject
-        done = [h for h in names if await run_in_threadpool(act, h)]
+        done = [h for h in hosts if await run_in_threadpool(act, h)]
         return {verb: done}
 
     @api.post("/api/v1/pending/approve")

@@ -25,9 +25,10 @@ from clockfabric.controller.series.child import Child, binary
 IMPORT_PATH = "/api/v1/import/prometheus"
 
 
-def config(engine_url: str, fleet_token: str, hosts: Iterable[str]) -> str:
-    """vmauth's -auth.config for these hosts."""
-    users = [{"bearer_token": host_token(fleet_token, h),
+def config(engine_url: str, fleet_token: str, hosts: Iterable[str], epochs: dict[str, int] | None = None) -> str:
+    """vmauth's -auth.config for these hosts, each with its credential of its epoch (0 if not named)."""
+    epochs = epochs or {}
+    users = [{"bearer_token": host_token(fleet_token, h, epochs.get(h, 0)),
               "url_map": [{"src_paths": [IMPORT_PATH],
                            "url_prefix": f"{engine_url.rstrip('/')}/?extra_label={quote(f'host={h}', safe='=')}"}]}
              for h in sorted(set(hosts))]
@@ -46,6 +47,7 @@ class Gate:
         self.fleet_token = fleet_token
         self.path = work_dir / "vmauth.yml"
         self.hosts: set[str] = set()
+        self.epochs: dict[str, int] = {}
         self._write()
         exe = binary("vmauth")
         tls_args = ["-tls", f"-tlsCertFile={tls[0]}", f"-tlsKeyFile={tls[1]}"] if tls else []
@@ -65,7 +67,7 @@ class Gate:
         tmp.unlink(missing_ok=True)
         # every host's credential is in it: its owner's alone, whatever the umask
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-            f.write(config(self.engine_url, self.fleet_token, self.hosts))
+            f.write(config(self.engine_url, self.fleet_token, self.hosts, self.epochs))
         tmp.replace(self.path)  # vmauth never reads half a file
 
     def allow(self, hosts: Iterable[str]) -> None:
@@ -74,6 +76,15 @@ class Gate:
         if not new:
             return
         self.hosts |= new
+        self._reload()
+
+    def set_epochs(self, epochs: dict[str, int]) -> None:
+        """Take each revoked host's credential of its epoch only (storage.revoked)."""
+        if epochs != self.epochs:
+            self.epochs = dict(epochs)
+            self._reload()
+
+    def _reload(self) -> None:
         self._write()
         proc = self.child.proc
         if proc is not None and proc.poll() is None:

@@ -33,6 +33,7 @@ class SeriesPath:
         self._url = url.rstrip("/") if url else None
         self.data_dir = data_dir
         self.fleet_token = fleet_token
+        self.epochs: dict[str, int] = {}  # revoked hosts: the credential epoch they write with
         self.gate_address, self.gate_port, self.tls = gate_address, gate_port, tls
         self.budget_s = budget_s
         self.gate: Gate | None = None
@@ -67,6 +68,7 @@ class SeriesPath:
             self.engine.start()
         self.gate = Gate(self.url, self.fleet_token, self.data_dir / "gate", address=self.gate_address,
                          port=self.gate_port, tls=self.tls)
+        self.gate.set_epochs(self.epochs)
         self.gate.allow(hosts)
         self.gate.start()
         self.series = Series(self.url, budget_s=self.budget_s, flushes=self.engine is not None)
@@ -78,6 +80,12 @@ class SeriesPath:
     def allow(self, hosts: Iterable[str]) -> None:
         if self.gate is not None:
             self.gate.allow(hosts)
+
+    def set_epochs(self, epochs: dict[str, int]) -> None:
+        """The credential epoch each revoked host writes with (storage.revoked)."""
+        self.epochs = dict(epochs)
+        if self.gate is not None:
+            self.gate.set_epochs(self.epochs)
 
     def check(self) -> None:
         """Does the engine answer, and the gate? Never raises: `down` says why not."""

@@ -140,6 +140,12 @@ class Storage(Protocol):
 
     def reject(self, host: str) -> bool: ...
 
+    def epochs(self) -> dict[str, int]:
+        """The epoch each revoked host's credential must carry (storage.revoked); others: 0."""
+
+    def revoke(self, host: str) -> int:
+        """Refuse the host's credential from now on; the epoch its new one carries."""
+
     def check(self, now_ns: int) -> None:
         """A real read and write (and, where the database has them, its own integrity checks);
         StorageError if any fails. The controller runs it every second."""

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from clockfabric.controller.storage import pending, qos, rows
+from clockfabric.controller.storage import pending, qos, revoked, rows
 from clockfabric.controller.storage.base import Alert, Audit, Event, FenceLost, Host, StorageError
 from clockfabric.controller.storage.batch import GroupCommit
 from clockfabric.errors import ClockfabricError
@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS audits (
     counts TEXT NOT NULL, report TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS audits_t ON audits (t_ns);
 CREATE TABLE IF NOT EXISTS health_check (name TEXT PRIMARY KEY, t_ns BIGINT NOT NULL);
-""" + qos.SCHEMA + pending.SCHEMA
+""" + qos.SCHEMA + pending.SCHEMA + revoked.SCHEMA
 # A table added to SCHEMA without changing what the others hold keeps SCHEMA_VERSION: opening an older
 # database creates what it lacks (each statement is IF NOT EXISTS), and an older clockfabric ignores it.
 # So with an index: one an older database lacks is built when it is opened.
@@ -66,7 +66,7 @@ class Push:
     events: list[Event]
 
 
-class SqlStorage(qos.QosPolicies, pending.PendingHosts, ABC):
+class SqlStorage(qos.QosPolicies, pending.PendingHosts, revoked.HostEpochs, ABC):
     """One connection, one lock (reads may have their own: `_read_lock`). Subclasses provide the hooks below."""
 
     def __init__(self) -> None:
