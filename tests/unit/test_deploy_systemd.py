@@ -131,6 +131,7 @@ def test_units_are_sandboxed(unit):
         assert d.get(key) == [value], f"{unit.name}: {key}"
     assert d["SystemCallFilter"][0] == "@system-service"
     assert "AF_INET" in d["RestrictAddressFamilies"][0].split()
+    assert d["SuccessExitStatus"] == ["130"], f"{unit.name}: a stop by SIGTERM exits 130, which is no failure"
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
