@@ -20,9 +20,9 @@ import resource
 import secrets
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,11 @@ import yaml
 
 from clockfabric.auth.credential import host_token
 from tests.conftest import run_cli
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"

@@ -9,7 +9,6 @@ quietly breaks."""
 from __future__ import annotations
 
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from clockfabric.auth.credential import host_token
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine, save
 from tests.conftest import run_cli
+from tests.ports import controller_port
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make certificates")
 
@@ -49,12 +49,6 @@ def make_ca(d: Path, name: str) -> tuple[Path, Path]:
 def trusting(ca: Path) -> ssl.SSLContext:
     """For the test's own reads (httpx 0.28 deprecates verify=<path>; the Pusher still takes one)."""
     return ssl.create_default_context(cafile=str(ca))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(proc: subprocess.Popen, url: str, ca: Path, log_file: Path, last: bool) -> bool:
@@ -93,7 +87,7 @@ def controller(tmp_path_factory):
     save(leafspine(2, 1, 1), topo_file)  # h1 is enrolled, not seen yet
     log_file = d / "controller.log"
     for attempt in range(3):  # a free port may be taken by another process before the controller binds it
-        port = free_port()
+        port = controller_port()
         argv = [sys.executable, "-m", "clockfabric.cli", "controller", "--listen", f"127.0.0.1:{port}",
                 "--db", str(d / "controller.db"), "--token-file", str(token_file), "--topology", str(topo_file),
                 "--tls-cert", str(cert), "--tls-key", str(key)]
@@ -178,7 +172,7 @@ def test_half_a_tls_configuration_is_refused_in_one_line(cli, tmp_path, given):
     token_file.write_text(TOKEN + "\n")
     pem = tmp_path / "some.pem"
     pem.write_text("not used\n")
-    proc = cli("controller", "--listen", f"127.0.0.1:{free_port()}", "--db", str(tmp_path / "c.db"),
+    proc = cli("controller", "--listen", f"127.0.0.1:{controller_port()}", "--db", str(tmp_path / "c.db"),
                "--token-file", str(token_file), given, str(pem), check=False)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -192,7 +186,7 @@ def test_a_certificate_that_does_not_load_is_refused_in_one_line(cli, tmp_path, 
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate\n")
     for cert, key in ((tmp_path / "missing.pem", junk), (junk, junk)):
-        proc = cli("controller", "--listen", f"127.0.0.1:{free_port()}", "--db", str(tmp_path / "c.db"),
+        proc = cli("controller", "--listen", f"127.0.0.1:{controller_port()}", "--db", str(tmp_path / "c.db"),
                    "--token-file", str(token_file), "--tls-cert", str(cert), "--tls-key", str(key), check=False)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
         (line,) = proc.stderr.strip().splitlines()

@@ -9,7 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,11 @@ import yaml
 
 from clockfabric.topology import load
 from tests.unit.cli_flags import unknown_options
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"

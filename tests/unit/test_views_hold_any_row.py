@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from clockfabric.bench import chromium
 from clockfabric.controller.schemas import AuditIn, EventIn, Push, detail_model
+from tests.ports import controller_port
 from tests.unit.credentials import as_host
 from tests.unit.schema_strategies import JSON, from_schema
 from tests.waiting import wait_for
@@ -60,7 +61,7 @@ def controller(tmp_path_factory):
     (folder / "token").write_text(TOKEN + "\n")
     (folder / "token").chmod(0o600)
     with httpx.Client() as probe:
-        port = _free_port()
+        port = controller_port()
         url = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen([sys.executable, "-m", "clockfabric.cli", "controller", "--db", str(folder / "c.db"),
                                  "--listen", f"127.0.0.1:{port}", "--token-file", str(folder / "token")],
@@ -119,13 +120,6 @@ def test_every_view_renders_whatever_rows_were_accepted(controller, browser, dra
               if e["level"] == "SEVERE" and "Failed to load resource" not in e["message"]]
     assert not errors, (errors, drawn_pushes, audits)
     assert accepted, "no push was accepted: the strategy draws nothing the views would show"
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _answers(client: httpx.Client, url: str) -> bool:

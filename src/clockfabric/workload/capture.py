@@ -126,10 +126,13 @@ class Capture:
 
     def drain(self) -> list[tuple[Packet, str, int]]:
         out = []
+        # frames the ring took before the last `only` passed the filter of their time: held to this one
+        ports = self.ports
         for ring in self.rings:
             for frame, pkttype, real_ns in ring.frames():
                 side = SIDES.get(pkttype)
-                if side is not None and (packet := parse_frame(frame, self.bits)) is not None:
+                if side is not None and (packet := parse_frame(frame, self.bits)) is not None and (
+                        ports is None or (packet.sport, packet.dport) in ports):
                     out.append((packet, side, real_ns))
         self.kept += len(out)
         return out
