@@ -12,18 +12,9 @@ from clockfabric.controller.fleet import MAX_HELD_NEIGHBOURS, Fleet
 from clockfabric.controller.storage import pending
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from tests.unit.credentials import as_host
+from tests.unit.test_controller_app import AUTH, TOKEN, Clock
 
-TOKEN = "t" * 32
 VIEWER = "v" * 32
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1_800_000_000 * 10**9
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture
