@@ -2,7 +2,8 @@
 (clock.timescale). Two cases: the reference's link saturated both ways before any agent
 starts; and four TCP streams from the reference, from the first second of the agents, through
 a 25 Mbit/s leaf-spine link of a 3-leaf, 2-spine lab. Every other host syncs within its bound,
-the quiet ones within 2 us, and the reference is named unsyncable and left out of the ensemble."""
+the quiet ones within 2 us, and the reference leaves the ensemble within 10 s; saturated, it is
+named unsyncable within 10 s of the agents starting."""
 
 import time
 
@@ -17,6 +18,7 @@ QUIET = ("h1", "h2", "h4")
 REF_RATE = "25mbit"  # as the benchmark's scenario R: a standing queue of ~100 ms each way
 QUIET_BOUND_NS = 2_000
 RUN_S, SETTLE_S = 40.0, 20.0
+NAMED_WITHIN_S = 10.0
 
 
 def start_flow(lab, src: str, dst: str, port: int, streams: int = 1) -> list:
@@ -61,10 +63,10 @@ def test_a_reference_saturated_before_the_agents_start_does_not_hold_the_fleet(m
         assert errors[h]["samples"] > 50, errors[h]
         assert errors[h]["max_ns"] <= QUIET_BOUND_NS, errors[h]
     assert REF in sampler.named and not reference_synced, (sampler.named, reference_synced)
+    assert sampler.named[REF][0] <= NAMED_WITHIN_S, sampler.named[REF]  # seconds since the agents started
 
 
 USER_QUIET = ("h1", "h2", "h3", "h4")  # h0 sends, h5 receives; leaves h0-h1, h2-h3, h4-h5
-NAMED_WITHIN_S = 10.0
 
 
 def test_a_reference_loaded_from_the_first_second_leaves_the_ensemble_and_bends_no_one(make_lab):
@@ -97,11 +99,14 @@ def test_a_reference_loaded_from_the_first_second_leaves_the_ensemble_and_bends_
     print(f"\nreference {REF} loaded from {load_at:.1f} s: coverage {per_host}; |error| {errors}; "
           f"named {sampler.named}; converged {sampler.converged_s}; frame {frame}")
 
-    # software send stamps are taken past the sender's own queue, so whether the reference's
-    # probes see a queue depends on which spine ECMP gives its paths: named or not, it bends
-    # no one; named, it is named soon and out of the ensemble
-    assert frame is not None and (named is None or REF not in frame["members"]), (frame, named)
-    assert named is None or named[0] - load_at <= NAMED_WITHIN_S, (named, load_at)
+    # software send stamps are taken past the sender's own queue, so how much queue the
+    # reference's probes see depends on which spine ECMP gives its paths: from a few us, enough
+    # to leave the ensemble, to every path queued. Named or not, it bends no one, and it leaves
+    # global time's ensemble soon and stays out
+    left_at = None  # the start of the run's last stretch of frames without the reference
+    for t, members in sampler.frames:
+        left_at = None if REF in members else t if left_at is None else left_at
+    assert left_at is not None and left_at - load_at <= NAMED_WITHIN_S, (frame, load_at, named)
     for h in USER_QUIET:
         assert errors[h]["samples"] > 50, errors[h]
         assert errors[h]["p99_ns"] <= QUIET_BOUND_NS, (h, errors[h])

@@ -38,12 +38,17 @@ def survivor(url: str, rank: int, ready, go, out) -> None:
     board = control.Board.open(url)
     group.form(board.group_store(1), rank, WORLD)
     peers = {f"127.0.0.{r + 1}" for r in range(WORLD) if r != rank}
+    # as the heartbeat's fence: under the lock, and only while this process is in the old group,
+    # so a fence that runs late never shuts the next generation's sockets
+    lock, in_old_group = threading.Lock(), [True]
 
     def fence() -> None:
         beats = board.again()  # the heartbeat's own connection
         while not beats.superseded(1):
             time.sleep(0.02)
-        shut_sockets_to(peers)
+        with lock:
+            if in_old_group[0]:
+                shut_sockets_to(peers)
 
     threading.Thread(target=fence, daemon=True).start()
     ready.put(rank)
@@ -56,6 +61,8 @@ def survivor(url: str, rank: int, ready, go, out) -> None:
         shut_sockets_to(peers)
         out.put((rank, type(e).__name__, time.time(), str(e)[:200]))
     began = time.monotonic()
+    with lock:
+        in_old_group[0] = False
     group.leave()  # the abandoned operations still run: leaving must not wait for them
     group.form(board.group_store(2), rank, WORLD - 1)  # the next generation, here without a spare
     blob = group.broadcast_bytes(b"next" if rank == 0 else None, 0)
