@@ -202,3 +202,18 @@ def test_the_lab_judges_errors_against_the_ensemble_the_solver_names(weights):
     assert errors["h1"] == pytest.approx(-100 * weights[1], abs=1)
     assert errors["h2"] == pytest.approx(100 * weights[0], abs=1)
     assert frame_of({"h0": {}}, "h0") == Frame.single("h0", 0)  # no frame named: the reference's clock
+
+
+@pytest.mark.parametrize("fault", ["stepped 50 ms", "at 500 ppm"])
+def test_a_member_whose_clock_steps_or_runs_away_is_out_of_global_time_at_once(fault):
+    shares = {"h1": 0.2, "h2": 0.3, "h3": 0.25, "h4": 0.25}
+    frame = Frame(EPOCH, tuple((h, s, 1_000.0 * k, 0.0) for k, (h, s) in enumerate(shares.items())))
+    # one second on, each member reads global time through the frame 0-120 ns apart
+    later = {h: EPOCH + 10**9 + 1_000 * k + 40 * k for k, h in enumerate(shares)}
+    clean = frame.global_ns(later)
+    assert clean == EPOCH + 10**9 + round(sum(shares[h] * 40 * k for k, h in enumerate(shares)))
+    faulted = dict(later, h2=later["h2"] + (50_000_000 if fault == "stepped 50 ms" else 500_000))
+    rest = {h: s for h, s in shares.items() if h != "h2"}
+    ahead = sum(rest[h] * 40 * k for k, h in enumerate(shares) if h in rest) / sum(rest.values())
+    others = EPOCH + 10**9 + round(ahead)
+    assert frame.global_ns(faulted) == others  # the weighted mean would have moved by 0.3 of the fault

@@ -1,7 +1,10 @@
 """Global time: an ensemble of the fleet's well-placed clocks, as TAI is of many clocks.
 
 At a solve's epoch t0, global time is the weighted mean of its members' clocks, each read
-through its own mapping: g = sum_i w_i M_i(c_i). Members are the hosts whose paths are pure
+through its own mapping: g = sum_i w_i M_i(c_i), over the members whose reading is near the
+median of the readings (within VOTE_NS, or 4 spreads), as the solve's vote counts them. So a
+member whose clock steps, or runs away, between two solves is out of global time from that
+moment, not at the next solve: no one member can bend it. Members are the hosts whose paths are pure
 (their typical band no wider than the fleet's, by MEMBER_SLACK_NS), not named unsyncable, with
 a sane rate; a member weighs 1 / its typical band squared, no member above MAX_SHARE.
 
@@ -62,10 +65,11 @@ class Frame:
         return {h: w for h, w, _, _ in self.members}
 
     def global_ns(self, local_ns: dict[str, int]) -> int:
-        """Global time when each member's clock reads local_ns[member]."""
-        ahead = sum(w * (Mapping(self.t0_ns, x, y, 0.0).global_ns(local_ns[h]) - self.t0_ns)
-                    for h, w, x, y in self.members)
-        return self.t0_ns + round(ahead)
+        """Global time when each member's clock reads local_ns[member]: the weighted mean of
+        the members' readings near their median."""
+        ahead = np.array([Mapping(self.t0_ns, x, y, 0.0).global_ns(local_ns[h]) - self.t0_ns
+                          for h, _, x, y in self.members], dtype=float)
+        return self.t0_ns + round(robust_mean(ahead, np.array([w for _, w, _, _ in self.members]), VOTE_NS))
 
     def as_dict(self) -> dict:
         return {"kind": "ensemble", "anchor": self.anchor, "t0_ns": self.t0_ns,
@@ -178,17 +182,20 @@ def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], las
     return out, frame
 
 
+def robust_mean(values: np.ndarray, weights: np.ndarray, floor: float) -> float:
+    """The weighted mean of the values near their median: within floor of it, or 4 spreads
+    (the median absolute deviation, scaled as a standard deviation)."""
+    mid = float(np.median(values))
+    spread = 1.4826 * float(np.median(np.abs(values - mid)))
+    near = np.abs(values - mid) <= max(floor, 4 * spread)
+    return float(np.sum(weights[near] * values[near]) / np.sum(weights[near]))
+
+
 def _vote(votes: dict[str, tuple[float, float]], weights: dict[str, float]) -> tuple[float, float]:
     """The weighted mean of the votes for X and for Y, each over the votes near their median."""
-    out = []
-    for k, floor in ((0, VOTE_NS), (1, VOTE_DRIFT)):
-        v = np.array([votes[h][k] for h in votes])
-        w = np.array([weights[h] for h in votes])
-        mid = float(np.median(v))
-        spread = 1.4826 * float(np.median(np.abs(v - mid)))
-        near = np.abs(v - mid) <= max(floor, 4 * spread)
-        out.append(float(np.sum(w[near] * v[near]) / np.sum(w[near])))
-    return out[0], out[1]
+    w = np.array([weights[h] for h in votes])
+    return (robust_mean(np.array([votes[h][0] for h in votes]), w, VOTE_NS),
+            robust_mean(np.array([votes[h][1] for h in votes]), w, VOTE_DRIFT))
 
 
 def _steer(sol: Solution, index: dict[str, int], utc: tuple[str, float, float], big_x: float, big_y: float,
