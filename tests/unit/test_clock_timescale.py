@@ -217,3 +217,20 @@ def test_a_member_whose_clock_steps_or_runs_away_is_out_of_global_time_at_once(f
     ahead = sum(rest[h] * 40 * k for k, h in enumerate(shares) if h in rest) / sum(rest.values())
     others = EPOCH + 10**9 + round(ahead)
     assert frame.global_ns(faulted) == others  # the weighted mean would have moved by 0.3 of the fault
+
+
+def test_a_member_outvoted_leaves_the_frame_at_once_and_rejoins_after_probation():
+    fleet = Fleet()
+    for k in range(5):
+        fleet.round(float(k))
+    assert "h03" in fleet.solver.frame.shares()
+    fleet.clocks["h03"] = replace(fleet.clocks["h03"], offset_ns=fleet.clocks["h03"].offset_ns + 1e6)
+    fleet.round(5.0)
+    assert "h03" not in fleet.solver.frame.shares()  # the solve that saw the step, not the next
+    out = []
+    for k in range(6, 20):
+        fleet.round(float(k))
+        if "h03" not in fleet.solver.frame.shares():
+            out.append(k)
+    assert out == list(range(6, 15)), out  # clean again, it waits out its probation (10 s) and rejoins
+    assert max(fleet.moves()) <= MOVE_NS

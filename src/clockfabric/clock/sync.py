@@ -355,6 +355,7 @@ class Solver:
         shares = members(raw, self.index, bands, {h for h in bands if now - self.dirty.get(h, -1e18) >= PROBATION_S})
         sol, self.frame = ensemble(raw, self.index, shares, self.last, self.reference, self._utc(t0_ns, now),
                                    self.last.t0_ns if self.last is not None else None)
+        self.dirty |= {h: now for h in set(shares) - set(self.frame.shares())}  # outvoted: on probation
         self.last = sol
         synced = sol.synced()
         cut_off = "cut off from global time's ensemble"

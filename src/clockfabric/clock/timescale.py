@@ -166,7 +166,11 @@ def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], las
         dt = sol.t0_ns - last.t0_ns
         votes = {h: ((last.offset_ns[i] + last.drift[i] * dt - x[i]) / (1 + y[i]), (1 + last.drift[i]) / (1 + y[i]) - 1)
                  for h in voters for i in [index[h]]}
-        big_x, big_y = _vote(votes, voters)
+        big_x, big_y, outvoted = _vote(votes, voters)
+        # a member whose vote stands out (its clock stepped or ran away, a queue bent it) leaves
+        # the ensemble now: the solver holds it out on probation (sync.PROBATION_S)
+        if kept := {h: s for h, s in shares.items() if h not in outvoted}:
+            shares = _capped(kept)
     else:  # a fresh start: on the reference if it is a member, else on the members' mean
         start = {reference: 1.0} if reference in shares else shares
         total = sum(start.values())
@@ -182,20 +186,29 @@ def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], las
     return out, frame
 
 
-def robust_mean(values: np.ndarray, weights: np.ndarray, floor: float) -> float:
-    """The weighted mean of the values near their median: within floor of it, or 4 spreads
-    (the median absolute deviation, scaled as a standard deviation)."""
+def near_median(values: np.ndarray, floor: float) -> np.ndarray:
+    """Which values are near their median: within floor of it, or 4 spreads (the median
+    absolute deviation, scaled as a standard deviation)."""
     mid = float(np.median(values))
     spread = 1.4826 * float(np.median(np.abs(values - mid)))
-    near = np.abs(values - mid) <= max(floor, 4 * spread)
+    return np.abs(values - mid) <= max(floor, 4 * spread)
+
+
+def robust_mean(values: np.ndarray, weights: np.ndarray, floor: float) -> float:
+    """The weighted mean of the values near their median."""
+    near = near_median(values, floor)
     return float(np.sum(weights[near] * values[near]) / np.sum(weights[near]))
 
 
-def _vote(votes: dict[str, tuple[float, float]], weights: dict[str, float]) -> tuple[float, float]:
-    """The weighted mean of the votes for X and for Y, each over the votes near their median."""
-    w = np.array([weights[h] for h in votes])
-    return (robust_mean(np.array([votes[h][0] for h in votes]), w, VOTE_NS),
-            robust_mean(np.array([votes[h][1] for h in votes]), w, VOTE_DRIFT))
+def _vote(votes: dict[str, tuple[float, float]], weights: dict[str, float]) -> tuple[float, float, set[str]]:
+    """The weighted mean of the votes for X and for Y, each over the votes near their median;
+    and the voters left out of either."""
+    hosts = list(votes)
+    w = np.array([weights[h] for h in hosts])
+    x, y = (np.array([votes[h][k] for h in hosts]) for k in (0, 1))
+    near_x, near_y = near_median(x, VOTE_NS), near_median(y, VOTE_DRIFT)
+    out = {h for h, near in zip(hosts, near_x & near_y, strict=True) if not near}
+    return robust_mean(x, w, VOTE_NS), robust_mean(y, w, VOTE_DRIFT), out
 
 
 def _steer(sol: Solution, index: dict[str, int], utc: tuple[str, float, float], big_x: float, big_y: float,
