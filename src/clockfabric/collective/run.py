@@ -39,6 +39,7 @@ from clockfabric.collective.results import (
     job_time_us,
 )
 from clockfabric.collective.sizes import format_size
+from clockfabric.collective.wire import PEER_CLOSED
 from clockfabric.errors import ClockfabricError
 from clockfabric.hosts import Fleet, Proc, stop
 from clockfabric.topology import Port, interfaces
@@ -275,11 +276,17 @@ def _watch(procs: list[Proc], hosts: list[str], events: queue.Queue, stderr: lis
         if p.poll() not in (None, 0) and all(r != f for f, _ in failures):
             failures.append((r, _exit_reason(p.poll(), stderr[r])))
     if failures:
-        rank, why = failures[0]
+        rank, why = lead_with_a_cause(failures)[0]
         others = sorted({hosts[r] for r, _ in failures[1:]} - {hosts[rank]})
         also = f" (also failed: {', '.join(others)})" if others else ""
         raise ClockfabricError(f"{what} on {fleet} failed on {hosts[rank]} (rank {rank}): {why}{also}")
     return records
+
+
+def lead_with_a_cause(failures: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The ranks' failures, those whose peer closed on them last: each is the echo of that
+    peer's own failure (a rank that could not connect exits, and its peers read the close)."""
+    return sorted(failures, key=lambda f: PEER_CLOSED in f[1] or "Connection reset by peer" in f[1])
 
 
 def _open(gate: threading.Barrier, procs: list[Proc], timeout_s: float, what: str, to: str) -> None:

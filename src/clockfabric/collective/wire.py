@@ -21,6 +21,9 @@ class Idle(Exception):
     """A kernel timeout with nothing owed: not a failure, just quiet."""
 
 
+PEER_CLOSED = "the peer closed the connection"
+
+
 class PeerClosed(ConnectionResetError):
     """The peer closed its end cleanly (end of stream), as it does once it has all it expected."""
 
@@ -37,7 +40,7 @@ def recv_into(sock: socket.socket, view: memoryview, idle_ok: Callable[[], bool]
                 raise Idle from None
             raise
         if got == 0:
-            raise PeerClosed(errno.ECONNRESET, "the peer closed the connection")
+            raise PeerClosed(errno.ECONNRESET, PEER_CLOSED)
         off += got
         if progress:
             progress()
