@@ -276,17 +276,18 @@ def _watch(procs: list[Proc], hosts: list[str], events: queue.Queue, stderr: lis
         if p.poll() not in (None, 0) and all(r != f for f, _ in failures):
             failures.append((r, _exit_reason(p.poll(), stderr[r])))
     if failures:
-        rank, why = lead_with_a_cause(failures)[0]
-        others = sorted({hosts[r] for r, _ in failures[1:]} - {hosts[rank]})
-        also = f" (also failed: {', '.join(others)})" if others else ""
-        raise ClockfabricError(f"{what} on {fleet} failed on {hosts[rank]} (rank {rank}): {why}{also}")
+        raise ClockfabricError(f"{what} on {fleet} failed on {headline(failures, hosts)}")
     return records
 
 
-def lead_with_a_cause(failures: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """The ranks' failures, those whose peer closed on them last: each is the echo of that
-    peer's own failure (a rank that could not connect exits, and its peers read the close)."""
-    return sorted(failures, key=lambda f: PEER_CLOSED in f[1] or "Connection reset by peer" in f[1])
+def headline(failures: list[tuple[int, str]], hosts: list[str]) -> str:
+    """The ranks' failures in one line, led by a cause: a rank whose peer closed on it comes
+    last, since that is the echo of the peer's own failure (a rank that could not connect
+    exits, and its peers read the close)."""
+    ordered = sorted(failures, key=lambda f: PEER_CLOSED in f[1] or "Connection reset by peer" in f[1])
+    rank, why = ordered[0]
+    others = sorted({hosts[r] for r, _ in failures} - {hosts[rank]})
+    return f"{hosts[rank]} (rank {rank}): {why}" + (f" (also failed: {', '.join(others)})" if others else "")
 
 
 def _open(gate: threading.Barrier, procs: list[Proc], timeout_s: float, what: str, to: str) -> None:
