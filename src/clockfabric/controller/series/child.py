@@ -4,6 +4,7 @@ started again by a watchdog if it exits; stopped by its pid."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import shutil
 import signal
@@ -21,6 +22,14 @@ from clockfabric.errors import ClockfabricError
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 10.0
 PORT_ATTEMPTS = 3  # starts on a port chosen here, each on a new one where another took it first
+
+
+@functools.cache
+def probe() -> httpx.Client:
+    """One client for every probe of our own children, kept alive: a client made per probe costs
+    more than the probe (its TLS context, about 10 ms), once a second per child. Their
+    certificates are ours, not what a probe checks."""
+    return httpx.Client(timeout=1.0, verify=False)
 
 
 def free_port(address: str = "127.0.0.1") -> int:
@@ -100,7 +109,7 @@ class Child:
     def healthy(self) -> bool:
         try:
             # a liveness probe of our own child: its certificate is ours, not what is checked here
-            return httpx.get(self.url + "/health", timeout=1.0, verify=False).status_code == 200
+            return probe().get(self.url + "/health", timeout=1.0).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -11,8 +11,9 @@ from clockfabric.controller.series.read import Series
 from clockfabric.controller.series.sample import Sample
 
 # what the detectors read (detectors/*.py's on_samples, detector_set's LLDP neighbours): link states,
-# LLDP neighbours, probe delays, job flows' readings
-DETECTOR_SAMPLES = ("link_up", "lldp_neighbour", "owd_floor_ns", "owd_min_ns", "owd_p50_ns", "owd_p99_ns",
+# LLDP neighbours, probe delays (floor and p50, min where congestion is set to it; no detector reads
+# p99, a quarter of every host's series), job flows' readings
+DETECTOR_SAMPLES = ("link_up", "lldp_neighbour", "owd_floor_ns", "owd_min_ns", "owd_p50_ns",
                     "job_flow_tx_bps", "job_flow_rtt_us", "job_flow_owd_out_p50_ns", "job_flow_owd_out_fallback")
 OVERLAP_NS = 5 * 10**9
 FIRST_NS = 300 * 10**9  # the first read: the recent past, as a restarted controller replays its events

@@ -5,36 +5,45 @@ token it pushes events with) and whose one route, the import path, carries
 `extra_label=host=NAME`: the engine sets that label on every line, over any `host` the body or
 the query string gives (vmauth 1.79 keeps url_prefix's query args and the engine applies them
 last). No other path is routed, so a host can neither read nor delete series through it.
-Hosts enrolled later are added by rewriting the file and sending vmauth SIGHUP.
+Hosts enrolled later are added by rewriting the file and sending vmauth SIGHUP: from a thread of
+its own, at once but at most once per COALESCE_S, so a fleet that enrols together (10,000 agents in their first
+push) costs a few rewrites, not one per host.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import secrets
 import signal
+import threading
+import time
 from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
-
-import yaml
 
 from clockfabric.auth.credential import host_token
 from clockfabric.controller.series.child import Child, binary
 
 IMPORT_PATH = "/api/v1/import/prometheus"
+COALESCE_S = 0.2  # enrolments that come within this ride one rewrite
+
+_credential = lru_cache(maxsize=200_000)(host_token)
 
 
 def config(engine_url: str, fleet_token: str, hosts: Iterable[str], epochs: dict[str, int] | None = None) -> str:
     """vmauth's -auth.config for these hosts, each with its credential of its epoch (0 if not named)."""
     epochs = epochs or {}
-    users = [{"bearer_token": host_token(fleet_token, h, epochs.get(h, 0)),
+    users = [{"bearer_token": _credential(fleet_token, h, epochs.get(h, 0)),
               "url_map": [{"src_paths": [IMPORT_PATH],
                            "url_prefix": f"{engine_url.rstrip('/')}/?extra_label={quote(f'host={h}', safe='=')}"}]}
              for h in sorted(set(hosts))]
     # vmauth refuses a file with no users: one nobody holds keeps an empty fleet's gate up
     users.append({"bearer_token": secrets.token_hex(32), "url_prefix": f"{engine_url.rstrip('/')}/health"})
-    return yaml.safe_dump({"users": users}, sort_keys=False)
+    # JSON is YAML, and written ten times faster than PyYAML writes it
+    return json.dumps({"users": users}, indent=0)
 
 
 class Gate:
@@ -48,6 +57,10 @@ class Gate:
         self.path = work_dir / "vmauth.yml"
         self.hosts: set[str] = set()
         self.epochs: dict[str, int] = {}
+        self._lock = threading.Lock()  # hosts and epochs against the rewriting thread
+        self._due = threading.Event()  # a change waits to be written
+        self._stop = threading.Event()
+        self._reloader: threading.Thread | None = None
         self._write()
         exe = binary("vmauth")
         tls_args = ["-tls", f"-tlsCertFile={tls[0]}", f"-tlsKeyFile={tls[1]}"] if tls else []
@@ -63,35 +76,59 @@ class Gate:
         return self.child.url
 
     def _write(self) -> None:
+        with self._lock:
+            text = config(self.engine_url, self.fleet_token, self.hosts, self.epochs)
         tmp = self.path.with_suffix(".tmp")
         tmp.unlink(missing_ok=True)
         # every host's credential is in it: its owner's alone, whatever the umask
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-            f.write(config(self.engine_url, self.fleet_token, self.hosts, self.epochs))
+            f.write(text)
         tmp.replace(self.path)  # vmauth never reads half a file
 
     def allow(self, hosts: Iterable[str]) -> None:
-        """Let these hosts write too (a no-op for those already let)."""
-        new = set(hosts) - self.hosts
-        if not new:
-            return
-        self.hosts |= new
-        self._reload()
+        """Let these hosts write too (a no-op for those already let), within about COALESCE_S."""
+        with self._lock:
+            new = set(hosts) - self.hosts
+            self.hosts |= new
+        if new:
+            self._changed()
 
     def set_epochs(self, epochs: dict[str, int]) -> None:
-        """Take each revoked host's credential of its epoch only (storage.revoked)."""
-        if epochs != self.epochs:
+        """Take each revoked host's credential of its epoch only (storage.revoked), within about COALESCE_S."""
+        with self._lock:
+            changed = epochs != self.epochs
             self.epochs = dict(epochs)
-            self._reload()
+        if changed:
+            self._changed()
 
-    def _reload(self) -> None:
-        self._write()
-        proc = self.child.proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGHUP)
+    def _changed(self) -> None:
+        if self._reloader is None:  # not started: vmauth reads the file when it starts
+            self._write()
+        else:
+            self._due.set()
+
+    def _reload_loop(self) -> None:
+        last = -math.inf
+        while self._due.wait() and not self._stop.is_set():
+            self._stop.wait(last + COALESCE_S - time.monotonic())  # at once, unless it just rewrote
+            self._due.clear()
+            last = time.monotonic()
+            self._write()
+            proc = self.child.proc
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGHUP)
 
     def start(self) -> None:
+        self._write()
         self.child.start()
+        self._stop.clear()
+        self._reloader = threading.Thread(target=self._reload_loop, name="gate-reload", daemon=True)
+        self._reloader.start()
 
     def stop(self) -> None:
+        if self._reloader is not None:
+            self._stop.set()
+            self._due.set()
+            self._reloader.join(timeout=5)
+            self._reloader = None
         self.child.stop()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from clockfabric.controller.series.child import Child
+from clockfabric.controller.series.child import Child, probe
 from clockfabric.controller.series.engine import RETENTION, engine
 from clockfabric.controller.series.gate import Gate
 from clockfabric.controller.series.read import BUDGET_S, Series
@@ -94,7 +94,7 @@ class SeriesPath:
             if url is None:
                 continue
             try:
-                r = httpx.get(url + "/health", timeout=min(1.0, self.budget_s), verify=False)  # our own gate
+                r = probe().get(url + "/health", timeout=min(1.0, self.budget_s))
                 if r.status_code != 200:
                     why = f"{part} {url} answers HTTP {r.status_code}"
             except httpx.HTTPError as e:
@@ -123,7 +123,7 @@ class SeriesPath:
         """Why the engine takes no writes though it answers: its disk is full (below its
         -storage.minFreeDiskSpaceBytes it turns read-only and refuses every import with 503)."""
         try:
-            r = httpx.get(self.url + "/metrics", timeout=min(1.0, self.budget_s))
+            r = probe().get(self.url + "/metrics", timeout=min(1.0, self.budget_s))
         except httpx.HTTPError:
             return None  # an engine that answers /health but not /metrics (a cluster's vmselect): no word
         if READ_ONLY.search(r.text):
