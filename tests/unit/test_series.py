@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from clockfabric.auth.credential import host_token
-from clockfabric.controller.series.gate import IMPORT_PATH, Gate
+from clockfabric.controller.series.gate import COALESCE_S, IMPORT_PATH, Gate
 from clockfabric.controller.series.read import Series, SeriesError
 from clockfabric.serieswire import body, line
 from tests.series import until
@@ -88,6 +88,20 @@ def test_the_gate_refuses_a_wrong_credential_and_every_other_path(gate):
 def test_a_host_enrolled_later_is_let_in(gate):
     gate.allow(["h4"])
     until(lambda: push(gate, "h4", "clockfabric_later 1\n").status_code == 204)
+
+
+def test_a_fleet_enrolling_together_costs_a_few_rewrites_and_every_host_gets_in(gate):
+    """One host at a time, as pushes enrol them: the gate's thread rewrites at most once per
+    COALESCE_S, not once per host, and every host is let in."""
+    before, t0 = gate.rewrites, time.monotonic()
+    names = [f"burst{i:04d}" for i in range(2000)]
+    for name in names:
+        gate.allow([name])
+    until(lambda: host_token(FLEET, names[-1]) in gate.path.read_text())
+    assert gate.rewrites - before <= 2 + (time.monotonic() - t0) / COALESCE_S
+    text = gate.path.read_text()
+    assert all(host_token(FLEET, n) in text for n in names)
+    until(lambda: push(gate, "burst0007", "clockfabric_burst 1\n").status_code == 204)
 
 
 def test_a_revoked_hosts_old_credential_is_refused_at_the_gate_and_the_others_write_on(gate):

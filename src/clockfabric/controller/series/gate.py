@@ -61,6 +61,7 @@ class Gate:
         self._due = threading.Event()  # a change waits to be written
         self._stop = threading.Event()
         self._reloader: threading.Thread | None = None
+        self.rewrites = 0  # the file written, each time: what enrolment cost
         self._write()
         exe = binary("vmauth")
         tls_args = ["-tls", f"-tlsCertFile={tls[0]}", f"-tlsKeyFile={tls[1]}"] if tls else []
@@ -84,6 +85,7 @@ class Gate:
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             f.write(text)
         tmp.replace(self.path)  # vmauth never reads half a file
+        self.rewrites += 1
 
     def allow(self, hosts: Iterable[str]) -> None:
         """Let these hosts write too (a no-op for those already let), within about COALESCE_S."""
