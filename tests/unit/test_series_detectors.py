@@ -9,6 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from clockfabric.controller.app import create_app
+from clockfabric.controller.config import parse_config
+from clockfabric.controller.detectors import DetectorSet
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.series.feed import SampleFeed
@@ -123,3 +125,14 @@ def test_fresh_makes_a_new_series_searchable_at_once(tmp_path):
         reader.fresh()
         got = reader.samples(("job_flow_tx_bps",), since_ns=now - 10**9, until_ns=now + 10**9)
         assert [(s.host, s.value, s.labels["jobid"]) for s in got] == [("h6", 9e7, "B")]
+
+
+def test_the_feed_reads_what_the_detectors_that_are_on_use():
+    """No detector reads owd_p99_ns: a quarter of every host's series stays unread. Congestion set
+    to `min` reads owd_min_ns, and a detector that is off has its names left unread."""
+    default = DetectorSet().reads()
+    assert {"link_up", "lldp_neighbour", "owd_floor_ns", "owd_p50_ns", "job_flow_tx_bps", "job_flow_rtt_us",
+            "job_flow_owd_out_p50_ns", "job_flow_owd_out_fallback"} == set(default)
+    assert "owd_min_ns" in DetectorSet(parse_config({"congestion": {"stat": "min"}})).reads()
+    off = DetectorSet(parse_config({"link_down": {"enabled": False}})).reads()
+    assert "link_up" not in off and "owd_p50_ns" in off

@@ -65,8 +65,9 @@ class Monitor:
         where the detectors read their samples."""
         cfg = config or parse_config({})
         client = AlertmanagerClient(list(alertmanagers), generator_url=generator_url) if alertmanagers else None
-        monitor = cls(DetectorSet(cfg, topology), AlertManager(storage, alertmanager=client), topology,
-                      SampleFeed(series) if series is not None else None)
+        detectors = DetectorSet(cfg, topology)
+        monitor = cls(detectors, AlertManager(storage, alertmanager=client), topology,
+                      SampleFeed(series, detectors.reads()) if series is not None else None)
         monitor.replay(storage)
         return monitor
 

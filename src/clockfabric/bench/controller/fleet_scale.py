@@ -49,7 +49,8 @@ from clockfabric.bench import harness
 from clockfabric.bench.controller.scale import TOKEN, Replicas
 from clockfabric.bench.controller.scale_load import EVENT_EVERY, PATHS, PEERS, samples
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.controller.series.feed import DETECTOR_SAMPLES, OVERLAP_NS, SampleFeed
+from clockfabric.controller.detectors import DetectorSet
+from clockfabric.controller.series.feed import OVERLAP_NS, SampleFeed
 from clockfabric.controller.series.gate import IMPORT_PATH
 from clockfabric.controller.series.read import Series, SeriesError
 from clockfabric.lab import process
@@ -277,9 +278,12 @@ def step(ctl: Controller, series: Series, agents: list[Agent], seconds: float) -
             lat.append(math.inf)
             continue
         lat.append(time.perf_counter() - q0)
-    feed_s, fed = _timed(lambda: len(SampleFeed(series, since_ns=t_end - TICK_NS).new(t_end)))
+    names = DetectorSet().reads()  # what a controller's detectors read, as configured by default
+    feed = SampleFeed(series, names, since_ns=t_end - 2 * TICK_NS)
+    _timed(lambda: feed.new(t_end - TICK_NS))  # the tick before: what it fed, the timed one skips
+    feed_s, fed = _timed(lambda: len(feed.new(t_end)))
     by_name_s, _ = _timed(lambda: [series.latest(name, since_ns=t_end - TICK_NS - OVERLAP_NS, now_ns=t_end)
-                                   for name in DETECTOR_SAMPLES])
+                                   for name in names])
     push_lat = sorted(pushed.latencies_s) or [math.inf]
     return {"hosts": hosts, "seconds": round(steady["wall"], 1), "samples_sent": sent, "samples_acked": acked,
             "samples_ingested": ingested, "samples_dropped": acked - ingested,

@@ -63,6 +63,10 @@ class Detector(ABC, Generic[C]):
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:  # noqa: B027 - optional
         """Samples agents pushed (OWD by path, link state, LLDP neighbours, job flows)."""
 
+    def reads(self) -> frozenset[str]:
+        """The sample names on_samples uses: what the controller reads from the engine each tick for it."""
+        return frozenset()
+
     def on_neighbours(self, host: str, nic: str, seen: str | None, now_ns: int) -> None:  # noqa: B027 - optional
         """The neighbour LLDP heard on `host`'s `nic` (None: none)."""
 

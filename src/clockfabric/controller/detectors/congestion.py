@@ -69,6 +69,9 @@ class Congestion(Detector[CongestionConfig]):
         kept = {} if src is None else {k: v for k, v in self.hops.items() if k[0] != src}
         self.hops = kept | {(*key,): orient(self.links, key[0], list(names)) for key, names in mapping.items()}
 
+    def reads(self) -> frozenset[str]:
+        return frozenset({"owd_floor_ns", f"owd_{self.config.stat}_ns"})
+
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         samples = list(samples)
         for s in samples:  # floors first: a report's floor may come after its p50 in the batch

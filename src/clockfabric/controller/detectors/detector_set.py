@@ -50,6 +50,10 @@ class DetectorSet:
         for d in self.detectors.values():
             d.on_events(events, now_ns)
 
+    def reads(self) -> tuple[str, ...]:
+        """Every sample name a detector that is on uses, and the LLDP neighbours (on_neighbours)."""
+        return tuple(sorted({"lldp_neighbour"}.union(*(d.reads() for d in self.detectors.values()))))
+
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         """OWD samples by path, link state samples (their windows are the samples' own times), LLDP neighbours."""
         samples = list(samples)

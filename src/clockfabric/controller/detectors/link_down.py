@@ -42,6 +42,9 @@ class LinkDown(Detector[LinkDownConfig]):
             if e.kind in UPNESS and e.device:
                 self._report(Port(e.host, e.device), e.t_ns, UPNESS[e.kind])
 
+    def reads(self) -> frozenset[str]:
+        return frozenset({"link_up"})
+
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         for s in samples:
             if s.name == "link_up" and s.labels.get("device"):

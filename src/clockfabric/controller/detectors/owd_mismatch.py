@@ -72,6 +72,9 @@ class OwdMismatch(Detector[OwdMismatchConfig]):
         self.streaks: dict[FlowId, Streak] = {}
         self.last: dict[FlowId, Judged] = {}  # the latest mismatched judgement: the alert's figures
 
+    def reads(self) -> frozenset[str]:
+        return frozenset({*PROBE_STATS, f"job_flow_{INBAND}", f"job_flow_{FALLBACK}"})
+
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         for s in samples:
             if s.name in PROBE_STATS and (key := owd_path(s)):

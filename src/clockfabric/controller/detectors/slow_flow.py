@@ -40,6 +40,9 @@ class SlowFlow(Detector[SlowFlowConfig]):
         self.streaks: dict[FlowId, Streak] = {}
         self.why: dict[FlowId, list[str]] = {}
 
+    def reads(self) -> frozenset[str]:
+        return frozenset({*(f"job_flow_{stat}" for stat in READINGS), f"job_flow_{FALLBACK}"})
+
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         for s in samples:
             stat = s.name.removeprefix("job_flow_")

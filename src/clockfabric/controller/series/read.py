@@ -13,7 +13,9 @@ import json
 import math
 import re
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import httpx
 
@@ -27,6 +29,16 @@ FLUSH_EVERY_S = 1.0  # `fresh()`'s flushes at most this often, however many ask
 
 
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
+class Exported(NamedTuple):
+    """One series of an export: its samples' times (ms) and values, oldest first."""
+
+    name: str
+    host: str
+    labels: dict[str, str]  # as the engine writes them: sorted by name
+    timestamps_ms: list[int]
+    values: list[float]
 
 
 class SeriesError(Exception):
@@ -158,21 +170,25 @@ class Series:
     def samples(self, names: tuple[str, ...], *, since_ns: int, until_ns: int) -> list[Sample]:
         """Every sample of `names` stamped from since_ns to until_ns, as written: one export for
         all names, so no sample between two reads is lost to a step or to "latest"."""
+        return [Sample(s.host, t_ms * 1_000_000, s.name, float(v), s.labels)
+                for s in self.export(names, since_ns=since_ns, until_ns=until_ns)
+                for t_ms, v in zip(s.timestamps_ms, s.values, strict=True)]
+
+    def export(self, names: tuple[str, ...], *, since_ns: int, until_ns: int) -> Iterator[Exported]:
+        """`samples`, a series at a time as the engine exports it: a reader that wants few of
+        the samples (the detectors' feed, which has fed most of them) builds only those."""
         if not names:
-            return []
+            return
         pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
         params = {"match[]": f'{{__name__=~"{pattern}"}}', "start": f"{since_ns / 1e9:.3f}",
                   "end": f"{until_ns / 1e9:.3f}"}
         r = self._post("/api/v1/export", params, f"an export of {len(names)} names")
-        out = []
         for line in r.text.splitlines():
             row = json.loads(line)
             metric = row["metric"]
             name = sample_name(metric.pop("__name__", ""))
-            host, labels = _labels(metric)
-            out += [Sample(host, t_ms * 1_000_000, name, float(v), labels)
-                    for t_ms, v in zip(row["timestamps"], row["values"], strict=True)]
-        return out
+            host = metric.pop(HOST, "")
+            yield Exported(name, host, metric, row["timestamps"], row["values"])
 
     def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
         """`latest(name)` as bare rows, (host, labels as canonical JSON text, t_ns, value): the
