@@ -7,6 +7,7 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from clockfabric.controller.app import create_app
 from clockfabric.controller.config import parse_config
@@ -136,3 +137,17 @@ def test_the_feed_reads_what_the_detectors_that_are_on_use():
     assert "owd_min_ns" in DetectorSet(parse_config({"congestion": {"stat": "min"}})).reads()
     off = DetectorSet(parse_config({"link_down": {"enabled": False}})).reads()
     assert "link_up" not in off and "owd_p50_ns" in off
+
+
+def test_each_ticks_read_of_the_feed_is_timed_and_counted_on_metrics(env):
+    client, fleet, series, _ = env
+    write(series, "h0", [{"name": "link_up", "value": 1.0, "labels": {"device": "eth0"}}])
+    fleet.tick()
+    fleet.tick()
+    m = {(s.name, tuple(sorted(s.labels.items()))): s.value
+         for family in text_string_to_metric_families(client.get("/metrics", headers=AUTH).text)
+         for s in family.samples}
+    p = "clockfabric_controller_"
+    assert m[(p + "feed_duration_seconds_count", ())] == 2
+    assert m[(p + "feed_samples_total", ())] == 1  # fed once, though both reads' windows hold it
+    assert m[(p + "feed_failures_total", ())] == 0

@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 
 from clockfabric.controller.alertmanager import AlertmanagerClient
 from clockfabric.controller.alerts import AlertManager
@@ -49,6 +50,8 @@ class Monitor:
         """`feed`: the detectors' samples from the series engine, read at each tick."""
         self.detectors = detectors
         self.feed = feed
+        # told of each tick's read of the feed: seconds, and samples (None: failed), if set
+        self.fed: Callable[[float, int | None], None] | None = None
         self._feed_error = ""
         self.alerts = alerts
         self.topology = topology
@@ -131,14 +134,19 @@ class Monitor:
              rules_down: str | None = None) -> None:
         """`series_down`, `rules_down`: why the series engine, vmalert do not answer (None while they do)."""
         if self.feed is not None and not series_down:
+            started = time.perf_counter()
             try:
                 samples = self.feed.new(now_ns)
             except SeriesError as e:  # the engine's own alert says so; the next tick reads the window again
                 if str(e) != self._feed_error:
                     log.warning("detectors' samples not read: %s", e)
                 self._feed_error = str(e)
+                if self.fed is not None:
+                    self.fed(time.perf_counter() - started, None)
             else:
                 self._feed_error = ""
+                if self.fed is not None:
+                    self.fed(time.perf_counter() - started, len(samples))
                 self.observe([], samples, now_ns)
         with self.lock:
             findings = self.detectors.active(now_ns)

@@ -40,6 +40,7 @@ class Operations:
         self.metrics = ControllerMetrics(self.state)
         if monitor is not None:
             monitor.detectors.ran = self.metrics.detector_ran
+            monitor.fed = self.metrics.feed_read
 
     def start(self) -> None:
         self.supervisor.start()

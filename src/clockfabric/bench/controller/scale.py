@@ -50,8 +50,9 @@ out, err = Console(), Console(stderr=True)
 class Replicas:
     """`clockfabric controller` processes on one database, on loopback ports."""
 
-    def __init__(self, db: str, n: int, workdir: Path):
-        self.db, self.workdir = db, workdir
+    def __init__(self, db: str, n: int, workdir: Path, options: tuple[str, ...] = ()):
+        """`options`: more of `clockfabric controller`'s options, for every replica."""
+        self.db, self.workdir, self.options = db, workdir, options
         (workdir / "token").write_text(TOKEN)
         self.base = next(_ports)
         self.urls = [f"http://127.0.0.1:{self.base + i}" for i in range(n)]
@@ -61,7 +62,8 @@ class Replicas:
 
     def _start(self, i: int):
         argv = [sys.executable, "-m", "clockfabric.cli", "controller", "--db", self.db, "--listen",
-                f"127.0.0.1:{self.base + i}", "--token-file", str(self.workdir / "token"), "--enroll-unknown"]
+                f"127.0.0.1:{self.base + i}", "--token-file", str(self.workdir / "token"), "--enroll-unknown",
+                *self.options]
         return process.spawn(argv, log=self.workdir / f"replica{self.base + i}.log")
 
     def _wait(self, url: str, timeout_s: float = 60.0) -> None:
