@@ -24,8 +24,9 @@ _declare("clocksync-faults", "clocksync.faults_bench", "Clock sync faults (refer
          "hosts loaded, a clock stepped, one at 500 ppm), repeated: the worst repeat and the spread.")
 _declare("clocksync-solve", "clocksync.solve", "The network-effect clock solve on 1k-100k synthetic hosts: time and "
          "accuracy, against a sparse direct solve.")
-_declare("fleet-scale", "controller.fleet_scale", "Simulated agents writing an agent's series every 10 s through the "
-         "series gate to the engine, up to 10,000: samples dropped, CPU a host-second, bytes a sample.")
+_declare("fleet-scale", "controller.fleet_scale", "Simulated agents pushing to a controller and writing their series "
+         "through its gate every 10 s, up to 10,000: samples dropped, push p99, the detectors' feed, CPU a "
+         "host-second, bytes a sample.")
 _declare("controller-scale", "controller.scale", "Simulated agents against 1 and 3 controller replicas, SQLite and "
          "PostgreSQL: pushes/s, p99, growth, failover.")
 _declare("agent-overhead", "monitoring.agent_overhead", "Fleet monitoring: what an agent costs its host (CPU, RSS), "

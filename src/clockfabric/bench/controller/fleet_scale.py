@@ -382,9 +382,11 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
             ctl.stop()
     top = rows[-1]
     bytes_a_sample = disk / max(total, 1)
-    # CPU a host-second means something only where the work was done: the largest step whose every
-    # push was taken (where pushes fail, the servers did less and their CPU a host-second falls)
-    done = [r for r in rows if r["pushes_ok"] == r["pushes_sent"] and r["writes_failed"] == 0]
+    # CPU a host-second means something only where all the work was done: the largest step whose
+    # every push and write was taken and whose detectors were fed (where reads are refused at their
+    # budget, or pushes fail, the servers did less and their CPU a host-second falls)
+    done = [r for r in rows if r["pushes_ok"] == r["pushes_sent"] and r["writes_failed"] == 0
+            and r["feed_reads"] and not r["feed_failed"]]
     basis = done[-1] if done else top
     server_us = _server_cpu(basis["cpu_us_host_s"])
     first_us = _server_cpu(basis["first_cadence_cpu_us_host_s"])
@@ -397,7 +399,8 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                note="data and index, all steps together; the index is per series and day"),
         Target("controller + engine CPU a host-second, below the SQL store's",
                round(BASE_CPU_HOST_S / server_us * 1e6, 1), 10.0, "x", baseline=1.0,
-               note=(f"steady, at {basis['hosts']} agents, the largest step whose every push was taken: "
+               note=(f"steady, at {basis['hosts']} agents, the largest step whose every push was taken and "
+                     "whose detectors were fed: "
                      f"{server_us:.0f} us a host-second ({parts}); "
                      f"the first cadence, every series new: {first_us:.0f} us; the SQL store's: "
                      "(4.6 + 1.5 ms of controller and database a push) / 10 s, at 570e30a")),
