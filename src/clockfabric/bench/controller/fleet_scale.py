@@ -7,9 +7,7 @@ carries a link event, as scale_load's hosts do), and writes what a real agent wr
 167 series as `controller-scale`'s load) through the gate. A new agent is enrolled by its first
 push, as `--enroll-unknown` allows, and let into the gate by it.
 
-The load generator is asyncio over plain keep-alive connections with each host's requests built
-once (no timestamps in the sample lines: the engine stamps what it takes), since Python, not the
-engine, is what runs out first on a small machine. A step's new agents first push once (ENROL_S),
+The agents and their load are `fleet_load`'s. A step's new agents first push once (ENROL_S),
 which enrols them and lets them into the gate; the step then runs one cadence, in which every one
 of their series is new (the engine's costliest write), then
 `--step-s` of steady updates, which are what a fleet costs from its first minute on. Per step:
@@ -28,15 +26,11 @@ PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import resource
 import tempfile
 import time
-import uuid
-import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -46,151 +40,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from clockfabric.auth.credential import host_token
 from clockfabric.bench import harness
+from clockfabric.bench.controller.fleet_load import CADENCE_S, Agent, load, write_request
 from clockfabric.bench.controller.scale import TOKEN, Replicas
-from clockfabric.bench.controller.scale_load import EVENT_EVERY, PATHS, PEERS, samples
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
-from clockfabric.controller.series.gate import IMPORT_PATH
 from clockfabric.controller.series.read import Series, SeriesError
 from clockfabric.lab import process
-from clockfabric.serieswire import series_name
 
 out = Console()
 DEFAULT_JSON = RESULTS / "fleet-scale.json"
-CADENCE_S = 10.0
-CONNECTIONS = 64  # to the gate, and as many to the controller
 BASE_CPU_HOST_S = (4.6e-3 + 1.5e-3) / CADENCE_S  # the SQL store's CPU a host-second at this cadence
 BASE_BYTES = 173.0
 PUSH_P99_BAR_S = 0.250
 ENROL_S = 5.0  # a step's new agents push their first within this
-DRAIN_S = 30.0  # after the last request is due, what is not answered within this failed
 TICK_NS = 10**9  # the controller's tick: the feed reads what came since the last one
 FEED = "clockfabric_controller_feed_"
 # the controller's children, by the name the kernel gives each (/proc/PID/comm, 15 characters)
 PARTS = {"victoria-metric": "engine", "vmauth": "gate", "vmalert": "vmalert", "alertmanager": "alertmanager",
          "prometheus-aler": "alertmanager"}
-
-
-def write_request(host: str, hosts: int, port: int) -> bytes:
-    """A host's write of its samples to the gate, whole: headers and its lines, as the agent sends it."""
-    lines = []
-    for s in samples(host, hosts):
-        labels = ",".join(f'{k}="{v}"' for k, v in sorted((s.get("labels") or {}).items()))
-        lines.append(f"{series_name(s['name'])}{{{labels}}} {s['value']!r}")
-    return _post(IMPORT_PATH, port, host, ("\n".join(lines) + "\n").encode())
-
-
-def _post(path: str, port: int, host: str, body: bytes, kind: str = "text/plain") -> bytes:
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {kind}\r\n"
-            f"Authorization: Bearer {host_token(TOKEN, host)}\r\nContent-Length: {len(body)}\r\n\r\n")
-    return head.encode() + body
-
-
-@dataclass
-class Agent:
-    """One simulated agent's pushes: what agent.push sends, no samples (they go to the gate)."""
-
-    name: str
-    hosts: int
-    port: int
-    boot: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    pushes: int = 0
-    seq: int = 0
-
-    def __post_init__(self) -> None:
-        paths = [[f"sim{(zlib.crc32(self.name.encode()) + p + 1) % max(self.hosts, 2):05d}", str(path), path % 2, None]
-                 for p in range(PEERS) for path in range(PATHS)]
-        self._tail = json.dumps({"info": {"version": "sim"}, "samples": [], "dropped_events": 0,
-                                 "paths": paths})[1:]
-
-    def push(self) -> bytes:
-        self.pushes += 1
-        events = []
-        if self.pushes % EVENT_EVERY == 1:
-            self.seq += 1
-            events = [{"seq": self.seq, "t_ns": time.time_ns(), "kind": "link_flap_sim", "device": "eth0"}]
-        body = json.dumps({"host": self.name, "boot": self.boot, "events": events})[:-1] + "," + self._tail
-        return _post("/api/v1/push", self.port, self.name, body.encode(), "application/json")
-
-
-@dataclass
-class Counts:
-    sent: int = 0
-    ok: int = 0
-    refused: int = 0
-    failed: int = 0
-    late: int = 0
-    latencies_s: list[float] = field(default_factory=list)
-
-
-async def _worker(port: int, queue: asyncio.Queue, counts: Counts, ok: bytes) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    while True:
-        req = await queue.get()
-        try:
-            t0 = time.perf_counter()
-            writer.write(req)
-            line = await reader.readline()
-            if not line:  # the server had closed this idle connection: the request never reached it
-                writer.close()
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                t0 = time.perf_counter()
-                writer.write(req)
-                line = await reader.readline()
-            status = line.split(b" ", 2)[1]
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            if length:
-                await reader.readexactly(length)
-            if status == ok:
-                counts.ok += 1
-                counts.latencies_s.append(time.perf_counter() - t0)
-            else:
-                counts.refused += 1
-        except (OSError, IndexError, asyncio.IncompleteReadError):
-            counts.failed += 1
-            writer.close()
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        finally:
-            queue.task_done()
-
-
-async def _load(ports: tuple[int, int], agents: list[Agent], writes: list[bytes] | None, seconds: float,
-                cadence_s: float = CADENCE_S) -> tuple[Counts, Counts]:
-    """Each agent's push, then its write (None: none), once a cadence at its own offset in it
-    (open loop), for `seconds`."""
-    pushed, written = Counts(), Counts()
-    push_q: asyncio.Queue = asyncio.Queue()
-    write_q: asyncio.Queue = asyncio.Queue()
-    workers = [asyncio.create_task(_worker(ports[0], push_q, pushed, b"200")) for _ in range(CONNECTIONS)]
-    workers += [asyncio.create_task(_worker(ports[1], write_q, written, b"204")) for _ in range(CONNECTIONS)]
-    start = time.monotonic()
-    n = len(agents)
-    k = 0
-    while (due := start + k * cadence_s / n) < start + seconds:
-        wait = due - time.monotonic()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        elif wait < -cadence_s:
-            pushed.late += 1
-        push_q.put_nowait(agents[k % n].push())
-        pushed.sent += 1
-        if writes is not None:
-            write_q.put_nowait(writes[k % n])
-            written.sent += 1
-        k += 1
-    try:
-        await asyncio.wait_for(asyncio.gather(push_q.join(), write_q.join()), timeout=DRAIN_S)
-    except asyncio.TimeoutError:
-        pass  # what is still queued or unanswered now failed: the servers fell that far behind
-    for w in workers:
-        w.cancel()
-    for c in (pushed, written):
-        c.failed = c.sent - c.ok - c.refused
-    return pushed, written
 
 
 def _cpu_s(pid: int) -> float:
@@ -278,7 +145,7 @@ def _run(ctl: Controller, agents: list[Agent], writes: list[bytes], seconds: flo
     """One stretch of load: what the generator saw, the CPU each part used a host-second, and the
     controller's own reads of the detectors' feed meanwhile (its ticks, from its /metrics)."""
     cpu0, own0, feed0, t0 = ctl.cpu(), _own_cpu_s(), ctl.feed(), time.monotonic()
-    pushed, written = asyncio.run(_load((ctl.port, ctl.gate_port), agents, writes, seconds))
+    pushed, written = asyncio.run(load((ctl.port, ctl.gate_port), agents, writes, seconds))
     wall = time.monotonic() - t0
     host_s = len(agents) * wall
     cpu = {part: (s - cpu0.get(part, 0.0)) / host_s * 1e6 for part, s in ctl.cpu().items()}
@@ -294,7 +161,7 @@ def step(ctl: Controller, series: Series, agents: list[Agent], seconds: float) -
     # the new agents' first pushes enrol them and let them into the gate, as an agent's first push
     # does; their samples follow from the next update on, every series new
     new = [a for a in agents if a.pushes == 0]
-    enrolled, _ = asyncio.run(_load((ctl.port, ctl.gate_port), new, None, ENROL_S, ENROL_S))
+    enrolled, _ = asyncio.run(load((ctl.port, ctl.gate_port), new, None, ENROL_S, ENROL_S))
     time.sleep(1.0)  # the gate's rewrite (COALESCE_S) and vmauth's reload
     rows0 = _rows(ctl.engine_url)
     first = _run(ctl, agents, writes, CADENCE_S)
@@ -370,7 +237,7 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
             agents: list[Agent] = []
             for n in steps:  # each step keeps the last one's agents, and adds new ones
                 agents += [Agent(f"sim{i:05d}", n, ctl.port) for i in range(len(agents), n)]
-                out.print(f"[bold]{n} agents[/]: one cadence of enrolment and new series, then {step_s:g} s steady")
+                out.print(f"[bold]{n} agents[/]: enrolment, one cadence of new series, then {step_s:g} s steady")
                 rows.append(step(ctl, series, agents, step_s))
                 out.print(rows[-1])
             httpx.get(ctl.engine_url + "/internal/force_flush", timeout=60)
