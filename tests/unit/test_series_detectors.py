@@ -124,8 +124,8 @@ def test_fresh_makes_a_new_series_searchable_at_once(tmp_path):
         labels = {"jobid": "B", "flow": "10.0.0.6->10.0.0.5", "peer": "h5"}
         write(series, "h6", [{"name": "job_flow_tx_bps", "value": 9e7, "labels": labels}], now, wait=False)
         reader.fresh()
-        got = reader.samples(("job_flow_tx_bps",), since_ns=now - 10**9, until_ns=now + 10**9)
-        assert [(s.host, s.value, s.labels["jobid"]) for s in got] == [("h6", 9e7, "B")]
+        got = reader.export(("job_flow_tx_bps",), since_ns=now - 10**9, until_ns=now + 10**9)
+        assert [(s.host, s.values, s.labels["jobid"]) for s in got] == [("h6", [9e7], "B")]
 
 
 def test_the_feed_reads_what_the_detectors_that_are_on_use():

@@ -167,16 +167,11 @@ class Series:
         except httpx.HTTPError:
             pass
 
-    def samples(self, names: tuple[str, ...], *, since_ns: int, until_ns: int) -> list[Sample]:
-        """Every sample of `names` stamped from since_ns to until_ns, as written: one export for
-        all names, so no sample between two reads is lost to a step or to "latest"."""
-        return [Sample(s.host, t_ms * 1_000_000, s.name, float(v), s.labels)
-                for s in self.export(names, since_ns=since_ns, until_ns=until_ns)
-                for t_ms, v in zip(s.timestamps_ms, s.values, strict=True)]
-
     def export(self, names: tuple[str, ...], *, since_ns: int, until_ns: int) -> Iterator[Exported]:
-        """`samples`, a series at a time as the engine exports it: a reader that wants few of
-        the samples (the detectors' feed, which has fed most of them) builds only those."""
+        """Every sample of `names` stamped from since_ns to until_ns, as written, a series at a
+        time: one export for all names, so no sample between two reads is lost to a step or to
+        "latest"; a reader that wants few of them (the detectors' feed, which has fed most)
+        builds only those."""
         if not names:
             return
         pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
