@@ -5,9 +5,9 @@ token it pushes events with) and whose one route, the import path, carries
 `extra_label=host=NAME`: the engine sets that label on every line, over any `host` the body or
 the query string gives (vmauth 1.79 keeps url_prefix's query args and the engine applies them
 last). No other path is routed, so a host can neither read nor delete series through it.
-Hosts enrolled later are added by rewriting the file and sending vmauth SIGHUP, from a thread of
-the gate's own, at once but at most once per COALESCE_S: a fleet that enrols together (10,000
-agents in their first push) costs a few rewrites, not one per host.
+Hosts enrolled later are added by rewriting the file and sending vmauth SIGHUP: from a thread of
+its own, at once but at most once per COALESCE_S, so a fleet that enrols together (10,000 agents in their first
+push) costs a few rewrites, not one per host.
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ class Gate:
                 proc.send_signal(signal.SIGHUP)
 
     def start(self) -> None:
-        self.child.start()  # the file is current: until now every change was written at once
+        self._write()
+        self.child.start()
         self._stop.clear()
         self._reloader = threading.Thread(target=self._reload_loop, name="gate-reload", daemon=True)
         self._reloader.start()
