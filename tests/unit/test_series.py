@@ -3,6 +3,7 @@ credential, read back by `Series`; a forged host label overridden; queries held 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -12,6 +13,8 @@ import uuid
 import httpx
 import pytest
 
+from clockfabric.agent.http_post import Poster
+from clockfabric.agent.series_write import SeriesWriter
 from clockfabric.auth.credential import host_token
 from clockfabric.controller.series.gate import COALESCE_S, IMPORT_PATH, Gate
 from clockfabric.controller.series.read import Series, SeriesError
@@ -85,9 +88,24 @@ def test_the_gate_refuses_a_wrong_credential_and_every_other_path(gate):
         assert r.status_code >= 400, path
 
 
-def test_a_host_enrolled_later_is_let_in(gate):
+def test_a_host_enrolled_later_is_live_once_the_gate_takes_its_writes(gate):
+    """vmauth reloads on its own time: a host is live (told where to write) only once its writes
+    are taken, and from then on the first is."""
+    assert not gate.can_write("h4")
     gate.allow(["h4"])
-    until(lambda: push(gate, "h4", "clockfabric_later 1\n").status_code == 204)
+    until(lambda: gate.can_write("h4"))
+    assert push(gate, "h4", "clockfabric_later 1\n").status_code == 204
+
+
+def test_a_refused_write_is_logged_without_the_credential(gate, caplog):
+    """vmauth's refusal quotes the token it was given: the agent's log line must not."""
+    poster = Poster({"Authorization": f"Bearer {host_token(FLEET, 'h9')}"}, 5.0)
+    writer = SeriesWriter(poster)
+    with caplog.at_level(logging.WARNING, logger="clockfabric.agent.series_write"):
+        assert not writer.write(gate.url + IMPORT_PATH, [{"name": "link_up", "value": 1.0}])
+    poster.close()
+    assert "failed: HTTP 4" in caplog.text and "<credential>" in caplog.text
+    assert host_token(FLEET, "h9") not in caplog.text
 
 
 def test_a_fleet_enrolling_together_costs_a_few_rewrites_and_every_host_gets_in(gate):
@@ -101,7 +119,8 @@ def test_a_fleet_enrolling_together_costs_a_few_rewrites_and_every_host_gets_in(
     assert gate.rewrites - before <= 2 + (time.monotonic() - t0) / COALESCE_S
     text = gate.path.read_text()
     assert all(host_token(FLEET, n) in text for n in names)
-    until(lambda: push(gate, "burst0007", "clockfabric_burst 1\n").status_code == 204)
+    until(lambda: all(gate.can_write(n) for n in names))
+    assert push(gate, "burst0007", "clockfabric_burst 1\n").status_code == 204
 
 
 def test_a_revoked_hosts_old_credential_is_refused_at_the_gate_and_the_others_write_on(gate):

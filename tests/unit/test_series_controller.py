@@ -41,12 +41,17 @@ def env(tmp_path, series_engine):
 
 def test_a_pushing_host_is_told_where_to_write_and_may(env, series_engine):
     client, _fleet, series = env
-    r = client.post("/api/v1/push", headers=as_host(TOKEN, "h0"), json={"host": "h0", "boot": "b1", "events": []})
-    assert r.status_code == 200 and r.json()["series_port"] == series.write_port
+    def pushed() -> dict:
+        r = client.post("/api/v1/push", headers=as_host(TOKEN, "h0"), json={"host": "h0", "boot": "b1", "events": []})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    until(lambda: pushed().get("series_port") == series.write_port)
     lines = body([{"name": "owd_p50_ns", "value": 1500.0, "labels": {"peer": "h9"}}], 0)
     lines = lines.replace(b" 0\n", b"\n")  # no timestamp: the engine's now
-    until(lambda: httpx.post(f"http://127.0.0.1:{r.json()['series_port']}{IMPORT_PATH}", content=lines,
-                             headers=as_host(TOKEN, "h0")).status_code == 204)
+    # told where to write only once the gate takes it: the first write gets through
+    assert httpx.post(f"http://127.0.0.1:{series.write_port}{IMPORT_PATH}", content=lines,
+                      headers=as_host(TOKEN, "h0")).status_code == 204
     assert series.series is not None
     until(lambda: [(s.host, s.value) for s in series.series.latest("owd_p50_ns", match={"peer": "h9"})]
           == [("h0", 1500.0)], series_engine.url)
@@ -91,9 +96,10 @@ def test_an_agent_writes_its_samples_to_the_gate_the_controller_names(tmp_path, 
     sample = {"name": "link_transitions_total", "value": 3.0, "labels": {"device": "eth7", "host": "h2"}}
     agent = Pusher(url, host_token(TOKEN, "h1"), "h1", snapshot=lambda: ([], [sample], {}))
     try:
-        assert agent.push_once()  # the first push learns the gate's port, and lets the host in there
-        # vmauth takes the new host on a reload of its own (SIGHUP): the next writes get through
+        # the first push lets the host in at the gate; vmauth takes it on a reload of its own
+        # (SIGHUP), and the agent is told where to write only then: not one write is refused
         until(lambda: agent.push_once() and agent.series.counters["series_writes"] >= 1)
+        assert agent.series.counters["series_write_failures"] == 0
         assert series.series is not None
         until(lambda: [(s.host, s.labels) for s in series.series.latest("link_transitions_total",
                                                                         match={"device": "eth7"})]

@@ -56,6 +56,15 @@ class Poster:
         self._tls: ssl.SSLContext | None = None
         self._connections: dict[tuple[str, str, int], http.client.HTTPConnection] = {}
 
+    def scrub(self, text: str) -> str:
+        """`text` (a reply to be logged) without the credential this poster sends: a server may
+        quote the token it refuses (vmauth does)."""
+        for value in self.headers.values():
+            secret = value.rsplit(" ", 1)[-1]
+            if len(secret) >= 16:
+                text = text.replace(secret, "<credential>")
+        return text
+
     def post(self, url: str, body: bytes, content_type: str = "application/json") -> Reply:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:

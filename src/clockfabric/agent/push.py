@@ -198,7 +198,7 @@ class Pusher(threading.Thread):
             return True
         if r.status_code != 200:
             self._retry_after_s = retry_after_s(r.headers.get("retry-after"))
-            return self._failed(f"HTTP {r.status_code}: {r.text[:200]}")
+            return self._failed(f"HTTP {r.status_code}: {self._client.scrub(r.text)[:200]}")
         with self._lock:
             self._taken(batch, delivered=True)
             self.log.reported(b["boot"] for b in ended)
@@ -242,7 +242,7 @@ class Pusher(threading.Thread):
         with self._lock:
             self._taken(batch, [e for i, e in enumerate(batch) if i not in named] if named else [], delivered=False)
         self.counters["quarantined"] += len(bad)
-        reason = f"HTTP {r.status_code}: {r.text[:300]}"
+        reason = f"HTTP {r.status_code}: {self._client.scrub(r.text)[:300]}"
         if reason != self._last_refusal:  # once per reason, not once per push
             self._last_refusal = reason
             log.warning("controller %s refused %d event(s) (seq %s), dropped so that the events after them go "

@@ -40,7 +40,7 @@ class SeriesWriter:
             return True
         try:
             r = self.client.post(url, lines, content_type="text/plain")
-            why = "" if r.status_code in (200, 204) else f"HTTP {r.status_code}: {r.text[:200]}"
+            why = "" if r.status_code in (200, 204) else f"HTTP {r.status_code}: {self.client.scrub(r.text)[:200]}"
         except PostFailed as e:
             why = str(e)
         if why:

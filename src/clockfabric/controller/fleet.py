@@ -186,7 +186,8 @@ class Fleet:
             if host not in self._let_write:  # a host the controller took a push from may write its samples
                 self.series.allow([host])
                 self._let_write.add(host)
-            reply["series_port"] = self.series.write_port
+            if self.series.can_write(host):  # until then, the agent's samples ride its push, not stored
+                reply["series_port"] = self.series.write_port
         self._boots[host] = boot
         self.write_refused = None
         with self.lock:

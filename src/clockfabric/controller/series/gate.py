@@ -7,12 +7,15 @@ the query string gives (vmauth 1.79 keeps url_prefix's query args and the engine
 last). No other path is routed, so a host can neither read nor delete series through it.
 Hosts enrolled later are added by rewriting the file and sending vmauth SIGHUP: from a thread of
 its own, at once but at most once per COALESCE_S, so a fleet that enrols together (10,000 agents in their first
-push) costs a few rewrites, not one per host.
+push) costs a few rewrites, not one per host. vmauth reloads on its own time, so a host is `live`
+(told where to write) only once an empty write with its credential is taken: a host told earlier
+would be refused, and vmauth's refusal quotes the token it was given.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import secrets
@@ -24,11 +27,16 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
 
-from clockfabric.auth.credential import host_token
-from clockfabric.controller.series.child import Child, binary
+import httpx
 
+from clockfabric.auth.credential import host_token
+from clockfabric.controller.series.child import Child, binary, probe
+
+log = logging.getLogger(__name__)
 IMPORT_PATH = "/api/v1/import/prometheus"
 COALESCE_S = 0.2  # enrolments that come within this ride one rewrite
+REFUSED = (400, 401, 403)  # vmauth's answers to a credential it does not hold (400 for a bearer token)
+CONFIRM_S = 5.0  # vmauth has this long to take a rewritten file before it is written again
 
 _credential = lru_cache(maxsize=200_000)(host_token)
 
@@ -56,6 +64,7 @@ class Gate:
         self.fleet_token = fleet_token
         self.path = work_dir / "vmauth.yml"
         self.hosts: set[str] = set()
+        self.live: frozenset[str] = frozenset()  # the hosts vmauth is known to take: see can_write
         self.epochs: dict[str, int] = {}
         self._lock = threading.Lock()  # hosts and epochs against the rewriting thread
         self._due = threading.Event()  # a change waits to be written
@@ -76,9 +85,15 @@ class Gate:
     def url(self) -> str:
         return self.child.url
 
-    def _write(self) -> None:
+    def can_write(self, host: str) -> bool:
+        """Does vmauth take this host's writes now?"""
+        return host in self.live
+
+    def _write(self) -> set[str]:
+        """The file, with every host let so far; those hosts."""
         with self._lock:
-            text = config(self.engine_url, self.fleet_token, self.hosts, self.epochs)
+            hosts = set(self.hosts)
+            text = config(self.engine_url, self.fleet_token, hosts, self.epochs)
         tmp = self.path.with_suffix(".tmp")
         tmp.unlink(missing_ok=True)
         # every host's credential is in it: its owner's alone, whatever the umask
@@ -86,6 +101,7 @@ class Gate:
             f.write(text)
         tmp.replace(self.path)  # vmauth never reads half a file
         self.rewrites += 1
+        return hosts
 
     def allow(self, hosts: Iterable[str]) -> None:
         """Let these hosts write too (a no-op for those already let), within about COALESCE_S."""
@@ -115,14 +131,38 @@ class Gate:
             self._stop.wait(last + COALESCE_S - time.monotonic())  # at once, unless it just rewrote
             self._due.clear()
             last = time.monotonic()
-            self._write()
+            written = self._write()
             proc = self.child.proc
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGHUP)
+            if not self._confirm(written):
+                log.warning("vmauth took no rewritten credentials within %.0f s: writing them again", CONFIRM_S)
+                self._due.set()
+
+    def _confirm(self, written: set[str]) -> bool:
+        """Wait until vmauth takes the file just written: an empty write with the credential of one
+        host new in it is no longer refused. Then every host in it is live."""
+        new = sorted(written - self.live)
+        if not new:
+            return True
+        with self._lock:
+            headers = {"Authorization": f"Bearer {_credential(self.fleet_token, new[0], self.epochs.get(new[0], 0))}"}
+        deadline = time.monotonic() + CONFIRM_S
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                r = probe().post(self.url + IMPORT_PATH, content=b"", headers=headers, timeout=1.0)
+                if r.status_code not in REFUSED:  # taken (204), or the engine behind it down (5xx)
+                    self.live = frozenset(written)
+                    return True
+            except httpx.HTTPError:
+                pass  # vmauth restarting: its watchdog's work; it reads the file as it starts
+            self._stop.wait(0.01)
+        return self._stop.is_set()
 
     def start(self) -> None:
-        self._write()
+        written = self._write()
         self.child.start()
+        self.live = frozenset(written)  # read as it started
         self._stop.clear()
         self._reloader = threading.Thread(target=self._reload_loop, name="gate-reload", daemon=True)
         self._reloader.start()

@@ -81,6 +81,10 @@ class SeriesPath:
         if self.gate is not None:
             self.gate.allow(hosts)
 
+    def can_write(self, host: str) -> bool:
+        """Does the gate take this host's samples now (Gate.can_write)?"""
+        return self.gate is not None and self.gate.can_write(host)
+
     def set_epochs(self, epochs: dict[str, int]) -> None:
         """The credential epoch each revoked host writes with (storage.revoked)."""
         self.epochs = dict(epochs)
