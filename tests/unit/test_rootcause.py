@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, Thresholds, job_flows, settled
-from clockfabric.controller.rootcause_verdict import Fabric, why
-from tests.unit.rootcause_timelines import NOW, S, fabric, flow, ring
+from clockfabric.controller.rootcause_verdict import PROVISIONAL, Fabric, why
+from tests.unit.rootcause_timelines import NOW, READINGS, S, fabric, flow, ring
 
 WINDOW = 60 * S
 SLOW = (80, 2000)  # Mbit/s, RTT us: a flow behind a queue
@@ -136,10 +136,26 @@ def slow_lately(readings: int) -> list[Flow]:
 
 
 def test_a_queue_held_by_the_newest_readings_is_judged_before_it_fills_half_the_window():
-    found = verdict(slow_lately(3))  # 3 of 30 readings: the median is still the floor
+    found = verdict(slow_lately(5))  # 5 of 30 readings: the median is still the floor
     half = verdict(ring("A", h1=SLOW))  # the same queue, held for half the window
     assert (found["verdict"], found["link"]) == (half["verdict"], half["link"]) != ("healthy", None)
     assert [r["host"] for r in found["flows"] if r["network_slow"]] == ["h1"]
+
+
+def test_a_young_queue_no_load_explains_is_not_called_degraded_before_a_new_flow_could_be_seen():
+    """A flow that has just started is reported seconds after the queue it builds: a queue younger
+    than that, on a link carrying little that is seen, is unexplained as yet, then named by what
+    comes first: the new flow's load, or, none coming, a degraded link."""
+    young = verdict(slow_lately(3))  # 3 s of queue: a new flow's load takes 4 s to be seen
+    assert (young["verdict"], young["link"]) == ("queue_unexplained", "leaf0--spine1")
+    assert young["verdict"] in PROVISIONAL and young["evidence"]["queue_age_s"] == pytest.approx(3.0)
+    assert "younger than a new flow's load takes to be seen (4 s)" in young["sentence"]
+    assert verdict(slow_lately(3), limits=Thresholds(unseen_ns=2 * S))["verdict"] == "degraded_link"
+    culprit = flow("h0", "h3", "spine1", "B", 0, 60, then=(700, 2000), at=READINGS - 2)  # reported 2 s ago
+    v = verdict(slow_lately(3) + [culprit])
+    assert (v["verdict"], v["link"], v["culprit"]) == ("congestion_other_job", "leaf0--spine1", "B")
+    old = verdict(slow_lately(5))
+    assert (old["verdict"], old["link"]) == ("degraded_link", "leaf0--spine1")
 
 
 def test_a_spike_in_fewer_than_the_newest_readings_is_not_judged_slow():

@@ -4,6 +4,7 @@ its flows, their rates; ended flows, reused ports, processes in other namespaces
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -101,6 +102,18 @@ def test_rates_come_from_the_second_reading_of_the_same_socket():
     second, _ = t.update([reading(40000, 5201, 11, cookie=1, acked=1000 + 125_000, received=500, retrans=3)], 10.5)
     assert second[0].tx_bps == pytest.approx(2e6) and second[0].rx_bps == pytest.approx(8000)
     assert second[0].new_retransmits == 3
+
+
+def test_a_first_reading_sending_flat_out_gives_the_kernels_delivery_rate():
+    """A new bulk flow is reported a reading sooner; an application-limited or idle socket's
+    estimate says what it could move, not what it moves: none."""
+    base = reading(40000, 5201, 11, cookie=1, acked=1000)
+    flat_out = replace(base, last_data_sent_ms=3, app_limited=False)
+    limited = replace(flat_out, cookie=2, app_limited=True)
+    idle = replace(flat_out, cookie=3, last_data_sent_ms=5000)
+    first, _ = FlowTracker().update([flat_out, limited, idle], 10.0)
+    assert [f.tx_bps for f in first] == [1e9, None, None]
+    assert first[0].rx_bps is None
 
 
 def test_a_reused_port_is_a_new_flow_not_a_negative_rate():

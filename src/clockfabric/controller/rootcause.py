@@ -100,6 +100,10 @@ class Thresholds:
     active_bps: float = 1e6  # a flow under this rate is idle: no sibling comparison of its rate
     recent_ns: int = 10 * 10**9  # flows are judged on their latest readings: a fault named within this long
     newest: int = 3  # a delay this many newest readings all stand above is judged at once (see `settled`)
+    # a new flow's load is readable this long after it starts (a socket reading or two, a push, the
+    # engine's search: 3.8 s measured on the lab); a queue younger than this, with no load seen to
+    # explain it, may be that flow's
+    unseen_ns: int = 4 * 10**9
 
 
 @dataclass
@@ -114,6 +118,7 @@ class FlowStats:
     why: list[str] = field(default_factory=list)  # the comparisons it failed
     network_slow: bool = False
     starved: bool = False
+    queued_since_ns: int | None = None  # network-slow: the first of its newest readings that all stand far above
 
     def row(self) -> dict:
         f = self.flow
@@ -178,9 +183,26 @@ def judge(stats: list[FlowStats], limits: Thresholds) -> None:
         if s.delay_us is not None and s.floor_us is not None and far_above(s.delay_us, s.floor_us, margin, limits):
             s.why.append(f"delay {s.delay_us:.0f} us ({s.delay_source}) vs its path's probe floor {s.floor_us:.0f} us")
         s.network_slow = bool(s.why)
+        if s.network_slow:
+            delay = s.delay_us or 0.0
+            bases = [b for b in (sib_delay, s.floor_us) if b is not None and far_above(delay, b, margin, limits)]
+            s.queued_since_ns = queued_since(s, min(bases), margin, limits)
         if sib_rate is not None and s.rate_bps is not None and s.rate_bps < sib_rate * limits.rate_ratio:
             s.why.append(f"rate {s.rate_bps / 1e6:.1f} Mbit/s vs its siblings' {sib_rate / 1e6:.1f} Mbit/s")
             s.starved = not s.network_slow
+
+
+def queued_since(s: FlowStats, base_us: float, margin_us: float, limits: Thresholds) -> int | None:
+    """When the flow's newest run of readings far above `base_us` (read as its delay was) began."""
+    since = None
+    for p in reversed(s.flow.points):
+        delay = p.owd_us if s.delay_source == "inband" else (None if p.rtt_us is None else p.rtt_us / 2)
+        if delay is None:
+            continue
+        if not far_above(delay, base_us, margin_us, limits):
+            break
+        since = p.t_ns
+    return since
 
 
 def job_flows(flows: list[Flow], jobid: str, since_ns: int, now_ns: int, limits: Thresholds,

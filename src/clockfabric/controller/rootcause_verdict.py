@@ -9,7 +9,9 @@ In order, the first that holds:
                              probe mesh and the in-band delays (localization) where that evidence
                              names one on their paths, else the hop they share that no healthy
                              sibling crosses; loaded by another job, by flows of no job, or by the job
-  degraded link X            ... queueing while carrying under half its configured rate
+  degraded link X            ... queueing while carrying under half its configured rate, the queue
+                             older than a new flow's load takes to be seen; younger, the queue is
+                             unexplained as yet (a provisional verdict: asked again, it names one)
   straggler host H           no flow slow in the network; the starved flows all leave one host
   healthy                    not the network: every flow at its floor
 """
@@ -37,8 +39,9 @@ from clockfabric.controller.rootcause import (
 )
 
 VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "congestion_other_job",
-            "congestion_non_job", "congestion_own", "degraded_link", "slow_unlocated", "straggler_host",
-            "healthy", "no_flows")
+            "congestion_non_job", "congestion_own", "degraded_link", "queue_unexplained", "slow_unlocated",
+            "straggler_host", "healthy", "no_flows")
+PROVISIONAL = ("queue_unexplained",)  # verdicts that say "not yet": the next asking may name a cause
 SUFFERING_DROP = 0.8  # the job's throughput under this share of its start: it suffers
 FLAP_EVENTS = 2  # transitions on one link in the window that make it flapping
 FLAP_DOWNS = 2  # downs of one link in the window that make it flapping even once the job has caught up
@@ -69,7 +72,8 @@ def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: i
         return {**base, **_verdict("no_flows", f"job {jobid} sent nothing the agents saw in the window")}
     recent = max(since, now_ns - limits.recent_ns)
     found = (_misconfigured(stats, fabric) or _flapping(stats, fabric, since, drop)
-             or _network(jobid, stats, flows, fabric, recent, limits) or _straggler(stats) or _healthy(stats))
+             or _network(jobid, stats, flows, fabric, recent, now_ns, limits) or _straggler(stats)
+             or _healthy(stats))
     return {**base, **found}
 
 
@@ -224,7 +228,7 @@ def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric,
     return [], verdict
 
 
-def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabric, since: int,
+def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabric, since: int, now_ns: int,
              limits: Thresholds) -> dict | None:
     slow = [s for s in stats if s.network_slow]
     if not slow:
@@ -239,8 +243,13 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
         return _verdict("slow_unlocated", f"{len(slow)} flows of job {jobid} are slow in the network "
                         f"({'; '.join(slow[0].why)}), but no link they share can be named", evidence=evidence)
 
+    # what loads a link while it queues: the load since the queue began (a flow that started with
+    # it counts in full, one that left before it not at all), not over the whole window
+    began = [s.queued_since_ns for s in slow if s.queued_since_ns is not None]
+    loaded_since = max(since, min(began)) if began else since
+
     def load(hop: Hop) -> dict[str | None, float]:
-        return load_on(hop, flows, since)
+        return load_on(hop, flows, loaded_since)
 
     def foreign(hop: Hop) -> float:
         return sum(v for j, v in load(hop).items() if j != jobid)
@@ -256,7 +265,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     non_job, own, total = on_link.get(None, 0.0), on_link.get(jobid, 0.0), sum(on_link.values())
     busy = limits.busy_share * rate if rate else 0.0
     where = f"{link} ({hop[1].replace('>', ' -> ')})" if hop[1] else link
-    evidence |= {"direction": hop[1] or None, "link_rate_bps": rate,
+    evidence |= {"direction": hop[1] or None, "link_rate_bps": rate, "load_since_ns": loaded_since,
                  "load_bps": {("(no job)" if j is None else j): v for j, v in on_link.items()}}
     lead = f"{len(slow)} of job {jobid}'s flows are slow ({slow[0].why[0]})"
     top_other = max(others, key=lambda j: others[j]) if others else None
@@ -268,6 +277,15 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
         return _verdict("congestion_non_job", f"congestion from traffic of no job on link {where}: {lead}; "
                         f"flows of no job send {non_job / 1e6:.0f} Mbit/s over it", link, "(no job)", evidence)
     if rate and total < limits.degraded_share * rate:
+        # the load that explains a young queue may be a flow not reported yet
+        here = [s.queued_since_ns for s in slow if s.queued_since_ns is not None and on_hop(hop, s.flow.may_cross())]
+        age_ns = now_ns - min(here) if here else limits.unseen_ns
+        if age_ns < limits.unseen_ns:
+            return _verdict("queue_unexplained", f"link {where} queues: {lead}; the {total / 1e6:.0f} Mbit/s seen "
+                            f"on it of its {rate / 1e6:.0f} Mbit/s do not explain it yet, and the queue "
+                            f"({age_ns / 1e9:.1f} s) is younger than a new flow's load takes to be seen "
+                            f"({limits.unseen_ns / 1e9:.0f} s)", link,
+                            evidence=evidence | {"queue_age_s": round(age_ns / 1e9, 2)})
         return _verdict("degraded_link", f"degraded link {where}: {lead}, yet it carries only "
                         f"{total / 1e6:.0f} Mbit/s of its configured {rate / 1e6:.0f} Mbit/s", link, evidence=evidence)
     return _verdict("congestion_own", f"congestion on link {where} from job {jobid}'s own flows: {lead}; "

@@ -3,7 +3,11 @@
 A flow is a socket, not a 5-tuple: sock_diag's cookie names it, so a port reused by a new
 connection starts a new flow (its counters from zero) and never shows as a rate spike or a
 negative one. A flow missing from a reading has ended: it is reported once as ended, then
-forgotten. Rates need two readings of the same socket; the first gives none (None, not 0).
+forgotten. Rates need two readings of the same socket. The first gives none (None, not 0),
+but for a socket sending flat out as it is read (not application-limited, data sent just now):
+it gets the kernel's delivery-rate estimate, which for such a socket is what it moves. A new bulk
+flow's load is then reported a reading sooner, before the queue it builds can be blamed on
+anything else.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clockfabric.traffic.steer_decide import FlowKey
+
+FRESH_MS = 100  # data sent this recently: the socket is sending as it is read
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,12 @@ class SocketReading:
     cwnd: int  # segments
     delivery_rate_bps: float  # the kernel's estimate of the recent delivery rate, bits per second
     dscp: int | None = None  # the DSCP the socket marks its packets with, where the kernel says
+    last_data_sent_ms: int | None = None  # since the socket last sent data; None: not read
+    app_limited: bool = True  # the delivery-rate estimate was taken while the program sent less than it could
+
+    @property
+    def sending_flat_out(self) -> bool:
+        return not self.app_limited and self.last_data_sent_ms is not None and self.last_data_sent_ms <= FRESH_MS
 
 
 @dataclass(frozen=True)
@@ -61,7 +73,7 @@ class FlowTracker:
             seen[r.cookie] = _Last(t_s, r)
             before = self.last.get(r.cookie)
             if before is None or before.reading.key != r.key or t_s <= before.t_s:
-                out.append(FlowRates(r, None, None, 0))
+                out.append(FlowRates(r, r.delivery_rate_bps if r.sending_flat_out else None, None, 0))
                 continue
             dt = t_s - before.t_s
             out.append(FlowRates(r, _rate(r.bytes_acked - before.reading.bytes_acked, dt),

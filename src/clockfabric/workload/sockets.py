@@ -34,6 +34,7 @@ DIAG_MSG = struct.Struct("=BBBB2H16s16sIQIIIII")
 RTATTR = struct.Struct("=HH")
 # tcp_info fields by their offsets (linux/tcp.h, stable since 4.9)
 U32, U64 = struct.Struct("=I"), struct.Struct("=Q")
+TCPI_FLAGS, TCPI_LAST_DATA_SENT = 7, 44  # flags: bit 0, tcpi_delivery_rate_app_limited
 TCPI_RTT, TCPI_SND_CWND, TCPI_TOTAL_RETRANS = 68, 80, 100
 TCPI_BYTES_ACKED, TCPI_BYTES_RECEIVED, TCPI_DELIVERY_RATE = 120, 128, 160
 RECV_BYTES = 1 << 16
@@ -110,4 +111,4 @@ def parse(msg: memoryview | bytes) -> SocketReading | None:
     u32, u64 = (lambda at: U32.unpack_from(info, at)[0]), (lambda at: U64.unpack_from(info, at)[0])
     return SocketReading(key, inode, cookie, u64(TCPI_BYTES_ACKED), u64(TCPI_BYTES_RECEIVED), u32(TCPI_TOTAL_RETRANS),
                          u32(TCPI_RTT), u32(TCPI_SND_CWND), u64(TCPI_DELIVERY_RATE) * 8.0,
-                         None if tos is None else tos >> 2)
+                         None if tos is None else tos >> 2, u32(TCPI_LAST_DATA_SENT), bool(info[TCPI_FLAGS] & 1))

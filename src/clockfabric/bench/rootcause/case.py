@@ -2,10 +2,10 @@
 flows started and judged healthy, the fault injected, `job why A` polled every second from its
 onset for `watch_s`, and everything removed.
 
-The verdict is the first one other than healthy (healthy where none other came); it is right
-when its class is the fault's and it names the fault's link (a fault on a link), host (a
-straggler) or the rogue rank's host among its flows (misconfigured). Named: from the onset to
-the first poll that is right."""
+The verdict is the first one other than healthy and provisional (a queue not explained as yet);
+else the last provisional one, else healthy. It is right when its class is the fault's and it
+names the fault's link (a fault on a link), host (a straggler) or the rogue rank's host among
+its flows (misconfigured). Named: from the onset to the first poll that is right."""
 
 from __future__ import annotations
 
@@ -91,18 +91,23 @@ def ready(fleet, flows: int, timeout_s: float = 90.0) -> None:
 
 
 def watch(fleet, case: Case, onset: float, watch_s: float) -> dict:
-    """Poll `job why A` from the onset: the first verdict other than healthy (trimmed to what it
-    named and why), and when a right one first came."""
+    """Poll `job why A` from the onset: the first verdict other than healthy and provisional
+    (trimmed to what it named and why; else the last provisional one), and when a right one first
+    came."""
     from clockfabric.bench.workload.jobs import why
+    from clockfabric.controller.rootcause_verdict import PROVISIONAL
 
     first: dict | None = None
+    pending: dict | None = None
     named_s: float | None = None
     polls, last = 0, None
     while (elapsed := time.monotonic() - onset) < watch_s:
         w = why(fleet, "A", f"{max(3, int(elapsed) + 2)}s")
         polls += 1
         last = w or last
-        if w is not None and w["verdict"] not in ("no_flows", HEALTHY):
+        if w is not None and w["verdict"] in PROVISIONAL:
+            pending = trimmed(w)  # "not yet": the verdict only if no other comes
+        elif w is not None and w["verdict"] not in ("no_flows", HEALTHY):
             first = first or trimmed(w)
             if named_s is None and right(case, trimmed(w))[0]:
                 named_s = round(time.monotonic() - onset, 2)
@@ -111,7 +116,7 @@ def watch(fleet, case: Case, onset: float, watch_s: float) -> dict:
             break
         time.sleep(max(0.0, 1.0 - (time.monotonic() - onset - elapsed)))
     healthy = {"verdict": HEALTHY, "link": None, "culprit": None, "judged": judged(last)}  # as last judged
-    return {**(first or healthy), "named_s": named_s, "polls": polls}
+    return {**(first or pending or healthy), "named_s": named_s, "polls": polls}
 
 
 def judged(w: dict | None) -> list[dict]:

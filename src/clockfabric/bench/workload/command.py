@@ -133,17 +133,22 @@ class Faults:
 
 
 def first_verdict(fleet, injection: Injection, onset: float, watch_s: float) -> Outcome:
-    """Poll `job why A` from the onset: the first verdict other than healthy (or healthy)."""
+    """Poll `job why A` from the onset: the first verdict other than healthy and provisional (or
+    the last provisional one, or healthy)."""
     from clockfabric.bench.workload.jobs import why
+    from clockfabric.controller.rootcause_verdict import PROVISIONAL
 
     verdict = link = culprit = None
     evidence: dict = {}
     named_s: float | None = None
+    pending: dict | None = None
     polls = 0
     while (elapsed := time.monotonic() - onset) < watch_s:
         w = why(fleet, "A", f"{max(3, int(elapsed) + 2)}s")
         polls += 1
-        if w is not None and w["verdict"] not in ("no_flows", HEALTHY) and verdict is None:
+        if w is not None and w["verdict"] in PROVISIONAL and verdict is None:
+            pending = w  # "not yet": the verdict only if no other comes
+        elif w is not None and w["verdict"] not in ("no_flows", HEALTHY) and verdict is None:
             verdict, link, culprit = w["verdict"], w.get("link"), w.get("culprit")
             evidence = read_evidence(w)
         if w is not None and named_s is None and w["verdict"] == injection.kind and (
@@ -152,6 +157,8 @@ def first_verdict(fleet, injection: Injection, onset: float, watch_s: float) -> 
         if injection.kind != HEALTHY and verdict is not None and (named_s is not None or verdict != injection.kind):
             break
         time.sleep(max(0.0, 1.0 - (time.monotonic() - onset - elapsed)))
+    if verdict is None and pending is not None:
+        verdict, link, culprit, evidence = pending["verdict"], pending.get("link"), None, read_evidence(pending)
     verdict = verdict or HEALTHY
     correct = (verdict == injection.kind and (injection.culprit is None or culprit == injection.culprit)
                and (not injection.links or link in injection.links))
