@@ -3,6 +3,8 @@ pair of jobs with background traffic."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, Thresholds, job_flows, settled
@@ -85,6 +87,30 @@ def test_straggler_host_its_flows_idle_at_their_floor():
     assert (v["verdict"], v["culprit"]) == ("straggler_host", "h2")
     assert v["sentence"].startswith("not the network")
     assert v["throughput_ratio"] < 0.8
+
+
+def waiting(flows: list[Flow], host: str, held: list[float], others: float = 0.0) -> list[Flow]:
+    """The flows with their send queues: `held` bytes, reading by reading to the newest, for
+    `host`'s flow (its older readings and every other flow's: `others`)."""
+    def queued(f: Flow) -> Flow:
+        values = [others] * (len(f.points) - len(held)) + held if f.host == host else [others] * len(f.points)
+        return Flow(**{**f.__dict__, "points": tuple(replace(p, send_queue_bytes=v)
+                                                      for p, v in zip(f.points, values, strict=True))})
+    return [queued(f) for f in flows]
+
+
+def test_a_starved_flow_with_its_data_waiting_is_held_by_the_network_not_a_straggler():
+    """A rate cut with no delay to show for it (a loss, a queue not sampled yet): its data waits
+    in its send queue, where a stopped program's would not."""
+    held = verdict(waiting(ring("A", h2=(20, 60)), "h2", [200_000.0] * 3))
+    assert held["verdict"] not in ("straggler_host", "healthy")
+    slow = [f for f in held["flows"] if f["network_slow"]]
+    assert [f["host"] for f in slow] == ["h2"] and "KiB wait to be sent" in slow[0]["why"][-1]
+    # a paced writer's send queue holds a write now and then: no standing wait
+    flicker = verdict(waiting(ring("A", h2=(20, 60)), "h2", [4096.0, 0.0, 4096.0], others=4096.0))
+    assert (flicker["verdict"], flicker["culprit"]) == ("straggler_host", "h2")
+    idle = verdict(waiting(ring("A", h2=(20, 60)), "h2", [0.0] * 3, others=4096.0))
+    assert (idle["verdict"], idle["culprit"]) == ("straggler_host", "h2")
 
 
 def test_healthy_with_background_traffic():

@@ -113,6 +113,8 @@ def test_a_survivor_sending_to_a_frozen_rank_fails_within_the_bound_not_the_time
     took = {rank: at - stopped for rank, _, at, _ in results}
     assert max(took.values()) < max(bounds) + SLACK_S, \
         f"a survivor gave up {took} s after the victim stopped, past the bound {bounds} s: {results}"
-    # each ran into the bound, as gloo reports it: one of them waiting for its send to the victim
-    assert all("timed out" in error.lower() for *_, error in results), results
+    # each ran into the bound, as gloo reports it, one of them waiting for its send to the victim;
+    # or saw a survivor that had run into it first close their connection as it gave up
+    assert all("timed out" in error.lower() or "connection closed by peer" in error.lower()
+               for *_, error in results), results
     assert any("send operation" in error for *_, error in results), results

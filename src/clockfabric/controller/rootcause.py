@@ -20,7 +20,8 @@ Hop = tuple[str, str]  # (link name, "from>to" nodes; "" where the direction is 
 
 # what a flow's pushes say, by stat (`job_flow_<stat>`, `other_flow_<stat>`): the reading's field
 # and the value's scale; the in-band delay is the sending end's `out` direction
-READINGS = {"tx_bps": ("tx_bps", 1.0), "rtt_us": ("rtt_us", 1.0), "owd_out_p50_ns": ("owd_us", 1e-3)}
+READINGS = {"tx_bps": ("tx_bps", 1.0), "rtt_us": ("rtt_us", 1.0), "owd_out_p50_ns": ("owd_us", 1e-3),
+            "send_queue_bytes": ("send_queue_bytes", 1.0)}
 FALLBACK = "owd_out_fallback"  # 1: that owd is the agent's RTT/2 stand-in, not an in-band delay
 
 
@@ -49,6 +50,7 @@ class FlowPoint:
     tx_bps: float | None = None
     rtt_us: float | None = None
     owd_us: float | None = None  # in-band one-way delay (p50 of the reading's window), where measured
+    send_queue_bytes: float | None = None  # written by the program, not yet acknowledged
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class FlowStats:
     delay_us: float | None
     delay_source: str  # "inband", "rtt/2", or "none"
     floor_us: float | None = None  # its path's probe floor, where a probe path matches
+    send_queue_bytes: float | None = None  # what waits to be sent and acknowledged in each of its newest readings
     why: list[str] = field(default_factory=list)  # the comparisons it failed
     network_slow: bool = False
     starved: bool = False
@@ -125,7 +128,8 @@ class FlowStats:
         return {"host": f.host, "flow": f.flow, "peer": f.peer, "plane": f.plane, "dscp": f.dscp,
                 "links": [name for name, _ in f.hops], "rate_bps": self.rate_bps, "delay_us": self.delay_us,
                 "delay_source": self.delay_source, "probe_floor_us": self.floor_us,
-                "network_slow": self.network_slow, "starved": self.starved, "why": self.why}
+                "send_queue_bytes": self.send_queue_bytes, "network_slow": self.network_slow,
+                "starved": self.starved, "why": self.why}
 
 
 def median(values: Iterable[float | None]) -> float | None:
@@ -155,7 +159,9 @@ def summarize(flow: Flow, floors: list[ProbePath], newest: int = Thresholds.newe
     rtt = settled([p.rtt_us for p in flow.points], newest)
     delay, source = (inband, "inband") if inband is not None else (
         (rtt / 2, "rtt/2") if rtt is not None else (None, "none"))
-    return FlowStats(flow, median(p.tx_bps for p in flow.points), delay, source, probe_floor(flow, floors))
+    queued = [p.send_queue_bytes for p in flow.points if p.send_queue_bytes is not None]
+    held = min(queued[-newest:]) if len(queued) >= newest else None  # waiting in each: standing, not a write's flicker
+    return FlowStats(flow, median(p.tx_bps for p in flow.points), delay, source, probe_floor(flow, floors), held)
 
 
 def probe_floor(flow: Flow, floors: list[ProbePath]) -> float | None:
@@ -189,7 +195,21 @@ def judge(stats: list[FlowStats], limits: Thresholds) -> None:
             s.queued_since_ns = queued_since(s, min(bases), margin, limits)
         if sib_rate is not None and s.rate_bps is not None and s.rate_bps < sib_rate * limits.rate_ratio:
             s.why.append(f"rate {s.rate_bps / 1e6:.1f} Mbit/s vs its siblings' {sib_rate / 1e6:.1f} Mbit/s")
+            # a flow whose program stopped sends nothing and has nothing waiting: starved, its host to
+            # blame. One with its data waiting, far longer than its siblings' waits, is held back by
+            # the network, even where its delay shows no queue (a loss, or a queue not sampled yet)
+            wait = send_wait_us(s, sib_rate)
+            sib_wait = median(send_wait_us(o, sib_rate) for o in siblings) or 0.0
+            if not s.network_slow and wait is not None and far_above(wait, sib_wait, limits.rtt_margin_us, limits):
+                s.why.append(f"{(s.send_queue_bytes or 0) / 1024:.0f} KiB wait to be sent: {wait / 1000:.0f} ms "
+                             f"at its siblings' rate, vs their {sib_wait / 1000:.1f} ms")
+                s.network_slow = True
             s.starved = not s.network_slow
+
+
+def send_wait_us(s: FlowStats, rate_bps: float) -> float | None:
+    """How long the flow's waiting data takes to send at `rate_bps`."""
+    return None if s.send_queue_bytes is None or rate_bps <= 0 else s.send_queue_bytes * 8 / rate_bps * 1e6
 
 
 def queued_since(s: FlowStats, base_us: float, margin_us: float, limits: Thresholds) -> int | None:

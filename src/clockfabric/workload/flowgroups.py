@@ -5,7 +5,8 @@ in the series' name (`tx`/`rx`, `owd_out`/`owd_in`). The 5-tuples stay in the ag
 and its push info.
 
 How each statistic is summed over a group's flows:
-  tx_bps, rx_bps, delivery_bps, retransmits_total   sum: what the group moves and loses together
+  tx_bps, rx_bps, delivery_bps, retransmits_total,  sum: what the group moves, loses and holds
+  send_queue_bytes                                  together
   rtt_us, cwnd                                      max: the slowest connection, the largest window
   owd min_ns                                        min
   owd p50_ns, p99_ns                                max: the slowest connection's
@@ -24,7 +25,7 @@ from clockfabric.traffic.steer_decide import FlowKey
 from clockfabric.workload.owd import FALLBACK, OwdStats
 
 T = TypeVar("T")
-SUMMED = ("tx_bps", "rx_bps", "delivery_bps", "retransmits_total")
+SUMMED = ("tx_bps", "rx_bps", "delivery_bps", "retransmits_total", "send_queue_bytes")
 
 
 def pair_label(key: FlowKey) -> str:

@@ -35,6 +35,7 @@ class SocketReading:
     delivery_rate_bps: float  # the kernel's estimate of the recent delivery rate, bits per second
     dscp: int | None = None  # the DSCP the socket marks its packets with, where the kernel says
     last_data_sent_ms: int | None = None  # since the socket last sent data; None: not read
+    send_queue_bytes: int = 0  # written by the program, not yet acknowledged: what waits on the network
     app_limited: bool = True  # the delivery-rate estimate was taken while the program sent less than it could
 
     @property

@@ -37,6 +37,7 @@ FLOW_STATS = {
     "retransmits_total": lambda f: f.rates.reading.retransmits,
     "cwnd": lambda f: f.rates.reading.cwnd,
     "delivery_bps": lambda f: f.rates.reading.delivery_rate_bps,
+    "send_queue_bytes": lambda f: f.rates.reading.send_queue_bytes,
 }
 
 PROCESSES, START = "job_processes", "job_start_seconds"

@@ -91,7 +91,7 @@ def _messages(data: bytes, seq: int) -> Iterator[tuple[int, memoryview]]:
 def parse(msg: memoryview | bytes) -> SocketReading | None:
     """One inet_diag reply as a reading; None without a tcp_info long enough to read."""
     (_family, _state, _timer, _retrans, sport, dport, src, dst, _ifindex, cookie,
-     _expires, _rqueue, _wqueue, _uid, inode) = DIAG_MSG.unpack_from(msg)
+     _expires, _rqueue, wqueue, _uid, inode) = DIAG_MSG.unpack_from(msg)
     info, tos = None, None
     at = _align(DIAG_MSG.size)
     while at + RTATTR.size <= len(msg):
@@ -111,4 +111,5 @@ def parse(msg: memoryview | bytes) -> SocketReading | None:
     u32, u64 = (lambda at: U32.unpack_from(info, at)[0]), (lambda at: U64.unpack_from(info, at)[0])
     return SocketReading(key, inode, cookie, u64(TCPI_BYTES_ACKED), u64(TCPI_BYTES_RECEIVED), u32(TCPI_TOTAL_RETRANS),
                          u32(TCPI_RTT), u32(TCPI_SND_CWND), u64(TCPI_DELIVERY_RATE) * 8.0,
-                         None if tos is None else tos >> 2, u32(TCPI_LAST_DATA_SENT), bool(info[TCPI_FLAGS] & 1))
+                         None if tos is None else tos >> 2, last_data_sent_ms=u32(TCPI_LAST_DATA_SENT),
+                         app_limited=bool(info[TCPI_FLAGS] & 1), send_queue_bytes=wqueue)
