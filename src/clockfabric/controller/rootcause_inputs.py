@@ -8,13 +8,20 @@ is all a verdict reads of them (the load they put on a link, rootcause.load_on).
 links: its plane from its local address, its peer from its remote one, and the switch it
 crosses where its agent traced it (`job_flow_path` / `other_flow_path`, label `via`); without
 one, or with several in the window, only the links every such path shares surely. Probe floors
-and their links: the
-OWD matrix and the path map.
+and their links: the OWD matrix and the path map.
+
+A packet is timed leaving after its host's own egress queue (the qdisc of its NIC), so every
+delay measured from a host, in-band or probe, misses the queue on the host's link to its leaf.
+The agents report that queue (`nic_egress_queue_ns`), and on a fabric with one FIFO per port it
+is added back to each delay from the host over that link. With traffic classes it is not: the
+backlog is every class's, and the job's class need not wait behind it.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
+from dataclasses import replace
 from itertools import pairwise
 
 from fastapi import APIRouter, HTTPException, Query
@@ -44,6 +51,7 @@ from clockfabric.units import parse_duration
 from clockfabric.workload.flowgroups import parse_pair
 
 # sample name -> FlowPoint field; a flow of no job is pushed as other_flow_<stat>
+EGRESS = "nic_egress_queue_ns"  # workload.samples.EGRESS: the agent's name for it
 PATH_STAT = "path"  # value: unused; labels: via (the switch the flow crosses), dscp where known
 PAGE = 5_000
 MAX_SAMPLES = 500_000  # a window this busy is cut short rather than hold the controller
@@ -194,6 +202,41 @@ def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: lis
             for (src, dst, path), floor in latest["owd_floor_ns"].items() if src and dst]
 
 
+Queues = dict[tuple[str, str], tuple[list[int], list[float]]]  # (host, link) -> times (ns), waits (us)
+
+
+def egress_queues(samples: Iterable[Sample], places: Places) -> Queues:
+    """Each host's NIC queues as readings by the link they wait to cross, oldest first."""
+    out: Queues = {}
+    for s in sorted(samples, key=lambda s: s.t_ns):
+        times, waits = out.setdefault((s.host, places.links.key(s.host, s.labels.get("device", ""))), ([], []))
+        times.append(s.t_ns)
+        waits.append(s.value / 1e3)
+    return out
+
+
+def waited(queues: Queues, host: str, hops: tuple, t_ns: int | None = None) -> float:
+    """What a packet from `host` over `hops` waited in the host's own egress queue: its reading at
+    `t_ns` or just before (None: the newest); 0 where the first hop is not the host's own."""
+    if not hops or not hops[0][1].startswith(f"{host}>") or (found := queues.get((host, hops[0][0]))) is None:
+        return 0.0
+    times, waits = found
+    at = len(times) if t_ns is None else bisect.bisect_right(times, t_ns)
+    return waits[at - 1] if at else 0.0
+
+
+def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues) -> tuple[list[Flow], list[ProbePath]]:
+    """The flows' in-band delays and the probe paths' latest with their sender's egress queue added."""
+    def flow(f: Flow) -> Flow:
+        points = tuple(p if p.owd_us is None else replace(p, owd_us=p.owd_us + waited(queues, f.host, f.hops, p.t_ns))
+                       for p in f.points)
+        return replace(f, points=points)
+
+    def probe(p: ProbePath) -> ProbePath:
+        return p if p.p50_us is None else replace(p, p50_us=p.p50_us + waited(queues, p.src, p.hops))
+    return [flow(f) for f in flows], [probe(p) for p in floors]
+
+
 def link_events(events: Iterable[Event], places: Places) -> list[LinkEvent]:
     return [LinkEvent(e.t_ns, places.links.key(e.host, e.device) if e.kind.startswith("link_") else "", e.kind)
             for e in events if e.kind in ("link_down", "link_up") or e.kind.startswith("failover_")]
@@ -218,7 +261,12 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
     ends = sorted({h for f in flows if f.jobid == jobid for h in (f.host, f.peer) if h is not None})
     path_map = [m for host in ends for m in fleet.monitor.path_map(host)] if fleet.monitor else []
     classes = topology.classes if topology else None
-    fabric = Fabric(probe_paths(series, path_map, here, ends),
+    floors = probe_paths(series, path_map, here, ends)
+    if classes is None:  # one FIFO per port: the jobs' packets wait behind whatever is in the host's queue
+        queues = egress_queues([s for s in series.range(EGRESS, since_ns=since_ns, until_ns=now_ns + 1)
+                                if s.host in ends], here)
+        flows, floors = with_egress(flows, floors, queues)
+    fabric = Fabric(floors,
                     {lk.name: float(lk.rate_bps) for lk in topology.links} if topology else {},
                     link_events(stored_events(storage, since_ns), here),
                     classes.collective_dscp if classes else None)

@@ -13,6 +13,9 @@ Samples, each labelled with `jobid` (never `job`: Prometheus owns that label):
                           (OWD_FIELDS: min/p50/p99 in ns, samples, fallback: 1 where it is RTT/2)
   job_flow_path           where the group's flows go (value: how many): labels via (the switch
   other_flow_path         traced through, "" if not) and dscp (what the socket marks, "" if unknown)
+  nic_egress_queue_ns     each fabric NIC's own egress queue (qos.backlog: its root qdisc's backlog
+                          at the link's rate), label device: the part of every path from here that
+                          the in-band delays, timed after it, do not see
 Each flow's 5-tuple, pid and readings are in the push's info (`flows`) and the published state.
 A flow's rates appear from its second reading on.
 """
@@ -41,6 +44,7 @@ FLOW_STATS = {
 }
 
 PROCESSES, START = "job_processes", "job_start_seconds"
+EGRESS = "nic_egress_queue_ns"
 INFO_FLOWS = 1_000  # a push names at most this many flows: its size stays bounded too
 DIRECTIONS = ("out", "in")  # from the flow's local end to its remote one, and back
 OWD_FIELDS = ("min_ns", "p50_ns", "p99_ns", "samples", "fallback")
@@ -105,6 +109,10 @@ def push_samples(view: WorkloadView, owd: FlowOwd | None = None, via: Via | None
             if (value := flowgroups.combine(stat, values)) is not None:
                 out.append({"name": f"other_flow_{stat}", "value": value, "labels": {"flow": pair}})
     return out
+
+
+def egress_samples(queues_s: dict[str, float]) -> list[dict]:
+    return [{"name": EGRESS, "value": round(s * 1e9), "labels": {"device": nic}} for nic, s in sorted(queues_s.items())]
 
 
 def flow_state(f: JobFlow, owd: FlowOwd) -> dict:

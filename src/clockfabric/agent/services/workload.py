@@ -13,6 +13,7 @@ import time
 from clockfabric.agent.capture import NicCapture
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
+from clockfabric.qos.backlog import EgressBacklog
 from clockfabric.qos.policy import Ask
 from clockfabric.topology import host_of_address
 from clockfabric.workload import exchange, samples, stages
@@ -57,6 +58,16 @@ class Workload(Service):
         except OSError as e:  # no route netlink: traces leave by the routes' choice, without the ports
             log.warning("cannot look up flows' routes (%s)", e)
         self.paths = PathTracer(FlowPaths(ctx.cfg.topology, ctx.cfg.host, device_of=self.device))
+        topo, host = ctx.cfg.topology, ctx.cfg.host
+        rates = {(lk.a if lk.a.node == host else lk.b).iface: lk.rate_bps for lk in topo.links_of(host)}
+        self.egress: EgressBacklog | None = None  # the NICs' own queues, which the capture sees past
+        self.egress_s: dict[str, float] = {}
+        try:
+            if any(rates.get(nic) for nic in ctx.rails):
+                self.egress = EgressBacklog({nic: rates.get(nic, 0) for nic in ctx.rails})
+                ctx.on_link_change.append(self.egress.forget)  # a NIC back as another device
+        except OSError as e:
+            log.warning("cannot read the NICs' queues (%s): a queue on this host's own links goes unseen", e)
         ctx.on_link_change.append(self.paths.forget)  # a changed fabric moves the hash
         ctx.job_sockets = lambda: [(f.jobid, f.rates.reading.cookie) for f in self.view.flows]  # for QoS
         ctx.job_flows = lambda: (self.view.flows, self.owd)  # for QoS's pacing
@@ -95,6 +106,12 @@ class Workload(Service):
         with self.cpu.stage(stages.WINDOW):
             self.inband.tick(self.view, time.monotonic_ns())
             self.owd = self.inband.owd
+        if self.egress is not None:
+            with self.cpu.stage(stages.FLOWS):
+                try:
+                    self.egress_s = self.egress.queues_s()
+                except OSError as e:
+                    log.warning("reading the NICs' queues: %s", e)
         with self.cpu.stage(stages.PATHS):
             self.paths.want([f.rates.key for f in self.view.flows] + [r.key for r in self.view.busy_others])
 
@@ -109,12 +126,15 @@ class Workload(Service):
 
     def snapshot(self) -> Snapshot:
         view, owd = self.view, self.owd  # each replaced whole by a tick: one consistent view
-        return Snapshot(samples=samples.push_samples(view, owd, self.paths.paths.via),
+        return Snapshot(samples=samples.push_samples(view, owd, self.paths.paths.via)
+                        + samples.egress_samples(self.egress_s),
                         info={"workload": samples.summary(view)})
 
     def stop(self) -> None:
         self.paths.stop()
         self.paths.join(timeout=2.0)
+        if self.egress is not None:
+            self.egress.close()
         if self.device:
             self.device.close()
         if self.sockets:
