@@ -102,9 +102,10 @@ class Thresholds:
     active_bps: float = 1e6  # a flow under this rate is idle: no sibling comparison of its rate
     recent_ns: int = 10 * 10**9  # flows are judged on their latest readings: a fault named within this long
     newest: int = 3  # a delay this many newest readings all stand above is judged at once (see `settled`)
-    # a new flow's load is readable this long after it starts (a socket reading or two, a push, the
-    # engine's search: 3.8 s measured on the lab); a queue younger than this, with no load seen to
-    # explain it, may be that flow's
+    # what explains a symptom is seen up to this long after it: a new flow's load (a socket reading
+    # or two, a push, the engine's search: 3.8 s measured on the lab), a queue's delay (its newest
+    # readings). A queue younger than this that no load seen explains may be a new flow's; flows
+    # held back this briefly with no delay to show where may not have shown it yet
     unseen_ns: int = 4 * 10**9
 
 
@@ -121,7 +122,9 @@ class FlowStats:
     why: list[str] = field(default_factory=list)  # the comparisons it failed
     network_slow: bool = False
     starved: bool = False
-    queued_since_ns: int | None = None  # network-slow: the first of its newest readings that all stand far above
+    # network-slow: the first of its newest readings that all stand far above (held: that all hold its data)
+    queued_since_ns: int | None = None
+    held: bool = False  # network-slow by its waiting data alone: no delay shows where it waits
 
     def row(self) -> dict:
         f = self.flow
@@ -192,7 +195,8 @@ def judge(stats: list[FlowStats], limits: Thresholds) -> None:
         if s.network_slow:
             delay = s.delay_us or 0.0
             bases = [b for b in (sib_delay, s.floor_us) if b is not None and far_above(delay, b, margin, limits)]
-            s.queued_since_ns = queued_since(s, min(bases), margin, limits)
+            s.queued_since_ns = run_since([(p.t_ns, delay_of(s, p)) for p in s.flow.points], min(bases), margin,
+                                          limits)
         if sib_rate is not None and s.rate_bps is not None and s.rate_bps < sib_rate * limits.rate_ratio:
             s.why.append(f"rate {s.rate_bps / 1e6:.1f} Mbit/s vs its siblings' {sib_rate / 1e6:.1f} Mbit/s")
             # a flow whose program stopped sends nothing and has nothing waiting: starved, its host to
@@ -203,7 +207,10 @@ def judge(stats: list[FlowStats], limits: Thresholds) -> None:
             if not s.network_slow and wait is not None and far_above(wait, sib_wait, limits.rtt_margin_us, limits):
                 s.why.append(f"{(s.send_queue_bytes or 0) / 1024:.0f} KiB wait to be sent: {wait / 1000:.0f} ms "
                              f"at its siblings' rate, vs their {sib_wait / 1000:.1f} ms")
-                s.network_slow = True
+                s.network_slow = s.held = True
+                waits = [(p.t_ns, None if p.send_queue_bytes is None else p.send_queue_bytes * 8 / sib_rate * 1e6)
+                         for p in s.flow.points]
+                s.queued_since_ns = run_since(waits, sib_wait, limits.rtt_margin_us, limits)
             s.starved = not s.network_slow
 
 
@@ -212,16 +219,20 @@ def send_wait_us(s: FlowStats, rate_bps: float) -> float | None:
     return None if s.send_queue_bytes is None or rate_bps <= 0 else s.send_queue_bytes * 8 / rate_bps * 1e6
 
 
-def queued_since(s: FlowStats, base_us: float, margin_us: float, limits: Thresholds) -> int | None:
-    """When the flow's newest run of readings far above `base_us` (read as its delay was) began."""
+def delay_of(s: FlowStats, p: FlowPoint) -> float | None:
+    """A reading's delay, read as the flow's delay was (in-band, or RTT/2)."""
+    return p.owd_us if s.delay_source == "inband" else (None if p.rtt_us is None else p.rtt_us / 2)
+
+
+def run_since(readings: list[tuple[int, float | None]], base: float, margin: float, limits: Thresholds) -> int | None:
+    """When the newest run of (time, value) readings standing far above `base` began."""
     since = None
-    for p in reversed(s.flow.points):
-        delay = p.owd_us if s.delay_source == "inband" else (None if p.rtt_us is None else p.rtt_us / 2)
-        if delay is None:
+    for t_ns, value in reversed(readings):
+        if value is None:
             continue
-        if not far_above(delay, base_us, margin_us, limits):
+        if not far_above(value, base, margin, limits):
             break
-        since = p.t_ns
+        since = t_ns
     return since
 
 

@@ -5,6 +5,8 @@ In order, the first that holds:
   misconfigured (interface)  a flow leaves on no fabric NIC, or off the plane the job's others share
   flapping link X            link events on a link the job's flows may cross, while it suffers;
                              or two downs or more
+  held, not located           network-slow flows that only their waiting data shows, for less time
+                             than a delay takes to show where (provisional)
   congestion ... on link X   network-slow flows, and the hop that explains them: located from the
                              probe mesh and the in-band delays (localization) where that evidence
                              names one on their paths, else the hop they share that no healthy
@@ -39,9 +41,10 @@ from clockfabric.controller.rootcause import (
 )
 
 VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "congestion_other_job",
-            "congestion_non_job", "congestion_own", "degraded_link", "queue_unexplained", "slow_unlocated",
+            "congestion_non_job", "congestion_own", "degraded_link", "queue_unexplained", "held_unlocated",
+            "slow_unlocated",
             "straggler_host", "healthy", "no_flows")
-PROVISIONAL = ("queue_unexplained",)  # verdicts that say "not yet": the next asking may name a cause
+PROVISIONAL = ("queue_unexplained", "held_unlocated")  # "not yet": the next asking may name a cause
 SUFFERING_DROP = 0.8  # the job's throughput under this share of its start: it suffers
 FLAP_EVENTS = 2  # transitions on one link in the window that make it flapping
 FLAP_DOWNS = 2  # downs of one link in the window that make it flapping even once the job has caught up
@@ -234,6 +237,13 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     if not slow:
         return None
     evidence: dict[str, object] = {"slow_flows": [s.row() for s in slow]}
+    if all(s.held for s in slow):  # no delay shows where they wait: it may not have yet
+        began = [s.queued_since_ns for s in slow if s.queued_since_ns is not None]
+        age_ns = now_ns - min(began) if began else limits.unseen_ns
+        if age_ns < limits.unseen_ns:
+            return _verdict("held_unlocated", f"{len(slow)} of job {jobid}'s flows are held back by the network "
+                            f"({slow[0].why[-1]}), and no delay shows where yet ({age_ns / 1e9:.1f} s)",
+                            evidence=evidence | {"held_s": round(age_ns / 1e9, 2)})
     healthy = [s for s in stats if not s.network_slow]
     hops, verdict = located(slow, healthy, fabric, limits)
     evidence["localization"] = verdict.row()
