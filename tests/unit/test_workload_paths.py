@@ -127,6 +127,25 @@ def test_path_samples_are_what_the_root_cause_reads():
     assert any("spine1" in name for name, _ in flow.hops)
 
 
+def test_a_group_whose_connections_mark_two_classes_keeps_both():
+    """A rank that marks another DSCP than its job, to the same peer: one group, two path samples.
+    Both marks reach the verdict, whichever the engine answers last."""
+    from clockfabric.controller.rootcause_verdict import Fabric, why
+
+    key2 = FlowKey(FAR.local, FAR.lport + 1, FAR.remote, FAR.rport)
+    view = WorkloadView(flows=[JobFlow("A", 1, reading(FAR, 26)), JobFlow("A", 2, reading(key2, 0))])
+    pushed = [s for s in samples.push_samples(view, None, {FAR: "spine1", key2: "spine1"}.get)
+              if s["name"] == "job_flow_path"]
+    assert sorted(s["labels"]["dscp"] for s in pushed) == ["0", "26"]
+    for order in (pushed, pushed[::-1]):
+        stored = [Sample("h0", t, s["name"], s["value"], s["labels"]) for s in order for t in (1, 2)]
+        stored += [Sample("h0", t, "job_flow_tx_bps", 5e6, {"jobid": "A", "flow": "10.0.0.1->10.0.0.3"}) for t in (1, 2)]
+        (flow,) = flows_from(stored, Places(TOPO, {}))
+        assert flow.marks() == (0, 26) and flow.dscp is None
+        v = why("A", [flow], Fabric(collective_dscp=(26,)), 3, 10)
+        assert (v["verdict"], v["evidence"]["dscp"]) == ("misconfigured_class", [0])
+
+
 def test_an_unanswered_trace_is_tried_again_soon():
     calls: list = []
     clock = Clock()

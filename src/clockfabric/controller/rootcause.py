@@ -68,9 +68,15 @@ class Flow:
     # every link it may cross, in order from host: more than `hops` where its switch is not traced
     # (a trace lost in the very queue that slows it), so a fault there is still in reach; () = `hops`
     reach: tuple[Hop, ...] = ()
+    # every DSCP its packets carried in the window, where more than one (a group's connections
+    # each mark their own: one the program set apart is a misconfigured rank); () = (`dscp`,)
+    dscps: tuple[int, ...] = ()
 
     def may_cross(self) -> tuple[Hop, ...]:
         return self.reach or self.hops
+
+    def marks(self) -> tuple[int, ...]:
+        return self.dscps or (() if self.dscp is None else (self.dscp,))
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,7 @@ class FlowStats:
     def row(self) -> dict:
         f = self.flow
         return {"host": f.host, "flow": f.flow, "peer": f.peer, "plane": f.plane, "dscp": f.dscp,
+                "dscps": list(f.marks()),
                 "links": [name for name, _ in f.hops], "rate_bps": self.rate_bps, "delay_us": self.delay_us,
                 "delay_source": self.delay_source, "probe_floor_us": self.floor_us,
                 "send_queue_bytes": self.send_queue_bytes, "network_slow": self.network_slow,

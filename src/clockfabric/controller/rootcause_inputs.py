@@ -160,14 +160,15 @@ class PlacesCache:
 def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
     """Samples of job_flow_* and other_flow_* into flows with their readings."""
     readings: dict[tuple[str, str, str | None], dict[int, dict]] = {}
-    dscps: dict[tuple[str, str, str | None], str] = {}
+    dscps: dict[tuple[str, str, str | None], set[int]] = {}  # each its connections marked, in the window
     vias: dict[tuple[str, str, str | None], dict[str, None]] = {}  # every switch it was traced through
     for s in samples:
         kind, _, stat = s.name.partition("_flow_")
         jobid = s.labels.get("jobid") if kind == "job" else None
         key = (s.host, s.labels.get("flow", ""), jobid)
         if stat == PATH_STAT:  # an untraced reading says nothing against a traced one
-            dscps[key] = s.labels.get("dscp") or dscps.get(key, "")
+            if (mark := s.labels.get("dscp", "")).isdigit():
+                dscps.setdefault(key, set()).add(int(mark))
             if via := s.labels.get("via"):
                 vias.setdefault(key, {})[via] = None
         elif stat in READINGS or stat == FALLBACK:
@@ -177,15 +178,16 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
         if (ends := parse_pair(label)) is None:
             continue
         local, remote = ends
-        traced, dscp = list(vias.get((host, label, jobid), {})), dscps.get((host, label, jobid), "")
+        traced, marks = list(vias.get((host, label, jobid), {})), sorted(dscps.get((host, label, jobid), ()))
         # one switch: its path; several (a link went down or came back in the window): it may
         # have crossed each of their paths, and surely only what they share
         via = traced[0] if len(traced) == 1 else None
         peer, plane = places.by_address.get(remote), places.plane(host, local, traced[-1] if traced else None)
         reach = places.across(host, peer, plane, traced) if len(traced) > 1 else places.reach(host, peer, plane, via)
         out.append(Flow(host, label, jobid, peer, plane, places.hops(host, peer, plane, via),
-                        int(dscp) if dscp.isdigit() else None,
-                        tuple(point(t, v) for t, v in sorted(by_t.items())), reach))
+                        marks[0] if len(marks) == 1 else None,
+                        tuple(point(t, v) for t, v in sorted(by_t.items())), reach,
+                        tuple(marks) if len(marks) > 1 else ()))
     return out
 
 

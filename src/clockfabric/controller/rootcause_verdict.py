@@ -92,9 +92,9 @@ def _names(stats: list[FlowStats]) -> list[str]:
 def _misconfigured(stats: list[FlowStats], fabric: Fabric) -> dict | None:
     wanted = fabric.collective_dscp
     if wanted:
-        wrong = [s for s in stats if s.flow.dscp is not None and s.flow.dscp not in wanted]
+        wrong = [s for s in stats if any(m not in wanted for m in s.flow.marks())]
         if wrong:
-            marks = sorted({s.flow.dscp for s in wrong if s.flow.dscp is not None})
+            marks = sorted({m for s in wrong for m in s.flow.marks() if m not in wanted})
             return _verdict("misconfigured_class",
                             f"misconfigured job: {len(wrong)} of its flows mark DSCP {', '.join(map(str, marks))}, "
                             f"not the collective class ({', '.join(map(str, wanted))}): they queue with best-effort "
