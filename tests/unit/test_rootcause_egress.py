@@ -3,38 +3,43 @@ in-band delays nor its probes show it until the host's own egress queue is added
 
 from __future__ import annotations
 
+import pytest
+
 from clockfabric.controller.rootcause import Flow
 from clockfabric.controller.rootcause_inputs import waited, with_egress
 from clockfabric.controller.rootcause_verdict import Fabric, why
 from tests.unit.rootcause_timelines import NOW, READINGS, S, fabric, flow, link, ring
 
 UPLINK = link("h1", "leaf0")
-QUEUED_FROM = READINGS - 8  # the queue stands for the newest 8 readings
 
 
-def inband(flows: list[Flow]) -> list[Flow]:
+def inband(flows: list[Flow], since: int) -> list[Flow]:
     """The ring with in-band delays at the floor: what the capture, past the host's queue, sees.
-    The flow into h1 has its ACKs wait in that queue: its round trip rises with it."""
+    The flow into h1 has its ACKs wait in that queue from reading `since`: its round trip rises."""
     return [flow(f.host, f.peer or "", [n for n, _ in f.hops][1].split("--")[1], f.jobid, 300, 60, owd_us=13.0,
-                 then=(300, 20_060) if f.peer == "h1" else None, at=QUEUED_FROM) for f in flows]
+                 then=(300, 20_060) if f.peer == "h1" else None, at=since) for f in flows]
 
 
-def culprit() -> Flow:
+def culprit(since: int) -> Flow:
     """Traffic of no job from h1 to h0, under the same leaf: it fills h1's uplink alone."""
-    f = flow("h1", "h0", "spine0", None, 0, 60, then=(900, 60), at=QUEUED_FROM, port=7000)
+    f = flow("h1", "h0", "spine0", None, 0, 60, then=(900, 60), at=since, port=7000)
     return Flow(**{**f.__dict__, "hops": ((UPLINK, "h1>leaf0"), (link("leaf0", "h0"), "leaf0>h0"))})
 
 
-def queues(wait_us: float) -> dict:
+def queues(wait_us: float, since: int = READINGS - 8) -> dict:
     times = [NOW - (READINGS - i) * S for i in range(READINGS)]
-    return {("h1", UPLINK): (times, [wait_us if i >= QUEUED_FROM else 3.0 for i in range(READINGS)])}
+    return {("h1", UPLINK): (times, [wait_us if i >= since else 3.0 for i in range(READINGS)])}
 
 
-def test_a_queue_on_the_senders_uplink_is_named_once_its_egress_queue_is_added():
-    flows = inband(ring("A")) + [culprit()]
+@pytest.mark.parametrize("newest", [8, 3])
+def test_a_queue_on_the_senders_uplink_is_named_once_its_egress_queue_is_added(newest):
+    """Standing for the newest 8 readings, or only 3: a round trip through the queue that young
+    still clears nothing, though its median over the window is the quiet before it."""
+    since = READINGS - newest
+    flows = inband(ring("A"), since) + [culprit(since)]
     fab = fabric()
     assert why("A", flows, fab, NOW, 60 * S)["verdict"] == "healthy"  # the capture sees past the queue
-    flows, floors = with_egress(flows, fab.floors, queues(20_000.0))
+    flows, floors = with_egress(flows, fab.floors, queues(20_000.0, since))
     v = why("A", flows, Fabric(floors, fab.link_rates, fab.events, None), NOW, 60 * S)
     assert (v["verdict"], v["link"], v["culprit"]) == ("congestion_non_job", UPLINK, "(no job)")
     assert v["evidence"]["direction"] == "h1>leaf0"

@@ -36,6 +36,7 @@ from clockfabric.controller.rootcause import (
     load_on,
     median,
     on_hop,
+    settled,
     throughput,
     throughput_drop,
 )
@@ -152,8 +153,10 @@ def ends(flow: Flow) -> list[Hop]:
 
 def cleared(healthy: list[FlowStats], limits: Thresholds) -> set[Hop]:
     """The hops healthy siblings prove quiet: those each crosses, at its floor; and its host links
-    the way in where its round trip (its ACKs' return) is not far above its healthy siblings'."""
-    rtts = {id(s): median(p.rtt_us for p in s.flow.points) for s in healthy}
+    the way in where its round trip (its ACKs' return) is not far above its healthy siblings'.
+    A round trip is read as a delay is (`settled`): a queue its newest readings stand in is not
+    averaged away by the quiet before it."""
+    rtts = {id(s): settled([p.rtt_us for p in s.flow.points], limits.newest) for s in healthy}
     usual = median(rtts.values())
     quiet = set()
     for s in healthy:
