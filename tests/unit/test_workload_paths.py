@@ -108,8 +108,8 @@ def test_dscp_is_the_top_six_bits_of_the_sockets_tos():
     assert dscp(msg("68")) == 26 and dscp(msg("00")) == 0 and dscp(msg(None)) is None
 
 
-def reading(key: FlowKey, mark: int | None) -> FlowRates:
-    return FlowRates(SocketReading(key, 1, 1, 0, 0, 0, 100, 10, 0.0, mark), 5e6, 0.0, 0)
+def reading(key: FlowKey, mark: int | None, acked: int = 10_000) -> FlowRates:
+    return FlowRates(SocketReading(key, 1, 1, acked, 0, 0, 100, 10, 0.0, mark), 5e6, 0.0, 0)
 
 
 def test_path_samples_are_what_the_root_cause_reads():
@@ -137,6 +137,11 @@ def test_a_group_whose_connections_mark_two_classes_keeps_both():
     pushed = [s for s in samples.push_samples(view, None, {FAR: "spine1", key2: "spine1"}.get)
               if s["name"] == "job_flow_path"]
     assert sorted(s["labels"]["dscp"] for s in pushed) == ["0", "26"]
+    # the peer's flow back to this host, its receiving end here unmarked: no mark of the group's
+    back = FlowKey(FAR.local, FAR.lport + 2, FAR.remote, FAR.rport)
+    receiving = WorkloadView(flows=[JobFlow("A", 1, reading(FAR, 26)), JobFlow("A", 3, reading(back, 0, acked=0))])
+    assert [s["labels"]["dscp"] for s in samples.push_samples(receiving, None, {FAR: "spine1", back: "spine1"}.get)
+            if s["name"] == "job_flow_path"] == ["", "26"]
     for order in (pushed, pushed[::-1]):
         stored = [Sample("h0", t, s["name"], s["value"], s["labels"]) for s in order for t in (1, 2)]
         stored += [Sample("h0", t, "job_flow_tx_bps", 5e6, {"jobid": "A", "flow": "10.0.0.1->10.0.0.3"}) for t in (1, 2)]

@@ -55,10 +55,13 @@ Via = Callable[[FlowKey], str | None]  # a flow's traced switch, None where not 
 
 def path_samples(name: str, labels: dict[str, str], flows: list[FlowRates], via: Via | None) -> list[dict]:
     """A group's path samples: one per switch (via, "" where not traced) and DSCP ("" where unknown)
-    its flows go through, the value how many of them; none for a flow where neither is known."""
+    its flows go through, the value how many of them; none for a flow where neither is known. The
+    DSCP is a sending socket's only: a group holds a job's receiving ends too (the peer's flow
+    back to this host), whose marks say nothing of the class the job's data rides in."""
     counts: Counter[tuple[str, str]] = Counter()
     for r in flows:
-        switch, dscp = via(r.key) if via else None, r.reading.dscp
+        switch = via(r.key) if via else None
+        dscp = r.reading.dscp if r.reading.bytes_acked > 0 else None
         if switch is not None or dscp is not None:
             counts[switch or "", "" if dscp is None else str(dscp)] += 1
     return [{"name": name, "value": float(n), "labels": {**labels, "via": switch, "dscp": dscp}}
