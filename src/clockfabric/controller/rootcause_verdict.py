@@ -5,7 +5,7 @@ In order, the first that holds:
   misconfigured (interface)  a flow leaves on no fabric NIC, or off the plane the job's others share
   flapping link X            link events on a link the job's flows may cross, while it suffers;
                              or two downs or more
-  held, not located           network-slow flows that only their waiting data shows, for less time
+  held, not located          network-slow flows that only their waiting data shows, for less time
                              than a delay takes to show where (provisional)
   congestion ... on link X   network-slow flows, and the hop that explains them: located from the
                              probe mesh and the in-band delays (localization) where that evidence
@@ -43,8 +43,7 @@ from clockfabric.controller.rootcause import (
 
 VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "congestion_other_job",
             "congestion_non_job", "congestion_own", "degraded_link", "queue_unexplained", "held_unlocated",
-            "slow_unlocated",
-            "straggler_host", "healthy", "no_flows")
+            "slow_unlocated", "straggler_host", "healthy", "no_flows")
 PROVISIONAL = ("queue_unexplained", "held_unlocated")  # "not yet": the next asking may name a cause
 SUFFERING_DROP = 0.8  # the job's throughput under this share of its start: it suffers
 FLAP_EVENTS = 2  # transitions on one link in the window that make it flapping
@@ -240,13 +239,12 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     if not slow:
         return None
     evidence: dict[str, object] = {"slow_flows": [s.row() for s in slow]}
-    if all(s.held for s in slow):  # no delay shows where they wait: it may not have yet
-        began = [s.queued_since_ns for s in slow if s.queued_since_ns is not None]
-        age_ns = now_ns - min(began) if began else limits.unseen_ns
-        if age_ns < limits.unseen_ns:
-            return _verdict("held_unlocated", f"{len(slow)} of job {jobid}'s flows are held back by the network "
-                            f"({slow[0].why[-1]}), and no delay shows where yet ({age_ns / 1e9:.1f} s)",
-                            evidence=evidence | {"held_s": round(age_ns / 1e9, 2)})
+    age_ns = queue_age_ns(slow, now_ns)
+    if all(s.held for s in slow) and age_ns is not None and age_ns < limits.unseen_ns:
+        # no delay shows where they wait: it may not have yet
+        return _verdict("held_unlocated", f"{len(slow)} of job {jobid}'s flows are held back by the network "
+                        f"({slow[0].why[-1]}), and no delay shows where yet ({age_ns / 1e9:.1f} s)",
+                        evidence=evidence | {"held_s": round(age_ns / 1e9, 2)})
     healthy = [s for s in stats if not s.network_slow]
     hops, verdict = located(slow, healthy, fabric, limits)
     evidence["localization"] = verdict.row()
@@ -258,8 +256,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
 
     # what loads a link while it queues: the load since the queue began (a flow that started with
     # it counts in full, one that left before it not at all), not over the whole window
-    began = [s.queued_since_ns for s in slow if s.queued_since_ns is not None]
-    loaded_since = max(since, min(began)) if began else since
+    loaded_since = since if age_ns is None else max(since, now_ns - age_ns)
 
     def load(hop: Hop) -> dict[str | None, float]:
         return load_on(hop, flows, loaded_since)
@@ -291,18 +288,23 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
                         f"flows of no job send {non_job / 1e6:.0f} Mbit/s over it", link, "(no job)", evidence)
     if rate and total < limits.degraded_share * rate:
         # the load that explains a young queue may be a flow not reported yet
-        here = [s.queued_since_ns for s in slow if s.queued_since_ns is not None and on_hop(hop, s.flow.may_cross())]
-        age_ns = now_ns - min(here) if here else limits.unseen_ns
-        if age_ns < limits.unseen_ns:
+        here = queue_age_ns([s for s in slow if on_hop(hop, s.flow.may_cross())], now_ns)
+        if here is not None and here < limits.unseen_ns:
             return _verdict("queue_unexplained", f"link {where} queues: {lead}; the {total / 1e6:.0f} Mbit/s seen "
                             f"on it of its {rate / 1e6:.0f} Mbit/s do not explain it yet, and the queue "
-                            f"({age_ns / 1e9:.1f} s) is younger than a new flow's load takes to be seen "
+                            f"({here / 1e9:.1f} s) is younger than a new flow's load takes to be seen "
                             f"({limits.unseen_ns / 1e9:.0f} s)", link,
-                            evidence=evidence | {"queue_age_s": round(age_ns / 1e9, 2)})
+                            evidence=evidence | {"queue_age_s": round(here / 1e9, 2)})
         return _verdict("degraded_link", f"degraded link {where}: {lead}, yet it carries only "
                         f"{total / 1e6:.0f} Mbit/s of its configured {rate / 1e6:.0f} Mbit/s", link, evidence=evidence)
     return _verdict("congestion_own", f"congestion on link {where} from job {jobid}'s own flows: {lead}; "
                     f"they send {own / 1e6:.0f} Mbit/s over it", link, jobid, evidence)
+
+
+def queue_age_ns(slow: list[FlowStats], now_ns: int) -> int | None:
+    """How long the oldest of these flows' queues (or holds) has stood; None where none is timed."""
+    began = [s.queued_since_ns for s in slow if s.queued_since_ns is not None]
+    return now_ns - min(began) if began else None
 
 
 def _straggler(stats: list[FlowStats]) -> dict | None:
