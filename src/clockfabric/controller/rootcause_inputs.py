@@ -49,9 +49,9 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology, interfaces
 from clockfabric.units import parse_duration
 from clockfabric.workload.flowgroups import parse_pair
+from clockfabric.workload.samples import EGRESS
 
 # sample name -> FlowPoint field; a flow of no job is pushed as other_flow_<stat>
-EGRESS = "nic_egress_queue_ns"  # workload.samples.EGRESS: the agent's name for it
 PATH_STAT = "path"  # value: unused; labels: via (the switch the flow crosses), dscp where known
 PAGE = 5_000
 MAX_SAMPLES = 500_000  # a window this busy is cut short rather than hold the controller

@@ -131,6 +131,10 @@ class Topology:
     def links_of(self, node: str) -> list[Link]:
         return [lk for lk in self.links if node in (lk.a.node, lk.b.node)]
 
+    def port_rates(self, node: str) -> dict[str, int]:
+        """Each of the node's interfaces: the rate of its link, bits per second."""
+        return {(lk.a if lk.a.node == node else lk.b).iface: lk.rate_bps for lk in self.links_of(node)}
+
     def find_link(self, a: str, b: str) -> Link:
         """The link between a and b, each a node or node:iface. Raises KeyError if none or several."""
 

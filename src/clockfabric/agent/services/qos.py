@@ -62,7 +62,7 @@ class Qos(Service):
     def __init__(self, ctx: AgentContext):
         self.ctx = ctx
         topo, host = ctx.cfg.topology, ctx.cfg.host
-        rates = {(lk.a if lk.a.node == host else lk.b).iface: lk.rate_bps for lk in topo.links_of(host)}
+        rates = topo.port_rates(host)
         self.enforcer = Enforcer({nic: rates.get(nic, 0) for nic in ctx.rails})
         # one FIFO per port: the hosts pace the lower classes themselves (made at start)
         self.pace_file = Path(ctx.cfg.state_dir) / f"{host}.paced"

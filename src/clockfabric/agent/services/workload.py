@@ -58,8 +58,7 @@ class Workload(Service):
         except OSError as e:  # no route netlink: traces leave by the routes' choice, without the ports
             log.warning("cannot look up flows' routes (%s)", e)
         self.paths = PathTracer(FlowPaths(ctx.cfg.topology, ctx.cfg.host, device_of=self.device))
-        topo, host = ctx.cfg.topology, ctx.cfg.host
-        rates = {(lk.a if lk.a.node == host else lk.b).iface: lk.rate_bps for lk in topo.links_of(host)}
+        rates = ctx.cfg.topology.port_rates(ctx.cfg.host)
         self.egress: EgressBacklog | None = None  # the NICs' own queues, which the capture sees past
         self.egress_s: dict[str, float] = {}
         try:
