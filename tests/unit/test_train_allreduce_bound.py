@@ -1,14 +1,17 @@
 """A survivor caught sending to a lost rank fails its all-reduce within the bound sized from the
 measured steps, not the job's 30 s timeout: real gloo processes on localhost. The victim stops
-mid all-reduce (SIGSTOP: a frozen or cut-off host), so the survivor sending to it waits for a
-send that never completes. On the lab the fence (the survivors' sockets to a lost host shut)
-wakes a survivor waiting to receive, but not one whose send is in flight; on localhost every
-peer has the same address, so the fence is left out and the bound is the only thing that ends
-the wait, as it is for that sender. Without the bound the survivors wait out the timeout."""
+before its next all-reduce (SIGSTOP: a frozen or cut-off host) with its receive buffers held
+small, so the survivor sending to it waits for a send that can never complete, however the
+kernel's buffers are tuned and however loaded the machine. On the lab the fence (the
+survivors' sockets to a lost host shut) wakes a survivor waiting to receive, but not one whose
+send is in flight; on localhost every peer has the same address, so the fence is left out and
+the bound is the only thing that ends the wait, as it is for that sender. Without the bound the
+survivors wait out the timeout."""
 
 import multiprocessing
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -22,6 +25,7 @@ TIMEOUT_S = 30.0  # the job's collective timeout, as the lab tests and the bench
 ELEMENTS = 8 << 20  # 32 MB of float32: far more than a socket's buffers, so a send to the stopped victim blocks
 STEPS = 6  # measured before the victim stops
 SLACK_S = 2.5  # a loaded machine's scheduling, on top of the bound
+RCVBUF = 1 << 17  # the victim's: with the sender's (net.ipv4.tcp_wmem's most, 4 MB) far below a ring chunk
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="each member names itself in a UTS namespace (root)")
 
@@ -60,8 +64,29 @@ def survivor(store: str, rank: int, ready, out) -> None:
         out.put((rank, applied, time.time(), str(e)[:300]))
 
 
+def hold_receive_buffers(size: int) -> int:
+    """SO_RCVBUF on every TCP socket of this process (gloo's pairs), which also ends the kernel's
+    autotuning of them: whatever net.ipv4.tcp_rmem allows, a peer's send to this process can
+    only get this far ahead of its reads. Returns how many sockets it set."""
+    held = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:["):
+                continue
+        except OSError:
+            continue
+        s = socket.socket(fileno=os.dup(int(fd)))
+        try:
+            if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+                held += 1
+        finally:
+            s.close()
+    return held
+
+
 def victim(store: str, rank: int, ready, out) -> None:
-    """Measures its steps with the others, posts the next all-reduce and stops (a frozen host)."""
+    """Measures its steps with the others and stops before the next all-reduce (a frozen host)."""
     import torch.distributed as dist
 
     from clockfabric.train import group
@@ -69,15 +94,15 @@ def victim(store: str, rank: int, ready, out) -> None:
 
     own_address(rank)
     group.form(dist.FileStore(store, WORLD), rank, WORLD)
+    assert hold_receive_buffers(RCVBUF) >= WORLD - 1, "gloo's connections to the survivors were not found"
     bound = StepBound(TIMEOUT_S)
     group.settle(bound.joined())
     grads, _ = steps(rank, bound)
     ready.put(rank)
     ready.close()
     ready.join_thread()  # on the pipe before the process stops
-    work = dist.all_reduce(grads, async_op=True)
     os.kill(os.getpid(), signal.SIGSTOP)
-    work.wait()
+    dist.all_reduce(grads)
 
 
 def is_stopped(pid: int) -> bool:
