@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, Thresholds, job_flows, settled
-from clockfabric.controller.rootcause_verdict import PROVISIONAL, Fabric, why
+from clockfabric.controller.rootcause_verdict import PROVISIONAL, Fabric, upstream, why
 from tests.unit.rootcause_timelines import NOW, READINGS, S, fabric, flow, ring
 
 WINDOW = 60 * S
@@ -35,13 +35,35 @@ def test_congestion_from_flows_of_no_job():
     assert (v["verdict"], v["link"], v["culprit"]) == ("congestion_non_job", "leaf0--spine1", "(no job)")
 
 
+SPINE1 = ["leaf0--spine1", "leaf1--spine1"]  # leaf0 -> spine1 -> leaf1: every path across one crosses both
+
+
 def test_degraded_link_queues_while_carrying_little():
     # two slow flows over spine1 and a healthy one from h1: only leaf0 -> spine1 and spine1 -> leaf1 stay
-    # suspect, and the first on the way is named
+    # suspect, and no path or load tells them apart: both are named, not the first on the way
     v = verdict(ring("A", h1=SLOW) + [flow("h0", "h2", "spine1", "A", 300, 60, port=5001, then=SLOW),
                                       flow("h1", "h2", "spine0", "A", 300, 60, port=5002)])
-    assert (v["verdict"], v["link"]) == ("degraded_link", "leaf0--spine1")
-    assert "configured 1000 Mbit/s" in v["sentence"]
+    assert (v["verdict"], v["link"], v["links"], v["ambiguous"]) == ("degraded_link", None, SPINE1, True)
+    assert "configured 1000 Mbit/s" in v["sentence"] and "cannot tell them apart" in v["sentence"]
+    assert [c["link"] for c in v["evidence"]["candidates"]] == SPINE1
+
+
+def test_a_load_that_fills_a_link_queues_at_the_first_no_faster_link_it_meets():
+    # job B's 700 Mbit/s crosses leaf0 -> spine1 -> leaf1 with A's slow flow: where both links are as
+    # fast, what leaves the first cannot queue at the second; where the second is slower, it can
+    flows = ring("A", h1=SLOW) + [flow("h0", "h3", "spine1", "B", 700, 60, then=(700, 2000))]
+    v = verdict(flows)
+    assert (v["link"], v["links"], v["ambiguous"]) == ("leaf0--spine1", ["leaf0--spine1"], False)
+    narrow = fabric()
+    narrow.link_rates["leaf1--spine1"] = 0.4e9
+    v = verdict(flows, narrow)
+    assert (v["verdict"], v["culprit"], v["link"], v["links"]) == ("congestion_other_job", "B", None, SPINE1)
+
+
+def test_upstream_keeps_a_hop_only_where_no_hop_before_it_is_as_narrow():
+    rates = {"a": 10.0, "b": 10.0, "c": 5.0, "d": 20.0}
+    way = [("a", "x>y"), ("b", "y>z"), ("c", "z>w"), ("d", "w>v"), ("e", "v>u")]
+    assert upstream(way, rates) == [("a", "x>y"), ("c", "z>w"), ("e", "v>u")]  # e: its rate unknown
 
 
 def test_flapping_link_with_its_events():
@@ -177,7 +199,7 @@ def test_a_young_queue_no_load_explains_is_not_called_degraded_before_a_new_flow
     than that, on a link carrying little that is seen, is unexplained as yet, then named by what
     comes first: the new flow's load, or, none coming, a degraded link."""
     young = verdict(slow_lately(3))  # 3 s of queue: a new flow's load takes 4 s to be seen
-    assert (young["verdict"], young["link"]) == ("queue_unexplained", "leaf0--spine1")
+    assert (young["verdict"], young["links"]) == ("queue_unexplained", SPINE1)
     assert young["verdict"] in PROVISIONAL and young["evidence"]["queue_age_s"] == pytest.approx(3.0)
     assert "younger than a new flow's load takes to be seen (4 s)" in young["sentence"]
     assert verdict(slow_lately(3), limits=Thresholds(unseen_ns=2 * S))["verdict"] == "degraded_link"
@@ -185,7 +207,7 @@ def test_a_young_queue_no_load_explains_is_not_called_degraded_before_a_new_flow
     v = verdict(slow_lately(3) + [culprit])
     assert (v["verdict"], v["link"], v["culprit"]) == ("congestion_other_job", "leaf0--spine1", "B")
     old = verdict(slow_lately(5))
-    assert (old["verdict"], old["link"]) == ("degraded_link", "leaf0--spine1")
+    assert (old["verdict"], old["links"]) == ("degraded_link", SPINE1)
 
 
 def test_a_spike_in_fewer_than_the_newest_readings_is_not_judged_slow():

@@ -16,6 +16,7 @@ from clockfabric.bench.rootcause.draw import (
     leaf_of,
     tier_of,
 )
+from clockfabric.bench.rootcause.case import judge
 from clockfabric.bench.rootcause.report import confusion_table, p90, summary
 
 CASES = [draw(seed, i) for seed in (1, 77) for i in range(60)]
@@ -94,6 +95,16 @@ def test_report_figures_per_class_tier_and_confusion():
     assert found["confusion"]["straggler_host"] == {"(none)": 1}
     table = confusion_table(found["confusion"])
     assert [c.header for c in table.columns][0] == "truth" and len(table.rows) == 4
+
+
+def test_a_verdict_naming_links_it_cannot_tell_apart_is_not_right_though_the_fault_is_among_them():
+    case = next(c for c in CASES if c.fault.kind == "degraded_link")
+    one = judge(case, {"verdict": "degraded_link", "link": case.fault.link, "links": [case.fault.link]})
+    both = judge(case, {"verdict": "degraded_link", "link": None, "links": ["other", case.fault.link]})
+    assert (one["right"], one["named_among"]) == (True, False)
+    assert (both["class_right"], both["named_right"], both["right"], both["named_among"]) == (True, False, False, True)
+    found = summary([{**r, "kind": "degraded_link", "tier": case.fault.tier, "cost_s": 1.0} for r in (one, both)])
+    assert (found["right"], found["ambiguous"], found["ambiguous_with_truth"]) == (1, 1, 1)
 
 
 def test_p90_is_the_nearest_rank():

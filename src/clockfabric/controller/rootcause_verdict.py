@@ -10,7 +10,9 @@ In order, the first that holds:
   congestion ... on link X   network-slow flows, and the hop that explains them: located from the
                              probe mesh and the in-band delays (localization) where that evidence
                              names one on their paths, else the hop they share that no healthy
-                             sibling crosses; loaded by another job, by flows of no job, or by the job
+                             sibling crosses; loaded by another job, by flows of no job, or by the job.
+                             Where no evidence tells the candidate hops apart (the same probes queue
+                             across them, the same load crosses them), all are named, as ambiguous
   degraded link X            ... queueing while carrying under half its configured rate, the queue
                              older than a new flow's load takes to be seen; younger, the queue is
                              unexplained as yet (a provisional verdict: asked again, it names one)
@@ -63,7 +65,9 @@ class Fabric:
 
 def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: int,
         limits: Thresholds | None = None) -> dict:
-    """The verdict for `jobid` over (now - window, now]: {verdict, sentence, link, culprit, evidence}."""
+    """The verdict for `jobid` over (now - window, now]: {verdict, sentence, link, links, culprit,
+    evidence}. `links` is every link it names; `link` is that link where it names one alone, None
+    where it names several (ambiguous) or none."""
     limits = limits or Thresholds()
     since = now_ns - window_ns
     stats = job_flows(flows, jobid, since, now_ns, limits, fabric.floors)
@@ -80,9 +84,12 @@ def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: i
     return {**base, **found}
 
 
-def _verdict(kind: str, sentence: str, link: str | None = None, culprit: str | None = None,
+def _verdict(kind: str, sentence: str, link: str | list[str] | None = None, culprit: str | None = None,
              evidence: dict | None = None) -> dict:
-    return {"verdict": kind, "sentence": sentence, "link": link, "culprit": culprit, "evidence": evidence or {}}
+    """`link`: the one link named, or every link the evidence cannot tell apart."""
+    links = [] if link is None else [link] if isinstance(link, str) else list(link)
+    return {"verdict": kind, "sentence": sentence, "link": links[0] if len(links) == 1 else None, "links": links,
+            "ambiguous": len(links) > 1, "culprit": culprit, "evidence": evidence or {}}
 
 
 def _names(stats: list[FlowStats]) -> list[str]:
@@ -265,40 +272,83 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
         return sum(v for j, v in load(hop).items() if j != jobid)
 
     # the suspect probes see queueing across most (the queue itself, whoever sends), then the one
-    # others load most (a hint: a load may not be what queues, or be seen before the culprit's),
-    # then the first on the way
+    # others load most (a hint: a load may not be what queues, or be seen before the culprit's).
+    # Hops no such evidence tells apart are all named: the first on the way would be a guess.
     order = {h: i for s in reversed(slow) for i, h in enumerate(s.flow.may_cross())}
-    hop = max(hops, key=lambda h: (probes_queued(h, fabric.floors, limits), foreign(h), -order.get(h, len(order))))
-    link, on_link = hop[0], load(hop)
-    rate = fabric.link_rates.get(link)
+
+    def evidence_of(h: Hop) -> tuple[int, float]:
+        return probes_queued(h, fabric.floors, limits), foreign(h)
+
+    ranked = sorted(hops, key=lambda h: (*(-x for x in evidence_of(h)), order.get(h, len(order))))
+    hop, best = ranked[0], evidence_of(ranked[0])
+    named = [h for h in ranked if tied(evidence_of(h), best)]
+    on_link = load(hop)
+    rate = fabric.link_rates.get(hop[0])
     others = {j: v for j, v in on_link.items() if j not in (jobid, None)}
     non_job, own, total = on_link.get(None, 0.0), on_link.get(jobid, 0.0), sum(on_link.values())
     busy = limits.busy_share * rate if rate else 0.0
-    where = f"{link} ({hop[1].replace('>', ' -> ')})" if hop[1] else link
+    top_other = max(others, key=lambda j: others[j]) if others else None
+    here = queue_age_ns([s for s in slow if on_hop(hop, s.flow.may_cross())], now_ns)
+    if top_other is not None and others[top_other] >= max(busy, non_job):
+        kind, culprit = "congestion_other_job", top_other
+    elif non_job >= busy and non_job > 0:
+        kind, culprit = "congestion_non_job", "(no job)"
+    elif rate and total < limits.degraded_share * rate:
+        # the load that explains a young queue may be a flow not reported yet
+        kind, culprit = "queue_unexplained" if here is not None and here < limits.unseen_ns else "degraded_link", None
+    else:
+        kind, culprit = "congestion_own", jobid
+    if kind.startswith("congestion"):  # a load that fills a link queues where it first meets the narrowest
+        named = upstream(named, fabric.link_rates)
+    names = list(dict.fromkeys(h[0] for h in named))
+    link: str | list[str] = names if len(names) > 1 else hop[0]
+    where = " or ".join(f"{n} ({w.replace('>', ' -> ')})" if w else n for n, w in named)
+    if len(names) > 1:
+        where += " (the evidence cannot tell them apart)"
+        evidence["candidates"] = [{"link": n, "direction": w.replace(">", "->") or None,
+                                   "probes_queued": evidence_of((n, w))[0], "foreign_bps": evidence_of((n, w))[1]}
+                                  for n, w in named]
     evidence |= {"direction": hop[1] or None, "link_rate_bps": rate, "load_since_ns": loaded_since,
                  "load_bps": {("(no job)" if j is None else j): v for j, v in on_link.items()}}
     lead = f"{len(slow)} of job {jobid}'s flows are slow ({slow[0].why[0]})"
-    top_other = max(others, key=lambda j: others[j]) if others else None
-    if top_other is not None and others[top_other] >= max(busy, non_job):
-        return _verdict("congestion_other_job", f"congestion from job {top_other} on link {where}: {lead}; "
-                        f"{top_other} sends {others[top_other] / 1e6:.0f} Mbit/s over it",
-                        link, top_other, evidence)
-    if non_job >= busy and non_job > 0:
-        return _verdict("congestion_non_job", f"congestion from traffic of no job on link {where}: {lead}; "
-                        f"flows of no job send {non_job / 1e6:.0f} Mbit/s over it", link, "(no job)", evidence)
-    if rate and total < limits.degraded_share * rate:
-        # the load that explains a young queue may be a flow not reported yet
-        here = queue_age_ns([s for s in slow if on_hop(hop, s.flow.may_cross())], now_ns)
-        if here is not None and here < limits.unseen_ns:
-            return _verdict("queue_unexplained", f"link {where} queues: {lead}; the {total / 1e6:.0f} Mbit/s seen "
-                            f"on it of its {rate / 1e6:.0f} Mbit/s do not explain it yet, and the queue "
-                            f"({here / 1e9:.1f} s) is younger than a new flow's load takes to be seen "
-                            f"({limits.unseen_ns / 1e9:.0f} s)", link,
-                            evidence=evidence | {"queue_age_s": round(here / 1e9, 2)})
-        return _verdict("degraded_link", f"degraded link {where}: {lead}, yet it carries only "
-                        f"{total / 1e6:.0f} Mbit/s of its configured {rate / 1e6:.0f} Mbit/s", link, evidence=evidence)
-    return _verdict("congestion_own", f"congestion on link {where} from job {jobid}'s own flows: {lead}; "
-                    f"they send {own / 1e6:.0f} Mbit/s over it", link, jobid, evidence)
+    if kind == "congestion_other_job":
+        sentence = (f"congestion from job {culprit} on link {where}: {lead}; "
+                    f"{culprit} sends {others[str(culprit)] / 1e6:.0f} Mbit/s over it")
+    elif kind == "congestion_non_job":
+        sentence = (f"congestion from traffic of no job on link {where}: {lead}; "
+                    f"flows of no job send {non_job / 1e6:.0f} Mbit/s over it")
+    elif kind == "queue_unexplained":
+        age_s = (here or 0) / 1e9
+        evidence["queue_age_s"] = round(age_s, 2)
+        sentence = (f"link {where} queues: {lead}; the {total / 1e6:.0f} Mbit/s seen on it of its "
+                    f"{(rate or 0) / 1e6:.0f} Mbit/s do not explain it yet, and the queue ({age_s:.1f} s) is "
+                    f"younger than a new flow's load takes to be seen ({limits.unseen_ns / 1e9:.0f} s)")
+    elif kind == "degraded_link":
+        sentence = (f"degraded link {where}: {lead}, yet it carries only {total / 1e6:.0f} Mbit/s of its "
+                    f"configured {(rate or 0) / 1e6:.0f} Mbit/s")
+    else:
+        sentence = (f"congestion on link {where} from job {jobid}'s own flows: {lead}; "
+                    f"they send {own / 1e6:.0f} Mbit/s over it")
+    return _verdict(kind, sentence, link, culprit, evidence)
+
+
+def upstream(hops: list[Hop], rates: dict[str, float]) -> list[Hop]:
+    """Of hops in the order of the way that the same load crosses, those where that load can
+    queue: a link downstream of one no faster than itself gets what that one lets through, no more
+    than it drains. A link of unknown rate is kept. (A degraded link drains less than its rate
+    says, so this holds for a load that fills a link, not for one that carries little.)"""
+    kept: list[Hop] = []
+    for hop in hops:
+        rate = rates.get(hop[0])
+        if not any(rate is not None and (r := rates.get(k[0])) is not None and r <= rate for k in kept):
+            kept.append(hop)
+    return kept
+
+
+def tied(a: tuple[int, float], b: tuple[int, float]) -> bool:
+    """Two hops' evidence (probe paths queued across them, others' load on them) the same: the same
+    probes, and loads within a tenth of each other (the same flows cross both) or both negligible."""
+    return a[0] == b[0] and abs(a[1] - b[1]) <= max(0.1 * max(a[1], b[1]), 1e5)
 
 
 def queue_age_ns(slow: list[FlowStats], now_ns: int) -> int | None:

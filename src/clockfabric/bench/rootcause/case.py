@@ -19,8 +19,8 @@ from clockfabric.errors import ClockfabricError
 PORT = 5401
 # what every case's record holds (the report reads them): the drawn case (to replay), the truth,
 # the verdict and what it named, each judged, the time to name and the cost
-RECORD_FIELDS = ("case", "kind", "tier", "truth", "verdict", "link", "culprit", "class_right", "named_right", "right",
-                 "named_s", "cost_s")
+RECORD_FIELDS = ("case", "kind", "tier", "truth", "verdict", "link", "links", "culprit", "class_right", "named_right",
+                 "named_among", "right", "named_s", "cost_s")
 
 
 def run_case(case: Case, lab_name: str, watch_s: float, say: Callable[[str], None] = lambda _: None) -> dict:
@@ -129,7 +129,8 @@ def judged(w: dict | None) -> list[dict]:
 def trimmed(w: dict) -> dict:
     """What a verdict named, its sentence, and its evidence: flows judged, load, localization."""
     ev = w.get("evidence", {})
-    return {"verdict": w["verdict"], "link": w.get("link"), "culprit": w.get("culprit"), "sentence": w.get("sentence"),
+    return {"verdict": w["verdict"], "link": w.get("link"), "links": w.get("links", []), "culprit": w.get("culprit"),
+            "sentence": w.get("sentence"),
             "judged": judged(w),
             "evidence": {"flows": ev.get("flows"), "load_bps": ev.get("load_bps"), "direction": ev.get("direction"),
                          "localization": ev.get("localization"),
@@ -153,7 +154,10 @@ def right(case: Case, found: dict) -> tuple[bool, bool]:
 
 
 def judge(case: Case, row: dict) -> dict:
-    """The record's verdict judged: class right, link or host right, both."""
+    """The record's verdict judged: class right, link or host right, both. A verdict naming several
+    links it cannot tell apart names none right; `named_among` says whether the fault's was one."""
     kind, named = right(case, row) if row.get("verdict") else (False, False)
     truth = case.fault.link or case.fault.host
-    return {**row, "truth": truth, "class_right": kind, "named_right": named, "right": kind and named}
+    among = len(row.get("links") or []) > 1 and case.fault.link in row["links"]
+    return {**row, "truth": truth, "class_right": kind, "named_right": named, "named_among": among,
+            "right": kind and named}

@@ -41,7 +41,10 @@ def run(seed: int, indexes: list[int], watch_s: float, lab: str, say, keep) -> l
 
 
 def targets(found: dict) -> list[Target]:
-    return [Target(f"right (verdict and link or host), {found['cases']} cases", found["right_percent"], 95.0, "%"),
+    ambiguous = (f"{found.get('ambiguous', 0)} verdicts named links the evidence could not tell apart, "
+                 f"the fault's among them in {found.get('ambiguous_with_truth', 0)}: not counted right")
+    return [Target(f"right (verdict and link or host), {found['cases']} cases", found["right_percent"], 95.0, "%",
+                   note=ambiguous),
             Target("worst class right", found["worst_class_percent"], 90.0, "%"),
             Target("worst tier right", found["worst_tier_percent"], 90.0, "%"),
             Target("fault named after its onset, p90", found["named_p90_s"], 10.0, "s", better="lower"),

@@ -55,6 +55,8 @@ def summary(rows: list[dict]) -> dict:
             "healthy_cases": len(healthy),
             "healthy_false_verdicts": sum(r.get("verdict") not in (HEALTHY, None) for r in healthy),
             "queued_cases": len(queued), "located_percent": share(queued, "named_right"),
+            "ambiguous": sum(len(r.get("links") or []) > 1 for r in faults),
+            "ambiguous_with_truth": sum(bool(r.get("named_among")) for r in faults),
             "errors": sum(bool(r.get("error")) for r in rows),
             "cost_s": round(sum(r.get("cost_s", 0.0) for r in rows), 1),
             "per_class": per_class, "per_tier": per_tier, "confusion": confusion(rows)}

@@ -55,12 +55,18 @@ function qosLine(qos, jobid) {
     [`QoS: ${p.class}, weight ${p.weight} (${p.state})`, ...hosts].join(" · "));
 }
 
+// the links a verdict names: one, or several the evidence cannot tell apart
+function named(why) {
+  return why.links || (why.link ? [why.link] : []);
+}
+
 function verdict(why) {
   const severity = SEVERITY[why.verdict] || "bad";
   const evidence = Object.entries(why.evidence || {});
   return el("div", { id: "job-verdict", class: `verdict-box verdict-${severity}`, "data-verdict": why.verdict },
     el("p", { class: "sentence" }, why.sentence),
-    el("p", { class: "muted" }, [why.link ? `link ${why.link}` : null, why.culprit ? `culprit ${why.culprit}` : null,
+    el("p", { class: "muted" }, [named(why).length ? `link ${named(why).join(" or ")}` : null,
+      why.culprit ? `culprit ${why.culprit}` : null,
       why.throughput_ratio !== null && why.throughput_ratio !== undefined
         ? `throughput now ${(why.throughput_ratio * 100).toFixed(0)}% of the window's start` : null]
       .filter(Boolean).join(" · ")),
@@ -86,13 +92,18 @@ function map(fabric, why) {
   if (!fabric) return el("p", { class: "muted" }, "the controller has no topology: no map");
   const marks = {};
   for (const f of why.flows || []) for (const name of f.links) marks[name] = "job";
-  // the verdict's link keeps its "crossed" mark when the job's flows cross it too
-  if (why.link) marks[why.link] = `${marks[why.link] ? "job " : ""}culprit verdict-${SEVERITY[why.verdict] || "bad"}`;
+  // the verdict's links keep their "crossed" mark when the job's flows cross them too; links it
+  // cannot tell apart are each drawn dashed
+  const culprits = named(why), severity = SEVERITY[why.verdict] || "bad";
   const crossed = Object.keys(marks).length;
+  for (const name of culprits) {
+    marks[name] = `${marks[name] ? "job " : ""}culprit verdict-${severity}${culprits.length > 1 ? " ambiguous" : ""}`;
+  }
   return el("div", { id: "job-map" },
     el("p", { class: "legend" }, el("span", {}, el("i", { class: "job" }), `crossed by the job's flows (${crossed})`),
-      why.link ? el("span", {}, el("i", { class: `culprit-key verdict-${SEVERITY[why.verdict] || "bad"}` }),
-        `${why.link}: the verdict's link`) : null),
+      culprits.length ? el("span", {}, el("i", { class: `culprit-key verdict-${severity}` }),
+        culprits.length > 1 ? `${culprits.join(", ")}: the verdict's links, which the evidence cannot tell apart`
+          : `${culprits[0]}: the verdict's link`) : null),
     draw(fabric, () => {}, marks));
 }
 
