@@ -1,10 +1,12 @@
 """A host's own egress queue read from the kernel, in a network namespace of the test's own: the
-backlog's wait at the rate the queue drains at, a link slowed under its configured rate included."""
+backlog's wait at the rate the queue drains at, a link slowed under its configured rate included;
+and, where the link sorts packets into classes by DSCP, each class's own."""
 
 from __future__ import annotations
 
 import os
 import socket
+import struct
 import time
 
 import pytest
@@ -13,7 +15,8 @@ from pyroute2 import netns as pyroute_netns
 
 from clockfabric import netns
 from clockfabric.lab import shaping
-from clockfabric.qos.backlog import EgressBacklog
+from clockfabric.qos.backlog import EgressBacklog, u32_dscp
+from clockfabric.topology import TrafficClasses
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and tc")
 CONFIGURED = 100_000_000
@@ -21,10 +24,10 @@ SLOWED = 1_000_000
 FRAME = 1400
 
 
-@pytest.fixture
-def ns():
-    """A veth out of the test's namespace into another, shaped as the lab shapes a link, then slowed
-    to 1 Mbit/s (a degraded link: its configured rate is not what it drains at)."""
+def veth(classes: TrafficClasses | None = None):
+    """A veth out of the test's namespace into another, shaped as the lab shapes a link (with
+    `classes`: its traffic classes), then slowed to 1 Mbit/s (a degraded link: its configured rate
+    is not what it drains at)."""
     name, far = f"cf-backlog-{os.getpid()}", f"cf-backlog-far-{os.getpid()}"
     pyroute_netns.create(name)
     pyroute_netns.create(far)
@@ -36,14 +39,24 @@ def ns():
             ipr.link("set", index=index, state="up")
             # a neighbour entry of our own: packets go straight to the qdisc, with no ARP to wait on
             ipr.neigh("add", dst="10.250.0.2", lladdr="02:00:00:00:00:02", ifindex=index, state="permanent")
-            shaping.shape(ipr, index, CONFIGURED, 1000)
-            shaping.set_rate(ipr, index, SLOWED)
+            shaping.shape(ipr, index, CONFIGURED, 1000, classes)
+            shaping.set_rate(ipr, index, SLOWED, classes)
         with netns.entered(far), IPRoute() as ipr:  # its far end up: a carrier, so the qdisc sends
             ipr.link("set", index=ipr.link_lookup(ifname="bq0p")[0], state="up")
         yield name
     finally:
         pyroute_netns.remove(name)
         pyroute_netns.remove(far)
+
+
+@pytest.fixture
+def ns():
+    yield from veth()
+
+
+@pytest.fixture
+def classes_ns():
+    yield from veth(TrafficClasses())
 
 
 def test_a_standing_queue_is_read_at_the_rate_it_drains_at(ns):
@@ -66,3 +79,49 @@ def test_a_standing_queue_is_read_at_the_rate_it_drains_at(ns):
     # then the rate it drained at: a backlog of hundreds of kbit at 1 Mbit/s waits a tenth of a second or more
     assert all(r > 0.1 for r in readings[1:]), readings
     assert readings[-1] < 5.0, readings  # not a stopped link's: what it sent counts
+
+
+def test_each_class_queue_is_read_apart_where_the_link_sorts_by_dscp(classes_ns):
+    """Best-effort packets stand in their class's queue; the collective class's stays empty, the
+    whole queue is theirs; a packet of the collective class would not wait behind them."""
+    classes = TrafficClasses()
+    with netns.entered(classes_ns):
+        backlog = EgressBacklog({"bq0": CONFIGURED})
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            idle = backlog.class_queues_s()
+            for _ in range(3):
+                for _ in range(40):
+                    s.sendto(b"x" * FRAME, ("10.250.0.2", 9))  # unmarked: best-effort, the default class
+                time.sleep(0.2)
+                whole, by_dscp = backlog.queues_s()["bq0"], backlog.class_queues_s()["bq0"]
+            # a socket of its own: the first one's buffer is held by its packets still in the queue
+            marked = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            marked.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, classes.collective_dscp[0] << 2)
+            for _ in range(40):
+                marked.sendto(b"x" * FRAME, ("10.250.0.2", 9))
+            marked.close()
+            collective = backlog.class_queues_s()["bq0"][classes.collective_dscp[0]]
+        finally:
+            s.close()
+            backlog.close()
+    named = {*classes.priority_dscp, *classes.collective_dscp}  # the DSCPs the lab's filters match
+    assert set(idle["bq0"]) == named and not any(idle["bq0"].values()), idle
+    assert set(by_dscp) == named and not any(by_dscp.values()), by_dscp  # best-effort has no filter
+    assert whole > 0.1, whole
+    # its own 40 packets, now queued in its class: read at the configured rate, the class's first busy reading
+    assert 0.003 < collective < 0.01, collective
+
+
+def test_a_u32_selector_names_the_dscp_it_alone_matches():
+    def sel(*keys: tuple[int, int, int], offmask: int = 0) -> bytes:
+        head = struct.pack("=BBBxHhhhI", 1, 0, len(keys), offmask, 0, 0, 0, 0)
+        return head + b"".join(struct.pack(">II", mask, val) + struct.pack("=ii", off, 0) for mask, val, off in keys)
+
+    assert u32_dscp(sel((0xFC000000, 26 << 26, 1))) == 26  # as the kernel stores a DSCP match: the TOS byte first
+    assert u32_dscp(sel((0x00FC0000, 46 << 18, 0))) == 46  # the same byte, read from the header's start
+    assert u32_dscp(sel((0xFF000000, 26 << 26, 1))) is None  # ECN bits too: not the DSCP alone
+    assert u32_dscp(sel((0xFC000000, 26 << 26, 1), (0xFFFFFFFF, 1, 12))) is None  # and an address
+    assert u32_dscp(sel((0xFFFF0000, 0x0800 << 16, 8))) is None  # another field
+    assert u32_dscp(sel((0xFC000000, 26 << 26, 1), offmask=0xFF)) is None
+    assert u32_dscp(b"\x01\x02") is None  # cut short

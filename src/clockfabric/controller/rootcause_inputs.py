@@ -12,9 +12,9 @@ and their links: the OWD matrix and the path map.
 
 A packet is timed leaving after its host's own egress queue (the qdisc of its NIC), so every
 delay measured from a host, in-band or probe, misses the queue on the host's link to its leaf.
-The agents report that queue (`nic_egress_queue_ns`), and on a fabric with one FIFO per port it
-is added back to each delay from the host over that link. With traffic classes it is not: the
-backlog is every class's, and the job's class need not wait behind it.
+The agents report that queue (`nic_egress_queue_ns`), and it is added back to each delay from the
+host over that link: where the host sorts its packets into classes by DSCP, the queue of the
+packets' own class (a flow's DSCP; the probes' priority class), else the whole queue.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Event, Storage
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology, interfaces
+from clockfabric.topology.classes import PRIORITY_DSCP
 from clockfabric.units import parse_duration
 from clockfabric.workload.flowgroups import parse_pair
 from clockfabric.workload.samples import EGRESS
@@ -204,38 +205,47 @@ def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: lis
             for (src, dst, path), floor in latest["owd_floor_ns"].items() if src and dst]
 
 
-Queues = dict[tuple[str, str], tuple[list[int], list[float]]]  # (host, link) -> times (ns), waits (us)
+# (host, link, DSCP; None: the whole queue) -> times (ns), waits (us)
+Queues = dict[tuple[str, str, int | None], tuple[list[int], list[float]]]
 
 
 def egress_queues(samples: Iterable[Sample], places: Places) -> Queues:
-    """Each host's NIC queues as readings by the link they wait to cross, oldest first."""
+    """Each host's NIC queues as readings by the link they wait to cross (and the DSCP, for a
+    class's own queue), oldest first."""
     out: Queues = {}
     for s in sorted(samples, key=lambda s: s.t_ns):
-        times, waits = out.setdefault((s.host, places.links.key(s.host, s.labels.get("device", ""))), ([], []))
+        dscp = s.labels.get("dscp", "")
+        key = (s.host, places.links.key(s.host, s.labels.get("device", "")), int(dscp) if dscp.isdigit() else None)
+        times, waits = out.setdefault(key, ([], []))
         times.append(s.t_ns)
         waits.append(s.value / 1e3)
     return out
 
 
-def waited(queues: Queues, host: str, hops: tuple, t_ns: int | None = None) -> float:
-    """What a packet from `host` over `hops` waited in the host's own egress queue: its reading at
-    `t_ns` or just before (None: the newest); 0 where the first hop is not the host's own."""
-    if not hops or not hops[0][1].startswith(f"{host}>") or (found := queues.get((host, hops[0][0]))) is None:
+def waited(queues: Queues, host: str, hops: tuple, t_ns: int | None = None, dscp: int | None = None) -> float:
+    """What a packet from `host` over `hops`, marked `dscp`, waited in the host's own egress queue:
+    its class's where the host reads one for it, else the whole queue; the reading at `t_ns` or
+    just before (None: the newest); 0 where the first hop is not the host's own."""
+    if not hops or not hops[0][1].startswith(f"{host}>"):
+        return 0.0
+    found = queues.get((host, hops[0][0], dscp)) if dscp is not None else None
+    if found is None and (found := queues.get((host, hops[0][0], None))) is None:
         return 0.0
     times, waits = found
     at = len(times) if t_ns is None else bisect.bisect_right(times, t_ns)
     return waits[at - 1] if at else 0.0
 
 
-def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues) -> tuple[list[Flow], list[ProbePath]]:
+def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues,
+                probe_dscp: int = PRIORITY_DSCP) -> tuple[list[Flow], list[ProbePath]]:
     """The flows' in-band delays and the probe paths' latest with their sender's egress queue added."""
     def flow(f: Flow) -> Flow:
-        points = tuple(p if p.owd_us is None else replace(p, owd_us=p.owd_us + waited(queues, f.host, f.hops, p.t_ns))
-                       for p in f.points)
+        points = tuple(p if p.owd_us is None else
+                       replace(p, owd_us=p.owd_us + waited(queues, f.host, f.hops, p.t_ns, f.dscp)) for p in f.points)
         return replace(f, points=points)
 
     def probe(p: ProbePath) -> ProbePath:
-        return p if p.p50_us is None else replace(p, p50_us=p.p50_us + waited(queues, p.src, p.hops))
+        return p if p.p50_us is None else replace(p, p50_us=p.p50_us + waited(queues, p.src, p.hops, dscp=probe_dscp))
     return [flow(f) for f in flows], [probe(p) for p in floors]
 
 
@@ -264,10 +274,9 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
     path_map = [m for host in ends for m in fleet.monitor.path_map(host)] if fleet.monitor else []
     classes = topology.classes if topology else None
     floors = probe_paths(series, path_map, here, ends)
-    if classes is None:  # one FIFO per port: the jobs' packets wait behind whatever is in the host's queue
-        queues = egress_queues([s for s in series.range(EGRESS, since_ns=since_ns, until_ns=now_ns + 1)
-                                if s.host in ends], here)
-        flows, floors = with_egress(flows, floors, queues)
+    queues = egress_queues([s for s in series.range(EGRESS, since_ns=since_ns, until_ns=now_ns + 1)
+                            if s.host in ends], here)
+    flows, floors = with_egress(flows, floors, queues)
     fabric = Fabric(floors,
                     {lk.name: float(lk.rate_bps) for lk in topology.links} if topology else {},
                     link_events(stored_events(storage, since_ns), here),

@@ -6,16 +6,47 @@ one-way delays sees a packet leave; so that part of a path's queueing is read he
 backlog bytes over the rate the queue drains at: what the qdisc sent since the last reading,
 where it held a backlog at both (the link was busy throughout, so that is its rate now, a
 degraded link's too), else the link's configured rate. Read only: nothing is changed on any qdisc.
+
+Where the root qdisc sorts packets into classes by their DSCP (u32 filters on the IP header's
+DSCP bits, as a host with traffic classes is set up), a packet waits in its own class's queue,
+which drains at the rate the class gets, not behind the whole backlog: each such class's queue
+is read the same way, from the qdisc under the class, as what a packet of that DSCP waits
+(`class_queues_s`).
 """
 
 from __future__ import annotations
 
+import struct
 import time
 
 from pyroute2 import IPRoute
 
 ADDRESSES_EVERY_S = 10.0  # the NICs and the routes to peers, read again this often
 ROOT = 0xFFFFFFFF
+TOS_BYTE, DSCP_BITS = 1, 0xFC  # the IP header's second byte, and its DSCP part
+_SEL = struct.Struct("=BBBxHhhhI")  # struct tc_u32_sel, before its keys
+_KEY_VALUE, _KEY_AT = struct.Struct(">II"), struct.Struct("=ii")  # tc_u32_key: mask, val (network order); off
+
+
+def u32_dscp(raw: bytes) -> int | None:
+    """The DSCP a u32 selector (TCA_U32_SEL, as the kernel stores it) matches, where that is all it
+    matches: one key, on the TOS byte's DSCP bits alone. pyroute2 decodes the keys out of place,
+    so the attribute's bytes are read here."""
+    if len(raw) < _SEL.size:
+        return None
+    _flags, _offshift, nkeys, offmask, _off, _offoff, _hoff, hmask = _SEL.unpack_from(raw)
+    if nkeys != 1 or len(raw) < _SEL.size + 16 or offmask or hmask:
+        return None
+    mask, value = _KEY_VALUE.unpack_from(raw, _SEL.size)
+    at, key_offmask = _KEY_AT.unpack_from(raw, _SEL.size + 8)
+    shift = 8 * (3 - (TOS_BYTE - at))  # where the TOS byte sits in the 32-bit word read at `at`
+    if key_offmask or not 0 <= TOS_BYTE - at <= 3 or mask != DSCP_BITS << shift:
+        return None
+    return ((value >> shift) & DSCP_BITS) >> 2
+
+
+def _raw(nla) -> bytes:
+    return bytes(nla.data[nla.offset + 4: nla.offset + nla.length])  # past the attribute's own header
 
 
 class EgressBacklog:
@@ -26,7 +57,8 @@ class EgressBacklog:
         self._index: dict[str, int] = {}
         self._read_at = -ADDRESSES_EVERY_S
         self._names: dict[int, str] = {}
-        self._last: dict[str, tuple[float, int, int]] = {}  # NIC -> (read at, bytes sent, backlog)
+        # (NIC, the qdisc's parent) -> (read at, bytes sent, backlog)
+        self._last: dict[tuple[str, int], tuple[float, int, int]] = {}
 
     def _addresses(self) -> None:
         self._read_at = time.monotonic()
@@ -55,16 +87,55 @@ class EgressBacklog:
         out = {}
         for nic, index in self._index.items():
             for q in self.ipr.get_qdiscs(index):
-                if q["index"] == index and q["parent"] == ROOT and (stats := q.get_attr("TCA_STATS2")):
-                    now, sent = time.monotonic(), stats.get_attr("TCA_STATS_BASIC")["bytes"]
-                    backlog = stats.get_attr("TCA_STATS_QUEUE")["backlog"]
-                    out[nic] = backlog * 8 / self._drain_bps(nic, now, sent, backlog)
-                    self._last[nic] = (now, sent, backlog)
+                if q["index"] == index and q["parent"] == ROOT and (wait := self._wait(nic, q)) is not None:
+                    out[nic] = wait
         return out
 
-    def _drain_bps(self, nic: str, now: float, sent: int, backlog: int) -> float:
-        configured = self.rates_bps[nic]
-        if (last := self._last.get(nic)) is None or not (backlog and last[2]) or now <= last[0] or sent < last[1]:
+    def class_queues_s(self) -> dict[str, dict[int, float]]:
+        """Per NIC whose root qdisc sorts packets into classes by DSCP: what a packet of each DSCP a
+        filter names waits, its class's backlog in seconds at the rate that class drains at."""
+        if time.monotonic() - self._read_at >= ADDRESSES_EVERY_S:
+            self._addresses()
+        out = {}
+        for nic, index in self._index.items():
+            qdiscs = [q for q in self.ipr.get_qdiscs(index) if q["index"] == index]
+            root = next((q for q in qdiscs if q["parent"] == ROOT), None)
+            classes = self._dscp_classes(index, root["handle"]) if root is not None else {}
+            under = {q["parent"]: q for q in qdiscs}
+            waits = {dscp: wait for dscp, classid in classes.items()
+                     if classid in under and (wait := self._wait(nic, under[classid])) is not None}
+            if waits:
+                out[nic] = waits
+        return out
+
+    def _dscp_classes(self, index: int, root: int) -> dict[int, int]:
+        """DSCP -> the class a u32 filter on the root qdisc sends it to."""
+        found: dict[int, int] = {}
+        try:
+            filters = list(self.ipr.get_filters(index, parent=root))
+        except OSError:
+            return found
+        for f in filters:
+            if f.get_attr("TCA_KIND") != "u32" or (opts := f.get_attr("TCA_OPTIONS")) is None:
+                continue
+            classid, sel = opts.get_attr("TCA_U32_CLASSID"), opts.get_attr("TCA_U32_SEL")
+            if classid and sel is not None and (dscp := u32_dscp(_raw(sel))) is not None:
+                found.setdefault(dscp, int(classid))  # the first filter to match wins, as in the kernel
+        return found
+
+    def _wait(self, nic: str, q) -> float | None:
+        if not (stats := q.get_attr("TCA_STATS2")):
+            return None
+        now, sent = time.monotonic(), stats.get_attr("TCA_STATS_BASIC")["bytes"]
+        backlog = stats.get_attr("TCA_STATS_QUEUE")["backlog"]
+        key = (nic, q["parent"])
+        wait = backlog * 8 / self._drain_bps(self._last.get(key), self.rates_bps[nic], now, sent, backlog)
+        self._last[key] = (now, sent, backlog)
+        return wait
+
+    @staticmethod
+    def _drain_bps(last: tuple[float, int, int] | None, configured: int, now: float, sent: int, backlog: int) -> float:
+        if last is None or not (backlog and last[2]) or now <= last[0] or sent < last[1]:
             return configured
         return max((sent - last[1]) * 8 / (now - last[0]), configured / 1000)  # busy, but not stopped
 

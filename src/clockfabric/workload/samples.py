@@ -14,8 +14,10 @@ Samples, each labelled with `jobid` (never `job`: Prometheus owns that label):
   job_flow_path           where the group's flows go (value: how many): labels via (the switch
   other_flow_path         traced through, "" if not) and dscp (what the socket marks, "" if unknown)
   nic_egress_queue_ns     each fabric NIC's own egress queue (qos.backlog: its root qdisc's backlog
-                          at the link's rate), label device: the part of every path from here that
-                          the in-band delays, timed after it, do not see
+                          at the rate it drains at), label device: the part of every path from here
+                          that the in-band delays, timed after it, do not see; where the root qdisc
+                          sorts packets into classes by DSCP, also each class's, labels device and
+                          dscp: what a packet of that DSCP waits
 Each flow's 5-tuple, pid and readings are in the push's info (`flows`) and the published state.
 A flow's rates appear from its second reading on.
 """
@@ -114,8 +116,13 @@ def push_samples(view: WorkloadView, owd: FlowOwd | None = None, via: Via | None
     return out
 
 
-def egress_samples(queues_s: dict[str, float]) -> list[dict]:
-    return [{"name": EGRESS, "value": round(s * 1e9), "labels": {"device": nic}} for nic, s in sorted(queues_s.items())]
+def egress_samples(queues_s: dict[str, float], by_dscp: dict[str, dict[int, float]] | None = None) -> list[dict]:
+    """Each NIC's whole egress queue, and each DSCP's where the NIC sorts packets into classes."""
+    def sample(s: float, **labels: str) -> dict:
+        return {"name": EGRESS, "value": round(s * 1e9), "labels": labels}
+    return [sample(s, device=nic) for nic, s in sorted(queues_s.items())] + [
+        sample(s, device=nic, dscp=str(dscp))
+        for nic, waits in sorted((by_dscp or {}).items()) for dscp, s in sorted(waits.items())]
 
 
 def flow_state(f: JobFlow, owd: FlowOwd) -> dict:

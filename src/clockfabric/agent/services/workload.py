@@ -61,6 +61,7 @@ class Workload(Service):
         rates = ctx.cfg.topology.port_rates(ctx.cfg.host)
         self.egress: EgressBacklog | None = None  # the NICs' own queues, which the capture sees past
         self.egress_s: dict[str, float] = {}
+        self.egress_by_dscp: dict[str, dict[int, float]] = {}  # where a NIC sorts packets into classes
         try:
             if any(rates.get(nic) for nic in ctx.rails):
                 self.egress = EgressBacklog({nic: rates.get(nic, 0) for nic in ctx.rails})
@@ -109,6 +110,7 @@ class Workload(Service):
             with self.cpu.stage(stages.FLOWS):
                 try:
                     self.egress_s = self.egress.queues_s()
+                    self.egress_by_dscp = self.egress.class_queues_s()
                 except OSError as e:
                     log.warning("reading the NICs' queues: %s", e)
         with self.cpu.stage(stages.PATHS):
@@ -126,7 +128,7 @@ class Workload(Service):
     def snapshot(self) -> Snapshot:
         view, owd = self.view, self.owd  # each replaced whole by a tick: one consistent view
         return Snapshot(samples=samples.push_samples(view, owd, self.paths.paths.via)
-                        + samples.egress_samples(self.egress_s),
+                        + samples.egress_samples(self.egress_s, self.egress_by_dscp),
                         info={"workload": samples.summary(view)})
 
     def stop(self) -> None:
