@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, Thresholds, job_flows, settled
-from clockfabric.controller.rootcause_verdict import PROVISIONAL, Fabric, upstream, why
+from clockfabric.controller.rootcause_verdict import PROVISIONAL, Fabric, filled, upstream, why
 from tests.unit.rootcause_timelines import NOW, READINGS, S, fabric, flow, ring
 
 WINDOW = 60 * S
@@ -48,22 +48,34 @@ def test_degraded_link_queues_while_carrying_little():
     assert [c["link"] for c in v["evidence"]["candidates"]] == SPINE1
 
 
-def test_a_load_that_fills_a_link_queues_at_the_first_no_faster_link_it_meets():
+def test_a_load_that_fills_a_link_queues_where_it_is_fullest_and_first():
     # job B's 700 Mbit/s crosses leaf0 -> spine1 -> leaf1 with A's slow flow: where both links are as
-    # fast, what leaves the first cannot queue at the second; where the second is slower, it can
+    # fast, what leaves the first cannot queue at the second; where the second is narrower, it is
+    # the fuller of the two, and the queue is there
     flows = ring("A", h1=SLOW) + [flow("h0", "h3", "spine1", "B", 700, 60, then=(700, 2000))]
     v = verdict(flows)
     assert (v["link"], v["links"], v["ambiguous"]) == ("leaf0--spine1", ["leaf0--spine1"], False)
     narrow = fabric()
     narrow.link_rates["leaf1--spine1"] = 0.4e9
     v = verdict(flows, narrow)
-    assert (v["verdict"], v["culprit"], v["link"], v["links"]) == ("congestion_other_job", "B", None, SPINE1)
+    assert (v["verdict"], v["culprit"], v["link"]) == ("congestion_other_job", "B", "leaf1--spine1")
+    assert "configured" not in v["sentence"] and "B sends 700 Mbit/s" in v["sentence"]
+    assert v["evidence"]["link_rate_bps"] == 0.4e9
 
 
 def test_upstream_keeps_a_hop_only_where_no_hop_before_it_is_as_narrow():
     rates = {"a": 10.0, "b": 10.0, "c": 5.0, "d": 20.0}
     way = [("a", "x>y"), ("b", "y>z"), ("c", "z>w"), ("d", "w>v"), ("e", "v>u")]
     assert upstream(way, rates) == [("a", "x>y"), ("c", "z>w"), ("e", "v>u")]  # e: its rate unknown
+
+
+def test_filled_keeps_the_fullest_hops_then_the_first_of_a_run_as_narrow():
+    rates = {"a": 10.0, "b": 10.0, "c": 5.0, "d": 20.0}
+    way = [("a", "x>y"), ("b", "y>z"), ("c", "z>w"), ("d", "w>v"), ("e", "v>u")]
+    load = {"a": 6.0, "b": 6.0, "c": 6.0, "d": 6.0}
+    assert filled(way, rates, lambda h: load.get(h[0], 0.0)) == [("c", "z>w"), ("e", "v>u")]  # 1.2 full; e unknown
+    load = {"a": 9.5, "b": 9.0, "c": 2.0, "d": 2.0}  # within a tenth of each other: the first of the two
+    assert filled(way[:4], rates, lambda h: load[h[0]]) == [("a", "x>y")]
 
 
 def test_flapping_link_with_its_events():

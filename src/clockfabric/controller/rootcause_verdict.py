@@ -23,6 +23,7 @@ In order, the first that holds:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from clockfabric import localization
@@ -285,7 +286,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     on_link = load(hop)
     rate = fabric.link_rates.get(hop[0])
     others = {j: v for j, v in on_link.items() if j not in (jobid, None)}
-    non_job, own, total = on_link.get(None, 0.0), on_link.get(jobid, 0.0), sum(on_link.values())
+    non_job, total = on_link.get(None, 0.0), sum(on_link.values())
     busy = limits.busy_share * rate if rate else 0.0
     top_other = max(others, key=lambda j: others[j]) if others else None
     here = queue_age_ns([s for s in slow if on_hop(hop, s.flow.may_cross())], now_ns)
@@ -298,8 +299,11 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
         kind, culprit = "queue_unexplained" if here is not None and here < limits.unseen_ns else "degraded_link", None
     else:
         kind, culprit = "congestion_own", jobid
-    if kind.startswith("congestion"):  # a load that fills a link queues where it first meets the narrowest
-        named = upstream(named, fabric.link_rates)
+    if kind.startswith("congestion"):  # a load that fills a link queues where it is fullest
+        named = filled(named, fabric.link_rates, lambda h: sum(load(h).values()))
+        hop, on_link = named[0], load(named[0])
+        rate, non_job, total = fabric.link_rates.get(hop[0]), on_link.get(None, 0.0), sum(on_link.values())
+    own = on_link.get(jobid, 0.0)
     names = list(dict.fromkeys(h[0] for h in named))
     link: str | list[str] = names if len(names) > 1 else hop[0]
     where = " or ".join(f"{n} ({w.replace('>', ' -> ')})" if w else n for n, w in named)
@@ -313,7 +317,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     lead = f"{len(slow)} of job {jobid}'s flows are slow ({slow[0].why[0]})"
     if kind == "congestion_other_job":
         sentence = (f"congestion from job {culprit} on link {where}: {lead}; "
-                    f"{culprit} sends {others[str(culprit)] / 1e6:.0f} Mbit/s over it")
+                    f"{culprit} sends {on_link.get(culprit, 0.0) / 1e6:.0f} Mbit/s over it")
     elif kind == "congestion_non_job":
         sentence = (f"congestion from traffic of no job on link {where}: {lead}; "
                     f"flows of no job send {non_job / 1e6:.0f} Mbit/s over it")
@@ -330,6 +334,15 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
         sentence = (f"congestion on link {where} from job {jobid}'s own flows: {lead}; "
                     f"they send {own / 1e6:.0f} Mbit/s over it")
     return _verdict(kind, sentence, link, culprit, evidence)
+
+
+def filled(hops: list[Hop], rates: dict[str, float], total: Callable[[Hop], float]) -> list[Hop]:
+    """Of hops in the order of the way, where a load that fills a link queues: the fullest (all
+    the load on it over its configured rate, within a tenth of the fullest), then `upstream` of
+    those. A hop of unknown rate is kept."""
+    full = {h: total(h) / rate for h in hops if (rate := rates.get(h[0]))}
+    top = max(full.values(), default=0.0)
+    return upstream([h for h in hops if h not in full or full[h] >= 0.9 * top], rates)
 
 
 def upstream(hops: list[Hop], rates: dict[str, float]) -> list[Hop]:
