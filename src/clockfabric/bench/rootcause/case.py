@@ -115,7 +115,7 @@ def watch(fleet, case: Case, onset: float, watch_s: float) -> dict:
                                                                  or first["verdict"] != case.fault.kind):
             break
         time.sleep(max(0.0, 1.0 - (time.monotonic() - onset - elapsed)))
-    healthy = {"verdict": HEALTHY, "link": None, "culprit": None, "judged": judged(last)}  # as last judged
+    healthy = {"verdict": HEALTHY, "link": None, "links": [], "culprit": None, "judged": judged(last)}  # as last judged
     return {**(first or pending or healthy), "named_s": named_s, "polls": polls}
 
 
