@@ -94,7 +94,8 @@ def test_each_class_queue_is_read_apart_where_the_link_sorts_by_dscp(classes_ns)
                 for _ in range(40):
                     s.sendto(b"x" * FRAME, ("10.250.0.2", 9))  # unmarked: best-effort, the default class
                 time.sleep(0.2)
-                whole, by_dscp = backlog.queues_s()["bq0"], backlog.class_queues_s()["bq0"]
+                both = backlog.read()
+                whole, by_dscp = both[0]["bq0"], both[1]["bq0"]
             # a socket of its own: the first one's buffer is held by its packets still in the queue
             marked = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             marked.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, classes.collective_dscp[0] << 2)

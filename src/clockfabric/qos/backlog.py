@@ -59,6 +59,7 @@ class EgressBacklog:
         self._names: dict[int, str] = {}
         # (NIC, the qdisc's parent) -> (read at, bytes sent, backlog)
         self._last: dict[tuple[str, int], tuple[float, int, int]] = {}
+        self._classes: dict[str, dict[int, int]] = {}  # NIC -> DSCP -> its class, read again with the addresses
 
     def _addresses(self) -> None:
         self._read_at = time.monotonic()
@@ -66,6 +67,7 @@ class EgressBacklog:
         self._index = {name: i for i, name in names.items() if name in self.rates_bps}
         self._names = names
         self.routes = {}
+        self._classes = {}
 
     def egress(self, peer: str) -> str:
         """The NIC the kernel routes to this peer by (a host's own address may sit on lo: the
@@ -91,22 +93,34 @@ class EgressBacklog:
                     out[nic] = wait
         return out
 
-    def class_queues_s(self) -> dict[str, dict[int, float]]:
-        """Per NIC whose root qdisc sorts packets into classes by DSCP: what a packet of each DSCP a
-        filter names waits, its class's backlog in seconds at the rate that class drains at."""
+    def read(self) -> tuple[dict[str, float], dict[str, dict[int, float]]]:
+        """One dump of each NIC's qdiscs: its whole queue (as `queues_s`), and per NIC whose root
+        qdisc sorts packets into classes by DSCP, what a packet of each DSCP a filter names waits,
+        its class's backlog in seconds at the rate that class drains at. The filters are read
+        again with the addresses, not each time."""
         if time.monotonic() - self._read_at >= ADDRESSES_EVERY_S:
             self._addresses()
-        out = {}
+        whole: dict[str, float] = {}
+        by_dscp: dict[str, dict[int, float]] = {}
         for nic, index in self._index.items():
             qdiscs = [q for q in self.ipr.get_qdiscs(index) if q["index"] == index]
             root = next((q for q in qdiscs if q["parent"] == ROOT), None)
-            classes = self._dscp_classes(index, root["handle"]) if root is not None else {}
+            if root is None:
+                continue
+            if (wait := self._wait(nic, root)) is not None:
+                whole[nic] = wait
+            if nic not in self._classes:
+                self._classes[nic] = self._dscp_classes(index, root["handle"])
             under = {q["parent"]: q for q in qdiscs}
-            waits = {dscp: wait for dscp, classid in classes.items()
+            waits = {dscp: wait for dscp, classid in self._classes[nic].items()
                      if classid in under and (wait := self._wait(nic, under[classid])) is not None}
             if waits:
-                out[nic] = waits
-        return out
+                by_dscp[nic] = waits
+        return whole, by_dscp
+
+    def class_queues_s(self) -> dict[str, dict[int, float]]:
+        """`read`'s per-class queues alone."""
+        return self.read()[1]
 
     def _dscp_classes(self, index: int, root: int) -> dict[int, int]:
         """DSCP -> the class a u32 filter on the root qdisc sends it to."""

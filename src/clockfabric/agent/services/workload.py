@@ -109,8 +109,7 @@ class Workload(Service):
         if self.egress is not None:
             with self.cpu.stage(stages.FLOWS):
                 try:
-                    self.egress_s = self.egress.queues_s()
-                    self.egress_by_dscp = self.egress.class_queues_s()
+                    self.egress_s, self.egress_by_dscp = self.egress.read()
                 except OSError as e:
                     log.warning("reading the NICs' queues: %s", e)
         with self.cpu.stage(stages.PATHS):
