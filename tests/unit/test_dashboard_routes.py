@@ -297,19 +297,6 @@ def test_the_queueing_the_mesh_locates_is_named_on_its_links_and_both_where_no_p
     assert client.get("/api/v1/dashboard/link-queueing").status_code == 401
 
 
-def test_a_queue_in_a_hosts_own_egress_is_added_back_and_locates_its_uplink(client, fleet):
-    """h0's probes are timed after its own egress queue: at their floor, they queue once the
-    queue its agent reads there is added back, and they share only h0's uplink."""
-    push_mesh(client, fleet, queued_at_ns=time.time_ns() - 60 * 10**9)
-    push(client, "h0", samples=[{"name": "nic_egress_queue_ns", "value": 3e6, "labels": {"device": "eth0"},
-                                 "t_ns": time.time_ns()}])
-    found = client.get("/api/v1/dashboard/link-queueing", headers=FLEET_AUTH).json()
-    uplink = next(name for name in found["links"] if name.startswith("h0:"))
-    assert set(found["links"]) == {uplink} and found["queued"] == 2, found
-    assert found["links"][uplink]["direction"] == "h0->leaf0" and not found["links"][uplink]["ambiguous"]
-    assert found["links"][uplink]["excess_us"] == pytest.approx(3001, rel=0.01)
-
-
 def test_a_queue_whose_newest_delay_has_left_the_window_locates_nothing(client, fleet):
     push_mesh(client, fleet, queued_at_ns=time.time_ns() - 60 * 10**9)
     found = client.get("/api/v1/dashboard/link-queueing", headers=FLEET_AUTH).json()

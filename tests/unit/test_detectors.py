@@ -198,42 +198,6 @@ def test_a_mapped_path_no_link_explains_waits_before_it_is_reported_by_pair(topo
     assert d.active(at(6)) == {}
 
 
-def test_a_queue_on_a_hosts_own_uplink_is_named_from_its_egress_queue(topo):
-    """h0's probes are timed after its own egress queue: their OWD stays at the floor while it
-    fills, so only the queue the agent reads there shows it; the probes' priority class's where
-    h0 sorts by class, else the whole queue."""
-    uplink = topo.find_link("h0", "leaf0").name
-    paths = {("h0", dst, f"via-{spine}") for dst in ("h2", "h4") for spine in ("spine0", "spine1")}
-    quiet = {("h1", "h2", "via-spine0"), ("h2", "h0", "via-spine0")}  # h0's link the other way is fine
-    mapping = {(s, dst, label): links_of(topo, s, dst, label.removeprefix("via-")) for s, dst, label in paths | quiet}
-
-    def queue(t, wait_us, **labels):
-        return Sample("h0", at(t), "nic_egress_queue_ns", wait_us * US, {"device": "eth0", **labels})
-
-    d = DetectorSet(MonitorConfig(), topo)
-    d.set_path_links(mapping)
-    for t in (1, 2):
-        report(d, t, mapping, set())
-        d.on_samples([queue(t, 2_000)], at(t))  # best-effort packets wait 2 ms; the probes' own class waits not
-        d.on_samples([queue(t, 3, dscp="46")], at(t))
-    assert d.active(at(2)) == {}
-    for t in (3, 4):
-        d.on_samples([queue(t, 2_000), queue(t, 900, dscp="46")], at(t))
-        report(d, t, mapping, set())  # the probes' OWD: still at the floor
-    (f,) = d.active(at(4)).values()
-    assert f.detail["links"] == [{"link": uplink, "direction": "h0->leaf0"}]
-    assert sorted(p["dst"] for p in f.detail["paths"]) == ["h2", "h2", "h4", "h4"]
-    assert f.detail["paths"][0]["excess_ns"] == 905 * US
-
-    whole = DetectorSet(MonitorConfig(), topo)  # a host that does not sort by class: the whole queue
-    whole.set_path_links(mapping)
-    for t in (1, 2):
-        whole.on_samples([queue(t, 2_000)], at(t))
-        report(whole, t, mapping, set())
-    (f,) = whole.active(at(2)).values()
-    assert f.detail["links"] == [{"link": uplink, "direction": "h0->leaf0"}]
-
-
 def test_congestion_without_a_path_map_names_the_pair():
     d = DetectorSet(parse_config({"congestion": {"margin": "50us", "windows": 1}}))
     paths = [("h0", "h2", "eth0:7000"), ("h0", "h2", "eth0:7001"), ("h0", "h3", "eth0:7000")]

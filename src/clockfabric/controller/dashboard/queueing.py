@@ -1,8 +1,7 @@
 """Each link's queueing now, located from the whole probe mesh: the fabric map's third colouring.
 
-Every probe path's newest delay over its floor, with the links its host traced it across and its
-source's own egress queue added back (rootcause_inputs.with_egress: probes are timed after it),
-goes to localization as `job why` gives it its mesh (rootcause_verdict.observations, with no flows): the
+Every probe path's newest delay over its floor, with the links its host traced it across, goes to
+localization as `job why` gives it its mesh (rootcause_verdict.observations, with no flows): the
 links whose queueing explains the queued paths are the suspects. A link named with others that
 no path tells apart is marked ambiguous, never picked. A path whose newest delay is older than
 RECENT_NS counts for nothing: a queue that has drained, or a host gone quiet, locates nothing.
@@ -15,10 +14,9 @@ import time
 from clockfabric import localization
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.rootcause import Thresholds
-from clockfabric.controller.rootcause_inputs import PlacesCache, egress_queues, probe_paths, with_egress
+from clockfabric.controller.rootcause_inputs import PlacesCache, probe_paths
 from clockfabric.controller.rootcause_verdict import Fabric, observations
 from clockfabric.topology import Topology
-from clockfabric.workload.samples import EGRESS
 
 RECENT_NS = 15 * 10**9  # a few of the agents' pushes: what the map calls "now"
 
@@ -30,8 +28,6 @@ def link_queueing(fleet: Fleet, topology: Topology, places: PlacesCache, now_ns:
     here = places.get(topology, {h.info["address"]: h.name for h in fleet.storage.hosts() if h.info.get("address")})
     path_map = fleet.monitor.path_map() if fleet.monitor else []
     paths = probe_paths(fleet.samples, path_map, here, None, since_ns=now_ns - RECENT_NS)
-    queues = egress_queues(fleet.samples.range(EGRESS, since_ns=now_ns - RECENT_NS, until_ns=now_ns + 1), here)
-    _, paths = with_egress([], paths, queues)
     classes = topology.classes
     fabric = Fabric(paths, collective_dscp=classes.collective_dscp if classes else None)
     verdict = localization.locate(observations([], fabric, Thresholds()))

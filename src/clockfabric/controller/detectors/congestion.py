@@ -9,11 +9,6 @@ explains the most congested paths first, then the next for what is left. Hops no
 apart are named together. Congested paths that no link explains are reported per src -> dst pair, those
 with a map only once they have stayed unexplained a while: as a queue builds, paths open one
 by one, and until enough have, the link they share may not stand out.
-
-A probe is timed leaving after its host's own egress queue, so a queue on a host's link to its
-leaf shows in no OWD. The agents report that queue (`nic_egress_queue_ns`: the whole queue, and
-each class's where the host sorts by DSCP); each path's excess gets its source's newest reading
-for its first hop added back, the probes' priority class's where the host reads one.
 """
 
 from __future__ import annotations
@@ -37,8 +32,6 @@ from clockfabric.controller.detectors.base import (
 from clockfabric.controller.detectors.config import US, DetectorConfig, Keys, S, choice, duration_ns, positive_int
 from clockfabric.controller.series.sample import Sample
 from clockfabric.localization import PROBE, Observation, locate
-from clockfabric.topology.classes import PRIORITY_DSCP
-from clockfabric.workload.samples import EGRESS
 
 STATS = ("p50", "min")
 Hop = tuple[str, str]  # (link name, "from>to" nodes, or "" where the direction is unknown)
@@ -70,8 +63,6 @@ class Congestion(Detector[CongestionConfig]):
         self.excess: dict[PathKey, float] = {}  # the latest OWD above floor
         self.hops: dict[PathKey, list[Hop]] = {}
         self.unexplained: dict[PathKey, int] = {}  # a mapped congested path no link explains: since when
-        # (host, link, DSCP; None: the whole queue) -> its newest egress queue reading: (t_ns, ns)
-        self.egress: dict[tuple[str, str, int | None], tuple[int, float]] = {}
 
     def set_path_links(self, mapping: Mapping[tuple[str, str, str], list[str]], src: str | None = None) -> None:
         """The links each path crosses; with `src`, the map of that host's paths only (the rest stay)."""
@@ -79,41 +70,27 @@ class Congestion(Detector[CongestionConfig]):
         self.hops = kept | {(*key,): orient(self.links, key[0], list(names)) for key, names in mapping.items()}
 
     def reads(self) -> frozenset[str]:
-        return frozenset({"owd_floor_ns", f"owd_{self.config.stat}_ns", EGRESS})
+        return frozenset({"owd_floor_ns", f"owd_{self.config.stat}_ns"})
 
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         samples = list(samples)
-        for s in samples:  # floors and queues first: a report's floor may come after its p50 in the batch
+        for s in samples:  # floors first: a report's floor may come after its p50 in the batch
             if s.name == "owd_floor_ns" and (key := owd_path(s)) and s.t_ns >= self.floors.get(key, (0, 0))[0]:
                 self.floors[key] = (s.t_ns, s.value)
-            elif s.name == EGRESS:
-                dscp = s.labels.get("dscp", "")
-                at = (s.host, self.links.key(s.host, s.labels.get("device", "")), int(dscp) if dscp.isdigit() else None)
-                if s.t_ns >= self.egress.get(at, (0, 0.0))[0]:
-                    self.egress[at] = (s.t_ns, s.value)
         stat = f"owd_{self.config.stat}_ns"
         for s in sorted((s for s in samples if s.name == stat), key=lambda s: s.t_ns):
             key = owd_path(s)
             if key is None or key not in self.floors:
                 continue
-            excess = s.value - self.floors[key][1] + self._waited(key)
+            excess = s.value - self.floors[key][1]
             if self.paths.setdefault(key, Streak(self.config.windows)).add(s.t_ns, excess > self.config.margin_ns):
                 self.excess[key] = excess
-
-    def _waited(self, key: PathKey) -> float:
-        """What the path's probes waited in their source's own egress queue, by its newest reading."""
-        hops = self.hops.get(key)
-        if not hops or not hops[0][1].startswith(f"{key[0]}>"):
-            return 0.0
-        found = self.egress.get((key[0], hops[0][0], PRIORITY_DSCP)) or self.egress.get((key[0], hops[0][0], None))
-        return found[1] if found else 0.0
 
     def findings(self, now_ns: int) -> list[Finding]:
         horizon = now_ns - self.stale_after_ns
         for key in [k for k, st in self.paths.items() if st.last_ns < horizon]:
             del self.paths[key], self.excess[key]
         self.floors = {k: f for k, f in self.floors.items() if f[0] >= horizon}
-        self.egress = {k: q for k, q in self.egress.items() if q[0] >= horizon}
         congested = sorted(k for k, st in self.paths.items() if st.open)
         quiet = {hop for k, st in self.paths.items() if st.quiet for hop in self.hops.get(k, ())}
         blamed, unexplained = localize({k: self.hops.get(k, []) for k in congested}, quiet)
