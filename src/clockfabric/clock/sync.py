@@ -353,9 +353,9 @@ class Solver:
         # a host that left the ensemble as wide rejoins once clean for PROBATION_S
         self.dirty |= {h: now for h in set(bands) - clean(raw, self.index, bands)}
         shares = members(raw, self.index, bands, {h for h in bands if now - self.dirty.get(h, -1e18) >= PROBATION_S})
-        sol, self.frame = ensemble(raw, self.index, shares, self.last, self.reference, self._utc(t0_ns, now),
-                                   self.last.t0_ns if self.last is not None else None)
-        self.dirty |= {h: now for h in set(shares) - set(self.frame.shares())}  # outvoted: on probation
+        sol, self.frame, held = ensemble(raw, self.index, shares, self.last, self.reference,
+                                         self._utc(t0_ns, now), self.last.t0_ns if self.last is not None else None)
+        self.dirty |= {h: now for h in held}  # its clock moved beyond what the solves allow
         self.last = sol
         synced = sol.synced()
         cut_off = "cut off from global time's ensemble"

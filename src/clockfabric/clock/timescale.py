@@ -149,9 +149,10 @@ def _capped(weights: dict[str, float]) -> dict[str, float]:
 
 def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], last: Solution | None,
              reference: str, utc: tuple[str, float, float] | None = None, last_t0_ns: int | None = None
-             ) -> tuple[Solution, Frame]:
-    """`sol` (anchored on its pivot) restated in global time, and the frame that defines it.
-    `utc`: (host, its clock minus UTC at t0, its rate against UTC)."""
+             ) -> tuple[Solution, Frame, set[str]]:
+    """`sol` (anchored on its pivot) restated in global time, the frame that defines it, and
+    the members to hold out on probation. `utc`: (host, its clock minus UTC at t0, its rate
+    against UTC)."""
     x, y = sol.offset_ns, sol.drift
     if not shares:  # no host looks clean: every placed one, alike
         synced = [h for h, i in index.items() if sol.synced()[i]]
@@ -167,8 +168,13 @@ def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], las
         votes = {h: ((last.offset_ns[i] + last.drift[i] * dt - x[i]) / (1 + y[i]), (1 + last.drift[i]) / (1 + y[i]) - 1)
                  for h in voters for i in [index[h]]}
         big_x, big_y, outvoted = _vote(votes, voters)
-        # a member whose vote stands out (its clock stepped or ran away, a queue bent it) leaves
-        # the ensemble now: the solver holds it out on probation (sync.PROBATION_S)
+        # a member whose vote stands out leaves the ensemble now. Only one whose clock moved by
+        # more than the two solves can place it to (it stepped or ran away, a queue bent it) is
+        # held out on probation (sync.PROBATION_S); a rough solve, while the fit converges or
+        # the machine stalls, costs it this solve's share alone
+        held = {h for h in outvoted for i in [index[h]]
+                if not abs(votes[h][0] - big_x) <= sol.bound_ns[i] + last.bound_ns[i]
+                or not abs(votes[h][1] - big_y) <= sol.drift_bound[i] + last.drift_bound[i]}
         if kept := {h: s for h, s in shares.items() if h not in outvoted}:
             shares = _capped(kept)
     else:  # a fresh start: on the reference if it is a member, else on the members' mean
@@ -177,13 +183,14 @@ def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], las
         den = sum(w * (1 + y[index[h]]) for h, w in start.items())
         big_x = -sum(w * x[index[h]] for h, w in start.items()) / den
         big_y = total / den - 1
+        held = set()
     utc_ns = None
     if utc is not None and utc[0] in index and sol.synced()[index[utc[0]]]:
         big_x, big_y, utc_ns = _steer(sol, index, utc, big_x, big_y, last_t0_ns)
     out = restate(sol, big_x, big_y, {index[h]: s for h, s in shares.items()})
     frame = Frame(sol.t0_ns, tuple((h, s, float(out.offset_ns[index[h]]), float(out.drift[index[h]]))
                                    for h, s in sorted(shares.items())), utc_ns)
-    return out, frame
+    return out, frame, held
 
 
 def near_median(values: np.ndarray, floor: float) -> np.ndarray:
