@@ -84,3 +84,33 @@ def make_module_lab():
         build.down(name)
         _module_labs.discard(name)
         assert not netns.listed(f"cf.{name}."), f"namespaces of module lab {name} left behind"
+
+
+@pytest.fixture(scope="session")
+def failure_free(tmp_path_factory):
+    """The parameters' digest by rank after a failure-free run of a training job (argv: its
+    script and arguments) on three ranks, each argv run once a session, on this machine's
+    loopback. The job is deterministic: the same arguments give the same bits on any hosts, the
+    lab's included, so a faulted run on a lab is judged against it without a second lab run."""
+    from clockfabric.hosts.local import LocalHost
+    from clockfabric.train import report
+    from clockfabric.train.launch import TrainJob
+
+    hosts = {f"h{i}": LocalHost(f"h{i}", f"127.0.0.{i + 1}") for i in range(3)}  # loopback only
+    done: dict[tuple[str, ...], dict[int, str]] = {}
+
+    def digests(argv: list[str]) -> dict[int, str]:
+        if tuple(argv) not in done:
+            folder = tmp_path_factory.mktemp("failure-free")
+            job = TrainJob(hosts, list(hosts), [], list(argv), folder).start()
+            try:
+                completed = job.wait(120)
+            finally:
+                job.stop()
+            assert completed, (job.events, [p.read_text()[-1500:] for p in folder.glob("*.out")])
+            found = report.digests(report.records(folder))
+            assert sorted(found) == [0, 1, 2] and len(set(found.values())) == 1, found
+            done[tuple(argv)] = found
+        return done[tuple(argv)]
+
+    return digests

@@ -75,18 +75,10 @@ def check_recovered(recs, failed_at: float, limit_s: float = 10.0) -> float:
     return took
 
 
-def failure_free(lab, folder, args=ARGS) -> dict[int, str]:
-    _, recs, _ = run(lab, folder, [], args=args)
-    digests = report.digests(recs)
-    assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1
-    return digests
-
-
-@pytest.fixture(scope="module")
-def reference(make_module_lab, tmp_path_factory) -> dict[int, str]:
-    """The failure-free run's parameters with ARGS, on the shape the tests below run: one run for
-    the module (the job is deterministic: the same arguments give the same bits on any lab)."""
-    return failure_free(make_module_lab(multirail(4, 2, 2, 2)), tmp_path_factory.mktemp("reference"))
+@pytest.fixture
+def reference(failure_free) -> dict[int, str]:
+    """The failure-free run's parameters with ARGS (conftest.failure_free)."""
+    return failure_free(ARGS)
 
 
 def test_killed_rank_is_replaced_with_no_step_lost_and_bit_equal_parameters(make_lab, tmp_path, reference):
@@ -160,10 +152,10 @@ def test_no_spare_pauses_the_job_until_one_is_added(make_lab, tmp_path):
     assert job.ranks[0].host == "h3"
 
 
-def test_zero1_rank_killed_gets_its_optimizer_shard_from_its_buddy(make_lab, tmp_path):
+def test_zero1_rank_killed_gets_its_optimizer_shard_from_its_buddy(make_lab, tmp_path, failure_free):
     lab = make_lab(multirail(4, 2, 2, 2))
     args = [*ARGS, "--zero"]
-    reference = failure_free(lab, tmp_path / "reference", args)
+    reference = failure_free(args)
     job, recs, killed_at = run(lab, tmp_path / "killed", SPARE,
                                lambda job: os.kill(job.ranks[1].proc.pid, signal.SIGKILL), args=args)
     # the parameters from the most advanced rank, rank 1's momentum shard from rank 2's mirror

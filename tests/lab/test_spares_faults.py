@@ -5,7 +5,6 @@ critical XID (the fake NVML injecting it) before it crashes."""
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,13 +20,6 @@ pytest.importorskip("torch", reason="torch is not installed (make setup installs
 SPARES = ["h3", "h4"]
 
 
-def reference_digests(lab, folder: Path, args=ARGS) -> dict[int, str]:
-    _, recs, _ = run(lab, folder, [], args=args)
-    digests = report.digests(recs)
-    assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1
-    return digests
-
-
 def check_carried_on(recs, reference: dict[int, str], injected_at: float, limit_s: float = 10.0) -> float:
     """No completed step lost or repeated, bit-equal to the failure-free run; the time to the next step."""
     assert report.job_steps(recs) == list(range(STEPS)), "a completed step was lost"
@@ -41,9 +33,9 @@ def check_carried_on(recs, reference: dict[int, str], injected_at: float, limit_
     return took
 
 
-def test_two_ranks_killed_in_the_same_step_are_both_replaced(make_lab, tmp_path):
+def test_two_ranks_killed_in_the_same_step_are_both_replaced(make_lab, tmp_path, failure_free):
     lab = make_lab(multirail(5, 2, 2, 2))
-    reference = reference_digests(lab, tmp_path / "reference")
+    reference = failure_free(ARGS)
 
     def kill_two(job):
         for rank in (0, 2):
@@ -65,10 +57,10 @@ def forming(job, number: int) -> bool:
     return gen is not None and gen.number == number and job.board.all_ready(gen)
 
 
-def test_the_spare_killed_while_it_joins_is_replaced_by_the_next_spare(make_lab, tmp_path):
+def test_the_spare_killed_while_it_joins_is_replaced_by_the_next_spare(make_lab, tmp_path, failure_free):
     lab = make_lab(multirail(5, 2, 2, 2))
     args = [*ARGS[:-1], "512"]  # a larger state: the spare is killed with the transfer under way
-    reference = reference_digests(lab, tmp_path / "reference", args)
+    reference = failure_free(args)
     folder = tmp_path / "spare-killed"
     spare_killed = {}
 
@@ -100,9 +92,9 @@ def test_the_spare_killed_while_it_joins_is_replaced_by_the_next_spare(make_lab,
           f"first; survivors' errors: {broke}")
 
 
-def test_a_critical_xid_moves_the_rank_to_a_spare_before_it_crashes(make_lab, tmp_path):
+def test_a_critical_xid_moves_the_rank_to_a_spare_before_it_crashes(make_lab, tmp_path, failure_free):
     lab = make_lab(multirail(4, 2, 2, 2))
-    reference = reference_digests(lab, tmp_path / "reference")
+    reference = failure_free(ARGS)
     nvml = {host: FakeNvml([FakeGpu()]) for host in RANKS}
     gpus = {host: NvidiaGpuCollector(fake) for host, fake in nvml.items()}
 

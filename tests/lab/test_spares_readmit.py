@@ -16,12 +16,12 @@ from clockfabric.lab import impair
 from clockfabric.lab.training import lab_host_audit
 from clockfabric.topology import multirail
 from clockfabric.train import report
-from tests.lab.test_spares import ARGS, failure_free, run
+from tests.lab.test_spares import ARGS, run
 
 # long enough for the cut host to fail its audit, pass it and return before the job ends, on a
 # loaded machine too (at 100 steps the job sometimes ended before the second kill could land)
 STEPS = 300
-LONGER = [*ARGS, "--steps", str(STEPS)]  # argparse: the last --steps counts
+LONGER = [ARGS[0], "--steps", str(STEPS), *ARGS[3:]]
 
 
 def wait_for(job, kind: str, host: str, timeout_s: float = 60) -> dict:
@@ -32,9 +32,9 @@ def wait_for(job, kind: str, host: str, timeout_s: float = 60) -> dict:
     return found[0]
 
 
-def test_a_cut_off_host_returns_to_the_spares_only_once_its_audit_passes(make_lab, tmp_path):
+def test_a_cut_off_host_returns_to_the_spares_only_once_its_audit_passes(make_lab, tmp_path, failure_free):
     lab = make_lab(multirail(4, 2, 2, 2))
-    reference = failure_free(lab, tmp_path / "reference", args=LONGER)
+    reference = failure_free(LONGER)
     h1_links = [link for link in lab.topology.links if "h1" in (link.a.node, link.b.node)]
     seen = {}
 

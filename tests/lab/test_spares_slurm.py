@@ -141,11 +141,8 @@ class NodeStates(threading.Thread):
         self.join(35)
 
 
-def test_a_killed_task_is_replaced_by_the_spare_node_which_slurm_drains_and_resumes(cluster, tmp_path):
-    reference = Run(cluster, tmp_path / "reference", RANKS)
-    reference.wait()
-    digests = report.digests(report.records(reference.folder))
-    assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1
+def test_a_killed_task_is_replaced_by_the_spare_node_which_slurm_drains_and_resumes(cluster, tmp_path, failure_free):
+    digests = failure_free([str(SCRIPT), "--steps", str(STEPS), "--timeout", "30", "--width", "256"])
 
     run = Run(cluster, tmp_path / "killed", len(HOSTS))
     deadline = time.monotonic() + 180
