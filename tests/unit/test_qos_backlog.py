@@ -114,6 +114,36 @@ def test_each_class_queue_is_read_apart_where_the_link_sorts_by_dscp(classes_ns)
     assert 0.003 < collective < 0.01, collective
 
 
+BURST = 6
+
+
+def test_a_class_that_a_burst_fills_at_each_reading_drains_at_its_guaranteed_rate(classes_ns):
+    """A probe round leaves in one burst, then nothing for seconds: two readings that each catch a
+    burst in the priority class say nothing of the idle time between them. The class drains at
+    the rate htb guarantees it (5% of a link at 20 Mbit/s), not at the few kbit/s it averaged."""
+    classes, link = TrafficClasses(), 20_000_000
+    with netns.entered(classes_ns):
+        with IPRoute() as ipr:
+            shaping.set_rate(ipr, ipr.link_lookup(ifname="bq0")[0], link, classes)
+        backlog = EgressBacklog({"bq0": CONFIGURED})
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, classes.priority_dscp[0] << 2)
+        try:
+            readings = []
+            for _ in range(3):
+                for _ in range(BURST):  # 8.4 kB: past the class's 3 kB bucket, so most of it stands
+                    s.sendto(b"x" * FRAME, ("10.250.0.2", 9))
+                readings.append(backlog.class_queues_s()["bq0"][classes.priority_dscp[0]])
+                time.sleep(2.5)  # about 27 kbit/s on average, a fortieth of what the class is guaranteed
+        finally:
+            s.close()
+            backlog.close()
+    guaranteed = link * classes.priority_cap / 100
+    # the first reading knows no drain rate yet; then what stands past the bucket at the guaranteed
+    # rate, at most the burst less two frames: 45 ms, where the average rate would say a second
+    assert all(0 < r <= (BURST - 2) * FRAME * 8 / guaranteed for r in readings[1:]), readings
+
+
 def test_a_u32_selector_names_the_dscp_it_alone_matches():
     def sel(*keys: tuple[int, int, int], offmask: int = 0) -> bytes:
         head = struct.pack("=BBBxHhhhI", 1, 0, len(keys), offmask, 0, 0, 0, 0)

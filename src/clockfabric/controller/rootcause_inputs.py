@@ -13,8 +13,9 @@ and their links: the OWD matrix and the path map.
 A packet is timed leaving after its host's own egress queue (the qdisc of its NIC), so every
 delay measured from a host, in-band or probe, misses the queue on the host's link to its leaf.
 The agents report that queue (`nic_egress_queue_ns`), and it is added back to each delay from the
-host over that link: where the host sorts its packets into classes by DSCP, the queue of the
-packets' own class (a flow's DSCP; the probes' priority class), else the whole queue.
+host over that link: where the host sorts its packets into classes by DSCP, the queue of a
+flow's own class, and none to its probes (the priority class holds only them); else the
+whole queue.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Event, Storage
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology, interfaces
-from clockfabric.topology.classes import PRIORITY_DSCP
 from clockfabric.units import parse_duration
 from clockfabric.workload.flowgroups import parse_pair
 from clockfabric.workload.samples import EGRESS
@@ -236,16 +236,22 @@ def waited(queues: Queues, host: str, hops: tuple, t_ns: int | None = None, dscp
     return waits[at - 1] if at else 0.0
 
 
-def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues,
-                probe_dscp: int = PRIORITY_DSCP) -> tuple[list[Flow], list[ProbePath]]:
-    """The flows' in-band delays and the probe paths' latest with their sender's egress queue added."""
+def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues) -> tuple[list[Flow], list[ProbePath]]:
+    """The flows' in-band delays and the probe paths' latest with their sender's egress queue added.
+    A host that sorts its packets into classes serves its probes in the priority class, apart
+    from every job's traffic: all that waits with them is the probe round they left in, so
+    nothing is added to them there."""
+    by_class = {(host, link) for host, link, dscp in queues if dscp is not None}
+
     def flow(f: Flow) -> Flow:
         points = tuple(p if p.owd_us is None else
                        replace(p, owd_us=p.owd_us + waited(queues, f.host, f.hops, p.t_ns, f.dscp)) for p in f.points)
         return replace(f, points=points)
 
     def probe(p: ProbePath) -> ProbePath:
-        return p if p.p50_us is None else replace(p, p50_us=p.p50_us + waited(queues, p.src, p.hops, dscp=probe_dscp))
+        if p.p50_us is None or (p.hops and (p.src, p.hops[0][0]) in by_class):
+            return p
+        return replace(p, p50_us=p.p50_us + waited(queues, p.src, p.hops))
     return [flow(f) for f in flows], [probe(p) for p in floors]
 
 

@@ -11,7 +11,9 @@ Where the root qdisc sorts packets into classes by their DSCP (u32 filters on th
 DSCP bits, as a host with traffic classes is set up), a packet waits in its own class's queue,
 which drains at the rate the class gets, not behind the whole backlog: each such class's queue
 is read the same way, from the qdisc under the class, as what a packet of that DSCP waits
-(`class_queues_s`).
+(`class_queues_s`). A class with a backlog drains at no less than the rate htb guarantees it:
+two readings that each catch a burst (a probe round leaves in one) say nothing of the time
+between them, so the sent bytes between them are no drain rate below that.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class EgressBacklog:
         # (NIC, the qdisc's parent) -> (read at, bytes sent, backlog)
         self._last: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._classes: dict[str, dict[int, int]] = {}  # NIC -> DSCP -> its class, read again with the addresses
+        self._guaranteed: dict[str, dict[int, int]] = {}  # NIC -> class -> the rate htb guarantees it, bits/s
 
     def _addresses(self) -> None:
         self._read_at = time.monotonic()
@@ -68,6 +71,7 @@ class EgressBacklog:
         self._names = names
         self.routes = {}
         self._classes = {}
+        self._guaranteed = {}
 
     def egress(self, peer: str) -> str:
         """The NIC the kernel routes to this peer by (a host's own address may sit on lo: the
@@ -111,9 +115,13 @@ class EgressBacklog:
                 whole[nic] = wait
             if nic not in self._classes:
                 self._classes[nic] = self._dscp_classes(index, root["handle"])
+                self._guaranteed[nic] = self._class_rates(index) if self._classes[nic] else {}
             under = {q["parent"]: q for q in qdiscs}
+            # each class's qdisc read once, however many DSCPs its filters send to it
+            classes = {classid: self._wait(nic, under[classid], self._guaranteed[nic].get(classid, 0))
+                       for classid in set(self._classes[nic].values()) if classid in under}
             waits = {dscp: wait for dscp, classid in self._classes[nic].items()
-                     if classid in under and (wait := self._wait(nic, under[classid])) is not None}
+                     if (wait := classes.get(classid)) is not None}
             if waits:
                 by_dscp[nic] = waits
         return whole, by_dscp
@@ -137,13 +145,26 @@ class EgressBacklog:
                 found.setdefault(dscp, int(classid))  # the first filter to match wins, as in the kernel
         return found
 
-    def _wait(self, nic: str, q) -> float | None:
+    def _class_rates(self, index: int) -> dict[int, int]:
+        """Each htb class's guaranteed rate in bits per second."""
+        found: dict[int, int] = {}
+        try:
+            classes = list(self.ipr.get_classes(index=index))
+        except OSError:
+            return found
+        for cls in classes:
+            if cls.get_attr("TCA_KIND") == "htb" and (parms := cls.get_nested("TCA_OPTIONS", "TCA_HTB_PARMS")):
+                found[int(cls["handle"])] = 8 * (cls.get_nested("TCA_OPTIONS", "TCA_HTB_RATE64") or parms["rate"])
+        return found
+
+    def _wait(self, nic: str, q, guaranteed_bps: int = 0) -> float | None:
         if not (stats := q.get_attr("TCA_STATS2")):
             return None
         now, sent = time.monotonic(), stats.get_attr("TCA_STATS_BASIC")["bytes"]
         backlog = stats.get_attr("TCA_STATS_QUEUE")["backlog"]
         key = (nic, q["parent"])
-        wait = backlog * 8 / self._drain_bps(self._last.get(key), self.rates_bps[nic], now, sent, backlog)
+        drain = self._drain_bps(self._last.get(key), self.rates_bps[nic], now, sent, backlog)
+        wait = backlog * 8 / max(drain, guaranteed_bps)
         self._last[key] = (now, sent, backlog)
         return wait
 
