@@ -5,6 +5,7 @@ import os
 import random
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import threading
@@ -362,21 +363,29 @@ def test_worker_inputs_sum_exactly(world):
     assert not np.array_equal(worker.expected(count, world), worker.expected(count, world - 1))
 
 
-def test_a_fixed_receive_buffer_stays_fixed_under_load():
+def test_a_fixed_receive_buffer_stays_fixed_under_load_and_bounds_the_window():
     """rcvbuf turns autotuning off: after a megabyte each subflow's buffer is what was set
-    (doubled, as the kernel does), where autotuning would have grown it."""
+    (doubled, as the kernel does), where autotuning would have grown it, and the window the
+    sender was offered is the size set, not the doubled buffer times the kernel's ratio."""
     def body(r, t):
         buf = np.arange(1 << 18, dtype=np.float32) * (r + 1)  # 1 MiB
         ring.run("ring", t, buf, [[0, 1]])
         socks = [s for link in t.inbound.values() for s in link.socks]
-        return [s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) for s in socks], buf
+        offered = [offered_window(s) for link in t.outbound.values() for s in link.socks]
+        return [s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) for s in socks], offered, buf
 
     for rcvbuf in (16 << 10, 48 << 10):
         res = on_loopback(2, 2, body, rcvbuf=rcvbuf)
         assert not any(isinstance(x, Exception) for x in res), res
-        for sizes, buf in res:
+        for sizes, offered, buf in res:
             assert sizes == [2 * rcvbuf] * 2
+            assert all(0 < window <= rcvbuf for window in offered), (rcvbuf, offered)
             assert np.array_equal(buf, np.arange(1 << 18, dtype=np.float32) * 3)
+
+
+def offered_window(sock: socket.socket) -> int:
+    """The window the peer last advertised to this sender (struct tcp_info's tcpi_snd_wnd)."""
+    return struct.unpack_from("I", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232), 228)[0]
 
 
 def opts(**fields) -> str:
@@ -583,12 +592,14 @@ def test_a_resize_reaches_the_peers_receive_buffer_and_every_byte_still_lands():
         buf = np.arange(1 << 18, dtype=np.float32) * (r + 1)  # 1 MiB: every subflow carries chunks
         ring.run("ring", t, buf, [[0, 1]])
         sizes = [s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) for s in t.inbound[1 - r].socks]
-        return sizes, [row["peer_rcvbuf"] for row in t.stats()], buf
+        offered = [offered_window(s) for s in t.outbound[1 - r].socks]
+        return sizes, [row["peer_rcvbuf"] for row in t.stats()], buf, offered
 
     res = on_loopback(2, 2, body, rcvbuf=16 << 10)
     assert not any(isinstance(x, Exception) for x in res), res
-    (sizes0, asked0, buf0), (sizes1, asked1, buf1) = res
+    (sizes0, asked0, buf0, offered0), (sizes1, asked1, buf1, offered1) = res
     assert sizes1 == [2 * (40 << 10), 2 * MIN_RCVBUF]  # rank 1 holds what rank 0 asked for
+    assert offered0[0] <= 40 << 10 and offered0[1] <= MIN_RCVBUF, offered0  # and offers no wider window
     assert sizes0 == [2 * (16 << 10)] * 2  # rank 1 asked nothing: rank 0 keeps the fixed size
     assert asked0 == [40 << 10, MIN_RCVBUF] and asked1 == [16 << 10] * 2
     for buf in (buf0, buf1):

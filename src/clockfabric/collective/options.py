@@ -35,7 +35,7 @@ class CollectiveOptions:
     planes[j % len(planes)] (None: every plane all hosts share). scheduler: which subflow
     carries each chunk (a name in schedulers.SCHEDULERS). placement: "hashed" (kernel source
     ports, ECMP hashes them) or "learned" (ports learned per spine); "" or None: the scheduler's own
-    (learned for owd, hashed otherwise). rcvbuf: each subflow's receive buffer, bytes, fixed
+    (learned for owd, hashed otherwise). rcvbuf: each subflow's receive window, bytes, fixed
     (None or 0: the kernel's autotuning). rcvbuf_budget: with learned placement and the hosts'
     agents running, the receive buffer bytes the subflows on one spine from under a leaf share
     (worker.share_windows; None or 0: none, they keep rcvbuf). standby: with learned placement,

@@ -68,12 +68,27 @@ def tcp_counters(sock: socket.socket) -> TcpCounters | None:
 
 
 def fixed_rcvbuf(sock: socket.socket, size: int) -> None:
-    """Fix the connection's receive buffer at `size` bytes: autotuning stops, and the window it
-    advertises stays within the buffer. The kernel doubles the size and counts packets' whole
-    memory against it, so on a 1500-byte MTU the window settles near 1.3x `size` (a lab
-    subflow read 41984 bytes at 32 KiB). TCP_WINDOW_CLAMP would not hold: Linux resets the
-    clamp from the buffer whenever its payload-to-memory ratio moves."""
+    """Fix the connection's receive window at `size` bytes: the buffer (SO_RCVBUF, which turns
+    autotuning off; the kernel doubles it) and the window clamp (TCP_WINDOW_CLAMP).
+
+    The buffer alone does not fix the window: Linux advertises the buffer times the payload-to-
+    memory ratio of the segments it has received, and that ratio moves with the path and the
+    load (at 96 KiB a lab subflow's window read 124 KiB on an idle machine, 165 KiB on a busy
+    one, 173 KiB on a bare veth pair). Doubled, the buffer holds `size` bytes of payload at any
+    ratio over one half, so the clamp is what binds. Linux resets the clamp from the buffer
+    when the ratio moves: the receiver calls hold_window after each chunk it reads."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+    hold_window(sock, size)
+
+
+def hold_window(sock: socket.socket, size: int) -> None:
+    """Clamp the window the connection advertises at `size` bytes, again if the kernel moved the
+    clamp (fixed_rcvbuf). A window advertised already is not taken back: it closes as data comes."""
+    try:
+        if sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP) != size:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, size)
+    except OSError:  # closed: its reader learns that on its next read
+        pass
 
 
 def prefer_congestion(sock: socket.socket) -> None:

@@ -73,9 +73,9 @@ class Transport:
     shares it; on real hosts it is what the agent keeps in sync).
     parked: subflow indices dialled to every peer but parked (SubflowState.parked): standbys,
     which carry nothing until unpark()ed.
-    rcvbuf: each subflow's receive buffer here, bytes, fixed (fixed_rcvbuf), or None for the
+    rcvbuf: each subflow's receive window here, bytes, fixed (fixed_rcvbuf), or None for the
     kernel's autotuning. Autotuning grows a subflow's window with its round trip, so behind a
-    deep FIFO it grows until the FIFO overflows; a fixed buffer bounds what the sender may have
+    deep FIFO it grows until the FIFO overflows; a fixed window bounds what the sender may have
     in flight.
     """
 
@@ -242,7 +242,7 @@ class Transport:
         return Pending(self, latch)
 
     def resize(self, peer: int, index: int, size: int) -> None:
-        """Ask the peer to hold `size` bytes of receive buffer (fixed_rcvbuf) for our subflow
+        """Ask the peer to hold a `size`-byte receive window (fixed_rcvbuf) for our subflow
         `index` to it (at least MIN_RCVBUF), once the chunks already queued on it are written:
         its window follows."""
         if out := self.outbound.get(peer):  # None once closed

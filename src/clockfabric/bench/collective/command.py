@@ -120,12 +120,12 @@ def _collective_command(collective: str, default_algorithm: str, algorithm_help:
                                               help="Source ports: hashed (the kernel's) or learned (one per spine "
                                                    "path); default learned for owd, hashed otherwise."),
                 rcvbuf: str = typer.Option("0", "--rcvbuf",
-                                           help="Each subflow's receive buffer, fixed, like 16K (default 0: the "
+                                           help="Each subflow's receive window, fixed, like 16K (default 0: the "
                                                 "kernel's autotuning)."),
                 rcvbuf_budget: str = typer.Option("0", "--rcvbuf-budget",
                                                   help="With learned placement and the hosts' agents up: what the "
                                                        "subflows on one spine from under a leaf share, each instead "
-                                                       "of --rcvbuf, like 192K (default 0: none)."),
+                                                       "of --rcvbuf, like 240K (default 0: none)."),
                 standby: bool = typer.Option(False, "--standby",
                                              help="With learned placement: beside each subflow on a spine, a standby "
                                                   "at work while traffic from outside the jobs crowds it."),

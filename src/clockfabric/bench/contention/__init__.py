@@ -46,8 +46,8 @@ Every cable runs at one MTU (`mtu`, MTU below). The port buffers hold the same b
 any MTU (BUFFER_BYTES: 200 full-sized frames at 1500), so a larger MTU means fewer, larger
 packets in the same queues, not deeper queues.
 
-Every scheduler's subflows run with a fixed receive buffer (RCVBUF, `rcvbuf`), so the
-kernel's autotuning cannot grow their windows until the lab's FIFOs overflow. Every host runs
+Every scheduler's subflows run with a fixed receive window (RCVBUF, `rcvbuf`), so the
+kernel's autotuning cannot grow it until the lab's FIFOs overflow. Every host runs
 its agent, as a fleet would. Subflows that the agents placed on spines (learned placement:
 `owd`'s) then take their share of RCVBUF_BUDGET (`rcvbuf_budget`) instead: split among the
 subflows that the jobs under the leaf hold on that spine, so a job alone keeps wide windows

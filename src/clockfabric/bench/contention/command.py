@@ -60,10 +60,10 @@ def contention(scenarios: str = typer.Option("none,two-alltoall,two-allreduce,el
                mtu: int = typer.Option(None, "--mtu",
                                        help="Every cable's MTU: 1500, or 9000 (jumbo frames, as AI fabrics run); "
                                             "port buffers hold the same bytes at either (default 1500)."),
-               rcvbuf: str = typer.Option("32K", "--rcvbuf",
-                                          help="Each subflow's receive buffer, fixed (0: the kernel's autotuning, "
+               rcvbuf: str = typer.Option("40K", "--rcvbuf",
+                                          help="Each subflow's receive window, fixed (0: the kernel's autotuning, "
                                                "whose windows overflow the lab's FIFOs)."),
-               rcvbuf_budget: str = typer.Option("192K", "--rcvbuf-budget",
+               rcvbuf_budget: str = typer.Option("240K", "--rcvbuf-budget",
                                                  help="What the subflows that the agents placed on one spine share "
                                                       "(learned placement: owd's), each instead of --rcvbuf "
                                                       "(0: none)."),

@@ -41,10 +41,13 @@ ELEPHANT_CONGESTION = "cubic"
 # Before each run with elephants: let them regain the spine (SETTLE_S), then read their rate
 # alone over ALONE_S, the baseline of what each run leaves them.
 SETTLE_S, ALONE_S = 3.0, 2.0
-# Each subflow's receive buffer, fixed: autotuned windows overflow the uplinks' FIFOs.
-RCVBUF = 32 << 10
-# The receive buffer that the subflows on one spine from under a leaf share (claims.share).
-RCVBUF_BUDGET = 192 << 10
+# Each subflow's receive window, fixed (tcpinfo.fixed_rcvbuf): autotuned windows overflow the
+# uplinks' FIFOs.
+RCVBUF = 40 << 10
+# The window bytes that the subflows on one spine from under a leaf share (claims.share): about
+# 0.8 of an uplink's FIFO (BUFFER_BYTES), room left for what the ledger does not count (a ring's
+# barrier bytes, probes).
+RCVBUF_BUDGET = 240 << 10
 # NCCL's all-to-all posts every send and receive in one group. Pairwise steps would leave the
 # spines idle while each rank sends to its leaf-mate, which no scheduler can fix.
 ALLTOALL_ALGORITHM = "oneshot"
