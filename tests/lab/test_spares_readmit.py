@@ -15,11 +15,7 @@ from clockfabric.lab import impair
 from clockfabric.lab.training import lab_host_audit
 from clockfabric.topology import multirail
 from clockfabric.train import report
-from tests.lab.test_spares import ARGS, run
-
-# the second failure comes a step or two after the job resumes from the first (at step 8 or so)
-STEPS = 60
-LONGER = [ARGS[0], "--steps", str(STEPS), *ARGS[3:]]
+from tests.lab.test_spares import ARGS, STEPS, run
 
 
 def wait_for(job, kind: str, host: str | None = None, timeout_s: float = 60) -> dict:
@@ -32,7 +28,7 @@ def wait_for(job, kind: str, host: str | None = None, timeout_s: float = 60) -> 
 
 def test_a_cut_off_host_returns_to_the_spares_only_once_its_audit_passes(make_lab, tmp_path, failure_free):
     lab = make_lab(multirail(4, 2, 2, 2))
-    reference = failure_free(LONGER)
+    reference = failure_free(ARGS)
     seen = {}
 
     def cut(host: str, up: bool = False) -> None:
@@ -44,7 +40,7 @@ def test_a_cut_off_host_returns_to_the_spares_only_once_its_audit_passes(make_la
         cut("h1")
         wait_for(job, "resumed")  # h3 holds rank 1
         seen["second failure at step"] = max(report.job_steps(report.records(job.folder)))
-        cut("h2")
+        cut("h2")  # no step completes without h2: the job pauses where it resumed
         wait_for(job, "paused")  # h1 and h2 are drained: no spare is left
         failed = wait_for(job, "audit failed", "h1")
         assert "backend.nic_active" in failed["failing"] and "link down" in failed["failing"]["backend.nic_active"]
@@ -54,7 +50,7 @@ def test_a_cut_off_host_returns_to_the_spares_only_once_its_audit_passes(make_la
         wait_for(job, "audit failed", "h2")
         cut("h1", up=True)
 
-    job, recs, _ = run(lab, tmp_path / "readmit", ["h3"], cut_twice_then_mend_one, args=LONGER,
+    job, recs, _ = run(lab, tmp_path / "readmit", ["h3"], cut_twice_then_mend_one,
                        audit=lab_host_audit(lab, expect.defaults()), readmit_s=1.0)
     assert report.job_steps(recs) == list(range(STEPS)), "a completed step was lost"
     assert report.digests(recs) == reference  # bit-equal to the failure-free run
