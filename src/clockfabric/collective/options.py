@@ -37,7 +37,7 @@ class CollectiveOptions:
     ports, ECMP hashes them) or "learned" (ports learned per spine); "" or None: the scheduler's own
     (learned for owd, hashed otherwise). rcvbuf: each subflow's receive window, bytes, fixed
     (None or 0: the kernel's autotuning). rcvbuf_budget: with learned placement and the hosts'
-    agents running, the receive buffer bytes the subflows on one spine from under a leaf share
+    agents running, the window bytes the subflows on one spine from under a leaf share
     (worker.share_windows; None or 0: none, they keep rcvbuf). standby: with learned placement,
     a standby beside each subflow on a spine (collective/standby.py); with hashed ports there
     is no spine to stand by on, and it is off. iters, warmup: timed and untimed iterations per

@@ -2,7 +2,7 @@
 jobs' claims holds the queue there.
 
 The agents' ledger (claims.py) counts the subflows that jobs under a leaf hold on each spine,
-and each takes its share of a receive-buffer budget sized to the uplink's FIFO. So while only
+and each takes its share of a window budget sized to the uplink's FIFO. So while only
 those jobs share an uplink, their windows fit its FIFO: the receive window holds each
 subflow, and next to no segment is lost. Traffic the ledger does not know (another tenant's
 elephant flows) fills the FIFO: a subflow there loses segments, and its congestion window
