@@ -21,6 +21,7 @@ from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.storage.base import Alert
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.errors import ClockfabricError
+from tests.ports import controller_port
 from tests.unit.cli_flags import accepted_options
 from tests.waiting import wait_for
 
@@ -195,9 +196,9 @@ def test_a_bare_controller_starts_its_alertmanager_and_it_dies_with_the_controll
     """No --alertmanager: one on loopback, its data and URL beside the database; a controller
     killed outright (no clean-up of its own) takes it down too."""
     token = tmp_path / "fleet.token"
-    with socket_closed() as listen:
-        argv = [sys.executable, "-m", "clockfabric.cli", "controller", "--db", str(tmp_path / "fleet.db"),
-                "--listen", listen.removeprefix("http://"), "--token-file", str(token), "--new-token"]
+    listen = f"http://127.0.0.1:{controller_port()}"  # and the port above it free, for the series gate
+    argv = [sys.executable, "-m", "clockfabric.cli", "controller", "--db", str(tmp_path / "fleet.db"),
+            "--listen", listen.removeprefix("http://"), "--token-file", str(token), "--new-token"]
     log = tmp_path / "controller.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)

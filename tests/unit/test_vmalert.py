@@ -24,7 +24,8 @@ from clockfabric.controller.rules import BRIDGE, RULES
 from clockfabric.controller.series.path import SeriesPath
 from clockfabric.controller.series.vmalert import RuleOptions
 from clockfabric.controller.storage.sqlite import SqliteStorage
-from tests.unit.test_alertmanager import answers, socket_closed
+from tests.ports import controller_port
+from tests.unit.test_alertmanager import answers
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,10 +64,10 @@ def test_the_deploy_rules_are_the_packaged_rules_and_vmalert_accepts_them():
 
 
 def test_a_bare_controller_evaluates_every_rule_restarts_vmalert_and_takes_it_down(tmp_path):
-    with socket_closed() as listen:
-        argv = [sys.executable, "-m", "clockfabric.cli", "controller", "--db", str(tmp_path / "fleet.db"),
-                "--listen", listen.removeprefix("http://"), "--token-file", str(tmp_path / "token"), "--new-token",
-                "--rules-interval", "0.5"]
+    listen = f"http://127.0.0.1:{controller_port()}"  # and the port above it free, for the series gate
+    argv = [sys.executable, "-m", "clockfabric.cli", "controller", "--db", str(tmp_path / "fleet.db"),
+            "--listen", listen.removeprefix("http://"), "--token-file", str(tmp_path / "token"), "--new-token",
+            "--rules-interval", "0.5"]
     log = tmp_path / "controller.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
