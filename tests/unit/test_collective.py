@@ -379,7 +379,8 @@ def test_a_fixed_receive_buffer_stays_fixed_under_load_and_bounds_the_window():
         assert not any(isinstance(x, Exception) for x in res), res
         for sizes, offered, buf in res:
             assert sizes == [2 * rcvbuf] * 2
-            assert all(0 < window <= rcvbuf for window in offered), (rcvbuf, offered)
+            # a window may read 0 while the receiver has yet to read what it holds; never over the size
+            assert all(window <= rcvbuf for window in offered) and max(offered) > 0, (rcvbuf, offered)
             assert np.array_equal(buf, np.arange(1 << 18, dtype=np.float32) * 3)
 
 
