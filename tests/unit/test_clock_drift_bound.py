@@ -93,9 +93,10 @@ def test_a_host_drift_bound_is_the_cheapest_path_of_edge_drift_bounds():
     edges = Edges(src, dst, a, b, np.full(3, t0, dtype=np.int64), np.ones(3), np.zeros(3),
                   np.array([1e-8, 2e-8, 5e-7]))
     sol = solve(3, edges, 0, t0)
-    assert sol.drift_bound[0] == 0.0
-    assert math.isclose(sol.drift_bound[1], 1e-8, rel_tol=1e-3)
-    assert math.isclose(sol.drift_bound[2], 3e-8, rel_tol=1e-3)  # through host 1, not the shortcut
+    assert sol.drift_limit[0] == 0.0
+    assert math.isclose(sol.drift_limit[1], 1e-8, rel_tol=1e-3)
+    assert math.isclose(sol.drift_limit[2], 3e-8, rel_tol=1e-3)  # through host 1, not the shortcut
+    assert (sol.drift_bound <= sol.drift_limit).all()
 
 
 def test_a_mapping_grows_its_bound_by_its_own_drift_bound():

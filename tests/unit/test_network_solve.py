@@ -76,8 +76,50 @@ def test_noise_averages_out():
     assert np.median(err) < 40 and err.max() < 200
     assert np.abs(sol.drift - y).max() < 2e-9
     assert sol.kept.all()  # nothing honest is beyond 6 sigma or 1 us
-    # no margins given: each host's bound is its path's residuals, at least its own error
-    assert (sol.bound_ns >= err - 1).all()
+    # no margins given: each host's limit is its path's residuals, at least its own error
+    assert (sol.limit_ns >= err - 1).all()
+
+
+@pytest.mark.parametrize(("n", "k"), [(2000, 10), (300, 10)])
+def test_the_bound_covers_the_error_a_few_times_over(n, k):
+    """The published bound is statistical: from the loops' residuals, not the paths' sum. It
+    covers the error in (nearly) every host, and is within a small multiple of the p99 error,
+    where the limit is many times wider. (A few hosts give too few errors for a p99.)"""
+    rng = np.random.default_rng(n)
+    x, y = clocks(rng, n, 0)
+    edges = fits(rng, x, y, *peers(rng, np.arange(n), k), noise_ns=100.0, drift_noise=1e-9)
+    sol = solve(n, edges, 0, T0)
+    err, bound = np.abs(sol.offset_ns - x)[1:], sol.bound_ns[1:]
+    assert np.mean(err <= bound) >= 0.99
+    assert np.median(bound) <= 3 * np.percentile(err, 99)
+    assert np.median(sol.limit_ns[1:]) >= 3 * np.median(bound)
+    assert (bound <= sol.limit_ns[1:]).all()
+
+
+def test_a_host_whose_pairs_disagree_more_takes_its_own_wider_bound():
+    rng = np.random.default_rng(4)
+    n = 300
+    x, y = clocks(rng, n, 0)
+    edges = fits(rng, x, y, *peers(rng, np.arange(n), 10), noise_ns=50.0)
+    noisy = (edges.src == 7) | (edges.dst == 7)
+    edges.offset_ns[noisy] += rng.normal(0, 400.0, noisy.sum())
+    sol = solve(n, edges, 0, T0)
+    assert sol.kept[noisy].all()  # within what the solve keeps: noise, not a liar
+    assert sol.bound_ns[7] >= 3 * np.median(sol.bound_ns[1:])
+    assert abs(sol.offset_ns[7] - x[7]) <= sol.bound_ns[7]
+
+
+def test_a_graph_without_a_loop_publishes_its_limit():
+    """A chain has no redundancy to judge noise by: the statistical bound has nothing to say."""
+    rng = np.random.default_rng(5)
+    x, y = clocks(rng, 4, 0)
+    src, dst = np.array([0, 1, 2]), np.array([1, 2, 3])
+    edges = fits(rng, x, y, src, dst, noise_ns=100.0)
+    edges.margin_ns = np.full(3, 2_000.0)
+    sol = solve(4, edges, 0, T0)
+    assert np.isinf(sol.sigma_ns).all()
+    assert np.array_equal(sol.bound_ns, sol.limit_ns)
+    assert sol.bound_ns[3] >= 6_000.0
 
 
 def test_liars_are_dropped():

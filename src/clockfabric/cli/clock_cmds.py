@@ -25,6 +25,8 @@ from clockfabric.telemetry.base import COLLECTORS
 from clockfabric.topology.classes import PRIORITY_DSCP
 from clockfabric.units import parse_duration
 
+MISSES_SHOWN = 20  # the samples a report lists where the bound missed the error
+
 LabOpt = typer.Option(None, "--lab", "-l", help="Lab name (default: the only lab that is up).")
 JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts.")
 PeersOpt = typer.Option(10, "--peers", min=1, help="Peers each host probes (K).")
@@ -286,9 +288,12 @@ def _report(sampler: Sampler, scenario: dict, mesh, reference: str, duration: fl
 
 
 def _bound(judged: list) -> dict:
-    """The bound's coverage (share of samples with |error| <= bound) and its size."""
+    """The bound's coverage (share of samples with |error| <= bound), its size, and the first
+    samples it missed (seconds, host, error, bound), to see when and where."""
     c = coverage(judged)
-    return {"coverage": c["coverage"], "bound_p50_ns": c["bound_p50_ns"], "bound_p99_ns": c["bound_p99_ns"]}
+    missed = [[round(t, 1), h, round(e), round(b)] for t, h, e, b in judged if abs(e) > b][:MISSES_SHOWN]
+    return {"coverage": c["coverage"], "bound_p50_ns": c["bound_p50_ns"], "bound_p99_ns": c["bound_p99_ns"],
+            "missed": missed}
 
 
 def _ns(v) -> str:

@@ -34,6 +34,9 @@ OFFSET_TOL_NS, LOG_DRIFT_TOL = 1e-3, 1e-13
 PEEL_TOL, PEEL_LOG_DRIFT_TOL = 0.01, 1e-10  # the first times outlier_ns
 MAX_ITERATIONS = 1000
 MAX_PASSES = 6  # of the fixed point in x_i: each gains a factor |b| < 1e-3
+# The published bound, in standard errors of a host's offset: a normal error is past it in one
+# sample in 16,000, so it holds for the heavier tails of software timestamps too.
+BOUND_Z = 4.0
 # The probe graph's diameter (random peers: about log(hosts) / log(peers)); a longer one is
 # left to connected_components.
 BFS_STEPS = 12
@@ -67,8 +70,16 @@ class Solution:
     reference_component: int
     kept: np.ndarray  # bool per input edge
     residual_ns: np.ndarray  # per input edge, after the final solve
-    bound_ns: np.ndarray  # per host, at t0: its offset is within this of the truth (nan: not synced)
-    drift_bound: np.ndarray  # per host: its drift is within this of the truth (nan: not synced)
+    # per host, at t0 (nan: not synced): its offset is within this of the truth but for the
+    # rare sample: the lesser of `limit_ns` and BOUND_Z standard errors from the pivot
+    bound_ns: np.ndarray
+    drift_bound: np.ndarray  # per host: likewise, for its drift
+    # per host: its offset is within this of the truth if every minimum delay is positive
+    limit_ns: np.ndarray
+    # per host: its offset's standard error (inf: the graph has no loop to judge it by)
+    sigma_ns: np.ndarray
+    drift_limit: np.ndarray  # per host: likewise, for its drift
+    drift_sigma: np.ndarray
 
     @property
     def parts(self) -> int:
@@ -233,8 +244,13 @@ def solve(n: int, edges: Edges, reference: int, t0_ns: int, *, outlier_ns: float
         if np.abs(x - last).max(initial=0.0) * np.abs(b_hat).max(initial=0.0) <= OFFSET_TOL_NS:
             break
     residual = _residuals(e, a0, b_hat, drift_error, x)
-    bound, drift_bound = _bounds(system, e, kept, (residual, drift_error / 1e9), span, reference, labels)
-    return Solution(t0_ns, x, np.expm1(u), labels, int(labels[reference]), kept, residual, bound, drift_bound)
+    limit, drift_limit = _bounds(system, e, kept, (residual, drift_error / 1e9), span, reference, labels)
+    sigma = _standard_errors(system, kept, _offset_residuals(e, a0, b_hat, x), labels, reference)
+    drift_sigma = _standard_errors(system, kept, drift_error / 1e9, labels, reference)
+    bound = np.minimum(limit, BOUND_Z * np.hypot(sigma, sigma[reference]))
+    drift_bound = np.minimum(drift_limit, BOUND_Z * np.hypot(drift_sigma, drift_sigma[reference]))
+    return Solution(t0_ns, x, np.expm1(u), labels, int(labels[reference]), kept, residual, bound, drift_bound,
+                    limit, sigma, drift_limit, drift_sigma)
 
 
 def _drifts(system: _System, log_drift: np.ndarray, u: np.ndarray, anchor: np.ndarray,
@@ -256,12 +272,16 @@ def _offsets(system: _System, a0: np.ndarray, b_hat: np.ndarray, x: np.ndarray, 
     return x - x[anchor]
 
 
+def _offset_residuals(e: Edges, a0: np.ndarray, b_hat: np.ndarray, x: np.ndarray) -> np.ndarray:
+    x_src = x[e.src]
+    return a0 + b_hat * x_src - (x[e.dst] - x_src)
+
+
 def _residuals(e: Edges, a0: np.ndarray, b_hat: np.ndarray, drift_error: np.ndarray,
                x: np.ndarray) -> np.ndarray:
     """What each edge says minus what the solution says, in ns: the offset's, or the drift's
     where that is larger."""
-    x_src = x[e.src]
-    offset_error = a0 + b_hat * x_src - (x[e.dst] - x_src)
+    offset_error = _offset_residuals(e, a0, b_hat, x)
     return np.where(np.abs(drift_error) > np.abs(offset_error), drift_error, offset_error)
 
 
@@ -311,6 +331,52 @@ def _bounds(system: _System, e: Edges, kept: np.ndarray, residuals: tuple[np.nda
     drift_cost = drift_bound + np.abs(drift_residual)
     return (_shortest(system, e, kept, offset_cost, reference, labels),
             _shortest(system, e, kept, drift_cost, reference, labels))
+
+
+def _standard_errors(system: _System, kept: np.ndarray, residual: np.ndarray, labels: np.ndarray,
+                     reference: int) -> np.ndarray:
+    """Per host, the standard error of its solved offset, as least squares propagates it: the
+    variance a unit weight carries, estimated from the kept pairs' residuals (sum w r^2 over the
+    loops' degrees of freedom, pairs less hosts plus one), over the host's weighted degree. The
+    two rows of a pair (each end reports it, from the same probes) count as one pair. A host
+    whose own pairs disagree more than the fleet's takes its own estimate: the pooled one would
+    cover a noisy host with its quiet neighbours' figure. What no loop shows (every pair of a host
+    off alike) is in no residual: health.asymmetric_hosts names that, and `limit_ns` holds.
+    Hosts outside the reference's part, and every host of a graph with no loop, get inf; a
+    graph with few loops, a standard error widened to keep the bound's tail (`_few_loops`)."""
+    e, n = system.e, len(labels)
+    k = np.flatnonzero(kept & (system.w > 0) & (labels[e.src] == labels[reference]))
+    sigma = np.full(n, np.inf)
+    if not len(k):
+        return sigma
+    lo, hi = np.minimum(e.src[k], e.dst[k]), np.maximum(e.src[k], e.dst[k])
+    pairs, row = np.unique(lo.astype(np.int64) * n + hi, return_inverse=True)
+    rows = np.bincount(row)
+    w = np.bincount(row, system.w[k]) / rows
+    # a residual is the pair's view minus the solve's, from its reporter's side: turn it to lo's
+    r = np.bincount(row, np.where(e.src[k] == lo, residual[k], -residual[k])) / rows
+    a, b = pairs // n, pairs % n
+    hosts = np.union1d(a, b)
+    dof = len(pairs) - (len(hosts) - 1)
+    if dof <= 0:
+        return sigma
+    wr2 = w * r * r
+    pooled = wr2.sum() / dof
+    degree = np.bincount(a, minlength=n) + np.bincount(b, minlength=n)
+    weight = np.bincount(a, w, n) + np.bincount(b, w, n)
+    spread = np.bincount(a, wr2, n) + np.bincount(b, wr2, n)
+    local = spread[hosts] / degree[hosts] * len(pairs) / dof
+    sigma[hosts] = np.sqrt(np.maximum(local, pooled) / weight[hosts]) * _few_loops(dof)
+    return sigma
+
+
+def _few_loops(dof: int) -> float:
+    """How much wider BOUND_Z must be, for the same tail, with the variance judged from dof
+    loops (Student's t against the normal): 1.24 at 21 loops (8 hosts probing all others),
+    8 at 3, 2500 at one, which then leaves the limit to speak."""
+    from scipy.special import ndtr, stdtrit
+
+    return float(stdtrit(dof, ndtr(BOUND_Z)) / BOUND_Z)
 
 
 def _shortest(system: _System, e: Edges, kept: np.ndarray, cost: np.ndarray, reference: int,

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from clockfabric.clock.mapping import Mapping
-from clockfabric.clock.network import Solution
+from clockfabric.clock.network import BOUND_Z, Solution
 
 MAX_MEMBERS = 32  # the best-weighted; more adds little and every map message carries them
 MAX_SHARE = 0.35  # no member weighs more: two or three members must agree to move global time
@@ -173,8 +173,8 @@ def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], las
         # held out on probation (sync.PROBATION_S); a rough solve, while the fit converges or
         # the machine stalls, costs it this solve's share alone
         held = {h for h in outvoted for i in [index[h]]
-                if not abs(votes[h][0] - big_x) <= sol.bound_ns[i] + last.bound_ns[i]
-                or not abs(votes[h][1] - big_y) <= sol.drift_bound[i] + last.drift_bound[i]}
+                if not abs(votes[h][0] - big_x) <= sol.limit_ns[i] + last.limit_ns[i]
+                or not abs(votes[h][1] - big_y) <= sol.drift_limit[i] + last.drift_limit[i]}
         if kept := {h: s for h, s in shares.items() if h not in outvoted}:
             shares = _capped(kept)
     else:  # a fresh start: on the reference if it is a member, else on the members' mean
@@ -235,10 +235,32 @@ def _steer(sol: Solution, index: dict[str, int], utc: tuple[str, float, float], 
 def restate(sol: Solution, big_x: float, big_y: float, shares: dict[int, float]) -> Solution:
     """A solve anchored at its pivot (x_p = y_p = 0) in global time, where the pivot's offset
     and drift are (X, Y): c_i = c_p + x'_i + y'_i (c_p - t0) gives x_i = X + x'_i + y'_i X and
-    1 + y_i = (1 + Y)(1 + y'_i). Bounds: within the pivot's part, a host is within its bound from
-    the pivot plus the members' mean bound of global time (the members' weighted mean)."""
-    spread = sum(s * sol.bound_ns[i] for i, s in shares.items() if np.isfinite(sol.bound_ns[i]))
-    dspread = sum(s * sol.drift_bound[i] for i, s in shares.items() if np.isfinite(sol.drift_bound[i]))
-    return replace(sol, offset_ns=big_x + sol.offset_ns + sol.drift * big_x, drift=(1 + big_y) * (1 + sol.drift) - 1,
-                   bound_ns=sol.bound_ns + spread, drift_bound=sol.drift_bound + dspread)
+    1 + y_i = (1 + Y)(1 + y'_i).
 
+    Bounds, against global time (the members' weighted mean): a host's error is its own less the
+    members' mean one. A limit adds the members' mean limit to the host's from the pivot; a
+    statistical bound takes the host's and each member's standard error as independent."""
+    share = np.zeros(len(sol.sigma_ns))
+    share[list(shares)] = list(shares.values())
+    limit, drift_limit = (spread_limit(lim, share) for lim in (sol.limit_ns, sol.drift_limit))
+    return replace(sol, offset_ns=big_x + sol.offset_ns + sol.drift * big_x, drift=(1 + big_y) * (1 + sol.drift) - 1,
+                   bound_ns=np.minimum(limit, BOUND_Z * against_members(sol.sigma_ns, share)), limit_ns=limit,
+                   drift_bound=np.minimum(drift_limit, BOUND_Z * against_members(sol.drift_sigma, share)),
+                   drift_limit=drift_limit)
+
+
+def spread_limit(limit: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """Each host's limit from the pivot plus the members' mean limit."""
+    return limit + float(np.sum(share * limit, where=(share > 0) & np.isfinite(limit)))
+
+
+def against_members(sigma: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """Each host's standard error against the members' weighted mean, its own and theirs taken
+    as independent: e_i - sum_k s_k e_k has variance (1 - 2 s_i) sigma_i^2 + sum_k s_k^2 sigma_k^2
+    (inf where a member has none)."""
+    members = sigma[share > 0]
+    if not np.isfinite(members).all():
+        return np.full(len(sigma), np.inf)
+    theirs = float(np.sum(share[share > 0] ** 2 * members**2))
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(sigma), np.sqrt((1 - 2 * share) * sigma**2 + theirs), np.inf)
