@@ -33,6 +33,7 @@ PROBE_SHARE_MAX, CPU_MAX_PCT, CPU_PEERS = 0.001, 2.0, 10
 
 
 COVERAGE_MIN = 0.99  # share of samples in which a host's published bound holds its true error
+IDLE_BOUND_P50_NS = 1_000.0  # scenario A: a bound an OWD can be judged by
 QUIET_MAX_NS, NAMED_WITHIN_S = 2_000.0, 10.0  # scenario R: the quiet hosts; naming the loaded reference
 
 
@@ -88,6 +89,10 @@ def verdicts(results: list[dict]) -> list[dict]:
             "-" if cover is None else f"{100 * cover:.2f}%", cover is not None and cover >= COVERAGE_MIN,
             "" if cover is None else f"bound median {ns(r['bound']['bound_p50_ns'])} ns, "
                                      f"p99 {ns(r['bound']['bound_p99_ns'])} ns")
+        bound_p50 = (r.get("bound") or {}).get("bound_p50_ns")
+        if r["scenario"] == "A":
+            add(r, f"bound p50 <= {IDLE_BOUND_P50_NS:.0f} ns", f"{ns(bound_p50)} ns",
+                bound_p50 is not None and bound_p50 <= IDLE_BOUND_P50_NS, f"p99 error {ns(ours)} ns")
         if r["scenario"] not in ("C+", "R", "P"):  # saturated from the start: convergence is not the question
             after = r["converged_after_up_s"]
             add(r, f"converged within {CONVERGE_S:.0f} s of every agent running", f"{sec(after)} s",
