@@ -5,7 +5,8 @@ host's clock). Inverted: g = t0 + (c - t0 - offset) / (1 + drift). Epoch nanosec
 not fit a float exactly, so the arithmetic keeps t0 as an integer and floats the rest.
 
 The bound: at t0 the offset is within `uncertainty_ns` of the truth, and the drift within
-`drift_bound` (clock.network derives both from the pairs' bands); away from t0 the drift's
+`drift_bound`, but for the rare sample (clock.network derives both from the loops' residuals,
+or from the pairs' bands where those say less); away from t0 the drift's
 error adds to the offset's, so `bound_at` grows with the time since t0, which is what a
 mapping held over through a loaded stretch needs.
 """

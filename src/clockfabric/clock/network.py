@@ -340,9 +340,9 @@ def _standard_errors(system: _System, kept: np.ndarray, residual: np.ndarray, la
     """Per host, the standard error of its solved offset, as least squares propagates it: the
     variance a unit weight carries, estimated from the kept pairs' residuals (sum w r^2 over the
     loops' degrees of freedom, pairs less hosts plus one), over the host's weighted degree. The
-    two rows of a pair (each end reports it, from the same probes) count as one pair. A host
-    whose own pairs disagree more than the fleet's takes its own estimate: the pooled one would
-    cover a noisy host with its quiet neighbours' figure. What no loop shows (every pair of a host
+    two rows of a pair (each end reports it) count as one: both see the same paths' asymmetry.
+    A host whose own pairs disagree more than the fleet's takes its own estimate: the pooled one
+    would cover a noisy host with its quiet neighbours' figure. What no loop shows (every pair of a host
     off alike) is in no residual: health.asymmetric_hosts names that, and `limit_ns` holds.
     Hosts outside the reference's part, and every host of a graph with no loop, get inf; a
     graph with few loops, a standard error widened to keep the bound's tail (`_few_loops`)."""
