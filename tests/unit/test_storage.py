@@ -380,3 +380,30 @@ def test_sqlite_writes_stop_waiting_out_a_lock_once_one_has_until_the_lock_is_fr
     lock.execute("ROLLBACK")
     lock.close()
     storage.close()
+
+
+def test_sqlite_a_write_locked_out_still_waits_for_a_brief_commit(tmp_path):
+    """Once locked out, a write does not wait out the full timeout, but a commit of a row or two (the
+    controller's own health check takes the lock the moment a foreign writer lets go) is waited for:
+    the first push after the lock frees is not refused for it."""
+    storage = SqliteStorage(tmp_path / "c.db", busy_timeout_s=1.0, quick_check_s=3600)
+    lock = sqlite3.connect(tmp_path / "c.db", isolation_level=None, check_same_thread=False)
+    lock.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(StorageError):
+        storage.resolve_alert("k", 1)  # waits out the lock: the next writes are locked out
+    taken, done = threading.Event(), threading.Event()
+
+    def brief_commit():
+        lock.execute("ROLLBACK")
+        lock.execute("BEGIN IMMEDIATE")
+        taken.set()
+        time.sleep(0.02)
+        lock.execute("COMMIT")
+        done.set()
+
+    threading.Thread(target=brief_commit).start()
+    assert taken.wait(5)
+    assert storage.resolve_alert("k", 2) is None  # waited the 20 ms, not refused
+    assert done.wait(5)
+    lock.close()
+    storage.close()

@@ -47,6 +47,10 @@ MESSAGES = (("database is locked", BUSY), ("database table is locked", LOCKED), 
             ("file is not a database", NOTADB))
 # how long a write waits for another writer's lock; agents wait longer for an answer (agent.push)
 BUSY_TIMEOUT_S = 5.0
+# how long a write waits once one has waited out the full timeout in vain: long enough for a commit of
+# a row or two (this controller's own health check writes on a connection of its own, and takes the
+# lock the moment a foreign one lets go), short enough that pushes refused meanwhile hold no server thread
+LOCKED_OUT_WAIT_S = 0.1
 QUICK_CHECK_S = 10.0
 
 
@@ -153,11 +157,12 @@ class SqliteStorage(SqlStorage):
                 raise
 
     def _wait_for_lock(self, wait: bool) -> None:
-        """The writer's busy wait, full or none. Once a write has waited it out in vain, the next ones do
-        not wait (until one, or the check, takes the lock): pushes arriving meanwhile get 503 at once,
-        not after a busy wait each, in turn, holding a server thread apiece."""
+        """The writer's busy wait, full or brief. Once a write has waited it out in vain, the next ones
+        wait only LOCKED_OUT_WAIT_S (until one, or the check, takes the lock): pushes arriving meanwhile
+        get 503 at once, not after a busy wait each, in turn, holding a server thread apiece."""
         if wait != self._waits:
-            self._db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout_s * 1000) if wait else 0}")
+            timeout_s = self.busy_timeout_s if wait else min(LOCKED_OUT_WAIT_S, self.busy_timeout_s)
+            self._db.execute(f"PRAGMA busy_timeout = {round(timeout_s * 1000)}")
             self._waits = wait
 
     def _cursor(self):
