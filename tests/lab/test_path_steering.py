@@ -135,6 +135,15 @@ def test_standbys_go_to_work_only_on_the_spine_the_elephants_crowd(make_lab):
             process.stop(procs)
     finally:
         agents.stop()
-    assert all(row["bytes"] == 0 and row["parked"] for row in alone), alone
-    assert sum(row["bytes"] for row in crowded if row["spine"] in hot) > 0, crowded
-    assert all(row["bytes"] == 0 for row in crowded if row["spine"] not in hot), crowded
+    woke_alone = [brief(row) for row in alone if row["bytes"] or not row["parked"]]
+    assert not woke_alone, "; ".join(woke_alone)
+    assert sum(row["bytes"] for row in crowded if row["spine"] in hot) > 0, "; ".join(map(brief, crowded))
+    woke_cool = [brief(row) for row in crowded if row["bytes"] and row["spine"] not in hot]
+    assert not woke_cool, "; ".join(woke_cool)
+
+
+def brief(row: dict) -> str:
+    """What says why a standby went to work: its spine, bytes, busy and window-limited time, losses."""
+    return (f"to {row['peer']} subflow {row['subflow']} via {row['spine']}: {row['bytes']} B, parked {row['parked']}, "
+            f"window {row['peer_rcvbuf']}, busy {row['busy_s']} s, cwnd-limited {row['cwnd_limited_s']} s, "
+            f"resent {row['retrans']} (spurious {row['spurious']})")

@@ -364,9 +364,9 @@ def test_worker_inputs_sum_exactly(world):
 
 
 def test_a_fixed_receive_buffer_stays_fixed_under_load_and_bounds_the_window():
-    """rcvbuf turns autotuning off: after a megabyte each subflow's buffer is what was set
-    (doubled, as the kernel does), where autotuning would have grown it, and the window the
-    sender was offered is the size set, not the doubled buffer times the kernel's ratio."""
+    """rcvbuf turns autotuning off: after a megabyte each subflow's buffer is the size set (half
+    of it asked, doubled by the kernel), where autotuning would have grown it, and the window
+    the sender was offered is never over that size, whatever the kernel's ratio."""
     def body(r, t):
         buf = np.arange(1 << 18, dtype=np.float32) * (r + 1)  # 1 MiB
         ring.run("ring", t, buf, [[0, 1]])
@@ -378,7 +378,7 @@ def test_a_fixed_receive_buffer_stays_fixed_under_load_and_bounds_the_window():
         res = on_loopback(2, 2, body, rcvbuf=rcvbuf)
         assert not any(isinstance(x, Exception) for x in res), res
         for sizes, offered, buf in res:
-            assert sizes == [2 * rcvbuf] * 2
+            assert sizes == [rcvbuf] * 2
             # a window may read 0 while the receiver has yet to read what it holds; never over the size
             assert all(window <= rcvbuf for window in offered) and max(offered) > 0, (rcvbuf, offered)
             assert np.array_equal(buf, np.arange(1 << 18, dtype=np.float32) * 3)
@@ -399,9 +399,9 @@ PAIR = ["--world", "2", "--peer", "a=x", "--peer", "b=y"]
 
 @pytest.mark.parametrize("args, message", [
     (["--rank", "0", *PAIR, "--sizes", "4", "--options", opts(rcvbuf=100)],
-     "--options: --rcvbuf must be 0 (the kernel's autotuning) or at least 4096 bytes; got 100"),
+     "--options: --rcvbuf must be 0 (the kernel's autotuning) or at least 8192 bytes; got 100"),
     (["--rank", "0", *PAIR, "--sizes", "4", "--options", opts(rcvbuf_budget=100)],
-     "--rcvbuf-budget must be 0 (none) or at least 4096"),
+     "--rcvbuf-budget must be 0 (none) or at least 8192"),
     (["--rank", "0", *PAIR, "--sizes", "4", "--options", opts(scheduler="fastest")],
      "no scheduler named 'fastest'; schedulers are ecmp, least-outstanding, owd"),
     (["--rank", "0", *PAIR, "--sizes", "4", "--options", opts(bogus=1)], "collective options have no 'bogus'"),
@@ -506,8 +506,8 @@ def test_holding_ranks_check_rarely_and_stop_after_the_same_iteration(monkeypatc
     (["alltoall", "--scheduler", "fastest"], "no scheduler named 'fastest'; schedulers are ecmp, least-outstanding"),
     (["alltoall", "--placement", "random"], "--placement 'random' is unknown"),
     (["alltoall", "--sizes", "1Q"], "does not parse"),
-    (["allreduce", "--rcvbuf", "1K"], "--rcvbuf must be 0 (the kernel's autotuning) or at least 4096 bytes"),
-    (["alltoall", "--rcvbuf-budget", "1K"], "--rcvbuf-budget must be 0 (none) or at least 4096 bytes"),
+    (["allreduce", "--rcvbuf", "1K"], "--rcvbuf must be 0 (the kernel's autotuning) or at least 8192 bytes"),
+    (["alltoall", "--rcvbuf-budget", "1K"], "--rcvbuf-budget must be 0 (none) or at least 8192 bytes"),
 ])
 def test_cli_bad_collective_options_are_one_line(cli, args, message):
     proc = cli("bench", *args, "--lab", "nosuchlab", check=False)
@@ -584,7 +584,7 @@ def test_expected_busbw_bad_input():
 
 def test_a_resize_reaches_the_peers_receive_buffer_and_every_byte_still_lands():
     """Transport.resize asks the peer, in-band, for a new receive buffer on one subflow: the
-    peer applies it (doubled, as the kernel does; never under MIN_RCVBUF) before the chunks
+    peer applies it (never under MIN_RCVBUF) before the chunks
     queued after it, and the data is untouched."""
     def body(r, t):
         if r == 0:
@@ -599,9 +599,9 @@ def test_a_resize_reaches_the_peers_receive_buffer_and_every_byte_still_lands():
     res = on_loopback(2, 2, body, rcvbuf=16 << 10)
     assert not any(isinstance(x, Exception) for x in res), res
     (sizes0, asked0, buf0, offered0), (sizes1, asked1, buf1, offered1) = res
-    assert sizes1 == [2 * (40 << 10), 2 * MIN_RCVBUF]  # rank 1 holds what rank 0 asked for
+    assert sizes1 == [40 << 10, MIN_RCVBUF]  # rank 1 holds what rank 0 asked for
     assert offered0[0] <= 40 << 10 and offered0[1] <= MIN_RCVBUF, offered0  # and offers no wider window
-    assert sizes0 == [2 * (16 << 10)] * 2  # rank 1 asked nothing: rank 0 keeps the fixed size
+    assert sizes0 == [16 << 10] * 2  # rank 1 asked nothing: rank 0 keeps the fixed size
     assert asked0 == [40 << 10, MIN_RCVBUF] and asked1 == [16 << 10] * 2
     for buf in (buf0, buf1):
         assert np.array_equal(buf, np.arange(1 << 18, dtype=np.float32) * 3)

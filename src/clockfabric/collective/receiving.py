@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from clockfabric.collective.messages import Latch, Message
-from clockfabric.collective.tcpinfo import MIN_RCVBUF, fixed_rcvbuf, hold_window
+from clockfabric.collective.tcpinfo import MIN_RCVBUF, fixed_rcvbuf
 from clockfabric.collective.wire import ACK, HEADER, PROBE, RESIZE, Idle, recv_into
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ class Inbound:
         self.seq = 0
         self.failed: Exception | None = None
         self.heard = time.monotonic()  # when any of the peer's subflows last brought us something
-        self.windows: list[int | None] = [owner.rcvbuf] * len(socks)  # each subflow's fixed window; None: autotuned
         for i in range(len(socks)):
             threading.Thread(target=self._guard, args=(i,), daemon=True, name=f"recv-{peer}.{i}").start()
 
@@ -61,8 +60,7 @@ class Inbound:
                 sock.sendall(ACK.pack(seq, 0, first - stamp))
                 continue
             if seq == RESIZE:
-                self.windows[i] = window = max(MIN_RCVBUF, off)
-                fixed_rcvbuf(sock, window)
+                fixed_rcvbuf(sock, max(MIN_RCVBUF, off))
                 continue
             with self.cv:
                 deadline = time.monotonic() + self.owner.timeout_s
@@ -87,8 +85,6 @@ class Inbound:
                     if msg.left == 0:
                         self.posted.pop(seq, None)  # gone already where another subflow failed
                         msg.settle()
-            if window := self.windows[i]:
-                hold_window(sock, window)
             # acked only once counted: the sender closes after its last ack, and that close must
             # find nothing here still owed
             sock.sendall(ACK.pack(seq, length, first - stamp))

@@ -16,7 +16,10 @@ parked (the transport gives it no chunk). Every WATCH_S the rank reads the kerne
 of both (tcpinfo.tcp_counters), and over the last LOOK_S:
 
 - crowded: the pair was busy for at least BUSY of the time, its congestion window held it
-  for at least CWND of that, and it lost at least LOSSES segments: the standby goes to work;
+  for at least CWND of that, and it lost at least LOSSES segments: the standby goes to work.
+  Lost, not only resent: a subflow alone on its spine, dropping nothing, resent 13-32 segments
+  in 16 s that its receiver already had (tail-loss probes, timeouts on acks held late by a busy
+  machine), and the receiver's D-SACKs tell those apart;
 - once QUIET_S have passed with no crowded look back, it is parked again (what it holds drains).
 
 In the lab (docs/notes/2026-11-23-contention.md): against CUBIC elephants, the subflows on their spine were
@@ -37,7 +40,7 @@ WATCH_S = 1.0  # how often the counters are read
 LOOK_S = 3.0  # how far back a read looks
 BUSY = 0.5  # of the time looked back: data in flight
 CWND = 0.5  # of the busy time: held by the congestion window
-LOSSES = 3  # segments resent within the look back
+LOSSES = 3  # segments lost (resent, and not already had by the receiver) within the look back
 QUIET_S = 10.0  # with no crowded look back this long, the standby is parked again
 
 Subflow = tuple[int, int]  # (peer rank, subflow index)
@@ -46,7 +49,7 @@ Subflow = tuple[int, int]  # (peer rank, subflow index)
 def crowded(delta: TcpCounters, span_us: float) -> bool:
     """Did these counters, over span_us, come from a subflow whose queue others fill?"""
     return (delta.busy_us >= BUSY * span_us and delta.cwnd_limited_us >= CWND * delta.busy_us
-            and delta.retrans >= LOSSES)
+            and delta.losses >= LOSSES)
 
 
 class Watch:

@@ -278,7 +278,8 @@ class Transport:
         """Per peer and subflow: where it runs, what the scheduler gave it, the receive buffer the
         peer holds for it (peer_rcvbuf: last asked by resize, else the fixed one; None: autotuned),
         whether it is parked, and the kernel's counters (tcp_counters): seconds busy, of which
-        held by the congestion window, and segments resent."""
+        held by the congestion window, segments resent, and of those the ones the receiver
+        already had (spurious)."""
         rows = []
         for peer, out in sorted(self.outbound.items()):
             for i, (s, st) in enumerate(zip(out.socks, out.states, strict=True)):
@@ -293,7 +294,8 @@ class Transport:
                              "peer_rcvbuf": self.resized.get((peer, i), self.rcvbuf),
                              "parked": st.parked, "chunks": st.chunks, "rate_mbps": round(st.rate * 8e3, 2),
                              "excess_us": round(st.excess_ns / 1e3, 1), "busy_s": round(tcp.busy_us / 1e6, 3),
-                             "cwnd_limited_s": round(tcp.cwnd_limited_us / 1e6, 3), "retrans": tcp.retrans})
+                             "cwnd_limited_s": round(tcp.cwnd_limited_us / 1e6, 3), "retrans": tcp.retrans,
+                             "spurious": tcp.spurious})
         return rows
 
     def close(self) -> None:
