@@ -50,12 +50,13 @@ def client(fleet):
         yield c
 
 
-def push(client, host, samples=(), events=(), auth=None):
-    """As an agent does: its events to the controller, its samples through the series gate."""
+def push(client, host, samples=(), events=(), auth=None, t_ns=None):
+    """As an agent does: its events to the controller, its samples through the series gate (at
+    `t_ns`, now if None)."""
     r = client.post("/api/v1/push", headers=auth or as_host(TOKEN, host),
                     json={"host": host, "boot": "b", "events": list(events)})
     if r.status_code == 200:
-        write_pushed(client, host, samples)
+        write_pushed(client, host, samples, t_ns)
     return r
 
 
@@ -119,6 +120,25 @@ def test_the_fabric_gives_each_link_its_state_from_both_ends(client):
     push(client, "leaf0", samples=[link_up(leaf_end.split(":")[1], True)],
          events=[{**e, "t_ns": time.time_ns()} for e in flaps])
     assert _state(client, spine_link["name"]) == "flapping"
+
+
+def test_a_link_event_newer_than_the_last_sample_decides_the_state_at_once(client):
+    """The engine shows a sample a second or two after it is written; the push's link event is
+    stored at once, and the map turns red by it. A sample written after the event decides again."""
+    spine_link = next(lk for lk in client.get("/api/v1/fabric", headers=FLEET_AUTH).json()["links"]
+                      if "spine0" in lk["name"] and "leaf0" in lk["name"])
+    device = next(e for e in (spine_link["a"], spine_link["b"]) if e.startswith("leaf0:")).split(":")[1]
+    t0 = time.time_ns()
+    push(client, "leaf0", samples=[link_up(device, True)], t_ns=t0)
+    assert _state(client, spine_link["name"]) == "up"
+    down = {"seq": 1, "kind": "link_down", "device": device, "t_ns": t0 + 10**9}
+    push(client, "leaf0", events=[down])  # its sample not yet seen
+    assert _state(client, spine_link["name"]) == "down"
+    push(client, "leaf0", samples=[link_up(device, True)], t_ns=t0 + 2 * 10**9)  # back up, no event seen
+    assert _state(client, spine_link["name"]) == "up"
+    stale = {"seq": 2, "kind": "link_down", "device": device, "t_ns": t0 + 15 * 10**8}
+    push(client, "leaf0", events=[stale])  # older than the sample: the sample stands
+    assert _state(client, spine_link["name"]) == "up"
 
 
 def _state(client, name):

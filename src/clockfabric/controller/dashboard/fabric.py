@@ -45,10 +45,21 @@ def _drawing(topology: Topology) -> Drawing:
 
 def fabric_json(topology: Topology, storage: Storage, series: Series, now_ns: int) -> str:
     """{name, planes, nodes: [{name, kind, role, planes}], links: [{name, a, b, plane, rate_bps, state,
-    transitions}]}: state "up", "down", "flapping", or "unknown" where neither end has reported."""
-    up = {(host, _device(labels)): bool(value) for host, labels, _t, value in series.latest_rows("link_up")}
-    recent = Counter((e.host, e.device) for e in storage.events(since_ns=now_ns - FLAP_WINDOW_NS,
-                                                                 limit=MAX_RECENT_EVENTS) if e.kind in LINK_EVENTS)
+    transitions}]}: state "up", "down", "flapping", or "unknown" where neither end has reported.
+
+    An end's state is its newest word: its latest link_up sample, or a link event after it. The
+    event is in storage the moment its push is; the sample shows in the series engine a second
+    or two later (the engine buffers what it takes before queries see it), and a link set down
+    must be red at once. Events and samples carry the agent's own times."""
+    newest = {(host, _device(labels)): (t, bool(value)) for host, labels, t, value in series.latest_rows("link_up")}
+    recent: Counter[End] = Counter()
+    for e in storage.events(since_ns=now_ns - FLAP_WINDOW_NS, limit=MAX_RECENT_EVENTS):
+        if e.kind in LINK_EVENTS:
+            end = (e.host, e.device)
+            recent[end] += 1
+            if end not in newest or e.t_ns > newest[end][0]:
+                newest[end] = (e.t_ns, e.kind == "link_up")
+    up = {end: state for end, (_t, state) in newest.items()}
     head, drawn = _drawing(topology)
     links = []
     for opening, a, b in drawn:
