@@ -26,6 +26,9 @@ class AgentConfig:
     state_dir: Path
     peers: int = 10
     reference: str = ""  # the host whose clock is global time; default ("" or None) the first by name
+    # the hosts that take over the solve, in this order, once the solving agent falls silent;
+    # default every other host by name (one without the solver extra is passed over)
+    solvers: tuple[str, ...] = ()
     window_s: float = 2.0
     update_s: float = 1.0
     probe_rate: float = 20.0  # exchanges per second this host starts, over all its peers: what its CPU pays for
@@ -55,6 +58,7 @@ class AgentConfig:
     qos_file: Path | None = None  # QoS policies (qos.policy) from this JSON file, not from the controller
     seed: int = 0
     probed: list[str] = field(init=False)
+    succession: tuple[str, ...] = field(init=False)  # the reference, then the solvers
 
     def __post_init__(self):
         hosts = list(self.topology.hosts)
@@ -68,6 +72,10 @@ class AgentConfig:
         self.event_log = self.event_log or Path(self.state_dir) / f"{self.host}.events"
         if self.reference not in self.topology.hosts:
             raise ClockfabricError(f"reference {self.reference!r} is not a host of the topology")
+        if unknown := [h for h in self.solvers if h not in self.topology.hosts]:
+            raise ClockfabricError(f"--solvers: {unknown[0]!r} is not a host of the topology")
+        others = [h for h in self.solvers or sorted(hosts) if h != self.reference]
+        self.succession = (self.reference, *dict.fromkeys(others))
         self.probed = probe_peers(hosts, self.peers, self.seed)[self.host]
         SERVICES.enabled(disable=self.disabled)  # an unknown name: one line naming the known
         if self.host == self.reference and "clock" not in self.disabled:

@@ -93,6 +93,10 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
                                               "class (46, EF, as PTP usually runs; 0: best-effort)."),
           reference: str = typer.Option(None, "--reference", help="Host that runs the solver (and whose "
                                                                   "clock global time starts on)."),
+          solvers: str = typer.Option("", "--solvers", metavar="HOST,...",
+                                      help="Hosts that take over the clock solve, in order, when the solving "
+                                           "agent falls silent (default: every other host by name; one without "
+                                           "the solver extra is passed over)."),
           utc_system: bool = typer.Option(False, "--utc-system",
                                           help="This host's system clock is UTC (GPS, NTP or PTP): global time "
                                                "is steered to it, slowly."),
@@ -148,8 +152,9 @@ def agent(host: str = typer.Option(None, "--host", help="This host's name (defau
         token = read_token(token_file)
         if problem := not_own(token, host, f"--token-file {token_file}"):
             raise ClockfabricError(f"{problem}; give this host its own: {make_own(host, token_file)}")
-    Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, window_s=window, update_s=update,
-                      probe_rate=probe_rate, quiet_rate=quiet_rate, probe_budget=probe_budget,
+    successors = tuple(h.strip() for h in solvers.split(",") if h.strip())
+    Agent(AgentConfig(host, topo, state, peers=peers, reference=reference, solvers=successors, window_s=window,
+                      update_s=update, probe_rate=probe_rate, quiet_rate=quiet_rate, probe_budget=probe_budget,
                       metrics_port=metrics_port, probe_dscp=probe_dscp, utc_system=utc_system,
                       controller=controller, token=token, ca_file=ca_file, event_log=event_log,
                       failover=failover, hold_down_s=hold_down, steer=steer, lldp_interval_s=lldp_interval,

@@ -46,6 +46,9 @@ FLAG_HOLD_S = 10.0  # a host found queued on every path stays out of the solve t
 YOUNG_WINDOWS = 4
 YOUNG_S = YOUNG_WINDOWS * 2.0  # at the default 2 s window
 PROBATION_S = 10.0
+# a map from an earlier solver of the succession is taken back only if it reads our clock
+# within this (and the two bounds) of the mapping we hold: otherwise it restarted afresh
+CONTINUE_NS = 10_000.0
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
 
@@ -168,6 +171,20 @@ class HostSync:
             self.urgent = False
         return msg
 
+    def frame_continues(self, msg: dict) -> bool:
+        """A map from another solver carries on the global time this host holds: its mapping
+        for us reads our clock within the two bounds and CONTINUE_NS of the one we hold (a
+        solver restarted afresh starts global time on the reference's raw clock: a step)."""
+        new = msg.get("hosts", {}).get(self.host)
+        if self.mapping is None or not self.mapping.synced or new is None:
+            return True
+        theirs = Mapping.from_dict(new)
+        if not theirs.synced:
+            return True
+        at = theirs.t0_ns  # our clock's reading near the solve
+        gap = abs(theirs.global_ns(at) - self.mapping.global_ns(at))
+        return gap <= CONTINUE_NS + theirs.bound_at(at) + self.mapping.bound_at(at)
+
     def on_map(self, msg: dict) -> None:
         maps = {h: Mapping.from_dict(m) for h, m in msg["hosts"].items()}
         new = maps.pop(self.host, None)
@@ -282,6 +299,7 @@ class Solver:
         self.reports: dict[str, tuple[float, list]] = {}
         self.since: dict[str, float] = {}  # host -> when it began reporting (again, after going stale)
         self.last: Solution | None = None
+        self._resumed = False  # `last` stands in from another solver's frame (resume): no guess for the solve
         self.rejected = 0
         self.flagged: dict[str, tuple[float, str]] = {}  # host -> (left out until, why)
         self.frame: Frame | None = None  # global time: the ensemble of the well-placed hosts' clocks
@@ -301,6 +319,26 @@ class Solver:
         self.reports[host] = (now, msg.get("edges", []))
         if isinstance(utc := msg.get("utc"), list) and len(utc) == 3:
             self.utc[host] = (now, float(utc[0]), float(utc[1]), int(utc[2]))
+
+    def resume(self, frame: Frame) -> bool:
+        """Carry on global time from the frame another solver made (the one that solved before
+        fell silent): its members' offsets and drifts at its t0 stand in for a last solve, so the
+        next solve continues global time on the members it still places instead of starting
+        afresh (a step). False, and nothing changed, where this solver has a frame as new."""
+        if self.frame is not None and self.frame.t0_ns >= frame.t0_ns:
+            return False
+        n = len(self.hosts)
+        x, y, part = np.zeros(n), np.zeros(n), np.ones(n, dtype=int)  # part 1: not placed
+        for h, _, offset, drift in frame.members:
+            if (i := self.index.get(h)) is not None:
+                x[i], y[i], part[i] = offset, drift, 0
+        if part.all():
+            return False
+        unknown = np.zeros(n)  # no limit known: a member whose vote stands out is held out
+        self.last = Solution(frame.t0_ns, x, y, part, 0, np.zeros(0, dtype=bool), np.zeros(0), unknown, unknown,
+                             unknown, unknown, unknown, unknown)
+        self.frame, self._resumed = frame, True
+        return True
 
     def _utc(self, t0_ns: int, now: float) -> tuple[str, float, float] | None:
         """(host, its clock minus UTC at t0, its rate against UTC) from a fresh external source."""
@@ -348,7 +386,8 @@ class Solver:
         hub = pivot(self.frame, self.reference, {h: solvable[i] for h, i in self.index.items() if solvable[i] > 0},
                     bands)
         anchor = self.index[hub]
-        guess = self.last.offset_ns - self.last.offset_ns[anchor] if self.last is not None else None
+        last = None if self._resumed else self.last
+        guess = last.offset_ns - last.offset_ns[anchor] if last is not None else None
         raw = solve(len(self.hosts), edges, anchor, t0_ns, outlier_ns=self.outlier_ns, guess=guess)
         # a host that left the ensemble as wide rejoins once clean for PROBATION_S
         self.dirty |= {h: now for h in set(bands) - clean(raw, self.index, bands)}
@@ -356,7 +395,7 @@ class Solver:
         sol, self.frame, held = ensemble(raw, self.index, shares, self.last, self.reference,
                                          self._utc(t0_ns, now), self.last.t0_ns if self.last is not None else None)
         self.dirty |= {h: now for h in held}  # its clock moved beyond what the solves allow
-        self.last = sol
+        self.last, self._resumed = sol, False
         synced = sol.synced()
         cut_off = "cut off from global time's ensemble"
         mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]),

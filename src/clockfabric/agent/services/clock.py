@@ -1,5 +1,12 @@
-"""Clock sync: the pair fits of this host's probe exchanges, its reports to the reference host,
-the mapping to global time it gets back; on the reference host also the network solve.
+"""Clock sync: the pair fits of this host's probe exchanges, its reports to the solving host,
+the mapping to global time it gets back; on the solving host also the network solve.
+
+The reference solves; if its agent falls silent (no map for HANDOVER_UPDATES updates), each
+host moves on to the next host of the succession (AgentConfig.succession), which carries on
+global time from the last frame it heard (Solver.resume): no step, whoever solves. A host
+takes maps only from the host it reports to or one before it in the succession. A solving host
+that no live peer reports to any more (it was cut off, or restarted while another took over)
+moves on like the rest, so the fleet keeps one solver.
 
 Exchanges are taken as they complete (each poll), so a clock step is seen in a fraction of a
 second; a step is reported (and told to the neighbours, if ours) at once.
@@ -14,13 +21,18 @@ a second or two after its agent starts. The rest of the time the cadence is the 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
 
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
+from clockfabric.clock.network import solver_installed
 from clockfabric.clock.sync import YOUNG_WINDOWS, HostSync, Solver
+from clockfabric.errors import ClockfabricError
+
+log = logging.getLogger(__name__)
 
 # after a host reports a clock step, the solver waits this long for its neighbours' reports
 URGENT_SOLVE_S = 0.05
@@ -30,6 +42,9 @@ UTC_SPAN_S = 30.0  # a UTC host's rate against UTC, over this long
 # how much faster it probes (its budgets are judged over the run, not its first seconds)
 START_WINDOWS, START_REPORT_S, START_SOLVE_S, START_RATE = 2, 0.25, 0.1, 2.0
 MAPPING_FIELDS = ("t0_ns", "offset_ns", "drift")
+# updates without a map from the solver after which it is taken for dead: three, as the solver
+# takes a host whose reports stopped for stale (Solver.stale_s)
+HANDOVER_UPDATES = 3
 
 
 def _number(v: object) -> bool:
@@ -64,7 +79,7 @@ def valid_report(msg: dict, sender: str, hosts: dict) -> bool:
         and isinstance(utc, list) and len(utc) == 3 and _finite(*utc)
 
 
-@service("clock", help="Clock sync: pair fits, reports to the reference and its maps; the solver there")
+@service("clock", help="Clock sync: pair fits, reports to the solving host and its maps; the solver there")
 class ClockSync(Service):
     handles = frozenset({"report", "map", "stepped"})
 
@@ -73,8 +88,18 @@ class ClockSync(Service):
         self.ctx = ctx
         self.sync = HostSync(cfg.host, cfg.probed, window_ns=int(cfg.window_s * 1e9))
         ctx.time_source = self.sync
-        self.solver = Solver(list(cfg.topology.hosts), cfg.reference, stale_s=3 * cfg.update_s,
-                             young_s=YOUNG_WINDOWS * cfg.window_s) if cfg.host == cfg.reference else None
+        self.succession = cfg.succession
+        self.elected = 0  # the succession's host this one reports to and takes maps from
+        self.handover_s = HANDOVER_UPDATES * cfg.update_s
+        # monotonic seconds: the last map from the elected host (None until the first from any:
+        # a starting fleet waits for its solver as long as it takes); the last report from
+        # another host that names this one its solver, and the last probe exchange (a solver
+        # that no live peer takes for its solver moves on)
+        self._heard: float | None = None
+        self._served = self._exchanged = -math.inf
+        self._solving_since = time.monotonic()
+        self.solver = self._new_solver() if cfg.host == cfg.reference else None
+        self._installed: bool | None = None  # the solver extra is here (None: not asked yet)
         self._solve_due = math.inf
         self._utc_seen: deque[tuple[int, int]] = deque()  # (our clock, our clock minus UTC)
         self._urgent = False  # a report said a clock stepped: the next solve's maps are published at once
@@ -94,17 +119,84 @@ class ClockSync(Service):
     def starting(self) -> bool:
         return time.monotonic() < self._start_until
 
+    @property
+    def solving(self) -> bool:
+        """This host is the one its own view of the succession elects, and can solve."""
+        return self.solver is not None and self.succession[self.elected] == self.ctx.cfg.host
+
+    def _new_solver(self) -> Solver:
+        cfg = self.ctx.cfg
+        return Solver(list(cfg.topology.hosts), cfg.reference, stale_s=3 * cfg.update_s,
+                      young_s=YOUNG_WINDOWS * cfg.window_s)
+
+    def _elect(self, now_s: float) -> None:
+        """Move on to the next host of the succession where the elected one is silent: no map
+        for handover_s; or, where this host solves, no report from another host that takes it
+        for its solver for as long while its peers answer probes (it serves no one: cut off,
+        or restarted while another took over)."""
+        if self.solving:
+            if now_s - max(self._served, self._solving_since) <= self.handover_s \
+                    or now_s - self._exchanged > self.handover_s:
+                return
+            why = f"no host has taken it for its solver for {self.handover_s:.0f} s"
+        elif self._heard is not None and now_s - self._heard > self.handover_s:
+            why = f"no map from {self.succession[self.elected]} for {self.handover_s:.0f} s"
+        else:
+            return
+        for _ in range(len(self.succession)):
+            self.elected = (self.elected + 1) % len(self.succession)
+            if self.succession[self.elected] != self.ctx.cfg.host or self._take_over(now_s):
+                break
+        self._heard = now_s
+        log.warning("clock: %s; the solve moves to %s", why, self.succession[self.elected])
+        self._report(self.ctx.clock.now_ns())
+
+    def _can_solve(self) -> bool:
+        """A solver here, made at the first need where this host is in the succession and has
+        the solver extra (asked once)."""
+        if self.solver is None and self._installed is None:
+            try:
+                solver_installed(self.ctx.cfg.host)
+                self._installed = self.ctx.cfg.host in self.succession
+            except ClockfabricError as e:
+                log.warning("clock: this host cannot take over the solve: %s", e)
+                self._installed = False
+            if self._installed:
+                self.solver = self._new_solver()
+        return self.solver is not None
+
+    def _take_over(self, now_s: float) -> bool:
+        """This host is now the elected solver: carry on global time from the last frame heard.
+        False where it cannot solve (no solver extra): the succession passes it over."""
+        if not self._can_solve():
+            return False
+        assert self.solver is not None
+        if self.sync.frame is not None:
+            self.solver.resume(self.sync.frame)
+        self._solving_since = now_s
+        self._solve_due = min(self._solve_due, now_s + START_SOLVE_S)
+        return True
+
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
         hosts, sender = self.ctx.cfg.topology.hosts, self.ctx.engine.names[reply_to[0]]
-        if msg["t"] == "map" and sender != self.ctx.cfg.reference:
-            self.ctx.rejected("not_solver")  # only the solver the fleet elected may move our clock
+        rank = self.succession.index(sender) if sender in self.succession else len(self.succession)
+        if msg["t"] == "map" and rank > self.elected:
+            self.ctx.rejected("not_solver")  # only the solver this host elected, or one before it, moves our clock
+            return
+        if msg["t"] == "map" and sender == self.ctx.cfg.host and not self.solving:
+            return  # our own, sent before the solve moved on
+        if msg["t"] == "map" and rank < self.elected and not self.sync.frame_continues(msg):
+            self.ctx.rejected("not_solver")  # an earlier solver started afresh (restarted): the fleet solves on
             return
         if not (valid_map(msg, hosts) if msg["t"] == "map" else valid_report(msg, sender, hosts)
                 if msg["t"] == "report" else _finite(msg.get("delta_ns"))):
             self.ctx.rejected("invalid")
             return
         if msg["t"] == "report":
-            if self.solver:
+            if sender != self.ctx.cfg.host and msg.get("solver", self.ctx.cfg.host) == self.ctx.cfg.host:
+                self._served = time.monotonic()  # a host that takes us for its solver
+            if self._can_solve():  # kept even while another host solves: a takeover starts with them
+                assert self.solver is not None
                 self.solver.on_report(msg)
                 if msg.get("urgent"):  # a clock stepped: solve soon, once its neighbours also said so
                     self._urgent = True
@@ -113,6 +205,9 @@ class ClockSync(Service):
                     self._answer.add(sender)
                     self._solve_due = min(self._solve_due, time.monotonic() + START_SOLVE_S)
         elif msg["t"] == "map":
+            if rank < self.elected and sender != self.ctx.cfg.host:  # one before ours solves for us again
+                log.warning("clock: %s solves again; its maps are taken", sender)
+            self.elected, self._heard = rank, time.monotonic()
             self.sync.on_map(msg)
             if msg.get("urgent") or self.starting:
                 self.ctx.publish()
@@ -121,7 +216,8 @@ class ClockSync(Service):
 
     def poll(self, now_s: float) -> float:
         self._take_exchanges()
-        if self.solver and now_s >= self._solve_due:  # due only on the reference, which solves
+        self._elect(now_s)
+        if self.solver and self.solving and now_s >= self._solve_due:  # due only on the solving host
             self._solve(self.solver, urgent=self._urgent, only=None if self._urgent else self._answer)
         if not self.starting:
             return self._solve_due
@@ -132,17 +228,25 @@ class ClockSync(Service):
     def tick(self, now_ns: int) -> None:
         self._report(now_ns)
         self._pace(quiet=self.sync.settled(now_ns))
-        if self.solver:
+        if self.solver and self.solving:
             self._solve(self.solver)
 
     def _report(self, now_ns: int) -> None:
-        msg = self.sync.report(now_ns)
+        msg = {**self.sync.report(now_ns), "solver": self.succession[self.elected]}
         if self.ctx.cfg.utc_system:
             msg["utc"] = self._utc(now_ns)
         if self.starting:
             msg["start"] = True
             self._next_start_report = time.monotonic() + START_REPORT_S
-        self.ctx.send(self.ctx.cfg.reference, msg)
+        for host in self.report_to():
+            self.ctx.send(host, msg)
+
+    def report_to(self) -> list[str]:
+        """The elected solver, and the reference and the host before it in the succession: a
+        solver taken for dead whose maps were only lost on the way still has this host's
+        reports, answers them, and so is taken back."""
+        ranks = sorted({0, max(self.elected - 1, 0), self.elected})
+        return [self.succession[r] for r in ranks]
 
     def _utc(self, now_ns: int) -> list:
         """[our clock minus UTC, its rate, at our clock]: UTC is the system clock; the rate over
@@ -156,8 +260,9 @@ class ClockSync(Service):
         return [float(offset), rate, now_ns]
 
     def report(self) -> dict:
-        state = {"probe_interval_s": self.ctx.engine.interval_s, "probe_quiet": self.quiet, **self.sync.state()}
-        if self.solver and self.solver.last is not None:
+        state = {"probe_interval_s": self.ctx.engine.interval_s, "probe_quiet": self.quiet,
+                 "solver_host": self.succession[self.elected], **self.sync.state()}
+        if self.solver and self.solving and self.solver.last is not None:
             state["solver"] = {"dropped_edges": int((~self.solver.last.kept).sum()),
                                "edges": len(self.solver.last.kept), "reports": len(self.solver.reports)}
         return state
@@ -180,6 +285,8 @@ class ClockSync(Service):
         exchanges = []
         while engine.exchanges:
             exchanges.append(engine.exchanges.popleft())
+        if exchanges:
+            self._exchanged = time.monotonic()
         self.sync.add(exchanges)
         while self.sync.told:
             delta = self.sync.told.pop()
