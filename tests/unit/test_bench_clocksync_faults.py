@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from clockfabric.bench.clocksync.faults import across_repeats, line_departure, spread, verdicts
+from clockfabric.bench.clocksync.faults import across_repeats, judge, line_departure, spread, verdicts
 from clockfabric.bench.clocksync.report import targets
 
 
@@ -18,6 +20,18 @@ def test_a_steady_rate_is_no_departure_but_a_step_or_a_bend_is():
     assert line_departure(steady[:2] + steady[40:], 15.0) is None  # nothing to fit before the event
     settling = [(t, v + (9e8 if t < 10.0 else 0.0)) for t, v in steady]  # before convergence: not the line
     assert line_departure(settling, 15.0, from_s=10.0) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_global_time_is_judged_over_the_run_not_while_its_agents_are_stopped():
+    line = [(t / 2, 15_000.0 * t / 2) for t in range(20, 120)]  # 15 ppm, every 0.5 s, to 59.5 s
+    teardown = [(61.0, 15_000.0 * 61.0 + 8_000.0)]  # a solve as the agents go, after the run's 60 s
+    watch = SimpleNamespace(errors=[], bounds=[], ensemble=line + teardown, steady_from=lambda: 10.0)
+    res = {"flows": [], "sync_seconds": 60.0}
+    judge(res, watch, SimpleNamespace(reference="h0"), "K", None, {"at_s": 20.0, "host": "h0"})
+    assert res["ensemble_departure_ns"] == pytest.approx(0.0, abs=1e-3)
+    res = {"flows": [], "sync_seconds": 62.0}  # within the run, it counts
+    judge(res, watch, SimpleNamespace(reference="h0"), "K", None, {"at_s": 20.0, "host": "h0"})
+    assert res["ensemble_departure_ns"] == pytest.approx(8_000.0)
 
 
 def fault_result(key: str, quiet_p99: float | None, repeat: int = 0, **extra) -> dict:

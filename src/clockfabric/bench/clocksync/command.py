@@ -162,8 +162,11 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
                     "fabric_link": format_rate(max(r for i, r in fab.rates.items() if fab.is_fabric(i)))}
     loaded = key in LOADED - LOAD_LATE
     # Python start-up of N agents on 2 cores takes longer while the lab forwards traffic
+    # where global time's line is judged, the event waits out the line's window after convergence
+    settle_s = faults.BEFORE_S if key in faults.LINE_JUDGED else STEP_AFTER_CONVERGED_S
     sync_s = (startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds
-              + (STEP_TAIL_S if key in ("D", *LOAD_LATE, *faults.EVENTS) else 0.0))
+              + (STEP_TAIL_S + settle_s - STEP_AFTER_CONVERGED_S if key in ("D", *LOAD_LATE, *faults.EVENTS)
+                 else 0.0))
     res["sync_seconds"] = sync_s
     flows, ddp, load_at = [], None, None
     if key == "J":
@@ -197,7 +200,7 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
             if 0.3 * sync_s <= t <= 0.9 * sync_s and t >= last_look + QUEUE_LOOK_S:
                 looks.append(fab.tc())
                 last_look = t
-            due = (watch.converged_s is not None and t >= watch.converged_s + STEP_AFTER_CONVERGED_S
+            due = (watch.converged_s is not None and t >= watch.converged_s + settle_s
                    or t >= sync_s - STEP_TAIL_S + 2)
             if key in LOAD_LATE and load_at is None and due:
                 flows = start_traffic(fab, key, sync_s + 60)

@@ -2,14 +2,14 @@
 
   R0 ref-loaded-first  R's load (the reference's host link at 25 Mbit/s, a Reno flow each way
                        through it) started before the agents: no solve ever saw it quiet.
-  K  ref-killed        idle; once every host is within 1 µs (and 3 s more) the reference's
+  K  ref-killed        idle; once every host is within 1 µs (and BEFORE_S more) the reference's
                        agent, the one that solves, is SIGKILLed (`sync --survive-death`).
   L2 two-loaded        R's load on two hosts at once (the second host of each of the first two
                        leaves, never the reference), each trading with a partner on the next
-                       leaf, started once every host is within 1 µs (and 3 s more).
-  S  hand-step         idle; then the last host's clock is stepped by +50 ms (`lab clock step`),
+                       leaf, started once every host is within 1 µs (and BEFORE_S more).
+  S  hand-step         idle; then (as K) the last host's clock is stepped by +50 ms (`lab clock step`),
                        as a person setting it by hand would.
-  F  fast-clock        idle; then the last host's clock runs at 500 ppm from that moment, without
+  F  fast-clock        idle; then (as K) the last host's clock runs at 500 ppm from that moment, without
                        a step (`lab clock rate`), as a failing oscillator would.
 
 Each is judged from its event (the load's start, the kill, the step, the rate change; R0 from
@@ -46,7 +46,11 @@ SCENARIOS = {
 ORDER = ["R0", "L2", "K", "S", "F"]
 HOST_LOADED = {"R", "R0", "L2"}  # their loaded hosts' own links slowed (traffic.loaded_hosts)
 EVENTS = {"K", "S", "F"}  # a fault fired mid-run
-BEFORE_S = 10.0  # global time's line is fitted over this long before the event
+LINE_JUDGED = EVENTS | {"L2"}  # global time's line is judged across the event (R0 has no quiet before)
+# global time's line is fitted over this long before the event, which waits that long after
+# convergence: over 3 s a line's slope is off by ~150 ppb from the samples' noise alone (seen at
+# 32 hosts), and 50 s on that is 7 us
+BEFORE_S = 10.0
 BOUND_RATIO_MAX, SPREAD_MAX = 5.0, 2.0  # quiet hosts' bound p50 over their p99; worst repeat's p99 over best's
 
 
@@ -107,8 +111,9 @@ def judge(res: dict, watch: Watch, fab: Fabric, key: str, load_at: float | None,
         late = [n["after_s"] for n in named]
         res["loaded_named"] = {"hosts": loaded, "after_s": None if None in late else max(late),
                                "reasons": [n["reason"] for n in named]}
-    if key != "R0":  # R0 has no moment before which global time was quiet
-        res["ensemble_departure_ns"] = line_departure(watch.ensemble, since, from_s=watch.steady_from())
+    if key in LINE_JUDGED:  # the run's samples, not those taken while its agents are stopped
+        run = [(t, v) for t, v in watch.ensemble if t <= res["sync_seconds"]]
+        res["ensemble_departure_ns"] = line_departure(run, since, from_s=watch.steady_from())
     if fault and key in ("S", "F"):
         res["resync"] = {k: v for k, v in watch.reconvergence(fault["host"], fault["real_ns"]).items() if k != "series"}
 
