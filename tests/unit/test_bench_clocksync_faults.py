@@ -34,6 +34,19 @@ def test_global_time_is_judged_over_the_run_not_while_its_agents_are_stopped():
     assert res["ensemble_departure_ns"] == pytest.approx(8_000.0)
 
 
+def test_a_load_is_judged_from_when_it_began_to_start_which_the_watcher_did_not_sample():
+    # the load began at 30 s; starting it took to 41 s, with no sample between
+    line = [(t / 2, 15_000.0 * t / 2) for t in range(20, 120) if not 30.0 < t / 2 < 41.0]
+    watch = SimpleNamespace(errors=[], bounds=[], ensemble=line, steady_from=lambda: 20.0, named_after=None)
+    fab = SimpleNamespace(reference="h0", leaves={})
+    res = {"flows": [], "sync_seconds": 60.0, "load_began_s": 30.0}
+    judge(res, watch, fab, "L2", 41.0, None)
+    assert res["ensemble_departure_ns"] == pytest.approx(0.0, abs=1e-3)
+    del res["load_began_s"]  # judged from the load's end of start: nothing sampled in the 10 s before
+    judge(res, watch, fab, "L2", 41.0, None)
+    assert res["ensemble_departure_ns"] is None
+
+
 def fault_result(key: str, quiet_p99: float | None, repeat: int = 0, **extra) -> dict:
     return {"hosts": 8, "scenario": key, "name": key.lower(), "repeat": repeat,
             "methods": {"clockfabric": {"p99_ns": 5_000.0}},

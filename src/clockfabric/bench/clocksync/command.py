@@ -203,6 +203,7 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
             due = (watch.converged_s is not None and t >= watch.converged_s + settle_s
                    or t >= sync_s - STEP_TAIL_S + 2)
             if key in LOAD_LATE and load_at is None and due:
+                res["load_began_s"] = t  # starting 4-8 iperf3 pairs takes seconds, unsampled, on 32 hosts
                 flows = start_traffic(fab, key, sync_s + 60)
                 load_at = time.monotonic() - t_launch
             if key in faults.EVENTS and fault is None and due:

@@ -113,7 +113,8 @@ def judge(res: dict, watch: Watch, fab: Fabric, key: str, load_at: float | None,
                                "reasons": [n["reason"] for n in named]}
     if key in LINE_JUDGED:  # the run's samples, not those taken while its agents are stopped
         run = [(t, v) for t, v in watch.ensemble if t <= res["sync_seconds"]]
-        res["ensemble_departure_ns"] = line_departure(run, since, from_s=watch.steady_from())
+        # from when the load began to start: the watcher does not sample while it starts
+        res["ensemble_departure_ns"] = line_departure(run, res.get("load_began_s", since), from_s=watch.steady_from())
     if fault and key in ("S", "F"):
         res["resync"] = {k: v for k, v in watch.reconvergence(fault["host"], fault["real_ns"]).items() if k != "series"}
 
