@@ -7,12 +7,12 @@ import math
 import numpy as np
 
 from clockfabric.agent.services.clock import valid_map
-from clockfabric.clock import sync
+from clockfabric.clock import solver as solver_module
 from clockfabric.clock.fit import MIN_DRIFT_BOUND, feasible_slopes, fit_band
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.mapping import DRIFT_BOUND, Mapping
 from clockfabric.clock.network import Edges, solve
-from clockfabric.clock.sync import Solver
+from clockfabric.clock.solver import Solver
 from tests.unit.test_clock_sync import EPOCH, NOW_TAU, edge_row, make_fleet
 
 HISTORY_NS = 16_000_000_000
@@ -111,7 +111,7 @@ def test_a_mapping_grows_its_bound_by_its_own_drift_bound():
 def _loaded_fleet_maps(monkeypatch, weight_bound_ns: float) -> tuple[dict, dict]:
     """Four hosts probing one another; every edge of h02 is off, each by its own amount within
     a bound of 9 us (too little to flag h02, enough to bend the others), the rest exact."""
-    monkeypatch.setattr(sync, "WEIGHT_BOUND_NS", weight_bound_ns)
+    monkeypatch.setattr(solver_module, "WEIGHT_BOUND_NS", weight_bound_ns)
     clocks = make_fleet(4, seed=11)
     peers = probe_peers(list(clocks), 3, seed=0)
     rng = np.random.default_rng(3)
@@ -138,7 +138,7 @@ def _error_and_bound(clocks, msgs, h: str) -> tuple[float, float]:
 
 
 def test_a_loose_host_does_not_pull_the_quiet_ones(monkeypatch):
-    clocks, msgs = _loaded_fleet_maps(monkeypatch, sync.WEIGHT_BOUND_NS)
+    clocks, msgs = _loaded_fleet_maps(monkeypatch, solver_module.WEIGHT_BOUND_NS)
     assert "h02" not in msgs["h00"]["unsynced"]
     assert all(valid_map(m, clocks) for m in msgs.values())
     for h in ("h01", "h02", "h03"):

@@ -12,7 +12,7 @@ import pytest
 from clockfabric.agent.config import AgentConfig
 from clockfabric.agent.service import Router
 from clockfabric.agent.services.clock import ClockSync
-from clockfabric.clock.sync import Solver
+from clockfabric.clock.solver import Solver
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine
 from tests.unit.test_clock_sync import NOW_TAU

@@ -10,7 +10,8 @@ from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.health import HOLDOVER_MAX_NS, asymmetric_hosts, hold_over
 from clockfabric.clock.mapping import DRIFT_BOUND, HOLDOVER, UNSYNCED, Mapping
 from clockfabric.clock.pairs import PairWindow
-from clockfabric.clock.sync import HostSync, Solver
+from clockfabric.clock.solver import Solver
+from clockfabric.clock.sync import HostSync
 from tests.unit.test_clock_sync import EPOCH, NOW_TAU, edge_row, make_fleet
 from tests.unit.test_pair_window import FLOOR_NS, TrueClock, feed, make_exchange, stream, theta
 

@@ -1,5 +1,5 @@
 """The fleet side of clock sync: who probes whom (clock/graph.py), local -> global mappings
-(clock/mapping.py) and the solver (clock/sync.py) fed with exact synthetic reports.
+(clock/mapping.py) and the solver (clock/solver.py) fed with exact synthetic reports.
 
 Synthetic hosts have clocks that are affine in real time; a report's edge is what a perfect
 pair fit would say, by the model in clock/network.py: from i's side, a = c_j - c_i when i's
@@ -16,7 +16,8 @@ import pytest
 
 from clockfabric.clock.graph import neighbours, probe_peers
 from clockfabric.clock.mapping import DRIFT_BOUND, Mapping
-from clockfabric.clock.sync import FLOOR_HORIZON, HostSync, Solver, percentile
+from clockfabric.clock.solver import Solver
+from clockfabric.clock.sync import FLOOR_HORIZON, HostSync, percentile
 from clockfabric.probe.engine import Exchange
 
 EPOCH = 1_800_000_000_000_000_000

@@ -14,7 +14,7 @@ import pytest
 from clockfabric.clock.evaluate import frame_of, ours_errors
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.mapping import Mapping
-from clockfabric.clock.sync import Solver
+from clockfabric.clock.solver import Solver
 from clockfabric.clock.timescale import MAX_RATE_STEP, MAX_SHARE, VOTE_NS, Frame
 from clockfabric.clock.vclock import VirtualClock
 from tests.unit.test_clock_sync import EPOCH, NOW_TAU, Host, edge_row, make_fleet

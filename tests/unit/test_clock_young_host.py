@@ -1,11 +1,11 @@
-"""The solver's patience with a young host (clock/sync.py): a starting agent's first fits are
+"""The solver's patience with a young host (clock/solver.py): a starting agent's first fits are
 wide for its start-up alone, so it is left out of one solve at a time, not held out for
 FLAG_HOLD_S as a host queued on every path is."""
 
 from __future__ import annotations
 
 from clockfabric.clock.graph import probe_peers
-from clockfabric.clock.sync import FLAG_HOLD_S, Solver
+from clockfabric.clock.solver import FLAG_HOLD_S, Solver
 from tests.unit.test_clock_sync import NOW_TAU, edge_row, make_fleet
 
 

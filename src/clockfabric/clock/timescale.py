@@ -170,7 +170,7 @@ def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], las
         big_x, big_y, outvoted = _vote(votes, voters)
         # a member whose vote stands out leaves the ensemble now. Only one whose clock moved by
         # more than the two solves can place it to (it stepped or ran away, a queue bent it) is
-        # held out on probation (sync.PROBATION_S); a rough solve, while the fit converges or
+        # held out on probation (solver.PROBATION_S); a rough solve, while the fit converges or
         # the machine stalls, costs it this solve's share alone
         held = {h for h in outvoted for i in [index[h]]
                 if not abs(votes[h][0] - big_x) <= sol.limit_ns[i] + last.limit_ns[i]

@@ -29,7 +29,8 @@ from collections import deque
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.clock.network import solver_installed
-from clockfabric.clock.sync import YOUNG_WINDOWS, HostSync, Solver
+from clockfabric.clock.solver import YOUNG_WINDOWS, Solver
+from clockfabric.clock.sync import HostSync
 from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
