@@ -96,6 +96,9 @@ def test_a_host_moves_to_the_next_solver_once_its_own_falls_silent_and_back_when
     # the reference back afresh (its agent restarted): global time 1 ms away, refused
     router.deliver(_map(4, "h2", offset_ns=1e6), (ctx.addresses["h0"], 7299))
     assert rejected["not_solver"] == 2 and clock.elected == 1 and clock.sync.mapping.t0_ns == 3
+    malformed = json.dumps({"t": "map", "hosts": ["h2"], "frame": None}).encode()
+    router.deliver(malformed, (ctx.addresses["h0"], 7299))
+    assert rejected["invalid"] == 1 and clock.elected == 1
     router.deliver(_map(5, "h2"), (ctx.addresses["h0"], 7299))  # its maps had been lost: taken back
     assert clock.elected == 0 and clock.sync.mapping.t0_ns == 5
 

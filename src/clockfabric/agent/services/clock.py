@@ -4,8 +4,10 @@ the mapping to global time it gets back; on the solving host also the network so
 The reference solves; if its agent falls silent (no map for HANDOVER_UPDATES updates), each
 host moves on to the next host of the succession (AgentConfig.succession), which carries on
 global time from the last frame it heard (Solver.resume): no step, whoever solves. A host
-takes maps only from the host it reports to or one before it in the succession. A solving host
-that no live peer reports to any more (it was cut off, or restarted while another took over)
+takes maps only from the host it reports to or one before it in the succession, and from one
+before it only if they carry on the time it holds. It also reports to the reference and the
+host before its solver, so a solver whose maps were only lost is taken back. A solving host
+that no live peer names as its solver (it was cut off, or restarted while another took over)
 moves on like the rest, so the fleet keeps one solver.
 
 Exchanges are taken as they complete (each poll), so a clock step is seen in a fraction of a
@@ -186,12 +188,12 @@ class ClockSync(Service):
             return
         if msg["t"] == "map" and sender == self.ctx.cfg.host and not self.solving:
             return  # our own, sent before the solve moved on
-        if msg["t"] == "map" and rank < self.elected and not self.sync.frame_continues(msg):
-            self.ctx.rejected("not_solver")  # an earlier solver started afresh (restarted): the fleet solves on
-            return
         if not (valid_map(msg, hosts) if msg["t"] == "map" else valid_report(msg, sender, hosts)
                 if msg["t"] == "report" else _finite(msg.get("delta_ns"))):
             self.ctx.rejected("invalid")
+            return
+        if msg["t"] == "map" and rank < self.elected and not self.sync.frame_continues(msg):
+            self.ctx.rejected("not_solver")  # an earlier solver started afresh (restarted): the fleet solves on
             return
         if msg["t"] == "report":
             if sender != self.ctx.cfg.host and msg.get("solver", self.ctx.cfg.host) == self.ctx.cfg.host:
