@@ -161,12 +161,10 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
                     "slowest_link": format_rate(min(fab.rates.values())),
                     "fabric_link": format_rate(max(r for i, r in fab.rates.items() if fab.is_fabric(i)))}
     loaded = key in LOADED - LOAD_LATE
+    settle_s = faults.settle_s(key, STEP_AFTER_CONVERGED_S)  # from convergence to the event
+    tail_s = STEP_TAIL_S + settle_s - STEP_AFTER_CONVERGED_S if key in ("D", *LOAD_LATE, *faults.EVENTS) else 0.0
     # Python start-up of N agents on 2 cores takes longer while the lab forwards traffic
-    # where global time's line is judged, the event waits out the line's window after convergence
-    settle_s = faults.BEFORE_S if key in faults.LINE_JUDGED else STEP_AFTER_CONVERGED_S
-    sync_s = (startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds
-              + (STEP_TAIL_S + settle_s - STEP_AFTER_CONVERGED_S if key in ("D", *LOAD_LATE, *faults.EVENTS)
-                 else 0.0))
+    sync_s = startup_s * (LOADED_STARTUP_FACTOR if loaded else 1.0) + seconds + tail_s
     res["sync_seconds"] = sync_s
     flows, ddp, load_at = [], None, None
     if key == "J":
@@ -218,11 +216,8 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
                     why = stepper.stderr.read().decode().strip() if stepper.stderr else ""
                     raise BenchError(f"lab clock step failed: {why}")
                 step = steps[-1][0]
-            up = f"{len(watch.first)}/{hosts} agents up"
-            worst = f", worst |error| {watch.worst:,.0f} ns" if watch.worst is not None else ""
-            conv = f", converged at {watch.converged_s:.1f} s" if watch.converged_s is not None else ""
             stepped = ", stepped" if step else ", loaded" if load_at else f", {fault['what']}" if fault else ""
-            stage(f"sync {t:4.0f}/{sync_s:.0f} s, {up}{worst}{conv}{stepped}")
+            stage(f"sync {t:4.0f}/{sync_s:.0f} s, {watch.status(hosts)}{stepped}")
     finally:
         if proc.poll() is None:
             proc.terminate()

@@ -54,6 +54,12 @@ BEFORE_S = 10.0
 BOUND_RATIO_MAX, SPREAD_MAX = 5.0, 2.0  # quiet hosts' bound p50 over their p99; worst repeat's p99 over best's
 
 
+def settle_s(key: str, default_s: float) -> float:
+    """From convergence to the scenario's event: where global time's line is judged, the line's
+    window (BEFORE_S); elsewhere `default_s`."""
+    return BEFORE_S if key in LINE_JUDGED else default_s
+
+
 def sync_args(key: str) -> list[str]:
     return ["--survive-death"] if key == "K" else []
 

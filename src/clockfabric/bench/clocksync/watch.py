@@ -206,6 +206,12 @@ class Watch:
                                                        for e in others.values()):
             self.converged_s = t
 
+    def status(self, hosts: int) -> str:
+        """Agents up, the worst error and convergence so far: one line for a person."""
+        worst = f", worst |error| {self.worst:,.0f} ns" if self.worst is not None else ""
+        conv = f", converged at {self.converged_s:.1f} s" if self.converged_s is not None else ""
+        return f"{len(self.first)}/{hosts} agents up{worst}{conv}"
+
     def steady_from(self) -> float:
         if self.converged_s is not None:
             return self.converged_s
