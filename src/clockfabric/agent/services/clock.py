@@ -5,7 +5,8 @@ The reference solves; if its agent falls silent (no map for HANDOVER_UPDATES upd
 host moves on to the next host of the succession (AgentConfig.succession), which carries on
 global time from the last frame it heard (Solver.resume): no step, whoever solves. A host
 takes maps only from the host it reports to or one before it in the succession, and from one
-before it only if they carry on the time it holds. It also reports to the reference and the
+before it only if they carry on the time it holds. A host after the reference solves only
+while more than half the fleet names it its solver. It also reports to the reference and the
 host before its solver, so a solver whose maps were only lost is taken back. A solving host
 that no live peer names as its solver (it was cut off, or restarted while another took over)
 moves on like the rest, so the fleet keeps one solver.
@@ -99,7 +100,8 @@ class ClockSync(Service):
         # another host that names this one its solver, and the last probe exchange (a solver
         # that no live peer takes for its solver moves on)
         self._heard: float | None = None
-        self._served = self._exchanged = -math.inf
+        self._namers: dict[str, float] = {}  # host -> its last report naming this host its solver
+        self._exchanged = -math.inf
         self._solving_since = time.monotonic()
         self.solver = self._new_solver() if cfg.host == cfg.reference else None
         self._installed: bool | None = None  # the solver extra is here (None: not asked yet)
@@ -124,8 +126,16 @@ class ClockSync(Service):
 
     @property
     def solving(self) -> bool:
-        """This host is the one its own view of the succession elects, and can solve."""
-        return self.solver is not None and self.succession[self.elected] == self.ctx.cfg.host
+        """This host is the one its own view of the succession elects, and can solve: the
+        reference always; a host after it only with a quorum, more than half the fleet's hosts
+        naming it in their fresh reports (a host cut off by its own congested link moves down
+        the succession alone, and must not solve for itself and whoever follows it)."""
+        if self.solver is None or self.succession[self.elected] != self.ctx.cfg.host:
+            return False
+        return self.elected == 0 or 2 * len(self._fresh_namers(time.monotonic())) > len(self.ctx.cfg.topology.hosts)
+
+    def _fresh_namers(self, now_s: float) -> list[str]:
+        return [h for h, at in self._namers.items() if now_s - at <= self.handover_s]
 
     def _new_solver(self) -> Solver:
         cfg = self.ctx.cfg
@@ -138,8 +148,8 @@ class ClockSync(Service):
         for its solver for as long while its peers answer probes (it serves no one: cut off,
         or restarted while another took over)."""
         if self.solving:
-            if now_s - max(self._served, self._solving_since) <= self.handover_s \
-                    or now_s - self._exchanged > self.handover_s:
+            served = max((at for h, at in self._namers.items() if h != self.ctx.cfg.host), default=-math.inf)
+            if now_s - max(served, self._solving_since) <= self.handover_s or now_s - self._exchanged > self.handover_s:
                 return
             why = f"no host has taken it for its solver for {self.handover_s:.0f} s"
         elif self._heard is not None and now_s - self._heard > self.handover_s:
@@ -196,8 +206,8 @@ class ClockSync(Service):
             self.ctx.rejected("not_solver")  # an earlier solver started afresh (restarted): the fleet solves on
             return
         if msg["t"] == "report":
-            if sender != self.ctx.cfg.host and msg.get("solver", self.ctx.cfg.host) == self.ctx.cfg.host:
-                self._served = time.monotonic()  # a host that takes us for its solver
+            if msg.get("solver", self.ctx.cfg.host) == self.ctx.cfg.host:
+                self._namers[sender] = time.monotonic()  # a host that takes us for its solver
             if self._can_solve():  # kept even while another host solves: a takeover starts with them
                 assert self.solver is not None
                 self.solver.on_report(msg)
