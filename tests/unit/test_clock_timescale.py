@@ -234,3 +234,40 @@ def test_a_member_outvoted_leaves_the_frame_at_once_and_rejoins_after_probation(
             out.append(k)
     assert out == list(range(6, 15)), out  # clean again, it waits out its probation (10 s) and rejoins
     assert max(fleet.moves()) <= MOVE_NS
+
+
+def _wander(fleet: Fleet, solves: int, seed: int) -> list[float]:
+    """Global time minus real time at each solve, where each pair's band (so each member's
+    weight) changes from solve to solve and its drift's error lasts several solves, as a pair
+    fit's does over its window on a loaded machine."""
+    rng = np.random.default_rng(seed)
+    persist: dict[tuple[str, str], float] = {}
+    out = []
+    for k in range(solves):
+        tau = NOW_TAU + k * 1e9
+        for h in fleet.clocks:
+            center = fleet.clocks[h].read(tau - 1e9)
+            edges = []
+            for p in fleet.peers[h]:
+                row = edge_row(fleet.clocks, h, p, center, margin=1_000.0 * float(np.exp(rng.normal(0, 0.7))))
+                persist[h, p] = 0.88 * persist.get((h, p), 0.0) + float(rng.normal(0, 47e-9))  # ~100 ppb, ~8 solves
+                row[1] += float(rng.normal(0, 50.0))
+                row[2] += persist[h, p]
+                edges.append(row)
+            fleet.solver.on_report({"t": "report", "host": h, "edges": edges}, now=float(k))
+        fleet.solver.solve(fleet.clocks["h00"].read(tau), now=k + 0.1)
+        fleet.frames.append((fleet.solver.frame, dict(fleet.clocks)))
+        out.append(float(fleet.global_time(-1, tau) - EPOCH - round(tau)))
+    return out
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_global_time_keeps_its_line_while_weights_change_and_fit_drifts_err_for_seconds(seed):
+    # carried on by each solve's drifts, the members' errors move the phase in a random walk
+    # as their weights change (316 and 948 ns off the line here); by the slope of a minute of
+    # each member's offsets, it stays within the offsets' own noise
+    fleet = Fleet(n=32, seed=seed)
+    g = np.array(_wander(fleet, 90, seed + 1))
+    t = np.arange(len(g), dtype=float)
+    slope, icept = np.polyfit(t[20:30], g[20:30], 1)
+    assert np.abs(g[30:] - (icept + slope * t[30:])).max() <= 250
