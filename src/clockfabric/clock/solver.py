@@ -18,7 +18,7 @@ from clockfabric.clock.graph import neighbours
 from clockfabric.clock.health import NO_PURE, SUSTAINED_NS, SUSTAINED_S, asymmetric_hosts
 from clockfabric.clock.mapping import SYNCED, UNSYNCED, Mapping
 from clockfabric.clock.network import Edges, Solution, solve
-from clockfabric.clock.timescale import Frame, Phases, clean, ensemble, members, pivot
+from clockfabric.clock.timescale import Frame, clean, ensemble, members, pivot
 
 # the offset solve weighs each pair by its points and, past this, by the inverse square of its
 # bound: a band that a queue widened says little, and must not pull the quiet hosts around it
@@ -55,7 +55,6 @@ class Solver:
         self.rejected = 0
         self.flagged: dict[str, tuple[float, str]] = {}  # host -> (left out until, why)
         self.frame: Frame | None = None  # global time: the ensemble of the well-placed hosts' clocks
-        self.phases = Phases()  # each placed host's offsets from global time: its rate against it
         self.wide_since: dict[str, float] = {}  # host -> since when its band is a little wide
         self.dirty: dict[str, float] = {}  # host -> when it last failed the ensemble's band test
         self.utc: dict[str, tuple[float, float, float, int]] = {}  # host -> (when, offset, rate, at its clock)
@@ -91,7 +90,6 @@ class Solver:
         self.last = Solution(frame.t0_ns, x, y, part, 0, np.zeros(0, dtype=bool), np.zeros(0), unknown, unknown,
                              unknown, unknown, unknown, unknown)
         self.frame, self._resumed = frame, True
-        self.phases = Phases({h: drift for h, _, _, drift in frame.members})
         return True
 
     def _utc(self, t0_ns: int, now: float) -> tuple[str, float, float] | None:
@@ -146,11 +144,8 @@ class Solver:
         # a host that left the ensemble as wide rejoins once clean for PROBATION_S
         self.dirty |= {h: now for h in set(bands) - clean(raw, self.index, bands)}
         shares = members(raw, self.index, bands, {h for h in bands if now - self.dirty.get(h, -1e18) >= PROBATION_S})
-        rates = self.phases.rates()
-        sol, self.frame, held, steered = ensemble(raw, self.index, shares, self.last, self.reference,
-                                         self._utc(t0_ns, now), self.last.t0_ns if self.last is not None else None,
-                                         rates)
-        self.phases.add(sol, self.index, self.last, rates, held, steered)
+        sol, self.frame, held = ensemble(raw, self.index, shares, self.last, self.reference,
+                                         self._utc(t0_ns, now), self.last.t0_ns if self.last is not None else None)
         self.dirty |= {h: now for h in held}  # its clock moved beyond what the solves allow
         self.last, self._resumed = sol, False
         synced = sol.synced()

@@ -19,14 +19,6 @@ The first solve has nothing to continue: global time starts on the reference's c
 reference is a member, else on the members' weighted mean. Only a solve that shares no placed
 host with the last one starts afresh (a step).
 
-A member's vote carries its clock on by its rate against global time, and that rate is the
-slope of its own offsets over the last RATE_BASELINE_S of solves (Phases), not the drift of the
-newest solve. A pair fit's drift comes from a few seconds of timestamps, and its error lasts as
-long as the fit's window: carried from solve to solve it moves global time's phase in a random
-walk (microseconds a minute at 32 hosts on a loaded 2-core machine). The slope of a minute of
-offsets errs by their noise over the baseline (~1 ppb), as TAI's clocks are predicted from their
-own past against the ensemble rather than from the latest comparison.
-
 A host with an external time source (UTC) reports its clock minus UTC and its rate against it;
 global time is steered to it slowly, through its rate only (toward UTC's rate plus the offset
 over UTC_TAU_S, changed by at most MAX_RATE_STEP a second), never anchored on it, never stepped.
@@ -35,7 +27,6 @@ over UTC_TAU_S, changed by at most MAX_RATE_STEP a second), never anchored on it
 from __future__ import annotations
 
 import statistics
-from collections import deque
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,8 +43,6 @@ UTC_TAU_S = 100.0  # the offset to UTC is steered out with this time constant ..
 # ... by a rate that changes by at most this a second: a mapping a second old is then off the
 # newest by 50 ns at most, alike on every host
 MAX_RATE_STEP = 50e-9
-RATE_BASELINE_S = 60.0  # a host's rate against global time: the slope of its offsets over this ...
-RATE_MIN_S = 4.0  # ... once they span this much; before, the newest solve's drift
 
 
 @dataclass(frozen=True)
@@ -158,73 +147,12 @@ def _capped(weights: dict[str, float]) -> dict[str, float]:
     return shares
 
 
-class Phases:
-    """Each placed host's offset from global time at each solve, for as long as its clock runs
-    on one line: its rate against global time is their least-squares slope over up to
-    RATE_BASELINE_S. A host that leaves the solve, is held out, or whose offset lands off its
-    line by more than the two solves can place it to (its clock stepped or changed rate) starts
-    again.
-
-    Steering toward UTC changes global time's rate on purpose, and every offset's slope with
-    it: the offsets are kept net of the steering's phase (`steer_ns`, the integral of its rate
-    `steer_rate`), and the steering's rate added back to each slope, so a rate steered now
-    counts now, not over the baseline."""
-
-    def __init__(self, prior: dict[str, float] | None = None) -> None:
-        self.points: dict[str, deque[tuple[int, float]]] = {}
-        # host -> its rate from another solver's frame (a handover), until its own offsets span RATE_MIN_S
-        self.prior = dict(prior or {})
-        self.steer_rate, self.steer_ns = 0.0, 0.0
-        self.t0_ns: int | None = None
-
-    def rate(self, host: str) -> float | None:
-        points = self.points.get(host)
-        if not points or points[-1][0] - points[0][0] < RATE_MIN_S * 1e9:
-            return self.prior.get(host)
-        t0 = points[0][0]
-        t = np.array([p[0] - t0 for p in points], dtype=float)
-        u = np.array([p[1] for p in points])
-        t -= t.mean()
-        return float(np.dot(t, u - u.mean()) / np.dot(t, t)) + self.steer_rate
-
-    def rates(self) -> dict[str, float]:
-        return {h: r for h in self.points.keys() | self.prior.keys() if (r := self.rate(h)) is not None}
-
-    def add(self, sol: Solution, index: dict[str, int], last: Solution | None, rates: dict[str, float],
-            held: set[str], steered: float = 0.0) -> None:
-        """The offsets of `sol` (in global time); `rates` the ones its votes used; `steered` how
-        much its steering changed global time's rate from this solve on."""
-        before = self.steer_ns
-        if self.t0_ns is not None:
-            self.steer_ns += self.steer_rate * (sol.t0_ns - self.t0_ns)
-        synced = sol.synced()
-        for h, i in index.items():
-            if not synced[i] or h in held:
-                self.points.pop(h, None)
-                self.prior.pop(h, None)
-                continue
-            points = self.points.setdefault(h, deque())
-            if points and last is not None:
-                t, u = points[-1]
-                off = sol.offset_ns[i] - (u + before + rates.get(h, float(last.drift[i])) * (sol.t0_ns - t))
-                if abs(off) > sol.limit_ns[i] + last.limit_ns[i]:
-                    points.clear()
-                    self.prior.pop(h, None)
-            points.append((sol.t0_ns, float(sol.offset_ns[i]) - self.steer_ns))
-            while points[-1][0] - points[0][0] > RATE_BASELINE_S * 1e9:
-                points.popleft()
-        self.steer_rate += steered
-        self.t0_ns = sol.t0_ns
-
-
 def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], last: Solution | None,
-             reference: str, utc: tuple[str, float, float] | None = None, last_t0_ns: int | None = None,
-             rates: dict[str, float] | None = None) -> tuple[Solution, Frame, set[str], float]:
-    """`sol` (anchored on its pivot) restated in global time, the frame that defines it, the
-    members to hold out on probation, and how much steering to UTC changed global time's rate.
-    `utc`: (host, its clock minus UTC at t0, its rate against UTC). `rates`: each host's rate
-    against global time (Phases), where known; else its drift in the last solve."""
-    rates = rates or {}
+             reference: str, utc: tuple[str, float, float] | None = None, last_t0_ns: int | None = None
+             ) -> tuple[Solution, Frame, set[str]]:
+    """`sol` (anchored on its pivot) restated in global time, the frame that defines it, and
+    the members to hold out on probation. `utc`: (host, its clock minus UTC at t0, its rate
+    against UTC)."""
     x, y = sol.offset_ns, sol.drift
     if not shares:  # no host looks clean: every placed one, alike
         synced = [h for h, i in index.items() if sol.synced()[i]]
@@ -237,8 +165,8 @@ def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], las
     if voters:
         assert last is not None
         dt = sol.t0_ns - last.t0_ns
-        votes = {h: ((last.offset_ns[i] + f * dt - x[i]) / (1 + y[i]), (1 + f) / (1 + y[i]) - 1)
-                 for h in voters for i in [index[h]] for f in [rates.get(h, float(last.drift[i]))]}
+        votes = {h: ((last.offset_ns[i] + last.drift[i] * dt - x[i]) / (1 + y[i]), (1 + last.drift[i]) / (1 + y[i]) - 1)
+                 for h in voters for i in [index[h]]}
         big_x, big_y, outvoted = _vote(votes, voters)
         # a member whose vote stands out leaves the ensemble now. Only one whose clock moved by
         # more than the two solves can place it to (it stepped or ran away, a queue bent it) is
@@ -256,16 +184,13 @@ def ensemble(sol: Solution, index: dict[str, int], shares: dict[str, float], las
         big_x = -sum(w * x[index[h]] for h, w in start.items()) / den
         big_y = total / den - 1
         held = set()
-    utc_ns, steered = None, 0.0
+    utc_ns = None
     if utc is not None and utc[0] in index and sol.synced()[index[utc[0]]]:
-        big_x, steered_y, utc_ns = _steer(sol, index, utc, big_x, big_y, last_t0_ns)
-        big_y, steered = steered_y, (1 + steered_y) / (1 + big_y) - 1
+        big_x, big_y, utc_ns = _steer(sol, index, utc, big_x, big_y, last_t0_ns)
     out = restate(sol, big_x, big_y, {index[h]: s for h, s in shares.items()})
-    # the frame carries each member on by its rate, as the next solve's vote will
-    drift = {h: rates[h] + steered if h in rates else float(out.drift[index[h]]) for h in shares}
-    frame = Frame(sol.t0_ns, tuple((h, s, float(out.offset_ns[index[h]]), drift[h]) for h, s in sorted(shares.items())),
-                  utc_ns)
-    return out, frame, held, steered
+    frame = Frame(sol.t0_ns, tuple((h, s, float(out.offset_ns[index[h]]), float(out.drift[index[h]]))
+                                   for h, s in sorted(shares.items())), utc_ns)
+    return out, frame, held
 
 
 def near_median(values: np.ndarray, floor: float) -> np.ndarray:
