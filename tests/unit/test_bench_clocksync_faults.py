@@ -83,3 +83,28 @@ def test_repeats_are_judged_on_the_worst_and_their_spread_on_worst_over_best():
     assert spread(runs[:2])[0]["met"]  # 1.8x
     assert not spread([*runs[:2], fault_result("K", None, 3)])[0]["met"]  # a repeat with no figure
     assert spread(runs[:1]) == []  # one run has no spread
+
+
+def test_global_time_is_placed_at_the_instant_real_time_was_read(monkeypatch, tmp_path):
+    # global time runs 40 ppm off real time, and reading the state files takes 0.3 s (32 agents
+    # on a loaded machine): placed at the start of the sample, the series would lie 12 us off
+    # its line; it is placed when real time was read
+    import time
+
+    from clockfabric.bench.clocksync import watch as watch_module
+    from clockfabric.clock.vclock import VirtualClock
+
+    clock = VirtualClock("h0", 0, 0, 40.0)
+    fab = SimpleNamespace(lab=SimpleNamespace(dir=tmp_path, clocks=lambda: {"h0": clock}), reference="h0",
+                          hosts=["h0", "h1"])
+
+    def slow_read(_):
+        time.sleep(0.3)
+        return {}
+
+    monkeypatch.setattr(watch_module, "read_states", slow_read)
+    started = time.monotonic()
+    w = watch_module.Watch(fab, started)
+    w.sample()
+    (at, _), = w.ensemble
+    assert 0.3 <= at < 0.3 + 0.25
