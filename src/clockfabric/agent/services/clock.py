@@ -101,8 +101,6 @@ class ClockSync(Service):
         # that no live peer takes for its solver moves on)
         self._heard: float | None = None
         self._namers: dict[str, float] = {}  # host -> its last report naming this host its solver
-        self._served = -math.inf  # the newest of those from another host
-        self._quorum = (-math.inf, False)  # (when counted, more than half the fleet named us): once an update
         self._exchanged = -math.inf
         self._solving_since = time.monotonic()
         self.solver = self._new_solver() if cfg.host == cfg.reference else None
@@ -134,17 +132,10 @@ class ClockSync(Service):
         the succession alone, and must not solve for itself and whoever follows it)."""
         if self.solver is None or self.succession[self.elected] != self.ctx.cfg.host:
             return False
-        return self.elected == 0 or self._has_quorum(time.monotonic())
+        return self.elected == 0 or 2 * len(self._fresh_namers(time.monotonic())) > len(self.ctx.cfg.topology.hosts)
 
-    def _has_quorum(self, now_s: float) -> bool:
-        """More than half the fleet's hosts named this one in their fresh reports: counted
-        again when a host newly names it, else at most once an update, as polls come far more
-        often than reports and the fleet may be large."""
-        counted, quorum = self._quorum
-        if now_s - counted >= self.ctx.cfg.update_s:
-            fresh = sum(now_s - at <= self.handover_s for at in self._namers.values())
-            self._quorum = (now_s, quorum := 2 * fresh > len(self.ctx.cfg.topology.hosts))
-        return quorum
+    def _fresh_namers(self, now_s: float) -> list[str]:
+        return [h for h, at in self._namers.items() if now_s - at <= self.handover_s]
 
     def _new_solver(self) -> Solver:
         cfg = self.ctx.cfg
@@ -157,8 +148,8 @@ class ClockSync(Service):
         for its solver for as long while its peers answer probes (it serves no one: cut off,
         or restarted while another took over)."""
         if self.solving:
-            served = max(self._served, self._solving_since)
-            if now_s - served <= self.handover_s or now_s - self._exchanged > self.handover_s:
+            served = max((at for h, at in self._namers.items() if h != self.ctx.cfg.host), default=-math.inf)
+            if now_s - max(served, self._solving_since) <= self.handover_s or now_s - self._exchanged > self.handover_s:
                 return
             why = f"no host has taken it for its solver for {self.handover_s:.0f} s"
         elif self._heard is not None and now_s - self._heard > self.handover_s:
@@ -216,12 +207,7 @@ class ClockSync(Service):
             return
         if msg["t"] == "report":
             if msg.get("solver", self.ctx.cfg.host) == self.ctx.cfg.host:
-                now_s, before = time.monotonic(), self._namers.get(sender, -math.inf)
-                self._namers[sender] = now_s  # a host that takes us for its solver
-                if now_s - before > self.handover_s:
-                    self._quorum = (-math.inf, False)  # one more names us: count again
-                if sender != self.ctx.cfg.host:
-                    self._served = now_s
+                self._namers[sender] = time.monotonic()  # a host that takes us for its solver
             if self._can_solve():  # kept even while another host solves: a takeover starts with them
                 assert self.solver is not None
                 self.solver.on_report(msg)
