@@ -91,7 +91,8 @@ def test_shares_follow_the_weights_and_the_tightest_link_wins():
 def test_a_socket_gone_is_forgotten_and_stop_releases_the_rest():
     fake = FakeSockets()
     loop = PaceLoop(lambda link: (C, G), fake)
-    flows = [Flow((1, 1), "critical", 70, (LINK,), 0.5 * C, 0.01), Flow(A, "scavenger", 3, (LINK,), C, None),
+    # a queue over target but not standing (under twice it): the law's limit, the same each period
+    flows = [Flow((1, 1), "critical", 70, (LINK,), 0.5 * C, 0.0003), Flow(A, "scavenger", 3, (LINK,), C, None),
              Flow(B, "scavenger", 1, (LINK,), C, None)]
     assert set(loop.step(flows)) == {A, B}
     fake.gone.add(B)

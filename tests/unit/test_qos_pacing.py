@@ -1,7 +1,9 @@
 """The lower classes' rate law (qos/pacing.py) in a closed loop with a fluid FIFO: the higher
 class's queue is back under target within a second of a greedy scavenger's onset, the limit
 goes when the higher class idles (work-conserving), the scavenger keeps most of what the higher
-class leaves, a reading a period late still converges, and unstable gains are refused."""
+class leaves, a reading a period late still converges, a standing queue cuts the lower classes
+below what an elastic higher class seems to leave (and a queue just over target does not), and
+unstable gains are refused."""
 
 from __future__ import annotations
 
@@ -76,3 +78,33 @@ def test_gains_outside_the_stable_range_are_refused(kappa):
 def test_shares_split_by_weight():
     assert shares(30e6, {"a": 1, "b": 2}) == {"a": 10e6, "b": 20e6}
     assert shares(None, {"a": 1}) == {"a": None}
+
+
+def test_a_standing_queue_cuts_the_lower_classes_below_what_the_higher_class_seems_to_leave():
+    # an elastic higher class sends what contention leaves it: its rate says 30% of the link while
+    # its queue stands at 20 ms, so C - a hands the lower classes 70% again; the standing queue
+    # cuts them by half a period instead, until it falls
+    pacer = LinkPacer(C, Gains(period_s=2.0))  # a last hop, read once a 2 s window
+    limits = [pacer.step(0.3 * C, 0.020) for _ in range(6)]
+    assert limits[0] == pytest.approx(0.7 * C - 0.5 * C * (0.020 - 200e-6) / 2.0)  # the law, first
+    assert all(b == pytest.approx(max(a / 2, Gains().floor * C)) for a, b in zip(limits[1:-1], limits[2:], strict=True))
+    assert limits[-1] < 0.05 * C
+    # a falling queue is left to the law; under target the lower classes climb back, not leap
+    falling = pacer.step(0.6 * C, 0.010)
+    assert falling == pytest.approx(min(limits[-1] + Gains().rise * C, 0.4 * C - 0.5 * C * 0.0098 / 2.0))
+    assert falling < 0.3 * C
+    # and the law stays the ceiling: it ends where the law's own equilibrium is
+    assert pacer.step(0.6 * C, 0.0) == pytest.approx(min(falling + Gains().rise * C, 0.4 * C + 0.5 * C * 200e-6 / 2.0))
+
+
+def test_a_queue_just_over_target_is_the_laws_alone():
+    pacer = LinkPacer(C, DEFAULT)
+    for _ in range(5):  # over target, under twice it: no cut beyond the law, however long
+        limit = pacer.step(0.5 * C, 300e-6)
+    assert limit == pytest.approx(0.5 * C - 0.5 * C * 100e-6 / 0.1)
+
+
+@pytest.mark.parametrize("gains", [{"backoff": 0.0}, {"backoff": 1.0}, {"rise": 0.0}, {"rise": 1.5}])
+def test_a_cut_or_a_climb_out_of_range_is_refused(gains):
+    with pytest.raises(ValueError, match="backoff .* must be in"):
+        Gains(**gains)

@@ -93,11 +93,11 @@ class HostPacer:
             self.loop.views = {}
             return {}  # no job with a policy here: not even the qdiscs are read
         nic_queues = self.backlog.queues_s()
-        before = dict(self.loop.paced)
+        before = set(self.loop.paced)
         paced = self.loop.step(readings, {f"{nic}>": q for nic, q in nic_queues.items()}, shared)
         self.ever_paced |= set(paced)
         self.limited_s += PERIOD_S if paced else 0.0
-        if paced != before:
+        if set(paced) != before:  # the file names the sockets to release, not their rates
             self._remember()
         return paced
 

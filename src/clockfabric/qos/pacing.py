@@ -28,6 +28,18 @@ late reading.
 Why it is work-conserving: with the higher class idle (a = 0) and no queue, r >= C: no limit.
 `release_periods` of an idle higher class remove the limit outright (a training job's compute
 phase hands the whole link to the scavenger), and `floor` keeps a lower class from starving.
+
+A standing queue is unmet demand. The term C - a assumes the higher class sends what it wants.
+An elastic one (TCP, a collective paced by its slowest hop) sends what contention leaves it, so
+its measured a is the lower classes' doing, and any split is a fixed point of C - a: only the
+queue term moves it, by kappa * C * e / T a period, which is a fraction of a Mbit/s where the
+queue is read once a 2 s window. So where the queue stands well over target (e > q*) and is
+not falling, the lower classes' rate is cut by `backoff` a period, below whatever the law
+allows; under target it climbs back by `rise` * C a period, never above the law. The law stays
+the ceiling, so against a higher class that does send what it wants the loop ends where the
+law's does; the cut only takes the lower classes below it while the queue stands, and a falling
+queue (the law draining it) is left to the law, so the cut does not ring at the law's own
+equilibrium.
 """
 
 from __future__ import annotations
@@ -42,6 +54,8 @@ class Gains:
     kappa: float = 0.5  # the share of the excess queue drained per period
     floor: float = 0.02  # the lower classes keep at least this share of the link
     release_periods: int = 3  # the higher class idle this long: the limit goes
+    backoff: float = 0.5  # a standing queue over target cuts the lower classes by this a period
+    rise: float = 0.2  # under target they climb back by this share of the link a period
 
     def __post_init__(self) -> None:
         if not 0 < self.kappa < 1:
@@ -49,6 +63,8 @@ class Gains:
                              "with a reading a period late")
         if self.period_s <= 0 or self.target_s <= 0 or not 0 <= self.floor < 1:
             raise ValueError("the period and target must be positive and the floor in [0, 1)")
+        if not 0 < self.backoff < 1 or not 0 < self.rise <= 1:
+            raise ValueError(f"backoff {self.backoff} must be in (0, 1) and rise {self.rise} in (0, 1]")
 
 
 @dataclass
@@ -59,6 +75,7 @@ class LinkPacer:
     gains: Gains = Gains()
     rate_bps: float | None = None
     idle_periods: int = 0
+    last_queue_s: float | None = None  # the reading before: a queue not falling is a standing one
 
     def step(self, high_bps: float, queue_s: float | None) -> float | None:
         """One period: the higher class's rate through the link and the queueing its packets met
@@ -72,7 +89,12 @@ class LinkPacer:
         self.idle_periods = 0
         if queue_s is None:
             return self.rate_bps
-        r = c - high_bps - g.kappa * c * (queue_s - g.target_s) / g.period_s
+        excess = queue_s - g.target_s
+        law = c - high_bps - g.kappa * c * excess / g.period_s
+        now = c if self.rate_bps is None else self.rate_bps
+        standing = excess > g.target_s and self.last_queue_s is not None and queue_s >= self.last_queue_s
+        self.last_queue_s = queue_s
+        r = min(law, g.backoff * now if standing else now + g.rise * c)
         self.rate_bps = None if r >= c else max(g.floor * c, r)
         return self.rate_bps
 
