@@ -61,6 +61,7 @@ def test_a_jobs_packets_carry_its_class_and_a_killed_agents_marks_go(make_lab):
     sender = lab.spawn("h0", [sys.executable, "-m", "clockfabric.cli", "job", "run", "--name", "bulk", "--",
                               sys.executable, "-c", SENDER, address], "bulk job")
     agents = LabAgents(lab, peers=1, extra=["--qos-file", str(policy_file)])
+    started = time.monotonic()
     agents.start()
 
     def seen() -> dict[int, int]:
@@ -79,6 +80,7 @@ def test_a_jobs_packets_carry_its_class_and_a_killed_agents_marks_go(make_lab):
         before = seen()
         wait_for("critical packets (DSCP 26) at h1", lambda: seen().get(26, 0) > before.get(26, 0) + 100, 5)
         assert qos_of("h0")["links"] == {"eth0": "not shaped: a root qdisc htb 1: that clockfabric did not make"}
+        assert 0 < qos_of("h0")["cpu_seconds"] < time.monotonic() - started  # its own cost, timed in the service
         h1 = wait_for("h1's agent publishing", lambda: qos_of("h1"), 10)
         assert h1["jobs"] == {}  # the job's sockets are not on h1: nothing of it marked there
 

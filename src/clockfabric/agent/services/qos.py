@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,6 +77,7 @@ class Qos(Service):
                                    frozenset(f">{a}" for a in ends | set(ctx.addresses.values())))
         self._next_peer = 0
         self.told = 0  # messages sent to other hosts
+        self.cpu_s = 0.0  # this service's own CPU: marking, pacing, telling (the bench's cost of QoS)
         self._pace_due = 0.0
         self.released_at_start = 0  # sockets a killed agent had paced
         self.policies: list[policy.Policy] = []
@@ -128,11 +130,13 @@ class Qos(Service):
             self.problem = f"{self.file}: {e}"
 
     def tick(self, now_ns: int) -> None:
+        started = time.thread_time()
         if self.file is not None:
             self._read_file()
         self.sockets = self.ctx.job_sockets() if self.ctx.job_sockets else []
         self.in_force, self.asked_problems = effective(self.policies, self.ctx.job_qos() if self.ctx.job_qos else {})
         self.enforcer.update(self.in_force, self.sockets)
+        self.cpu_s += time.thread_time() - started
         self._state = self.state()
 
     def poll(self, now_s: float) -> float:
@@ -144,6 +148,7 @@ class Qos(Service):
                 self.pacer.release()
             return math.inf
         if now_s >= self._pace_due:
+            started = time.thread_time()
             self._pace_due = now_s + PERIOD_S
             now_ns = self.ctx.clock.now_ns()
             try:
@@ -151,6 +156,7 @@ class Qos(Service):
             except (OSError, NetlinkError) as e:  # the NICs' queues unreadable: the limits hold
                 self.pacer.problem = f"cannot read the NICs' queues: {e}"
             self._tell(now_ns)
+            self.cpu_s += time.thread_time() - started
         return self._pace_due
 
     def _tell(self, now_ns: int) -> None:
@@ -170,7 +176,9 @@ class Qos(Service):
         if self.pacer is None:
             self.shared.refused["not pacing here"] += 1
             return
+        started = time.thread_time()
         self.shared.hear(msg, reply_to[0], self.ctx.clock.now_ns())
+        self.cpu_s += time.thread_time() - started
 
     def state(self) -> dict:
         marked, applied = self.enforcer.marked(), self.enforcer.applied
@@ -184,6 +192,7 @@ class Qos(Service):
                 j["marked_packets"] += marked.get(cookie, 0)
         problem = "; ".join(filter(None, [self.problem, *self.asked_problems]))
         return {"policies": len(self.policies), "source": "file" if self.file else "controller",
+                "cpu_seconds": round(self.cpu_s, 6),
                 "refused": self.enforcer.refused, "problem": problem, "links": dict(self.enforcer.shaping),
                 "cleaned_at_start": self.cleaned, "jobs": jobs, "pacing": self._pacing()}
 
