@@ -15,6 +15,7 @@ from pyroute2 import netns as pyroute_netns
 
 from clockfabric import netns
 from clockfabric.lab import shaping
+from clockfabric.qos import qdisc_stats
 from clockfabric.qos.backlog import EgressBacklog, u32_dscp
 from clockfabric.topology import TrafficClasses
 
@@ -156,3 +157,26 @@ def test_a_u32_selector_names_the_dscp_it_alone_matches():
     assert u32_dscp(sel((0xFFFF0000, 0x0800 << 16, 8))) is None  # another field
     assert u32_dscp(sel((0xFC000000, 26 << 26, 1), offmask=0xFF)) is None
     assert u32_dscp(b"\x01\x02") is None  # cut short
+
+
+def _nlmsg(kind: int, body: bytes) -> bytes:
+    data = struct.pack("=IHHII", 16 + len(body), kind, 2, 1, 0) + body
+    return data + b"\0" * (-len(data) % 4)
+
+
+def _nla(kind: int, payload: bytes) -> bytes:
+    data = struct.pack("=HH", 4 + len(payload), kind) + payload
+    return data + b"\0" * (-len(data) % 4)
+
+
+def test_a_qdisc_dump_is_read_for_its_counters_alone_and_a_refusal_is_an_error():
+    stats2 = _nla(qdisc_stats.TCA_STATS2 | 0x8000,  # nested, as the kernel flags it
+                  _nla(qdisc_stats.TCA_STATS_BASIC, struct.pack("=QI", 2**40 + 5, 7))
+                  + _nla(qdisc_stats.TCA_STATS_QUEUE, struct.pack("=5I", 3, 4542, 0, 0, 0)))
+    tcmsg = struct.pack("=BxxxiIII", 0, 4, 0x10000, 0xFFFFFFFF, 1)
+    kind = _nla(1, b"htb\0")
+    data = _nlmsg(qdisc_stats.RTM_NEWQDISC, tcmsg + kind + stats2) + _nlmsg(qdisc_stats.RTM_NEWQDISC, tcmsg + kind)
+    assert qdisc_stats.parse(data) == ([qdisc_stats.QdiscStat(4, 0x10000, 0xFFFFFFFF, 2**40 + 5, 4542)], False)
+    assert qdisc_stats.parse(_nlmsg(qdisc_stats.NLMSG_DONE, b"\0" * 4)) == ([], True)
+    with pytest.raises(OSError, match="EPERM"):
+        qdisc_stats.parse(_nlmsg(qdisc_stats.NLMSG_ERROR, struct.pack("=i", -1) + b"\0" * 16))

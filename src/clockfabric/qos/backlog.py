@@ -23,6 +23,8 @@ import time
 
 from pyroute2 import IPRoute
 
+from clockfabric.qos.qdisc_stats import QdiscReader, QdiscStat
+
 ADDRESSES_EVERY_S = 10.0  # the NICs and the routes to peers, read again this often
 ROOT = 0xFFFFFFFF
 TOS_BYTE, DSCP_BITS = 1, 0xFC  # the IP header's second byte, and its DSCP part
@@ -54,7 +56,8 @@ def _raw(nla) -> bytes:
 class EgressBacklog:
     def __init__(self, rates_bps: dict[str, int]):
         self.rates_bps = {nic: r for nic, r in rates_bps.items() if r}
-        self.ipr = IPRoute()
+        self.ipr = IPRoute()  # the NICs, routes, filters and classes: read every ADDRESSES_EVERY_S
+        self.qdiscs = QdiscReader()  # the qdiscs' counters: read each time
         self.routes: dict[str, str] = {}  # peer address -> the NIC the kernel sends to it by
         self._index: dict[str, int] = {}
         self._read_at = -ADDRESSES_EVERY_S
@@ -90,11 +93,11 @@ class EgressBacklog:
         """Each NIC's root qdisc backlog, in seconds at the rate it drains at."""
         if time.monotonic() - self._read_at >= ADDRESSES_EVERY_S:
             self._addresses()
-        out = {}
+        out, stats = {}, self.qdiscs.read()
         for nic, index in self._index.items():
-            for q in self.ipr.get_qdiscs(index):
-                if q["index"] == index and q["parent"] == ROOT and (wait := self._wait(nic, q)) is not None:
-                    out[nic] = wait
+            for q in stats:
+                if q.ifindex == index and q.parent == ROOT:
+                    out[nic] = self._wait(nic, q)
         return out
 
     def read(self) -> tuple[dict[str, float], dict[str, dict[int, float]]]:
@@ -106,17 +109,17 @@ class EgressBacklog:
             self._addresses()
         whole: dict[str, float] = {}
         by_dscp: dict[str, dict[int, float]] = {}
+        stats = self.qdiscs.read()
         for nic, index in self._index.items():
-            qdiscs = [q for q in self.ipr.get_qdiscs(index) if q["index"] == index]
-            root = next((q for q in qdiscs if q["parent"] == ROOT), None)
+            qdiscs = [q for q in stats if q.ifindex == index]
+            root = next((q for q in qdiscs if q.parent == ROOT), None)
             if root is None:
                 continue
-            if (wait := self._wait(nic, root)) is not None:
-                whole[nic] = wait
+            whole[nic] = self._wait(nic, root)
             if nic not in self._classes:
-                self._classes[nic] = self._dscp_classes(index, root["handle"])
+                self._classes[nic] = self._dscp_classes(index, root.handle)
                 self._guaranteed[nic] = self._class_rates(index) if self._classes[nic] else {}
-            under = {q["parent"]: q for q in qdiscs}
+            under = {q.parent: q for q in qdiscs}
             # each class's qdisc read once, however many DSCPs its filters send to it
             classes = {classid: self._wait(nic, under[classid], self._guaranteed[nic].get(classid, 0))
                        for classid in set(self._classes[nic].values()) if classid in under}
@@ -157,12 +160,9 @@ class EgressBacklog:
                 found[int(cls["handle"])] = 8 * (cls.get_nested("TCA_OPTIONS", "TCA_HTB_RATE64") or parms["rate"])
         return found
 
-    def _wait(self, nic: str, q, guaranteed_bps: int = 0) -> float | None:
-        if not (stats := q.get_attr("TCA_STATS2")):
-            return None
-        now, sent = time.monotonic(), stats.get_attr("TCA_STATS_BASIC")["bytes"]
-        backlog = stats.get_attr("TCA_STATS_QUEUE")["backlog"]
-        key = (nic, q["parent"])
+    def _wait(self, nic: str, q: QdiscStat, guaranteed_bps: int = 0) -> float:
+        now, sent, backlog = time.monotonic(), q.sent_bytes, q.backlog_bytes
+        key = (nic, q.parent)
         drain = self._drain_bps(self._last.get(key), self.rates_bps[nic], now, sent, backlog)
         wait = backlog * 8 / max(drain, guaranteed_bps)
         self._last[key] = (now, sent, backlog)
@@ -181,3 +181,4 @@ class EgressBacklog:
 
     def close(self) -> None:
         self.ipr.close()
+        self.qdiscs.close()
