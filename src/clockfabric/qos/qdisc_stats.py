@@ -1,7 +1,7 @@
 """Every qdisc's byte counter and backlog in this network namespace, in one netlink dump a
 reading: RTM_GETQDISC read on a raw socket, with only the few attributes that hold them decoded.
 The QoS loop reads the hosts' egress queues ten times a second; pyroute2 decodes every attribute
-of every message and, from 0.8 on, runs an event loop a call, which made the reading most of the
+of every message and (0.9) runs an event loop for each call, which made the reading most of the
 QoS service's CPU."""
 
 from __future__ import annotations
