@@ -16,10 +16,14 @@ demo: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
 # the unit tests in a worker per core (a file's tests in one worker); the lab's one at a time, as
-# they time real queues; both run, whatever the first finds
+# they time real queues; both run, whatever the first finds. The lab's timing runs on a shared
+# machine, so a lab test that fails is run once more on a fresh lab, and fails `make test` only
+# if it fails again; both runs' reports stay in the output
 test: setup
 	$(BIN)/python -m pytest -ra -n auto --dist loadfile tests/unit; status=$$?; \
-	$(BIN)/python -m pytest -ra --durations=30 tests/lab || status=1; exit $$status
+	$(BIN)/python -m pytest -ra --durations=30 tests/lab || { \
+	  echo "make test: the lab tests that failed, once more, each on a fresh lab"; \
+	  $(BIN)/python -m pytest -rA --lf --last-failed-no-failures none tests/lab; } || status=1; exit $$status
 
 unit: setup
 	$(BIN)/python -m pytest -ra -n auto --dist loadfile tests/unit

@@ -8,6 +8,7 @@ import time
 from clockfabric.clock.evaluate import Sampler, summary
 from clockfabric.lab import impair, inspect, netns, process
 from clockfabric.lab.agents import LabAgents
+from clockfabric.lab.shaping import LEAVES
 from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import Port, TrafficClasses, leafspine
 
@@ -23,8 +24,15 @@ def _tx_bytes(lab, node: str, iface: str) -> int:
         return ipr.get_links(ipr.link_lookup(ifname=iface)[0])[0].get_attr("IFLA_STATS64")["tx_bytes"]
 
 
+def _bulk_backlog(ipr, index: int) -> int:
+    """The bytes queued in the best-effort FIFO of one port: the bulk traffic's queue."""
+    fifo, = [q for q in ipr.get_qdiscs(index=index) if q["parent"] == LEAVES["best-effort"]]
+    return fifo.get_attr("TCA_STATS")["backlog"]
+
+
 def _saturated_clock_error(make_lab, classes: TrafficClasses) -> dict:
-    """p50/p99 |error| of the loaded host while four cubic streams fill its link."""
+    """p50/p99 |error| of the loaded host while four cubic streams fill its link, and how often
+    the link's bulk queue stood (the proof it was full, whatever rate the host let htb reach)."""
     lab = make_lab(dataclasses.replace(leafspine(4, 2, 1), classes=classes))
     topo = lab.topology
     address = str(topo.hosts[QUIET].address)
@@ -35,28 +43,39 @@ def _saturated_clock_error(make_lab, classes: TrafficClasses) -> dict:
     agents = LabAgents(lab, peers=3)  # the reference is h0: the loaded link is not its own
     sampler = Sampler(lab, agents.state_dir, agents.reference)
     sent = _tx_bytes(lab, LOADED, "eth0")
+    backlogs: list[int] = []
     agents.start()
     try:
-        while time.monotonic() - sampler.start < RUN_S:
-            time.sleep(0.25)
-            assert not agents.failed(), agents.failed()
-            sampler.sample()
+        with netns.ipr(lab.ns(LOADED)) as ipr:
+            index = ipr.link_lookup(ifname="eth0")[0]
+            while time.monotonic() - sampler.start < RUN_S:
+                time.sleep(0.25)
+                assert not agents.failed(), agents.failed()
+                sampler.sample()
+                if time.monotonic() - sampler.start >= SETTLE_S:
+                    backlogs.append(_bulk_backlog(ipr, index))
         status = inspect.lab_status(lab)
         load_bps = 8 * (_tx_bytes(lab, LOADED, "eth0") - sent) / (time.monotonic() - sampler.start)
     finally:
         agents.stop()
         process.stop([client, server])
     errors = [e for t, h, e in sampler.ours if h == LOADED and t >= SETTLE_S]
-    return {"status": status, "load_bps": load_bps, **summary(errors)}
+    standing = sum(b > 0 for b in backlogs) / max(len(backlogs), 1)
+    return {"status": status, "load_bps": load_bps, "standing": standing, **summary(errors)}
 
 
 def test_probes_in_the_priority_class_hold_the_clock_under_saturation(make_lab):
     with_classes = _saturated_clock_error(make_lab, TrafficClasses())
     print(f"\nsaturated {LOADED} link, |error| of {LOADED}: with classes p50 {with_classes['p50_ns']} ns "
           f"p99 {with_classes['p99_ns']} ns ({with_classes['samples']} samples); "
-          f"load {with_classes['load_bps'] / 1e6:.1f} Mbit/s")
+          f"load {with_classes['load_bps'] / 1e6:.1f} Mbit/s, bulk queue standing in "
+          f"{with_classes['standing']:.0%} of reads")
 
-    assert with_classes["load_bps"] > 90e6, with_classes["load_bps"]  # the link really was full, less headers
+    # the link really was full: its bulk queue stood through the measured window. The rate it
+    # carried is what the hypervisor lets htb reach (measured 80-96 Mbit/s of 100), so it only
+    # shows that bulk TCP, not a trickle, was the load
+    assert with_classes["standing"] >= 0.9, with_classes["standing"]
+    assert with_classes["load_bps"] > 50e6, with_classes["load_bps"]
     link = next(lk for lk in with_classes["status"]["links"] if lk["a"] == f"{LOADED}:eth0")
     assert link["classes"][f"{LOADED}:eth0"] == ["priority", "collective", "best-effort"], link
 
