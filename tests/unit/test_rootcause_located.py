@@ -17,18 +17,19 @@ def hops(src, dst, spine):
     return tuple((TOPO.find_link(a, b).name, f"{a}>{b}") for a, b in pairwise(path))
 
 
-def queued(route):
-    return any(way == ">".join(QUEUE) for _, way in route)
+def queued(route, queue=QUEUE):
+    return any(way == ">".join(queue) for _, way in route)
 
 
-def flow(src, dst, spine, jobid, mbps, owd_us):
-    points = tuple(FlowPoint(NOW - (30 - i) * S, mbps * 1e6, 2 * owd_us, owd_us) for i in range(30))
+def flow(src, dst, spine, jobid, mbps, owd_us, rtt_us=None):
+    rtt_us = 2 * owd_us if rtt_us is None else rtt_us
+    points = tuple(FlowPoint(NOW - (30 - i) * S, mbps * 1e6, rtt_us, owd_us) for i in range(30))
     return Flow(src, f"10.0.0.{src[1:]}:5000->10.0.1.{dst[1:]}:5201", jobid, dst, 0, hops(src, dst, spine), 26,
                 points)
 
 
-def fabric():
-    floors = [ProbePath(s, d, hops(s, d, sp), 12.0, 912.0 if queued(hops(s, d, sp)) else 13.0)
+def fabric(queue=QUEUE):
+    floors = [ProbePath(s, d, hops(s, d, sp), 12.0, 912.0 if queued(hops(s, d, sp), queue) else 13.0)
               for s in TOPO.hosts for d in TOPO.hosts if s[1] != d[1] and s != d
               for sp in ("spine0", "spine1") if any(sp in p.nodes for p in TOPO.paths(s, d))]
     return Fabric(floors=floors, link_rates={lk.name: 1e9 for lk in TOPO.links})
@@ -43,3 +44,18 @@ def test_the_mesh_names_the_queued_link_where_another_jobs_load_would_mislead():
     assert (v["verdict"], v["link"], v["evidence"]["direction"]) == ("degraded_link", link, "spine0>leaf1")
     top = v["evidence"]["localization"]["suspects"][0]
     assert top["links"] == [{"link": link, "direction": "spine0->leaf1"}] and not top["ambiguous"]
+
+
+def test_siblings_whose_acks_wait_in_the_same_queue_do_not_clear_it():
+    # h4's own uplink queues (another sender on h4 fills it): every path from h4 waits 900 us, and
+    # so do the ACKs of the flows into h4, which make half the healthy siblings' round trips. Their
+    # round trips are then the siblings' usual, yet the queue is theirs too
+    queue = ("h4", "leaf2")
+    flows = [flow("h4", "h0", "spine0", "A", 50, 912.0),  # slow: over h4 -> leaf2
+             flow("h4", "h2", "spine1", "A", 50, 912.0),
+             flow("h0", "h4", "spine0", "A", 50, 13.0, rtt_us=926.0),  # healthy: ACKs from h4 wait
+             flow("h2", "h4", "spine1", "A", 50, 13.0, rtt_us=926.0),
+             flow("h1", "h3", "spine0", "A", 50, 13.0)]
+    v = why("A", flows, fabric(queue), NOW, 30 * S)
+    link = TOPO.find_link(*queue).name
+    assert (v["link"], v["evidence"]["direction"]) == (link, "h4>leaf2"), v["sentence"]

@@ -158,20 +158,22 @@ def ends(flow: Flow) -> list[Hop]:
                                                     or h[1].endswith(f">{flow.peer}"))]
 
 
-def cleared(healthy: list[FlowStats], limits: Thresholds) -> set[Hop]:
-    """The hops healthy siblings prove quiet: those each crosses, at its floor; and its host links
-    the way in where its round trip (its ACKs' return) is not far above its healthy siblings'.
-    A round trip is read as a delay is (`settled`): a queue its newest readings stand in is not
-    averaged away by the quiet before it."""
+def crossed_quiet(healthy: list[FlowStats]) -> set[Hop]:
+    """The hops healthy siblings cross at their floor: a one-way delay measured them quiet."""
+    return {h for s in healthy for h in s.flow.hops}
+
+
+def returned_quiet(healthy: list[FlowStats], limits: Thresholds) -> set[Hop]:
+    """The host links the way in of each healthy sibling whose round trip (its ACKs' return) is
+    not far above its healthy siblings'. A round trip is read as a delay is (`settled`): a queue
+    its newest readings stand in is not averaged away by the quiet before it. An inference, not a
+    measurement: the siblings it is judged against may wait in the same queue."""
     rtts = {id(s): settled([p.rtt_us for p in s.flow.points], limits.newest) for s in healthy}
     usual = median(rtts.values())
-    quiet = set()
-    for s in healthy:
-        quiet |= set(s.flow.hops)
-        rtt = rtts[id(s)]
-        if rtt is not None and usual is not None and not far_above(rtt, usual, limits.rtt_margin_us, limits):
-            quiet |= set(ends(s.flow))
-    return quiet
+    return {h for s in healthy
+            if (rtt := rtts[id(s)]) is not None and usual is not None
+            and not far_above(rtt, usual, limits.rtt_margin_us, limits)
+            for h in ends(s.flow)}
 
 
 def first_seen(events: list[LinkEvent], apart_ns: int = SAME_EVENT_NS) -> list[LinkEvent]:
@@ -189,7 +191,7 @@ def first_seen(events: list[LinkEvent], apart_ns: int = SAME_EVENT_NS) -> list[L
 def blame(slow: list[FlowStats], healthy: list[FlowStats], limits: Thresholds | None = None) -> list[Hop]:
     """The hops the most network-slow flows may cross that no healthy sibling proves quiet: a
     flow's own last hop is as suspect as any until a sibling's round trip clears it."""
-    quiet = cleared(healthy, limits or Thresholds())
+    quiet = crossed_quiet(healthy) | returned_quiet(healthy, limits or Thresholds())
     counts = Counter(h for s in slow for h in s.flow.may_cross() if h not in quiet)
     if not counts:
         return []
@@ -230,12 +232,15 @@ def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> 
 def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric,
             limits: Thresholds) -> tuple[list[Hop], localization.Verdict]:
     """The hops localization names first on the slow flows' paths that no healthy sibling proves
-    quiet (its ACKs' way back included); [] where its evidence names none there."""
+    quiet; [] where its evidence names none there. A sibling's usual round trip narrows a suspect
+    the one-way delays cannot tell apart, but never clears all of one: that inference yields to
+    the queued delays measured across it."""
     verdict = localization.locate(observations(slow + healthy, fabric, limits))
-    quiet = cleared(healthy, limits)
+    crossed, returned = crossed_quiet(healthy), returned_quiet(healthy, limits)
     on_paths = {h for s in slow for h in s.flow.may_cross()}
     for suspect in verdict.suspects:
-        hops = [h for h in suspect.hops if h in on_paths and h not in quiet]
+        hops = [h for h in suspect.hops if h in on_paths and h not in crossed]
+        hops = [h for h in hops if h not in returned] or hops
         if hops:
             return hops, verdict
     return [], verdict
