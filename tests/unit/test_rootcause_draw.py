@@ -10,9 +10,11 @@ from clockfabric.bench.rootcause.draw import (
     FABRIC_BPS,
     FLOW_BPS,
     LOAD_SHARE,
+    OVERFILL,
     TIERS,
     draw,
     hops,
+    offered,
     leaf_of,
     tier_of,
 )
@@ -71,6 +73,23 @@ def test_culprits_queue_the_victim_at_the_fault_link():
     assert all(c.planes == 2 and c.fault.culprits[0].plane != c.jobs[0].flows[c.fault.victim].plane
                for c in misplaced)
     assert all(c.classes for c in CASES if c.fault.kind == "misconfigured_class")
+
+
+def test_culprits_can_overfill_the_fault_link_whatever_the_links_before_it_let_through():
+    into_h0, down = ("leaf0", "h0"), ("spine0", "leaf1")
+    # one sender's uplink carries no more than the host link it means to fill; two senders do
+    assert offered([[("h2", "leaf0"), into_h0]], into_h0) == 100e6
+    assert offered([[("h2", "leaf0"), into_h0], [("h2", "leaf0"), into_h0]], into_h0) == 100e6
+    assert offered([[("h2", "leaf0"), into_h0], [("h3", "leaf0"), into_h0]], into_h0) == 200e6
+    # two hosts under one leaf share its uplink; a flow from the link's own sender is unbounded
+    both = [[(h, "leaf2"), ("leaf2", "spine0"), down] for h in ("h4", "h5")]
+    assert offered(both, down) == FABRIC_BPS and offered([[down]], down) == float("inf")
+    for c in (c for c in CASES if c.fault.kind.startswith("congestion")):
+        target = tuple(c.fault.direction.split(">"))
+        own = sum(FLOW_BPS for f in c.jobs[0].flows if target in hops(f, c.hosts, c.leaves, c.planes))
+        paths = [hops(f, c.hosts, c.leaves, c.planes) for f in c.fault.culprits]
+        rate = FABRIC_BPS if "host" not in c.fault.tier else 100e6
+        assert offered(paths, target) + own > OVERFILL * rate, c
 
 
 def row(kind, tier, verdict, right, named_s=None, named_right=None):

@@ -6,8 +6,8 @@ The jobs' flows are placed so the fabric carries them without a queue (each dire
 under LOAD_SHARE of its rate, counting each flow at its nominal rate): whatever slows job A
 (the job judged) is the fault drawn, or nothing. The fault acts on one flow of job A, the
 victim, at a tier of its path; a class the drawn fabric cannot show at that tier (congestion on
-a spine's down-link needs a third leaf to send from, a misconfigured class needs traffic
-classes) is drawn again."""
+a spine's down-link needs a third leaf to send from, a congestion needs culprits that can
+overfill the link, a misconfigured class needs traffic classes) is drawn again."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ from clockfabric.topology import Topology, TrafficClasses, multirail
 HOST_BPS, FABRIC_BPS = 100_000_000, 20_000_000
 FLOW_BPS = 6_500_000  # a job flow's nominal rate, paced or bulk (lab.flows: 4 KiB / 5 ms; 16 KiB / 20 ms)
 LOAD_SHARE = 0.5  # the jobs' nominal load on a directed link stays under this share of its rate: no queue
+# a congestion fault offers its link at least this much over its rate (culprits at the most the
+# links before it let through, plus job A's own load on it): one TCP flow on this 2-core machine
+# carries 80-100 of a 100 Mbit/s host link, so one alone may fill no host link at all
+OVERFILL = 1.2
 STYLES = {"paced": {"chunk": 4096, "pause_s": 0.005}, "bulk": {"chunk": 16384, "pause_s": 0.02}}
 HEALTHY = "healthy"
 CLASSES = ("congestion_other_job", "congestion_non_job", "degraded_link", "flapping_link", "straggler_host",
@@ -215,7 +219,27 @@ def _at(rng: random.Random, kind: str, v: FlowSpec, hosts: int, leaves: int, pla
         return None
     n = rng.randint(1, 2)
     culprits = tuple(rng.choice(senders) for _ in range(n))
+    own = sum(FLOW_BPS for f in job.flows if link in hops(f, hosts, leaves, planes))
+    load = offered([hops(c, hosts, leaves, planes) for c in culprits], link) + own
+    if load <= OVERFILL * _rate(link):
+        return None  # they could not fill it: the queue would stand before it, or nowhere
     return tier, link, culprits, {"saturating_flows": n}
+
+
+def offered(paths: list[list[tuple[str, str]]], target: tuple[str, str]) -> float:
+    """The most that flows on `paths` can bring to `target`: each no more than the slowest link
+    before it, and flows that share a link before it no more than that link's rate together."""
+    return _through([list(reversed(p[:p.index(target)])) for p in paths])
+
+
+def _through(before: list[list[tuple[str, str]]]) -> float:
+    """What flows can bring to a point, each given by the links before it, the nearest first."""
+    if any(not b for b in before):
+        return float("inf")  # a flow sent from the point itself: nothing before it limits it
+    groups: dict[tuple[str, str], list[list[tuple[str, str]]]] = {}
+    for b in before:
+        groups.setdefault(b[0], []).append(b[1:])
+    return sum(min(_rate(hop), _through(rest)) for hop, rest in groups.items())
 
 
 def _queues_only_at(path: list[tuple[str, str]], target: tuple[str, str], crossed: set) -> bool:
