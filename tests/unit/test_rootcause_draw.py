@@ -12,8 +12,12 @@ from clockfabric.bench.rootcause.draw import (
     LOAD_SHARE,
     OVERFILL,
     TIERS,
+    Case,
+    Fault,
     draw,
     hops,
+    link_name,
+    twins,
     offered,
     leaf_of,
     tier_of,
@@ -124,6 +128,29 @@ def test_a_verdict_naming_links_it_cannot_tell_apart_is_not_right_though_the_fau
     assert (both["class_right"], both["named_right"], both["right"], both["named_among"]) == (True, False, False, True)
     found = summary([{**r, "kind": "degraded_link", "tier": case.fault.tier, "cost_s": 1.0} for r in (one, both)])
     assert (found["right"], found["ambiguous"], found["ambiguous_with_truth"]) == (1, 1, 1)
+
+
+def test_a_queue_no_path_tells_from_its_twin_is_named_right_only_with_it():
+    # two leaves: every path up leaf0 -> spine0 comes down spine0 -> leaf1, and no other path does
+    fault = Fault("degraded_link", "leaf->spine", 0, direction="leaf0>spine0")
+    case = Case(0, 0, 6, 2, 2, 1, False, (), fault)
+    assert twins(case, ("leaf0", "spine0")) == {("leaf0", "spine0"), ("spine0", "leaf1")}
+    assert twins(case, ("h0", "leaf0")) == {("h0", "leaf0")} and twins(case, ("spine1", "leaf0")) == {
+        ("spine1", "leaf0"), ("leaf1", "spine1")}
+    three = Case(0, 0, 6, 3, 2, 1, False, (), fault)  # a third leaf's paths part them
+    assert twins(three, ("leaf0", "spine0")) == {("leaf0", "spine0")}
+
+    topo = case.topology()
+    up, down = link_name(topo, "leaf0", "spine0"), link_name(topo, "spine0", "leaf1")
+    case = Case(0, 0, 6, 2, 2, 1, False, (), Fault("degraded_link", "leaf->spine", 0, up, "leaf0>spine0"))
+    pair = judge(case, {"verdict": "degraded_link", "link": None, "links": [down, up]})
+    alone = judge(case, {"verdict": "degraded_link", "link": up, "links": [up]})
+    wider = judge(case, {"verdict": "degraded_link", "link": None, "links": [down, up, link_name(topo, "h0", "leaf0")]})
+    assert (pair["right"], pair["named_among"]) == (True, False)
+    assert (alone["right"], wider["right"], wider["named_among"]) == (False, False, True)
+    # a flap is named by its carrier, not by delays: its link alone is right
+    flap = Case(0, 0, 6, 2, 2, 1, False, (), Fault("flapping_link", "leaf->spine", 0, up, "leaf0>spine0"))
+    assert judge(flap, {"verdict": "flapping_link", "link": up, "links": [up]})["right"]
 
 
 def test_p90_is_the_nearest_rank():

@@ -13,7 +13,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from clockfabric.bench.rootcause.draw import HEALTHY, STYLES, Case
+from clockfabric.bench.rootcause.draw import HEALTHY, STYLES, Case, link_name, twins
+from clockfabric.bench.rootcause.report import QUEUED
 from clockfabric.errors import ClockfabricError
 
 PORT = 5401
@@ -139,10 +140,16 @@ def trimmed(w: dict) -> dict:
 
 
 def right(case: Case, found: dict) -> tuple[bool, bool]:
-    """(its class right, what it names right) for a verdict: the link of a fault on a link, the
+    """(its class right, what it names right) for a verdict: the link of a fault on a link (of a
+    queue, with its twins, the links no path's delay tells from it: all of them and no other), the
     host of a straggler, the rogue rank's host among a misconfigured verdict's flows."""
     fault = case.fault
     kind = found.get("verdict") == fault.kind
+    if fault.link and fault.direction and fault.kind in QUEUED:
+        a, b = fault.direction.split(">", 1)
+        topo = case.topology()
+        want = {link_name(topo, *h) for h in twins(case, (a, b))}
+        return kind, set(found.get("links") or [found.get("link")]) == want
     if fault.link:
         return kind, found.get("link") == fault.link
     if fault.kind == "straggler_host":
@@ -155,9 +162,10 @@ def right(case: Case, found: dict) -> tuple[bool, bool]:
 
 def judge(case: Case, row: dict) -> dict:
     """The record's verdict judged: class right, link or host right, both. A verdict naming several
-    links it cannot tell apart names none right; `named_among` says whether the fault's was one."""
+    links it cannot tell apart names none right, unless no path could (`twins`); `named_among`
+    says whether the fault's was among those of a verdict not right."""
     kind, named = right(case, row) if row.get("verdict") else (False, False)
     truth = case.fault.link or case.fault.host
-    among = len(row.get("links") or []) > 1 and case.fault.link in row["links"]
+    among = len(row.get("links") or []) > 1 and case.fault.link in row["links"] and not named
     return {**row, "truth": truth, "class_right": kind, "named_right": named, "named_among": among,
             "right": kind and named}

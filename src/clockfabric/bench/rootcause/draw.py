@@ -115,6 +115,24 @@ def link_name(topo: Topology, a: str, b: str) -> str:
     return next(lk.name for lk in topo.links if {lk.a.node, lk.b.node} == {a, b})
 
 
+def twins(case: Case, hop: tuple[str, str]) -> set[tuple[str, str]]:
+    """The directed links that exactly the fabric's paths across `hop` cross (`hop` among them):
+    no end-to-end delay, whoever sends it, tells them apart. With two leaves, a leaf's way up to a
+    spine and that spine's way down to the other leaf are one such pair."""
+    names = [f"h{i}" for i in range(case.hosts)]
+    crossing: dict[tuple[str, str], set[int]] = {}
+    n = 0
+    for plane in range(case.planes):
+        for src in names:
+            for dst in (d for d in names if d != src):
+                same = leaf_of(src, case.hosts, case.leaves) == leaf_of(dst, case.hosts, case.leaves)
+                for spine in [""] if same else [switch(case.planes, plane, "spine", k) for k in range(case.spines)]:
+                    n += 1
+                    for h in hops(FlowSpec(src, dst, spine, plane), case.hosts, case.leaves, case.planes):
+                        crossing.setdefault(h, set()).add(n)
+    return {h for h, paths in crossing.items() if paths == crossing.get(hop)} | {hop}
+
+
 def tier_of(a: str, b: str) -> str:
     """The tier of the directed link a -> b, from its ends' names."""
     def role(n: str) -> str:
