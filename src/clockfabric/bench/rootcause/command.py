@@ -41,8 +41,9 @@ def run(seed: int, indexes: list[int], watch_s: float, lab: str, say, keep) -> l
 
 
 def targets(found: dict) -> list[Target]:
-    ambiguous = (f"{found.get('ambiguous', 0)} verdicts named links the evidence could not tell apart, "
-                 f"the fault's among them in {found.get('ambiguous_with_truth', 0)}: not counted right")
+    ambiguous = (f"{found.get('ambiguous', 0)} verdicts named links the evidence could not tell apart: "
+                 f"{found.get('ambiguous_twins', 0)} the fault's and the links no path tells from it (right), "
+                 f"{found.get('ambiguous_with_truth', 0)} more with the fault's among them (not right)")
     return [Target(f"right (verdict and link or host), {found['cases']} cases", found["right_percent"], 95.0, "%",
                    note=ambiguous),
             Target("worst class right", found["worst_class_percent"], 90.0, "%"),

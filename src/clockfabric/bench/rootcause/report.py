@@ -57,6 +57,7 @@ def summary(rows: list[dict]) -> dict:
             "queued_cases": len(queued), "located_percent": share(queued, "named_right"),
             "ambiguous": sum(len(r.get("links") or []) > 1 for r in faults),
             "ambiguous_with_truth": sum(bool(r.get("named_among")) for r in faults),
+            "ambiguous_twins": sum(len(r.get("links") or []) > 1 and bool(r.get("named_right")) for r in faults),
             "errors": sum(bool(r.get("error")) for r in rows),
             "cost_s": round(sum(r.get("cost_s", 0.0) for r in rows), 1),
             "per_class": per_class, "per_tier": per_tier, "confusion": confusion(rows)}
