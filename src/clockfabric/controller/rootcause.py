@@ -113,6 +113,18 @@ class Thresholds:
     # readings). A queue younger than this that no load seen explains may be a new flow's; flows
     # held back this briefly with no delay to show where may not have shown it yet
     unseen_ns: int = 4 * 10**9
+    # a packet ahead in a FIFO (a sibling's, in service) is not a queue: its time on the path's
+    # slowest link comes on top of the margins above (at 100 Mbit/s a full one is 120 us, at
+    # 100 Gbit/s 0.12 us)
+    packets_ahead: int = 1
+    packet_bits: int = 1500 * 8
+
+    def margin_us(self, source: str, hops: Iterable[Hop], rates: dict[str, float] | None) -> float:
+        """How far above its floor or siblings a delay read from `source` must stand on a path of
+        `hops` to be a queue: the source's margin, plus `packets_ahead` on its slowest link of known rate."""
+        base = self.inband_margin_us if source == "inband" else self.rtt_margin_us
+        slowest = min((r for name, _ in hops if (r := (rates or {}).get(name))), default=None)
+        return base if slowest is None else base + self.packets_ahead * self.packet_bits / slowest * 1e6
 
 
 @dataclass
@@ -187,11 +199,12 @@ def far_above(value: float, base: float, margin_us: float, limits: Thresholds) -
     return value > base * limits.delay_ratio and value - base > margin_us
 
 
-def judge(stats: list[FlowStats], limits: Thresholds) -> None:
-    """Mark each flow network-slow or starved against its siblings (the others of the list) and its floor."""
+def judge(stats: list[FlowStats], limits: Thresholds, rates: dict[str, float] | None = None) -> None:
+    """Mark each flow network-slow or starved against its siblings (the others of the list) and its
+    floor; `rates`, the links' configured bits per second, where known (see Thresholds.margin_us)."""
     for s in stats:
         siblings = [o for o in stats if o is not s]
-        margin = limits.inband_margin_us if s.delay_source == "inband" else limits.rtt_margin_us
+        margin = limits.margin_us(s.delay_source, s.flow.hops, rates)
         sib_delay = median(o.delay_us for o in siblings)
         sib_rate = median(o.rate_bps for o in siblings if (o.rate_bps or 0) >= limits.active_bps)
         if s.delay_us is not None and sib_delay is not None and far_above(s.delay_us, sib_delay, margin, limits):
@@ -244,15 +257,16 @@ def run_since(readings: list[tuple[int, float | None]], base: float, margin: flo
 
 
 def job_flows(flows: list[Flow], jobid: str, since_ns: int, now_ns: int, limits: Thresholds,
-              floors: list[ProbePath]) -> list[FlowStats]:
-    """The job's flows that sent lately (the window's last `recent_ns`), summarized and judged."""
+              floors: list[ProbePath], rates: dict[str, float] | None = None) -> list[FlowStats]:
+    """The job's flows that sent lately (the window's last `recent_ns`), summarized and judged
+    (`rates`: the links' configured bits per second, where known)."""
     # a socket that never sent in the window is the receiving end (or a control connection): its
     # direction is judged at its sender
     sent = [f for f in flows if f.jobid == jobid and any((p.tx_bps or 0) >= limits.active_bps
                                                            for p in f.points if p.t_ns >= since_ns)]
     mine = [in_window(f, max(since_ns, now_ns - limits.recent_ns)) for f in sent]
     stats = [summarize(f, floors, limits.newest) for f in mine if f.points]
-    judge(stats, limits)
+    judge(stats, limits, rates)
     return stats
 
 

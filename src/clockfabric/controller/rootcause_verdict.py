@@ -71,7 +71,7 @@ def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: i
     where it names several (ambiguous) or none."""
     limits = limits or Thresholds()
     since = now_ns - window_ns
-    stats = job_flows(flows, jobid, since, now_ns, limits, fabric.floors)
+    stats = job_flows(flows, jobid, since, now_ns, limits, fabric.floors, fabric.link_rates)
     series = throughput([f for f in flows if f.jobid == jobid and f.points])
     drop = throughput_drop([(t, v) for t, v in series if t >= since])
     base = {"jobid": jobid, "since_ns": since, "now_ns": now_ns, "throughput": series, "throughput_ratio": drop,
@@ -199,11 +199,11 @@ def blame(slow: list[FlowStats], healthy: list[FlowStats], limits: Thresholds | 
     return [h for h, n in counts.items() if n == top]
 
 
-def probes_queued(hop: Hop, floors: list[ProbePath], limits: Thresholds) -> int:
+def probes_queued(hop: Hop, fabric: Fabric, limits: Thresholds) -> int:
     """How many probe paths across `hop` see their delay far above their floor: a queue there
     delays every path across it, whoever sends."""
-    return sum(1 for p in floors if p.p50_us is not None and on_hop(hop, p.hops)
-               and far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits))
+    return sum(1 for p in fabric.floors if p.p50_us is not None and on_hop(hop, p.hops)
+               and far_above(p.p50_us, p.floor_us, limits.margin_us("inband", p.hops, fabric.link_rates), limits))
 
 
 def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> list[localization.Observation]:
@@ -215,8 +215,9 @@ def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> 
     for p in fabric.floors:
         if p.p50_us is None:
             continue
-        queued = far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits)
-        if queued or (fabric.collective_dscp is None and p.p50_us - p.floor_us <= limits.inband_margin_us / 2):
+        margin = limits.margin_us("inband", p.hops, fabric.link_rates)
+        queued = far_above(p.p50_us, p.floor_us, margin, limits)
+        if queued or (fabric.collective_dscp is None and p.p50_us - p.floor_us <= margin / 2):
             out.append(localization.Observation(f"probe {p.src}->{p.dst} " + ",".join(n for n, _ in p.hops),
                                                 p.hops, p.p50_us - p.floor_us, localization.PROBE,
                                                 src=p.src, dst=p.dst, queued=queued))
@@ -283,7 +284,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     order = {h: i for s in reversed(slow) for i, h in enumerate(s.flow.may_cross())}
 
     def evidence_of(h: Hop) -> tuple[int, float]:
-        return probes_queued(h, fabric.floors, limits), foreign(h)
+        return probes_queued(h, fabric, limits), foreign(h)
 
     ranked = sorted(hops, key=lambda h: (*(-x for x in evidence_of(h)), order.get(h, len(order))))
     hop, best = ranked[0], evidence_of(ranked[0])
