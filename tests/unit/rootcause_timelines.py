@@ -56,6 +56,13 @@ def fabric(events: list[LinkEvent] | None = None, floors: bool = True) -> Fabric
     return Fabric(floors=probe, link_rates=links(), events=events or [], collective_dscp=(26,))
 
 
+def receivers(flows: list[Flow]) -> list[Flow]:
+    """The flows with each one's receiving socket, as its peer's agent reports it: sending
+    nothing, marking the flow's DSCP (a job that marks both ends: its ACKs ride its class)."""
+    return flows + [Flow(f.peer or "", "->".join(reversed(f.flow.split("->"))), f.jobid, f.host, f.plane, (), f.dscp,
+                         tuple(FlowPoint(p.t_ns, 0.0, p.rtt_us) for p in f.points)) for f in flows]
+
+
 def untraced(f: Flow) -> Flow:
     """The flow as the controller sees it when its trace was lost (often in the very queue that
     slows it): only its host links known, every link of both spines' paths in reach."""

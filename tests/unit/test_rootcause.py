@@ -9,7 +9,7 @@ import pytest
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, Thresholds, job_flows, settled
 from clockfabric.controller.rootcause_verdict import PROVISIONAL, Fabric, filled, upstream, why
-from tests.unit.rootcause_timelines import NOW, READINGS, S, fabric, flow, ring
+from tests.unit.rootcause_timelines import NOW, READINGS, S, fabric, flow, receivers, ring
 
 WINDOW = 60 * S
 SLOW = (80, 2000)  # Mbit/s, RTT us: a flow behind a queue
@@ -209,8 +209,9 @@ def test_a_queue_held_by_the_newest_readings_is_judged_before_it_fills_half_the_
 def test_a_young_queue_no_load_explains_is_not_called_degraded_before_a_new_flow_could_be_seen():
     """A flow that has just started is reported seconds after the queue it builds: a queue younger
     than that, on a link carrying little that is seen, is unexplained as yet, then named by what
-    comes first: the new flow's load, or, none coming, a degraded link."""
-    young = verdict(slow_lately(3))  # 3 s of queue: a new flow's load takes 4 s to be seen
+    comes first: the new flow's load, or, none coming, a degraded link. (The job marks both
+    ends: its ACKs ride its class, so the siblings' round trips clear the host links.)"""
+    young = verdict(receivers(slow_lately(3)))  # 3 s of queue: a new flow's load takes 4 s to be seen
     assert (young["verdict"], young["links"]) == ("queue_unexplained", SPINE1)
     assert young["verdict"] in PROVISIONAL and young["evidence"]["queue_age_s"] == pytest.approx(3.0)
     assert "younger than a new flow's load takes to be seen (4 s)" in young["sentence"]
@@ -218,7 +219,7 @@ def test_a_young_queue_no_load_explains_is_not_called_degraded_before_a_new_flow
     culprit = flow("h0", "h3", "spine1", "B", 0, 60, then=(700, 2000), at=READINGS - 2)  # reported 2 s ago
     v = verdict(slow_lately(3) + [culprit])
     assert (v["verdict"], v["link"], v["culprit"]) == ("congestion_other_job", "leaf0--spine1", "B")
-    old = verdict(slow_lately(5))
+    old = verdict(receivers(slow_lately(5)))
     assert (old["verdict"], old["links"]) == ("degraded_link", SPINE1)
 
 

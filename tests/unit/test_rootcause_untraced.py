@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from clockfabric.controller.rootcause import Flow, LinkEvent, ProbePath
 from clockfabric.controller.rootcause_verdict import Fabric, why
-from tests.unit.rootcause_timelines import NOW, S, fabric, flow, hops, ring, untraced
+from tests.unit.rootcause_timelines import NOW, S, fabric, flow, hops, receivers, ring, untraced
 
 WINDOW = 60 * S
 SLOW = (80, 2000)
@@ -42,11 +42,21 @@ def test_congestion_from_flows_of_no_job_when_untraced():
 
 
 def test_degraded_fabric_link_is_named_not_the_host_links():
-    # no other traffic: the healthy siblings' paths clear spine0, their round trips clear the slow
-    # flow's host links; spine1's two links, which nothing tells apart, are both named
-    v = verdict(with_slow_untraced())
+    # no other traffic: the healthy siblings' paths clear spine0, their round trips (their ACKs
+    # in the job's class) clear the slow flow's host links; spine1's two links, which nothing
+    # tells apart, are both named
+    v = verdict(receivers(with_slow_untraced()))
     assert (v["verdict"], v["links"], v["ambiguous"]) == ("degraded_link", ["leaf0--spine1", "leaf1--spine1"], True)
     assert not set(v["links"]) & set(HOST_LINKS)
+
+
+def test_round_trips_clear_no_host_link_where_the_acks_ride_another_class():
+    # the receiving sockets mark nothing: their ACKs pass the collective class's queue, and a
+    # usual round trip says nothing of it. On one FIFO a port they wait in it, and clear
+    acks_elsewhere = verdict(with_slow_untraced())
+    assert set(HOST_LINKS) & set(acks_elsewhere["links"]), acks_elsewhere["sentence"]
+    fifo = verdict(with_slow_untraced(), Fabric(**{**fabric().__dict__, "collective_dscp": None}))
+    assert fifo["links"] == ["leaf0--spine1", "leaf1--spine1"], fifo["sentence"]
 
 
 def test_flapping_link_the_untraced_flow_may_cross():

@@ -37,12 +37,11 @@ from clockfabric.controller.rootcause import (
     far_above,
     job_flows,
     load_on,
-    median,
     on_hop,
-    settled,
     throughput,
     throughput_drop,
 )
+from clockfabric.controller.rootcause_siblings import acks_in_class, blame, crossed_quiet, returned_quiet
 
 VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "congestion_other_job",
             "congestion_non_job", "congestion_own", "degraded_link", "queue_unexplained", "held_unlocated",
@@ -144,38 +143,6 @@ def _flapping(stats: list[FlowStats], fabric: Fabric, since: int, drop: float | 
                               "flows": _names(hit), "throughput_ratio": drop})
 
 
-def back(hop: Hop) -> Hop:
-    """The same link the other way."""
-    name, way = hop
-    a, _, b = way.partition(">")
-    return (name, f"{b}>{a}") if way else hop
-
-
-def ends(flow: Flow) -> list[Hop]:
-    """The hops its ACKs surely cross on their way back: its host links, the way in. (The fabric
-    hashes the ACKs' 5-tuple on its own, so the switches between are not known.)"""
-    return [back(h) for h in flow.hops if h[1] and (h[1].startswith(f"{flow.host}>")
-                                                    or h[1].endswith(f">{flow.peer}"))]
-
-
-def crossed_quiet(healthy: list[FlowStats]) -> set[Hop]:
-    """The hops healthy siblings cross at their floor: a one-way delay measured them quiet."""
-    return {h for s in healthy for h in s.flow.hops}
-
-
-def returned_quiet(healthy: list[FlowStats], limits: Thresholds) -> set[Hop]:
-    """The host links the way in of each healthy sibling whose round trip (its ACKs' return) is
-    not far above its healthy siblings'. A round trip is read as a delay is (`settled`): a queue
-    its newest readings stand in is not averaged away by the quiet before it. An inference, not a
-    measurement: the siblings it is judged against may wait in the same queue."""
-    rtts = {id(s): settled([p.rtt_us for p in s.flow.points], limits.newest) for s in healthy}
-    usual = median(rtts.values())
-    return {h for s in healthy
-            if (rtt := rtts[id(s)]) is not None and usual is not None
-            and not far_above(rtt, usual, limits.rtt_margin_us, limits)
-            for h in ends(s.flow)}
-
-
 def first_seen(events: list[LinkEvent], apart_ns: int = SAME_EVENT_NS) -> list[LinkEvent]:
     """One of each event both ends of a link report: the first, where the next of its kind on the
     link comes within `apart_ns`."""
@@ -188,22 +155,11 @@ def first_seen(events: list[LinkEvent], apart_ns: int = SAME_EVENT_NS) -> list[L
     return kept
 
 
-def blame(slow: list[FlowStats], healthy: list[FlowStats], limits: Thresholds | None = None) -> list[Hop]:
-    """The hops the most network-slow flows may cross that no healthy sibling proves quiet: a
-    flow's own last hop is as suspect as any until a sibling's round trip clears it."""
-    quiet = crossed_quiet(healthy) | returned_quiet(healthy, limits or Thresholds())
-    counts = Counter(h for s in slow for h in s.flow.may_cross() if h not in quiet)
-    if not counts:
-        return []
-    top = counts.most_common(1)[0][1]
-    return [h for h, n in counts.items() if n == top]
-
-
-def probes_queued(hop: Hop, fabric: Fabric, limits: Thresholds) -> int:
+def probes_queued(hop: Hop, floors: list[ProbePath], limits: Thresholds) -> int:
     """How many probe paths across `hop` see their delay far above their floor: a queue there
     delays every path across it, whoever sends."""
-    return sum(1 for p in fabric.floors if p.p50_us is not None and on_hop(hop, p.hops)
-               and far_above(p.p50_us, p.floor_us, limits.margin_us("inband", p.hops, fabric.link_rates), limits))
+    return sum(1 for p in floors if p.p50_us is not None and on_hop(hop, p.hops)
+               and far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits))
 
 
 def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> list[localization.Observation]:
@@ -215,9 +171,8 @@ def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> 
     for p in fabric.floors:
         if p.p50_us is None:
             continue
-        margin = limits.margin_us("inband", p.hops, fabric.link_rates)
-        queued = far_above(p.p50_us, p.floor_us, margin, limits)
-        if queued or (fabric.collective_dscp is None and p.p50_us - p.floor_us <= margin / 2):
+        queued = far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits)
+        if queued or (fabric.collective_dscp is None and p.p50_us - p.floor_us <= limits.inband_margin_us / 2):
             out.append(localization.Observation(f"probe {p.src}->{p.dst} " + ",".join(n for n, _ in p.hops),
                                                 p.hops, p.p50_us - p.floor_us, localization.PROBE,
                                                 src=p.src, dst=p.dst, queued=queued))
@@ -230,14 +185,14 @@ def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> 
     return out
 
 
-def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric,
-            limits: Thresholds) -> tuple[list[Hop], localization.Verdict]:
+def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, limits: Thresholds,
+            in_class: Callable[[Flow], bool] = lambda f: True) -> tuple[list[Hop], localization.Verdict]:
     """The hops localization names first on the slow flows' paths that no healthy sibling proves
     quiet; [] where its evidence names none there. A sibling's usual round trip narrows a suspect
     the one-way delays cannot tell apart, but never clears all of one: that inference yields to
     the queued delays measured across it."""
     verdict = localization.locate(observations(slow + healthy, fabric, limits))
-    crossed, returned = crossed_quiet(healthy), returned_quiet(healthy, limits)
+    crossed, returned = crossed_quiet(healthy), returned_quiet(healthy, limits, in_class)
     on_paths = {h for s in slow for h in s.flow.may_cross()}
     for suspect in verdict.suspects:
         hops = [h for h in suspect.hops if h in on_paths and h not in crossed]
@@ -260,10 +215,11 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
                         f"({slow[0].why[-1]}), and no delay shows where yet ({age_ns / 1e9:.1f} s)",
                         evidence=evidence | {"held_s": round(age_ns / 1e9, 2)})
     healthy = [s for s in stats if not s.network_slow]
-    hops, verdict = located(slow, healthy, fabric, limits)
+    in_class = acks_in_class(flows, fabric.collective_dscp is not None)
+    hops, verdict = located(slow, healthy, fabric, limits, in_class)
     evidence["localization"] = verdict.row()
     if not hops:  # the mesh names nothing on their paths: the siblings' evidence alone
-        hops = blame(slow, healthy, limits)
+        hops = blame(slow, healthy, limits, in_class)
     if not hops:
         return _verdict("slow_unlocated", f"{len(slow)} flows of job {jobid} are slow in the network "
                         f"({'; '.join(slow[0].why)}), but no link they share can be named", evidence=evidence)
@@ -284,7 +240,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     order = {h: i for s in reversed(slow) for i, h in enumerate(s.flow.may_cross())}
 
     def evidence_of(h: Hop) -> tuple[int, float]:
-        return probes_queued(h, fabric, limits), foreign(h)
+        return probes_queued(h, fabric.floors, limits), foreign(h)
 
     ranked = sorted(hops, key=lambda h: (*(-x for x in evidence_of(h)), order.get(h, len(order))))
     hop, best = ranked[0], evidence_of(ranked[0])
