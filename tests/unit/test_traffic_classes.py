@@ -10,7 +10,7 @@ from clockfabric.agent.config import AgentConfig
 from clockfabric.clock import ptp4l
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import shaping
-from clockfabric.probe.engine import ProbeEngine
+from clockfabric.probe.engine import Marking, ProbeEngine
 from clockfabric.topology import TopologyError, TrafficClasses, dumps, leafspine, parse
 
 
@@ -123,7 +123,8 @@ def test_the_agent_marks_probes_ef_unless_told_and_refuses_a_bad_dscp(tmp_path):
 
 @pytest.mark.parametrize("dscp", [46, 0])
 def test_every_probe_socket_carries_the_dscp(dscp):
-    engine = ProbeEngine("127.0.0.1", {"a": "127.0.0.1"}, [], rails=[None], ports=2, base_port=47310, dscp=dscp)
+    engine = ProbeEngine("127.0.0.1", {"a": "127.0.0.1"}, [], rails=[None], ports=2, base_port=47310,
+                         marking=Marking(dscp))
     socks = [p.sock for p in engine._paths + engine._reflectors]
     try:
         assert [s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) for s in socks] == [dscp << 2] * 4

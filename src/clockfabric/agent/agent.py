@@ -126,7 +126,7 @@ class Agent:
         try:
             engine = ProbeEngine(address, addresses, cfg.probed, rails=rails, ports=cfg.ports,
                                  base_port=cfg.base_port, interval_s=cfg.probe_interval_s(),
-                                 local_ns=clock.local_ns, seed=cfg.seed, dscp=cfg.probe_dscp,
+                                 local_ns=clock.local_ns, seed=cfg.seed, marking=cfg.probe_marking(),
                                  sealer=self.sealers[PROBE])
             control = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             control.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg.probe_dscp << 2)  # clock reports: time traffic

@@ -11,9 +11,12 @@ from clockfabric.clock.network import solver_installed
 from clockfabric.collective.claims import AGENT_PORT
 from clockfabric.errors import ClockfabricError
 from clockfabric.probe import wire
+from clockfabric.probe.engine import Marking
 from clockfabric.telemetry.base import COLLECTORS
 from clockfabric.topology import Topology
 from clockfabric.topology.classes import PRIORITY_DSCP
+
+CLASS_PROBE_SHARE = 0.5  # the class stream's exchanges per clock exchange at the full rate
 
 CONTROL_PORT = AGENT_PORT  # clock reports and maps, and collective ranks' spine claims
 METRICS_PORT = 9470
@@ -108,3 +111,12 @@ class AgentConfig:
             return full
         slower = self.probe_rate / min(self.quiet_rate, self.probe_rate)
         return max(full, min(self.window_s, full * slower))
+
+    def probe_marking(self) -> Marking:
+        """What the probes mark: probe_dscp; and on a fabric with traffic classes a class stream,
+        probes in the jobs' class at CLASS_PROBE_SHARE of the full rate (the clock's own stay in
+        the priority class and see none of the jobs' queues)."""
+        classes = self.topology.classes
+        if classes is None or not classes.collective_dscp:
+            return Marking(self.probe_dscp)
+        return Marking(self.probe_dscp, classes.collective_dscp[0], self.probe_interval_s() / CLASS_PROBE_SHARE)

@@ -28,6 +28,9 @@ QUIET_SAMPLE_PER_PAIR = 2
 CONTINUE_NS = 10_000.0
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
+# the class stream's delays (ProbeEngine.class_dscp) are read over this many windows: it is sparse
+CLASS_WINDOWS = 3
+MAX_CLASSED = 1024  # class exchanges held per peer at most, whatever the rate
 
 
 class HostSync:
@@ -55,9 +58,14 @@ class HostSync:
         self._calm_since: int | None = None  # our clock: since when no step and mostly pure probes
         self._counted = (0, 0, 0)  # (exchanges, pure forward, pure back) when the last purity sample began
         self._quiet = False  # the last purity sample's verdict: most probe packets pure
+        # the class stream's exchanges by peer, oldest first: read for their delays, never fitted
+        self.classed: dict[str, deque[Exchange]] = defaultdict(partial(deque, maxlen=MAX_CLASSED))
 
     def add(self, exchanges: list[Exchange]) -> None:
         for ex in exchanges:
+            if ex.dscp is not None:
+                self.classed[ex.peer].append(ex)
+                continue
             if pair := self.pairs.get(ex.peer):
                 steps, provisional = pair.steps, pair.provisional
                 for forward, delta in pair.add(ex):
@@ -88,6 +96,7 @@ class HostSync:
             first = pair.suspect(cand[0])
             pair.shift(Step(first.seq if first else pair.seen + 1, first.at_ns if first else _last_tx(pair), size))
         self.floors.clear()
+        self.classed.clear()
         self._candidate = None
         self._stepped = True
         self.own_steps += 1
@@ -105,6 +114,7 @@ class HostSync:
 
     def _forget_floors(self, peer: str) -> None:
         self.floors = {k: v for k, v in self.floors.items() if k[0] != peer}
+        self.classed.pop(peer, None)
         self.urgent = self._stepped = True
 
     def settled(self, now_ns: int) -> bool:
@@ -211,6 +221,30 @@ class HostSync:
                 rows.append(row)
         return rows
 
+    def class_owd(self) -> list[dict]:
+        """The class stream's delays out to each probed peer, by path: the median over the last
+        CLASS_WINDOWS windows (the newest exchange with any peer is now), trusted only. Their
+        floor is the path's own (`owd`): the same 5-tuple crosses the same links."""
+        newest = max((p.exchanges[-1].tx[0] for p in self.pairs.values() if p.exchanges), default=None)
+        if self.mapping is None or newest is None:
+            return []
+        rows = []
+        for peer, held in list(self.classed.items()):
+            while held and held[0].tx[0] < newest - CLASS_WINDOWS * self.window_ns:
+                held.popleft()
+            theirs = self.peer_maps.get(peer)
+            if not held or theirs is None:
+                continue
+            bound = self.mapping.bound_at(held[-1].tx[0]) + theirs.bound_at(held[-1].peer_rx[0])
+            if _distrust(self.mapping, theirs, bound, self.owd_trust_ns):
+                continue
+            by_path: dict[tuple[str, int], list[int]] = defaultdict(list)
+            for ex in held:
+                by_path[(ex.path, ex.dscp or 0)].append(_one_way_ns(self.mapping, theirs, (ex.tx[0], ex.peer_rx[0])))
+            rows += [{"src": self.host, "dst": peer, "path": path, "dscp": dscp, "n": len(delays),
+                      "p50_ns": percentile(sorted(delays), 50)} for (path, dscp), delays in sorted(by_path.items())]
+        return rows
+
     def state(self) -> dict:
         pairs = {}
         for peer, pair in self.pairs.items():
@@ -228,7 +262,7 @@ class HostSync:
         return {"mapping": self.mapping.as_dict() if self.mapping else None, "parts": self.parts,
                 "frame": self.frame.as_dict() if self.frame else None,
                 "pairs": pairs, "owd": [r for r in owd if r["trusted"]],
-                "owd_untrusted": [r for r in owd if not r["trusted"]]}
+                "owd_untrusted": [r for r in owd if not r["trusted"]], "class_owd": self.class_owd()}
 
 
 def _one_way_ns(sender: Mapping, receiver: Mapping, stamp: tuple[int, int]) -> int:

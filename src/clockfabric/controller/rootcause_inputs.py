@@ -8,14 +8,16 @@ is all a verdict reads of them (the load they put on a link, rootcause.load_on).
 links: its plane from its local address, its peer from its remote one, and the switch it
 crosses where its agent traced it (`job_flow_path` / `other_flow_path`, label `via`); without
 one, or with several in the window, only the links every such path shares surely. Probe floors
-and their links: the OWD matrix and the path map.
+and their links: the OWD matrix and the path map. On a fabric with traffic classes, the class
+stream's delays (`class_owd_p50_ns`: probes marked with the jobs' class, on the same paths) beside
+the same floors.
 
 A packet is timed leaving after its host's own egress queue (the qdisc of its NIC), so every
 delay measured from a host, in-band or probe, misses the queue on the host's link to its leaf.
 The agents report that queue (`nic_egress_queue_ns`), and it is added back to each delay from the
 host over that link: where the host sorts its packets into classes by DSCP, the queue of a
 flow's own class, and none to its probes (the priority class holds only them); else the
-whole queue.
+whole queue; to the class stream's, its class's.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from clockfabric.workload.samples import EGRESS
 
 # sample name -> FlowPoint field; a flow of no job is pushed as other_flow_<stat>
 PATH_STAT = "path"  # value: unused; labels: via (the switch the flow crosses), dscp where known
+CLASS_DELAY = "class_owd_p50_ns"  # the class stream's delays (the agent's clock service)
 PAGE = 5_000
 MAX_SAMPLES = 500_000  # a window this busy is cut short rather than hold the controller
 
@@ -193,15 +196,16 @@ def flows_from(samples: Iterable[Sample], places: Places) -> list[Flow]:
 
 
 def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: list[str] | None,
-                since_ns: int | None = None) -> list[ProbePath]:
+                since_ns: int | None = None, delay: str = "owd_p50_ns") -> list[ProbePath]:
     """The probe paths `hosts` (None: every host) measured or were measured by: a flow's floor is
-    its pair's; a path's delay only where its newest is since `since_ns` (None: the engine's lookback)."""
+    its pair's; a path's delay (`delay`: the clock's probes, or CLASS_DELAY) only where its newest
+    is since `since_ns` (None: the engine's lookback)."""
     latest = {name: {(s.labels.get("src"), s.labels.get("dst"), s.labels.get("path")): s.value
-                     for s in series.latest(name, hosts=hosts, since_ns=since_ns if name == "owd_p50_ns" else None)}
-              for name in ("owd_floor_ns", "owd_p50_ns")}
+                     for s in series.latest(name, hosts=hosts, since_ns=since_ns if name == delay else None)}
+              for name in ("owd_floor_ns", delay)}
     links = {(m["src"], m["dst"], m["path"]): m["links"] for m in path_map}
     return [ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))), floor / 1e3,
-            None if (p50 := latest["owd_p50_ns"].get((src, dst, path))) is None else p50 / 1e3)
+            None if (p50 := latest[delay].get((src, dst, path))) is None else p50 / 1e3)
             for (src, dst, path), floor in latest["owd_floor_ns"].items() if src and dst]
 
 
@@ -236,11 +240,12 @@ def waited(queues: Queues, host: str, hops: tuple, t_ns: int | None = None, dscp
     return waits[at - 1] if at else 0.0
 
 
-def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues) -> tuple[list[Flow], list[ProbePath]]:
+def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues,
+                class_dscp: int | None = None) -> tuple[list[Flow], list[ProbePath]]:
     """The flows' in-band delays and the probe paths' latest with their sender's egress queue added.
     A host that sorts its packets into classes serves its probes in the priority class, apart
     from every job's traffic: all that waits with them is the probe round they left in, so
-    nothing is added to them there."""
+    nothing is added to them there. The class stream's (`class_dscp`) wait in its class's queue."""
     by_class = {(host, link) for host, link, dscp in queues if dscp is not None}
 
     def flow(f: Flow) -> Flow:
@@ -249,9 +254,9 @@ def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues) -> t
         return replace(f, points=points)
 
     def probe(p: ProbePath) -> ProbePath:
-        if p.p50_us is None or (p.hops and (p.src, p.hops[0][0]) in by_class):
+        if p.p50_us is None or (class_dscp is None and p.hops and (p.src, p.hops[0][0]) in by_class):
             return p
-        return replace(p, p50_us=p.p50_us + waited(queues, p.src, p.hops))
+        return replace(p, p50_us=p.p50_us + waited(queues, p.src, p.hops, dscp=class_dscp))
     return [flow(f) for f in flows], [probe(p) for p in floors]
 
 
@@ -283,10 +288,14 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
     queues = egress_queues([s for s in series.range(EGRESS, since_ns=since_ns, until_ns=now_ns + 1)
                             if s.host in ends], here)
     flows, floors = with_egress(flows, floors, queues)
+    in_class: list[ProbePath] = []
+    if classes:
+        in_class = [p for p in probe_paths(series, path_map, here, ends, delay=CLASS_DELAY) if p.p50_us is not None]
+        in_class = with_egress([], in_class, queues, classes.collective_dscp[0])[1]
     fabric = Fabric(floors,
                     {lk.name: float(lk.rate_bps) for lk in topology.links} if topology else {},
                     link_events(stored_events(storage, since_ns), here),
-                    classes.collective_dscp if classes else None)
+                    classes.collective_dscp if classes else None, in_class)
     return flows, fabric
 
 

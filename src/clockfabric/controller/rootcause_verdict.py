@@ -61,6 +61,15 @@ class Fabric:
     link_rates: dict[str, float] = field(default_factory=dict)  # configured bits per second, by link name
     events: list[LinkEvent] = field(default_factory=list)
     collective_dscp: tuple[int, ...] | None = None  # None: the fabric has no traffic classes
+    in_class: list[ProbePath] = field(default_factory=list)  # probes in the jobs' class there, same floors
+
+    def probes(self) -> list[tuple[ProbePath, bool, str]]:
+        """Every probe path with whether its quiet clears its links, and what it is: the clock's
+        clear only on one FIFO a port (on a fabric with classes they ride the priority class, and
+        their quiet says nothing of the job's queue); the class stream's always (they wait where
+        the jobs do)."""
+        return ([(p, self.collective_dscp is None, "probe") for p in self.floors]
+                + [(p, True, "class probe") for p in self.in_class])
 
 
 def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: int,
@@ -155,25 +164,24 @@ def first_seen(events: list[LinkEvent], apart_ns: int = SAME_EVENT_NS) -> list[L
     return kept
 
 
-def probes_queued(hop: Hop, floors: list[ProbePath], limits: Thresholds) -> int:
+def probes_queued(hop: Hop, fabric: Fabric, limits: Thresholds) -> int:
     """How many probe paths across `hop` see their delay far above their floor: a queue there
     delays every path across it, whoever sends."""
-    return sum(1 for p in floors if p.p50_us is not None and on_hop(hop, p.hops)
+    return sum(1 for p, _, _ in fabric.probes() if p.p50_us is not None and on_hop(hop, p.hops)
                and far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits))
 
 
 def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> list[localization.Observation]:
     """The probe mesh's paths and the job's flows as localization's evidence. A probe path at its
-    floor clears its links only on a fabric without traffic classes: probes ride the priority
-    class there, and its quiet says nothing of the job's queue. A flow's delay counts only in-band
-    (RTT/2 counts the way back too); judged as the verdict judges it."""
+    floor clears its links only where it waits where the job does (Fabric.probes). A flow's delay
+    counts only in-band (RTT/2 counts the way back too); judged as the verdict judges it."""
     out = []
-    for p in fabric.floors:
+    for p, clears, kind in fabric.probes():
         if p.p50_us is None:
             continue
         queued = far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits)
-        if queued or (fabric.collective_dscp is None and p.p50_us - p.floor_us <= limits.inband_margin_us / 2):
-            out.append(localization.Observation(f"probe {p.src}->{p.dst} " + ",".join(n for n, _ in p.hops),
+        if queued or (clears and p.p50_us - p.floor_us <= limits.inband_margin_us / 2):
+            out.append(localization.Observation(f"{kind} {p.src}->{p.dst} " + ",".join(n for n, _ in p.hops),
                                                 p.hops, p.p50_us - p.floor_us, localization.PROBE,
                                                 src=p.src, dst=p.dst, queued=queued))
     for s in stats:
@@ -240,7 +248,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     order = {h: i for s in reversed(slow) for i, h in enumerate(s.flow.may_cross())}
 
     def evidence_of(h: Hop) -> tuple[int, float]:
-        return probes_queued(h, fabric.floors, limits), foreign(h)
+        return probes_queued(h, fabric, limits), foreign(h)
 
     ranked = sorted(hops, key=lambda h: (*(-x for x in evidence_of(h)), order.get(h, len(order))))
     hop, best = ranked[0], evidence_of(ranked[0])

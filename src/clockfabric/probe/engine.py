@@ -13,7 +13,10 @@ wake-up costs more than reading a few packets, so this keeps the agent's CPU low
 
 Every probe and reply carries a DSCP (default EF, 46): a fabric that maps it to a
 strict-priority queue lets probes pass the bulk queues a job builds, so the delays they see
-stay the fabric's, not the jobs' (topology/classes.py; docs/clock.md).
+stay the fabric's, not the jobs' (topology/classes.py; docs/clock.md). On such a fabric a second,
+sparser stream (`Marking.class_dscp`) marks its probes with the jobs' class instead, on the same paths:
+their delays are the jobs' queues, which root cause wants and the clock must never see
+(Exchange.dscp tells them apart).
 
 Every datagram is sealed with the fleet key (auth/seal.py; docs/security.md): one that is not
 the fleet's, or is a replay, is counted and dropped before it is read; a reply must echo the
@@ -27,6 +30,7 @@ import logging
 import random
 import select
 import socket
+import struct
 import threading
 import time
 from collections import Counter, deque
@@ -56,11 +60,22 @@ class Exchange:
     peer_rx: tuple[int, int]  # the peer's receives of it (peer's clock)
     peer_tx: tuple[int, int]  # the peer's sends of its reply pair (peer's clock)
     rx: tuple[int, int]  # our receives of the reply pair (our clock)
+    dscp: int | None = None  # the class stream's probe (None: the clock's, in the priority class)
 
 
 def path_label(rail: str | None, port: int) -> str:
     """A path's name: its rail and the reflector's port."""
     return f"{rail or 'any'}:{port}"
+
+
+@dataclass(frozen=True)
+class Marking:
+    """What the probes mark: the clock's DSCP; the class stream's (None: no class stream) and the
+    seconds between its exchanges with each peer."""
+
+    dscp: int = PRIORITY_DSCP
+    class_dscp: int | None = None
+    class_interval_s: float = 1.0
 
 
 @dataclass
@@ -78,7 +93,7 @@ class ProbeEngine(threading.Thread):
                  ports: int = 4,
                  base_port: int = 7300, interval_s: float = 0.2, gap_ns: int = 10_000,
                  local_ns: Callable[[int], int] = lambda t: t, seed: int | None = None,
-                 dscp: int = PRIORITY_DSCP, sealer: Sealer | None = None):
+                 marking: Marking = Marking(), sealer: Sealer | None = None):
         super().__init__(name="probe-engine", daemon=True)
         self.address = address
         self.peers = {p: hosts[p] for p in probed}  # whom we probe
@@ -86,7 +101,8 @@ class ProbeEngine(threading.Thread):
         self.interval_s = interval_s
         self.gap_ns = gap_ns
         self.local_ns = local_ns  # kernel real time -> this host's clock
-        self.tos = dscp << 2  # the IP TOS byte: DSCP in its upper six bits, ECN (unused) below
+        self.tos = marking.dscp << 2  # the IP TOS byte: DSCP in its upper six bits, ECN (unused) below
+        self.marking = marking
         self.sealer = sealer or Sealer(PROBE, address, None)
         self.session = random.getrandbits(32)
         self.rng = random.Random(seed)
@@ -101,7 +117,9 @@ class ProbeEngine(threading.Thread):
         self._pending: dict[tuple[str, int], dict] = {}  # (peer, seq) -> timestamps so far
         self._reflected: dict[tuple[str, int], dict] = {}  # (prober address, session) -> our last reply
         self._seq: dict[str, int] = {p: 0 for p in probed}
-        self._next_path: dict[str, int] = {p: self.rng.randrange(len(self._paths)) for p in probed}
+        self._next_path: dict[tuple[str, int | None], int] = {
+            (p, d): self.rng.randrange(len(self._paths)) for p in probed
+            for d in (None, marking.class_dscp)}
         self.paths = [p.name for p in self._paths]
         # what the fabric hashes a path by: (label, rail, our source port, the peer's port), to trace it
         self.flows = [(path_label(rail, base_port + k), rail, base_port + ports + k, base_port + k)
@@ -139,7 +157,11 @@ class ProbeEngine(threading.Thread):
         for p in self._paths:
             tick.register(p.fd, select.EPOLLIN)  # send timestamps raise EPOLLERR
         next_tick = time.monotonic()
-        due = [(next_tick + self.rng.uniform(0, self.interval_s), peer) for peer in self.peers]
+        streams: list[tuple[int | None, Callable[[], float]]] = [(None, lambda: self.interval_s)]
+        if self.marking.class_dscp is not None:
+            streams.append((self.marking.class_dscp, lambda: self.marking.class_interval_s))
+        due = [(next_tick + self.rng.uniform(0, every()), peer, k) for peer in self.peers
+               for k, (_, every) in enumerate(streams)]
         heapq.heapify(due)
         try:
             while not self._stopping.is_set():
@@ -152,10 +174,11 @@ class ProbeEngine(threading.Thread):
                 for fd, events in tick.poll(0):
                     self._drain(self._by_fd[fd], events)
                 while due and due[0][0] <= now:
-                    _, peer = heapq.heappop(due)
-                    self._probe(peer)
+                    _, peer, k = heapq.heappop(due)
+                    dscp, every = streams[k]
+                    self._probe(peer, dscp)
                     jitter = self.rng.uniform(0.8, 1.2)  # no lockstep between hosts
-                    heapq.heappush(due, (now + self.interval_s * jitter, peer))
+                    heapq.heappush(due, (now + every() * jitter, peer, k))
                 self._expire(now)
         finally:
             wake.close()
@@ -202,10 +225,12 @@ class ProbeEngine(threading.Thread):
 
     # ---- sending ----------------------------------------------------------------------------
     def _send_pair(self, path: _Socket, first: wire.Packet, second: wire.Packet, dest: tuple[str, int],
-                   what: tuple, echo: int = 0) -> int:
+                   what: tuple, echo: int = 0, dscp: int | None = None) -> int:
         """A warm-up, then two datagrams gap_ns apart: if the gap survives the trip, neither met a queue.
-        The warm-up asks for no send timestamp (nor takes a timestamp id): one read less.
+        The warm-up asks for no send timestamp (nor takes a timestamp id): one read less. A `dscp`
+        marks these three alone (a control message on the send), the socket's own stays.
         Returns the nonce of the second (what a reply to the pair echoes)."""
+        marked = [] if dscp is None else [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", dscp << 2))]
         seal = self.sealer.seal
         warmup, _ = seal(wire.encode(wire.Packet(wire.WARMUP, first.session, first.seq)), dest[0], echo)
         one, _ = seal(wire.encode(first), dest[0], echo)
@@ -214,14 +239,17 @@ class ProbeEngine(threading.Thread):
         datagrams = [warmup, *timed]
         sent = 0
         try:
-            path.sock.sendmsg([warmup], timestamping.NO_TX_TIMESTAMP, 0, dest)
+            path.sock.sendmsg([warmup], timestamping.NO_TX_TIMESTAMP + marked, 0, dest)
             sent = 1
             for data in timed:
                 if sent == 2:
                     until = time.perf_counter_ns() + self.gap_ns
                     while time.perf_counter_ns() < until:
                         pass
-                path.sock.sendto(data, dest)
+                if marked:
+                    path.sock.sendmsg([data], marked, 0, dest)
+                else:
+                    path.sock.sendto(data, dest)
                 sent += 1
         except OSError as e:  # no route (a failed link), a full buffer: this exchange is lost
             self.counters["send_errors"] += 1
@@ -233,16 +261,18 @@ class ProbeEngine(threading.Thread):
         self.counters["wire_bytes_sent"] += sum(len(d) + wire.IP_UDP_ETH_OVERHEAD for d in datagrams[:sent])
         return nonce
 
-    def _probe(self, peer: str) -> None:
-        i = self._next_path[peer]
-        self._next_path[peer] = (i + 1) % len(self._paths)
+    def _probe(self, peer: str, dscp: int | None = None) -> None:
+        """One exchange with `peer`, each stream cycling over the paths on its own."""
+        i = self._next_path[(peer, dscp)]
+        self._next_path[(peer, dscp)] = (i + 1) % len(self._paths)
         path = self._paths[i]
         self._seq[peer] = seq = (self._seq[peer] + 1) & 0xFFFFFFFF
-        rec = self._pending[(peer, seq)] = {"path": path.name, "tx": [None, None], "at": time.monotonic()}
-        self.counters["probes_sent"] += 1
+        rec = self._pending[(peer, seq)] = {"path": path.name, "tx": [None, None], "at": time.monotonic(),
+                                            "dscp": dscp}
+        self.counters["probes_sent" if dscp is None else "class_probes_sent"] += 1
         rec["nonce"] = self._send_pair(path, wire.Packet(wire.PROBE0, self.session, seq),
                                        wire.Packet(wire.PROBE1, self.session, seq),
-                                       (self.peers[peer], path.port), ("probe", peer, seq))
+                                       (self.peers[peer], path.port), ("probe", peer, seq), dscp=dscp)
 
     def _sent(self, path: _Socket, send_id: int, real_ns: int) -> None:
         what = self._tx_ids.pop((path.fd, send_id), None)
@@ -325,7 +355,8 @@ class ProbeEngine(threading.Thread):
         if rec is None or "rx" not in rec or None in rec["rx"] or None in rec["tx"]:
             self.counters["incomplete_exchanges"] += 1
             return
-        self.exchanges.append(Exchange(peer, rec["path"], tuple(rec["tx"]), rec["peer_rx"], peer_tx, tuple(rec["rx"])))
+        self.exchanges.append(Exchange(peer, rec["path"], tuple(rec["tx"]), rec["peer_rx"], peer_tx, tuple(rec["rx"]),
+                                       rec["dscp"]))
         self.counters["exchanges"] += 1
 
     def _expire(self, now: float) -> None:
