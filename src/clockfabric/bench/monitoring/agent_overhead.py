@@ -13,6 +13,10 @@ The baseline, in the same run: the agent probing at its full rate all the time
 (`--quiet-rate` equal to `--probe-rate`, 20 exchanges a second), i.e. the agent before it learnt
 to slow down on a settled clock and a quiet fabric.
 
+Then the same fabric with traffic classes (`classes:`, every default), where the agent also runs
+the class stream (probes in the collective class at half the full rate, for root cause): its
+default setting, judged against the same target and baseline.
+
     sudo clockfabric bench agent-overhead [--repeats 2] [--settle 30] [--measure 30] [--out PATH]
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -36,13 +41,15 @@ from clockfabric.lab import build
 from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.monitoring import LabFleet
 from clockfabric.lab.state import Lab
-from clockfabric.topology import leafspine
+from clockfabric.topology import TrafficClasses, leafspine
 
 LAB = "bench-aover"
 CPU_TARGET_PCT, RSS_TARGET_MB = 1.0, 80.0  # per agent, idle fabric, 10 peers
-SETTINGS = {  # name -> extra agent arguments
-    "full rate (baseline)": ["--quiet-rate", "20"],
-    "default": [],
+CLASSES = "default, fabric with traffic classes"
+SETTINGS = {  # name -> (extra agent arguments, the fabric has traffic classes)
+    "full rate (baseline)": (["--quiet-rate", "20"], False),
+    "default": ([], False),
+    CLASSES: ([], True),
 }
 TICK_S = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -92,12 +99,15 @@ def main(repeats: Annotated[int, typer.Option(min=1)] = 2, settle: Annotated[flo
     require_root()
     facts = harness.machine()
     runs: dict[str, list[dict]] = {name: [] for name in SETTINGS}
-    with labs_removed(LAB):
-        lab = build.up(leafspine(12, 2, 2), LAB)
-        for r in range(repeats):
-            for name, extra in SETTINGS.items():
-                out.print(f"round {r + 1}/{repeats}: {name}")
-                runs[name].append(measure(lab, extra, settle, measure_s))
+    for classes in (False, True):  # a lab each; on each, its settings in turns
+        with labs_removed(LAB):
+            fabric = leafspine(12, 2, 2)
+            lab = build.up(replace(fabric, classes=TrafficClasses()) if classes else fabric, LAB)
+            for r in range(repeats):
+                for name, (extra, with_classes) in SETTINGS.items():
+                    if with_classes == classes:
+                        out.print(f"round {r + 1}/{repeats}: {name}")
+                        runs[name].append(measure(lab, extra, settle, measure_s))
     table = Table(title="agent cost, 12-host lab, 10 peers, idle (per agent; reference h0 apart)")
     for col in ("setting", "CPU % (mean)", "user %", "system %", "max host %", "RSS MB", "h0 CPU %", "h0 RSS MB",
                 "quiet", "vs baseline"):
@@ -122,6 +132,8 @@ def main(repeats: Annotated[int, typer.Option(min=1)] = 2, settle: Annotated[flo
     ours = summary["default"]
     judged = [Target("agent CPU, idle, 10 peers", ours["cpu_pct"], CPU_TARGET_PCT, "% of a core", better="lower",
                      baseline=base),
+              Target("agent CPU, idle, 10 peers, fabric with traffic classes (class stream on)",
+                     summary[CLASSES]["cpu_pct"], CPU_TARGET_PCT, "% of a core", better="lower", baseline=base),
               Target("agent RSS", ours["rss_mb"], RSS_TARGET_MB, "MB", better="lower")]
     record("agent-overhead", judged, facts, {"settle_s": settle, "measure_s": measure_s, "summary": summary,
                                              "runs": runs}, path=json_path)
