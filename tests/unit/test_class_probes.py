@@ -138,3 +138,16 @@ def test_a_quiet_class_probe_clears_its_links_where_the_clocks_cannot():
     assert only_clock == []  # the priority class is quiet whatever the jobs' queue
     with_class = observations([], Fabric(floors=[clock], collective_dscp=(26,), in_class=[in_class, queued]), limits)
     assert [(o.queued, o.hops) for o in with_class] == [(False, (HOP_A, HOP_B)), (True, (HOP_A,))]
+
+
+def test_a_class_probe_a_packet_above_its_floor_is_not_a_queue_but_on_a_fast_link_it_is():
+    """A class probe waits behind the jobs' bursts as their flows do: one full-size packet ahead
+    (120 us at 100 Mbit/s) is no queue; the same wait where every link runs at 10 Gbit/s is."""
+    limits = Thresholds()
+    behind = ProbePath("h0", "h2", (HOP_A,), floor_us=40.0, p50_us=40.0 + 120.0)
+
+    def queued(rate_bps: float) -> list[bool | None]:
+        fabric = Fabric(collective_dscp=(26,), in_class=[behind], link_rates={"s0": rate_bps})
+        return [o.queued for o in observations([], fabric, limits)]
+    assert queued(100e6) == []  # neither queued nor quiet enough to clear
+    assert queued(10e9) == [True]

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from clockfabric import localization
 from clockfabric.controller.rootcause import (
@@ -53,6 +54,13 @@ FLAP_DOWNS = 2  # downs of one link in the window that make it flapping even onc
 SAME_EVENT_NS = 500_000_000  # one down seen from both ends of the link lands this close
 
 
+class Probe(NamedTuple):
+    path: ProbePath
+    clears: bool  # its quiet clears the links it crosses
+    kind: str  # "probe" (the clock's) or "class probe"
+    margin_us: float  # how far above its floor it must stand to be queued
+
+
 @dataclass(frozen=True)
 class Fabric:
     """What the controller knows besides the flows."""
@@ -63,13 +71,14 @@ class Fabric:
     collective_dscp: tuple[int, ...] | None = None  # None: the fabric has no traffic classes
     in_class: list[ProbePath] = field(default_factory=list)  # probes in the jobs' class there, same floors
 
-    def probes(self) -> list[tuple[ProbePath, bool, str]]:
-        """Every probe path with whether its quiet clears its links, and what it is: the clock's
-        clear only on one FIFO a port (on a fabric with classes they ride the priority class, and
-        their quiet says nothing of the job's queue); the class stream's always (they wait where
-        the jobs do)."""
-        return ([(p, self.collective_dscp is None, "probe") for p in self.floors]
-                + [(p, True, "class probe") for p in self.in_class])
+    def probes(self, limits: Thresholds) -> list[Probe]:
+        """Every probe path as evidence. The clock's clear their links only on one FIFO a port (on
+        a fabric with classes they ride the priority class, and their quiet says nothing of the
+        job's queue); the class stream's always, and they are held to the job's flows' margin:
+        they wait in the same queue, behind the same bursts (Thresholds.margin_us)."""
+        return ([Probe(p, self.collective_dscp is None, "probe", limits.inband_margin_us) for p in self.floors]
+                + [Probe(p, True, "class probe", limits.margin_us("inband", p.hops, self.link_rates))
+                   for p in self.in_class])
 
 
 def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: int,
@@ -167,8 +176,8 @@ def first_seen(events: list[LinkEvent], apart_ns: int = SAME_EVENT_NS) -> list[L
 def probes_queued(hop: Hop, fabric: Fabric, limits: Thresholds) -> int:
     """How many probe paths across `hop` see their delay far above their floor: a queue there
     delays every path across it, whoever sends."""
-    return sum(1 for p, _, _ in fabric.probes() if p.p50_us is not None and on_hop(hop, p.hops)
-               and far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits))
+    return sum(1 for p, _, _, margin in fabric.probes(limits) if p.p50_us is not None and on_hop(hop, p.hops)
+               and far_above(p.p50_us, p.floor_us, margin, limits))
 
 
 def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> list[localization.Observation]:
@@ -176,11 +185,11 @@ def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> 
     floor clears its links only where it waits where the job does (Fabric.probes). A flow's delay
     counts only in-band (RTT/2 counts the way back too); judged as the verdict judges it."""
     out = []
-    for p, clears, kind in fabric.probes():
+    for p, clears, kind, margin in fabric.probes(limits):
         if p.p50_us is None:
             continue
-        queued = far_above(p.p50_us, p.floor_us, limits.inband_margin_us, limits)
-        if queued or (clears and p.p50_us - p.floor_us <= limits.inband_margin_us / 2):
+        queued = far_above(p.p50_us, p.floor_us, margin, limits)
+        if queued or (clears and p.p50_us - p.floor_us <= margin / 2):
             out.append(localization.Observation(f"{kind} {p.src}->{p.dst} " + ",".join(n for n, _ in p.hops),
                                                 p.hops, p.p50_us - p.floor_us, localization.PROBE,
                                                 src=p.src, dst=p.dst, queued=queued))
