@@ -28,7 +28,7 @@ QUIET_SAMPLE_PER_PAIR = 2
 CONTINUE_NS = 10_000.0
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
-# the class stream's delays (ProbeEngine.class_dscp) are read over this many windows: it is sparse
+# the class stream's delays (probe.engine.Marking.class_dscp) are read over this many windows: it is sparse
 CLASS_WINDOWS = 3
 MAX_CLASSED = 1024  # class exchanges held per peer at most, whatever the rate
 

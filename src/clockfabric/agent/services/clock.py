@@ -290,7 +290,7 @@ class ClockSync(Service):
             labels = {"src": row["src"], "dst": row["dst"], "path": row["path"]}
             samples += [{"name": f"owd_{stat}_ns", "value": row[f"{stat}_ns"], "labels": labels}
                         for stat in ("min", "p50", "p99", "floor")]
-        # the class stream's (ProbeEngine.class_dscp): the jobs' queues, beside the floor above
+        # the class stream's (probe.engine.Marking.class_dscp): the jobs' queues, beside the floor above
         samples += [{"name": "class_owd_p50_ns", "value": row["p50_ns"],
                      "labels": {"src": row["src"], "dst": row["dst"], "path": row["path"], "dscp": str(row["dscp"])}}
                     for row in state.get("class_owd", [])]
