@@ -14,10 +14,18 @@ is read the same way, from the qdisc under the class, as what a packet of that D
 (`class_queues_s`). A class with a backlog drains at no less than the rate htb guarantees it:
 two readings that each catch a burst (a probe round leaves in one) say nothing of the time
 between them, so the sent bytes between them are no drain rate below that.
+
+One reading is one instant: read on a fixed beat, it can fall in step with a paced sender's
+bursts and see that sender's own packets waiting every time. `QueueSampler` reads at random
+instants instead (a Poisson process, whose readings see the time average whatever the traffic's
+rhythm) and sums each update up as every queue's median: what a packet sent at a random moment
+waited, as the in-band delays' median beside it is a random packet's.
 """
 
 from __future__ import annotations
 
+import random
+import statistics
 import struct
 import time
 
@@ -26,6 +34,7 @@ from pyroute2 import IPRoute
 from clockfabric.qos.qdisc_stats import QdiscReader, QdiscStat
 
 ADDRESSES_EVERY_S = 10.0  # the NICs and the routes to peers, read again this often
+READS_PER_S = 5.0  # QueueSampler's readings a second, on average
 ROOT = 0xFFFFFFFF
 TOS_BYTE, DSCP_BITS = 1, 0xFC  # the IP header's second byte, and its DSCP part
 _SEL = struct.Struct("=BBBxHhhhI")  # struct tc_u32_sel, before its keys
@@ -182,3 +191,36 @@ class EgressBacklog:
     def close(self) -> None:
         self.ipr.close()
         self.qdiscs.close()
+
+
+Waits = tuple[dict[str, float], dict[str, dict[int, float]]]  # EgressBacklog.read's: whole queues, by DSCP
+
+
+class QueueSampler:
+    """`EgressBacklog.read` at random instants, `reads_per_s` on average, summed up by `take`."""
+
+    def __init__(self, backlog: EgressBacklog, reads_per_s: float = READS_PER_S, rng: random.Random | None = None):
+        self.backlog, self.reads_per_s = backlog, reads_per_s
+        self.rng = rng or random.Random()
+        self.reads: list[Waits] = []
+        self.next_s = 0.0  # the first poll reads at once
+
+    def poll(self, now_s: float) -> float:
+        """Read if a reading is due; returns when the next one is (time.monotonic())."""
+        if now_s >= self.next_s:
+            self.next_s = now_s + self.rng.expovariate(self.reads_per_s)
+            self.reads.append(self.backlog.read())
+        return self.next_s
+
+    def take(self) -> Waits:
+        """Each queue's median over the readings since the last take (one read now if none)."""
+        reads, self.reads = self.reads or [self.backlog.read()], []
+        whole = medians([w for w, _ in reads])
+        nics = sorted({nic for _, by in reads for nic in by})
+        return whole, {nic: medians([by[nic] for _, by in reads if nic in by]) for nic in nics}
+
+
+def medians(reads: list[dict]) -> dict:
+    """Each key's median over the readings that hold it."""
+    keys = sorted({k for r in reads for k in r})
+    return {k: statistics.median(r[k] for r in reads if k in r) for k in keys}

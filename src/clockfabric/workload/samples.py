@@ -14,7 +14,8 @@ Samples, each labelled with `jobid` (never `job`: Prometheus owns that label):
   job_flow_path           where the group's flows go (value: how many): labels via (the switch
   other_flow_path         traced through, "" if not) and dscp (what the socket marks, "" if unknown)
   nic_egress_queue_ns     each fabric NIC's own egress queue (qos.backlog: its root qdisc's backlog
-                          at the rate it drains at), label device: the part of every path from here
+                          at the rate it drains at, the median of the update's readings at random
+                          instants), label device: the part of every path from here
                           that the in-band delays, timed after it, do not see; where the root qdisc
                           sorts packets into classes by DSCP, also each class's, labels device and
                           dscp: what a packet of that DSCP waits

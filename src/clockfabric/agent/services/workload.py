@@ -8,12 +8,13 @@ through (workload.paths, on a thread of its own) and the DSCP its socket marks."
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from clockfabric.agent.capture import NicCapture
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
-from clockfabric.qos.backlog import EgressBacklog
+from clockfabric.qos.backlog import EgressBacklog, QueueSampler
 from clockfabric.qos.policy import Ask
 from clockfabric.topology import host_of_address
 from clockfabric.workload import exchange, samples, stages
@@ -59,13 +60,13 @@ class Workload(Service):
             log.warning("cannot look up flows' routes (%s)", e)
         self.paths = PathTracer(FlowPaths(ctx.cfg.topology, ctx.cfg.host, device_of=self.device))
         rates = ctx.cfg.topology.port_rates(ctx.cfg.host)
-        self.egress: EgressBacklog | None = None  # the NICs' own queues, which the capture sees past
+        self.egress: QueueSampler | None = None  # the NICs' own queues, which the capture sees past
         self.egress_s: dict[str, float] = {}
         self.egress_by_dscp: dict[str, dict[int, float]] = {}  # where a NIC sorts packets into classes
         try:
             if any(rates.get(nic) for nic in ctx.rails):
-                self.egress = EgressBacklog({nic: rates.get(nic, 0) for nic in ctx.rails})
-                ctx.on_link_change.append(self.egress.forget)  # a NIC back as another device
+                self.egress = QueueSampler(EgressBacklog({nic: rates.get(nic, 0) for nic in ctx.rails}))
+                ctx.on_link_change.append(self.egress.backlog.forget)  # a NIC back as another device
         except OSError as e:
             log.warning("cannot read the NICs' queues (%s): a queue on this host's own links goes unseen", e)
         ctx.on_link_change.append(self.paths.forget)  # a changed fabric moves the hash
@@ -82,6 +83,16 @@ class Workload(Service):
             self.dropped += self.capture.dropped()
         with self.cpu.stage(stages.MATCH):
             self.inband.captured(packets, time.monotonic_ns())
+
+    def poll(self, now_s: float) -> float:
+        if self.egress is None:
+            return math.inf
+        with self.cpu.stage(stages.FLOWS):
+            try:
+                return self.egress.poll(now_s)
+            except OSError as e:
+                log.warning("reading the NICs' queues: %s", e)
+                return now_s + 1.0
 
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
         with self.cpu.stage(stages.RECEIVE):
@@ -109,7 +120,7 @@ class Workload(Service):
         if self.egress is not None:
             with self.cpu.stage(stages.FLOWS):
                 try:
-                    self.egress_s, self.egress_by_dscp = self.egress.read()
+                    self.egress_s, self.egress_by_dscp = self.egress.take()
                 except OSError as e:
                     log.warning("reading the NICs' queues: %s", e)
         with self.cpu.stage(stages.PATHS):
@@ -134,7 +145,7 @@ class Workload(Service):
         self.paths.stop()
         self.paths.join(timeout=2.0)
         if self.egress is not None:
-            self.egress.close()
+            self.egress.backlog.close()
         if self.device:
             self.device.close()
         if self.sockets:
