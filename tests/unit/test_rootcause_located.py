@@ -59,3 +59,28 @@ def test_siblings_whose_acks_wait_in_the_same_queue_do_not_clear_it():
     v = why("A", flows, fabric(queue), NOW, 30 * S)
     link = TOPO.find_link(*queue).name
     assert (v["link"], v["evidence"]["direction"]) == (link, "h4>leaf2"), v["sentence"]
+
+
+def test_a_probe_read_before_the_queue_began_does_not_clear_it():
+    # spine0 -> leaf1 has queued for the last 5 s. The mesh probes each path every few seconds:
+    # h0's and h1's paths across it were read since (queued), h4's and h5's before (at floor)
+    onset = NOW - 5 * S
+    slow = flow("h0", "h2", "spine0", "A", 50, 912.0)
+    slow = Flow(slow.host, slow.flow, slow.jobid, slow.peer, slow.plane, slow.hops, slow.dscp,
+                tuple(FlowPoint(p.t_ns, p.tx_bps, p.rtt_us, 912.0 if p.t_ns > onset else 13.0) for p in slow.points))
+    flows = [slow, flow("h4", "h0", "spine1", "A", 300, 13.0)]
+
+    def mesh(read_at_ns):
+        paths = []
+        for p in fabric().floors:
+            if queued(p.hops) and p.src in ("h4", "h5"):
+                p = ProbePath(p.src, p.dst, p.hops, p.floor_us, 13.0, read_at_ns)
+            paths.append(ProbePath(p.src, p.dst, p.hops, p.floor_us, p.p50_us, p.t_ns or NOW - S))
+        return Fabric(floors=paths, link_rates={lk.name: 1e9 for lk in TOPO.links})
+
+    link = TOPO.find_link(*QUEUE).name
+    v = why("A", flows, mesh(onset - 3 * S), NOW, 30 * S)
+    assert (v["link"], v["evidence"]["direction"]) == (link, "spine0>leaf1"), v["sentence"]
+    # read at its floor after the queue began, the same paths do clear it
+    v = why("A", flows, mesh(onset + 2 * S), NOW, 30 * S)
+    assert v["link"] != link, v["sentence"]

@@ -88,6 +88,7 @@ class ProbePath:
     hops: tuple[Hop, ...]
     floor_us: float
     p50_us: float | None = None
+    t_ns: int | None = None  # when the delay was read; None: now
 
 
 @dataclass(frozen=True)

@@ -200,12 +200,12 @@ def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: lis
     """The probe paths `hosts` (None: every host) measured or were measured by: a flow's floor is
     its pair's; a path's delay (`delay`: the clock's probes, or CLASS_DELAY) only where its newest
     is since `since_ns` (None: the engine's lookback)."""
-    latest = {name: {(s.labels.get("src"), s.labels.get("dst"), s.labels.get("path")): s.value
+    latest = {name: {(s.labels.get("src"), s.labels.get("dst"), s.labels.get("path")): s
                      for s in series.latest(name, hosts=hosts, since_ns=since_ns if name == delay else None)}
               for name in ("owd_floor_ns", delay)}
     links = {(m["src"], m["dst"], m["path"]): m["links"] for m in path_map}
-    return [ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))), floor / 1e3,
-            None if (p50 := latest[delay].get((src, dst, path))) is None else p50 / 1e3)
+    return [ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))), floor.value / 1e3,
+            *((None, None) if (p50 := latest[delay].get((src, dst, path))) is None else (p50.value / 1e3, p50.t_ns)))
             for (src, dst, path), floor in latest["owd_floor_ns"].items() if src and dst]
 
 

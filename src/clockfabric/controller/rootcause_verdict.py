@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from clockfabric import localization
@@ -79,6 +79,14 @@ class Fabric:
         return ([Probe(p, self.collective_dscp is None, "probe", limits.inband_margin_us) for p in self.floors]
                 + [Probe(p, True, "class probe", limits.margin_us("inband", p.hops, self.link_rates))
                    for p in self.in_class])
+
+    def read_since(self, t_ns: int) -> Fabric:
+        """The same fabric with only the probe delays read at or after `t_ns` (the floors stay). A
+        path is probed every few seconds: a reading from before a queue began says nothing of it,
+        and one at its floor would clear the very link that queues now."""
+        def fresh(p: ProbePath) -> ProbePath:
+            return p if p.t_ns is None or p.t_ns >= t_ns else replace(p, p50_us=None)
+        return replace(self, floors=[fresh(p) for p in self.floors], in_class=[fresh(p) for p in self.in_class])
 
 
 def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: int,
@@ -231,6 +239,8 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
         return _verdict("held_unlocated", f"{len(slow)} of job {jobid}'s flows are held back by the network "
                         f"({slow[0].why[-1]}), and no delay shows where yet ({age_ns / 1e9:.1f} s)",
                         evidence=evidence | {"held_s": round(age_ns / 1e9, 2)})
+    if age_ns is not None:  # the mesh's evidence of this queue: what it read since the queue began
+        fabric = fabric.read_since(now_ns - age_ns)
     healthy = [s for s in stats if not s.network_slow]
     in_class = acks_in_class(flows, fabric.collective_dscp is not None)
     hops, verdict = located(slow, healthy, fabric, limits, in_class)
