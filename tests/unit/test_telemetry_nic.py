@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clockfabric.telemetry.nic import NicCollector
+from clockfabric.telemetry.nic import NicCollector, NicRates
 
 TREE = Path(__file__).parent.parent / "fixtures" / "sysfs" / "net"
 
@@ -39,3 +39,22 @@ def test_absent_without_sysfs_or_devices(tmp_path):
 def test_this_machines_own_sysfs_reads():
     metrics = NicCollector().collect()  # every host has some device besides lo in CI and here
     assert any(m.name == "node_network_receive_bytes_total" and m.value >= 0 for m in metrics)
+
+
+def counters(root: Path, dev: str, tx: int, rx: int) -> None:
+    stats = root / dev / "statistics"
+    stats.mkdir(parents=True, exist_ok=True)
+    (stats / "tx_bytes").write_text(f"{tx}\n")
+    (stats / "rx_bytes").write_text(f"{rx}\n")
+
+
+def test_nic_rates_from_the_byte_counters_between_reads(tmp_path):
+    rates = NicRates(["eth0", "eth1"], root=tmp_path)
+    counters(tmp_path, "eth0", 1_000, 5_000)
+    assert rates.read(10.0) == {}  # a first read has nothing to compare with
+    counters(tmp_path, "eth0", 1_000 + 12_500_000, 5_000 + 125_000)
+    assert rates.read(12.0) == {"eth0": (50e6, 0.5e6)}  # bits a second over the 2 s between
+    counters(tmp_path, "eth0", 10, 10)  # a reset NIC: counters back near zero
+    assert rates.read(13.0) == {}
+    counters(tmp_path, "eth0", 1_010, 10)
+    assert rates.read(14.0) == {"eth0": (8_000.0, 0.0)}

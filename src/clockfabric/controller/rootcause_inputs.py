@@ -52,7 +52,7 @@ from clockfabric.errors import ClockfabricError
 from clockfabric.topology import Topology, interfaces
 from clockfabric.units import parse_duration
 from clockfabric.workload.flowgroups import parse_pair
-from clockfabric.workload.samples import EGRESS
+from clockfabric.workload.samples import EGRESS, NIC_BPS
 
 # sample name -> FlowPoint field; a flow of no job is pushed as other_flow_<stat>
 PATH_STAT = "path"  # value: unused; labels: via (the switch the flow crosses), dscp where known
@@ -240,6 +240,17 @@ def waited(queues: Queues, host: str, hops: tuple, t_ns: int | None = None, dscp
     return waits[at - 1] if at else 0.0
 
 
+def nic_rates(samples: Iterable[Sample], places: Places) -> dict[tuple[str, str, str], tuple[list[int], list[float]]]:
+    """Each host's NIC rates by the link they cross and the way (tx: out of the host), oldest first."""
+    out: dict[tuple[str, str, str], tuple[list[int], list[float]]] = {}
+    for s in sorted(samples, key=lambda s: s.t_ns):
+        key = (s.host, places.links.key(s.host, s.labels.get("device", "")), s.labels.get("direction", ""))
+        times, rates = out.setdefault(key, ([], []))
+        times.append(s.t_ns)
+        rates.append(s.value)
+    return out
+
+
 def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues,
                 class_dscp: int | None = None) -> tuple[list[Flow], list[ProbePath]]:
     """The flows' in-band delays and the probe paths' latest with their sender's egress queue added.
@@ -295,7 +306,9 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
     fabric = Fabric(floors,
                     {lk.name: float(lk.rate_bps) for lk in topology.links} if topology else {},
                     link_events(stored_events(storage, since_ns), here),
-                    classes.collective_dscp if classes else None, in_class)
+                    classes.collective_dscp if classes else None, in_class,
+                    nic_rates([s for s in series.range(NIC_BPS, since_ns=since_ns, until_ns=now_ns + 1)
+                               if s.host in ends], here))
     return flows, fabric
 
 

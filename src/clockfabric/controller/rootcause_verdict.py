@@ -38,6 +38,7 @@ from clockfabric.controller.rootcause import (
     far_above,
     job_flows,
     load_on,
+    median,
     on_hop,
     throughput,
     throughput_drop,
@@ -70,6 +71,15 @@ class Fabric:
     events: list[LinkEvent] = field(default_factory=list)
     collective_dscp: tuple[int, ...] | None = None  # None: the fabric has no traffic classes
     in_class: list[ProbePath] = field(default_factory=list)  # probes in the jobs' class there, same floors
+    # (host, link, "tx" or "rx") -> times (ns), bits a second: what a host's NIC counted on its own link
+    nic: dict[tuple[str, str, str], tuple[list[int], list[float]]] = field(default_factory=dict)
+
+    def nic_bps(self, hop: Hop, since_ns: int) -> float | None:
+        """What the NIC at the host's end of its own link counted crossing it that way since
+        `since_ns` (the median): every packet, its flow reported or not; None off hosts' links."""
+        src, _, dst = hop[1].partition(">")
+        found = self.nic.get((src, hop[0], "tx")) or self.nic.get((dst, hop[0], "rx"))
+        return median(v for t, v in zip(*found, strict=True) if t >= since_ns) if found else None
 
     def probes(self, limits: Thresholds) -> list[Probe]:
         """Every probe path as evidence. The clock's clear their links only on one FIFO a port (on
@@ -272,7 +282,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     ranked = sorted(hops, key=lambda h: (*(-x for x in evidence_of(h)), order.get(h, len(order))))
     hop, best = ranked[0], evidence_of(ranked[0])
     named = [h for h in ranked if tied(evidence_of(h), best)]
-    on_link = load(hop)
+    on_link = with_unseen(load(hop), fabric.nic_bps(hop, loaded_since))
     rate = fabric.link_rates.get(hop[0])
     others = {j: v for j, v in on_link.items() if j not in (jobid, None)}
     non_job, total = on_link.get(None, 0.0), sum(on_link.values())
@@ -290,7 +300,7 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
         kind, culprit = "congestion_own", jobid
     if kind.startswith("congestion"):  # a load that fills a link queues where it is fullest
         named = filled(named, fabric.link_rates, lambda h: sum(load(h).values()))
-        hop, on_link = named[0], load(named[0])
+        hop, on_link = named[0], with_unseen(load(named[0]), fabric.nic_bps(named[0], loaded_since))
         rate, non_job, total = fabric.link_rates.get(hop[0]), on_link.get(None, 0.0), sum(on_link.values())
     own = on_link.get(jobid, 0.0)
     names = list(dict.fromkeys(h[0] for h in named))
@@ -302,7 +312,8 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
                                    "probes_queued": evidence_of((n, w))[0], "foreign_bps": evidence_of((n, w))[1]}
                                   for n, w in named]
     evidence |= {"direction": hop[1] or None, "link_rate_bps": rate, "load_since_ns": loaded_since,
-                 "load_bps": {("(no job)" if j is None else j): v for j, v in on_link.items()}}
+                 "load_bps": {("(no job)" if j is None else j): v for j, v in on_link.items()},
+                 "nic_bps": fabric.nic_bps(hop, loaded_since)}
     lead = f"{len(slow)} of job {jobid}'s flows are slow ({slow[0].why[0]})"
     if kind == "congestion_other_job":
         sentence = (f"congestion from job {culprit} on link {where}: {lead}; "
@@ -323,6 +334,13 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
         sentence = (f"congestion on link {where} from job {jobid}'s own flows: {lead}; "
                     f"they send {own / 1e6:.0f} Mbit/s over it")
     return _verdict(kind, sentence, link, culprit, evidence)
+
+
+def with_unseen(on_link: dict[str | None, float], nic_bps: float | None) -> dict[str | None, float]:
+    """The load on a link with what the NIC at its host's end counted beyond the flows reported
+    (a flow whose report has not reached the engine yet): of no job, as far as anyone can tell."""
+    unseen = (nic_bps or 0.0) - sum(on_link.values())
+    return on_link if unseen <= 0 else {**on_link, None: on_link.get(None, 0.0) + unseen}
 
 
 def filled(hops: list[Hop], rates: dict[str, float], total: Callable[[Hop], float]) -> list[Hop]:

@@ -69,6 +69,31 @@ class NicCollector(Collector):
         return out
 
 
+class NicRates:
+    """Each NIC's bits a second sent and received since the last read, from the kernel's byte
+    counters: every packet that crossed the host's own link, whoever sent it."""
+
+    def __init__(self, devices: list[str], root: Path = Path("/sys/class/net")):
+        self.root = root
+        self.devices = devices
+        self._last: dict[str, tuple[float, int, int]] = {}  # device -> (when, tx bytes, rx bytes)
+
+    def read(self, now_s: float) -> dict[str, tuple[float, float]]:
+        """device -> (tx, rx) bits a second since the last read; a device read first, or whose
+        counters went back (a NIC reset), has none yet."""
+        out = {}
+        for dev in self.devices:
+            tx, rx = (_read(self.root / dev / "statistics" / f"{d}_bytes") for d in ("tx", "rx"))
+            if tx is None or rx is None:
+                self._last.pop(dev, None)
+                continue
+            before, self._last[dev] = self._last.get(dev), (now_s, int(tx), int(rx))
+            if before is not None and now_s > before[0] and int(tx) >= before[1] and int(rx) >= before[2]:
+                span = now_s - before[0]
+                out[dev] = ((int(tx) - before[1]) * 8 / span, (int(rx) - before[2]) * 8 / span)
+        return out
+
+
 @COLLECTORS.register("nic", help="NIC counters and link state from sysfs, as node_exporter names them")
 def nic_collector(ctx: CollectorContext) -> NicCollector:
     return NicCollector(ctx.rails)

@@ -19,6 +19,8 @@ Samples, each labelled with `jobid` (never `job`: Prometheus owns that label):
                           that the in-band delays, timed after it, do not see; where the root qdisc
                           sorts packets into classes by DSCP, also each class's, labels device and
                           dscp: what a packet of that DSCP waits
+  nic_bps                 each fabric NIC's bits a second, labels device and direction (tx, rx):
+                          the load on the host's own links, every packet's, its flow reported or not
 Each flow's 5-tuple, pid and readings are in the push's info (`flows`) and the published state.
 A flow's rates appear from its second reading on.
 """
@@ -48,6 +50,7 @@ FLOW_STATS = {
 
 PROCESSES, START = "job_processes", "job_start_seconds"
 EGRESS = "nic_egress_queue_ns"
+NIC_BPS = "nic_bps"  # labels device, direction (tx, rx): what crossed the host's own links
 INFO_FLOWS = 1_000  # a push names at most this many flows: its size stays bounded too
 DIRECTIONS = ("out", "in")  # from the flow's local end to its remote one, and back
 OWD_FIELDS = ("min_ns", "p50_ns", "p99_ns", "samples", "fallback")
@@ -124,6 +127,12 @@ def egress_samples(queues_s: dict[str, float], by_dscp: dict[str, dict[int, floa
     return [sample(s, device=nic) for nic, s in sorted(queues_s.items())] + [
         sample(s, device=nic, dscp=str(dscp))
         for nic, waits in sorted((by_dscp or {}).items()) for dscp, s in sorted(waits.items())]
+
+
+def nic_samples(rates_bps: dict[str, tuple[float, float]]) -> list[dict]:
+    """Each NIC's rate each way: the load on the host's own links, flows reported or not."""
+    return [{"name": NIC_BPS, "value": round(bps), "labels": {"device": nic, "direction": way}}
+            for nic, both in sorted(rates_bps.items()) for way, bps in zip(("tx", "rx"), both, strict=True)]
 
 
 def flow_state(f: JobFlow, owd: FlowOwd) -> dict:

@@ -16,6 +16,7 @@ from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.qos.backlog import EgressBacklog, QueueSampler
 from clockfabric.qos.policy import Ask
+from clockfabric.telemetry.nic import NicRates
 from clockfabric.topology import host_of_address
 from clockfabric.workload import exchange, samples, stages
 from clockfabric.workload.monitor import WorkloadMonitor, WorkloadView
@@ -70,6 +71,8 @@ class Workload(Service):
         except OSError as e:
             log.warning("cannot read the NICs' queues (%s): a queue on this host's own links goes unseen", e)
         ctx.on_link_change.append(self.paths.forget)  # a changed fabric moves the hash
+        self.nics = NicRates(list(ctx.rails))
+        self.nic_bps: dict[str, tuple[float, float]] = {}
         ctx.job_sockets = lambda: [(f.jobid, f.rates.reading.cookie) for f in self.view.flows]  # for QoS
         ctx.job_flows = lambda: (self.view.flows, self.owd)  # for QoS's pacing
         ctx.job_qos = lambda: {jobid: Ask(j.qos, j.groups) for jobid, j in self.view.jobs.items() if j.qos or j.groups}
@@ -123,6 +126,8 @@ class Workload(Service):
                     self.egress_s, self.egress_by_dscp = self.egress.take()
                 except OSError as e:
                     log.warning("reading the NICs' queues: %s", e)
+        with self.cpu.stage(stages.FLOWS):
+            self.nic_bps = self.nics.read(time.monotonic())
         with self.cpu.stage(stages.PATHS):
             self.paths.want([f.rates.key for f in self.view.flows] + [r.key for r in self.view.busy_others])
 
@@ -138,7 +143,8 @@ class Workload(Service):
     def snapshot(self) -> Snapshot:
         view, owd = self.view, self.owd  # each replaced whole by a tick: one consistent view
         return Snapshot(samples=samples.push_samples(view, owd, self.paths.paths.via)
-                        + samples.egress_samples(self.egress_s, self.egress_by_dscp),
+                        + samples.egress_samples(self.egress_s, self.egress_by_dscp)
+                        + samples.nic_samples(self.nic_bps),
                         info={"workload": samples.summary(view)})
 
     def stop(self) -> None:
