@@ -1,6 +1,8 @@
 """A queue on a host's own link: what its NIC counted tells a link filled by flows not reported
 yet (congestion) from one that drains slowly (degraded), where the flows reported say neither."""
 
+from dataclasses import replace
+
 from tests.unit.test_rootcause_located import NOW, S, TOPO, fabric, flow
 
 from clockfabric.controller.rootcause_verdict import Fabric, why
@@ -31,3 +33,28 @@ def test_a_host_link_its_nic_counts_carrying_little_is_degraded():
     for nic in (0.02e9, None):  # counted carrying little, or not counted: the flows reported say so
         v = why("A", flows(), with_nic(nic), NOW, 30 * S)
         assert (v["verdict"], v["link"]) == ("degraded_link", TOPO.find_link(*QUEUE).name), v["sentence"]
+
+
+def test_a_rate_read_across_the_onset_is_not_load_since_it():
+    """h4's uplink drops to 1 of its 20 Mbit/s 5 s ago. Its NIC counted the job's own 12 Mbit/s
+    until then; the one rate read since spans the onset, and the host, behind its slow link,
+    reports nothing later. That rate holds load from before the fault, not traffic of no job."""
+    link = TOPO.find_link(*QUEUE).name
+    onset = NOW - 5 * S
+
+    def slowed(dst, spine):
+        f = flow("h4", dst, spine, "A", 6, 13.0)
+        return replace(f, points=tuple(replace(p, tx_bps=0.5e6, rtt_us=1824.0, owd_us=912.0) if p.t_ns > onset else p
+                                       for p in f.points))
+    base = fabric(QUEUE)
+    reads = [NOW - (30 - i) * S for i in range(25)] + [NOW - 35 * S // 10]
+    nic = {("h4", link, "tx"): (reads, [12e6] * 25 + [7e6])}
+    fab = Fabric(base.floors, {**base.link_rates, link: 20e6}, nic=nic)
+    flows = [slowed("h0", "spine0"), slowed("h2", "spine1"), flow("h1", "h3", "spine0", "A", 6, 13.0)]
+    v = why("A", flows, fab, NOW, 30 * S)
+    assert (v["verdict"], v["link"]) == ("degraded_link", link), v["sentence"]
+    assert v["evidence"]["nic_bps"] is None
+    # the same rate read a second later, from a read since the onset, is load since it
+    nic = {("h4", link, "tx"): (reads + [NOW - 25 * S // 10], [12e6] * 25 + [7e6, 7e6])}
+    v = why("A", flows, replace(fab, nic=nic), NOW, 30 * S)
+    assert (v["verdict"], v["evidence"]["nic_bps"]) == ("congestion_non_job", 7e6), v["sentence"]

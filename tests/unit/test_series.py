@@ -69,6 +69,15 @@ def test_a_host_writes_and_the_controller_reads_its_latest(gate, series, series_
     ranged = series.range(name, since_ns=(now_ms - 3000) * 1_000_000, until_ns=now_ms * 1_000_000,
                           match={"peer": "p1"})
     assert [s.value for s in ranged][-1] == 2.0 and 1.0 in [s.value for s in ranged]
+    # raw, at the instants written, and of the hosts asked for only
+    assert push(gate, "h2", body([{"name": name, "value": 9.0, "labels": {"peer": "p1"}}], now_ms - 1500)).status_code == 204
+    until(lambda: len(series.latest(name)) == 3, series_engine.url)
+    window = {"since_ns": (now_ms - 3000) * 1_000_000, "until_ns": now_ms * 1_000_000}
+    assert sorted((r.host, r.labels["peer"], r.timestamps_ms, r.values) for r in series.export((name,), **window,
+                                                                                                 hosts=["h1"])) == [
+        ("h1", "p1", [now_ms - 2000, now_ms - 1000], [1.0, 2.0]), ("h1", "p2", [now_ms - 1000], [7.0])]
+    assert {r.host for r in series.export((name,), **window)} == {"h1", "h2"}
+    assert list(series.export((name,), **window, hosts=[])) == []
 
 
 def test_a_forged_host_label_is_overridden(gate, series, series_engine):

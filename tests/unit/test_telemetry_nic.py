@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clockfabric.serieswire import body
 from clockfabric.telemetry.nic import NicCollector, NicRates
+from clockfabric.workload.samples import nic_samples
 
 TREE = Path(__file__).parent.parent / "fixtures" / "sysfs" / "net"
 
@@ -58,3 +60,12 @@ def test_nic_rates_from_the_byte_counters_between_reads(tmp_path):
     assert rates.read(13.0) == {}
     counters(tmp_path, "eth0", 1_010, 10)
     assert rates.read(14.0) == {"eth0": (8_000.0, 0.0)}
+
+
+def test_nic_samples_are_stamped_when_read_not_when_sent():
+    got = nic_samples({"eth0": (50e6, 0.5e6)}, read_ns=1_234_000_000)
+    assert got == [{"name": "nic_bps", "value": 50_000_000, "labels": {"device": "eth0", "direction": "tx"},
+                    "t_ns": 1_234_000_000},
+                   {"name": "nic_bps", "value": 500_000, "labels": {"device": "eth0", "direction": "rx"},
+                    "t_ns": 1_234_000_000}]
+    assert body(got, t_ms=9_999).decode().split()[-1] == "1234"  # not the push's time

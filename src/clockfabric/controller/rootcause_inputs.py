@@ -45,7 +45,7 @@ from clockfabric.controller.rootcause import (
     reading,
 )
 from clockfabric.controller.rootcause_verdict import Fabric, why
-from clockfabric.controller.series.read import Series
+from clockfabric.controller.series.read import Exported, Series
 from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Event, Storage
 from clockfabric.errors import ClockfabricError
@@ -240,14 +240,17 @@ def waited(queues: Queues, host: str, hops: tuple, t_ns: int | None = None, dscp
     return waits[at - 1] if at else 0.0
 
 
-def nic_rates(samples: Iterable[Sample], places: Places) -> dict[tuple[str, str, str], tuple[list[int], list[float]]]:
-    """Each host's NIC rates by the link they cross and the way (tx: out of the host), oldest first."""
+def nic_rates(rows: Iterable[Exported], places: Places) -> dict[tuple[str, str, str], tuple[list[int], list[float]]]:
+    """Each host's NIC rates by the link they cross and the way (tx: out of the host), oldest
+    first, at the instants they were read: raw, not on a query's grid, since which span a rate
+    counts is what tells load before a fault from load after it."""
     out: dict[tuple[str, str, str], tuple[list[int], list[float]]] = {}
-    for s in sorted(samples, key=lambda s: s.t_ns):
-        key = (s.host, places.links.key(s.host, s.labels.get("device", "")), s.labels.get("direction", ""))
+    for r in rows:
+        key = (r.host, places.links.key(r.host, r.labels.get("device", "")), r.labels.get("direction", ""))
         times, rates = out.setdefault(key, ([], []))
-        times.append(s.t_ns)
-        rates.append(s.value)
+        for t_ms, value in sorted(zip(r.timestamps_ms, r.values, strict=True)):
+            times.append(t_ms * 1_000_000)
+            rates.append(value)
     return out
 
 
@@ -307,8 +310,7 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
                     {lk.name: float(lk.rate_bps) for lk in topology.links} if topology else {},
                     link_events(stored_events(storage, since_ns), here),
                     classes.collective_dscp if classes else None, in_class,
-                    nic_rates([s for s in series.range(NIC_BPS, since_ns=since_ns, until_ns=now_ns + 1)
-                               if s.host in ends], here))
+                    nic_rates(series.export((NIC_BPS,), since_ns=since_ns, until_ns=now_ns + 1, hosts=ends), here))
     return flows, fabric
 
 

@@ -76,10 +76,12 @@ class Fabric:
 
     def nic_bps(self, hop: Hop, since_ns: int) -> float | None:
         """What the NIC at the host's end of its own link counted crossing it that way since
-        `since_ns` (the median): every packet, its flow reported or not; None off hosts' links."""
+        `since_ns` (the median): every packet, its flow reported or not; None off hosts' links. A
+        rate spans the time since the read before it: one whose span began earlier counts load
+        from before the fault too (a host behind a slow link reports late, its reads far apart)."""
         src, _, dst = hop[1].partition(">")
-        found = self.nic.get((src, hop[0], "tx")) or self.nic.get((dst, hop[0], "rx"))
-        return median(v for t, v in zip(*found, strict=True) if t >= since_ns) if found else None
+        times, rates = self.nic.get((src, hop[0], "tx")) or self.nic.get((dst, hop[0], "rx")) or ([], [])
+        return median(v for began, v in zip(times[:-1], rates[1:], strict=True) if began >= since_ns) if times else None
 
     def probes(self, limits: Thresholds) -> list[Probe]:
         """Every probe path as evidence. The clock's clear their links only on one FIFO a port (on

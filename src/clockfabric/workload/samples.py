@@ -129,9 +129,10 @@ def egress_samples(queues_s: dict[str, float], by_dscp: dict[str, dict[int, floa
         for nic, waits in sorted((by_dscp or {}).items()) for dscp, s in sorted(waits.items())]
 
 
-def nic_samples(rates_bps: dict[str, tuple[float, float]]) -> list[dict]:
-    """Each NIC's rate each way: the load on the host's own links, flows reported or not."""
-    return [{"name": NIC_BPS, "value": round(bps), "labels": {"device": nic, "direction": way}}
+def nic_samples(rates_bps: dict[str, tuple[float, float]], read_ns: int) -> list[dict]:
+    """Each NIC's rate each way: the load on the host's own links, flows reported or not. Stamped
+    when read, not when sent: a push late behind a slow link still says which span it counts."""
+    return [{"name": NIC_BPS, "value": round(bps), "labels": {"device": nic, "direction": way}, "t_ns": read_ns}
             for nic, both in sorted(rates_bps.items()) for way, bps in zip(("tx", "rx"), both, strict=True)]
 
 

@@ -73,6 +73,7 @@ class Workload(Service):
         ctx.on_link_change.append(self.paths.forget)  # a changed fabric moves the hash
         self.nics = NicRates(list(ctx.rails))
         self.nic_bps: dict[str, tuple[float, float]] = {}
+        self.nic_read_ns = 0  # when they were read (wall clock): a rate is the span up to its read
         ctx.job_sockets = lambda: [(f.jobid, f.rates.reading.cookie) for f in self.view.flows]  # for QoS
         ctx.job_flows = lambda: (self.view.flows, self.owd)  # for QoS's pacing
         ctx.job_qos = lambda: {jobid: Ask(j.qos, j.groups) for jobid, j in self.view.jobs.items() if j.qos or j.groups}
@@ -127,7 +128,7 @@ class Workload(Service):
                 except OSError as e:
                     log.warning("reading the NICs' queues: %s", e)
         with self.cpu.stage(stages.FLOWS):
-            self.nic_bps = self.nics.read(time.monotonic())
+            self.nic_bps, self.nic_read_ns = self.nics.read(time.monotonic()), time.time_ns()
         with self.cpu.stage(stages.PATHS):
             self.paths.want([f.rates.key for f in self.view.flows] + [r.key for r in self.view.busy_others])
 
@@ -144,7 +145,7 @@ class Workload(Service):
         view, owd = self.view, self.owd  # each replaced whole by a tick: one consistent view
         return Snapshot(samples=samples.push_samples(view, owd, self.paths.paths.via)
                         + samples.egress_samples(self.egress_s, self.egress_by_dscp)
-                        + samples.nic_samples(self.nic_bps),
+                        + samples.nic_samples(self.nic_bps, self.nic_read_ns),
                         info={"workload": samples.summary(view)})
 
     def stop(self) -> None:

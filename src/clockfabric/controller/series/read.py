@@ -167,15 +167,17 @@ class Series:
         except httpx.HTTPError:
             pass
 
-    def export(self, names: tuple[str, ...], *, since_ns: int, until_ns: int) -> Iterator[Exported]:
+    def export(self, names: tuple[str, ...], *, since_ns: int, until_ns: int,
+               hosts: list[str] | None = None) -> Iterator[Exported]:
         """Every sample of `names` stamped from since_ns to until_ns, as written, a series at a
         time: one export for all names, so no sample between two reads is lost to a step or to
         "latest"; a reader that wants few of them (the detectors' feed, which has fed most)
-        builds only those."""
-        if not names:
+        builds only those. `hosts`: of those hosts only."""
+        if not names or (hosts is not None and not hosts):
             return
         pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
-        params = {"match[]": f'{{__name__=~"{pattern}"}}', "start": f"{since_ns / 1e9:.3f}",
+        only = f',{HOST}=~"{_quote("|".join(re.escape(h) for h in hosts))}"' if hosts is not None else ""
+        params = {"match[]": f'{{__name__=~"{pattern}"{only}}}', "start": f"{since_ns / 1e9:.3f}",
                   "end": f"{until_ns / 1e9:.3f}"}
         r = self._post("/api/v1/export", params, f"an export of {len(names)} names")
         for line in r.text.splitlines():
