@@ -48,8 +48,12 @@ class SeriesError(Exception):
 def _selector(name: str, match: dict[str, str], hosts: list[str] | None) -> str:
     terms = [f'{k}="{_quote(v)}"' for k, v in sorted(match.items())]
     if hosts is not None:
-        terms.append(f'{HOST}=~"{_quote("|".join(re.escape(h) for h in hosts))}"')
+        terms.append(_hosts_term(hosts))
     return f"{series_name(name)}{{{','.join(terms)}}}"
+
+
+def _hosts_term(hosts: list[str]) -> str:
+    return f'{HOST}=~"{_quote("|".join(re.escape(h) for h in hosts))}"'
 
 
 def _quote(value: str) -> str:
@@ -176,7 +180,7 @@ class Series:
         if not names or (hosts is not None and not hosts):
             return
         pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
-        only = f',{HOST}=~"{_quote("|".join(re.escape(h) for h in hosts))}"' if hosts is not None else ""
+        only = "," + _hosts_term(hosts) if hosts is not None else ""
         params = {"match[]": f'{{__name__=~"{pattern}"{only}}}', "start": f"{since_ns / 1e9:.3f}",
                   "end": f"{until_ns / 1e9:.3f}"}
         r = self._post("/api/v1/export", params, f"an export of {len(names)} names")
