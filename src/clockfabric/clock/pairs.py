@@ -129,19 +129,15 @@ class PairWindow:
         it on the moved line, and they run off it the same way again (a failing oscillator, a
         rate set by hand). Everything before this break goes, the old drift with it: the points
         from here on pin the new one before any is checked against a band again."""
-        self._cut(step)
-        self.rate_changes += 1
-        self.fit, self.provisional, self.drift_known, self.repinning = None, False, False, True
-
-    def _cut(self, step: Step) -> None:
-        """Count the step and forget every point and exchange before it."""
         self.steps += 1
+        self.rate_changes += 1
         self.last_step = step
         for points in (self.fwd, self.rev):
             while points and points[0][2] < step.seq:
                 points.popleft()
         while len(self.exchanges) > self.seen - step.seq + 1:
             self.exchanges.popleft()
+        self.fit, self.provisional, self.drift_known, self.repinning = None, False, False, True
         self._suspect = {True: None, False: None}
 
     def suspect(self, delta_ns: float) -> Step | None:
@@ -159,13 +155,20 @@ class PairWindow:
         if (self.last_step is not None and abs(step.at_ns - self.last_step.at_ns) <= self.window_ns
                 and abs(self.last_step.delta_ns - step.delta_ns) <= self.step_tolerance_ns):
             return  # this step, already taken (the pair saw it itself, or was told twice)
-        self._cut(step)
+        self.steps += 1
+        self.last_step = step
+        for points in (self.fwd, self.rev):
+            while points and points[0][2] < step.seq:
+                points.popleft()
+        while len(self.exchanges) > self.seen - step.seq + 1:
+            self.exchanges.popleft()
         old, self.fit = self.fit, None
         if old is not None:
             self.drift_prior = old.drift
             if provisional:
                 self.fit = replace(old, offset_ns=old.offset_ns + step.delta_ns)
                 self.provisional = True
+        self._suspect = {True: None, False: None}
 
     def trim(self, now_ns: int) -> None:
         start = now_ns - self.history_ns
