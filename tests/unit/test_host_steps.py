@@ -250,13 +250,8 @@ def test_after_our_step_each_pair_reports_again_as_soon_as_it_has_new_points_bot
     assert urgent_at[-1] <= 1 + 2 * len(PEERS)
 
 
-BEHIND_NS = -1_000_000_000  # our clock minus global time: maps are stamped in global time
-
-
-def _map_at(sync: HostSync, ours_ns: int) -> None:
-    """A map solved when our clock read `ours_ns`, stamped (t0) in global time."""
-    hosts = {h: {"t0_ns": ours_ns - BEHIND_NS, "offset_ns": float(BEHIND_NS), "drift": 0.0, "uncertainty_ns": 10.0}
-             for h in ["me", *PEERS]}
+def _map_at(sync: HostSync, t0_ns: int) -> None:
+    hosts = {h: {"t0_ns": t0_ns, "offset_ns": 0.0, "drift": 0.0, "uncertainty_ns": 10.0} for h in ["me", *PEERS]}
     sync.on_map({"t": "map", "hosts": hosts, "parts": 1})
 
 

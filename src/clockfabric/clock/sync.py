@@ -54,7 +54,7 @@ class HostSync:
         self._candidate: tuple[float, set[str]] | None = None
         self.own_steps = 0
         self._own_step_at: tuple[int, float] | None = None  # our clock at our last step, and its size
-        self._stale_before: int | None = None  # our clock moved: maps solved before this (global ns) are stale
+        self._stale_before: int | None = None  # our clock moved: maps solved before this are stale
         self.told: list[float] = []  # our steps, for the neighbours (they shift their pairs with us)
         self.urgent = False  # a pair stepped since the last report: the solver wants it now
         self._stepped = False  # since the last `settled`
@@ -82,17 +82,15 @@ class HostSync:
     def _check_moved(self, now_ns: int) -> None:
         """Most pairs broke the band within a window, whether or not they agree on a size: our
         clock moved (a step, a new rate). The mapping we hold reads it wrong by what it moved,
-        and its bound does not know it: we serve no time until a map solved since (on_map).
-        Maps are stamped in global time (`t0_ns`, the solver's), and the moment we found out
-        is read through the mapping we held: off by up to what the clock moved, so that much
-        more is waited."""
+        and its bound does not know it: we serve no time until a map made since (on_map). A map
+        made before reads our clock up to the time it went back, if it did, past now."""
         recent = [p.last_step for p in self.pairs.values()
                   if p.last_step is not None and now_ns - p.last_step.at_ns <= self.window_ns]
-        if len(recent) < max(2, len(self.pairs) // 2 + 1) or self.mapping is None:
+        if len(recent) < max(2, len(self.pairs) // 2 + 1):
             return
-        found = self.mapping.global_ns(now_ns) + int(max(abs(s.delta_ns) for s in recent))
-        self._stale_before = max(found, self._stale_before or found)
-        if self.mapping.synced:
+        went_back = max(0.0, *(s.delta_ns for s in recent))  # peer minus ours grew: ours went back
+        self._stale_before = now_ns + int(went_back)
+        if self.mapping is not None and self.mapping.synced:
             self.mapping = replace(self.mapping, synced=False, state=UNSYNCED,
                                    reason=f"own clock moved: {len(recent)} of {len(self.pairs)} pairs broke the band")
 
