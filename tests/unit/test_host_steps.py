@@ -248,37 +248,3 @@ def test_after_our_step_each_pair_reports_again_as_soon_as_it_has_new_points_bot
     # the step (2nd exchange), then each pair once its next exchange brings points both ways
     assert urgent_at[0] == 1 and len(urgent_at) == 1 + len(PEERS)
     assert urgent_at[-1] <= 1 + 2 * len(PEERS)
-
-
-def _map_at(sync: HostSync, t0_ns: int) -> None:
-    hosts = {h: {"t0_ns": t0_ns, "offset_ns": 0.0, "drift": 0.0, "uncertainty_ns": 10.0} for h in ["me", *PEERS]}
-    sync.on_map({"t": "map", "hosts": hosts, "parts": 1})
-
-
-@pytest.mark.parametrize("step_ns", [1_000_000, -1_000_000])
-def test_once_our_clock_moved_we_serve_no_time_until_a_map_made_since(step_ns):
-    """The map we hold reads our clock as it was: once most pairs break, the host says it is
-    unsynced, and takes no map solved before (one solved before a step back reads our clock
-    later than now), only one solved since."""
-    ours, peers = clocks(ours_steps=[(STEP_AT_S * 1e9, step_ns)])
-    sync = warmed(ours, peers)
-    _map_at(sync, ours.read((STEP_AT_S - 0.5) * 1e9))
-    assert sync.mapping.synced
-    for ex in exchanges(ours, peers, STEP_AT_S, STEP_AT_S + 0.3):
-        sync.add([ex])
-    assert sync.own_steps == 1
-    assert (sync.mapping.synced, sync.mapping.state) == (False, "unsynced")
-    assert "own clock moved" in sync.mapping.reason
-    _map_at(sync, ours.read((STEP_AT_S - 0.05) * 1e9))  # solved before the step, arriving late
-    assert not sync.mapping.synced
-    _map_at(sync, ours.read((STEP_AT_S + 0.35) * 1e9))
-    assert sync.mapping.synced and sync.mapping.state == "synced"
-
-
-def test_one_peer_stepping_leaves_our_time_served():
-    ours, peers = clocks(peer_steps={"p2": [(STEP_AT_S * 1e9, 1_000_000)]})
-    sync = warmed(ours, peers)
-    _map_at(sync, ours.read((STEP_AT_S - 0.5) * 1e9))
-    for ex in exchanges(ours, peers, STEP_AT_S, STEP_AT_S + 2.0):
-        sync.add([ex])
-    assert sync.pairs["p2"].steps == 1 and sync.mapping.synced

@@ -6,11 +6,10 @@ window (the expensive part, spread over the fleet), reports one line per pair to
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from dataclasses import replace
 from functools import partial
 
 from clockfabric.clock.health import hold_over
-from clockfabric.clock.mapping import UNSYNCED, Mapping
+from clockfabric.clock.mapping import Mapping
 from clockfabric.clock.pairs import PairWindow, Step
 from clockfabric.clock.timescale import Frame
 from clockfabric.probe.engine import Exchange
@@ -54,7 +53,6 @@ class HostSync:
         self._candidate: tuple[float, set[str]] | None = None
         self.own_steps = 0
         self._own_step_at: tuple[int, float] | None = None  # our clock at our last step, and its size
-        self._stale_before: int | None = None  # our clock moved: maps solved before this are stale
         self.told: list[float] = []  # our steps, for the neighbours (they shift their pairs with us)
         self.urgent = False  # a pair stepped since the last report: the solver wants it now
         self._stepped = False  # since the last `settled`
@@ -75,24 +73,8 @@ class HostSync:
                     self._own_step_evidence(ex.peer, forward, delta)
                 if pair.steps != steps:  # a clock stepped: old floors mean nothing now
                     self._forget_floors(ex.peer)
-                    self._check_moved(ex.rx[1])
                 elif provisional and not pair.provisional:
                     self.urgent = True  # a fit of its own can replace the moved one: report it now
-
-    def _check_moved(self, now_ns: int) -> None:
-        """Most pairs broke the band within a window, whether or not they agree on a size: our
-        clock moved (a step, a new rate). The mapping we hold reads it wrong by what it moved,
-        and its bound does not know it: we serve no time until a map made since (on_map). A map
-        made before reads our clock up to the time it went back, if it did, past now."""
-        recent = [p.last_step for p in self.pairs.values()
-                  if p.last_step is not None and now_ns - p.last_step.at_ns <= self.window_ns]
-        if len(recent) < max(2, len(self.pairs) // 2 + 1):
-            return
-        went_back = max(0.0, *(s.delta_ns for s in recent))  # peer minus ours grew: ours went back
-        self._stale_before = now_ns + int(went_back)
-        if self.mapping is not None and self.mapping.synced:
-            self.mapping = replace(self.mapping, synced=False, state=UNSYNCED,
-                                   reason=f"own clock moved: {len(recent)} of {len(self.pairs)} pairs broke the band")
 
     def _own_step_evidence(self, peer: str, forward: bool, delta: float | None) -> None:
         """Two peers' pairs breaking the band by the same amount is our clock, not theirs: a
@@ -204,11 +186,6 @@ class HostSync:
     def on_map(self, msg: dict) -> None:
         maps = {h: Mapping.from_dict(m) for h, m in msg["hosts"].items()}
         new = maps.pop(self.host, None)
-        if new is not None and self._stale_before is not None:
-            if new.t0_ns < self._stale_before:
-                new = None  # solved before our clock moved: it reads it as it was
-            else:
-                self._stale_before = None
         # not synced this round (queued on every path, or no pure pair): hold over the last good one
         self.mapping = hold_over(self.mapping, new, new.t0_ns) if new is not None else self.mapping
         # a peer left out of one round (no fresh fit for the pair on either side, as under a

@@ -123,7 +123,6 @@ def judge(res: dict, watch: Watch, fab: Fabric, key: str, load_at: float | None,
         res["ensemble_departure_ns"] = line_departure(run, res.get("load_began_s", since), from_s=watch.steady_from())
     if fault and key in ("S", "F"):
         res["resync"] = {k: v for k, v in watch.reconvergence(fault["host"], fault["real_ns"]).items() if k != "series"}
-        res["resync"]["unsynced"] = watch.unsynced_span(fault["host"], fault["at_s"])  # served no time meanwhile
 
 
 def verdicts(results: list[dict]) -> list[dict]:
@@ -155,13 +154,8 @@ def verdicts(results: list[dict]) -> list[dict]:
             add(r, f"faulted host back under 1 µs (2 s on end) <= {RECONVERGE_WINDOWS * WINDOW_S:.0f} s after",
                 f"{sec(rs)} s", rs is not None and rs <= RECONVERGE_WINDOWS * WINDOW_S,
                 f"{r['fault']['what']} on {r['fault']['host']}; max error after "
-                f"{_ns(r['resync'].get('max_error_after_step_ns'))}" + _unsynced(r["resync"].get("unsynced")))
+                f"{_ns(r['resync'].get('max_error_after_step_ns'))}")
     return rows
-
-
-def _unsynced(span: dict | None) -> str:
-    """The faulted host said it was not synced (its error then not judged), from when to when."""
-    return f"; unsynced {span['from_s']:.1f}-{span['to_s']:.1f} s after ({span['reason']})" if span else ""
 
 
 def headline_p99(r: dict) -> float | None:

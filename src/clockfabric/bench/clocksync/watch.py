@@ -265,12 +265,6 @@ class Watch:
         first = next(((t, why) for t, why in self.named.get(host, []) if t >= since_s), None)
         return {"after_s": None if first is None else first[0] - since_s, "reason": first and first[1]}
 
-    def unsynced_span(self, host: str, since_s: float) -> dict | None:
-        """From since_s, the first and last time host's agent said it was not synced (seconds
-        after since_s), and why the first time; None if it never did."""
-        said = [(t - since_s, why) for t, why in self.named.get(host, []) if t >= since_s]
-        return {"from_s": said[0][0], "to_s": said[-1][0], "reason": said[0][1]} if said else None
-
     def probe_shares(self, host_rate_bps: int, sync_bytes_per_s: float | None) -> dict:
         """probe_rate(), with each figure as a share of the host link rate; and `sync`'s own."""
         pr: dict = self.probe_rate()
