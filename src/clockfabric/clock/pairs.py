@@ -69,9 +69,7 @@ class PairWindow:
         # until some fit pins the drift, a fit's extrapolation drifts away from the points at
         # up to 200 ppm (two clocks at 100 ppm): that is no step
         self.drift_known = False
-        self.repinning = False  # the rate changed: no fit until new points pin the new drift
         self.steps = 0
-        self.rate_changes = 0  # of the steps, those the clock's rate took (the drift started over)
         self.last_step: Step | None = None
         self.provisional = False  # the fit is the last one moved by a step, not yet one of new points
         # per direction (True: forward), the first point that broke the band: a step moves
@@ -116,29 +114,8 @@ class PairWindow:
             self._suspect[above] = Step(self.seen, x, delta)
             return above, delta
         # a second point in a row beyond the floor: the clock stepped at or before the first
-        step = Step(first.seq, first.at_ns, max(first.delta_ns, delta, key=abs))
-        last = self.last_step
-        if last is not None and step.at_ns - last.at_ns <= self.window_ns and (last.delta_ns < 0) == (delta < 0):
-            self.rate_changed(step)  # the line a step moved breaks again the same way: a new rate
-        else:
-            self.shift(step, provisional=False)
+        self.shift(Step(first.seq, first.at_ns, max(first.delta_ns, delta, key=abs)), provisional=False)
         return above, delta
-
-    def rate_changed(self, step: Step) -> None:
-        """The clock took a new rate, not a new offset: a step would have left the points after
-        it on the moved line, and they run off it the same way again (a failing oscillator, a
-        rate set by hand). Everything before this break goes, the old drift with it: the points
-        from here on pin the new one before any is checked against a band again."""
-        self.steps += 1
-        self.rate_changes += 1
-        self.last_step = step
-        for points in (self.fwd, self.rev):
-            while points and points[0][2] < step.seq:
-                points.popleft()
-        while len(self.exchanges) > self.seen - step.seq + 1:
-            self.exchanges.popleft()
-        self.fit, self.provisional, self.drift_known, self.repinning = None, False, False, True
-        self._suspect = {True: None, False: None}
 
     def suspect(self, delta_ns: float) -> Step | None:
         """The live first break of the side a change of this sign shows on, if it agrees."""
@@ -198,9 +175,6 @@ class PairWindow:
         prior = self.fit.drift if self.fit else self.drift_prior
         long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
         assert long is not None  # both directions have points: the recent ones
-        if self.repinning and not long.pinned:  # the old drift is wrong, and a guess is no fit
-            return None
-        self.repinning = self.repinning and not long.pinned
         self.drift_known = self.drift_known or long.pinned
         recent = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift,
                           drift_bound=long.drift_bound)

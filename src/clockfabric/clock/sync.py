@@ -52,7 +52,6 @@ class HostSync:
         # our own clock may have stepped: the offset change and the pairs that broke by it
         self._candidate: tuple[float, set[str]] | None = None
         self.own_steps = 0
-        self._own_step_at: tuple[int, float] | None = None  # our clock at our last step, and its size
         self.told: list[float] = []  # our steps, for the neighbours (they shift their pairs with us)
         self.urgent = False  # a pair stepped since the last report: the solver wants it now
         self._stepped = False  # since the last `settled`
@@ -93,19 +92,9 @@ class HostSync:
             return
         size = max((b.delta_ns for p in cand[1] if (b := self.pairs[p].suspect(cand[0]))),
                    key=abs, default=cand[0])
-        # a second step the same way within a window: the pairs a step moved break again, so our
-        # clock took a new rate (PairWindow.rate_changed), and every pair pins it afresh
-        at = max(_last_tx(p) for p in self.pairs.values())
-        new_rate = self._own_step_at is not None and at - self._own_step_at[0] <= self.window_ns \
-            and (self._own_step_at[1] < 0) == (size < 0)
-        self._own_step_at = (at, size)
         for pair in self.pairs.values():
             first = pair.suspect(cand[0])
-            step = Step(first.seq if first else pair.seen + 1, first.at_ns if first else _last_tx(pair), size)
-            if new_rate:
-                pair.rate_changed(step)
-            else:
-                pair.shift(step)
+            pair.shift(Step(first.seq if first else pair.seen + 1, first.at_ns if first else _last_tx(pair), size))
         self.floors.clear()
         self.classed.clear()
         self._candidate = None
