@@ -1,0 +1,221 @@
+"""What a day of a real fleet's samples costs the series engine's disk, at the 10 s cadence the
+fleet figures are given for.
+
+A sample's cost on disk has two parts: the data (timestamps and values, compressed in blocks of
+each series), and the index, written once for each series and again for each day it has samples.
+A run of a few minutes pays the index for a handful of samples a series, so its bytes a sample
+say how many series were made, not what a sample costs: this benchmark measures the two apart.
+
+Real series: a lab fleet (`clockfabric monitor`'s: the controller and its engine on h0, a pushing
+agent on every host) runs for `--minutes`, with real TCP traffic between two hosts for the
+middle third, so the delays queue and settle again as a working fabric's do. Every series the
+engine then holds is exported, values and timestamps as written (most every few seconds, as each
+window of probes closes), and moved onto the 10 s cadence within one day: each series' gaps
+scaled so that its median gap is 10 s, so its timestamps keep their own jitter. Then twice into an
+engine of its own, flushed, merged and stopped, and its files read:
+
+- the series as the run made them: everything but the `data` folder (`indexdb`, the caches it
+  saves) over the series is the index a series;
+- the same samples as one long series a name, each name's series one after another: the `data`
+  folder over the samples is the data a sample. A series over a day is long (8,640 samples), and
+  blocks compress better the longer they are, where the run's are a few dozen samples; joined,
+  a series still jumps from one path's level to the next at each seam, so this stays an upper
+  bound.
+
+A day's bytes a sample is the data a sample plus the index a series over the samples a series has
+in a day. The baseline is the SQL store's 173 bytes a sample (on PostgreSQL, measured at 570e30a:
+docs/deploy.md), which `fleet-scale` also judges against.
+
+    sudo clockfabric bench series-disk [--minutes 6] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from rich.console import Console
+
+from clockfabric.bench import harness
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record, targets_table
+from clockfabric.console import require_root
+from clockfabric.controller.series.engine import beside, engine
+from clockfabric.errors import ClockfabricError
+from clockfabric.lab import build, traffic
+from clockfabric.lab.monitoring import LabFleet
+from clockfabric.topology import leafspine
+
+LAB = "bench-sdisk"
+CADENCE_S = 10.0  # the fleet figures' cadence
+DAY_S = 86_400
+BAR_BYTES = 2.0
+BASE_BYTES = 173.0  # the SQL store's, on PostgreSQL, at 570e30a (docs/deploy.md)
+IMPORT_LINES = 2_000  # series a request
+DEFAULT_JSON = RESULTS / "series-disk.json"
+
+out = Console()
+
+
+def on_cadence(timestamps: list[int], start_ms: int, cadence_ms: float) -> list[int]:
+    """A series' timestamps moved to begin at `start_ms`, each gap scaled so that the series' median
+    gap becomes `cadence_ms`: the cadence changes, each gap's own jitter scales with it."""
+    gaps = [b - a for a, b in zip(timestamps, timestamps[1:], strict=False)]
+    scale = cadence_ms / max(sorted(gaps)[len(gaps) // 2], 1) if gaps else 1.0
+    out, t = [start_ms], float(start_ms)
+    for gap in gaps:
+        t += gap * scale
+        out.append(round(t))
+    return out[:len(timestamps)]
+
+
+def retimed(series: Iterable[dict], start_ms: int, cadence_ms: float) -> Iterator[dict]:
+    """Each exported series (`/api/v1/export`'s lines) on the cadence from `start_ms`; values untouched."""
+    for s in series:
+        yield {**s, "timestamps": on_cadence(s["timestamps"], start_ms, cadence_ms)}
+
+
+def joined(series: Iterable[dict], start_ms: int, cadence_ms: float) -> list[dict]:
+    """One long series a name: its series' values one after another (in the order of their labels),
+    on the cadence from `start_ms`. Long, as a series is over a day, where the run's are short."""
+    by_name: dict[str, list[dict]] = {}
+    for s in sorted(series, key=lambda s: sorted(s["metric"].items())):
+        by_name.setdefault(s["metric"].get("__name__", ""), []).append(s)
+    out = []
+    for name, parts in sorted(by_name.items()):
+        values: list = []
+        stamps: list[int] = []
+        for part in parts:
+            at = stamps[-1] + round(cadence_ms) if stamps else start_ms
+            values += part["values"]
+            stamps += on_cadence(part["timestamps"], at, cadence_ms)
+        out.append({"metric": {"__name__": name, "joined": "1"}, "values": values, "timestamps": stamps})
+    return out
+
+
+def a_day(data_bytes: int, samples: int, index_bytes: int, series: int, cadence_s: float = CADENCE_S) -> dict:
+    """The engine's cost split: data a sample, index a series, and what a sample costs over a day
+    of its series at `cadence_s` (the index paid once a day)."""
+    data = data_bytes / max(samples, 1)
+    index = index_bytes / max(series, 1)
+    return {"data_bytes_a_sample": data, "index_bytes_a_series": index,
+            "bytes_a_sample_a_day": data + index / (DAY_S / cadence_s)}
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.suffix != ".log")
+
+
+def _export(data_dir: Path) -> list[dict]:
+    """Every series an engine's data holds, read by an engine of its own on loopback."""
+    child = engine(data_dir)
+    child.start()
+    try:
+        r = httpx.get(f"{child.url}/api/v1/export", params={"match[]": '{__name__!=""}'}, timeout=300)
+        r.raise_for_status()
+        return [json.loads(line) for line in r.text.splitlines() if line.strip()]
+    finally:
+        child.stop()
+
+
+def _import_and_merge(rows: list[dict], data_dir: Path) -> None:
+    """`rows` into a fresh engine, flushed and merged, then the engine stopped (its files at rest)."""
+    child = engine(data_dir)
+    child.start()
+    try:
+        with httpx.Client(base_url=child.url, timeout=300) as c:
+            for i in range(0, len(rows), IMPORT_LINES):
+                body = "\n".join(json.dumps(s) for s in rows[i:i + IMPORT_LINES]) + "\n"
+                c.post("/api/v1/import", content=body.encode()).raise_for_status()
+            c.get("/internal/force_flush").raise_for_status()
+            months = sorted({datetime.fromtimestamp(t / 1e3, timezone.utc).strftime("%Y_%m")
+                             for s in rows for t in s["timestamps"][:1]})
+            for month in months:
+                c.get("/internal/force_merge", params={"partition_prefix": month}).raise_for_status()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and _active_merges(c):
+                time.sleep(0.5)
+    finally:
+        child.stop()
+
+
+def _active_merges(c: httpx.Client) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in c.get("/metrics").text.splitlines()
+               if line.startswith("vm_active_merges"))
+
+
+def _run_fleet(minutes: float) -> tuple[list[dict], dict]:
+    """A lab fleet run for `minutes`, traffic h1 -> h5 in its middle third; every series its
+    engine holds, and what ran."""
+    fabric = leafspine(8, 2, 2)
+    with labs_removed(LAB):
+        lab = build.up(fabric, LAB)
+        fleet = LabFleet(lab)
+        loaded: dict = {}  # what the traffic measured, or why it failed
+        fleet.start()
+        try:
+            fleet.wait_pushing()
+            third = minutes * 60 / 3
+            out.print(f"fleet pushing: {minutes:g} min, traffic h1 -> h5 from {third:.0f} s for {third:.0f} s")
+            time.sleep(third)
+
+            def load() -> None:
+                try:
+                    loaded.update(traffic.run(lab, "h1", "h5", seconds=third))
+                except ClockfabricError as e:
+                    loaded["error"] = str(e)
+            thread = threading.Thread(target=load, daemon=True)
+            thread.start()
+            time.sleep(2 * third)
+            thread.join(60)
+        finally:
+            fleet.stop()
+        rows = _export(beside(str(fleet.db)) / "engine")
+    return rows, {"hosts": len(fabric.hosts), "minutes": minutes, "traffic": loaded}
+
+
+@BENCHMARKS.register("series-disk")
+def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab fleet writes.")] = 6.0,
+         json_path: Annotated[Path, typer.Option("--out", help="Where the record goes.")] = DEFAULT_JSON) -> None:
+    """A day of a real fleet's samples on the series engine's disk, at 10 s: data a sample and
+    index a series apart."""
+    require_root()
+    facts = harness.machine()
+    rows, ran = _run_fleet(minutes)
+    if not rows:
+        raise ClockfabricError("the lab fleet's engine held no series: did the agents push? see the lab's logs")
+    start_ms = int((datetime.now(timezone.utc) - timedelta(days=1)).replace(
+        hour=1, minute=0, second=0, microsecond=0).timestamp() * 1e3)  # yesterday: a day of its own
+    cadence_ms = CADENCE_S * 1e3
+    moved = list(retimed(rows, start_ms, cadence_ms))
+    long = joined(rows, start_ms, cadence_ms)
+    samples = sum(len(s["values"]) for s in moved)
+    with tempfile.TemporaryDirectory(prefix="cf-series-disk-") as tmp:
+        _import_and_merge(moved, Path(tmp) / "as-run")  # the fleet's series as they are: the index's cost
+        total, data = _size(Path(tmp) / "as-run"), _size(Path(tmp) / "as-run" / "data")
+        _import_and_merge(long, Path(tmp) / "joined")  # the same samples in long series: the data's cost
+        long_data = _size(Path(tmp) / "joined" / "data")
+    split = a_day(long_data, samples, total - data, len(moved))
+    split["bytes_a_sample_as_run"] = total / samples
+    names = sorted({s["metric"].get("__name__", "") for s in moved})
+    detail = (f"{len(moved)} series of {len(names)} names from {ran['hosts']} hosts, {samples} samples "
+              f"({samples / len(moved):.0f} a series); data {split['data_bytes_a_sample']:.2f} B a sample, "
+              f"index {split['index_bytes_a_series']:.0f} B a series, paid once a day over {DAY_S / CADENCE_S:.0f} "
+              f"samples; the series as the run made them, index and all: {split['bytes_a_sample_as_run']:.1f} B a "
+              f"sample")
+    targets = [Target("disk a sample, a day of real series at 10 s", round(split["bytes_a_sample_a_day"], 3),
+                      BAR_BYTES, "B", "lower", BASE_BYTES, note=detail)]
+    out.print(targets_table("the series engine's disk", targets))
+    out.print(detail)
+    record("series-disk", targets, facts, {"ran": ran, "split": split, "series": len(moved), "samples": samples,
+                                           "names": names, "as_run_bytes": total, "as_run_data_bytes": data,
+                                           "joined_data_bytes": long_data},
+           {"bytes_a_sample_a_day": round(split["bytes_a_sample_a_day"], 3)}, json_path)
+    out.print(f"raw: {json_path}")
