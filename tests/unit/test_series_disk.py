@@ -1,32 +1,29 @@
-"""The series-disk benchmark's arithmetic: moving exported series onto the fleet cadence, joining
+"""The series-disk benchmark's arithmetic: moving exported series into a day of their own, joining
 them into long series, and splitting the engine's disk into data a sample and index a series."""
 
 import pytest
 
-from clockfabric.bench.monitoring.series_disk import a_day, joined, on_cadence, retimed
+from clockfabric.bench.monitoring.series_disk import a_day, joined, retimed
 
 
-def test_a_series_moves_to_the_start_with_its_median_gap_made_the_cadence_and_its_jitter_scaled():
-    assert on_cadence([1_000, 6_000, 11_500, 16_500], 100_000, 10_000) == [100_000, 110_000, 121_000, 131_000]
-    assert on_cadence([7_000], 100_000, 10_000) == [100_000]
-    assert on_cadence([], 100_000, 10_000) == []
+def test_series_move_together_keeping_their_gaps_values_and_the_export_itself():
+    rows = [{"metric": {"__name__": "a"}, "values": [1.0, 2.0], "timestamps": [1_000, 11_003]},
+            {"metric": {"__name__": "b"}, "values": [5.5], "timestamps": [1_500]}]
+    moved = list(retimed(rows, 10_000_000))
+    assert [m["timestamps"] for m in moved] == [[10_000_000, 10_010_003], [10_000_500]]
+    assert [m["values"] for m in moved] == [[1.0, 2.0], [5.5]]
+    assert rows[0]["timestamps"] == [1_000, 11_003]
 
 
-def test_retimed_series_keep_their_values_and_leave_the_export_alone():
-    rows = [{"metric": {"__name__": "a"}, "values": [1.0, 2.0, 3.0], "timestamps": [0, 2_000, 4_000]}]
-    moved = list(retimed(rows, 50_000, 10_000))
-    assert moved[0]["timestamps"] == [50_000, 60_000, 70_000] and moved[0]["values"] == [1.0, 2.0, 3.0]
-    assert rows[0]["timestamps"] == [0, 2_000, 4_000]
-
-
-def test_joined_series_are_one_a_name_with_every_value_once_and_time_always_moving_on():
-    rows = [{"metric": {"__name__": "owd", "path": "1"}, "values": [5.0, 6.0], "timestamps": [0, 5_000]},
-            {"metric": {"__name__": "owd", "path": "0"}, "values": [1.0, 2.0], "timestamps": [100, 5_100]},
-            {"metric": {"__name__": "up"}, "values": [1.0], "timestamps": [0]}]
+def test_joined_series_are_one_a_name_with_every_sample_once_and_time_always_moving_on():
+    rows = [{"metric": {"__name__": "owd", "path": "1"}, "values": [5.0, 6.0], "timestamps": [0, 9_000]},
+            {"metric": {"__name__": "owd", "path": "0"}, "values": [1.0, 2.0], "timestamps": [100, 10_100]},
+            {"metric": {"__name__": "up"}, "values": [1.0], "timestamps": [0]},
+            {"metric": {"__name__": "up", "job": "x"}, "values": [], "timestamps": []}]
     long = joined(rows, 0, 10_000)
     assert [s["metric"]["__name__"] for s in long] == ["owd", "up"]
     assert long[0]["values"] == [1.0, 2.0, 5.0, 6.0]  # path 0's first, in the order of the labels
-    assert long[0]["timestamps"] == [0, 10_000, 20_000, 30_000]
+    assert long[0]["timestamps"] == [0, 10_000, 20_000, 29_000]  # each part's own gaps, a seam between
     assert long[1] == {"metric": {"__name__": "up", "joined": "1"}, "values": [1.0], "timestamps": [0]}
 
 

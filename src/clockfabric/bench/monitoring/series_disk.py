@@ -7,24 +7,23 @@ A run of a few minutes pays the index for a handful of samples a series, so its 
 say how many series were made, not what a sample costs: this benchmark measures the two apart.
 
 Real series: a lab fleet (`clockfabric monitor`'s: the controller and its engine on h0, a pushing
-agent on every host) runs for `--minutes`, with real TCP traffic between two hosts for the
-middle third, so the delays queue and settle again as a working fabric's do. Every series the
-engine then holds is exported, values and timestamps as written (most every few seconds, as each
-window of probes closes), and moved onto the 10 s cadence within one day: each series' gaps
-scaled so that its median gap is 10 s, so its timestamps keep their own jitter. Then twice into an
-engine of its own, flushed, merged and stopped, and its files read:
+agent on every host, each updating every 10 s: `--update 10`) runs for `--minutes`, with real
+TCP traffic between two hosts for the middle third, so the delays queue and settle again as a
+working fabric's do. Every series the engine then holds is exported, values and timestamps as
+written, and moved within one day (yesterday, a day of its own). Then twice into an engine of its
+own, flushed, merged and stopped, and its files read:
 
 - the series as the run made them: everything but the `data` folder (`indexdb`, the caches it
   saves) over the series is the index a series;
-- the same samples as one long series a name, each name's series one after another: the `data`
-  folder over the samples is the data a sample. A series over a day is long (8,640 samples), and
-  blocks compress better the longer they are, where the run's are a few dozen samples; joined,
-  a series still jumps from one path's level to the next at each seam, so this stays an upper
-  bound.
+- the same samples as one long series a name, each name's series one after another, each on its
+  own gaps: the `data` folder over the samples is the data a sample. A series over a day is long
+  (8,640 samples), and blocks compress better the longer they are, where the run's are a few
+  dozen samples; joined, a series still jumps from one path's level to the next at each seam, so
+  this stays an upper bound.
 
 A day's bytes a sample is the data a sample plus the index a series over the samples a series has
 in a day. The baseline is the SQL store's 173 bytes a sample (on PostgreSQL, measured at 570e30a:
-docs/deploy.md), which `fleet-scale` also judges against.
+docs/deploy.md).
 
     sudo clockfabric bench series-disk [--minutes 6] [--out PATH]
 """
@@ -50,6 +49,7 @@ from clockfabric.console import require_root
 from clockfabric.controller.series.engine import beside, engine
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, traffic
+from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.monitoring import LabFleet
 from clockfabric.topology import leafspine
 
@@ -64,27 +64,19 @@ DEFAULT_JSON = RESULTS / "series-disk.json"
 out = Console()
 
 
-def on_cadence(timestamps: list[int], start_ms: int, cadence_ms: float) -> list[int]:
-    """A series' timestamps moved to begin at `start_ms`, each gap scaled so that the series' median
-    gap becomes `cadence_ms`: the cadence changes, each gap's own jitter scales with it."""
-    gaps = [b - a for a, b in zip(timestamps, timestamps[1:], strict=False)]
-    scale = cadence_ms / max(sorted(gaps)[len(gaps) // 2], 1) if gaps else 1.0
-    out, t = [start_ms], float(start_ms)
-    for gap in gaps:
-        t += gap * scale
-        out.append(round(t))
-    return out[:len(timestamps)]
+def retimed(series: Iterable[dict], start_ms: int) -> Iterator[dict]:
+    """The exported series (`/api/v1/export`'s lines) moved together, the earliest timestamp of
+    them all to `start_ms`; gaps and values as written."""
+    rows = list(series)
+    shift = start_ms - min((t for s in rows for t in s["timestamps"]), default=start_ms)
+    for s in rows:
+        yield {**s, "timestamps": [t + shift for t in s["timestamps"]]}
 
 
-def retimed(series: Iterable[dict], start_ms: int, cadence_ms: float) -> Iterator[dict]:
-    """Each exported series (`/api/v1/export`'s lines) on the cadence from `start_ms`; values untouched."""
-    for s in series:
-        yield {**s, "timestamps": on_cadence(s["timestamps"], start_ms, cadence_ms)}
-
-
-def joined(series: Iterable[dict], start_ms: int, cadence_ms: float) -> list[dict]:
-    """One long series a name: its series' values one after another (in the order of their labels),
-    on the cadence from `start_ms`. Long, as a series is over a day, where the run's are short."""
+def joined(series: Iterable[dict], start_ms: int, seam_ms: float) -> list[dict]:
+    """One long series a name: its series' samples one after another (in the order of their
+    labels), each keeping its own gaps, `seam_ms` between one and the next, from `start_ms`. Long,
+    as a series is over a day, where the run's are short."""
     by_name: dict[str, list[dict]] = {}
     for s in sorted(series, key=lambda s: sorted(s["metric"].items())):
         by_name.setdefault(s["metric"].get("__name__", ""), []).append(s)
@@ -93,9 +85,11 @@ def joined(series: Iterable[dict], start_ms: int, cadence_ms: float) -> list[dic
         values: list = []
         stamps: list[int] = []
         for part in parts:
-            at = stamps[-1] + round(cadence_ms) if stamps else start_ms
+            if not part["timestamps"]:
+                continue
+            at = stamps[-1] + round(seam_ms) if stamps else start_ms
             values += part["values"]
-            stamps += on_cadence(part["timestamps"], at, cadence_ms)
+            stamps += [at + t - part["timestamps"][0] for t in part["timestamps"]]
         out.append({"metric": {"__name__": name, "joined": "1"}, "values": values, "timestamps": stamps})
     return out
 
@@ -158,6 +152,9 @@ def _run_fleet(minutes: float) -> tuple[list[dict], dict]:
     with labs_removed(LAB):
         lab = build.up(fabric, LAB)
         fleet = LabFleet(lab)
+        # the agents update, and so write, at the cadence the fleet figures are given for
+        fleet.agents = LabAgents(lab, update_s=CADENCE_S, extra=["--controller", fleet.url],
+                                 per_host=lambda h: ["--token-file", str(fleet.node_token_file(h))])
         loaded: dict = {}  # what the traffic measured, or why it failed
         fleet.start()
         try:
@@ -193,9 +190,8 @@ def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab 
         raise ClockfabricError("the lab fleet's engine held no series: did the agents push? see the lab's logs")
     start_ms = int((datetime.now(timezone.utc) - timedelta(days=1)).replace(
         hour=1, minute=0, second=0, microsecond=0).timestamp() * 1e3)  # yesterday: a day of its own
-    cadence_ms = CADENCE_S * 1e3
-    moved = list(retimed(rows, start_ms, cadence_ms))
-    long = joined(rows, start_ms, cadence_ms)
+    moved = list(retimed(rows, start_ms))
+    long = joined(rows, start_ms, CADENCE_S * 1e3)
     samples = sum(len(s["values"]) for s in moved)
     with tempfile.TemporaryDirectory(prefix="cf-series-disk-") as tmp:
         _import_and_merge(moved, Path(tmp) / "as-run")  # the fleet's series as they are: the index's cost
