@@ -7,19 +7,23 @@ A run of a few minutes pays the index for a handful of samples a series, so its 
 say how many series were made, not what a sample costs: this benchmark measures the two apart.
 
 Real series: a lab fleet (`clockfabric monitor`'s: the controller and its engine on h0, a pushing
-agent on every host, each updating every 10 s: `--update 10`) runs for `--minutes`, with real
-TCP traffic between two hosts for the middle third, so the delays queue and settle again as a
-working fabric's do. Every series the engine then holds is exported, values and timestamps as
-written, and moved within one day (yesterday, a day of its own). Then twice into an engine of its
-own, flushed, merged and stopped, and its files read:
+agent on every host, as they run by default) runs for `--minutes`, with real TCP traffic between
+two hosts for the middle third, so the delays queue and settle again as a working fabric's do.
+Every series the engine then holds is exported, values and timestamps as written, and moved
+within one day (yesterday, a day of its own). Then into engines of their own, flushed, merged and
+stopped, and their files read:
 
 - the series as the run made them: everything but the `data` folder (`indexdb`, the caches it
   saves) over the series is the index a series;
-- the same samples as one long series a name, each name's series one after another, each on its
-  own gaps: the `data` folder over the samples is the data a sample. A series over a day is long
-  (8,640 samples), and blocks compress better the longer they are, where the run's are a few
-  dozen samples; joined, a series still jumps from one path's level to the next at each seam, so
-  this stays an upper bound.
+- each name's series joined into one long series (one after another, each on its own gaps),
+  alone in an engine: its `data` folder over its samples is that name's data a sample. A series
+  over a day is long (8,640 samples at 10 s), and blocks compress better the longer they are,
+  where the run's are a few dozen samples; joined, a series still jumps from one path's level to
+  the next at each seam, so this stays an upper bound.
+
+At 10 s every series is written once a cadence, whatever the run wrote it at (the agents'
+delays come as each window of probes closes, link states each second), so the names' data a
+sample is weighed by their series, not by the run's samples; the run's own mix is said beside it.
 
 A day's bytes a sample is the data a sample plus the index a series over the samples a series has
 in a day. The baseline is the SQL store's 173 bytes a sample (on PostgreSQL, measured at 570e30a:
@@ -34,6 +38,7 @@ import json
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -49,7 +54,6 @@ from clockfabric.console import require_root
 from clockfabric.controller.series.engine import beside, engine
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, traffic
-from clockfabric.lab.agents import LabAgents
 from clockfabric.lab.monitoring import LabFleet
 from clockfabric.topology import leafspine
 
@@ -79,7 +83,7 @@ def joined(series: Iterable[dict], start_ms: int, seam_ms: float) -> list[dict]:
     as a series is over a day, where the run's are short."""
     by_name: dict[str, list[dict]] = {}
     for s in sorted(series, key=lambda s: sorted(s["metric"].items())):
-        by_name.setdefault(s["metric"].get("__name__", ""), []).append(s)
+        by_name.setdefault(_name(s), []).append(s)
     out = []
     for name, parts in sorted(by_name.items()):
         values: list = []
@@ -94,13 +98,19 @@ def joined(series: Iterable[dict], start_ms: int, seam_ms: float) -> list[dict]:
     return out
 
 
-def a_day(data_bytes: int, samples: int, index_bytes: int, series: int, cadence_s: float = CADENCE_S) -> dict:
-    """The engine's cost split: data a sample, index a series, and what a sample costs over a day
-    of its series at `cadence_s` (the index paid once a day)."""
-    data = data_bytes / max(samples, 1)
+def a_day(by_name: dict[str, tuple[float, int]], index_bytes: int, cadence_s: float = CADENCE_S) -> dict:
+    """What a sample costs over a day in which every series is written once a `cadence_s`: each
+    name's data a sample (`by_name`: name -> (data bytes a sample, its series)) weighed by its
+    series, and the index a series paid once a day."""
+    series = sum(n for _, n in by_name.values())
+    data = sum(cost * n for cost, n in by_name.values()) / max(series, 1)
     index = index_bytes / max(series, 1)
     return {"data_bytes_a_sample": data, "index_bytes_a_series": index,
             "bytes_a_sample_a_day": data + index / (DAY_S / cadence_s)}
+
+
+def _name(series: dict) -> str:
+    return series["metric"].get("__name__", "")
 
 
 def _size(path: Path) -> int:
@@ -152,9 +162,6 @@ def _run_fleet(minutes: float) -> tuple[list[dict], dict]:
     with labs_removed(LAB):
         lab = build.up(fabric, LAB)
         fleet = LabFleet(lab)
-        # the agents update, and so write, at the cadence the fleet figures are given for
-        fleet.agents = LabAgents(lab, update_s=CADENCE_S, extra=["--controller", fleet.url],
-                                 per_host=lambda h: ["--token-file", str(fleet.node_token_file(h))])
         loaded: dict = {}  # what the traffic measured, or why it failed
         fleet.start()
         try:
@@ -191,18 +198,23 @@ def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab 
     start_ms = int((datetime.now(timezone.utc) - timedelta(days=1)).replace(
         hour=1, minute=0, second=0, microsecond=0).timestamp() * 1e3)  # yesterday: a day of its own
     moved = list(retimed(rows, start_ms))
-    long = joined(rows, start_ms, CADENCE_S * 1e3)
     samples = sum(len(s["values"]) for s in moved)
+    series_of = Counter(_name(s) for s in moved)
+    by_name: dict[str, tuple[float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="cf-series-disk-") as tmp:
         _import_and_merge(moved, Path(tmp) / "as-run")  # the fleet's series as they are: the index's cost
         total, data = _size(Path(tmp) / "as-run"), _size(Path(tmp) / "as-run" / "data")
-        _import_and_merge(long, Path(tmp) / "joined")  # the same samples in long series: the data's cost
-        long_data = _size(Path(tmp) / "joined" / "data")
-    split = a_day(long_data, samples, total - data, len(moved))
+        for i, long in enumerate(joined(moved, start_ms, CADENCE_S * 1e3)):  # each name's data, alone
+            _import_and_merge([long], Path(tmp) / f"name{i}")
+            by_name[_name(long)] = (_size(Path(tmp) / f"name{i}" / "data") / len(long["values"]),
+                                    series_of[_name(long)])
+    split = a_day(by_name, total - data)
     split["bytes_a_sample_as_run"] = total / samples
-    names = sorted({s["metric"].get("__name__", "") for s in moved})
+    split["data_bytes_a_sample_as_run_mix"] = sum(by_name[_name(s)][0] * len(s["values"]) for s in moved) / samples
+    names = sorted(series_of)
     detail = (f"{len(moved)} series of {len(names)} names from {ran['hosts']} hosts, {samples} samples "
-              f"({samples / len(moved):.0f} a series); data {split['data_bytes_a_sample']:.2f} B a sample, "
+              f"({samples / len(moved):.0f} a series); data {split['data_bytes_a_sample']:.2f} B a sample, each "
+              f"name's weighed by its series ({split['data_bytes_a_sample_as_run_mix']:.2f} B in the run's own mix), "
               f"index {split['index_bytes_a_series']:.0f} B a series, paid once a day over {DAY_S / CADENCE_S:.0f} "
               f"samples; the series as the run made them, index and all: {split['bytes_a_sample_as_run']:.1f} B a "
               f"sample")
@@ -212,6 +224,6 @@ def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab 
     out.print(detail)
     record("series-disk", targets, facts, {"ran": ran, "split": split, "series": len(moved), "samples": samples,
                                            "names": names, "as_run_bytes": total, "as_run_data_bytes": data,
-                                           "joined_data_bytes": long_data},
+                                           "by_name": by_name},
            {"bytes_a_sample_a_day": round(split["bytes_a_sample_a_day"], 3)}, json_path)
     out.print(f"raw: {json_path}")
