@@ -13,8 +13,9 @@ Every series the engine then holds is exported, values and timestamps as written
 within one day (yesterday, a day of its own). Then into engines of their own, flushed, merged and
 stopped, and their files read:
 
-- the series as the run made them: everything but the `data` folder (`indexdb`, the caches it
-  saves) over the series is the index a series;
+- the series as the run made them: the `indexdb` folder over the series is the index a series
+  (the caches the engine writes out when it stops, `cache/`, are said apart: they are sized by
+  its memory in chunks of a megabyte or more, not by what it holds, and are rebuilt if lost);
 - each name's series joined into one long series (one after another, each on its own gaps),
   alone in an engine: its `data` folder over its samples is that name's data a sample. A series
   over a day is long (8,640 samples at 10 s), and blocks compress better the longer they are,
@@ -203,12 +204,13 @@ def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab 
     by_name: dict[str, tuple[float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="cf-series-disk-") as tmp:
         _import_and_merge(moved, Path(tmp) / "as-run")  # the fleet's series as they are: the index's cost
-        total, data = _size(Path(tmp) / "as-run"), _size(Path(tmp) / "as-run" / "data")
+        total, index = _size(Path(tmp) / "as-run"), _size(Path(tmp) / "as-run" / "indexdb")
+        caches = _size(Path(tmp) / "as-run" / "cache")
         for i, long in enumerate(joined(moved, start_ms, CADENCE_S * 1e3)):  # each name's data, alone
             _import_and_merge([long], Path(tmp) / f"name{i}")
             by_name[_name(long)] = (_size(Path(tmp) / f"name{i}" / "data") / len(long["values"]),
                                     series_of[_name(long)])
-    split = a_day(by_name, total - data)
+    split = a_day(by_name, index)
     split["bytes_a_sample_as_run"] = total / samples
     split["data_bytes_a_sample_as_run_mix"] = sum(by_name[_name(s)][0] * len(s["values"]) for s in moved) / samples
     names = sorted(series_of)
@@ -217,13 +219,13 @@ def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab 
               f"name's weighed by its series ({split['data_bytes_a_sample_as_run_mix']:.2f} B in the run's own mix), "
               f"index {split['index_bytes_a_series']:.0f} B a series, paid once a day over {DAY_S / CADENCE_S:.0f} "
               f"samples; the series as the run made them, index and all: {split['bytes_a_sample_as_run']:.1f} B a "
-              f"sample")
+              f"sample, with {caches / 1e6:.1f} MB of the engine's caches written out at its stop")
     targets = [Target("disk a sample, a day of real series at 10 s", round(split["bytes_a_sample_a_day"], 3),
                       BAR_BYTES, "B", "lower", BASE_BYTES, note=detail)]
     out.print(targets_table("the series engine's disk", targets))
     out.print(detail)
     record("series-disk", targets, facts, {"ran": ran, "split": split, "series": len(moved), "samples": samples,
-                                           "names": names, "as_run_bytes": total, "as_run_data_bytes": data,
-                                           "by_name": by_name},
+                                           "names": names, "as_run_bytes": total, "index_bytes": index,
+                                           "cache_bytes": caches, "by_name": by_name},
            {"bytes_a_sample_a_day": round(split["bytes_a_sample_a_day"], 3)}, json_path)
     out.print(f"raw: {json_path}")
