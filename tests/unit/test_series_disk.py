@@ -29,13 +29,13 @@ def test_joined_series_are_one_a_name_with_every_sample_once_and_time_always_mov
 
 def test_each_name_weighs_by_its_series_and_the_index_is_paid_once_a_day_of_samples():
     # 1,000 series at 1 B a sample and 1,000 at 3 B: 2 B, however many samples the run wrote of each
-    split = a_day({"owd": (3.0, 1_000), "up": (1.0, 1_000)}, index_bytes=1_728_000)
+    split = a_day({"owd": (3.0, 1_000), "up": (1.0, 1_000)}, index_a_series=864.0)
     assert split["data_bytes_a_sample"] == pytest.approx(2.0)
     assert split["index_bytes_a_series"] == pytest.approx(864.0)
     assert split["bytes_a_sample_a_day"] == pytest.approx(2.0 + 864.0 / 8_640)
 
 
 def test_a_slower_cadence_spreads_the_index_over_fewer_samples():
-    fast = a_day({"a": (1.0, 1)}, 8_640, cadence_s=1.0)["bytes_a_sample_a_day"]
-    slow = a_day({"a": (1.0, 1)}, 8_640, cadence_s=10.0)["bytes_a_sample_a_day"]
+    fast = a_day({"a": (1.0, 1)}, 8_640.0, cadence_s=1.0)["bytes_a_sample_a_day"]
+    slow = a_day({"a": (1.0, 1)}, 8_640.0, cadence_s=10.0)["bytes_a_sample_a_day"]
     assert fast == pytest.approx(1.1) and slow == pytest.approx(2.0)

@@ -62,6 +62,8 @@ LAB = "bench-sdisk"
 CADENCE_S = 10.0  # the fleet figures' cadence
 DAY_S = 86_400
 BAR_BYTES = 2.0
+PEERS = 10  # each agent's, as by default (a host has as many as the lab allows)
+FLEET_HOSTS = 100_000  # the fleet the year's projection is for
 BASE_BYTES = 173.0  # the SQL store's, on PostgreSQL, at 570e30a (docs/deploy.md)
 IMPORT_LINES = 2_000  # series a request
 DEFAULT_JSON = RESULTS / "series-disk.json"
@@ -99,15 +101,13 @@ def joined(series: Iterable[dict], start_ms: int, seam_ms: float) -> list[dict]:
     return out
 
 
-def a_day(by_name: dict[str, tuple[float, int]], index_bytes: int, cadence_s: float = CADENCE_S) -> dict:
+def a_day(by_name: dict[str, tuple[float, int]], index_a_series: float, cadence_s: float = CADENCE_S) -> dict:
     """What a sample costs over a day in which every series is written once a `cadence_s`: each
     name's data a sample (`by_name`: name -> (data bytes a sample, its series)) weighed by its
     series, and the index a series paid once a day."""
-    series = sum(n for _, n in by_name.values())
-    data = sum(cost * n for cost, n in by_name.values()) / max(series, 1)
-    index = index_bytes / max(series, 1)
-    return {"data_bytes_a_sample": data, "index_bytes_a_series": index,
-            "bytes_a_sample_a_day": data + index / (DAY_S / cadence_s)}
+    data = sum(cost * n for cost, n in by_name.values()) / max(sum(n for _, n in by_name.values()), 1)
+    return {"data_bytes_a_sample": data, "index_bytes_a_series": index_a_series,
+            "bytes_a_sample_a_day": data + index_a_series / (DAY_S / cadence_s)}
 
 
 def _name(series: dict) -> str:
@@ -162,7 +162,7 @@ def _run_fleet(minutes: float) -> tuple[list[dict], dict]:
     fabric = leafspine(8, 2, 2)
     with labs_removed(LAB):
         lab = build.up(fabric, LAB)
-        fleet = LabFleet(lab)
+        fleet = LabFleet(lab, peers=PEERS)
         loaded: dict = {}  # what the traffic measured, or why it failed
         fleet.start()
         try:
@@ -183,7 +183,8 @@ def _run_fleet(minutes: float) -> tuple[list[dict], dict]:
         finally:
             fleet.stop()
         rows = _export(beside(str(fleet.db)) / "engine")
-    return rows, {"hosts": len(fabric.hosts), "minutes": minutes, "traffic": loaded}
+    return rows, {"hosts": len(fabric.hosts), "peers": min(PEERS, len(fabric.hosts) - 1),
+                  "minutes": minutes, "traffic": loaded}
 
 
 @BENCHMARKS.register("series-disk")
@@ -208,18 +209,26 @@ def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab 
         caches = _size(Path(tmp) / "as-run" / "cache")
         for i, long in enumerate(joined(moved, start_ms, CADENCE_S * 1e3)):  # each name's data, alone
             _import_and_merge([long], Path(tmp) / f"name{i}")
-            by_name[_name(long)] = (_size(Path(tmp) / f"name{i}" / "data") / len(long["values"]),
-                                    series_of[_name(long)])
-    split = a_day(by_name, index)
+            if stored := _size(Path(tmp) / f"name{i}" / "data"):  # none: only stale marks (ALERTS that ended)
+                by_name[_name(long)] = (stored / len(long["values"]), series_of[_name(long)])
+    split = a_day(by_name, index / len(moved))
     split["bytes_a_sample_as_run"] = total / samples
-    split["data_bytes_a_sample_as_run_mix"] = sum(by_name[_name(s)][0] * len(s["values"]) for s in moved) / samples
+    weighed = [s for s in moved if _name(s) in by_name]
+    split["data_bytes_a_sample_as_run_mix"] = (sum(by_name[_name(s)][0] * len(s["values"]) for s in weighed)
+                                               / max(sum(len(s["values"]) for s in weighed), 1))
+    # a year of a fleet of FLEET_HOSTS hosts, each writing as many series as a lab host did, each every 10 s
+    samples_a_year = FLEET_HOSTS * len(moved) / ran["hosts"] * DAY_S / CADENCE_S * 365
+    split["tb_a_year_at_fleet"] = samples_a_year * split["bytes_a_sample_a_day"] / 1e12
     names = sorted(series_of)
     detail = (f"{len(moved)} series of {len(names)} names from {ran['hosts']} hosts, {samples} samples "
               f"({samples / len(moved):.0f} a series); data {split['data_bytes_a_sample']:.2f} B a sample, each "
               f"name's weighed by its series ({split['data_bytes_a_sample_as_run_mix']:.2f} B in the run's own mix), "
               f"index {split['index_bytes_a_series']:.0f} B a series, paid once a day over {DAY_S / CADENCE_S:.0f} "
               f"samples; the series as the run made them, index and all: {split['bytes_a_sample_as_run']:.1f} B a "
-              f"sample, with {caches / 1e6:.1f} MB of the engine's caches written out at its stop")
+              f"sample, with {caches / 1e6:.1f} MB of the engine's caches written out at its stop; "
+              f"{len(moved) - len(weighed)} series held no sample at rest (stale marks only) and are left out; "
+              f"{len(moved) / ran['hosts']:.0f} series a host ({ran['peers']} peers each): a year of {FLEET_HOSTS:,} "
+              f"such hosts at 10 s is {split['tb_a_year_at_fleet']:.0f} TB")
     targets = [Target("disk a sample, a day of real series at 10 s", round(split["bytes_a_sample_a_day"], 3),
                       BAR_BYTES, "B", "lower", BASE_BYTES, note=detail)]
     out.print(targets_table("the series engine's disk", targets))
