@@ -141,7 +141,7 @@ def _import_and_merge(rows: list[dict], data_dir: Path) -> None:
                 c.post("/api/v1/import", content=body.encode()).raise_for_status()
             c.get("/internal/force_flush").raise_for_status()
             months = sorted({datetime.fromtimestamp(t / 1e3, timezone.utc).strftime("%Y_%m")
-                             for s in rows for t in s["timestamps"][:1]})
+                             for s in rows for t in s["timestamps"][:1] + s["timestamps"][-1:]})
             for month in months:
                 c.get("/internal/force_merge", params={"partition_prefix": month}).raise_for_status()
             deadline = time.monotonic() + 120
