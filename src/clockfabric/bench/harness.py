@@ -101,6 +101,11 @@ def describe(facts: dict[str, Any]) -> str:
 
 
 # ---- labs --------------------------------------------------------------------------------------
+def disk_bytes(folder: Path) -> int:
+    """What the files under `folder` take, its logs aside: a store's footprint on disk."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and f.suffix != ".log")
+
+
 @contextmanager
 def labs_removed(*names: str) -> Iterator[None]:
     """Every lab named here is taken down on the way out, pass, fail or interrupt: a benchmark

@@ -46,7 +46,7 @@ from rich.table import Table
 from clockfabric.bench import harness
 from clockfabric.bench.controller.fleet_load import CADENCE_S, Agent, load, write_request
 from clockfabric.bench.controller.scale import TOKEN, Replicas
-from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, disk_bytes, record
 from clockfabric.controller.series.read import Series, SeriesError
 from clockfabric.lab import process
 
@@ -138,9 +138,6 @@ def _rows(url: str) -> int:
     return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
                if line.startswith('vm_rows_inserted_total{type="prometheus"}'))
 
-
-def _disk(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.suffix != ".log")
 
 
 def _run(ctl: Controller, agents: list[Agent], writes: list[bytes], seconds: float) -> dict:
@@ -245,7 +242,7 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
             httpx.get(ctl.engine_url + "/internal/force_flush", timeout=60)
             time.sleep(2.0)
             total = _rows(ctl.engine_url)
-            disk = _disk(ctl.data / "engine")
+            disk = disk_bytes(ctl.data / "engine")
         finally:
             series.close()
             ctl.stop()

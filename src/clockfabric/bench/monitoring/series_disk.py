@@ -50,7 +50,7 @@ import typer
 from rich.console import Console
 
 from clockfabric.bench import harness
-from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, record, targets_table
+from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, disk_bytes, labs_removed, record, targets_table
 from clockfabric.console import require_root
 from clockfabric.controller.series.engine import beside, engine
 from clockfabric.errors import ClockfabricError
@@ -113,9 +113,6 @@ def a_day(by_name: dict[str, tuple[float, int]], index_a_series: float, cadence_
 def _name(series: dict) -> str:
     return series["metric"].get("__name__", "")
 
-
-def _size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.suffix != ".log")
 
 
 def _export(data_dir: Path) -> list[dict]:
@@ -205,11 +202,11 @@ def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab 
     by_name: dict[str, tuple[float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="cf-series-disk-") as tmp:
         _import_and_merge(moved, Path(tmp) / "as-run")  # the fleet's series as they are: the index's cost
-        total, index = _size(Path(tmp) / "as-run"), _size(Path(tmp) / "as-run" / "indexdb")
-        caches = _size(Path(tmp) / "as-run" / "cache")
+        total, index = disk_bytes(Path(tmp) / "as-run"), disk_bytes(Path(tmp) / "as-run" / "indexdb")
+        caches = disk_bytes(Path(tmp) / "as-run" / "cache")
         for i, long in enumerate(joined(moved, start_ms, CADENCE_S * 1e3)):  # each name's data, alone
             _import_and_merge([long], Path(tmp) / f"name{i}")
-            if stored := _size(Path(tmp) / f"name{i}" / "data"):  # none: only stale marks (ALERTS that ended)
+            if stored := disk_bytes(Path(tmp) / f"name{i}" / "data"):  # none: only stale marks (ALERTS that ended)
                 by_name[_name(long)] = (stored / len(long["values"]), series_of[_name(long)])
     split = a_day(by_name, index / len(moved))
     split["bytes_a_sample_as_run"] = total / samples
