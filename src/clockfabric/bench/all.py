@@ -32,7 +32,7 @@ _declare("controller-scale", "controller.scale", "Simulated agents against 1 and
 _declare("agent-overhead", "monitoring.agent_overhead", "Fleet monitoring: what an agent costs its host (CPU, RSS), "
          "against the agent probing at full rate.")
 _declare("series-disk", "monitoring.series_disk", "A day of a real lab fleet's series on the series engine's disk "
-         "at 10 s: data a sample and index a series apart, against the SQL store.")
+         "at 10 s, data a sample and index a series apart, and a year of 100,000 hosts, against the SQL store.")
 _declare("monitor-latency", "monitoring.latency", "Fleet monitoring: link flap to event at the controller, against "
          "a 1 s and a 15 s scrape.")
 _declare("failover", "steering.failover", "A real DDP job through link and NIC failures, without and with the agents.")

@@ -22,13 +22,16 @@ stopped, and their files read:
   where the run's are a few dozen samples; joined, a series still jumps from one path's level to
   the next at each seam, so this stays an upper bound.
 
-At 10 s every series is written once a cadence, whatever the run wrote it at (the agents'
-delays come as each window of probes closes, link states each second), so the names' data a
-sample is weighed by their series, not by the run's samples; the run's own mix is said beside it.
-
-A day's bytes a sample is the data a sample plus the index a series over the samples a series has
-in a day. The baseline is the SQL store's 173 bytes a sample (on PostgreSQL, measured at 570e30a:
-docs/deploy.md).
+A fleet's day is projected from what each series is, not from the run's own mix (said beside it):
+- an agent's series is written once a cadence at 10 s, whatever the run wrote it at (the delays
+  come as each window of probes closes, link states each second); the rules' outputs (the names
+  the shipped rules record, and ALERTS) once an evaluation of the controller's vmalert;
+- a series of a peer (a `dst` or `peer` label) is one of as many as an agent has peers by
+  default, where the lab's 8 hosts allow 7.
+Each name's data a sample is weighed by its samples a day so made; a day's bytes a sample adds
+the index of the day's series over the day's samples, and the year of FLEET_HOSTS hosts is those
+samples at those bytes. The baseline is the SQL store's 173 bytes a sample (on PostgreSQL,
+measured at 570e30a: docs/deploy.md), for the same samples.
 
     sudo clockfabric bench series-disk [--minutes 6] [--out PATH]
 """
@@ -36,23 +39,26 @@ docs/deploy.md).
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import httpx
 import typer
 from rich.console import Console
 
+from clockfabric.agent.config import AgentConfig
 from clockfabric.bench import harness
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, disk_bytes, labs_removed, record, targets_table
 from clockfabric.console import require_root
+from clockfabric.controller.rules import BRIDGE, RULES
 from clockfabric.controller.series.engine import beside, engine
+from clockfabric.controller.series.vmalert import INTERVAL_S as RULES_EVERY_S
 from clockfabric.errors import ClockfabricError
 from clockfabric.lab import build, traffic
 from clockfabric.lab.monitoring import LabFleet
@@ -62,8 +68,11 @@ LAB = "bench-sdisk"
 CADENCE_S = 10.0  # the fleet figures' cadence
 DAY_S = 86_400
 BAR_BYTES = 2.0
-PEERS = 10  # each agent's, as by default (a host has as many as the lab allows)
+BAR_TB = 120.0  # a year of FLEET_HOSTS hosts' raw samples
+PEERS = AgentConfig.peers  # each agent's, as by default (a host has as many as the lab allows)
 FLEET_HOSTS = 100_000  # the fleet the year's projection is for
+PEER_LABELS = ("dst", "peer")  # a series of one of an agent's peers
+ALERTS = ("ALERTS", "ALERTS_FOR_STATE")  # vmalert's own, written each evaluation
 BASE_BYTES = 173.0  # the SQL store's, on PostgreSQL, at 570e30a (docs/deploy.md)
 IMPORT_LINES = 2_000  # series a request
 DEFAULT_JSON = RESULTS / "series-disk.json"
@@ -101,13 +110,42 @@ def joined(series: Iterable[dict], start_ms: int, seam_ms: float) -> list[dict]:
     return out
 
 
-def a_day(by_name: dict[str, tuple[float, int]], index_a_series: float, cadence_s: float = CADENCE_S) -> dict:
-    """What a sample costs over a day in which every series is written once a `cadence_s`: each
-    name's data a sample (`by_name`: name -> (data bytes a sample, its series)) weighed by its
-    series, and the index a series paid once a day."""
-    data = sum(cost * n for cost, n in by_name.values()) / max(sum(n for _, n in by_name.values()), 1)
+class Name(NamedTuple):
+    """One name's part of a fleet host's day."""
+
+    data: float  # bytes a sample, its series joined
+    series: float  # a fleet host's series of it
+    every_s: float  # one sample a series this often
+
+
+def a_day(names: dict[str, Name], index_a_series: float) -> dict:
+    """What a sample costs over a fleet host's day: each name's data a sample weighed by its
+    samples a day, and the index of the day's series over the day's samples."""
+    samples = {name: n.series * DAY_S / n.every_s for name, n in names.items()}
+    total = max(sum(samples.values()), 1e-9)
+    data = sum(n.data * samples[name] for name, n in names.items()) / total
+    index = index_a_series * sum(n.series for n in names.values()) / total
     return {"data_bytes_a_sample": data, "index_bytes_a_series": index_a_series,
-            "bytes_a_sample_a_day": data + index_a_series / (DAY_S / cadence_s)}
+            "bytes_a_sample_a_day": data + index, "samples_a_day_a_host": total,
+            "series_a_host": sum(n.series for n in names.values())}
+
+
+def rule_outputs(files: Iterable[Path] = (RULES, BRIDGE)) -> set[str]:
+    """The names the shipped rules record, and the alerts' own: written by vmalert, not by an agent."""
+    found = set(ALERTS)
+    for f in files:
+        found |= set(re.findall(r"^\s*-?\s*record:\s*(\S+)\s*$", f.read_text(), re.MULTILINE))
+    return found
+
+
+def fleet_series(series: Iterable[dict], hosts: int, peers: int, fleet_peers: int = PEERS) -> dict[str, float]:
+    """A fleet host's series of each name: the lab's a host, each series of a peer counted as
+    one of `fleet_peers` where the lab gave each agent `peers`."""
+    found: dict[str, float] = {}
+    for s in series:
+        scale = fleet_peers / peers if any(k in s["metric"] for k in PEER_LABELS) else 1.0
+        found[_name(s)] = found.get(_name(s), 0.0) + scale / hosts
+    return found
 
 
 def _name(series: dict) -> str:
@@ -198,8 +236,9 @@ def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab 
         hour=1, minute=0, second=0, microsecond=0).timestamp() * 1e3)  # yesterday: a day of its own
     moved = list(retimed(rows, start_ms))
     samples = sum(len(s["values"]) for s in moved)
-    series_of = Counter(_name(s) for s in moved)
-    by_name: dict[str, tuple[float, int]] = {}
+    series_of = fleet_series(moved, ran["hosts"], ran["peers"])
+    by_rules = rule_outputs()
+    by_name: dict[str, Name] = {}
     with tempfile.TemporaryDirectory(prefix="cf-series-disk-") as tmp:
         _import_and_merge(moved, Path(tmp) / "as-run")  # the fleet's series as they are: the index's cost
         total, index = disk_bytes(Path(tmp) / "as-run"), disk_bytes(Path(tmp) / "as-run" / "indexdb")
@@ -207,31 +246,38 @@ def main(minutes: Annotated[float, typer.Option(min=1.0, help="How long the lab 
         for i, long in enumerate(joined(moved, start_ms, CADENCE_S * 1e3)):  # each name's data, alone
             _import_and_merge([long], Path(tmp) / f"name{i}")
             if stored := disk_bytes(Path(tmp) / f"name{i}" / "data"):  # none: only stale marks (ALERTS that ended)
-                by_name[_name(long)] = (stored / len(long["values"]), series_of[_name(long)])
+                name = _name(long)
+                by_name[name] = Name(stored / len(long["values"]), series_of[name],
+                                     RULES_EVERY_S if name in by_rules else CADENCE_S)
     split = a_day(by_name, index / len(moved))
     split["bytes_a_sample_as_run"] = total / samples
     weighed = [s for s in moved if _name(s) in by_name]
-    split["data_bytes_a_sample_as_run_mix"] = (sum(by_name[_name(s)][0] * len(s["values"]) for s in weighed)
+    split["data_bytes_a_sample_as_run_mix"] = (sum(by_name[_name(s)].data * len(s["values"]) for s in weighed)
                                                / max(sum(len(s["values"]) for s in weighed), 1))
-    # a year of a fleet of FLEET_HOSTS hosts, each writing as many series as a lab host did, each every 10 s
-    samples_a_year = FLEET_HOSTS * len(moved) / ran["hosts"] * DAY_S / CADENCE_S * 365
+    samples_a_year = FLEET_HOSTS * split["samples_a_day_a_host"] * 365
     split["tb_a_year_at_fleet"] = samples_a_year * split["bytes_a_sample_a_day"] / 1e12
-    names = sorted(series_of)
-    detail = (f"{len(moved)} series of {len(names)} names from {ran['hosts']} hosts, {samples} samples "
-              f"({samples / len(moved):.0f} a series); data {split['data_bytes_a_sample']:.2f} B a sample, each "
-              f"name's weighed by its series ({split['data_bytes_a_sample_as_run_mix']:.2f} B in the run's own mix), "
-              f"index {split['index_bytes_a_series']:.0f} B a series, paid once a day over {DAY_S / CADENCE_S:.0f} "
-              f"samples; the series as the run made them, index and all: {split['bytes_a_sample_as_run']:.1f} B a "
-              f"sample, with {caches / 1e6:.1f} MB of the engine's caches written out at its stop; "
-              f"{len(moved) - len(weighed)} series held no sample at rest (stale marks only) and are left out; "
-              f"{len(moved) / ran['hosts']:.0f} series a host ({ran['peers']} peers each): a year of {FLEET_HOSTS:,} "
-              f"such hosts at 10 s is {split['tb_a_year_at_fleet']:.0f} TB")
+    names = sorted({_name(s) for s in moved})
+    detail = (f"{len(moved)} series of {len(names)} names from {ran['hosts']} hosts ({ran['peers']} peers an "
+              f"agent), {samples} samples ({samples / len(moved):.0f} a series); data "
+              f"{split['data_bytes_a_sample']:.2f} B a sample, each name's weighed by its samples a fleet day "
+              f"({split['data_bytes_a_sample_as_run_mix']:.2f} B in the run's own mix), index "
+              f"{split['index_bytes_a_series']:.0f} B a series; the series as the run made them, index and all: "
+              f"{split['bytes_a_sample_as_run']:.1f} B a sample, with {caches / 1e6:.1f} MB of the engine's caches "
+              f"written out at its stop; {len(moved) - len(weighed)} series held no sample at rest (stale marks "
+              f"only) and are left out; a fleet host at {PEERS} peers: {split['series_a_host']:.0f} series, "
+              f"{split['samples_a_day_a_host']:,.0f} samples a day (agents' every {CADENCE_S:g} s, the rules' "
+              f"every {RULES_EVERY_S:g} s)")
     targets = [Target("disk a sample, a day of real series at 10 s", round(split["bytes_a_sample_a_day"], 3),
-                      BAR_BYTES, "B", "lower", BASE_BYTES, note=detail)]
+                      BAR_BYTES, "B", "lower", BASE_BYTES, note=detail),
+               Target(f"a year of {FLEET_HOSTS:,} hosts' raw samples", round(split["tb_a_year_at_fleet"], 1),
+                      BAR_TB, "TB", "lower", round(samples_a_year * BASE_BYTES / 1e12, 1),
+                      note="the same samples at the SQL store's 173 B for the baseline")]
     out.print(targets_table("the series engine's disk", targets))
     out.print(detail)
     record("series-disk", targets, facts, {"ran": ran, "split": split, "series": len(moved), "samples": samples,
                                            "names": names, "as_run_bytes": total, "index_bytes": index,
-                                           "cache_bytes": caches, "by_name": by_name},
-           {"bytes_a_sample_a_day": round(split["bytes_a_sample_a_day"], 3)}, json_path)
+                                           "cache_bytes": caches,
+                                           "by_name": {k: v._asdict() for k, v in by_name.items()}},
+           {"bytes_a_sample_a_day": round(split["bytes_a_sample_a_day"], 3),
+            "tb_a_year_at_fleet": round(split["tb_a_year_at_fleet"], 1)}, json_path)
     out.print(f"raw: {json_path}")
