@@ -384,3 +384,17 @@ def test_the_agents_validators_take_what_hosts_and_the_solver_send():
     assert valid_map(unsynced, clocks)  # a host that cannot be synced has an infinite bound
     nan = {**unsynced, "hosts": {"h01": {**unsynced["hosts"]["h01"], "uncertainty_ns": float("nan")}}}
     assert not valid_map(nan, clocks)
+
+
+@pytest.mark.parametrize("update_s, expected", [(1.0, 2), (10.0, 10)])
+def test_an_update_longer_than_the_window_reads_every_exchange_since_the_last(update_s, expected):
+    """Exchanges once a second, a 2 s window: an agent updating every 10 s reads the ten since its
+    last update, where the window alone would give the last two seconds' and drop the rest."""
+    sync = HostSync("a", ["b"], report_ns=int(update_s * 1e9))
+    sync.on_map({"hosts": {h: Mapping(EPOCH, 0.0, 0.0, 0.0).as_dict() for h in "ab"}})
+    sync.add([_exchange(EPOCH + k * 1_000_000_000, 20_000 + k, 30_000) for k in range(10)])
+    sync.report(EPOCH + 10_000_000_000)  # the update's refit trims what is past the span
+    out = next(r for r in sync.owd() if r["src"] == "a")
+    assert out["n"] == expected and out["min_ns"] == 20_000 + 10 - expected
+    pair = sync.pairs["b"]  # the clock's own NTP filter still reads the window alone
+    assert pair.ntp() is not None and pair.ntp().at_ns >= EPOCH + 7_000_000_000

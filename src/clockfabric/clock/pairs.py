@@ -45,12 +45,16 @@ class PairWindow:
     """Offsets come from the last window, widened up to `widest_windows` where pure points
     are scarce; drift, which a two-second window measures poorly from software timestamps (a
     few hundred ns of jitter over two seconds is 100 ppb), from `drift_windows` windows of
-    history, cut short by a clock step."""
+    history, cut short by a clock step. The exchanges themselves are kept for the window, or for
+    `report_ns` where that is longer: the one-way delays an update reports are all of its
+    exchanges', not only its last window's."""
 
     def __init__(self, peer: str, *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000,
-                 step_tolerance_ns: int = 20_000, drift_windows: int = 8, widest_windows: int = 3):
+                 step_tolerance_ns: int = 20_000, drift_windows: int = 8, widest_windows: int = 3,
+                 report_ns: int = 0):
         self.peer = peer
         self.window_ns = window_ns
+        self.report_ns = max(window_ns, report_ns)
         self.history_ns = window_ns * drift_windows
         # A direction with no pure point for this long is queued for good (a FIFO full of bulk
         # packets spaces every probe pair apart): the pair gives no fit rather than one whose
@@ -152,7 +156,7 @@ class PairWindow:
         for points in (self.fwd, self.rev):
             while points and points[0][0] < start:
                 points.popleft()
-        while self.exchanges and self.exchanges[0].tx[0] < now_ns - self.window_ns:
+        while self.exchanges and self.exchanges[0].tx[0] < now_ns - self.report_ns:
             self.exchanges.popleft()
 
     def refit(self, now_ns: int) -> PairFit | None:
@@ -186,7 +190,9 @@ class PairWindow:
         """NTP's filter: of the window's exchanges, the one with the smallest round trip."""
         if not self.exchanges:
             return None
-        best = min(self.exchanges, key=lambda e: (e.rx[0] - e.tx[0]) - (e.peer_tx[0] - e.peer_rx[0]))
+        start = self.exchanges[-1].tx[0] - self.window_ns
+        best = min((e for e in self.exchanges if e.tx[0] >= start),
+                   key=lambda e: (e.rx[0] - e.tx[0]) - (e.peer_tx[0] - e.peer_rx[0]))
         rtt = (best.rx[0] - best.tx[0]) - (best.peer_tx[0] - best.peer_rx[0])
         offset = ((best.peer_rx[0] - best.tx[0]) + (best.peer_tx[0] - best.rx[0])) / 2
         return NtpSample(offset, best.tx[0], rtt)

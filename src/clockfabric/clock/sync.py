@@ -35,11 +35,14 @@ MAX_CLASSED = 1024  # class exchanges held per peer at most, whatever the rate
 
 class HostSync:
     def __init__(self, host: str, probed: list[str], *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000,
-                 owd_trust_ns: float = OWD_TRUST_NS):
+                 owd_trust_ns: float = OWD_TRUST_NS, report_ns: int = 0):
+        """`report_ns`: how often the one-way delays are read (`owd`), where that is longer than
+        the window: each reading then spans it, so no exchange between two readings goes unread."""
         self.host = host
         self.owd_trust_ns = owd_trust_ns
         self.window_ns = window_ns
-        self.pairs = {p: PairWindow(p, window_ns=window_ns, epsilon_ns=epsilon_ns) for p in probed}
+        self.pairs = {p: PairWindow(p, window_ns=window_ns, epsilon_ns=epsilon_ns, report_ns=report_ns)
+                      for p in probed}
         self.mapping: Mapping | None = None
         self.peer_maps: dict[str, Mapping] = {}
         self.frame: Frame | None = None  # what global time is: the solver's anchor and its mapping
@@ -185,7 +188,8 @@ class HostSync:
 
     # ---- one-way delays ---------------------------------------------------------------------
     def owd(self) -> list[dict]:
-        """Per probed peer, path and direction: min, p50, p99 of the window, and the floor,
+        """Per probed peer, path and direction: min, p50, p99 of the window (or of the time
+        since the last reading, where `report_ns` is longer), and the floor,
         with `bound_ns` (the two clocks' bounds at the window's last packet, added). A delay
         read by an unsynced clock, or whose bound is over `owd_trust_ns`, is no number anyone
         should act on: its row has `trusted` false, a `reason`, and no delays."""

@@ -90,7 +90,9 @@ class ClockSync(Service):
     def __init__(self, ctx: AgentContext):
         cfg = ctx.cfg
         self.ctx = ctx
-        self.sync = HostSync(cfg.host, cfg.probed, window_ns=int(cfg.window_s * 1e9))
+        # an update longer than the window reads every exchange since the last (the series stay dense)
+        self.sync = HostSync(cfg.host, cfg.probed, window_ns=int(cfg.window_s * 1e9),
+                             report_ns=int(cfg.update_s * 1e9))
         ctx.time_source = self.sync
         self.succession = cfg.succession
         self.elected = 0  # the succession's host this one reports to and takes maps from
