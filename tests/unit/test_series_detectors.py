@@ -14,7 +14,7 @@ from clockfabric.controller.config import parse_config
 from clockfabric.controller.detectors import DetectorSet
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.monitor import Monitor
-from clockfabric.controller.series.feed import SampleFeed
+from clockfabric.controller.series.feed import FIRST_NS, SampleFeed
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.topology import leafspine
 from tests.series import FLEET_TOKEN, series_path, write
@@ -81,6 +81,18 @@ def test_the_feed_gives_each_sample_once(tmp_path):
         assert feed.new(now + 10**8) == []  # read again within the overlap: not fed twice
         write(series, "h1", [{"name": "link_up", "value": 0.0, "labels": {"device": "eth0"}}], now)
         assert [s.value for s in feed.new(time.time_ns())] == [0.0]
+
+
+def test_a_feed_behind_for_long_reads_no_further_back_than_a_restarted_one(tmp_path):
+    """Reads refused for an hour (the engine overloaded): the next reaches back FIRST_NS, as a
+    restarted controller's first read does, not the whole hour it missed."""
+    with series_path(tmp_path) as series:
+        now = time.time_ns()
+        feed = SampleFeed(series.series, names=("link_up",), since_ns=now - 3600 * 10**9)
+        labels = {"device": "eth0"}
+        write(series, "h1", [{"name": "link_up", "value": 0.0, "labels": labels}], now - FIRST_NS - 60 * 10**9)
+        write(series, "h1", [{"name": "link_up", "value": 1.0, "labels": labels}], now - 10**9)
+        assert [s.value for s in feed.new(now)] == [1.0]
 
 
 def test_every_sample_between_two_reads_is_fed_in_time_order(tmp_path):

@@ -3,7 +3,11 @@
 Every sample, not each series' newest: a detector counts windows in a row (congestion's two bad
 windows), and where two of a series' samples come between two reads, the older is a window too.
 The engine makes a sample searchable a second or so after it took it, so each read looks back
-OVERLAP_NS behind the last one and skips, per series, what is not newer than what it has fed."""
+OVERLAP_NS behind the last one and skips, per series, what is not newer than what it has fed.
+
+A read the engine does not answer within its budget is read again at the next tick, but reaches
+no further back than FIRST_NS, as a restarted controller's first read does: a feed that fell
+behind does not ask for more and more, each read larger than the last one refused."""
 
 from __future__ import annotations
 
@@ -26,10 +30,10 @@ class SampleFeed:
 
     def new(self, now_ns: int) -> list[Sample]:
         """The samples written since the last call that have not been fed; SeriesError if the
-        engine does not answer (the next call reads the same window again). A series at a time:
-        most of a read's samples were fed by the one before (the overlap), and only the new
-        ones are built."""
-        since = now_ns - FIRST_NS if self._since is None else self._since - OVERLAP_NS
+        engine does not answer (the next call reads the same window again, FIRST_NS at most). A
+        series at a time: most of a read's samples were fed by the one before (the overlap), and
+        only the new ones are built."""
+        since = now_ns - FIRST_NS if self._since is None else max(self._since - OVERLAP_NS, now_ns - FIRST_NS)
         # judged against what was fed before this read: a series may come in several lines
         before, fed, out = self._fed, dict(self._fed), []
         for s in self.series.export(self.names, since_ns=since, until_ns=now_ns):

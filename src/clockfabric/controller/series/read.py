@@ -182,7 +182,7 @@ class Series:
         pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
         only = "," + _hosts_term(hosts) if hosts is not None else ""
         params = {"match[]": f'{{__name__=~"{pattern}"{only}}}', "start": f"{since_ns / 1e9:.3f}",
-                  "end": f"{until_ns / 1e9:.3f}"}
+                  "end": f"{until_ns / 1e9:.3f}", "timeout": f"{self.budget_s}s"}  # the engine stops at it too
         r = self._post("/api/v1/export", params, f"an export of {len(names)} names")
         for line in r.text.splitlines():
             row = json.loads(line)
