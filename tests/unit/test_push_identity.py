@@ -11,7 +11,6 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from clockfabric.auth.credential import host_token, token_host
-from clockfabric.controller.fleet import EPOCHS_READ_S
 from tests.unit.credentials import as_host
 from tests.unit.test_controller_app import AUTH, TOKEN, env  # noqa: F401 - env is a fixture
 
@@ -121,17 +120,3 @@ def test_token_revoke_prints_the_command_for_the_new_credential(env, tmp_path, m
     assert "h3: revoked; its new credential: clockfabric token host h3 --epoch 1" in done.output
     made = CliRunner().invoke(build_app(), ["token", "host", "h3", "--epoch", "1", "--token-file", str(token_file)])
     assert made.output.strip() == host_token(TOKEN, "h3", 1)
-
-
-def test_a_revocation_another_replica_made_is_read_here_once_due(env):
-    """Another replica revoked h1 in the shared storage: this one refuses h1's credential once its
-    epochs are due to be read again (EPOCHS_READ_S), not before, and reads them off the event loop."""
-    client, fleet, *_ = env
-    assert push(client, "h1", as_host(TOKEN, "h1")).status_code == 200
-    fleet.storage.revoke("h1")  # as the other replica's controller does
-    assert push(client, "h1", as_host(TOKEN, "h1"), seq=2).status_code == 200  # not read yet
-    fleet._epochs_read -= EPOCHS_READ_S + 1
-    assert fleet.epochs_stale
-    refused = push(client, "h1", as_host(TOKEN, "h1"), seq=3)
-    assert refused.status_code == 401 and "--epoch 1" in refused.json()["detail"]
-    assert not fleet.epochs_stale

@@ -124,10 +124,8 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
         """The API's OpenAPI schema, for a client generator or a docs viewer the operator hosts."""
         return app.openapi()
 
-    async def pusher(request: Request) -> str:
-        """The host whose credential the push carries (before its body is read); 401 for any other.
-        On the event loop, not a worker thread: a push makes one hop to a thread (its store), and
-        the revocations are read from storage there only when they are due."""
+    def pusher(request: Request) -> str:
+        """The host whose credential the push carries (before its body is read); 401 for any other."""
         given = bearer(request.headers.raw)
         found = token_identity(token, given)
         if found is None:
@@ -136,8 +134,6 @@ def create_app(fleet: Fleet, token: str, *, tick_s: float = 1.0, check_s: float 
             raise HTTPException(401, f"{why}: give each agent its own (`clockfabric token host NAME`), "
                                      "as Authorization: Bearer <host credential>")
         host, epoch = found
-        if fleet.epochs_stale:
-            await run_in_threadpool(fleet.epoch, host)
         if epoch != (current := fleet.epoch(host)):
             request.state.refusal = "revoked"
             raise HTTPException(401, f"host {host!r}'s credential of epoch {epoch} was revoked: give the agent a new "

@@ -111,14 +111,9 @@ class Fleet:
         if series is not None:
             series.set_epochs(self._epochs)
 
-    @property
-    def epochs_stale(self) -> bool:
-        """Whether `epoch` reads storage again at its next call."""
-        return time.monotonic() - self._epochs_read > EPOCHS_READ_S
-
     def epoch(self, host: str) -> int:
         """The epoch a push credential for `host` must carry (0 for a host never revoked)."""
-        if self.epochs_stale:
+        if time.monotonic() - self._epochs_read > EPOCHS_READ_S:
             self._epochs_read = time.monotonic()
             epochs = self.storage.epochs()
             if epochs != self._epochs:
