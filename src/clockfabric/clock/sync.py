@@ -5,6 +5,7 @@ window (the expensive part, spread over the fleet), reports one line per pair to
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict, deque
 from functools import partial
 
@@ -245,7 +246,7 @@ class HostSync:
             by_path: dict[tuple[str, int], list[int]] = defaultdict(list)
             for ex in held:
                 by_path[(ex.path, ex.dscp or 0)].append(_one_way_ns(self.mapping, theirs, (ex.tx[0], ex.peer_rx[0])))
-            rows += [{"src": self.host, "dst": peer, "path": path, "dscp": dscp, "n": len(delays),
+            rows += [{"src": self.host, "dst": peer, "path": path, "dscp": dscp, "n": len(delays), "bound_ns": bound,
                       "p50_ns": percentile(sorted(delays), 50)} for (path, dscp), delays in sorted(by_path.items())]
         return rows
 
@@ -272,6 +273,17 @@ class HostSync:
 def _one_way_ns(sender: Mapping, receiver: Mapping, stamp: tuple[int, int]) -> int:
     """A packet's one-way delay from its (sent, received) local timestamps, on the global clock."""
     return receiver.global_ns(stamp[1]) - sender.global_ns(stamp[0])
+
+
+def stated(value_ns: float, bound_ns: float) -> float:
+    """A delay as a measurement is stated: rounded to the place of its uncertainty's second
+    significant digit (GUM 7.2.6), the uncertainty being the row's two clock bounds. 52,347 ns
+    known to 1,100 ns is 52,300 ns; known to 900 ns, 52,350 ns. The digits below say nothing
+    about the path; written to the series engine they cost bytes, as the noise they are."""
+    if not bound_ns >= 10 or not math.isfinite(bound_ns):
+        return value_ns
+    place = 10 ** (math.floor(math.log10(bound_ns)) - 1)
+    return round(value_ns / place) * place
 
 
 def _distrust(ours: Mapping, theirs: Mapping, bound_ns: float, trust_ns: float) -> str:

@@ -33,7 +33,7 @@ from clockfabric.agent.context import AgentContext
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.clock.network import solver_installed
 from clockfabric.clock.solver import YOUNG_WINDOWS, Solver
-from clockfabric.clock.sync import HostSync
+from clockfabric.clock.sync import HostSync, stated
 from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
@@ -283,17 +283,18 @@ class ClockSync(Service):
         return state
 
     def snapshot(self) -> Snapshot:
-        """The latest one-way delays of this host's probe paths, and whether it is synced."""
+        """The latest one-way delays of this host's probe paths, and whether it is synced. Each
+        delay is stated to its clocks' bound (clock.sync.stated): what the engine stores is what is known."""
         samples = []
         state = self.ctx.latest or {}
         # the probes' own direction only: a reply travels another 5-tuple (another path, maybe
         # another spine) under the same path label, and the controller would mix the two
         for row in (r for r in state.get("owd", []) if r["src"] == self.ctx.cfg.host):
             labels = {"src": row["src"], "dst": row["dst"], "path": row["path"]}
-            samples += [{"name": f"owd_{stat}_ns", "value": row[f"{stat}_ns"], "labels": labels}
-                        for stat in ("min", "p50", "p99", "floor")]
+            samples += [{"name": f"owd_{stat}_ns", "value": stated(row[f"{stat}_ns"], row["bound_ns"]),
+                         "labels": labels} for stat in ("min", "p50", "p99", "floor")]
         # the class stream's (probe.engine.Marking.class_dscp): the jobs' queues, beside the floor above
-        samples += [{"name": "class_owd_p50_ns", "value": row["p50_ns"],
+        samples += [{"name": "class_owd_p50_ns", "value": stated(row["p50_ns"], row["bound_ns"]),
                      "labels": {"src": row["src"], "dst": row["dst"], "path": row["path"], "dscp": str(row["dscp"])}}
                     for row in state.get("class_owd", [])]
         mapping = self.sync.mapping
