@@ -4,6 +4,12 @@
 Shared by the agent (which writes) and the controller (which reads the names back). The `host`
 label is never written by a host: the engine's proxy pins it to the host whose credential made the
 request, so a label the body carries under that name is dropped here and would be overridden there.
+
+A probe path's delays are held as an agent's `/metrics` serves them, so that the shipped rules and
+dashboards read what the agents wrote, with no second copy: the sample
+`owd_p50_ns{src, dst, path}`, as the product's code names it (written by the host `src`), is
+`clockfabric_owd_p50_seconds{peer=dst, path, direction="out"}` in the engine. `line` writes it so,
+and `served_match` and `from_engine` read it back.
 """
 
 from __future__ import annotations
@@ -18,14 +24,38 @@ _BAD = re.compile(r"[^a-zA-Z0-9_]")
 SERIES_CACHED = 4096  # series kept built: labels are bounded, and a host writes a few hundred series
 
 
+SERVED = {f"owd_{stat}_ns": f"{PREFIX}owd_{stat}_seconds" for stat in ("min", "p50", "p99", "floor")}
+_SAMPLE_OF = {metric: name for name, metric in SERVED.items()}
+_SECOND_NS = 1e9
+OUT = {"direction": "out"}
+
+
 def series_name(name: str) -> str:
-    """The engine's metric name for a sample name ("owd_p99_ns" -> "clockfabric_owd_p99_ns")."""
-    return PREFIX + _BAD.sub("_", name)
+    """The engine's metric name for a sample name ("rx_bytes" -> "clockfabric_rx_bytes"; a
+    probe path's delay, "owd_p99_ns", under its /metrics name, "clockfabric_owd_p99_seconds")."""
+    return SERVED.get(name) or PREFIX + _BAD.sub("_", name)
 
 
 def sample_name(metric: str) -> str:
     """Back from the engine's name to the sample's."""
-    return metric[len(PREFIX):] if metric.startswith(PREFIX) else metric
+    return _SAMPLE_OF.get(metric) or (metric[len(PREFIX):] if metric.startswith(PREFIX) else metric)
+
+
+def served_match(name: str, match: dict[str, str]) -> dict[str, str]:
+    """The engine's labels for a selector's `match` on a sample `name` (the delays': `src` is the
+    host, `dst` the peer, and only the probes' own direction)."""
+    if name not in SERVED:
+        return match
+    renamed = {HOST if k == "src" else "peer" if k == "dst" else k: v for k, v in match.items()}
+    return {**renamed, **OUT}
+
+
+def from_engine(name: str, host: str, labels: dict[str, str]) -> tuple[dict[str, str], float]:
+    """A series of sample `name` as the engine holds it, back: the sample's labels (sorted by
+    name, as the engine's are), and what each of its values is multiplied by."""
+    if name not in SERVED:
+        return labels, 1.0
+    return {"dst": labels.get("peer", ""), "path": labels.get("path", ""), "src": host}, _SECOND_NS
 
 
 def _label_name(key: str) -> str:
@@ -37,11 +67,16 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def line(name: str, value: float, labels: dict[str, str], t_ms: int, host: str | None = None) -> str:
+def line(name: str, value: float, labels: dict[str, str], t_ms: int | None, host: str | None = None) -> str:
     """One sample's line; labels with an empty value are left out (the engine drops them anyway).
-    `host`: written as the host label, by a writer the engine trusts (its own import, not the gate)."""
+    `t_ms` None: stamped by the engine as it takes it. `host`: written as the host label, by a
+    writer the engine trusts (its own import, not the gate)."""
+    if name in SERVED:  # seconds: a whole number of ns over 1e9 is the shortest decimal, as stated
+        value = value / _SECOND_NS
+        labels = {"peer": labels.get("dst", ""), "path": labels.get("path", ""), **OUT}
     # keyed by the values' text: 1, 1.0 and True are one key to a cache, three labels to the engine
-    return f"{_series(name, tuple((k, str(v)) for k, v in labels.items()), host)} {float(value)!r} {t_ms}"
+    series = _series(name, tuple((k, str(v)) for k, v in labels.items()), host)
+    return f"{series} {float(value)!r}" if t_ms is None else f"{series} {float(value)!r} {t_ms}"
 
 
 @functools.lru_cache(maxsize=SERIES_CACHED)

@@ -46,8 +46,8 @@ def push(gate: Gate, host: str, lines: str | bytes, *, token: str | None = None,
 
 
 def test_line_escapes_values_and_drops_the_host_label():
-    got = line("owd_p99_ns", 5, {"peer": 'a"b\\c', "host": "other", "path": "", "1x": "y"}, 1234)
-    assert got == 'clockfabric_owd_p99_ns{_1x="y",peer="a\\"b\\\\c"} 5.0 1234'
+    got = line("rtt_us", 5, {"peer": 'a"b\\c', "host": "other", "path": "", "1x": "y"}, 1234)
+    assert got == 'clockfabric_rtt_us{_1x="y",peer="a\\"b\\\\c"} 5.0 1234'
     assert body([{"name": "x", "value": float("nan")}, {"name": "y", "value": 1.0}], 7) == b"clockfabric_y{} 1.0 7\n"
 
 
@@ -78,6 +78,32 @@ def test_a_host_writes_and_the_controller_reads_its_latest(gate, series, series_
         ("h1", "p1", [now_ms - 2000, now_ms - 1000], [1.0, 2.0]), ("h1", "p2", [now_ms - 1000], [7.0])]
     assert {r.host for r in series.export((name,), **window)} == {"h1", "h2"}
     assert list(series.export((name,), **window, hosts=[])) == []
+
+
+def test_a_delay_is_held_under_its_metrics_name_and_read_back_as_written(gate, series, series_engine):
+    """A probe path's delay goes to the engine as /metrics serves it (the rules and dashboards read
+    it there, no copy made), and comes back to the controller under the product's own name."""
+    peer = f"p{uuid.uuid4().hex[:8]}"
+    now_ms = time.time_ns() // 1_000_000
+    labels = {"src": "h1", "dst": peer, "path": "s2"}
+    lines = body([{"name": "owd_p50_ns", "value": 52_300, "labels": labels},
+                  {"name": "owd_floor_ns", "value": 50_047.5, "labels": labels}], now_ms - 1000)
+    assert b'clockfabric_owd_p50_seconds{direction="out",path="s2",peer="' + peer.encode() + b'"} 5.23e-05' in lines
+    assert push(gate, "h1", lines).status_code == 204
+    until(lambda: series.latest("owd_floor_ns", match={"dst": peer}) != [], series_engine.url)
+    (got,) = series.latest("owd_p50_ns", match={"dst": peer})
+    assert (got.host, got.labels, got.value) == ("h1", labels | {"src": "h1"}, 52_300)
+    assert [s.value for s in series.latest("owd_floor_ns", match={"src": "h1", "dst": peer})] == [50_047.5]
+    assert series.latest("owd_p50_ns", match={"src": "h2", "dst": peer}) == []
+    window = {"since_ns": (now_ms - 3000) * 1_000_000, "until_ns": now_ms * 1_000_000}
+    exported = [r for r in series.export(("owd_p50_ns", "owd_floor_ns"), **window) if r.labels["dst"] == peer]
+    assert sorted((r.name, r.host, r.labels, r.values) for r in exported) == [
+        ("owd_floor_ns", "h1", {"dst": peer, "path": "s2", "src": "h1"}, [50_047.5]),
+        ("owd_p50_ns", "h1", {"dst": peer, "path": "s2", "src": "h1"}, [52_300])]
+    # the rules' own reading of it: seconds, by peer, the probes' direction
+    r = httpx.get(series_engine.url + "/api/v1/query",
+                  params={"query": f'clockfabric_owd_p50_seconds{{peer="{peer}",direction="out"}}'}).json()
+    assert [(m["metric"]["host"], float(m["value"][1])) for m in r["data"]["result"]] == [("h1", 5.23e-05)]
 
 
 def test_a_forged_host_label_is_overridden(gate, series, series_engine):

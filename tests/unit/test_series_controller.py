@@ -47,13 +47,13 @@ def test_a_pushing_host_is_told_where_to_write_and_may(env, series_engine):
         return r.json()
 
     until(lambda: pushed().get("series_port") == series.write_port)
-    lines = body([{"name": "owd_p50_ns", "value": 1500.0, "labels": {"peer": "h9"}}], 0)
+    lines = body([{"name": "owd_p50_ns", "value": 1500.0, "labels": {"src": "h0", "dst": "h9", "path": "p0"}}], 0)
     lines = lines.replace(b" 0\n", b"\n")  # no timestamp: the engine's now
     # told where to write only once the gate takes it: the first write gets through
     assert httpx.post(f"http://127.0.0.1:{series.write_port}{IMPORT_PATH}", content=lines,
                       headers=as_host(TOKEN, "h0")).status_code == 204
     assert series.series is not None
-    until(lambda: [(s.host, s.value) for s in series.series.latest("owd_p50_ns", match={"peer": "h9"})]
+    until(lambda: [(s.host, s.value) for s in series.series.latest("owd_p50_ns", match={"dst": "h9"})]
           == [("h0", 1500.0)], series_engine.url)
 
 

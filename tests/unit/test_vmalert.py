@@ -16,6 +16,7 @@ import httpx
 import yaml
 from fastapi.testclient import TestClient
 
+from clockfabric import serieswire
 from clockfabric.controller.alertmanager_embedded import EmbeddedAlertmanager
 from clockfabric.controller.app import create_app
 from clockfabric.controller.fleet import Fleet
@@ -113,7 +114,8 @@ def test_a_sample_over_the_sla_fires_in_alertmanager_and_vmalert_away_degrades(t
         series.start()
         assert series.engine is not None and series.rules is not None
         # what an agent writes: its probes' p99 to h2 on path p1, 2.5 ms (the SLA: 1 ms)
-        line = f'clockfabric_owd_p99_ns{{host="h0",src="h0",dst="h2",path="p1"}} 2500000 {time.time_ns() // 10**6}'
+        line = serieswire.line("owd_p99_ns", 2_500_000, {"src": "h0", "dst": "h2", "path": "p1"},
+                               time.time_ns() // 10**6, host="h0")
         assert httpx.post(f"{series.url}/api/v1/import/prometheus", content=line).status_code == 204
 
         def breach() -> list[dict]:

@@ -17,7 +17,7 @@ from clockfabric.auth.credential import host_token
 from clockfabric.bench.controller.scale import TOKEN
 from clockfabric.bench.controller.scale_load import EVENT_EVERY, PATHS, PEERS, samples
 from clockfabric.controller.series.gate import IMPORT_PATH
-from clockfabric.serieswire import series_name
+from clockfabric.serieswire import line
 
 CADENCE_S = 10.0
 CONNECTIONS = 64  # to the gate, and as many to the controller
@@ -26,11 +26,9 @@ DRAIN_S = 30.0  # after the last request is due, what is not answered within thi
 
 def write_request(host: str, hosts: int, port: int) -> bytes:
     """A host's write of its samples to the gate, whole: headers and its lines, as the agent sends it."""
-    lines = []
-    for s in samples(host, hosts):
-        labels = ",".join(f'{k}="{v}"' for k, v in sorted((s.get("labels") or {}).items()))
-        lines.append(f"{series_name(s['name'])}{{{labels}}} {s['value']!r}")
-    return _post(IMPORT_PATH, port, host, ("\n".join(lines) + "\n").encode())
+    # unstamped: the same request is sent each cadence, and the engine stamps what it takes
+    lines = "".join(line(s["name"], s["value"], s.get("labels") or {}, None) + "\n" for s in samples(host, hosts))
+    return _post(IMPORT_PATH, port, host, lines.encode())
 
 
 def _post(path: str, port: int, host: str, body: bytes, kind: str = "text/plain") -> bytes:

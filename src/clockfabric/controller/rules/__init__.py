@@ -2,9 +2,8 @@
 
 - `clockfabric-rules.yml`: the recording and alerting rules (docs/alerts.md). The one copy:
   deploy/prometheus/clockfabric-rules.yml is a link to it, for Prometheus and promtool.
-- `engine-bridge.yml`: recording rules that give the series engine's samples the names and
-  labels the rules read on an agent's /metrics, for an engine the agents write to and nothing
-  scrapes.
+- `engine-bridge.yml`: recording rules for an engine the agents write to and nothing scrapes:
+  the `up` series a scrape would give (the agents write their delays under /metrics' names).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import httpx
 
 from clockfabric.controller.series.sample import Sample
-from clockfabric.serieswire import HOST, sample_name, series_name
+from clockfabric.serieswire import HOST, SERVED, from_engine, sample_name, series_name, served_match
 
 BUDGET_S = 2.0
 LOOKBACK_S = 3600  # "latest" with no `since`: a series silent for an hour is gone
@@ -46,7 +46,7 @@ class SeriesError(Exception):
 
 
 def _selector(name: str, match: dict[str, str], hosts: list[str] | None) -> str:
-    terms = [f'{k}="{_quote(v)}"' for k, v in sorted(match.items())]
+    terms = [f'{k}="{_quote(v)}"' for k, v in sorted(served_match(name, match).items())]
     if hosts is not None:
         terms.append(_hosts_term(hosts))
     return f"{series_name(name)}{{{','.join(terms)}}}"
@@ -60,8 +60,15 @@ def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _labels(metric: dict) -> tuple[str, dict[str, str]]:
-    return metric.get(HOST, ""), {k: v for k, v in metric.items() if k not in ("__name__", HOST)}
+def _labels(name: str, metric: dict) -> tuple[str, dict[str, str], float]:
+    """A result's host, its sample's labels, and what its values are multiplied by (serieswire)."""
+    host = metric.get(HOST, "")
+    return host, *from_engine(name, host, {k: v for k, v in metric.items() if k not in ("__name__", HOST)})
+
+
+def _scaled(value: float, scale: float) -> float:
+    """An engine's value as the sample's (seconds back to ns: to the picosecond, not a float's ulp off)."""
+    return value if scale == 1.0 else round(value * scale, 3)
 
 
 def _ns(t_s: float) -> int:
@@ -128,10 +135,10 @@ class Series:
             t_s = when.get(_key(r["metric"]))
             if t_s is None:
                 continue
-            host, labels = _labels(r["metric"])
+            host, labels, scale = _labels(name, r["metric"])
             t_ns = _ns(t_s)
             if since_ns is None or t_ns >= since_ns:
-                out.append(Sample(host, t_ns, name, float(r["value"][1]), labels))
+                out.append(Sample(host, t_ns, name, _scaled(float(r["value"][1]), scale), labels))
         return sorted(out, key=lambda s: (s.host, tuple(s.labels.items())))  # labels come sorted by name
 
     def range(self, name: str, *, since_ns: int, until_ns: int, host: str | None = None,
@@ -146,8 +153,8 @@ class Series:
                                                   "end": f"{(until_ns - 1) / 1e9:.3f}", "step": f"{step:g}s"})
         out = []
         for r in rows:
-            h, labels = _labels(r["metric"])
-            out += [Sample(h, _ns(float(t)), name, float(v), labels) for t, v in r["values"]]
+            h, labels, scale = _labels(name, r["metric"])
+            out += [Sample(h, _ns(float(t)), name, _scaled(float(v), scale), labels) for t, v in r["values"]]
         return out
 
     def ranges(self, names: list[str], *, since_ns: int, until_ns: int, host: str | None = None,
@@ -189,7 +196,11 @@ class Series:
             metric = row["metric"]
             name = sample_name(metric.pop("__name__", ""))
             host = metric.pop(HOST, "")
-            yield Exported(name, host, metric, row["timestamps"], row["values"])
+            if name in SERVED and metric.get("direction") != "out":  # a reply's view, scraped off /metrics
+                continue
+            labels, scale = from_engine(name, host, metric)
+            values = row["values"] if scale == 1.0 else [_scaled(v, scale) for v in row["values"]]
+            yield Exported(name, host, labels, row["timestamps"], values)
 
     def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
         """`latest(name)` as bare rows, (host, labels as canonical JSON text, t_ns, value): the
