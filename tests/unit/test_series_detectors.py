@@ -3,6 +3,7 @@ agents write them, through the gate, they open the alerts they did when they cam
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -13,8 +14,9 @@ from clockfabric.controller.app import create_app
 from clockfabric.controller.config import parse_config
 from clockfabric.controller.detectors import DetectorSet
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.monitor import Monitor
+from clockfabric.controller.monitor import FEED_PAUSE_S, Monitor
 from clockfabric.controller.series.feed import FIRST_NS, SampleFeed
+from clockfabric.controller.series.read import Series
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.topology import leafspine
 from tests.series import FLEET_TOKEN, series_path, write
@@ -163,3 +165,32 @@ def test_each_ticks_read_of_the_feed_is_timed_and_counted_on_metrics(env):
     assert m[(p + "feed_duration_seconds_count", ())] == 2
     assert m[(p + "feed_samples_total", ())] == 1  # fed once, though both reads' windows hold it
     assert m[(p + "feed_failures_total", ())] == 0
+
+
+def test_a_refused_read_is_not_asked_again_at_once_and_each_refusal_in_a_row_doubles_the_pause(tmp_path):
+    """An engine that cannot answer the detectors' reads is not asked again at the next tick:
+    reads it cannot answer take what its writers need."""
+    with socket.socket() as held:  # a port nothing listens on: each read refused
+        held.bind(("127.0.0.1", 0))
+        url = "http://127.0.0.1:%d" % held.getsockname()[1]
+    storage = SqliteStorage(tmp_path / "c.db")
+    series = Series(url, budget_s=0.2)
+    monitor = Monitor.create(storage, series=series)
+    reads: list[int | None] = []
+    monitor.fed = lambda _s, n: reads.append(n)
+    try:
+        monitor.tick(time.time_ns())
+        monitor.tick(time.time_ns())
+        assert reads == [None]  # the tick right after did not ask
+        time.sleep(FEED_PAUSE_S + 0.1)
+        monitor.tick(time.time_ns())
+        assert reads == [None, None]
+        time.sleep(FEED_PAUSE_S + 0.1)  # the pause is two now
+        monitor.tick(time.time_ns())
+        assert reads == [None, None]
+        time.sleep(FEED_PAUSE_S)
+        monitor.tick(time.time_ns())
+        assert reads == [None, None, None]
+    finally:
+        series.close()
+        storage.close()

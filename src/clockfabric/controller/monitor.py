@@ -29,6 +29,10 @@ from clockfabric.topology import Topology
 log = logging.getLogger(__name__)
 REPLAY_NS = 300 * 10**9  # history fed to the detectors at start
 REPLAY_MAX = 50_000
+# after a read of the feed the engine refused, the next waits this long, doubling with each refusal
+# in a row up to the most: an engine asked again at once by reads it cannot answer spends on them
+# what its writers need, and answers none of them sooner
+FEED_PAUSE_S, FEED_PAUSE_MAX_S = 1.0, 30.0
 
 
 def _for_detectors(samples: list[Sample]) -> list[Sample]:
@@ -53,6 +57,8 @@ class Monitor:
         # told of each tick's read of the feed: seconds, and samples (None: failed), if set
         self.fed: Callable[[float, int | None], None] | None = None
         self._feed_error = ""
+        self._feed_refused = 0  # reads refused in a row
+        self._feed_after = 0.0  # monotonic: no read before
         self.alerts = alerts
         self.topology = topology
         self.lock = threading.Lock()
@@ -133,18 +139,21 @@ class Monitor:
     def tick(self, now_ns: int, *, stale: Iterable[str] = (), series_down: str | None = None,
              rules_down: str | None = None) -> None:
         """`series_down`, `rules_down`: why the series engine, vmalert do not answer (None while they do)."""
-        if self.feed is not None and not series_down:
+        if self.feed is not None and not series_down and time.monotonic() >= self._feed_after:
             started = time.perf_counter()
             try:
                 samples = self.feed.new(now_ns)
-            except SeriesError as e:  # the engine's own alert says so; the next tick reads the window again
+            except SeriesError as e:  # the engine's own alert says so; a later tick reads the window again
                 if str(e) != self._feed_error:
                     log.warning("detectors' samples not read: %s", e)
                 self._feed_error = str(e)
+                self._feed_refused += 1
+                pause = min(FEED_PAUSE_MAX_S, FEED_PAUSE_S * 2 ** (self._feed_refused - 1))
+                self._feed_after = time.monotonic() + pause
                 if self.fed is not None:
                     self.fed(time.perf_counter() - started, None)
             else:
-                self._feed_error = ""
+                self._feed_error, self._feed_refused = "", 0
                 if self.fed is not None:
                     self.fed(time.perf_counter() - started, len(samples))
                 self.observe([], samples, now_ns)

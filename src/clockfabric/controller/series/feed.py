@@ -5,9 +5,10 @@ windows), and where two of a series' samples come between two reads, the older i
 The engine makes a sample searchable a second or so after it took it, so each read looks back
 OVERLAP_NS behind the last one and skips, per series, what is not newer than what it has fed.
 
-A read the engine does not answer within its budget is read again at the next tick, but reaches
-no further back than FIRST_NS, as a restarted controller's first read does: a feed that fell
-behind does not ask for more and more, each read larger than the last one refused."""
+A read the engine does not answer within its budget is read again at a later tick (the monitor
+pauses after each refusal, longer for each in a row), but reaches no further back than FIRST_NS,
+as a restarted controller's first read does: a feed that fell behind does not ask for more and
+more, each read larger than the last one refused."""
 
 from __future__ import annotations
 
