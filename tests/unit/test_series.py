@@ -207,3 +207,25 @@ def test_the_engine_is_started_again_after_it_dies(series_engine, series):
     series_engine.proc.kill()
     until(lambda: series_engine.restarts > before and series_engine.healthy(), timeout_s=10)
     assert series.latest("nothing_here") == []
+
+
+def test_a_read_over_the_engines_series_limit_is_one_line_naming_the_flag(tmp_path):
+    """An engine that selects at most 2 series a query (the embedded one holds 2,000,000): a read
+    of 3 says which flag to raise, not the engine's own paragraph."""
+    from clockfabric.controller.series.engine import engine
+
+    small = engine(tmp_path / "small", flags=("-search.maxUniqueTimeseries=2",))
+    small.start()
+    try:
+        httpx.post(small.url + IMPORT_PATH, content="".join(line("x", 1.0, {"n": str(i)}, None) + "\n"
+                                                            for i in range(3))).raise_for_status()
+        httpx.get(small.url + "/internal/force_flush").raise_for_status()
+        reader = Series(small.url)
+        until(lambda: reader.names() == ["x"], timeout_s=10)
+        with pytest.raises(SeriesError) as refused:
+            reader.latest("x")
+        assert "raise that flag" in str(refused.value) and "-search.maxUniqueTimeseries" in str(refused.value)
+        assert "\n" not in str(refused.value)
+        reader.close()
+    finally:
+        small.stop()

@@ -114,6 +114,9 @@ class Series:
             raise SeriesError(f"the series engine at {self.url} cannot be reached ({type(e).__name__}): "
                               "is it running? the controller's /readyz says") from None
         if r.status_code != 200:
+            if "maxUniqueTimeseries" in r.text or "matching timeseries exceeds" in r.text:
+                raise SeriesError(f"the series engine refused {what}: it selects more series than the engine's "
+                                  "-search.maxUniqueTimeseries allows; raise that flag on the engine (docs/series.md)")
             raise SeriesError(f"the series engine refused {what}: HTTP {r.status_code}: {r.text[:200]}")
         return r
 
