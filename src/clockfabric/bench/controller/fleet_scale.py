@@ -47,7 +47,7 @@ from clockfabric.bench import harness
 from clockfabric.bench.controller.fleet_load import CADENCE_S, Agent, load, write_request
 from clockfabric.bench.controller.scale import TOKEN, Replicas
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, disk_bytes, record
-from clockfabric.controller.series.read import Series, SeriesError
+from clockfabric.controller.series.read import BUDGET_S, Series, SeriesError
 from clockfabric.lab import process
 
 out = Console()
@@ -55,6 +55,9 @@ DEFAULT_JSON = RESULTS / "fleet-scale.json"
 BASE_CPU_HOST_S = (4.6e-3 + 1.5e-3) / CADENCE_S  # the SQL store's CPU a host-second at this cadence
 PUSH_P99_BAR_S = 0.250
 ENROL_S = 5.0  # a step's new agents push their first within this
+# Series.latest is timed with a budget this long, so that its figure is the read's own time, and
+# read this many times (the median is the figure)
+LATEST_BUDGET_S, LATEST_READS = 60.0, 3
 TICK_NS = 10**9  # the controller's tick: the feed reads what came since the last one
 FEED = "clockfabric_controller_feed_"
 # the controller's children, by the name the kernel gives each (/proc/PID/comm, 15 characters)
@@ -174,7 +177,7 @@ def step(ctl: Controller, series: Series, agents: list[Agent], seconds: float) -
     pushed = steady["pushed"]
     lat: list[float] = []
     found = 0
-    for _ in range(5):
+    for _ in range(LATEST_READS):
         q0 = time.perf_counter()
         try:
             found = len(series.latest("owd_p50_ns"))
@@ -195,7 +198,8 @@ def step(ctl: Controller, series: Series, agents: list[Agent], seconds: float) -
             "push_p50_s": _finite(push_lat[len(push_lat) // 2]),
             "push_p99_s": _finite(push_lat[min(len(push_lat) - 1, math.ceil(0.99 * len(push_lat)) - 1)]),
             "cpu_us_host_s": steady["cpu_us_host_s"], "first_cadence_cpu_us_host_s": first["cpu_us_host_s"],
-            "latest_series": found, "latest_p50_s": _finite(sorted(lat)[2]), "latest_max_s": _finite(max(lat)),
+            "latest_series": found, "latest_p50_s": _finite(sorted(lat)[LATEST_READS // 2]),
+            "latest_max_s": _finite(max(lat)),
             "feed_reads": int(reads), "feed_mean_s": feed.get("seconds", 0.0) / reads if reads else None,
             "feed_within_tick": feed.get("within_tick", 0.0) / reads if reads else None,
             "feed_samples": int(feed.get("samples", 0)), "feed_failed": int(feed.get("failed", 0))}
@@ -231,7 +235,7 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
     rows = []
     with tempfile.TemporaryDirectory(prefix="cf-fleet-scale-") as tmp:
         ctl = Controller(Path(tmp))
-        series = Series(ctl.engine_url)
+        series = Series(ctl.engine_url, budget_s=LATEST_BUDGET_S)
         try:
             agents: list[Agent] = []
             for n in steps:  # each step keeps the last one's agents, and adds new ones
@@ -279,7 +283,9 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                      f"{max((r['hosts'] for r in held), default=0)} agents")),
         Target(f"Series.latest of one OWD statistic at {top['hosts']} agents",
                None if top["latest_p50_s"] is None else round(top["latest_p50_s"], 3), 0.5, "s", "lower",
-               note="None: refused past the reader's 2 s budget"),
+               note=(f"the median of {LATEST_READS} reads of {top['latest_series']} series, each given "
+                     f"{LATEST_BUDGET_S:g} s (a route gives {BUDGET_S:g} s, and refuses a read past it); "
+                     "None: past even that")),
     ]
     kept = [r for r in rows if r["feed_reads"] and not r["feed_failed"] and r["feed_within_tick"] >= 0.99]
     targets.append(Target(f"the controller's reads of the detectors' feed within the tick, at {top['hosts']} agents",
