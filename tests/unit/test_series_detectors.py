@@ -3,6 +3,7 @@ agents write them, through the gate, they open the alerts they did when they cam
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -16,7 +17,8 @@ from clockfabric.controller.detectors import DetectorSet
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.monitor import FEED_PAUSE_S, Monitor
 from clockfabric.controller.series.feed import FIRST_NS, SampleFeed
-from clockfabric.controller.series.read import Series
+from clockfabric.controller.series import read
+from clockfabric.controller.series.read import Series, _newest_ms
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from clockfabric.topology import leafspine
 from tests.series import FLEET_TOKEN, series_path, write
@@ -83,6 +85,37 @@ def test_the_feed_gives_each_sample_once(tmp_path):
         assert feed.new(now + 10**8) == []  # read again within the overlap: not fed twice
         write(series, "h1", [{"name": "link_up", "value": 0.0, "labels": {"device": "eth0"}}], now)
         assert [s.value for s in feed.new(time.time_ns())] == [0.0]
+
+
+def test_an_export_lines_series_and_newest_time_are_read_without_parsing_it():
+    """What the engine writes, labels holding quotes, commas and the very text that ends a metric:
+    the series is the metric's JSON text, and the newest time the timestamps' last."""
+    hard = 'a"b,"values":[1,2]'  # a label value with a quote, a comma and `,"values":[` in it
+    metric = {"__name__": "clockfabric_link_up", "device": hard, "host": "h1"}
+    for times in ([1700000000000], [1700000000000, 1700000001000, 1700000002000]):
+        line = json.dumps({"metric": metric, "values": [1.5] * len(times), "timestamps": times},
+                          separators=(",", ":"))
+        key, newest = _newest_ms(line)
+        assert json.loads(key[len('{"metric":'):]) == metric and newest == times[-1]
+    assert _newest_ms('{"metric":{},"timestamps":[1],"values":[2]}') is None  # not the engine's shape: parsed
+    assert _newest_ms('{"metric":{},"values":[2],"timestamps":[]}') is None
+
+
+def test_a_series_the_feed_has_fed_is_not_parsed_again(tmp_path, monkeypatch):
+    """Of a read's series, only those with a sample newer than the feed fed are parsed."""
+    with series_path(tmp_path) as series:
+        assert series.series is not None
+        feed = SampleFeed(series.series, names=("link_up",))
+        now = time.time_ns()
+        for host in ("h1", "h2"):
+            write(series, host, [{"name": "link_up", "value": 1.0, "labels": {"device": "eth0"}}], now - 10**9)
+        assert sorted(s.host for s in feed.new(now)) == ["h1", "h2"]
+        write(series, "h2", [{"name": "link_up", "value": 0.0, "labels": {"device": "eth0"}}], now)
+        parsed: list[str] = []
+        loads = read.json.loads
+        monkeypatch.setattr(read.json, "loads", lambda text: parsed.append(text) or loads(text))
+        assert [(s.host, s.value) for s in feed.new(time.time_ns())] == [("h2", 0.0)]
+        assert len(parsed) == 1 and '"h2"' in parsed[0]  # h1's line, all of it fed, was skipped unread
 
 
 def test_a_feed_behind_for_long_reads_no_further_back_than_a_restarted_one(tmp_path):

@@ -27,18 +27,18 @@ class SampleFeed:
         self.series = series
         self.names = names
         self._since = since_ns
-        self._fed: dict[tuple, int] = {}  # (name, host, labels) -> the newest time fed, ms
+        self._fed: dict[str, int] = {}  # a series (Exported.key) -> the newest time fed, ms
 
     def new(self, now_ns: int) -> list[Sample]:
         """The samples written since the last call that have not been fed; SeriesError if the
         engine does not answer (the next call reads the same window again, FIRST_NS at most). A
-        series at a time: most of a read's samples were fed by the one before (the overlap), and
-        only the new ones are built."""
+        series at a time: most of a read's series were fed by the one before (the overlap), and
+        only those with a newer sample are parsed and built."""
         since = now_ns - FIRST_NS if self._since is None else max(self._since - OVERLAP_NS, now_ns - FIRST_NS)
         # judged against what was fed before this read: a series may come in several lines
         before, fed, out = self._fed, dict(self._fed), []
-        for s in self.series.export(self.names, since_ns=since, until_ns=now_ns):
-            key = (s.name, s.host, tuple(s.labels.items()))  # the engine's label order: one key a series
+        for s in self.series.export(self.names, since_ns=since, until_ns=now_ns, fed=before):
+            key = s.key
             last = before.get(key, -1)
             if s.timestamps_ms[-1] <= last:
                 continue

@@ -39,6 +39,23 @@ class Exported(NamedTuple):
     labels: dict[str, str]  # as the engine writes them: sorted by name
     timestamps_ms: list[int]
     values: list[float]
+    key: str  # the series as the engine wrote it, one text a series: what `export(fed=...)` is keyed by
+
+
+_VALUES, _TIMES = ',"values":[', '"timestamps":['
+
+
+def _newest_ms(line: str) -> tuple[str, int] | None:
+    """An export line's series (its metric's JSON text, as the engine writes it, labels in one
+    order) and its newest sample's time, read without parsing the line: None where the line is
+    not in the shape the engine writes (then it is parsed whole). A label's value is a JSON
+    string, inside which a quote is escaped, so the first `,"values":[` ends the metric."""
+    cut, times = line.find(_VALUES), line.rfind(_TIMES)
+    end = line.rfind("]")
+    if cut < 0 or times < cut or end < times:
+        return None
+    last = line[max(line.rfind(",", times, end), times + len(_TIMES) - 1) + 1:end]
+    return (line[:cut], int(last)) if last.isdigit() else None
 
 
 class SeriesError(Exception):
@@ -182,11 +199,12 @@ class Series:
             pass
 
     def export(self, names: tuple[str, ...], *, since_ns: int, until_ns: int,
-               hosts: list[str] | None = None) -> Iterator[Exported]:
+               hosts: list[str] | None = None, fed: dict[str, int] | None = None) -> Iterator[Exported]:
         """Every sample of `names` stamped from since_ns to until_ns, as written, a series at a
         time: one export for all names, so no sample between two reads is lost to a step or to
-        "latest"; a reader that wants few of them (the detectors' feed, which has fed most)
-        builds only those. `hosts`: of those hosts only."""
+        "latest". `hosts`: of those hosts only. `fed`: Exported.key -> a time (ms): a series
+        whose newest sample is no newer is skipped unparsed (the detectors' feed, whose reads
+        overlap, has fed most of what each one finds)."""
         if not names or (hosts is not None and not hosts):
             return
         pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
@@ -195,15 +213,19 @@ class Series:
                   "end": f"{until_ns / 1e9:.3f}", "timeout": f"{self.budget_s}s"}  # the engine stops at it too
         r = self._post("/api/v1/export", params, f"an export of {len(names)} names")
         for line in r.text.splitlines():
+            seen = _newest_ms(line)
+            if seen is not None and fed and seen[1] <= fed.get(seen[0], -1):
+                continue
             row = json.loads(line)
             metric = row["metric"]
+            key = seen[0] if seen is not None else json.dumps(metric, separators=(",", ":"))
             name = sample_name(metric.pop("__name__", ""))
             host = metric.pop(HOST, "")
             if name in SERVED and metric.get("direction") != "out":  # a reply's view, scraped off /metrics
                 continue
             labels, scale = from_engine(name, host, metric)
             values = row["values"] if scale == 1.0 else [_scaled(v, scale) for v in row["values"]]
-            yield Exported(name, host, labels, row["timestamps"], values)
+            yield Exported(name, host, labels, row["timestamps"], values, key)
 
     def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
         """`latest(name)` as bare rows, (host, labels as canonical JSON text, t_ns, value): the
