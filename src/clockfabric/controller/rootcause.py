@@ -160,6 +160,25 @@ def median(values: Iterable[float | None]) -> float | None:
     return statistics.median(found) if found else None
 
 
+def medians_without(values: list[float | None]) -> list[float | None]:
+    """For each value, the median of the others (Nones left out, as `median` leaves them): from
+    one sort, so a job of n flows is judged against its siblings in n log n, not n squared."""
+    ranked = sorted((v, i) for i, v in enumerate(values) if v is not None)
+    found = [v for v, _ in ranked]
+    rank = {i: r for r, (_, i) in enumerate(ranked)}
+
+    def without(r: int | None) -> float | None:
+        n = len(found) - (r is not None)
+
+        def at(k: int) -> float:
+            return found[k if r is None or k < r else k + 1]
+        if n == 0:
+            return None
+        return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+    return [without(rank.get(i)) for i in range(len(values))]
+
+
 def in_window(flow: Flow, since_ns: int) -> Flow:
     return Flow(**{**flow.__dict__, "points": tuple(p for p in flow.points if p.t_ns >= since_ns)})
 
@@ -203,11 +222,10 @@ def far_above(value: float, base: float, margin_us: float, limits: Thresholds) -
 def judge(stats: list[FlowStats], limits: Thresholds, rates: dict[str, float] | None = None) -> None:
     """Mark each flow network-slow or starved against its siblings (the others of the list) and its
     floor; `rates`, the links' configured bits per second, where known (see Thresholds.margin_us)."""
-    for s in stats:
-        siblings = [o for o in stats if o is not s]
+    sib_delays = medians_without([s.delay_us for s in stats])
+    sib_rates = medians_without([s.rate_bps if (s.rate_bps or 0) >= limits.active_bps else None for s in stats])
+    for s, sib_delay, sib_rate in zip(stats, sib_delays, sib_rates, strict=True):
         margin = limits.margin_us(s.delay_source, s.flow.hops, rates)
-        sib_delay = median(o.delay_us for o in siblings)
-        sib_rate = median(o.rate_bps for o in siblings if (o.rate_bps or 0) >= limits.active_bps)
         if s.delay_us is not None and sib_delay is not None and far_above(s.delay_us, sib_delay, margin, limits):
             s.why.append(f"delay {s.delay_us:.0f} us ({s.delay_source}) vs its siblings' {sib_delay:.0f} us")
         if s.delay_us is not None and s.floor_us is not None and far_above(s.delay_us, s.floor_us, margin, limits):
@@ -224,7 +242,7 @@ def judge(stats: list[FlowStats], limits: Thresholds, rates: dict[str, float] | 
             # blame. One with its data waiting, far longer than its siblings' waits, is held back by
             # the network, even where its delay shows no queue (a loss, or a queue not sampled yet)
             wait = send_wait_us(s, sib_rate)
-            sib_wait = median(send_wait_us(o, sib_rate) for o in siblings) or 0.0
+            sib_wait = median(send_wait_us(o, sib_rate) for o in stats if o is not s) or 0.0
             if not s.network_slow and wait is not None and far_above(wait, sib_wait, limits.rtt_margin_us, limits):
                 s.why.append(f"{(s.send_queue_bytes or 0) / 1024:.0f} KiB wait to be sent: {wait / 1000:.0f} ms "
                              f"at its siblings' rate, vs their {sib_wait / 1000:.1f} ms")
