@@ -108,7 +108,10 @@ class Series:
         self.budget_s = budget_s
         self.flushes = flushes
         self._flushed = -math.inf  # monotonic seconds of the last flush
-        self._client = httpx.Client(timeout=httpx.Timeout(budget_s + 0.5, connect=min(1.0, budget_s)))
+        # answers uncompressed: the engine sits beside the controller or on its LAN, where gzipping
+        # an export of tens of MB costs the engine more CPU than the bytes cost the wire
+        self._client = httpx.Client(timeout=httpx.Timeout(budget_s + 0.5, connect=min(1.0, budget_s)),
+                                    headers={"Accept-Encoding": "identity"})
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="series-read")
 
     def close(self) -> None:
