@@ -28,7 +28,7 @@ KEY = f"owd_mismatch:M:h0:{label('h0', 'h2')}"
 
 def probes(src: str, dst: str, t_ns: int, floor_us: float = 10, p50_us: float = 12) -> list[Sample]:
     """Both probe paths of the pair (one per spine), each with its floor and p50."""
-    return [Sample(src, t_ns, f"owd_{stat}_ns", v * US, {"peer": dst, "path": spine, "direction": "out"})
+    return [Sample(src, t_ns, f"owd_{stat}_ns", v * US, {"src": src, "dst": dst, "path": spine})
             for spine in ("spine0", "spine1") for stat, v in (("floor", floor_us), ("p50", p50_us))]
 
 

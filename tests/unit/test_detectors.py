@@ -30,7 +30,7 @@ def ev(kind, t_s, host="h0", device="eth0", seq=None):
 
 def owd(src, dst, path, t_s, **stats_us):
     """One report of one path: a sample per stat given, in µs."""
-    labels = {"peer": dst, "path": path, "direction": "out"}
+    labels = {"src": src, "dst": dst, "path": path}
     return [Sample(host=src, t_ns=T0 + round(t_s * S), name=f"owd_{stat}_ns", value=v * US, labels=labels)
             for stat, v in stats_us.items()]
 

@@ -35,19 +35,6 @@ REPLAY_MAX = 50_000
 FEED_PAUSE_S, FEED_PAUSE_MAX_S = 1.0, 30.0
 
 
-def _for_detectors(samples: list[Sample]) -> list[Sample]:
-    """Agents report one-way delays as measured, labelled src/dst/path; the detectors want them
-    from the source's side (host = src, peer = dst, direction = out)."""
-    out = []
-    for s in samples:
-        if s.name.startswith("owd_") and "src" in s.labels:
-            out.append(Sample(host=s.labels["src"], t_ns=s.t_ns, name=s.name, value=s.value,
-                              labels={"peer": s.labels["dst"], "path": s.labels["path"], "direction": "out"}))
-        else:
-            out.append(s)
-    return out
-
-
 class Monitor:
     def __init__(self, detectors: DetectorSet, alerts: AlertManager, topology: Topology | None = None,
                  feed: SampleFeed | None = None):
@@ -100,7 +87,7 @@ class Monitor:
     def observe(self, events: list[Event], samples: list[Sample], now_ns: int) -> None:
         with self.lock:
             self.detectors.on_events(events, now_ns)
-            self.detectors.on_samples(_for_detectors(samples), now_ns)
+            self.detectors.on_samples(samples, now_ns)
 
     def observe_paths(self, host: str, rows: list[tuple], now_ns: int) -> None:
         """A host's path map, (peer, path label, plane, switch at TTL 2 or None) per probe path:

@@ -79,15 +79,12 @@ DETECTORS: Registry[type[Detector[Any]]] = Registry("detector", load="clockfabri
 
 
 def owd_path(sample: Sample) -> PathKey | None:
-    """The path an OWD sample measures, seen from its source; None for the reverse view.
-
-    Each direction is pushed by its sender as direction "out"; the receiver's "back" copy
-    would count the same delays twice.
-    """
+    """The path an OWD sample measures, (src, dst, path) as its sender wrote it; None where its
+    labels do not say (the reader, controller/series/read.py, gives only the sender's view)."""
     labels = sample.labels
-    if labels.get("direction", "out") != "out" or not labels.get("peer") or "path" not in labels:
+    if not labels.get("dst") or "path" not in labels:
         return None
-    return sample.host, labels["peer"], labels["path"]
+    return labels.get("src", sample.host), labels["dst"], labels["path"]
 
 
 def path_label(key: PathKey) -> str:
