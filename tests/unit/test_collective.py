@@ -35,11 +35,12 @@ def on_loopback(world: int, subflows: int, body, *, timeout_s: float = 20.0, pee
     each rank connected to peers(rank) (default: everyone). Returns [(result | exception)]."""
     for _ in range(5):  # a random port range someone else holds: try another
         base = random.randrange(20000, 32000 - world)  # under the ephemeral range source ports use
+        token = random.getrandbits(32)  # a concurrent test's ranks on overlapping ports are strangers
         results = [None] * world
 
         def rank_main(r):
             try:
-                with Transport(r, [["127.0.0.1"]] * world, port_base=base, subflows=subflows,
+                with Transport(r, [["127.0.0.1"]] * world, port_base=base, subflows=subflows, token=token,
                                timeout_s=timeout_s, scheduler=scheduler, rcvbuf=rcvbuf, parked=parked) as t:
                     t.connect(peers(r) if peers else set(range(world)) - {r})
                     results[r] = body(r, t)
