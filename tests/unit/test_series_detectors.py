@@ -101,6 +101,21 @@ def test_an_export_lines_series_and_newest_time_are_read_without_parsing_it():
     assert _newest_ms('{"metric":{},"values":[2],"timestamps":[]}') is None
 
 
+def test_the_feed_reads_a_series_that_was_just_made(tmp_path):
+    """A flow that just started: its first sample reaches the detectors at the first read a flush
+    is due, not when the engine's index buffers get round to it (about ten seconds, past the
+    overlap)."""
+    with series_path(tmp_path) as series:
+        assert series.series is not None
+        feed = SampleFeed(series.series, names=("job_flow_tx_bps",))
+        now = time.time_ns()
+        assert feed.new(now) == []
+        labels = {"jobid": "B", "peer": "h5", "plane": "0", "direction": "out"}
+        write(series, "h6", [{"name": "job_flow_tx_bps", "value": 9e7, "labels": labels}], now, wait=False)
+        time.sleep(read.FLUSH_EVERY_S)
+        assert [(s.host, s.value) for s in feed.new(time.time_ns())] == [("h6", 9e7)]
+
+
 def test_a_series_the_feed_has_fed_is_not_parsed_again(tmp_path, monkeypatch):
     """Of a read's series, only those with a sample newer than the feed fed are parsed."""
     with series_path(tmp_path) as series:

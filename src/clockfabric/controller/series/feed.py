@@ -3,7 +3,9 @@
 Every sample, not each series' newest: a detector counts windows in a row (congestion's two bad
 windows), and where two of a series' samples come between two reads, the older is a window too.
 The engine makes a sample searchable a second or so after it took it, so each read looks back
-OVERLAP_NS behind the last one and skips, per series, what is not newer than what it has fed.
+OVERLAP_NS behind the last one and skips, per series, what is not newer than what it has fed. A
+new series (a flow that just started) takes about ten seconds, longer than the overlap, so each
+read first asks the embedded engine to flush (`Series.fresh`, at most once a second).
 
 A read the engine does not answer within its budget is read again at a later tick (the monitor
 pauses after each refusal, longer for each in a row), but reaches no further back than FIRST_NS,
@@ -34,6 +36,7 @@ class SampleFeed:
         engine does not answer (the next call reads the same window again, FIRST_NS at most). A
         series at a time: most of a read's series were fed by the one before (the overlap), and
         only those with a newer sample are parsed and built."""
+        self.series.fresh()
         since = now_ns - FIRST_NS if self._since is None else max(self._since - OVERLAP_NS, now_ns - FIRST_NS)
         # judged against what was fed before this read: a series may come in several lines
         before, fed, out = self._fed, dict(self._fed), []
