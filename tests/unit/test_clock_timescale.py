@@ -20,6 +20,7 @@ from clockfabric.clock.vclock import VirtualClock
 from tests.unit.test_clock_sync import EPOCH, NOW_TAU, Host, edge_row, make_fleet
 
 QUEUED_NS = 80_000.0  # the band half-width of every pair with a queued host
+WIDE_NS = 6_000.0  # ... with a host a little wide: too wide for the ensemble, not named unsyncable
 NOISE_NS = 20.0  # each pair fit's offset error, as an idle software-timestamped pair gives
 # how far global time may move between two solves: a kept vote moves it by at most
 # MAX_SHARE x VOTE_NS (105 ns) and fit noise averages over the members
@@ -34,7 +35,7 @@ class Fleet:
         self.rng = np.random.default_rng(seed)
         self.frames: list[tuple[Frame, dict[str, Host]]] = []  # each solve's frame, and the clocks then
 
-    def round(self, now: float, *, queued=(), silent=(), bias: dict[str, float] | None = None,
+    def round(self, now: float, *, queued=(), wide=(), silent=(), bias: dict[str, float] | None = None,
               utc: tuple[str, float] | None = None) -> dict[str, dict]:
         """Reports at real time NOW_TAU + now s (centred 1 s before), then one solve. `bias`:
         host -> how far its pairs' offsets lie (a queue it cannot see); `utc`: (host, how far
@@ -46,7 +47,8 @@ class Fleet:
             center = self.clocks[h].read(tau - 1e9)
             edges = []
             for p in self.peers[h]:
-                row = edge_row(self.clocks, h, p, center, margin=QUEUED_NS if {h, p} & set(queued) else 1_000.0)
+                margin = QUEUED_NS if {h, p} & set(queued) else WIDE_NS if {h, p} & set(wide) else 1_000.0
+                row = edge_row(self.clocks, h, p, center, margin=margin)
                 lie = (bias or {}).get(p, 0.0) - (bias or {}).get(h, 0.0)
                 row[1] += lie + float(self.rng.normal(0, NOISE_NS))
                 row[2] += float(self.rng.normal(0, 1e-9))
@@ -217,6 +219,22 @@ def test_a_member_whose_clock_steps_or_runs_away_is_out_of_global_time_at_once(f
     ahead = sum(rest[h] * 40 * k for k, h in enumerate(shares) if h in rest) / sum(rest.values())
     others = EPOCH + 10**9 + round(ahead)
     assert frame.global_ns(faulted) == others  # the weighted mean would have moved by 0.3 of the fault
+
+
+@pytest.mark.parametrize("when", ["young", "settled"])
+def test_a_host_wide_while_young_joins_once_clean_and_a_settled_one_after_probation(when):
+    """A starting agent's bands are wide for its start-up alone: it joins global time's ensemble
+    at its first clean solve. A host that reported for a while and then widened (a queue that
+    comes and goes) waits out its probation (10 s) clean."""
+    fleet = Fleet()
+    start = 0 if when == "young" else 10  # past the solver's young_s (8 s)
+    out = []
+    for k in range(start + 16):
+        fleet.round(float(k), wide=["h03"] if start <= k < start + 2 else ())
+        if k >= start and "h03" not in fleet.solver.frame.shares():
+            out.append(k - start)
+    assert out == ([0, 1] if when == "young" else list(range(11))), out  # out while wide; settled, 10 s more
+    assert max(fleet.moves()) <= MOVE_NS
 
 
 def test_a_member_outvoted_leaves_the_frame_at_once_and_rejoins_after_probation():

@@ -141,8 +141,10 @@ class Solver:
         last = None if self._resumed else self.last
         guess = last.offset_ns - last.offset_ns[anchor] if last is not None else None
         raw = solve(len(self.hosts), edges, anchor, t0_ns, outlier_ns=self.outlier_ns, guess=guess)
-        # a host that left the ensemble as wide rejoins once clean for PROBATION_S
-        self.dirty |= {h: now for h in set(bands) - clean(raw, self.index, bands)}
+        # a host that left the ensemble as wide rejoins once clean for PROBATION_S; a young one's
+        # band is wide for its start-up alone (YOUNG_WINDOWS), so it joins once clean
+        settled = {h for h in bands if now - self.since[h] >= self.young_s}
+        self.dirty |= {h: now for h in settled - clean(raw, self.index, bands)}
         shares = members(raw, self.index, bands, {h for h in bands if now - self.dirty.get(h, -1e18) >= PROBATION_S})
         sol, self.frame, held = ensemble(raw, self.index, shares, self.last, self.reference,
                                          self._utc(t0_ns, now), self.last.t0_ns if self.last is not None else None)
