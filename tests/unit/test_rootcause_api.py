@@ -7,7 +7,7 @@ from clockfabric.controller.rootcause_inputs import Places, flows_from, link_eve
 from clockfabric.controller.storage.base import Event
 from clockfabric.controller.series.sample import Sample
 from clockfabric.topology.generators import leafspine
-from tests.unit.test_jobs_api import AUTH, env, flow, process, push  # noqa: F401 - env is a fixture
+from tests.unit.test_jobs_api import AUTH, env, flow, get, process, push  # noqa: F401 - env is a fixture
 
 S = 10**9
 
@@ -38,7 +38,7 @@ def test_why_of_an_unknown_job_and_a_bad_window(env):  # noqa: F811
     push(client, "h1", "10.0.0.1", [process("J", 100, 0)])
     r = client.get("/api/v1/jobs/J/why", headers=AUTH, params={"since": "soon"})
     assert r.status_code == 422 and "since" in r.text
-    assert client.get("/api/v1/jobs/J/why", headers=AUTH).json()["verdict"] == "no_flows"
+    assert get(client, "/api/v1/jobs/J/why")["verdict"] == "no_flows"
     assert client.get("/api/v1/jobs/J", headers=AUTH).json()["jobid"] == "J"  # the job's own route still answers
 
 
