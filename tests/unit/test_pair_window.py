@@ -175,6 +175,29 @@ def test_refit_recovers_offset_and_drift(ours, peer):
     assert w.steps == 0
 
 
+def test_the_drift_is_refitted_once_a_window_and_the_offset_at_every_refit():
+    """The drift's fit over the whole history is the costly one, and a second of new points
+    moves a slope fitted over 8 windows by little: it is redone once a window. The offset's
+    fit, over the last window at that drift, follows every refit."""
+    ours, peer = CLOCKS[3]
+    probes = stream(ours, peer, 8.0, seed=4, queued=0.3)
+    w = PairWindow("b")
+    fits = []
+    next_fit = probes[0].ex.tx[0] + 250_000_000
+    for p in probes:
+        w.add(p.ex)
+        if p.ex.rx[1] >= next_fit:
+            next_fit += 250_000_000
+            if (fit := w.refit(p.ex.rx[1])) is not None:
+                fits.append((p.ex.rx[1], fit))
+    drift_changes = [t for (t, f), (_, before) in zip(fits[1:], fits) if f.drift != before.drift]
+    assert len(drift_changes) >= 3
+    assert all(b - a >= w.window_ns for a, b in zip(drift_changes, drift_changes[1:]))
+    assert all(f.offset_ns != before.offset_ns for (_, f), (_, before) in zip(fits[1:], fits))
+    assert abs(w.fit.drift - rel_drift(ours, peer)) < 5e-9
+    assert abs(w.fit.offset_ns - theta(ours, peer, w.fit.center_ns)) < 20.0
+
+
 def test_refit_is_none_until_both_directions_have_pure_points():
     ours, peer = TrueClock(), TrueClock(5_000_000.0, 10e-6)
     w = PairWindow("b")

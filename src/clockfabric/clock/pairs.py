@@ -80,6 +80,10 @@ class PairWindow:
         # both clouds one way, so only one side breaks while the other looks queued
         self._suspect: dict[bool, Step | None] = {True: None, False: None}
         self.seen = self.pure_fwd = self.pure_rev = 0
+        # the drift's fit over the history, redone once a window: a second's new points move a
+        # slope fitted over 8 windows by little, and this fit is most of the agent's clock CPU
+        self._long: PairFit | None = None
+        self._long_at_ns = 0
 
     def add(self, ex: Exchange) -> list[tuple[bool, float | None]]:
         """Take one exchange. Returns, per pure point checked against the band, its side
@@ -143,7 +147,7 @@ class PairWindow:
                 points.popleft()
         while len(self.exchanges) > self.seen - step.seq + 1:
             self.exchanges.popleft()
-        old, self.fit = self.fit, None
+        old, self.fit, self._long = self.fit, None, None
         if old is not None:
             self.drift_prior = old.drift
             if provisional:
@@ -176,9 +180,12 @@ class PairWindow:
             span = min(2 * span, self.widest_ns)
         if not len(recent_fwd) or not len(recent_rev):
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
-        prior = self.fit.drift if self.fit else self.drift_prior
-        long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
-        assert long is not None  # both directions have points: the recent ones
+        long = self._long
+        if long is None or not long.pinned or now_ns - self._long_at_ns >= self.window_ns:
+            prior = self.fit.drift if self.fit else self.drift_prior
+            long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
+            assert long is not None  # both directions have points: the recent ones
+            self._long, self._long_at_ns = long, now_ns
         self.drift_known = self.drift_known or long.pinned
         recent = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift,
                           drift_bound=long.drift_bound)
