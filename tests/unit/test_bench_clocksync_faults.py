@@ -108,3 +108,19 @@ def test_global_time_is_placed_at_the_instant_real_time_was_read(monkeypatch, tm
     w.sample()
     (at, _), = w.ensemble
     assert 0.3 <= at < 0.3 + 0.25
+
+
+def test_the_fault_bench_writes_where_it_is_told_under_its_own_name(monkeypatch, tmp_path):
+    """`--out` moves the record, not its name: the page's section stays clocksync-faults."""
+    from typer.testing import CliRunner
+
+    from clockfabric.bench.clocksync import command
+    from clockfabric.cli.bench_cmds import app
+
+    calls = []
+    monkeypatch.setattr(command, "run", lambda *args, **kw: calls.append((args, kw)))
+    out = tmp_path / "elsewhere.json"
+    result = CliRunner().invoke(app, ["clocksync-faults", "--sizes", "8", "--scenarios", "R0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (args, kw), = calls
+    assert args[0] == "8" and args[1] == "R0" and args[-1] == out and kw == {"name": "clocksync-faults"}

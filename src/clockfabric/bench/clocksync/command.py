@@ -328,6 +328,12 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
                                          "two runs at once need different ones."),
          json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     """Clock sync on 8- and 32-host labs, idle and loaded, against NTP-style and ptp4l in the same run."""
+    run(sizes, scenarios, repeats, limit_sizes, seconds, quick, prefix, json_path, name="clocksync")
+
+
+def run(sizes: str, scenarios: str, repeats: int, limit_sizes: str, seconds: float, quick: bool, prefix: str,
+        json_path: Path, *, name: str) -> None:
+    """`main`'s run, recorded under `name` (its section of docs/benchmarks.md) at `json_path`."""
     require_root()
     for tool in ("ip", "tc", "iperf3", "ptp4l"):
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
@@ -387,13 +393,13 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
         report(results, checks)
     for f in failures:
         out.print(f"[red]failed:[/] {f}")
-    data = {"benchmark": "clocksync", "status": status, "machine": info,
+    data = {"benchmark": name, "status": status, "machine": info,
             "params": {"sizes": size_list, "shapes": {h: SHAPES.get(h) for h in size_list}, "host_rate": HOST_RATE,
                        "max_offset": "50ms", "max_drift_ppm": 100.0, "peers": PEERS, "window_s": WINDOW_S,
                        "seconds_beyond_startup": seconds, "udp_share": UDP_SHARE, "spine_rate_c": SPINE_RATE_C,
                        "all_rate": ALL_RATE, "loaded_reference_rate": LOADED_REF_RATE, "step": STEP,
                        "quick": quick, "scenarios": keys, "repeats": repeats},
             "results": results, "targets": checks, "failures": failures}
-    record(json_path.stem, targets(checks), info, data, path=json_path)  # the name its page section takes
+    record(name, targets(checks), info, data, path=json_path)
     err.print(f"results written to {json_path} ({info['wall_s'] / 60:.1f} min)")
     raise typer.Exit(code)

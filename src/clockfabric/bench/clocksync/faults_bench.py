@@ -1,12 +1,16 @@
 """`clockfabric bench clocksync-faults`: `bench clocksync`'s fault scenarios (faults.py) alone,
-repeated, in a record of their own (bench/results/clocksync-faults.json)."""
+repeated, in a record of their own (by default bench/results/clocksync-faults.json)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 from clockfabric.bench.clocksync import command, faults
 from clockfabric.bench.harness import BENCHMARKS, RESULTS
+
+DEFAULT_JSON = RESULTS / "clocksync-faults.json"
 
 
 @BENCHMARKS.register("clocksync-faults")
@@ -14,7 +18,7 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
          scenarios: str = typer.Option(",".join(faults.ORDER), help="Some of R0,K,L2,S,F."),
          repeats: int = typer.Option(5, min=1, max=20, help="Runs of each scenario; judged on the worst."),
          seconds: float = typer.Option(20.0, min=10, help="Seconds each sync runs beyond the agents' start-up."),
-         prefix: str = typer.Option("csfault", "--lab-prefix", help="Name prefix of the labs it builds.")) -> None:
+         prefix: str = typer.Option("csfault", "--lab-prefix", help="Name prefix of the labs it builds."),
+         json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     """The clock sync fault scenarios at 8 and 32 hosts, repeated, against NTP-style and ptp4l."""
-    command.main(sizes=sizes, scenarios=scenarios, limit_sizes="8", seconds=seconds, quick=False, prefix=prefix,
-                 json_path=RESULTS / "clocksync-faults.json", repeats=repeats)
+    command.run(sizes, scenarios, repeats, "8", seconds, False, prefix, json_path, name="clocksync-faults")
