@@ -80,8 +80,9 @@ class PairWindow:
         # both clouds one way, so only one side breaks while the other looks queued
         self._suspect: dict[bool, Step | None] = {True: None, False: None}
         self.seen = self.pure_fwd = self.pure_rev = 0
-        # the drift's fit over the history, redone once a window: a second's new points move a
-        # slope fitted over 8 windows by little, and this fit is most of the agent's clock CPU
+        # the drift's fit over the history, redone once a window of our clock, either way (a
+        # clock set back counts): a second's new points move a slope fitted over 8 windows by
+        # little, and this fit is most of the agent's clock CPU
         self._long: PairFit | None = None
         self._long_at_ns = 0
 
@@ -181,7 +182,7 @@ class PairWindow:
         if not len(recent_fwd) or not len(recent_rev):
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
         long = self._long
-        if long is None or not long.pinned or now_ns - self._long_at_ns >= self.window_ns:
+        if long is None or not long.pinned or abs(now_ns - self._long_at_ns) >= self.window_ns:
             prior = self.fit.drift if self.fit else self.drift_prior
             long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
             assert long is not None  # both directions have points: the recent ones
