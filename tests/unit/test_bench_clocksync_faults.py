@@ -123,4 +123,4 @@ def test_the_fault_bench_writes_where_it_is_told_under_its_own_name(monkeypatch,
     result = CliRunner().invoke(app, ["clocksync-faults", "--sizes", "8", "--scenarios", "R0", "--out", str(out)])
     assert result.exit_code == 0, result.output
     (args, kw), = calls
-    assert args[0] == "8" and args[1] == "R0" and args[-1] == out and kw == {"name": "clocksync-faults"}
+    assert args[0] == "8" and args[1] == "R0" and args[-1] == out and kw == {"record_as": "clocksync-faults"}

@@ -21,4 +21,4 @@ def main(sizes: str = typer.Option("8,32", help="Lab sizes (hosts), comma-separa
          prefix: str = typer.Option("csfault", "--lab-prefix", help="Name prefix of the labs it builds."),
          json_path: Path = typer.Option(DEFAULT_JSON, "--out", help="Where the record goes.")) -> None:
     """The clock sync fault scenarios at 8 and 32 hosts, repeated, against NTP-style and ptp4l."""
-    command.run(sizes, scenarios, repeats, "8", seconds, False, prefix, json_path, name="clocksync-faults")
+    command.run(sizes, scenarios, repeats, "8", seconds, False, prefix, json_path, record_as="clocksync-faults")
