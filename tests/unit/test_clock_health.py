@@ -111,6 +111,17 @@ def test_the_window_widens_when_pure_points_are_scarce():
     assert abs(fit.offset_ns - theta(ours, peer, fit.center_ns)) <= fit.bound_ns()
 
 
+def test_a_window_of_few_pure_points_widens_until_its_floors_have_eight():
+    """Four pure forward points in a window are four late stamps on a busy host, not a floor:
+    the window doubles, and its fit holds eight or more."""
+    ours, peer = TrueClock(0.0, 0.0), TrueClock(5e5, -10e-6)
+    w = PairWindow("b")
+    feed(w, stream(ours, peer, 12.0, queued=0.0, fwd_pure_every=250, seed=5))
+    fit = w.refit(w.exchanges[-1].rx[1])
+    assert fit.n_fwd >= 8 and fit.reach_ns > w.window_ns * 0.9  # two windows, not one
+    assert abs(fit.offset_ns - theta(ours, peer, fit.center_ns)) <= fit.bound_ns()
+
+
 def test_an_owd_read_by_an_unsynced_or_loose_clock_is_untrusted():
     sync = HostSync("a", ["b"], owd_trust_ns=10_000.0)
     sync.add([make_exchange(TrueClock(), TrueClock(), 1e6 * k, name="b") for k in range(5)])

@@ -19,7 +19,7 @@ import numpy as np
 from clockfabric.clock.fit import PairFit, fit_band
 from clockfabric.probe.engine import Exchange
 
-MIN_PURE = 3  # pure points a side that make a window's offset fit worth taking
+MIN_PURE = 8  # pure points a side that make a window's offset fit: fewer leave its floors high
 
 
 @dataclass(frozen=True)
