@@ -142,7 +142,7 @@ def test_an_owd_read_by_an_unsynced_or_loose_clock_is_untrusted():
 def test_a_direction_left_without_pure_points_gives_no_fit_within_ten_seconds():
     """A FIFO full of bulk packets spaces every reverse probe pair apart from the load's start
     on: the pair must stop vouching for the offset within 10 s (so its host is named), not
-    keep a fit of the points before the load until they leave the 16 s drift history."""
+    keep a fit of the points before the load until they leave the drift history."""
     ours, peer = TrueClock(0.0, 0.0), TrueClock(2e6, 10e-6)
     load_s = 12.0
     clean = stream(ours, peer, load_s, queued=0.0, seed=8)

@@ -25,7 +25,7 @@ import numpy as np
 
 MAX_SLOPE = 1e-3  # relative drift search range: clocks within +-500 ppm of each other
 # the least drift bound a band gives: what a few software timestamps late at the band's edges
-# can still hide (idle bands allow tens of ppb over 16 s)
+# can still hide (idle bands allow tens of ppb over 16 s, a few over 64 s)
 MIN_DRIFT_BOUND = 10e-9
 MAX_DROPS = 40  # more overlap than this is not a few late timestamps but mixed-up data
 

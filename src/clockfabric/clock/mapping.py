@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The drift allowance of a mapping that carries none of its own (a sender from before drift
-# bounds): a pair's drift comes from up to 8 windows of software timestamps (~10 ppb when idle).
+# bounds): a pair's drift comes from up to 32 windows of software timestamps (~10 ppb when idle).
 DRIFT_BOUND = 500e-9
 SYNCED, HOLDOVER, UNSYNCED = "synced", "holdover", "unsynced"
 

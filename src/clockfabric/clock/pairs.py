@@ -11,6 +11,7 @@ peer's, the pair cannot tell; the host can (HostSync), and then shifts the pair 
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass, replace
 
@@ -20,6 +21,10 @@ from clockfabric.clock.fit import PairFit, fit_band
 from clockfabric.probe.engine import Exchange
 
 MIN_PURE = 8  # pure points a side that make a window's offset fit: fewer leave its floors high
+# ... and the points a side the offset's middle is taken from, over up to `offset_windows`: on
+# software timestamps a path's floor is soft (pure one-way delays spread over microseconds), and
+# the least of a few points sits hundreds of ns above it, on each side its own way
+MIN_PURE_MIDDLE = 24
 
 
 @dataclass(frozen=True)
@@ -43,15 +48,16 @@ class Step:
 
 class PairWindow:
     """Offsets come from the last window, widened up to `widest_windows` where pure points
-    are scarce; drift, which a two-second window measures poorly from software timestamps (a
-    few hundred ns of jitter over two seconds is 100 ppb), from `drift_windows` windows of
-    history, cut short by a clock step. The exchanges themselves are kept for the window, or for
+    are scarce, and their middle from up to `offset_windows` where that holds few points;
+    drift, which a two-second window measures poorly from software timestamps (a few hundred ns
+    of jitter over two seconds is 100 ppb), from `drift_windows` windows of history, cut short
+    by a clock step. The exchanges themselves are kept for the window, or for
     `report_ns` where that is longer: the one-way delays an update reports are all of its
     exchanges', not only its last window's."""
 
     def __init__(self, peer: str, *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000,
-                 step_tolerance_ns: int = 20_000, drift_windows: int = 8, widest_windows: int = 3,
-                 report_ns: int = 0):
+                 step_tolerance_ns: int = 20_000, drift_windows: int = 32, widest_windows: int = 3,
+                 offset_windows: int = 8, report_ns: int = 0):
         self.peer = peer
         self.window_ns = window_ns
         self.report_ns = max(window_ns, report_ns)
@@ -61,6 +67,10 @@ class PairWindow:
         # points predate the queue, which would keep a host whose every path is queued looking
         # synced until they left the drift history.
         self.widest_ns = min(window_ns * widest_windows, self.history_ns)
+        # The band (its width, the bound, what names a queued host) is the last `widest_ns`'
+        # alone; its middle may reach further back, where the drift, fitted over a history
+        # several times as long, carries older floors to now within tens of ns.
+        self.middle_ns = min(window_ns * max(offset_windows, widest_windows), self.history_ns)
         self.epsilon_ns = epsilon_ns
         self.step_tolerance_ns = step_tolerance_ns
         # points carry the exchange's sequence number: a step cuts by arrival, not by our
@@ -80,9 +90,10 @@ class PairWindow:
         # both clouds one way, so only one side breaks while the other looks queued
         self._suspect: dict[bool, Step | None] = {True: None, False: None}
         self.seen = self.pure_fwd = self.pure_rev = 0
-        # the drift's fit over the history, redone once a window of our clock, either way (a
-        # clock set back counts): a second's new points move a slope fitted over 8 windows by
-        # little, and this fit is most of the agent's clock CPU
+        # the drift's fit over the history, redone once an eighth of the history it spans has
+        # passed on our clock (at least a window), either way (a clock set back counts): a
+        # second's new points move a slope fitted over many seconds by little, and this fit is
+        # most of the agent's clock CPU
         self._long: PairFit | None = None
         self._long_at_ns = 0
 
@@ -167,30 +178,48 @@ class PairWindow:
     def refit(self, now_ns: int) -> PairFit | None:
         """Fit the band over the window ending now, widened (doubling, up to `widest_ns`) while
         it holds fewer than MIN_PURE pure points a side: under a queue that rarely drains, the
-        few moments it did are worth an older centre. None while a direction has no point in
-        the widest window."""
+        few moments it did are worth an older centre. Its middle comes from further back
+        (doubling, up to `middle_ns`) while it holds fewer than MIN_PURE_MIDDLE a side; its width
+        stays the band's. None while a direction has no point in the widest window."""
         self.trim(now_ns)
-        fwd = np.array([p[:2] for p in self.fwd], dtype=np.int64).reshape(-1, 2)
-        rev = np.array([p[:2] for p in self.rev], dtype=np.int64).reshape(-1, 2)
+        held = (max(self.fwd[-1][0], self.rev[-1][0]) - min(self.fwd[0][0], self.rev[0][0])
+                if self.fwd and self.rev else 0)
+        # the middle reaches back a quarter of the drift's history at most: its floors are
+        # carried to now by a slope fitted over four times their span
+        widest_middle = min(self.middle_ns, held // 4)
+        # only what this update's offset fits can reach becomes arrays (the history is 4-8 times as long)
+        fwd, rev = _tail(self.fwd, now_ns - max(self.widest_ns, widest_middle)), \
+            _tail(self.rev, now_ns - max(self.widest_ns, widest_middle))
         span = self.window_ns
         while True:
-            start = now_ns - span
-            recent_fwd, recent_rev = fwd[fwd[:, 0] >= start], rev[rev[:, 0] >= start]
+            recent_fwd, recent_rev = _since(fwd, now_ns - span), _since(rev, now_ns - span)
             if min(len(recent_fwd), len(recent_rev)) >= MIN_PURE or span >= self.widest_ns:
                 break
             span = min(2 * span, self.widest_ns)
         if not len(recent_fwd) or not len(recent_rev):
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
         long = self._long
-        if long is None or not long.pinned or abs(now_ns - self._long_at_ns) >= self.window_ns:
+        if long is None or not long.pinned or abs(now_ns - self._long_at_ns) >= max(self.window_ns, held // 8):
             prior = self.fit.drift if self.fit else self.drift_prior
-            long = fit_band(fwd, rev, _middle(fwd, rev), prior_drift=prior)
+            every_fwd, every_rev = _tail(self.fwd), _tail(self.rev)
+            long = fit_band(every_fwd, every_rev, _middle(every_fwd, every_rev), prior_drift=prior)
             assert long is not None  # both directions have points: the recent ones
             self._long, self._long_at_ns = long, now_ns
         self.drift_known = self.drift_known or long.pinned
         recent = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift,
                           drift_bound=long.drift_bound)
         assert recent is not None
+        wide_fwd, wide_rev = recent_fwd, recent_rev
+        while min(len(wide_fwd), len(wide_rev)) < MIN_PURE_MIDDLE and span < widest_middle:
+            span = min(2 * span, widest_middle)
+            wide_fwd, wide_rev = _since(fwd, now_ns - span), _since(rev, now_ns - span)
+        if len(wide_fwd) + len(wide_rev) > len(recent_fwd) + len(recent_rev):
+            wide = fit_band(wide_fwd, wide_rev, _middle(wide_fwd, wide_rev), drift=long.drift,
+                            drift_bound=long.drift_bound)
+            assert wide is not None
+            # the band's width and points stay the window's: the bound, the pair's weight and
+            # the naming of a queued host are what they were; only the middle line moves
+            recent = replace(wide, margin_ns=recent.margin_ns, n_fwd=recent.n_fwd, n_rev=recent.n_rev)
         self.fit = replace(recent, pinned=long.pinned)
         return self.fit
 
@@ -204,6 +233,19 @@ class PairWindow:
         rtt = (best.rx[0] - best.tx[0]) - (best.peer_tx[0] - best.peer_rx[0])
         offset = ((best.peer_rx[0] - best.tx[0]) + (best.peer_tx[0] - best.rx[0])) / 2
         return NtpSample(offset, best.tx[0], rtt)
+
+
+def _tail(points: deque[tuple[int, int, int]], start_ns: int | None = None) -> np.ndarray:
+    """The points from start_ns on (all of them: None) as an int64 array (n, 2). Points come in
+    time order but for a few stamps out of turn, which only a point at the very edge could miss."""
+    if start_ns is None:
+        return np.array([p[:2] for p in points], dtype=np.int64).reshape(-1, 2)
+    tail = list(itertools.takewhile(lambda p: p[0] >= start_ns, reversed(points)))
+    return np.array([p[:2] for p in reversed(tail)], dtype=np.int64).reshape(-1, 2)
+
+
+def _since(points: np.ndarray, start_ns: int) -> np.ndarray:
+    return points[points[:, 0] >= start_ns]
 
 
 def _middle(fwd: np.ndarray, rev: np.ndarray) -> int:
