@@ -188,8 +188,8 @@ class PairWindow:
         # carried to now by a slope fitted over four times their span
         widest_middle = min(self.middle_ns, held // 4)
         # only what this update's offset fits can reach becomes arrays (the history is 4-8 times as long)
-        fwd, rev = _tail(self.fwd, now_ns - max(self.widest_ns, widest_middle)), \
-            _tail(self.rev, now_ns - max(self.widest_ns, widest_middle))
+        start = now_ns - max(self.widest_ns, widest_middle)
+        fwd, rev = _tail(self.fwd, start), _tail(self.rev, start)
         span = self.window_ns
         while True:
             recent_fwd, recent_rev = _since(fwd, now_ns - span), _since(rev, now_ns - span)
