@@ -213,10 +213,13 @@ class PairWindow:
         while min(len(wide_fwd), len(wide_rev)) < MIN_PURE_MIDDLE and span < widest_middle:
             span = min(2 * span, widest_middle)
             wide_fwd, wide_rev = _since(fwd, now_ns - span), _since(rev, now_ns - span)
-        if len(wide_fwd) + len(wide_rev) > len(recent_fwd) + len(recent_rev):
+        # only where both separate: clouds that still overlap (late stamps past the drop budget)
+        # have no middle worth moving to
+        wide = None
+        if recent.margin_ns >= 0 and len(wide_fwd) + len(wide_rev) > len(recent_fwd) + len(recent_rev):
             wide = fit_band(wide_fwd, wide_rev, _middle(wide_fwd, wide_rev), drift=long.drift,
                             drift_bound=long.drift_bound)
-            assert wide is not None
+        if wide is not None and wide.margin_ns >= 0:
             # the band's width and points stay the window's: the bound, the pair's weight and
             # the naming of a queued host are what they were; only the middle line moves
             recent = replace(wide, margin_ns=recent.margin_ns, n_fwd=recent.n_fwd, n_rev=recent.n_rev)
