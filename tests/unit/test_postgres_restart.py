@@ -30,6 +30,16 @@ def own_postgres():
         yield pg
 
 
+def _until(done, timeout_s: float = 20.0) -> bool:
+    """Wait for done() to hold; whether it did."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_a_postgres_restart_under_load_loses_no_event(own_postgres):
     from clockfabric.controller.storage.postgres import PostgresStorage
 
@@ -44,10 +54,12 @@ def test_a_postgres_restart_under_load_loses_no_event(own_postgres):
     try:
         for a in agents:
             a.start()
-        time.sleep(1.0)
+        assert _until(lambda: sum(a.counters["pushes"] for a in agents) > 0)  # a loaded machine: not in a fixed second
+        time.sleep(0.5)
         before = sum(a.counters["pushes"] for a in agents)
         own_postgres.restart()  # a fast stop drops every connection mid-load
-        time.sleep(2.0)
+        _until(lambda: sum(a.counters["pushes"] for a in agents) > before)
+        time.sleep(0.5)
         for a in agents:
             a.stop()
         for a in agents:
