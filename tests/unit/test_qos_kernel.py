@@ -1,7 +1,8 @@
 """QoS on a real kernel, in a network namespace of the test's own: a policed job's packets leave
 with its class's DSCP (read off the wire by a packet socket), others' do not, a job's own DSCP
 stays, egress is shaped where the root qdisc is the kernel's and left alone where it is not,
-a refused policy changes nothing, and what a killed agent left is removed by tag alone."""
+a refused policy changes nothing, and what a killed agent left is removed by tag alone; through
+a shaped NIC between two namespaces, the spare goes to the higher class first."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pyroute2 import netns as pyroute_netns
 
 from clockfabric import netns
 from clockfabric.qos import tc
-from clockfabric.qos.enforce import Enforcer, remove_all
+from clockfabric.qos.enforce import Enforcer, remove_all, shape_classes
 from clockfabric.qos.policy import make
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a network namespace, tc and bpf()")
@@ -42,11 +43,11 @@ def ns():
         pyroute_netns.remove(name)
 
 
-def _connect(tos: int = 0) -> tuple[socket.socket, int]:
+def _connect(tos: int = 0, address: str = "127.0.0.1") -> tuple[socket.socket, int]:
     c = socket.socket()
     if tos:
         c.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
-    c.connect(("127.0.0.1", PORT))
+    c.connect((address, PORT))
     return c, int.from_bytes(c.getsockopt(socket.SOL_SOCKET, SO_COOKIE, 8), "little")
 
 
@@ -65,6 +66,17 @@ def _dscp_by_port(raw: socket.socket, ports: set[int]) -> dict[int, set[int]]:
         sport = struct.unpack("!H", frame[14 + ihl:16 + ihl])[0]
         if sport in ports:
             seen.setdefault(sport, set()).add(frame[15] >> 2)
+
+
+def _htb_classes(dev: str) -> dict[int, tuple[int, int]]:
+    """Our htb's leaf classes on the NIC, as the kernel holds them: minor -> (rate in bytes/s, prio)."""
+    with IPRoute() as ipr:
+        out = {}
+        for c in ipr.get_classes(ipr.link_lookup(ifname=dev)[0]):
+            parms = c.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
+            if c["handle"] >> 16 == tc.SHAPE_HANDLE >> 16 and c["handle"] != tc.SHAPE_ROOT_CLASS:
+                out[c["handle"] & 0xFFFF] = (parms["rate"], parms["prio"])
+        return out
 
 
 def _assert_nothing_of_ours() -> None:
@@ -121,6 +133,9 @@ def test_marks_shaping_refusal_and_cleanup_on_a_real_kernel(ns):
         assert marked[bulk_cookie] > 0 and marked.get(own_cookie, 0) == 0, marked
         assert enforcer.shaping == {"lo": "not shaped: the link's rate is unknown", "qd0": "shaped",
                                     "qd1": "not shaped: a root qdisc htb 1: that clockfabric did not make"}
+        # each class guaranteed its weight's share, and the spare lent to the higher class first
+        assert _htb_classes("qd0") == {0x10: (70 * 1_000_000 // 8, 0), 0x11: (25 * 1_000_000 // 8, 1),
+                                       0x12: (5 * 1_000_000 // 8, 2)}
 
         # the agent is killed: what it left is found by its tags alone and removed
         assert sorted(remove_all(["lo", "qd0", "qd1"])) == ["lo", "qd0", "qd1"]
@@ -140,3 +155,80 @@ def test_marks_shaping_refusal_and_cleanup_on_a_real_kernel(ns):
         while len(received) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sorted(received) == [200_000, 200_000, 300_000]  # marked packets arrive intact
+
+
+@pytest.fixture
+def wire():
+    """Two namespaces joined by a veth pair, 10.99.0.1 (qa) - 10.99.0.2 (qb): the sender's NIC qa."""
+    names = (f"cf-qos-a-{os.getpid()}", f"cf-qos-b-{os.getpid()}")
+    for name in names:
+        pyroute_netns.create(name)
+    try:
+        with netns.entered(names[0]), IPRoute() as ipr:
+            ipr.link("add", ifname="qa", kind="veth", peer={"ifname": "qb", "net_ns_fd": names[1]})
+            ipr.addr("add", index=ipr.link_lookup(ifname="qa")[0], address="10.99.0.1", prefixlen=30)
+            ipr.link("set", index=ipr.link_lookup(ifname="qa")[0], state="up")
+        with netns.entered(names[1]), IPRoute() as ipr:
+            ipr.addr("add", index=ipr.link_lookup(ifname="qb")[0], address="10.99.0.2", prefixlen=30)
+            ipr.link("set", index=ipr.link_lookup(ifname="qb")[0], state="up")
+        yield names
+    finally:
+        for name in names:
+            pyroute_netns.remove(name)
+
+
+def test_a_busy_scavenger_keeps_its_share_and_the_spare_goes_to_the_critical_class(wire):
+    """Both classes send all they can through a shaped 20 Mbit/s NIC, the normal class idle: the
+    critical class takes its 70% and the normal class's idle 25%, the scavenger its 5% (with one
+    htb prio the spare would be split evenly: 82.5% against 17.5%)."""
+    sender, receiver = wire
+    with netns.entered(receiver):
+        server = socket.socket()
+        server.bind(("10.99.0.2", PORT))
+        server.listen()
+    with netns.entered(sender):
+        with IPRoute() as ipr:
+            index = ipr.link_lookup(ifname="qa")[0]
+            classes = shape_classes({"critical": 70, "normal": 25, "scavenger": 5})
+            assert tc.shape(ipr, index, 20_000_000, classes, 0x11) == ""
+        critical, _ = _connect(tos=26 << 2, address="10.99.0.2")
+        scavenger, _ = _connect(tos=1 << 2, address="10.99.0.2")
+    got: dict[int, int] = {}
+    stop = threading.Event()
+
+    def sink(conn: socket.socket, port: int) -> None:
+        conn.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                got[port] = got.get(port, 0) + len(conn.recv(65536))
+            except TimeoutError:
+                pass
+
+    def blast(s: socket.socket) -> None:
+        s.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                s.send(b"z" * 65536)
+            except TimeoutError:
+                pass
+    threads, conns = [], []
+    for _ in range(2):
+        conn, (_, port) = server.accept()
+        conns.append(conn)
+        threads.append(threading.Thread(target=sink, args=(conn, port), daemon=True))
+    threads += [threading.Thread(target=blast, args=(s,), daemon=True) for s in (critical, scavenger)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # both flows past slow start
+    before = dict(got)
+    time.sleep(3.0)
+    sent = {s: got[s.getsockname()[1]] - before.get(s.getsockname()[1], 0) for s in (critical, scavenger)}
+    stop.set()
+    for t in threads:
+        t.join(2)
+    for s in (critical, scavenger, server, *conns):
+        s.close()
+    share = sent[critical] / (sent[critical] + sent[scavenger])
+    rate = (sent[critical] + sent[scavenger]) * 8 / 3.0
+    assert 0.9 < share < 0.99, (share, sent)
+    assert 15e6 < rate < 21e6, rate  # the link is full, at its shaped rate

@@ -50,7 +50,8 @@ def wanted(policies: Iterable[Policy], sockets: Iterable[tuple[str, int]]) -> Wa
 
 
 def shape_classes(weights: dict[str, int]) -> list[tc.ShapeClass]:
-    return [tc.ShapeClass(0x10 + CLASSES[name].rank, (CLASSES[name].dscp,) if CLASSES[name].dscp else (), w)
+    return [tc.ShapeClass(0x10 + CLASSES[name].rank, (CLASSES[name].dscp,) if CLASSES[name].dscp else (), w,
+                          CLASSES[name].rank)
             for name, w in sorted(weights.items(), key=lambda kv: CLASSES[kv[0]].rank)]
 
 

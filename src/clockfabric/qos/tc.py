@@ -7,6 +7,9 @@ another tool made is ever touched:
 - shaping: an htb root with handle SHAPE_HANDLE, made only where the root qdisc is the kernel's
   default (handle 0:): a class per QoS class, rate its weight's share of the link, ceil the whole
   link (so a class borrows what the others leave: work-conserving), chosen by u32 on the DSCP.
+  Its htb prio is the class's rank, so what a class leaves is lent to the higher classes first:
+  a busy scavenger keeps its guaranteed share and no more while a critical job wants the rest
+  (with one prio, htb would split the spare between them by quantum).
   A root qdisc someone else made (the lab's link emulation, an operator's) is left alone and the
   link is reported unshaped, with the reason.
 """
@@ -75,12 +78,13 @@ class ShapeClass:
     minor: int  # the htb class cf51:<minor>
     dscp: tuple[int, ...]  # the DSCP values it takes; () for the default class
     weight: int
+    prio: int = 0  # htb's: the spare goes to the lowest first (the QoS class's rank)
 
 
-def shape_params(rate_bps: int, share_bps: int, mtu: int) -> dict:
+def shape_params(rate_bps: int, share_bps: int, mtu: int, prio: int = 0) -> dict:
     burst = max(rate_bps // 8 // 1000, 2 * mtu)  # about 1 ms of tokens at the link rate
     return {"rate": max(share_bps, 8 * mtu) // 8, "ceil": rate_bps // 8, "burst": burst, "cburst": burst,
-            "quantum": 4 * mtu}
+            "quantum": 4 * mtu, "prio": prio}
 
 
 def shape(ipr: IPRoute, index: int, rate_bps: int, classes: list[ShapeClass], default_minor: int) -> str:
@@ -99,7 +103,7 @@ def shape(ipr: IPRoute, index: int, rate_bps: int, classes: list[ShapeClass], de
                **shape_params(rate_bps, rate_bps, mtu))
         for c in classes:
             ipr.tc("add-class", "htb", index, SHAPE_HANDLE | c.minor, parent=SHAPE_ROOT_CLASS,
-                   **shape_params(rate_bps, rate_bps * c.weight // total, mtu))
+                   **shape_params(rate_bps, rate_bps * c.weight // total, mtu, c.prio))
             for d in c.dscp:
                 ipr.tc("add-filter", "u32", index, parent=SHAPE_HANDLE, prio=1, protocol=ETH_P_IP,
                        target=SHAPE_HANDLE | c.minor, keys=[f"0x{d << 18:08x}/0x{DSCP_MASK:08x}+0"])
