@@ -17,6 +17,7 @@ RECEIVE = "receive"  # peers' records decoded
 FLOWS = "flows"  # jobs and flows read from /proc and sock_diag
 WINDOW = "window"  # windows closed into stats, old records forgotten
 PATHS = "paths"  # flows' paths traced (on the tracer's thread)
+QUEUES = "queues"  # the NICs' own egress queues, read at random instants (qos.backlog)
 
 
 class StageCpu:

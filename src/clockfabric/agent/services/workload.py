@@ -91,7 +91,7 @@ class Workload(Service):
     def poll(self, now_s: float) -> float:
         if self.egress is None:
             return math.inf
-        with self.cpu.stage(stages.FLOWS):
+        with self.cpu.stage(stages.QUEUES):
             try:
                 return self.egress.poll(now_s)
             except OSError as e:
@@ -122,7 +122,7 @@ class Workload(Service):
             self.inband.tick(self.view, time.monotonic_ns())
             self.owd = self.inband.owd
         if self.egress is not None:
-            with self.cpu.stage(stages.FLOWS):
+            with self.cpu.stage(stages.QUEUES):
                 try:
                     self.egress_s, self.egress_by_dscp = self.egress.take()
                 except OSError as e:
