@@ -13,6 +13,7 @@ from clockfabric.agent.push import Pusher
 from clockfabric.auth.credential import host_token
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.server import Listen, server, start_in_thread
+from tests.series import until
 
 TOKEN = "t" * 32
 AGENTS = 6
@@ -30,16 +31,6 @@ def own_postgres():
         yield pg
 
 
-def _until(done, timeout_s: float = 20.0) -> bool:
-    """Wait for done() to hold; whether it did."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_a_postgres_restart_under_load_loses_no_event(own_postgres):
     from clockfabric.controller.storage.postgres import PostgresStorage
 
@@ -54,11 +45,11 @@ def test_a_postgres_restart_under_load_loses_no_event(own_postgres):
     try:
         for a in agents:
             a.start()
-        assert _until(lambda: sum(a.counters["pushes"] for a in agents) > 0)  # a loaded machine: not in a fixed second
+        until(lambda: sum(a.counters["pushes"] for a in agents) > 0, timeout_s=20.0)  # loaded: not a fixed second
         time.sleep(0.5)
         before = sum(a.counters["pushes"] for a in agents)
         own_postgres.restart()  # a fast stop drops every connection mid-load
-        _until(lambda: sum(a.counters["pushes"] for a in agents) > before)
+        until(lambda: sum(a.counters["pushes"] for a in agents) > before, timeout_s=20.0)
         time.sleep(0.5)
         for a in agents:
             a.stop()
