@@ -8,8 +8,8 @@ the pair's path) that is slow: a quarter-rate link passes every passive check an
 The bisect names a NIC only from two slow tests; where every pair is at rate, the ring runs
 again, and a plane short twice in a row is the fabric between the leaves (once: a hiccup).
 The bisect comes before any second ring because a slow ring is slow to repeat: four times as
-long at a quarter of the rate. The planes run one after the other: on a lab their workers share the
-machine's CPUs, and two rings at once come out short for that reason alone.
+long at a quarter of the rate. The planes run one after the other: on a lab their workers share
+the machine's CPUs, and two rings at once come out short for that reason alone.
 Swept, as evidence: 1, 2, 4 and 8 subflows per peer (our queue-pair analogue) over every
 plane, flat ring and hierarchical, on a sample of the hosts spread over the leaves, the same
 number under each (how busbw scales with subflows is a property of the fabric, not of each
