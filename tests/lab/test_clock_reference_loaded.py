@@ -2,8 +2,9 @@
 (clock.timescale). Two cases: the reference's link saturated both ways before any agent
 starts; and four TCP streams from the reference, from the first second of the agents, through
 a 25 Mbit/s leaf-spine link of a 3-leaf, 2-spine lab. Every other host syncs within its bound,
-the quiet ones within 2 us, and the reference leaves the ensemble within 10 s; saturated, it is
-named unsyncable within 10 s of the agents starting."""
+and the reference leaves the ensemble within 10 s of its load; saturated, it is named unsyncable
+within 10 s of the agents starting. The quiet hosts are within 2 us: saturated, once settled; under the
+streams, once the load has stood for those 10 s (see the second test)."""
 
 import time
 
@@ -93,20 +94,28 @@ def test_a_reference_loaded_from_the_first_second_leaves_the_ensemble_and_bends_
     assert load_at is not None
     judged = [j for j in sampler.judged if j[0] >= load_at + 5.0]
     per_host = {h: coverage([j for j in judged if j[1] == h]) for h in sorted({j[1] for j in judged})}
-    errors = {h: summary([e for _, g, e, _ in judged if g == h]) for h in per_host}
+    # the streams' ECMP halves load leaf0's uplinks and leaf2's downlinks too, so every
+    # cross-leaf pair has a queued direction and its floors come from the queues' lulls: in
+    # the first seconds of the load, with young fits and few pure points, that bends the
+    # quiet hosts by up to a few us (within their bounds). They are held to 2 us once the load
+    # has stood for the time a loaded host has to leave the ensemble
+    settled = [j for j in judged if j[0] >= load_at + NAMED_WITHIN_S]
+    errors = {h: summary([e for _, g, e, _ in settled if g == h]) for h in per_host}
+    transient = {h: summary([e for t, g, e, _ in judged if g == h and t < load_at + NAMED_WITHIN_S])["max_ns"]
+                 for h in per_host}
     frame = sampler.frame_report()
     named = sampler.named.get(REF)
     print(f"\nreference {REF} loaded from {load_at:.1f} s: coverage {per_host}; |error| {errors}; "
-          f"named {sampler.named}; converged {sampler.converged_s}; frame {frame}")
+          f"transient max |error| {transient}; named {sampler.named}; converged {sampler.converged_s}; frame {frame}")
 
     # software send stamps are taken past the sender's own queue, so how much queue the
     # reference's probes see depends on which spine ECMP gives its paths: from a few us, enough
-    # to leave the ensemble, to every path queued. Named or not, it bends no one, and it leaves
-    # global time's ensemble soon and stays out
-    left_at = None  # the start of the run's last stretch of frames without the reference
-    for t, members in sampler.frames:
-        left_at = None if REF in members else t if left_at is None else left_at
-    assert left_at is not None and left_at - load_at <= NAMED_WITHIN_S, (frame, load_at, named)
+    # to leave the ensemble, to every path queued. Named or not, it leaves global time's ensemble
+    # soon; whether it is back once its probation is over depends on how its paths read then,
+    # and back or not, it bends no one (the quiet hosts' errors below)
+    out_at = [max(t, load_at) for k, (t, members) in enumerate(sampler.frames)
+              if REF not in members and (k + 1 == len(sampler.frames) or sampler.frames[k + 1][0] > load_at)]
+    assert out_at and out_at[0] - load_at <= NAMED_WITHIN_S, (frame, load_at, named, sampler.frames)
     for h in USER_QUIET:
         assert errors[h]["samples"] > 50, errors[h]
         assert errors[h]["p99_ns"] <= QUIET_BOUND_NS, (h, errors[h])

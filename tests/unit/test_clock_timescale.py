@@ -237,6 +237,22 @@ def test_a_host_wide_while_young_joins_once_clean_and_a_settled_one_after_probat
     assert max(fleet.moves()) <= MOVE_NS
 
 
+def test_a_settled_host_named_queued_rejoins_only_after_its_name_lifts_and_its_probation():
+    """Named unsyncable (every path queued), a host is out of the solve for FLAG_HOLD_S after
+    the last solve that found it so; then, clean, it waits out its probation before it
+    rejoins global time's ensemble: a queue that lulls does not bring it back between bouts."""
+    fleet = Fleet()
+    out = []
+    for k in range(36):
+        fleet.round(float(k), queued=["h03"] if 10 <= k < 12 else ())
+        if k >= 10 and "h03" not in fleet.solver.frame.shares():
+            out.append(k - 10)
+    # named at 0-1 and held out to 11 (FLAG_HOLD_S after the last); its probation counts from
+    # the last solve it was held out by name before that, 10: back at 20, not at 12
+    assert out == list(range(20)), out
+    assert max(fleet.moves()) <= MOVE_NS
+
+
 def test_a_member_outvoted_leaves_the_frame_at_once_and_rejoins_after_probation():
     fleet = Fleet()
     for k in range(5):

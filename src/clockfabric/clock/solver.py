@@ -124,6 +124,10 @@ class Solver:
         self.flagged |= {h: (now + FLAG_HOLD_S if now - self.since[h] >= self.young_s else now, why)
                          for h, why in found.items()}
         self.flagged = {h: f for h, f in self.flagged.items() if now <= f[0]}
+        # a settled host named queued serves its probation once the name lifts, as one whose band
+        # failed the ensemble's test does: a queue that lulls must not bring it back between
+        # bouts (a young one's name lasts this solve alone, and so does its absence)
+        self.dirty |= {h: now for h, (until, _) in self.flagged.items() if until > now}
         reasons = {h: why for h, (_, why) in self.flagged.items()}
         flagged = {self.index[h] for h in reasons}
         rows = [r for r in rows if r[0] not in flagged and r[1] not in flagged]
