@@ -36,25 +36,37 @@ def on_loopback(world: int, subflows: int, body, *, timeout_s: float = 20.0, pee
     for _ in range(5):  # a random port range someone else holds: try another
         base = random.randrange(20000, 32000 - world)  # under the ephemeral range source ports use
         token = random.getrandbits(32)  # a concurrent test's ranks on overlapping ports are strangers
-        results = [None] * world
-
-        def rank_main(r):
+        results: list = [None] * world
+        # every rank listens before any dials: a port another test holds is known at once, not
+        # after the other ranks have waited out timeout_s for the rank that could not listen
+        transports: dict[int, Transport] = {}
+        for r in set(range(world)) - set(absent):
             try:
-                with Transport(r, [["127.0.0.1"]] * world, port_base=base, subflows=subflows, token=token,
-                               timeout_s=timeout_s, scheduler=scheduler, rcvbuf=rcvbuf, parked=parked) as t:
+                transports[r] = Transport(r, [["127.0.0.1"]] * world, port_base=base, subflows=subflows,
+                                          token=token, timeout_s=timeout_s, scheduler=scheduler,
+                                          rcvbuf=rcvbuf, parked=parked)
+            except Exception as e:  # noqa: BLE001 - handed to the test
+                results[r] = e
+        if any(isinstance(x, TransportError) and "cannot listen" in str(x) for x in results):
+            for t in transports.values():
+                t.close()
+            continue
+
+        def rank_main(r, transport, results):
+            try:
+                with transport as t:
                     t.connect(peers(r) if peers else set(range(world)) - {r})
                     results[r] = body(r, t)
             except Exception as e:  # noqa: BLE001 - handed to the test
                 results[r] = e
 
-        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world) if r not in absent]
+        threads = [threading.Thread(target=rank_main, args=(r, t, results)) for r, t in transports.items()]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout_s + 30)
         assert not any(t.is_alive() for t in threads), "a rank hung"
-        if not any(isinstance(x, TransportError) and "cannot listen" in str(x) for x in results):
-            return results
+        return results
     raise AssertionError("no free port range on loopback")
 
 
