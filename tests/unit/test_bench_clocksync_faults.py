@@ -124,3 +124,33 @@ def test_the_fault_bench_writes_where_it_is_told_under_its_own_name(monkeypatch,
     assert result.exit_code == 0, result.output
     (args, kw), = calls
     assert args[0] == "8" and args[1] == "R0" and args[-1] == out and kw == {"record_as": "clocksync-faults"}
+
+
+def test_a_clock_a_fault_left_fast_runs_at_its_own_rate_again_before_the_next_scenario():
+    """The scenarios of a size share one lab: a host that F left at 500 ppm would start the next
+    scenario fast, and F's next repeat would change nothing."""
+    import time
+
+    from clockfabric.bench.clocksync.faults import FAST_PPM, restore_rates
+    from clockfabric.clock.vclock import VirtualClock
+
+    class Lab:
+        def __init__(self, clocks):
+            self.saved = dict(clocks)
+
+        def clocks(self):
+            return dict(self.saved)
+
+        def save_clock(self, clock):
+            self.saved[clock.host] = clock
+
+    now = time.time_ns()
+    own = {"h0": VirtualClock("h0", now - 10**10, 0, 12.5), "h1": VirtualClock("h1", now - 10**10, 5_000, -40.0)}
+    fab = SimpleNamespace(lab=Lab({**own, "h1": own["h1"].with_rate(now - 10**9, FAST_PPM)}))
+    assert fab.lab.clocks()["h1"].drift_now_ppm == FAST_PPM
+    before = fab.lab.clocks()["h1"].local_ns(now)
+    assert restore_rates(fab) == ["h1"]
+    after = fab.lab.clocks()["h1"]
+    assert after.drift_now_ppm == -40.0 and fab.lab.clocks()["h0"] is own["h0"]  # only the moved one
+    assert after.local_ns(now) == before  # no step: a rate change from now on leaves every reading before
+    assert restore_rates(fab) == []  # and once is enough

@@ -64,6 +64,17 @@ def sync_args(key: str) -> list[str]:
     return ["--survive-death"] if key == "K" else []
 
 
+def restore_rates(fab: Fabric) -> list[str]:
+    """Every host's clock back at its own rate (without a step) before a scenario: the scenarios
+    of a size share one lab, and a host that F left at FAST_PPM would otherwise start every
+    later scenario fast, F's next repeat too, whose fault would then change nothing. Returns
+    the hosts set back."""
+    moved = {h: c for h, c in sorted(fab.lab.clocks().items()) if c.drift_now_ppm != c.drift_ppm}
+    for c in moved.values():
+        fab.lab.save_clock(c.with_rate(time.time_ns(), c.drift_ppm))
+    return list(moved)
+
+
 def fire(fab: Fabric, key: str, t: float) -> dict:
     """The fault, now: which host, what, and when (seconds into the run, real ns)."""
     host = fab.reference if key == "K" else fab.hosts[-1]

@@ -123,6 +123,8 @@ def run_scenario(fab: Fabric, key: str, seconds: float, startup_s: float, bar: P
         bar.update(stage_id, description=f"{hosts:>2} hosts, {key} {name}: {text}")
 
     res: dict = {"scenario": key, "name": name, "what": what, "hosts": hosts}
+    if restored := faults.restore_rates(fab):
+        stage(f"{', '.join(restored)}'s clock back at its own rate")
     if key == "C":
         stage(f"leaf-spine links to {SPINE_RATE_C}")
         fab.set_rates(parse_rate(SPINE_RATE_C), fabric_only=True)
