@@ -4,6 +4,8 @@ once; a peer's word shifts the one pair with it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
@@ -23,23 +25,23 @@ def clocks(ours_steps=(), peer_steps=None) -> tuple[TrueClock, dict[str, TrueClo
 
 
 def exchanges(ours: TrueClock, peers: dict[str, TrueClock], start_s: float, end_s: float, *, seed: int = 0,
-              jitter_ns: float = 300.0):
-    """Unqueued exchanges with sub-microsecond jitter, the peers in turn."""
+              jitter_ns: float = 300.0, round_ns: int = ROUND_NS):
+    """Unqueued exchanges with sub-microsecond jitter, the peers in turn, one every `round_ns`."""
     rng = np.random.default_rng(seed)
     out = []
-    for k in range(int(start_s * 1e9 / ROUND_NS), int(end_s * 1e9 / ROUND_NS)):
+    for k in range(int(start_s * 1e9 / round_ns), int(end_s * 1e9 / round_ns)):
         name = PEERS[k % len(PEERS)]
         j = rng.uniform(0, jitter_ns, 4)
-        out.append(make_exchange(ours, peers[name], k * ROUND_NS, name=name,
+        out.append(make_exchange(ours, peers[name], k * round_ns, name=name,
                                  fwd=(FLOOR_NS + j[0], FLOOR_NS + j[0]), rev=(FLOOR_NS + j[1], FLOOR_NS + j[1])))
     return out
 
 
-def warmed(ours, peers, *, until_s: float = STEP_AT_S - 0.01) -> HostSync:
+def warmed(ours, peers, *, until_s: float = STEP_AT_S - 0.01, round_ns: int = ROUND_NS) -> HostSync:
     """A host that has probed its peers until just before the step, reporting every second."""
     sync = HostSync("me", PEERS)
     next_report = 1e9
-    for ex in exchanges(ours, peers, 0.0, until_s):
+    for ex in exchanges(ours, peers, 0.0, until_s, round_ns=round_ns):
         sync.add([ex])
         if ex.tx[0] - ours.read(0) >= next_report:
             sync.report(ex.rx[1])
@@ -84,6 +86,63 @@ def test_our_own_step_shifts_every_pair_after_two_peers_break(step_ns):
     for name, pair in sync.pairs.items():
         assert min(seq for _, _, seq in [*pair.fwd, *pair.rev]) > before[name]  # nothing from before the step
         assert abs(error_at(sync, ours, peers[name], name, (STEP_AT_S + 0.9) * 1e9)) < 1_000, name
+
+
+def test_after_a_step_the_pairs_keep_their_drift_while_the_new_points_allow_it():
+    """A step moves the offset, not the rate: the few exchanges since it (under a second of
+    them, at the hurried rate) pin a slope only to a few ppm, and the drift from before the
+    step stands while they allow it, so the clock does not run off by microseconds a second."""
+    ours, peers = clocks(ours_steps=[(STEP_AT_S * 1e9, 1_000_000)])
+    sync = warmed(ours, peers)
+    for k, ex in enumerate(exchanges(ours, peers, STEP_AT_S, STEP_AT_S + 1.2, jitter_ns=1_000.0, seed=5)):
+        sync.add([ex])
+        if k % 4 == 3:
+            sync.report(ex.rx[1])
+            for name, peer in peers.items():
+                fit = sync.pairs[name].fit
+                if fit is not None:
+                    truth = (peer.drift - ours.drift) / (1 + ours.drift)
+                    assert abs(fit.drift - truth) < 20e-9, (name, k, fit.drift - truth)
+    assert sync.own_steps == 1 and all(p.steps == 1 and p.fit.pinned for p in sync.pairs.values())
+
+
+@dataclass(frozen=True)
+class RateChangingClock(TrueClock):
+    """A TrueClock whose rate moves by `jump` (relative) at real time `at_ns`, without a step."""
+
+    at_ns: float = 0.0
+    jump: float = 0.0
+
+    def exact(self, tau: float) -> float:
+        return super().exact(tau) + self.jump * max(0.0, tau - self.at_ns)
+
+
+@pytest.mark.parametrize("jump", [500e-6, -500e-6])
+def test_our_clock_changing_rate_is_one_break_and_the_new_rate_fitted(jump):
+    """A failing oscillator: our clock runs 500 ppm off from one moment, without a step. Every
+    pair breaks its band, one after another and by more each time: a ramp, not a run of
+    steps. Each pair cuts once, at its break or with our own step, and fits the new rate from
+    the points after it: at the idle rate of one exchange a pair every 1.4 s, every pair holds
+    the new rate 4.5 s after the change."""
+    round_ns = 350_000_000
+    base, peers = clocks()
+    ours = RateChangingClock(base.offset_ns, base.drift, at_ns=STEP_AT_S * 1e9, jump=jump)
+    sync = warmed(ours, peers, round_ns=round_ns)
+    end_s = STEP_AT_S + 4.5
+    next_report = (STEP_AT_S + 1.0) * 1e9
+    for ex in exchanges(ours, peers, STEP_AT_S, end_s, round_ns=round_ns):
+        sync.add([ex])
+        if ex.rx[1] - ours.read(0) >= next_report:
+            sync.report(ex.rx[1])
+            next_report += 1e9
+    sync.report(ours.read(end_s * 1e9))
+    assert sync.own_steps <= 1
+    for name, peer in peers.items():
+        pair = sync.pairs[name]
+        truth = (peer.drift - base.drift - jump) / (1 + base.drift + jump)
+        assert pair.steps == 1, name
+        assert pair.fit is not None and pair.fit.pinned, name
+        assert abs(pair.fit.drift - truth) < 1e-6, (name, pair.fit.drift, truth)
 
 
 def test_a_peer_step_shifts_only_that_pair_and_is_not_ours():

@@ -118,7 +118,11 @@ class PairWindow:
         return [c for c in checked if c is not None]
 
     def _check_step(self, x: int, y: int, *, above: bool) -> tuple[bool, float | None] | None:
-        if self.fit is None or not self.drift_known:
+        # Only a fit whose slope the points pinned is a band to break. After a step the pair
+        # holds a stand-in (the old fit, moved) and then fits of one or two points on the old
+        # drift: a clock whose rate changed breaks those by more at every point, and checking
+        # them would cut the pair at each one, never keeping the two exchanges that fit the new rate.
+        if self.fit is None or not self.drift_known or not self.fit.pinned or self.provisional:
             return None
         side = (y - self.fit.at(x)) if above else (self.fit.at(x) - y)
         beyond = side - self.fit.margin_ns
@@ -136,6 +140,25 @@ class PairWindow:
         # a second point in a row beyond the floor: the clock stepped at or before the first
         self.shift(Step(first.seq, first.at_ns, max(first.delta_ns, delta, key=abs)), provisional=False)
         return above, delta
+
+    @property
+    def unsure(self) -> bool:
+        """A point broke the band and is not yet explained, or the pair cut at a step and has
+        no fit pinned by its own points since: more exchanges soon would settle it."""
+        if self._suspect[True] or self._suspect[False]:
+            return True
+        return self.steps > 0 and (self.fit is None or self.provisional or not self.fit.pinned)
+
+    @property
+    def doubtful(self) -> bool:
+        """The fit is no evidence for the solve: a newer point broke it and is not yet
+        explained, or the pair cut at a break of its own and its slope is still a guess (the
+        old drift: right after a step, wrong after a change of rate, and one host's edges
+        wrong that way bend its neighbours' in a least squares). The stand-in after a step the
+        host knows the size of is evidence: it is reported."""
+        if self._suspect[True] or self._suspect[False]:
+            return True
+        return self.steps > 0 and not self.provisional and (self.fit is None or not self.fit.pinned)
 
     def suspect(self, delta_ns: float) -> Step | None:
         """The live first break of the side a change of this sign shows on, if it agrees."""
@@ -204,6 +227,13 @@ class PairWindow:
             every_fwd, every_rev = _tail(self.fwd), _tail(self.rev)
             long = fit_band(every_fwd, every_rev, _middle(every_fwd, every_rev), prior_drift=prior)
             assert long is not None  # both directions have points: the recent ones
+            if self.steps and held < self.window_ns and long.pinned and abs(prior - long.drift) <= long.drift_bound:
+                # since a cut, a window's points pin a slope only roughly (a few exchanges, a
+                # second apart or less): the drift from before it stands while they allow it,
+                # as after a step; a rate that changed leaves it outside their range at once
+                long = fit_band(every_fwd, every_rev, _middle(every_fwd, every_rev), drift=prior,
+                                drift_bound=long.drift_bound)
+                assert long is not None
             self._long, self._long_at_ns = long, now_ns
         self.drift_known = self.drift_known or long.pinned
         recent = fit_band(recent_fwd, recent_rev, _middle(recent_fwd, recent_rev), drift=long.drift,

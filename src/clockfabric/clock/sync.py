@@ -98,6 +98,10 @@ class HostSync:
                    key=abs, default=cand[0])
         for pair in self.pairs.values():
             first = pair.suspect(cand[0])
+            if first is None and pair.last_step is not None and _last_tx(pair) - pair.last_step.at_ns <= self.window_ns:
+                # it cut itself since the change began: its points follow it already (a clock
+                # whose rate changed breaks each pair by more, so the sizes need not agree)
+                continue
             pair.shift(Step(first.seq if first else pair.seen + 1, first.at_ns if first else _last_tx(pair), size))
         self.floors.clear()
         self.classed.clear()
@@ -120,6 +124,11 @@ class HostSync:
         self.floors = {k: v for k, v in self.floors.items() if k[0] != peer}
         self.classed.pop(peer, None)
         self.urgent = self._stepped = True
+
+    def unsure(self) -> bool:
+        """Whether some pair wants exchanges soon (PairWindow.unsure): a clock that broke a band,
+        stepping or changing rate, is found and fitted anew in as many exchanges, not seconds."""
+        return any(p.unsure for p in self.pairs.values())
 
     def settled(self, now_ns: int) -> bool:
         """Whether fewer probes would do: mapped onto the reference, no step for a few windows,
@@ -153,7 +162,7 @@ class HostSync:
         edges = []
         for peer, pair in self.pairs.items():
             fit = pair.refit(now_ns)
-            if fit is not None:
+            if fit is not None and not pair.doubtful:
                 weight = min(fit.n_fwd, fit.n_rev, MAX_WEIGHT)
                 edges.append([peer, fit.offset_ns, fit.drift, fit.center_ns, weight, fit.bound_ns(), fit.drift_bound])
         msg: dict[str, object] = {"t": "report", "host": self.host, "edges": edges}
