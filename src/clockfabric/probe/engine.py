@@ -163,6 +163,7 @@ class ProbeEngine(threading.Thread):
         due = [(next_tick + self.rng.uniform(0, every()), peer, k) for peer in self.peers
                for k, (_, every) in enumerate(streams)]
         heapq.heapify(due)
+        interval = self.interval_s
         try:
             while not self._stopping.is_set():
                 for fd, events in wake.poll(max(0.0, next_tick - time.monotonic())):
@@ -173,6 +174,11 @@ class ProbeEngine(threading.Thread):
                 next_tick = max(next_tick + TICK_S, now)
                 for fd, events in tick.poll(0):
                     self._drain(self._by_fd[fd], events)
+                if self.interval_s < interval:  # hurried: no peer waits out the slower rate it was due at
+                    due = [(min(at, now + self.rng.uniform(0, self.interval_s)) if k == 0 else at, peer, k)
+                           for at, peer, k in due]
+                    heapq.heapify(due)
+                interval = self.interval_s
                 while due and due[0][0] <= now:
                     _, peer, k = heapq.heappop(due)
                     dscp, every = streams[k]

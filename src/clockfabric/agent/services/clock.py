@@ -242,7 +242,7 @@ class ClockSync(Service):
 
     def tick(self, now_ns: int) -> None:
         self._report(now_ns)
-        self._pace(quiet=self.sync.settled(now_ns))
+        self._pace(quiet=self.sync.settled(now_ns) and not self.sync.unsure())
         if self.solver and self.solving:
             self._solve(self.solver)
 
@@ -312,8 +312,9 @@ class ClockSync(Service):
             delta = self.sync.told.pop()
             for host in sorted(set(self.sync.peer_maps) | set(self.sync.pairs)):
                 self.ctx.send(host, {"t": "stepped", "host": self.ctx.cfg.host, "delta_ns": delta})
-        if self.sync.urgent:
+        if self.sync.urgent or (self.quiet and self.sync.unsure()):
             self._pace(quiet=False)
+        if self.sync.urgent:
             self._report(self.ctx.clock.now_ns())
 
     def _pace(self, *, quiet: bool) -> None:
