@@ -151,14 +151,11 @@ class PairWindow:
 
     @property
     def doubtful(self) -> bool:
-        """The fit is no evidence for the solve: a newer point broke it and is not yet
-        explained, or the pair cut at a break of its own and its slope is still a guess (the
-        old drift: right after a step, wrong after a change of rate, and one host's edges
-        wrong that way bend its neighbours' in a least squares). The stand-in after a step the
-        host knows the size of is evidence: it is reported."""
-        if self._suspect[True] or self._suspect[False]:
-            return True
-        return self.steps > 0 and not self.provisional and (self.fit is None or not self.fit.pinned)
+        """The fit is no evidence for the solve: the pair is unsure, its slope a guess (the old
+        drift: right after a step, wrong after a change of rate, and one host's edges wrong
+        that way bend its neighbours' in a least squares). Not the stand-in after a step the
+        host knows the size of: that one is evidence, and reported."""
+        return self.unsure and not self.provisional
 
     def suspect(self, delta_ns: float) -> Step | None:
         """The live first break of the side a change of this sign shows on, if it agrees."""
