@@ -16,7 +16,7 @@ from clockfabric.workload import samples
 from clockfabric.workload.flowgroups import pair_label, parse_pair
 from clockfabric.workload.flows import FlowTracker, SocketReading, flow_label
 from clockfabric.workload.jobs import JobProcess, JobTag, group, identify, parse_environ, pod_uid
-from clockfabric.workload.monitor import WorkloadMonitor
+from clockfabric.workload.monitor import BUSY_BPS, WorkloadMonitor
 from clockfabric.workload.procfs import ProcFs
 
 NETNS, PIDNS, OTHER_NETNS, OTHER_PIDNS = 4026531840, 4026531836, 4026532999, 4026532888
@@ -224,6 +224,48 @@ def test_flows_of_no_job_that_send_are_pushed_as_the_links_other_load(proc):
     assert {(s["name"], s["labels"]["flow"]) for s in out} == {("other_flow_tx_bps", "10.0.0.1->10.0.1.1"),
                                                               ("other_flow_rtt_us", "10.0.0.1->10.0.1.1")}
     assert next(s["value"] for s in out if s["name"] == "other_flow_tx_bps") == pytest.approx(8e7)
+
+
+def test_with_no_job_and_quiet_nics_the_socket_table_is_read_once_a_refresh(proc):
+    """The kernel walks its whole socket table for every read: a host with no job whose NICs
+    send less than one busy flow's rate is read only every REFRESH_S; a busy NIC, a job, or a
+    job's flow at the last read (its end is reported at once) read every update."""
+    for pid in (100, 101, 102):  # this host's job processes gone: only other namespaces' and plain ones
+        os.rename(proc / str(pid), proc / f"gone{pid}")
+    reads, now = [], [0.0]
+    readings = [reading(7, 8, 14, 4), reading(5, 6, 15, 3)]
+
+    def read():
+        reads.append(now[0])
+        return readings
+
+    mon = WorkloadMonitor(ProcFs(proc), read, clock=lambda: now[0])
+    for t in range(25):
+        now[0] = float(t)
+        view = mon.update(fabric_tx_bps=BUSY_BPS * 0.9)
+        assert view.other_flows == 2 and view.flows == [] and view.busy_others == []
+    assert reads == [0.0, 10.0, 20.0]
+    now[0] = 25.0
+    readings[0] = reading(7, 8, 14, 4, acked=12_500_000)  # 10 Mbit/s since the read at 20 s
+    view = mon.update(fabric_tx_bps=BUSY_BPS * 1.1)
+    assert reads[-1] == 25.0 and [r.reading.inode for r in view.busy_others] == [14]
+    now[0] = 26.0
+    mon.update(fabric_tx_bps=None)  # not known: read
+    assert reads[-1] == 26.0
+
+    os.rename(proc / "gone100", proc / "100")  # a job starts here: its flows are read every update
+    readings.append(reading(1, 2, 11, 1))
+    for t in (27.0, 28.0):
+        now[0] = t
+        assert [f.jobid for f in mon.update(fabric_tx_bps=0.0).flows] == ["J"]
+    assert reads[-2:] == [27.0, 28.0]
+    os.rename(proc / "100", proc / "gone100")  # it ends: read once more, so its flow's end is told at once
+    readings.pop()
+    now[0] = 29.0
+    assert [str(k) for k in mon.update(fabric_tx_bps=0.0).ended] == ["10.0.0.1:1->10.0.1.1:2"]
+    now[0] = 30.0
+    mon.update(fabric_tx_bps=0.0)
+    assert reads[-2:] == [28.0, 29.0]
 
 
 # ---- the agent's service and its /metrics ---------------------------------------------------------

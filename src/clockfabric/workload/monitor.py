@@ -11,7 +11,10 @@ namespace, and sock_diag answers for that namespace only:
 Cost: a process's job variables are read once (a young one again for a few seconds, as it may
 still exec with a new environment; one that cannot be read, a kernel thread, not again); the
 job processes' fds are listed only when a socket no listing has seen appears, or the job
-processes change: a steady job's flows cost one sock_diag read an update.
+processes change: a steady job's flows cost one sock_diag read an update. That read walks the
+kernel's whole table of established sockets, however few the host holds (about 2 ms for its
+262,144 buckets on a 24 GiB machine, more on a larger one): with no job here and the fabric NICs
+sending too little for any flow to be busy, it is made only every REFRESH_S.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from clockfabric.workload.jobs import Job, JobProcess, group, identify
 from clockfabric.workload.procfs import ProcFs
 
 YOUNG_S = 5.0  # a process this new is read again: `env X=1 cmd` and `ip netns exec` exec after we may look
+REFRESH_S = 10.0  # with no job here and the NICs quiet, the sockets are read this often (the count of others)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class WorkloadMonitor:
         self.owner: dict[int, tuple[int, str]] = {}
         self.listed_inodes: set[int] = set()
         self.listed_jobs: dict[int, str] = {}
+        self.read_at = -math.inf  # when the sockets were last read; how many were a job's, how many not
+        self.job_flows = self.other_flows = 0
 
     def _classify(self, pid: int) -> tuple[float, JobProcess | None] | None:
         """(its start, its job or None: no job, or not this host's); None if it is gone."""
@@ -115,19 +121,32 @@ class WorkloadMonitor:
                 self.known[pid] = self._classify(pid) or (-math.inf, None)
         return [p for _, p in self.known.values() if p is not None]
 
-    def update(self) -> WorkloadView:
+    def update(self, fabric_tx_bps: float | None = None) -> WorkloadView:
+        """`fabric_tx_bps`: what the fabric NICs sent a second since the last update, every flow
+        together (None: not known). Below BUSY_BPS, with no job process here and no job's flow at
+        the last read (so a job's end is read at once), no flow this view would report is
+        sending: the sockets are not read (but every REFRESH_S). A flow that starts sending is
+        seen at the next update, its first rate the mean since the last read."""
         procs = self.processes()
         view = WorkloadView(jobs=group(procs))
         if self.read_sockets is None:
             view.flows_readable = False
             return view
+        now_s = self.clock()
+        quiet = (fabric_tx_bps is not None and fabric_tx_bps < BUSY_BPS and not self.job_flows
+                 and not any(p.visible for p in procs))
+        if quiet and now_s - self.read_at < REFRESH_S:
+            view.other_flows = self.other_flows
+            return view
         readings = self.read_sockets()
+        self.read_at = now_s
         jobs = {p.pid: p.tag.jobid for p in procs if p.visible}
         if jobs != self.listed_jobs or any(r.inode not in self.listed_inodes for r in readings):
             self.owner = owners({pid: self.proc.socket_inodes(pid) for pid in jobs}, jobs)
             self.listed_inodes, self.listed_jobs = {r.inode for r in readings}, jobs
-        rates, view.ended = self.tracker.update(readings, self.clock())
+        rates, view.ended = self.tracker.update(readings, now_s)
         view.flows, others = attribute(rates, self.owner)
-        view.other_flows = len(others)
+        self.job_flows, view.other_flows = len(view.flows), len(others)
+        self.other_flows = view.other_flows
         view.busy_others = [r for r in others if (r.tx_bps or 0) >= BUSY_BPS]
         return view

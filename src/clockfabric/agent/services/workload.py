@@ -107,8 +107,10 @@ class Workload(Service):
     def tick(self, now_ns: int) -> None:
         self._take_samples()
         with self.cpu.stage(stages.FLOWS):
+            self.nic_bps, self.nic_read_ns = self.nics.read(time.monotonic()), time.time_ns()
+            known = self.nics.devices and len(self.nic_bps) == len(self.nics.devices)
             try:
-                self.view = self.monitor.update()
+                self.view = self.monitor.update(sum(tx for tx, _ in self.nic_bps.values()) if known else None)
             except OSError as e:  # /proc or netlink failing: keep the last view, say so once an update
                 log.warning("workload update: %s", e)
             self.inband.flows_changed(self.view)
@@ -127,8 +129,6 @@ class Workload(Service):
                     self.egress_s, self.egress_by_dscp = self.egress.take()
                 except OSError as e:
                     log.warning("reading the NICs' queues: %s", e)
-        with self.cpu.stage(stages.FLOWS):
-            self.nic_bps, self.nic_read_ns = self.nics.read(time.monotonic()), time.time_ns()
         with self.cpu.stage(stages.PATHS):
             self.paths.want([f.rates.key for f in self.view.flows] + [r.key for r in self.view.busy_others])
 
