@@ -24,8 +24,10 @@ class Burst:
         return {"eth0": wait}, {"eth0": {0: wait, 26: self.standing_s}}
 
 
-def updates(nic: Burst, sampler: QueueSampler, n: int, update_s: float = 1.0, start_s: float = 0.0005):
-    """`n` updates of an agent's loop that wakes for each poll the sampler asks for."""
+def updates(nic: Burst, sampler: QueueSampler, n: int, update_s: float = 1.0, start_s: float = 0.0005,
+            idle: bool = False):
+    """`n` updates of an agent's loop that wakes for each poll the sampler asks for, and polls
+    again after each update (as the agent's loop does, at least every 0.2 s)."""
     out, t, next_poll = [], start_s, 0.0
     for k in range(1, n + 1):
         tick = start_s + k * update_s
@@ -34,7 +36,8 @@ def updates(nic: Burst, sampler: QueueSampler, n: int, update_s: float = 1.0, st
             nic.now_s = t
             next_poll = sampler.poll(t)
         nic.now_s = tick
-        out.append(sampler.take())
+        out.append(sampler.take(idle))
+        next_poll = sampler.poll(tick)
     return out
 
 
@@ -63,3 +66,31 @@ def test_readings_come_at_the_asked_rate_on_average_and_an_update_with_none_read
     before = nic.reads
     assert sampler.take() == ({"eth0": 0.0}, {"eth0": {0: 0.0, 26: 0.0}})
     assert nic.reads == before + 1
+
+
+def test_idle_nics_with_empty_queues_are_read_at_the_idle_rate_and_a_queue_brings_the_full_rate_back():
+    nic = Burst(period_s=1.0, busy_s=0.0, burst_wait_s=0.0)
+    sampler = QueueSampler(nic, reads_per_s=5.0, idle_reads_per_s=1.0, rng=random.Random(5))
+    updates(nic, sampler, 200, idle=True)
+    # Poisson at 1/s, and a read by `take` in the third of the updates that had none: about 274
+    assert 220 <= nic.reads <= 330
+    busy = Burst(period_s=1.0, busy_s=0.0, burst_wait_s=0.0)
+    updates(busy, QueueSampler(busy, reads_per_s=5.0, idle_reads_per_s=1.0, rng=random.Random(5)), 200)
+    assert 900 <= busy.reads <= 1100  # traffic on the NICs: the full rate
+
+    # idle NICs whose queue holds a backlog (a link shaped below one busy flow): the full rate
+    standing = Burst(period_s=1.0, busy_s=0.0, burst_wait_s=0.0, standing_s=1e-3)
+    sampler = QueueSampler(standing, reads_per_s=5.0, idle_reads_per_s=1.0, rng=random.Random(5))
+    updates(standing, sampler, 200, idle=True)
+    assert 900 <= standing.reads <= 1100
+
+    # from idle to busy: the very next update is read at the full rate again
+    nic = Burst(period_s=1.0, busy_s=0.0, burst_wait_s=0.0)
+    sampler = QueueSampler(nic, reads_per_s=5.0, idle_reads_per_s=1.0, rng=random.Random(9))
+    updates(nic, sampler, 5, idle=True)
+    assert sampler.rate == 1.0
+    sampler.take(idle=False)
+    assert sampler.rate == 5.0
+    before = nic.reads
+    updates(nic, sampler, 100, start_s=5.0005)
+    assert 450 <= nic.reads - before <= 560

@@ -35,6 +35,9 @@ from clockfabric.qos.qdisc_stats import QdiscReader, QdiscStat
 
 ADDRESSES_EVERY_S = 10.0  # the NICs and the routes to peers, read again this often
 READS_PER_S = 5.0  # QueueSampler's readings a second, on average
+# ... and while the NICs send less than one busy flow and no reading held a queue: a queue needs
+# traffic to build, and any traffic or any backlog read brings the full rate back at the next update
+IDLE_READS_PER_S = 1.0
 ROOT = 0xFFFFFFFF
 TOS_BYTE, DSCP_BITS = 1, 0xFC  # the IP header's second byte, and its DSCP part
 _SEL = struct.Struct("=BBBxHhhhI")  # struct tc_u32_sel, before its keys
@@ -197,24 +200,35 @@ Waits = tuple[dict[str, float], dict[str, dict[int, float]]]  # EgressBacklog.re
 
 
 class QueueSampler:
-    """`EgressBacklog.read` at random instants, `reads_per_s` on average, summed up by `take`."""
+    """`EgressBacklog.read` at random instants, `reads_per_s` on average (`idle_reads_per_s` while
+    the NICs are idle and their queues empty), summed up by `take`."""
 
-    def __init__(self, backlog: EgressBacklog, reads_per_s: float = READS_PER_S, rng: random.Random | None = None):
-        self.backlog, self.reads_per_s = backlog, reads_per_s
+    def __init__(self, backlog: EgressBacklog, reads_per_s: float = READS_PER_S,
+                 idle_reads_per_s: float = IDLE_READS_PER_S, rng: random.Random | None = None):
+        self.backlog, self.reads_per_s, self.idle_reads_per_s = backlog, reads_per_s, idle_reads_per_s
+        self.rate = reads_per_s  # the readings a second asked for now
         self.rng = rng or random.Random()
         self.reads: list[Waits] = []
         self.next_s = 0.0  # the first poll reads at once
+        self.polled_s = 0.0
 
     def poll(self, now_s: float) -> float:
         """Read if a reading is due; returns when the next one is (time.monotonic())."""
+        self.polled_s = now_s
         if now_s >= self.next_s:
-            self.next_s = now_s + self.rng.expovariate(self.reads_per_s)
+            self.next_s = now_s + self.rng.expovariate(self.rate)
             self.reads.append(self.backlog.read())
         return self.next_s
 
-    def take(self) -> Waits:
-        """Each queue's median over the readings since the last take (one read now if none)."""
+    def take(self, idle: bool = False) -> Waits:
+        """Each queue's median over the readings since the last take (one read now if none).
+        `idle`: the NICs sent less than one busy flow since the last take; then, where no reading
+        held a queue either, the next readings come at the idle rate."""
         reads, self.reads = self.reads or [self.backlog.read()], []
+        rate = self.idle_reads_per_s if idle and not any(any(w.values()) for w, _ in reads) else self.reads_per_s
+        if rate != self.rate:  # the next reading drawn afresh at the new rate (a Poisson process forgets)
+            self.rate = rate
+            self.next_s = self.polled_s + self.rng.expovariate(rate)
         whole = medians([w for w, _ in reads])
         nics = sorted({nic for _, by in reads for nic in by})
         return whole, {nic: medians([by[nic] for _, by in reads if nic in by]) for nic in nics}

@@ -19,7 +19,7 @@ from clockfabric.qos.policy import Ask
 from clockfabric.telemetry.nic import NicRates
 from clockfabric.topology import host_of_address
 from clockfabric.workload import exchange, samples, stages
-from clockfabric.workload.monitor import WorkloadMonitor, WorkloadView
+from clockfabric.workload.monitor import BUSY_BPS, WorkloadMonitor, WorkloadView
 from clockfabric.workload.owd_monitor import InbandOwd
 from clockfabric.workload.paths import FlowPaths, KernelDevice, PathTracer
 from clockfabric.workload.procfs import ProcFs
@@ -109,8 +109,9 @@ class Workload(Service):
         with self.cpu.stage(stages.FLOWS):
             self.nic_bps, self.nic_read_ns = self.nics.read(time.monotonic()), time.time_ns()
             known = self.nics.devices and len(self.nic_bps) == len(self.nics.devices)
+            fabric_tx_bps = sum(tx for tx, _ in self.nic_bps.values()) if known else None
             try:
-                self.view = self.monitor.update(sum(tx for tx, _ in self.nic_bps.values()) if known else None)
+                self.view = self.monitor.update(fabric_tx_bps)
             except OSError as e:  # /proc or netlink failing: keep the last view, say so once an update
                 log.warning("workload update: %s", e)
             self.inband.flows_changed(self.view)
@@ -126,7 +127,8 @@ class Workload(Service):
         if self.egress is not None:
             with self.cpu.stage(stages.QUEUES):
                 try:
-                    self.egress_s, self.egress_by_dscp = self.egress.take()
+                    idle = fabric_tx_bps is not None and fabric_tx_bps < BUSY_BPS
+                    self.egress_s, self.egress_by_dscp = self.egress.take(idle)
                 except OSError as e:
                     log.warning("reading the NICs' queues: %s", e)
         with self.cpu.stage(stages.PATHS):
