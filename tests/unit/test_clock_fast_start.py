@@ -59,7 +59,7 @@ def test_a_starting_agent_probes_faster_and_reports_often_then_keeps_the_update_
     svc, sent, _ = service("h1", fleet12())
     full = svc.ctx.engine.interval_s
     svc.start()
-    assert svc.starting and svc.ctx.engine.interval_s == pytest.approx(full / 2)
+    assert svc.hurried and svc.ctx.engine.interval_s == pytest.approx(full / 2)
     due = svc.poll(mono.now)
     assert [m["start"] for _, m in sent] == [True] and due == pytest.approx(mono.now + START_REPORT_S)
     svc.poll(mono.now + 0.1)
@@ -68,7 +68,7 @@ def test_a_starting_agent_probes_faster_and_reports_often_then_keeps_the_update_
     svc.poll(mono.now)
     assert len(sent) == 2
     mono.now += START_WINDOWS * svc.ctx.cfg.window_s
-    assert not svc.starting
+    assert not svc.hurried
     assert svc.poll(mono.now) == float("inf") and len(sent) == 2  # reports wait for the update again
     svc.tick(0)
     assert svc.ctx.engine.interval_s == pytest.approx(full) and "start" not in sent[-1][1]
@@ -104,3 +104,26 @@ def test_the_solver_answers_a_starting_hosts_report_at_once_and_to_it_alone(mono
     assert [h for h, _ in maps] == ["h5"] and maps[0][1]["hosts"]["h5"]["synced"]
     assert "urgent" not in maps[0][1]
     assert ref.poll(mono.now + 1) == float("inf")  # answered: nothing more due
+
+
+def test_a_broken_band_hurries_a_started_agent_for_as_long_as_a_start(mono):
+    """A pair that broke its band (a clock stepped or changed rate) has few points, as at a
+    start: the agent probes faster and reports often again, for START_WINDOWS windows after the
+    last pair was unsure."""
+    svc, sent, _ = service("h1", fleet12())
+    full = svc.ctx.engine.interval_s
+    svc.start()
+    mono.now += START_WINDOWS * svc.ctx.cfg.window_s
+    svc.tick(0)
+    assert not svc.hurried and svc.ctx.engine.interval_s == pytest.approx(full)
+    svc.sync.unsure = lambda: True  # type: ignore[method-assign]
+    svc.poll(mono.now)
+    assert svc.hurried and svc.ctx.engine.interval_s == pytest.approx(full / 2)
+    assert svc.poll(mono.now) == pytest.approx(mono.now + START_REPORT_S) and sent[-1][1]["start"] is True
+    svc.sync.unsure = lambda: False  # type: ignore[method-assign]
+    mono.now += START_WINDOWS * svc.ctx.cfg.window_s - 0.1
+    assert svc.hurried
+    mono.now += 0.2
+    assert not svc.hurried
+    svc.tick(0)
+    assert svc.ctx.engine.interval_s == pytest.approx(full) and "start" not in sent[-1][1]

@@ -157,6 +157,10 @@ class PairWindow:
         host knows the size of: that one is evidence, and reported."""
         return self.unsure and not self.provisional
 
+    def breaks(self) -> list[Step]:
+        """The live first breaks, either side."""
+        return [s for s in self._suspect.values() if s is not None]
+
     def suspect(self, delta_ns: float) -> Step | None:
         """The live first break of the side a change of this sign shows on, if it agrees."""
         first = self._suspect[delta_ns < 0]

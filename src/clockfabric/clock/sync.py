@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
+from dataclasses import replace
 from functools import partial
 
+from clockfabric.clock.fit import MAX_SLOPE
 from clockfabric.clock.health import hold_over
 from clockfabric.clock.mapping import Mapping
 from clockfabric.clock.pairs import PairWindow, Step
@@ -27,6 +29,8 @@ QUIET_SAMPLE_PER_PAIR = 2
 # a map from an earlier solver of the succession is taken back only if it reads our clock
 # within this (and the two bounds) of the mapping we hold: otherwise it restarted afresh
 CONTINUE_NS = 10_000.0
+# pairs that broke their bands at once say our own clock moved, not each its peer's (HostSync.doubt)
+DOUBT_PAIRS = 2
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
 # the class stream's delays (probe.engine.Marking.class_dscp) are read over this many windows: it is sparse
@@ -64,6 +68,12 @@ class HostSync:
         self._quiet = False  # the last purity sample's verdict: most probe packets pure
         # the class stream's exchanges by peer, oldest first: read for their delays, never fitted
         self.classed: dict[str, deque[Exchange]] = defaultdict(partial(deque, maxlen=MAX_CLASSED))
+        # our clock in doubt (`doubt`): the largest break seen (ns), the mapping the solver gave
+        # (served widened meanwhile), and from when (our clock) the pairs were sure again
+        self._doubt_ns = 0.0
+        self._doubt_since = 0  # our clock: the first break of this doubt
+        self._solved: Mapping | None = None
+        self._sure_at: int | None = None
 
     def add(self, exchanges: list[Exchange]) -> None:
         for ex in exchanges:
@@ -78,6 +88,8 @@ class HostSync:
                     self._forget_floors(ex.peer)
                 elif provisional and not pair.provisional:
                     self.urgent = True  # a fit of its own can replace the moved one: report it now
+        if exchanges:
+            self.doubt(exchanges[-1].rx[1])
 
     def _own_step_evidence(self, peer: str, forward: bool, delta: float | None) -> None:
         """Two peers' pairs breaking the band by the same amount is our clock, not theirs: a
@@ -124,6 +136,47 @@ class HostSync:
         self.floors = {k: v for k, v in self.floors.items() if k[0] != peer}
         self.classed.pop(peer, None)
         self.urgent = self._stepped = True
+
+    def doubt(self, now_ns: int) -> None:
+        """Our own clock moved: DOUBT_PAIRS pairs (or every pair, where fewer) broke their bands
+        or are fitting anew since a cut. A peer's step or rate change breaks one pair; ours breaks
+        them all. Until a map solved after the pairs are sure again, the mapping served is the
+        solver's widened by the largest break and by MAX_SLOPE a second: a clock whose rate
+        changed runs away at a rate no point has shown yet, and a bound that did not grow with
+        it would claim nanoseconds for a clock microseconds off."""
+        def recent_cut(p: PairWindow) -> list[Step]:
+            cut = p.last_step
+            return [cut] if p.unsure and cut is not None and abs(now_ns - cut.at_ns) <= 2 * self.window_ns else []
+
+        seen_by = {peer: p.breaks() + recent_cut(p) for peer, p in self.pairs.items()}
+        broken = [s for s in seen_by.values() if s]
+        if broken and len(broken) >= min(DOUBT_PAIRS, len(self.pairs)):
+            seen = [s for steps in broken for s in steps]
+            size = max((abs(s.delta_ns) for s in seen), default=0.0)
+            self._sure_at = None
+            if self._solved is None and self.mapping is not None:
+                self._solved, self._doubt_ns = self.mapping, size
+                self._doubt_since = min((s.at_ns for s in seen), default=now_ns)
+                self._widen()
+            elif size > self._doubt_ns:
+                self._doubt_ns = size
+                self._widen()
+        elif self._solved is not None and self._sure_at is None:
+            self._sure_at = now_ns
+
+    def _widen(self) -> None:
+        """Serve the solver's mapping with the doubt added: the largest break, and MAX_SLOPE a
+        second since the first (bound_at counts from t0, which a map solved since moves on)."""
+        base = self._solved
+        if base is not None:
+            since_break = MAX_SLOPE * max(0, base.t0_ns - self._doubt_since)
+            self.mapping = replace(base, uncertainty_ns=base.uncertainty_ns + self._doubt_ns + since_break,
+                                   drift_bound=base.drift_bound + MAX_SLOPE)
+
+    @property
+    def doubted(self) -> bool:
+        """The mapping served is widened: our clock moved and no map since has caught up."""
+        return self._solved is not None
 
     def unsure(self) -> bool:
         """Whether some pair wants exchanges soon (PairWindow.unsure): a clock that broke a band,
@@ -189,7 +242,14 @@ class HostSync:
         maps = {h: Mapping.from_dict(m) for h, m in msg["hosts"].items()}
         new = maps.pop(self.host, None)
         # not synced this round (queued on every path, or no pure pair): hold over the last good one
-        self.mapping = hold_over(self.mapping, new, new.t0_ns) if new is not None else self.mapping
+        if self._solved is None:
+            self.mapping = hold_over(self.mapping, new, new.t0_ns) if new is not None else self.mapping
+        elif new is not None:
+            self._solved = hold_over(self._solved, new, new.t0_ns)
+            if self._sure_at is not None and new.t0_ns >= self._sure_at:  # solved from sure pairs
+                self.mapping, self._solved, self._doubt_ns = self._solved, None, 0.0
+            else:
+                self._widen()
         # a peer left out of one round (no fresh fit for the pair on either side, as under a
         # standing queue) keeps its last map: its delays stay readable
         self.peer_maps |= maps

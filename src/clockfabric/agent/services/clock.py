@@ -14,12 +14,14 @@ moves on like the rest, so the fleet keeps one solver.
 Exchanges are taken as they complete (each poll), so a clock step is seen in a fraction of a
 second; a step is reported (and told to the neighbours, if ours) at once.
 
-A starting agent (its first START_WINDOWS windows) probes at START_RATE times the full rate,
-reports every START_REPORT_S, and publishes each map it gets; the solver answers a starting
-host's report within START_SOLVE_S (a map to it alone) instead of at its next update. A fresh
-pair has few points and its first fits move a lot: each one reaching the host at once, rather
-than a report, a solve and a publish an update apart each, is what makes a host's mapping good
-a second or two after its agent starts. The rest of the time the cadence is the update's.
+A hurried agent probes at START_RATE times the full rate, reports every START_REPORT_S, and
+publishes each map it gets; the solver answers a hurried host's report within START_SOLVE_S (a
+map to it alone) instead of at its next update. An agent is hurried for its first START_WINDOWS
+windows, and for as long again after any of its pairs broke its band (a clock that stepped or
+changed rate, ours or a peer's): either way pairs hold few points and their first fits move a
+lot, and each one reaching the host at once, rather than a report, a solve and a publish an
+update apart each, is what makes a host's mapping good a second or two after its agent starts
+or its clock jumps. The rest of the time the cadence is the update's.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ log = logging.getLogger(__name__)
 # after a host reports a clock step, the solver waits this long for its neighbours' reports
 URGENT_SOLVE_S = 0.05
 UTC_SPAN_S = 30.0  # a UTC host's rate against UTC, over this long
-# the fast start (module docstring): how long, how often a starting host reports, how soon the
-# solver answers it (long enough to take several starting hosts' reports in one solve), and
+# the hurry (module docstring): how long, how often a hurried host reports, how soon the
+# solver answers it (long enough to take several hurried hosts' reports in one solve), and
 # how much faster it probes (its budgets are judged over the run, not its first seconds)
 START_WINDOWS, START_REPORT_S, START_SOLVE_S, START_RATE = 2, 0.25, 0.1, 2.0
 MAPPING_FIELDS = ("t0_ns", "offset_ns", "drift")
@@ -114,17 +116,20 @@ class ClockSync(Service):
         # and the quiet one; worked out once: it walks the topology's links
         self._intervals = {False: ctx.engine.interval_s, True: cfg.probe_interval_s(quiet=True)}
         self.quiet = False  # probing at the quiet rate now
-        self._start_until = 0.0  # monotonic seconds: the fast start's end, set by start()
+        self._hurry_until = 0.0  # monotonic seconds: the hurry's end (start(), a broken band)
         self._next_start_report = 0.0
-        self._answer: set[str] = set()  # starting hosts whose reports the next early solve answers
+        self._answer: set[str] = set()  # hurried hosts whose reports the next early solve answers
 
     def start(self) -> None:
-        self._start_until = time.monotonic() + START_WINDOWS * self.ctx.cfg.window_s
+        self._hurry()
+
+    def _hurry(self) -> None:
+        self._hurry_until = time.monotonic() + START_WINDOWS * self.ctx.cfg.window_s
         self._pace(quiet=False)
 
     @property
-    def starting(self) -> bool:
-        return time.monotonic() < self._start_until
+    def hurried(self) -> bool:
+        return time.monotonic() < self._hurry_until
 
     @property
     def solving(self) -> bool:
@@ -224,7 +229,7 @@ class ClockSync(Service):
                 log.warning("clock: %s solves again; its maps are taken", sender)
             self.elected, self._heard = rank, time.monotonic()
             self.sync.on_map(msg)
-            if msg.get("urgent") or self.starting:
+            if msg.get("urgent") or self.hurried:
                 self.ctx.publish()
         else:  # "stepped"
             self.sync.on_stepped(sender, float(msg["delta_ns"]))
@@ -234,7 +239,7 @@ class ClockSync(Service):
         self._elect(now_s)
         if self.solver and self.solving and now_s >= self._solve_due:  # due only on the solving host
             self._solve(self.solver, urgent=self._urgent, only=None if self._urgent else self._answer)
-        if not self.starting:
+        if not self.hurried:
             return self._solve_due
         if now_s >= self._next_start_report:
             self._report(self.ctx.clock.now_ns())
@@ -250,8 +255,8 @@ class ClockSync(Service):
         msg = {**self.sync.report(now_ns), "solver": self.succession[self.elected]}
         if self.ctx.cfg.utc_system:
             msg["utc"] = self._utc(now_ns)
-        if self.starting:
-            msg["start"] = True
+        if self.hurried:
+            msg["start"] = True  # the wire's name for it: answer soon
             self._next_start_report = time.monotonic() + START_REPORT_S
         for host in self.report_to():
             self.ctx.send(host, msg)
@@ -307,13 +312,16 @@ class ClockSync(Service):
             exchanges.append(engine.exchanges.popleft())
         if exchanges:
             self._exchanged = time.monotonic()
+        served = self.sync.mapping
         self.sync.add(exchanges)
+        if self.sync.mapping is not served:  # widened: our clock moved (HostSync.doubt); say so now
+            self.ctx.publish()
         while self.sync.told:
             delta = self.sync.told.pop()
             for host in sorted(set(self.sync.peer_maps) | set(self.sync.pairs)):
                 self.ctx.send(host, {"t": "stepped", "host": self.ctx.cfg.host, "delta_ns": delta})
-        if self.sync.urgent or (self.quiet and self.sync.unsure()):
-            self._pace(quiet=False)
+        if self.sync.urgent or self.sync.unsure():
+            self._hurry()
         if self.sync.urgent:
             self._report(self.ctx.clock.now_ns())
 
@@ -321,7 +329,7 @@ class ClockSync(Service):
         """Probe at the quiet rate only while the clock needs no more: an agent's CPU follows
         its exchanges, and on a settled clock and an idle fabric half of them add little."""
         self.quiet = quiet
-        self.ctx.engine.interval_s = self._intervals[quiet] / (START_RATE if self.starting else 1.0)
+        self.ctx.engine.interval_s = self._intervals[quiet] / (START_RATE if self.hurried else 1.0)
 
     def _solve(self, solver: Solver, *, urgent: bool = False, only: set[str] | None = None) -> None:
         """Solve and send the maps: to every reporting host, or `only` to these."""
