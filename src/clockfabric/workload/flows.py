@@ -37,6 +37,8 @@ class SocketReading:
     last_data_sent_ms: int | None = None  # since the socket last sent data; None: not read
     send_queue_bytes: int = 0  # written by the program, not yet acknowledged: what waits on the network
     app_limited: bool = True  # the delivery-rate estimate was taken while the program sent less than it could
+    data_segs_out: int = 0  # segments with a payload sent over the socket's life (tcpi_data_segs_out)
+    data_segs_in: int = 0  # and received (tcpi_data_segs_in): the packets in-band sampling chooses from
 
     @property
     def sending_flat_out(self) -> bool:
@@ -49,6 +51,8 @@ class FlowRates:
     tx_bps: float | None  # bytes acknowledged by the peer, as bits per second since the last reading
     rx_bps: float | None  # bytes received from it
     new_retransmits: int  # since the last reading
+    tx_pps: float | None = None  # segments with a payload sent, a second since the last reading (None: first)
+    rx_pps: float | None = None  # and received
 
     @property
     def key(self) -> FlowKey:
@@ -77,9 +81,12 @@ class FlowTracker:
                 out.append(FlowRates(r, r.delivery_rate_bps if r.sending_flat_out else None, None, 0))
                 continue
             dt = t_s - before.t_s
-            out.append(FlowRates(r, _rate(r.bytes_acked - before.reading.bytes_acked, dt),
-                                 _rate(r.bytes_received - before.reading.bytes_received, dt),
-                                 max(0, r.retransmits - before.reading.retransmits)))
+            was = before.reading
+            out.append(FlowRates(r, _rate(r.bytes_acked - was.bytes_acked, dt),
+                                 _rate(r.bytes_received - was.bytes_received, dt),
+                                 max(0, r.retransmits - was.retransmits),
+                                 _per_s(r.data_segs_out - was.data_segs_out, dt),
+                                 _per_s(r.data_segs_in - was.data_segs_in, dt)))
         ended = sorted(last.reading.key for cookie, last in self.last.items() if cookie not in seen)
         self.last = seen
         return out, ended
@@ -87,6 +94,10 @@ class FlowTracker:
 
 def _rate(delta_bytes: int, dt_s: float) -> float | None:
     return delta_bytes * 8 / dt_s if delta_bytes >= 0 else None
+
+
+def _per_s(delta: int, dt_s: float) -> float:
+    return delta % 2**32 / dt_s  # the kernel's counts are 32 bits: a wrapped one still gives its step
 
 
 def flow_label(key: FlowKey) -> str:

@@ -73,7 +73,7 @@ def parse_frame(frame: bytes, bits: int = DEFAULT_BITS) -> Packet | None:
 # classic BPF opcodes (linux/bpf_common.h)
 LD_H_ABS, LD_B_ABS, LD_W_IND, LD_B_IND, LDX_MSH = 0x28, 0x30, 0x40, 0x50, 0xB1
 ALU_MUL_K, ALU_RSH_K, ALU_LSH_K, ALU_ADD_X = 0x24, 0x74, 0x64, 0x0C
-JEQ_K, JSET_K, JGT_X, RET_K, ST, LDX_MEM = 0x15, 0x45, 0x3D, 0x06, 0x02, 0x61
+JEQ_K, JSET_K, JGT_X, RET_K, ST, LDX_MEM = 0x15, 0x45, 0x2D, 0x06, 0x02, 0x61  # JGT_X: BPF_JMP | BPF_JGT | BPF_X
 KEEP, DROP = "keep", "drop"  # jump targets: the program's last two instructions
 
 

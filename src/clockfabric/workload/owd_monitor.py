@@ -27,17 +27,21 @@ def directed(key: FlowKey) -> Tuple4:
     return key.local, key.lport, key.remote, key.rport
 
 
-def sampling_bits(matched: int, bits: int, window_s: float) -> int:
-    """The bits a flow direction is sampled by next: the fewest (from DEFAULT_BITS) that would
-    have made at most SAMPLES_PER_S delays a second of a direction that made `matched` in a
-    window of `window_s` sampled by `bits`. Both ends match the same records (each sends the
-    other all of its own), so they choose alike; where they do not, the packets sampled by more
-    bits are a subset of those by fewer: the matches are the sparser end's, never a wrong one."""
-    at_default = matched * 2 ** (bits - DEFAULT_BITS) / window_s
+def sampling_bits(segments_per_s: float | None, last: int | None) -> int:
+    """The bits a flow direction is sampled by until the next update: the fewest (from DEFAULT_BITS)
+    that keep the segments with a payload it carried a second, as its socket counts them, to about
+    SAMPLES_PER_S sampled; never more than one fewer than `last` (the bits of the update before, if
+    measured), so a burst after a quiet second is not met at the densest sampling. Both ends count
+    the same segments (the sender's tcpi_data_segs_out, the receiver's tcpi_data_segs_in), so they
+    choose alike; where they do not, the packets sampled by more bits are a subset of those by
+    fewer: the matches are the sparser end's, never a wrong one. A direction not measured yet (a new
+    socket's first reading) is sampled the most sparsely: its rate is unknown, not small."""
+    if segments_per_s is None:
+        return MAX_BITS
     chosen = DEFAULT_BITS
-    while chosen < MAX_BITS and at_default / 2 ** (chosen - DEFAULT_BITS) > SAMPLES_PER_S:
+    while chosen < MAX_BITS and segments_per_s / 2 ** chosen > SAMPLES_PER_S:
         chosen += 1
-    return chosen
+    return chosen if last is None else max(chosen, last - 1)
 
 
 def batch_times(to_time: Callable[[int], tuple[int, bool]], real_ns: list[int]) -> list[tuple[int, bool]]:
@@ -71,10 +75,19 @@ class InbandOwd:
         self.window_end_ns: int | None = None
         self.owd: dict[str, dict[str, OwdStats | None]] = {}  # by flow label: the last closed window's
         self.bits: dict[Tuple4, int] = {}  # each flow direction's sampling (DEFAULT_BITS if not here)
+        self.measured: set[Tuple4] = set()  # the directions whose bits came from a measured rate
 
     def flows_changed(self, view: WorkloadView) -> None:
+        """This update's job flows, and the bits each direction is sampled by from their rates."""
         self.flows = {directed(f.rates.key) for f in view.flows}
         self.peers = peers_by_direction(self.flows, {**self.host_by_address, **self.learned})
+        rates: dict[Tuple4, float | None] = {}
+        for f in view.flows:
+            local = directed(f.rates.key)
+            rates[local], rates[(local[2], local[3], local[0], local[1])] = f.rates.tx_pps, f.rates.rx_pps
+        self.bits = {t: sampling_bits(rates.get(t), self.bits.get(t) if t in self.measured else None)
+                     for t in self.peers}
+        self.measured = {t for t in self.peers if rates.get(t) is not None}
 
     def port_bits(self) -> dict[tuple[int, int], int]:
         """The (source, destination) ports of the packets of each job flow direction with an agent
@@ -121,8 +134,5 @@ class InbandOwd:
             return
         window = self.matcher.close_window()
         self.window_end_ns = now_ns + self.window_ns
-        matched = {t: stats.samples for t, stats in window.items()}
-        self.bits = {t: b for t in self.peers if (b := sampling_bits(matched.get(t, 0), self.bits.get(t, DEFAULT_BITS),
-                                                                      self.window_ns / 1e9)) != DEFAULT_BITS}
         self.owd = {flow_label(f.rates.key): flow_owd(directed(f.rates.key), window, f.rates.reading.rtt_us)
                     for f in view.flows}

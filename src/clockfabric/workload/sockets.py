@@ -37,6 +37,7 @@ U32, U64 = struct.Struct("=I"), struct.Struct("=Q")
 TCPI_FLAGS, TCPI_LAST_DATA_SENT = 7, 44  # flags: bit 0, tcpi_delivery_rate_app_limited
 TCPI_RTT, TCPI_SND_CWND, TCPI_TOTAL_RETRANS = 68, 80, 100
 TCPI_BYTES_ACKED, TCPI_BYTES_RECEIVED, TCPI_DELIVERY_RATE = 120, 128, 160
+TCPI_DATA_SEGS_IN, TCPI_DATA_SEGS_OUT = 152, 156
 RECV_BYTES = 1 << 16
 
 
@@ -112,4 +113,5 @@ def parse(msg: memoryview | bytes) -> SocketReading | None:
     return SocketReading(key, inode, cookie, u64(TCPI_BYTES_ACKED), u64(TCPI_BYTES_RECEIVED), u32(TCPI_TOTAL_RETRANS),
                          u32(TCPI_RTT), u32(TCPI_SND_CWND), u64(TCPI_DELIVERY_RATE) * 8.0,
                          None if tos is None else tos >> 2, last_data_sent_ms=u32(TCPI_LAST_DATA_SENT),
-                         app_limited=bool(info[TCPI_FLAGS] & 1), send_queue_bytes=wqueue)
+                         app_limited=bool(info[TCPI_FLAGS] & 1), send_queue_bytes=wqueue,
+                         data_segs_out=u32(TCPI_DATA_SEGS_OUT), data_segs_in=u32(TCPI_DATA_SEGS_IN))
