@@ -104,6 +104,14 @@ def test_rates_come_from_the_second_reading_of_the_same_socket():
     assert second[0].new_retransmits == 3
 
 
+def test_segment_rates_come_from_the_second_reading_and_ride_over_a_wrapped_count():
+    t = FlowTracker()
+    first, _ = t.update([replace(reading(40000, 5201, 11, cookie=1), data_segs_out=2**32 - 100, data_segs_in=7)], 10.0)
+    assert first[0].tx_pps is None and first[0].rx_pps is None  # unknown, not zero
+    second, _ = t.update([replace(reading(40000, 5201, 11, cookie=1), data_segs_out=300, data_segs_in=57)], 10.5)
+    assert second[0].tx_pps == pytest.approx(800) and second[0].rx_pps == pytest.approx(100)
+
+
 def test_a_first_reading_sending_flat_out_gives_the_kernels_delivery_rate():
     """A new bulk flow is reported a reading sooner; an application-limited or idle socket's
     estimate says what it could move, not what it moves: none."""

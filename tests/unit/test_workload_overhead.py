@@ -334,3 +334,7 @@ def test_both_ends_of_a_busy_direction_choose_its_bits_from_its_segments():
         end.flows_changed(busy[name])
     assert ends["ha"].port_bits() == {(40000, 5201): 6, (5201, 40000): 4}  # 1 in 64 makes 50 a second
     assert ends["hb"].port_bits() == ends["ha"].port_bits()
+    quiet = {"ha": flow_view(A, 40000, B, 5201, 0.0, 0.0), "hb": flow_view(B, 5201, A, 40000, 0.0, 0.0)}
+    for name, end in ends.items():  # a second of compute: a bit denser, not back to 1 in 16
+        end.flows_changed(quiet[name])
+        assert end.port_bits() == {(40000, 5201): 5, (5201, 40000): 4}
