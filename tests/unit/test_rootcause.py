@@ -48,6 +48,21 @@ def test_degraded_link_queues_while_carrying_little():
     assert [c["link"] for c in v["evidence"]["candidates"]] == SPINE1
 
 
+def test_a_link_queueing_under_half_its_rate_is_degraded_whoever_loads_it():
+    # job B sends 150 Mbit/s over spine1 with A's slow flows, far above the share that makes it a
+    # culprit (a tenth), far under the link's 1000: a load that fills nothing queues nothing, so
+    # the link drains slower than its rate; near its rate, the same link is B's congestion
+    def with_b(mbps: float) -> dict:
+        return verdict(ring("A", h1=SLOW) + [flow("h0", "h2", "spine1", "A", 300, 60, port=5001, then=SLOW),
+                                             flow("h1", "h2", "spine0", "A", 300, 60, port=5002),
+                                             flow("h0", "h3", "spine1", "B", mbps, 60, port=5003, then=(mbps, 2000))])
+    v = with_b(150)
+    assert (v["verdict"], v["links"], v["culprit"]) == ("degraded_link", SPINE1, None), v["sentence"]
+    assert v["evidence"]["load_bps"]["B"] == pytest.approx(150e6, rel=0.05)
+    full = with_b(900)
+    assert (full["verdict"], full["culprit"]) == ("congestion_other_job", "B"), full["sentence"]
+
+
 def test_a_load_that_fills_a_link_queues_where_it_is_fullest_and_first():
     # job B's 700 Mbit/s crosses leaf0 -> spine1 -> leaf1 with A's slow flow: where both links are as
     # fast, what leaves the first cannot queue at the second; where the second is narrower, it is

@@ -291,13 +291,15 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     busy = limits.busy_share * rate if rate else 0.0
     top_other = max(others, key=lambda j: others[j]) if others else None
     here = queue_age_ns([s for s in slow if on_hop(hop, s.flow.may_cross())], now_ns)
-    if top_other is not None and others[top_other] >= max(busy, non_job):
+    if rate and total < limits.degraded_share * rate:
+        # a load fills the link it queues (congestion offers more than its rate): one that queues
+        # under half its rate drains slower than it says, whoever's traffic it carries. The load
+        # that explains a young queue may be a flow not reported yet.
+        kind, culprit = "queue_unexplained" if here is not None and here < limits.unseen_ns else "degraded_link", None
+    elif top_other is not None and others[top_other] >= max(busy, non_job):
         kind, culprit = "congestion_other_job", top_other
     elif non_job >= busy and non_job > 0:
         kind, culprit = "congestion_non_job", "(no job)"
-    elif rate and total < limits.degraded_share * rate:
-        # the load that explains a young queue may be a flow not reported yet
-        kind, culprit = "queue_unexplained" if here is not None and here < limits.unseen_ns else "degraded_link", None
     else:
         kind, culprit = "congestion_own", jobid
     if kind.startswith("congestion"):  # a load that fills a link queues where it is fullest
