@@ -5,7 +5,9 @@ A queue on a link delays every packet that crosses it that way, whoever sends it
 floor met no queue. So a link that a path at its floor surely crosses is cleared, and every
 queued path must cross a queued link among the ones left. The suspects are the smallest set of
 links that explains every queued path (greedy set cover on the path-link incidence), ranked by
-how many queued paths each explains. Links that every queued path crosses alike (no path tells
+how many queued paths each explains. A queue delays every path across it alike: paths that wait
+more than twice what the least of theirs does wait at a second link too, which the cover,
+content with one link for them all, would hide; they are covered again. Links that every queued path crosses alike (no path tells
 them apart) are named together, never one of them by guess. The excess each explains is the
 non-negative least-squares fit of the queued paths' excess on the suspects.
 
@@ -137,6 +139,7 @@ def locate(observations: Iterable[Observation], now_ns: int | None = None, windo
     candidates = {p.name: tuple(h for h in _unique(p.may_cross) if not _cleared(h, clearing)) for p in queued}
     unexplained = sorted(p.name for p in queued if not candidates[p.name])
     groups = _cover({n: c for n, c in candidates.items() if c})
+    groups += _second_queues(groups, candidates, {p.name: p.excess_us for p in queued}, margin_us)
     excess = _fit(groups, candidates, {p.name: p.excess_us for p in queued})
     suspects = [_suspect(hops, covered, fitted, paths, clearing)
                 for (hops, covered), fitted in zip(groups, excess, strict=True)]
@@ -265,6 +268,29 @@ def _cover(candidates: dict[str, tuple[Hop, ...]]) -> list[tuple[tuple[Hop, ...]
         chosen.append((tuple(sorted(named, key=lambda h: (order[h], h))), tuple(sorted(best))))
         left -= best
     return chosen
+
+
+def _second_queues(groups: list[tuple[tuple[Hop, ...], tuple[str, ...]]], candidates: dict[str, tuple[Hop, ...]],
+                   excess: dict[str, float | None], margin_us: float) -> list[tuple[tuple[Hop, ...], tuple[str, ...]]]:
+    """Queues the cover hid: a queue delays every path across it alike, so it explains no more than
+    the least of its paths waits; paths that wait that much again and more (beyond the margin) wait
+    at a second link too. That link is among the ones they cross and no other queued path does
+    without waiting as much: covered again among those. (A host's uplink queued by its own bulk
+    flows explains every path it sends; a slow link behind it, crossed only by its paths, shows
+    only in what some of them wait beyond it.)"""
+    chosen = {h for hops, _ in groups for h in hops}
+    deep: dict[str, tuple[Hop, ...]] = {}
+    for hops, covered in groups:
+        waits = {p: x for p in covered if (x := excess.get(p)) is not None}
+        if len(waits) < 2:
+            continue
+        least = min(waits.values())
+        deep |= {p: candidates[p] for p, x in waits.items() if x > 2 * least + margin_us}
+    if not deep:
+        return []
+    shallow = {h for p, hops in candidates.items() if p not in deep for h in hops}
+    left = {p: tuple(h for h in hops if h not in chosen and h not in shallow) for p, hops in deep.items()}
+    return _cover({p: hops for p, hops in left.items() if hops})
 
 
 def _fit(groups: list[tuple[tuple[Hop, ...], tuple[str, ...]]], candidates: dict[str, tuple[Hop, ...]],

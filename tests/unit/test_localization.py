@@ -48,6 +48,21 @@ def test_the_smallest_cover_explains_two_queues():
     assert v.suspects[1].excess_us == pytest.approx(900.0)
 
 
+def test_a_second_queue_behind_one_every_path_crosses_is_found():
+    # every queued path crosses A (a sender's uplink); those over B wait there 900 us more. A alone
+    # explains them all, but no queue delays some of its paths thrice as much as others
+    up, behind, other = ("U", "h>l"), ("L2", "l>s1"), ("L3", "l>s0")
+    v = locate([obs("p", [up, behind, ("X", "s1>m")], 1200.0), obs("q", [up, behind, ("Y", "s1>n")], 1190.0),
+                obs("r", [up, other, ("Z", "s0>m")], 300.0), obs("s", [up, other, ("W", "s0>n")], 310.0),
+                obs("t", [("X", "s1>m")], 1.0), obs("u", [("Y", "s1>n")], 2.0)])
+    assert [s.hops for s in v.suspects] == [(up,), (behind,)]
+    assert v.suspects[0].excess_us == pytest.approx(305.0, abs=10)
+    assert v.suspects[1].excess_us == pytest.approx(890.0, abs=10) and v.suspects[1].queued == ("p", "q")
+    # the same paths no more than twice apart (one queue's paths vary) make no second queue
+    spread = locate([obs("p", [up, behind], 520.0), obs("r", [up, other], 300.0)])
+    assert [s.hops for s in spread.suspects] == [(up,)]
+
+
 def test_load_that_left_the_window_makes_no_suspect():
     old, new = NOW - 2 * WINDOW, NOW - 1
     v = locate([obs("p", [A, B], 900.0, t_ns=old), obs("p", [A, B], 1.0, t_ns=new),
@@ -131,6 +146,32 @@ def test_a_queued_link_at_any_tier_is_named_first(seed, tier):
     hop, excess = fault(rng, mesh, tier)
     v = locate(sample(rng, mesh, {hop: excess}), NOW, WINDOW)
     assert right(v, hop, mesh.paths), (hop, [s.hops for s in v.suspects[:3]])
+
+
+@given(st.integers(0, 2**32), st.sampled_from(TIERS))
+@MESHES
+def test_the_largest_queue_found_is_the_queued_link(seed, tier):
+    # what `job why` names of the suspects on a slow flow's path: no second queue made of noise
+    rng = random.Random(seed)
+    mesh = fabric(rng)
+    hop, excess = fault(rng, mesh, tier)
+    v = locate(sample(rng, mesh, {hop: excess}), NOW, WINDOW)
+    assert hop in max(v.suspects, key=lambda s: s.excess_us or 0.0).hops, [(s.hops, s.excess_us) for s in v.suspects]
+
+
+@given(st.integers(0, 2**32), st.sampled_from(TIERS[1:3]))
+@MESHES
+def test_a_queue_behind_a_queued_uplink_is_found_on_generated_meshes(seed, tier):
+    rng = random.Random(seed)
+    mesh = fabric(rng)
+    hop, excess = fault(rng, mesh, tier)
+    host = mesh.ends[rng.choice(sorted(mesh.crossing(hop)))][0]  # a sender whose paths cross it
+    uplinks = [h for h in mesh.tier_links("host>leaf") if h[1].startswith(f"{host}>")
+               and any(h in mesh.paths[n] and hop in mesh.paths[n] for n in mesh.paths)]
+    up = rng.choice(uplinks)
+    v = locate(sample(rng, mesh, {hop: 3 * excess, up: excess}), NOW, WINDOW)
+    found = {h for s in v.suspects for h in s.hops}
+    assert hop in found and up in found, [(s.hops, s.excess_us) for s in v.suspects]
 
 
 @given(st.integers(0, 2**32))

@@ -2,6 +2,8 @@
 
 from itertools import pairwise
 
+import pytest
+
 from clockfabric.controller.rootcause import Flow, FlowPoint, ProbePath
 from clockfabric.controller.rootcause_verdict import Fabric, why
 from clockfabric.topology import leafspine
@@ -12,20 +14,20 @@ TOPO = leafspine(6, 3, 2)  # h0,h1 on leaf0; h2,h3 on leaf1; h4,h5 on leaf2
 QUEUE = ("spine0", "leaf1")  # spine0 -> leaf1 queues, carrying little: a degraded link
 
 
-def hops(src, dst, spine):
-    (path,) = [p.nodes for p in TOPO.paths(src, dst) if spine in p.nodes]
-    return tuple((TOPO.find_link(a, b).name, f"{a}>{b}") for a, b in pairwise(path))
+def hops(src, dst, spine, topo=TOPO):
+    (path,) = [p.nodes for p in topo.paths(src, dst) if spine in p.nodes]
+    return tuple((topo.find_link(a, b).name, f"{a}>{b}") for a, b in pairwise(path))
 
 
 def queued(route, queue=QUEUE):
     return any(way == ">".join(queue) for _, way in route)
 
 
-def flow(src, dst, spine, jobid, mbps, owd_us, rtt_us=None):
+def flow(src, dst, spine, jobid, mbps, owd_us, rtt_us=None, topo=TOPO):
     rtt_us = 2 * owd_us if rtt_us is None else rtt_us
     points = tuple(FlowPoint(NOW - (30 - i) * S, mbps * 1e6, rtt_us, owd_us) for i in range(30))
-    return Flow(src, f"10.0.0.{src[1:]}:5000->10.0.1.{dst[1:]}:5201", jobid, dst, 0, hops(src, dst, spine), 26,
-                points)
+    return Flow(src, f"10.0.0.{src[1:]}:5000->10.0.1.{dst[1:]}:5201", jobid, dst, 0, hops(src, dst, spine, topo),
+                26, points)
 
 
 def fabric(queue=QUEUE):
@@ -84,3 +86,28 @@ def test_a_probe_read_before_the_queue_began_does_not_clear_it():
     # read at its floor after the queue began, the same paths do clear it
     v = why("A", flows, mesh(onset + 2 * S), NOW, 30 * S)
     assert v["link"] != link, v["sentence"]
+
+
+def test_a_slow_link_behind_a_queued_uplink_is_named_where_the_flow_waits_most():
+    # h4, alone under leaf2, sends job B's bulk flow, which fills its own uplink: every path from
+    # h4 waits 300 us there. leaf2 -> spine1, behind it, drains slowly: h4's paths across it wait
+    # 900 us more. The uplink alone explains every queued path; only what the paths over spine1
+    # wait beyond the others shows the second queue, and job A's slow flow waits most there
+    topo = leafspine(5, 3, 2)
+
+    def excess(route):
+        return 300.0 * any(w == "h4>leaf2" for _, w in route) + 900.0 * any(w == "leaf2>spine1" for _, w in route)
+    floors = [ProbePath(s, d, route, 12.0, 12.0 + excess(route)) for s in topo.hosts for d in topo.hosts
+              if topo.hosts[s] is not topo.hosts[d] and s[1] != d[1] for sp in ("spine0", "spine1")
+              if any(sp in p.nodes for p in topo.paths(s, d)) for route in (hops(s, d, sp, topo),)]
+    flows = [flow("h4", "h0", "spine1", "A", 5, 1212.0, topo=topo),  # slow: across both queues
+             flow("h0", "h2", "spine0", "A", 5, 13.0, topo=topo),
+             flow("h3", "h1", "spine1", "A", 5, 13.0, topo=topo),
+             flow("h4", "h1", "spine0", "B", 900, 312.0, topo=topo)]
+    v = why("A", flows, Fabric(floors=floors, link_rates={lk.name: 1e9 for lk in topo.links}), NOW, 30 * S)
+    assert (v["verdict"], v["link"], v["evidence"]["direction"]) == (
+        "degraded_link", topo.find_link("leaf2", "spine1").name, "leaf2>spine1"), v["sentence"]
+    suspects = {(lk["link"], lk["direction"]): s["excess_us"] for s in v["evidence"]["localization"]["suspects"]
+                for lk in s["links"]}
+    assert suspects[(topo.find_link("h4", "leaf2").name, "h4->leaf2")] == pytest.approx(300.0, abs=1.0)
+    assert suspects[(topo.find_link("leaf2", "spine1").name, "leaf2->spine1")] == pytest.approx(900.0, abs=1.0)

@@ -224,19 +224,21 @@ def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> 
 
 def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, limits: Thresholds,
             in_class: Callable[[Flow], bool] = lambda f: True) -> tuple[list[Hop], localization.Verdict]:
-    """The hops localization names first on the slow flows' paths that no healthy sibling proves
-    quiet; [] where its evidence names none there. A sibling's usual round trip narrows a suspect
+    """The hops of the suspect on the slow flows' paths where they wait most (its fitted queue the
+    largest; among equals, the one localization ranks first) that no healthy sibling proves quiet;
+    [] where its evidence names none there. A sibling's usual round trip narrows a suspect
     the one-way delays cannot tell apart, but never clears all of one: that inference yields to
     the queued delays measured across it."""
     verdict = localization.locate(observations(slow + healthy, fabric, limits))
     crossed, returned = crossed_quiet(healthy), returned_quiet(healthy, limits, in_class)
     on_paths = {h for s in slow for h in s.flow.may_cross()}
-    for suspect in verdict.suspects:
+    found: list[tuple[float, int, list[Hop]]] = []
+    for rank, suspect in enumerate(verdict.suspects):
         hops = [h for h in suspect.hops if h in on_paths and h not in crossed]
         hops = [h for h in hops if h not in returned] or hops
         if hops:
-            return hops, verdict
-    return [], verdict
+            found.append((-(suspect.excess_us or 0.0), rank, hops))
+    return (min(found)[2] if found else []), verdict
 
 
 def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabric, since: int, now_ns: int,
