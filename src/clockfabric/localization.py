@@ -7,9 +7,10 @@ queued path must cross a queued link among the ones left. The suspects are the s
 links that explains every queued path (greedy set cover on the path-link incidence), ranked by
 how many queued paths each explains. A queue delays every path across it alike: paths that wait
 more than twice what the least of theirs does wait at a second link too, which the cover,
-content with one link for them all, would hide; they are covered again. Links that every queued path crosses alike (no path tells
-them apart) are named together, never one of them by guess. The excess each explains is the
-non-negative least-squares fit of the queued paths' excess on the suspects.
+content with one link for them all, would hide; they are covered again. Links that every
+queued path crosses alike (no path tells them apart) are named together, never one of them by
+guess. The excess each explains is the non-negative least-squares fit of the queued paths'
+excess on the suspects.
 
 Only samples inside the window count: load that has gone makes no suspect. What the evidence
 lacks (a path with no trace, a flow with no in-band delay, pairs the mesh misses) weakens the
@@ -280,7 +281,7 @@ def _second_queues(groups: list[tuple[tuple[Hop, ...], tuple[str, ...]]], candid
     only in what some of them wait beyond it.)"""
     chosen = {h for hops, _ in groups for h in hops}
     deep: dict[str, tuple[Hop, ...]] = {}
-    for hops, covered in groups:
+    for _, covered in groups:
         waits = {p: x for p in covered if (x := excess.get(p)) is not None}
         if len(waits) < 2:
             continue

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, Hop, LinkEvent, ProbePath
-from clockfabric.controller.rootcause_verdict import Fabric
+from clockfabric.controller.rootcause_fabric import Fabric
 
 S = 10**9
 NOW = 1_000 * S

@@ -15,7 +15,7 @@ from clockfabric.agent.config import CLASS_PROBE_SHARE, AgentConfig
 from clockfabric.clock.mapping import Mapping
 from clockfabric.clock.sync import CLASS_WINDOWS, HostSync
 from clockfabric.controller.rootcause import ProbePath, Thresholds
-from clockfabric.controller.rootcause_verdict import Fabric, observations
+from clockfabric.controller.rootcause_fabric import Fabric, observations
 from clockfabric.probe.engine import Exchange, Marking, ProbeEngine
 from clockfabric.topology import TrafficClasses, leafspine
 

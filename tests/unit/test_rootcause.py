@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, LinkEvent, Thresholds, job_flows, settled
-from clockfabric.controller.rootcause_verdict import PROVISIONAL, Fabric, filled, upstream, why
+from clockfabric.controller.rootcause_fabric import Fabric
+from clockfabric.controller.rootcause_verdict import PROVISIONAL, filled, upstream, why
 from tests.unit.rootcause_timelines import NOW, READINGS, S, fabric, flow, receivers, ring
 
 WINDOW = 60 * S

@@ -4,8 +4,8 @@ their planes and links."""
 from __future__ import annotations
 
 from clockfabric.controller.rootcause_inputs import Places, flows_from, link_events
-from clockfabric.controller.storage.base import Event
 from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event
 from clockfabric.topology.generators import leafspine
 from tests.unit.test_jobs_api import AUTH, env, flow, get, process, push  # noqa: F401 - env is a fixture
 

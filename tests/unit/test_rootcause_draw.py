@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from clockfabric.bench.rootcause.case import judge
 from clockfabric.bench.rootcause.draw import (
     CLASSES,
     FABRIC_BPS,
@@ -16,13 +17,12 @@ from clockfabric.bench.rootcause.draw import (
     Fault,
     draw,
     hops,
-    link_name,
-    twins,
-    offered,
     leaf_of,
+    link_name,
+    offered,
     tier_of,
+    twins,
 )
-from clockfabric.bench.rootcause.case import judge
 from clockfabric.bench.rootcause.report import confusion_table, p90, summary
 
 CASES = [draw(seed, i) for seed in (1, 77) for i in range(60)]

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from clockfabric.controller.rootcause import Flow
+from clockfabric.controller.rootcause_fabric import Fabric
 from clockfabric.controller.rootcause_inputs import waited, with_egress
-from clockfabric.controller.rootcause_verdict import Fabric, why
+from clockfabric.controller.rootcause_verdict import why
 from tests.unit.rootcause_timelines import NOW, READINGS, S, fabric, flow, link, ring
 
 UPLINK = link("h1", "leaf0")

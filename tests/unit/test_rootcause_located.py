@@ -5,7 +5,8 @@ from itertools import pairwise
 import pytest
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, ProbePath
-from clockfabric.controller.rootcause_verdict import Fabric, why
+from clockfabric.controller.rootcause_fabric import Fabric
+from clockfabric.controller.rootcause_verdict import why
 from clockfabric.topology import leafspine
 
 S = 10**9

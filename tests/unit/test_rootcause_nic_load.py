@@ -3,9 +3,9 @@ yet (congestion) from one that drains slowly (degraded), where the flows reporte
 
 from dataclasses import replace
 
-from tests.unit.test_rootcause_located import NOW, S, TOPO, fabric, flow
-
-from clockfabric.controller.rootcause_verdict import Fabric, why
+from clockfabric.controller.rootcause_fabric import Fabric
+from clockfabric.controller.rootcause_verdict import why
+from tests.unit.test_rootcause_located import NOW, TOPO, S, fabric, flow
 
 QUEUE = ("h4", "leaf2")  # h4's uplink queues
 

@@ -6,7 +6,8 @@ delay a queue where the links are fast enough that it is many packets."""
 from itertools import pairwise
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, ProbePath, Thresholds
-from clockfabric.controller.rootcause_verdict import Fabric, why
+from clockfabric.controller.rootcause_fabric import Fabric
+from clockfabric.controller.rootcause_verdict import why
 from clockfabric.topology import leafspine
 
 S = 10**9

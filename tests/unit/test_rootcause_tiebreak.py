@@ -6,7 +6,8 @@ its link), so localization names nothing and the suspects are the slow flow's ow
 from itertools import pairwise
 
 from clockfabric.controller.rootcause import Flow, FlowPoint, ProbePath
-from clockfabric.controller.rootcause_verdict import Fabric, why
+from clockfabric.controller.rootcause_fabric import Fabric
+from clockfabric.controller.rootcause_verdict import why
 from clockfabric.topology import leafspine
 
 S = 10**9

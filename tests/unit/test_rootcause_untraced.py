@@ -5,7 +5,8 @@ trip clears them, so the fault's link is still named, never the sender's or rece
 from __future__ import annotations
 
 from clockfabric.controller.rootcause import Flow, LinkEvent, ProbePath
-from clockfabric.controller.rootcause_verdict import Fabric, why
+from clockfabric.controller.rootcause_fabric import Fabric
+from clockfabric.controller.rootcause_verdict import why
 from tests.unit.rootcause_timelines import NOW, S, fabric, flow, hops, receivers, ring, untraced
 
 WINDOW = 60 * S

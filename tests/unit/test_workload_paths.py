@@ -130,7 +130,8 @@ def test_path_samples_are_what_the_root_cause_reads():
 def test_a_group_whose_connections_mark_two_classes_keeps_both():
     """A rank that marks another DSCP than its job, to the same peer: one group, two path samples.
     Both marks reach the verdict, whichever the engine answers last."""
-    from clockfabric.controller.rootcause_verdict import Fabric, why
+    from clockfabric.controller.rootcause_fabric import Fabric
+    from clockfabric.controller.rootcause_verdict import why
 
     key2 = FlowKey(FAR.local, FAR.lport + 1, FAR.remote, FAR.rport)
     view = WorkloadView(flows=[JobFlow("A", 1, reading(FAR, 26)), JobFlow("A", 2, reading(key2, 0))])

@@ -44,7 +44,8 @@ from clockfabric.controller.rootcause import (
     point,
     reading,
 )
-from clockfabric.controller.rootcause_verdict import Fabric, why
+from clockfabric.controller.rootcause_fabric import Fabric
+from clockfabric.controller.rootcause_verdict import why
 from clockfabric.controller.series.read import Exported, Series
 from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Event, Storage

@@ -24,26 +24,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import NamedTuple
 
-from clockfabric import localization
 from clockfabric.controller.rootcause import (
     Flow,
     FlowStats,
     Hop,
     LinkEvent,
-    ProbePath,
     Thresholds,
-    far_above,
     job_flows,
     load_on,
-    median,
     on_hop,
     throughput,
     throughput_drop,
 )
-from clockfabric.controller.rootcause_siblings import acks_in_class, blame, crossed_quiet, returned_quiet
+from clockfabric.controller.rootcause_fabric import Fabric, located, probes_queued
+from clockfabric.controller.rootcause_siblings import acks_in_class, blame
 
 VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "congestion_other_job",
             "congestion_non_job", "congestion_own", "degraded_link", "queue_unexplained", "held_unlocated",
@@ -53,52 +48,6 @@ SUFFERING_DROP = 0.8  # the job's throughput under this share of its start: it s
 FLAP_EVENTS = 2  # transitions on one link in the window that make it flapping
 FLAP_DOWNS = 2  # downs of one link in the window that make it flapping even once the job has caught up
 SAME_EVENT_NS = 500_000_000  # one down seen from both ends of the link lands this close
-
-
-class Probe(NamedTuple):
-    path: ProbePath
-    clears: bool  # its quiet clears the links it crosses
-    kind: str  # "probe" (the clock's) or "class probe"
-    margin_us: float  # how far above its floor it must stand to be queued
-
-
-@dataclass(frozen=True)
-class Fabric:
-    """What the controller knows besides the flows."""
-
-    floors: list[ProbePath] = field(default_factory=list)
-    link_rates: dict[str, float] = field(default_factory=dict)  # configured bits per second, by link name
-    events: list[LinkEvent] = field(default_factory=list)
-    collective_dscp: tuple[int, ...] | None = None  # None: the fabric has no traffic classes
-    in_class: list[ProbePath] = field(default_factory=list)  # probes in the jobs' class there, same floors
-    # (host, link, "tx" or "rx") -> times (ns), bits a second: what a host's NIC counted on its own link
-    nic: dict[tuple[str, str, str], tuple[list[int], list[float]]] = field(default_factory=dict)
-
-    def nic_bps(self, hop: Hop, since_ns: int) -> float | None:
-        """What the NIC at the host's end of its own link counted crossing it that way since
-        `since_ns` (the median): every packet, its flow reported or not; None off hosts' links. A
-        rate spans the time since the read before it: one whose span began earlier counts load
-        from before the fault too (a host behind a slow link reports late, its reads far apart)."""
-        src, _, dst = hop[1].partition(">")
-        times, rates = self.nic.get((src, hop[0], "tx")) or self.nic.get((dst, hop[0], "rx")) or ([], [])
-        return median(v for began, v in zip(times[:-1], rates[1:], strict=True) if began >= since_ns) if times else None
-
-    def probes(self, limits: Thresholds) -> list[Probe]:
-        """Every probe path as evidence. The clock's clear their links only on one FIFO a port (on
-        a fabric with classes they ride the priority class, and their quiet says nothing of the
-        job's queue); the class stream's always, and they are held to the job's flows' margin:
-        they wait in the same queue, behind the same bursts (Thresholds.margin_us)."""
-        return ([Probe(p, self.collective_dscp is None, "probe", limits.inband_margin_us) for p in self.floors]
-                + [Probe(p, True, "class probe", limits.margin_us("inband", p.hops, self.link_rates))
-                   for p in self.in_class])
-
-    def read_since(self, t_ns: int) -> Fabric:
-        """The same fabric with only the probe delays read at or after `t_ns` (the floors stay). A
-        path is probed every few seconds: a reading from before a queue began says nothing of it,
-        and one at its floor would clear the very link that queues now."""
-        def fresh(p: ProbePath) -> ProbePath:
-            return p if p.t_ns is None or p.t_ns >= t_ns else replace(p, p50_us=None)
-        return replace(self, floors=[fresh(p) for p in self.floors], in_class=[fresh(p) for p in self.in_class])
 
 
 def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: int,
@@ -191,54 +140,6 @@ def first_seen(events: list[LinkEvent], apart_ns: int = SAME_EVENT_NS) -> list[L
             kept.append(e)
         last[(e.link, e.kind)] = e.t_ns
     return kept
-
-
-def probes_queued(hop: Hop, fabric: Fabric, limits: Thresholds) -> int:
-    """How many probe paths across `hop` see their delay far above their floor: a queue there
-    delays every path across it, whoever sends."""
-    return sum(1 for p, _, _, margin in fabric.probes(limits) if p.p50_us is not None and on_hop(hop, p.hops)
-               and far_above(p.p50_us, p.floor_us, margin, limits))
-
-
-def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> list[localization.Observation]:
-    """The probe mesh's paths and the job's flows as localization's evidence. A probe path at its
-    floor clears its links only where it waits where the job does (Fabric.probes). A flow's delay
-    counts only in-band (RTT/2 counts the way back too); judged as the verdict judges it."""
-    out = []
-    for p, clears, kind, margin in fabric.probes(limits):
-        if p.p50_us is None:
-            continue
-        queued = far_above(p.p50_us, p.floor_us, margin, limits)
-        if queued or (clears and p.p50_us - p.floor_us <= margin / 2):
-            out.append(localization.Observation(f"{kind} {p.src}->{p.dst} " + ",".join(n for n, _ in p.hops),
-                                                p.hops, p.p50_us - p.floor_us, localization.PROBE,
-                                                src=p.src, dst=p.dst, queued=queued))
-    for s in stats:
-        f, inband = s.flow, s.delay_source == "inband"
-        excess = None if s.delay_us is None or not inband else s.delay_us - (s.floor_us or 0.0)
-        out.append(localization.Observation(f"{f.host} {f.flow}", f.hops, excess, localization.INBAND,
-                                            src=f.host, dst=f.peer, reach=f.reach,
-                                            queued=s.network_slow if inband else None))
-    return out
-
-
-def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, limits: Thresholds,
-            in_class: Callable[[Flow], bool] = lambda f: True) -> tuple[list[Hop], localization.Verdict]:
-    """The hops of the suspect on the slow flows' paths where they wait most (its fitted queue the
-    largest; among equals, the one localization ranks first) that no healthy sibling proves quiet;
-    [] where its evidence names none there. A sibling's usual round trip narrows a suspect
-    the one-way delays cannot tell apart, but never clears all of one: that inference yields to
-    the queued delays measured across it."""
-    verdict = localization.locate(observations(slow + healthy, fabric, limits))
-    crossed, returned = crossed_quiet(healthy), returned_quiet(healthy, limits, in_class)
-    on_paths = {h for s in slow for h in s.flow.may_cross()}
-    found: list[tuple[float, int, list[Hop]]] = []
-    for rank, suspect in enumerate(verdict.suspects):
-        hops = [h for h in suspect.hops if h in on_paths and h not in crossed]
-        hops = [h for h in hops if h not in returned] or hops
-        if hops:
-            found.append((-(suspect.excess_us or 0.0), rank, hops))
-    return (min(found)[2] if found else []), verdict
 
 
 def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabric, since: int, now_ns: int,

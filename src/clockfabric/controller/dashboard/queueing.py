@@ -14,8 +14,8 @@ import time
 from clockfabric import localization
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.rootcause import Thresholds
+from clockfabric.controller.rootcause_fabric import Fabric, observations
 from clockfabric.controller.rootcause_inputs import PlacesCache, probe_paths
-from clockfabric.controller.rootcause_verdict import Fabric, observations
 from clockfabric.topology import Topology
 
 RECENT_NS = 15 * 10**9  # a few of the agents' pushes: what the map calls "now"
