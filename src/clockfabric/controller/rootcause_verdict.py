@@ -7,15 +7,17 @@ In order, the first that holds:
                              or two downs or more
   held, not located          network-slow flows that only their waiting data shows, for less time
                              than a delay takes to show where (provisional)
-  congestion ... on link X   network-slow flows, and the hop that explains them: located from the
+  degraded link X            network-slow flows, and the hop that explains them: located from the
                              probe mesh and the in-band delays (localization) where that evidence
-                             names one on their paths, else the hop they share that no healthy
-                             sibling crosses; loaded by another job, by flows of no job, or by the job.
+                             names one on their paths (where they wait most), else the hop they
+                             share that no healthy sibling crosses; queueing while carrying under
+                             half its configured rate, the queue older than a new flow's load takes
+                             to be seen; younger, the queue is unexplained as yet (a provisional
+                             verdict: asked again, it names one)
+  congestion ... on link X   ... carrying half its rate or more: loaded by another job, by flows of
+                             no job, or by the job.
                              Where no evidence tells the candidate hops apart (the same probes queue
                              across them, the same load crosses them), all are named, as ambiguous
-  degraded link X            ... queueing while carrying under half its configured rate, the queue
-                             older than a new flow's load takes to be seen; younger, the queue is
-                             unexplained as yet (a provisional verdict: asked again, it names one)
   straggler host H           no flow slow in the network; the starved flows all leave one host
   healthy                    not the network: every flow at its floor
 """
