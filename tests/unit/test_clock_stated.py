@@ -48,4 +48,5 @@ def test_the_pushed_delays_are_stated_to_their_bound():
                                               "bound_ns": 15_000, "p50_ns": 77_777}]}
     written = {s["name"]: s["value"] for s in svc.snapshot().samples}
     assert written == {"owd_min_ns": 50_100, "owd_p50_ns": 52_300, "owd_p99_ns": 62_000, "owd_floor_ns": 50_000,
-                       "class_owd_p50_ns": 78_000}
+                       "class_owd_p50_ns": 78_000, "owd_span_ns": svc.sync.spans()["owd"],
+                       "class_owd_span_ns": svc.sync.spans()["class_owd"]}

@@ -46,6 +46,7 @@ class HostSync:
         self.host = host
         self.owd_trust_ns = owd_trust_ns
         self.window_ns = window_ns
+        self.report_ns = max(window_ns, report_ns)
         self.pairs = {p: PairWindow(p, window_ns=window_ns, epsilon_ns=epsilon_ns, report_ns=report_ns)
                       for p in probed}
         self.mapping: Mapping | None = None
@@ -294,6 +295,11 @@ class HostSync:
                             "floor_ns": min(map(delay, lows))}
                 rows.append(row)
         return rows
+
+    def spans(self) -> dict[str, int]:
+        """How far back each reading's delays reach (`owd`, `class_owd`): one read just after a queue
+        began is mostly of the time before it, and its quiet clears nothing yet."""
+        return {"owd": self.report_ns, "class_owd": CLASS_WINDOWS * self.window_ns}
 
     def class_owd(self) -> list[dict]:
         """The class stream's delays out to each probed peer, by path: the median over the last

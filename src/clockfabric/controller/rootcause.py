@@ -89,6 +89,7 @@ class ProbePath:
     floor_us: float
     p50_us: float | None = None
     t_ns: int | None = None  # when the delay was read; None: now
+    span_ns: int = 0  # how far back before `t_ns` the delay's packets reach
 
 
 @dataclass(frozen=True)

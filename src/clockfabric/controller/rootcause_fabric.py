@@ -42,6 +42,7 @@ class Fabric:
     in_class: list[ProbePath] = field(default_factory=list)  # probes in the jobs' class there, same floors
     # (host, link, "tx" or "rx") -> times (ns), bits a second: what a host's NIC counted on its own link
     nic: dict[tuple[str, str, str], tuple[list[int], list[float]]] = field(default_factory=dict)
+    since_ns: int | None = None  # the queue judged began then (read_since); None: not timed
 
     def nic_bps(self, hop: Hop, since_ns: int) -> float | None:
         """What the NIC at the host's end of its own link counted crossing it that way since
@@ -56,18 +57,28 @@ class Fabric:
         """Every probe path as evidence. The clock's clear their links only on one FIFO a port (on
         a fabric with classes they ride the priority class, and their quiet says nothing of the
         job's queue); the class stream's always, and they are held to the job's flows' margin:
-        they wait in the same queue, behind the same bursts (Thresholds.margin_us)."""
-        return ([Probe(p, self.collective_dscp is None, "probe", limits.inband_margin_us) for p in self.floors]
-                + [Probe(p, True, "class probe", limits.margin_us("inband", p.hops, self.link_rates))
+        they wait in the same queue, behind the same bursts (Thresholds.margin_us). Neither clears
+        with a reading whose packets reach back before the queue began (`whole`)."""
+        return ([Probe(p, self.collective_dscp is None and self.whole(p), "probe", limits.inband_margin_us)
+                 for p in self.floors]
+                + [Probe(p, self.whole(p), "class probe", limits.margin_us("inband", p.hops, self.link_rates))
                    for p in self.in_class])
 
+    def whole(self, p: ProbePath) -> bool:
+        """Whether every packet behind the path's reading left after the queue began. A median over
+        seconds that began before it can still show the queue (most of its packets met it) but
+        its quiet is the time before: where the queue drops what it cannot hold, the packets
+        that get through are mostly the old ones."""
+        return self.since_ns is None or p.t_ns is None or p.t_ns - p.span_ns >= self.since_ns
+
     def read_since(self, t_ns: int) -> Fabric:
-        """The same fabric with only the probe delays read at or after `t_ns` (the floors stay). A
-        path is probed every few seconds: a reading from before a queue began says nothing of it,
-        and one at its floor would clear the very link that queues now."""
+        """The same fabric with only the probe delays read at or after `t_ns`, when the queue
+        began (the floors stay). A path is probed every few seconds: a reading from before a queue
+        began says nothing of it, and one at its floor would clear the very link that queues now."""
         def fresh(p: ProbePath) -> ProbePath:
             return p if p.t_ns is None or p.t_ns >= t_ns else replace(p, p50_us=None)
-        return replace(self, floors=[fresh(p) for p in self.floors], in_class=[fresh(p) for p in self.in_class])
+        return replace(self, floors=[fresh(p) for p in self.floors], in_class=[fresh(p) for p in self.in_class],
+                       since_ns=t_ns)
 
 
 def probes_queued(hop: Hop, fabric: Fabric, limits: Thresholds) -> int:

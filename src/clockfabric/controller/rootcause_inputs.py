@@ -205,9 +205,16 @@ def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: lis
                      for s in series.latest(name, hosts=hosts, since_ns=since_ns if name == delay else None)}
               for name in ("owd_floor_ns", delay)}
     links = {(m["src"], m["dst"], m["path"]): m["links"] for m in path_map}
-    return [ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))), floor.value / 1e3,
-            *((None, None) if (p50 := latest[delay].get((src, dst, path))) is None else (p50.value / 1e3, p50.t_ns)))
-            for (src, dst, path), floor in latest["owd_floor_ns"].items() if src and dst]
+    # each host's readings reach this far back (the sender writes its paths' delays)
+    spans = {s.host: int(s.value) for s in series.latest(delay.replace("_p50_ns", "_span_ns"), hosts=hosts)}
+    out = []
+    for (src, dst, path), floor in latest["owd_floor_ns"].items():
+        if src and dst:
+            p50 = latest[delay].get((src, dst, path))
+            out.append(ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))),
+                                 floor.value / 1e3, None if p50 is None else p50.value / 1e3,
+                                 None if p50 is None else p50.t_ns, spans.get(src, 0)))
+    return out
 
 
 # (host, link, DSCP; None: the whole queue) -> times (ns), waits (us)

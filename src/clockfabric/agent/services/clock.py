@@ -302,6 +302,9 @@ class ClockSync(Service):
         samples += [{"name": "class_owd_p50_ns", "value": stated(row["p50_ns"], row["bound_ns"]),
                      "labels": {"src": row["src"], "dst": row["dst"], "path": row["path"], "dscp": str(row["dscp"])}}
                     for row in state.get("class_owd", [])]
+        # how far back those reach: a reading from just after a queue began is mostly of before it
+        samples += [{"name": f"{kind}_span_ns", "value": float(span), "labels": {}}
+                    for kind, span in self.sync.spans().items()]
         mapping = self.sync.mapping
         return Snapshot(samples=samples, info={"synced": bool(mapping and mapping.synced)})
 
