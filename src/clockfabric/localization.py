@@ -10,7 +10,9 @@ more than twice what the least of theirs does wait at a second link too, which t
 content with one link for them all, would hide; they are covered again. Links that every
 queued path crosses alike (no path tells them apart) are named together, never one of them by
 guess. The excess each explains is the non-negative least-squares fit of the queued paths'
-excess on the suspects.
+excess on the suspects. A queued path all of whose links are cleared is unexplained; its links
+where the queued paths outnumber the quiet ones by the largest share are a contested lead, no
+suspect (a queue that fills and drains in turns reads quiet to a path sampled while it drained).
 
 Only samples inside the window count: load that has gone makes no suspect. What the evidence
 lacks (a path with no trace, a flow with no in-band delay, pairs the mesh misses) weakens the
@@ -76,6 +78,7 @@ class Verdict:
     paths: int = 0  # paths judged
     queued: int = 0
     at_floor: int = 0
+    contested: tuple[Suspect, ...] = ()  # leads for the unexplained paths (_contested)
 
     @property
     def first(self) -> Suspect | None:
@@ -87,7 +90,8 @@ class Verdict:
 
     def row(self) -> dict:
         return {"strength": self.strength, "suspects": [s.row() for s in self.suspects],
-                "unexplained": list(self.unexplained[:SHOWN]), "lacks": list(self.lacks),
+                "unexplained": list(self.unexplained[:SHOWN]), "contested": [s.row() for s in self.contested],
+                "lacks": list(self.lacks),
                 "paths": self.paths, "queued": self.queued, "at_floor": self.at_floor}
 
 
@@ -145,13 +149,46 @@ def locate(observations: Iterable[Observation], now_ns: int | None = None, windo
     suspects = [_suspect(hops, covered, fitted, paths, clearing)
                 for (hops, covered), fitted in zip(groups, excess, strict=True)]
     suspects.sort(key=lambda s: (-len(s.queued), -(s.excess_us or 0.0)))
+    contested = _contested([p for p in queued if p.name in unexplained], queued, floor, paths, clearing)
     if not suspects:
         strength = "unexplained"
     elif lacks or unexplained:
         strength = "weak"
     else:
         strength = "ambiguous" if any(s.ambiguous for s in suspects) else "located"
-    return Verdict(strength, tuple(suspects), tuple(unexplained), tuple(lacks), *counts)
+    return Verdict(strength, tuple(suspects), tuple(unexplained), tuple(lacks), *counts, contested=tuple(contested))
+
+
+def _contested(unexplained: list[_Path], queued: list[_Path], floor: list[_Path], paths: dict[str, _Path],
+               clearing: dict[Hop, str]) -> list[Suspect]:
+    """For queued paths every link of which a path at its floor clears: the clearing is wrong
+    somewhere (a queue that fills and drains in turns, as TCP across a slow link makes, reads
+    quiet to a path sampled while it drained). Each such path's links where the queued paths
+    across them outnumber the quiet ones by the largest share; no suspect of the verdict's own,
+    only a lead where it names none (its `against` says what speaks against it)."""
+    if not unexplained:
+        return []
+    crossed: dict[Hop, list[int]] = {}
+    for p in queued:
+        for hop in _unique(p.may_cross):
+            crossed.setdefault(hop, [0, 0])[0] += 1
+    for p in floor:
+        for hop in _unique(p.hops):
+            crossed.setdefault(hop, [0, 0])[1] += 1
+
+    def share(hop: Hop) -> float:
+        q, f = crossed.get(hop, (0, 0))
+        return q / (q + f) if q + f else 0.0
+    leads = {}
+    for p in unexplained:
+        hops = _unique(p.may_cross)
+        best = max(map(share, hops), default=0.0)
+        leads[p.name] = tuple(h for h in hops if share(h) == best)
+    groups = _cover(leads)
+    excess = _fit(groups, leads, {p.name: p.excess_us for p in unexplained})
+    out = [_suspect(hops, covered, fitted, paths, clearing)
+           for (hops, covered), fitted in zip(groups, excess, strict=True)]
+    return sorted(out, key=lambda s: (-len(s.queued), -(s.excess_us or 0.0)))
 
 
 def _gather(observations: Iterable[Observation], now_ns: int | None, window_ns: int | None) -> dict[str, _Path]:

@@ -2,12 +2,13 @@
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clockfabric.localization import INBAND, PROBE, Observation, locate
+from clockfabric.localization import INBAND, PROBE, Observation, Verdict, locate
 from tests.unit.tomography_meshes import NOW, TIERS, WINDOW, fabric, fault, flow, right, sample
 
 A, B, C, D = ("L1", "a>b"), ("L2", "b>c"), ("L3", "c>d"), ("L4", "b>e")
@@ -73,6 +74,17 @@ def test_load_that_left_the_window_makes_no_suspect():
 def test_a_queued_path_whose_links_are_all_cleared_is_unexplained_not_blamed():
     v = locate([obs("p", [A, B], 300.0), obs("q", [A], 0.0), obs("r", [B], 0.0)])
     assert v.strength == "unexplained" and v.suspects == () and v.unexplained == ("p",)
+    (lead,) = v.contested  # only a lead: nothing tells its two links apart
+    assert lead.hops == (A, B) and lead.against == ("q", "r")
+
+
+def test_a_queue_read_quiet_by_one_path_is_the_contested_lead():
+    # TCP across a slow link fills and drains its queue in turns: r crossed it while it drained.
+    # Every link of p, q and s is then cleared; the one most of its paths find queued leads
+    v = locate([obs("p", [A, B], 900.0), obs("q", [D, B], 800.0), obs("s", [C, B], 950.0), obs("r", [B], 1.0),
+                obs("t", [A], 0.0), obs("u", [D], 0.0), obs("w", [C], 0.0), obs("x", [A, D], 1.0)])
+    assert v.strength == "unexplained" and v.suspects == ()
+    assert v.contested[0].hops == (B,) and v.contested[0].queued == ("p", "q", "s")
 
 
 def test_the_callers_judgement_overrides_the_margin():
@@ -164,6 +176,23 @@ def test_a_queue_behind_a_queued_uplink_is_found_on_generated_meshes(seed, tier)
     v = locate(sample(rng, mesh, {hop: 3 * excess, up: excess}), NOW, WINDOW)
     found = {h for s in v.suspects for h in s.hops}
     assert hop in found and up in found, [(s.hops, s.excess_us) for s in v.suspects]
+
+
+@given(st.integers(0, 2**32), st.sampled_from(TIERS))
+@MESHES
+def test_a_queue_some_paths_read_quiet_leads_the_contested_on_generated_meshes(seed, tier):
+    """A quarter of the paths across the queued link sampled it drained: they clear it, and it
+    is no suspect; it leads the contested, alone or with links no path tells from it."""
+    rng = random.Random(seed)
+    mesh = fabric(rng)
+    hop, excess = fault(rng, mesh, tier)
+    observations = sample(rng, mesh, {hop: excess})
+    across = sorted({o.path for o in observations if hop in o.hops})
+    drained = set(rng.sample(across, max(1, len(across) // 4)))
+    v = locate([replace(o, excess_us=abs(rng.gauss(0, 4.0))) if o.path in drained else o for o in observations],
+               NOW, WINDOW)
+    assert not any(hop in s.hops for s in v.suspects)
+    assert right(Verdict(v.strength, v.contested), hop, mesh.paths), [(s.hops, s.queued) for s in v.contested]
 
 
 @given(st.integers(0, 2**32))

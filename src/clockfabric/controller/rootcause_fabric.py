@@ -114,16 +114,19 @@ def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, lim
             in_class: Callable[[Flow], bool] = lambda f: True) -> tuple[list[Hop], localization.Verdict]:
     """The hops of the suspect on the slow flows' paths where they wait most (its fitted queue the
     largest; among equals, the one localization ranks first) that no healthy sibling proves quiet;
-    [] where its evidence names none there. A sibling's usual round trip narrows a suspect
-    the one-way delays cannot tell apart, but never clears all of one: that inference yields to
-    the queued delays measured across it."""
+    where no suspect is there, of its contested leads alike; [] where its evidence names none. A
+    sibling's usual round trip narrows a suspect the one-way delays cannot tell apart, but never
+    clears all of one: that inference yields to the queued delays measured across it."""
     verdict = localization.locate(observations(slow + healthy, fabric, limits))
     crossed, returned = crossed_quiet(healthy), returned_quiet(healthy, limits, in_class)
     on_paths = {h for s in slow for h in s.flow.may_cross()}
-    found: list[tuple[float, int, list[Hop]]] = []
-    for rank, suspect in enumerate(verdict.suspects):
-        hops = [h for h in suspect.hops if h in on_paths and h not in crossed]
-        hops = [h for h in hops if h not in returned] or hops
-        if hops:
-            found.append((-(suspect.excess_us or 0.0), rank, hops))
-    return (min(found)[2] if found else []), verdict
+    for suspects in (verdict.suspects, verdict.contested):  # a contested lead only where no suspect is found
+        found: list[tuple[float, int, list[Hop]]] = []
+        for rank, suspect in enumerate(suspects):
+            hops = [h for h in suspect.hops if h in on_paths and h not in crossed]
+            hops = [h for h in hops if h not in returned] or hops
+            if hops:
+                found.append((-(suspect.excess_us or 0.0), rank, hops))
+        if found:
+            return min(found)[2], verdict
+    return [], verdict
