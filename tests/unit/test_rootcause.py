@@ -167,6 +167,38 @@ def test_a_starved_flow_with_its_data_waiting_is_held_by_the_network_not_a_strag
     assert (idle["verdict"], idle["culprit"]) == ("straggler_host", "h2")
 
 
+def resending(flows: list[Flow], host: str, rises: list[float], others: float = 0.0) -> list[Flow]:
+    """The flows with their retransmission counters: `host`'s flow rising by `rises`, reading by
+    reading to the newest (before them, by `others` a reading, as every other flow's)."""
+    def counted(f: Flow) -> Flow:
+        steps = [others] * (len(f.points) - len(rises)) + rises if f.host == host else [others] * len(f.points)
+        totals = [1000.0 + sum(steps[:i + 1]) for i in range(len(steps))]  # a counter: from the socket's life
+        return Flow(**{**f.__dict__, "points": tuple(replace(p, retransmits=v)
+                                                      for p, v in zip(f.points, totals, strict=True))})
+    return [counted(f) for f in flows]
+
+
+def test_a_starved_flow_that_keeps_resending_is_held_by_the_network_not_a_straggler():
+    """A flow waiting out retransmission timeouts behind a link that drops what it cannot hold:
+    its rate cut, its delay at the floor (what gets through met no queue), nothing waiting to be
+    written; its segments sent again tell it from a stopped program's, which sends nothing."""
+    young = verdict(resending(ring("A", h2=(20, 60)), "h2", [4.0, 5.0, 3.0]))  # 12 lost in 3 s
+    assert young["verdict"] == "held_unlocated" and young["evidence"]["held_s"] == pytest.approx(3.0)
+    held = verdict(resending(ring("A", h2=(20, 60)), "h2", [3.0, 0.0, 4.0, 0.0, 3.0, 2.0]))  # timeouts apart
+    assert held["verdict"] not in ("straggler_host", "healthy", *PROVISIONAL)
+    slow = [f for f in held["flows"] if f["network_slow"]]
+    assert [f["host"] for f in slow] == ["h2"] and "12 segments sent again" in slow[0]["why"][-1]
+    assert slow[0]["resent"] == 12
+    # a few lost, or no more than its siblings lose: a stopped program, as before
+    few = verdict(resending(ring("A", h2=(20, 60)), "h2", [3.0, 3.0, 3.0]))
+    assert (few["verdict"], few["culprit"]) == ("straggler_host", "h2")
+    alike = verdict(resending(ring("A", h2=(20, 60)), "h2", [5.0] * 6, others=4.0))
+    assert (alike["verdict"], alike["culprit"]) == ("straggler_host", "h2")
+    # a counter that falls (a socket of the group closed) loses nothing
+    closed = verdict(resending(ring("A", h2=(20, 60)), "h2", [-500.0, 0.0, 0.0]))
+    assert (closed["verdict"], closed["culprit"]) == ("straggler_host", "h2")
+
+
 def test_healthy_with_background_traffic():
     flows = ring("A") + ring("B", mbps=200) + [flow("h0", "h3", "spine1", None, 300, 70, port=6000)]
     v = verdict(flows)

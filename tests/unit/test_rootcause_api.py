@@ -47,13 +47,14 @@ def test_stored_samples_become_flows_with_plane_and_links():
     places = Places(topo, {})
     label = "10.64.0.0->10.64.0.4"  # h0's NIC to h2's
     samples = [Sample("h0", t * S, f"job_flow_{stat}", v, {"jobid": "A", "flow": label})
-               for t in (1, 2) for stat, v in (("tx_bps", 5e8), ("rtt_us", 80.0))]
+               for t in (1, 2) for stat, v in (("tx_bps", 5e8), ("rtt_us", 80.0), ("retransmits_total", 7.0 * t))]
     samples.append(Sample("h0", 2 * S, "job_flow_path", 1.0, {"jobid": "A", "flow": label, "via": "spine1",
                                                               "dscp": "26"}))
     samples.append(Sample("h1", 2 * S, "other_flow_tx_bps", 9e8, {"flow": "10.0.0.2->10.0.0.4"}))
     by_host = {f.host: f for f in flows_from(samples, places)}
     a, other = by_host["h0"], by_host["h1"]
     assert (a.jobid, a.peer, a.plane, a.dscp, len(a.points)) == ("A", "h2", 0, 26, 2)
+    assert [p.retransmits for p in a.points] == [7.0, 14.0]
     assert [h for h, _ in a.hops][1] == "leaf0:swp4--spine1:swp1" and a.hops[1][1] == "leaf0>spine1"
     assert (other.jobid, other.peer, other.plane) == (None, "h3", 0)  # the host's own address, its one plane
     assert len(other.hops) == 2  # no trace: only the links every path shares

@@ -195,7 +195,8 @@ def test_the_feed_reads_what_the_detectors_that_are_on_use():
     to `min` reads owd_min_ns, and a detector that is off has its names left unread."""
     default = DetectorSet().reads()
     assert {"link_up", "lldp_neighbour", "owd_floor_ns", "owd_p50_ns", "job_flow_tx_bps", "job_flow_rtt_us",
-            "job_flow_owd_out_p50_ns", "job_flow_owd_out_fallback", "job_flow_send_queue_bytes"} == set(default)
+            "job_flow_owd_out_p50_ns", "job_flow_owd_out_fallback", "job_flow_send_queue_bytes",
+            "job_flow_retransmits_total"} == set(default)
     assert "owd_min_ns" in DetectorSet(parse_config({"congestion": {"stat": "min"}})).reads()
     off = DetectorSet(parse_config({"link_down": {"enabled": False}})).reads()
     assert "link_up" not in off and "owd_p50_ns" in off

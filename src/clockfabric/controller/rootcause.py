@@ -4,9 +4,10 @@ probe floor. Pure: the flows, floors, links and events come in with the time; no
 A flow's delay is its in-band one-way delay where the agents measure one (`owd_us`, marked
 `inband`), else half its smoothed RTT, marked as that fallback: RTT/2 counts both hosts' stacks,
 so it is held to a wider margin over the probe floor. A flow is *network-slow* when its delay
-stands far above its siblings' or its path's probe floor; *starved* when its rate is far
-below its siblings' while its delay sits at the floor: its sender is not sending, which is
-the host's doing, not the network's. `rootcause_verdict` turns these into one verdict.
+stands far above its siblings' or its path's probe floor, or, its rate far below theirs, its data
+waits far longer than theirs or its segments are sent again far more often (*held*: no delay shows
+where); *starved* when its rate is far below its siblings' and nothing of that holds: its sender
+is not sending, which is the host's doing, not the network's. `rootcause_verdict` turns these into one verdict.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ Hop = tuple[str, str]  # (link name, "from>to" nodes; "" where the direction is 
 # what a flow's pushes say, by stat (`job_flow_<stat>`, `other_flow_<stat>`): the reading's field
 # and the value's scale; the in-band delay is the sending end's `out` direction
 READINGS = {"tx_bps": ("tx_bps", 1.0), "rtt_us": ("rtt_us", 1.0), "owd_out_p50_ns": ("owd_us", 1e-3),
-            "send_queue_bytes": ("send_queue_bytes", 1.0)}
+            "send_queue_bytes": ("send_queue_bytes", 1.0), "retransmits_total": ("retransmits", 1.0)}
 FALLBACK = "owd_out_fallback"  # 1: that owd is the agent's RTT/2 stand-in, not an in-band delay
 
 
@@ -51,6 +52,7 @@ class FlowPoint:
     rtt_us: float | None = None
     owd_us: float | None = None  # in-band one-way delay (p50 of the reading's window), where measured
     send_queue_bytes: float | None = None  # written by the program, not yet acknowledged
+    retransmits: float | None = None  # segments its sockets sent again over their lives (a counter)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,10 @@ class Thresholds:
     active_bps: float = 1e6  # a flow under this rate is idle: no sibling comparison of its rate
     recent_ns: int = 10 * 10**9  # flows are judged on their latest readings: a fault named within this long
     newest: int = 3  # a delay this many newest readings all stand above is judged at once (see `settled`)
+    # a flow far below its siblings' rate that sent at least this many segments again in the window
+    # (and far more than they did) lost them in the network: it waits out retransmission timeouts
+    # with its delay at the floor, and is no straggler
+    resent_segments: int = 10
     # what explains a symptom is seen up to this long after it: a new flow's load (a socket reading
     # or two, a push, the engine's search: 3.8 s measured on the lab), a queue's delay (its newest
     # readings). A queue younger than this that no load seen explains may be a new flow's; flows
@@ -144,7 +150,9 @@ class FlowStats:
     starved: bool = False
     # network-slow: the first of its newest readings that all stand far above (held: that all hold its data)
     queued_since_ns: int | None = None
-    held: bool = False  # network-slow by its waiting data alone: no delay shows where it waits
+    held: bool = False  # network-slow by its waiting data or lost segments alone: no delay shows where
+    resent: float | None = None  # segments its sockets sent again over the window
+    resent_since_ns: int | None = None  # when the first of those was read
 
     def row(self) -> dict:
         f = self.flow
@@ -153,7 +161,7 @@ class FlowStats:
                 "links": [name for name, _ in f.hops], "rate_bps": self.rate_bps, "delay_us": self.delay_us,
                 "delay_source": self.delay_source, "probe_floor_us": self.floor_us,
                 "send_queue_bytes": self.send_queue_bytes, "network_slow": self.network_slow,
-                "starved": self.starved, "why": self.why}
+                "resent": self.resent, "starved": self.starved, "why": self.why}
 
 
 def median(values: Iterable[float | None]) -> float | None:
@@ -204,7 +212,23 @@ def summarize(flow: Flow, floors: list[ProbePath], newest: int = Thresholds.newe
         (rtt / 2, "rtt/2") if rtt is not None else (None, "none"))
     queued = [p.send_queue_bytes for p in flow.points if p.send_queue_bytes is not None]
     held = min(queued[-newest:]) if len(queued) >= newest else None  # waiting in each: standing, not a write's flicker
-    return FlowStats(flow, median(p.tx_bps for p in flow.points), delay, source, probe_floor(flow, floors), held)
+    stats = FlowStats(flow, median(p.tx_bps for p in flow.points), delay, source, probe_floor(flow, floors), held)
+    stats.resent, stats.resent_since_ns = resent(flow.points)
+    return stats
+
+
+def resent(points: Iterable[FlowPoint]) -> tuple[float | None, int | None]:
+    """Segments sent again over the readings (the rises of their counter: a socket that closes
+    takes its count with it), and when the first rise was read; (None, None) where none counts."""
+    total, first, last = 0.0, None, None
+    for p in points:
+        if p.retransmits is None:
+            continue
+        if last is not None and p.retransmits > last:
+            total += p.retransmits - last
+            first = p.t_ns if first is None else first
+        last = p.retransmits
+    return (None if last is None else total), first
 
 
 def probe_floor(flow: Flow, floors: list[ProbePath]) -> float | None:
@@ -251,6 +275,13 @@ def judge(stats: list[FlowStats], limits: Thresholds, rates: dict[str, float] | 
                 waits = [(p.t_ns, None if p.send_queue_bytes is None else p.send_queue_bytes * 8 / sib_rate * 1e6)
                          for p in s.flow.points]
                 s.queued_since_ns = run_since(waits, sib_wait, limits.rtt_margin_us, limits)
+            lost = median(o.resent for o in stats if o is not s) or 0.0
+            if (not s.network_slow and s.resent is not None and s.resent >= limits.resent_segments
+                    and s.resent > lost * limits.delay_ratio):
+                s.why.append(f"{s.resent:.0f} segments sent again in the window, vs its siblings' {lost:.0f}: "
+                             "lost in the network")
+                s.network_slow = s.held = True
+                s.queued_since_ns = s.resent_since_ns
             s.starved = not s.network_slow
 
 

@@ -5,8 +5,8 @@ In order, the first that holds:
   misconfigured (interface)  a flow leaves on no fabric NIC, or off the plane the job's others share
   flapping link X            link events on a link the job's flows may cross, while it suffers;
                              or two downs or more
-  held, not located          network-slow flows that only their waiting data shows, for less time
-                             than a delay takes to show where (provisional)
+  held, not located          network-slow flows that only their waiting data or lost segments
+                             show, for less time than a delay takes to show where (provisional)
   degraded link X            network-slow flows, and the hop that explains them: located from the
                              probe mesh and the in-band delays (localization) where that evidence
                              names one on their paths (where they wait most), else the hop they
