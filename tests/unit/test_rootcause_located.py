@@ -112,3 +112,26 @@ def test_a_slow_link_behind_a_queued_uplink_is_named_where_the_flow_waits_most()
                 for lk in s["links"]}
     assert suspects[(topo.find_link("h4", "leaf2").name, "h4->leaf2")] == pytest.approx(300.0, abs=1.0)
     assert suspects[(topo.find_link("leaf2", "spine1").name, "leaf2->spine1")] == pytest.approx(900.0, abs=1.0)
+
+
+def test_flows_queued_opposite_ways_across_one_link_name_that_link():
+    # leaf1 -- spine0 is degraded both ways. h2 -> h0 queues leaving leaf1, h4 -> h3 entering it:
+    # their paths share no hop, only the link, and no probe has read since (on a fabric with
+    # classes the clock's ride past the queue). Each flow alone leaves three links; the link both
+    # cross, one each way, explains both queues
+    link = TOPO.find_link("leaf1", "spine0").name
+    unread = Fabric(floors=[ProbePath(p.src, p.dst, p.hops, p.floor_us, None) for p in fabric().floors],
+                    link_rates={lk.name: 1e9 for lk in TOPO.links})
+    healthy = [flow("h5", "h0", "spine1", "A", 5, 13.0), flow("h1", "h3", "spine1", "A", 5, 13.0)]
+    flows = [flow("h2", "h0", "spine0", "A", 1, 712_000.0), flow("h4", "h3", "spine0", "A", 1, 432_000.0), *healthy]
+    v = why("A", flows, unread, NOW, 30 * S)
+    assert (v["verdict"], v["links"]) == ("degraded_link", [link]), v["sentence"]
+    assert v["evidence"]["direction"] in ("leaf1>spine0", "spine0>leaf1")
+    # one queue alone: where it waits, the three links it cannot tell apart, as before
+    alone = why("A", flows[:1] + healthy, unread, NOW, 30 * S)
+    assert link in alone["links"] and len(alone["links"]) == 3 and alone["ambiguous"]
+    # a flow that only waits (no delay of its own to show a queue) explains nothing the link does
+    held = Flow(**{**flows[1].__dict__, "points": tuple(
+        FlowPoint(p.t_ns, p.tx_bps, 26.0, 13.0, send_queue_bytes=400_000.0) for p in flows[1].points)})
+    v = why("A", [flows[0], held, *healthy], unread, NOW, 30 * S)
+    assert link in v["links"] and len(v["links"]) == 3, v["sentence"]

@@ -114,7 +114,8 @@ def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, lim
             in_class: Callable[[Flow], bool] = lambda f: True) -> tuple[list[Hop], localization.Verdict]:
     """The hops of the suspect on the slow flows' paths where they wait most (its fitted queue the
     largest; among equals, the one localization ranks first) that no healthy sibling proves quiet;
-    where no suspect is there, of its contested leads alike; [] where its evidence names none. A
+    where no suspect is there, of its contested leads alike; [] where its evidence names none;
+    where suspects hold one link both ways, that link instead if it explains more (`both_ways`). A
     sibling's usual round trip narrows a suspect the one-way delays cannot tell apart, but never
     clears all of one: that inference yields to the queued delays measured across it."""
     verdict = localization.locate(observations(slow + healthy, fabric, limits))
@@ -128,5 +129,25 @@ def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, lim
             if hops:
                 found.append((-(suspect.excess_us or 0.0), rank, hops))
         if found:
-            return min(found)[2], verdict
+            return both_ways(min(found)[2], [h for *_, hops in found for h in hops], slow), verdict
     return [], verdict
+
+
+def both_ways(best: list[Hop], suspected: list[Hop], slow: list[FlowStats]) -> list[Hop]:
+    """`best`, or the links among the `suspected` hops held both ways that explain more of the flows
+    whose own delay shows their queue (in-band, one way) than `best` does. A degraded link (a bad
+    optic, a port negotiated down) slows both its directions: flows that cross it opposite ways
+    queue in suspects with nothing in common but that link, and the one cause that explains them
+    all is likelier than the one where a single flow waits most."""
+    queued = [s for s in slow if s.delay_source == "inband" and not s.held]
+
+    def explained(hops: list[Hop]) -> int:
+        return sum(1 for s in queued if any(h in hops for h in s.flow.may_cross()))
+    ways: dict[str, list[Hop]] = {}
+    for hop in dict.fromkeys(suspected):
+        ways.setdefault(hop[0], []).append(hop)
+    both = {name: explained(hops) for name, hops in ways.items() if len({w for _, w in hops if w}) > 1}
+    top = max(both.values(), default=0)
+    if top <= explained(best):
+        return best
+    return [h for name, n in both.items() if n == top for h in ways[name]]
