@@ -1,5 +1,6 @@
 """`job why` takes the link from localization where the probe mesh's evidence names one."""
 
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -135,3 +136,23 @@ def test_flows_queued_opposite_ways_across_one_link_name_that_link():
         FlowPoint(p.t_ns, p.tx_bps, 26.0, 13.0, send_queue_bytes=400_000.0) for p in flows[1].points)})
     v = why("A", [flows[0], held, *healthy], unread, NOW, 30 * S)
     assert link in v["links"] and len(v["links"]) == 3, v["sentence"]
+
+
+def test_of_links_no_path_tells_apart_the_one_the_mesh_finds_queued_the_other_way_is_named():
+    # h0's link is degraded, both ways. Job A's flow into h0 only waits (its data in the send
+    # queue, its delay at the floor): nothing on its path clears or locates, so its four links are
+    # alike. Every probe path from h0 queues, and the mesh locates that queue alone on h0 -> leaf0:
+    # of the four, h0's link is the one slow the other way
+    link = TOPO.find_link("h0", "leaf0").name
+    mesh = Fabric(floors=[ProbePath(p.src, p.dst, p.hops, p.floor_us, 912.0 if p.src == "h0" else None)
+                          for p in fabric().floors], link_rates={lk.name: 1e9 for lk in TOPO.links})
+    into = flow("h2", "h0", "spine0", "A", 1, 13.0)
+    waiting = Flow(**{**into.__dict__, "points": tuple(replace(p, send_queue_bytes=400_000.0) for p in into.points)})
+    healthy = [flow("h5", "h3", "spine1", "A", 5, 13.0), flow("h1", "h3", "spine1", "A", 5, 13.0)]
+    v = why("A", [waiting, *healthy], mesh, NOW, 30 * S)
+    assert (v["verdict"], v["links"], v["evidence"]["direction"]) == ("degraded_link", [link], "leaf0>h0"), v["sentence"]
+    # the other way quiet (probed, at the floor, from elsewhere): nothing narrows the four
+    quiet = Fabric(floors=[ProbePath(p.src, p.dst, p.hops, p.floor_us, 13.0 if p.src == "h0" else None)
+                           for p in fabric().floors], link_rates={lk.name: 1e9 for lk in TOPO.links})
+    v = why("A", [waiting, *healthy], quiet, NOW, 30 * S)
+    assert link in v["links"] and len(v["links"]) > 1, v["sentence"]

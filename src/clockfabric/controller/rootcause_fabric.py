@@ -5,7 +5,7 @@ job's in-band delays locate a queue on the slow flows' paths (localization). Pur
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -115,7 +115,7 @@ def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, lim
     """The hops of the suspect on the slow flows' paths where they wait most (its fitted queue the
     largest; among equals, the one localization ranks first) that no healthy sibling proves quiet;
     where no suspect is there, of its contested leads alike; [] where its evidence names none;
-    where suspects hold one link both ways, that link instead if it explains more (`both_ways`). A
+    narrowed where a link queues both ways (`both_ways`). A
     sibling's usual round trip narrows a suspect the one-way delays cannot tell apart, but never
     clears all of one: that inference yields to the queued delays measured across it."""
     verdict = localization.locate(observations(slow + healthy, fabric, limits))
@@ -129,16 +129,20 @@ def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, lim
             if hops:
                 found.append((-(suspect.excess_us or 0.0), rank, hops))
         if found:
-            return both_ways(min(found)[2], [h for *_, hops in found for h in hops], slow), verdict
+            best = min(found)[2]
+            return both_ways(best, [h for *_, hops in found for h in hops], slow, verdict.suspects), verdict
     return [], verdict
 
 
-def both_ways(best: list[Hop], suspected: list[Hop], slow: list[FlowStats]) -> list[Hop]:
-    """`best`, or the links among the `suspected` hops held both ways that explain more of the flows
-    whose own delay shows their queue (in-band, one way) than `best` does. A degraded link (a bad
-    optic, a port negotiated down) slows both its directions: flows that cross it opposite ways
-    queue in suspects with nothing in common but that link, and the one cause that explains them
-    all is likelier than the one where a single flow waits most."""
+def both_ways(best: list[Hop], suspected: list[Hop], slow: list[FlowStats],
+              suspects: Iterable[localization.Suspect]) -> list[Hop]:
+    """A degraded link (a bad optic, a port negotiated down) slows both its directions. So: the
+    links among the `suspected` hops held both ways that explain more of the flows whose own delay
+    shows their queue (in-band, one way) than `best` does (flows crossing it opposite ways queue in
+    suspects with nothing in common but that link: the one cause that explains them all is
+    likelier than the one where a single flow waits most); else, where `best` spans links no path
+    tells apart, those of them the mesh locates queueing the other way, alone (a suspect of one
+    hop, anywhere); else `best`."""
     queued = [s for s in slow if s.delay_source == "inband" and not s.held]
 
     def explained(hops: list[Hop]) -> int:
@@ -148,6 +152,8 @@ def both_ways(best: list[Hop], suspected: list[Hop], slow: list[FlowStats]) -> l
         ways.setdefault(hop[0], []).append(hop)
     both = {name: explained(hops) for name, hops in ways.items() if len({w for _, w in hops if w}) > 1}
     top = max(both.values(), default=0)
-    if top <= explained(best):
-        return best
-    return [h for name, n in both.items() if n == top for h in ways[name]]
+    if top > explained(best):
+        return [h for name, n in both.items() if n == top for h in ways[name]]
+    alone = {s.hops[0] for s in suspects if len(s.hops) == 1}
+    back = [h for h in best if (h[0], ">".join(reversed(h[1].split(">")))) in alone and h[1]]
+    return back if back and len({n for n, _ in back}) < len({n for n, _ in best}) else best
