@@ -150,9 +150,25 @@ def test_of_links_no_path_tells_apart_the_one_the_mesh_finds_queued_the_other_wa
     waiting = Flow(**{**into.__dict__, "points": tuple(replace(p, send_queue_bytes=400_000.0) for p in into.points)})
     healthy = [flow("h5", "h3", "spine1", "A", 5, 13.0), flow("h1", "h3", "spine1", "A", 5, 13.0)]
     v = why("A", [waiting, *healthy], mesh, NOW, 30 * S)
-    assert (v["verdict"], v["links"], v["evidence"]["direction"]) == ("degraded_link", [link], "leaf0>h0"), v["sentence"]
+    found = (v["verdict"], v["links"], v["evidence"]["direction"])
+    assert found == ("degraded_link", [link], "leaf0>h0"), v["sentence"]
     # the other way quiet (probed, at the floor, from elsewhere): nothing narrows the four
     quiet = Fabric(floors=[ProbePath(p.src, p.dst, p.hops, p.floor_us, 13.0 if p.src == "h0" else None)
                            for p in fabric().floors], link_rates={lk.name: 1e9 for lk in TOPO.links})
     v = why("A", [waiting, *healthy], quiet, NOW, 30 * S)
     assert link in v["links"] and len(v["links"]) > 1, v["sentence"]
+
+
+def test_the_other_way_is_read_from_the_suspect_most_paths_show():
+    # a waiting flow's links leaf1 -> spine1 -> leaf0 -> h4, alike. The mesh locates the queue
+    # the other way on leaf0 -> spine1 -> leaf1 (twins, ten paths) and, alone, on h4 -> leaf0 from
+    # four paths (a fitted share of the same queue): the ten paths decide
+    from clockfabric.controller.rootcause_fabric import both_ways
+    from clockfabric.localization import Suspect
+    up, down, host = ("l1s1", "leaf1>spine1"), ("l0s1", "spine1>leaf0"), ("h4l0", "leaf0>h4")
+    twins = Suspect((("l0s1", "leaf0>spine1"), ("l1s1", "spine1>leaf1")), 66_000.0, tuple(f"p{i}" for i in range(10)))
+    lone = Suspect((("h4l0", "h4>leaf0"),), 65_000.0, ("q0", "q1", "q2", "q3"))
+    best = [up, down, host]
+    assert both_ways(best, best, [], [lone, twins]) == [up, down]
+    assert both_ways(best, best, [], [lone]) == [host]
+    assert both_ways(best, best, [], []) == best

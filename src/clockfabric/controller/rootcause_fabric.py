@@ -130,7 +130,8 @@ def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, lim
                 found.append((-(suspect.excess_us or 0.0), rank, hops))
         if found:
             best = min(found)[2]
-            return both_ways(best, [h for *_, hops in found for h in hops], slow, verdict.suspects), verdict
+            return both_ways(best, [h for *_, hops in found for h in hops], slow,
+                             [s for s in verdict.suspects if (s.excess_us or 0.0) > limits.inband_margin_us]), verdict
     return [], verdict
 
 
@@ -141,8 +142,9 @@ def both_ways(best: list[Hop], suspected: list[Hop], slow: list[FlowStats],
     shows their queue (in-band, one way) than `best` does (flows crossing it opposite ways queue in
     suspects with nothing in common but that link: the one cause that explains them all is
     likelier than the one where a single flow waits most); else, where `best` spans links no path
-    tells apart, those of them the mesh locates queueing the other way, alone (a suspect of one
-    hop, anywhere); else `best`."""
+    tells apart, those of them the `suspects` (each with a queue measured) hold the other way: of
+    those holding any, the one the most queued paths show (a lone host link's fitted queue may be
+    a slower link's seen from too few paths); else `best`."""
     queued = [s for s in slow if s.delay_source == "inband" and not s.held]
 
     def explained(hops: list[Hop]) -> int:
@@ -154,6 +156,13 @@ def both_ways(best: list[Hop], suspected: list[Hop], slow: list[FlowStats],
     top = max(both.values(), default=0)
     if top > explained(best):
         return [h for name, n in both.items() if n == top for h in ways[name]]
-    alone = {s.hops[0] for s in suspects if len(s.hops) == 1}
-    back = [h for h in best if (h[0], ">".join(reversed(h[1].split(">")))) in alone and h[1]]
-    return back if back and len({n for n, _ in back}) < len({n for n, _ in best}) else best
+
+    def other_way(h: Hop) -> Hop:
+        return h[0], ">".join(reversed(h[1].split(">")))
+    ways_back = {other_way(h) for h in best if h[1]}
+    holding = [s for s in suspects if ways_back & set(s.hops)]
+    if not holding:
+        return best
+    strongest = max(holding, key=lambda s: len(s.queued))  # the first of equals: localization's rank
+    back = [h for h in best if h[1] and other_way(h) in strongest.hops]
+    return back if len({n for n, _ in back}) < len({n for n, _ in best}) else best
