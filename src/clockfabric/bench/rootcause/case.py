@@ -123,7 +123,7 @@ def watch(fleet, case: Case, onset: float, watch_s: float) -> dict:
 def judged(w: dict | None) -> list[dict]:
     """Each flow of A as a verdict judged it: what the record needs to tell why it was wrong."""
     keys = ("host", "peer", "links", "dscps", "rate_bps", "delay_us", "delay_source", "probe_floor_us",
-            "network_slow", "starved", "why")
+            "send_queue_bytes", "resent", "network_slow", "starved", "why")
     return [{k: f.get(k) for k in keys} for f in (w or {}).get("flows", [])]
 
 
