@@ -31,14 +31,15 @@ def links() -> dict[str, float]:
 
 def flow(src: str, dst: str, spine: str, jobid: str | None, mbps: float, rtt_us: float, *, port: int = 5000,
          then: tuple[float, float] | None = None, at: int = READINGS // 2, plane: int | None = 0,
-         dscp: int | None = 26, owd_us: float | None = None) -> Flow:
-    """A flow's readings: `mbps` and `rtt_us`, switching to `then` (rate, RTT) from reading `at` on."""
+         dscp: int | None = 26, owd_us: float | None = None, send_queue: float | None = 0.0) -> Flow:
+    """A flow's readings: `mbps` and `rtt_us`, switching to `then` (rate, RTT) from reading `at` on;
+    `send_queue`: what waits in its socket at each (an agent reads it with the rest; None: unread)."""
     points = []
     for i in range(READINGS):
         rate, rtt = then if then and i >= at else (mbps, rtt_us)
         wobble = 1 + 0.03 * ((i * 7) % 5 - 2)  # a few percent either way, as readings go
         points.append(FlowPoint(NOW - (READINGS - i) * S, rate * 1e6 * wobble, rtt * wobble,
-                                None if owd_us is None else owd_us * wobble))
+                                None if owd_us is None else owd_us * wobble, send_queue))
     return Flow(src, f"10.0.0.{src[1:]}:{port}->10.0.1.{dst[1:]}:5201", jobid, dst, plane, hops(src, dst, spine),
                 dscp, tuple(points))
 

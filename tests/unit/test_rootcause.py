@@ -139,6 +139,22 @@ def test_straggler_host_its_flows_idle_at_their_floor():
     assert v["throughput_ratio"] < 0.8
 
 
+def test_a_starved_flow_whose_send_queue_went_unread_is_not_judged_a_straggler():
+    """Idle is read, not assumed: where a host's readings came late and its flows' send queues
+    went unread, a flow far under its siblings' rate may be held by the network as well as idle."""
+    unread = [Flow(**{**f.__dict__, "points": tuple(replace(p, send_queue_bytes=None) for p in f.points)})
+              for f in ring("A", h2=(20, 60))]
+    v = verdict(unread)
+    assert v["verdict"] == "rate_unexplained" and v["verdict"] in PROVISIONAL and v["culprit"] is None
+    assert v["evidence"]["flows"] == [f"h2 {f.flow}" for f in unread if f.host == "h2"]
+    assert not any(f["starved"] or f["network_slow"] for f in v["flows"])
+    # read in its newest readings only, and empty: idle, a straggler
+    newest = [Flow(**{**f.__dict__, "points": tuple(replace(p, send_queue_bytes=None if i < len(f.points) - 3
+                                                             else 0.0) for i, p in enumerate(f.points))})
+              for f in unread]
+    assert (verdict(newest)["verdict"], verdict(newest)["culprit"]) == ("straggler_host", "h2")
+
+
 def waiting(flows: list[Flow], host: str, held: list[float], others: float = 0.0) -> list[Flow]:
     """The flows with their send queues: `held` bytes, reading by reading to the newest, for
     `host`'s flow (its older readings and every other flow's: `others`)."""

@@ -282,7 +282,9 @@ def judge(stats: list[FlowStats], limits: Thresholds, rates: dict[str, float] | 
                              "lost in the network")
                 s.network_slow = s.held = True
                 s.queued_since_ns = s.resent_since_ns
-            s.starved = not s.network_slow
+            # idle is read, not assumed: a flow whose send queue went unread (its host's pushes
+            # thinned out) may be one the network holds; it stays unjudged until read
+            s.starved = not s.network_slow and s.send_queue_bytes is not None
 
 
 def send_wait_us(s: FlowStats, rate_bps: float) -> float | None:

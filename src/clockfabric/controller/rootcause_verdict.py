@@ -19,6 +19,9 @@ In order, the first that holds:
                              Where no evidence tells the candidate hops apart (the same probes queue
                              across them, the same load crosses them), all are named, as ambiguous
   straggler host H           no flow slow in the network; the starved flows all leave one host
+  rate unexplained           a flow far under its siblings' rate whose send queue went unread (its
+                             host's readings came late): neither held nor idle as far as is known
+                             (provisional)
   healthy                    not the network: every flow at its floor
 """
 
@@ -44,8 +47,8 @@ from clockfabric.controller.rootcause_siblings import acks_in_class, blame
 
 VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "congestion_other_job",
             "congestion_non_job", "congestion_own", "degraded_link", "queue_unexplained", "held_unlocated",
-            "slow_unlocated", "straggler_host", "healthy", "no_flows")
-PROVISIONAL = ("queue_unexplained", "held_unlocated")  # "not yet": the next asking may name a cause
+            "slow_unlocated", "straggler_host", "rate_unexplained", "healthy", "no_flows")
+PROVISIONAL = ("queue_unexplained", "held_unlocated", "rate_unexplained")  # "not yet": the next asking may name a cause
 SUFFERING_DROP = 0.8  # the job's throughput under this share of its start: it suffers
 FLAP_EVENTS = 2  # transitions on one link in the window that make it flapping
 FLAP_DOWNS = 2  # downs of one link in the window that make it flapping even once the job has caught up
@@ -69,7 +72,7 @@ def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: i
     recent = max(since, now_ns - limits.recent_ns)
     found = (_misconfigured(stats, fabric) or _flapping(stats, fabric, since, drop)
              or _network(jobid, stats, flows, fabric, recent, now_ns, limits) or _straggler(stats)
-             or _healthy(stats))
+             or _unread(jobid, stats) or _healthy(stats))
     return {**base, **found}
 
 
@@ -297,6 +300,18 @@ def _straggler(stats: list[FlowStats]) -> dict | None:
     return _verdict("straggler_host", f"not the network: straggler host {host}: its {len(starved)} flows idle "
                     "while their delay sits at the floor, and the other ranks wait for it", culprit=host,
                     evidence={"flows": _names(starved), "why": [w for s in starved for w in s.why]})
+
+
+def _unread(jobid: str, stats: list[FlowStats]) -> dict | None:
+    """Flows far under their siblings' rate that are neither held nor idle as far as is read: their
+    send queues went unread in their newest readings. Idle is read, never assumed: a host whose
+    readings come late (its pushes cross the very link that slows it) may be held by the network."""
+    unread = [s for s in stats if s.why and not s.network_slow and not s.starved]
+    if not unread:
+        return None
+    return _verdict("rate_unexplained", f"{len(unread)} of job {jobid}'s flows run far under their siblings' rate "
+                    f"({unread[0].why[-1]}), and what waits to be sent has not been read in their newest "
+                    "readings: not yet judged", evidence={"flows": _names(unread)})
 
 
 def _healthy(stats: list[FlowStats]) -> dict:

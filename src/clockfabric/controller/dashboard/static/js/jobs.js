@@ -10,7 +10,7 @@ export const topics = ["hosts"];
 const WINDOWS = ["1m", "5m", "15m", "1h"];
 // how bad each verdict is: the colour of its sentence and of its link on the map
 const SEVERITY = { healthy: "ok", no_flows: "unknown", straggler_host: "warn", slow_unlocated: "warn",
-  queue_unexplained: "warn", held_unlocated: "warn",
+  queue_unexplained: "warn", held_unlocated: "warn", rate_unexplained: "warn",
   misconfigured_class: "warn", misconfigured_interface: "warn" };
 let chosen = null;
 let since = "5m";
