@@ -147,6 +147,7 @@ def test_a_starved_flow_whose_send_queue_went_unread_is_not_judged_a_straggler()
     v = verdict(unread)
     assert v["verdict"] == "rate_unexplained" and v["verdict"] in PROVISIONAL and v["culprit"] is None
     assert v["evidence"]["flows"] == [f"h2 {f.flow}" for f in unread if f.host == "h2"]
+    assert v["evidence"]["readings"] == [10] and "h2's came 10 in the span judged" in v["sentence"]
     assert not any(f["starved"] or f["network_slow"] for f in v["flows"])
     # read in its newest readings only, and empty: idle, a straggler
     newest = [Flow(**{**f.__dict__, "points": tuple(replace(p, send_queue_bytes=None if i < len(f.points) - 3

@@ -309,9 +309,11 @@ def _unread(jobid: str, stats: list[FlowStats]) -> dict | None:
     unread = [s for s in stats if s.why and not s.network_slow and not s.starved]
     if not unread:
         return None
+    first = unread[0]
     return _verdict("rate_unexplained", f"{len(unread)} of job {jobid}'s flows run far under their siblings' rate "
-                    f"({unread[0].why[-1]}), and what waits to be sent has not been read in their newest "
-                    "readings: not yet judged", evidence={"flows": _names(unread)})
+                    f"({first.why[-1]}), and what waits to be sent has not been read in their newest "
+                    f"readings ({first.flow.host}'s came {len(first.flow.points)} in the span judged): not yet judged",
+                    evidence={"flows": _names(unread), "readings": [len(s.flow.points) for s in unread]})
 
 
 def _healthy(stats: list[FlowStats]) -> dict:
