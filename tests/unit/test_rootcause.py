@@ -184,6 +184,19 @@ def test_a_starved_flow_with_its_data_waiting_is_held_by_the_network_not_a_strag
     assert (idle["verdict"], idle["culprit"]) == ("straggler_host", "h2")
 
 
+def test_a_flow_held_with_half_its_siblings_is_no_straggler():
+    """A fault that holds half the job (a slow link into the host two of its flows reach, whose
+    ACKs a third waits for): their data waits too, so the held flow is read against the least any
+    sibling's waits, a healthy flow's, not against their median, which is the fault's."""
+    waits = {"h2": 200_000.0, "h0": 150_000.0, "h1": 150_000.0}  # h3's flow: nothing waits
+    flows = [Flow(**{**f.__dict__, "points": tuple(replace(p, send_queue_bytes=waits.get(f.host, 0.0))
+                                                   for p in f.points)}) for f in ring("A", h2=(20, 60))]
+    v = verdict(flows)
+    assert v["verdict"] not in ("straggler_host", "healthy", "rate_unexplained")
+    slow = [f for f in v["flows"] if f["network_slow"]]
+    assert [f["host"] for f in slow] == ["h2"] and "least of theirs 0.0 ms" in slow[0]["why"][-1]
+
+
 def resending(flows: list[Flow], host: str, rises: list[float], others: float = 0.0) -> list[Flow]:
     """The flows with their retransmission counters: `host`'s flow rising by `rises`, reading by
     reading to the newest (before them, by `others` a reading, as every other flow's)."""

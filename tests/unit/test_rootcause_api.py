@@ -80,6 +80,11 @@ def test_the_cli_page_shows_the_sentence_and_each_flow_judged():
     text = page.get()
     assert "congestion from job B on link leaf0--spine1" in text
     assert "slow (network)" in text and text.count(" ok") == 3
+    assert "late:" not in text
+    found["late"] = [{"host": "h2", "readings": 3, "spacing_s": 4.0, "usual_spacing_s": 1.0, "newest_age_s": 4.2}]
+    with out.capture() as page:
+        show_why(found)
+    assert "late: h2's readings come 4 s apart (the job's other hosts' 1 s), the newest 4.2 s old" in page.get()
 
 
 def test_an_untraced_flow_reaches_every_spine_and_a_traced_switch_outlives_a_later_untraced_reading():

@@ -19,6 +19,11 @@ def show_why(found: dict) -> None:
     for key, value in found["evidence"].items():
         if key not in ("slow_flows", "flows") or not isinstance(value, list):
             out.print(f"  {key}: {value}")
+    for late in found.get("late", []):
+        apart = "" if late["spacing_s"] is None else f" {late['spacing_s']:g} s apart"
+        out.print(f"  [yellow]late:[/] {late['host']}'s readings come{apart} (the job's other hosts' "
+                  f"{late['usual_spacing_s']:g} s), the newest {late['newest_age_s']:g} s old: its flows are "
+                  "judged on fewer, older readings")
     t = Table(title=f"{len(found['flows'])} flows that sent, their latest readings")
     for col in ("host", "flow", "peer", "plane", "links", "Mbit/s", "delay us", "from", "probe floor us", "judged"):
         t.add_column(col)

@@ -266,11 +266,14 @@ def judge(stats: list[FlowStats], limits: Thresholds, rates: dict[str, float] | 
             # a flow whose program stopped sends nothing and has nothing waiting: starved, its host to
             # blame. One with its data waiting, far longer than its siblings' waits, is held back by
             # the network, even where its delay shows no queue (a loss, or a queue not sampled yet)
+            # against the least any sibling's data waits: siblings the same fault holds wait too,
+            # and where they are half the job their median is the fault's, not a healthy flow's
             wait = send_wait_us(s, sib_rate)
-            sib_wait = median(send_wait_us(o, sib_rate) for o in stats if o is not s) or 0.0
+            sib_wait = min((w for o in stats if o is not s and (w := send_wait_us(o, sib_rate)) is not None),
+                           default=0.0)
             if not s.network_slow and wait is not None and far_above(wait, sib_wait, limits.rtt_margin_us, limits):
                 s.why.append(f"{(s.send_queue_bytes or 0) / 1024:.0f} KiB wait to be sent: {wait / 1000:.0f} ms "
-                             f"at its siblings' rate, vs their {sib_wait / 1000:.1f} ms")
+                             f"at its siblings' rate, vs the least of theirs {sib_wait / 1000:.1f} ms")
                 s.network_slow = s.held = True
                 waits = [(p.t_ns, None if p.send_queue_bytes is None else p.send_queue_bytes * 8 / sib_rate * 1e6)
                          for p in s.flow.points]
@@ -321,6 +324,33 @@ def job_flows(flows: list[Flow], jobid: str, since_ns: int, now_ns: int, limits:
     stats = [summarize(f, floors, limits.newest) for f in mine if f.points]
     judge(stats, limits, rates)
     return stats
+
+
+def late_hosts(stats: list[FlowStats], now_ns: int, gaps: float = 2.0) -> list[dict]:
+    """The job's sending hosts the controller hears late: readings spaced `gaps` times the
+    job's usual spacing or more, or a newest reading older than the freshest host's by that
+    many usual gaps (their pushes held up on the way, as when they cross the link at fault). Their
+    flows are judged on fewer, older readings than the rest. Against the job's own hosts, so any
+    push cadence reads the same; a host with one reading has no spacing of its own."""
+    heard: dict[str, list[int]] = {}
+    for s in stats:
+        heard.setdefault(s.flow.host, []).extend(p.t_ns for p in s.flow.points)
+    times = {h: sorted(set(t)) for h, t in heard.items() if t}
+    spacing = {h: statistics.median(b - a for a, b in zip(t, t[1:], strict=False)) for h, t in times.items()
+               if len(t) > 1}
+    if len(times) < 2 or not spacing:
+        return []
+    usual = min(spacing.values())
+    freshest = max(t[-1] for t in times.values())
+    out = []
+    for host, t in sorted(times.items()):
+        sparse = spacing.get(host, 0) >= gaps * usual
+        stale = freshest - t[-1] >= gaps * usual
+        if sparse or stale:
+            gap = spacing.get(host)
+            out.append({"host": host, "readings": len(t), "spacing_s": None if gap is None else round(gap / 1e9, 2),
+                        "usual_spacing_s": round(usual / 1e9, 2), "newest_age_s": round((now_ns - t[-1]) / 1e9, 2)})
+    return out
 
 
 def throughput(flows: Iterable[Flow], bucket_ns: int = 10**9) -> list[tuple[int, float]]:

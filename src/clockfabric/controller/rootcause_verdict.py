@@ -37,6 +37,7 @@ from clockfabric.controller.rootcause import (
     LinkEvent,
     Thresholds,
     job_flows,
+    late_hosts,
     load_on,
     on_hop,
     throughput,
@@ -66,7 +67,7 @@ def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: i
     series = throughput([f for f in flows if f.jobid == jobid and f.points])
     drop = throughput_drop([(t, v) for t, v in series if t >= since])
     base = {"jobid": jobid, "since_ns": since, "now_ns": now_ns, "throughput": series, "throughput_ratio": drop,
-            "flows": [s.row() for s in stats]}
+            "flows": [s.row() for s in stats], "late": late_hosts(stats, now_ns)}
     if not stats:
         return {**base, **_verdict("no_flows", f"job {jobid} sent nothing the agents saw in the window")}
     recent = max(since, now_ns - limits.recent_ns)

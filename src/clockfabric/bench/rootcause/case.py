@@ -128,11 +128,12 @@ def judged(w: dict | None) -> list[dict]:
 
 
 def trimmed(w: dict) -> dict:
-    """What a verdict named, its sentence, and its evidence: flows judged, load, localization."""
+    """What a verdict named, its sentence, and its evidence: flows judged, hosts heard late, load,
+    localization."""
     ev = w.get("evidence", {})
     return {"verdict": w["verdict"], "link": w.get("link"), "links": w.get("links", []), "culprit": w.get("culprit"),
             "sentence": w.get("sentence"),
-            "judged": judged(w),
+            "judged": judged(w), "late": w.get("late", []),
             "evidence": {"flows": ev.get("flows"), "load_bps": ev.get("load_bps"), "direction": ev.get("direction"),
                          "localization": ev.get("localization"),
                          "slow_flows": [{k: f.get(k) for k in ("host", "peer", "links", "delay_us", "probe_floor_us",

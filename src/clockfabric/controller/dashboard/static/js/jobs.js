@@ -70,6 +70,9 @@ function verdict(why) {
       why.throughput_ratio !== null && why.throughput_ratio !== undefined
         ? `throughput now ${(why.throughput_ratio * 100).toFixed(0)}% of the window's start` : null]
       .filter(Boolean).join(" · ")),
+    (why.late || []).length ? el("p", { id: "job-late", class: "muted" }, "late readings: " + why.late.map((l) =>
+      `${l.host} (newest ${l.newest_age_s} s old, ${l.readings} in the span judged)`).join(", ")
+      + ": their flows are judged on fewer, older readings") : null,
     evidence.length ? el("details", {}, el("summary", {}, "evidence"),
       el("dl", { class: "evidence" }, evidence.map(([k, v]) =>
         [el("dt", {}, k), el("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))]))) : null);
