@@ -60,3 +60,23 @@ def test_a_rate_read_across_the_onset_is_not_load_since_it():
         nic = {("h4", link, "tx"): (reads + [NOW - 25 * S // 10], [12e6] * 25 + [7e6, since])}
         v = why("A", flows, replace(fab, nic=nic), NOW, 30 * S)
         assert (v["verdict"], v["evidence"]["nic_bps"]) == (verdict, since), v["sentence"]
+
+
+def test_a_host_links_unreported_load_tells_it_from_the_links_no_path_tells_apart():
+    """Two slow flows leave h4 over one spine and no probe reads since their queue began: h4's
+    uplink and leaf2 -> spine0 are crossed by the same flows, and the spine link (slower) is the
+    fuller for the job's own load. h4's NIC counts 95 of its 100 Mbit/s: flows not reported yet
+    fill the host's link, which is where the job waits."""
+    host = TOPO.find_link(*QUEUE).name
+    spine = TOPO.find_link("leaf2", "spine0").name
+    slow = [flow("h4", "h0", "spine0", "A", 6, 912.0), flow("h4", "h2", "spine0", "A", 6, 912.0),
+            flow("h1", "h3", "spine0", "A", 6, 13.0), flow("h0", "h2", "spine1", "A", 6, 13.0),
+            flow("h5", "h1", "spine1", "A", 6, 13.0)]
+    rates = {lk.name: 100e6 for lk in TOPO.links} | {spine: 20e6}
+    nic = {("h4", host, "tx"): ([NOW - (30 - i) * S for i in range(30)], [95e6] * 30)}
+    v = why("A", slow, Fabric([], rates, nic=nic), NOW, 30 * S)
+    assert (v["verdict"], v["link"], v["culprit"]) == ("congestion_non_job", host, "(no job)"), v["sentence"]
+    # a trickle beyond the flows reported (the host's ACKs and probes) is no load: the links stay apart
+    nic = {("h4", host, "tx"): ([NOW - (30 - i) * S for i in range(30)], [12.5e6] * 30)}
+    v = why("A", slow, Fabric([], rates, nic=nic), NOW, 30 * S)
+    assert v["link"] != host, v["sentence"]

@@ -180,7 +180,14 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
         return load_on(hop, flows, loaded_since)
 
     def foreign(hop: Hop) -> float:
-        return sum(v for j, v in load(hop).items() if j != jobid)
+        """Others' load on the hop: what their flows reported, and on a host's own link what its
+        NIC counted beyond every flow reported, where that is a load (a flow not reported yet; a
+        trickle beyond them is the host's ACKs and probes)."""
+        on = load(hop)
+        rate = fabric.link_rates.get(hop[0])
+        unseen = (fabric.nic_bps(hop, loaded_since) or 0.0) - sum(on.values())
+        seen = sum(v for j, v in on.items() if j != jobid)
+        return seen + (unseen if rate and unseen >= limits.busy_share * rate else 0.0)
 
     # the suspect probes see queueing across most (the queue itself, whoever sends), then the one
     # others load most (a hint: a load may not be what queues, or be seen before the culprit's).
