@@ -172,3 +172,45 @@ def test_the_other_way_is_read_from_the_suspect_most_paths_show():
     assert both_ways(best, best, [], [lone, twins]) == [up, down]
     assert both_ways(best, best, [], [lone]) == [host]
     assert both_ways(best, best, [], []) == best
+
+
+def test_a_queue_deeper_than_the_slow_flow_ever_waits_is_not_where_it_waits():
+    # a fabric with classes: h2's own link queues the jobs' class 1.8 ms (traffic of no job fills
+    # it); the clock's probes, in another class, wait 19 ms across spine1 -> leaf2, a queue of that
+    # class alone. Job A's slow flow h2 -> h4 may cross both and waits 1.8 ms: it never met the 19
+    def route_wait(route, waits):
+        return sum(x for way, x in waits.items() if any(w == way for _, w in route))
+    paths = [(s, d, hops(s, d, sp)) for s in TOPO.hosts for d in TOPO.hosts if s[1] != d[1] and s != d
+             for sp in ("spine0", "spine1") if any(sp in p.nodes for p in TOPO.paths(s, d))]
+    clock = [ProbePath(s, d, r, 12.0, 13.0 + route_wait(r, {"spine1>leaf2": 19_000.0})) for s, d, r in paths]
+    in_class = [ProbePath(s, d, r, 12.0, 13.0 + route_wait(r, {"h2>leaf1": 1_800.0}) if s == "h2" else None)
+                for s, d, r in paths]
+    mesh = Fabric(floors=clock, in_class=in_class, collective_dscp=(26,),
+                  link_rates={lk.name: 1e9 for lk in TOPO.links})
+    flows = [flow("h2", "h4", "spine1", "A", 5, 1_812.0), flow("h0", "h3", "spine0", "A", 5, 13.0),
+             flow("h5", "h1", "spine1", "A", 5, 13.0), flow("h3", "h0", "spine0", "A", 5, 13.0)]
+    v = why("A", flows, mesh, NOW, 30 * S)
+    assert (v["link"], v["evidence"]["direction"]) == (TOPO.find_link("h2", "leaf1").name, "h2>leaf1"), v["sentence"]
+
+
+def test_the_link_every_slow_flow_waits_at_outweighs_a_deeper_one_only_some_cross():
+    # h0's uplink queues 1.7 ms (another job's bulk flow fills it); its two slow flows wait there,
+    # over different spines, 1.9 ms in all. Other hosts' paths into h4 read 2.6 ms more at
+    # leaf2 -> h4, the way of only one of the flows (a burst into h4 while they were read): the
+    # fit makes it the deeper queue, yet the one cause both flows wait at is h0's uplink
+    def route_wait(src, route):
+        ways = {w for _, w in route}
+        return 1_700.0 * ("h0>leaf0" in ways) + 2_600.0 * ("leaf2>h4" in ways and src != "h0")
+    floors = [ProbePath(s, d, r, 12.0, 12.0 + route_wait(s, r))
+              for s in TOPO.hosts for d in TOPO.hosts if s[1] != d[1] and s != d
+              for sp in ("spine0", "spine1") if any(sp in p.nodes for p in TOPO.paths(s, d))
+              for r in (hops(s, d, sp),)]
+    flows = [flow("h0", "h4", "spine0", "A", 5, 1_912.0), flow("h0", "h2", "spine1", "A", 5, 1_912.0),
+             flow("h3", "h5", "spine0", "A", 5, 13.0), flow("h5", "h3", "spine1", "A", 5, 13.0),
+             flow("h1", "h3", "spine1", "A", 5, 13.0)]
+    v = why("A", flows, Fabric(floors=floors, link_rates={lk.name: 1e9 for lk in TOPO.links}), NOW, 30 * S)
+    suspects = {(lk["link"], lk["direction"]): s["excess_us"] for s in v["evidence"]["localization"]["suspects"]
+                for lk in s["links"]}
+    down = suspects.get((TOPO.find_link("leaf2", "h4").name, "leaf2->h4"))
+    assert down is not None and down > suspects[(TOPO.find_link("h0", "leaf0").name, "h0->leaf0")], suspects
+    assert (v["link"], v["evidence"]["direction"]) == (TOPO.find_link("h0", "leaf0").name, "h0>leaf0"), v["sentence"]

@@ -112,27 +112,55 @@ def observations(stats: list[FlowStats], fabric: Fabric, limits: Thresholds) -> 
 
 def located(slow: list[FlowStats], healthy: list[FlowStats], fabric: Fabric, limits: Thresholds,
             in_class: Callable[[Flow], bool] = lambda f: True) -> tuple[list[Hop], localization.Verdict]:
-    """The hops of the suspect on the slow flows' paths where they wait most (its fitted queue the
-    largest; among equals, the one localization ranks first) that no healthy sibling proves quiet;
-    where no suspect is there, of its contested leads alike; [] where its evidence names none;
-    narrowed where a link queues both ways (`both_ways`). A
+    """The hops of the suspect on the slow flows' paths where they wait most, all told (`waited`;
+    among equals, the larger fitted queue, then the one localization ranks first) that no healthy
+    sibling proves quiet; where no suspect is there, of its contested leads alike; [] where its
+    evidence names none; narrowed where a link queues both ways (`both_ways`). A
     sibling's usual round trip narrows a suspect the one-way delays cannot tell apart, but never
     clears all of one: that inference yields to the queued delays measured across it."""
     verdict = localization.locate(observations(slow + healthy, fabric, limits))
     crossed, returned = crossed_quiet(healthy), returned_quiet(healthy, limits, in_class)
     on_paths = {h for s in slow for h in s.flow.may_cross()}
     for suspects in (verdict.suspects, verdict.contested):  # a contested lead only where no suspect is found
-        found: list[tuple[float, int, list[Hop]]] = []
+        found: list[tuple[bool, float, float, int, list[Hop]]] = []
         for rank, suspect in enumerate(suspects):
             hops = [h for h in suspect.hops if h in on_paths and h not in crossed]
             hops = [h for h in hops if h not in returned] or hops
             if hops:
-                found.append((-(suspect.excess_us or 0.0), rank, hops))
+                fitted = suspect.excess_us or 0.0
+                wait = waited(fitted, hops, slow, limits, fabric.link_rates)
+                # a queue none of them met ranks after every other; one none waits in, by rank alone
+                found.append((wait is None, -(wait or 0.0), -fitted if wait else 0.0, rank, hops))
         if found:
-            best = min(found)[2]
+            best = min(found)[-1]
             return both_ways(best, [h for *_, hops in found for h in hops], slow,
                              [s for s in verdict.suspects if (s.excess_us or 0.0) > limits.inband_margin_us]), verdict
     return [], verdict
+
+
+def waited(fitted_us: float, hops: list[Hop], slow: list[FlowStats], limits: Thresholds,
+           rates: dict[str, float]) -> float | None:
+    """How long the slow flows that may cross `hops` wait in a queue fitted `fitted_us` deep there,
+    all told. A queue delays every packet of its class across it, so a flow whose own in-band
+    delay shows its queue waits there no more than the most it read; and where the queue stands
+    far above that (twice and more, beyond the margin: localization's test for a second queue)
+    the flow never met it: it took another path, or the queue is another class's (on a fabric with
+    classes, best-effort probes wait where the jobs' class does not). The most, not the settled
+    delay: a queue still growing is deeper when the mesh reads it than the flow's median. A flow
+    with no delay of its own to show (held, or read from round trips) counts the queue as fitted.
+    None where every flow across it shows it never met it."""
+    total, met = 0.0, False
+    for s in slow:
+        if not any(h in hops for h in s.flow.may_cross()):
+            continue
+        read = [p.owd_us for p in s.flow.points if p.owd_us is not None]
+        if s.delay_source != "inband" or s.held or not read:
+            total, met = total + fitted_us, True
+            continue
+        own = max(max(read) - (s.floor_us or 0.0), 0.0)
+        if fitted_us <= 2 * own + limits.margin_us("inband", s.flow.hops, rates):
+            total, met = total + min(fitted_us, own), True
+    return total if met else None
 
 
 def both_ways(best: list[Hop], suspected: list[Hop], slow: list[FlowStats],
