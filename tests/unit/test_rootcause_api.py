@@ -121,3 +121,11 @@ def test_a_flow_traced_through_two_switches_in_the_window_may_cross_both_paths()
     assert moved.may_cross()[0] == moved.hops[0] and moved.may_cross()[-1] == moved.hops[-1]
     (once,) = flows_from([*rate, path(1, "spine1"), path(4, "spine1")], places)
     assert once.may_cross() == once.hops and not any("spine0" in way for _, way in once.hops)
+
+
+def test_the_mesh_read_for_a_job_is_every_host_on_its_hosts_leaves():
+    topo = leafspine(6, 3, 2)  # two hosts a leaf
+    places = Places(topo, {})
+    assert places.near(["h0", "h4"]) == ["h0", "h1", "h4", "h5"]  # h1 probes across leaf0's links, h5 leaf2's
+    assert places.near(["h2"]) == ["h2", "h3"]
+    assert Places(None, {}).near(["h2", "h0"]) == ["h0", "h2"]  # no topology: the job's own hosts

@@ -82,6 +82,7 @@ class Places:
         self.topology = topology
         self.host_addresses = dict(host_addresses)
         self._hops: dict[tuple, tuple] = {}  # (host, peer, plane, via) -> hops: the topology does not change
+        self._cabled: dict[str, set[str]] | None = None  # Places.near's index
         self.links = LinkIndex(topology)
         self.by_address = dict(host_addresses)  # address -> host
         self.port_of = {str(i.address.ip): p for p, i in interfaces(topology).items()} if topology else {}
@@ -139,6 +140,21 @@ class Places:
             self._hops[key] = tuple(sorted(placed, key=lambda h: (placed[h], h)))
         return self._hops[key]
 
+
+    def near(self, hosts: Iterable[str]) -> list[str]:
+        """`hosts` and every host on a switch one of them is cabled to: whose probes cross the
+        links `hosts`' flows cross (the leaves' uplinks and downlinks, the hosts' own links)."""
+        topo = self.topology
+        if topo is None:
+            return sorted(set(hosts))
+        if self._cabled is None:  # host -> its switches, switch -> its hosts: built once
+            self._cabled = {}
+            for lk in topo.links:
+                for a, b in ((lk.a.node, lk.b.node), (lk.b.node, lk.a.node)):
+                    if (a in topo.hosts) != (b in topo.hosts):
+                        self._cabled.setdefault(a, set()).add(b)
+        return sorted({n for h in hosts for sw in self._cabled.get(h, ()) for n in self._cabled.get(sw, ())}
+                      | set(hosts))
 
     def across(self, host: str, peer: str | None, plane: int | None, vias: list[str]) -> tuple:
         """Every hop of the paths through each of `vias`, in order from host."""
@@ -302,17 +318,22 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
                                         for stat in ("tx_bps", PATH_STAT)], since_ns=recent, until_ns=now_ns + 1)
               if s.labels.get("jobid") != jobid]
     flows = flows_from([*own, *others], here)
-    # a flow's floor is its pair's, which either end may report
+    # a flow's floor is its pair's, which either end may report; the mesh that locates a queue on
+    # its links is every path from a host cabled to a switch the job's hosts are: a link a flow
+    # crosses is crossed by many such paths, and a few seconds after a queue began each pair has
+    # read only some of its paths again
     ends = sorted({h for f in flows if f.jobid == jobid for h in (f.host, f.peer) if h is not None})
-    path_map = [m for host in ends for m in fleet.monitor.path_map(host)] if fleet.monitor else []
+    near = set(here.near(ends))
+    path_map = [m for host in sorted(near) for m in fleet.monitor.path_map(host)] if fleet.monitor else []
     classes = topology.classes if topology else None
-    floors = probe_paths(series, path_map, here, ends)
+    floors = probe_paths(series, path_map, here, sorted(near))
     queues = egress_queues([s for s in series.range(EGRESS, since_ns=since_ns, until_ns=now_ns + 1)
-                            if s.host in ends], here)
+                            if s.host in near], here)
     flows, floors = with_egress(flows, floors, queues)
     in_class: list[ProbePath] = []
     if classes:
-        in_class = [p for p in probe_paths(series, path_map, here, ends, delay=CLASS_DELAY) if p.p50_us is not None]
+        in_class = [p for p in probe_paths(series, path_map, here, sorted(near), delay=CLASS_DELAY)
+                    if p.p50_us is not None]
         in_class = with_egress([], in_class, queues, classes.collective_dscp[0])[1]
     fabric = Fabric(floors,
                     {lk.name: float(lk.rate_bps) for lk in topology.links} if topology else {},
