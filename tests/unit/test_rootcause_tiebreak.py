@@ -44,3 +44,15 @@ def test_the_link_probes_see_queueing_wins_over_the_link_another_job_loads():
     assert v["evidence"]["localization"]["strength"] == "unexplained"  # the mesh names nothing here
     assert (v["link"], v["evidence"]["direction"]) == (TOPO.find_link("leaf0", "spine0").name, "leaf0>spine0"), v
     assert v["verdict"] == "degraded_link" and v["culprit"] is None  # no load of others seen on it
+
+
+def test_of_links_no_evidence_tells_apart_a_load_that_fills_one_is_congestion_there():
+    # traffic of no job from h0 fills leaf0 -> spine0 (20 Mbit/s), a fifth of h0's own link: the
+    # slow flow's two first hops carry the same load, and no probe tells them apart
+    flows = [flow("h0", "h2", "spine0", "A", 5, 50_000.0),
+             flow("h4", "h1", "spine1", "A", 5, 13.0), flow("h3", "h5", "spine1", "A", 5, 13.0),
+             flow("h0", "h4", "spine0", None, 15, 13.0)]
+    rates = {lk.name: 100e6 if lk.name.startswith("h") else 20e6 for lk in TOPO.links}
+    v = why("A", flows, Fabric(floors=[], link_rates=rates), NOW, 10 * S)
+    uplink = TOPO.find_link("leaf0", "spine0").name
+    assert (v["verdict"], v["link"], v["evidence"]["direction"]) == ("congestion_non_job", uplink, "leaf0>spine0"), v

@@ -200,6 +200,9 @@ def _network(jobid: str, stats: list[FlowStats], flows: list[Flow], fabric: Fabr
     ranked = sorted(hops, key=lambda h: (*(-x for x in evidence_of(h)), order.get(h, len(order))))
     hop, best = ranked[0], evidence_of(ranked[0])
     named = [h for h in ranked if tied(evidence_of(h), best)]
+    # of links no evidence tells apart, the class is read where the load fills most: a load that
+    # fills one of them explains the queue there, though it is a small share of a faster one
+    hop = max(named, key=lambda h: fullness(h, fabric.link_rates, lambda k: sum(load(k).values())))
     on_link = with_unseen(load(hop), fabric.nic_bps(hop, loaded_since))
     rate = fabric.link_rates.get(hop[0])
     others = {j: v for j, v in on_link.items() if j not in (jobid, None)}
@@ -263,11 +266,16 @@ def with_unseen(on_link: dict[str | None, float], nic_bps: float | None) -> dict
     return on_link if unseen <= 0 else {**on_link, None: on_link.get(None, 0.0) + unseen}
 
 
+def fullness(hop: Hop, rates: dict[str, float], total: Callable[[Hop], float]) -> float:
+    """All the load on a hop over its configured rate; 0 where the rate is unknown."""
+    rate = rates.get(hop[0])
+    return total(hop) / rate if rate else 0.0
+
+
 def filled(hops: list[Hop], rates: dict[str, float], total: Callable[[Hop], float]) -> list[Hop]:
-    """Of hops in the order of the way, where a load that fills a link queues: the fullest (all
-    the load on it over its configured rate, within a tenth of the fullest), then `upstream` of
-    those. A hop of unknown rate is kept."""
-    full = {h: total(h) / rate for h in hops if (rate := rates.get(h[0]))}
+    """Of hops in the order of the way, where a load that fills a link queues: the fullest
+    (`fullness` within a tenth of the fullest), then `upstream` of those. A hop of unknown rate is kept."""
+    full = {h: fullness(h, rates, total) for h in hops if rates.get(h[0])}
     top = max(full.values(), default=0.0)
     return upstream([h for h in hops if h not in full or full[h] >= 0.9 * top], rates)
 
