@@ -13,7 +13,7 @@ import pytest
 
 from clockfabric.agent.config import CLASS_PROBE_SHARE, AgentConfig
 from clockfabric.clock.mapping import Mapping
-from clockfabric.clock.sync import CLASS_WINDOWS, HostSync
+from clockfabric.clock.sync import HostSync
 from clockfabric.controller.rootcause import ProbePath, Thresholds
 from clockfabric.controller.rootcause_fabric import Fabric, observations
 from clockfabric.probe.engine import Exchange, Marking, ProbeEngine
@@ -50,7 +50,7 @@ def test_class_delays_age_out_with_the_clocks_exchanges():
     sync = _synced()
     sync.add([_exchange(EPOCH, 20_000), _exchange(EPOCH, 900_000, dscp=26)])
     assert sync.class_owd()
-    later = EPOCH + CLASS_WINDOWS * WINDOW + 1
+    later = EPOCH + WINDOW + 1
     sync.add([_exchange(later, 20_000)])
     assert sync.class_owd() == []  # no class exchange within the last windows: no delay, not an old one
 
@@ -154,25 +154,25 @@ def test_a_class_probe_a_packet_above_its_floor_is_not_a_queue_but_on_a_fast_lin
 
 
 def test_a_reading_that_reaches_back_before_the_queue_shows_it_but_clears_nothing():
-    """A class probe's delay is a median over CLASS_WINDOWS windows. Read two seconds into a queue,
+    """A class probe's delay is a median over the span of a reading. Read a second into a queue,
     most of its packets left before it (where the queue drops what it cannot hold, nearly all
     that got through did): its quiet is of the time before, and the queued link stays a suspect.
     The same quiet read once its whole span is after the queue began clears it; a queued
     reading of that span counts at once."""
-    began, span = EPOCH, CLASS_WINDOWS * WINDOW
+    began, span = EPOCH, WINDOW
     limits = Thresholds()
 
     def judged(read_at: int, p50_us: float) -> list[bool | None]:
         path = ProbePath("h0", "h1", (HOP_A, HOP_B), floor_us=40.0, p50_us=p50_us, t_ns=read_at, span_ns=span)
         fabric = Fabric(collective_dscp=(26,), in_class=[path]).read_since(began)
         return [o.queued for o in observations([], fabric, limits)]
-    assert judged(began + 2 * 10**9, 41.0) == []  # quiet, but mostly of before: no evidence
+    assert judged(began + 10**9, 41.0) == []  # quiet, but mostly of before: no evidence
     assert judged(began + span, 41.0) == [False]  # quiet all of its span: clears
-    assert judged(began + 2 * 10**9, 3_000.0) == [True]  # queued already: counts
+    assert judged(began + 10**9, 3_000.0) == [True]  # queued already: counts
     assert judged(began - 1, 3_000.0) == []  # read before the queue began: says nothing of it
 
 
 def test_each_host_says_how_far_back_its_readings_reach():
     sync = HostSync("a", ["b"], window_ns=WINDOW, report_ns=5 * 10**9)
-    assert sync.spans() == {"owd": 5 * 10**9, "class_owd": CLASS_WINDOWS * WINDOW}
+    assert sync.spans() == {"owd": 5 * 10**9, "class_owd": 5 * 10**9}
     assert HostSync("a", ["b"], window_ns=WINDOW).spans()["owd"] == WINDOW

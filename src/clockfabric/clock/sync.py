@@ -33,8 +33,6 @@ CONTINUE_NS = 10_000.0
 DOUBT_PAIRS = 2
 # a one-way delay whose two clocks' bounds add up to more than this is not published as a number
 OWD_TRUST_NS = 100_000.0
-# the class stream's delays (probe.engine.Marking.class_dscp) are read over this many windows: it is sparse
-CLASS_WINDOWS = 3
 MAX_CLASSED = 1024  # class exchanges held per peer at most, whatever the rate
 
 
@@ -299,18 +297,21 @@ class HostSync:
     def spans(self) -> dict[str, int]:
         """How far back each reading's delays reach (`owd`, `class_owd`): one read just after a queue
         began is mostly of the time before it, and its quiet clears nothing yet."""
-        return {"owd": self.report_ns, "class_owd": CLASS_WINDOWS * self.window_ns}
+        return {"owd": self.report_ns, "class_owd": self.report_ns}
 
     def class_owd(self) -> list[dict]:
-        """The class stream's delays out to each probed peer, by path: the median over the last
-        CLASS_WINDOWS windows (the newest exchange with any peer is now), trusted only. Their
-        floor is the path's own (`owd`): the same 5-tuple crosses the same links."""
+        """The class stream's delays out to each probed peer, by path: the median over the time
+        one reading spans (`report_ns`; the newest exchange with any peer is now), trusted only.
+        No longer: the stream is sparse, a path holds an exchange or two in any span, and a longer
+        one only puts off the moment a reading taken since a queue began is all of after it (and
+        can clear its links). Their floor is the path's own (`owd`): the same 5-tuple crosses the
+        same links."""
         newest = max((p.exchanges[-1].tx[0] for p in self.pairs.values() if p.exchanges), default=None)
         if self.mapping is None or newest is None:
             return []
         rows = []
         for peer, held in list(self.classed.items()):
-            while held and held[0].tx[0] < newest - CLASS_WINDOWS * self.window_ns:
+            while held and held[0].tx[0] < newest - self.report_ns:
                 held.popleft()
             theirs = self.peer_maps.get(peer)
             if not held or theirs is None:
