@@ -140,7 +140,6 @@ class Places:
             self._hops[key] = tuple(sorted(placed, key=lambda h: (placed[h], h)))
         return self._hops[key]
 
-
     def near(self, hosts: Iterable[str]) -> list[str]:
         """`hosts` and every host on a switch one of them is cabled to: whose probes cross the
         links `hosts`' flows cross (the leaves' uplinks and downlinks, the hosts' own links)."""
@@ -323,16 +322,17 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
     # crosses is crossed by many such paths, and a few seconds after a queue began each pair has
     # read only some of its paths again
     ends = sorted({h for f in flows if f.jobid == jobid for h in (f.host, f.peer) if h is not None})
-    near = set(here.near(ends))
-    path_map = [m for host in sorted(near) for m in fleet.monitor.path_map(host)] if fleet.monitor else []
+    near = here.near(ends)  # sorted
+    path_map = [m for host in near for m in fleet.monitor.path_map(host)] if fleet.monitor else []
     classes = topology.classes if topology else None
-    floors = probe_paths(series, path_map, here, sorted(near))
+    floors = probe_paths(series, path_map, here, near)
+    nearby = set(near)
     queues = egress_queues([s for s in series.range(EGRESS, since_ns=since_ns, until_ns=now_ns + 1)
-                            if s.host in near], here)
+                            if s.host in nearby], here)
     flows, floors = with_egress(flows, floors, queues)
     in_class: list[ProbePath] = []
     if classes:
-        in_class = [p for p in probe_paths(series, path_map, here, sorted(near), delay=CLASS_DELAY)
+        in_class = [p for p in probe_paths(series, path_map, here, near, delay=CLASS_DELAY)
                     if p.p50_us is not None]
         in_class = with_egress([], in_class, queues, classes.collective_dscp[0])[1]
     fabric = Fabric(floors,
