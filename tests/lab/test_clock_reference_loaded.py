@@ -1,13 +1,15 @@
 """A loaded reference must not hold global time: global time is the ensemble of the clean hosts
 (clock.timescale). Two cases: the reference's link saturated both ways before any agent
 starts; and, from the first second of the agents, four TCP streams from the reference through a
-25 Mbit/s leaf-spine link of a 3-leaf, 2-spine lab while two hosts send to it at line rate.
-Every other host syncs within its bound, and the reference leaves the ensemble within 10 s of
-its load; saturated, it is named unsyncable within 10 s of the agents starting. The quiet hosts
-are within 2 us: saturated, once settled; under the streams, once the load has stood for those
-10 s (see the second test)."""
+25 Mbit/s leaf-spine link of a 3-leaf, 2-spine lab, alone and with two hosts sending to it at
+line rate. Every other host syncs within its bound; the reference, where every path into it is
+queued, leaves the ensemble within 10 s of its load; saturated, it is named unsyncable within
+10 s of the agents starting. The quiet hosts are within 2 us: saturated, once settled; under the
+streams, once the load has stood for those 10 s (see the second test)."""
 
 import time
+
+import pytest
 
 from clockfabric.clock.evaluate import Sampler, coverage, summary
 from clockfabric.lab import impair, process
@@ -68,10 +70,11 @@ def test_a_reference_saturated_before_the_agents_start_does_not_hold_the_fleet(m
     assert sampler.named[REF][0] <= NAMED_WITHIN_S, sampler.named[REF]  # seconds since the agents started
 
 
-USER_QUIET = ("h1", "h2", "h3", "h4")  # leaves h0-h1, h2-h3, h4-h5: h0 <-> h5, h3 -> h0
+USER_QUIET = ("h1", "h2", "h3", "h4")  # leaves h0-h1, h2-h3, h4-h5: h0 -> h5, and h3, h5 -> h0 with `inbound`
 
 
-def test_a_reference_loaded_from_the_first_second_leaves_the_ensemble_and_bends_no_one(make_lab):
+@pytest.mark.parametrize("inbound", [False, True], ids=["out", "out-and-in"])
+def test_a_reference_loaded_from_the_first_second_bends_no_one_and_leaves_where_queued(make_lab, inbound):
     lab = make_lab(leafspine(6, 3, 2))
     (link,) = [k for k in lab.topology.links if {k.a.node, k.b.node} == {"leaf0", "spine0"}]
     impair.set_rate(lab, link, parse_rate(REF_RATE))
@@ -87,8 +90,9 @@ def test_a_reference_loaded_from_the_first_second_leaves_the_ensemble_and_bends_
             sampler.sample()
             if load_at is None and any(st.get("mapping") for st in sampler.last_states.values()):
                 time.sleep(1.0)  # the first second of the agents: loaded before any host settled
-                procs = (start_flow(lab, REF, "h5", 5201, streams=4) + start_flow(lab, "h3", REF, 5202, streams=2)
-                         + start_flow(lab, "h5", REF, 5203, streams=2))
+                procs = start_flow(lab, REF, "h5", 5201, streams=4)
+                if inbound:
+                    procs += start_flow(lab, "h3", REF, 5202, streams=2) + start_flow(lab, "h5", REF, 5203, streams=2)
                 load_at = time.monotonic() - sampler.start
     finally:
         agents.stop()
@@ -112,13 +116,15 @@ def test_a_reference_loaded_from_the_first_second_leaves_the_ensemble_and_bends_
 
     # software send stamps are taken past the sender's own queue, so the reference's own streams
     # queue its probes only where ECMP puts them on the slow link, as they queue its leaf-mate's:
-    # from nothing to a few us, by the hash. The two senders' queue on its downlink is its alone
-    # and stands on every path into it, whatever the hash: it leaves global time's ensemble
-    # soon; whether it is back once its probation is over depends on how its paths read then,
-    # and back or not, it bends no one (the quiet hosts' errors below)
+    # from nothing (0-4 packets stood there in four of six runs) to a few us, by the hash, and
+    # global time has no cause to drop it. The two senders' queue on its downlink is its alone
+    # and stands on every path into it, whatever the hash: then it leaves global time's ensemble
+    # soon; whether it is back once its probation is over depends on how its paths read then.
+    # Either way it bends no one (the quiet hosts' errors below)
     out_at = [max(t, load_at) for k, (t, members) in enumerate(sampler.frames)
               if REF not in members and (k + 1 == len(sampler.frames) or sampler.frames[k + 1][0] > load_at)]
-    assert out_at and out_at[0] - load_at <= NAMED_WITHIN_S, (frame, load_at, named, sampler.frames)
+    if inbound:
+        assert out_at and out_at[0] - load_at <= NAMED_WITHIN_S, (frame, load_at, named, sampler.frames)
     for h in USER_QUIET:
         assert errors[h]["samples"] > 50, errors[h]
         assert errors[h]["p99_ns"] <= QUIET_BOUND_NS, (h, errors[h])
