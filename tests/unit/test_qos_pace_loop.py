@@ -121,3 +121,20 @@ def test_a_links_own_queue_reading_paces_without_any_flow_reading():
     assert loop.step(flows, {"other>": 0.05}) == {}  # another link's queue: not this one's
     assert loop.step(flows, {LINK: 0.2})[A] == round(G.floor * C / 8)  # 200 ms of queue: the floor
     assert loop.limits == {LINK: G.floor * C}
+
+
+def test_an_elastic_higher_class_with_data_waiting_takes_the_link_back():
+    """A collective paced by its slowest hop sends what the FIFO leaves it, so its rate alone is a
+    fixed point of C - a at any split; the share of the time its data waited on the network says
+    what it wants, and the lower class is cut to what is left of that."""
+    def limited(wanting: float) -> float:
+        fake = FakeSockets()
+        loop = PaceLoop(lambda link: (C, G), fake)
+        for _ in range(3):  # the scavengers take 0.7 of the link, the collective gets the rest
+            loop.step([Flow((1, 1), "critical", 70, (LINK,), 0.3 * C, 0.0, wanting),
+                       Flow(A, "scavenger", 3, (LINK,), 0.35 * C, None), Flow(B, "scavenger", 1, (LINK,), 0.35 * C, None)])
+        return fake.bps(A) + fake.bps(B)
+
+    assert limited(0.0) >= 0.69 * C  # its rate alone: the split stands
+    assert limited(1.0) <= 1.01 * G.floor * C  # waiting all the time: the lower class keeps its floor
+    assert 0.45 * C <= limited(0.5) <= 0.55 * C  # waiting half the time: half the link is left

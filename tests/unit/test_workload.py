@@ -112,6 +112,16 @@ def test_segment_rates_come_from_the_second_reading_and_ride_over_a_wrapped_coun
     assert second[0].tx_pps == pytest.approx(800) and second[0].rx_pps == pytest.approx(100)
 
 
+def test_the_share_of_time_wanting_the_network_comes_from_two_readings():
+    t = FlowTracker()
+    first, _ = t.update([replace(reading(40000, 5201, 11, cookie=1), wanting_us=5_000_000)], 10.0)
+    assert first[0].wanting is None  # one reading holds no span
+    second, _ = t.update([replace(reading(40000, 5201, 11, cookie=1), wanting_us=5_400_000)], 10.5)
+    assert second[0].wanting == pytest.approx(0.8)
+    older, _ = t.update([reading(40000, 5201, 11, cookie=1)], 11.0)  # a kernel without the counters
+    assert older[0].wanting is None
+
+
 def test_a_first_reading_sending_flat_out_gives_the_kernels_delivery_rate():
     """A new bulk flow is reported a reading sooner; an application-limited or idle socket's
     estimate says what it could move, not what it moves: none."""

@@ -51,5 +51,7 @@ def test_a_connection_reads_as_pyroute2_reads_it_with_its_bytes_and_dscp(readers
         assert (r.bytes_acked, r.bytes_received, r.retransmits, r.cwnd) == (
             info["tcpi_bytes_acked"], info["tcpi_bytes_received"], info["tcpi_total_retrans"], info["tcpi_snd_cwnd"])
         assert (r.data_segs_out, r.data_segs_in) == (info["tcpi_data_segs_out"], info["tcpi_data_segs_in"])
+        if "tcpi_rwnd_limited" in info:  # the chrono counters, where this pyroute2 decodes them
+            assert r.wanting_us == max(0, info["tcpi_busy_time"] - info["tcpi_rwnd_limited"])
     back = next(r for r in mine.values() if r.key.lport != sport)
     assert out.data_segs_out == back.data_segs_in > 0 and back.data_segs_out == out.data_segs_in > 0

@@ -87,7 +87,7 @@ class HostPacer:
         fresh, self.last_owd = owd is not self.last_owd, owd  # a new window is a new dict
         by_job = {p.jobid: p for p in policies}
         readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, self.links_of(f),
-                         f.rates.tx_bps or 0.0, self._queue_s(f, owd, fresh))
+                         f.rates.tx_bps or 0.0, self._queue_s(f, owd, fresh), f.rates.wanting or 0.0)
                     for f in flows if (p := by_job.get(f.jobid)) is not None]
         if not readings and not self.loop.paced:
             self.loop.views = {}

@@ -1,7 +1,8 @@
 """The pacing loop of a one-FIFO fabric, host-local: each period, per directed link the host's
 flows cross, the law (qos.pacing) sets the lower classes' rate from the higher class's queueing
-there (the link's own reading, else the highest its flows saw), and each lower-class socket gets
-its share (the smallest over the links it crosses). Each link has its own gains: a link whose
+there (the link's own reading, else the highest its flows saw) and its demand (its rate, or the
+share of the time its data waited on the network, of the whole link), and each lower-class
+socket gets its share (the smallest over the links it crosses). Each link has its own gains: a link whose
 queue is read less often is stepped with that period, holding its rate between readings.
 
 Across hosts (qos.shared): another host's reading of a link counts as this host's own for its
@@ -40,6 +41,7 @@ class Flow:
     links: tuple[str, ...]  # the directed links it crosses, as the host knows them
     tx_bps: float  # what it sent, bits per second (0: idle)
     queue_s: float | None  # its packets' one-way delay above the path's floor; None: no new reading
+    wanting: float = 0.0  # the share of the last reading it had data to send that the network held
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class LinkView:
 
     rank: int  # the higher class there, this host's or another's
     queue_s: float | None  # this host's own new reading of the higher class's queueing; None: none
-    high_bps: float  # this host's higher-class rate through it
+    high_bps: float  # this host's higher-class demand on it (PaceLoop._demand)
     low_weight: int  # the policy weights of this host's lower-class flows sending on it
 
 
@@ -93,7 +95,7 @@ class PaceLoop:
             if link_queues and link in link_queues:
                 own.append(link_queues[link])
             queues = own + ([heard.queue_s] if heard and heard.rank == top and heard.queue_s is not None else [])
-            high_bps = sum(f.tx_bps for f in high)
+            high_bps = self._demand(link, high)
             # split over the sockets that send: an idle one (a control connection) would waste its
             # share; it gets the same share as a sending one until the next period sees it send
             total = sum(f.weight for f in low if f.tx_bps > 0) or sum(f.weight for f in low)
@@ -111,6 +113,13 @@ class PaceLoop:
         for link in set(self.links) - set(by_link):  # no flow of ours crosses it any more
             del self.links[link]
         return self._apply({s: max(1, round(bps / 8)) for s, bps in want.items()})
+
+    def _demand(self, link: str, high: list[Flow]) -> float:
+        """What the higher class wants of the link: its rate, or, where one of its flows had data
+        waiting on the network a share b of the time, b of the whole link: an elastic flow takes
+        what it is left, so while it waits its rate says what contention allows, not what it wants."""
+        sent = sum(f.tx_bps for f in high)
+        return max(sent, self.link_of(link)[0] * max((f.wanting for f in high), default=0.0))
 
     def _apply(self, want: dict[SocketId, int]) -> dict[SocketId, int]:
         for sock in [s for s in self.paced if s not in want]:

@@ -29,13 +29,19 @@ Why it is work-conserving: with the higher class idle (a = 0) and no queue, r >=
 `release_periods` of an idle higher class remove the limit outright (a training job's compute
 phase hands the whole link to the scavenger), and `floor` keeps a lower class from starving.
 
-A standing queue is unmet demand. The term C - a assumes the higher class sends what it wants.
-An elastic one (TCP, a collective paced by its slowest hop) sends what contention leaves it, so
-its measured a is the lower classes' doing, and any split is a fixed point of C - a: only the
-queue term moves it, by kappa * C * e / T a period, which is a fraction of a Mbit/s where the
-queue is read once a 2 s window. So where the queue stands well over target (e > q*) and is
-not falling, the lower classes' rate is cut by `backoff` a period, below whatever the law
-allows; under target it climbs back by `rise` * C a period, never above the law. The law stays
+What the higher class wants. The term C - a assumes the higher class sends what it wants. An
+elastic one (TCP, a collective paced by its slowest hop) sends what contention leaves it, so its
+rate is the lower classes' doing, and any split is a fixed point of C - a. So a is its demand
+(qos.pace_loop): its rate, or where one of its flows had data waiting on the network a share b
+of the time (the kernel's busy time less what the receiver's window held), b * C: while it
+waits it would take the whole link. A collective that waits on its links all its step leaves
+the lower classes their floor; one that computes half its step leaves them half the link.
+
+A standing queue is unmet demand too, where the waiting is not read (a kernel without the
+counters): only the queue term moves the split then, by kappa * C * e / T a period, which is a
+fraction of a Mbit/s where the queue is read once a 2 s window. So where the queue stands well
+over target (e > q*) and is not falling, the lower classes' rate is cut by `backoff` a period,
+below whatever the law allows; under target it climbs back by `rise` * C a period, never above the law. The law stays
 the ceiling, so against a higher class that does send what it wants the loop ends where the
 law's does; the cut only takes the lower classes below it while the queue stands, and a falling
 queue (the law draining it) is left to the law, so the cut does not ring at the law's own

@@ -39,6 +39,7 @@ class SocketReading:
     app_limited: bool = True  # the delivery-rate estimate was taken while the program sent less than it could
     data_segs_out: int = 0  # segments with a payload sent over the socket's life (tcpi_data_segs_out)
     data_segs_in: int = 0  # and received (tcpi_data_segs_in): the packets in-band sampling chooses from
+    wanting_us: int | None = None  # time with data to send, not held by the receiver, over its life (None: unread)
 
     @property
     def sending_flat_out(self) -> bool:
@@ -53,6 +54,7 @@ class FlowRates:
     new_retransmits: int  # since the last reading
     tx_pps: float | None = None  # segments with a payload sent, a second since the last reading (None: first)
     rx_pps: float | None = None  # and received
+    wanting: float | None = None  # the share of the time since the last reading it had data to send
 
     @property
     def key(self) -> FlowKey:
@@ -86,7 +88,8 @@ class FlowTracker:
                                  _rate(r.bytes_received - was.bytes_received, dt),
                                  max(0, r.retransmits - was.retransmits),
                                  _per_s(r.data_segs_out - was.data_segs_out, dt),
-                                 _per_s(r.data_segs_in - was.data_segs_in, dt)))
+                                 _per_s(r.data_segs_in - was.data_segs_in, dt),
+                                 _share_of(r.wanting_us, was.wanting_us, dt)))
         ended = sorted(last.reading.key for cookie, last in self.last.items() if cookie not in seen)
         self.last = seen
         return out, ended
@@ -94,6 +97,12 @@ class FlowTracker:
 
 def _rate(delta_bytes: int, dt_s: float) -> float | None:
     return delta_bytes * 8 / dt_s if delta_bytes >= 0 else None
+
+
+def _share_of(now_us: int | None, was_us: int | None, dt_s: float) -> float | None:
+    if now_us is None or was_us is None or now_us < was_us:
+        return None
+    return min(1.0, (now_us - was_us) / 1e6 / dt_s)
 
 
 def _per_s(delta: int, dt_s: float) -> float:

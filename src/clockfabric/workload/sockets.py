@@ -38,6 +38,8 @@ TCPI_FLAGS, TCPI_LAST_DATA_SENT = 7, 44  # flags: bit 0, tcpi_delivery_rate_app_
 TCPI_RTT, TCPI_SND_CWND, TCPI_TOTAL_RETRANS = 68, 80, 100
 TCPI_BYTES_ACKED, TCPI_BYTES_RECEIVED, TCPI_DELIVERY_RATE = 120, 128, 160
 TCPI_DATA_SEGS_IN, TCPI_DATA_SEGS_OUT = 152, 156
+# time with data to send (busy, whatever held it), and the part the receiver's window held (4.10)
+TCPI_BUSY_TIME, TCPI_RWND_LIMITED = 168, 176
 RECV_BYTES = 1 << 16
 
 
@@ -114,4 +116,13 @@ def parse(msg: memoryview | bytes) -> SocketReading | None:
                          u32(TCPI_RTT), u32(TCPI_SND_CWND), u64(TCPI_DELIVERY_RATE) * 8.0,
                          None if tos is None else tos >> 2, last_data_sent_ms=u32(TCPI_LAST_DATA_SENT),
                          app_limited=bool(info[TCPI_FLAGS] & 1), send_queue_bytes=wqueue,
-                         data_segs_out=u32(TCPI_DATA_SEGS_OUT), data_segs_in=u32(TCPI_DATA_SEGS_IN))
+                         data_segs_out=u32(TCPI_DATA_SEGS_OUT), data_segs_in=u32(TCPI_DATA_SEGS_IN),
+                         wanting_us=_wanting_us(info))
+
+
+def _wanting_us(info: memoryview | bytes) -> int | None:
+    """The socket's time with data to send that the network or its own send buffer held (the
+    receiver's window left out), over its life, microseconds; None where the kernel is older."""
+    if len(info) < TCPI_RWND_LIMITED + U64.size:
+        return None
+    return max(0, U64.unpack_from(info, TCPI_BUSY_TIME)[0] - U64.unpack_from(info, TCPI_RWND_LIMITED)[0])
