@@ -14,6 +14,11 @@ the scenario is contended) and with QoS (<= 1.05x); the share the bulk job took 
 job left of h0's link (>= 80%: no starvation; the DDP job's bytes are its alone run's, the same
 model and steps); the agents' CPU with QoS less without (what QoS costs a host).
 
+On one FIFO a fourth run times the reaction: with QoS, the bulk job starts only once the DDP job
+has done ONSET_STEP steps, and the figure is the time from its onset to the end of the last DDP
+step slower than 1.05x its alone median, among those begun within ONSET_WINDOW_S of the onset
+(0: none was slowed).
+
     sudo clockfabric bench qos [--fabric classes --fabric fifo] [--steps 30] [--rate 50mbit]
 """
 
@@ -39,6 +44,7 @@ from clockfabric.lab.state import Lab
 from clockfabric.lab.traffic import iperf_server
 from clockfabric.topology import TrafficClasses, leafspine
 from clockfabric.topology.rates import parse_rate
+from clockfabric.train.report import read_log
 from clockfabric.workload.jobs import JOB_ENV
 
 SCRIPT = Path("examples/ddp_train.py")
@@ -49,6 +55,8 @@ COLLECTIVE_SHARE = 90.0  # of every link, for the collective class (priority kee
 # on one FIFO a mark changes no queue: the hosts pace the scavenger's sockets (agent/qos_pace.py)
 FIFO_NOTE = "; one FIFO: the hosts pace the scavenger's sockets"
 POLICIES = [{"jobid": "ddp", "class": "critical"}, {"jobid": "bulk", "class": "scavenger"}]
+ONSET_STEP, ONSET_WINDOW_S = 8, 5.0
+SLOWED = 1.05  # a step over this times the alone median was slowed
 
 
 def tx_bytes(lab: Lab, host: str) -> int:
@@ -74,7 +82,9 @@ def start_bulk(lab: Lab) -> list:
     return procs
 
 
-def one_run(lab: Lab, folder: Path, steps: int, *, bulk: bool, qos: bool) -> dict:
+def one_run(lab: Lab, folder: Path, steps: int, *, bulk: bool, qos: bool, onset_step: int | None = None) -> dict:
+    """One DDP job with an agent on every host; the bulk job beside it from the start, or from
+    `onset_step` steps in."""
     policy_file = folder / "qos.json"
     folder.mkdir(parents=True, exist_ok=True)
     policy_file.write_text(json.dumps(POLICIES if qos else []))
@@ -83,13 +93,18 @@ def one_run(lab: Lab, folder: Path, steps: int, *, bulk: bool, qos: bool) -> dic
     agents.start()
     try:
         agents.wait_publishing()
-        if bulk:
+        if bulk and onset_step is None:
             procs = start_bulk(lab)
         cpu0, tx0, t0 = [cpu_s(p.pid) for p in agents.procs], tx_bytes(lab, "h0"), time.monotonic()
         qos0 = _qos_cpu_s(agents.state_dir)
         run = job.start(lab, HOSTS, [str(SCRIPT), "--steps", str(steps), "--timeout", "120", "--seed", str(SEED)],
                         folder / "job", env={JOB_ENV: "ddp"})
+        onset_at = None
         try:
+            if bulk and onset_step is not None:
+                _await_steps(run, onset_step, steps * 30 + 300)
+                onset_at = time.time()
+                procs = start_bulk(lab)
             result = run.wait(steps * 30 + 300, stall_s=150)
         finally:
             run.stop()
@@ -104,7 +119,25 @@ def one_run(lab: Lab, folder: Path, steps: int, *, bulk: bool, qos: bool) -> dic
     if result.outcome != "completed" or result.median_step_s is None:
         raise ClockfabricError(f"the DDP job did not complete: {result.error or result.outcome}")
     return {"bulk": bulk, "qos": qos, "median_step_s": result.median_step_s, "seconds": took, "h0_tx_bytes": sent,
-            "agent_cpu_share": cpu, "qos_cpu_share": qos_cpu, "qos_state": qos_state}
+            "agent_cpu_share": cpu, "qos_cpu_share": qos_cpu, "qos_state": qos_state, "onset_at": onset_at,
+            "steps": [(r["start"], r["duration_s"]) for r in read_log(run.logs[0]) if "duration_s" in r]}
+
+
+def _await_steps(run: job.Job, n: int, timeout_s: float) -> None:
+    """Until rank 0 has logged n steps (or the job ended: its result says how)."""
+    deadline = time.monotonic() + timeout_s
+    while sum("duration_s" in r for r in read_log(run.logs[0])) < n and run.running():
+        if time.monotonic() > deadline:
+            raise ClockfabricError(f"the DDP job did not reach step {n} in {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def reaction_s(steps: list[tuple[float, float]], onset_at: float, alone_s: float) -> tuple[float, int]:
+    """From the onset to the end of the last step slower than SLOWED x alone_s among those running
+    at the onset or begun within ONSET_WINDOW_S after it (0: none), and how many such steps were slowed."""
+    ends = [start + d for start, d in steps
+            if start + d > onset_at and start <= onset_at + ONSET_WINDOW_S and d > SLOWED * alone_s]
+    return (max(ends) - onset_at if ends else 0.0), len(ends)
 
 
 def _qos_cpu_s(state_dir: Path) -> float:
@@ -119,8 +152,9 @@ def fabric_runs(fabric: str, steps: int, rate: str, tmp: Path) -> dict:
         lab = build.up(replace(leafspine(len(HOSTS), 2, 1, host_rate=rate, name=f"qos-{fabric}"), classes=classes),
                        name)
         runs = {}
-        for label, bulk, qos in (("alone", False, False), ("without_qos", True, False), ("with_qos", True, True)):
-            runs[label] = one_run(lab, tmp / fabric / label, steps, bulk=bulk, qos=qos)
+        plan = [("alone", False, False, None), ("without_qos", True, False, None), ("with_qos", True, True, None)]
+        for label, bulk, qos, onset in plan + ([("onset", True, True, ONSET_STEP)] if fabric == "fifo" else []):
+            runs[label] = one_run(lab, tmp / fabric / label, steps, bulk=bulk, qos=qos, onset_step=onset)
             out.print(f"{fabric} {label}: {runs[label]['median_step_s'] * 1e3:.0f} ms/step, h0 sent "
                       f"{runs[label]['h0_tx_bytes'] * 8 / runs[label]['seconds'] / 1e6:.1f} Mbit/s, agents "
                       f"{runs[label]['agent_cpu_share']:.2%} of a core each")
@@ -132,6 +166,17 @@ def paced_note(run: dict) -> str:
     held = {h: p for h, s in sorted(run["qos_state"].items()) if (p := s.get("pacing")) and p.get("sockets_ever")}
     return " (" + ", ".join(f"{h}: {p['sockets_ever']} sockets, limited {p['limited_s']:.0f} s"
                             for h, p in held.items()) + ")" if held else " (no socket was paced)"
+
+
+def onset_target(fabric: str, runs: dict) -> list[Target]:
+    if "onset" not in runs:
+        return []
+    onset, alone_s = runs["onset"], runs["alone"]["median_step_s"]
+    took, slowed = reaction_s(onset["steps"], onset["onset_at"], alone_s)
+    return [Target(f"{fabric}: reaction, the bulk job's onset to the DDP job's steps back within {SLOWED}x",
+                   round(took, 2), 1.0, "s", better="lower",
+                   note=f"bulk started after step {ONSET_STEP}; {slowed} step(s) slower than {SLOWED}x alone "
+                        f"({alone_s * 1e3:.0f} ms) within {ONSET_WINDOW_S:.0f} s of it")]
 
 
 def fabric_targets(fabric: str, runs: dict, rate_bps: int) -> list[Target]:
@@ -159,6 +204,7 @@ def fabric_targets(fabric: str, runs: dict, rate_bps: int) -> list[Target]:
                                      "second, which the agents' capture reads")),
         Target(f"{fabric}: the agents' QoS service's own CPU", round(with_qos.get("qos_cpu_share", 0.0), 4), 0.01,
                "core", better="lower", note="marking, pacing and telling, timed in the service (thread CPU)"),
+        *onset_target(fabric, runs),
     ]
 
 
