@@ -10,7 +10,7 @@ import pytest
 
 import clockfabric.agent.services.clock as clock_service
 from clockfabric.agent.config import AgentConfig
-from clockfabric.agent.services.clock import START_REPORT_S, START_SOLVE_S, START_WINDOWS, ClockSync
+from clockfabric.agent.services.clock import MAP_SPREAD, START_REPORT_S, START_SOLVE_S, START_WINDOWS, ClockSync
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.mapping import Mapping
 from clockfabric.topology import leafspine
@@ -127,3 +127,26 @@ def test_a_broken_band_hurries_a_started_agent_for_as_long_as_a_start(mono):
     assert not svc.hurried
     svc.tick(0)
     assert svc.ctx.engine.interval_s == pytest.approx(full) and "start" not in sent[-1][1]
+
+
+def test_the_solvers_maps_leave_spread_over_a_share_of_the_update_none_lost(mono):
+    """After a solve, one map a host leaves every MAP_SPREAD * update / (hosts - 1): a burst of
+    them all would overflow a busy link's queue, and always at the same hosts (agent.fanout)."""
+    fleet = fleet12()
+    ref, sent, _ = service("h0", fleet)
+    peers = probe_peers(sorted(fleet), 4, seed=0)
+    center = {h: fleet[h].read(NOW_TAU - 1e9) for h in fleet}
+    for h in sorted(fleet):
+        edges = [edge_row(fleet, h, p, center[h], margin=1_000.0) for p in peers[h]]
+        ref.on_message({"t": "report", "host": h, "edges": edges}, address(ref, h))
+    ref.tick(0)
+    gap = MAP_SPREAD * ref.ctx.cfg.update_s / 11
+    assert len([m for _, m in sent if m["t"] == "map"]) == 1  # the first at once
+    times = [mono.now]
+    while (due := ref.poll(mono.now)) != float("inf"):
+        assert due == pytest.approx(mono.now + gap) or due == pytest.approx(mono.now)
+        mono.now = due
+        times.append(due)
+    maps = [h for h, m in sent if m["t"] == "map"]
+    assert sorted(maps) == sorted(fleet) and len(set(maps)) == 12
+    assert mono.now - times[0] == pytest.approx(11 * gap)

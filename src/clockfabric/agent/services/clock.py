@@ -32,6 +32,7 @@ import time
 from collections import deque
 
 from clockfabric.agent.context import AgentContext
+from clockfabric.agent.fanout import Fanout
 from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.clock.network import solver_installed
 from clockfabric.clock.solver import YOUNG_WINDOWS, Solver
@@ -51,6 +52,9 @@ MAPPING_FIELDS = ("t0_ns", "offset_ns", "drift")
 # updates without a map from the solver after which it is taken for dead: three, as the solver
 # takes a host whose reports stopped for stale (Solver.stale_s)
 HANDOVER_UPDATES = 3
+# a solve's maps leave one after another over this share of the update (agent.fanout), not as
+# one burst that a busy link's queue cannot hold
+MAP_SPREAD = 0.25
 
 
 def _number(v: object) -> bool:
@@ -108,6 +112,7 @@ class ClockSync(Service):
         self._exchanged = -math.inf
         self._solving_since = time.monotonic()
         self.solver = self._new_solver() if cfg.host == cfg.reference else None
+        self.maps = Fanout(ctx.send, len(cfg.topology.hosts) - 1, MAP_SPREAD * cfg.update_s)
         self._installed: bool | None = None  # the solver extra is here (None: not asked yet)
         self._solve_due = math.inf
         self._utc_seen: deque[tuple[int, int]] = deque()  # (our clock, our clock minus UTC)
@@ -239,11 +244,12 @@ class ClockSync(Service):
         self._elect(now_s)
         if self.solver and self.solving and now_s >= self._solve_due:  # due only on the solving host
             self._solve(self.solver, urgent=self._urgent, only=None if self._urgent else self._answer)
+        maps_due = self.maps.flush(now_s)
         if not self.hurried:
-            return self._solve_due
+            return min(self._solve_due, maps_due)
         if now_s >= self._next_start_report:
             self._report(self.ctx.clock.now_ns())
-        return min(self._solve_due, self._next_start_report)
+        return min(self._solve_due, self._next_start_report, maps_due)
 
     def tick(self, now_ns: int) -> None:
         self._report(now_ns)
@@ -335,8 +341,11 @@ class ClockSync(Service):
         self.ctx.engine.interval_s = self._intervals[quiet] / (START_RATE if self.hurried else 1.0)
 
     def _solve(self, solver: Solver, *, urgent: bool = False, only: set[str] | None = None) -> None:
-        """Solve and send the maps: to every reporting host, or `only` to these."""
+        """Solve and send the maps (spread out: self.maps): to every reporting host, or `only`
+        to these."""
         for host, msg in solver.solve(self.ctx.clock.now_ns()).items():
-            if only is None or host in only:
-                self.ctx.send(host, {**msg, "urgent": True} if urgent else msg)
+            if only is None or host in only:  # one replacing an urgent map still unsent is urgent too
+                hurry = urgent or (self.maps.waiting(host) or {}).get("urgent")
+                self.maps.put(host, {**msg, "urgent": True} if hurry else msg)
+        self.maps.flush(time.monotonic())
         self._solve_due, self._urgent, self._answer = math.inf, False, set()
