@@ -55,6 +55,16 @@ def fleet12() -> dict[str, Host]:
     return {f"h{i}": c for i, c in enumerate(make_fleet(12, seed=3).values())}
 
 
+def report_all(ref: ClockSync, fleet: dict[str, Host], starting: str | None = None) -> None:
+    """Every host's report of its pairs reaches the solver; `starting`'s asks to be answered soon."""
+    peers = probe_peers(sorted(fleet), 4, seed=0)
+    center = {h: fleet[h].read(NOW_TAU - 1e9) for h in fleet}
+    for h in sorted(fleet):
+        edges = [edge_row(fleet, h, p, center[h], margin=1_000.0) for p in peers[h]]
+        ref.on_message({"t": "report", "host": h, "edges": edges, **({"start": True} if h == starting else {})},
+                       address(ref, h))
+
+
 def test_a_starting_agent_probes_faster_and_reports_often_then_keeps_the_update_cadence(mono):
     svc, sent, _ = service("h1", fleet12())
     full = svc.ctx.engine.interval_s
@@ -90,12 +100,7 @@ def test_a_starting_host_publishes_each_map_and_a_started_one_waits_for_its_upda
 def test_the_solver_answers_a_starting_hosts_report_at_once_and_to_it_alone(mono):
     fleet = fleet12()
     ref, sent, _ = service("h0", fleet)
-    peers = probe_peers(sorted(fleet), 4, seed=0)
-    center = {h: fleet[h].read(NOW_TAU - 1e9) for h in fleet}
-    for h in sorted(fleet):
-        edges = [edge_row(fleet, h, p, center[h], margin=1_000.0) for p in peers[h]]
-        ref.on_message({"t": "report", "host": h, "edges": edges, **({"start": True} if h == "h5" else {})},
-                       address(ref, h))
+    report_all(ref, fleet, starting="h5")
     assert ref.poll(mono.now) == pytest.approx(mono.now + START_SOLVE_S)  # a solve is due soon
     assert sent == []
     mono.now += START_SOLVE_S
@@ -134,11 +139,7 @@ def test_the_solvers_maps_leave_spread_over_a_share_of_the_update_none_lost(mono
     them all would overflow a busy link's queue, and always at the same hosts (agent.fanout)."""
     fleet = fleet12()
     ref, sent, _ = service("h0", fleet)
-    peers = probe_peers(sorted(fleet), 4, seed=0)
-    center = {h: fleet[h].read(NOW_TAU - 1e9) for h in fleet}
-    for h in sorted(fleet):
-        edges = [edge_row(fleet, h, p, center[h], margin=1_000.0) for p in peers[h]]
-        ref.on_message({"t": "report", "host": h, "edges": edges}, address(ref, h))
+    report_all(ref, fleet)
     ref.tick(0)
     gap = MAP_SPREAD * ref.ctx.cfg.update_s / 11
     assert len([m for _, m in sent if m["t"] == "map"]) == 1  # the first at once
