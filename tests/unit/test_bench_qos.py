@@ -37,7 +37,10 @@ def test_a_slow_step_after_the_job_is_back_is_its_own_spread():
 
 
 def test_the_target_is_only_for_a_fabric_with_an_onset_run():
-    runs = {"alone": {"median_step_s": ALONE}, "onset": {"steps": steps([ALONE, 1.0, ALONE]), "onset_at": 100.8}}
+    paced = {"h0": {"pacing": {"joined_between_updates": 5}}, "h1": {"pacing": None}, "h3": {}}
+    runs = {"alone": {"median_step_s": ALONE},
+            "onset": {"steps": steps([ALONE, 1.0, ALONE]), "onset_at": 100.8, "qos_state": paced}}
     (target,) = onset_target("fifo", runs)
     assert target.value == pytest.approx(100.0 + ALONE + 1.0 - 100.8, abs=0.01) and target.bar == 1.0
+    assert "5 of its sockets paced before a workload update listed them" in target.note
     assert onset_target("classes", {"alone": runs["alone"]}) == []

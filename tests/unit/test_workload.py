@@ -32,19 +32,24 @@ def fake_proc(root: Path, processes: dict[int, dict]) -> Path:
     (root / "stat").write_text(f"cpu  1 2 3\nbtime {BTIME}\n")
     _ns(root / "self", NETNS, PIDNS)
     for pid, p in processes.items():
-        d = root / str(pid)
-        d.mkdir()
-        (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in p.get("env", {}).items()) + b"\0")
-        (d / "cgroup").write_text(p.get("cgroup", "0::/user.slice\n"))
-        ticks = int(p.get("start_after_boot_s", 100) * os.sysconf("SC_CLK_TCK"))
-        fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 30
-        (d / "stat").write_text(f"{pid} (py (worker) 1) " + " ".join(fields) + "\n")
-        _ns(d, p.get("netns", NETNS), p.get("pidns", PIDNS))
-        (d / "fd").mkdir()
-        for fd, inode in enumerate(p.get("sockets", [])):
-            os.symlink(f"socket:[{inode}]", d / "fd" / str(fd + 3))
-        os.symlink("/dev/null", d / "fd" / "0")
+        add_process(root, pid, p)
     return root
+
+
+def add_process(root: Path, pid: int, p: dict) -> None:
+    """One process's entry (p: env, cgroup, start_after_boot_s, netns, pidns, sockets)."""
+    d = root / str(pid)
+    d.mkdir()
+    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in p.get("env", {}).items()) + b"\0")
+    (d / "cgroup").write_text(p.get("cgroup", "0::/user.slice\n"))
+    ticks = int(p.get("start_after_boot_s", 100) * os.sysconf("SC_CLK_TCK"))
+    fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 30
+    (d / "stat").write_text(f"{pid} (py (worker) 1) " + " ".join(fields) + "\n")
+    _ns(d, p.get("netns", NETNS), p.get("pidns", PIDNS))
+    (d / "fd").mkdir()
+    for fd, inode in enumerate(p.get("sockets", [])):
+        os.symlink(f"socket:[{inode}]", d / "fd" / str(fd + 3))
+    os.symlink("/dev/null", d / "fd" / "0")
 
 
 def _ns(d: Path, net: int, pid: int) -> None:
@@ -195,6 +200,32 @@ def test_monitor_maps_sockets_to_processes_to_jobs(proc):
     view = mon.update()
     rates = {f.rates.reading.inode: f.rates.tx_bps for f in view.flows}
     assert rates[11] == pytest.approx(8e6) and rates[13] == 0
+
+
+def test_sockets_opened_since_the_last_listing_are_found_between_updates(proc):
+    """For QoS's pacing: a job's sockets the last update's fd listing did not have, a new
+    process's included, each once (a shared one the lowest pid's); other jobs' not."""
+    mon = WorkloadMonitor(ProcFs(proc), lambda: [reading(1, 2, 11, 1), reading(3, 4, 13, 2)])
+    mon.update()
+    assert mon.opened({"J"}) == []  # every socket of its processes was listed
+    os.symlink("socket:[16]", proc / "101" / "fd" / "9")
+    add_process(proc, 500, {"env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [17, 12]})
+    add_process(proc, 99, {"env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [17]})
+    assert sorted(mon.opened({"J"})) == [("J", 99, 17, 3), ("J", 101, 16, 9)]
+    assert mon.opened({"slurm:77", "elsewhere"}) == []  # in a container, on another lab host
+
+
+def test_between_updates_proc_is_listed_again_only_once_a_process_was_made(proc):
+    mon = WorkloadMonitor(ProcFs(proc), lambda: [])
+    mon.update()
+    (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 600\n")
+    assert mon.opened({"J"}) == []
+    add_process(proc, 600, {"env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [18]})
+    assert mon.opened({"J"}) == []  # the last pid is the same: no listing
+    os.symlink("socket:[19]", proc / "101" / "fd" / "9")
+    assert mon.opened({"J"}) == [("J", 101, 19, 9)]  # a known process's fds are read each time
+    (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 601\n")
+    assert mon.opened({"J"}) == [("J", 101, 19, 9), ("J", 600, 18, 3)]
 
 
 def test_a_job_that_exits_leaves_the_view(proc):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -54,6 +54,8 @@ class AgentContext:
     job_sockets: Callable[[], list[tuple[str, int]]] | None = None  # (jobid, socket cookie): the workload's
     job_qos: Callable[[], dict[str, Ask]] | None = None  # jobid -> what may give it a QoS class
     job_flows: Callable[[], tuple[list, dict]] | None = None  # the workload's flows and their last OWD window
+    # these jobs' sockets since the workload's last update: (jobid, pid, inode, fd), read now
+    job_sockets_opened: Callable[[Collection[str]], list[tuple[str, int, int, int]]] | None = None
 
     def link_changed(self) -> None:
         for wake in self.on_link_change:

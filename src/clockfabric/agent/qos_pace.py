@@ -8,6 +8,11 @@ synced clocks) above the lowest this host has seen to that peer, new once a wind
 is stepped with the window as its period. What it paced goes to a state file first, so an agent
 killed while pacing releases those sockets at its next start.
 
+Between the workload's updates, each period, the sockets a lower-class job opened since the last
+one join the loop (`join`): a scavenger starting beside a critical job is paced from the period
+after its connect, not from the update after it (up to a second on); until the update lists
+them they count as idle flows, which the links' limits split over with the others.
+
 Across hosts: the readings of the last hops into peers that its higher class sees queueing on
 (while they show a queue, and SHARE_HOLD readings more), and its lower-class flows' weights on
 links it paces against another host's reading, are what it tells the other hosts (qos.shared); what they
@@ -50,14 +55,44 @@ class HostPacer:
         self.fds: dict[SocketId, int] = {}  # each paced socket's descriptor number in its process
         self.own: dict[str, tuple[float, int, int]] = {}  # last hop -> its last queue reading, read time, hold
         self._told: tuple[list, int] = ([], 0)  # what was last told, and when
+        self.joined: dict[SocketId, tuple[str, str]] = {}  # sockets found between updates: (job id, peer)
+        self.not_flows: set[int] = set()  # sockets found that will carry no flow: not looked at again
+        self.joined_ever = 0  # for the state: sockets paced before an update listed them
 
     def _link(self, link: str) -> tuple[float, Gains]:
         if link.endswith(">"):  # a NIC's egress
             return self.backlog.rates_bps.get(link[:-1], self.capacity), self.local
         return self.capacity, self.remote
 
-    def links_of(self, f: JobFlow) -> tuple[str, ...]:
-        return (f"{self.backlog.egress(f.rates.key.remote)}>", f">{f.rates.key.remote}")
+    def links_to(self, peer: str) -> tuple[str, ...]:
+        return (f"{self.backlog.egress(peer)}>", f">{peer}")
+
+    def join(self, opened: list[tuple[str, int, int, int]]) -> None:
+        """The sockets of lower-class jobs that the workload's last update did not list (its
+        monitor's `opened`): each one's peer, read once it is connected. Those the update lists
+        now leave, as do those gone."""
+        joined, present = {}, set()
+        for jobid, pid, inode, fd in opened:
+            sock = (pid, inode)
+            present.add(inode)
+            if sock in self.joined:
+                joined[sock] = self.joined[sock]
+                continue
+            if inode in self.not_flows:
+                continue
+            try:
+                peer = sockpace.tcp_peer(pid, inode, fd)
+            except sockpace.NeverAFlow:
+                self.not_flows.add(inode)
+                continue
+            except (LookupError, OSError):
+                continue
+            if peer is not None:
+                joined[sock] = (jobid, peer)
+                self.fds[sock] = fd
+                self.joined_ever += 1
+        self.joined = joined
+        self.not_flows &= present
 
     def _actuate(self, sock: SocketId, bytes_per_s: int | None) -> None:
         rate = sockpace.UNLIMITED if bytes_per_s is None else bytes_per_s
@@ -86,9 +121,13 @@ class HostPacer:
         other hosts' readings."""
         fresh, self.last_owd = owd is not self.last_owd, owd  # a new window is a new dict
         by_job = {p.jobid: p for p in policies}
-        readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, self.links_of(f),
+        readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, self.links_to(f.rates.key.remote),
                          f.rates.tx_bps or 0.0, self._queue_s(f, owd, fresh), f.rates.wanting or 0.0)
                     for f in flows if (p := by_job.get(f.jobid)) is not None]
+        listed = {f.rates.reading.inode for f in flows}
+        readings += [Flow(sock, p.qos_class, p.weight, self.links_to(peer), 0.0, None)
+                     for sock, (jobid, peer) in self.joined.items()
+                     if sock[1] not in listed and (p := by_job.get(jobid)) is not None]
         if not readings and not self.loop.paced:
             self.loop.views = {}
             return {}  # no job with a policy here: not even the qdiscs are read

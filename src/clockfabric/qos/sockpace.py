@@ -27,6 +27,10 @@ class Gone(LookupError):
     """The process or its socket is no longer there."""
 
 
+class NeverAFlow(ValueError):
+    """A socket that will not carry a TCP flow: not TCP, or a listener."""
+
+
 def _pidfd_getfd(pidfd: int, fd: int) -> int:
     got = _libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
     if got < 0:
@@ -53,11 +57,9 @@ def fd_of(pid: int, inode: int, proc: str = "/proc") -> int | None:
     return None
 
 
-def set_max_rate(pid: int, inode: int, bytes_per_s: int, fd: int | None = None) -> int:
-    """Set SO_MAX_PACING_RATE (bytes per second; UNLIMITED: none) on a socket of process pid,
-    named by its inode; `fd`: where it was last time (checked, else looked up again). Returns the
-    process's descriptor number for it. Gone if the process or socket went; OSError if the
-    kernel refuses."""
+def _dup(pid: int, inode: int, fd: int | None = None) -> tuple[socket.socket, int]:
+    """A duplicate of process pid's socket with this inode, and its descriptor number there; `fd`:
+    where it was last time (checked, else looked up again). Gone if the process or socket went."""
     for guess in ([fd] if fd is not None else []) + [None]:
         at = guess if guess is not None else fd_of(pid, inode)
         if at is None:
@@ -76,27 +78,37 @@ def set_max_rate(pid: int, inode: int, bytes_per_s: int, fd: int | None = None) 
         if not stat.S_ISSOCK(st.st_mode) or st.st_ino != inode:  # the number now holds another file
             os.close(dup)
             continue
-        s = socket.socket(fileno=dup)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("Q", min(bytes_per_s, UNLIMITED)))
-            return at
-        finally:
-            s.close()
+        return socket.socket(fileno=dup), at
     raise Gone(f"socket {inode} is no longer open in process {pid}")
+
+
+def set_max_rate(pid: int, inode: int, bytes_per_s: int, fd: int | None = None) -> int:
+    """Set SO_MAX_PACING_RATE (bytes per second; UNLIMITED: none) on a socket of process pid,
+    named by its inode; `fd`: where it was last time (checked, else looked up again). Returns the
+    process's descriptor number for it. Gone if the process or socket went; OSError if the
+    kernel refuses."""
+    s, at = _dup(pid, inode, fd)
+    with s:
+        s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("Q", min(bytes_per_s, UNLIMITED)))
+    return at
+
+
+def tcp_peer(pid: int, inode: int, fd: int | None = None) -> str | None:
+    """The address a TCP socket of process pid is connected to (None: not yet). NeverAFlow for a
+    socket that will not be (a Unix or UDP socket, a listener); Gone if the process or socket went."""
+    s, _ = _dup(pid, inode, fd)
+    with s:
+        if (s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM
+                or s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
+            raise NeverAFlow(f"socket {inode} of process {pid} carries no TCP flow")
+        try:
+            return str(s.getpeername()[0])
+        except OSError:  # connecting, or never connected
+            return None
 
 
 def max_rate(pid: int, inode: int) -> int:
     """The socket's SO_MAX_PACING_RATE now, bytes per second (UNLIMITED: none)."""
-    fd = fd_of(pid, inode)
-    if fd is None:
-        raise Gone(f"socket {inode} is no longer open in process {pid}")
-    pidfd = os.pidfd_open(pid)
-    try:
-        dup = _pidfd_getfd(pidfd, fd)
-    finally:
-        os.close(pidfd)
-    s = socket.socket(fileno=dup)
-    try:
+    s, _ = _dup(pid, inode)
+    with s:
         return int(struct.unpack("Q", s.getsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, 8))[0])
-    finally:
-        s.close()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from clockfabric.traffic.steer_decide import FlowKey
@@ -30,6 +30,10 @@ from clockfabric.workload.jobs import Job, JobProcess, group, identify
 from clockfabric.workload.procfs import ProcFs
 
 YOUNG_S = 5.0  # a process this new is read again: `env X=1 cmd` and `ip netns exec` exec after we may look
+# an exec that makes a process a job's (`env X=1 cmd`, `ip netns exec`) comes milliseconds after its
+# start: `opened`, called ten times as often as an update, reads a process of no job again this long
+# (ages count from /proc/stat's btime, in whole seconds: a process may look up to 1 s older)
+OPENED_YOUNG_S = 1.5
 REFRESH_S = 10.0  # with no job here and the NICs quiet, the sockets are read this often (the count of others)
 
 
@@ -90,6 +94,7 @@ class WorkloadMonitor:
         self.owner: dict[int, tuple[int, str]] = {}
         self.listed_inodes: set[int] = set()
         self.listed_jobs: dict[int, str] = {}
+        self.last_pid: int | None = None  # the kernel's last pid at `opened`'s last call
         self.read_at = -math.inf  # when the sockets were last read; how many were a job's, how many not
         self.job_flows = self.other_flows = 0
 
@@ -107,19 +112,38 @@ class WorkloadMonitor:
         marks = self.proc.job_marks(pid)
         return marks is not None and identify(*marks) is not None
 
-    def processes(self) -> list[JobProcess]:
-        """This host's job processes now."""
+    def processes(self, young_s: float = YOUNG_S, listed: bool = True) -> list[JobProcess]:
+        """This host's job processes now; a process of no job younger than `young_s` read again.
+        `listed` False: /proc is not listed, only the processes known are looked at again."""
         now_s = time.time()
-        pids = set(self.proc.pids())
+        pids = set(self.proc.pids()) if listed else set(self.known)
         self.known = {pid: k for pid, k in self.known.items() if pid in pids}
         for pid in pids:
             before = self.known.get(pid)
             # a young process of no job is read again, first only what an exec changes to make it
             # a job's (its environment, its cgroup); one that cannot be read (a kernel thread, or
             # gone: then not listed next time) is not tried again
-            if before is None or (before[1] is None and now_s - before[0] < YOUNG_S and self._tagged(pid)):
+            if before is None or (before[1] is None and now_s - before[0] < young_s and self._tagged(pid)):
                 self.known[pid] = self._classify(pid) or (-math.inf, None)
         return [p for _, p in self.known.values() if p is not None]
+
+    def opened(self, jobids: Collection[str]) -> list[tuple[str, int, int, int]]:
+        """The sockets these jobs' processes hold now that the last update's fd listing did not
+        have, as (job id, pid, inode, descriptor number): read between updates, a process too new
+        for the last one included. A socket shared by several processes is the lowest pid's, as in
+        `owners`. Cost: each such process's fds, and the process listing where a process was made
+        since the last call; a process of no job is read again only in its first OPENED_YOUNG_S
+        (later, an exec is left to the update)."""
+        out, taken = [], set(self.owner)
+        last = self.proc.last_pid()
+        listed, self.last_pid = last is None or last != self.last_pid, last
+        for p in sorted(self.processes(OPENED_YOUNG_S, listed), key=lambda p: p.pid):
+            if p.visible and p.tag.jobid in jobids:
+                for inode, fd in self.proc.socket_fds(p.pid).items():
+                    if inode not in taken:
+                        taken.add(inode)
+                        out.append((p.tag.jobid, p.pid, inode, fd))
+        return out
 
     def update(self, fabric_tx_bps: float | None = None) -> WorkloadView:
         """`fabric_tx_bps`: what the fabric NICs sent a second since the last update, every flow

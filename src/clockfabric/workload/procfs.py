@@ -41,6 +41,15 @@ class ProcFs:
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir(self.root) if name.isdigit()]
 
+    def last_pid(self) -> int | None:
+        """The last process id the kernel handed out (/proc/loadavg's last field; a thread's counts
+        too): unchanged, no process was made since. None where it cannot be read."""
+        try:
+            with open(f"{self.root}/loadavg", "rb") as f:
+                return int(f.read().split()[-1])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def own_namespaces(self) -> tuple[int, int]:
         """(network, PID) namespace inodes of this process: what "ours" is."""
         return self._ns(self.root / "self", "net"), self._ns(self.root / "self", "pid")
@@ -81,17 +90,21 @@ class ProcFs:
 
     def socket_inodes(self, pid: int) -> set[int]:
         """The inodes of the sockets among the process's open files."""
+        return set(self.socket_fds(pid))
+
+    def socket_fds(self, pid: int) -> dict[int, int]:
+        """The process's sockets: inode -> a descriptor number it has for it."""
         fds = f"{self.root}/{pid}/fd/"  # strings, not Paths: a job process may hold hundreds of fds
         try:
             names = os.listdir(fds)
         except GONE:
-            return set()
-        out = set()
+            return {}
+        out: dict[int, int] = {}
         for name in names:
             try:
                 link = os.readlink(fds + name)
             except GONE:
                 continue
             if link.startswith(SOCKET_LINK):
-                out.add(int(link[len(SOCKET_LINK):-1]))
+                out[int(link[len(SOCKET_LINK):-1])] = int(name)
         return out

@@ -78,6 +78,7 @@ class Qos(Service):
         self._next_peer = 0
         self.told = 0  # messages sent to other hosts
         self.cpu_s = 0.0  # this service's own CPU: marking, pacing, telling (the bench's cost of QoS)
+        self.join_cpu_s = 0.0  # of which looking for new sockets between updates
         self._pace_due = 0.0
         self.released_at_start = 0  # sockets a killed agent had paced
         self.policies: list[policy.Policy] = []
@@ -151,6 +152,9 @@ class Qos(Service):
             started = time.thread_time()
             self._pace_due = now_s + PERIOD_S
             now_ns = self.ctx.clock.now_ns()
+            if self.ctx.job_sockets_opened is not None and (lower := self._lower_jobs()):
+                self.pacer.join(self.ctx.job_sockets_opened(lower))
+                self.join_cpu_s += time.thread_time() - started
             try:
                 self.pacer.step(*self.ctx.job_flows(), self.in_force, self.shared.take(now_ns))
             except (OSError, NetlinkError) as e:  # the NICs' queues unreadable: the limits hold
@@ -158,6 +162,12 @@ class Qos(Service):
             self._tell(now_ns)
             self.cpu_s += time.thread_time() - started
         return self._pace_due
+
+    def _lower_jobs(self) -> set[str]:
+        """The jobs in force that a higher class's may be protected from: their new sockets are
+        looked for each period."""
+        top = min(p.rank for p in self.in_force)
+        return {p.jobid for p in self.in_force if p.rank > top}
 
     def _tell(self, now_ns: int) -> None:
         """This period's readings to the other hosts: one datagram each, MAX_FANOUT at most."""
@@ -202,6 +212,7 @@ class Qos(Service):
             return None
         return {"links_bps": {k: round(v) for k, v in self.pacer.loop.limits.items()},
                 "sockets": len(self.pacer.loop.paced), "sockets_ever": len(self.pacer.ever_paced),
+                "joined_between_updates": self.pacer.joined_ever, "joining_cpu_seconds": round(self.join_cpu_s, 6),
                 "limited_s": round(self.pacer.limited_s, 1), "problem": self.pacer.problem,
                 "released_at_start": self.released_at_start,
                 "shared": {"told": self.told, "heard": self.shared.accepted, "refused": dict(self.shared.refused),

@@ -76,6 +76,7 @@ class Workload(Service):
         self.nic_read_ns = 0  # when they were read (wall clock): a rate is the span up to its read
         ctx.job_sockets = lambda: [(f.jobid, f.rates.reading.cookie) for f in self.view.flows]  # for QoS
         ctx.job_flows = lambda: (self.view.flows, self.owd)  # for QoS's pacing
+        ctx.job_sockets_opened = self.monitor.opened  # for QoS's pacing, between updates
         ctx.job_qos = lambda: {jobid: Ask(j.qos, j.groups) for jobid, j in self.view.jobs.items() if j.qos or j.groups}
         self.paths.start()
 

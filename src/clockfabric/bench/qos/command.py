@@ -174,15 +174,25 @@ def paced_note(run: dict) -> str:
                             for h, p in held.items()) + ")" if held else " (no socket was paced)"
 
 
+def joining_note(run: dict) -> str:
+    """The share of the QoS services' CPU spent finding new sockets between updates (over the agents' lives)."""
+    states = run["qos_state"].values()
+    total = sum(s.get("cpu_seconds", 0.0) for s in states)
+    joining = sum((s.get("pacing") or {}).get("joining_cpu_seconds", 0.0) for s in states)
+    return f"; {joining / total:.0%} of it finding new sockets between updates" if total and joining else ""
+
+
 def onset_target(fabric: str, runs: dict) -> list[Target]:
     if "onset" not in runs:
         return []
     onset, alone_s = runs["onset"], runs["alone"]["median_step_s"]
     took, slowed = reaction_s(onset["steps"], onset["onset_at"], alone_s)
+    joined = sum((s.get("pacing") or {}).get("joined_between_updates", 0) for s in onset["qos_state"].values())
     return [Target(f"{fabric}: reaction, the bulk job's onset to the DDP job's steps back within {SLOWED}x",
                    round(took, 2), 1.0, "s", better="lower",
                    note=f"bulk started after step {ONSET_STEP}; {slowed} step(s) in a row from it slower than "
-                        f"{SLOWED}x alone ({alone_s * 1e3:.0f} ms)")]
+                        f"{SLOWED}x alone ({alone_s * 1e3:.0f} ms); {joined} of its sockets paced before a "
+                        "workload update listed them")]
 
 
 def fabric_targets(fabric: str, runs: dict, rate_bps: int) -> list[Target]:
@@ -209,7 +219,8 @@ def fabric_targets(fabric: str, runs: dict, rate_bps: int) -> list[Target]:
                                      "difference holds the traffic's too: with QoS the job sends more packets a "
                                      "second, which the agents' capture reads")),
         Target(f"{fabric}: the agents' QoS service's own CPU", round(with_qos.get("qos_cpu_share", 0.0), 4), 0.01,
-               "core", better="lower", note="marking, pacing and telling, timed in the service (thread CPU)"),
+               "core", better="lower", note="marking, pacing and telling, timed in the service (thread CPU)"
+               + joining_note(with_qos)),
         *onset_target(fabric, runs),
     ]
 
