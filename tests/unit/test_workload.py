@@ -4,6 +4,8 @@ its flows, their rates; ended flows, reused ports, processes in other namespaces
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -50,6 +52,14 @@ def add_process(root: Path, pid: int, p: dict) -> None:
     for fd, inode in enumerate(p.get("sockets", [])):
         os.symlink(f"socket:[{inode}]", d / "fd" / str(fd + 3))
     os.symlink("/dev/null", d / "fd" / "0")
+
+
+def open_socket(root: Path, pid: int, fd: int, inode: int) -> None:
+    """A socket the process opens later; its fd folder's change time moves on, as a new file's."""
+    fds = root / str(pid) / "fd"
+    os.symlink(f"socket:[{inode}]", fds / str(fd))
+    later = fds.stat().st_mtime_ns + 1_000_000
+    os.utime(fds, ns=(later, later))
 
 
 def _ns(d: Path, net: int, pid: int) -> None:
@@ -186,6 +196,19 @@ def test_procfs_reads_start_time_namespaces_and_sockets(proc):
     assert fs.process(999) is None and fs.socket_inodes(999) == set()  # gone: nothing, no error
 
 
+def test_the_live_procs_start_times_are_to_the_tick_not_the_second():
+    """btime is whole seconds; a process's age from it would be up to a second too old, which the
+    young re-reads (an exec that makes a process a job's) cannot afford."""
+    child = subprocess.Popen(["sleep", "5"])
+    try:
+        started = time.time()
+        facts = ProcFs().process(child.pid)
+        assert facts is not None and -0.05 < started - facts.start_s < 0.3
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_monitor_maps_sockets_to_processes_to_jobs(proc):
     readings = [reading(1, 2, 11, 1, acked=0), reading(3, 4, 13, 2), reading(5, 6, 15, 3), reading(7, 8, 14, 4)]
     clock = iter([1.0, 2.0])
@@ -208,7 +231,7 @@ def test_sockets_opened_since_the_last_listing_are_found_between_updates(proc):
     mon = WorkloadMonitor(ProcFs(proc), lambda: [reading(1, 2, 11, 1), reading(3, 4, 13, 2)])
     mon.update()
     assert mon.opened({"J"}) == []  # every socket of its processes was listed
-    os.symlink("socket:[16]", proc / "101" / "fd" / "9")
+    open_socket(proc, 101, 9, 16)
     add_process(proc, 500, {"env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [17, 12]})
     add_process(proc, 99, {"env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [17]})
     assert sorted(mon.opened({"J"})) == [("J", 99, 17, 3), ("J", 101, 16, 9)]
@@ -222,8 +245,9 @@ def test_between_updates_proc_is_listed_again_only_once_a_process_was_made(proc)
     assert mon.opened({"J"}) == []
     add_process(proc, 600, {"env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [18]})
     assert mon.opened({"J"}) == []  # the last pid is the same: no listing
-    os.symlink("socket:[19]", proc / "101" / "fd" / "9")
-    assert mon.opened({"J"}) == [("J", 101, 19, 9)]  # a known process's fds are read each time
+    open_socket(proc, 101, 9, 19)
+    assert mon.opened({"J"}) == [("J", 101, 19, 9)]  # a known process's fds, read once it opened one
+    assert mon.opened({"J"}) == [("J", 101, 19, 9)]  # nothing moved: the same, from the last read
     (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 601\n")
     assert mon.opened({"J"}) == [("J", 101, 19, 9), ("J", 600, 18, 3)]
 

@@ -1,12 +1,15 @@
-"""The QoS service's pacing on a one-FIFO fabric: the workload's readings and the NICs' queues in,
-qos.pace_loop's rates onto the jobs' own sockets (qos.sockpace) out, every PERIOD_S.
+"""The QoS service's pacing: the workload's readings and the NICs' queues in, qos.pace_loop's rates
+onto the jobs' own sockets (qos.sockpace) out, every PERIOD_S. On one FIFO per port it is all
+the fabric does for a higher class; where the switches sort packets into classes it holds a
+lower class under the share they guarantee it while the higher class queues.
 
 Host-local: a flow crosses two directed links the host can name, its NIC's egress and the last
 hop into its peer. The first's queue is read from the NIC's qdisc backlog each period
-(qos.backlog); the second's is the higher class's in-band one-way delay (the workload's window,
-synced clocks) above the lowest this host has seen to that peer, new once a window, so that link
-is stepped with the window as its period. What it paced goes to a state file first, so an agent
-killed while pacing releases those sockets at its next start.
+(qos.backlog; the higher class's own class queue where the NIC has classes); the second's is the
+higher class's in-band one-way delay (the workload's window, synced clocks) above the lowest
+this host has seen to that peer, new once a window, so that link is stepped with the window as
+its period. What it paced goes to a state file first, so an agent killed while pacing releases
+those sockets at its next start.
 
 Between the workload's updates, each period, the sockets a lower-class job opened since the last
 one join the loop (`join`): a scavenger starting beside a critical job is paced from the period
@@ -28,7 +31,7 @@ from clockfabric.qos import sockpace
 from clockfabric.qos.backlog import EgressBacklog
 from clockfabric.qos.pace_loop import RANK, Flow, PaceLoop, SocketId
 from clockfabric.qos.pacing import Gains
-from clockfabric.qos.policy import Policy
+from clockfabric.qos.policy import CLASSES, Policy
 from clockfabric.qos.shared import REPEAT_S, Reading, Shared
 from clockfabric.workload.flows import flow_label
 from clockfabric.workload.monitor import JobFlow
@@ -131,14 +134,28 @@ class HostPacer:
         if not readings and not self.loop.paced:
             self.loop.views = {}
             return {}  # no job with a policy here: not even the qdiscs are read
-        nic_queues = self.backlog.queues_s()
         before = set(self.loop.paced)
-        paced = self.loop.step(readings, {f"{nic}>": q for nic, q in nic_queues.items()}, shared)
+        paced = self.loop.step(readings, self._nic_queues(readings), shared)
         self.ever_paced |= set(paced)
         self.limited_s += PERIOD_S if paced else 0.0
         if set(paced) != before:  # the file names the sockets to release, not their rates
             self._remember()
         return paced
+
+    def _nic_queues(self, flows: list[Flow]) -> dict[str, float]:
+        """Each NIC's egress queue as the higher class there meets it: where the root qdisc sorts
+        packets into classes by DSCP, that class's own queue (a lower class's backlog there delays
+        only itself), else the whole backlog."""
+        whole, by_dscp = self.backlog.read()
+        top: dict[str, str] = {}  # NIC egress -> the best class with a flow across it
+        for f in flows:
+            if f.links[0] not in top or RANK[f.qos_class] < RANK[top[f.links[0]]]:
+                top[f.links[0]] = f.qos_class
+        out = {}
+        for nic, queue_s in whole.items():
+            link, classes = f"{nic}>", by_dscp.get(nic, {})
+            out[link] = classes.get(CLASSES[top[link]].dscp, queue_s) if link in top else queue_s
+        return out
 
     def tell(self, now_ns: int) -> list[Reading]:
         """What the other hosts should hear after this period: the last hops this host's higher

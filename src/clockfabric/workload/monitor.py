@@ -32,7 +32,6 @@ from clockfabric.workload.procfs import ProcFs
 YOUNG_S = 5.0  # a process this new is read again: `env X=1 cmd` and `ip netns exec` exec after we may look
 # an exec that makes a process a job's (`env X=1 cmd`, `ip netns exec`) comes milliseconds after its
 # start: `opened`, called ten times as often as an update, reads a process of no job again this long
-# (ages count from /proc/stat's btime, in whole seconds: a process may look up to 1 s older)
 OPENED_YOUNG_S = 1.5
 REFRESH_S = 10.0  # with no job here and the NICs quiet, the sockets are read this often (the count of others)
 
@@ -94,7 +93,12 @@ class WorkloadMonitor:
         self.owner: dict[int, tuple[int, str]] = {}
         self.listed_inodes: set[int] = set()
         self.listed_jobs: dict[int, str] = {}
-        self.last_pid: int | None = None  # the kernel's last pid at `opened`'s last call
+        # for `opened`: the kernel's last pid and when it moved; the job processes known; the fds
+        # it last read, by pid, with their stamp
+        self.last_pid: int | None = None
+        self.made_at = -math.inf
+        self.job_processes: list[JobProcess] = []
+        self.fds: dict[int, tuple[tuple[int, int] | None, dict[int, int]]] = {}
         self.read_at = -math.inf  # when the sockets were last read; how many were a job's, how many not
         self.job_flows = self.other_flows = 0
 
@@ -125,25 +129,44 @@ class WorkloadMonitor:
             # gone: then not listed next time) is not tried again
             if before is None or (before[1] is None and now_s - before[0] < young_s and self._tagged(pid)):
                 self.known[pid] = self._classify(pid) or (-math.inf, None)
-        return [p for _, p in self.known.values() if p is not None]
+        self.job_processes = [p for _, p in self.known.values() if p is not None]
+        return self.job_processes
 
     def opened(self, jobids: Collection[str]) -> list[tuple[str, int, int, int]]:
         """The sockets these jobs' processes hold now that the last update's fd listing did not
         have, as (job id, pid, inode, descriptor number): read between updates, a process too new
         for the last one included. A socket shared by several processes is the lowest pid's, as in
-        `owners`. Cost: each such process's fds, and the process listing where a process was made
-        since the last call; a process of no job is read again only in its first OPENED_YOUNG_S
-        (later, an exec is left to the update)."""
-        out, taken = [], set(self.owner)
+        `owners`. Made to be called often: /proc is listed again only when a process was made since
+        the last call (the kernel's last pid moved), a process of no job read again only in the
+        OPENED_YOUNG_S after (later, an exec is left to the update), and a process's fds only when
+        it opened or closed one."""
+        now_s = self.clock()
         last = self.proc.last_pid()
-        listed, self.last_pid = last is None or last != self.last_pid, last
-        for p in sorted(self.processes(OPENED_YOUNG_S, listed), key=lambda p: p.pid):
+        if last is None or last != self.last_pid:
+            self.last_pid, self.made_at = last, now_s
+            procs = self.processes(OPENED_YOUNG_S)
+        elif now_s - self.made_at < OPENED_YOUNG_S:
+            procs = self.processes(OPENED_YOUNG_S, listed=False)
+        else:
+            procs = self.job_processes
+        out, taken, fds = [], set(self.owner), {}
+        for p in sorted(procs, key=lambda p: p.pid):
             if p.visible and p.tag.jobid in jobids:
-                for inode, fd in self.proc.socket_fds(p.pid).items():
+                fds[p.pid] = self._socket_fds(p.pid)
+                for inode, fd in fds[p.pid][1].items():
                     if inode not in taken:
                         taken.add(inode)
                         out.append((p.tag.jobid, p.pid, inode, fd))
+        self.fds = fds
         return out
+
+    def _socket_fds(self, pid: int) -> tuple[tuple[int, int] | None, dict[int, int]]:
+        """The process's sockets (procfs.socket_fds) with the stamp they were read at, read again
+        only if its stamp moved since `opened`'s last call."""
+        stamp = self.proc.fds_stamp(pid)
+        if (last := self.fds.get(pid)) is not None and stamp is not None and last[0] == stamp:
+            return last
+        return stamp, self.proc.socket_fds(pid)
 
     def update(self, fabric_tx_bps: float | None = None) -> WorkloadView:
         """`fabric_tx_bps`: what the fabric NICs sent a second since the last update, every flow

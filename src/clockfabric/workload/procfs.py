@@ -7,6 +7,7 @@ and go between a listing and a read. `root` is /proc, or a test's recorded copy 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,11 @@ class ProcFs:
         self.ticks = os.sysconf("SC_CLK_TCK")
 
     def _boot_time(self) -> float:
+        """When the machine booted, seconds since the epoch: for the live /proc from the clocks, to
+        the microsecond (/proc/stat's btime is whole seconds: every process would look up to a
+        second older than it is); for a recorded copy, its btime."""
+        if self.root == Path("/proc"):
+            return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
         for line in (self.root / "stat").read_text().splitlines():
             if line.startswith("btime "):
                 return float(line.split()[1])
@@ -91,6 +97,16 @@ class ProcFs:
     def socket_inodes(self, pid: int) -> set[int]:
         """The inodes of the sockets among the process's open files."""
         return set(self.socket_fds(pid))
+
+    def fds_stamp(self, pid: int) -> tuple[int, int] | None:
+        """What changes when the process opens or closes a file: its fd folder's size (procfs
+        gives the number of open files there, Linux 6.2) and change time (a recorded copy's
+        folder). None if the process is gone."""
+        try:
+            st = os.stat(f"{self.root}/{pid}/fd")
+        except GONE:
+            return None
+        return st.st_size, st.st_mtime_ns
 
     def socket_fds(self, pid: int) -> dict[int, int]:
         """The process's sockets: inode -> a descriptor number it has for it."""

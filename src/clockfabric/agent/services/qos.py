@@ -3,8 +3,10 @@ controller's answer to every push, or from `--qos-file`; a job without one there
 class itself (CLOCKFABRIC_QOS, `job run --qos`). The jobs' sockets come from the workload
 service. Each update the marks and shaping follow them, all or nothing (qos.enforce); a refusal
 is an event and part of the pushed state. At start, whatever a killed agent left (found by its
-tags) is removed; at stop, everything of ours is. On a one-FIFO fabric it paces the lower classes
-(agent.qos_pace), telling the other hosts its queue readings as they change, sealed (qos.shared)."""
+tags) is removed; at stop, everything of ours is. On every fabric it paces the lower classes where
+a higher class queues (agent.qos_pace): on one FIFO that is all there is; where the switches have
+classes it holds a lower class under the share they guarantee it when the higher class needs the
+link. It tells the other hosts its queue readings as they change, sealed (qos.shared)."""
 
 from __future__ import annotations
 
@@ -65,9 +67,9 @@ class Qos(Service):
         topo, host = ctx.cfg.topology, ctx.cfg.host
         rates = topo.port_rates(host)
         self.enforcer = Enforcer({nic: rates.get(nic, 0) for nic in ctx.rails})
-        # one FIFO per port: the hosts pace the lower classes themselves (made at start)
+        # the hosts pace the lower classes themselves (made at start)
         self.pace_file = Path(ctx.cfg.state_dir) / f"{host}.paced"
-        self.pace_rates = {nic: rates.get(nic, 0) for nic in ctx.rails} if topo.classes is None else {}
+        self.pace_rates = {nic: rates.get(nic, 0) for nic in ctx.rails}
         self.pacer: HostPacer | None = None
         hosts = set(topo.hosts) - {host}
         self.peers = sorted(h for h in hosts if h in ctx.addresses)
@@ -153,8 +155,9 @@ class Qos(Service):
             self._pace_due = now_s + PERIOD_S
             now_ns = self.ctx.clock.now_ns()
             if self.ctx.job_sockets_opened is not None and (lower := self._lower_jobs()):
+                joining = time.thread_time()
                 self.pacer.join(self.ctx.job_sockets_opened(lower))
-                self.join_cpu_s += time.thread_time() - started
+                self.join_cpu_s += time.thread_time() - joining
             try:
                 self.pacer.step(*self.ctx.job_flows(), self.in_force, self.shared.take(now_ns))
             except (OSError, NetlinkError) as e:  # the NICs' queues unreadable: the limits hold
@@ -207,7 +210,7 @@ class Qos(Service):
                 "cleaned_at_start": self.cleaned, "jobs": jobs, "pacing": self._pacing()}
 
     def _pacing(self) -> dict | None:
-        """The lower classes' limit per link and the sockets held to it (None: the fabric has classes)."""
+        """The lower classes' limit per link and the sockets held to it (None: no NIC's rate is known)."""
         if self.pacer is None:
             return None
         return {"links_bps": {k: round(v) for k, v in self.pacer.loop.limits.items()},

@@ -53,8 +53,10 @@ HOSTS = ["h0", "h1", "h2", "h3"]
 BULK = [("h0", "h2"), ("h3", "h1")]
 BULK_PORT, SEED = 5340, 7
 COLLECTIVE_SHARE = 90.0  # of every link, for the collective class (priority keeps its 5% cap)
-# on one FIFO a mark changes no queue: the hosts pace the scavenger's sockets (agent/qos_pace.py)
-FIFO_NOTE = "; one FIFO: the hosts pace the scavenger's sockets"
+# on one FIFO a mark changes no queue: the hosts pace the scavenger's sockets (agent/qos_pace.py);
+# with classes they pace it too, under the share the switches guarantee it
+PACED_NOTE = {"fifo": "; one FIFO: the hosts pace the scavenger's sockets",
+              "classes": "; the switches sort by class, and the hosts pace the scavenger's sockets"}
 POLICIES = [{"jobid": "ddp", "class": "critical"}, {"jobid": "bulk", "class": "scavenger"}]
 ONSET_STEP = 8
 SLOWED = 1.05  # a step over this times the alone median was slowed
@@ -208,8 +210,7 @@ def fabric_targets(fabric: str, runs: dict, rate_bps: int) -> list[Target]:
                round(slow_without, 3), 1.3, "x", note=alone_ms),
         Target(f"{fabric}: DDP slowdown beside the bulk job, with QoS", round(slow_with, 3), 1.05, "x",
                better="lower", baseline=round(slow_without, 3),
-               note=f"{alone_ms}; baseline: without QoS" + (FIFO_NOTE + paced_note(with_qos)
-                                                             if fabric == "fifo" else "")),
+               note=f"{alone_ms}; baseline: without QoS" + PACED_NOTE[fabric] + paced_note(with_qos)),
         Target(f"{fabric}: bulk job's share of the link capacity the DDP job left (h0)",
                None if bulk_share is None else round(bulk_share, 3), 0.8, "",
                note="DDP bytes from its alone run"),
