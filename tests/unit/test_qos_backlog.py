@@ -65,7 +65,7 @@ def test_a_standing_queue_is_read_at_the_rate_it_drains_at(ns):
         backlog = EgressBacklog({"bq0": CONFIGURED})
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            assert backlog.queues_s() == {"bq0": 0.0}  # idle
+            assert backlog.read()[0] == {"bq0": 0.0}  # idle
             readings = []
             for _ in range(4):
                 # 0.9 s of queue at 1 Mbit/s a round of 0.2 s: it stands and grows, and a reading
@@ -73,7 +73,7 @@ def test_a_standing_queue_is_read_at_the_rate_it_drains_at(ns):
                 for _ in range(80):
                     s.sendto(b"x" * FRAME, ("10.250.0.2", 9))
                 time.sleep(0.2)
-                readings.append(backlog.queues_s()["bq0"])
+                readings.append(backlog.read()[0]["bq0"])
         finally:
             s.close()
             backlog.close()
@@ -92,7 +92,7 @@ def test_each_class_queue_is_read_apart_where_the_link_sorts_by_dscp(classes_ns)
         backlog = EgressBacklog({"bq0": CONFIGURED})
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            idle = backlog.class_queues_s()
+            idle = backlog.read()[1]
             for _ in range(3):
                 for _ in range(40):
                     s.sendto(b"x" * FRAME, ("10.250.0.2", 9))  # unmarked: best-effort, the default class
@@ -105,7 +105,7 @@ def test_each_class_queue_is_read_apart_where_the_link_sorts_by_dscp(classes_ns)
             for _ in range(40):
                 marked.sendto(b"x" * FRAME, ("10.250.0.2", 9))
             marked.close()
-            collective = backlog.class_queues_s()["bq0"][classes.collective_dscp[0]]
+            collective = backlog.read()[1]["bq0"][classes.collective_dscp[0]]
         finally:
             s.close()
             backlog.close()
@@ -136,7 +136,7 @@ def test_a_class_that_a_burst_fills_at_each_reading_drains_at_its_guaranteed_rat
             for _ in range(3):
                 for _ in range(BURST):  # 8.4 kB: past the class's 3 kB bucket, so most of it stands
                     s.sendto(b"x" * FRAME, ("10.250.0.2", 9))
-                readings.append(backlog.class_queues_s()["bq0"][classes.priority_dscp[0]])
+                readings.append(backlog.read()[1]["bq0"][classes.priority_dscp[0]])
                 time.sleep(2.5)  # about 27 kbit/s on average, a fortieth of what the class is guaranteed
         finally:
             s.close()

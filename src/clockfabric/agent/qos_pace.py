@@ -143,18 +143,23 @@ class HostPacer:
         return paced
 
     def _nic_queues(self, flows: list[Flow]) -> dict[str, float]:
-        """Each NIC's egress queue as the higher class there meets it: where the root qdisc sorts
-        packets into classes by DSCP, that class's own queue (a lower class's backlog there delays
-        only itself), else the whole backlog."""
-        whole, by_dscp = self.backlog.read()
+        """The egress queue of each NIC a lower-class flow leaves by (only this host's flows cross
+        it: with none of them lower, nothing there is paced or told, and the qdiscs are not read),
+        as the higher class there meets it: where the root qdisc sorts packets into classes by
+        DSCP, that class's own queue (a lower class's backlog there delays only itself), else the
+        whole backlog."""
         top: dict[str, str] = {}  # NIC egress -> the best class with a flow across it
         for f in flows:
             if f.links[0] not in top or RANK[f.qos_class] < RANK[top[f.links[0]]]:
                 top[f.links[0]] = f.qos_class
+        lower = {f.links[0] for f in flows if RANK[f.qos_class] > RANK[top[f.links[0]]]}
+        if not lower:
+            return {}
+        whole, by_dscp = self.backlog.read()
         out = {}
         for nic, queue_s in whole.items():
-            link, classes = f"{nic}>", by_dscp.get(nic, {})
-            out[link] = classes.get(CLASSES[top[link]].dscp, queue_s) if link in top else queue_s
+            if (link := f"{nic}>") in lower:
+                out[link] = by_dscp.get(nic, {}).get(CLASSES[top[link]].dscp, queue_s)
         return out
 
     def tell(self, now_ns: int) -> list[Reading]:

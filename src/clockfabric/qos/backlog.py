@@ -11,7 +11,7 @@ Where the root qdisc sorts packets into classes by their DSCP (u32 filters on th
 DSCP bits, as a host with traffic classes is set up), a packet waits in its own class's queue,
 which drains at the rate the class gets, not behind the whole backlog: each such class's queue
 is read the same way, from the qdisc under the class, as what a packet of that DSCP waits
-(`class_queues_s`). A class with a backlog drains at no less than the rate htb guarantees it:
+(`read`). A class with a backlog drains at no less than the rate htb guarantees it:
 two readings that each catch a burst (a probe round leaves in one) say nothing of the time
 between them, so the sent bytes between them are no drain rate below that.
 
@@ -101,22 +101,11 @@ class EgressBacklog:
                 self.routes[peer] = peer
         return self.routes[peer]
 
-    def queues_s(self) -> dict[str, float]:
-        """Each NIC's root qdisc backlog, in seconds at the rate it drains at."""
-        if time.monotonic() - self._read_at >= ADDRESSES_EVERY_S:
-            self._addresses()
-        out, stats = {}, self.qdiscs.read()
-        for nic, index in self._index.items():
-            for q in stats:
-                if q.ifindex == index and q.parent == ROOT:
-                    out[nic] = self._wait(nic, q)
-        return out
-
     def read(self) -> tuple[dict[str, float], dict[str, dict[int, float]]]:
-        """One dump of each NIC's qdiscs: its whole queue (as `queues_s`), and per NIC whose root
-        qdisc sorts packets into classes by DSCP, what a packet of each DSCP a filter names waits,
-        its class's backlog in seconds at the rate that class drains at. The filters are read
-        again with the addresses, not each time."""
+        """One dump of each NIC's qdiscs: its whole queue, in seconds at the rate it drains at, and
+        per NIC whose root qdisc sorts packets into classes by DSCP, what a packet of each DSCP a
+        filter names waits, its class's backlog in seconds at the rate that class drains at. The
+        filters are read again with the addresses, not each time."""
         if time.monotonic() - self._read_at >= ADDRESSES_EVERY_S:
             self._addresses()
         whole: dict[str, float] = {}
@@ -140,10 +129,6 @@ class EgressBacklog:
             if waits:
                 by_dscp[nic] = waits
         return whole, by_dscp
-
-    def class_queues_s(self) -> dict[str, dict[int, float]]:
-        """`read`'s per-class queues alone."""
-        return self.read()[1]
 
     def _dscp_classes(self, index: int, root: int) -> dict[int, int]:
         """DSCP -> the class a u32 filter on the root qdisc sends it to."""
