@@ -92,7 +92,6 @@ class HostPacer:
                 continue
             if peer is not None:
                 joined[sock] = (jobid, peer)
-                self.fds[sock] = fd
                 self.joined_ever += 1
         self.joined = joined
         self.not_flows &= present

@@ -167,8 +167,8 @@ class Qos(Service):
         return self._pace_due
 
     def _lower_jobs(self) -> set[str]:
-        """The jobs in force that a higher class's may be protected from: their new sockets are
-        looked for each period."""
+        """The jobs in force below the best class in force: their new sockets are looked for each
+        period."""
         top = min(p.rank for p in self.in_force)
         return {p.jobid for p in self.in_force if p.rank > top}
 
