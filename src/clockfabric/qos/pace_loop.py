@@ -1,8 +1,8 @@
-"""The pacing loop of a one-FIFO fabric, host-local: each period, per directed link the host's
-flows cross, the law (qos.pacing) sets the lower classes' rate from the higher class's queueing
-there (the link's own reading, else the highest its flows saw) and its demand (its rate, or the
-share of the time its data waited on the network, of the whole link), and each lower-class
-socket gets its share (the smallest over the links it crosses). Each link has its own gains: a link whose
+"""The hosts' pacing loop, host-local: each period, per directed link the host's flows cross,
+the law (qos.pacing) sets the lower classes' rate from the higher class's queueing there (the
+link's own reading, else the highest its flows saw) and its demand (its rate, or the share of
+the time its data waited on the network, of the whole link), and each lower-class socket gets
+its share (the smallest over the links it crosses). Each link has its own gains: a link whose
 queue is read less often is stepped with that period, holding its rate between readings.
 
 Across hosts (qos.shared): another host's reading of a link counts as this host's own for its

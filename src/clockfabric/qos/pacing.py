@@ -1,4 +1,4 @@
-"""The rate law for lower classes on a one-FIFO link: pure, one step per control period.
+"""The rate law for the lower classes on one link: pure, one step per control period.
 
 On a fabric whose switch ports have one FIFO, a higher class is protected only by the hosts
 slowing the lower classes that share its links. Per directed link, each period T the controller

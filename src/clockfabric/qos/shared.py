@@ -1,4 +1,4 @@
-"""Queue readings shared between hosts, for pacing across hosts on a one-FIFO fabric.
+"""Queue readings shared between hosts, for the hosts' pacing (agent.qos_pace).
 
 A host's higher-class flow that sees queueing on the last hop into a peer tells the other hosts,
 so that a host with lower-class flows into that peer (and no higher-class flow there) paces them
