@@ -1,11 +1,12 @@
-"""`bench qos`'s reaction figure (bench/qos/command.py): from the bulk job's onset to the end of
-the DDP steps it slowed, from the one running at the onset up to the first that is not."""
+"""`bench qos`'s figures (bench/qos/command.py): the reaction, from the bulk job's onset to the end of
+the DDP steps it slowed, from the one running at the onset up to the first that is not; the bulk
+job's share of what the rest of h0's traffic left of its link."""
 
 from __future__ import annotations
 
 import pytest
 
-from clockfabric.bench.qos.command import onset_target, reaction_s
+from clockfabric.bench.qos.command import bulk_share_of_left, onset_target, reaction_s
 
 ALONE = 0.7
 
@@ -44,3 +45,16 @@ def test_the_target_is_only_for_a_fabric_with_an_onset_run():
     assert target.value == pytest.approx(100.0 + ALONE + 1.0 - 100.8, abs=0.01) and target.bar == 1.0
     assert "5 of its sockets paced before a workload update listed them" in target.note
     assert onset_target("classes", {"alone": runs["alone"]}) == []
+
+
+def test_the_bulk_share_is_of_what_the_rest_of_the_same_run_left():
+    # 10 s at 8 Mbit/s: 10 MB of capacity; the rest of h0's traffic sent 4 MB, the bulk job 5 MB
+    run = {"seconds": 10.0, "h0_tx_bytes": 9_000_000, "h0_bulk_bytes": 5_000_000}
+    share, note = bulk_share_of_left({"h0_tx_bytes": 3_000_000}, run, 8_000_000)
+    assert share == pytest.approx(5 / 6)
+    assert "5 of 9 MB over 10 s" in note and "alone run instead, 0.857" in note  # (9 - 3) / (10 - 3)
+
+
+def test_no_capacity_left_is_no_share():
+    run = {"seconds": 1.0, "h0_tx_bytes": 1_200_000, "h0_bulk_bytes": 100_000}
+    assert bulk_share_of_left({"h0_tx_bytes": 900_000}, run, 8_000_000)[0] is None
