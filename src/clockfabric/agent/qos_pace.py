@@ -25,6 +25,7 @@ tell comes into the loop as their readings.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from clockfabric.qos import sockpace
@@ -61,6 +62,7 @@ class HostPacer:
         self.joined: dict[SocketId, tuple[str, str]] = {}  # sockets found between updates: (job id, peer)
         self.not_flows: set[int] = set()  # sockets found that will carry no flow: not looked at again
         self.joined_ever = 0  # for the state: sockets paced before an update listed them
+        self.inputs: tuple[list[JobFlow], FlowOwd, list[Policy]] | None = None  # those of the last step
 
     def _link(self, link: str) -> tuple[float, Gains]:
         if link.endswith(">"):  # a NIC's egress
@@ -121,6 +123,9 @@ class HostPacer:
              shared: dict[str, Shared] | None = None) -> dict[SocketId, int]:
         """One period: the jobs' flows and their last window of delays, the policies in force, the
         other hosts' readings."""
+        if self._nothing_to_pace(flows, owd, policies):
+            return {}
+        self.inputs = (flows, owd, policies)
         fresh, self.last_owd = owd is not self.last_owd, owd  # a new window is a new dict
         by_job = {p.jobid: p for p in policies}
         readings = [Flow((f.pid, f.rates.reading.inode), p.qos_class, p.weight, self.links_to(f.rates.key.remote),
@@ -140,6 +145,23 @@ class HostPacer:
         if set(paced) != before:  # the file names the sockets to release, not their rates
             self._remember()
         return paced
+
+    def _nothing_to_pace(self, flows: list[JobFlow], owd: FlowOwd, policies: list[Policy]) -> bool:
+        """True where no flow here is below the best class in force, no socket was found between
+        updates (only lower classes' are looked for) and none is paced, and the workload's flows,
+        their window and the policies are those of the last step: then the loop would pace nothing
+        and see nothing new (what it tells, its views, changes only with those), so it is not
+        stepped; its last step's queue readings stop being new, as in a step without a new window."""
+        if self.joined or self.loop.paced or not policies:
+            return False
+        if self.inputs is None or any(a is not b for a, b in zip(self.inputs, (flows, owd, policies), strict=True)):
+            return False
+        best, ranks = min(p.rank for p in policies), {p.jobid: p.rank for p in policies}
+        if any(ranks.get(f.jobid, best) > best for f in flows):
+            return False
+        if any(v.queue_s is not None for v in self.loop.views.values()):
+            self.loop.views = {link: replace(v, queue_s=None) for link, v in self.loop.views.items()}
+        return True
 
     def _nic_queues(self, flows: list[Flow]) -> dict[str, float]:
         """The egress queue of each NIC a lower-class flow leaves by (only this host's flows cross
