@@ -1,12 +1,15 @@
 """`bench qos`'s figures (bench/qos/command.py): the reaction, from the bulk job's onset to the end of
 the DDP steps it slowed, from the one running at the onset up to the first that is not; the bulk
-job's share of what the rest of h0's traffic left of its link."""
+job's share of what the rest of h0's traffic left of its link; the agents' CPU by thread."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from clockfabric.bench.qos.command import bulk_share_of_left, onset_target, reaction_s
+from clockfabric.bench.qos.command import bulk_share_of_left, cpu_note, main_thread_cpu_s, onset_target, reaction_s
+from clockfabric.bench.workload.cost_ddp import cpu_s
 
 ALONE = 0.7
 
@@ -58,3 +61,17 @@ def test_the_bulk_share_is_of_what_the_rest_of_the_same_run_left():
 def test_no_capacity_left_is_no_share():
     run = {"seconds": 1.0, "h0_tx_bytes": 1_200_000, "h0_bulk_bytes": 100_000}
     assert bulk_share_of_left({"h0_tx_bytes": 900_000}, run, 8_000_000)[0] is None
+
+
+def test_the_cpu_note_splits_the_difference_by_thread():
+    with_qos = {"agent_cpu_share": 0.045, "agent_main_cpu_share": 0.030}
+    without = {"agent_cpu_share": 0.028, "agent_main_cpu_share": 0.018}
+    note = cpu_note(with_qos, without)
+    assert "with QoS each agent 4.50% of a core, without 2.80%" in note
+    assert "main thread (the services, QoS's own work among them) +1.20%" in note
+    assert "threads that run no QoS code +0.50%" in note
+
+
+def test_the_main_threads_cpu_is_part_of_the_processs():
+    main, whole = main_thread_cpu_s(os.getpid()), cpu_s(os.getpid())
+    assert 0 < main <= whole
