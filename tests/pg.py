@@ -39,9 +39,10 @@ def missing() -> str | None:
 
 
 class PgServer:
-    def __init__(self, socket_dir: Path, restart: Callable[[], None]) -> None:
+    def __init__(self, socket_dir: Path, stop: Callable[[], None], start: Callable[[], None]) -> None:
         self.socket_dir = socket_dir
-        self.restart = restart  # a fast stop (every connection dropped) and a start; returns once it listens
+        self.stop = stop  # a fast stop: every connection dropped
+        self.start = start  # returns once it listens
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"postgresql:///{dbname}?host={self.socket_dir}&user=postgres"
@@ -79,11 +80,18 @@ def throwaway_postgres(*, fsync: bool = True) -> Iterator[PgServer]:
         run(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync",
             "-E", "UTF8", "--locale=C")
         options = f"-c listen_addresses='' -k {root}" + ("" if fsync else " -c fsync=off")
-        run(str(bindir / "pg_ctl"), "start", "-D", str(data), "-w", "-l", str(root / "log"), "-o", options)
-        try:
-            yield PgServer(root, lambda: run(str(bindir / "pg_ctl"), "restart", "-D", str(data), "-m", "fast", "-w",
-                                             "-l", str(root / "log"), "-o", options))
-        finally:
+        def start() -> None:
+            run(str(bindir / "pg_ctl"), "start", "-D", str(data), "-w", "-l", str(root / "log"), "-o", options)
+
+        def stop() -> None:
             run(str(bindir / "pg_ctl"), "stop", "-D", str(data), "-m", "fast", "-w")
+
+        start()
+        server = PgServer(root, stop, start)
+        try:
+            yield server
+        finally:
+            if (data / "postmaster.pid").exists():  # a test may have left it stopped
+                stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
