@@ -157,8 +157,7 @@ def main_thread_cpu_s(pid: int) -> float:
     """A live process's main thread's CPU seconds so far: the agent's services run there, QoS's
     marking, pacing and telling among them; the probe engine, the pusher and the link watcher
     have threads of their own."""
-    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_s(pid, thread=pid)
 
 
 def _await_steps(run: job.Job, n: int, timeout_s: float) -> None:

@@ -69,9 +69,10 @@ class Pairs:
                 "stage_cpu_share": self.stage_cpu}
 
 
-def cpu_s(pid: int) -> float:
-    """A live process's CPU seconds so far, user and system, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_s(pid: int, thread: int | None = None) -> float:
+    """A live process's CPU seconds so far, user and system, all its threads (or one: `thread`)."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
