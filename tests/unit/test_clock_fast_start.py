@@ -151,3 +151,17 @@ def test_the_solvers_maps_leave_spread_over_a_share_of_the_update_none_lost(mono
     maps = [h for h, m in sent if m["t"] == "map"]
     assert sorted(maps) == sorted(fleet) and len(set(maps)) == 12
     assert mono.now - times[0] == pytest.approx(11 * gap)
+
+
+def test_a_host_that_could_solve_but_does_not_keeps_its_loop_asleep(mono):
+    """The reference keeps the reports of the hosts (a takeover starts with them) while another
+    host solves: a starting host's report must not make it ask for a poll at a time long past."""
+    fleet = fleet12()
+    ref, sent, _ = service("h0", fleet)
+    report_all(ref, fleet, starting="h5")  # made its solver; then the solve moved on
+    ref.elected = 1
+    assert not ref.solving
+    report_all(ref, fleet, starting="h5")
+    mono.now += 10 * START_SOLVE_S
+    assert ref.poll(mono.now) > mono.now
+    assert not any(m["t"] == "map" for _, m in sent)  # and solves nothing for the fleet

@@ -242,14 +242,19 @@ class ClockSync(Service):
     def poll(self, now_s: float) -> float:
         self._take_exchanges()
         self._elect(now_s)
-        if self.solver and self.solving and now_s >= self._solve_due:  # due only on the solving host
+        # due only on the solving host; another keeps it for a takeover, and must not ask to be
+        # polled at a time long past (its loop would never sleep)
+        solve_due = self._solve_due if self.solver and self.solving else math.inf
+        if now_s >= solve_due:
+            assert self.solver is not None
             self._solve(self.solver, urgent=self._urgent, only=None if self._urgent else self._answer)
+            solve_due = self._solve_due
         maps_due = self.maps.flush(now_s)
         if not self.hurried:
-            return min(self._solve_due, maps_due)
+            return min(solve_due, maps_due)
         if now_s >= self._next_start_report:
             self._report(self.ctx.clock.now_ns())
-        return min(self._solve_due, self._next_start_report, maps_due)
+        return min(solve_due, self._next_start_report, maps_due)
 
     def tick(self, now_ns: int) -> None:
         self._report(now_ns)
