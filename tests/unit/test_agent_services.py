@@ -11,7 +11,7 @@ import pytest
 
 from clockfabric.agent.config import AgentConfig
 from clockfabric.agent.metrics import clock_metrics
-from clockfabric.agent.service import SERVICES, Router, Service, Supervisor, chosen
+from clockfabric.agent.service import POLL_EVERY_S, SERVICES, Polls, Router, Service, Supervisor, chosen
 from clockfabric.agent.services.claims import Claims
 from clockfabric.agent.services.telemetry import Telemetry
 from clockfabric.errors import ClockfabricError
@@ -41,6 +41,32 @@ def test_a_message_goes_to_the_service_that_declared_its_type():
     assert claims.got == [({"t": "place", "job": "j1"}, ("10.0.0.2", 7400))]
     assert [m["t"] for m, _ in clock.got] == ["map"]
     assert router.bad_messages == 0
+
+
+def test_the_router_names_the_services_it_handed_messages_since_last_asked():
+    clock, claims = Recorder("clock", "map"), Recorder("claims", "place")
+    router = Router([clock, claims])
+    send(router, {"t": "map", "maps": {}})
+    send(router, {"t": "nobody's"})
+    assert router.taken() == {clock}
+    assert router.taken() == set()
+
+
+def test_a_service_is_polled_at_its_time_after_its_messages_and_every_fifth_of_a_second():
+    clock, qos, lldp = Recorder("clock", "map"), Recorder("qos", "qos_queues"), Recorder("lldp")
+    polls = Polls([clock, qos, lldp])
+    assert polls.due(0.0, set()) == [clock, qos, lldp]  # each once at start
+    polls.asked(clock, 0.0, math.inf)
+    polls.asked(qos, 0.0, 0.1)
+    polls.asked(lldp, 0.0, 5.0)
+    assert polls.next_s() == 0.1
+    assert polls.due(0.1, set()) == [qos]  # the pacer's wake-ups poll the pacer alone
+    polls.asked(qos, 0.1, 0.2)
+    assert polls.due(0.15, {clock}) == [clock]  # a message polls its own service at once
+    polls.asked(clock, 0.15, math.inf)
+    assert polls.due(POLL_EVERY_S, set()) == [qos, lldp]  # lldp asked for 5 s: no later than 0.2
+    assert polls.due(0.15 + POLL_EVERY_S, set()) == [clock, qos, lldp]
+    assert Polls([]).next_s() == math.inf
 
 
 def test_a_type_declared_by_two_services_fails_at_start():

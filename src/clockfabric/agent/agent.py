@@ -3,8 +3,9 @@
 One agent per host, in a lab namespace or on a real machine; nothing in here knows which.
 The probe engine runs in its own thread (timestamps and coded pairs want a quick hand);
 everything else happens in the main loop: each control message goes to the service that
-handles its type, every service is polled each time the loop wakes and ticked once per
-update, and after each update their reports are published as the host's state file.
+handles its type; a service is polled when the time it asked for comes, after a message of its
+own, and at least every fifth of a second (service.Polls), and ticked once per update; after
+each update their reports are published as the host's state file.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from clockfabric import wirejson
 from clockfabric.agent.config import CONTROL_PORT, AgentConfig
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.push import link_payload
-from clockfabric.agent.service import Router, Snapshot, Supervisor, chosen
+from clockfabric.agent.service import Polls, Router, Service, Snapshot, Supervisor, chosen
 from clockfabric.auth.keys import Keyring
 from clockfabric.auth.seal import CONTROL, HEARTBEAT, PROBE, Rejected, Sealer
 from clockfabric.clock.vclock import CLOCK_ENV, SystemClock, VirtualClock
@@ -149,6 +150,7 @@ class Agent:
         self._links_seen = 0
         self.services = [entry.factory(self.ctx) for entry in chosen(cfg)]
         self.router = Router(self.services)
+        self.polls = Polls(self.services)
         self.supervisor = Supervisor()
         self.stopping = threading.Event()
         self.state_path = cfg.state_dir / f"{cfg.host}.json"
@@ -164,15 +166,14 @@ class Agent:
         sel = selectors.DefaultSelector()
         sel.register(ctx.control, selectors.EVENT_READ)
         next_tick = time.monotonic() + self.cfg.update_s
-        due = math.inf  # when a service wants its next poll
         try:
             while not self.stopping.is_set():
-                if sel.select(max(0.0, min(0.2, min(next_tick, due) - time.monotonic()))):
+                if sel.select(max(0.0, min(next_tick, self.polls.next_s()) - time.monotonic())):
                     self._receive()
                 if self._reload_keys.is_set() and self.keys is not None:
                     self._reload_keys.clear()
                     self.keys.reload()
-                due = self._poll()
+                self._poll(self.polls.due(time.monotonic(), self.router.taken()))
                 if time.monotonic() >= next_tick:
                     self._tick()
                     next_tick += self.cfg.update_s
@@ -203,12 +204,13 @@ class Agent:
                 continue
             self.router.deliver(opened.payload, (src, sport))
 
-    def _poll(self) -> float:
-        return min((self.supervisor.call(s, s.poll, time.monotonic(), default=math.inf) for s in self.services),
-                   default=math.inf)
+    def _poll(self, services: list[Service]) -> None:
+        for s in services:
+            now_s = time.monotonic()
+            self.polls.asked(s, now_s, self.supervisor.call(s, s.poll, now_s, default=math.inf))
 
     def _tick(self) -> None:
-        self._poll()  # what completed since the last poll: the fits see it before the report
+        self._poll(self.services)  # what completed since the last poll: the fits see it before the report
         now = self.ctx.clock.now_ns()
         for s in self.services:
             self.supervisor.call(s, s.tick, now, default=None)

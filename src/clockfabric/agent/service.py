@@ -10,8 +10,9 @@ Words, as the agent's code uses them:
 
 A service is built from the agent's shared context (context.py) when its config wants it,
 and then the agent drives it: `start()`; each control message of a type it declared in
-`handles` goes to `on_message`; `poll()` each time the main loop wakes (a fraction of a
-second apart, for work that cannot wait for the update); `tick()` once per update; its
+`handles` goes to `on_message`; `poll()` when the time it asked for comes, after a message of
+its own, and at least every POLL_EVERY_S (`Polls`: for work that cannot wait for the update;
+another service's wake-ups do not poll it); `tick()` once per update; its
 `report()` joins the published state (and so /metrics); its `snapshot()` joins each push to
 the controller; `stop()` in the reverse order of the start. One service's failure costs that
 call's work, not the agent (`Supervisor`): the host keeps its clock, probes and failover
@@ -70,8 +71,9 @@ class Service(ABC):  # noqa: B024 - every call is optional: a service overrides 
         raise NotImplementedError(f"service {self.name} declared {msg.get('t')!r} but does not handle it")
 
     def poll(self, now_s: float) -> float:
-        """Quick work each time the main loop wakes (`now_s`: time.monotonic()); returns when,
-        on that clock, it wants the next poll at the latest (math.inf: no hurry)."""
+        """Quick work when the main loop polls it (`now_s`: time.monotonic()): at the time it last
+        asked for, after a message of its own, and at least every POLL_EVERY_S (Polls). Returns
+        when, on that clock, it wants the next poll at the latest (math.inf: no hurry)."""
         return math.inf
 
     def tick(self, now_ns: int) -> None:  # noqa: B027 - optional
@@ -88,6 +90,8 @@ class Service(ABC):  # noqa: B024 - every call is optional: a service overrides 
     def stop(self) -> None:  # noqa: B027 - optional
         """Let go of its threads and sockets."""
 
+
+POLL_EVERY_S = 0.2  # every service is polled at least this often, whatever it asked for
 
 # a service's factory: its class, built from the agent's shared context
 SERVICES: Registry[Callable[[AgentContext], Service]] = Registry("service", load="clockfabric.agent.services")
@@ -121,6 +125,7 @@ class Router:
                                      f"and the {s.name} service")
                 self.routes[kind] = s
         self.bad_messages = 0
+        self._delivered: set[Service] = set()  # the services handed a message since taken() was last asked
 
     def deliver(self, data: bytes, reply_to: tuple[str, int], kinds: frozenset[str] | None = None) -> bool:
         """Hand one message to its service; False (and counted) if it was not one we take.
@@ -132,6 +137,7 @@ class Router:
             if to is None or (kinds is not None and msg["t"] not in kinds):
                 self.bad_messages += 1
                 return False
+            self._delivered.add(to)
             to.on_message(msg, reply_to)
             return True
         except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError):
@@ -141,6 +147,34 @@ class Router:
             self.bad_messages += 1
             log.exception("control message from %s", reply_to[0])
         return False
+
+
+    def taken(self) -> set[Service]:
+        """The services handed a message since the last call."""
+        out, self._delivered = self._delivered, set()
+        return out
+
+
+class Polls:
+    """When the agent's loop polls each service: when the time the service asked for comes, after
+    a message of its own, and at least every `every_s` whatever it asked (what the probe engine's
+    thread left for it waits no longer). One service's wake-ups cost the others nothing."""
+
+    def __init__(self, services: Iterable[Service], every_s: float = POLL_EVERY_S):
+        self.every_s = every_s
+        self._at = {s: -math.inf for s in services}  # each service's next poll, at the latest
+
+    def next_s(self) -> float:
+        """When the loop must wake next for a poll."""
+        return min(self._at.values(), default=math.inf)
+
+    def due(self, now_s: float, delivered: set[Service]) -> list[Service]:
+        """The services to poll now, in their order."""
+        return [s for s, at in self._at.items() if at <= now_s or s in delivered]
+
+    def asked(self, service: Service, now_s: float, when_s: float) -> None:
+        """`service` was polled at `now_s` and asked for its next poll at `when_s`."""
+        self._at[service] = min(when_s, now_s + self.every_s)
 
 
 @dataclass
