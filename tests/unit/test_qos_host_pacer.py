@@ -94,3 +94,12 @@ def test_a_socket_found_between_updates_is_stepped_every_period(pacer):
     for _ in range(3):
         pacer.step(flows, owd, POLICIES)
     assert len(pacer.steps) == 3
+
+
+def test_a_host_wants_the_readings_of_the_last_hops_its_lower_classes_cross(pacer):
+    pacer.step([job_flow("ddp", 1)], {}, POLICIES)
+    assert pacer.wants == frozenset()  # the critical job alone: nothing to pace, nothing wanted
+    pacer.step([job_flow("ddp", 1), job_flow("bulk", 2)], {}, POLICIES)
+    assert pacer.wants == {">127.0.0.1"}
+    pacer.step([job_flow("bulk", 2)], {}, [Policy("bulk", "scavenger", 5)])
+    assert pacer.wants == frozenset()  # the best class in force: none below it here

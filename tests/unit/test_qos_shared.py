@@ -1,6 +1,7 @@
 """Queue readings shared between hosts (qos/shared.py) and the pacing loop on them: a message
 round-trips, bad, stale, future, oversized or foreign ones are refused and counted, a silent
-host's reading expires; a host with only lower-class flows into a peer is paced on another
+host's reading expires; readings go only to the hosts that want their link, and a host's wants
+to every host, in rounds; a host with only lower-class flows into a peer is paced on another
 host's reading and released when it stops; and two hosts pacing against one fluid FIFO together
 cut as one law does (their shares add up), where each cutting the whole would leave a standing
 queue."""
@@ -11,7 +12,17 @@ import pytest
 
 from clockfabric.qos.pace_loop import Flow, PaceLoop
 from clockfabric.qos.pacing import Gains
-from clockfabric.qos.shared import MAX_READINGS, REPEAT_S, STALE_S, Reading, SharedQueues, encode
+from clockfabric.qos.shared import (
+    MAX_READINGS,
+    REPEAT_S,
+    STALE_S,
+    WANTS_REPEAT_S,
+    WANTS_STALE_S,
+    Audience,
+    Reading,
+    SharedQueues,
+    encode,
+)
 
 C = 100e6  # bits/s
 G = Gains()
@@ -53,6 +64,10 @@ def test_a_reading_round_trips_and_is_handed_out_once_while_new():
     ({**encode("h0", T0, []), "r": "x"}, "10.0.0.1", "too many readings"),
     ({**encode("h0", T0, []), "r": [[[1], "critical", 10, 0, 0, T0]]}, "10.0.0.1", "unknown link"),
     ({**encode("h0", T0, []), "r": [[INTO_H1, {}, 10, 0, 0, T0]]}, "10.0.0.1", "unknown class"),
+    ({**encode("h0", T0, []), "w": INTO_H1}, "10.0.0.1", "bad wants"),
+    ({**encode("h0", T0, []), "w": [[1]]}, "10.0.0.1", "bad wants"),
+    (encode("h0", T0, [], frozenset({">192.168.9.9"})), "10.0.0.1", "bad wants"),
+    ({**encode("h0", T0, []), "w": [INTO_H1] * (MAX_READINGS + 1)}, "10.0.0.1", "bad wants"),
     ({"t": "qos_queues", "host": "h0", "at": "now", "r": []}, "10.0.0.1", "stale"),
 ])
 def test_bad_messages_are_refused_whole_and_counted(msg, src, reason):
@@ -68,6 +83,37 @@ def test_a_silent_hosts_reading_expires_and_a_new_message_replaces_the_last():
     s.hear(encode("h0", T0 + 10**8, [critical(0.004)]), "10.0.0.1", T0 + 10**8)
     assert set(s.take(T0 + 10**8)) == {INTO_H1}  # what h0 no longer tells is gone at once
     assert s.take(T0 + 10**8 + int(STALE_S * 1e9) + 1) == {}  # h0 silent: it holds nobody paced
+
+
+def test_readings_go_only_to_the_hosts_whose_last_word_wants_their_link():
+    s = store()
+    s.hear(encode("h2", T0, [], frozenset({INTO_H1})), "10.0.0.3", T0)
+    s.hear(encode("h3", T0, [critical(0.004)], frozenset({">10.0.0.3"})), "10.0.0.4", T0)
+    assert s.readers({INTO_H1}, T0) == ["h2"]
+    assert s.readers({INTO_H1, ">10.0.0.3"}, T0) == ["h2", "h3"]
+    assert s.readers({">10.0.0.1"}, T0) == []
+    later = T0 + 10**8
+    s.hear(encode("h2", later, []), "10.0.0.3", later)  # its lower class is gone: it wants nothing
+    assert s.readers({INTO_H1}, later) == []
+    assert s.readers({">10.0.0.3"}, T0 + int(WANTS_STALE_S * 1e9) + 1) == []  # h3 silent: forgotten
+
+
+def test_a_hosts_word_goes_to_its_readers_and_its_wants_to_every_host_in_rounds():
+    peers = list("abcdefghijk")
+    audience = Audience(peers, fanout=4)
+    assert audience.pick([], frozenset(), 0.0) == []  # nothing new, nothing wanted: silence
+    assert audience.pick(["e"], frozenset(), 0.1) == ["e"]
+    wants = frozenset({INTO_H1})
+    rounds = [audience.pick([], wants, 0.2 + k / 10) for k in range(4)]
+    assert rounds == [peers[:4], peers[4:8], peers[8:], []]  # every host once, 4 a period
+    assert audience.pick(["e", "g"], wants, 0.7) == ["e", "g"]
+    assert audience.pick([], wants, 0.2 + WANTS_REPEAT_S) == peers[:4]  # said again each WANTS_REPEAT_S
+    audience = Audience(peers, fanout=4)
+    many = peers[:6]
+    heard = [audience.pick(many, frozenset(), k / 10) for k in range(3)]
+    assert heard == [many[:4], sorted(many[4:] + many[:2]), many[2:]]  # more readers than the fanout: in turn
+    audience.pick([], wants, 1.0)
+    assert audience.pick([], frozenset(), 1.1) == peers[:4]  # wanting nothing any more is said once too
 
 
 def test_a_host_with_only_lower_class_flows_is_paced_on_a_shared_reading_and_released():

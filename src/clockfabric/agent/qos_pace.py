@@ -18,8 +18,9 @@ them they count as idle flows, which the links' limits split over with the other
 
 Across hosts: the readings of the last hops into peers that its higher class sees queueing on
 (while they show a queue, and SHARE_HOLD readings more), and its lower-class flows' weights on
-links it paces against another host's reading, are what it tells the other hosts (qos.shared); what they
-tell comes into the loop as their readings.
+links it paces against another host's reading, are what it tells the other hosts that want them
+(qos.shared); what they tell comes into the loop as their readings. It wants the readings of the
+last hops its lower-class flows cross.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class HostPacer:
         self.fds: dict[SocketId, int] = {}  # each paced socket's descriptor number in its process
         self.own: dict[str, tuple[float, int, int]] = {}  # last hop -> its last queue reading, read time, hold
         self._told: tuple[list, int] = ([], 0)  # what was last told, and when
+        self.saying: list[Reading] = []  # what the last period had to tell, new or not
+        self.wants: frozenset[str] = frozenset()  # the last hops its lower-class flows cross
         self.joined: dict[SocketId, tuple[str, str]] = {}  # sockets found between updates: (job id, peer)
         self.not_flows: set[int] = set()  # sockets found that will carry no flow: not looked at again
         self.joined_ever = 0  # for the state: sockets paced before an update listed them
@@ -124,6 +127,7 @@ class HostPacer:
         """One period: the jobs' flows and their last window of delays, the policies in force, the
         other hosts' readings."""
         if self._nothing_to_pace(flows, owd, policies):
+            self.wants = frozenset()
             return {}
         self.inputs = (flows, owd, policies)
         fresh, self.last_owd = owd is not self.last_owd, owd  # a new window is a new dict
@@ -135,6 +139,8 @@ class HostPacer:
         readings += [Flow(sock, p.qos_class, p.weight, self.links_to(peer), 0.0, None)
                      for sock, (jobid, peer) in self.joined.items()
                      if sock[1] not in listed and (p := by_job.get(jobid)) is not None]
+        best = min((p.rank for p in policies), default=0)
+        self.wants = frozenset(f.links[1] for f in readings if RANK[f.qos_class] > best)
         if not readings and not self.loop.paced:
             self.loop.views = {}
             return {}  # no job with a policy here: not even the qdiscs are read
@@ -186,7 +192,7 @@ class HostPacer:
     def tell(self, now_ns: int) -> list[Reading]:
         """What the other hosts should hear after this period: the last hops this host's higher
         class sees queueing on, and its lower-class weights where it paces (qos.shared); nothing
-        when that is what was told less than REPEAT_S ago."""
+        when that is what was told less than REPEAT_S ago (`saying` holds it all the same)."""
         out, max_age_ns = [], 2 * self.remote.period_s * 1e9  # a reading two windows old is no news
         for link, v in self.loop.views.items():
             if not link.startswith(">"):  # a NIC's egress: only this host's flows cross it
@@ -203,6 +209,7 @@ class HostPacer:
             del self.own[link]
         said = [(r.link, r.qos_class, r.queue_s, round(r.high_bps, -5), r.low_weight, r.queue_s is None or r.read_ns)
                 for r in out]
+        self.saying = out
         if said == self._told[0] and now_ns - self._told[1] < REPEAT_S * 1e9:
             return []
         self._told = (said, now_ns)

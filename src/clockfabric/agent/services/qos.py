@@ -25,11 +25,10 @@ from clockfabric.agent.service import Service, Snapshot, service
 from clockfabric.errors import ClockfabricError
 from clockfabric.qos import policy
 from clockfabric.qos.enforce import Enforcer, remove_all
-from clockfabric.qos.shared import KIND, SharedQueues, encode
+from clockfabric.qos.shared import KIND, Audience, SharedQueues, encode
 from clockfabric.topology import interfaces
 
 log = logging.getLogger(__name__)
-MAX_FANOUT = 8  # the hosts told per period at most (the rest in the next periods, in turn)
 
 
 def effective(set_: list[policy.Policy], asks: dict[str, policy.Ask]) -> tuple[list[policy.Policy], list[str]]:
@@ -77,7 +76,7 @@ class Qos(Service):
         ends = {str(i.address.ip) for i in interfaces(topo).values() if i.port.node in topo.hosts}
         self.shared = SharedQueues({h: ctx.addresses[h] for h in self.peers}, 3 * ctx.cfg.window_s,
                                    frozenset(f">{a}" for a in ends | set(ctx.addresses.values())))
-        self._next_peer = 0
+        self.audience = Audience(self.peers)
         self.told = 0  # messages sent to other hosts
         self.cpu_s = 0.0  # this service's own CPU: marking, pacing, telling (the bench's cost of QoS)
         self.join_cpu_s = 0.0  # of which looking for new sockets between updates
@@ -162,7 +161,7 @@ class Qos(Service):
                 self.pacer.step(*self.ctx.job_flows(), self.in_force, self.shared.take(now_ns))
             except (OSError, NetlinkError) as e:  # the NICs' queues unreadable: the limits hold
                 self.pacer.problem = f"cannot read the NICs' queues: {e}"
-            self._tell(now_ns)
+            self._tell(now_ns, now_s)
             self.cpu_s += time.thread_time() - started
         return self._pace_due
 
@@ -172,16 +171,18 @@ class Qos(Service):
         top = min(p.rank for p in self.in_force)
         return {p.jobid for p in self.in_force if p.rank > top}
 
-    def _tell(self, now_ns: int) -> None:
-        """This period's readings to the other hosts: one datagram each, MAX_FANOUT at most."""
+    def _tell(self, now_ns: int, now_s: float) -> None:
+        """This period's word to the other hosts that should hear it (qos.shared.Audience), one
+        datagram each."""
         assert self.pacer is not None
         readings = self.pacer.tell(now_ns)
-        if not readings or not self.peers:
+        readers = self.shared.readers({r.link for r in readings}, now_ns) if readings else []
+        to = self.audience.pick(readers, self.pacer.wants, now_s)
+        if not to:
             return
-        msg = encode(self.ctx.cfg.host, now_ns, readings)
-        for _ in range(min(MAX_FANOUT, len(self.peers))):
-            self.ctx.send(self.peers[self._next_peer % len(self.peers)], msg)
-            self._next_peer += 1
+        msg = encode(self.ctx.cfg.host, now_ns, self.pacer.saying, self.pacer.wants)
+        for peer in to:
+            self.ctx.send(peer, msg)
             self.told += 1
 
     def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
