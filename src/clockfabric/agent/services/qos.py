@@ -175,12 +175,16 @@ class Qos(Service):
         """This period's word to the other hosts that should hear it (qos.shared.Audience), one
         datagram each."""
         assert self.pacer is not None
-        readings = self.pacer.tell(now_ns)
+        # only the last hops into the fleet's hosts: a flow to an address outside the fleet is no
+        # other host's business, and a link a host cannot name would have it refuse the message
+        fleet = self.shared.links
+        readings = [r for r in self.pacer.tell(now_ns) if r.link in fleet]
+        wants = self.pacer.wants & fleet
         readers = self.shared.readers({r.link for r in readings}, now_ns) if readings else []
-        to = self.audience.pick(readers, self.pacer.wants, now_s)
+        to = self.audience.pick(readers, wants, now_s)
         if not to:
             return
-        msg = encode(self.ctx.cfg.host, now_ns, self.pacer.saying, self.pacer.wants)
+        msg = encode(self.ctx.cfg.host, now_ns, [r for r in self.pacer.saying if r.link in fleet], wants)
         for peer in to:
             self.ctx.send(peer, msg)
             self.told += 1
