@@ -19,7 +19,7 @@ from clockfabric.workload.flowgroups import pair_label, parse_pair
 from clockfabric.workload.flows import FlowTracker, SocketReading, flow_label
 from clockfabric.workload.jobs import JobProcess, JobTag, group, identify, parse_environ, pod_uid
 from clockfabric.workload.monitor import BUSY_BPS, WorkloadMonitor
-from clockfabric.workload.procfs import ProcFs
+from clockfabric.workload.procfs import MAX_MADE, ProcFs
 
 NETNS, PIDNS, OTHER_NETNS, OTHER_PIDNS = 4026531840, 4026531836, 4026532999, 4026532888
 BTIME = 1_700_000_000
@@ -39,9 +39,11 @@ def fake_proc(root: Path, processes: dict[int, dict]) -> Path:
 
 
 def add_process(root: Path, pid: int, p: dict) -> None:
-    """One process's entry (p: env, cgroup, start_after_boot_s, netns, pidns, sockets)."""
+    """One process's entry (p: env, cgroup, start_after_boot_s, netns, pidns, sockets; thread_of:
+    a thread of that process, whose entry /proc has too, though no listing shows it)."""
     d = root / str(pid)
     d.mkdir()
+    (d / "status").write_text(f"Name:\tpy\nTgid:\t{p.get('thread_of', pid)}\nPid:\t{pid}\n")
     (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in p.get("env", {}).items()) + b"\0")
     (d / "cgroup").write_text(p.get("cgroup", "0::/user.slice\n"))
     ticks = int(p.get("start_after_boot_s", 100) * os.sysconf("SC_CLK_TCK"))
@@ -250,6 +252,31 @@ def test_between_updates_proc_is_listed_again_only_once_a_process_was_made(proc)
     assert mon.opened({"J"}) == [("J", 101, 19, 9)]  # nothing moved: the same, from the last read
     (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 601\n")
     assert mon.opened({"J"}) == [("J", 101, 19, 9), ("J", 600, 18, 3)]
+
+
+def test_procfs_names_the_processes_made_between_two_last_pids_not_their_threads(proc):
+    fs = ProcFs(proc)
+    add_process(proc, 103, {"env": {"CLOCKFABRIC_JOB": "J"}})
+    add_process(proc, 104, {"thread_of": 103})
+    assert fs.made(102, 106) == [102, 103]  # 102 again: its entry may have come after the reading
+    assert fs.made(600, 600 + MAX_MADE + 1) is None  # too many handed out: list /proc instead
+    assert fs.made(4_000_000, 5) is None  # the pids wrapped around
+
+
+def test_between_updates_only_the_pids_handed_out_since_are_read(proc):
+    mon = WorkloadMonitor(ProcFs(proc), lambda: [])
+    mon.update()
+    (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 600\n")
+    mon.opened({"J"})
+    listed = []
+    mon.proc.pids = lambda: listed.append(1) or []  # type: ignore[method-assign]
+    add_process(proc, 601, {"env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [21]})
+    add_process(proc, 602, {"thread_of": 601, "env": {"CLOCKFABRIC_JOB": "J"}, "sockets": [21]})
+    (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 602\n")
+    assert mon.opened({"J"}) == [("J", 601, 21, 3)] and listed == []
+    (proc / "loadavg").write_text(f"0.10 0.20 0.30 1/80 {603 + MAX_MADE}\n")
+    mon.opened({"J"})
+    assert listed == [1]  # many new pids: /proc listed again
 
 
 def test_a_job_that_exits_leaves_the_view(proc):

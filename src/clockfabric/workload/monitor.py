@@ -116,11 +116,11 @@ class WorkloadMonitor:
         marks = self.proc.job_marks(pid)
         return marks is not None and identify(*marks) is not None
 
-    def processes(self, young_s: float = YOUNG_S, listed: bool = True) -> list[JobProcess]:
+    def processes(self, young_s: float = YOUNG_S, listed: bool = True, new: Collection[int] = ()) -> list[JobProcess]:
         """This host's job processes now; a process of no job younger than `young_s` read again.
-        `listed` False: /proc is not listed, only the processes known are looked at again."""
+        `listed` False: /proc is not listed, only the processes known and `new` are looked at."""
         now_s = time.time()
-        pids = set(self.proc.pids()) if listed else set(self.known)
+        pids = set(self.proc.pids()) if listed else set(self.known) | set(new)
         self.known = {pid: k for pid, k in self.known.items() if pid in pids}
         for pid in pids:
             before = self.known.get(pid)
@@ -137,14 +137,16 @@ class WorkloadMonitor:
         have, as (job id, pid, inode, descriptor number): read between updates, a process too new
         for the last one included. A socket shared by several processes is the lowest pid's, as in
         `owners`. Made to be called often: /proc is listed again only when a process was made since
-        the last call (the kernel's last pid moved), a process of no job read again only in the
-        OPENED_YOUNG_S after (later, an exec is left to the update), and a process's fds only when
-        it opened or closed one."""
+        the last call (the kernel's last pid moved), and then only the pids handed out since where
+        they are few (ProcFs.made), a process of no job read again only in the OPENED_YOUNG_S after
+        (later, an exec is left to the update), and a process's fds only when it opened or closed
+        one."""
         now_s = self.clock()
         last = self.proc.last_pid()
         if last is None or last != self.last_pid:
+            made = None if last is None or self.last_pid is None else self.proc.made(self.last_pid, last)
             self.last_pid, self.made_at = last, now_s
-            procs = self.processes(OPENED_YOUNG_S)
+            procs = self.processes(OPENED_YOUNG_S, listed=made is None, new=made or ())
         elif now_s - self.made_at < OPENED_YOUNG_S:
             procs = self.processes(OPENED_YOUNG_S, listed=False)
         else:

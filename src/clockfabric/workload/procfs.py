@@ -14,6 +14,8 @@ from pathlib import Path
 from clockfabric.workload.jobs import parse_environ
 
 GONE = (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError)
+# more pids than this handed out since the last look: /proc is listed instead of each pid read
+MAX_MADE = 32
 SOCKET_LINK = "socket:["
 
 
@@ -55,6 +57,27 @@ class ProcFs:
                 return int(f.read().split()[-1])
         except (OSError, ValueError, IndexError):
             return None
+
+    def made(self, since: int, last: int) -> list[int] | None:
+        """The processes whose pids lie from `since` to `last`, two readings of `last_pid`: those
+        made between them, and `since` again (the kernel hands out a pid before its /proc entry
+        appears). Threads take pids too and are not processes. None where the pids wrapped
+        around or more than MAX_MADE were handed out: list /proc instead."""
+        if not 0 <= last - since <= MAX_MADE:
+            return None
+        return [pid for pid in range(since, last + 1) if self._leads(pid)]
+
+    def _leads(self, pid: int) -> bool:
+        """A live process of that id, not a thread of another (a thread's /proc entry is there
+        too, though no listing shows it)."""
+        try:
+            with open(f"{self.root}/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Tgid:"):
+                        return int(line.split()[1]) == pid
+        except (*GONE, ValueError, IndexError):
+            return False
+        return False
 
     def own_namespaces(self) -> tuple[int, int]:
         """(network, PID) namespace inodes of this process: what "ours" is."""
