@@ -20,10 +20,9 @@ fleet where no lower class sends into a peer carries no readings about it at all
 
 What is accepted is bounded: a message of a fleet host, sent within STALE_S, not from the future,
 at most MAX_READINGS readings and as many links wanted, each of a known link and class with
-values in range. What is not
-is refused whole and counted by reason. A reading counts only while its last message is within
-STALE_S (the sender repeats an unchanged one every REPEAT_S): a host that stops telling stops
-holding the others paced.
+values in range. What is not is refused whole and counted by reason. A reading counts only while
+its last message is within STALE_S (the sender repeats an unchanged one every REPEAT_S): a host
+that stops telling stops holding the others paced.
 """
 
 from __future__ import annotations
