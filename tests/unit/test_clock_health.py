@@ -58,6 +58,35 @@ def test_the_solver_leaves_a_queued_host_out_and_names_it():
     assert all(m["synced"] and m["uncertainty_ns"] < 10_000 for m in others)
 
 
+def test_a_host_whose_every_band_widened_alike_has_its_bound_grow_to_cover_its_offset():
+    """A queue building on a host's own link widens each of its pairs' bands and moves each one's
+    middle line alike, by up to the widening: no loop shows it, and until the band stands out
+    from the fleet's (asymmetric_hosts) the host is still solved, off by that much. Its bound
+    grows by the least widening of its edges; a host with an edge that did not widen keeps its own."""
+    clocks = make_fleet(8, seed=7)
+    peers = probe_peers(list(clocks), 3, seed=7)
+    solver = Solver(list(clocks), "h00")
+    t0 = clocks["h00"].read(NOW_TAU)
+    for msg in _reports(clocks, peers).values():
+        solver.on_report(msg, now=0.0)
+    before = solver.solve(t0, now=0.5)
+    shift = 3_000.0  # each middle line moves by this, each band widens by as much (a one-sided queue)
+    queued = _reports(clocks, peers, margin=lambda h, p: 1_000.0 + shift if "h05" in (h, p) else 1_000.0)
+    for msg in queued.values():
+        for edge in msg["edges"]:  # [peer, a, ...]: a is the peer's clock less the reporter's
+            edge[1] += -shift if msg["host"] == "h05" else shift if edge[0] == "h05" else 0.0
+        solver.on_report(msg, now=1.0)
+    after = solver.solve(t0, now=1.5)
+    old, new = before["h05"]["hosts"]["h05"], after["h05"]["hosts"]["h05"]
+    moved = abs(new["offset_ns"] - old["offset_ns"])
+    assert new["synced"] and moved > shift / 2  # still solved, and that far off
+    assert old["uncertainty_ns"] < moved <= new["uncertainty_ns"]
+    beside = {h for h in clocks if h != "h05" and any(p != "h05" for p in peers[h])}
+    assert len(beside) >= 6
+    for h in beside:
+        assert after[h]["hosts"][h]["uncertainty_ns"] < before[h]["hosts"][h]["uncertainty_ns"] + 100
+
+
 def test_a_queued_reference_leaves_the_ensemble_without_a_step():
     clocks = make_fleet(8, seed=6)
     peers = probe_peers(list(clocks), 3, seed=6)

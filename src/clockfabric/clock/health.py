@@ -7,10 +7,18 @@ pure pair's band half-width is the mean of the two minimum delays, so the host's
 band stands out against the fleet's. Such a host is left out of the solve (its edges would
 bend its neighbours too) and named, and it holds over on its last good mapping, whose bound
 grows with the time since (mapping.bound_at), until HOLDOVER_MAX_NS.
+
+Until the band stands out that far, the host's bound grows with it (BandBaseline): a queue adds
+q_f and q_r (both >= 0) to a pair's two minimum delays, which widens its band's half-width by
+(q_f + q_r) / 2 and moves its middle line by (q_f - q_r) / 2, no more. Loops see a host's edges
+that disagree; where every edge of a host widened alike, they cannot, and the least widening of
+its edges is added to its bound: a host whose queue is still building is then named within
+bounds that hold, and holds over on a mapping whose bound held when it was made.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import replace
 
@@ -22,6 +30,9 @@ ASYMMETRY_NS = 10_000.0
 # ... or beyond it plus this for SUSTAINED_S on end: a standing queue stays, a busy moment passes
 SUSTAINED_NS, SUSTAINED_S = 5_000.0, 3.0
 HOLDOVER_MAX_NS = 60_000_000_000  # past this a held-over mapping's drift term says little
+# a pair's idle band: its narrowest over the last BASELINE_S to twice that (a path that moved for
+# good widens its host's bound that long, and only where every edge of the host moved)
+BASELINE_S = 300.0
 NO_PURE = "no pure probe pair on any path"
 
 
@@ -35,6 +46,29 @@ def asymmetric_hosts(margins: dict[str, list[float]], slack_ns: float = ASYMMETR
     limit = 2 * typical + slack_ns
     return {h: f"asymmetric: every path queued (narrowest band {m / 1e3:.0f} us, fleet {typical / 1e3:.0f} us)"
             for h, m in narrowest.items() if m > limit}
+
+
+class BandBaseline:
+    """Each pair's idle band half-width, and how far a host's edges all widened past theirs."""
+
+    def __init__(self, span_s: float = BASELINE_S):
+        self.span_s = span_s
+        self._started = -math.inf
+        self._older: dict[tuple[str, str], float] = {}  # pair -> narrowest over the span before
+        self._newer: dict[tuple[str, str], float] = {}  # ... and over the one now
+
+    def widened(self, bands: dict[tuple[str, str], float], now: float) -> dict[str, float]:
+        """Host -> the least any of its pairs' bands (each (host, peer) as reported) is wider than
+        that pair's idle one; 0 where one of them is not."""
+        if now - self._started >= self.span_s:
+            self._older, self._newer, self._started = self._newer, {}, now
+        least: dict[str, float] = {}
+        for pair, band in bands.items():
+            self._newer[pair] = narrowest = min(band, self._newer.get(pair, band))
+            wider = band - min(narrowest, self._older.get(pair, narrowest))
+            for host in pair:
+                least[host] = min(wider, least.get(host, wider))
+        return least
 
 
 def hold_over(last: Mapping | None, new: Mapping | None, now_ns: int) -> Mapping | None:

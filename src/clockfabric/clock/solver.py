@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 
 from clockfabric.clock.graph import neighbours
-from clockfabric.clock.health import NO_PURE, SUSTAINED_NS, SUSTAINED_S, asymmetric_hosts
+from clockfabric.clock.health import NO_PURE, SUSTAINED_NS, SUSTAINED_S, BandBaseline, asymmetric_hosts
 from clockfabric.clock.mapping import SYNCED, UNSYNCED, Mapping
 from clockfabric.clock.network import Edges, Solution, solve
 from clockfabric.clock.timescale import Frame, clean, ensemble, members, pivot
@@ -58,6 +58,7 @@ class Solver:
         self.wide_since: dict[str, float] = {}  # host -> since when its band is a little wide
         self.dirty: dict[str, float] = {}  # host -> when it last failed the ensemble's band test
         self.utc: dict[str, tuple[float, float, float, int]] = {}  # host -> (when, offset, rate, at its clock)
+        self.bands = BandBaseline()  # how far a host's bands all widened: added to its bound
 
     def on_report(self, msg: dict, now: float | None = None) -> None:
         host = msg.get("host")
@@ -115,6 +116,7 @@ class Solver:
         for i, j, *_, m, _d in rows:
             margins[self.hosts[i]].append(abs(m))
             margins[self.hosts[j]].append(abs(m))
+        widened = self.bands.widened({(self.hosts[i], self.hosts[j]): abs(m) for i, j, *_, m, _d in rows}, now)
         # a queue drains now and then: a flagged host stays out for FLAG_HOLD_S, or its skewed
         # edges would come back at each lull and bend the solve; a young one, for this solve only
         wide = asymmetric_hosts(margins, SUSTAINED_NS)
@@ -156,8 +158,9 @@ class Solver:
         self.last, self._resumed = sol, False
         synced = sol.synced()
         cut_off = "cut off from global time's ensemble"
-        mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]),
-                              float(sol.bound_ns[i]) if synced[i] else float("inf"), bool(synced[i]),
+        bound = {h: float(sol.bound_ns[i]) + widened.get(h, 0.0) if synced[i] else float("inf")
+                 for h, i in self.index.items() if h in fresh}
+        mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]), bound[h], bool(synced[i]),
                               SYNCED if synced[i] else UNSYNCED,
                               "" if synced[i] else reasons.get(h, cut_off),
                               float(sol.drift_bound[i]) if synced[i] else float("inf")).as_dict()
