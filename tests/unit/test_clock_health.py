@@ -62,7 +62,7 @@ def test_a_host_whose_every_band_widened_alike_has_its_bound_grow_to_cover_its_o
     """A queue building on a host's own link widens each of its pairs' bands and moves each one's
     middle line alike, by up to the widening: no loop shows it, and until the band stands out
     from the fleet's (asymmetric_hosts) the host is still solved, off by that much. Its bound
-    grows by the least widening of its edges; a host with an edge that did not widen keeps its own."""
+    grows by its edges' median widening; a host most of whose edges did not widen keeps its own."""
     clocks = make_fleet(8, seed=7)
     peers = probe_peers(list(clocks), 3, seed=7)
     solver = Solver(list(clocks), "h00")
@@ -81,8 +81,9 @@ def test_a_host_whose_every_band_widened_alike_has_its_bound_grow_to_cover_its_o
     moved = abs(new["offset_ns"] - old["offset_ns"])
     assert new["synced"] and moved > shift / 2  # still solved, and that far off
     assert old["uncertainty_ns"] < moved <= new["uncertainty_ns"]
-    beside = {h for h in clocks if h != "h05" and any(p != "h05" for p in peers[h])}
-    assert len(beside) >= 6
+    edges = [(h, p) for h in clocks for p in peers[h]]
+    beside = {h for h in clocks if 2 * sum("h05" in e for e in edges if h in e) < sum(h in e for e in edges)}
+    assert len(beside) >= 5
     for h in beside:
         assert after[h]["hosts"][h]["uncertainty_ns"] < before[h]["hosts"][h]["uncertainty_ns"] + 100
 

@@ -11,9 +11,11 @@ grows with the time since (mapping.bound_at), until HOLDOVER_MAX_NS.
 Until the band stands out that far, the host's bound grows with it (BandBaseline): a queue adds
 q_f and q_r (both >= 0) to a pair's two minimum delays, which widens its band's half-width by
 (q_f + q_r) / 2 and moves its middle line by (q_f - q_r) / 2, no more. Loops see a host's edges
-that disagree; where every edge of a host widened alike, they cannot, and the least widening of
-its edges is added to its bound: a host whose queue is still building is then named within
-bounds that hold, and holds over on a mapping whose bound held when it was made.
+that disagree; where every edge of a host widened alike, they cannot, and the median widening of
+its edges is added to its bound (the median, not the least: as a queue takes a host's last pure
+pairs, its pairs' fits go stale one by one, each still as narrow as before): a host whose queue
+is still building is then named within bounds that hold, and holds over on a mapping whose
+bound held when it was made.
 """
 
 from __future__ import annotations
@@ -58,17 +60,16 @@ class BandBaseline:
         self._newer: dict[tuple[str, str], float] = {}  # ... and over the one now
 
     def widened(self, bands: dict[tuple[str, str], float], now: float) -> dict[str, float]:
-        """Host -> the least any of its pairs' bands (each (host, peer) as reported) is wider than
-        that pair's idle one; 0 where one of them is not."""
+        """Host -> how much wider than their idle ones its pairs' bands (each (host, peer) as
+        reported) are, the median of its pairs: 0 for a host most of whose pairs are not."""
         if now - self._started >= self.span_s:
             self._older, self._newer, self._started = self._newer, {}, now
-        least: dict[str, float] = {}
+        wider: dict[str, list[float]] = {}
         for pair, band in bands.items():
             self._newer[pair] = narrowest = min(band, self._newer.get(pair, band))
-            wider = band - min(narrowest, self._older.get(pair, narrowest))
             for host in pair:
-                least[host] = min(wider, least.get(host, wider))
-        return least
+                wider.setdefault(host, []).append(band - min(narrowest, self._older.get(pair, narrowest)))
+        return {host: statistics.median(w) for host, w in wider.items()}
 
 
 def hold_over(last: Mapping | None, new: Mapping | None, now_ns: int) -> Mapping | None:
