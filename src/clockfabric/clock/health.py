@@ -12,10 +12,11 @@ Until the band stands out that far, the host's bound grows with it (BandBaseline
 q_f and q_r (both >= 0) to a pair's two minimum delays, which widens its band's half-width by
 (q_f + q_r) / 2 and moves its middle line by (q_f - q_r) / 2, no more. Loops see a host's edges
 that disagree; where every edge of a host widened alike, they cannot, and the median widening of
-its edges is added to its bound (the median, not the least: as a queue takes a host's last pure
-pairs, its pairs' fits go stale one by one, each still as narrow as before): a host whose queue
-is still building is then named within bounds that hold, and holds over on a mapping whose
-bound held when it was made.
+its edges past their usual bands is added to its bound (the median, not the least: as a queue
+takes a host's last pure pairs, their fits go stale one by one, each as narrow as before; the
+usual band, not the narrowest: an idle band's own jitter past its narrowest doubled idle
+bounds): a host whose queue is still building is then named within bounds that hold, and holds
+over on a mapping whose bound held when it was made.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ ASYMMETRY_NS = 10_000.0
 # ... or beyond it plus this for SUSTAINED_S on end: a standing queue stays, a busy moment passes
 SUSTAINED_NS, SUSTAINED_S = 5_000.0, 3.0
 HOLDOVER_MAX_NS = 60_000_000_000  # past this a held-over mapping's drift term says little
-# a pair's idle band: its narrowest over the last BASELINE_S to twice that (a path that moved for
-# good widens its host's bound that long, and only where every edge of the host moved)
-BASELINE_S = 300.0
+# a pair's usual band: its mean over about this long, so a queue building for seconds stands out
+# from it and a path that moved for good stops widening its host's bound within minutes
+TYPICAL_TAU_S = 120.0
 NO_PURE = "no pure probe pair on any path"
 
 
@@ -51,24 +52,22 @@ def asymmetric_hosts(margins: dict[str, list[float]], slack_ns: float = ASYMMETR
 
 
 class BandBaseline:
-    """Each pair's idle band half-width, and how far a host's edges all widened past theirs."""
+    """Each pair's usual band half-width, and how far a host's pairs widened past theirs."""
 
-    def __init__(self, span_s: float = BASELINE_S):
-        self.span_s = span_s
-        self._started = -math.inf
-        self._older: dict[tuple[str, str], float] = {}  # pair -> narrowest over the span before
-        self._newer: dict[tuple[str, str], float] = {}  # ... and over the one now
+    def __init__(self, tau_s: float = TYPICAL_TAU_S):
+        self.tau_s = tau_s
+        self._usual: dict[tuple[str, str], tuple[float, float]] = {}  # pair -> (when, its usual band)
 
     def widened(self, bands: dict[tuple[str, str], float], now: float) -> dict[str, float]:
-        """Host -> how much wider than their idle ones its pairs' bands (each (host, peer) as
-        reported) are, the median of its pairs: 0 for a host most of whose pairs are not."""
-        if now - self._started >= self.span_s:
-            self._older, self._newer, self._started = self._newer, {}, now
+        """Host -> how much wider than usual its pairs' bands (each (host, peer) as reported)
+        are, the median of its pairs (each 0 where narrower): 0 for a host most of whose pairs
+        are as usual."""
         wider: dict[str, list[float]] = {}
         for pair, band in bands.items():
-            self._newer[pair] = narrowest = min(band, self._newer.get(pair, band))
+            at, usual = self._usual.get(pair, (now, band))
+            self._usual[pair] = (now, usual + (band - usual) * -math.expm1(-(now - at) / self.tau_s))
             for host in pair:
-                wider.setdefault(host, []).append(band - min(narrowest, self._older.get(pair, narrowest)))
+                wider.setdefault(host, []).append(max(0.0, band - usual))
         return {host: statistics.median(w) for host, w in wider.items()}
 
 
