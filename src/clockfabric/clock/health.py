@@ -15,7 +15,7 @@ that disagree; where every edge of a host widened alike, they cannot, and the me
 its edges past their usual bands is added to its bound (the median, not the least: as a queue
 takes a host's last pure pairs, their fits go stale one by one, each as narrow as before; the
 usual band, not the narrowest: an idle band's own jitter past its narrowest doubled idle
-bounds): a host whose queue is still building is then named within bounds that hold, and holds
+bounds; the usual band follows a narrower one within seconds, a start-up's wide bands gone): a host whose queue is still building is then named within bounds that hold, and holds
 over on a mapping whose bound held when it was made.
 """
 
@@ -33,9 +33,10 @@ ASYMMETRY_NS = 10_000.0
 # ... or beyond it plus this for SUSTAINED_S on end: a standing queue stays, a busy moment passes
 SUSTAINED_NS, SUSTAINED_S = 5_000.0, 3.0
 HOLDOVER_MAX_NS = 60_000_000_000  # past this a held-over mapping's drift term says little
-# a pair's usual band: its mean over about this long, so a queue building for seconds stands out
+# a pair's usual band follows a band narrower than it within seconds (a start-up's wide bands, a
+# queue that drained) and a wider one over minutes, so a queue building for seconds stands out
 # from it and a path that moved for good stops widening its host's bound within minutes
-TYPICAL_TAU_S = 120.0
+NARROWER_TAU_S, WIDER_TAU_S = 5.0, 120.0
 NO_PURE = "no pure probe pair on any path"
 
 
@@ -54,8 +55,7 @@ def asymmetric_hosts(margins: dict[str, list[float]], slack_ns: float = ASYMMETR
 class BandBaseline:
     """Each pair's usual band half-width, and how far a host's pairs widened past theirs."""
 
-    def __init__(self, tau_s: float = TYPICAL_TAU_S):
-        self.tau_s = tau_s
+    def __init__(self) -> None:
         self._usual: dict[tuple[str, str], tuple[float, float]] = {}  # pair -> (when, its usual band)
 
     def widened(self, bands: dict[tuple[str, str], float], now: float) -> dict[str, float]:
@@ -65,7 +65,8 @@ class BandBaseline:
         wider: dict[str, list[float]] = {}
         for pair, band in bands.items():
             at, usual = self._usual.get(pair, (now, band))
-            self._usual[pair] = (now, usual + (band - usual) * -math.expm1(-(now - at) / self.tau_s))
+            tau = NARROWER_TAU_S if band < usual else WIDER_TAU_S
+            self._usual[pair] = (now, usual + (band - usual) * -math.expm1(-(now - at) / tau))
             for host in pair:
                 wider.setdefault(host, []).append(max(0.0, band - usual))
         return {host: statistics.median(w) for host, w in wider.items()}
