@@ -12,11 +12,11 @@ Until the band stands out that far, the host's bound grows with it (BandBaseline
 q_f and q_r (both >= 0) to a pair's two minimum delays, which widens its band's half-width by
 (q_f + q_r) / 2 and moves its middle line by (q_f - q_r) / 2, no more. Loops see a host's edges
 that disagree; where every edge of a host widened alike, they cannot, and the median widening of
-its edges past their usual bands is added to its bound (the median, not the least: as a queue
-takes a host's last pure pairs, their fits go stale one by one, each as narrow as before; the
-usual band, not the narrowest: an idle band's own jitter past its narrowest doubled idle
-bounds; the usual band follows a narrower one within seconds, a start-up's wide bands gone): a host whose queue is still building is then named within bounds that hold, and holds
-over on a mapping whose bound held when it was made.
+its edges past their usual bands is added to its bound. The median, not the least: as a queue
+takes a host's last pure pairs, their fits go stale one by one, each as narrow as before. The
+usual band, not the narrowest: an idle band's own jitter past its narrowest doubled idle bounds.
+So a host whose queue is still building is named within bounds that hold, and holds over on a
+mapping whose bound held when it was made.
 """
 
 from __future__ import annotations
