@@ -58,18 +58,23 @@ def test_the_solver_leaves_a_queued_host_out_and_names_it():
     assert all(m["synced"] and m["uncertainty_ns"] < 10_000 for m in others)
 
 
+def _solved(seed: int):
+    """An 8-host fleet, 3 peers each, whose reports came in and were solved once at t0."""
+    clocks = make_fleet(8, seed=seed)
+    peers = probe_peers(list(clocks), 3, seed=seed)
+    solver = Solver(list(clocks), "h00")
+    t0 = clocks["h00"].read(NOW_TAU)
+    for msg in _reports(clocks, peers).values():
+        solver.on_report(msg, now=0.0)
+    return clocks, peers, solver, t0, solver.solve(t0, now=0.5)
+
+
 def test_a_host_whose_every_band_widened_alike_has_its_bound_grow_to_cover_its_offset():
     """A queue building on a host's own link widens each of its pairs' bands and moves each one's
     middle line alike, by up to the widening: no loop shows it, and until the band stands out
     from the fleet's (asymmetric_hosts) the host is still solved, off by that much. Its bound
     grows by its edges' median widening; a host most of whose edges did not widen keeps its own."""
-    clocks = make_fleet(8, seed=7)
-    peers = probe_peers(list(clocks), 3, seed=7)
-    solver = Solver(list(clocks), "h00")
-    t0 = clocks["h00"].read(NOW_TAU)
-    for msg in _reports(clocks, peers).values():
-        solver.on_report(msg, now=0.0)
-    before = solver.solve(t0, now=0.5)
+    clocks, peers, solver, t0, before = _solved(seed=7)
     shift = 3_000.0  # each middle line moves by this, each band widens by as much (a one-sided queue)
     queued = _reports(clocks, peers, margin=lambda h, p: 1_000.0 + shift if "h05" in (h, p) else 1_000.0)
     for msg in queued.values():
@@ -89,13 +94,7 @@ def test_a_host_whose_every_band_widened_alike_has_its_bound_grow_to_cover_its_o
 
 
 def test_a_queued_reference_leaves_the_ensemble_without_a_step():
-    clocks = make_fleet(8, seed=6)
-    peers = probe_peers(list(clocks), 3, seed=6)
-    solver = Solver(list(clocks), "h00")
-    t0 = clocks["h00"].read(NOW_TAU)
-    for msg in _reports(clocks, peers).values():
-        solver.on_report(msg, now=0.0)
-    before = solver.solve(t0, now=0.5)
+    clocks, peers, solver, t0, before = _solved(seed=6)
     for msg in _reports(clocks, peers, margin=lambda h, p: 80_000.0 if "h00" in (h, p) else 1_000.0).values():
         solver.on_report(msg, now=1.0)
     after = solver.solve(t0, now=1.5)
