@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from clockfabric.clock.graph import probe_peers
-from clockfabric.clock.health import HOLDOVER_MAX_NS, asymmetric_hosts, hold_over
+from clockfabric.clock.health import HOLDOVER_MAX_NS, BandBaseline, asymmetric_hosts, hold_over
 from clockfabric.clock.mapping import DRIFT_BOUND, HOLDOVER, UNSYNCED, Mapping
 from clockfabric.clock.pairs import PairWindow
 from clockfabric.clock.solver import Solver
@@ -91,6 +91,19 @@ def test_a_host_whose_every_band_widened_alike_has_its_bound_grow_to_cover_its_o
     assert len(beside) >= 5
     for h in beside:
         assert after[h]["hosts"][h]["uncertainty_ns"] < before[h]["hosts"][h]["uncertainty_ns"] + 100
+
+
+def test_a_band_is_judged_against_its_usual_one_and_pairs_no_longer_reported_are_forgotten():
+    baseline = BandBaseline()
+    for t in range(60):  # a start-up's wide bands narrow to 1 us, jittering
+        widened = baseline.widened({("a", "b"): 1_000.0 + 20_000.0 * 0.5 ** t + 50 * (t % 2),
+                                    ("a", "c"): 1_000.0, ("b", "c"): 1_000.0}, now=float(t))
+    assert max(widened.values()) <= 50  # the start-up's bands are not the usual ones, the jitter is
+    queued = baseline.widened({("a", "b"): 5_000.0, ("a", "c"): 5_000.0, ("b", "c"): 1_000.0}, now=60.0)
+    assert queued["a"] >= 3_900  # every pair of a's widened by 4 us
+    assert queued["b"] <= 2_050 and queued["c"] <= 2_000  # one pair of their two
+    baseline.widened({("b", "c"): 1_000.0}, now=400.0)
+    assert set(baseline._usual) == {("b", "c")}  # the others, unseen for minutes, are forgotten
 
 
 def test_a_queued_reference_leaves_the_ensemble_without_a_step():

@@ -57,6 +57,7 @@ class BandBaseline:
 
     def __init__(self) -> None:
         self._usual: dict[tuple[str, str], tuple[float, float]] = {}  # pair -> (when, its usual band)
+        self._pruned = 0.0
 
     def widened(self, bands: dict[tuple[str, str], float], now: float) -> dict[str, float]:
         """Host -> how much wider than usual its pairs' bands (each (host, peer) as reported)
@@ -69,6 +70,9 @@ class BandBaseline:
             self._usual[pair] = (now, usual + (band - usual) * -math.expm1(-(now - at) / tau))
             for host in pair:
                 wider.setdefault(host, []).append(max(0.0, band - usual))
+        if now - self._pruned >= WIDER_TAU_S:  # pairs no longer reported (a peer changed, a host left)
+            self._usual = {pair: u for pair, u in self._usual.items() if now - u[0] < WIDER_TAU_S}
+            self._pruned = now
         return {host: statistics.median(w) for host, w in wider.items()}
 
 
