@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import pytest
 
+from clockfabric.agent import digest
 from clockfabric.controller.config import MonitorConfig, parse_config
 from clockfabric.controller.detectors import DetectorSet
 from clockfabric.controller.series.sample import Sample
 from clockfabric.errors import ClockfabricError
-from clockfabric.topology import leafspine
+from clockfabric.topology import host_of_address, leafspine
 
 US = 1_000
 S = 10**9
 T0 = 1_790_000_000 * S
 ADDRESS = {"h0": "10.0.0.1", "h1": "10.0.0.2", "h2": "10.0.0.3", "h3": "10.0.0.4", "h4": "10.0.0.5"}
+HOST_OF = host_of_address(leafspine(6, 3, 2))
 PAIRS = (("h0", "h2"), ("h1", "h3"), ("h4", "h2"))  # job M's flows: h0 -> h2 is the one that may go wrong
 
 
@@ -38,6 +40,15 @@ def inband(src: str, dst: str, t_ns: int, owd_us: float, fallback: bool = False,
     return out + ([Sample(src, t_ns, "job_flow_owd_out_fallback", 1.0, labels)] if fallback else [])
 
 
+def written(batch: list[Sample]) -> list[Sample]:
+    """What each host writes beside its flows' in-band delays: its probes' floor and level (agent.digest)."""
+    by_host: dict[tuple[str, int], list[dict]] = {}
+    for s in batch:
+        by_host.setdefault((s.host, s.t_ns), []).append({"name": s.name, "value": s.value, "labels": s.labels})
+    return [Sample(host, t_ns, x["name"], x["value"], x["labels"])
+            for (host, t_ns), mine in by_host.items() for x in digest.flow_probes(mine, host, HOST_OF)]
+
+
 def tick(detectors: DetectorSet, t_s: int, owd_us: dict[tuple[str, str], float], probe_p50_us: float = 12,
          fallback: bool = False) -> dict:
     """One second of pushes: every pair's probes and each flow's in-band delay (12 µs unless given)."""
@@ -45,7 +56,7 @@ def tick(detectors: DetectorSet, t_s: int, owd_us: dict[tuple[str, str], float],
     batch = [s for src, dst in PAIRS for s in probes(src, dst, t_ns, p50_us=probe_p50_us if (src, dst) == ("h0", "h2")
                                                                       else 12)]
     batch += [s for src, dst in PAIRS for s in inband(src, dst, t_ns, owd_us.get((src, dst), 12), fallback)]
-    detectors.on_samples(batch, t_ns)
+    detectors.on_samples(batch + written(batch), t_ns)
     return detectors.active(t_ns)
 
 
@@ -97,7 +108,8 @@ def test_a_job_of_one_flow_alerts(detectors):
     history = []
     for t in range(4):
         t_ns = T0 + t * S
-        detectors.on_samples([*probes("h0", "h2", t_ns), *inband("h0", "h2", t_ns, 400, jobid="C")], t_ns)
+        batch = [*probes("h0", "h2", t_ns), *inband("h0", "h2", t_ns, 400, jobid="C")]
+        detectors.on_samples(batch + written(batch), t_ns)
         history.append(sorted(k for k in detectors.active(t_ns) if k.startswith("owd_mismatch:")))
     opened = [f"owd_mismatch:C:h0:{label('h0', 'h2')}"]
     assert history == [[], [], opened, opened]
@@ -108,12 +120,13 @@ def test_a_far_end_the_topology_does_not_know_is_not_judged(detectors):
         t_ns = T0 + t * S
         stranger = [Sample("h0", t_ns, "job_flow_owd_out_p50_ns", 400 * US,
                            {"jobid": "X", "flow": "10.0.0.1->192.0.2.9"})]
-        detectors.on_samples([*probes("h0", "h2", t_ns), *stranger], t_ns)
+        batch = [*probes("h0", "h2", t_ns), *stranger]
+        detectors.on_samples(batch + written(batch), t_ns)
         assert not [k for k in detectors.active(t_ns) if k.startswith("owd_mismatch:")]
 
 
-def test_off_without_a_topology_and_when_disabled():
-    assert "owd_mismatch" not in DetectorSet(MonitorConfig()).detectors
+def test_on_without_a_topology_and_off_when_disabled():
+    assert "owd_mismatch" in DetectorSet(MonitorConfig()).detectors  # the hosts name the far host
     config = parse_config({"owd_mismatch": {"enabled": False}})
     assert "owd_mismatch" not in DetectorSet(config, leafspine(6, 3, 2)).detectors
     assert "owd_mismatch" in DetectorSet(MonitorConfig(), leafspine(6, 3, 2)).detectors

@@ -2,6 +2,7 @@
 
 import pytest
 
+from clockfabric.agent import digest
 from clockfabric.controller.config import MonitorConfig, load_config, parse_config
 from clockfabric.controller.detectors import DetectorSet
 from clockfabric.controller.detectors.base import LinkIndex
@@ -145,10 +146,25 @@ def links_of(topo, src, dst, spine):
     return [topo.find_link(a, b).name for a, b in zip(path.nodes, path.nodes[1:])]
 
 
-def report(d, t, paths, congested):
+def written(d, t, samples, mapped=()):
+    """What each host writes at t for the detectors of its paths' delays (agent.digest), as it is
+    asked in the push's answer: its report, the paths past the margin, its mapped paths unmeasured."""
+    asked = digest.Ask.heard(d.asks())
+    mine = {host: [] for host in sorted({s.host for s in samples} | {k[0] for k in mapped})}
+    for s in samples:
+        mine[s.host].append({"name": s.name, "value": s.value, "labels": s.labels})
+    return [Sample(host, at(t), x["name"], x["value"], x["labels"]) for host, own in mine.items()
+            for x in digest.queueing(own, host, [k[1:] for k in mapped if k[0] == host], asked)]
+
+
+def report(d, t, paths, congested, unmeasured=()):
+    """Every host's write at t: each path's delays, the congested ones 200 µs above their floor."""
+    samples = []
     for src, dst, label in paths:
-        p50 = 300 if (src, dst, label) in congested else 105
-        d.on_samples(owd(src, dst, label, t, floor=100, min=100, p50=p50, p99=p50 + 50), at(t))
+        if (src, dst, label) not in unmeasured:
+            p50 = 300 if (src, dst, label) in congested else 105
+            samples += owd(src, dst, label, t, floor=100, min=100, p50=p50, p99=p50 + 50)
+    d.on_samples(written(d, t, samples, paths), at(t))
 
 
 def test_congestion_names_the_shared_link_the_quiet_paths_do_not_use(topo):
@@ -198,6 +214,34 @@ def test_a_mapped_path_no_link_explains_waits_before_it_is_reported_by_pair(topo
     assert d.active(at(6)) == {}
 
 
+def blamed_link_at(topo, unmeasured=(), silent=(), t_end=2):
+    """h0 -> h2 over spine1 congested; h0 -> h4 over spine1 and h0 -> h2 over spine0 quiet clear
+    every hop of it but spine1 -> leaf1, and h4 -> h2 over spine1 would clear that one too: the
+    link named at t_end, if any. `silent`: hosts that report once, at the start, and no more."""
+    congested = {("h0", "h2", "via-spine1")}
+    paths = congested | {("h0", "h4", "via-spine1"), ("h0", "h2", "via-spine0"), ("h4", "h2", "via-spine1")}
+    mapping = {(s, dst, label): links_of(topo, s, dst, label.removeprefix("via-")) for s, dst, label in paths}
+    d = DetectorSet(parse_config({"congestion": {"unexplained_after": "1h"}}), topo)
+    d.set_path_links(mapping)
+    report(d, 0, mapping, set(), unmeasured)
+    for t in range(1, t_end + 1):
+        report(d, t, [k for k in mapping if k[0] not in silent], congested, unmeasured)
+    return [f.detail["links"] for k, f in d.active(at(t_end)).items() if k.startswith("congestion")]
+
+
+def test_a_path_that_is_not_measured_clears_no_link(topo):
+    x = [{"link": "leaf1:swp4--spine1:swp2", "direction": "spine1->leaf1"}]
+    assert blamed_link_at(topo) == []  # h4 -> h2's quiet clears it: no link explains h0 -> h2 yet
+    # its probes lost (as on a link so full it drops them) or its clocks not trusted: not quiet
+    assert blamed_link_at(topo, unmeasured={("h4", "h2", "via-spine1")}) == [x]
+
+
+def test_the_paths_of_a_host_that_stopped_reporting_are_not_quiet(topo):
+    x = [{"link": "leaf1:swp4--spine1:swp2", "direction": "spine1->leaf1"}]
+    assert blamed_link_at(topo, silent={"h4"}, t_end=30) == []  # within stale_after: still taken as quiet
+    assert blamed_link_at(topo, silent={"h4"}, t_end=61) == [x]
+
+
 def test_congestion_without_a_path_map_names_the_pair():
     d = DetectorSet(parse_config({"congestion": {"margin": "50us", "windows": 1}}))
     paths = [("h0", "h2", "eth0:7000"), ("h0", "h2", "eth0:7001"), ("h0", "h3", "eth0:7000")]
@@ -212,7 +256,7 @@ def test_congestion_on_min_and_a_floor_sent_after_the_stat():
     d = DetectorSet(parse_config({"congestion": {"stat": "min", "windows": 1}}))
     # a standing queue: min itself is up; the floor arrives later in the same batch
     samples = owd("h0", "h2", "p", 1, min=400, p50=420) + owd("h0", "h2", "p", 1, floor=100)
-    d.on_samples(samples, at(1))
+    d.on_samples(written(d, 1, samples), at(1))
     assert list(d.active(at(1))) == ["congestion:h0->h2"]
 
 
@@ -330,11 +374,11 @@ def write(tmp_path, text):
 
 # ---- which detectors run ---------------------------------------------------------------------
 
-def test_every_detector_runs_by_default_and_drift_and_mismatch_only_with_a_topology(topo):
+def test_every_detector_runs_by_default_and_drift_only_with_a_topology(topo):
     assert list(DetectorSet(MonitorConfig(), topo).detectors) == [
         "link_down", "flapping", "congestion", "topology_drift", "slow_flow", "owd_mismatch"]
     without = DetectorSet(MonitorConfig()).detectors
-    assert "topology_drift" not in without and "owd_mismatch" not in without
+    assert "topology_drift" not in without and "owd_mismatch" in without  # the hosts name a flow's far host
 
 
 def test_a_detector_disabled_in_the_config_is_not_built_and_finds_nothing(topo):

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from clockfabric.agent import digest
 from clockfabric.controller.app import create_app
 from clockfabric.controller.config import parse_config
 from clockfabric.controller.detectors import DetectorSet
@@ -57,6 +58,9 @@ def test_path_maps_let_a_congestion_alert_name_the_links(env):
             r = client.post("/api/v1/push", headers=as_host(FLEET_TOKEN, host),
                             json={"host": host, "boot": "b", "paths": rows})
             assert r.status_code == 200
+            # and what the agent works out of them as the answer asks (agent.digest)
+            samples += digest.queueing(samples, host, [(dst, path) for dst, path, *_ in rows],
+                                       digest.Ask.heard(r.json()))
             write(series, host, samples, t0 + window * 10**9)
         fleet.tick()
     (alert,) = client.get("/api/v1/alerts", headers=AUTH, params={"open_only": True}).json()["items"]
@@ -191,15 +195,19 @@ def test_fresh_makes_a_new_series_searchable_at_once(tmp_path):
 
 
 def test_the_feed_reads_what_the_detectors_that_are_on_use():
-    """No detector reads owd_p99_ns: a quarter of every host's series stays unread. Congestion set
-    to `min` reads owd_min_ns, and a detector that is off has its names left unread."""
+    """No detector reads a probe path's delays: each host works out what they need of them
+    (agent.digest), as each push's answer asks, and writes a few series beside them. A detector
+    that is off has its names left unread, and asks the hosts nothing."""
     default = DetectorSet().reads()
-    assert {"link_up", "lldp_neighbour", "owd_floor_ns", "owd_p50_ns", "job_flow_tx_bps", "job_flow_rtt_us",
+    assert {"link_up", "lldp_neighbour", "owd_report", "owd_queueing_ns", "owd_unmeasured",
+            "job_flow_probe_floor_ns", "job_flow_probe_ns", "job_flow_tx_bps", "job_flow_rtt_us",
             "job_flow_owd_out_p50_ns", "job_flow_owd_out_fallback", "job_flow_send_queue_bytes",
             "job_flow_retransmits_total"} == set(default)
-    assert "owd_min_ns" in DetectorSet(parse_config({"congestion": {"stat": "min"}})).reads()
-    off = DetectorSet(parse_config({"link_down": {"enabled": False}})).reads()
-    assert "link_up" not in off and "owd_p50_ns" in off
+    assert DetectorSet().asks() == {"congestion": {"margin_ns": 50_000, "stat": "p50"}}
+    assert DetectorSet(parse_config({"congestion": {"stat": "min", "margin": "20us"}})).asks() == {
+        "congestion": {"margin_ns": 20_000, "stat": "min"}}
+    off = DetectorSet(parse_config({"link_down": {"enabled": False}, "congestion": {"enabled": False}}))
+    assert "link_up" not in off.reads() and "owd_report" not in off.reads() and off.asks() == {}
 
 
 def test_each_ticks_read_of_the_feed_is_timed_and_counted_on_metrics(env):

@@ -96,6 +96,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
     Several may run on one PostgreSQL database (replicas): the lease holder runs the detectors."""
     from clockfabric.controller.alertmanager import check_url
     from clockfabric.controller.config import load_config
+    from clockfabric.controller.detectors import DetectorSet
     from clockfabric.controller.fleet import Fleet
     from clockfabric.controller.monitor import Monitor
     from clockfabric.controller.series.vmalert import RuleOptions  # noqa: F811 - at run time
@@ -143,7 +144,7 @@ def controller(db: str = typer.Option("clockfabric.db", "--db", help="sqlite fil
             replica = Replica(storage, Lease(db), make_monitor)
         monitor = None if replica else make_monitor()
         fleet = Fleet(storage, hosts=nodes, stale_s=stale, enroll=enroll, monitor=monitor, replica=replica,
-                      series=path)
+                      series=path, asks=DetectorSet(detector_config, topo).asks())
         err.print(f"controller on {listen_at.url} (dashboard {listen_at.url}/dashboard/), storage {db}, "
                   f"series {path.url} (hosts write at port {path.write_port}), {len(nodes)} enrolled nodes"
                   + {"pending": ", others held for approval", "any": ", others enrolled as they push"}.get(enroll, "")

@@ -77,12 +77,14 @@ def boot_ends(host: str, boot: str, last: str | None, ended: list[dict], boots: 
 class Fleet:
     def __init__(self, storage: Storage, *, hosts: list[str], stale_s: float = 5.0, enroll_unknown: bool = False,
                  enroll: str | None = None, monitor: Any = None, replica: Any = None, series: Any = None,
-                 clock: Callable[[], int] = time.time_ns):
+                 asks: dict | None = None, clock: Callable[[], int] = time.time_ns):
         """`enroll`: who may push (ENROLL_MODES; `enroll_unknown` says "any"; default "topology").
         `monitor`: detectors and alerts (controller.monitor.Monitor), or None for storage only.
         `replica`: one of several replicas on one database (controller.replica.Replica): its leader's
         monitor, fed from the database, takes the place of `monitor`. `series`: the series path
-        (controller.series.path.SeriesPath, started) the hosts write their samples through."""
+        (controller.series.path.SeriesPath, started) the hosts write their samples through. `asks`:
+        what every push's answer asks hosts to work out for the detectors (DetectorSet.asks; by
+        default `monitor`'s): every replica answers so, not only the one whose detectors run."""
         self.storage = storage
         self.stale_ns = int(stale_s * 1e9)
         self.enroll = enroll or ("any" if enroll_unknown else "topology")
@@ -90,6 +92,7 @@ class Fleet:
             raise ValueError(f"enroll {self.enroll!r}: one of {', '.join(ENROLL_MODES)}")
         self.replica = replica
         self._monitor = monitor
+        self.asks = asks if asks is not None else monitor.detectors.asks() if monitor is not None else {}
         self.series = series
         self._let_write: set[str] = set()  # hosts the series gate lets in
         self.clock = clock
@@ -199,7 +202,7 @@ class Fleet:
                     monitor.observe_paths(host, paths, now)
                 if self.replica is None:  # a replica's leader reads every replica's pushes from the database
                     monitor.observe(evs, [], now)
-        return {"events_new": new, "events": len(evs), **reply}
+        return {"events_new": new, "events": len(evs), **self.asks, **reply}
 
     def _refuse(self, host: str) -> None:
         """A host not in the fleet file pushes: refused (the API answers 403 naming the fix), and

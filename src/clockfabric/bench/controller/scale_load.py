@@ -4,9 +4,10 @@ pushes, at the push interval, on loopback.
 Each simulated host pushes once per interval, at its own offset in it (open loop: a slow
 controller does not slow the schedule, it queues). A push carries what agent.push sends: the
 OWD summary of every (peer, path) (owd_p50/p99/min/floor_ns, labelled src/dst/path), its NICs'
-link_up and transition counts, clock figures, a few job flows, the path map, and now and then an
-event. Like agent.push, a host starts on the replica its name hashes to and moves to the next on
-failure, keeping its events until one is acknowledged.
+link_up and transition counts, clock figures, a few job flows, what the agent works out of them
+for the detectors (agent.digest), the path map, and now and then an event. Like agent.push, a
+host starts on the replica its name hashes to and moves to the next on failure, keeping its
+events until one is acknowledged.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from clockfabric.agent import digest
 from clockfabric.auth.credential import host_token
 
 PEERS, PATHS, NICS, FLOWS = 10, 4, 2, 4
 EVENT_EVERY = 20  # one push in 20 carries a link event
+MARGIN_NS = 50_000.0  # the congestion detector's default margin, as the controller's answer names it
 
 
 @dataclass
@@ -36,10 +39,16 @@ class Counts:
     acked: dict[tuple[str, str], int] = field(default_factory=dict)  # (host, boot) -> events acknowledged
 
 
+def address(host: str) -> str:
+    """A simulated host's address (sim00042: 10.0.0.42): its job flows are labelled by addresses."""
+    n = int(host.removeprefix("sim"))
+    return f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
+
+
 def samples(host: str, hosts: int) -> list[dict]:
     out = []
-    for p in range(PEERS):
-        peer = f"sim{(zlib.crc32(host.encode()) + p + 1) % max(hosts, 2):05d}"
+    peers = [f"sim{(zlib.crc32(host.encode()) + p + 1) % max(hosts, 2):05d}" for p in range(PEERS)]
+    for p, peer in enumerate(peers):
         for path in range(PATHS):
             labels = {"src": host, "dst": peer, "path": str(path)}
             out += [{"name": f"owd_{s}_ns", "value": 5_000.0 + 100 * p + path, "labels": labels}
@@ -48,11 +57,15 @@ def samples(host: str, hosts: int) -> list[dict]:
         out += [{"name": "link_up", "value": 1.0, "labels": {"device": f"eth{nic}"}},
                 {"name": "link_transitions_total", "value": 2.0, "labels": {"device": f"eth{nic}"}}]
     out += [{"name": n, "value": 1.0} for n in ("clock_offset_ns", "clock_error_bound_ns", "clock_rate_ppb")]
-    for f in range(FLOWS):
-        labels = {"jobid": "42", "flow": f"{host}:{f}"}
-        out += [{"name": n, "value": 1e9, "labels": labels}
-                for n in ("job_flow_tx_bps", "job_flow_rtt_us", "job_flow_owd_out_p50_ns")]
-    return out
+    for peer in peers[:FLOWS]:
+        labels = {"jobid": "42", "flow": f"{address(host)}->{address(peer)}"}
+        # a healthy flow: its in-band delay near its probes' (a job's alerts are not what is measured)
+        out += [{"name": n, "value": v, "labels": labels}
+                for n, v in (("job_flow_tx_bps", 1e9), ("job_flow_rtt_us", 20.0), ("job_flow_owd_out_p50_ns", 6_000.0))]
+    # and what the agent works out of them for the detectors, as agent.push sends it
+    mapped = [(peer, str(path)) for peer in peers for path in range(PATHS)]
+    return (out + digest.flow_probes(out, host, {address(peer): peer for peer in peers})
+            + digest.queueing(out, host, mapped, digest.Ask(MARGIN_NS)))
 
 
 class SimHost:

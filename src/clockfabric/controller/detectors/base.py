@@ -67,6 +67,11 @@ class Detector(ABC, Generic[C]):
         """The sample names on_samples uses: what the controller reads from the engine each tick for it."""
         return frozenset()
 
+    def asks(self) -> dict:
+        """What hosts should work out for it and write (agent.digest), sent to them in each push's
+        answer; {}: nothing."""
+        return {}
+
     def on_neighbours(self, host: str, nic: str, seen: str | None, now_ns: int) -> None:  # noqa: B027 - optional
         """The neighbour LLDP heard on `host`'s `nic` (None: none)."""
 

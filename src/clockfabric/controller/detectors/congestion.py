@@ -1,5 +1,13 @@
 """Congestion: a path's OWD (p50, or min) above the path's floor by a margin, k windows in a row.
 
+Each host works that out for its own paths (agent.digest): every push's answer names the margin
+and the statistic, and the host writes, beside the delays it writes anyway, a report (one sample
+a push: a window of every one of its paths), each path's excess while it is past the margin, and
+each mapped path it could not measure. A window is a host's write: a path of that host the
+write names as queueing was bad in it, any other good. A path is quiet while its host reports,
+it is measured, and it is not congested or on its way there. So the detectors read a few series
+a host, where every path's delays were four each.
+
 Where several paths are congested, the culprit is a link they share that no quiet path uses.
 `set_path_links` says which topology links each path crosses (path discovery fills it, the lab
 too). With the topology, each path's links are put in order from its source, so a hop is a
@@ -17,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from clockfabric.agent.digest import QUEUEING, REPORT, UNMEASURED
 from clockfabric.controller.detectors.base import (
     DETECTORS,
     Detector,
@@ -58,9 +67,10 @@ class Congestion(Detector[CongestionConfig]):
         super().__init__(config, ctx)
         self.stale_after_ns = ctx.stale_after_ns
         self.links = ctx.links
-        self.floors: dict[PathKey, tuple[int, float]] = {}  # the latest floor: (t_ns, value)
-        self.paths: dict[PathKey, Streak] = {}
-        self.excess: dict[PathKey, float] = {}  # the latest OWD above floor
+        self.reported: dict[str, int] = {}  # a host -> its newest report (window)
+        self.unmeasured: dict[str, set[PathKey]] = {}  # a host -> its paths unmeasured in that report
+        self.paths: dict[PathKey, Streak] = {}  # paths congested or on their way in or out
+        self.excess: dict[PathKey, float] = {}  # the latest OWD above floor, of a window past the margin
         self.hops: dict[PathKey, list[Hop]] = {}
         self.unexplained: dict[PathKey, int] = {}  # a mapped congested path no link explains: since when
 
@@ -70,30 +80,52 @@ class Congestion(Detector[CongestionConfig]):
         self.hops = kept | {(*key,): orient(self.links, key[0], list(names)) for key, names in mapping.items()}
 
     def reads(self) -> frozenset[str]:
-        return frozenset({"owd_floor_ns", f"owd_{self.config.stat}_ns"})
+        return frozenset({REPORT, QUEUEING, UNMEASURED})
+
+    def asks(self) -> dict:
+        return {"margin_ns": self.config.margin_ns, "stat": self.config.stat}
 
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
-        samples = list(samples)
-        for s in samples:  # floors first: a report's floor may come after its p50 in the batch
-            if s.name == "owd_floor_ns" and (key := owd_path(s)) and s.t_ns >= self.floors.get(key, (0, 0))[0]:
-                self.floors[key] = (s.t_ns, s.value)
-        stat = f"owd_{self.config.stat}_ns"
-        for s in sorted((s for s in samples if s.name == stat), key=lambda s: s.t_ns):
-            key = owd_path(s)
-            if key is None or key not in self.floors:
-                continue
-            excess = s.value - self.floors[key][1]
-            if self.paths.setdefault(key, Streak(self.config.windows)).add(s.t_ns, excess > self.config.margin_ns):
-                self.excess[key] = excess
+        # a host's write is one window: every sample of it carries the write's time
+        windows: dict[tuple[str, int], tuple[dict[PathKey, float], set[PathKey]]] = {}
+        for s in samples:
+            if s.name in (REPORT, QUEUEING, UNMEASURED):
+                bad, unmeasured = windows.setdefault((s.host, s.t_ns), ({}, set()))
+                if s.name != REPORT and (key := owd_path(s)):
+                    if s.name == QUEUEING:
+                        bad[key] = s.value
+                    else:
+                        unmeasured.add(key)
+        for (host, t_ns), (bad, unmeasured) in sorted(windows.items(), key=lambda w: w[0][1]):
+            if t_ns <= self.reported.get(host, -1):
+                continue  # fed before (an earlier read's overlap)
+            self.reported[host], self.unmeasured[host] = t_ns, unmeasured
+            for key in [k for k in self.paths if k[0] == host] + [k for k in bad if k not in self.paths]:
+                streak = self.paths.setdefault(key, Streak(self.config.windows))
+                streak.add(t_ns, key in bad)
+                if key in bad:
+                    self.excess[key] = bad[key]
+                elif streak.quiet:  # back to quiet: nothing of it to keep
+                    del self.paths[key], self.excess[key]
+
+    def _quiet(self, now_ns: int) -> set[Hop]:
+        """The hops of every quiet path: its host reports, measured it, and it is not congested."""
+        horizon = now_ns - self.stale_after_ns
+        return {hop for key, hops in self.hops.items()
+                if self.reported.get(key[0], -1) >= horizon and key not in self.unmeasured.get(key[0], ())
+                and key not in self.paths for hop in hops}
 
     def findings(self, now_ns: int) -> list[Finding]:
         horizon = now_ns - self.stale_after_ns
-        for key in [k for k, st in self.paths.items() if st.last_ns < horizon]:
+        for host in [h for h, t in self.reported.items() if t < horizon]:
+            del self.reported[host], self.unmeasured[host]
+        for key in [k for k in self.paths if k[0] not in self.reported]:
             del self.paths[key], self.excess[key]
-        self.floors = {k: f for k, f in self.floors.items() if f[0] >= horizon}
         congested = sorted(k for k, st in self.paths.items() if st.open)
-        quiet = {hop for k, st in self.paths.items() if st.quiet for hop in self.hops.get(k, ())}
-        blamed, unexplained = localize({k: self.hops.get(k, []) for k in congested}, quiet)
+        if not congested:
+            self.unexplained = {}
+            return []
+        blamed, unexplained = localize({k: self.hops.get(k, []) for k in congested}, self._quiet(now_ns))
         self.unexplained = {k: self.unexplained.get(k, now_ns) for k in unexplained}
         settled = [k for k in unexplained
                    if not self.hops.get(k) or now_ns - self.unexplained[k] >= self.config.unexplained_after_ns]

@@ -54,6 +54,10 @@ class DetectorSet:
         """Every sample name a detector that is on uses, and the LLDP neighbours (on_neighbours)."""
         return tuple(sorted({"lldp_neighbour"}.union(*(d.reads() for d in self.detectors.values()))))
 
+    def asks(self) -> dict[str, dict]:
+        """What hosts should work out for the detectors that are on, by detector: every push's answer carries it."""
+        return {name: asked for name, d in self.detectors.items() if (asked := d.asks())}
+
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         """OWD samples by path, link state samples (their windows are the samples' own times), LLDP neighbours."""
         samples = list(samples)

@@ -3,10 +3,10 @@ on the same pair of hosts: the job is likely misconfigured (a wrong DSCP class p
 bulk traffic the probes skip, or it left on the wrong interface or plane). A misconfiguration
 is usually the whole job's, so every flow of a job may alert at once; `job why` gives the verdict.
 
-Fed the probes' `owd_floor_ns` and `owd_p50_ns` (the latest of each path) and the jobs' in-band
-delays (`job_flow_owd_out_p50_ns`; a reading marked `owd_out_fallback` is the RTT/2 stand-in and
-is no in-band delay). A flow's far end names its host by address (the topology's), and its
-delay is judged against its pair's probe floor with the rule `job why` uses
+Fed the jobs' in-band delays (`job_flow_owd_out_p50_ns`; a reading marked `owd_out_fallback` is
+the RTT/2 stand-in and is no in-band delay) and, beside each, what the host's probes to the flow's
+far host see (agent.digest: the lowest floor of those paths, and the most any of them sees now,
+its p50 or its floor). The delay is judged against them with the rule `job why` uses
 (controller.rootcause: settled, far_above). Where a probe path of the pair itself queues, the
 probes see the congestion too: no mismatch. A flow mismatched in `windows` judgements in a row
 opens its alert; as many fine ones close it.
@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from clockfabric.agent.digest import PROBE_FLOOR, PROBE_LEVEL
 from clockfabric.controller.detectors.base import (
     DETECTORS,
     Detector,
@@ -26,16 +27,14 @@ from clockfabric.controller.detectors.base import (
     Streak,
     format_ns,
     keep_recent,
-    owd_path,
 )
 from clockfabric.controller.detectors.config import DetectorConfig, Keys, S, duration_ns, positive_int
 from clockfabric.controller.rootcause import FALLBACK, Thresholds, far_above, point, reading, settled
 from clockfabric.controller.series.sample import Sample
-from clockfabric.workload.flowgroups import parse_pair
 
 FlowId = tuple[str, str, str]  # (jobid, host, flow label)
 INBAND = "owd_out_p50_ns"
-PROBE_STATS = {"owd_floor_ns": "floor", "owd_p50_ns": "p50"}
+PROBES = {PROBE_FLOOR: "floor", PROBE_LEVEL: "level"}
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class Judged:
 
     delay_us: float
     floor_us: float  # the lowest floor of the pair's probe paths
-    probes_us: float  # the most any of the pair's probe paths sees now (its p50, else its floor)
+    probes_us: float  # the most any of the pair's probe paths sees now (its p50, or its floor)
     mismatched: bool
 
 
@@ -59,32 +58,29 @@ class OwdMismatchConfig(DetectorConfig):
 @DETECTORS.register("owd_mismatch", help="A job's flow far above its pair's probe delays, k judgements in a row")
 class OwdMismatch(Detector[OwdMismatchConfig]):
     config_type = OwdMismatchConfig
-    needs_topology = True  # a flow's far end is a host by the topology's addresses
 
     def __init__(self, config: OwdMismatchConfig, ctx: DetectorContext):
         super().__init__(config, ctx)
         self.stale_after_ns = ctx.stale_after_ns
         self.limits = Thresholds(recent_ns=config.recent_ns)
-        self.host_of = ctx.links.host_of
-        # (src, dst) -> path -> stat -> (t_ns, µs): the latest of each
-        self.probes: dict[tuple[str, str], dict[str, dict[str, tuple[int, float]]]] = {}
+        self.probes: dict[FlowId, dict[str, tuple[int, float]]] = {}  # "floor", "level" -> (t_ns, µs): the latest
         self.readings: dict[FlowId, dict[int, dict[str, float]]] = {}  # by t_ns
         self.streaks: dict[FlowId, Streak] = {}
         self.last: dict[FlowId, Judged] = {}  # the latest mismatched judgement: the alert's figures
 
     def reads(self) -> frozenset[str]:
-        return frozenset({*PROBE_STATS, f"job_flow_{INBAND}", f"job_flow_{FALLBACK}"})
+        return frozenset({*PROBES, f"job_flow_{INBAND}", f"job_flow_{FALLBACK}"})
 
     def on_samples(self, samples: Iterable[Sample], now_ns: int) -> None:
         for s in samples:
-            if s.name in PROBE_STATS and (key := owd_path(s)):
-                src, dst, path = key
-                stats = self.probes.setdefault((src, dst), {}).setdefault(path, {})
-                if s.t_ns >= stats.get(PROBE_STATS[s.name], (0, 0.0))[0]:
-                    stats[PROBE_STATS[s.name]] = (s.t_ns, s.value / 1e3)
-            stat = s.name.removeprefix("job_flow_")
-            if stat in (INBAND, FALLBACK) and (jobid := s.labels.get("jobid")) and "flow" in s.labels:
-                flow_id = (jobid, s.host, s.labels["flow"])
+            if not ((jobid := s.labels.get("jobid")) and "flow" in s.labels):
+                continue
+            flow_id = (jobid, s.host, s.labels["flow"])
+            if (stat := PROBES.get(s.name)) is not None:
+                probes = self.probes.setdefault(flow_id, {})
+                if s.t_ns >= probes.get(stat, (0, 0.0))[0]:
+                    probes[stat] = (s.t_ns, s.value / 1e3)
+            elif (stat := s.name.removeprefix("job_flow_")) in (INBAND, FALLBACK):
                 reading(self.readings.setdefault(flow_id, {}).setdefault(s.t_ns, {}), stat, s.value)
 
     def findings(self, now_ns: int) -> list[Finding]:
@@ -103,28 +99,20 @@ class OwdMismatch(Detector[OwdMismatchConfig]):
             self.streaks.pop(key, None)
             self.last.pop(key, None)
         stale = now_ns - self.stale_after_ns
-        for pair in list(self.probes):
-            paths = {path: fresh for path, stats in self.probes[pair].items()
-                     if (fresh := {k: v for k, v in stats.items() if v[0] >= stale})}
-            if paths:
-                self.probes[pair] = paths
-            else:
-                del self.probes[pair]
+        self.probes = {key: fresh for key, probes in self.probes.items()
+                       if (fresh := {k: v for k, v in probes.items() if v[0] >= stale})}
 
     def _judge(self, key: FlowId, by_t: dict[int, dict[str, float]]) -> Judged | None:
         """The flow's in-band delay against its pair's probes; None with no in-band reading or no probes."""
-        _, host, label = key
-        ends = parse_pair(label)
-        peer = self.host_of.get(ends[1]) if ends else None
-        paths = [stats for stats in self.probes.get((host, peer), {}).values() if "floor" in stats] if peer else []
+        probes = self.probes.get(key, {})
         delay = settled([point(t, v).owd_us for t, v in sorted(by_t.items())], self.limits.newest)
-        if delay is None or not paths:
+        if delay is None or "floor" not in probes:
             return None
-        floor = min(stats["floor"][1] for stats in paths)
-        probes = max(max(stats["floor"][1], stats.get("p50", (0, 0.0))[1]) for stats in paths)
+        floor = probes["floor"][1]
+        level = max(floor, probes.get("level", (0, 0.0))[1])
         margin = self.limits.inband_margin_us
-        mismatched = far_above(delay, floor, margin, self.limits) and far_above(delay, probes, margin, self.limits)
-        return Judged(delay, floor, probes, mismatched)
+        mismatched = far_above(delay, floor, margin, self.limits) and far_above(delay, level, margin, self.limits)
+        return Judged(delay, floor, level, mismatched)
 
     def _finding(self, key: FlowId) -> Finding:
         jobid, host, label = key
