@@ -52,3 +52,19 @@ def test_it_can_be_turned_off_and_tuned():
     off = parse_config({"slow_flow": {"enabled": False}})
     assert not any(run(ring("A", h1=(80, 2000)), off)[-1])
     assert parse_config({"slow_flow": {"windows": 5, "recent": "20s"}}).detectors["slow_flow"].recent_ns == 20 * S
+
+
+def test_a_reading_completed_by_a_later_read_is_judged_whole():
+    """A read may find part of a push (its tx_bps) and the next the rest (its rtt_us, same time):
+    the flow is judged on the whole reading, not on the part the first judgement saw."""
+    detectors = DetectorSet(parse_config({"slow_flow": {"windows": 1}}))
+    t = 1_790_000_000 * S
+
+    def sample(host: str, name: str, value: float) -> Sample:
+        return Sample(host, t, f"job_flow_{name}", value, {"jobid": "J", "flow": f"10.0.0.{host[1:]}->10.0.9.9"})
+
+    first = [sample(h, name, v) for h in ("h0", "h2", "h3") for name, v in (("tx_bps", 9e8), ("rtt_us", 60.0))]
+    detectors.on_samples([*first, sample("h1", "tx_bps", 9e8)], t)
+    assert not detectors.active(t)  # h1's delay not read yet: not judged slow
+    detectors.on_samples([sample("h1", "rtt_us", 9_000.0)], t + S)
+    assert list(detectors.active(t + S)) == ["slow_flow:J:h1:10.0.0.1->10.0.9.9"]  # the next tick

@@ -189,6 +189,10 @@ def medians_without(values: list[float | None]) -> list[float | None]:
 
 
 def in_window(flow: Flow, since_ns: int) -> Flow:
+    """The flow with its readings since `since_ns`; itself where it has no older one (the detectors
+    judge every flow each tick, and their readings are already the window's)."""
+    if all(p.t_ns >= since_ns for p in flow.points):
+        return flow
     return Flow(**{**flow.__dict__, "points": tuple(p for p in flow.points if p.t_ns >= since_ns)})
 
 

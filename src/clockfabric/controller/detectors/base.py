@@ -109,6 +109,8 @@ def keep_recent(readings: dict, since_ns: int) -> list:
     dropped too, and returned, so their streaks can go with them."""
     gone = []
     for key in list(readings):
+        if min(readings[key], default=since_ns) >= since_ns:
+            continue  # nothing older: most keys, each tick
         kept = {t: v for t, v in readings[key].items() if t >= since_ns}
         if kept:
             readings[key] = kept

@@ -105,8 +105,10 @@ class OwdMismatch(Detector[OwdMismatchConfig]):
     def _judge(self, key: FlowId, by_t: dict[int, dict[str, float]]) -> Judged | None:
         """The flow's in-band delay against its pair's probes; None with no in-band reading or no probes."""
         probes = self.probes.get(key, {})
+        if "floor" not in probes:
+            return None
         delay = settled([point(t, v).owd_us for t, v in sorted(by_t.items())], self.limits.newest)
-        if delay is None or "floor" not in probes:
+        if delay is None:
             return None
         floor = probes["floor"][1]
         level = max(floor, probes.get("level", (0, 0.0))[1])

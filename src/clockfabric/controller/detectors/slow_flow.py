@@ -37,6 +37,8 @@ class SlowFlow(Detector[SlowFlowConfig]):
         super().__init__(config, ctx)
         self.limits = Thresholds(recent_ns=config.recent_ns)
         self.readings: dict[FlowId, dict[int, dict[str, float]]] = {}  # by t_ns
+        # each flow's readings as the judgement takes them, built again only when they change
+        self.flows: dict[FlowId, Flow] = {}
         self.streaks: dict[FlowId, Streak] = {}
         self.why: dict[FlowId, list[str]] = {}
 
@@ -50,15 +52,21 @@ class SlowFlow(Detector[SlowFlowConfig]):
                     and "flow" in s.labels:
                 key = (jobid, s.host, s.labels["flow"])
                 reading(self.readings.setdefault(key, {}).setdefault(s.t_ns, {}), stat, s.value)
+                self.flows.pop(key, None)
 
     def findings(self, now_ns: int) -> list[Finding]:
         since = now_ns - self.config.recent_ns
         for key in keep_recent(self.readings, since):
             self.streaks.pop(key, None)
+            self.flows.pop(key, None)
         by_job: dict[str, list[Flow]] = {}
-        for (jobid, host, label), by_t in self.readings.items():
-            points = tuple(point(t, v) for t, v in sorted(by_t.items()))
-            by_job.setdefault(jobid, []).append(Flow(host, label, jobid, points=points))
+        for key, by_t in self.readings.items():
+            flow = self.flows.get(key)
+            if flow is None or len(flow.points) != len(by_t):  # new readings, or old ones gone
+                jobid, host, label = key
+                flow = self.flows[key] = Flow(host, label, jobid,
+                                              points=tuple(point(t, v) for t, v in sorted(by_t.items())))
+            by_job.setdefault(key[0], []).append(flow)
         for jobid, flows in by_job.items():
             for stats in job_flows(flows, jobid, since, now_ns, self.limits, []):
                 key = (jobid, stats.flow.host, stats.flow.flow)
