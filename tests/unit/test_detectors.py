@@ -236,6 +236,20 @@ def test_a_path_that_is_not_measured_clears_no_link(topo):
     assert blamed_link_at(topo, unmeasured={("h4", "h2", "via-spine1")}) == [x]
 
 
+def test_a_congested_path_whose_probes_are_then_all_lost_stays_congested():
+    d = DetectorSet(parse_config({"congestion": {"windows": 2}}))
+    path = ("h0", "h2", "eth0:7000")
+    for t in (1, 2):
+        report(d, t, [path], {path})
+    assert list(d.active(at(2))) == ["congestion:h0->h2"]
+    for t in (3, 4, 5):  # the queue drops every probe: no window, good or bad
+        report(d, t, [path], set(), unmeasured={path})
+    assert list(d.active(at(5))) == ["congestion:h0->h2"]
+    for t in (6, 7):  # measured again, and quiet
+        report(d, t, [path], set())
+    assert d.active(at(7)) == {}
+
+
 def test_the_paths_of_a_host_that_stopped_reporting_are_not_quiet(topo):
     x = [{"link": "leaf1:swp4--spine1:swp2", "direction": "spine1->leaf1"}]
     assert blamed_link_at(topo, silent={"h4"}, t_end=30) == []  # within stale_after: still taken as quiet

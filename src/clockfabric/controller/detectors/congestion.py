@@ -101,6 +101,8 @@ class Congestion(Detector[CongestionConfig]):
                 continue  # fed before (an earlier read's overlap)
             self.reported[host], self.unmeasured[host] = t_ns, unmeasured
             for key in [k for k in self.paths if k[0] == host] + [k for k in bad if k not in self.paths]:
+                if key in unmeasured:
+                    continue  # no window: a queue so full it drops every probe is not a quiet one
                 streak = self.paths.setdefault(key, Streak(self.config.windows))
                 streak.add(t_ns, key in bad)
                 if key in bad:
