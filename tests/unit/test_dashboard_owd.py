@@ -5,7 +5,7 @@ and events since a time read as they were."""
 
 from __future__ import annotations
 
-import json
+import threading
 import time
 
 import pytest
@@ -13,13 +13,14 @@ from fastapi.testclient import TestClient
 
 from clockfabric.controller.app import create_app
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
-from clockfabric.controller.dashboard.fresh import MAX_KEYS, Fresh
+from clockfabric.controller.dashboard.fresh import MAX_KEYS, Fresh, Pending
 from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatmap, natural, pairs
 from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.storage.base import Event
+from clockfabric.controller.series.read import SeriesError
 from clockfabric.controller.series.sample import Sample
+from clockfabric.controller.storage.base import Event
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from tests.series import series_path, write, write_pushed
 
@@ -27,26 +28,21 @@ TOKEN = "f" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def row(src, dst, path, ns, host=None):
-    return (host or src, json.dumps({"dst": dst, "path": path, "src": src}, sort_keys=True, separators=(",", ":")),
-            1, ns)
-
-
 def test_a_small_fleet_is_host_by_host_each_cell_its_worst_path():
-    found = heatmap(pairs([row("h1", "h2", "p0", 10.0), row("h1", "h2", "p1", 30.0), row("h2", "h1", "p0", 20.0),
-                           row("h1", "h3", "p0", float("nan"))]), stat="p50")
+    found = heatmap(pairs([("h1", "h2", "p0", 10.0), ("h1", "h2", "p1", 30.0), ("h2", "h1", "p0", 20.0),
+                           ("h1", "h3", "p0", float("nan"))]), stat="p50")
     assert found["rows"] == found["cols"] == ["h1", "h2"]  # h3's only delay is not a number: left out
     assert found["cells"][0][0] is None
     assert found["cells"][0][1] == {"ns": 30.0, "paths": {"p0": 10.0, "p1": 30.0}}
     assert found["cells"][1][0]["ns"] == 20.0
     assert (found["lo_ns"], found["hi_ns"], found["paths"], found["block_size"]) == (20.0, 30.0, ["p0", "p1"], 1)
-    one_path = heatmap(pairs([row("h1", "h2", "p0", 10.0), row("h1", "h2", "p1", 30.0)], path="p0"), stat="p50")
+    one_path = heatmap(pairs([("h1", "h2", "p0", 10.0), ("h1", "h2", "p1", 30.0)], path="p0"), stat="p50")
     assert one_path["cells"][0][1] == {"ns": 10.0, "paths": {"p0": 10.0}}
 
 
 def test_a_plane_is_the_worst_of_its_paths():
-    rows = [row("h1", "h2", "p0:9000", 10.0), row("h1", "h2", "p0:9001", 40.0), row("h1", "h2", "p1:9000", 90.0),
-            row("h2", "h1", "p1:9001", 5.0)]
+    rows = [("h1", "h2", "p0:9000", 10.0), ("h1", "h2", "p0:9001", 40.0), ("h1", "h2", "p1:9000", 90.0),
+            ("h2", "h1", "p1:9001", 5.0)]
     found = heatmap(pairs(rows), stat="p50")
     assert found["planes"] == ["p0", "p1"] and found["cells"][0][1]["ns"] == 90.0
     plane0 = heatmap(pairs(rows, path="p0"), stat="p50")
@@ -57,7 +53,7 @@ def test_a_plane_is_the_worst_of_its_paths():
 
 def test_a_large_fleet_is_blocks_of_hosts_each_cell_its_worst_pair():
     hosts = [f"h{i}" for i in range(1, 2001)]
-    rows = [row(h, hosts[(i + k) % len(hosts)], "p0", float(i * 10 + k)) for i, h in enumerate(hosts) for k in (1, 2)]
+    rows = [(h, hosts[(i + k) % len(hosts)], "p0", float(i * 10 + k)) for i, h in enumerate(hosts) for k in (1, 2)]
     found = heatmap(pairs(rows), stat="p99")
     assert found["block_size"] == 32 and found["blocks"] == len(found["rows"]) == 63 <= MAX_GRID
     assert found["rows"][0] == "h1 .. h32" and found["rows"][1] == "h33 .. h64"  # h2 before h10
@@ -125,17 +121,16 @@ def sample(src, dst, name, ns, t_ns, path="p0"):
 def test_over_a_window_each_series_is_reduced_by_its_statistic():
     pushes = [sample("a", "b", "owd_p50_ns", ns, t) for t, ns in enumerate((10.0, 50.0, 20.0, float("nan")))]
     pushes += [sample("a", "b", "owd_p99_ns", float(ns), t, "p1") for t, ns in enumerate(range(1, 201))]
-    p50 = {json.loads(labels)["path"]: (t, v) for _h, labels, t, v in over_window(pushes[:4], "p50")}
-    assert p50 == {"p0": (2, 20.0)}  # the median of 10, 50, 20; the NaN left out; at the newest push
-    (_h, _labels, _t, p99), = over_window(pushes[4:], "p99")
+    assert over_window(pushes[:4], "p50") == [("a", "b", "p0", 20.0)]  # the median of 10, 50, 20; the NaN left out
+    (_src, _dst, _path, p99), = over_window(pushes[4:], "p99")
     assert p99 == 198.0  # nearest rank: the 198th of 200
     assert over_window(pushes[:3], "min")[0][3] == over_window(pushes[:3], "floor")[0][3] == 10.0
 
 
 def test_excess_is_each_delay_less_its_own_series_floor():
-    rows = [row("a", "b", "p0", 50.0), row("a", "b", "p1", 70.0), row("b", "a", "p0", 40.0)]
-    floors = [row("a", "b", "p0", 10.0), row("a", "b", "p1", 60.0), row("b", "a", "p0", float("nan"))]
-    assert [(json.loads(t)["path"], v) for _h, t, _t, v in excess(rows, floors)] == [("p0", 40.0), ("p1", 10.0)]
+    rows = [("a", "b", "p0", 50.0), ("a", "b", "p1", 70.0), ("b", "a", "p0", 40.0)]
+    floors = [("a", "b", "p0", 10.0), ("a", "b", "p1", 60.0), ("b", "a", "p0", float("nan"))]
+    assert [(path, v) for _s, _d, path, v in excess(rows, floors)] == [("p0", 40.0), ("p1", 10.0)]
     found = heatmap(pairs(excess(rows, floors)), stat="p50")
     assert found["cells"][0][1] == {"ns": 40.0, "paths": {"p0": 40.0, "p1": 10.0}}  # the worst excess, not delay
 
@@ -180,15 +175,87 @@ def test_a_heatmap_is_worked_out_at_most_once_a_second_per_question():
         calls.append(answer)
         return answer
 
-    assert fresh.get("p50", lambda: work(1)) == 1
+    assert fresh.get("p50", lambda: work(1)) == (1, 0.0)
     now[0] = 0.9
-    assert fresh.get("p50", lambda: work(2)) == 1 and fresh.get("p99", lambda: work(3)) == 3  # another question
+    assert fresh.get("p50", lambda: work(2)) == (1, 0.9)  # with its age
+    assert fresh.get("p99", lambda: work(3)) == (3, 0.0)  # another question
     now[0] = 1.0
-    assert fresh.get("p50", lambda: work(4)) == 4  # a second old: worked out again
+    assert fresh.get("p50", lambda: work(4)) == (4, 0.0)  # a second old: worked out again
     assert calls == [1, 3, 4]
     for key in range(MAX_KEYS + 10):
         fresh.get(key, lambda: 0)
     assert len(fresh._kept) == MAX_KEYS
+
+
+def settled(fresh: Fresh) -> None:
+    deadline = time.monotonic() + 5
+    while fresh._running:
+        assert time.monotonic() < deadline, "a working-out never ended"
+        time.sleep(0.01)
+
+
+def test_a_slow_reading_is_served_while_the_next_is_read_and_spaced_by_its_length():
+    now = [0.0]
+    fresh: Fresh[int] = Fresh(max_age_s=1.0, wait_s=2.0, clock=lambda: now[0])
+    began = []
+
+    def taking_5s(answer, release=None):
+        def work():
+            began.append(answer)
+            if release is not None:
+                assert release.wait(5)
+            now[0] += 5.0
+            return answer
+        return work
+
+    assert fresh.get("p50", taking_5s(1)) == (1, 5.0)  # nothing to serve yet: waited for
+    now[0] = 19.9  # past max_age_s, but within 4 times the 5 s it took (SHARE)
+    assert fresh.get("p50", taking_5s(2)) == (1, 19.9) and began == [1]
+    now[0] = 20.0
+    release = threading.Event()
+    assert fresh.get("p50", taking_5s(3, release)) == (1, 20.0)  # served at once: 5 s is past a route's wait
+    assert fresh.get("p50", taking_5s(4)) == (1, 20.0)  # and one reading at a time
+    release.set()
+    settled(fresh)
+    assert fresh.get("p50", taking_5s(5)) == (3, 5.0) and began == [1, 3]
+
+
+def test_a_first_reading_past_the_wait_is_pending_and_goes_on():
+    fresh: Fresh[int] = Fresh(max_age_s=1.0, wait_s=0.05)
+    release = threading.Event()
+
+    def slow():
+        assert release.wait(5)
+        return 7
+
+    with pytest.raises(Pending, match="ask again"):
+        fresh.get("p50", slow)
+    release.set()
+    settled(fresh)
+    assert fresh.get("p50", lambda: 8)[0] == 7  # the reading went on; the next is not yet due
+
+
+def test_a_failed_reading_reaches_whoever_waited_and_leaves_the_last_one_served():
+    now = [0.0]
+    fresh: Fresh[int] = Fresh(max_age_s=1.0, wait_s=2.0, clock=lambda: now[0])
+
+    def broken():
+        raise SeriesError("the series engine cannot be reached")
+
+    with pytest.raises(SeriesError):
+        fresh.get("p50", broken)  # nothing kept: the error, and tried again on the next ask
+    with pytest.raises(SeriesError):
+        fresh.get("p50", broken)
+
+    def slow():
+        now[0] += 5.0
+        return 1
+
+    assert fresh.get("p50", slow) == (1, 5.0)
+    now[0] = 25.0
+    assert fresh.get("p50", broken) == (1, 25.0)  # a slow one's failed successor: the last one, served
+    settled(fresh)
+    assert fresh.get("p50", lambda: 2) == (1, 25.0)  # not tried again until spaced as before
 
 
 def test_the_route_shows_a_push_within_two_seconds(client):

@@ -95,6 +95,9 @@ def test_a_delay_is_held_under_its_metrics_name_and_read_back_as_written(gate, s
     assert (got.host, got.labels, got.value) == ("h1", labels | {"src": "h1"}, 52_300)
     assert [s.value for s in series.latest("owd_floor_ns", match={"src": "h1", "dst": peer})] == [50_047.5]
     assert series.latest("owd_p50_ns", match={"src": "h2", "dst": peer}) == []
+    assert [d for d in series.delays("owd_floor_ns") if d[1] == peer] == [("h1", peer, "s2", 50_047.5)]
+    with pytest.raises(ValueError, match="not a probe path's delay"):
+        series.delays("rx_bytes")
     window = {"since_ns": (now_ms - 3000) * 1_000_000, "until_ns": now_ms * 1_000_000}
     exported = [r for r in series.export(("owd_p50_ns", "owd_floor_ns"), **window) if r.labels["dst"] == peer]
     assert sorted((r.name, r.host, r.labels, r.values) for r in exported) == [
@@ -189,6 +192,10 @@ def test_a_query_past_its_budget_is_refused_in_time():
         with pytest.raises(SeriesError, match="did not answer within the 0.3 s budget"):
             slow.query("/api/v1/query", {"query": "clockfabric_x"})
         assert time.monotonic() - t0 < 1.5
+        t0 = time.monotonic()  # a read no route waits on is given a budget of its own
+        with pytest.raises(SeriesError, match="did not answer within the 1.2 s budget"):
+            slow.delays("owd_p50_ns", budget_s=1.2)
+        assert 1.2 < time.monotonic() - t0 < 2.5
         slow.close()
 
 

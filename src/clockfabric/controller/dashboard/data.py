@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from clockfabric.controller import jobs
 from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.failovers import MOVED, decisions
-from clockfabric.controller.dashboard.fresh import Fresh
+from clockfabric.controller.dashboard.fresh import Fresh, Pending
 from clockfabric.controller.dashboard.jobseries import STATS, job_series
 from clockfabric.controller.dashboard.linkflows import crossing, load
-from clockfabric.controller.dashboard.owdmap import Pairs, Row, heatmap, pairs
+from clockfabric.controller.dashboard.owdmap import Delay, Pairs, heatmap, pairs
 from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.dashboard.queueing import link_queueing
@@ -25,6 +25,7 @@ from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.render import json_response
 from clockfabric.controller.rootcause import Flow
 from clockfabric.controller.rootcause_inputs import PATH_STAT, PlacesCache, flows_from
+from clockfabric.controller.series.read import BUDGET_S
 from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Event
 from clockfabric.errors import ClockfabricError
@@ -33,7 +34,8 @@ from clockfabric.units import parse_duration
 
 MAX_WINDOW_NS = 3600 * 10**9  # a chart of one-second points: an hour is 3,600 of them per flow
 MAX_WINDOW_SAMPLES = 100_000  # the delays one heatmap over a window may read: 10 pages of about 65 ms
-HEATMAP_MAX_AGE_S = 1.0  # every page and block of a heatmap asked within this shares one reading of the rows
+HEATMAP_MAX_AGE_S = 1.0  # every page and block of a heatmap asked within this shares one reading of the delays
+HEATMAP_READ_BUDGET_S = 60.0  # a fleet-wide read of delays, which no route waits on past the reader's budget
 MAX_EVENTS = 20_000  # of the window, looked through for failover decisions
 TX = "job_flow_tx_bps"
 FLOW_STATS = [f"{kind}_flow_{stat}" for kind in ("job", "other") for stat in ("tx_bps", PATH_STAT)]
@@ -53,7 +55,7 @@ def window_ns(text: str, param: str = "since") -> int:
 def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
     """The routes; `check` refuses a request without the fleet or viewer token."""
     api = APIRouter()
-    fresh: Fresh[Pairs] = Fresh(max_age_s=HEATMAP_MAX_AGE_S)
+    fresh: Fresh[Pairs] = Fresh(max_age_s=HEATMAP_MAX_AGE_S, wait_s=BUDGET_S)
 
     @api.get("/api/v1/dashboard/job-series")
     def series(request: Request, jobid: str = Query(min_length=1, max_length=256),
@@ -88,10 +90,14 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
             window_ns(window, "window")  # a bad window is refused before anything is read
         key = (stat, window, over_floor, path or None)
         try:
-            drawn = heatmap(fresh.get(key, lambda: _pairs(*key)), stat=stat, block=block, offset=offset)
+            found, age_s = fresh.get(key, lambda: _pairs(*key))
+            drawn = heatmap(found, stat=stat, block=block, offset=offset)
+        except Pending as e:  # the reading goes on: 202, as a page that asks again expects
+            return JSONResponse({"pending": True, "detail": f"the fleet's delays are {e}"}, status_code=202,
+                                headers={"Retry-After": "2"})
         except IndexError as e:
             raise HTTPException(404, str(e)) from None
-        drawn.update(window=window, over_floor=over_floor)
+        drawn.update(window=window, over_floor=over_floor, age_s=round(age_s, 1))
         # host names and path labels are text, which json.dumps escapes; delays are finite floats
         return json_response(drawn)
 
@@ -111,14 +117,14 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         """The heatmap's pairs: the newest delays or over `window`, as they are or less their floors."""
         name = f"owd_{stat}_ns"
         if window == "latest":
-            rows = fleet.samples.latest_rows(name)
+            delays = fleet.samples.delays(name, budget_s=HEATMAP_READ_BUDGET_S)
         else:
-            rows = _over_window(name, stat, window_ns(window, "window"))
+            delays = _over_window(name, stat, window_ns(window, "window"))
         if over_floor:
-            rows = excess(rows, fleet.samples.latest_rows("owd_floor_ns"))
-        return pairs(rows, path)
+            delays = excess(delays, fleet.samples.delays("owd_floor_ns", budget_s=HEATMAP_READ_BUDGET_S))
+        return pairs(delays, path)
 
-    def _over_window(name: str, stat: str, window: int) -> list[Row]:
+    def _over_window(name: str, stat: str, window: int) -> list[Delay]:
         """Each series' pushes of `name` in the last `window` ns, reduced by `stat`."""
         return over_window(_window_of(name, fleet.clock() - window), stat)
 

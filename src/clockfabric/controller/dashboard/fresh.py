@@ -1,35 +1,97 @@
-"""A value worked out at most once per `max_age_s` per key, for routes that every open page asks
-again and again (the heatmap re-renders on each push, at most once a second, on every page):
-whoever asks within `max_age_s` of the last working-out gets its result, never older."""
+"""A value worked out at most once per spell per key, for routes that every open page asks again
+and again (the heatmap re-renders on each push, at most once a second, on every page).
+
+A working-out starts no sooner than `max_age_s` after the last one started, or 1/SHARE times
+what the last one took where that is longer: however many pages ask, one question costs at most
+SHARE of a thread, so a fleet whose delays take seconds to read is read every few tens of
+seconds, not back to back. A caller waits for the working-out only where the last one took no
+longer than `wait_s` (or there is none to serve); otherwise it is served the last value at once,
+with its age, while the next one is worked out behind it. A caller with nothing to be served
+whose working-out is not done within `wait_s` gets Pending; the working-out goes on.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 MAX_KEYS = 64  # past it the oldest go: keys come from request parameters
+SHARE = 0.25  # of a thread, the most one question's workings-out take while asked without pause
+
+
+class Pending(Exception):
+    """A first working-out still running past what a caller waits: ask again shortly."""
+
+
+@dataclass(frozen=True)
+class _Kept(Generic[T]):
+    started: float  # when its working-out began: what it read was read since
+    took: float
+    value: T
 
 
 class Fresh(Generic[T]):
-    def __init__(self, max_age_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, max_age_s: float = 1.0, wait_s: float = 2.0, clock: Callable[[], float] = time.monotonic):
         self.max_age_s = max_age_s
+        self.wait_s = wait_s
         self.clock = clock
-        self._kept: dict[Hashable, tuple[float, T]] = {}
+        self._kept: dict[Hashable, _Kept[T]] = {}
+        self._tried: dict[Hashable, float] = {}  # when the last working-out began, whether or not it ended well
+        self._running: dict[Hashable, Future[_Kept[T]]] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, work: Callable[[], T]) -> T:
-        """`work()`'s result for `key`, worked out now unless it was within the last `max_age_s`."""
+    def get(self, key: Hashable, work: Callable[[], T]) -> tuple[T, float]:
+        """`work()`'s result for `key` and its age in seconds; raises what `work` raised for a
+        caller that waited on it, and Pending as above."""
         with self._lock:
-            kept = self._kept.get(key)
-        if kept is not None and self.clock() - kept[0] < self.max_age_s:
-            return kept[1]
-        started = self.clock()  # its age counts from before the work: what it read was read since
-        value = work()
-        with self._lock:
-            self._kept[key] = (started, value)
-            while len(self._kept) > MAX_KEYS:
-                del self._kept[min(self._kept, key=lambda k: self._kept[k][0])]
-        return value
+            kept, now = self._kept.get(key), self.clock()
+            due = kept is None or now - self._tried.get(key, kept.started) >= self._spacing(kept)
+            running = self._running.get(key)
+            if due and running is None:
+                running = self._start(key, work, now)
+        if kept is not None and (running is None or kept.took > self.wait_s):
+            return kept.value, now - kept.started
+        assert running is not None
+        try:
+            done = running.result(timeout=self.wait_s)
+        except FutureTimeout:
+            raise Pending(f"still being read, for longer than the {self.wait_s:g} s a route waits: "
+                          "ask again shortly") from None
+        return done.value, self.clock() - done.started
+
+    def _spacing(self, kept: _Kept[T]) -> float:
+        return max(self.max_age_s, kept.took / SHARE)
+
+    def _start(self, key: Hashable, work: Callable[[], T], now: float) -> Future[_Kept[T]]:
+        """Work `key` out on a thread of its own (under the lock)."""
+        future: Future[_Kept[T]] = Future()
+        self._running[key], self._tried[key] = future, now
+
+        def run() -> None:
+            try:
+                value = work()
+            except BaseException as e:  # handed to whoever waits on it
+                with self._lock:
+                    del self._running[key]
+                    if key not in self._kept:  # nothing to space from: keys come from request parameters
+                        self._tried.pop(key, None)
+                future.set_exception(e)
+                return
+            done = _Kept(now, self.clock() - now, value)
+            with self._lock:
+                self._kept[key] = done
+                del self._running[key]
+                while len(self._kept) > MAX_KEYS:
+                    oldest = min(self._kept, key=lambda k: self._kept[k].started)
+                    del self._kept[oldest]
+                    self._tried.pop(oldest, None)
+            future.set_result(done)
+
+        threading.Thread(target=run, name="dashboard-read", daemon=True).start()
+        return future

@@ -1,5 +1,5 @@
 """The one-way-delay heatmap as the view draws it, from the newest delay of each (src, dst, path)
-(storage's `latest` rows). Pure: rows in, a dict out.
+(`Series.delays`). Pure: delays in, a dict out.
 
 A pair's cell is its worst path (or the one path asked for). Up to MAX_GRID hosts the grid is host
 x host. Past that a grid of every host fits no screen (2,000 x 2,000 is 4 million cells), so the
@@ -7,14 +7,13 @@ hosts, sorted by name, fall into at most MAX_GRID blocks of consecutive names (h
 leaf are named alike) and a cell is the worst pair of its block pair; asking for one block pair
 (`block`) gives its hosts as a host x host grid. The worst pairs come too, a page at a time.
 
-Reading the rows into pairs is most of the work and the same for every page and block of one
+Reading the delays into pairs is most of the work and the same for every page and block of one
 heatmap: `pairs` does it, `heatmap` draws one page of its result.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import re
 from collections.abc import Iterable
@@ -22,27 +21,8 @@ from dataclasses import dataclass
 
 MAX_GRID = 64
 WORST_PAGE = 50
-Row = tuple[str, str, int, float | None]  # host, labels (canonical JSON text), t_ns, value
+Delay = tuple[str, str, str, float]  # src, dst, path, ns: one probe path's delay (Series.delays)
 Pair = tuple[str, str]
-
-_LABELS_MAX = 200_000  # series; past it the memo starts afresh
-_labels: dict[str, tuple[str | None, str, str] | None] = {}
-
-
-def _ends(labels: str) -> tuple[str | None, str, str] | None:
-    """(src, dst, path) of one series; its labels' text is the same every push, so it is parsed once."""
-    if labels in _labels:
-        return _labels[labels]
-    if len(_labels) >= _LABELS_MAX:
-        _labels.clear()
-    found: tuple[str | None, str, str] | None
-    try:
-        parsed = json.loads(labels)
-        found = (parsed.get("src"), parsed["dst"], parsed.get("path", ""))
-    except (ValueError, KeyError, AttributeError, TypeError):
-        found = None  # not a pair's delay: left out
-    _labels[labels] = found
-    return found
 
 
 def natural(name: str) -> list:
@@ -68,21 +48,19 @@ def plane_of(label: str) -> str | None:
     return rail if colon else None
 
 
-def pairs(rows: Iterable[Row], path: str | None = None) -> Pairs:
+def pairs(delays: Iterable[Delay], path: str | None = None) -> Pairs:
     """`path`: one path label, or a plane (each pair's worst over that plane's paths)."""
     found: dict[Pair, dict[str, float]] = {}
     worst: dict[Pair, float] = {}
     labels: set[str] = set()
-    known, finite = _labels.get, math.isfinite  # looked up once: this loop runs once a row, 32,000 at 2,000 hosts
-    for host, text, _t_ns, value in rows:
-        ends = known(text) or _ends(text)
-        if ends is None or value is None or not finite(value):
+    finite = math.isfinite  # looked up once: this loop runs once a path, 400,000 at 10,000 hosts
+    for src, dst, label, value in delays:
+        if not finite(value):
             continue
-        src, dst, label = ends
         labels.add(label)
         if path is not None and label != path and plane_of(label) != path:
             continue
-        pair = (src or host, dst)  # an agent's own delays may leave their source implicit
+        pair = (src, dst)
         per_path = found.get(pair)
         if per_path is None:
             found[pair], worst[pair] = {label: value}, value

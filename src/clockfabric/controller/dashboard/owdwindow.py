@@ -1,5 +1,5 @@
 """The heatmap's delays over a chosen window, and as excess over each path's floor. Pure: samples
-or rows in, rows (as `Series.latest_rows` gives them) out, so the heatmap draws them alike.
+or delays in, delays (as `Series.delays` gives them) out, so the heatmap draws them alike.
 
 Over a window each series' pushes are reduced by the statistic they carry: the median of its
 p50s, the 99th percentile (nearest rank) of its p99s, the least of its mins and floors. The
@@ -13,9 +13,8 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 
-from clockfabric.controller.dashboard.owdmap import Row
+from clockfabric.controller.dashboard.owdmap import Delay
 from clockfabric.controller.series.sample import Sample
-from clockfabric.controller.storage.rows import dumps
 
 
 def _p99(values: Sequence[float]) -> float:
@@ -27,23 +26,20 @@ REDUCE: dict[str, Callable[[Sequence[float]], float]] = {
     "p50": statistics.median, "p99": _p99, "min": min, "floor": min}
 
 
-def over_window(samples: Iterable[Sample], stat: str) -> list[Row]:
-    """One row per series: its finite pushes in the window reduced by `stat`, at its newest push's time."""
-    series: dict[tuple[str, str], tuple[int, list[float]]] = {}
+def over_window(samples: Iterable[Sample], stat: str) -> list[Delay]:
+    """One delay per path: its finite pushes in the window reduced by `stat`."""
+    series: dict[tuple[str, str, str], list[float]] = {}
     for s in samples:
-        if not math.isfinite(s.value):
+        dst = s.labels.get("dst")
+        if dst is None or not math.isfinite(s.value):
             continue
-        key = (s.host, dumps(s.labels))
-        newest, values = series.get(key, (s.t_ns, []))
-        values.append(s.value)
-        series[key] = (max(newest, s.t_ns), values)
+        series.setdefault((s.labels.get("src") or s.host, dst, s.labels.get("path", "")), []).append(s.value)
     reduce = REDUCE[stat]
-    return [(host, labels, t_ns, reduce(values)) for (host, labels), (t_ns, values) in series.items()]
+    return [(src, dst, path, reduce(values)) for (src, dst, path), values in series.items()]
 
 
-def excess(rows: Iterable[Row], floors: Iterable[Row]) -> list[Row]:
-    """Each row's delay less its series' newest floor; a series with no finite floor is left out."""
-    floor = {(host, labels): value for host, labels, _t, value in floors
-             if value is not None and math.isfinite(value)}
-    return [(host, labels, t_ns, value - floor[(host, labels)]) for host, labels, t_ns, value in rows
-            if value is not None and (host, labels) in floor]
+def excess(delays: Iterable[Delay], floors: Iterable[Delay]) -> list[Delay]:
+    """Each delay less its path's newest floor; a path with no finite floor is left out."""
+    floor = {(src, dst, path): ns for src, dst, path, ns in floors if math.isfinite(ns)}
+    return [(src, dst, path, ns - floor[(src, dst, path)]) for src, dst, path, ns in delays
+            if (src, dst, path) in floor]

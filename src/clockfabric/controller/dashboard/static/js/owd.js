@@ -40,6 +40,10 @@ export async function render(refresh) {
     block = null;  // the fleet shrank under the block shown: back to every block
     return render(refresh);
   }
+  if (owd.pending) {  // a large fleet's first reading of its delays: it goes on, and is asked again
+    setTimeout(refresh, 2000);
+    return el("section", { "aria-label": "One-way delays" }, el("p", { class: "muted", role: "status" }, owd.detail));
+  }
   const notice = refused ? el("p", { class: "muted", role: "alert" }, `window refused: ${refused}`) : null;
   refused = "";
   const { lo_ns: lo, hi_ns: hi } = owd;
@@ -75,7 +79,9 @@ export async function render(refresh) {
 
 function summary(owd) {
   const shown = owd.over_floor ? "excess over floor, µs" : "µs";
-  const what = `${owd.hosts} hosts, ${owd.pairs} pairs, ${shown}; rows: source, columns: destination`;
+  // a fleet whose delays take seconds to read is read every few tens of seconds: say how old this is
+  const age = owd.age_s >= 2 ? `; read ${Math.round(owd.age_s)} s ago` : "";
+  const what = `${owd.hosts} hosts, ${owd.pairs} pairs, ${shown}${age}; rows: source, columns: destination`;
   if (owd.block) return `${what}; shown: ${owd.rows[0]}–${owd.rows.at(-1)} to ${owd.cols[0]}–${owd.cols.at(-1)}`;
   return owd.block_size > 1 ? `${what}; ${owd.blocks} blocks of ${owd.block_size} hosts, each cell its worst pair` : what;
 }
