@@ -213,11 +213,32 @@ def test_a_slow_reading_is_served_while_the_next_is_read_and_spaced_by_its_lengt
     assert fresh.get("p50", taking_5s(2)) == (1, 19.9) and began == [1]
     now[0] = 20.0
     release = threading.Event()
-    assert fresh.get("p50", taking_5s(3, release)) == (1, 20.0)  # served at once: 5 s is past a route's wait
+    assert fresh.get("p50", taking_5s(3, release)) == (1, 20.0)  # served at once: a slow reading
     assert fresh.get("p50", taking_5s(4)) == (1, 20.0)  # and one reading at a time
     release.set()
     settled(fresh)
     assert fresh.get("p50", taking_5s(5)) == (3, 5.0) and began == [1, 3]
+
+
+def test_a_reading_of_a_quarter_of_max_age_is_waited_for_and_a_longer_one_is_served():
+    now = [0.0]
+    fresh: Fresh[int] = Fresh(max_age_s=1.0, wait_s=2.0, clock=lambda: now[0])
+
+    def taking(seconds, answer):
+        def work():
+            now[0] += seconds
+            return answer
+        return work
+
+    assert fresh.get("a", taking(0.25, 1)) == (1, 0.25)
+    now[0] = 1.25
+    assert fresh.get("a", taking(0.5, 2)) == (2, 0.5)  # the last took 0.25 s: waited for
+    now[0] = 3.0
+    assert fresh.get("a", taking(0.5, 3)) == (2, 1.75)  # the next not yet due: 4 x 0.5 s after the last began
+    now[0] = 3.25
+    assert fresh.get("a", taking(0.5, 4)) == (2, 2.0)  # the last took 0.5 s: served, the next behind it
+    settled(fresh)
+    assert fresh.get("a", taking(0.5, 5)) == (4, 0.5)
 
 
 def test_a_first_reading_past_the_wait_is_pending_and_goes_on():

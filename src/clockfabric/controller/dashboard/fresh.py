@@ -1,13 +1,13 @@
 """A value worked out at most once per spell per key, for routes that every open page asks again
 and again (the heatmap re-renders on each push, at most once a second, on every page).
 
-A working-out starts no sooner than `max_age_s` after the last one started, or 1/SHARE times
-what the last one took where that is longer: however many pages ask, one question costs at most
-SHARE of a thread, so a fleet whose delays take seconds to read is read every few tens of
-seconds, not back to back. A caller waits for the working-out only where the last one took no
-longer than `wait_s` (or there is none to serve); otherwise it is served the last value at once,
-with its age, while the next one is worked out behind it. A caller with nothing to be served
-whose working-out is not done within `wait_s` gets Pending; the working-out goes on.
+A question is worked out again once its last working-out is `max_age_s` old, and whoever asks
+waits for it. A working-out that takes longer than SHARE of that is slow: the next one starts no
+sooner than 1/SHARE times as long after it began (however many pages ask, one question costs at
+most SHARE of a thread, so a fleet whose delays take seconds to read is read every few tens of
+seconds, not back to back), and meanwhile every ask is answered at once with the last value and
+its age, the next one worked out behind it. A caller with nothing to be served waits up to
+`wait_s`, then gets Pending; the working-out goes on.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Fresh(Generic[T]):
             running = self._running.get(key)
             if due and running is None:
                 running = self._start(key, work, now)
-        if kept is not None and (running is None or kept.took > self.wait_s):
+        if kept is not None and (running is None or self._slow(kept)):
             return kept.value, now - kept.started
         assert running is not None
         try:
@@ -64,6 +64,9 @@ class Fresh(Generic[T]):
             raise Pending(f"still being read, for longer than the {self.wait_s:g} s a route waits: "
                           "ask again shortly") from None
         return done.value, self.clock() - done.started
+
+    def _slow(self, kept: _Kept[T]) -> bool:
+        return kept.took > SHARE * self.max_age_s
 
     def _spacing(self, kept: _Kept[T]) -> float:
         return max(self.max_age_s, kept.took / SHARE)
