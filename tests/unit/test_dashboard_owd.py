@@ -95,6 +95,7 @@ def test_the_route_serves_the_heatmap_and_refuses_what_it_cannot_answer(client):
     assert client.get("/api/v1/dashboard/owd").status_code == 401
     found = client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p50"}).json()
     assert found["rows"] == ["<b>", "a", "b"] and found["pairs"] == 3
+    assert 0 <= found["age_s"] < 60 and 0 <= found["read_s"] < 60  # how old, and how long its reading took
     assert [p["ns"] for p in found["worst"]["items"]] == [3000.0, 2000.0, 1000.0]
     assert client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p99"}).json()["pairs"] == 0
     assert client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p42"}).status_code == 422
@@ -166,6 +167,11 @@ def test_the_route_takes_a_window_and_the_excess_over_floor(windowed):
         assert refused.status_code == 422 and ("window" in refused.text or "over_floor" in refused.text)
 
 
+def seen(served):
+    """What a caller is served, and its age."""
+    return served.value, served.age_s
+
+
 def test_a_heatmap_is_worked_out_at_most_once_a_second_per_question():
     now = [0.0]
     fresh: Fresh[int] = Fresh(max_age_s=1.0, clock=lambda: now[0])
@@ -175,12 +181,12 @@ def test_a_heatmap_is_worked_out_at_most_once_a_second_per_question():
         calls.append(answer)
         return answer
 
-    assert fresh.get("p50", lambda: work(1)) == (1, 0.0)
+    assert seen(fresh.get("p50", lambda: work(1))) == (1, 0.0)
     now[0] = 0.9
-    assert fresh.get("p50", lambda: work(2)) == (1, 0.9)  # with its age
-    assert fresh.get("p99", lambda: work(3)) == (3, 0.0)  # another question
+    assert seen(fresh.get("p50", lambda: work(2))) == (1, 0.9)  # with its age
+    assert seen(fresh.get("p99", lambda: work(3))) == (3, 0.0)  # another question
     now[0] = 1.0
-    assert fresh.get("p50", lambda: work(4)) == (4, 0.0)  # a second old: worked out again
+    assert seen(fresh.get("p50", lambda: work(4))) == (4, 0.0)  # a second old: worked out again
     assert calls == [1, 3, 4]
     for key in range(MAX_KEYS + 10):
         fresh.get(key, lambda: 0)
@@ -208,16 +214,17 @@ def test_a_slow_reading_is_served_while_the_next_is_read_and_spaced_by_its_lengt
             return answer
         return work
 
-    assert fresh.get("p50", taking_5s(1)) == (1, 5.0)  # nothing to serve yet: waited for
+    assert seen(fresh.get("p50", taking_5s(1))) == (1, 5.0)  # nothing to serve yet: waited for
     now[0] = 19.9  # past max_age_s, but within 4 times the 5 s it took (SHARE)
-    assert fresh.get("p50", taking_5s(2)) == (1, 19.9) and began == [1]
+    assert seen(fresh.get("p50", taking_5s(2))) == (1, 19.9) and began == [1]
     now[0] = 20.0
     release = threading.Event()
-    assert fresh.get("p50", taking_5s(3, release)) == (1, 20.0)  # served at once: a slow reading
-    assert fresh.get("p50", taking_5s(4)) == (1, 20.0)  # and one reading at a time
+    assert seen(fresh.get("p50", taking_5s(3, release))) == (1, 20.0)  # served at once: a slow reading
+    assert seen(fresh.get("p50", taking_5s(4))) == (1, 20.0)  # and one reading at a time
     release.set()
     settled(fresh)
-    assert fresh.get("p50", taking_5s(5)) == (3, 5.0) and began == [1, 3]
+    assert seen(fresh.get("p50", taking_5s(5))) == (3, 5.0) and began == [1, 3]
+    assert fresh.get("p50", taking_5s(6)).took_s == 5.0
 
 
 def test_a_reading_of_a_quarter_of_max_age_is_waited_for_and_a_longer_one_is_served():
@@ -230,15 +237,15 @@ def test_a_reading_of_a_quarter_of_max_age_is_waited_for_and_a_longer_one_is_ser
             return answer
         return work
 
-    assert fresh.get("a", taking(0.25, 1)) == (1, 0.25)
+    assert seen(fresh.get("a", taking(0.25, 1))) == (1, 0.25)
     now[0] = 1.25
-    assert fresh.get("a", taking(0.5, 2)) == (2, 0.5)  # the last took 0.25 s: waited for
+    assert seen(fresh.get("a", taking(0.5, 2))) == (2, 0.5)  # the last took 0.25 s: waited for
     now[0] = 3.0
-    assert fresh.get("a", taking(0.5, 3)) == (2, 1.75)  # the next not yet due: 4 x 0.5 s after the last began
+    assert seen(fresh.get("a", taking(0.5, 3))) == (2, 1.75)  # the next not yet due: 4 x 0.5 s after the last began
     now[0] = 3.25
-    assert fresh.get("a", taking(0.5, 4)) == (2, 2.0)  # the last took 0.5 s: served, the next behind it
+    assert seen(fresh.get("a", taking(0.5, 4))) == (2, 2.0)  # the last took 0.5 s: served, the next behind it
     settled(fresh)
-    assert fresh.get("a", taking(0.5, 5)) == (4, 0.5)
+    assert seen(fresh.get("a", taking(0.5, 5))) == (4, 0.5)
 
 
 def test_a_first_reading_past_the_wait_is_pending_and_goes_on():
@@ -253,7 +260,7 @@ def test_a_first_reading_past_the_wait_is_pending_and_goes_on():
         fresh.get("p50", slow)
     release.set()
     settled(fresh)
-    assert fresh.get("p50", lambda: 8)[0] == 7  # the reading went on; the next is not yet due
+    assert fresh.get("p50", lambda: 8).value == 7  # the reading went on; the next is not yet due
 
 
 def test_a_failed_reading_reaches_whoever_waited_and_leaves_the_last_one_served():
@@ -272,11 +279,11 @@ def test_a_failed_reading_reaches_whoever_waited_and_leaves_the_last_one_served(
         now[0] += 5.0
         return 1
 
-    assert fresh.get("p50", slow) == (1, 5.0)
+    assert seen(fresh.get("p50", slow)) == (1, 5.0)
     now[0] = 25.0
-    assert fresh.get("p50", broken) == (1, 25.0)  # a slow one's failed successor: the last one, served
+    assert seen(fresh.get("p50", broken)) == (1, 25.0)  # a slow one's failed successor: the last one, served
     settled(fresh)
-    assert fresh.get("p50", lambda: 2) == (1, 25.0)  # not tried again until spaced as before
+    assert seen(fresh.get("p50", lambda: 2)) == (1, 25.0)  # not tried again until spaced as before
 
 
 def test_the_route_shows_a_push_within_two_seconds(client):

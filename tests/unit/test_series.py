@@ -17,6 +17,7 @@ from clockfabric.agent.http_post import Poster
 from clockfabric.agent.series_write import SeriesWriter
 from clockfabric.auth.credential import host_token
 from clockfabric.controller.series.gate import COALESCE_S, IMPORT_PATH, Gate
+from clockfabric.controller.series import read
 from clockfabric.controller.series.read import Series, SeriesError
 from clockfabric.serieswire import body, line
 from tests.series import until
@@ -107,6 +108,30 @@ def test_a_delay_is_held_under_its_metrics_name_and_read_back_as_written(gate, s
     r = httpx.get(series_engine.url + "/api/v1/query",
                   params={"query": f'clockfabric_owd_p50_seconds{{peer="{peer}",direction="out"}}'}).json()
     assert [(m["metric"]["host"], float(m["value"][1])) for m in r["data"]["result"]] == [("h1", 5.23e-05)]
+
+
+def test_a_fleet_wide_read_of_delays_comes_in_slices_of_hosts_and_misses_none(series, series_engine, monkeypatch):
+    """Each slice is about SLICE_SERIES series and SLICE_NAMES_BYTES of escaped host names."""
+    tag = uuid.uuid4().hex[:8]
+    hosts = [f"n{i}.rack-{tag}.example" for i in range(7)]  # dots and dashes: escaped in the query
+    now_ms = time.time_ns() // 1_000_000
+    lines = "\n".join(line("owd_p99_ns", 1000.0 * i + p, {"dst": f"peer-{tag}", "path": str(p)}, now_ms - 1000, host=h)
+                      for i, h in enumerate(hosts) for p in range(3))
+    httpx.post(series_engine.url + "/api/v1/import/prometheus", content=lines, timeout=5.0).raise_for_status()
+    expected = sorted((h, f"peer-{tag}", str(p), 1000.0 * i + p) for i, h in enumerate(hosts) for p in range(3))
+    until(lambda: len([d for d in series.delays("owd_p99_ns") if tag in d[1]]) == 21, series_engine.url)
+    queries = []
+    real = series.query
+    monkeypatch.setattr(series, "query", lambda *a, **k: queries.append(a[1]["query"]) or real(*a, **k))
+    monkeypatch.setattr(read, "FIRST_SLICE_HOSTS", 1)
+    monkeypatch.setattr(read, "SLICE_SERIES", 6)  # two hosts of three paths each, after the first
+    assert sorted(d for d in series.delays("owd_p99_ns") if tag in d[1]) == expected
+    assert len(queries) >= 4
+    queries.clear()
+    monkeypatch.setattr(read, "SLICE_SERIES", 10**6)
+    monkeypatch.setattr(read, "SLICE_NAMES_BYTES", len(read._quote(read.re.escape(hosts[0]))) + 1)  # one name
+    assert sorted(d for d in series.delays("owd_p99_ns") if tag in d[1]) == expected
+    assert all(q.count("|") == 0 for q in queries) and len(queries) >= len(hosts)
 
 
 def test_a_forged_host_label_is_overridden(gate, series, series_engine):

@@ -90,14 +90,14 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
             window_ns(window, "window")  # a bad window is refused before anything is read
         key = (stat, window, over_floor, path or None)
         try:
-            found, age_s = fresh.get(key, lambda: _pairs(*key))
-            drawn = heatmap(found, stat=stat, block=block, offset=offset)
+            served = fresh.get(key, lambda: _pairs(*key))
+            drawn = heatmap(served.value, stat=stat, block=block, offset=offset)
         except Pending as e:  # the reading goes on: 202, as a page that asks again expects
             return JSONResponse({"pending": True, "detail": f"the fleet's delays are {e}"}, status_code=202,
                                 headers={"Retry-After": "2"})
         except IndexError as e:
             raise HTTPException(404, str(e)) from None
-        drawn.update(window=window, over_floor=over_floor, age_s=round(age_s, 1))
+        drawn.update(window=window, over_floor=over_floor, age_s=round(served.age_s, 3), read_s=round(served.took_s, 3))
         # host names and path labels are text, which json.dumps escapes; delays are finite floats
         return json_response(drawn)
 

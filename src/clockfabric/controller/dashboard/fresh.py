@@ -30,6 +30,13 @@ class Pending(Exception):
 
 
 @dataclass(frozen=True)
+class Served(Generic[T]):
+    value: T
+    age_s: float  # since its working-out began
+    took_s: float  # how long that working-out took
+
+
+@dataclass(frozen=True)
 class _Kept(Generic[T]):
     started: float  # when its working-out began: what it read was read since
     took: float
@@ -46,9 +53,9 @@ class Fresh(Generic[T]):
         self._running: dict[Hashable, Future[_Kept[T]]] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, work: Callable[[], T]) -> tuple[T, float]:
-        """`work()`'s result for `key` and its age in seconds; raises what `work` raised for a
-        caller that waited on it, and Pending as above."""
+    def get(self, key: Hashable, work: Callable[[], T]) -> Served[T]:
+        """`work()`'s result for `key`, its age and how long it took; raises what `work` raised
+        for a caller that waited on it, and Pending as above."""
         with self._lock:
             kept, now = self._kept.get(key), self.clock()
             due = kept is None or now - self._tried.get(key, kept.started) >= self._spacing(kept)
@@ -56,14 +63,14 @@ class Fresh(Generic[T]):
             if due and running is None:
                 running = self._start(key, work, now)
         if kept is not None and (running is None or self._slow(kept)):
-            return kept.value, now - kept.started
+            return Served(kept.value, now - kept.started, kept.took)
         assert running is not None
         try:
             done = running.result(timeout=self.wait_s)
         except FutureTimeout:
             raise Pending(f"still being read, for longer than the {self.wait_s:g} s a route waits: "
                           "ask again shortly") from None
-        return done.value, self.clock() - done.started
+        return Served(done.value, self.clock() - done.started, done.took)
 
     def _slow(self, kept: _Kept[T]) -> bool:
         return kept.took > SHARE * self.max_age_s

@@ -26,6 +26,11 @@ BUDGET_S = 2.0
 LOOKBACK_S = 3600  # "latest" with no `since`: a series silent for an hour is gone
 RANGE_POINTS = 1000  # query_range's steps at most, so a wide window does not ask for millions
 FLUSH_EVERY_S = 1.0  # `fresh()`'s flushes at most this often, however many ask
+# a fleet-wide read of delays is made in slices of hosts of about this many series: parsing one
+# holds the interpreter about 0.1 s (pushes and routes wait that long), not the whole read's seconds
+SLICE_SERIES = 40_000
+FIRST_SLICE_HOSTS = 256
+SLICE_NAMES_BYTES = 8_000  # and of at most this much host-name text: an engine refuses a query over 16 kB
 
 
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
@@ -71,6 +76,18 @@ def _selector(name: str, match: dict[str, str], hosts: list[str] | None) -> str:
 
 def _hosts_term(hosts: list[str]) -> str:
     return f'{HOST}=~"{_quote("|".join(re.escape(h) for h in hosts))}"'
+
+
+def _slice_end(hosts: list[str], start: int, size: int) -> int:
+    """Where a slice of `hosts` from `start` ends: `size` hosts at most (one at least), their names
+    SLICE_NAMES_BYTES at most as the query writes them."""
+    end, text = start + 1, len(_quote(re.escape(hosts[start])))
+    while end < len(hosts) and end - start < size:
+        text += len(_quote(re.escape(hosts[end]))) + 1
+        if text > SLICE_NAMES_BYTES:
+            break
+        end += 1
+    return end
 
 
 def _quote(value: str) -> str:
@@ -170,15 +187,41 @@ class Series:
 
     def delays(self, name: str, *, budget_s: float | None = None) -> list[tuple[str, str, str, float]]:
         """The newest value of each probe path's delay `name` (owd_p50_ns, ...) of the last
-        LOOKBACK_S, as (src, dst, path, ns): the heatmap's shape. One query, with no write times
-        and no Samples built: a fleet-wide read is 40 series a host, 400,000 at 10,000 hosts."""
+        LOOKBACK_S, as (src, dst, path, ns): the heatmap's shape, with no write times and no
+        Samples built (a fleet-wide read is 40 series a host, 400,000 at 10,000 hosts). Read in
+        slices of the hosts that wrote it, each of about SLICE_SERIES series; `budget_s` is each
+        query's."""
         if name not in SERVED:
             raise ValueError(f"{name} is not a probe path's delay")
-        sel = f"{_selector(name, {}, None)}[{LOOKBACK_S}s]"
-        rows = self.query("/api/v1/query", {"query": f"last_over_time({sel})"}, budget_s=budget_s)
+        hosts = self._writers(name, budget_s)
         scale = from_engine(name, "", {})[1]
-        return [(m.get(HOST, ""), m.get("peer", ""), m.get("path", ""), _scaled(float(r["value"][1]), scale))
-                for r in rows if (m := r["metric"])]
+        out: list[tuple[str, str, str, float]] = []
+        done, size = 0, FIRST_SLICE_HOSTS
+        while done < len(hosts):
+            end = _slice_end(hosts, done, size)
+            sel = f"{_selector(name, {}, hosts[done:end])}[{LOOKBACK_S}s]"
+            rows = self.query("/api/v1/query", {"query": f"last_over_time({sel})"}, budget_s=budget_s)
+            out += [(m.get(HOST, ""), m.get("peer", ""), m.get("path", ""), _scaled(float(r["value"][1]), scale))
+                    for r in rows if (m := r["metric"])]
+            done = end
+            size = max(1, SLICE_SERIES * done // max(1, len(out)))  # the series a host has so far
+        return out
+
+    def _writers(self, name: str, budget_s: float | None) -> list[str]:
+        """The hosts that wrote `name` in the last LOOKBACK_S (the engine's index: no sample read)."""
+        budget = budget_s or self.budget_s
+        try:
+            params = {"match[]": _selector(name, {}, None), "start": f"{time.time() - LOOKBACK_S:.3f}"}
+            r = self._client.get(self.url + f"/api/v1/label/{HOST}/values", params=params,
+                                 timeout=httpx.Timeout(budget + 0.5, connect=min(1.0, budget)))
+            r.raise_for_status()
+        except httpx.TimeoutException:
+            raise SeriesError(f"the series engine at {self.url} did not answer within the {budget:g} s budget "
+                              f"for the hosts writing {name}") from None
+        except httpx.HTTPError as e:
+            raise SeriesError(f"the series engine at {self.url} did not list the hosts writing {name} "
+                              f"({type(e).__name__}): is it running? the controller's /readyz says") from None
+        return sorted(r.json()["data"])
 
     def range(self, name: str, *, since_ns: int, until_ns: int, host: str | None = None,
               match: dict[str, str] | None = None, step_s: float | None = None) -> list[Sample]:
