@@ -23,7 +23,8 @@ REFUSALS = {202: "pending", 401: "unauthorised", 403: "unknown_host", 413: "too_
             503: "storage"}
 PUSH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 DETECTOR_BUCKETS_S = (1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0)
-FEED_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+FEED_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+FEED_BEHIND_BUCKETS_S = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 
 
 @dataclass
@@ -65,9 +66,13 @@ class ControllerMetrics:
                                            "Time of one detector run (its findings at a tick); _count is the runs.",
                                            ["detector"], buckets=DETECTOR_BUCKETS_S, registry=r)
         self.feed_duration = Histogram(f"{PREFIX}feed_duration_seconds",
-                                       "Time to read the detectors' samples from the series engine at a tick (past "
-                                       "the tick, the detectors fall behind); _count is the reads.",
+                                       "Time to read the detectors' samples from the series engine at a tick (a read "
+                                       "of t s is followed by the next 4t after it began); _count is the reads.",
                                        buckets=FEED_BUCKETS_S, registry=r)
+        self.feed_behind = Histogram(f"{PREFIX}feed_behind_seconds",
+                                     "How far behind the fleet the detectors were at each read that fed them: "
+                                     "the oldest sample it fed, its age at the read's end.",
+                                     buckets=FEED_BEHIND_BUCKETS_S, registry=r)
         self.feed_samples = Counter(f"{PREFIX}feed_samples", "Samples the detectors were fed.", registry=r)
         self.feed_failures = Counter(f"{PREFIX}feed_failures", "Ticks whose read of the detectors' samples the "
                                      "series engine refused or did not answer within its budget.", registry=r)
@@ -84,9 +89,12 @@ class ControllerMetrics:
     def detector_ran(self, detector: str, seconds: float) -> None:
         self.detector_duration.labels(detector).observe(seconds)
 
-    def feed_read(self, seconds: float, samples: int | None) -> None:
-        """A tick's read of the detectors' samples: how long, how many (None: it failed)."""
+    def feed_read(self, seconds: float, samples: int | None, behind_s: float | None = None) -> None:
+        """A tick's read of the detectors' samples: how long, how many (None: it failed), and the
+        oldest one's age at its end (None: none fed)."""
         self.feed_duration.observe(seconds)
+        if behind_s is not None:
+            self.feed_behind.observe(behind_s)
         if samples is None:
             self.feed_failures.inc()
         else:

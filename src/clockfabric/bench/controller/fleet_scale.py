@@ -14,7 +14,8 @@ of their series is new (the engine's costliest write), then
 samples sent, ingested (the engine's own count) and dropped, event pushes acknowledged and their
 p50/p99, CPU per host-second for the controller, engine, gate, vmalert, Alertmanager and the
 generator apart (steady; the first cadence's beside it), the controller's own reads of the
-detectors' feed while steady (from its /metrics: how many came within the 1 s tick), and, once the
+detectors' feed while steady (from its /metrics: how many fed the detectors each sample within a
+cadence of its write), and, once the
 load stops, the OWD heatmap route as one open page asks it: the time to its first heatmap, then
 once a second for HEATMAP_ASKS seconds, each answer's latency and the age of what it showed. The baseline is the old
 SQL store's, measured at 570e30a on this machine (docs/deploy.md): 4.6 + 1.5 ms of controller
@@ -60,7 +61,6 @@ ENROL_S = 5.0  # a step's new agents push their first within this
 HEATMAP_BAR_S = 0.5
 HEATMAP_ASKS = 30  # an open page's asks, one a second, after its first heatmap
 HEATMAP_FIRST_GIVE_UP_S = 120.0
-TICK_NS = 10**9  # the controller's tick: the feed reads what came since the last one
 FEED = "clockfabric_controller_feed_"
 # the controller's children, by the name the kernel gives each (/proc/PID/comm, 15 characters)
 PARTS = {"victoria-metric": "engine", "vmauth": "gate", "vmalert": "vmalert", "alertmanager": "alertmanager",
@@ -116,22 +116,20 @@ class Controller:
 
     def feed(self) -> dict[str, float]:
         """The controller's reads of the detectors' feed so far (its /metrics): reads, their seconds,
-        those within the 1 s tick, samples fed, reads failed."""
+        samples fed, reads failed, and of the reads that fed samples, how many were at most
+        `behind<=S` seconds behind the fleet at their end (one count a bucket)."""
         text = httpx.get(self.replicas.urls[0] + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"},
                          timeout=30).text
         got = {}
+        names = {"duration_seconds_count": "reads", "duration_seconds_sum": "seconds", "samples_total": "samples",
+                 "failures_total": "failed", "behind_seconds_count": "fed_reads"}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                if s.name == FEED + "duration_seconds_count":
-                    got["reads"] = s.value
-                elif s.name == FEED + "duration_seconds_sum":
-                    got["seconds"] = s.value
-                elif s.name == FEED + "duration_seconds_bucket" and float(s.labels["le"]) == TICK_NS / 1e9:
-                    got["within_tick"] = s.value
-                elif s.name == FEED + "samples_total":
-                    got["samples"] = s.value
-                elif s.name == FEED + "failures_total":
-                    got["failed"] = s.value
+                name = s.name.removeprefix(FEED)
+                if name in names:
+                    got[names[name]] = s.value
+                elif name == "behind_seconds_bucket":
+                    got[f"behind<={float(s.labels['le']):g}"] = s.value
         return got
 
     def stop(self) -> None:
@@ -233,8 +231,18 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
             "cpu_us_host_s": steady["cpu_us_host_s"], "first_cadence_cpu_us_host_s": first["cpu_us_host_s"],
             **page,
             "feed_reads": int(reads), "feed_mean_s": feed.get("seconds", 0.0) / reads if reads else None,
-            "feed_within_tick": feed.get("within_tick", 0.0) / reads if reads else None,
-            "feed_samples": int(feed.get("samples", 0)), "feed_failed": int(feed.get("failed", 0))}
+            "feed_samples": int(feed.get("samples", 0)), "feed_failed": int(feed.get("failed", 0)),
+            **feed_behind(feed)}
+
+
+def feed_behind(feed: dict[str, float]) -> dict:
+    """Of the steady stretch's reads that fed the detectors, or failed: the share whose every sample
+    came within a cadence of its write, and the most any read was behind (a bucket's edge)."""
+    judged = feed.get("fed_reads", 0.0) + feed.get("failed", 0.0)
+    edges = sorted((float(k.removeprefix("behind<=")), v) for k, v in feed.items() if k.startswith("behind<="))
+    worst = next((edge for edge, n in edges if n >= feed.get("fed_reads", 0.0)), None)
+    return {"feed_within_cadence": feed.get(f"behind<={CADENCE_S:g}", 0.0) / judged if judged else None,
+            "feed_behind_max_s": worst if feed.get("fed_reads") else None}
 
 
 def _finite(x: float) -> float | None:
@@ -321,20 +329,22 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                      f"spaced by {1 / SHARE:g} times its length"
                      + (f"; refused: {top['heatmap_refused']}" if "heatmap_refused" in top else ""))),
     ]
-    kept = [r for r in rows if r["feed_reads"] and not r["feed_failed"] and r["feed_within_tick"] >= 0.99]
-    targets.append(Target(f"the controller's reads of the detectors' feed within the tick, at {top['hosts']} agents",
-                          None if top["feed_within_tick"] is None else round(100 * top["feed_within_tick"], 1),
+    kept = [r for r in rows if r["feed_within_cadence"] is not None and r["feed_within_cadence"] >= 0.99]
+    targets.append(Target(f"the detectors' feed at {top['hosts']} agents: reads that fed them each sample within "
+                          f"a cadence ({CADENCE_S:g} s) of its write",
+                          None if top["feed_within_cadence"] is None else round(100 * top["feed_within_cadence"], 1),
                           99.0, "%", "higher",
-                          note=(f"{top['feed_reads']} reads while steady, mean "
-                                f"{_ms(top['feed_mean_s'])} s, {top['feed_failed']} failed, "
-                                f"{top['feed_samples']} samples fed; the controller's own ticks (its /metrics); "
-                                f"99% within the tick up to {max((r['hosts'] for r in kept), default=0)} agents")))
+                          note=(f"{top['feed_reads']} reads while steady, mean {_ms(top['feed_mean_s'])} s, "
+                                f"{top['feed_failed']} failed, {top['feed_samples']} samples fed, the most behind "
+                                f"within {top['feed_behind_max_s']} s (a bucket's edge); the controller's own "
+                                "reads (its /metrics), a read of t s followed by the next 4t after it began; "
+                                f"held up to {max((r['hosts'] for r in kept), default=0)} agents")))
     record("fleet-scale", targets, facts, {"steps": rows, "disk_bytes": disk, "rows": total},
            {"agents": top["hosts"], "bytes_a_sample": round(bytes_a_sample, 2)}, json_path)
     table = Table(title="fleet-scale (CPU: us a host-second, steady)")
     for col in ("agents", "samples sent", "dropped", "pushes ok", "push p99", "controller", "engine", "gate",
                 "vmalert", "alertmanager", "generator", "heatmap first", "heatmap p95", "oldest shown",
-                "feed mean", "feed within tick"):
+                "feed mean", "feed within cadence"):
         table.add_column(col)
     for r in rows:
         cpu = r["cpu_us_host_s"]
@@ -346,6 +356,6 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                       *["-" if r[k] is None else f"{r[k] * 1e3:.0f} ms" for k in ("heatmap_first_s", "heatmap_p95_s")],
                       "-" if r["heatmap_age_max_s"] is None else f"{r['heatmap_age_max_s']:.0f} s",
                       "-" if r["feed_mean_s"] is None else f"{r['feed_mean_s'] * 1e3:.0f} ms",
-                      "-" if r["feed_within_tick"] is None else f"{100 * r['feed_within_tick']:.0f}%")
+                      "-" if r["feed_within_cadence"] is None else f"{100 * r['feed_within_cadence']:.0f}%")
     out.print(table)
     out.print(harness.targets_table("fleet-scale", targets))
