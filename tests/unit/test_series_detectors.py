@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from fastapi.testclient import TestClient
@@ -227,69 +225,6 @@ def test_each_ticks_read_of_the_feed_is_timed_and_counted_on_metrics(env):
     # how far behind the detectors were: only the read that fed a sample says, its age at the read's end
     assert m[(p + "feed_behind_seconds_count", ())] == 1
     assert 0 <= m[(p + "feed_behind_seconds_sum", ())] < 30
-
-
-class Slow(SampleFeed):
-    """The engine's answer `seconds` late, as a read of a fleet's hundreds of thousands of series is."""
-
-    seconds = 0.4
-
-    def new(self, now_ns: int) -> list:
-        time.sleep(self.seconds)
-        return super().new(now_ns)
-
-
-def test_a_long_read_of_the_feed_is_followed_by_the_next_only_after_four_times_its_length(tmp_path):
-    """Reads that take long hold at most a quarter of the ticker and of the engine, however often
-    it ticks; a quick one (under a quarter second) is read again at the next tick."""
-    storage = SqliteStorage(tmp_path / "c.db")
-    with series_path(tmp_path) as series:
-        feed = Slow(series.series, ("link_up",))
-        monitor = Monitor(DetectorSet(), Monitor.create(storage).alerts, feed=feed)
-        reads: list[float] = []
-        monitor.fed = lambda seconds, _n, _behind: reads.append(time.monotonic())
-        start = time.monotonic()
-        while time.monotonic() - start < 3.5:
-            monitor.tick(time.time_ns())
-            time.sleep(0.05)
-        gaps = [b - a for a, b in zip(reads, reads[1:], strict=False)]
-        assert 2 <= len(reads) <= 3 and min(gaps) >= 4 * Slow.seconds - 0.05, gaps
-        feed.seconds, reads[:] = 0.0, []
-        time.sleep(4 * 0.4)  # the last slow read's spacing
-        for _ in range(3):
-            monitor.tick(time.time_ns())
-        assert len(reads) >= 2  # quick now: the tick after the first quick one reads again
-    storage.close()
-
-
-class LateEngine(BaseHTTPRequestHandler):
-    """An engine whose every answer comes 1 s late: nothing in it."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        time.sleep(1.0)
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-def test_the_feed_reads_with_a_budget_of_its_own_past_the_routes():
-    """A read a route waits on is held to the reader's budget; the feed's, which the ticker waits on
-    and spaces by its length, is given its own, so that a fleet-sized read is answered."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), LateEngine)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    series = Series(f"http://127.0.0.1:{server.server_address[1]}", budget_s=0.2)
-    try:
-        with pytest.raises(read.SeriesError, match="0.2 s budget"):
-            list(series.export(("link_up",), since_ns=0, until_ns=time.time_ns()))
-        assert SampleFeed(series, ("link_up",), budget_s=2.0).new(time.time_ns()) == []
-        assert SampleFeed(series, ("link_up",)).budget_s > 1  # the default: well past a tick
-    finally:
-        series.close()
-        server.shutdown()
 
 
 def test_a_refused_read_is_not_asked_again_at_once_and_each_refusal_in_a_row_doubles_the_pause(tmp_path):

@@ -23,7 +23,7 @@ REFUSALS = {202: "pending", 401: "unauthorised", 403: "unknown_host", 413: "too_
             503: "storage"}
 PUSH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 DETECTOR_BUCKETS_S = (1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0)
-FEED_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+FEED_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
 FEED_BEHIND_BUCKETS_S = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -66,8 +66,8 @@ class ControllerMetrics:
                                            "Time of one detector run (its findings at a tick); _count is the runs.",
                                            ["detector"], buckets=DETECTOR_BUCKETS_S, registry=r)
         self.feed_duration = Histogram(f"{PREFIX}feed_duration_seconds",
-                                       "Time to read the detectors' samples from the series engine at a tick (a read "
-                                       "of t s is followed by the next 4t after it began); _count is the reads.",
+                                       "Time to read the detectors' samples from the series engine at a tick (past "
+                                       "the tick, the detectors fall behind); _count is the reads.",
                                        buckets=FEED_BUCKETS_S, registry=r)
         self.feed_behind = Histogram(f"{PREFIX}feed_behind_seconds",
                                      "How far behind the fleet the detectors were at each read that fed them: "

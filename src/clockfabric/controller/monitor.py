@@ -2,10 +2,8 @@
 
 Pushes arrive on server threads and call `observe` with their events; the controller's ticker
 calls `tick` once a second, which feeds the detectors the samples written since (read from the
-series engine, series.feed; a read that takes long is followed by the next only after four
-times its length, so reads hold at most FEED_SHARE of the ticker and of the engine) and syncs
-the alerts (the detectors' lock is not held while storage writes them; their posts to
-Alertmanager only queue). At start, recent history is replayed into
+series engine, series.feed) and syncs the alerts (the detectors' lock is not held while storage
+writes them; their posts to Alertmanager only queue). At start, recent history is replayed into
 the detectors, so a restarted controller neither forgets a flapping link nor resolves its alert
 by mistake.
 """
@@ -35,9 +33,6 @@ REPLAY_MAX = 50_000
 # in a row up to the most: an engine asked again at once by reads it cannot answer spends on them
 # what its writers need, and answers none of them sooner
 FEED_PAUSE_S, FEED_PAUSE_MAX_S = 1.0, 30.0
-# of the ticker's time (and the engine's) the feed's reads may hold: after a read of t s past this
-# many seconds, the next comes t / FEED_SHARE after it began
-FEED_SHARE = 0.25
 
 
 class Monitor:
@@ -148,8 +143,6 @@ class Monitor:
             else:
                 took = time.perf_counter() - started
                 self._feed_error, self._feed_refused = "", 0
-                if took > FEED_SHARE:  # a quicker one keeps its share at the controller's 1 s tick
-                    self._feed_after = time.monotonic() + took / FEED_SHARE - took
                 if self.fed is not None:
                     behind = (now_ns + took * 1e9 - samples[0].t_ns) / 1e9 if samples else None
                     self.fed(took, len(samples), behind)

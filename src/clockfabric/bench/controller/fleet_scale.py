@@ -337,7 +337,7 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                           note=(f"{top['feed_reads']} reads while steady, mean {_ms(top['feed_mean_s'])} s, "
                                 f"{top['feed_failed']} failed, {top['feed_samples']} samples fed, the most behind "
                                 f"within {top['feed_behind_max_s']} s (a bucket's edge); the controller's own "
-                                "reads (its /metrics), a read of t s followed by the next 4t after it began; "
+                                "reads (its /metrics), one a tick, each held to the reader's budget; "
                                 f"held up to {max((r['hosts'] for r in kept), default=0)} agents")))
     record("fleet-scale", targets, facts, {"steps": rows, "disk_bytes": disk, "rows": total},
            {"agents": top["hosts"], "bytes_a_sample": round(bytes_a_sample, 2)}, json_path)

@@ -7,12 +7,6 @@ OVERLAP_NS behind the last one and skips, per series, what is not newer than wha
 new series (a flow that just started) takes about ten seconds, longer than the overlap, so each
 read first asks the embedded engine to flush (`Series.fresh`, at most once a second).
 
-A read costs the engine about the same whatever its window, since most of its time goes to
-finding every series of the names (hundreds of thousands at 10,000 hosts), not to their few
-samples. So the monitor spaces reads by their length (monitor.FEED_SHARE), and a read has a
-budget of its own, FEED_BUDGET_S, well past a tick: at fleet scale the detectors are fed every
-sample a few seconds late, where a read held to a tick's budget fed them nothing.
-
 A read the engine does not answer within its budget is read again at a later tick (the monitor
 pauses after each refusal, longer for each in a row), but reaches no further back than FIRST_NS,
 as a restarted controller's first read does: a feed that fell behind does not ask for more and
@@ -25,18 +19,15 @@ from clockfabric.controller.series.sample import Sample
 
 OVERLAP_NS = 5 * 10**9
 FIRST_NS = 300 * 10**9  # the first read: the recent past, as a restarted controller replays its events
-FEED_BUDGET_S = 10.0  # a read's budget: the ticker waits on it, so no longer than an agent's slowest cadence
 
 
 class SampleFeed:
-    def __init__(self, series: Series, names: tuple[str, ...], *, since_ns: int | None = None,
-                 budget_s: float = FEED_BUDGET_S) -> None:
+    def __init__(self, series: Series, names: tuple[str, ...], *, since_ns: int | None = None) -> None:
         """`names`: what the detectors read (DetectorSet.reads); `since_ns`: where the last read
         ended, as if one had (a steady tick's first read); None: the first read replays the
-        recent past (FIRST_NS); `budget_s`: a read's."""
+        recent past (FIRST_NS)."""
         self.series = series
         self.names = names
-        self.budget_s = budget_s
         self._since = since_ns
         self._fed: dict[str, int] = {}  # a series (Exported.key) -> the newest time fed, ms
 
@@ -49,8 +40,7 @@ class SampleFeed:
         since = now_ns - FIRST_NS if self._since is None else max(self._since - OVERLAP_NS, now_ns - FIRST_NS)
         # judged against what was fed before this read: a series may come in several lines
         before, fed, out = self._fed, dict(self._fed), []
-        for s in self.series.export(self.names, since_ns=since, until_ns=now_ns, fed=before,
-                                    budget_s=self.budget_s):
+        for s in self.series.export(self.names, since_ns=since, until_ns=now_ns, fed=before):
             key = s.key
             last = before.get(key, -1)
             if s.timestamps_ms[-1] <= last:
