@@ -3,6 +3,7 @@ their planes and links."""
 
 from __future__ import annotations
 
+from clockfabric.controller import rootcause_inputs
 from clockfabric.controller.rootcause_inputs import Places, flows_from, link_events
 from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Event
@@ -129,3 +130,26 @@ def test_the_mesh_read_for_a_job_is_every_host_on_its_hosts_leaves():
     assert places.near(["h0", "h4"]) == ["h0", "h1", "h4", "h5"]  # h1 probes across leaf0's links, h5 leaf2's
     assert places.near(["h2"]) == ["h2", "h3"]
     assert Places(None, {}).near(["h2", "h0"]) == ["h0", "h2"]  # no topology: the job's own hosts
+
+
+def test_the_other_flows_read_for_a_job_are_those_with_an_end_near_it(env, monkeypatch):  # noqa: F811
+    """What a job's verdict reads of the rest of the fleet grows with the job, not with the fleet:
+    the flows that start or end on its hosts' neighbourhood, however many queries their
+    addresses take."""
+    client, clock = env
+    for second in range(3):
+        clock.now += S
+        push(client, "h1", "10.0.0.1", [process("J", 100, 0), *flow("J", "10.0.0.1->10.0.0.2", tx_bps=4e8)])
+        push(client, "h2", "10.0.0.2", [process("J", 200, 1)])
+        push(client, "h3", "10.0.0.3", [
+            {"name": "other_flow_tx_bps", "value": 9e8, "labels": {"flow": "10.0.0.3->10.0.0.2"}},  # into the job
+            {"name": "other_flow_tx_bps", "value": 9e8, "labels": {"flow": "10.0.0.3->10.0.0.9"}},  # far from it
+            *flow("K", "10.0.0.3->10.0.0.1", tx_bps=2e8)])  # another job's, into it
+    fleet = client.app.state.operations.fleet
+    for one_address_a_query in (False, True):
+        if one_address_a_query:
+            monkeypatch.setattr(rootcause_inputs, "SLICE_NAMES_BYTES", 2 * len(r"10\.0\.0\.1") + 2)
+        flows, _ = rootcause_inputs.gather(fleet, rootcause_inputs.PlacesCache(), "J", clock.now, clock.now - 30 * S)
+        assert sorted((f.host, f.flow, f.jobid, f.peer) for f in flows) == [
+            ("h1", "10.0.0.1->10.0.0.2", "J", "h2"), ("h3", "10.0.0.3->10.0.0.1", "K", "h1"),
+            ("h3", "10.0.0.3->10.0.0.2", None, "h2")]

@@ -58,6 +58,11 @@ def of_fleet(fleet: Fleet) -> dict[str, list[dict]]:
     return processes_by_job(fleet.samples.latest(PROCESSES), fleet.samples.latest(START), infos, fleet.clock())
 
 
+def exists(fleet: Fleet, jobid: str) -> bool:
+    """Whether any host reported job `jobid`'s processes: of_fleet's jobs, read by the job's label."""
+    return bool(fleet.samples.latest(PROCESSES, match={"jobid": jobid}))
+
+
 def summary(jobid: str, procs: list[dict]) -> dict:
     """A job in a list: where it runs, its ranks, when it started, whether it still runs."""
     return {"jobid": jobid, "source": procs[0]["source"], "hosts": sorted({p["host"] for p in procs}),

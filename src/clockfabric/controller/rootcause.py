@@ -209,7 +209,7 @@ def settled(values: list[float | None], newest: int) -> float | None:
     return max(middle, min(found[-newest:]))
 
 
-def summarize(flow: Flow, floors: list[ProbePath], newest: int = Thresholds.newest) -> FlowStats:
+def summarize(flow: Flow, floors: Floors, newest: int = Thresholds.newest) -> FlowStats:
     inband = settled([p.owd_us for p in flow.points], newest)
     rtt = settled([p.rtt_us for p in flow.points], newest)
     delay, source = (inband, "inband") if inband is not None else (
@@ -235,10 +235,20 @@ def resent(points: Iterable[FlowPoint]) -> tuple[float | None, int | None]:
     return (None if last is None else total), first
 
 
-def probe_floor(flow: Flow, floors: list[ProbePath]) -> float | None:
+Floors = dict[tuple[str, str | None], list[ProbePath]]  # the probe paths by (src, dst)
+
+
+def by_pair(floors: Iterable[ProbePath]) -> Floors:
+    out: Floors = {}
+    for p in floors:
+        out.setdefault((p.src, p.dst), []).append(p)
+    return out
+
+
+def probe_floor(flow: Flow, floors: Floors) -> float | None:
     """The floor of the probe path from the flow's host to its peer over the same links; else the
     lowest floor of that pair (what every path between them shares)."""
-    pair = [p for p in floors if (p.src, p.dst) == (flow.host, flow.peer)]
+    pair = floors.get((flow.host, flow.peer), [])
     same = [p for p in pair if flow.hops and {h[0] for h in p.hops} == {h[0] for h in flow.hops}]
     chosen = same or pair
     return min(p.floor_us for p in chosen) if chosen else None
@@ -325,7 +335,8 @@ def job_flows(flows: list[Flow], jobid: str, since_ns: int, now_ns: int, limits:
     sent = [f for f in flows if f.jobid == jobid and any((p.tx_bps or 0) >= limits.active_bps
                                                            for p in f.points if p.t_ns >= since_ns)]
     mine = [in_window(f, max(since_ns, now_ns - limits.recent_ns)) for f in sent]
-    stats = [summarize(f, floors, limits.newest) for f in mine if f.points]
+    paired = by_pair(floors)
+    stats = [summarize(f, paired, limits.newest) for f in mine if f.points]
     judge(stats, limits, rates)
     return stats
 

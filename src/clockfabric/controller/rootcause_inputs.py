@@ -4,7 +4,10 @@
 Flows come from the workload pushes: the job's own over the window (`job_flow_*`, labelled
 `jobid`, read by the job's index), and of every other job's flow and the busy flows of no job
 (`other_flow_*`) only their rate and path over the window's last `Thresholds.recent_ns`: that
-is all a verdict reads of them (the load they put on a link, rootcause.load_on). A flow's
+is all a verdict reads of them (the load they put on a link, rootcause.load_on). Of those, only
+the flows with an end on a host near the job's (on a switch one of them is cabled to): on a
+leaf-spine, every flow that crosses a link the job's flows cross has one, and what is read
+grows with the job, not with the fleet. A flow's
 links: its plane from its local address, its peer from its remote one, and the switch it
 crosses where its agent traced it (`job_flow_path` / `other_flow_path`, label `via`); without
 one, or with several in the window, only the links every such path shares surely. Probe floors
@@ -46,10 +49,11 @@ from clockfabric.controller.rootcause import (
 )
 from clockfabric.controller.rootcause_fabric import Fabric
 from clockfabric.controller.rootcause_verdict import why
-from clockfabric.controller.series.read import Exported, Series
+from clockfabric.controller.series.read import SLICE_NAMES_BYTES, Exported, Series, alternations
 from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Event, Storage
 from clockfabric.errors import ClockfabricError
+from clockfabric.serieswire import HOST
 from clockfabric.topology import Topology, interfaces
 from clockfabric.units import parse_duration
 from clockfabric.workload.flowgroups import parse_pair
@@ -139,6 +143,11 @@ class Places:
                         pass
             self._hops[key] = tuple(sorted(placed, key=lambda h: (placed[h], h)))
         return self._hops[key]
+
+    def addresses(self, hosts: Iterable[str]) -> list[str]:
+        """Every address of `hosts` (their NICs' and their own), sorted."""
+        wanted = set(hosts)
+        return sorted(a for a, h in self.by_address.items() if h in wanted)
 
     def near(self, hosts: Iterable[str]) -> list[str]:
         """`hosts` and every host on a switch one of them is cabled to: whose probes cross the
@@ -302,6 +311,15 @@ def link_events(events: Iterable[Event], places: Places) -> list[LinkEvent]:
             for e in events if e.kind in ("link_down", "link_up") or e.kind.startswith("failover_")]
 
 
+def flows_near(series: Series, addresses: list[str], since_ns: int, until_ns: int) -> list[Sample]:
+    """Every job's flows and the busy flows of no job with an end at one of `addresses`: their
+    rates and paths (a flow label is "local->remote"), read in slices of addresses."""
+    names = [f"{kind}_flow_{stat}" for kind in ("job", "other") for stat in ("tx_bps", PATH_STAT)]
+    return [s for alt in alternations(addresses, SLICE_NAMES_BYTES // 2)
+            for s in series.ranges(names, since_ns=since_ns, until_ns=until_ns,
+                                   match_re={"flow": f"({alt})->.*|.*->({alt})"})]
+
+
 def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns: int) -> tuple[list[Flow], Fabric]:
     """Job `jobid`'s flows over the window, every other flow's recent rates, and the fabric they cross."""
     storage = fleet.storage
@@ -312,23 +330,23 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
     series.fresh()  # a culprit's flow that just started is a new series: read it beside the delay it causes
     own = series.ranges([f"job_flow_{stat}" for stat in stats], since_ns=since_ns, until_ns=now_ns + 1,
                         match={"jobid": jobid})
-    recent = max(since_ns, now_ns - Thresholds().recent_ns)
-    others = [s for s in series.ranges([f"{kind}_flow_{stat}" for kind in ("job", "other")
-                                        for stat in ("tx_bps", PATH_STAT)], since_ns=recent, until_ns=now_ns + 1)
-              if s.labels.get("jobid") != jobid]
-    flows = flows_from([*own, *others], here)
+    flows = flows_from(own, here)
     # a flow's floor is its pair's, which either end may report; the mesh that locates a queue on
     # its links is every path from a host cabled to a switch the job's hosts are: a link a flow
     # crosses is crossed by many such paths, and a few seconds after a queue began each pair has
-    # read only some of its paths again
-    ends = sorted({h for f in flows if f.jobid == jobid for h in (f.host, f.peer) if h is not None})
+    # read only some of its paths again. The same hosts are the ends of every other flow that
+    # loads those links (the hosts' own, the leaves' uplinks and downlinks)
+    ends = sorted({h for f in flows for h in (f.host, f.peer) if h is not None})
     near = here.near(ends)  # sorted
+    recent = max(since_ns, now_ns - Thresholds().recent_ns)
+    flows += flows_from([s for s in flows_near(series, here.addresses(near), recent, now_ns + 1)
+                         if s.labels.get("jobid") != jobid], here)
     path_map = [m for host in near for m in fleet.monitor.path_map(host)] if fleet.monitor else []
     classes = topology.classes if topology else None
     floors = probe_paths(series, path_map, here, near)
-    nearby = set(near)
-    queues = egress_queues([s for s in series.range(EGRESS, since_ns=since_ns, until_ns=now_ns + 1)
-                            if s.host in nearby], here)
+    queues = egress_queues([s for alt in alternations(near)
+                            for s in series.range(EGRESS, since_ns=since_ns, until_ns=now_ns + 1,
+                                                  match_re={HOST: alt})], here)
     flows, floors = with_egress(flows, floors, queues)
     in_class: list[ProbePath] = []
     if classes:
@@ -357,7 +375,7 @@ def router(fleet: Fleet, auth: list) -> APIRouter:
             raise HTTPException(422, f"since: {e}") from None
         if window_ns <= 0:
             raise HTTPException(422, "since must be above zero")
-        if jobid not in jobs.of_fleet(fleet):
+        if not jobs.exists(fleet, jobid):
             raise HTTPException(404, f"no job {jobid!r}")
         now = fleet.clock()
         flows, fabric = gather(fleet, places, jobid, now, now - window_ns)

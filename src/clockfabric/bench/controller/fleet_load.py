@@ -10,12 +10,11 @@ import asyncio
 import json
 import time
 import uuid
-import zlib
 from dataclasses import dataclass, field
 
 from clockfabric.auth.credential import host_token
 from clockfabric.bench.controller.scale import TOKEN
-from clockfabric.bench.controller.scale_load import EVENT_EVERY, PATHS, PEERS, samples
+from clockfabric.bench.controller.scale_load import EVENT_EVERY, PATHS, address, peers_of, samples
 from clockfabric.controller.series.gate import IMPORT_PATH
 from clockfabric.serieswire import line
 
@@ -49,9 +48,10 @@ class Agent:
     seq: int = 0
 
     def __post_init__(self) -> None:
-        paths = [[f"sim{(zlib.crc32(self.name.encode()) + p + 1) % max(self.hosts, 2):05d}", str(path), path % 2, None]
-                 for p in range(PEERS) for path in range(PATHS)]
-        self._tail = json.dumps({"info": {"version": "sim"}, "samples": [], "dropped_events": 0,
+        paths = [[peer, str(path), path % 2, None] for peer in peers_of(self.name, self.hosts)[1]
+                 for path in range(PATHS)]
+        self._tail = json.dumps({"info": {"version": "sim", "address": address(self.name)}, "samples": [],
+                                 "dropped_events": 0,
                                  "paths": paths})[1:]
 
     def push(self) -> bytes:

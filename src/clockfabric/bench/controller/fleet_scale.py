@@ -4,8 +4,10 @@ vmalert and Alertmanager, as a bare controller starts them), stepping up towards
 
 Each agent pushes its events, info and path map to the controller (one push in EVENT_EVERY
 carries a link event, as scale_load's hosts do), and writes what a real agent writes (the same
-167 series as `controller-scale`'s load) through the gate. A new agent is enrolled by its first
-push, as `--enroll-unknown` allows, and let into the gate by it.
+190 series as `controller-scale`'s load, its job's processes and flows among them) through the
+gate. A new agent is enrolled by its first push, as `--enroll-unknown` allows, and let into the
+gate by it. A cadence into the steady load, `job why` is asked of a job of each size the fleet
+runs (scale_load.JOB_SIZES), WHY_ASKS times each, one after another.
 
 The agents and their load are `fleet_load`'s. A step's new agents first push once (ENROL_S),
 which enrols them and lets them into the gate; the step then runs one cadence, in which every one
@@ -35,6 +37,7 @@ import math
 import os
 import resource
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Annotated
@@ -48,6 +51,7 @@ from rich.table import Table
 from clockfabric.bench import harness
 from clockfabric.bench.controller.fleet_load import CADENCE_S, Agent, load, write_request
 from clockfabric.bench.controller.scale import TOKEN, Replicas
+from clockfabric.bench.controller.scale_load import job_of
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, disk_bytes, record
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
 from clockfabric.controller.dashboard.fresh import SHARE
@@ -61,6 +65,8 @@ ENROL_S = 5.0  # a step's new agents push their first within this
 HEATMAP_BAR_S = 0.5
 HEATMAP_ASKS = 30  # an open page's asks, one a second, after its first heatmap
 HEATMAP_FIRST_GIVE_UP_S = 120.0
+WHY_BAR_S = 0.5
+WHY_ASKS = 5  # a job of each size, asked this many times
 FEED = "clockfabric_controller_feed_"
 # the controller's children, by the name the kernel gives each (/proc/PID/comm, 15 characters)
 PARTS = {"victoria-metric": "engine", "vmauth": "gate", "vmalert": "vmalert", "alertmanager": "alertmanager",
@@ -192,6 +198,27 @@ def heatmap_page(url: str) -> dict:
             "heatmap_pairs": r.json().get("pairs", 0)}
 
 
+def why_asks(url: str, hosts: int) -> dict:
+    """`job why` as a user asks it, for the first job of each size the fleet runs (scale_load's
+    JOB_SIZES), WHY_ASKS times each, one after another: the latencies, and what the verdicts said."""
+    jobs: dict[int, str] = {}
+    for n in range(hosts):
+        jobid, first, size = job_of(n)
+        jobs.setdefault(min(size, hosts - first), jobid)
+    lat: dict[str, list[float]] = {}
+    verdicts: dict[str, str] = {}
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as client:
+        for size, jobid in [job for _ in range(WHY_ASKS) for job in sorted(jobs.items())]:  # sizes in turn
+            t0 = time.perf_counter()
+            r = client.get(f"/api/v1/jobs/{jobid}/why", params={"since": "5m"})
+            lat.setdefault(f"{size} hosts", []).append(time.perf_counter() - t0 if r.status_code == 200 else math.inf)
+            verdicts[f"{size} hosts"] = r.json().get("verdict", r.text[:120]) if r.status_code == 200 \
+                else f"HTTP {r.status_code}: {r.text[:120]}"
+    every = sorted(x for xs in lat.values() for x in xs)
+    return {"why_p95_s": _ms(_finite(every[math.ceil(0.95 * len(every)) - 1])) if every else None,
+            "why_max_s": {k: _ms(_finite(max(v))) for k, v in lat.items()}, "why_verdicts": verdicts}
+
+
 def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
     hosts = len(agents)
     writes = [write_request(a.name, hosts, ctl.gate_port) for a in agents]
@@ -203,7 +230,12 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
     time.sleep(1.0)  # the gate's rewrite (COALESCE_S) and vmauth's reload
     rows0 = _rows(ctl.engine_url)
     first = _run(ctl, agents, writes, CADENCE_S)
+    # `job why` asked while the fleet runs, a cadence into the steady load: its flows are recent
+    why: dict = {}
+    asker = threading.Timer(CADENCE_S, lambda: why.update(why_asks(ctl.replicas.urls[0], hosts)))
+    asker.start()
     steady = _run(ctl, agents, writes, seconds)
+    asker.join()
     time.sleep(3.0)  # the engine's insert buffers
     ingested = _rows(ctl.engine_url) - rows0
     sent = (first["written"].sent + steady["written"].sent) * per_request
@@ -229,7 +261,7 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
             "push_p50_s": _finite(push_lat[len(push_lat) // 2]),
             "push_p99_s": _finite(push_lat[min(len(push_lat) - 1, math.ceil(0.99 * len(push_lat)) - 1)]),
             "cpu_us_host_s": steady["cpu_us_host_s"], "first_cadence_cpu_us_host_s": first["cpu_us_host_s"],
-            **page,
+            **page, **why,
             "feed_reads": int(reads), "feed_mean_s": feed.get("seconds", 0.0) / reads if reads else None,
             "feed_samples": int(feed.get("samples", 0)), "feed_failed": int(feed.get("failed", 0)),
             **feed_behind(feed)}
@@ -328,6 +360,11 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                      f"before: a reading over {SHARE * HEATMAP_MAX_AGE_S:g} s is served while the next is read, "
                      f"spaced by {1 / SHARE:g} times its length"
                      + (f"; refused: {top['heatmap_refused']}" if "heatmap_refused" in top else ""))),
+        Target(f"`job why` p95 at {top['hosts']} agents, a job of each size the fleet runs",
+               top["why_p95_s"], WHY_BAR_S, "s", "lower",
+               note=(f"{WHY_ASKS} asks of the first job of each size, one after another, while the fleet runs; "
+                     "the slowest of each: " + ", ".join(f"{k} {v} s" for k, v in top["why_max_s"].items())
+                     + "; the verdicts: " + "; ".join(f"{k}: {v}" for k, v in top["why_verdicts"].items()))),
     ]
     kept = [r for r in rows if r["feed_within_cadence"] is not None and r["feed_within_cadence"] >= 0.99]
     targets.append(Target(f"the detectors' feed at {top['hosts']} agents: reads that fed them each sample within "

@@ -23,8 +23,10 @@ import httpx
 
 from clockfabric.agent import digest
 from clockfabric.auth.credential import host_token
+from clockfabric.workload.samples import PROCESSES, START
 
 PEERS, PATHS, NICS, FLOWS = 10, 4, 2, 4
+JOB_SIZES = (16, 16, 16, 64, 256)  # hosts: the fleet's jobs, in turn
 EVENT_EVERY = 20  # one push in 20 carries a link event
 MARGIN_NS = 50_000.0  # the congestion detector's default margin, as the controller's answer names it
 
@@ -45,9 +47,34 @@ def address(host: str) -> str:
     return f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
 
 
+def job_of(n: int) -> tuple[str, int, int]:
+    """Host n's job (jobs are runs of JOB_SIZES hosts in turn): its id, its first host and its size."""
+    cycle = sum(JOB_SIZES)
+    first, at = n - n % cycle, n % cycle
+    for k, size in enumerate(JOB_SIZES):
+        if at < size:
+            return f"job{(n // cycle) * len(JOB_SIZES) + k:05d}", first, size
+        first, at = first + size, at - size
+    raise AssertionError("unreachable: at < cycle")
+
+
+def peers_of(host: str, hosts: int) -> tuple[list[str], list[str]]:
+    """A host's flows' far ends, the hosts beside it in its job both ways round (a ring's and a
+    tree's neighbours), and its probe peers: those, and hosts across the fleet."""
+    n = int(host.removeprefix("sim"))
+    _, first, size = job_of(n)
+    size = min(size, hosts - first)  # the last job, cut short by the fleet's end
+    mates = [f"sim{m:05d}" for m in dict.fromkeys(first + (n - first + d) % size for d in (1, -1, 2, -2)[:FLOWS])
+             if m != n]
+    return mates, mates + [f"sim{(zlib.crc32(host.encode()) + p + 1) % max(hosts, 2):05d}"
+                           for p in range(PEERS - len(mates))]
+
+
 def samples(host: str, hosts: int) -> list[dict]:
     out = []
-    peers = [f"sim{(zlib.crc32(host.encode()) + p + 1) % max(hosts, 2):05d}" for p in range(PEERS)]
+    n = int(host.removeprefix("sim"))
+    jobid, first, _ = job_of(n)
+    mates, peers = peers_of(host, hosts)
     for p, peer in enumerate(peers):
         for path in range(PATHS):
             labels = {"src": host, "dst": peer, "path": str(path)}
@@ -57,11 +84,14 @@ def samples(host: str, hosts: int) -> list[dict]:
         out += [{"name": "link_up", "value": 1.0, "labels": {"device": f"eth{nic}"}},
                 {"name": "link_transitions_total", "value": 2.0, "labels": {"device": f"eth{nic}"}}]
     out += [{"name": n, "value": 1.0} for n in ("clock_offset_ns", "clock_error_bound_ns", "clock_rate_ppb")]
-    for peer in peers[:FLOWS]:
-        labels = {"jobid": "42", "flow": f"{address(host)}->{address(peer)}"}
+    group = {"jobid": jobid, "rank": str(n - first), "source": "env", "run": "", "visible": "1"}
+    out += [{"name": PROCESSES, "value": 1.0, "labels": group}, {"name": START, "value": 1.7e9, "labels": group}]
+    for mate in mates:
+        labels = {"jobid": jobid, "flow": f"{address(host)}->{address(mate)}"}
         # a healthy flow: its in-band delay near its probes' (a job's alerts are not what is measured)
-        out += [{"name": n, "value": v, "labels": labels}
-                for n, v in (("job_flow_tx_bps", 1e9), ("job_flow_rtt_us", 20.0), ("job_flow_owd_out_p50_ns", 6_000.0))]
+        out += [{"name": name, "value": v, "labels": labels}
+                for name, v in (("job_flow_tx_bps", 1e9), ("job_flow_rtt_us", 20.0),
+                                ("job_flow_owd_out_p50_ns", 6_000.0))]
     # and what the agent works out of them for the detectors, as agent.push sends it
     mapped = [(peer, str(path)) for peer in peers for path in range(PATHS)]
     return (out + digest.flow_probes(out, host, {address(peer): peer for peer in peers})
@@ -80,9 +110,9 @@ class SimHost:
         self.busy = False
         self.credential = ""  # its push credential (controller.token.host_token), set by run_load
         # the unchanging part, encoded once: a real agent's JSON encoding is its cost, not the controller's
-        self.fixed = json.dumps({"samples": samples(name, hosts), "info": {"version": "sim"},
-                                 "paths": [[f"sim{p:05d}", str(path), path % 2, None]
-                                           for p in range(PEERS) for path in range(PATHS)]})[1:-1]
+        self.fixed = json.dumps({"samples": samples(name, hosts), "info": {"version": "sim", "address": address(name)},
+                                 "paths": [[peer, str(path), path % 2, None]
+                                           for peer in peers_of(name, hosts)[1] for path in range(PATHS)]})[1:-1]
 
     def body(self) -> bytes:
         self.pushes += 1

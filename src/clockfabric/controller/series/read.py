@@ -67,24 +67,38 @@ class SeriesError(Exception):
     """The engine did not answer a query (down, past the budget, refused it): what and how to fix it."""
 
 
-def _selector(name: str, match: dict[str, str], hosts: list[str] | None) -> str:
+def _selector(name: str, match: dict[str, str], hosts: list[str] | None,
+              match_re: dict[str, str] | None = None) -> str:
     terms = [f'{k}="{_quote(v)}"' for k, v in sorted(served_match(name, match).items())]
+    terms += [f'{k}=~"{_quote(v)}"' for k, v in sorted((match_re or {}).items())]
     if hosts is not None:
         terms.append(_hosts_term(hosts))
     return f"{series_name(name)}{{{','.join(terms)}}}"
+
+
+def alternations(values: list[str], max_bytes: int | None = None) -> Iterator[str]:
+    """`values` as regular-expression alternatives, `a|b|c`, each escaped, in slices of at most
+    `max_bytes` (SLICE_NAMES_BYTES) as a query writes them (an engine refuses a query over 16 kB):
+    a read of many hosts' or addresses' series is a query a slice."""
+    start = 0
+    while start < len(values):
+        end = _slice_end(values, start, len(values), max_bytes)
+        yield "|".join(re.escape(v) for v in values[start:end])
+        start = end
 
 
 def _hosts_term(hosts: list[str]) -> str:
     return f'{HOST}=~"{_quote("|".join(re.escape(h) for h in hosts))}"'
 
 
-def _slice_end(hosts: list[str], start: int, size: int) -> int:
+def _slice_end(hosts: list[str], start: int, size: int, max_bytes: int | None = None) -> int:
     """Where a slice of `hosts` from `start` ends: `size` hosts at most (one at least), their names
-    SLICE_NAMES_BYTES at most as the query writes them."""
+    `max_bytes` (SLICE_NAMES_BYTES) at most as the query writes them."""
+    limit = SLICE_NAMES_BYTES if max_bytes is None else max_bytes
     end, text = start + 1, len(_quote(re.escape(hosts[start])))
     while end < len(hosts) and end - start < size:
         text += len(_quote(re.escape(hosts[end]))) + 1
-        if text > SLICE_NAMES_BYTES:
+        if text > limit:
             break
         end += 1
     return end
@@ -224,12 +238,13 @@ class Series:
         return sorted(r.json()["data"])
 
     def range(self, name: str, *, since_ns: int, until_ns: int, host: str | None = None,
-              match: dict[str, str] | None = None, step_s: float | None = None) -> list[Sample]:
+              match: dict[str, str] | None = None, step_s: float | None = None,
+              match_re: dict[str, str] | None = None) -> list[Sample]:
         """`name`'s values from since_ns up to until_ns, one per step (RANGE_POINTS steps at most),
-        oldest first per series."""
+        oldest first per series. `match_re`: labels whose values match these expressions."""
         span_s = max(1e-3, (until_ns - since_ns) / 1e9)
         step = max(step_s or 1.0, span_s / RANGE_POINTS)
-        sel = _selector(name, {**(match or {}), **({HOST: host} if host is not None else {})}, None)
+        sel = _selector(name, {**(match or {}), **({HOST: host} if host is not None else {})}, None, match_re)
         rows = self.query("/api/v1/query_range", {"query": f"last_over_time({sel}[{step:g}s])",
                                                   "start": f"{since_ns / 1e9:.3f}",
                                                   "end": f"{(until_ns - 1) / 1e9:.3f}", "step": f"{step:g}s"})
@@ -240,10 +255,11 @@ class Series:
         return out
 
     def ranges(self, names: list[str], *, since_ns: int, until_ns: int, host: str | None = None,
-               match: dict[str, str] | None = None, step_s: float | None = None) -> list[Sample]:
+               match: dict[str, str] | None = None, step_s: float | None = None,
+               match_re: dict[str, str] | None = None) -> list[Sample]:
         """`range` of each of `names` (a job's flows: match={"jobid": ...}), one list."""
         return [s for name in names for s in self.range(name, since_ns=since_ns, until_ns=until_ns, host=host,
-                                                         match=match, step_s=step_s)]
+                                                         match=match, step_s=step_s, match_re=match_re)]
 
     def fresh(self) -> None:
         """Make what the embedded engine took searchable now, at most once per FLUSH_EVERY_S. A new
