@@ -261,3 +261,23 @@ def test_a_read_over_the_engines_series_limit_is_one_line_naming_the_flag(tmp_pa
         reader.close()
     finally:
         small.stop()
+
+
+def test_path_readings_are_each_paths_newest_and_when_of_the_hosts_asked(series, series_engine, monkeypatch):
+    """A probe delay (the engine's peer label) and the class stream's (dst), each path's newest
+    value and time, of the hosts asked only, since a time; in slices of hosts, none missed."""
+    tag = uuid.uuid4().hex[:8]
+    hosts = [f"p{i}-{tag}" for i in range(3)]
+    now_ms = time.time_ns() // 1_000_000
+    lines = [line(name, v, {"dst": f"peer-{tag}", "path": str(p)}, now_ms - age_ms, host=h)
+             for name in ("owd_p50_ns", "class_owd_p50_ns") for i, h in enumerate(hosts) for p in range(2)
+             for age_ms, v in ((9000, 1.0), (1000 * (i + 1), 1000.0 * i + p))]
+    httpx.post(series_engine.url + "/api/v1/import/prometheus", content="\n".join(lines), timeout=5.0).raise_for_status()
+    until(lambda: len(series.path_readings("owd_p50_ns", hosts=hosts)) == 6, series_engine.url)
+    monkeypatch.setattr(read, "SLICE_NAMES_BYTES", len(hosts[0]) + 1)  # a host a slice
+    for name in ("owd_p50_ns", "class_owd_p50_ns"):
+        got = sorted(series.path_readings(name, hosts=hosts[:2]))
+        assert got == [(h, f"peer-{tag}", str(p), 1000.0 * i + p, (now_ms - 1000 * (i + 1)) * 1_000_000)
+                       for i, h in enumerate(hosts[:2]) for p in range(2)], name
+        recent = series.path_readings(name, hosts=hosts, since_ns=(now_ms - 2500) * 1_000_000)
+        assert sorted(r[0] for r in recent) == [hosts[0], hosts[0], hosts[1], hosts[1]]  # h2's newest is 3 s old

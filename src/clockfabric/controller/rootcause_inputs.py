@@ -225,19 +225,20 @@ def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: lis
     """The probe paths `hosts` (None: every host) measured or were measured by: a flow's floor is
     its pair's; a path's delay (`delay`: the clock's probes, or CLASS_DELAY) only where its newest
     is since `since_ns` (None: the engine's lookback)."""
-    latest = {name: {(s.labels.get("src"), s.labels.get("dst"), s.labels.get("path")): s
-                     for s in series.latest(name, hosts=hosts, since_ns=since_ns if name == delay else None)}
-              for name in ("owd_floor_ns", delay)}
+    if hosts is not None and not hosts:
+        return []
+    floors = series.path_readings("owd_floor_ns", hosts=hosts)
+    p50s = {(src, dst, path): (v, t) for src, dst, path, v, t in series.path_readings(delay, hosts=hosts,
+                                                                                      since_ns=since_ns)}
     links = {(m["src"], m["dst"], m["path"]): m["links"] for m in path_map}
     # each host's readings reach this far back (the sender writes its paths' delays)
     spans = {s.host: int(s.value) for s in series.latest(delay.replace("_p50_ns", "_span_ns"), hosts=hosts)}
     out = []
-    for (src, dst, path), floor in latest["owd_floor_ns"].items():
+    for src, dst, path, floor, _ in floors:
         if src and dst:
-            p50 = latest[delay].get((src, dst, path))
+            v, t = p50s.get((src, dst, path), (None, None))
             out.append(ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))),
-                                 floor.value / 1e3, None if p50 is None else p50.value / 1e3,
-                                 None if p50 is None else p50.t_ns, spans.get(src, 0)))
+                                 floor / 1e3, None if v is None else v / 1e3, t, spans.get(src, 0)))
     return out
 
 

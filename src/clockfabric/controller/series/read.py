@@ -221,6 +221,37 @@ class Series:
             size = max(1, SLICE_SERIES * done // max(1, len(out)))  # the series a host has so far
         return out
 
+    def path_readings(self, name: str, *, hosts: list[str] | None = None, since_ns: int | None = None,
+                      now_ns: int | None = None) -> list[tuple[str, str, str, float, int]]:
+        """The newest reading of each probe path's `name` (a delay, a floor, the class stream's)
+        written since `since_ns` (None: LOOKBACK_S) and when, as (src, dst, path, value, t_ns):
+        `latest`'s, with no Samples built and its two answers joined by path. `hosts`: those
+        that measured them (None: every host that wrote `name`), a query pair a slice of them."""
+        if hosts is None:
+            hosts = self._writers(name, None)
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        window_s = max(1, -(-(now_ns - since_ns) // 1_000_000_000)) if since_ns is not None else LOOKBACK_S
+        at = {"time": f"{now_ns / 1e9:.3f}"}
+        dst = "peer" if name in SERVED else "dst"
+        scale = from_engine(name, "", {})[1]
+        out: list[tuple[str, str, str, float, int]] = []
+        for alt in alternations(hosts):
+            sel = f"{_selector(name, {}, None, {HOST: alt})}[{window_s}s]"
+            values, times = self._pool.map(lambda fn, sel=sel: self.query("/api/v1/query",
+                                                                          {"query": f"{fn}({sel})", **at}),
+                                           ("last_over_time", "tlast_over_time"))
+            when = {(m.get(HOST, ""), m.get(dst, ""), m.get("path", "")): r["value"][1]
+                    for r in times if (m := r["metric"])}
+            for r in values:
+                m = r["metric"]
+                key = (m.get(HOST, ""), m.get(dst, ""), m.get("path", ""))
+                if (t_s := when.get(key)) is None:
+                    continue
+                t_ns = _ns(float(t_s))
+                if since_ns is None or t_ns >= since_ns:
+                    out.append((*key, _scaled(float(r["value"][1]), scale), t_ns))
+        return out
+
     def _writers(self, name: str, budget_s: float | None) -> list[str]:
         """The hosts that wrote `name` in the last LOOKBACK_S (the engine's index: no sample read)."""
         budget = budget_s or self.budget_s
