@@ -6,8 +6,8 @@ Each agent pushes its events, info and path map to the controller (one push in E
 carries a link event, as scale_load's hosts do), and writes what a real agent writes (the same
 190 series as `controller-scale`'s load, its job's processes and flows among them) through the
 gate. A new agent is enrolled by its first push, as `--enroll-unknown` allows, and let into the
-gate by it. A cadence into the steady load, `job why` is asked of a job of each size the fleet
-runs (scale_load.JOB_SIZES), WHY_ASKS times each, one after another.
+gate by it. After the steady load, the load runs on WHY_LOAD_S more while `job why` is asked of
+a job of each size the fleet runs (scale_load.JOB_SIZES) in turn, up to WHY_ASKS times each.
 
 The agents and their load are `fleet_load`'s. A step's new agents first push once (ENROL_S),
 which enrols them and lets them into the gate; the step then runs one cadence, in which every one
@@ -67,6 +67,7 @@ HEATMAP_ASKS = 30  # an open page's asks, one a second, after its first heatmap
 HEATMAP_FIRST_GIVE_UP_S = 120.0
 WHY_BAR_S = 0.5
 WHY_ASKS = 5  # a job of each size, asked this many times
+WHY_LOAD_S = 30.0  # the load runs on this long while `job why` is asked (asks past it are not made)
 FEED = "clockfabric_controller_feed_"
 # the controller's children, by the name the kernel gives each (/proc/PID/comm, 15 characters)
 PARTS = {"victoria-metric": "engine", "vmauth": "gate", "vmalert": "vmalert", "alertmanager": "alertmanager",
@@ -198,9 +199,10 @@ def heatmap_page(url: str) -> dict:
             "heatmap_pairs": r.json().get("pairs", 0)}
 
 
-def why_asks(url: str, hosts: int) -> dict:
+def why_asks(url: str, hosts: int, running: threading.Event) -> dict:
     """`job why` as a user asks it, for the first job of each size the fleet runs (scale_load's
-    JOB_SIZES), WHY_ASKS times each, one after another: the latencies, and what the verdicts said."""
+    JOB_SIZES) in turn, WHY_ASKS times each, one after another while the load is `running`: the
+    latencies, and what the verdicts said."""
     jobs: dict[int, str] = {}
     for n in range(hosts):
         jobid, first, size = job_of(n)
@@ -209,6 +211,8 @@ def why_asks(url: str, hosts: int) -> dict:
     verdicts: dict[str, str] = {}
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as client:
         for size, jobid in [job for _ in range(WHY_ASKS) for job in sorted(jobs.items())]:  # sizes in turn
+            if not running.is_set():
+                break
             t0 = time.perf_counter()
             r = client.get(f"/api/v1/jobs/{jobid}/why", params={"since": "5m"})
             lat.setdefault(f"{size} hosts", []).append(time.perf_counter() - t0 if r.status_code == 200 else math.inf)
@@ -216,7 +220,8 @@ def why_asks(url: str, hosts: int) -> dict:
                 else f"HTTP {r.status_code}: {r.text[:120]}"
     every = sorted(x for xs in lat.values() for x in xs)
     return {"why_p95_s": _ms(_finite(every[math.ceil(0.95 * len(every)) - 1])) if every else None,
-            "why_max_s": {k: _ms(_finite(max(v))) for k, v in lat.items()}, "why_verdicts": verdicts}
+            "why_max_s": {k: _ms(_finite(max(v))) for k, v in lat.items()}, "why_verdicts": verdicts,
+            "why_asks": len(every)}
 
 
 def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
@@ -230,14 +235,19 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
     time.sleep(1.0)  # the gate's rewrite (COALESCE_S) and vmauth's reload
     rows0 = _rows(ctl.engine_url)
     first = _run(ctl, agents, writes, CADENCE_S)
-    # `job why` asked while the fleet runs, a cadence into the steady load: its flows are recent
-    why: dict = {}
-    asker = threading.Timer(CADENCE_S, lambda: why.update(why_asks(ctl.replicas.urls[0], hosts)))
-    asker.start()
     steady = _run(ctl, agents, writes, seconds)
-    asker.join()
     time.sleep(3.0)  # the engine's insert buffers
     ingested = _rows(ctl.engine_url) - rows0
+    # `job why` asked while the fleet runs on, in a stretch of its own: what it costs the pushes
+    # is its own figure, not the steady load's
+    running, why = threading.Event(), {}
+    running.set()
+    asker = threading.Thread(target=lambda: why.update(why_asks(ctl.replicas.urls[0], hosts, running)))
+    asker.start()
+    why_load = _run(ctl, agents, writes, WHY_LOAD_S)
+    running.clear()
+    asker.join()
+    why["why_pushes_failed"] = why_load["pushed"].sent - why_load["pushed"].ok
     sent = (first["written"].sent + steady["written"].sent) * per_request
     # the gate's 204: the engine took them; a write refused in the first cadence is an agent's
     # whose enrolling push was not answered in time (counted apart: its next update gets through)
@@ -362,7 +372,8 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                      + (f"; refused: {top['heatmap_refused']}" if "heatmap_refused" in top else ""))),
         Target(f"`job why` p95 at {top['hosts']} agents, a job of each size the fleet runs",
                top["why_p95_s"], WHY_BAR_S, "s", "lower",
-               note=(f"{WHY_ASKS} asks of the first job of each size, one after another, while the fleet runs; "
+               note=(f"{top['why_asks']} asks of the first job of each size in turn, one after another, while "
+                     f"the fleet runs on ({WHY_LOAD_S:g} s; pushes failed meanwhile: {top['why_pushes_failed']}); "
                      "the slowest of each: " + ", ".join(f"{k} {v} s" for k, v in top["why_max_s"].items())
                      + "; the verdicts: " + "; ".join(f"{k}: {v}" for k, v in top["why_verdicts"].items()))),
     ]
