@@ -238,8 +238,9 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
     steady = _run(ctl, agents, writes, seconds)
     time.sleep(3.0)  # the engine's insert buffers
     ingested = _rows(ctl.engine_url) - rows0
+    page = heatmap_page(ctl.replicas.urls[0])
     # `job why` asked while the fleet runs on, in a stretch of its own: what it costs the pushes
-    # is its own figure, not the steady load's
+    # is its own figure, not the steady load's (nor the heatmap's, asked above)
     running, why = threading.Event(), {}
     running.set()
     asker = threading.Thread(target=lambda: why.update(why_asks(ctl.replicas.urls[0], hosts, running)))
@@ -253,7 +254,6 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
     # whose enrolling push was not answered in time (counted apart: its next update gets through)
     acked = (first["written"].ok + steady["written"].ok) * per_request
     pushed = steady["pushed"]
-    page = heatmap_page(ctl.replicas.urls[0])
     feed = steady["feed"]
     reads = feed.get("reads", 0.0)
     push_lat = sorted(pushed.latencies_s) or [math.inf]
