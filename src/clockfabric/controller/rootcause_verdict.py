@@ -37,13 +37,11 @@ from clockfabric.controller.rootcause import (
     LinkEvent,
     Thresholds,
     job_flows,
-    late_hosts,
     load_on,
     on_hop,
-    throughput,
-    throughput_drop,
 )
 from clockfabric.controller.rootcause_fabric import Fabric, located, probes_queued
+from clockfabric.controller.rootcause_pace import late_hosts, throughput, throughput_drop
 from clockfabric.controller.rootcause_siblings import acks_in_class, blame
 
 VERDICTS = ("misconfigured_class", "misconfigured_interface", "flapping_link", "congestion_other_job",

@@ -49,9 +49,9 @@ from rich.console import Console
 from rich.table import Table
 
 from clockfabric.bench import harness
+from clockfabric.bench.controller.fleet_asks import HEATMAP_ASKS, finite, heatmap_page, round_ms, why_asks
 from clockfabric.bench.controller.fleet_load import CADENCE_S, Agent, load, write_request
 from clockfabric.bench.controller.scale import TOKEN, Replicas
-from clockfabric.bench.controller.scale_load import job_of
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, disk_bytes, record
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
 from clockfabric.controller.dashboard.fresh import SHARE
@@ -63,10 +63,7 @@ BASE_CPU_HOST_S = (4.6e-3 + 1.5e-3) / CADENCE_S  # the SQL store's CPU a host-se
 PUSH_P99_BAR_S = 0.250
 ENROL_S = 5.0  # a step's new agents push their first within this
 HEATMAP_BAR_S = 0.5
-HEATMAP_ASKS = 30  # an open page's asks, one a second, after its first heatmap
-HEATMAP_FIRST_GIVE_UP_S = 120.0
 WHY_BAR_S = 0.5
-WHY_ASKS = 5  # a job of each size, asked this many times
 WHY_LOAD_S = 30.0  # the load runs on this long while `job why` is asked (asks past it are not made)
 FEED = "clockfabric_controller_feed_"
 # the controller's children, by the name the kernel gives each (/proc/PID/comm, 15 characters)
@@ -163,67 +160,6 @@ def _run(ctl: Controller, agents: list[Agent], writes: list[bytes], seconds: flo
     return {"wall": wall, "pushed": pushed, "written": written, "cpu_us_host_s": cpu, "feed": feed}
 
 
-def heatmap_page(url: str) -> dict:
-    """The heatmap route as one open page asks it: the time to its first heatmap read since the
-    page opened (a heatmap read before, at the last step, may be served at once, and the page asks
-    again every 0.5 s until the controller has read a new one), then once a second for
-    HEATMAP_ASKS s: each answer's latency, the age of what it showed and how long its reading took."""
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"},
-                      timeout=HEATMAP_FIRST_GIVE_UP_S) as client:
-        def ask() -> tuple[float, httpx.Response]:
-            t0 = time.perf_counter()
-            r = client.get("/api/v1/dashboard/owd", params={"stat": "p50"})
-            return time.perf_counter() - t0, r
-
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < HEATMAP_FIRST_GIVE_UP_S:
-            r = ask()[1]
-            if r.status_code not in (200, 202) or (r.status_code == 200
-                                                    and r.json()["age_s"] <= time.perf_counter() - t0):
-                break
-            time.sleep(0.5)
-        if r.status_code != 200:
-            return {"heatmap_first_s": None, "heatmap_p95_s": None, "heatmap_age_max_s": None,
-                    "heatmap_read_s": None, "heatmap_pairs": 0, "heatmap_refused": r.text[:200]}
-        first = time.perf_counter() - t0
-        lat, ages, reads = [], [], [r.json()["read_s"]]
-        for _ in range(HEATMAP_ASKS):
-            took, r = ask()
-            lat.append(took if r.status_code == 200 else math.inf)
-            ages.append(r.json()["age_s"] if r.status_code == 200 else math.inf)
-            reads.append(r.json()["read_s"] if r.status_code == 200 else math.inf)
-            time.sleep(max(0.0, 1.0 - took))
-    lat.sort()
-    return {"heatmap_first_s": round(first, 3), "heatmap_p95_s": _ms(_finite(lat[math.ceil(0.95 * len(lat)) - 1])),
-            "heatmap_age_max_s": _finite(max(ages)), "heatmap_read_s": _finite(max(reads)),
-            "heatmap_pairs": r.json().get("pairs", 0)}
-
-
-def why_asks(url: str, hosts: int, running: threading.Event) -> dict:
-    """`job why` as a user asks it, for the first job of each size the fleet runs (scale_load's
-    JOB_SIZES) in turn, WHY_ASKS times each, one after another while the load is `running`: the
-    latencies, and what the verdicts said."""
-    jobs: dict[int, str] = {}
-    for n in range(hosts):
-        jobid, first, size = job_of(n)
-        jobs.setdefault(min(size, hosts - first), jobid)
-    lat: dict[str, list[float]] = {}
-    verdicts: dict[str, str] = {}
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as client:
-        for size, jobid in [job for _ in range(WHY_ASKS) for job in sorted(jobs.items())]:  # sizes in turn
-            if not running.is_set():
-                break
-            t0 = time.perf_counter()
-            r = client.get(f"/api/v1/jobs/{jobid}/why", params={"since": "5m"})
-            lat.setdefault(f"{size} hosts", []).append(time.perf_counter() - t0 if r.status_code == 200 else math.inf)
-            verdicts[f"{size} hosts"] = r.json().get("verdict", r.text[:120]) if r.status_code == 200 \
-                else f"HTTP {r.status_code}: {r.text[:120]}"
-    every = sorted(x for xs in lat.values() for x in xs)
-    return {"why_p95_s": _ms(_finite(every[math.ceil(0.95 * len(every)) - 1])) if every else None,
-            "why_max_s": {k: _ms(_finite(max(v))) for k, v in lat.items()}, "why_verdicts": verdicts,
-            "why_asks": len(every)}
-
-
 def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
     hosts = len(agents)
     writes = [write_request(a.name, hosts, ctl.gate_port) for a in agents]
@@ -268,8 +204,8 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
             "writes_failed": first["written"].failed + steady["written"].failed,
             "pushes_sent": pushed.sent, "pushes_ok": pushed.ok, "pushes_refused": pushed.refused,
             "pushes_failed": pushed.failed, "late": pushed.late + first["pushed"].late,
-            "push_p50_s": _finite(push_lat[len(push_lat) // 2]),
-            "push_p99_s": _finite(push_lat[min(len(push_lat) - 1, math.ceil(0.99 * len(push_lat)) - 1)]),
+            "push_p50_s": finite(push_lat[len(push_lat) // 2]),
+            "push_p99_s": finite(push_lat[min(len(push_lat) - 1, math.ceil(0.99 * len(push_lat)) - 1)]),
             "cpu_us_host_s": steady["cpu_us_host_s"], "first_cadence_cpu_us_host_s": first["cpu_us_host_s"],
             **page, **why,
             "feed_reads": int(reads), "feed_mean_s": feed.get("seconds", 0.0) / reads if reads else None,
@@ -285,15 +221,6 @@ def feed_behind(feed: dict[str, float]) -> dict:
     worst = next((edge for edge, n in edges if n >= feed.get("fed_reads", 0.0)), None)
     return {"feed_within_cadence": feed.get(f"behind<={CADENCE_S:g}", 0.0) / judged if judged else None,
             "feed_behind_max_s": worst if feed.get("fed_reads") else None}
-
-
-def _finite(x: float) -> float | None:
-    """None for a read refused past its budget (JSON has no infinity)."""
-    return x if math.isfinite(x) else None
-
-
-def _ms(x: float | None) -> float | None:
-    return None if x is None else round(x, 3)
 
 
 def _server_cpu(r: dict) -> float:
@@ -358,8 +285,8 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                      f"{top['writes_refused']}, failed: {top['writes_failed']}; in the first cadence, refused: "
                      f"{top['first_writes_refused']}; new agents enrolled: {top['enrolled']} of "
                      f"{top['enrol_pushes']}")),
-        Target(f"event pushes' p99 at {top['hosts']} agents", _ms(top["push_p99_s"]), PUSH_P99_BAR_S, "s", "lower",
-               note=(f"{top['pushes_ok']} of {top['pushes_sent']} pushes taken, p50 {_ms(top['push_p50_s'])} s; "
+        Target(f"event pushes' p99 at {top['hosts']} agents", round_ms(top["push_p99_s"]), PUSH_P99_BAR_S, "s", "lower",
+               note=(f"{top['pushes_ok']} of {top['pushes_sent']} pushes taken, p50 {round_ms(top['push_p50_s'])} s; "
                      f"held (nothing dropped, every push taken, p99 within the bar) up to "
                      f"{max((r['hosts'] for r in held), default=0)} agents")),
         Target(f"OWD heatmap route p95 at {top['hosts']} agents, an open page asking once a second",
@@ -382,7 +309,7 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                           f"a cadence ({CADENCE_S:g} s) of its write",
                           None if top["feed_within_cadence"] is None else round(100 * top["feed_within_cadence"], 1),
                           99.0, "%", "higher",
-                          note=(f"{top['feed_reads']} reads while steady, mean {_ms(top['feed_mean_s'])} s, "
+                          note=(f"{top['feed_reads']} reads while steady, mean {round_ms(top['feed_mean_s'])} s, "
                                 f"{top['feed_failed']} failed, {top['feed_samples']} samples fed, the most behind "
                                 f"within {top['feed_behind_max_s']} s (a bucket's edge); the controller's own "
                                 "reads (its /metrics), one a tick, each held to the reader's budget; "
