@@ -322,7 +322,8 @@ def flows_near(series: Series, addresses: list[str], since_ns: int, until_ns: in
 
 
 def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns: int) -> tuple[list[Flow], Fabric]:
-    """Job `jobid`'s flows over the window, every other flow's recent rates, and the fabric they cross."""
+    """Job `jobid`'s flows over the window, the recent rates of the other flows near it, and the
+    fabric they cross."""
     storage = fleet.storage
     topology = fleet.monitor.topology if fleet.monitor else None
     here = places.get(topology, {h.info["address"]: h.name for h in storage.hosts() if h.info.get("address")})
