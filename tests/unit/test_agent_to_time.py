@@ -3,8 +3,8 @@
 from types import SimpleNamespace
 
 from clockfabric.agent.context import AgentContext
+from clockfabric.clock.delays import OWD_TRUST_NS
 from clockfabric.clock.mapping import HOLDOVER, Mapping
-from clockfabric.clock.sync import OWD_TRUST_NS
 
 
 class Clock:

@@ -9,7 +9,7 @@ import pytest
 from clockfabric.clock.fit import MAX_SLOPE
 from clockfabric.clock.mapping import Mapping
 from clockfabric.clock.sync import HostSync
-from tests.unit.test_host_steps import PEERS, STEP_AT_S, RateChangingClock, clocks, exchanges, warmed
+from tests.unit.test_host_steps import PEERS, STEP_AT_S, RateChangingClock, clocks, error_at, exchanges, warmed
 from tests.unit.test_pair_window import EPOCH, TrueClock
 
 ROUND_NS = 175_000_000  # each pair every 0.7 s: the quiet rate at 8 hosts
@@ -86,3 +86,27 @@ def test_a_peer_changing_rate_or_stepping_breaks_one_pair_and_widens_nothing():
             broke |= sync.pairs["p2"].unsure
             assert not sync.doubted and sync.mapping == solved, fault
         assert broke, fault  # the pair did see it
+
+
+@pytest.mark.parametrize("step_ns", [50_000_000, -1_000_000])
+def test_our_clock_saying_it_was_set_widens_at_once_and_one_pair_breaking_moves_them_all(step_ns):
+    """The clock itself tells the step (HostClock.set_ns) before any pair has a point past it:
+    the mapping served covers the error from then on, the first pair to break by the step moves
+    every pair with it (its size the clock's), the neighbours are told, and the pairs' later
+    points find no step of their own."""
+    ours, peers = clocks(ours_steps=[(STEP_AT_S * 1e9, step_ns)])
+    sync = warmed(ours, peers)
+    sync.on_map(exact_map(clocks()[0]))
+    feed = exchanges(ours, peers, STEP_AT_S, STEP_AT_S + 2.0)
+    sync.clock_set(step_ns, ours.read(STEP_AT_S * 1e9 + 1e6))
+    assert sync.doubted and sync.own_steps == 0
+    for k, ex in enumerate(feed):
+        sync.add([ex])
+        sync.report(ex.rx[1])
+        if k == 0:  # one pair's first point past the step: every pair moved, by the clock's size
+            assert sync.own_steps == 1 and sync.told == [-step_ns] and all(p.steps == 1 for p in sync.pairs.values())
+        tau = ex.rx[1] - EPOCH - ours.offset_ns - step_ns
+        assert abs(error_ns(sync, ours, tau)) <= sync.mapping.bound_at(ours.read(tau)), tau
+    assert sync.own_steps == 1 and all(p.steps == 1 for p in sync.pairs.values())
+    for name in PEERS:
+        assert abs(error_at(sync, ours, peers[name], name, (STEP_AT_S + 2.0) * 1e9)) < 1_000, name

@@ -43,7 +43,7 @@ def service(host: str, fleet: dict[str, Host]) -> tuple[ClockSync, list, list]:
     engine = SimpleNamespace(interval_s=cfg.probe_interval_s(), exchanges=[], names=addresses)
     ctx = SimpleNamespace(cfg=cfg, engine=engine, time_source=None, send=lambda h, msg: sent.append((h, msg)),
                           publish=lambda: published.append(1),
-                          clock=SimpleNamespace(now_ns=lambda: fleet[host].read(NOW_TAU)))
+                          clock=SimpleNamespace(now_ns=lambda: fleet[host].read(NOW_TAU), set_ns=lambda: 0))
     return ClockSync(ctx), sent, published
 
 
@@ -165,3 +165,20 @@ def test_a_host_that_could_solve_but_does_not_keeps_its_loop_asleep(mono):
     mono.now += 10 * START_SOLVE_S
     assert ref.poll(mono.now) > mono.now
     assert not any(m["t"] == "map" for _, m in sent)  # and solves nothing for the fleet
+
+
+def test_a_clock_that_says_it_was_set_puts_the_host_in_doubt_and_a_hurry_at_the_next_poll(mono):
+    fleet = fleet12()
+    svc, _, published = service("h1", fleet)
+    set_by = [0]
+    svc.ctx.clock.set_ns = lambda: set_by[0]
+    svc.sync.mapping = Mapping(EPOCH, 0.0, 0.0, 50.0)
+    mono.now += 10.0  # long past any start-up hurry
+    svc.poll(mono.now)
+    set_by[0] = clock_service.SET_SEEN_NS // 2  # a read's jitter, or a step a fit absorbs
+    svc.poll(mono.now)
+    assert not svc.sync.doubted and not svc.hurried and not published
+    set_by[0] += 50_000_000
+    svc.poll(mono.now)
+    assert svc.sync.doubted and svc.hurried and published
+    assert svc.sync.mapping.uncertainty_ns >= 50_000_000 + 50.0

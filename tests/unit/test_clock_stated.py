@@ -1,4 +1,4 @@
-"""One-way delays go to the series engine as a measurement is stated (clock.sync.stated): to the
+"""One-way delays go to the series engine as a measurement is stated (clock.delays.stated): to the
 place of their clocks' bound's second significant digit, so the engine does not store noise."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from clockfabric.agent.config import AgentConfig
 from clockfabric.agent.services.clock import ClockSync
-from clockfabric.clock.sync import stated
+from clockfabric.clock.delays import stated
 from clockfabric.topology import leafspine
 
 
@@ -40,7 +40,7 @@ def test_rounding_moves_a_delay_by_a_twentieth_of_its_bound_at_most():
 def test_the_pushed_delays_are_stated_to_their_bound():
     cfg = AgentConfig("h1", leafspine(4, 2, 2), "/nonexistent", peers=3)
     ctx = SimpleNamespace(cfg=cfg, engine=SimpleNamespace(interval_s=1.0, exchanges=[], names={}),
-                          time_source=None, send=lambda host, msg: None)
+                          time_source=None, send=lambda host, msg: None, clock=SimpleNamespace(set_ns=lambda: 0))
     svc = ClockSync(ctx)
     row = {"src": "h1", "dst": "h2", "path": "s1", "bound_ns": 1_500, "trusted": True,
            "min_ns": 50_123, "p50_ns": 52_347, "p99_ns": 61_999, "floor_ns": 50_049}

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from clockfabric.clock.delays import FLOOR_HORIZON, percentile
 from clockfabric.clock.graph import neighbours, probe_peers
 from clockfabric.clock.mapping import DRIFT_BOUND, Mapping
 from clockfabric.clock.solver import Solver
-from clockfabric.clock.sync import FLOOR_HORIZON, HostSync, percentile
+from clockfabric.clock.sync import HostSync
 from clockfabric.probe.engine import Exchange
 
 EPOCH = 1_800_000_000_000_000_000

@@ -140,7 +140,7 @@ def control_context(host: str):
                           neighbours=None, address=addresses[host], addresses=addresses, latest=None,
                           engine=SimpleNamespace(interval_s=0.2, names={a: h for h, a in addresses.items()},
                                                  exchanges=deque(), counters=Counter()),
-                          clock=SimpleNamespace(now_ns=time.time_ns, local_ns=lambda t: t),
+                          clock=SimpleNamespace(now_ns=time.time_ns, local_ns=lambda t: t, set_ns=lambda: 0),
                           send=lambda h, m: None, reply=lambda m, to: None, publish=lambda: None,
                           rejected=lambda reason: rejected.update([reason]), time_source=None)
     return ctx, rejected

@@ -49,7 +49,8 @@ def test_a_quiet_rate_equal_to_the_full_one_keeps_the_full_rate():
 
 def clock_service(cfg: AgentConfig) -> ClockSync:
     engine = SimpleNamespace(interval_s=cfg.probe_interval_s(), exchanges=[], names={})
-    ctx = SimpleNamespace(cfg=cfg, engine=engine, time_source=None, send=lambda host, msg: None)
+    ctx = SimpleNamespace(cfg=cfg, engine=engine, time_source=None, send=lambda host, msg: None,
+                          clock=SimpleNamespace(set_ns=lambda: 0))
     return ClockSync(ctx)
 
 

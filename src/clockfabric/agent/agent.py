@@ -110,6 +110,9 @@ class ReloadingClock:
     def now_ns(self) -> int:
         return self._current().now_ns()
 
+    def set_ns(self) -> int:
+        return self._current().set_ns()
+
 
 class Agent:
     def __init__(self, cfg: AgentConfig):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from clockfabric.agent.config import CONTROL_PORT
 from clockfabric.auth.seal import CONTROL, Sealer
-from clockfabric.clock.sync import OWD_TRUST_NS
+from clockfabric.clock.delays import OWD_TRUST_NS
 from clockfabric.probe import wire
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ class HostClock(Protocol):
     def local_ns(self, real_ns: int) -> int: ...
 
     def now_ns(self) -> int: ...
+
+    def set_ns(self) -> int: ...
 
 
 @dataclass

@@ -5,11 +5,11 @@ window (the expensive part, spread over the fleet), reports one line per pair to
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict, deque
 from dataclasses import replace
 from functools import partial
 
+from clockfabric.clock.delays import OWD_TRUST_NS, DelayReadings
 from clockfabric.clock.fit import MAX_SLOPE
 from clockfabric.clock.health import hold_over
 from clockfabric.clock.mapping import Mapping
@@ -18,7 +18,6 @@ from clockfabric.clock.timescale import Frame
 from clockfabric.probe.engine import Exchange
 
 MAX_WEIGHT = 20  # more pure points than this per side adds little to a pair's accuracy
-FLOOR_HORIZON = 30  # a path's floor is its lowest one-way delay over this many reports
 # settled (HostSync.settled): this share of probe packets pure each way, i.e. an idle fabric, and no
 # step for this many windows
 QUIET_PURE = 0.7
@@ -31,12 +30,13 @@ QUIET_SAMPLE_PER_PAIR = 2
 CONTINUE_NS = 10_000.0
 # pairs that broke their bands at once say our own clock moved, not each its peer's (HostSync.doubt)
 DOUBT_PAIRS = 2
-# a one-way delay whose two clocks' bounds add up to more than this is not published as a number
-OWD_TRUST_NS = 100_000.0
+# our clock said it was set: a pair breaking by that much is found within this many windows,
+# or the step was too small to break one (a fit absorbs it)
+SET_FOUND_WINDOWS = 2
 MAX_CLASSED = 1024  # class exchanges held per peer at most, whatever the rate
 
 
-class HostSync:
+class HostSync(DelayReadings):
     def __init__(self, host: str, probed: list[str], *, window_ns: int = 2_000_000_000, epsilon_ns: int = 1_000,
                  owd_trust_ns: float = OWD_TRUST_NS, report_ns: int = 0):
         """`report_ns`: how often the one-way delays are read (`owd`), where that is longer than
@@ -73,6 +73,9 @@ class HostSync:
         self._doubt_since = 0  # our clock: the first break of this doubt
         self._solved: Mapping | None = None
         self._sure_at: int | None = None
+        # our clock said it was set (clock_set): the pairs' offsets' change, and until when (our
+        # clock) the doubt waits for a pair to break by it
+        self._set: tuple[float, int] | None = None
 
     def add(self, exchanges: list[Exchange]) -> None:
         for ex in exchanges:
@@ -94,6 +97,8 @@ class HostSync:
         """Two peers' pairs breaking the band by the same amount is our clock, not theirs: a
         step of ours moves every pair's offset alike (down on the forward side for a step
         forward), so one pair's point inside the band on that side rules it out."""
+        if delta is not None and self._set_found(peer, delta):
+            return
         cand = self._candidate
         if delta is None:
             if cand is not None and (cand[0] < 0) == forward:
@@ -107,9 +112,41 @@ class HostSync:
             return
         size = max((b.delta_ns for p in cand[1] if (b := self.pairs[p].suspect(cand[0]))),
                    key=abs, default=cand[0])
+        self._shift_own(size, cand[0])
+
+    def _set_found(self, peer: str, delta: float) -> bool:
+        """A pair broke by the step our clock said it took (clock_set): one is enough, and the
+        size is the clock's own."""
+        size = self._set[0] if self._set is not None else None
+        if size is None or abs(size - delta) > self.pairs[peer].step_tolerance_ns:
+            return False
+        self._set = None
+        self._shift_own(size, delta)
+        return True
+
+    def clock_set(self, delta_ns: float, now_ns: int) -> None:
+        """Our clock was set (stepped) by `delta_ns`, as the clock itself says (HostClock.set_ns).
+        The mapping served is widened by it at once (`doubt`), and the first pair that breaks by
+        it moves every pair with it. Which exchanges came after the step only the pairs can tell:
+        an exchange completes a round after it began, so cutting at the next one would keep
+        points from before it."""
+        size = -delta_ns
+        self._set = (size, now_ns + SET_FOUND_WINDOWS * self.window_ns)
+        if self.mapping is None:
+            return
+        if self._solved is None:
+            self._solved, self._doubt_ns, self._doubt_since = self.mapping, abs(size), now_ns
+        self._doubt_ns = max(self._doubt_ns, abs(size))
+        self._sure_at = None
+        self._widen()
+
+    def _shift_own(self, size: float, seen: float) -> None:
+        """Our clock stepped: each pair's offset (peer minus ours) moves by `size`, from its first
+        break near `seen`."""
         for pair in self.pairs.values():
-            first = pair.suspect(cand[0])
-            if first is None and pair.last_step is not None and _last_tx(pair) - pair.last_step.at_ns <= self.window_ns:
+            first = pair.suspect(seen)
+            cut = pair.last_step
+            if first is None and cut is not None and _last_tx(pair) - cut.at_ns <= self.window_ns:
                 # it cut itself since the change began: its points follow it already (a clock
                 # whose rate changed breaks each pair by more, so the sizes need not agree)
                 continue
@@ -143,6 +180,11 @@ class HostSync:
         solver's widened by the largest break and by MAX_SLOPE a second: a clock whose rate
         changed runs away at a rate no point has shown yet, and a bound that did not grow with
         it would claim nanoseconds for a clock microseconds off."""
+        if self._set is not None:  # our clock said it was set: in doubt until the pairs find it
+            if now_ns < self._set[1]:
+                return
+            self._set = None
+
         def recent_cut(p: PairWindow) -> list[Step]:
             cut = p.last_step
             return [cut] if p.unsure and cut is not None and abs(now_ns - cut.at_ns) <= 2 * self.window_ns else []
@@ -255,77 +297,6 @@ class HostSync:
         self.parts = msg.get("parts", 1)
         self.frame = Frame.from_dict(msg.get("frame")) or self.frame
 
-    # ---- one-way delays ---------------------------------------------------------------------
-    def owd(self) -> list[dict]:
-        """Per probed peer, path and direction: min, p50, p99 of the window (or of the time
-        since the last reading, where `report_ns` is longer), and the floor,
-        with `bound_ns` (the two clocks' bounds at the window's last packet, added). A delay
-        read by an unsynced clock, or whose bound is over `owd_trust_ns`, is no number anyone
-        should act on: its row has `trusted` false, a `reason`, and no delays."""
-        if self.mapping is None:
-            return []
-        rows = []
-        for peer, pair in self.pairs.items():
-            theirs = self.peer_maps.get(peer)
-            if theirs is None or not pair.exchanges:
-                continue
-            ours = self.mapping
-            last = pair.exchanges[-1]
-            bound = ours.bound_at(last.rx[1]) + theirs.bound_at(last.peer_tx[1])
-            distrust = _distrust(ours, theirs, bound, self.owd_trust_ns)
-            by_path: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)  # (sent, received)
-            for ex in pair.exchanges:
-                by_path[(ex.path, "out")].append((ex.tx[0], ex.peer_rx[0]))
-                by_path[(ex.path, "back")].append((ex.peer_tx[0], ex.rx[0]))
-            for (path, direction), stamps in sorted(by_path.items()):
-                sender, receiver = (ours, theirs) if direction == "out" else (theirs, ours)
-                delay = partial(_one_way_ns, sender, receiver)
-                delays = sorted(map(delay, stamps))
-                lows = self.floors.setdefault((peer, path, direction), deque(maxlen=FLOOR_HORIZON))
-                lows.append(min(stamps, key=delay))
-                src, dst = (self.host, peer) if direction == "out" else (peer, self.host)
-                row = {"src": src, "dst": dst, "path": path, "n": len(delays), "bound_ns": bound,
-                       "trusted": not distrust}
-                if distrust:
-                    row["reason"] = distrust
-                else:
-                    row |= {"min_ns": delays[0], "p50_ns": percentile(delays, 50), "p99_ns": percentile(delays, 99),
-                            "floor_ns": min(map(delay, lows))}
-                rows.append(row)
-        return rows
-
-    def spans(self) -> dict[str, int]:
-        """How far back each reading's delays reach (`owd`, `class_owd`): one read just after a queue
-        began is mostly of the time before it, and its quiet clears nothing yet."""
-        return {"owd": self.report_ns, "class_owd": self.report_ns}
-
-    def class_owd(self) -> list[dict]:
-        """The class stream's delays out to each probed peer, by path: the median over the time
-        one reading spans (`report_ns`; the newest exchange with any peer is now), trusted only.
-        No longer: the stream is sparse, a path holds an exchange or two in any span, and a longer
-        one only puts off the moment a reading taken since a queue began is all of after it (and
-        can clear its links). Their floor is the path's own (`owd`): the same 5-tuple crosses the
-        same links."""
-        newest = max((p.exchanges[-1].tx[0] for p in self.pairs.values() if p.exchanges), default=None)
-        if self.mapping is None or newest is None:
-            return []
-        rows = []
-        for peer, held in list(self.classed.items()):
-            while held and held[0].tx[0] < newest - self.report_ns:
-                held.popleft()
-            theirs = self.peer_maps.get(peer)
-            if not held or theirs is None:
-                continue
-            bound = self.mapping.bound_at(held[-1].tx[0]) + theirs.bound_at(held[-1].peer_rx[0])
-            if _distrust(self.mapping, theirs, bound, self.owd_trust_ns):
-                continue
-            by_path: dict[tuple[str, int], list[int]] = defaultdict(list)
-            for ex in held:
-                by_path[(ex.path, ex.dscp or 0)].append(_one_way_ns(self.mapping, theirs, (ex.tx[0], ex.peer_rx[0])))
-            rows += [{"src": self.host, "dst": peer, "path": path, "dscp": dscp, "n": len(delays), "bound_ns": bound,
-                      "p50_ns": percentile(sorted(delays), 50)} for (path, dscp), delays in sorted(by_path.items())]
-        return rows
-
     def state(self) -> dict:
         pairs = {}
         for peer, pair in self.pairs.items():
@@ -346,39 +317,5 @@ class HostSync:
                 "owd_untrusted": [r for r in owd if not r["trusted"]], "class_owd": self.class_owd()}
 
 
-def _one_way_ns(sender: Mapping, receiver: Mapping, stamp: tuple[int, int]) -> int:
-    """A packet's one-way delay from its (sent, received) local timestamps, on the global clock."""
-    return receiver.global_ns(stamp[1]) - sender.global_ns(stamp[0])
-
-
-def stated(value_ns: float, bound_ns: float) -> float:
-    """A delay as a measurement is stated: rounded to the place of its uncertainty's second
-    significant digit (GUM 7.2.6), the uncertainty being the row's two clock bounds. 52,347 ns
-    known to 1,100 ns is 52,300 ns; known to 900 ns, 52,350 ns. The digits below say nothing
-    about the path; written to the series engine they cost bytes, as the noise they are."""
-    if not bound_ns >= 10 or not math.isfinite(bound_ns):
-        return value_ns
-    place = 10 ** (math.floor(math.log10(bound_ns)) - 1)
-    return round(value_ns / place) * place
-
-
-def _distrust(ours: Mapping, theirs: Mapping, bound_ns: float, trust_ns: float) -> str:
-    """Why a delay between these two clocks cannot be trusted; empty if it can."""
-    for who, m in (("ours", ours), ("the peer's", theirs)):
-        if not m.synced:
-            return f"{who} clock unsynced: {m.reason or 'not tied to the reference'}"
-    if bound_ns > trust_ns:
-        return f"clock bound {bound_ns / 1e3:.1f} us over {trust_ns / 1e3:.1f} us"
-    return ""
-
-
 def _last_tx(pair: PairWindow) -> int:
     return pair.exchanges[-1].tx[0] if pair.exchanges else 0
-
-
-def percentile(ordered: list[int], q: float) -> float:
-    """numpy's default (linear) percentile of a sorted list: a few points want no array."""
-    at = (len(ordered) - 1) * q / 100
-    i = int(at)
-    j = min(i + 1, len(ordered) - 1)
-    return float(ordered[i] + (ordered[j] - ordered[i]) * (at - i))

@@ -20,6 +20,7 @@ from typing import Protocol
 
 CLOCK_ENV = "CLOCKFABRIC_CLOCK"
 _BLOCK = 256  # wander knots (one per second) generated per random block
+SET_READ_NS = 2_000  # a real-time read bracketed by monotonic ones no wider than this tells a step
 
 
 class ClockSource(Protocol):
@@ -32,6 +33,11 @@ class ClockSource(Protocol):
         ...
 
     def now_ns(self) -> int: ...
+
+    def set_ns(self) -> int:
+        """How far the clock has been set (stepped, by hand or by a daemon) since the host
+        started: a change in it is a step of the clock, by that much, known at once."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,11 @@ class VirtualClock:
 
     def now_ns(self) -> int:
         return self.local_ns(time.time_ns())
+
+    def set_ns(self) -> int:
+        """The steps taken so far (a rate change is not one)."""
+        now = time.time_ns()
+        return sum(size for at, size in self.steps if at <= now)
 
     def with_step(self, at_real_ns: int, size_ns: int) -> VirtualClock:
         return VirtualClock(self.host, self.epoch_ns, self.offset_ns, self.drift_ppm, self.wander_ns,
@@ -128,12 +139,29 @@ class SystemClock:
     """The host's own clock, for agents on real machines."""
 
     host = os.uname().nodename
+    _set: int | None = None
 
     def local_ns(self, real_ns: int) -> int:
         return real_ns
 
     def now_ns(self) -> int:
         return time.time_ns()
+
+    def set_ns(self) -> int:
+        """The real-time clock less the monotonic one: the kernel moves it only when the clock is
+        set (settimeofday, clock_settime, a leap second), never when it is slewed, which changes
+        both alike. Of three reads, the one whose monotonic bracket is shortest (a preemption
+        between the reads would add its length)."""
+        reads = []
+        for _ in range(3):
+            a = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            real = time.clock_gettime_ns(time.CLOCK_REALTIME)
+            b = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            reads.append((b - a, real - (a + b) // 2))
+        bracket, value = min(reads)
+        if bracket <= SET_READ_NS or self._set is None:
+            self._set = value
+        return self._set  # all three preempted: the last good read stands
 
 
 def host_clock() -> VirtualClock | SystemClock:

@@ -34,9 +34,10 @@ from collections import deque
 from clockfabric.agent.context import AgentContext
 from clockfabric.agent.fanout import Fanout
 from clockfabric.agent.service import Service, Snapshot, service
+from clockfabric.clock.delays import stated
 from clockfabric.clock.network import solver_installed
 from clockfabric.clock.solver import YOUNG_WINDOWS, Solver
-from clockfabric.clock.sync import HostSync, stated
+from clockfabric.clock.sync import HostSync
 from clockfabric.errors import ClockfabricError
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,9 @@ UTC_SPAN_S = 30.0  # a UTC host's rate against UTC, over this long
 # how much faster it probes (its budgets are judged over the run, not its first seconds)
 START_WINDOWS, START_REPORT_S, START_SOLVE_S, START_RATE = 2, 0.25, 0.1, 2.0
 MAPPING_FIELDS = ("t0_ns", "offset_ns", "drift")
+# a change in how far our clock was set (HostClock.set_ns) of at least this is a step of it: a
+# read is off by 1 us at most (vclock.SET_READ_NS), and a fit absorbs a smaller step
+SET_SEEN_NS = 5_000
 # updates without a map from the solver after which it is taken for dead: three, as the solver
 # takes a host whose reports stopped for stale (Solver.stale_s)
 HANDOVER_UPDATES = 3
@@ -124,6 +128,7 @@ class ClockSync(Service):
         self._hurry_until = 0.0  # monotonic seconds: the hurry's end (start(), a broken band)
         self._next_start_report = 0.0
         self._answer: set[str] = set()  # hurried hosts whose reports the next early solve answers
+        self._set_ns = ctx.clock.set_ns()  # how far our clock was set by the last look (HostClock.set_ns)
 
     def start(self) -> None:
         self._hurry()
@@ -300,7 +305,7 @@ class ClockSync(Service):
 
     def snapshot(self) -> Snapshot:
         """The latest one-way delays of this host's probe paths, and whether it is synced. Each
-        delay is stated to its clocks' bound (clock.sync.stated): what the engine stores is what is known."""
+        delay is stated to its clocks' bound (clock.delays.stated): what the engine stores is what is known."""
         samples = []
         state = self.ctx.latest or {}
         # the probes' own direction only: a reply travels another 5-tuple (another path, maybe
@@ -328,6 +333,7 @@ class ClockSync(Service):
             self._exchanged = time.monotonic()
         served = self.sync.mapping
         self.sync.add(exchanges)
+        self._clock_set()
         if self.sync.mapping is not served:  # widened: our clock moved (HostSync.doubt); say so now
             self.ctx.publish()
         while self.sync.told:
@@ -338,6 +344,15 @@ class ClockSync(Service):
             self._hurry()
         if self.sync.urgent:
             self._report(self.ctx.clock.now_ns())
+
+    def _clock_set(self) -> None:
+        """Our clock says it was set (HostClock.set_ns): the mapping is served widened by the
+        step from now, and the first pair to break by it moves them all (HostSync.clock_set)."""
+        now = self.ctx.clock.set_ns()
+        delta, self._set_ns = now - self._set_ns, now
+        if abs(delta) >= SET_SEEN_NS:
+            self.sync.clock_set(delta, self.ctx.clock.now_ns())
+            self._hurry()  # the pairs find it in their next points
 
     def _pace(self, *, quiet: bool) -> None:
         """Probe at the quiet rate only while the clock needs no more: an agent's CPU follows

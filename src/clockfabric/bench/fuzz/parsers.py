@@ -169,7 +169,7 @@ def _agent_context(host: str, addresses: dict[str, str]):
                            links=None, neighbours=None, address=addresses[host], addresses=addresses, latest=None,
                            engine=SimpleNamespace(interval_s=0.2, names={a: h for h, a in addresses.items()},
                                                   exchanges=deque(), counters=Counter()),
-                           clock=SimpleNamespace(now_ns=time.time_ns, local_ns=lambda t: t),
+                           clock=SimpleNamespace(now_ns=time.time_ns, local_ns=lambda t: t, set_ns=lambda: 0),
                            send=lambda h, m: None, reply=lambda m, to: None, publish=lambda: None,
                            rejected=lambda reason: None, time_source=None)
 
