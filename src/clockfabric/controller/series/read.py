@@ -183,21 +183,24 @@ class Series:
             return []
         now_ns = time.time_ns() if now_ns is None else now_ns
         window_s = max(1, -(-(now_ns - since_ns) // 1_000_000_000)) if since_ns is not None else LOOKBACK_S
-        sel = f"{_selector(name, match or {}, hosts)}[{window_s}s]"
+        out = []
+        for metric, value, t_s in self._newest(f"{_selector(name, match or {}, hosts)}[{window_s}s]", now_ns):
+            host, labels, scale = _labels(name, metric)
+            t_ns = _ns(t_s)
+            if since_ns is None or t_ns >= since_ns:
+                out.append(Sample(host, t_ns, name, _scaled(value, scale), labels))
+        return sorted(out, key=lambda s: (s.host, tuple(s.labels.items())))  # labels come sorted by name
+
+    def _newest(self, sel: str, now_ns: int) -> Iterator[tuple[dict, float, float]]:
+        """Each series of the range selector `sel` at `now_ns`: its labels, newest value and that
+        value's time (seconds), the engine's two answers joined by series."""
         at = {"time": f"{now_ns / 1e9:.3f}"}
         values, times = self._pool.map(lambda fn: self.query("/api/v1/query", {"query": f"{fn}({sel})", **at}),
                                        ("last_over_time", "tlast_over_time"))
         when = {_key(r["metric"]): float(r["value"][1]) for r in times}
-        out = []
         for r in values:
-            t_s = when.get(_key(r["metric"]))
-            if t_s is None:
-                continue
-            host, labels, scale = _labels(name, r["metric"])
-            t_ns = _ns(t_s)
-            if since_ns is None or t_ns >= since_ns:
-                out.append(Sample(host, t_ns, name, _scaled(float(r["value"][1]), scale), labels))
-        return sorted(out, key=lambda s: (s.host, tuple(s.labels.items())))  # labels come sorted by name
+            if (t_s := when.get(_key(r["metric"]))) is not None:
+                yield r["metric"], float(r["value"][1]), t_s
 
     def delays(self, name: str, *, budget_s: float | None = None) -> list[tuple[str, str, str, float]]:
         """The newest value of each probe path's delay `name` (owd_p50_ns, ...) of the last
@@ -225,31 +228,20 @@ class Series:
                       now_ns: int | None = None) -> list[tuple[str, str, str, float, int]]:
         """The newest reading of each probe path's `name` (a delay, a floor, the class stream's)
         written since `since_ns` (None: LOOKBACK_S) and when, as (src, dst, path, value, t_ns):
-        `latest`'s, with no Samples built and its two answers joined by path. `hosts`: those
+        `latest`'s, with no Samples built. `hosts`: those
         that measured them (None: every host that wrote `name`), a query pair a slice of them."""
         if hosts is None:
             hosts = self._writers(name, None)
         now_ns = time.time_ns() if now_ns is None else now_ns
         window_s = max(1, -(-(now_ns - since_ns) // 1_000_000_000)) if since_ns is not None else LOOKBACK_S
-        at = {"time": f"{now_ns / 1e9:.3f}"}
         dst = "peer" if name in SERVED else "dst"
         scale = from_engine(name, "", {})[1]
         out: list[tuple[str, str, str, float, int]] = []
         for alt in alternations(hosts):
-            sel = f"{_selector(name, {}, None, {HOST: alt})}[{window_s}s]"
-            values, times = self._pool.map(lambda fn, sel=sel: self.query("/api/v1/query",
-                                                                          {"query": f"{fn}({sel})", **at}),
-                                           ("last_over_time", "tlast_over_time"))
-            when = {(m.get(HOST, ""), m.get(dst, ""), m.get("path", "")): r["value"][1]
-                    for r in times if (m := r["metric"])}
-            for r in values:
-                m = r["metric"]
-                key = (m.get(HOST, ""), m.get(dst, ""), m.get("path", ""))
-                if (t_s := when.get(key)) is None:
-                    continue
-                t_ns = _ns(float(t_s))
+            for m, value, t_s in self._newest(f"{_selector(name, {}, None, {HOST: alt})}[{window_s}s]", now_ns):
+                t_ns = _ns(t_s)
                 if since_ns is None or t_ns >= since_ns:
-                    out.append((*key, _scaled(float(r["value"][1]), scale), t_ns))
+                    out.append((m.get(HOST, ""), m.get(dst, ""), m.get("path", ""), _scaled(value, scale), t_ns))
         return out
 
     def _writers(self, name: str, budget_s: float | None) -> list[str]:
