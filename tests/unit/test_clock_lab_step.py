@@ -17,13 +17,18 @@ def _write(path, clock: VirtualClock, mtime: float) -> None:
     os.utime(path, (mtime, mtime))  # a rewrite within one mtime tick would look unchanged
 
 
-def test_a_step_shows_in_the_next_reading_after_the_recheck(tmp_path, monkeypatch):
+def _lab_clock(tmp_path, monkeypatch) -> tuple:
+    """A lab host's clock file, its model, the monotonic clock (moved by hand), and the agent's reader."""
     path = tmp_path / "h1.json"
     before = VirtualClock("h1", epoch_ns=0, offset_ns=5_000, drift_ppm=10.0)
     _write(path, before, 1_000.0)
     now = [100.0]
     monkeypatch.setattr(agent.time, "monotonic", lambda: now[0])
-    clock = ReloadingClock(str(path))
+    return path, before, now, ReloadingClock(str(path))
+
+
+def test_a_step_shows_in_the_next_reading_after_the_recheck(tmp_path, monkeypatch):
+    path, before, now, clock = _lab_clock(tmp_path, monkeypatch)
     real = time.time_ns()
     assert clock.local_ns(real) == before.local_ns(real)
 
@@ -48,12 +53,7 @@ def test_a_file_caught_mid_rewrite_keeps_the_last_good_model(tmp_path, monkeypat
 
 
 def test_the_clock_says_how_far_it_was_set_a_step_counting_and_a_rate_change_not(tmp_path, monkeypatch):
-    path = tmp_path / "h1.json"
-    before = VirtualClock("h1", epoch_ns=0, offset_ns=5_000, drift_ppm=10.0)
-    _write(path, before, 1_000.0)
-    now = [100.0]
-    monkeypatch.setattr(agent.time, "monotonic", lambda: now[0])
-    clock = ReloadingClock(str(path))
+    path, before, now, clock = _lab_clock(tmp_path, monkeypatch)
     assert clock.set_ns() == 0
     real = time.time_ns()
     _write(path, before.with_rate(real - 2, 500.0).with_step(real - 1, -STEP_NS), 2_000.0)
