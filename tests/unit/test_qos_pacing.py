@@ -108,3 +108,26 @@ def test_a_queue_just_over_target_is_the_laws_alone():
 def test_a_cut_or_a_climb_out_of_range_is_refused(gains):
     with pytest.raises(ValueError, match="backoff .* must be in"):
         Gains(**gains)
+
+
+def test_a_window_that_caught_the_higher_class_between_bursts_does_not_open_the_link():
+    # the workload's window reads the higher class's demand once a second (ten periods): it
+    # waited on the link all of one window, then 84% of the next (a step's compute in it); a
+    # paced lower class would take 16% of the link through every burst of the next second
+    pacer, window = LinkPacer(C, DEFAULT), 10
+    readings = [1.0 * C] * window + [0.84 * C] * window
+    limits = [pacer.step(a, 0.0) for a in readings]
+    assert all(limit == pytest.approx(DEFAULT.floor * C) for limit in limits[window:])
+    # two windows on, the dip is the higher class's demand
+    limits = [pacer.step(0.84 * C, 0.0) for _ in range(2 * window)]
+    assert limits[-1] == pytest.approx(0.16 * C + 0.5 * C * 200e-6 / 0.1)
+
+
+def test_an_idle_higher_class_starts_its_hold_afresh():
+    pacer = LinkPacer(C, DEFAULT)
+    for _ in range(5):
+        pacer.step(1.0 * C, 0.0)
+    idle = [pacer.step(0.0, None) for _ in range(DEFAULT.release_periods)]
+    assert idle[0] is not None and idle[-1] is None  # held, then released
+    # back at 30% of the link: the law, not the busy second before the idle one
+    assert pacer.step(0.3 * C, 0.0) == pytest.approx(0.7 * C + 0.5 * C * 200e-6 / 0.1)

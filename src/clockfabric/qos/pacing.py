@@ -37,6 +37,13 @@ of the time (the kernel's busy time less what the receiver's window held), b * C
 waits it would take the whole link. A collective that waits on its links all its step leaves
 the lower classes their floor; one that computes half its step leaves them half the link.
 
+What the higher class wants at its busiest. A paced lower class sends at its rate through every
+burst of the higher class; it cannot time its packets into the gaps between them. So a is the
+highest demand read over the last `demand_hold_s` (two of the workload's windows): one window
+that caught the higher class between bursts (a step's compute, a collective's sync) does not
+hand its bursts' share to the lower classes for the next window. An idle higher class still
+releases the link after `release_periods`, and its hold starts afresh.
+
 A standing queue is unmet demand too, where the waiting is not read (a kernel without the
 counters): only the queue term moves the split then, by kappa * C * e / T a period, which is a
 fraction of a Mbit/s where the queue is read once a 2 s window. So where the queue stands well
@@ -50,7 +57,8 @@ equilibrium.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class Gains:
     release_periods: int = 3  # the higher class idle this long: the limit goes
     backoff: float = 0.5  # a standing queue over target cuts the lower classes by this a period
     rise: float = 0.2  # under target they climb back by this share of the link a period
+    demand_hold_s: float = 2.0  # the higher class's demand is its highest over this long
 
     def __post_init__(self) -> None:
         if not 0 < self.kappa < 1:
@@ -71,6 +80,13 @@ class Gains:
             raise ValueError("the period and target must be positive and the floor in [0, 1)")
         if not 0 < self.backoff < 1 or not 0 < self.rise <= 1:
             raise ValueError(f"backoff {self.backoff} must be in (0, 1) and rise {self.rise} in (0, 1]")
+        if self.demand_hold_s < 0:
+            raise ValueError(f"demand_hold_s {self.demand_hold_s} must be 0 or more")
+
+    @property
+    def hold_periods(self) -> int:
+        """How many periods' demand readings the law takes the highest of (at least this one)."""
+        return max(1, round(self.demand_hold_s / self.period_s))
 
 
 @dataclass
@@ -82,6 +98,7 @@ class LinkPacer:
     rate_bps: float | None = None
     idle_periods: int = 0
     last_queue_s: float | None = None  # the reading before: a queue not falling is a standing one
+    demands: deque[float] = field(default_factory=deque)  # the higher class's demand, the last hold_periods
 
     def step(self, high_bps: float, queue_s: float | None) -> float | None:
         """One period: the higher class's rate through the link and the queueing its packets met
@@ -91,12 +108,16 @@ class LinkPacer:
             self.idle_periods += 1
             if self.idle_periods >= g.release_periods:
                 self.rate_bps = None
+                self.demands.clear()
             return self.rate_bps
         self.idle_periods = 0
+        self.demands.append(high_bps)
+        while len(self.demands) > g.hold_periods:
+            self.demands.popleft()
         if queue_s is None:
             return self.rate_bps
         excess = queue_s - g.target_s
-        law = c - high_bps - g.kappa * c * excess / g.period_s
+        law = c - max(self.demands) - g.kappa * c * excess / g.period_s
         now = c if self.rate_bps is None else self.rate_bps
         standing = excess > g.target_s and self.last_queue_s is not None and queue_s >= self.last_queue_s
         self.last_queue_s = queue_s
