@@ -1,6 +1,7 @@
 """`bench qos`'s figures (bench/qos/command.py): the reaction, from the bulk job's onset to the end of
 the DDP steps it slowed, from the one running at the onset up to the first that is not; the bulk
-job's share of what the rest of h0's traffic left of its link; the agents' CPU by thread."""
+job's share of what the rest of h0's traffic left of its link, and of what it left inside and
+outside the DDP job's steps; the agents' CPU by thread."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import pytest
 
 from clockfabric.bench.qos.command import bulk_share_of_left, cpu_note, main_thread_cpu_s, onset_target, reaction_s
+from clockfabric.bench.qos.split import split, split_note
 from clockfabric.bench.workload.cost_ddp import cpu_s
 
 ALONE = 0.7
@@ -75,3 +77,23 @@ def test_the_cpu_note_splits_the_difference_by_thread():
 def test_the_main_threads_cpu_is_part_of_the_processs():
     main, whole = main_thread_cpu_s(os.getpid()), cpu_s(os.getpid())
     assert 0 < main <= whole
+
+
+def test_the_link_is_split_inside_and_outside_the_steps():
+    # 1 MB/s link (8 Mbit/s), 10 s read each second; the DDP job steps from 2 s to 8 s sending
+    # 0.9 MB/s, the bulk job 0.05 MB/s inside its steps and 0.8 MB/s outside them
+    rate, samples, tx, bulk = 8_000_000, [], 0.0, 0.0
+    for t in range(11):
+        samples.append((1000.0 + t, round(tx), round(bulk)))
+        inside = 2 <= t < 8
+        tx += (0.9e6 + 0.05e6) if inside else 0.8e6
+        bulk += 0.05e6 if inside else 0.8e6
+    parts = split(samples, [(1002.0 + k, 1.0) for k in range(6)], rate)
+    assert parts["inside"] == {"seconds": 6.0, "left": pytest.approx(0.1), "bulk_share": pytest.approx(0.5)}
+    assert parts["outside"] == {"seconds": 4.0, "left": pytest.approx(1.0), "bulk_share": pytest.approx(0.8)}
+    assert ("inside the DDP job's steps (6 s) the rest of h0's traffic left 10% of the link and the bulk job "
+            "took 50% of that; outside them") in split_note(parts)
+    # a cut between two readings is interpolated; steps the readings do not cover are not split
+    half = split(samples, [(1002.5, 5.0)], rate)
+    assert half["inside"]["seconds"] == 5.0 and half["inside"]["bulk_share"] == pytest.approx(0.5)
+    assert split(samples, [(999.0, 3.0)], rate) is None and split_note(None) == ""

@@ -12,7 +12,8 @@ without QoS (no policy), and beside it with QoS (`ddp` critical, `bulk` scavenge
 agents' --qos-file). Figures: each run's median step; the slowdown without QoS (to be >= 1.3x:
 the scenario is contended) and with QoS (<= 1.05x); the share the bulk job took of what the DDP
 job left of h0's link (>= 80%: no starvation; the DDP job's bytes are its alone run's, the same
-model and steps); the agents' CPU with QoS less without (what QoS costs a host).
+model and steps), and where that was: inside the DDP job's steps or outside them (bench/qos/split.py);
+the agents' CPU with QoS less without (what QoS costs a host).
 
 On one FIFO a fourth run times the reaction: with QoS, the bulk job starts only once the DDP job
 has done ONSET_STEP steps, and the figure is the time from its onset to the end of the DDP
@@ -38,6 +39,7 @@ from pathlib import Path
 import typer
 
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, machine, record, targets_table
+from clockfabric.bench.qos.split import LinkSampler, split, split_note
 from clockfabric.bench.workload.cost_ddp import cpu_s
 from clockfabric.clock.evaluate import read_states
 from clockfabric.console import out, print_json, require_root
@@ -105,9 +107,10 @@ def start_bulk(lab: Lab) -> list:
     return procs
 
 
-def one_run(lab: Lab, folder: Path, steps: int, *, bulk: bool, qos: bool, onset_step: int | None = None) -> dict:
+def one_run(lab: Lab, folder: Path, steps: int, rate_bps: int, *, bulk: bool, qos: bool,
+            onset_step: int | None = None) -> dict:
     """One DDP job with an agent on every host; the bulk job beside it from the start, or from
-    `onset_step` steps in."""
+    `onset_step` steps in. h0's link (`rate_bps`) is split inside and outside the DDP job's steps."""
     policy_file = folder / "qos.json"
     folder.mkdir(parents=True, exist_ok=True)
     policy_file.write_text(json.dumps(POLICIES if qos else []))
@@ -122,15 +125,17 @@ def one_run(lab: Lab, folder: Path, steps: int, *, bulk: bool, qos: bool, onset_
         cpu0, tx0, t0 = [cpu_s(p.pid) for p in agents.procs], tx_bytes(lab, "h0"), time.monotonic()
         main0 = [main_thread_cpu_s(p.pid) for p in agents.procs]
         qos0 = _qos_cpu_s(agents.state_dir)
+        sampler = LinkSampler(lambda: tx_bytes(lab, "h0"), (lambda: bulk_wire_bytes(lab, "h0")) if procs else None)
         run = job.start(lab, HOSTS, [str(SCRIPT), "--steps", str(steps), "--timeout", "120", "--seed", str(SEED)],
                         folder / "job", env={JOB_ENV: "ddp"})
         onset_at = None
         try:
-            if bulk and onset_step is not None:
-                _await_steps(run, onset_step, steps * 30 + 300)
-                onset_at = time.time()
-                procs = start_bulk(lab)
-            result = run.wait(steps * 30 + 300, stall_s=150)
+            with sampler:
+                if bulk and onset_step is not None:
+                    _await_steps(run, onset_step, steps * 30 + 300)
+                    onset_at = time.time()
+                    procs = start_bulk(lab)
+                result = run.wait(steps * 30 + 300, stall_s=150)
         finally:
             run.stop()
         took = time.monotonic() - t0
@@ -146,11 +151,12 @@ def one_run(lab: Lab, folder: Path, steps: int, *, bulk: bool, qos: bool, onset_
         agents.stop()
     if result.outcome != "completed" or result.median_step_s is None:
         raise ClockfabricError(f"the DDP job did not complete: {result.error or result.outcome}")
+    steps_done = [(r["start"], r["duration_s"]) for r in read_log(run.logs[0]) if "duration_s" in r]
     return {"bulk": bulk, "qos": qos, "median_step_s": result.median_step_s, "seconds": took, "h0_tx_bytes": sent,
             "h0_bulk_bytes": bulk_sent,
             "agent_cpu_share": cpu, "agent_main_cpu_share": main, "qos_cpu_share": qos_cpu,
             "qos_state": qos_state, "onset_at": onset_at,
-            "steps": [(r["start"], r["duration_s"]) for r in read_log(run.logs[0]) if "duration_s" in r]}
+            "steps": steps_done, "h0_split": split(sampler.samples, steps_done, rate_bps)}
 
 
 def main_thread_cpu_s(pid: int) -> float:
@@ -196,7 +202,8 @@ def fabric_runs(fabric: str, steps: int, rate: str, tmp: Path) -> dict:
         runs = {}
         plan = [("alone", False, False, None), ("without_qos", True, False, None), ("with_qos", True, True, None)]
         for label, bulk, qos, onset in plan + ([("onset", True, True, ONSET_STEP)] if fabric == "fifo" else []):
-            runs[label] = one_run(lab, tmp / fabric / label, steps, bulk=bulk, qos=qos, onset_step=onset)
+            runs[label] = one_run(lab, tmp / fabric / label, steps, parse_rate(rate), bulk=bulk, qos=qos,
+                                  onset_step=onset)
             out.print(f"{fabric} {label}: {runs[label]['median_step_s'] * 1e3:.0f} ms/step, h0 sent "
                       f"{runs[label]['h0_tx_bytes'] * 8 / runs[label]['seconds'] / 1e6:.1f} Mbit/s, agents "
                       f"{runs[label]['agent_cpu_share']:.2%} of a core each")
@@ -261,6 +268,7 @@ def fabric_targets(fabric: str, runs: dict, rate_bps: int) -> list[Target]:
     slow_without = without["median_step_s"] / alone["median_step_s"]
     slow_with = with_qos["median_step_s"] / alone["median_step_s"]
     bulk_share, share_note = bulk_share_of_left(alone, with_qos, rate_bps)
+    share_note += split_note(with_qos.get("h0_split"))
     alone_ms = f"alone {alone['median_step_s'] * 1e3:.0f} ms/step"
     return [
         Target(f"{fabric}: DDP slowdown beside the bulk job, without QoS (the scenario's contention)",
