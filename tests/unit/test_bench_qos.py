@@ -97,3 +97,29 @@ def test_the_link_is_split_inside_and_outside_the_steps():
     half = split(samples, [(1002.5, 5.0)], rate)
     assert half["inside"]["seconds"] == 5.0 and half["inside"]["bulk_share"] == pytest.approx(0.5)
     assert split(samples, [(999.0, 3.0)], rate) is None and split_note(None) == ""
+
+
+def test_the_onset_is_the_first_data_connection_up():
+    import socket
+    import threading
+    import time
+
+    from clockfabric.bench.qos.command import _first_data_at
+    from clockfabric.errors import ClockfabricError
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port, held = server.getsockname()[1], []
+    threading.Thread(target=lambda: [held.append(server.accept()[0]) for _ in range(2)], daemon=True).start()
+    control = socket.create_connection(("127.0.0.1", port))  # a control connection alone is no onset
+    try:
+        with pytest.raises(ClockfabricError, match="no data connection"):
+            _first_data_at([(os.getpid(), port)], timeout_s=0.2)
+        data = socket.create_connection(("127.0.0.1", port))
+        before = time.time()
+        assert before <= _first_data_at([(os.getpid(), port)], timeout_s=2.0) <= time.time()
+        data.close()
+    finally:
+        control.close()
+        server.close()
+        for s in held:
+            s.close()
