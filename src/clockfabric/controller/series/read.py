@@ -181,26 +181,25 @@ class Series:
         if None); `hosts`: of those hosts only; `match`: labels that must equal these."""
         if hosts is not None and not hosts:
             return []
-        now_ns = time.time_ns() if now_ns is None else now_ns
-        window_s = max(1, -(-(now_ns - since_ns) // 1_000_000_000)) if since_ns is not None else LOOKBACK_S
         out = []
-        for metric, value, t_s in self._newest(f"{_selector(name, match or {}, hosts)}[{window_s}s]", now_ns):
+        for metric, value, t_ns in self._newest(_selector(name, match or {}, hosts), since_ns, now_ns):
             host, labels, scale = _labels(name, metric)
-            t_ns = _ns(t_s)
-            if since_ns is None or t_ns >= since_ns:
-                out.append(Sample(host, t_ns, name, _scaled(value, scale), labels))
+            out.append(Sample(host, t_ns, name, _scaled(value, scale), labels))
         return sorted(out, key=lambda s: (s.host, tuple(s.labels.items())))  # labels come sorted by name
 
-    def _newest(self, sel: str, now_ns: int) -> Iterator[tuple[dict, float, float]]:
-        """Each series of the range selector `sel` at `now_ns`: its labels, newest value and that
-        value's time (seconds), the engine's two answers joined by series."""
-        at = {"time": f"{now_ns / 1e9:.3f}"}
-        values, times = self._pool.map(lambda fn: self.query("/api/v1/query", {"query": f"{fn}({sel})", **at}),
+    def _newest(self, sel: str, since_ns: int | None, now_ns: int | None) -> Iterator[tuple[dict, float, int]]:
+        """Each series of the selector `sel` written since `since_ns` (None: LOOKBACK_S) as of
+        `now_ns` (None: now): its labels, newest value and that value's time, the engine's two
+        answers joined by series."""
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        window_s = max(1, -(-(now_ns - since_ns) // 1_000_000_000)) if since_ns is not None else LOOKBACK_S
+        ranged, at = f"{sel}[{window_s}s]", {"time": f"{now_ns / 1e9:.3f}"}
+        values, times = self._pool.map(lambda fn: self.query("/api/v1/query", {"query": f"{fn}({ranged})", **at}),
                                        ("last_over_time", "tlast_over_time"))
         when = {_key(r["metric"]): float(r["value"][1]) for r in times}
         for r in values:
-            if (t_s := when.get(_key(r["metric"]))) is not None:
-                yield r["metric"], float(r["value"][1]), t_s
+            if (t_s := when.get(_key(r["metric"]))) is not None and (since_ns is None or _ns(t_s) >= since_ns):
+                yield r["metric"], float(r["value"][1]), _ns(t_s)
 
     def delays(self, name: str, *, budget_s: float | None = None) -> list[tuple[str, str, str, float]]:
         """The newest value of each probe path's delay `name` (owd_p50_ns, ...) of the last
@@ -232,17 +231,12 @@ class Series:
         that measured them (None: every host that wrote `name`), a query pair a slice of them."""
         if hosts is None:
             hosts = self._writers(name, None)
-        now_ns = time.time_ns() if now_ns is None else now_ns
-        window_s = max(1, -(-(now_ns - since_ns) // 1_000_000_000)) if since_ns is not None else LOOKBACK_S
+        now_ns = time.time_ns() if now_ns is None else now_ns  # one instant for every slice
         dst = "peer" if name in SERVED else "dst"
         scale = from_engine(name, "", {})[1]
-        out: list[tuple[str, str, str, float, int]] = []
-        for alt in alternations(hosts):
-            for m, value, t_s in self._newest(f"{_selector(name, {}, None, {HOST: alt})}[{window_s}s]", now_ns):
-                t_ns = _ns(t_s)
-                if since_ns is None or t_ns >= since_ns:
-                    out.append((m.get(HOST, ""), m.get(dst, ""), m.get("path", ""), _scaled(value, scale), t_ns))
-        return out
+        return [(m.get(HOST, ""), m.get(dst, ""), m.get("path", ""), _scaled(value, scale), t_ns)
+                for alt in alternations(hosts)
+                for m, value, t_ns in self._newest(_selector(name, {}, None, {HOST: alt}), since_ns, now_ns)]
 
     def _writers(self, name: str, budget_s: float | None) -> list[str]:
         """The hosts that wrote `name` in the last LOOKBACK_S (the engine's index: no sample read)."""
