@@ -98,7 +98,10 @@ class LinkPacer:
     rate_bps: float | None = None
     idle_periods: int = 0
     last_queue_s: float | None = None  # the reading before: a queue not falling is a standing one
-    demands: deque[float] = field(default_factory=deque)  # the higher class's demand, the last hold_periods
+    demands: deque[float] = field(init=False)  # the higher class's demand, the last hold_periods
+
+    def __post_init__(self) -> None:
+        self.demands = deque(maxlen=self.gains.hold_periods)
 
     def step(self, high_bps: float, queue_s: float | None) -> float | None:
         """One period: the higher class's rate through the link and the queueing its packets met
@@ -112,8 +115,6 @@ class LinkPacer:
             return self.rate_bps
         self.idle_periods = 0
         self.demands.append(high_bps)
-        while len(self.demands) > g.hold_periods:
-            self.demands.popleft()
         if queue_s is None:
             return self.rate_bps
         excess = queue_s - g.target_s
