@@ -34,10 +34,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
 import typer
+from pyroute2 import IPRoute
 
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, machine, record, targets_table
 from clockfabric.bench.qos.split import LinkSampler, split, split_note
@@ -54,6 +56,7 @@ from clockfabric.topology import TrafficClasses, leafspine
 from clockfabric.topology.rates import parse_rate
 from clockfabric.train.report import read_log
 from clockfabric.workload.jobs import JOB_ENV
+from clockfabric.workload.sockets import KernelSockets
 
 SCRIPT = Path("examples/ddp_train.py")
 HOSTS = ["h0", "h1", "h2", "h3"]
@@ -75,6 +78,31 @@ def tx_bytes(lab: Lab, host: str) -> int:
 
     with netns.ipr(lab.ns(host)) as ipr:
         return ipr.get_links(ipr.link_lookup(ifname="eth0")[0])[0].get_attr("IFLA_STATS64")["tx_bytes"]
+
+
+class H0Counters:
+    """h0's NIC bytes and the bulk job's wire bytes (tcp_info: payload acknowledged, a header a
+    segment), read in h0's namespace from this process: a process started for each reading (ss)
+    would be one every agent's QoS service reads between updates, and count in what QoS costs."""
+
+    def __init__(self, lab: Lab):
+        from clockfabric.lab import netns
+
+        with netns.entered(lab.ns("h0")):
+            self.ipr, self.sockets = IPRoute(), KernelSockets()
+        self.index = self.ipr.link_lookup(ifname="eth0")[0]
+        self.ports = {BULK_PORT + i for i, (src, _) in enumerate(BULK) if src == "h0"}
+
+    def tx(self) -> int:
+        return self.ipr.get_links(self.index)[0].get_attr("IFLA_STATS64")["tx_bytes"]
+
+    def bulk(self) -> int:
+        return sum(r.bytes_acked + r.data_segs_out * SEGMENT_HEADER
+                   for r in self.sockets() if r.key.rport in self.ports)
+
+    def close(self) -> None:
+        self.ipr.close()
+        self.sockets.close()
 
 
 def bulk_wire_bytes(lab: Lab, host: str) -> int:
@@ -149,12 +177,12 @@ def one_run(lab: Lab, folder: Path, steps: int, rate_bps: int, *, bulk: bool, qo
         cpu0, tx0, t0 = [cpu_s(p.pid) for p in agents.procs], tx_bytes(lab, "h0"), time.monotonic()
         main0 = [main_thread_cpu_s(p.pid) for p in agents.procs]
         qos0 = _qos_cpu_s(agents.state_dir)
-        sampler = LinkSampler(lambda: tx_bytes(lab, "h0"), (lambda: bulk_wire_bytes(lab, "h0")) if procs else None)
         run = job.start(lab, HOSTS, [str(SCRIPT), "--steps", str(steps), "--timeout", "120", "--seed", str(SEED)],
                         folder / "job", env={JOB_ENV: "ddp"})
         onset_at = None
         try:
-            with sampler:
+            with (closing(H0Counters(lab)) as counters,
+                  LinkSampler(counters.tx, counters.bulk if procs else None) as sampler):
                 if bulk and onset_step is not None:
                     _await_steps(run, onset_step, steps * 30 + 300)
                     procs, onset_at = start_bulk(lab)
