@@ -39,7 +39,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import typer
-from pyroute2 import IPRoute
 
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, labs_removed, machine, record, targets_table
 from clockfabric.bench.qos.split import LinkSampler, split, split_note
@@ -82,26 +81,31 @@ def tx_bytes(lab: Lab, host: str) -> int:
 
 class H0Counters:
     """h0's NIC bytes and the bulk job's wire bytes (tcp_info: payload acknowledged, a header a
-    segment), read in h0's namespace from this process: a process started for each reading (ss)
-    would be one every agent's QoS service reads between updates, and count in what QoS costs."""
+    segment), read from this process with no process started: one would be a process every
+    agent's QoS service reads between updates, and count in what QoS costs. The NIC's from the
+    interface table of a process living in h0's namespace (its agent), the sockets' from a
+    sock_diag socket opened there."""
 
-    def __init__(self, lab: Lab):
+    def __init__(self, lab: Lab, h0_pid: int):
         from clockfabric.lab import netns
 
         with netns.entered(lab.ns("h0")):
-            self.ipr, self.sockets = IPRoute(), KernelSockets()
-        self.index = self.ipr.link_lookup(ifname="eth0")[0]
+            self.sockets = KernelSockets()
+        self.dev = Path(f"/proc/{h0_pid}/net/dev")
         self.ports = {BULK_PORT + i for i, (src, _) in enumerate(BULK) if src == "h0"}
 
     def tx(self) -> int:
-        return self.ipr.get_links(self.index)[0].get_attr("IFLA_STATS64")["tx_bytes"]
+        for line in self.dev.read_text().splitlines():
+            name, _, counters = line.partition(":")
+            if name.strip() == "eth0":
+                return int(counters.split()[8])
+        raise ClockfabricError(f"{self.dev} has no eth0")
 
     def bulk(self) -> int:
         return sum(r.bytes_acked + r.data_segs_out * SEGMENT_HEADER
                    for r in self.sockets() if r.key.rport in self.ports)
 
     def close(self) -> None:
-        self.ipr.close()
         self.sockets.close()
 
 
@@ -181,7 +185,7 @@ def one_run(lab: Lab, folder: Path, steps: int, rate_bps: int, *, bulk: bool, qo
                         folder / "job", env={JOB_ENV: "ddp"})
         onset_at = None
         try:
-            with (closing(H0Counters(lab)) as counters,
+            with (closing(H0Counters(lab, agents.procs[agents.hosts.index("h0")].pid)) as counters,
                   LinkSampler(counters.tx, counters.bulk if procs else None) as sampler):
                 if bulk and onset_step is not None:
                     _await_steps(run, onset_step, steps * 30 + 300)
