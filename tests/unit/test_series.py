@@ -281,3 +281,46 @@ def test_path_readings_are_each_paths_newest_and_when_of_the_hosts_asked(series,
                        for i, h in enumerate(hosts[:2]) for p in range(2)], name
         recent = series.path_readings(name, hosts=hosts, since_ns=(now_ms - 2500) * 1_000_000)
         assert sorted(r[0] for r in recent) == [hosts[0], hosts[0], hosts[1], hosts[1]]  # h2's newest is 3 s old
+
+
+def test_ranges_of_several_names_are_a_query_and_each_sample_keeps_its_name(series, series_engine, monkeypatch):
+    """Names whose selectors differ only by name are one query (a delay's are another: its labels
+    are the engine's own); each sample comes back under its name, scaled, name by name."""
+    tag = uuid.uuid4().hex[:8]
+    now_ms = time.time_ns() // 1_000_000
+    lines = [line(f"r_{tag}_a", 1.0, {"jobid": tag}, now_ms - 2000, host="h1"),
+             line(f"r_{tag}_b", 2.0, {"jobid": tag}, now_ms - 2000, host="h1"),
+             line(f"r_{tag}_b", 3.0, {"jobid": "other"}, now_ms - 2000, host="h1"),
+             line("owd_p50_ns", 52_300, {"dst": f"peer-{tag}", "path": "0"}, now_ms - 2000, host="h1")]
+    httpx.post(series_engine.url + "/api/v1/import/prometheus", content="\n".join(lines), timeout=5.0).raise_for_status()
+    window = {"since_ns": (now_ms - 5000) * 1_000_000, "until_ns": now_ms * 1_000_000}
+    names = [f"r_{tag}_b", f"r_{tag}_a"]
+    until(lambda: len({s.name for s in series.ranges(names, **window, match={"jobid": tag})}) == 2, series_engine.url)
+    queries = []
+    real = series.query
+    monkeypatch.setattr(series, "query", lambda *a, **k: queries.append(a[1]["query"]) or real(*a, **k))
+    got = series.ranges([*names, "owd_p50_ns"], **window, match={"jobid": tag})
+    assert len(queries) == 2  # the two flows' names in one, the delay (no jobid: none) in the other
+    assert [(s.name, s.host, s.labels, s.value) for s in got] == [
+        (f"r_{tag}_b", "h1", {"jobid": tag}, 2.0), (f"r_{tag}_a", "h1", {"jobid": tag}, 1.0)]
+    delays = series.ranges(["owd_p50_ns"], **window, match={"dst": f"peer-{tag}"})
+    assert {(s.name, s.labels["src"], s.value) for s in delays} == {("owd_p50_ns", "h1", 52_300)}
+
+
+def test_latest_of_many_hosts_is_read_in_slices_and_latest_values_without_times(series, series_engine, monkeypatch):
+    tag = uuid.uuid4().hex[:8]
+    hosts = [f"l{i}-{tag}" for i in range(3)]
+    now_ms = time.time_ns() // 1_000_000
+    name = f"up_{tag}"
+    lines = [line(name, float(i), {"device": "eth0"}, now_ms - 1000, host=h) for i, h in enumerate(hosts)]
+    httpx.post(series_engine.url + "/api/v1/import/prometheus", content="\n".join(lines), timeout=5.0).raise_for_status()
+    until(lambda: len(series.latest(name)) == 3, series_engine.url)
+    assert sorted(series.latest_values(name)) == [(h, {"device": "eth0"}, float(i)) for i, h in enumerate(hosts)]
+    queries = []
+    real = series.query
+    monkeypatch.setattr(series, "query", lambda *a, **k: queries.append(a[1]["query"]) or real(*a, **k))
+    monkeypatch.setattr(read, "SLICE_NAMES_BYTES", len(hosts[0]) + 1)  # a host a slice: no query over the limit
+    got = series.latest(name, hosts=hosts[1:])
+    assert [(s.host, s.value, s.t_ns) for s in got] == [(h, float(i + 1), (now_ms - 1000) * 1_000_000)
+                                                        for i, h in enumerate(hosts[1:])]
+    assert len(queries) == 4 and all(q.count("|") == 0 for q in queries)

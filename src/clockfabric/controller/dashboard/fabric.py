@@ -22,7 +22,6 @@ MAX_RECENT_EVENTS = 5000
 End = tuple[str, str]  # node, interface
 Drawing = tuple[str, list[tuple[str, End, End]]]  # the JSON before the links; each link's opening JSON, its ends
 _drawn: list[tuple[Topology, Drawing]] = []  # the last topology drawn (a controller has one), and its drawing
-_devices: dict[str, str] = {}  # a link_up series' labels text -> its device: the same text every push
 
 
 _compact = json.JSONEncoder(separators=(",", ":")).encode
@@ -51,15 +50,19 @@ def fabric_json(topology: Topology, storage: Storage, series: Series, now_ns: in
     event is in storage the moment its push is; the sample shows in the series engine a second
     or two later (the engine buffers what it takes before queries see it), and a link set down
     must be red at once. Events and samples carry the agent's own times."""
-    newest = {(host, _device(labels)): (t, bool(value)) for host, labels, t, value in series.latest_rows("link_up")}
-    recent: Counter[End] = Counter()
-    for e in storage.events(since_ns=now_ns - FLAP_WINDOW_NS, limit=MAX_RECENT_EVENTS):
-        if e.kind in LINK_EVENTS:
+    up = {(host, labels.get("device", "")): bool(value) for host, labels, value in series.latest_values("link_up")}
+    events = [e for e in storage.events(since_ns=now_ns - FLAP_WINDOW_NS, limit=MAX_RECENT_EVENTS)
+              if e.kind in LINK_EVENTS]
+    recent: Counter[End] = Counter((e.host, e.device) for e in events)
+    if events:  # an end's newest word is an event only where no sample of it is newer: their times, then
+        said: dict[End, int] = {}
+        for s in series.latest("link_up", hosts=sorted({e.host for e in events})):
+            end = (s.host, s.labels.get("device", ""))
+            said[end], up[end] = s.t_ns, bool(s.value)
+        for e in events:
             end = (e.host, e.device)
-            recent[end] += 1
-            if end not in newest or e.t_ns > newest[end][0]:
-                newest[end] = (e.t_ns, e.kind == "link_up")
-    up = {end: state for end, (_t, state) in newest.items()}
+            if e.t_ns > said.get(end, -1):
+                said[end], up[end] = e.t_ns, e.kind == "link_up"
     head, drawn = _drawing(topology)
     links = []
     for opening, a, b in drawn:
@@ -75,14 +78,3 @@ def _state(a_up: bool | None, b_up: bool | None, transitions: int) -> str:
     if not all(known):
         return "down"
     return "flapping" if transitions >= FLAP_TRANSITIONS else "up"
-
-
-def _device(labels: str) -> str:
-    if labels not in _devices:
-        if len(_devices) >= 100_000:
-            _devices.clear()
-        try:
-            _devices[labels] = str(json.loads(labels).get("device", ""))
-        except (ValueError, AttributeError):
-            _devices[labels] = ""
-    return _devices[labels]

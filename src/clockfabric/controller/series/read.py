@@ -33,8 +33,6 @@ FIRST_SLICE_HOSTS = 256
 SLICE_NAMES_BYTES = 8_000  # and of at most this much host-name text: an engine refuses a query over 16 kB
 
 
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
-
 
 class Exported(NamedTuple):
     """One series of an export: its samples' times (ms) and values, oldest first."""
@@ -67,13 +65,24 @@ class SeriesError(Exception):
     """The engine did not answer a query (down, past the budget, refused it): what and how to fix it."""
 
 
-def _selector(name: str, match: dict[str, str], hosts: list[str] | None,
+def _selector(name: str | list[str], match: dict[str, str], hosts: list[str] | None,
               match_re: dict[str, str] | None = None) -> str:
+    """A series selector of sample `name`, or of any of several names whose label terms are alike
+    (`_terms`: all probe-path delays, or none)."""
+    names = [name] if isinstance(name, str) else name
+    terms = _terms(names[0], match, hosts, match_re)
+    if len(names) == 1:
+        return f"{series_name(names[0])}{{{','.join(terms)}}}"
+    pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
+    return "{" + ",".join([f'__name__=~"{pattern}"', *terms]) + "}"
+
+
+def _terms(name: str, match: dict[str, str], hosts: list[str] | None, match_re: dict[str, str] | None) -> list[str]:
     terms = [f'{k}="{_quote(v)}"' for k, v in sorted(served_match(name, match).items())]
     terms += [f'{k}=~"{_quote(v)}"' for k, v in sorted((match_re or {}).items())]
     if hosts is not None:
         terms.append(_hosts_term(hosts))
-    return f"{series_name(name)}{{{','.join(terms)}}}"
+    return terms
 
 
 def alternations(values: list[str], max_bytes: int | None = None) -> Iterator[str]:
@@ -178,14 +187,28 @@ class Series:
     def latest(self, name: str, *, since_ns: int | None = None, hosts: list[str] | None = None,
                match: dict[str, str] | None = None, now_ns: int | None = None) -> list[Sample]:
         """The newest sample of `name` for each (host, labels) written since `since_ns` (an hour
-        if None); `hosts`: of those hosts only; `match`: labels that must equal these."""
-        if hosts is not None and not hosts:
-            return []
+        if None); `hosts`: of those hosts only (a query pair a slice of them); `match`: labels
+        that must equal these."""
+        now_ns = time.time_ns() if now_ns is None else now_ns  # one instant for every slice
+        sels = ([_selector(name, match or {}, None)] if hosts is None else
+                [_selector(name, match or {}, None, {HOST: alt}) for alt in alternations(hosts)])
         out = []
-        for metric, value, t_ns in self._newest(_selector(name, match or {}, hosts), since_ns, now_ns):
-            host, labels, scale = _labels(name, metric)
-            out.append(Sample(host, t_ns, name, _scaled(value, scale), labels))
+        for sel in sels:
+            for metric, value, t_ns in self._newest(sel, since_ns, now_ns):
+                host, labels, scale = _labels(name, metric)
+                out.append(Sample(host, t_ns, name, _scaled(value, scale), labels))
         return sorted(out, key=lambda s: (s.host, tuple(s.labels.items())))  # labels come sorted by name
+
+    def latest_values(self, name: str) -> list[tuple[str, dict[str, str], float]]:
+        """The newest value of each series of `name` written in the last LOOKBACK_S, as (host,
+        labels, value): `latest` with no write times, one query where that is two (the fabric's
+        link states, a series an end of every link)."""
+        sel = f"{_selector(name, {}, None)}[{LOOKBACK_S}s]"
+        out = []
+        for r in self.query("/api/v1/query", {"query": f"last_over_time({sel})"}):
+            host, labels, scale = _labels(name, r["metric"])
+            out.append((host, labels, _scaled(float(r["value"][1]), scale)))
+        return out
 
     def _newest(self, sel: str, since_ns: int | None, now_ns: int | None) -> Iterator[tuple[dict, float, int]]:
         """Each series of the selector `sel` written since `since_ns` (None: LOOKBACK_S) as of
@@ -259,24 +282,35 @@ class Series:
               match_re: dict[str, str] | None = None) -> list[Sample]:
         """`name`'s values from since_ns up to until_ns, one per step (RANGE_POINTS steps at most),
         oldest first per series. `match_re`: labels whose values match these expressions."""
-        span_s = max(1e-3, (until_ns - since_ns) / 1e9)
-        step = max(step_s or 1.0, span_s / RANGE_POINTS)
-        sel = _selector(name, {**(match or {}), **({HOST: host} if host is not None else {})}, None, match_re)
-        rows = self.query("/api/v1/query_range", {"query": f"last_over_time({sel}[{step:g}s])",
-                                                  "start": f"{since_ns / 1e9:.3f}",
-                                                  "end": f"{(until_ns - 1) / 1e9:.3f}", "step": f"{step:g}s"})
-        out = []
-        for r in rows:
-            h, labels, scale = _labels(name, r["metric"])
-            out += [Sample(h, _ns(float(t)), name, _scaled(float(v), scale), labels) for t, v in r["values"]]
-        return out
+        return self.ranges([name], since_ns=since_ns, until_ns=until_ns, host=host, match=match, step_s=step_s,
+                           match_re=match_re)
 
     def ranges(self, names: list[str], *, since_ns: int, until_ns: int, host: str | None = None,
                match: dict[str, str] | None = None, step_s: float | None = None,
                match_re: dict[str, str] | None = None) -> list[Sample]:
-        """`range` of each of `names` (a job's flows: match={"jobid": ...}), one list."""
-        return [s for name in names for s in self.range(name, since_ns=since_ns, until_ns=until_ns, host=host,
-                                                         match=match, step_s=step_s, match_re=match_re)]
+        """`range` of each of `names` (a job's flows: match={"jobid": ...}), one list, name by name:
+        one query for the names whose selectors differ only by name (a round trip and a pass over
+        the engine's index each, not a name each)."""
+        span_s = max(1e-3, (until_ns - since_ns) / 1e9)
+        step = max(step_s or 1.0, span_s / RANGE_POINTS)
+        labels = {**(match or {}), **({HOST: host} if host is not None else {})}
+        alike: dict[tuple[str, ...], list[str]] = {}  # a selector's label terms -> the names that share them
+        for name in dict.fromkeys(names):
+            alike.setdefault(tuple(_terms(name, labels, None, match_re)), []).append(name)
+        found: dict[str, list[Sample]] = {name: [] for name in names}
+        for group in alike.values():
+            sel = _selector(group, labels, None, match_re)
+            rows = self.query("/api/v1/query_range", {"query": f"last_over_time({sel}[{step:g}s]) keep_metric_names",
+                                                      "start": f"{since_ns / 1e9:.3f}",
+                                                      "end": f"{(until_ns - 1) / 1e9:.3f}", "step": f"{step:g}s"})
+            for r in rows:
+                name = sample_name(r["metric"].get("__name__", ""))
+                if name not in found:
+                    continue
+                h, labels_of, scale = _labels(name, r["metric"])
+                found[name] += [Sample(h, _ns(float(t)), name, _scaled(float(v), scale), labels_of)
+                                for t, v in r["values"]]
+        return [s for samples in found.values() for s in samples]
 
     def fresh(self) -> None:
         """Make what the embedded engine took searchable now, at most once per FLUSH_EVERY_S. A new
@@ -321,11 +355,6 @@ class Series:
             labels, scale = from_engine(name, host, metric)
             values = row["values"] if scale == 1.0 else [_scaled(v, scale) for v in row["values"]]
             yield Exported(name, host, labels, row["timestamps"], values, key)
-
-    def latest_rows(self, name: str) -> list[tuple[str, str, int, float | None]]:
-        """`latest(name)` as bare rows, (host, labels as canonical JSON text, t_ns, value): the
-        heatmap's and fabric's shape, which parse the labels they need."""
-        return [(s.host, _dumps(s.labels), s.t_ns, s.value) for s in self.latest(name)]
 
     def names(self) -> list[str]:
         """Every sample name the engine holds."""
