@@ -132,6 +132,9 @@ def test_a_fleet_wide_read_of_delays_comes_in_slices_of_hosts_and_misses_none(se
     monkeypatch.setattr(read, "SLICE_NAMES_BYTES", len(read._quote(read.re.escape(hosts[0]))) + 1)  # one name
     assert sorted(d for d in series.delays("owd_p99_ns") if tag in d[1]) == expected
     assert all(q.count("|") == 0 for q in queries) and len(queries) >= len(hosts)
+    queries.clear()
+    assert sorted(series.delays("owd_p99_ns", hosts=hosts[:2])) == expected[:6]  # of the hosts asked only
+    assert len(queries) == 2  # a slice a host
 
 
 def test_a_forged_host_label_is_overridden(gate, series, series_engine):
@@ -324,3 +327,15 @@ def test_latest_of_many_hosts_is_read_in_slices_and_latest_values_without_times(
     assert [(s.host, s.value, s.t_ns) for s in got] == [(h, float(i + 1), (now_ms - 1000) * 1_000_000)
                                                         for i, h in enumerate(hosts[1:])]
     assert len(queries) == 4 and all(q.count("|") == 0 for q in queries)
+
+
+def test_the_engines_two_answers_are_joined_by_series_whatever_their_order():
+    """Row by row where both list the same series in one order; by labels where they do not (a
+    series in one answer only is left out)."""
+    def rows(*series):
+        return [{"metric": dict(m), "value": [0, v]} for m, v in series]
+    a, b, c = {"host": "h1", "peer": "x"}, {"host": "h2", "peer": "x"}, {"host": "h3", "peer": "y"}
+    named = [({"__name__": "m", **m}, v) for m, v in ((a, "1"), (b, "2"))]
+    assert list(read._joined(rows(*named), rows((a, "10.5"), (b, "11")))) == [(a, 1.0, 10.5), (b, 2.0, 11.0)]
+    assert list(read._joined(rows(*named), rows((b, "11"), (a, "10.5")))) == [(a, 1.0, 10.5), (b, 2.0, 11.0)]
+    assert list(read._joined(rows((a, "1"), (c, "3")), rows((c, "13"),))) == [(c, 3.0, 13.0)]

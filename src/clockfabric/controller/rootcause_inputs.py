@@ -227,14 +227,14 @@ def probe_paths(series: Series, path_map: list[dict], places: Places, hosts: lis
     is since `since_ns` (None: the engine's lookback)."""
     if hosts is not None and not hosts:
         return []
-    floors = series.path_readings("owd_floor_ns", hosts=hosts)
+    floors = series.delays("owd_floor_ns", hosts=hosts)
     p50s = {(src, dst, path): (v, t) for src, dst, path, v, t in series.path_readings(delay, hosts=hosts,
                                                                                       since_ns=since_ns)}
     links = {(m["src"], m["dst"], m["path"]): m["links"] for m in path_map}
     # each host's readings reach this far back (the sender writes its paths' delays)
     spans = {s.host: int(s.value) for s in series.latest(delay.replace("_p50_ns", "_span_ns"), hosts=hosts)}
     out = []
-    for src, dst, path, floor, _ in floors:
+    for src, dst, path, floor in floors:
         if src and dst:
             v, t = p50s.get((src, dst, path), (None, None))
             out.append(ProbePath(src, dst, tuple(orient(places.links, src, links.get((src, dst, path), []))),
@@ -303,7 +303,8 @@ def with_egress(flows: list[Flow], floors: list[ProbePath], queues: Queues,
     def probe(p: ProbePath) -> ProbePath:
         if p.p50_us is None or (class_dscp is None and p.hops and (p.src, p.hops[0][0]) in by_class):
             return p
-        return replace(p, p50_us=p.p50_us + waited(queues, p.src, p.hops, dscp=class_dscp))
+        wait = waited(queues, p.src, p.hops, dscp=class_dscp)
+        return replace(p, p50_us=p.p50_us + wait) if wait else p
     return [flow(f) for f in flows], [probe(p) for p in floors]
 
 

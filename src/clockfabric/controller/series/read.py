@@ -141,6 +141,22 @@ def _key(metric: dict) -> tuple:
     return tuple(metric.items())
 
 
+def _joined(values: list[dict], times: list[dict]) -> Iterator[tuple[dict, float, float]]:
+    """Each series' labels, newest value and its time (s), from the engine's two answers: row by
+    row where they list the same series in one order (the engine sorts its answers by labels),
+    else by each series' labels."""
+    for r in values:
+        r["metric"].pop("__name__", None)  # last_over_time keeps the name, tlast_over_time does not
+    if len(values) == len(times) and all(v["metric"] == t["metric"] for v, t in zip(values, times, strict=True)):
+        for v, t in zip(values, times, strict=True):
+            yield v["metric"], float(v["value"][1]), float(t["value"][1])
+        return
+    when = {_key(r["metric"]): float(r["value"][1]) for r in times}
+    for r in values:
+        if (t_s := when.get(_key(r["metric"]))) is not None:
+            yield r["metric"], float(r["value"][1]), t_s
+
+
 class Series:
     def __init__(self, url: str, *, budget_s: float = BUDGET_S, flushes: bool = False) -> None:
         """`flushes`: the engine is the embedded one, whose buffers `fresh()` may flush."""
@@ -219,20 +235,21 @@ class Series:
         ranged, at = f"{sel}[{window_s}s]", {"time": f"{now_ns / 1e9:.3f}"}
         values, times = self._pool.map(lambda fn: self.query("/api/v1/query", {"query": f"{fn}({ranged})", **at}),
                                        ("last_over_time", "tlast_over_time"))
-        when = {_key(r["metric"]): float(r["value"][1]) for r in times}
-        for r in values:
-            if (t_s := when.get(_key(r["metric"]))) is not None and (since_ns is None or _ns(t_s) >= since_ns):
-                yield r["metric"], float(r["value"][1]), _ns(t_s)
+        for metric, value, t_s in _joined(values, times):
+            if since_ns is None or _ns(t_s) >= since_ns:
+                yield metric, value, _ns(t_s)
 
-    def delays(self, name: str, *, budget_s: float | None = None) -> list[tuple[str, str, str, float]]:
+    def delays(self, name: str, *, hosts: list[str] | None = None,
+               budget_s: float | None = None) -> list[tuple[str, str, str, float]]:
         """The newest value of each probe path's delay `name` (owd_p50_ns, ...) of the last
         LOOKBACK_S, as (src, dst, path, ns): the heatmap's shape, with no write times and no
         Samples built (a fleet-wide read is 40 series a host, 400,000 at 10,000 hosts). Read in
-        slices of the hosts that wrote it, each of about SLICE_SERIES series; `budget_s` is each
-        query's."""
+        slices of `hosts` (None: the hosts that wrote it), each of about SLICE_SERIES series;
+        `budget_s` is each query's."""
         if name not in SERVED:
             raise ValueError(f"{name} is not a probe path's delay")
-        hosts = self._writers(name, budget_s)
+        if hosts is None:
+            hosts = self._writers(name, budget_s)
         scale = from_engine(name, "", {})[1]
         out: list[tuple[str, str, str, float]] = []
         done, size = 0, FIRST_SLICE_HOSTS
