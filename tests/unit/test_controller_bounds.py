@@ -4,6 +4,7 @@ what only a socket shows), with SQLite."""
 
 from __future__ import annotations
 
+import gc
 import socket
 import sqlite3
 
@@ -12,7 +13,7 @@ import pytest
 from clockfabric.auth.credential import host_token
 from clockfabric.controller.app import MAX_PUSH_BYTES
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.server import Listen, server, start_in_thread
+from clockfabric.controller.server import GC_YOUNG, Listen, server, start_in_thread
 from clockfabric.controller.storage.base import Event, StorageError
 from clockfabric.controller.storage.sqlite import SqliteStorage
 from tests.unit.credentials import as_host
@@ -143,3 +144,16 @@ def test_413_for_a_chunked_body_once_past_the_cap(live):
         for _ in range(MAX_PUSH_BYTES // len(chunk) + 2):
             sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         assert status_of(sock) == 413  # the body never ended: it was refused while streaming
+
+
+def test_the_controllers_process_collects_cycles_after_many_allocations_not_700(tmp_path):
+    """A route's parse of an engine answer is tens of thousands of dicts: the collector must not
+    run dozens of times in one and scan the whole heap every few routes."""
+    before = gc.get_threshold()
+    storage = SqliteStorage(tmp_path / "c.db")
+    try:
+        server(Fleet(storage, hosts=["h1"]), TOKEN, Listen(port=0))
+        assert gc.get_threshold() == (GC_YOUNG, *before[1:]) and GC_YOUNG >= 10_000
+    finally:
+        gc.set_threshold(*before)
+        storage.close()
