@@ -95,6 +95,7 @@ class Controller:
         self.port = int(self.replicas.urls[0].rsplit(":", 1)[1])
         self.gate_port = self.port + 1  # --series-port's default: one port up
         self.data = workdir / "fleet.db.series"
+        self.comms: dict[int, str] = {}  # each part's pid -> its name, as the kernel has it
         self.parts = self._parts()
         engine = Path(f"/proc/{self.parts['engine']}/cmdline").read_text().split("\0")
         listen = next(a for a in engine if a.startswith("-httpListenAddr="))
@@ -105,12 +106,9 @@ class Controller:
         while True:
             found = {}
             for pid in process.children(self.pid):
-                try:
-                    comm = Path(f"/proc/{pid}/comm").read_text().strip()
-                except OSError:
-                    continue
-                if comm in PARTS:
+                if (comm := _comm(pid)) in PARTS:
                     found[PARTS[comm]] = pid
+                    self.comms[pid] = comm
             if {"engine", "gate"} <= found.keys() or time.monotonic() > deadline:
                 return {"controller": self.pid, **found}
             time.sleep(0.2)
@@ -137,7 +135,17 @@ class Controller:
         return got
 
     def stop(self) -> None:
+        """The controller stops what it started; what outlives it (the controller killed past its
+        grace while the engine flushed) is stopped here, by pid and name, before its data goes."""
         self.replicas.stop()
+        process.stop_pids(self.comms, ours=lambda pid: _comm(pid) == self.comms[pid], grace_s=10.0)
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 def _rows(url: str) -> int:
