@@ -309,7 +309,8 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                top["why_p95_s"], WHY_BAR_S, "s", "lower",
                note=(f"{top['why_asks']} asks of the first job of each size in turn, one after another, while "
                      f"the fleet runs on ({WHY_LOAD_S:g} s; pushes failed meanwhile: {top['why_pushes_failed']}); "
-                     "the slowest of each: " + ", ".join(f"{k} {v} s" for k, v in top["why_max_s"].items())
+                     "the slowest of each: " + ", ".join(f"{k} {v} s" if v is not None else f"{k} refused past the "
+                                                          "reader's budget" for k, v in top["why_max_s"].items())
                      + "; the verdicts: " + "; ".join(f"{k}: {v}" for k, v in top["why_verdicts"].items()))),
     ]
     kept = [r for r in rows if r["feed_within_cadence"] is not None and r["feed_within_cadence"] >= 0.99]
