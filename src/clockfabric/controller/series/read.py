@@ -33,7 +33,6 @@ FIRST_SLICE_HOSTS = 256
 SLICE_NAMES_BYTES = 8_000  # and of at most this much host-name text: an engine refuses a query over 16 kB
 
 
-
 class Exported(NamedTuple):
     """One series of an export: its samples' times (ms) and values, oldest first."""
 
