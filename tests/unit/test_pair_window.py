@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from clockfabric.clock.pairs import PairWindow
+from clockfabric.clock import pairs
+from clockfabric.clock.fit import fit_band
+from clockfabric.clock.pairs import PairWindow, Step
 from clockfabric.probe.engine import Exchange
 
 EPOCH = 1_800_000_000_000_000_000
@@ -216,6 +218,41 @@ def test_refit_is_none_until_both_directions_have_pure_points():
     assert w.refit(ex.rx[1]) == fit
     # long after its last point the pair has nothing to say
     assert w.refit(ex.rx[1] + 20 * w.window_ns) is None
+
+
+def test_a_refit_with_no_exchange_since_stands_for_a_window(monkeypatch):
+    """A settled pair exchanges every other update or so: a refit with no exchange since the last,
+    less than a window later, answers the last one's fit without fitting; an exchange, a window
+    gone by, or a clock step fits again."""
+    fits = []
+
+    def counted(*args, **kwargs):
+        fits.append(1)
+        return fit_band(*args, **kwargs)
+
+    monkeypatch.setattr(pairs, "fit_band", counted)
+    ours, peer = CLOCKS[1]
+    probes = stream(ours, peer, 3.0, seed=2)
+    w = PairWindow("b")
+    for p in probes:
+        w.add(p.ex)
+    now = probes[-1].ex.rx[1]
+    first = w.refit(now)
+    assert first is not None and fits
+    fits.clear()
+    assert w.refit(now + w.window_ns // 2) is first and not fits  # nothing new: the same answer
+    w.add(make_exchange(ours, peer, 3.0e9 + INTERVAL_NS))
+    assert w.refit(now + w.window_ns // 2) is not first and fits  # an exchange: fitted afresh
+    fits.clear()
+    again = w.refit(now + w.window_ns // 2)
+    assert not fits
+    assert w.refit(now + w.window_ns // 2 + w.window_ns) is not again and fits  # a window on: fitted afresh
+    fits.clear()
+    w.refit(now + 2 * w.window_ns)
+    assert not fits
+    w.shift(Step(w.seen, now, 50_000.0))  # a step the host knows: fitted afresh (the moved fit stands in)
+    w.refit(now + 2 * w.window_ns)
+    assert fits
 
 
 # ---- clock steps ----------------------------------------------------------------------------

@@ -96,6 +96,9 @@ class PairWindow:
         # most of the agent's clock CPU
         self._long: PairFit | None = None
         self._long_at_ns = 0
+        # the last refit's exchange count, time and answer: with no exchange since, a refit within
+        # a window answers the same (its points are the same but for those a second older)
+        self._refitted: tuple[int, int, PairFit | None] | None = None
 
     def add(self, ex: Exchange) -> list[tuple[bool, float | None]]:
         """Take one exchange. Returns, per pure point checked against the band, its side
@@ -183,7 +186,7 @@ class PairWindow:
                 points.popleft()
         while len(self.exchanges) > self.seen - step.seq + 1:
             self.exchanges.popleft()
-        old, self.fit, self._long = self.fit, None, None
+        old, self.fit, self._long, self._refitted = self.fit, None, None, None
         if old is not None:
             self.drift_prior = old.drift
             if provisional:
@@ -204,8 +207,19 @@ class PairWindow:
         it holds fewer than MIN_PURE pure points a side: under a queue that rarely drains, the
         few moments it did are worth an older centre. Its middle comes from further back
         (doubling, up to `middle_ns`) while it holds fewer than MIN_PURE_MIDDLE a side; its width
-        stays the band's. None while a direction has no point in the widest window."""
+        stays the band's. None while a direction has no point in the widest window.
+
+        With no exchange since the last refit, less than a window ago, its answer stands: on a
+        settled clock a pair exchanges every other update or so, and this refit is most of an
+        idle agent's clock CPU."""
         self.trim(now_ns)
+        if (last := self._refitted) is not None and last[0] == self.seen and 0 <= now_ns - last[1] < self.window_ns:
+            return last[2]
+        fit = self._refit(now_ns)
+        self._refitted = (self.seen, now_ns, fit)
+        return fit
+
+    def _refit(self, now_ns: int) -> PairFit | None:
         held = (max(self.fwd[-1][0], self.rev[-1][0]) - min(self.fwd[0][0], self.rev[0][0])
                 if self.fwd and self.rev else 0)
         # the middle reaches back a quarter of the drift's history at most: its floors are
