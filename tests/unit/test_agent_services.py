@@ -11,7 +11,7 @@ import pytest
 
 from clockfabric.agent.config import AgentConfig
 from clockfabric.agent.metrics import clock_metrics
-from clockfabric.agent.service import POLL_EVERY_S, SERVICES, Polls, Router, Service, Supervisor, chosen
+from clockfabric.agent.service import SERVICES, Polls, Router, Service, Supervisor, chosen
 from clockfabric.agent.services.claims import Claims
 from clockfabric.agent.services.telemetry import Telemetry
 from clockfabric.errors import ClockfabricError
@@ -52,20 +52,22 @@ def test_the_router_names_the_services_it_handed_messages_since_last_asked():
     assert router.taken() == set()
 
 
-def test_a_service_is_polled_at_its_time_after_its_messages_and_every_fifth_of_a_second():
+def test_a_service_is_polled_at_its_time_and_after_its_messages_alone():
     clock, qos, lldp = Recorder("clock", "map"), Recorder("qos", "qos_queues"), Recorder("lldp")
     polls = Polls([clock, qos, lldp])
     assert polls.due(0.0, set()) == [clock, qos, lldp]  # each once at start
-    polls.asked(clock, 0.0, math.inf)
-    polls.asked(qos, 0.0, 0.1)
-    polls.asked(lldp, 0.0, 5.0)
+    polls.asked(clock, math.inf)
+    polls.asked(qos, 0.1)
+    polls.asked(lldp, 5.0)
     assert polls.next_s() == 0.1
     assert polls.due(0.1, set()) == [qos]  # the pacer's wake-ups poll the pacer alone
-    polls.asked(qos, 0.1, 0.2)
+    polls.asked(qos, 0.2)
     assert polls.due(0.15, {clock}) == [clock]  # a message polls its own service at once
-    polls.asked(clock, 0.15, math.inf)
-    assert polls.due(POLL_EVERY_S, set()) == [qos, lldp]  # lldp asked for 5 s: no later than 0.2
-    assert polls.due(0.15 + POLL_EVERY_S, set()) == [clock, qos, lldp]
+    polls.asked(clock, math.inf)
+    assert polls.due(1.0, set()) == [qos]  # no one else's time came: the update polls them
+    polls.asked(qos, math.inf)
+    assert polls.next_s() == 5.0
+    assert polls.due(5.0, set()) == [lldp]
     assert Polls([]).next_s() == math.inf
 
 

@@ -10,7 +10,15 @@ import pytest
 
 import clockfabric.agent.services.clock as clock_service
 from clockfabric.agent.config import AgentConfig
-from clockfabric.agent.services.clock import MAP_SPREAD, START_REPORT_S, START_SOLVE_S, START_WINDOWS, ClockSync
+from clockfabric.agent.services.clock import (
+    MAP_SPREAD,
+    START_REPORT_S,
+    START_SOLVE_S,
+    START_WINDOWS,
+    TAKE_QUIET_S,
+    TAKE_S,
+    ClockSync,
+)
 from clockfabric.clock.graph import probe_peers
 from clockfabric.clock.mapping import Mapping
 from clockfabric.topology import leafspine
@@ -79,9 +87,25 @@ def test_a_starting_agent_probes_faster_and_reports_often_then_keeps_the_update_
     assert len(sent) == 2
     mono.now += START_WINDOWS * svc.ctx.cfg.window_s
     assert not svc.hurried
-    assert svc.poll(mono.now) == float("inf") and len(sent) == 2  # reports wait for the update again
+    # reports wait for the update again; the probe engine's exchanges are taken every TAKE_S
+    assert svc.poll(mono.now) == pytest.approx(mono.now + TAKE_S) and len(sent) == 2
     svc.tick(0)
     assert svc.ctx.engine.interval_s == pytest.approx(full) and "start" not in sent[-1][1]
+
+
+def test_a_settled_clocks_exchanges_wait_longer_for_the_pairs(mono):
+    """The loop wakes for the probe engine's exchanges every TAKE_S, and every TAKE_QUIET_S once
+    the clock is settled and the fabric quiet: an idle agent's wake-ups are mostly these."""
+    svc, _, _ = service("h1", fleet12())
+    svc.start()
+    mono.now += START_WINDOWS * svc.ctx.cfg.window_s
+    svc.tick(0)
+    assert not svc.quiet and svc.poll(mono.now) == pytest.approx(mono.now + TAKE_S)
+    svc.sync.settled = lambda now_ns: True  # type: ignore[method-assign]
+    svc.tick(0)
+    assert svc.quiet and svc.poll(mono.now) == pytest.approx(mono.now + TAKE_QUIET_S)
+    svc.sync.unsure = lambda: True  # type: ignore[method-assign]  # a band broke: hurried, reporting often
+    assert svc.poll(mono.now) == pytest.approx(mono.now + START_REPORT_S) and svc.hurried
 
 
 def test_a_starting_host_publishes_each_map_and_a_started_one_waits_for_its_update(mono):
@@ -108,7 +132,7 @@ def test_the_solver_answers_a_starting_hosts_report_at_once_and_to_it_alone(mono
     maps = [(h, m) for h, m in sent if m["t"] == "map"]
     assert [h for h, _ in maps] == ["h5"] and maps[0][1]["hosts"]["h5"]["synced"]
     assert "urgent" not in maps[0][1]
-    assert ref.poll(mono.now + 1) == float("inf")  # answered: nothing more due
+    assert ref.poll(mono.now + 1) == pytest.approx(mono.now + 1 + TAKE_S)  # answered: nothing more due
 
 
 def test_a_broken_band_hurries_a_started_agent_for_as_long_as_a_start(mono):
@@ -144,7 +168,7 @@ def test_the_solvers_maps_leave_spread_over_a_share_of_the_update_none_lost(mono
     gap = MAP_SPREAD * ref.ctx.cfg.update_s / 11
     assert len([m for _, m in sent if m["t"] == "map"]) == 1  # the first at once
     times = [mono.now]
-    while (due := ref.poll(mono.now)) != float("inf"):
+    while (due := ref.poll(mono.now)) != pytest.approx(mono.now + TAKE_S):  # until only the exchanges' take
         assert due == pytest.approx(mono.now + gap) or due == pytest.approx(mono.now)
         mono.now = due
         times.append(due)

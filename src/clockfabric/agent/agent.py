@@ -3,8 +3,8 @@
 One agent per host, in a lab namespace or on a real machine; nothing in here knows which.
 The probe engine runs in its own thread (timestamps and coded pairs want a quick hand);
 everything else happens in the main loop: each control message goes to the service that
-handles its type; a service is polled when the time it asked for comes, after a message of its
-own, and at least every fifth of a second (service.Polls), and ticked once per update; after
+handles its type; a service is polled when the time it asked for comes and after a message of
+its own (service.Polls), and polled and ticked once per update; after
 each update their reports are published as the host's state file.
 """
 
@@ -210,7 +210,7 @@ class Agent:
     def _poll(self, services: list[Service]) -> None:
         for s in services:
             now_s = time.monotonic()
-            self.polls.asked(s, now_s, self.supervisor.call(s, s.poll, now_s, default=math.inf))
+            self.polls.asked(s, self.supervisor.call(s, s.poll, now_s, default=math.inf))
 
     def _tick(self) -> None:
         self._poll(self.services)  # what completed since the last poll: the fits see it before the report

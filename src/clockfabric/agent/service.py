@@ -11,8 +11,8 @@ Words, as the agent's code uses them:
 A service is built from the agent's shared context (context.py) when its config wants it,
 and then the agent drives it: `start()`; each control message of a type it declared in
 `handles` goes to `on_message`; `poll()` when the time it asked for comes, after a message of
-its own, and at least every POLL_EVERY_S (`Polls`: for work that cannot wait for the update;
-another service's wake-ups do not poll it); `tick()` once per update; its
+its own, and at each update (`Polls`: for work that cannot wait for the update; another
+service's wake-ups do not poll it); `tick()` once per update; its
 `report()` joins the published state (and so /metrics); its `snapshot()` joins each push to
 the controller; `stop()` in the reverse order of the start. One service's failure costs that
 call's work, not the agent (`Supervisor`): the host keeps its clock, probes and failover
@@ -72,8 +72,8 @@ class Service(ABC):  # noqa: B024 - every call is optional: a service overrides 
 
     def poll(self, now_s: float) -> float:
         """Quick work when the main loop polls it (`now_s`: time.monotonic()): at the time it last
-        asked for, after a message of its own, and at least every POLL_EVERY_S (Polls). Returns
-        when, on that clock, it wants the next poll at the latest (math.inf: no hurry)."""
+        asked for, after a message of its own, and at each update (Polls). Returns when, on that
+        clock, it wants the next poll at the latest (math.inf: the next update will do)."""
         return math.inf
 
     def tick(self, now_ns: int) -> None:  # noqa: B027 - optional
@@ -90,8 +90,6 @@ class Service(ABC):  # noqa: B024 - every call is optional: a service overrides 
     def stop(self) -> None:  # noqa: B027 - optional
         """Let go of its threads and sockets."""
 
-
-POLL_EVERY_S = 0.2  # every service is polled at least this often, whatever it asked for
 
 # a service's factory: its class, built from the agent's shared context
 SERVICES: Registry[Callable[[AgentContext], Service]] = Registry("service", load="clockfabric.agent.services")
@@ -156,12 +154,12 @@ class Router:
 
 
 class Polls:
-    """When the agent's loop polls each service: when the time the service asked for comes, after
-    a message of its own, and at least every `every_s` whatever it asked (what the probe engine's
-    thread left for it waits no longer). One service's wake-ups cost the others nothing."""
+    """When the agent's loop polls each service: when the time the service asked for comes and
+    after a message of its own (the update polls them all besides). One service's wake-ups cost
+    the others nothing: a loop that woke every service five times a second, whatever it asked,
+    spent a tenth of an idle agent's CPU on those wake-ups."""
 
-    def __init__(self, services: Iterable[Service], every_s: float = POLL_EVERY_S):
-        self.every_s = every_s
+    def __init__(self, services: Iterable[Service]):
         self._at = {s: -math.inf for s in services}  # each service's next poll, at the latest
 
     def next_s(self) -> float:
@@ -172,9 +170,9 @@ class Polls:
         """The services to poll now, in their order."""
         return [s for s, at in self._at.items() if at <= now_s or s in delivered]
 
-    def asked(self, service: Service, now_s: float, when_s: float) -> None:
-        """`service` was polled at `now_s` and asked for its next poll at `when_s`."""
-        self._at[service] = min(when_s, now_s + self.every_s)
+    def asked(self, service: Service, when_s: float) -> None:
+        """`service` was polled and asked for its next poll at `when_s`."""
+        self._at[service] = when_s
 
 
 @dataclass

@@ -56,6 +56,10 @@ SET_SEEN_NS = 5_000
 # updates without a map from the solver after which it is taken for dead: three, as the solver
 # takes a host whose reports stopped for stale (Solver.stale_s)
 HANDOVER_UPDATES = 3
+# how long the probe engine's exchanges wait for the pairs (a broken band, a step, is seen when
+# they take them): on a settled clock and a quiet fabric, where a pair exchanges every second or
+# two and the loop's wake-ups for them are most of an idle agent's polls, longer
+TAKE_S, TAKE_QUIET_S = 0.2, 0.5
 # a solve's maps leave one after another over this share of the update (agent.fanout), not as
 # one burst that a busy link's queue cannot hold
 MAP_SPREAD = 0.25
@@ -256,8 +260,8 @@ class ClockSync(Service):
             solve_due = self._solve_due
         maps_due = self.maps.flush(now_s)
         if not self.hurried:
-            return min(solve_due, maps_due)
-        if now_s >= self._next_start_report:
+            return min(solve_due, maps_due, now_s + (TAKE_QUIET_S if self.quiet else TAKE_S))
+        if now_s >= self._next_start_report:  # a hurried host's reports take the exchanges as often
             self._report(self.ctx.clock.now_ns())
         return min(solve_due, self._next_start_report, maps_due)
 
