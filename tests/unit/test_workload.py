@@ -254,6 +254,37 @@ def test_between_updates_proc_is_listed_again_only_once_a_process_was_made(proc)
     assert mon.opened({"J"}) == [("J", 101, 19, 9), ("J", 600, 18, 3)]
 
 
+def test_an_update_lists_proc_only_when_the_last_pid_moved_too_far_or_the_listing_is_old(proc):
+    """A still kernel costs an update no listing: a job process that exits is let go at once, a
+    new one (a pid handed out again included) found from the pids made since, and /proc listed
+    again LIST_EVERY_S after the last listing."""
+    import shutil
+
+    from clockfabric.workload.monitor import LIST_EVERY_S
+
+    listings, now = [], [0.0]
+    fs = ProcFs(proc)
+    pids = fs.pids
+    fs.pids = lambda: listings.append(now[0]) or pids()  # type: ignore[method-assign]
+    (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 600\n")
+    mon = WorkloadMonitor(fs, None, clock=lambda: now[0])
+    assert mon.update().jobs["J"].ranks == [0, 1] and listings == [0.0]
+    now[0] = 1.0
+    shutil.rmtree(proc / "101")  # a rank exits: the kernel's last pid stays
+    assert mon.update().jobs["J"].ranks == [0] and listings == [0.0]
+    add_process(proc, 101, {"env": {"CLOCKFABRIC_JOB": "K", "RANK": "3"}})  # its pid, handed out again
+    add_process(proc, 601, {"env": {"CLOCKFABRIC_JOB": "K", "RANK": "4"}})
+    (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 101\n")  # the pids wrapped around: a listing
+    now[0] = 2.0
+    assert mon.update().jobs["K"].ranks == [3, 4] and listings == [0.0, 2.0]
+    add_process(proc, 102 + 1, {"env": {"CLOCKFABRIC_JOB": "K", "RANK": "5"}})
+    (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 103\n")
+    now[0] = 3.0
+    assert mon.update().jobs["K"].ranks == [3, 4, 5] and listings == [0.0, 2.0]
+    now[0] = 2.0 + LIST_EVERY_S
+    assert mon.update().jobs["K"].ranks == [3, 4, 5] and listings == [0.0, 2.0, 2.0 + LIST_EVERY_S]
+
+
 def test_procfs_names_the_processes_made_between_two_last_pids_not_their_threads(proc):
     fs = ProcFs(proc)
     add_process(proc, 103, {"env": {"CLOCKFABRIC_JOB": "J"}})

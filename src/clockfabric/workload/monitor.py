@@ -9,8 +9,10 @@ namespace, and sock_diag answers for that namespace only:
     a lab, another host's processes. Not this host's: skipped.
 
 Cost: a process's job variables are read once (a young one again for a few seconds, as it may
-still exec with a new environment; one that cannot be read, a kernel thread, not again); the
-job processes' fds are listed only when a socket no listing has seen appears, or the job
+still exec with a new environment; one that cannot be read, a kernel thread, not again); /proc
+is listed only when the kernel's last pid moved further than the pids since can be looked at one
+by one, and every LIST_EVERY_S (which lets go of the exited processes of no job); the job
+processes' fds are listed only when a socket no listing has seen appears, or the job
 processes change: a steady job's flows cost one sock_diag read an update. That read walks the
 kernel's whole table of established sockets, however few the host holds (about 2 ms for its
 262,144 buckets on a 24 GiB machine, more on a larger one): with no job here and the fabric NICs
@@ -34,6 +36,7 @@ YOUNG_S = 5.0  # a process this new is read again: `env X=1 cmd` and `ip netns e
 # start: `opened`, called ten times as often as an update, reads a process of no job again this long
 OPENED_YOUNG_S = 1.5
 REFRESH_S = 10.0  # with no job here and the NICs quiet, the sockets are read this often (the count of others)
+LIST_EVERY_S = 10.0  # /proc is listed at least this often, however still the kernel's last pid
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class WorkloadMonitor:
         # for `opened`: the kernel's last pid and when it moved; the job processes known; the fds
         # it last read, by pid, with their stamp
         self.last_pid: int | None = None
-        self.made_at = -math.inf
+        self.made_at = self.listed_at = -math.inf
         self.job_processes: list[JobProcess] = []
         self.fds: dict[int, tuple[tuple[int, int] | None, dict[int, int]]] = {}
         self.read_at = -math.inf  # when the sockets were last read; how many were a job's, how many not
@@ -120,14 +123,20 @@ class WorkloadMonitor:
         """This host's job processes now; a process of no job younger than `young_s` read again.
         `listed` False: /proc is not listed, only the processes known and `new` are looked at."""
         now_s = time.time()
-        pids = set(self.proc.pids()) if listed else set(self.known) | set(new)
+        new = set(new)
+        if listed:
+            pids = set(self.proc.pids())
+        else:  # a job process that exited is let go now; one of no job at the next listing
+            pids = {pid for pid, (_, job) in self.known.items() if job is None or self.proc.alive(pid)} | new
         self.known = {pid: k for pid, k in self.known.items() if pid in pids}
         for pid in pids:
             before = self.known.get(pid)
             # a young process of no job is read again, first only what an exec changes to make it
             # a job's (its environment, its cgroup); one that cannot be read (a kernel thread, or
-            # gone: then not listed next time) is not tried again
-            if before is None or (before[1] is None and now_s - before[0] < young_s and self._tagged(pid)):
+            # gone: then not listed next time) is not tried again; a pid made since the last look
+            # is read whatever it was before (the kernel may have handed it out again)
+            if before is None or pid in new or (before[1] is None and now_s - before[0] < young_s
+                                                and self._tagged(pid)):
                 self.known[pid] = self._classify(pid) or (-math.inf, None)
         self.job_processes = [p for _, p in self.known.values() if p is not None]
         return self.job_processes
@@ -142,10 +151,8 @@ class WorkloadMonitor:
         (later, an exec is left to the update), and a process's fds only when it opened or closed
         one."""
         now_s = self.clock()
-        last = self.proc.last_pid()
-        if last is None or last != self.last_pid:
-            made = None if last is None or self.last_pid is None else self.proc.made(self.last_pid, last)
-            self.last_pid, self.made_at = last, now_s
+        made = self._made_since(now_s)
+        if made is None or made:
             procs = self.processes(OPENED_YOUNG_S, listed=made is None, new=made or ())
         elif now_s - self.made_at < OPENED_YOUNG_S:
             procs = self.processes(OPENED_YOUNG_S, listed=False)
@@ -162,6 +169,23 @@ class WorkloadMonitor:
         self.fds = fds
         return out
 
+    def _made_since(self, now_s: float) -> list[int] | None:
+        """The processes made since the last look (ProcFs.made; [] if none was), or None where
+        /proc is to be listed instead: the kernel's last pid cannot be read or moved too far, or
+        the last listing is LIST_EVERY_S old. Read before the listing or the reading that follows,
+        so that a process made between the two is looked at again next time."""
+        last = self.proc.last_pid()
+        made: list[int] | None = []
+        if last is None or self.last_pid is None or now_s - self.listed_at >= LIST_EVERY_S:
+            made = None
+        elif last != self.last_pid:
+            made = self.proc.made(self.last_pid, last)
+        if last != self.last_pid:
+            self.last_pid, self.made_at = last, now_s
+        if made is None:
+            self.listed_at = now_s
+        return made
+
     def _socket_fds(self, pid: int) -> tuple[tuple[int, int] | None, dict[int, int]]:
         """The process's sockets (procfs.socket_fds) with the stamp they were read at, read again
         only if its stamp moved since `opened`'s last call."""
@@ -176,12 +200,13 @@ class WorkloadMonitor:
         the last read (so a job's end is read at once), no flow this view would report is
         sending: the sockets are not read (but every REFRESH_S). A flow that starts sending is
         seen at the next update, its first rate the mean since the last read."""
-        procs = self.processes()
+        now_s = self.clock()
+        made = self._made_since(now_s)
+        procs = self.processes(listed=made is None, new=made or ())
         view = WorkloadView(jobs=group(procs))
         if self.read_sockets is None:
             view.flows_readable = False
             return view
-        now_s = self.clock()
         quiet = (fabric_tx_bps is not None and fabric_tx_bps < BUSY_BPS and not self.job_flows
                  and not any(p.visible for p in procs))
         if quiet and now_s - self.read_at < REFRESH_S:

@@ -49,6 +49,10 @@ class ProcFs:
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir(self.root) if name.isdigit()]
 
+    def alive(self, pid: int) -> bool:
+        """Whether the process is still there (a zombie is, until reaped, as a listing shows it)."""
+        return os.path.exists(f"{self.root}/{pid}")
+
     def last_pid(self) -> int | None:
         """The last process id the kernel handed out (/proc/loadavg's last field; a thread's counts
         too): unchanged, no process was made since. None where it cannot be read."""
