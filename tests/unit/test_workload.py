@@ -4,6 +4,7 @@ its flows, their rates; ended flows, reused ports, processes in other namespaces
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import replace
@@ -18,7 +19,7 @@ from clockfabric.workload import samples
 from clockfabric.workload.flowgroups import pair_label, parse_pair
 from clockfabric.workload.flows import FlowTracker, SocketReading, flow_label
 from clockfabric.workload.jobs import JobProcess, JobTag, group, identify, parse_environ, pod_uid
-from clockfabric.workload.monitor import BUSY_BPS, WorkloadMonitor
+from clockfabric.workload.monitor import BUSY_BPS, LIST_EVERY_S, WorkloadMonitor
 from clockfabric.workload.procfs import MAX_MADE, ProcFs
 
 NETNS, PIDNS, OTHER_NETNS, OTHER_PIDNS = 4026531840, 4026531836, 4026532999, 4026532888
@@ -258,10 +259,6 @@ def test_an_update_lists_proc_only_when_the_last_pid_moved_too_far_or_the_listin
     """A still kernel costs an update no listing: a job process that exits is let go at once, a
     new one (a pid handed out again included) found from the pids made since, and /proc listed
     again LIST_EVERY_S after the last listing."""
-    import shutil
-
-    from clockfabric.workload.monitor import LIST_EVERY_S
-
     listings, now = [], [0.0]
     fs = ProcFs(proc)
     pids = fs.pids
@@ -277,7 +274,7 @@ def test_an_update_lists_proc_only_when_the_last_pid_moved_too_far_or_the_listin
     (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 101\n")  # the pids wrapped around: a listing
     now[0] = 2.0
     assert mon.update().jobs["K"].ranks == [3, 4] and listings == [0.0, 2.0]
-    add_process(proc, 102 + 1, {"env": {"CLOCKFABRIC_JOB": "K", "RANK": "5"}})
+    add_process(proc, 103, {"env": {"CLOCKFABRIC_JOB": "K", "RANK": "5"}})
     (proc / "loadavg").write_text("0.10 0.20 0.30 1/80 103\n")
     now[0] = 3.0
     assert mon.update().jobs["K"].ranks == [3, 4, 5] and listings == [0.0, 2.0]
