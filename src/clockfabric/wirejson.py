@@ -1,4 +1,5 @@
-"""JSON from the network, its nesting bounded before it is parsed.
+"""JSON on the wire: what comes from the network, its nesting bounded before it is parsed; what
+goes to many hosts at once, its shared parts encoded once.
 
 json.loads recurses once per level of nesting: a body nested thousands deep runs it into the
 interpreter's recursion limit, and a garbage collection that happens there runs finalizers
@@ -6,6 +7,10 @@ that fail in turn, which Python can only print. So every parser of JSON that a p
 or a controller sent goes through `loads`, which measures the nesting first, in one linear pass
 run in C (the strings cut out by a regular expression, the brackets left summed as +1 and -1),
 and refuses what is too deep with TooDeep, a ValueError like any other malformed JSON.
+
+`SharedParts` encodes a batch of messages built from the same objects (the clock solver's maps:
+each host's carries the same frame and its neighbours' same mappings) with each shared object
+encoded once, where json.dumps would encode it again in every message.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import json
 import re
 from itertools import accumulate
 from typing import Any
+
+COMPACT = (",", ":")
 
 MAX_DEPTH = 64  # levels of lists and objects; what agents and the controller send nests a few deep
 
@@ -44,3 +51,32 @@ def loads(data: bytes | str, max_depth: int = MAX_DEPTH, **kwargs: Any) -> Any:
     if not depth_within(text, max_depth):
         raise TooDeep(f"nested deeper than {max_depth}")
     return json.loads(text, **kwargs)
+
+
+class SharedParts:
+    """json.dumps(msg, separators=COMPACT), the same text, for messages that share parts: the
+    objects and lists in a message's top `depth` levels of objects are walked, and every value
+    below them is encoded once per object (by identity) and then taken from the memo. The memo
+    holds each object it encoded, so an identity is not reused while it is there; `clear` it
+    when the batch's messages are built anew."""
+
+    def __init__(self, depth: int = 2):
+        self.depth = depth
+        self._memo: dict[int, tuple[object, str]] = {}
+
+    def dumps(self, msg: Any) -> str:
+        return self._encode(msg, 0)
+
+    def clear(self) -> None:
+        self._memo.clear()
+
+    def _encode(self, value: Any, level: int) -> str:
+        if not isinstance(value, dict | list) or not value:
+            return json.dumps(value, separators=COMPACT)
+        if level < self.depth and (isinstance(value, list) or all(isinstance(k, str) for k in value)):
+            if isinstance(value, list):
+                return "[" + ",".join(self._encode(v, level + 1) for v in value) + "]"
+            return "{" + ",".join(json.dumps(k) + ":" + self._encode(v, level + 1) for k, v in value.items()) + "}"
+        if (held := self._memo.get(id(value))) is None:
+            held = self._memo[id(value)] = (value, json.dumps(value, separators=COMPACT))
+        return held[1]

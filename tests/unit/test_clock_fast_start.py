@@ -4,6 +4,7 @@ published)."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -35,6 +36,11 @@ class Clock:
         return self.now
 
 
+def as_sent(msg: dict | str) -> dict:
+    """A control message as its receiver reads it (the agent sends a dict, or its JSON already)."""
+    return json.loads(msg) if isinstance(msg, str) else msg
+
+
 @pytest.fixture
 def mono(monkeypatch) -> Clock:
     clock = Clock()
@@ -49,7 +55,7 @@ def service(host: str, fleet: dict[str, Host]) -> tuple[ClockSync, list, list]:
     published: list[int] = []
     addresses = {f"10.0.0.{i}": h for i, h in enumerate(sorted(cfg.topology.hosts))}
     engine = SimpleNamespace(interval_s=cfg.probe_interval_s(), exchanges=[], names=addresses)
-    ctx = SimpleNamespace(cfg=cfg, engine=engine, time_source=None, send=lambda h, msg: sent.append((h, msg)),
+    ctx = SimpleNamespace(cfg=cfg, engine=engine, time_source=None, send=lambda h, msg: sent.append((h, as_sent(msg))),
                           publish=lambda: published.append(1),
                           clock=SimpleNamespace(now_ns=lambda: fleet[host].read(NOW_TAU), set_ns=lambda: 0))
     return ClockSync(ctx), sent, published

@@ -15,6 +15,7 @@ from clockfabric.agent.services.clock import ClockSync
 from clockfabric.clock.solver import Solver
 from clockfabric.errors import ClockfabricError
 from clockfabric.topology import leafspine
+from tests.unit.test_clock_fast_start import as_sent
 from tests.unit.test_clock_sync import NOW_TAU
 from tests.unit.test_clock_timescale import MOVE_NS, Fleet
 from tests.unit.test_fuzz_datagrams import control_context
@@ -72,7 +73,7 @@ def _map(frame_t0: int, host: str, offset_ns: float = 0.0) -> bytes:
 def _clock(host: str):
     ctx, rejected = control_context(host)  # h0..h3, h0 the reference
     sent: list[tuple[str, dict]] = []
-    ctx.send = lambda h, m: sent.append((h, m))
+    ctx.send = lambda h, m: sent.append((h, as_sent(m)))
     clock = ClockSync(ctx)
     return clock, Router([clock]), ctx, rejected, sent
 

@@ -173,6 +173,8 @@ def test_solver_maps_every_host_onto_the_reference_clock():
             # exact edges with no band: only the drift allowance over the fits' age (1 s) per hop
             assert m["uncertainty_ns"] <= 4 * DRIFT_BOUND * 1e9 + 1.0
         assert msg["hosts"][h] == msgs[next(iter(near[h]))]["hosts"][h]  # everyone hears the same
+        # ... as the same objects: a batch's shared parts are encoded once (wirejson.SharedParts)
+        assert msg["hosts"][h] is msgs[next(iter(near[h]))]["hosts"][h] and msg["frame"] is msgs["h03"]["frame"]
     ref = Mapping.from_dict(msgs["h03"]["hosts"]["h03"])
     assert ref.offset_ns == 0.0 and ref.drift == 0.0
     assert max_mapping_error(clocks, msgs, "h03", clocks) <= 3.0

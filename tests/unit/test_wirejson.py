@@ -1,17 +1,19 @@
 """JSON from the network: nesting measured before json.loads recurses, so nothing a peer sends
-runs the parser into the interpreter's recursion limit."""
+runs the parser into the interpreter's recursion limit. JSON to many hosts: a batch's shared
+parts encoded once, the text json.dumps gives."""
 
 from __future__ import annotations
 
 import json
 import logging
+from unittest import mock
 
 import pytest
 
 from clockfabric import wirejson
 from clockfabric.agent.agent import _plain_json
 from clockfabric.agent.service import Router, Service
-from clockfabric.wirejson import MAX_DEPTH, TooDeep, depth_within
+from clockfabric.wirejson import COMPACT, MAX_DEPTH, SharedParts, TooDeep, depth_within
 
 
 def nested(depth: int, open_: str = "[", close: str = "]") -> str:
@@ -94,3 +96,28 @@ def test_the_agents_router_counts_a_deep_control_message_bad_and_logs_nothing(ca
 def test_a_deep_rank_request_is_not_taken_for_plain_json():
     assert _plain_json(b'{"t": "place"}')
     assert not _plain_json(nested(5_000).encode())
+
+
+def test_a_batch_with_shared_parts_is_the_text_json_dumps_gives_and_encodes_each_part_once():
+    frame = {"anchor": "h1", "members": [["h1", 0.5, 1.25, -3e-12], ["h2", 0.5, -7.0, 1e-9]]}
+    mappings = {h: {"offset_ns": i * 1.5, "bound_ns": float("inf"), "synced": i % 2 == 0, "reason": "é\n"}
+                for i, h in enumerate(["h1", "h2", "h3"])}
+    batch = {h: {"t": "map", "frame": frame, "hosts": {p: mappings[p] for p in mappings if p != h},
+                 "unsynced": {}, "odd": {1: "an int key", None: []}} for h in mappings}
+    batch["h3"] = {**batch["h3"], "urgent": True}  # a message remade around the same parts
+    parts = SharedParts()
+    with mock.patch("clockfabric.wirejson.json.dumps", wraps=json.dumps) as dumps:
+        texts = {h: parts.dumps(msg) for h, msg in batch.items()}
+    assert texts == {h: json.dumps(msg, separators=COMPACT) for h, msg in batch.items()}
+    encoded = [c.args[0] for c in dumps.call_args_list]
+    assert sum(e is frame["members"] for e in encoded) == 1  # once for the batch, not once a message
+    assert [sum(e is m for e in encoded) for m in mappings.values()] == [1, 1, 1]  # each in two messages
+
+
+def test_a_part_changed_after_the_batch_is_encoded_afresh_once_the_memo_is_cleared():
+    part = {"offset_ns": 1.0}
+    parts = SharedParts()
+    assert parts.dumps({"hosts": {"h1": part}}) == '{"hosts":{"h1":{"offset_ns":1.0}}}'
+    part["offset_ns"] = 2.0
+    parts.clear()
+    assert parts.dumps({"hosts": {"h1": part}}) == '{"hosts":{"h1":{"offset_ns":2.0}}}'

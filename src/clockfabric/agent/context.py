@@ -14,6 +14,7 @@ from clockfabric.agent.config import CONTROL_PORT
 from clockfabric.auth.seal import CONTROL, Sealer
 from clockfabric.clock.delays import OWD_TRUST_NS
 from clockfabric.probe import wire
+from clockfabric.wirejson import COMPACT
 
 if TYPE_CHECKING:
     from clockfabric.agent.config import AgentConfig
@@ -67,10 +68,12 @@ class AgentContext:
         for wake in self.on_news:
             wake()
 
-    def send(self, host: str, msg: dict) -> None:
-        """A control message to another host's agent, sealed, counted in the probe engine's bytes."""
+    def send(self, host: str, msg: dict | str) -> None:
+        """A control message to another host's agent (a str: its JSON already), sealed, counted in
+        the probe engine's bytes."""
         address = self.addresses[host]
-        data, _ = self.sealers[CONTROL].seal(json.dumps(msg, separators=(",", ":")).encode(), address)
+        text = msg if isinstance(msg, str) else json.dumps(msg, separators=COMPACT)
+        data, _ = self.sealers[CONTROL].seal(text.encode(), address)
         try:
             self.control.sendto(data, (address, CONTROL_PORT))
             self.engine.counters["control_bytes_sent"] += len(data) + wire.IP_UDP_ETH_OVERHEAD

@@ -167,7 +167,8 @@ class Solver:
                    for h, i in self.index.items() if h in fresh}
         near = neighbours({h: [e[0] for e in edges if e[0] in fresh] for h, edges in fresh.items()})
         parts = len({int(sol.component[self.index[h]]) for h in fresh})
-        return {h: {"t": "map", "parts": parts, "frame": self.frame.as_dict(),
+        frame = self.frame.as_dict()  # one object in every message: encoded once (wirejson.SharedParts)
+        return {h: {"t": "map", "parts": parts, "frame": frame,
                     "dropped_edges": int((~sol.kept).sum()), "unsynced": reasons,
                     "hosts": {p: mapping[p] for p in (near[h] | {h}) if p in mapping}}
                 for h in fresh}

@@ -39,6 +39,7 @@ from clockfabric.clock.network import solver_installed
 from clockfabric.clock.solver import YOUNG_WINDOWS, Solver
 from clockfabric.clock.sync import HostSync
 from clockfabric.errors import ClockfabricError
+from clockfabric.wirejson import SharedParts
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,10 @@ class ClockSync(Service):
         self._exchanged = -math.inf
         self._solving_since = time.monotonic()
         self.solver = self._new_solver() if cfg.host == cfg.reference else None
-        self.maps = Fanout(ctx.send, len(cfg.topology.hosts) - 1, MAP_SPREAD * cfg.update_s)
+        # a solve's maps share its frame and mappings: each is encoded once for all of them
+        self._map_parts = SharedParts()
+        self.maps = Fanout(lambda host, msg: ctx.send(host, self._map_parts.dumps(msg)), len(cfg.topology.hosts) - 1,
+                           MAP_SPREAD * cfg.update_s)
         self._installed: bool | None = None  # the solver extra is here (None: not asked yet)
         self._solve_due = math.inf
         self._utc_seen: deque[tuple[int, int]] = deque()  # (our clock, our clock minus UTC)
@@ -367,6 +371,7 @@ class ClockSync(Service):
     def _solve(self, solver: Solver, *, urgent: bool = False, only: set[str] | None = None) -> None:
         """Solve and send the maps (spread out: self.maps): to every reporting host, or `only`
         to these."""
+        self._map_parts.clear()  # the maps still waiting are encoded afresh
         for host, msg in solver.solve(self.ctx.clock.now_ns()).items():
             if only is None or host in only:  # one replacing an urgent map still unsent is urgent too
                 hurry = urgent or (self.maps.waiting(host) or {}).get("urgent")
