@@ -1,4 +1,5 @@
-"""agent.fanout: a message to each of many hosts, spread out in time, the newest per host."""
+"""agent.fanout: a message to each of many hosts, spread out in time, the newest per host; those
+due close together leave in one wake."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import pytest
 
-from clockfabric.agent.fanout import Fanout
+from clockfabric.agent.fanout import WAKE_S, Fanout
 
 
 def fanout(hosts: int = 4, spread_s: float = 0.2) -> tuple[Fanout, list[tuple[str, dict]]]:
@@ -44,3 +45,18 @@ def test_an_idle_spell_saves_no_credit_for_a_burst():
     out.put("h1", {})
     out.put("h2", {})
     assert out.flush(50.0) == pytest.approx(50.1) and len(sent) == 2  # one now, the next a gap on
+
+
+def test_messages_due_within_a_wake_of_each_other_leave_together_none_early():
+    clock = [0.0]
+    sent: list[tuple[str, float]] = []
+    out = Fanout(lambda h, m: sent.append((h, clock[0])), 32, 0.25)  # 7.8 ms apart
+    for k in range(32):
+        out.put(f"h{k}", {})
+    wakes = 0
+    while (due := out.flush(clock[0])) != math.inf:  # the caller wakes when it is told
+        wakes, clock[0] = wakes + 1, due
+    assert [h for h, _ in sent] == [f"h{k}" for k in range(32)]
+    gap = 0.25 / 32
+    assert all(k * gap - 1e-9 <= at < k * gap + WAKE_S for k, (_, at) in enumerate(sent))  # late by under a wake
+    assert wakes <= math.ceil(0.25 / WAKE_S) + 1  # not one a message: each wake costs the loop a poll

@@ -9,12 +9,18 @@ meets the queue TCP leaves, not one of its own making.
 
 A newer message to a host replaces one still waiting (a map superseded by the next solve's is
 never sent), so what waits is at most one message a host, whatever the solves' pace.
+
+Each wake that sends costs the caller's loop a poll, so messages due within WAKE_S of a send
+wait for one wake and leave together, each late by less than WAKE_S, none early: at 32 hosts
+over a quarter of a second, 13 wakes instead of 32, each sending 20 ms of the spread.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
+WAKE_S = 0.02  # the least time between two wakes that send
 
 
 class Fanout:
@@ -24,6 +30,7 @@ class Fanout:
         self.gap_s = spread_s / max(1, hosts)
         self._waiting: dict[str, dict] = {}  # host -> its newest message, oldest host first
         self._next_s = -math.inf  # when the next message may leave
+        self._sent_s = -math.inf  # when the last wake that sent was
         self._spell = False  # a message was put while none waited
         self.replaced = 0  # messages superseded before they left
 
@@ -42,11 +49,13 @@ class Fanout:
         """Send what is due by now; when the next message is due (inf: none waits)."""
         if self._spell:  # no credit saved up while idle; a late wake within a spell catches up
             self._next_s, self._spell = max(self._next_s, now_s), False
+        if self._waiting and self._next_s <= now_s:
+            self._sent_s = now_s
         while self._waiting and self._next_s <= now_s:
             host = next(iter(self._waiting))
             self._send(host, self._waiting.pop(host))
             self._next_s += self.gap_s
-        return self._next_s if self._waiting else math.inf
+        return max(self._next_s, self._sent_s + WAKE_S) if self._waiting else math.inf
 
     def __len__(self) -> int:
         return len(self._waiting)
