@@ -52,6 +52,19 @@ def test_the_router_names_the_services_it_handed_messages_since_last_asked():
     assert router.taken() == set()
 
 
+def test_a_message_its_service_says_moves_nothing_sooner_does_not_poll_it():
+    clock, qos = Recorder("clock", "map", "report"), Recorder("qos", "qos_queues")
+    clock.on_message = lambda msg, reply_to: msg["t"] != "report"  # type: ignore[method-assign]
+    router = Router([clock, qos])
+    send(router, {"t": "report"})
+    send(router, {"t": "qos_queues"})
+    assert router.taken() == {qos}  # handed, not polled for it
+    send(router, {"t": "report"})
+    send(router, {"t": "map"})
+    send(router, {"t": "report"})  # a later one does not take back an earlier one's poll
+    assert router.taken() == {clock}
+
+
 def test_a_service_is_polled_at_its_time_and_after_its_messages_alone():
     clock, qos, lldp = Recorder("clock", "map"), Recorder("qos", "qos_queues"), Recorder("lldp")
     polls = Polls([clock, qos, lldp])

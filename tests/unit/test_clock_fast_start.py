@@ -212,3 +212,22 @@ def test_a_clock_that_says_it_was_set_puts_the_host_in_doubt_and_a_hurry_at_the_
     svc.poll(mono.now)
     assert svc.sync.doubted and svc.hurried and published
     assert svc.sync.mapping.uncertainty_ns >= 50_000_000 + 50.0
+
+
+def test_only_a_message_that_moves_the_clocks_next_poll_sooner_asks_for_one(mono):
+    """A plain report (each host's, once an update, at the solver) and a map change nothing the
+    service's next poll would do sooner: the loop is not woken for them. A starting host's report,
+    a stepped clock's, and a neighbour's step are."""
+    fleet = fleet12()
+    ref, _, _ = service("h0", fleet)
+    mono.now += 10.0
+    ref.poll(mono.now)
+    plain = {"t": "report", "host": "h3", "edges": []}
+    assert ref.on_message(plain, address(ref, "h3")) is False
+    assert ref.on_message({**plain, "host": "h5", "start": True}, address(ref, "h5")) is not False
+    assert ref.on_message({**plain, "host": "h7", "urgent": True}, address(ref, "h7")) is not False
+    svc, _, _ = service("h1", fleet)
+    svc.poll(mono.now)
+    msg = {"t": "map", "hosts": {"h1": Mapping(EPOCH, 0.0, 0.0, 100.0).as_dict()}}
+    assert svc.on_message(msg, address(svc, "h0")) is False and svc.sync.mapping is not None
+    assert svc.on_message({"t": "stepped", "delta_ns": 1e6}, address(svc, "h2")) is not False

@@ -4,8 +4,8 @@ One agent per host, in a lab namespace or on a real machine; nothing in here kno
 The probe engine runs in its own thread (timestamps and coded pairs want a quick hand);
 everything else happens in the main loop: each control message goes to the service that
 handles its type; a service is polled when the time it asked for comes and after a message of
-its own (service.Polls), and polled and ticked once per update; after
-each update their reports are published as the host's state file.
+its own that it did not say moves nothing sooner (service.Polls), and polled and ticked once
+per update; after each update their reports are published as the host's state file.
 """
 
 from __future__ import annotations

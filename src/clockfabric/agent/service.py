@@ -11,9 +11,9 @@ Words, as the agent's code uses them:
 A service is built from the agent's shared context (context.py) when its config wants it,
 and then the agent drives it: `start()`; each control message of a type it declared in
 `handles` goes to `on_message`; `poll()` when the time it asked for comes, after a message of
-its own, and at each update (`Polls`: for work that cannot wait for the update; another
-service's wake-ups do not poll it); `tick()` once per update; its
-`report()` joins the published state (and so /metrics); its `snapshot()` joins each push to
+its own (unless on_message said it moves nothing sooner), and at each update (`Polls`: for
+work that cannot wait for the update; another service's wake-ups do not poll it); `tick()`
+once per update; its `report()` joins the published state (and so /metrics); its `snapshot()` joins each push to
 the controller; `stop()` in the reverse order of the start. One service's failure costs that
 call's work, not the agent (`Supervisor`): the host keeps its clock, probes and failover
 while the failure is counted and shown. A service registers itself with
@@ -67,7 +67,9 @@ class Service(ABC):  # noqa: B024 - every call is optional: a service overrides 
     def start(self) -> None:  # noqa: B027 - optional
         """Start its threads and sockets; the constructor only builds."""
 
-    def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
+    def on_message(self, msg: dict, reply_to: tuple[str, int]) -> bool | None:
+        """Take one message of a type it declared. False where it moves nothing the next poll
+        would do sooner than that poll asked for: the loop then does not poll it at once."""
         raise NotImplementedError(f"service {self.name} declared {msg.get('t')!r} but does not handle it")
 
     def poll(self, now_s: float) -> float:
@@ -135,8 +137,8 @@ class Router:
             if to is None or (kinds is not None and msg["t"] not in kinds):
                 self.bad_messages += 1
                 return False
-            self._delivered.add(to)
-            to.on_message(msg, reply_to)
+            if to.on_message(msg, reply_to) is not False:
+                self._delivered.add(to)
             return True
         except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError):
             # not JSON (or nested too deep), a field missing or of the wrong kind or size
@@ -148,14 +150,14 @@ class Router:
 
 
     def taken(self) -> set[Service]:
-        """The services handed a message since the last call."""
+        """The services handed a message since the last call that wants them polled at once."""
         out, self._delivered = self._delivered, set()
         return out
 
 
 class Polls:
     """When the agent's loop polls each service: when the time the service asked for comes and
-    after a message of its own (the update polls them all besides). One service's wake-ups cost
+    after a message of its own that wants it (the update polls them all besides). One service's wake-ups cost
     the others nothing: a loop that woke every service five times a second, whatever it asked,
     spent a tenth of an idle agent's CPU on those wake-ups."""
 

@@ -215,21 +215,24 @@ class ClockSync(Service):
         self._solve_due = min(self._solve_due, now_s + START_SOLVE_S)
         return True
 
-    def on_message(self, msg: dict, reply_to: tuple[str, int]) -> None:
+    def on_message(self, msg: dict, reply_to: tuple[str, int]) -> bool:
+        """Polled at once only after a message that moves its next poll sooner: a report asking
+        for a solve soon (a starting host's, a stepped clock's) and a neighbour's step. Each
+        host's report at the solver and each map change nothing its poll would do sooner."""
         hosts, sender = self.ctx.cfg.topology.hosts, self.ctx.engine.names[reply_to[0]]
         rank = self.succession.index(sender) if sender in self.succession else len(self.succession)
         if msg["t"] == "map" and rank > self.elected:
             self.ctx.rejected("not_solver")  # only the solver this host elected, or one before it, moves our clock
-            return
+            return False
         if msg["t"] == "map" and sender == self.ctx.cfg.host and not self.solving:
-            return  # our own, sent before the solve moved on
+            return False  # our own, sent before the solve moved on
         if not (valid_map(msg, hosts) if msg["t"] == "map" else valid_report(msg, sender, hosts)
                 if msg["t"] == "report" else _finite(msg.get("delta_ns"))):
             self.ctx.rejected("invalid")
-            return
+            return False
         if msg["t"] == "map" and rank < self.elected and not self.sync.frame_continues(msg):
             self.ctx.rejected("not_solver")  # an earlier solver started afresh (restarted): the fleet solves on
-            return
+            return False
         if msg["t"] == "report":
             if msg.get("solver", self.ctx.cfg.host) == self.ctx.cfg.host:
                 self._namers[sender] = time.monotonic()  # a host that takes us for its solver
@@ -239,18 +242,22 @@ class ClockSync(Service):
                 if msg.get("urgent"):  # a clock stepped: solve soon, once its neighbours also said so
                     self._urgent = True
                     self._solve_due = min(self._solve_due, time.monotonic() + URGENT_SOLVE_S)
-                elif msg.get("start"):
+                    return True
+                if msg.get("start"):
                     self._answer.add(sender)
                     self._solve_due = min(self._solve_due, time.monotonic() + START_SOLVE_S)
-        elif msg["t"] == "map":
+                    return True
+            return False
+        if msg["t"] == "map":
             if rank < self.elected and sender != self.ctx.cfg.host:  # one before ours solves for us again
                 log.warning("clock: %s solves again; its maps are taken", sender)
             self.elected, self._heard = rank, time.monotonic()
             self.sync.on_map(msg)
             if msg.get("urgent") or self.hurried:
                 self.ctx.publish()
-        else:  # "stepped"
-            self.sync.on_stepped(sender, float(msg["delta_ns"]))
+            return False
+        self.sync.on_stepped(sender, float(msg["delta_ns"]))  # "stepped": its pairs may want exchanges soon
+        return True
 
     def poll(self, now_s: float) -> float:
         self._take_exchanges()
