@@ -13,11 +13,12 @@ and then the agent drives it: `start()`; each control message of a type it decla
 `handles` goes to `on_message`; `poll()` when the time it asked for comes, after a message of
 its own (unless on_message said it moves nothing sooner), and at each update (`Polls`: for
 work that cannot wait for the update; another service's wake-ups do not poll it); `tick()`
-once per update; its `report()` joins the published state (and so /metrics); its `snapshot()` joins each push to
-the controller; `stop()` in the reverse order of the start. One service's failure costs that
-call's work, not the agent (`Supervisor`): the host keeps its clock, probes and failover
-while the failure is counted and shown. A service registers itself with
-`@service(name)` in a module of clockfabric.agent.services: adding one is adding a file.
+once per update; its `report()` joins the published state (and so /metrics); its
+`snapshot()` joins each push to the controller; `stop()` in the reverse order of the start.
+One service's failure costs that call's work, not the agent (`Supervisor`): the host keeps
+its clock, probes and failover while the failure is counted and shown. A service registers
+itself with `@service(name)` in a module of clockfabric.agent.services: adding one is adding
+a file.
 Every service can be left out of an agent by name (`clockfabric agent --disable NAME`).
 """
 
@@ -157,9 +158,9 @@ class Router:
 
 class Polls:
     """When the agent's loop polls each service: when the time the service asked for comes and
-    after a message of its own that wants it (the update polls them all besides). One service's wake-ups cost
-    the others nothing: a loop that woke every service five times a second, whatever it asked,
-    spent a tenth of an idle agent's CPU on those wake-ups."""
+    after a message of its own that wants it (the update polls them all besides). One service's
+    wake-ups cost the others nothing: a loop that woke every service five times a second,
+    whatever it asked, spent a tenth of an idle agent's CPU on those wake-ups."""
 
     def __init__(self, services: Iterable[Service]):
         self._at = {s: -math.inf for s in services}  # each service's next poll, at the latest
