@@ -155,3 +155,15 @@ def test_a_reading_between_gaps_is_a_dot_and_short_gaps_are_bridged(page):
     """, values)
     assert dots[0] == [0, 5], dots
     assert dots[1] == [1, None, None, None, None, 2, None, None, None, None, 3, *["bridged"] * 3, 4], dots
+
+
+def test_chromium_keeps_its_files_in_a_folder_quit_removes():
+    driver = chromium.driver()
+    scratch = driver.scratch
+    try:
+        driver.get("about:blank")
+        made = [p.name for p in scratch.iterdir()]
+        assert "profile" in made and any(name.startswith("org.chromium.Chromium.") for name in made), made
+    finally:
+        driver.quit()
+    assert not scratch.exists()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,11 +60,12 @@ def lab_name(prefix: str, hosts: int, classes: bool) -> str:
 def run_size(name: str, hosts: int, classes: bool, keys: list[str], seconds: float, bar: Progress, overall,
              stage_id, results: list[dict], failures: list[str], repeats: int = 1) -> None:
     leaves, spines = SHAPES.get(hosts, (max(2, hosts // 8), max(2, hosts // 8)))
-    path = Path(f"/tmp/{name}.yaml")
     bar.update(stage_id, description=f"{hosts:>2} hosts: lab up")
-    cli("topology", "generate", "leafspine", "--hosts", str(hosts), "--leaves", str(leaves), "--spines", str(spines),
-        "--host-rate", HOST_RATE, "--name", name, "-o", str(path), *(["--classes"] if classes else []))
-    cli("lab", "up", str(path), "--name", name, "--json")  # ±50 ms offsets, ±100 ppm drifts (defaults)
+    with tempfile.TemporaryDirectory(prefix="clockfabric-bench-") as scratch:  # the lab keeps its own copy
+        path = Path(scratch) / f"{name}.yaml"
+        cli("topology", "generate", "leafspine", "--hosts", str(hosts), "--leaves", str(leaves), "--spines",
+            str(spines), "--host-rate", HOST_RATE, "--name", name, "-o", str(path), *(["--classes"] if classes else []))
+        cli("lab", "up", str(path), "--name", name, "--json")  # ±50 ms offsets, ±100 ppm drifts (defaults)
     try:
         fab = Fabric(name)
         startup_s = STARTUP_S + STARTUP_PER_HOST_S * hosts  # Python start-up of N agents on 2 cores

@@ -190,8 +190,10 @@ def torchrun_run(sl: SshLab, ranks: list[str], spares: list[str], args: list[str
             how = ["--standalone"] if spare else ["--nnodes", str(len(ranks)), "--rdzv-backend", "c10d",
                                                   "--rdzv-endpoint", f"{login}:{PORT}", "--rdzv-id", "job"]
             log_file = folder / (f"spare-{host}.jsonl" if spare else f"rank{i}.jsonl")
+            # torchrun's own logs in the run's folder: by default it makes a folder in /tmp and leaves it
             argv = [*env, board, *([f"{control.SPARE_ENV}=1"] if spare else []), torchrun, *how,
-                    "--nproc-per-node", "1", "--max-restarts", "0", script, *args, "--log-file", str(log_file)]
+                    "--nproc-per-node", "1", "--max-restarts", "0", "--log-dir", str(folder / f"torchrun-{host}"),
+                    script, *args, "--log-file", str(log_file)]
             with open(folder / f"{host}.log", "wb") as log:
                 members.append(subprocess.Popen(sl.client([*sl.ssh_argv(host), *argv]), stdout=log,
                                                 stderr=subprocess.STDOUT))
