@@ -7,6 +7,7 @@ optional steps) read as an integer, exactly as kernel timestamps arrive in an Ex
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -177,25 +178,39 @@ def test_refit_recovers_offset_and_drift(ours, peer):
     assert w.steps == 0
 
 
-def test_the_drift_is_refitted_once_a_window_and_the_offset_at_every_refit():
+def test_the_drift_is_refitted_as_its_history_grows_by_an_eighth_and_the_offset_at_every_refit(monkeypatch):
     """The drift's fit over the whole history is the costly one, and a second of new points
-    moves a slope fitted over 8 windows by little: it is redone once a window. The offset's
+    moves a slope fitted over many windows by little: it is redone once the history has grown
+    by an eighth. Over the first seconds that is at every refit: a slope from the first half
+    second, kept a window, is what a starting host's offset would be carried by. The offset's
     fit, over the last window at that drift, follows every refit."""
     ours, peer = CLOCKS[3]
     probes = stream(ours, peer, 8.0, seed=4, queued=0.3)
     w = PairWindow("b")
-    fits = []
-    next_fit = probes[0].ex.tx[0] + 250_000_000
+    now, refits, drift_fits, fits = 0, [], [], []
+    fit_band_at_drift = pairs.fit_band
+
+    def fit_band(*args, **kwargs):
+        if "drift" not in kwargs:  # the slope's own fit, not a band at a given slope
+            drift_fits.append(now)
+        return fit_band_at_drift(*args, **kwargs)
+
+    monkeypatch.setattr(pairs, "fit_band", fit_band)
+    start = next_fit = probes[0].ex.tx[0]
     for p in probes:
         w.add(p.ex)
         if p.ex.rx[1] >= next_fit:
-            next_fit += 250_000_000
-            if (fit := w.refit(p.ex.rx[1])) is not None:
-                fits.append((p.ex.rx[1], fit))
-    drift_changes = [t for (t, f), (_, before) in zip(fits[1:], fits) if f.drift != before.drift]
-    assert len(drift_changes) >= 3
-    assert all(b - a >= w.window_ns for a, b in zip(drift_changes, drift_changes[1:]))
-    assert all(f.offset_ns != before.offset_ns for (_, f), (_, before) in zip(fits[1:], fits))
+            now, next_fit = p.ex.rx[1], next_fit + 250_000_000
+            refits.append(now)
+            if (fit := w.refit(now)) is not None:
+                fits.append(fit)
+    first_window = [t for t in refits if t - start < w.window_ns]
+    assert len(first_window) == 8 and [t for t in drift_fits if t - start < w.window_ns] == first_window
+    # never sooner than an eighth of the history held (the first exchange's to now): a second
+    # apart by the end
+    assert all(b - a >= (b - start) // 8 - 10_000_000 for a, b in pairwise(drift_fits))
+    assert drift_fits[-1] - drift_fits[-2] >= 750_000_000
+    assert all(f.offset_ns != before.offset_ns for before, f in pairwise(fits))
     assert abs(w.fit.drift - rel_drift(ours, peer)) < 5e-9
     assert abs(w.fit.offset_ns - theta(ours, peer, w.fit.center_ns)) < 20.0
 

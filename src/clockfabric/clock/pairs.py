@@ -91,9 +91,10 @@ class PairWindow:
         self._suspect: dict[bool, Step | None] = {True: None, False: None}
         self.seen = self.pure_fwd = self.pure_rev = 0
         # the drift's fit over the history, redone once an eighth of the history it spans has
-        # passed on our clock (at least a window), either way (a clock set back counts): a
-        # second's new points move a slope fitted over many seconds by little, and this fit is
-        # most of the agent's clock CPU
+        # passed on our clock, either way (a clock set back counts): a second's new points move
+        # a slope fitted over many seconds by little, and this fit is most of the agent's clock
+        # CPU; over the first seconds' few points it is cheap, and each update's new points
+        # matter most: a slope from a second of points, kept a window, is hundreds of ppb off
         self._long: PairFit | None = None
         self._long_at_ns = 0
         # the last refit's exchange count, time and answer: with no exchange since, a refit within
@@ -237,7 +238,7 @@ class PairWindow:
         if not len(recent_fwd) or not len(recent_rev):
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
         long = self._long
-        if long is None or not long.pinned or abs(now_ns - self._long_at_ns) >= max(self.window_ns, held // 8):
+        if long is None or not long.pinned or abs(now_ns - self._long_at_ns) >= held // 8:
             prior = self.fit.drift if self.fit else self.drift_prior
             every_fwd, every_rev = _tail(self.fwd), _tail(self.rev)
             long = fit_band(every_fwd, every_rev, _middle(every_fwd, every_rev), prior_drift=prior)
