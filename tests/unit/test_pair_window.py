@@ -215,6 +215,36 @@ def test_the_drift_is_refitted_as_its_history_grows_by_an_eighth_and_the_offset_
     assert abs(w.fit.offset_ns - theta(ours, peer, w.fit.center_ns)) < 20.0
 
 
+def test_after_a_cut_the_drift_is_refitted_once_a_window_at_most(monkeypatch):
+    """After a cut the slope from before it stands in, and the fit over the new points waits a
+    window: its first points may be a queue's, or an exchange begun before the step."""
+    ours, peer = CLOCKS[3]
+    probes = stream(ours, peer, 10.0, seed=5, queued=0.3)
+    w = PairWindow("b")
+    now, drift_fits = 0, []
+    fit_band_at_drift = pairs.fit_band
+
+    def fit_band(*args, **kwargs):
+        if "drift" not in kwargs:
+            drift_fits.append(now)
+        return fit_band_at_drift(*args, **kwargs)
+
+    monkeypatch.setattr(pairs, "fit_band", fit_band)
+    start = next_fit = probes[0].ex.tx[0]
+    cut_at = None
+    for p in probes:
+        w.add(p.ex)
+        if cut_at is None and p.ex.tx[0] - start >= 4_000_000_000:
+            w.shift(Step(w.seen + 1, p.ex.tx[0], 0.0))  # a step of nothing: only the cut counts
+            cut_at = p.ex.tx[0]
+        if p.ex.rx[1] >= next_fit:
+            now, next_fit = p.ex.rx[1], next_fit + 250_000_000
+            w.refit(now)
+    after = [t for t in drift_fits if t > cut_at]
+    assert len(after) >= 2 and all(b - a >= w.window_ns for a, b in pairwise(after))
+    assert w.steps == 1 and abs(w.fit.drift - rel_drift(ours, peer)) < 50e-9
+
+
 def test_refit_is_none_until_both_directions_have_pure_points():
     ours, peer = TrueClock(), TrueClock(5_000_000.0, 10e-6)
     w = PairWindow("b")

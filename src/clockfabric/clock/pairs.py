@@ -93,8 +93,11 @@ class PairWindow:
         # the drift's fit over the history, redone once an eighth of the history it spans has
         # passed on our clock, either way (a clock set back counts): a second's new points move
         # a slope fitted over many seconds by little, and this fit is most of the agent's clock
-        # CPU; over the first seconds' few points it is cheap, and each update's new points
-        # matter most: a slope from a second of points, kept a window, is hundreds of ppb off
+        # CPU. Over a pair's first seconds its few points make it cheap and each update's new
+        # ones matter most: a slope from a second of points, kept a window, is hundreds of ppb
+        # off. After a cut the slope from before it stands in (as a prior) and the fit waits a
+        # window at least: its first points may be a queue's, or an exchange that began before
+        # the step, and a slope refitted to each of them swings
         self._long: PairFit | None = None
         self._long_at_ns = 0
         # the last refit's exchange count, time and answer: with no exchange since, a refit within
@@ -238,7 +241,7 @@ class PairWindow:
         if not len(recent_fwd) or not len(recent_rev):
             return self.fit if self.fit and now_ns - self.fit.center_ns < self.window_ns else None
         long = self._long
-        if long is None or not long.pinned or abs(now_ns - self._long_at_ns) >= held // 8:
+        if long is None or not long.pinned or abs(now_ns - self._long_at_ns) >= self._drift_every(held):
             prior = self.fit.drift if self.fit else self.drift_prior
             every_fwd, every_rev = _tail(self.fwd), _tail(self.rev)
             long = fit_band(every_fwd, every_rev, _middle(every_fwd, every_rev), prior_drift=prior)
@@ -271,6 +274,10 @@ class PairWindow:
             recent = replace(wide, margin_ns=recent.margin_ns, n_fwd=recent.n_fwd, n_rev=recent.n_rev)
         self.fit = replace(recent, pinned=long.pinned)
         return self.fit
+
+    def _drift_every(self, held_ns: int) -> int:
+        """How long the drift's fit over `held_ns` of history stands before it is redone."""
+        return held_ns // 8 if self.steps == 0 else max(self.window_ns, held_ns // 8)
 
     def ntp(self) -> NtpSample | None:
         """NTP's filter: of the window's exchanges, the one with the smallest round trip."""
