@@ -178,6 +178,21 @@ def test_refit_recovers_offset_and_drift(ours, peer):
     assert w.steps == 0
 
 
+def slope_fits(monkeypatch, now: list[int]) -> list[int]:
+    """Each fit of a pair's slope over its history (not a band at a given slope), from now on,
+    as the time `now[0]` held when it was made."""
+    made: list[int] = []
+    fit_band = pairs.fit_band
+
+    def counted(*args, **kwargs):
+        if "drift" not in kwargs:
+            made.append(now[0])
+        return fit_band(*args, **kwargs)
+
+    monkeypatch.setattr(pairs, "fit_band", counted)
+    return made
+
+
 def test_the_drift_is_refitted_as_its_history_grows_by_an_eighth_and_the_offset_at_every_refit(monkeypatch):
     """The drift's fit over the whole history is the costly one, and a second of new points
     moves a slope fitted over many windows by little: it is redone once the history has grown
@@ -187,22 +202,15 @@ def test_the_drift_is_refitted_as_its_history_grows_by_an_eighth_and_the_offset_
     ours, peer = CLOCKS[3]
     probes = stream(ours, peer, 8.0, seed=4, queued=0.3)
     w = PairWindow("b")
-    now, refits, drift_fits, fits = 0, [], [], []
-    fit_band_at_drift = pairs.fit_band
-
-    def fit_band(*args, **kwargs):
-        if "drift" not in kwargs:  # the slope's own fit, not a band at a given slope
-            drift_fits.append(now)
-        return fit_band_at_drift(*args, **kwargs)
-
-    monkeypatch.setattr(pairs, "fit_band", fit_band)
+    now, refits, fits = [0], [], []
+    drift_fits = slope_fits(monkeypatch, now)
     start = next_fit = probes[0].ex.tx[0]
     for p in probes:
         w.add(p.ex)
         if p.ex.rx[1] >= next_fit:
-            now, next_fit = p.ex.rx[1], next_fit + 250_000_000
-            refits.append(now)
-            if (fit := w.refit(now)) is not None:
+            now[0], next_fit = p.ex.rx[1], next_fit + 250_000_000
+            refits.append(now[0])
+            if (fit := w.refit(now[0])) is not None:
                 fits.append(fit)
     first_window = [t for t in refits if t - start < w.window_ns]
     assert len(first_window) == 8 and [t for t in drift_fits if t - start < w.window_ns] == first_window
@@ -221,15 +229,8 @@ def test_after_a_cut_the_drift_is_refitted_once_a_window_at_most(monkeypatch):
     ours, peer = CLOCKS[3]
     probes = stream(ours, peer, 10.0, seed=5, queued=0.3)
     w = PairWindow("b")
-    now, drift_fits = 0, []
-    fit_band_at_drift = pairs.fit_band
-
-    def fit_band(*args, **kwargs):
-        if "drift" not in kwargs:
-            drift_fits.append(now)
-        return fit_band_at_drift(*args, **kwargs)
-
-    monkeypatch.setattr(pairs, "fit_band", fit_band)
+    now = [0]
+    drift_fits = slope_fits(monkeypatch, now)
     start = next_fit = probes[0].ex.tx[0]
     cut_at = None
     for p in probes:
@@ -238,8 +239,8 @@ def test_after_a_cut_the_drift_is_refitted_once_a_window_at_most(monkeypatch):
             w.shift(Step(w.seen + 1, p.ex.tx[0], 0.0))  # a step of nothing: only the cut counts
             cut_at = p.ex.tx[0]
         if p.ex.rx[1] >= next_fit:
-            now, next_fit = p.ex.rx[1], next_fit + 250_000_000
-            w.refit(now)
+            now[0], next_fit = p.ex.rx[1], next_fit + 250_000_000
+            w.refit(now[0])
     after = [t for t in drift_fits if t > cut_at]
     assert len(after) >= 2 and all(b - a >= w.window_ns for a, b in pairwise(after))
     assert w.steps == 1 and abs(w.fit.drift - rel_drift(ours, peer)) < 50e-9
