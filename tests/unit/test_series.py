@@ -286,6 +286,23 @@ def test_path_readings_are_each_paths_newest_and_when_of_the_hosts_asked(series,
         assert sorted(r[0] for r in recent) == [hosts[0], hosts[0], hosts[1], hosts[1]]  # h2's newest is 3 s old
 
 
+def test_a_path_silent_past_the_paths_lookback_is_not_read_as_its_newest(series, series_engine):
+    """A probe path's readings look back PATH_LOOKBACK_S, not the hour of other "latest" reads: a
+    path no agent wrote in that long is no longer measured, and the engine reads every sample
+    inside the window."""
+    tag = uuid.uuid4().hex[:8]
+    now_ms = time.time_ns() // 1_000_000
+    old_ms = now_ms - (read.PATH_LOOKBACK_S + 60) * 1000
+    lines = [line("owd_p50_ns", 10.0, {"dst": f"peer-{tag}", "path": "live"}, now_ms - 1000, host=f"a-{tag}"),
+             line("owd_p50_ns", 20.0, {"dst": f"peer-{tag}", "path": "gone"}, old_ms, host=f"a-{tag}"),
+             line("owd_p50_ns", 30.0, {"dst": f"peer-{tag}", "path": "gone"}, old_ms, host=f"b-{tag}")]
+    httpx.post(series_engine.url + "/api/v1/import/prometheus", content="\n".join(lines), timeout=5.0).raise_for_status()
+    until(lambda: len(series.latest("owd_p50_ns", match={"dst": f"peer-{tag}"})) == 3, series_engine.url)
+    assert [d for d in series.delays("owd_p50_ns") if tag in d[1]] == [(f"a-{tag}", f"peer-{tag}", "live", 10.0)]
+    assert [r[:4] for r in series.path_readings("owd_p50_ns", hosts=[f"a-{tag}", f"b-{tag}"])] == [
+        (f"a-{tag}", f"peer-{tag}", "live", 10.0)]
+
+
 def test_ranges_of_several_names_are_a_query_and_each_sample_keeps_its_name(series, series_engine, monkeypatch):
     """Names whose selectors differ only by name are one query (a delay's are another: its labels
     are the engine's own); each sample comes back under its name, scaled, name by name."""

@@ -24,6 +24,12 @@ from clockfabric.serieswire import HOST, SERVED, from_engine, sample_name, serie
 
 BUDGET_S = 2.0
 LOOKBACK_S = 3600  # "latest" with no `since`: a series silent for an hour is gone
+# ... and of a probe path's readings (`delays`, `path_readings`): an agent writes every path it
+# probes at each update (a second), so a path silent this long is no longer measured (its host
+# down, the path gone). The engine reads every sample of a series inside the window, so an hour
+# of a second's samples costs a fleet-wide read of delays 1.2-1.6x what five minutes'
+# do (docs/notes/2026-12-07-series-lookback.md)
+PATH_LOOKBACK_S = 300
 RANGE_POINTS = 1000  # query_range's steps at most, so a wide window does not ask for millions
 FLUSH_EVERY_S = 1.0  # `fresh()`'s flushes at most this often, however many ask
 # a fleet-wide read of delays is made in slices of hosts of about this many series: parsing one
@@ -225,12 +231,13 @@ class Series:
             out.append((host, labels, _scaled(float(r["value"][1]), scale)))
         return out
 
-    def _newest(self, sel: str, since_ns: int | None, now_ns: int | None) -> Iterator[tuple[dict, float, int]]:
-        """Each series of the selector `sel` written since `since_ns` (None: LOOKBACK_S) as of
-        `now_ns` (None: now): its labels, newest value and that value's time, the engine's two
+    def _newest(self, sel: str, since_ns: int | None, now_ns: int | None,
+                lookback_s: int = LOOKBACK_S) -> Iterator[tuple[dict, float, int]]:
+        """Each series of the selector `sel` written since `since_ns` (None: `lookback_s` ago) as
+        of `now_ns` (None: now): its labels, newest value and that value's time, the engine's two
         answers joined by series."""
         now_ns = time.time_ns() if now_ns is None else now_ns
-        window_s = max(1, -(-(now_ns - since_ns) // 1_000_000_000)) if since_ns is not None else LOOKBACK_S
+        window_s = max(1, -(-(now_ns - since_ns) // 1_000_000_000)) if since_ns is not None else lookback_s
         ranged, at = f"{sel}[{window_s}s]", {"time": f"{now_ns / 1e9:.3f}"}
         values, times = self._pool.map(lambda fn: self.query("/api/v1/query", {"query": f"{fn}({ranged})", **at}),
                                        ("last_over_time", "tlast_over_time"))
@@ -241,7 +248,7 @@ class Series:
     def delays(self, name: str, *, hosts: list[str] | None = None,
                budget_s: float | None = None) -> list[tuple[str, str, str, float]]:
         """The newest value of each probe path's delay `name` (owd_p50_ns, ...) of the last
-        LOOKBACK_S, as (src, dst, path, ns): the heatmap's shape, with no write times and no
+        PATH_LOOKBACK_S, as (src, dst, path, ns): the heatmap's shape, with no write times and no
         Samples built (a fleet-wide read is 40 series a host, 400,000 at 10,000 hosts). Read in
         slices of `hosts` (None: the hosts that wrote it), each of about SLICE_SERIES series;
         `budget_s` is each query's."""
@@ -254,7 +261,7 @@ class Series:
         done, size = 0, FIRST_SLICE_HOSTS
         while done < len(hosts):
             end = _slice_end(hosts, done, size)
-            sel = f"{_selector(name, {}, hosts[done:end])}[{LOOKBACK_S}s]"
+            sel = f"{_selector(name, {}, hosts[done:end])}[{PATH_LOOKBACK_S}s]"
             rows = self.query("/api/v1/query", {"query": f"last_over_time({sel})"}, budget_s=budget_s)
             out += [(m.get(HOST, ""), m.get("peer", ""), m.get("path", ""), _scaled(float(r["value"][1]), scale))
                     for r in rows if (m := r["metric"])]
@@ -265,7 +272,7 @@ class Series:
     def path_readings(self, name: str, *, hosts: list[str] | None = None, since_ns: int | None = None,
                       now_ns: int | None = None) -> list[tuple[str, str, str, float, int]]:
         """The newest reading of each probe path's `name` (a delay, a floor, the class stream's)
-        written since `since_ns` (None: LOOKBACK_S) and when, as (src, dst, path, value, t_ns):
+        written since `since_ns` (None: PATH_LOOKBACK_S) and when, as (src, dst, path, value, t_ns):
         `latest`'s, with no Samples built. `hosts`: those
         that measured them (None: every host that wrote `name`), a query pair a slice of them."""
         if hosts is None:
@@ -275,13 +282,15 @@ class Series:
         scale = from_engine(name, "", {})[1]
         return [(m.get(HOST, ""), m.get(dst, ""), m.get("path", ""), _scaled(value, scale), t_ns)
                 for alt in alternations(hosts)
-                for m, value, t_ns in self._newest(_selector(name, {}, None, {HOST: alt}), since_ns, now_ns)]
+                for m, value, t_ns in self._newest(_selector(name, {}, None, {HOST: alt}), since_ns, now_ns,
+                                                   PATH_LOOKBACK_S)]
 
     def _writers(self, name: str, budget_s: float | None) -> list[str]:
-        """The hosts that wrote `name` in the last LOOKBACK_S (the engine's index: no sample read)."""
+        """The hosts that wrote the path readings `name` in the last PATH_LOOKBACK_S (the engine's
+        index: no sample read)."""
         budget = budget_s or self.budget_s
         try:
-            params = {"match[]": _selector(name, {}, None), "start": f"{time.time() - LOOKBACK_S:.3f}"}
+            params = {"match[]": _selector(name, {}, None), "start": f"{time.time() - PATH_LOOKBACK_S:.3f}"}
             r = self._client.get(self.url + f"/api/v1/label/{HOST}/values", params=params,
                                  timeout=httpx.Timeout(budget + 0.5, connect=min(1.0, budget)))
             r.raise_for_status()
