@@ -5,14 +5,19 @@ pushed event shows in the events view within 1 s.
 
 The controller runs as it does in production (uvicorn, SQLite, the detectors replayed from the
 database) on loopback; its clock is set to the moment the database was generated, so the
-synthetic week ends "now" however long the generation took.
+synthetic week ends "now" however long the generation took. The engine's clock is not: while the
+routes are timed, the fleet's newest round (link states, every path's delays) is written again
+every REWRITE_S, as its agents would, so that a path's newest delay is always within the
+reader's look-back.
 """
 
 from __future__ import annotations
 
+import random
 import socket
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +31,7 @@ from rich.table import Table
 
 from clockfabric.auth.credential import host_token
 from clockfabric.bench import chromium, harness
-from clockfabric.bench.controller.dashboard_fleet import Shape, engine_sink, generate
+from clockfabric.bench.controller.dashboard_fleet import Shape, engine_sink, generate, history, latest_round
 from clockfabric.bench.harness import BENCHMARKS, RESULTS, Target, record
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
 from clockfabric.controller.dashboard.fresh import SHARE
@@ -35,6 +40,7 @@ from clockfabric.controller.monitor import Monitor
 from clockfabric.controller.series.path import SeriesPath
 from clockfabric.controller.server import Listen, server, start_in_thread
 from clockfabric.controller.storage.sqlite import SqliteStorage
+from clockfabric.serieswire import line
 
 ROUTE_P95_MS, RENDER_S = 200.0, 1.0
 RENDER_GIVE_UP_S = 20.0
@@ -43,6 +49,7 @@ FIRST_OF_SECOND = "owd, first of its second"  # a heatmap no request of the last
 LAG_S, LAG_PUSHES, MARK = 1.0, 10, "dashboard_mark"  # the live-update bar; pushes timed; their events' kind
 TOKEN = "b" * 32
 VIEWS = ("fleet", "fabric", "owd", "events", "audit", "jobs")
+REWRITE_S = 30.0  # the newest round written again this often while the routes are timed
 DEFAULT_JSON = RESULTS / "dashboard.json"
 out = Console()
 
@@ -65,6 +72,23 @@ def routes(now_ns: int) -> list[tuple[str, str, dict]]:
             ("jobs", f"/api/v1/jobs/{job}/why", {"since": "5m"}),
             ("jobs", "/api/v1/dashboard/job-series", {"jobid": job, "since": "5m"}),
             (BASELINE, "/api/v1/owd", {"stat": "p50"})]
+
+
+def rewrite(url: str, bodies: list[bytes], stop: threading.Event) -> None:
+    """`bodies` (lines with no time: the engine stamps them as it takes them) written again every
+    REWRITE_S until `stop`: built once, so the routes timed beside it share the interpreter with
+    no more than an HTTP client's sends."""
+    with httpx.Client(base_url=url, timeout=60) as client:
+        while not stop.wait(REWRITE_S):
+            for b in bodies:
+                client.post("/api/v1/import/prometheus", content=b).raise_for_status()
+
+
+def newest_round(shape: Shape) -> list[bytes]:
+    """The fleet's newest round (`latest_round`) as import bodies of lines with no time."""
+    rows = latest_round(shape.topology(), shape, random.Random(shape.seed), 0)
+    return ["".join(line(s.name, s.value, s.labels, None, host=s.host) + "\n" for s in rows[i:i + 50_000]).encode()
+            for i in range(0, len(rows), 50_000)]
 
 
 def time_routes(url: str, now_ns: int, repeats: int) -> list[dict]:
@@ -187,6 +211,10 @@ def main(hosts: Annotated[int, typer.Option(min=10)] = 2000, days: Annotated[flo
         series.start()
         t0 = time.perf_counter()
         made = generate(path, shape, time.time_ns(), engine_sink(series.url))
+        with httpx.Client(base_url=series.url, timeout=300) as engine_http:
+            made["samples"] += history(lambda b: engine_http.post("/api/v1/import", content=b).raise_for_status(),
+                                       lambda: engine_http.get("/internal/force_flush").raise_for_status(),
+                                       shape, made["now_ns"])
         httpx.get(series.url + "/internal/force_flush", timeout=60)  # all of it searchable before the timing
         generated_s = time.perf_counter() - t0
         out.print(f"database: {made['hosts']} hosts, {made['events']} events over {days:g} days, "
@@ -203,10 +231,15 @@ def main(hosts: Annotated[int, typer.Option(min=10)] = 2000, days: Annotated[flo
         listen = Listen(port=free_port())
         srv = server(fleet, TOKEN, listen)
         thread = start_in_thread(srv)
+        stop = threading.Event()
+        writer = threading.Thread(target=rewrite, args=(series.url, newest_round(shape), stop), daemon=True)
+        writer.start()
         try:
             rows = time_routes(listen.url, made["now_ns"], repeats)
             page = time_page(listen.url, renders, pusher(listen.url, sorted(topo.hosts)[0], fleet.clock), screenshots)
         finally:
+            stop.set()
+            writer.join(60)
             srv.should_exit = True
             thread.join(10)
             storage.close()

@@ -1,16 +1,20 @@
 """A synthetic controller database and series engine for the dashboard's scale targets: a fleet
 of N hosts on a multi-plane leaf-spine, a week of their events, alerts and audits in the database,
-the newest of every series the views read (link states, the OWD matrix) and jobs with flows over
-their last minutes in the engine.
+the newest of every series the views read (link states, the OWD matrix), the hour of a second's
+updates behind the heatmap's statistic (`history`), and jobs with flows over their last minutes
+in the engine.
 
 What is not synthesised: a week of every sample. No view reads it (they read the latest and
-windows of minutes), so the engine holds the newest round plus the jobs' window.
+windows of minutes). The hour behind the heatmap's delays is there because a "latest" read costs
+the engine every sample in its look-back, not the newest alone
+(docs/notes/2026-12-07-series-lookback.md).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +23,7 @@ from clockfabric.audit.model import CheckResult, Finding, Report, Verdict
 from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Alert, Audit, Event
 from clockfabric.controller.storage.sqlite import SqliteStorage
-from clockfabric.serieswire import line
+from clockfabric.serieswire import SERVED, line, series_name
 from clockfabric.topology import Topology, interfaces, multirail
 
 WEEK_NS = 7 * 86400 * 10**9
@@ -28,6 +32,8 @@ BATCH = 50_000
 EVENT_KINDS = (("link_down", 2), ("link_up", 2), ("clock_step", 1), ("agent_start", 1), ("lldp_change", 1),
                ("failover_switch", 1), ("nic_errors", 2))
 OWD_STATS = ("min", "p50", "p99", "floor")
+HISTORY_STAT, HISTORY_S = "p50", 3600  # the heatmap opens on p50; an hour, the longest "latest" look-back
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 FLOW_STATS = ("tx_bps", "rx_bps", "rtt_us", "retransmits_total", "cwnd", "delivery_bps")
 
 
@@ -91,6 +97,31 @@ def generate(path: Path, shape: Shape, now_ns: int, sink: Callable[[list[Sample]
     return facts
 
 
+def history(post: Callable[[bytes], object], flush: Callable[[], object], shape: Shape, now_ns: int, *,
+            seconds: int = HISTORY_S, chunk_s: int = 300) -> int:
+    """The hour before `now_ns` of every probe path's HISTORY_STAT delay, a value a second as an
+    agent writes it (its newest round's, within 5%), as JSON-line bodies `post`ed to the engine's
+    /api/v1/import: `chunk_s` at a time, oldest first, each chunk `flush`ed into parts of its own,
+    as a live fleet's writes land. Returns the samples written."""
+    topo = shape.topology()
+    name = f"owd_{HISTORY_STAT}_ns"
+    rows = [s for s in latest_round(topo, shape, random.Random(shape.seed), now_ns) if s.name == name]
+    labels = [dict(_LABEL.findall(line(s.name, s.value, s.labels, None, host=s.host))) for s in rows]
+    scale = 1e-9 if name in SERVED else 1.0  # the engine holds a delay in seconds
+    rng, end_ms, written = random.Random(shape.seed + 1), now_ns // 1_000_000 - 1000, 0
+    for start_s in range(seconds, 0, -chunk_s):
+        stamps = [end_ms - 1000 * k for k in range(start_s - 1, max(start_s - chunk_s, 0) - 1, -1)]
+        for i in range(0, len(rows), 2000):
+            body = "\n".join(json.dumps({"metric": {"__name__": series_name(name), **labels[j]},
+                                         "values": [round(rows[j].value * scale * (1 + 0.05 * rng.random()), 12)
+                                                    for _ in stamps], "timestamps": stamps})
+                             for j in range(i, min(i + 2000, len(rows))))
+            post(body.encode())
+            written += len(stamps) * (min(i + 2000, len(rows)) - i)
+        flush()
+    return written
+
+
 def _events(storage: SqliteStorage, shape: Shape, hosts: list[str], rng: random.Random, now_ns: int) -> int:
     span = int(shape.days * 86400 * SECOND_NS)
     total = int(len(hosts) * shape.days * 24 * shape.events_per_host_hour)
@@ -104,6 +135,15 @@ def _events(storage: SqliteStorage, shape: Shape, hosts: list[str], rng: random.
 
 
 def _latest(sink: Callable[[list[Sample]], None], topo: Topology, shape: Shape, rng: random.Random, now_ns: int) -> int:
+    out = latest_round(topo, shape, rng, now_ns)
+    for start in range(0, len(out), BATCH):
+        sink(out[start:start + BATCH])
+    return len(out)
+
+
+def latest_round(topo: Topology, shape: Shape, rng: random.Random, now_ns: int) -> list[Sample]:
+    """One update of every port's link state and every probe path's delays, each written within
+    the second before `now_ns`: what the fleet's agents write at each update."""
     out = [Sample(p.node, now_ns - rng.randrange(SECOND_NS), "link_up", 1.0, {"device": p.iface})
            for p in interfaces(topo)]
     hosts = sorted(topo.hosts)
@@ -115,9 +155,7 @@ def _latest(sink: Callable[[list[Sample]], None], topo: Topology, shape: Shape, 
                 for stat, over in zip(OWD_STATS, (1.0, 1.1, 1.6, 1.0), strict=True):
                     out.append(Sample(src, now_ns - rng.randrange(SECOND_NS), f"owd_{stat}_ns", floor * over,
                                       {"src": src, "dst": dst, "path": path}))
-    for start in range(0, len(out), BATCH):
-        sink(out[start:start + BATCH])
-    return len(out)
+    return out
 
 
 def _jobs(sink: Callable[[list[Sample]], None], topo: Topology, shape: Shape, rng: random.Random, now_ns: int) -> int:
