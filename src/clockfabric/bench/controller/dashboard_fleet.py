@@ -100,7 +100,8 @@ def generate(path: Path, shape: Shape, now_ns: int, sink: Callable[[list[Sample]
 def history(post: Callable[[bytes], object], flush: Callable[[], object], shape: Shape, now_ns: int, *,
             seconds: int = HISTORY_S, chunk_s: int = 300) -> int:
     """The hour before `now_ns` of every probe path's HISTORY_STAT delay, a value a second as an
-    agent writes it (its newest round's, within 5%), as JSON-line bodies `post`ed to the engine's
+    agent writes it (within 5% of `latest_round`'s from the shape's seed, the round the bench writes
+    again while it times the routes), as JSON-line bodies `post`ed to the engine's
     /api/v1/import: `chunk_s` at a time, oldest first, each chunk `flush`ed into parts of its own,
     as a live fleet's writes land. Returns the samples written."""
     topo = shape.topology()
