@@ -2,6 +2,7 @@
 mapping, on generated traces: a queue that builds up over the history tilts the band by more
 than any fixed allowance, and the bound must still cover the truth."""
 
+import json
 import math
 
 import numpy as np
@@ -106,6 +107,26 @@ def test_a_mapping_grows_its_bound_by_its_own_drift_bound():
     old = m.as_dict()
     del old["drift_bound"]  # a sender from before drift bounds
     assert Mapping.from_dict(old).drift_bound == DRIFT_BOUND
+
+
+def test_a_mapping_on_the_wire_keeps_what_its_figures_are_worth_and_its_bounds_still_bound():
+    rng = np.random.default_rng(8)
+    for _ in range(2_000):
+        bounds = 10.0 ** rng.uniform(-20, 7, 4)
+        offset, drift = float(rng.uniform(-5e8, 5e8)), float(rng.uniform(-5e-4, 5e-4))
+        m = Mapping(EPOCH + int(rng.integers(0, 10**12)), offset, drift, float(bounds[0]), drift_bound=float(bounds[1]),
+                    limit_ns=float(bounds[2]), drift_limit=float(bounds[3]))
+        wire = Mapping.from_dict(m.as_dict())
+        for field in ("uncertainty_ns", "drift_bound", "limit_ns", "drift_limit"):
+            sent, held = getattr(wire, field), getattr(m, field)
+            assert held <= sent <= held * 1.001, (field, held, sent)
+        assert abs(wire.offset_ns - m.offset_ns) <= 5e-4 and abs(wire.drift - m.drift) <= 5e-16
+        local = m.t0_ns + 60 * 10**9
+        assert abs(wire.global_ns(local) - m.global_ns(local)) <= 1
+    text = json.dumps(Mapping(EPOCH, -36769829.696372844, -3.628171486580456e-07, 0.0002938635646789826,
+                              drift_bound=1.0444898628027294e-13).as_dict())
+    assert "-36769829.696," in text and "-3.62817149e-07" in text and "0.0002939" in text and "1.045e-13" in text
+    assert Mapping.from_dict(Mapping(EPOCH, 0.0, 0.0, float("inf"), False).as_dict()).uncertainty_ns == float("inf")
 
 
 def _loaded_fleet_maps(monkeypatch, weight_bound_ns: float) -> tuple[dict, dict]:

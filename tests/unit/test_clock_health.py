@@ -93,6 +93,39 @@ def test_a_host_whose_every_band_widened_alike_has_its_bound_grow_to_cover_its_o
         assert after[h]["hosts"][h]["uncertainty_ns"] < before[h]["hosts"][h]["uncertainty_ns"] + 100
 
 
+def test_a_host_held_over_from_a_mapping_a_building_queue_tilted_is_bounded_by_its_limits():
+    """A queue building on a host's own link tilts every one of its pairs' slopes alike (each
+    pair's feasible slopes still hold the truth): the solve takes the tilt, no loop shows it, and
+    the statistical drift bound is as narrow as ever. Named a moment later, the host holds over
+    that mapping for up to a minute, where the tilt is milliseconds: its limits must bound it."""
+    clocks, peers, solver, t0, before = _solved(seed=7)
+    tilt, feasible = 20e-6, 50e-6
+    center = {h: clocks[h].read(NOW_TAU - 1e9) for h in clocks}
+    for h in clocks:
+        edges = []
+        for p in peers[h]:
+            queued = "h05" in (h, p)
+            edge = edge_row(clocks, h, p, center[h], margin=4_000.0 if queued else 1_000.0,
+                            drift_bound=feasible if queued else DRIFT_BOUND)
+            edge[2] += -tilt if h == "h05" else tilt if p == "h05" else 0.0  # h05's clock looks fast
+            edges.append(edge)
+        solver.on_report({"t": "report", "host": h, "edges": edges}, now=1.0)
+    tilted = Mapping.from_dict(solver.solve(t0, now=1.5)["h05"]["hosts"]["h05"])
+    truth = Mapping.from_dict(before["h05"]["hosts"]["h05"])
+    assert tilted.synced and abs(tilted.drift - truth.drift) > tilt / 2
+    assert tilted.drift_bound < tilt / 2  # the loops did not see it
+    for msg in _reports(clocks, peers, margin=lambda h, p: 80_000.0 if "h05" in (h, p) else 1_000.0).values():
+        solver.on_report(msg, now=2.0)
+    named = Mapping.from_dict(solver.solve(t0 + 10**9, now=2.5)["h05"]["hosts"]["h05"])
+    held = hold_over(tilted, named, named.t0_ns)
+    assert held is not None and held.state == HOLDOVER
+    for after_s in (1, 10, 30, 59):
+        local = t0 + after_s * 10**9
+        error = abs(held.global_ns(local) - truth.global_ns(local))
+        assert error > tilted.bound_at(local)  # what it served before it was named
+        assert error <= held.bound_at(local), (after_s, error, held.bound_at(local))
+
+
 def test_a_band_is_judged_against_its_usual_one_and_pairs_no_longer_reported_are_forgotten():
     baseline = BandBaseline()
     for t in range(60):  # a start-up's wide bands narrow to 1 us, jittering

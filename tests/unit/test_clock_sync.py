@@ -387,6 +387,11 @@ def test_the_agents_validators_take_what_hosts_and_the_solver_send():
     assert valid_map(unsynced, clocks)  # a host that cannot be synced has an infinite bound
     nan = {**unsynced, "hosts": {"h01": {**unsynced["hosts"]["h01"], "uncertainty_ns": float("nan")}}}
     assert not valid_map(nan, clocks)
+    assert "limit_ns" in msgs["h01"]["hosts"]["h01"] and "drift_limit" in msgs["h01"]["hosts"]["h01"]
+    for field in ("limit_ns", "drift_limit"):  # what a held-over mapping serves
+        for bad in (-1.0, float("nan"), "wide"):
+            wrong = {**msgs["h01"], "hosts": {"h01": {**msgs["h01"]["hosts"]["h01"], field: bad}}}
+            assert not valid_map(wrong, clocks), (field, bad)
 
 
 @pytest.mark.parametrize("update_s, expected", [(1.0, 2), (10.0, 10)])

@@ -78,10 +78,17 @@ class BandBaseline:
 
 def hold_over(last: Mapping | None, new: Mapping | None, now_ns: int) -> Mapping | None:
     """The mapping a host serves: the new one if synced; else its last good one, held over
-    (with the new one's reason) while young enough; else the new one, unsynced."""
+    (with the new one's reason) while young enough; else the new one, unsynced.
+
+    A held-over mapping is bounded by its limits, not by the loops' statistics: the queue that
+    got its host named was building while that mapping was solved, and it moved every pair of
+    the host alike, offsets and slopes, which no loop shows. A slope off by tens of ppm is
+    nothing over the second a mapping is served, and milliseconds over the minute one is held."""
     if new is None or new.state == SYNCED:
         return new
     base = last if last is not None and last.state in (SYNCED, HOLDOVER) else None
     if base is not None and now_ns - base.t0_ns <= HOLDOVER_MAX_NS:
-        return replace(base, state=HOLDOVER, reason=new.reason or base.reason)
+        return replace(base, state=HOLDOVER, reason=new.reason or base.reason,
+                       uncertainty_ns=max(base.uncertainty_ns, base.limit_ns or 0.0),
+                       drift_bound=max(base.drift_bound, base.drift_limit or 0.0))
     return replace(new, synced=False, state=UNSYNCED)

@@ -39,6 +39,11 @@ def _trust(bound_ns: float) -> float:
     return min(1.0, (WEIGHT_BOUND_NS / abs(bound_ns)) ** 2) if bound_ns else 1.0
 
 
+def _limit(value: float, synced: bool) -> float | None:
+    """A host's limit for its mapping (None where it has none: unsynced, or unknown)."""
+    return float(value) if synced and np.isfinite(value) else None
+
+
 class Solver:
     def __init__(self, hosts: list[str], reference: str, *, stale_s: float = 5.0, outlier_ns: float = 1_000.0,
                  young_s: float = YOUNG_S):
@@ -163,7 +168,8 @@ class Solver:
         mapping = {h: Mapping(t0_ns, float(sol.offset_ns[i]), float(sol.drift[i]), bound[h], bool(synced[i]),
                               SYNCED if synced[i] else UNSYNCED,
                               "" if synced[i] else reasons.get(h, cut_off),
-                              float(sol.drift_bound[i]) if synced[i] else float("inf")).as_dict()
+                              float(sol.drift_bound[i]) if synced[i] else float("inf"),
+                              _limit(sol.limit_ns[i], synced[i]), _limit(sol.drift_limit[i], synced[i])).as_dict()
                    for h, i in self.index.items() if h in fresh}
         near = neighbours({h: [e[0] for e in edges if e[0] in fresh] for h, edges in fresh.items()})
         parts = len({int(sol.component[self.index[h]]) for h in fresh})

@@ -85,6 +85,7 @@ def valid_map(msg: dict, hosts: dict) -> bool:
     return isinstance(maps, dict) and all(
         h in hosts and isinstance(m, dict) and _finite(*(m.get(f) for f in MAPPING_FIELDS))
         and _bound(m.get("uncertainty_ns")) and _bound(m.get("drift_bound")) and abs(m["t0_ns"]) < 2**63
+        and _bound(m.get("limit_ns", 0.0)) and _bound(m.get("drift_limit", 0.0))
         for h, m in maps.items()) \
         and _finite(msg.get("parts", 1))
 
