@@ -287,12 +287,12 @@ def test_path_readings_are_each_paths_newest_and_when_of_the_hosts_asked(series,
 
 
 def test_a_path_silent_past_the_paths_lookback_is_not_read_as_its_newest(series, series_engine):
-    """A probe path's readings look back PATH_LOOKBACK_S, not the hour of other "latest" reads: a
+    """A probe path's readings look back PUSHED_LOOKBACK_S, not the hour of other "latest" reads: a
     path no agent wrote in that long is no longer measured, and the engine reads every sample
     inside the window."""
     tag = uuid.uuid4().hex[:8]
     now_ms = time.time_ns() // 1_000_000
-    old_ms = now_ms - (read.PATH_LOOKBACK_S + 60) * 1000
+    old_ms = now_ms - (read.PUSHED_LOOKBACK_S + 60) * 1000
     lines = [line("owd_p50_ns", 10.0, {"dst": f"peer-{tag}", "path": "live"}, now_ms - 1000, host=f"a-{tag}"),
              line("owd_p50_ns", 20.0, {"dst": f"peer-{tag}", "path": "gone"}, old_ms, host=f"a-{tag}"),
              line("owd_p50_ns", 30.0, {"dst": f"peer-{tag}", "path": "gone"}, old_ms, host=f"b-{tag}")]
@@ -301,6 +301,22 @@ def test_a_path_silent_past_the_paths_lookback_is_not_read_as_its_newest(series,
     assert [d for d in series.delays("owd_p50_ns") if tag in d[1]] == [(f"a-{tag}", f"peer-{tag}", "live", 10.0)]
     assert [r[:4] for r in series.path_readings("owd_p50_ns", hosts=[f"a-{tag}", f"b-{tag}"])] == [
         (f"a-{tag}", f"peer-{tag}", "live", 10.0)]
+
+
+def test_a_link_end_silent_past_the_lookback_of_what_every_push_carries_has_no_state(series, series_engine):
+    """A link end's state rides every push: an end no agent wrote for PUSHED_LOOKBACK_S is not
+    read at its state of up to an hour ago (the fabric map calls it unknown), and the engine
+    reads five minutes of a fleet's link states, not the hour."""
+    tag = uuid.uuid4().hex[:8]
+    name = f"up_{tag}"
+    now_ms = time.time_ns() // 1_000_000
+    old_ms = now_ms - (read.PUSHED_LOOKBACK_S + 60) * 1000
+    lines = [line(name, 1.0, {"device": "eth0"}, now_ms - 1000, host=f"a-{tag}"),
+             line(name, 0.0, {"device": "eth1"}, old_ms, host=f"a-{tag}"),
+             line(name, 1.0, {"device": "eth0"}, old_ms, host=f"b-{tag}")]
+    httpx.post(series_engine.url + "/api/v1/import/prometheus", content="\n".join(lines), timeout=5.0).raise_for_status()
+    until(lambda: len(series.latest(name)) == 3, series_engine.url)
+    assert series.latest_values(name) == [(f"a-{tag}", {"device": "eth0"}, 1.0)]
 
 
 def test_ranges_of_several_names_are_a_query_and_each_sample_keeps_its_name(series, series_engine, monkeypatch):

@@ -24,12 +24,12 @@ from clockfabric.serieswire import HOST, SERVED, from_engine, sample_name, serie
 
 BUDGET_S = 2.0
 LOOKBACK_S = 3600  # "latest" with no `since`: a series silent for an hour is gone
-# ... and of a probe path's readings (`delays`, `path_readings`): an agent writes every path it
-# probes at each update (a second), so a path silent this long is no longer measured (its host
-# down, the path gone). The engine reads every sample of a series inside the window, so an hour
-# of a second's samples costs a fleet-wide read of delays 1.2-1.6x what five minutes'
+# ... and of a series an agent writes at every push (a second): a probe path's readings (`delays`,
+# `path_readings`), a link end's state (`latest_values`). One silent this long is no longer
+# measured (its host down, the path gone). The engine reads every sample of a series inside the
+# window, so an hour of a second's samples costs a fleet-wide read 1.2-1.6x what five minutes'
 # do (docs/notes/2026-12-07-series-lookback.md)
-PATH_LOOKBACK_S = 300
+PUSHED_LOOKBACK_S = 300
 RANGE_POINTS = 1000  # query_range's steps at most, so a wide window does not ask for millions
 FLUSH_EVERY_S = 1.0  # `fresh()`'s flushes at most this often, however many ask
 # a fleet-wide read of delays is made in slices of hosts of about this many series: parsing one
@@ -221,10 +221,10 @@ class Series:
         return sorted(out, key=lambda s: (s.host, tuple(s.labels.items())))  # labels come sorted by name
 
     def latest_values(self, name: str) -> list[tuple[str, dict[str, str], float]]:
-        """The newest value of each series of `name` written in the last LOOKBACK_S, as (host,
-        labels, value): `latest` with no write times, one query where that is two (the fabric's
-        link states, a series an end of every link)."""
-        sel = f"{_selector(name, {}, None)}[{LOOKBACK_S}s]"
+        """The newest value of each series of `name`, one that every push carries, written in the
+        last PUSHED_LOOKBACK_S, as (host, labels, value): `latest` with no write times, one query
+        where that is two (the fabric's link states, a series an end of every link)."""
+        sel = f"{_selector(name, {}, None)}[{PUSHED_LOOKBACK_S}s]"
         out = []
         for r in self.query("/api/v1/query", {"query": f"last_over_time({sel})"}):
             host, labels, scale = _labels(name, r["metric"])
@@ -248,7 +248,7 @@ class Series:
     def delays(self, name: str, *, hosts: list[str] | None = None,
                budget_s: float | None = None) -> list[tuple[str, str, str, float]]:
         """The newest value of each probe path's delay `name` (owd_p50_ns, ...) of the last
-        PATH_LOOKBACK_S, as (src, dst, path, ns): the heatmap's shape, with no write times and no
+        PUSHED_LOOKBACK_S, as (src, dst, path, ns): the heatmap's shape, with no write times and no
         Samples built (a fleet-wide read is 40 series a host, 400,000 at 10,000 hosts). Read in
         slices of `hosts` (None: the hosts that wrote it), each of about SLICE_SERIES series;
         `budget_s` is each query's."""
@@ -261,7 +261,7 @@ class Series:
         done, size = 0, FIRST_SLICE_HOSTS
         while done < len(hosts):
             end = _slice_end(hosts, done, size)
-            sel = f"{_selector(name, {}, hosts[done:end])}[{PATH_LOOKBACK_S}s]"
+            sel = f"{_selector(name, {}, hosts[done:end])}[{PUSHED_LOOKBACK_S}s]"
             rows = self.query("/api/v1/query", {"query": f"last_over_time({sel})"}, budget_s=budget_s)
             out += [(m.get(HOST, ""), m.get("peer", ""), m.get("path", ""), _scaled(float(r["value"][1]), scale))
                     for r in rows if (m := r["metric"])]
@@ -272,7 +272,7 @@ class Series:
     def path_readings(self, name: str, *, hosts: list[str] | None = None, since_ns: int | None = None,
                       now_ns: int | None = None) -> list[tuple[str, str, str, float, int]]:
         """The newest reading of each probe path's `name` (a delay, a floor, the class stream's)
-        written since `since_ns` (None: PATH_LOOKBACK_S) and when, as (src, dst, path, value, t_ns):
+        written since `since_ns` (None: PUSHED_LOOKBACK_S) and when, as (src, dst, path, value, t_ns):
         `latest`'s, with no Samples built. `hosts`: those
         that measured them (None: every host that wrote `name`), a query pair a slice of them."""
         if hosts is None:
@@ -283,14 +283,14 @@ class Series:
         return [(m.get(HOST, ""), m.get(dst, ""), m.get("path", ""), _scaled(value, scale), t_ns)
                 for alt in alternations(hosts)
                 for m, value, t_ns in self._newest(_selector(name, {}, None, {HOST: alt}), since_ns, now_ns,
-                                                   PATH_LOOKBACK_S)]
+                                                   PUSHED_LOOKBACK_S)]
 
     def _writers(self, name: str, budget_s: float | None) -> list[str]:
-        """The hosts that wrote the path readings `name` in the last PATH_LOOKBACK_S (the engine's
+        """The hosts that wrote the path readings `name` in the last PUSHED_LOOKBACK_S (the engine's
         index: no sample read)."""
         budget = budget_s or self.budget_s
         try:
-            params = {"match[]": _selector(name, {}, None), "start": f"{time.time() - PATH_LOOKBACK_S:.3f}"}
+            params = {"match[]": _selector(name, {}, None), "start": f"{time.time() - PUSHED_LOOKBACK_S:.3f}"}
             r = self._client.get(self.url + f"/api/v1/label/{HOST}/values", params=params,
                                  timeout=httpx.Timeout(budget + 0.5, connect=min(1.0, budget)))
             r.raise_for_status()
