@@ -1,7 +1,12 @@
 """The job's board on both stores (a FileStore, a TCPStore the coordinator serves), the
 members' presence, and fencing: a reader blocked on a lost peer wakes at once."""
 
+import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -108,6 +113,79 @@ def test_a_board_whose_coordinator_ended_is_one_line():
     gc.collect()
     with pytest.raises(control.BoardGone, match="does not answer .*is its coordinator still running"):
         member.generation()
+
+
+def test_a_board_that_stopped_answering_is_one_line_within_its_bound_not_a_hang():
+    """A stopped coordinator: a c10d store's check waits forever on it, whatever its timeout."""
+    serve = ("import sys, time; from clockfabric.train import control; "
+             "b = control.Board.open('tcp://127.0.0.1:0', serve=True); b.write_text('x', 'y'); "
+             "print(b.url, flush=True); time.sleep(60)")
+    coordinator = subprocess.Popen([sys.executable, "-c", serve], stdout=subprocess.PIPE, text=True)
+    try:
+        member = control.Board.open(coordinator.stdout.readline().strip(), answer_s=0.5)
+        assert member.text("x") == "y"
+        os.kill(coordinator.pid, signal.SIGSTOP)
+        for ask, most_s in ((lambda: member.text("x"), 3 * 0.5), (lambda: member.register("h9", None), 0.5)):
+            start = time.monotonic()
+            with pytest.raises(control.BoardGone, match="does not answer .no answer within 0.5 s"):
+                ask()
+            assert time.monotonic() - start < most_s + 0.5  # the read tried a fresh connection too
+    finally:
+        coordinator.kill()
+        coordinator.wait()
+
+
+class Relay:
+    """A TCP relay to a board that can stop relaying the connections it holds (a connection
+    wedged, its server and the network fine); those opened after go on."""
+
+    def __init__(self, port):
+        self.port, self.stalls, self.sockets = port, 0, []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"tcp://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        with contextlib.suppress(OSError):
+            while True:
+                near, _ = self.listener.accept()
+                far = socket.create_connection(("127.0.0.1", self.port))
+                wedged = lambda opened=self.stalls: self.stalls > opened  # noqa: E731
+                self.sockets += [near, far]
+                for a, b in ((near, far), (far, near)):
+                    threading.Thread(target=self._pump, args=(a, b, wedged), daemon=True).start()
+
+    def _pump(self, a, b, wedged):
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                while wedged():
+                    time.sleep(0.01)
+                b.sendall(data)
+
+    def close(self):
+        for s in [self.listener, *self.sockets]:
+            s.close()
+
+
+def test_a_wedged_connection_to_the_board_is_replaced_by_a_fresh_one():
+    served = control.Board.open("tcp://127.0.0.1:0", serve=True)
+    relay = Relay(served.port)
+    try:
+        member = control.Board.open(relay.url, answer_s=0.5)
+        member.write_report("h0", {"time": 1.0})
+        assert soon(lambda: served.report("h0")) == {"time": 1.0}
+        relay.stalls += 1  # the connections open now relay nothing more; new ones do
+        start = time.monotonic()
+        assert member.report("h0") == {"time": 1.0}
+        assert 0.5 <= time.monotonic() - start < 1.5
+        member.write_report("h0", {"time": 2.0})
+        assert soon(lambda: served.report("h0")) == {"time": 2.0}
+        relay.stalls += 1  # again: a registration is never sent twice (the count would skip one)
+        with pytest.raises(control.BoardGone, match="no answer within 0.5 s"):
+            member.register("h1", None)
+        assert served.members() == []
+    finally:
+        relay.close()
 
 
 def test_a_member_finds_its_job_under_each_launcher():

@@ -2,6 +2,7 @@
 joins, too few spares, and a rank replaced on a critical GPU fault before it fails."""
 
 import json
+import threading
 import time
 
 import pytest
@@ -132,3 +133,24 @@ def test_a_spare_with_another_torch_is_refused_in_one_line_and_fenced(job):
     refused = [e for e in job.events if e["event"] == "spare refused"]
     assert len(refused) == 1 and "torch 0.0.1" in refused[0]["why"] and "install the job's version" in refused[0]["why"]
     assert other.proc.wait(5) is not None
+
+
+def test_a_board_that_stops_answering_stops_the_job_with_the_reason_not_a_hung_watcher(job):
+    released = threading.Event()
+
+    class Hung:
+        """A store whose every operation waits, as a c10d store's does on a wedged server."""
+
+        def __getattr__(self, name):
+            return lambda *args: released.wait()
+
+    job.board.store, job.board._reopen, job.board.answer_s = Hung(), None, 0.2
+    try:
+        job.start()
+        job.watcher.join(5)
+        assert not job.watcher.is_alive() and "does not answer (no answer within 0.2 s)" in job.stopped
+        assert kinds(job) == ["board gone"] and job.events[0]["why"] == job.stopped
+        assert job.wait(60) is False  # at once: the job stopped
+    finally:
+        released.set()
+        job.stop()

@@ -177,7 +177,7 @@ def coordinator(ranks: int = typer.Option(..., "--ranks", min=2, help="The job's
     board = control.Board.open(f"tcp://{address}:{port}", serve=True)
     presence = Presence(address)
     presence.start()
-    board.store.set(KEY, f"{_reachable(address)}:{presence.address.rsplit(':', 1)[1]}")
+    board.write_text(KEY, f"{_reachable(address)}:{presence.address.rsplit(':', 1)[1]}")
     where = folder or Path(f"/tmp/clockfabric-train-{time.strftime('%Y%m%d-%H%M%S')}")
     job = Coordinator(board, ranks, where, detect_s=detect_s, on_event=_show, min_ranks=min_ranks,
                       presence=presence, audit=audit)

@@ -15,16 +15,22 @@ once every mark is there, so a member lost before that never leaves the others b
 group's rendezvous. What the coordinator must know of the members' own progress (joined, a
 rendezvous failed, the job stopped) they post as records. Each generation's group meets under
 its own prefix, as torchft re-forms its groups with a new store prefix.
+
+A c10d store's check and get wait forever on a server that stopped answering, whatever the
+store's timeout (a stopped or wedged coordinator, a network that drops its packets), so every
+store operation runs on a thread of the board's own and its caller waits a bounded time: a
+read or an overwrite is tried once more on a fresh connection (the fault may be that
+connection's alone), and then the board is gone (`BoardGone`, one line), never a hang.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
+import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,7 @@ SPARE_ENV = "CLOCKFABRIC_TRAIN_SPARE"  # set on a spare: it waits to be given a 
 RANKS_ENV = "CLOCKFABRIC_TRAIN_RANKS"  # the job's ranks: a task numbered past them is a spare (srun)
 RUNNING, PAUSED, DONE = "running", "paused", "done"
 CONNECT_S = 30.0  # a member's wait for the board when it starts (the coordinator may start after it)
+ANSWER_S = 30.0  # the longest a store operation may take before the board is taken as gone
 KEY = "clockfabric/train/"
 
 
@@ -69,14 +76,39 @@ class BoardGone(ClockfabricError):
     """The board stopped answering (its coordinator ended, or the network to it)."""
 
 
+def _bounded(operation: Callable[[], Any], limit_s: float) -> Any:
+    """operation()'s answer, run on a thread of its own; TimeoutError if it takes over limit_s
+    (the thread is left in it: its connection is dropped)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = operation()
+        except BaseException as e:  # handed to the caller, raised there
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="board store", daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {limit_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 class Board:
-    def __init__(self, store: Any, url: str):
+    def __init__(self, store: Any, url: str, *, answer_s: float = ANSWER_S, reopen: Callable[[], Any] | None = None):
         self.store, self.url = store, url
         self.port = parse_url(url)[2]  # a tcp board's: fencing a peer on its host never shuts it
+        self.answer_s = answer_s
+        self._reopen = reopen  # a fresh connection to the same store; None: none is tried
+        self._server = store  # a served board's store: it must outlive every connection replacing it
         self._records: list[dict[str, Any]] = []  # read so far
 
     @classmethod
-    def open(cls, url: str, *, serve: bool = False, timeout_s: float = CONNECT_S) -> Board:
+    def open(cls, url: str, *, serve: bool = False, timeout_s: float = CONNECT_S,
+             answer_s: float = ANSWER_S) -> Board:
         """The board at url; serve: this process is the coordinator and serves a tcp one (its
         port may be 0: a free one, `url` then says which)."""
         import torch.distributed as dist  # the coordinator of a lab job imports torch only here
@@ -85,38 +117,52 @@ class Board:
         limit = datetime.timedelta(seconds=timeout_s)
         if kind == "file":
             Path(where).parent.mkdir(parents=True, exist_ok=True)
-            return cls(dist.FileStore(where, -1), url)
+            return cls(dist.FileStore(where, -1), url, answer_s=answer_s,
+                       reopen=lambda: dist.FileStore(where, -1))
         try:
             store = dist.TCPStore(where, port, is_master=serve, wait_for_workers=False, timeout=limit)
         except (RuntimeError, OSError) as e:
             doing = "serve the job's board on" if serve else "reach the job's board at"
             raise ClockfabricError(f"cannot {doing} {where}:{port}: {str(e).splitlines()[0][:160]}"
                                    + ("" if serve else "; is `clockfabric train coordinator` running there?")) from None
-        return cls(store, f"tcp://{where}:{store.port}")
+        served = f"tcp://{where}:{store.port}"
+        return cls(store, served, answer_s=answer_s, reopen=lambda: dist.TCPStore(
+            where, store.port, is_master=False, wait_for_workers=False, timeout=limit))
 
     def again(self) -> Board:
         """A second connection to the same board, for another thread (a heartbeat's)."""
-        return Board.open(self.url)
+        return Board.open(self.url, answer_s=self.answer_s)
 
-    # ---- plain values ----------------------------------------------------------------------
-    def _get(self, key: str) -> dict[str, Any] | None:
-        with self.answering():
-            if not self.store.check([KEY + key]):
-                return None
-            return json.loads(self.store.get(KEY + key))
-
-    def _set(self, key: str, value: dict[str, Any]) -> None:
-        with self.answering():
-            self.store.set(KEY + key, json.dumps(value))
-
-    @contextlib.contextmanager
-    def answering(self) -> Iterator[None]:
-        """A store operation; BoardGone, one line, if the board no longer answers."""
+    # ---- store operations, each bounded ----------------------------------------------------
+    def _ask(self, operation: Callable[[Any], Any], *, retry: bool = True) -> Any:
+        """operation(store)'s answer; BoardGone, one line, if the board does not answer. `retry`:
+        the operation may run twice (a read, an overwrite), so a fresh connection is tried."""
         try:
-            yield
+            try:
+                return _bounded(lambda: operation(self.store), self.answer_s)
+            except TimeoutError:
+                if not retry or self._reopen is None:
+                    raise
+                self.store = _bounded(self._reopen, self.answer_s)  # the old one stays with its thread
+                return _bounded(lambda: operation(self.store), self.answer_s)
         except (RuntimeError, OSError) as e:  # c10d's DistNetworkError and DistStoreError are RuntimeErrors
             raise BoardGone(f"the job's board at {self.url} does not answer ({str(e).splitlines()[0][:120]}): "
                             "is its coordinator still running?") from None
+
+    def _get(self, key: str) -> dict[str, Any] | None:
+        text = self.text(key)
+        return json.loads(text) if text is not None else None
+
+    def _set(self, key: str, value: dict[str, Any]) -> None:
+        self.write_text(key, json.dumps(value))
+
+    def text(self, key: str) -> str | None:
+        """The value under `key` as written, None if none is."""
+        value = self._ask(lambda store: store.get(KEY + key) if store.check([KEY + key]) else None)
+        return value.decode() if value is not None else None
+
+    def write_text(self, key: str, value: str) -> None:
+        self._ask(lambda store: store.set(KEY + key, value))
 
     # ---- the generation --------------------------------------------------------------------
     def write_generation(self, gen: Generation) -> None:
@@ -166,12 +212,11 @@ class Board:
 
     # ---- forming a generation --------------------------------------------------------------
     def mark_ready(self, number: int, rank: int) -> None:
-        with self.answering():
-            self.store.set(f"{KEY}ready/{number}/{rank}", "1")
+        self.write_text(f"ready/{number}/{rank}", "1")
 
     def all_ready(self, gen: Generation) -> bool:
-        with self.answering():
-            return bool(self.store.check([f"{KEY}ready/{gen.number}/{r}" for r in range(gen.world)]))
+        keys = [f"{KEY}ready/{gen.number}/{r}" for r in range(gen.world)]
+        return bool(self._ask(lambda store: store.check(keys)))
 
     def wait_ready(self, gen: Generation, timeout_s: float, poll_s: float = 0.02) -> Generation | None:
         """None once every member of gen marked itself ready; a newer generation if one came first
@@ -209,15 +254,13 @@ class Board:
 
     # ---- append-only lists: a counter, then the entry under its number ----------------------
     def _append(self, name: str, value: dict[str, Any]) -> None:
-        with self.answering():
-            index = self.store.add(f"{KEY}{name}s", 1)
+        index = self._ask(lambda store: store.add(f"{KEY}{name}s", 1), retry=False)  # twice would leave a hole
         self._set(f"{name}/{index}", value)
 
     def _read(self, name: str, since: int) -> list[dict[str, Any]]:
         """The entries after the first `since`, up to the first counted but not yet written."""
         out = []
-        with self.answering():
-            count = self.store.add(f"{KEY}{name}s", 0)
+        count = self._ask(lambda store: store.add(f"{KEY}{name}s", 0))
         for i in range(since + 1, count + 1):
             if (entry := self._get(f"{name}/{i}")) is None:
                 break

@@ -146,7 +146,12 @@ class Coordinator:
     def _watch(self) -> None:
         while not self.stopping.wait(0.05):
             with self.lock:
-                self.tick()
+                try:
+                    self.tick()
+                except control.BoardGone as e:  # nothing more can be told to the members or heard
+                    self.stopped = str(e)
+                    self.event("board gone", why=str(e))
+                    return
 
     def tick(self) -> None:
         self._admit()

@@ -96,8 +96,8 @@ class Elastic:
         return self.gen.world if self.gen else 0
 
     def __enter__(self) -> Elastic:
-        if self.board.store.check([presence.KEY]):
-            self.presence = presence.announce(self.board.store.get(presence.KEY).decode(), self.host)
+        if where := self.board.text(presence.KEY):
+            self.presence = presence.announce(where, self.host)
             self.heartbeat.keep.add(self.presence.getpeername()[1])
         self.heartbeat.start()
         self.heartbeat.report(None, [])  # its beat address, before it registers

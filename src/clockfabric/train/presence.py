@@ -21,7 +21,7 @@ NAME_MAX = 128
 HELLO_S = 5.0
 MAX_CONNECTIONS = 4096
 NAME = re.compile(r"[A-Za-z0-9_.:/@-]{1,128}")
-KEY = "clockfabric/train/presence"
+KEY = "presence"  # on the job's board: the address members announce themselves to
 
 
 class Presence(threading.Thread):
