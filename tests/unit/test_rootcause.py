@@ -255,10 +255,11 @@ def test_receiving_ends_are_not_starved_senders():
 
 def test_a_lone_flow_is_held_to_its_probe_floor_and_inband_owd_wins_over_rtt():
     lone = [flow("h0", "h2", "spine0", "A", 300, 60, owd_us=400)]
-    (stats,) = job_flows(lone, "A", NOW - WINDOW, NOW, Thresholds(), fabric().floors)
+    recent = NOW - Thresholds().recent_ns
+    (stats,) = job_flows(lone, "A", NOW - WINDOW, recent, Thresholds(), fabric().floors)
     assert stats.delay_source == "inband" and stats.network_slow
     assert "probe floor 12 us" in stats.why[0]
-    (fallback,) = job_flows([flow("h0", "h2", "spine0", "A", 300, 60)], "A", NOW - WINDOW, NOW, Thresholds(),
+    (fallback,) = job_flows([flow("h0", "h2", "spine0", "A", 300, 60)], "A", NOW - WINDOW, recent, Thresholds(),
                             fabric().floors)
     assert fallback.delay_source == "rtt/2" and not fallback.network_slow  # 30 us: within RTT/2's margin
 
@@ -269,6 +270,23 @@ def test_a_fault_is_judged_on_the_latest_readings():
     later = tuple(FlowPoint(NOW + i * S, 300e6, 60) for i in range(1, 12))
     recovered = [Flow(**{**f.__dict__, "points": f.points + later}) for f in early]
     assert why("A", recovered, fabric(), NOW + 11 * S, WINDOW)["verdict"] == "healthy"
+
+
+def test_a_fleet_writing_every_ten_seconds_is_judged_on_its_latest_readings():
+    """Hosts that write every 10 s: a flow's newest reading is up to a spacing old, more with the
+    engine's lag, and the recent part of the window reaches back two of the job's spacings."""
+    def sparse(flows: list[Flow], every: int = 10) -> list[Flow]:
+        return [Flow(**{**f.__dict__, "points": f.points[every - 1::every]}) for f in flows]
+
+    slow = sparse(ring("A", h1=SLOW))  # readings at NOW - 21, 11 and 1 s: h1's last two slow
+    for late_s in (0, 12, 18):  # asked on time, a reading late, nearly two
+        v = why("A", slow, fabric(), NOW + late_s * S, WINDOW)
+        assert v["verdict"] != "no_flows", late_s
+        assert [r["host"] for r in v["flows"] if r["network_slow"]] == ["h1"], late_s
+    on_time = sparse(ring("A"))
+    assert why("A", on_time, fabric(), NOW + 12 * S, WINDOW)["verdict"] == "healthy"
+    stopped = on_time[:3] + [Flow(**{**on_time[3].__dict__, "points": on_time[3].points[:-2]})]  # 21 s old
+    assert [r["host"] for r in why("A", stopped, fabric(), NOW + 12 * S, WINDOW)["flows"]] == ["h0", "h2", "h1"]
 
 
 def slow_lately(readings: int) -> list[Flow]:

@@ -326,15 +326,24 @@ def run_since(readings: list[tuple[int, float | None]], base: float, margin: flo
     return since
 
 
-def job_flows(flows: list[Flow], jobid: str, since_ns: int, now_ns: int, limits: Thresholds,
+def recent_width(flows: Iterable[Flow], limits: Thresholds) -> int:
+    """How far back a job's latest readings reach: `recent_ns`, or two of the job's usual spacing
+    between readings where its hosts write more sparsely (a fleet writing every 10 s), so that a
+    flow whose newest reading is on time has it in the window and one a reading late still has
+    one. The usual spacing is the closest of its flows' (as `rootcause_pace.late_hosts` takes it)."""
+    spacings = [(f.points[-1].t_ns - f.points[0].t_ns) / (len(f.points) - 1) for f in flows if len(f.points) > 1]
+    return max(limits.recent_ns, round(2 * min(spacings))) if spacings else limits.recent_ns
+
+
+def job_flows(flows: list[Flow], jobid: str, since_ns: int, recent_ns: int, limits: Thresholds,
               floors: list[ProbePath], rates: dict[str, float] | None = None) -> list[FlowStats]:
-    """The job's flows that sent lately (the window's last `recent_ns`), summarized and judged
-    (`rates`: the links' configured bits per second, where known)."""
+    """The job's flows that sent in the window (from `since_ns`), summarized on their readings
+    from `recent_ns` on and judged (`rates`: the links' configured bits per second, where known)."""
     # a socket that never sent in the window is the receiving end (or a control connection): its
     # direction is judged at its sender
     sent = [f for f in flows if f.jobid == jobid and any((p.tx_bps or 0) >= limits.active_bps
                                                            for p in f.points if p.t_ns >= since_ns)]
-    mine = [in_window(f, max(since_ns, now_ns - limits.recent_ns)) for f in sent]
+    mine = [in_window(f, recent_ns) for f in sent]
     paired = by_pair(floors)
     stats = [summarize(f, paired, limits.newest) for f in mine if f.points]
     judge(stats, limits, rates)

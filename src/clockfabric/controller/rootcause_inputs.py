@@ -3,7 +3,7 @@
 
 Flows come from the workload pushes: the job's own over the window (`job_flow_*`, labelled
 `jobid`, read by the job's index), and of every other job's flow and the busy flows of no job
-(`other_flow_*`) only their rate and path over the window's last `Thresholds.recent_ns`: that
+(`other_flow_*`) only their rate and path over the window's latest readings (`rootcause.recent_width`): that
 is all a verdict reads of them (the load they put on a link, rootcause.load_on). Of those, only
 the flows with an end on a host near the job's (on a switch one of them is cabled to): on a
 leaf-spine, every flow that crosses a link the job's flows cross has one, and what is read
@@ -46,6 +46,7 @@ from clockfabric.controller.rootcause import (
     Thresholds,
     point,
     reading,
+    recent_width,
 )
 from clockfabric.controller.rootcause_fabric import Fabric
 from clockfabric.controller.rootcause_verdict import why
@@ -341,7 +342,7 @@ def gather(fleet: Fleet, places: PlacesCache, jobid: str, now_ns: int, since_ns:
     # loads those links (the hosts' own, the leaves' uplinks and downlinks)
     ends = sorted({h for f in flows for h in (f.host, f.peer) if h is not None})
     near = here.near(ends)  # sorted
-    recent = max(since_ns, now_ns - Thresholds().recent_ns)
+    recent = max(since_ns, now_ns - recent_width(flows, Thresholds()))
     flows += flows_from([s for s in flows_near(series, here.addresses(near), recent, now_ns + 1)
                          if s.labels.get("jobid") != jobid], here)
     path_map = [m for host in near for m in fleet.monitor.path_map(host)] if fleet.monitor else []

@@ -39,6 +39,7 @@ from clockfabric.controller.rootcause import (
     job_flows,
     load_on,
     on_hop,
+    recent_width,
 )
 from clockfabric.controller.rootcause_fabric import Fabric, located, probes_queued
 from clockfabric.controller.rootcause_pace import late_hosts, throughput, throughput_drop
@@ -61,14 +62,14 @@ def why(jobid: str, flows: list[Flow], fabric: Fabric, now_ns: int, window_ns: i
     where it names several (ambiguous) or none."""
     limits = limits or Thresholds()
     since = now_ns - window_ns
-    stats = job_flows(flows, jobid, since, now_ns, limits, fabric.floors, fabric.link_rates)
+    recent = max(since, now_ns - recent_width([f for f in flows if f.jobid == jobid], limits))
+    stats = job_flows(flows, jobid, since, recent, limits, fabric.floors, fabric.link_rates)
     series = throughput([f for f in flows if f.jobid == jobid and f.points])
     drop = throughput_drop([(t, v) for t, v in series if t >= since])
     base = {"jobid": jobid, "since_ns": since, "now_ns": now_ns, "throughput": series, "throughput_ratio": drop,
             "flows": [s.row() for s in stats], "late": late_hosts(stats, now_ns)}
     if not stats:
         return {**base, **_verdict("no_flows", f"job {jobid} sent nothing the agents saw in the window")}
-    recent = max(since, now_ns - limits.recent_ns)
     found = (_misconfigured(stats, fabric) or _flapping(stats, fabric, since, drop)
              or _network(jobid, stats, flows, fabric, recent, now_ns, limits) or _straggler(stats)
              or _unread(jobid, stats) or _healthy(stats))

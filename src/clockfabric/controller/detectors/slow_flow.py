@@ -68,7 +68,7 @@ class SlowFlow(Detector[SlowFlowConfig]):
                                               points=tuple(point(t, v) for t, v in sorted(by_t.items())))
             by_job.setdefault(key[0], []).append(flow)
         for jobid, flows in by_job.items():
-            for stats in job_flows(flows, jobid, since, now_ns, self.limits, []):
+            for stats in job_flows(flows, jobid, since, since, self.limits, []):
                 key = (jobid, stats.flow.host, stats.flow.flow)
                 self.streaks.setdefault(key, Streak(self.config.windows)).add(now_ns, stats.network_slow)
                 if stats.network_slow:
