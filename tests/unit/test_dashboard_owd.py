@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from clockfabric.controller.app import create_app
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
-from clockfabric.controller.dashboard.fresh import MAX_KEYS, Fresh, Pending
+from clockfabric.controller.dashboard.fresh import MAX_KEYS, Drawn, Fresh, Pending
 from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatmap, natural, pairs
 from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
@@ -284,6 +284,36 @@ def test_a_failed_reading_reaches_whoever_waited_and_leaves_the_last_one_served(
     assert seen(fresh.get("p50", broken)) == (1, 25.0)  # a slow one's failed successor: the last one, served
     settled(fresh)
     assert seen(fresh.get("p50", lambda: 2)) == (1, 25.0)  # not tried again until spaced as before
+
+
+def test_a_heatmap_page_is_drawn_once_a_reading_however_often_it_is_asked():
+    drawn, draws = Drawn(), []
+
+    def draw(text):
+        return lambda: draws.append(text) or text
+
+    reading = object()
+    assert drawn.get("p50", reading, (None, 0), draw("a")) == "a"
+    assert drawn.get("p50", reading, (None, 0), draw("b")) == "a"  # the same page of the same reading
+    assert drawn.get("p50", reading, (None, 50), draw("c")) == "c"  # the next page of the worst pairs
+    assert drawn.get("p99", reading, (None, 0), draw("d")) == "d"  # another question
+    newer = object()
+    assert drawn.get("p50", newer, (None, 0), draw("e")) == "e"  # a new reading: drawn again
+    assert draws == ["a", "c", "d", "e"]
+    for page in range(MAX_KEYS + 5):
+        drawn.get("p50", newer, page, draw(str(page)))
+    assert drawn.get("p50", newer, MAX_KEYS + 4, draw("x")) == str(MAX_KEYS + 4)
+    assert drawn.get("p50", newer, 0, draw("y")) == "y"  # the oldest drawings went: MAX_KEYS are kept
+
+
+def test_the_route_serves_one_drawing_a_reading_with_each_ask_s_age(client):
+    def ask():
+        return client.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p50"}).json()
+
+    first, again = ask(), ask()
+    assert first["age_s"] <= again["age_s"] and first["read_s"] == again["read_s"]
+    assert {k: v for k, v in first.items() if k != "age_s"} == {k: v for k, v in again.items() if k != "age_s"}
+    assert first["window"] == "latest" and first["over_floor"] is False and first["pairs"] == 3
 
 
 def test_the_route_shows_a_push_within_two_seconds(client):

@@ -43,7 +43,12 @@ def record(row: Any) -> dict:
     return {f.name: renderable(getattr(row, f.name)) for f in dataclasses.fields(row)}
 
 
+def json_text(value: Any) -> str:
+    """`value`, renderable already (plain dicts, lists, finite floats), as compact JSON text."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
 def json_response(value: Any) -> Response:
-    """`value`, renderable already (plain dicts, lists, finite floats), as JSON text: for replies of
-    tens of thousands of rows, which FastAPI's generic encoder walks several times over."""
-    return Response(json.dumps(value, separators=(",", ":"), allow_nan=False), media_type="application/json")
+    """`value`, renderable already, as a JSON reply: for replies of tens of thousands of rows,
+    which FastAPI's generic encoder walks several times over."""
+    return Response(json_text(value), media_type="application/json")

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from clockfabric.controller import jobs
 from clockfabric.controller.dashboard.auth import bearer
 from clockfabric.controller.dashboard.failovers import MOVED, decisions
-from clockfabric.controller.dashboard.fresh import Fresh, Pending
+from clockfabric.controller.dashboard.fresh import Drawn, Fresh, Pending
 from clockfabric.controller.dashboard.jobseries import STATS, job_series
 from clockfabric.controller.dashboard.linkflows import crossing, load
 from clockfabric.controller.dashboard.owdmap import Delay, Pairs, heatmap, pairs
@@ -22,7 +22,7 @@ from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.dashboard.queueing import link_queueing
 from clockfabric.controller.fleet import Fleet
-from clockfabric.controller.render import json_response
+from clockfabric.controller.render import json_text
 from clockfabric.controller.rootcause import Flow
 from clockfabric.controller.rootcause_inputs import PATH_STAT, PlacesCache, flows_from
 from clockfabric.controller.series.read import BUDGET_S
@@ -56,6 +56,7 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
     """The routes; `check` refuses a request without the fleet or viewer token."""
     api = APIRouter()
     fresh: Fresh[Pairs] = Fresh(max_age_s=HEATMAP_MAX_AGE_S, wait_s=BUDGET_S)
+    drawn = Drawn()  # each page and block of a heatmap drawn once a reading
 
     @api.get("/api/v1/dashboard/job-series")
     def series(request: Request, jobid: str = Query(min_length=1, max_length=256),
@@ -91,15 +92,18 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         key = (stat, window, over_floor, path or None)
         try:
             served = fresh.get(key, lambda: _pairs(*key))
-            drawn = heatmap(served.value, stat=stat, block=block, offset=offset)
+            # host names and path labels are text, which json.dumps escapes; delays are finite floats
+            text = drawn.get(key, served.value, (block, offset), lambda: json_text(
+                {**heatmap(served.value, stat=stat, block=block, offset=offset), "window": window,
+                 "over_floor": over_floor}))
         except Pending as e:  # the reading goes on: 202, as a page that asks again expects
             return JSONResponse({"pending": True, "detail": f"the fleet's delays are {e}"}, status_code=202,
                                 headers={"Retry-After": "2"})
         except IndexError as e:
             raise HTTPException(404, str(e)) from None
-        drawn.update(window=window, over_floor=over_floor, age_s=round(served.age_s, 3), read_s=round(served.took_s, 3))
-        # host names and path labels are text, which json.dumps escapes; delays are finite floats
-        return json_response(drawn)
+        # what changes from ask to ask goes at the end of the drawing's object
+        return Response(f'{text[:-1]},"age_s":{round(served.age_s, 3)},"read_s":{round(served.took_s, 3)}}}',
+                        media_type="application/json")
 
     @api.get("/api/v1/dashboard/owd-pair")
     def owd_pair(request: Request, src: str = Query(min_length=1, max_length=256),

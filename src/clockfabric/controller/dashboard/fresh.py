@@ -105,3 +105,32 @@ class Fresh(Generic[T]):
 
         threading.Thread(target=run, name="dashboard-read", daemon=True).start()
         return future
+
+
+class Drawn:
+    """What is drawn from a served value (a page or block of it, as text), kept while that value
+    is the one served: every open page asks again each second, and a fleet's reading that takes
+    seconds is served for as many asks. Per source (a Fresh key), the drawings of its current
+    value alone, MAX_KEYS of them at most."""
+
+    def __init__(self) -> None:
+        self._kept: dict[Hashable, tuple[object, dict[Hashable, str]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, source: Hashable, value: object, key: Hashable, draw: Callable[[], str]) -> str:
+        """draw()'s text for `key` of `value`, drawn once while `value` is `source`'s."""
+        with self._lock:
+            kept = self._kept.get(source)
+            if kept is None or kept[0] is not value:
+                kept = self._kept[source] = (value, {})
+                while len(self._kept) > MAX_KEYS:
+                    del self._kept[next(iter(self._kept))]
+            text = kept[1].get(key)
+        if text is None:
+            text = draw()  # outside the lock: two first asks may both draw, alike
+            with self._lock:
+                drawings = kept[1]
+                drawings[key] = text
+                while len(drawings) > MAX_KEYS:
+                    del drawings[next(iter(drawings))]
+        return text
