@@ -4,7 +4,6 @@ an open page asks it, and `job why` of a job of each size the fleet runs."""
 from __future__ import annotations
 
 import math
-import threading
 import time
 
 import httpx
@@ -53,19 +52,20 @@ def heatmap_page(url: str) -> dict:
             "heatmap_pairs": r.json().get("pairs", 0)}
 
 
-def why_asks(url: str, hosts: int, running: threading.Event) -> dict:
+def why_asks(url: str, hosts: int, seconds: float) -> dict:
     """`job why` as a user asks it, for the first job of each size the fleet runs (scale_load's
-    JOB_SIZES) in turn, WHY_ASKS times each, one after another while the load is `running`: the
-    latencies, and what the verdicts said."""
+    JOB_SIZES) in turn, WHY_ASKS times each, one after another, none started after `seconds`:
+    the latencies, and what the verdicts said."""
     jobs: dict[int, str] = {}
     for n in range(hosts):
         jobid, first, size = job_of(n)
         jobs.setdefault(min(size, hosts - first), jobid)
     lat: dict[str, list[float]] = {}
     verdicts: dict[str, str] = {}
+    end = time.monotonic() + seconds
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as client:
         for size, jobid in [job for _ in range(WHY_ASKS) for job in sorted(jobs.items())]:  # sizes in turn
-            if not running.is_set():
+            if time.monotonic() >= end:
                 break
             t0 = time.perf_counter()
             r = client.get(f"/api/v1/jobs/{jobid}/why", params={"since": "5m"})

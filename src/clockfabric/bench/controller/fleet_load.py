@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -109,9 +110,9 @@ async def _worker(port: int, queue: asyncio.Queue, counts: Counts, ok: bytes) ->
 
 
 async def load(ports: tuple[int, int], agents: list[Agent], writes: list[bytes] | None, seconds: float,
-                cadence_s: float = CADENCE_S) -> tuple[Counts, Counts]:
+                cadence_s: float = CADENCE_S, until: threading.Event | None = None) -> tuple[Counts, Counts]:
     """Each agent's push, then its write (None: none), once a cadence at its own offset in it
-    (open loop), for `seconds`."""
+    (open loop), for `seconds` or until `until` is set."""
     pushed, written = Counts(), Counts()
     push_q: asyncio.Queue = asyncio.Queue()
     write_q: asyncio.Queue = asyncio.Queue()
@@ -120,7 +121,7 @@ async def load(ports: tuple[int, int], agents: list[Agent], writes: list[bytes] 
     start = time.monotonic()
     n = len(agents)
     k = 0
-    while (due := start + k * cadence_s / n) < start + seconds:
+    while (due := start + k * cadence_s / n) < start + seconds and not (until is not None and until.is_set()):
         wait = due - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)

@@ -6,8 +6,10 @@ Each agent pushes its events, info and path map to the controller (one push in E
 carries a link event, as scale_load's hosts do), and writes what a real agent writes (the same
 190 series as `controller-scale`'s load, its job's processes and flows among them) through the
 gate. A new agent is enrolled by its first push, as `--enroll-unknown` allows, and let into the
-gate by it. After the steady load, the load runs on WHY_LOAD_S more while `job why` is asked of
-a job of each size the fleet runs (scale_load.JOB_SIZES) in turn, up to WHY_ASKS times each.
+gate by it. After the steady load, the load runs on while the OWD heatmap is asked, then again
+while `job why` is asked of a job of each size the fleet runs (scale_load.JOB_SIZES) in turn, up
+to WHY_ASKS times each for WHY_ASK_S; each asking starts a cadence into its stretch, so that
+every agent has written in it, as in a fleet whose load never paused.
 
 The agents and their load are `fleet_load`'s. A step's new agents first push once (ENROL_S),
 which enrols them and lets them into the gate; the step then runs one cadence, in which every one
@@ -17,9 +19,9 @@ samples sent, ingested (the engine's own count) and dropped, event pushes acknow
 p50/p99, CPU per host-second for the controller, engine, gate, vmalert, Alertmanager and the
 generator apart (steady; the first cadence's beside it), the controller's own reads of the
 detectors' feed while steady (from its /metrics: how many fed the detectors each sample within a
-cadence of its write), and, once the
-load stops, the OWD heatmap route as one open page asks it: the time to its first heatmap, then
-once a second for HEATMAP_ASKS seconds, each answer's latency and the age of what it showed. The baseline is the old
+cadence of its write), the OWD heatmap route as one open page asks it: the time to its first
+heatmap, then once a second for HEATMAP_ASKS seconds, each answer's latency and the age of what it
+showed; and `job why`'s latencies and verdicts. The baseline is the old
 SQL store's, measured at 570e30a on this machine (docs/deploy.md): 4.6 + 1.5 ms of controller
 and database CPU a push of 167 samples.
 
@@ -39,6 +41,7 @@ import resource
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -64,7 +67,8 @@ PUSH_P99_BAR_S = 0.250
 ENROL_S = 5.0  # a step's new agents push their first within this
 HEATMAP_BAR_S = 0.5
 WHY_BAR_S = 0.5
-WHY_LOAD_S = 30.0  # the load runs on this long while `job why` is asked (asks past it are not made)
+WHY_ASK_S = 30.0  # `job why` is asked for this long (asks past it are not made)
+ASKED_MAX_S = 600.0  # a stretch the fleet runs on while asked ends with its asking, or at this
 FEED = "clockfabric_controller_feed_"
 # the controller's children, by the name the kernel gives each (/proc/PID/comm, 15 characters)
 PARTS = {"victoria-metric": "engine", "vmauth": "gate", "vmalert": "vmalert", "alertmanager": "alertmanager",
@@ -155,17 +159,39 @@ def _rows(url: str) -> int:
 
 
 
-def _run(ctl: Controller, agents: list[Agent], writes: list[bytes], seconds: float) -> dict:
+def _run(ctl: Controller, agents: list[Agent], writes: list[bytes], seconds: float,
+         until: threading.Event | None = None) -> dict:
     """One stretch of load: what the generator saw, the CPU each part used a host-second, and the
     controller's own reads of the detectors' feed meanwhile (its ticks, from its /metrics)."""
     cpu0, own0, feed0, t0 = ctl.cpu(), _own_cpu_s(), ctl.feed(), time.monotonic()
-    pushed, written = asyncio.run(load((ctl.port, ctl.gate_port), agents, writes, seconds))
+    pushed, written = asyncio.run(load((ctl.port, ctl.gate_port), agents, writes, seconds, until=until))
     wall = time.monotonic() - t0
     host_s = len(agents) * wall
     cpu = {part: (s - cpu0.get(part, 0.0)) / host_s * 1e6 for part, s in ctl.cpu().items()}
     cpu["generator"] = (_own_cpu_s() - own0) / host_s * 1e6
     feed = {k: v - feed0.get(k, 0.0) for k, v in ctl.feed().items()}
     return {"wall": wall, "pushed": pushed, "written": written, "cpu_us_host_s": cpu, "feed": feed}
+
+
+def _asked(ctl: Controller, agents: list[Agent], writes: list[bytes], ask: Callable[[], dict]) -> tuple[dict, dict]:
+    """What `ask()` found, asked while the fleet runs on from a cadence into the stretch (every
+    agent has written in it by then, as in a fleet that never paused), and the stretch's load,
+    which runs until the asking ends."""
+    found: dict = {}
+    done = threading.Event()
+
+    def asker() -> None:
+        try:
+            time.sleep(CADENCE_S)
+            found.update(ask())
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=asker, name="asker")
+    thread.start()
+    stretch = _run(ctl, agents, writes, ASKED_MAX_S, until=done)
+    thread.join()
+    return found, stretch
 
 
 def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
@@ -182,16 +208,12 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
     steady = _run(ctl, agents, writes, seconds)
     time.sleep(3.0)  # the engine's insert buffers
     ingested = _rows(ctl.engine_url) - rows0
-    page = heatmap_page(ctl.replicas.urls[0])
-    # `job why` asked while the fleet runs on, in a stretch of its own: what it costs the pushes
-    # is its own figure, not the steady load's (nor the heatmap's, asked above)
-    running, why = threading.Event(), {}
-    running.set()
-    asker = threading.Thread(target=lambda: why.update(why_asks(ctl.replicas.urls[0], hosts, running)))
-    asker.start()
-    why_load = _run(ctl, agents, writes, WHY_LOAD_S)
-    running.clear()
-    asker.join()
+    # the heatmap and `job why` asked while the fleet runs on, each in a stretch of its own: what
+    # each costs the pushes is its own figure, not the steady load's
+    url = ctl.replicas.urls[0]
+    page, page_load = _asked(ctl, agents, writes, lambda: heatmap_page(url))
+    page["heatmap_pushes_failed"] = page_load["pushed"].sent - page_load["pushed"].ok
+    why, why_load = _asked(ctl, agents, writes, lambda: why_asks(url, hosts, WHY_ASK_S))
     why["why_pushes_failed"] = why_load["pushed"].sent - why_load["pushed"].ok
     sent = (first["written"].sent + steady["written"].sent) * per_request
     # the gate's 204: the engine took them; a write refused in the first cadence is an agent's
@@ -299,7 +321,8 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                      f"{max((r['hosts'] for r in held), default=0)} agents")),
         Target(f"OWD heatmap route p95 at {top['hosts']} agents, an open page asking once a second",
                top["heatmap_p95_s"], HEATMAP_BAR_S, "s", "lower",
-               note=(f"{HEATMAP_ASKS} asks after its first heatmap, of {top['heatmap_pairs']} pairs, which took "
+               note=(f"{HEATMAP_ASKS} asks after its first heatmap while the fleet runs on (pushes failed "
+                     f"meanwhile: {top.get('heatmap_pushes_failed')}), of {top['heatmap_pairs']} pairs, which took "
                      f"{top['heatmap_first_s']} s to come; a reading of every path's newest delay took up to "
                      f"{top['heatmap_read_s']} s, and the oldest shown was read {top['heatmap_age_max_s']} s "
                      f"before: a reading over {SHARE * HEATMAP_MAX_AGE_S:g} s is served while the next is read, "
@@ -308,7 +331,8 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
         Target(f"`job why` p95 at {top['hosts']} agents, a job of each size the fleet runs",
                top["why_p95_s"], WHY_BAR_S, "s", "lower",
                note=(f"{top['why_asks']} asks of the first job of each size in turn, one after another, while "
-                     f"the fleet runs on ({WHY_LOAD_S:g} s; pushes failed meanwhile: {top['why_pushes_failed']}); "
+                     f"the fleet runs on (asked for {WHY_ASK_S:g} s from a cadence in; pushes failed meanwhile: "
+                     f"{top['why_pushes_failed']}); "
                      "the slowest of each: " + ", ".join(f"{k} {v} s" if v is not None else f"{k} refused past the "
                                                           "reader's budget" for k, v in top["why_max_s"].items())
                      + "; the verdicts: " + "; ".join(f"{k}: {v}" for k, v in top["why_verdicts"].items()))),
