@@ -337,6 +337,14 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                                                           "reader's budget" for k, v in top["why_max_s"].items())
                      + "; the verdicts: " + "; ".join(f"{k}: {v}" for k, v in top["why_verdicts"].items()))),
     ]
+    asked_failed = [r["heatmap_pushes_failed"] + r["why_pushes_failed"] for r in rows]
+    asked_held = max((r["hosts"] for r, n in zip(rows, asked_failed, strict=True) if n == 0), default=0)
+    targets.append(Target(f"pushes failed at {top['hosts']} agents while a heatmap page is open or `job why` asked",
+                          float(asked_failed[-1]), 0.0, "", "lower",
+                          note=(f"the heatmap's stretch {top['heatmap_pushes_failed']}, `job why`'s "
+                                f"{top['why_pushes_failed']}, each of the pushes sent from a cadence before the "
+                                "first ask to the last answer; none failed up to "
+                                f"{asked_held} agents")))
     kept = [r for r in rows if r["feed_within_cadence"] is not None and r["feed_within_cadence"] >= 0.99]
     targets.append(Target(f"the detectors' feed at {top['hosts']} agents: reads that fed them each sample within "
                           f"a cadence ({CADENCE_S:g} s) of its write",
