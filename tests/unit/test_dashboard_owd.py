@@ -8,13 +8,14 @@ from __future__ import annotations
 import threading
 import time
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from clockfabric.controller.app import create_app
 from clockfabric.controller.dashboard.data import HEATMAP_MAX_AGE_S
 from clockfabric.controller.dashboard.fresh import MAX_KEYS, Drawn, Fresh, Pending
-from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatmap, natural, pairs
+from clockfabric.controller.dashboard.owdmap import MAX_GRID, WORST_PAGE, heatmap, natural, pairs, worst_first
 from clockfabric.controller.dashboard.owdpair import pair_series
 from clockfabric.controller.dashboard.owdwindow import excess, over_window
 from clockfabric.controller.fleet import Fleet
@@ -22,7 +23,8 @@ from clockfabric.controller.series.read import SeriesError
 from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Event
 from clockfabric.controller.storage.sqlite import SqliteStorage
-from tests.series import series_path, write, write_pushed
+from clockfabric.serieswire import line
+from tests.series import series_path, until, write, write_pushed
 
 TOKEN = "f" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -70,6 +72,27 @@ def test_a_large_fleet_is_blocks_of_hosts_each_cell_its_worst_pair():
         heatmap(pairs(rows), stat="p99", block=(0, 63))
 
 
+def test_a_fleet_read_worst_first_draws_what_every_path_read_draws_reading_a_pages_pairs_alone():
+    hosts = [f"h{i}" for i in range(1, 2001)]
+    rows = [(h, hosts[(i + k) % len(hosts)], f"p{k % 2}:{p}", float(i * 10 + k + p))
+            for i, h in enumerate(hosts) for k in (1, 2, 3) for p in (0, 1)]
+    for path in (None, "p1", "p0:1"):
+        every = pairs(rows, path)
+        asked: list[list] = []
+
+        def paths_of(wanted, every=every, asked=asked):
+            asked.append(wanted)
+            return {pair: every.delays[pair] for pair in wanted if pair in every.delays}
+
+        first = worst_first([(s, d, ns) for (s, d), ns in every.worst.items()], every.labels, path, paths_of)
+        for page in ({}, {"block": (0, 1)}, {"block": (62, 62)}, {"offset": WORST_PAGE}):
+            asked.clear()
+            assert heatmap(first, stat="p50", **page) == heatmap(every, stat="p50", **page)
+            shown = 32 * 32 if "block" in page else 0  # a block's host grid, at most
+            assert sum(map(len, asked)) <= WORST_PAGE + shown  # the worst page's and the grid's pairs alone
+    assert heatmap(worst_first([("a", "b", float("nan"))], [], None, lambda w: {}), stat="p50")["pairs"] == 0
+
+
 def test_names_sort_as_people_count():
     assert sorted(["h10", "h2", "h1"], key=natural) == ["h1", "h2", "h10"]
 
@@ -102,6 +125,47 @@ def test_the_route_serves_the_heatmap_and_refuses_what_it_cannot_answer(client):
     assert client.get("/api/v1/dashboard/owd", headers=AUTH, params={"src_block": 0}).status_code == 422
     missing = client.get("/api/v1/dashboard/owd", headers=AUTH, params={"src_block": 0, "dst_block": 9})
     assert missing.status_code == 404 and "no block" in missing.json()["detail"]
+
+
+def test_the_route_reads_a_fleet_past_the_grid_worst_first_and_a_pages_paths_alone(tmp_path):
+    """70 hosts: the overview from each pair's worst as the engine works it out (of a plane, less
+    the floors), a block's host grid and the worst page with each path's delay, as a fleet of a
+    few hosts is drawn from every path."""
+    hosts = [f"n{i}" for i in range(70)]
+    rows = [(h, hosts[(i + 1) % 70], path, 1000.0 * i + k) for i, h in enumerate(hosts)
+            for k, path in enumerate(("p0:1", "p0:2", "p1:1"))]
+    now_ms = time.time_ns() // 1_000_000
+    lines = [line(name, ns - (900.0 if name == "owd_floor_ns" else 0.0) * (path != "p0:2"), {"dst": d, "path": path},
+                  now_ms - 1000, host=s) for name in ("owd_p50_ns", "owd_floor_ns") for s, d, path, ns in rows]
+    storage = SqliteStorage(tmp_path / "c.db")
+    with series_path(tmp_path, token=TOKEN) as series:
+        httpx.post(series.url + "/api/v1/import/prometheus", content="\n".join(lines), timeout=10).raise_for_status()
+        until(lambda: len(series.series.delays("owd_floor_ns")) == len(rows), series.url)
+        read, real = [], series.series.delays
+        series.series.delays = lambda name, **kw: read.append(len(kw.get("hosts") or hosts)) or real(name, **kw)
+        with TestClient(create_app(Fleet(storage, hosts=hosts, series=series), TOKEN, tick_s=3600)) as c:
+            def heat(**params) -> dict:
+                found = c.get("/api/v1/dashboard/owd", headers=AUTH, params={"stat": "p50", **params})
+                assert found.status_code == 200, found.text
+                return found.json()
+
+            overview = heat()
+            assert (overview["hosts"], overview["pairs"], overview["block_size"]) == (70, 70, 2)
+            assert overview["paths"] == ["p0:1", "p0:2", "p1:1"] and overview["planes"] == ["p0", "p1"]
+            assert overview["cells"][0][0] == {"ns": 2.0, "pairs": 1, "src": "n0", "dst": "n1"}  # n0, n1
+            assert overview["cells"][0][1] == {"ns": 1002.0, "pairs": 1, "src": "n1", "dst": "n2"}
+            top = overview["worst"]["items"][0]
+            assert (top["src"], top["dst"], top["ns"], top["paths"]) == ("n69", "n0", 69_002.0, {
+                "p0:1": 69_000.0, "p0:2": 69_001.0, "p1:1": 69_002.0})
+            inside = heat(src_block=0, dst_block=0)
+            assert inside["rows"] == ["n0", "n1"] and inside["cells"][0][1] == {
+                "ns": 2.0, "paths": {"p0:1": 0.0, "p0:2": 1.0, "p1:1": 2.0}}
+            assert heat(path="p0")["worst"]["items"][0]["ns"] == 69_001.0
+            over = heat(over_floor="true")  # p0:2 has a floor of its own delay: excess 0
+            assert over["worst"]["items"][0]["ns"] == 900.0 and over["worst"]["items"][0]["paths"] == {
+                "p0:1": 900.0, "p0:2": 0.0, "p1:1": 900.0}
+            assert read and max(read) <= WORST_PAGE  # each path's delay of a page's pairs' hosts alone
+    storage.close()
 
 
 def test_events_since_a_time_are_those_stored_since_whatever_order_they_came_in(tmp_path):

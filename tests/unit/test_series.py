@@ -17,7 +17,7 @@ from clockfabric.agent.http_post import Poster
 from clockfabric.agent.series_write import SeriesWriter
 from clockfabric.auth.credential import host_token
 from clockfabric.controller.series.gate import COALESCE_S, IMPORT_PATH, Gate
-from clockfabric.controller.series import read
+from clockfabric.controller.series import promql, read
 from clockfabric.controller.series.read import Series, SeriesError
 from clockfabric.serieswire import body, line
 from tests.series import until
@@ -129,12 +129,41 @@ def test_a_fleet_wide_read_of_delays_comes_in_slices_of_hosts_and_misses_none(se
     assert len(queries) >= 4
     queries.clear()
     monkeypatch.setattr(read, "SLICE_SERIES", 10**6)
-    monkeypatch.setattr(read, "SLICE_NAMES_BYTES", len(read._quote(read.re.escape(hosts[0]))) + 1)  # one name
+    monkeypatch.setattr(promql, "SLICE_NAMES_BYTES", len(promql.quote(promql.re.escape(hosts[0]))) + 1)  # one name
     assert sorted(d for d in series.delays("owd_p99_ns") if tag in d[1]) == expected
     assert all(q.count("|") == 0 for q in queries) and len(queries) >= len(hosts)
     queries.clear()
     assert sorted(series.delays("owd_p99_ns", hosts=hosts[:2])) == expected[:6]  # of the hosts asked only
     assert len(queries) == 2  # a slice a host
+
+
+def test_each_pairs_worst_path_is_worked_out_by_the_engine_and_a_pages_pairs_read_alone(series, series_engine):
+    """The heatmap's overview of a large fleet: each pair's worst path (of a path or a plane; less
+    each path's floor), read as one row a pair; a page's pairs read path by path, those alone."""
+    tag = uuid.uuid4().hex[:8]
+    a, b, x, y = (f"{n}-{tag}" for n in "abxy")
+    now_ms = time.time_ns() // 1_000_000
+    rows = [(a, x, "p0:1", 10.0), (a, x, "p0:2", 40.0), (a, x, "p1:1", 30.0), (a, y, "p1:1", 5.0),
+            (b, x, "p0:1", float("nan")), (b, x, "p1:1", 7.0)]  # a NaN is no pair's worst
+    floors = [(a, x, "p0:1", 1.0), (a, x, "p0:2", 38.0), (a, y, "p1:1", 1.0), (b, x, "p1:1", 2.0)]
+    lines = [line(name, ns, {"dst": dst, "path": path}, now_ms - 1000, host=src)
+             for name, found in (("owd_p50_ns", rows), ("owd_floor_ns", floors)) for src, dst, path, ns in found]
+    httpx.post(series_engine.url + "/api/v1/import/prometheus", content="\n".join(lines), timeout=5.0).raise_for_status()
+    until(lambda: len([d for d in series.delays("owd_floor_ns") if tag in d[1]]) == 4, series_engine.url)
+
+    def worst(**kw) -> list:
+        return sorted(w for w in series.pair_worst("owd_p50_ns", **kw) if tag in w[0])
+
+    assert worst() == [(a, x, 40.0), (a, y, 5.0), (b, x, 7.0)]
+    assert worst(path="p1") == [(a, x, 30.0), (a, y, 5.0), (b, x, 7.0)]  # a plane: each of its paths
+    assert worst(path="p0:1") == [(a, x, 10.0)]
+    assert worst(less="owd_floor_ns") == [(a, x, 9.0), (a, y, 4.0), (b, x, 5.0)]  # a x p1:1 has no floor
+    assert worst(path="p0", less="owd_floor_ns") == [(a, x, 9.0)]
+    assert sorted(series.delays("owd_p50_ns", hosts=[a, b], peers=[y])) == [(a, y, "p1:1", 5.0)]
+    assert sorted(series.delays("owd_p50_ns", hosts=[a], peers=[])) == []
+    assert {"p0:1", "p0:2", "p1:1"} <= set(series.path_labels("owd_p50_ns"))
+    with pytest.raises(ValueError, match="not a probe path's delay"):
+        series.pair_worst("rx_bytes")
 
 
 def test_a_forged_host_label_is_overridden(gate, series, series_engine):
@@ -277,7 +306,7 @@ def test_path_readings_are_each_paths_newest_and_when_of_the_hosts_asked(series,
              for age_ms, v in ((9000, 1.0), (1000 * (i + 1), 1000.0 * i + p))]
     httpx.post(series_engine.url + "/api/v1/import/prometheus", content="\n".join(lines), timeout=5.0).raise_for_status()
     until(lambda: len(series.path_readings("owd_p50_ns", hosts=hosts)) == 6, series_engine.url)
-    monkeypatch.setattr(read, "SLICE_NAMES_BYTES", len(hosts[0]) + 1)  # a host a slice
+    monkeypatch.setattr(promql, "SLICE_NAMES_BYTES", len(hosts[0]) + 1)  # a host a slice
     for name in ("owd_p50_ns", "class_owd_p50_ns"):
         got = sorted(series.path_readings(name, hosts=hosts[:2]))
         assert got == [(h, f"peer-{tag}", str(p), 1000.0 * i + p, (now_ms - 1000 * (i + 1)) * 1_000_000)
@@ -355,7 +384,7 @@ def test_latest_of_many_hosts_is_read_in_slices_and_latest_values_without_times(
     queries = []
     real = series.query
     monkeypatch.setattr(series, "query", lambda *a, **k: queries.append(a[1]["query"]) or real(*a, **k))
-    monkeypatch.setattr(read, "SLICE_NAMES_BYTES", len(hosts[0]) + 1)  # a host a slice: no query over the limit
+    monkeypatch.setattr(promql, "SLICE_NAMES_BYTES", len(hosts[0]) + 1)  # a host a slice: no query over the limit
     got = series.latest(name, hosts=hosts[1:])
     assert [(s.host, s.value, s.t_ns) for s in got] == [(h, float(i + 1), (now_ms - 1000) * 1_000_000)
                                                         for i, h in enumerate(hosts[1:])]

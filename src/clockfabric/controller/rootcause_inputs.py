@@ -50,7 +50,8 @@ from clockfabric.controller.rootcause import (
 )
 from clockfabric.controller.rootcause_fabric import Fabric
 from clockfabric.controller.rootcause_verdict import why
-from clockfabric.controller.series.read import SLICE_NAMES_BYTES, Exported, Series, alternations
+from clockfabric.controller.series.promql import SLICE_NAMES_BYTES, alternations
+from clockfabric.controller.series.read import Exported, Series
 from clockfabric.controller.series.sample import Sample
 from clockfabric.controller.storage.base import Event, Storage
 from clockfabric.errors import ClockfabricError

@@ -13,14 +13,23 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import httpx
 
+from clockfabric.controller.series.promql import (
+    SLICE_NAMES_BYTES,
+    alternations,
+    hosts_term,
+    quote,
+    selector,
+    slice_end,
+    terms,
+)
 from clockfabric.controller.series.sample import Sample
-from clockfabric.serieswire import HOST, SERVED, from_engine, sample_name, series_name, served_match
+from clockfabric.serieswire import HOST, SERVED, from_engine, sample_name, series_name
 
 BUDGET_S = 2.0
 LOOKBACK_S = 3600  # "latest" with no `since`: a series silent for an hour is gone
@@ -36,7 +45,6 @@ FLUSH_EVERY_S = 1.0  # `fresh()`'s flushes at most this often, however many ask
 # holds the interpreter about 0.1 s (pushes and routes wait that long), not the whole read's seconds
 SLICE_SERIES = 40_000
 FIRST_SLICE_HOSTS = 256
-SLICE_NAMES_BYTES = 8_000  # and of at most this much host-name text: an engine refuses a query over 16 kB
 
 
 class Exported(NamedTuple):
@@ -68,58 +76,6 @@ def _newest_ms(line: str) -> tuple[str, int] | None:
 
 class SeriesError(Exception):
     """The engine did not answer a query (down, past the budget, refused it): what and how to fix it."""
-
-
-def _selector(name: str | list[str], match: dict[str, str], hosts: list[str] | None,
-              match_re: dict[str, str] | None = None) -> str:
-    """A series selector of sample `name`, or of any of several names whose label terms are alike
-    (`_terms`: all probe-path delays, or none)."""
-    names = [name] if isinstance(name, str) else name
-    terms = _terms(names[0], match, hosts, match_re)
-    if len(names) == 1:
-        return f"{series_name(names[0])}{{{','.join(terms)}}}"
-    pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
-    return "{" + ",".join([f'__name__=~"{pattern}"', *terms]) + "}"
-
-
-def _terms(name: str, match: dict[str, str], hosts: list[str] | None, match_re: dict[str, str] | None) -> list[str]:
-    terms = [f'{k}="{_quote(v)}"' for k, v in sorted(served_match(name, match).items())]
-    terms += [f'{k}=~"{_quote(v)}"' for k, v in sorted((match_re or {}).items())]
-    if hosts is not None:
-        terms.append(_hosts_term(hosts))
-    return terms
-
-
-def alternations(values: list[str], max_bytes: int | None = None) -> Iterator[str]:
-    """`values` as regular-expression alternatives, `a|b|c`, each escaped, in slices of at most
-    `max_bytes` (SLICE_NAMES_BYTES) as a query writes them (an engine refuses a query over 16 kB):
-    a read of many hosts' or addresses' series is a query a slice."""
-    start = 0
-    while start < len(values):
-        end = _slice_end(values, start, len(values), max_bytes)
-        yield "|".join(re.escape(v) for v in values[start:end])
-        start = end
-
-
-def _hosts_term(hosts: list[str]) -> str:
-    return f'{HOST}=~"{_quote("|".join(re.escape(h) for h in hosts))}"'
-
-
-def _slice_end(hosts: list[str], start: int, size: int, max_bytes: int | None = None) -> int:
-    """Where a slice of `hosts` from `start` ends: `size` hosts at most (one at least), their names
-    `max_bytes` (SLICE_NAMES_BYTES) at most as the query writes them."""
-    limit = SLICE_NAMES_BYTES if max_bytes is None else max_bytes
-    end, text = start + 1, len(_quote(re.escape(hosts[start])))
-    while end < len(hosts) and end - start < size:
-        text += len(_quote(re.escape(hosts[end]))) + 1
-        if text > limit:
-            break
-        end += 1
-    return end
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _labels(name: str, metric: dict) -> tuple[str, dict[str, str], float]:
@@ -211,8 +167,8 @@ class Series:
         if None); `hosts`: of those hosts only (a query pair a slice of them); `match`: labels
         that must equal these."""
         now_ns = time.time_ns() if now_ns is None else now_ns  # one instant for every slice
-        sels = ([_selector(name, match or {}, None)] if hosts is None else
-                [_selector(name, match or {}, None, {HOST: alt}) for alt in alternations(hosts)])
+        sels = ([selector(name, match or {}, None)] if hosts is None else
+                [selector(name, match or {}, None, {HOST: alt}) for alt in alternations(hosts)])
         out = []
         for sel in sels:
             for metric, value, t_ns in self._newest(sel, since_ns, now_ns):
@@ -224,7 +180,7 @@ class Series:
         """The newest value of each series of `name`, one that every push carries, written in the
         last PUSHED_LOOKBACK_S, as (host, labels, value): `latest` with no write times, one query
         where that is two (the fabric's link states, a series an end of every link)."""
-        sel = f"{_selector(name, {}, None)}[{PUSHED_LOOKBACK_S}s]"
+        sel = f"{selector(name, {}, None)}[{PUSHED_LOOKBACK_S}s]"
         out = []
         for r in self.query("/api/v1/query", {"query": f"last_over_time({sel})"}):
             host, labels, scale = _labels(name, r["metric"])
@@ -245,29 +201,68 @@ class Series:
             if since_ns is None or _ns(t_s) >= since_ns:
                 yield metric, value, _ns(t_s)
 
-    def delays(self, name: str, *, hosts: list[str] | None = None,
+    def delays(self, name: str, *, hosts: list[str] | None = None, peers: list[str] | None = None,
                budget_s: float | None = None) -> list[tuple[str, str, str, float]]:
         """The newest value of each probe path's delay `name` (owd_p50_ns, ...) of the last
         PUSHED_LOOKBACK_S, as (src, dst, path, ns): the heatmap's shape, with no write times and no
         Samples built (a fleet-wide read is 40 series a host, 400,000 at 10,000 hosts). Read in
         slices of `hosts` (None: the hosts that wrote it), each of about SLICE_SERIES series;
-        `budget_s` is each query's."""
+        `peers`: to those only (a page's pairs); `budget_s` is each query's."""
         if name not in SERVED:
             raise ValueError(f"{name} is not a probe path's delay")
-        if hosts is None:
-            hosts = self._writers(name, budget_s)
+        wanted = set(peers) if peers is not None else None
+        peer = "|".join(re.escape(p) for p in sorted(wanted or ()))
+        # named in the query where the names fit beside a slice of hosts, else kept here
+        named = {"peer": peer} if wanted is not None and len(quote(peer)) <= SLICE_NAMES_BYTES // 2 else {}
         scale = from_engine(name, "", {})[1]
-        out: list[tuple[str, str, str, float]] = []
-        done, size = 0, FIRST_SLICE_HOSTS
+        rows = self._sliced(name, hosts, lambda part: f"last_over_time({selector(name, {}, part, named)}"
+                            f"[{PUSHED_LOOKBACK_S}s])", budget_s, SLICE_NAMES_BYTES // 2 if named else None)
+        out = [(m.get(HOST, ""), m.get("peer", ""), m.get("path", ""), _scaled(float(r["value"][1]), scale))
+               for r in rows if (m := r["metric"])]
+        return out if wanted is None else [d for d in out if d[1] in wanted]
+
+    def pair_worst(self, name: str, *, path: str | None = None, less: str | None = None,
+                   budget_s: float | None = None) -> list[tuple[str, str, float]]:
+        """Each pair's worst path, worked out by the engine: the largest newest `name` over the
+        paths labelled `path` or on plane `path` (None: every path), less each path's own newest
+        `less` (a floor: a path without one is left out), as (src, dst, ns). A third of `delays`'
+        rows, with two labels where those have four: a fleet's heatmap overview at a fraction of
+        the interpreter time. Read in slices of the hosts that wrote `name`, as `delays`."""
+        if name not in SERVED or (less is not None and less not in SERVED):
+            raise ValueError(f"{name} or {less} is not a probe path's delay")
+        only = {"path": f"{re.escape(path)}|{re.escape(path)}:.*"} if path is not None else {}
+
+        def query(part: list[str]) -> str:
+            newest = f"last_over_time({selector(name, {}, part, only)}[{PUSHED_LOOKBACK_S}s])"
+            if less is not None:
+                newest = f"({newest} - last_over_time({selector(less, {}, part, only)}[{PUSHED_LOOKBACK_S}s]))"
+            return f"max by ({HOST}, peer) ({newest})"
+
+        scale = from_engine(name, "", {})[1]
+        return [(m.get(HOST, ""), m.get("peer", ""), _scaled(float(r["value"][1]), scale))
+                for r in self._sliced(name, None, query, budget_s) if (m := r["metric"])]
+
+    def writers(self, name: str, budget_s: float | None = None) -> list[str]:
+        """The hosts that wrote the probe paths' `name` in the last PUSHED_LOOKBACK_S."""
+        return self._label_values(name, HOST, budget_s)
+
+    def path_labels(self, name: str, budget_s: float | None = None) -> list[str]:
+        """Every path label of the probe paths whose `name` was written in the last PUSHED_LOOKBACK_S."""
+        return self._label_values(name, "path", budget_s)
+
+    def _sliced(self, name: str, hosts: list[str] | None, query: Callable[[list[str]], str],
+                budget_s: float | None, max_bytes: int | None = None) -> Iterator[dict]:
+        """The rows of `query(slice)` for slices of `hosts` (None: those that wrote `name`), each of
+        about SLICE_SERIES rows: parsing one holds the interpreter about 0.1 s, not the read's seconds."""
+        hosts = self.writers(name, budget_s) if hosts is None else hosts
+        done, size, count = 0, FIRST_SLICE_HOSTS, 0
         while done < len(hosts):
-            end = _slice_end(hosts, done, size)
-            sel = f"{_selector(name, {}, hosts[done:end])}[{PUSHED_LOOKBACK_S}s]"
-            rows = self.query("/api/v1/query", {"query": f"last_over_time({sel})"}, budget_s=budget_s)
-            out += [(m.get(HOST, ""), m.get("peer", ""), m.get("path", ""), _scaled(float(r["value"][1]), scale))
-                    for r in rows if (m := r["metric"])]
+            end = slice_end(hosts, done, size, max_bytes)
+            rows = self.query("/api/v1/query", {"query": query(hosts[done:end])}, budget_s=budget_s)
+            count += len(rows)
+            yield from rows
             done = end
-            size = max(1, SLICE_SERIES * done // max(1, len(out)))  # the series a host has so far
-        return out
+            size = max(1, SLICE_SERIES * done // max(1, count))  # the rows a host has so far
 
     def path_readings(self, name: str, *, hosts: list[str] | None = None, since_ns: int | None = None,
                       now_ns: int | None = None) -> list[tuple[str, str, str, float, int]]:
@@ -276,29 +271,29 @@ class Series:
         `latest`'s, with no Samples built. `hosts`: those
         that measured them (None: every host that wrote `name`), a query pair a slice of them."""
         if hosts is None:
-            hosts = self._writers(name, None)
+            hosts = self.writers(name)
         now_ns = time.time_ns() if now_ns is None else now_ns  # one instant for every slice
         dst = "peer" if name in SERVED else "dst"
         scale = from_engine(name, "", {})[1]
         return [(m.get(HOST, ""), m.get(dst, ""), m.get("path", ""), _scaled(value, scale), t_ns)
                 for alt in alternations(hosts)
-                for m, value, t_ns in self._newest(_selector(name, {}, None, {HOST: alt}), since_ns, now_ns,
+                for m, value, t_ns in self._newest(selector(name, {}, None, {HOST: alt}), since_ns, now_ns,
                                                    PUSHED_LOOKBACK_S)]
 
-    def _writers(self, name: str, budget_s: float | None) -> list[str]:
-        """The hosts that wrote the path readings `name` in the last PUSHED_LOOKBACK_S (the engine's
-        index: no sample read)."""
+    def _label_values(self, name: str, label: str, budget_s: float | None) -> list[str]:
+        """The values of `label` on the path readings `name` written in the last PUSHED_LOOKBACK_S
+        (the hosts that wrote them, their paths: the engine's index, no sample read)."""
         budget = budget_s or self.budget_s
         try:
-            params = {"match[]": _selector(name, {}, None), "start": f"{time.time() - PUSHED_LOOKBACK_S:.3f}"}
-            r = self._client.get(self.url + f"/api/v1/label/{HOST}/values", params=params,
+            params = {"match[]": selector(name, {}, None), "start": f"{time.time() - PUSHED_LOOKBACK_S:.3f}"}
+            r = self._client.get(self.url + f"/api/v1/label/{label}/values", params=params,
                                  timeout=httpx.Timeout(budget + 0.5, connect=min(1.0, budget)))
             r.raise_for_status()
         except httpx.TimeoutException:
             raise SeriesError(f"the series engine at {self.url} did not answer within the {budget:g} s budget "
-                              f"for the hosts writing {name}") from None
+                              f"for the {label} labels of {name}") from None
         except httpx.HTTPError as e:
-            raise SeriesError(f"the series engine at {self.url} did not list the hosts writing {name} "
+            raise SeriesError(f"the series engine at {self.url} did not list the {label} labels of {name} "
                               f"({type(e).__name__}): is it running? the controller's /readyz says") from None
         return sorted(r.json()["data"])
 
@@ -321,10 +316,10 @@ class Series:
         labels = {**(match or {}), **({HOST: host} if host is not None else {})}
         alike: dict[tuple[str, ...], list[str]] = {}  # a selector's label terms -> the names that share them
         for name in dict.fromkeys(names):
-            alike.setdefault(tuple(_terms(name, labels, None, match_re)), []).append(name)
+            alike.setdefault(tuple(terms(name, labels, None, match_re)), []).append(name)
         found: dict[str, list[Sample]] = {name: [] for name in names}
         for group in alike.values():
-            sel = _selector(group, labels, None, match_re)
+            sel = selector(group, labels, None, match_re)
             rows = self.query("/api/v1/query_range", {"query": f"last_over_time({sel}[{step:g}s]) keep_metric_names",
                                                       "start": f"{since_ns / 1e9:.3f}",
                                                       "end": f"{(until_ns - 1) / 1e9:.3f}", "step": f"{step:g}s"})
@@ -361,8 +356,8 @@ class Series:
         overlap, has fed most of what each one finds)."""
         if not names or (hosts is not None and not hosts):
             return
-        pattern = _quote("|".join(re.escape(series_name(n)) for n in names))
-        only = "," + _hosts_term(hosts) if hosts is not None else ""
+        pattern = quote("|".join(re.escape(series_name(n)) for n in names))
+        only = "," + hosts_term(hosts) if hosts is not None else ""
         params = {"match[]": f'{{__name__=~"{pattern}"{only}}}', "start": f"{since_ns / 1e9:.3f}",
                   "end": f"{until_ns / 1e9:.3f}", "timeout": f"{self.budget_s}s"}  # the engine stops at it too
         r = self._post("/api/v1/export", params, f"an export of {len(names)} names")
