@@ -169,8 +169,9 @@ class Target:
 
     @property
     def ratio(self) -> float | None:
-        """The figure over the baseline's, oriented so that above 1 is better."""
-        if self.value is None or not self.baseline:
+        """The figure over the baseline's, oriented so that above 1 is better (None where either
+        is missing, or a lower-is-better figure is 0: no finite ratio)."""
+        if self.value is None or not self.baseline or (self.better == "lower" and not self.value):
             return None
         return round(self.value / self.baseline if self.better == "higher" else self.baseline / self.value, 3)
 

@@ -215,6 +215,8 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
     page["heatmap_pushes_failed"] = page_load["pushed"].sent - page_load["pushed"].ok
     why, why_load = _asked(ctl, agents, writes, lambda: why_asks(url, hosts, WHY_ASK_S))
     why["why_pushes_failed"] = why_load["pushed"].sent - why_load["pushed"].ok
+    # the baseline: a stretch as long as the heatmap's, with nothing asked
+    quiet = _run(ctl, agents, writes, page_load["wall"])
     sent = (first["written"].sent + steady["written"].sent) * per_request
     # the gate's 204: the engine took them; a write refused in the first cadence is an agent's
     # whose enrolling push was not answered in time (counted apart: its next update gets through)
@@ -238,6 +240,9 @@ def step(ctl: Controller, agents: list[Agent], seconds: float) -> dict:
             "push_p99_s": finite(push_lat[min(len(push_lat) - 1, math.ceil(0.99 * len(push_lat)) - 1)]),
             "cpu_us_host_s": steady["cpu_us_host_s"], "first_cadence_cpu_us_host_s": first["cpu_us_host_s"],
             **page, **why,
+            "heatmap_cpu_us_host_s": page_load["cpu_us_host_s"], "why_cpu_us_host_s": why_load["cpu_us_host_s"],
+            "quiet_s": round(quiet["wall"], 1), "quiet_pushes_failed": quiet["pushed"].sent - quiet["pushed"].ok,
+            "quiet_cpu_us_host_s": quiet["cpu_us_host_s"],
             "feed_reads": int(reads), "feed_mean_s": feed.get("seconds", 0.0) / reads if reads else None,
             "feed_samples": int(feed.get("samples", 0)), "feed_failed": int(feed.get("failed", 0)),
             **feed_behind(feed)}
@@ -251,6 +256,13 @@ def feed_behind(feed: dict[str, float]) -> dict:
     worst = next((edge for edge, n in edges if n >= feed.get("fed_reads", 0.0)), None)
     return {"feed_within_cadence": feed.get(f"behind<={CADENCE_S:g}", 0.0) / judged if judged else None,
             "feed_behind_max_s": worst if feed.get("fed_reads") else None}
+
+
+def _stretches_cpu(row: dict) -> str:
+    """Each server part's CPU in the steady stretch and in each asking's, side by side."""
+    stretches = [row[f"{k}cpu_us_host_s"] for k in ("", "quiet_", "heatmap_", "why_")]
+    return ", ".join(f"{part} " + " / ".join(f"{s.get(part, 0.0):.0f}" for s in stretches)
+                     for part in ("controller", "engine", "gate", "generator"))
 
 
 def _server_cpu(r: dict) -> float:
@@ -340,11 +352,13 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
     asked_failed = [r["heatmap_pushes_failed"] + r["why_pushes_failed"] for r in rows]
     asked_held = max((r["hosts"] for r, n in zip(rows, asked_failed, strict=True) if n == 0), default=0)
     targets.append(Target(f"pushes failed at {top['hosts']} agents while a heatmap page is open or `job why` asked",
-                          float(asked_failed[-1]), 0.0, "", "lower",
-                          note=(f"the heatmap's stretch {top['heatmap_pushes_failed']}, `job why`'s "
+                          float(asked_failed[-1]), 0.0, "", "lower", baseline=float(top["quiet_pushes_failed"]),
+                          note=(f"baseline: a stretch as long as the heatmap's ({top['quiet_s']:g} s) with nothing "
+                                f"asked; the heatmap's stretch {top['heatmap_pushes_failed']}, `job why`'s "
                                 f"{top['why_pushes_failed']}, each of the pushes sent from a cadence before the "
                                 "first ask to the last answer; none failed up to "
-                                f"{asked_held} agents")))
+                                f"{asked_held} agents; CPU a host-second (us), steady / nothing asked / the "
+                                f"heatmap's stretch / `job why`'s: {_stretches_cpu(top)}")))
     kept = [r for r in rows if r["feed_within_cadence"] is not None and r["feed_within_cadence"] >= 0.99]
     targets.append(Target(f"the detectors' feed at {top['hosts']} agents: reads that fed them each sample within "
                           f"a cadence ({CADENCE_S:g} s) of its write",
