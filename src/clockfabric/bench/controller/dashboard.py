@@ -262,7 +262,7 @@ def report(rows: list[dict], page: dict | None, made: dict, generated_s: float,
     base = next((r for r in rows if r["view"] == BASELINE), None)
     # what a request that finds no reading of the last second costs the controller: a reading
     # (where one takes long, the route serves the last while the next is read, and is faster)
-    targets.append(Target("OWD heatmap: a reading of every path's newest delay, p95, against every path's route",
+    targets.append(Target("OWD heatmap: a reading of the fleet's newest delays, p95, against every path's route",
                           round(float(np.percentile(heat["reads_ms"], 95)), 1), ROUTE_P95_MS, "ms", better="lower",
                           baseline=round(base["p95_ms"], 1) if base else None,
                           note=(f"{len(heat['reads_ms'])} readings; the route asked once a second answered in "

@@ -335,7 +335,7 @@ def main(hosts: Annotated[str, typer.Option(help="The steps: agents, comma-separ
                top["heatmap_p95_s"], HEATMAP_BAR_S, "s", "lower",
                note=(f"{HEATMAP_ASKS} asks after its first heatmap while the fleet runs on (pushes failed "
                      f"meanwhile: {top.get('heatmap_pushes_failed')}), of {top['heatmap_pairs']} pairs, which took "
-                     f"{top['heatmap_first_s']} s to come; a reading of every path's newest delay took up to "
+                     f"{top['heatmap_first_s']} s to come; a reading of the fleet's newest delays took up to "
                      f"{top['heatmap_read_s']} s, and the oldest shown was read {top['heatmap_age_max_s']} s "
                      f"before: a reading over {SHARE * HEATMAP_MAX_AGE_S:g} s is served while the next is read, "
                      f"spaced by {1 / SHARE:g} times its length"
