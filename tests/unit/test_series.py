@@ -159,6 +159,7 @@ def test_each_pairs_worst_path_is_worked_out_by_the_engine_and_a_pages_pairs_rea
     assert worst(path="p0:1") == [(a, x, 10.0)]
     assert worst(less="owd_floor_ns") == [(a, x, 9.0), (a, y, 4.0), (b, x, 5.0)]  # a x p1:1 has no floor
     assert worst(path="p0", less="owd_floor_ns") == [(a, x, 9.0)]
+    assert worst(hosts=[b]) == [(b, x, 7.0)]  # of the hosts asked only
     assert sorted(series.delays("owd_p50_ns", hosts=[a, b], peers=[y])) == [(a, y, "p1:1", 5.0)]
     assert sorted(series.delays("owd_p50_ns", hosts=[a], peers=[])) == []
     assert {"p0:1", "p0:2", "p1:1"} <= set(series.path_labels("owd_p50_ns"))

@@ -128,7 +128,7 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
         hosts = fleet.samples.writers(name, HEATMAP_READ_BUDGET_S)
         if len(hosts) > MAX_GRID:
             less = "owd_floor_ns" if over_floor else None
-            worst = fleet.samples.pair_worst(name, path=path, less=less, budget_s=HEATMAP_READ_BUDGET_S)
+            worst = fleet.samples.pair_worst(name, path=path, less=less, hosts=hosts, budget_s=HEATMAP_READ_BUDGET_S)
             return worst_first(worst, fleet.samples.path_labels(name), path, lambda wanted: _paths_of(
                 name, over_floor, path, wanted))
         delays = fleet.samples.delays(name, hosts=hosts, budget_s=HEATMAP_READ_BUDGET_S)

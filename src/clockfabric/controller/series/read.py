@@ -222,12 +222,12 @@ class Series:
         return out if wanted is None else [d for d in out if d[1] in wanted]
 
     def pair_worst(self, name: str, *, path: str | None = None, less: str | None = None,
-                   budget_s: float | None = None) -> list[tuple[str, str, float]]:
+                   hosts: list[str] | None = None, budget_s: float | None = None) -> list[tuple[str, str, float]]:
         """Each pair's worst path, worked out by the engine: the largest newest `name` over the
         paths labelled `path` or on plane `path` (None: every path), less each path's own newest
         `less` (a floor: a path without one is left out), as (src, dst, ns). A third of `delays`'
         rows, with two labels where those have four: a fleet's heatmap overview at a fraction of
-        the interpreter time. Read in slices of the hosts that wrote `name`, as `delays`."""
+        the interpreter time. Read in slices of `hosts` (None: those that wrote `name`), as `delays`."""
         if name not in SERVED or (less is not None and less not in SERVED):
             raise ValueError(f"{name} or {less} is not a probe path's delay")
         only = {"path": f"{re.escape(path)}|{re.escape(path)}:.*"} if path is not None else {}
@@ -240,7 +240,7 @@ class Series:
 
         scale = from_engine(name, "", {})[1]
         return [(m.get(HOST, ""), m.get("peer", ""), _scaled(float(r["value"][1]), scale))
-                for r in self._sliced(name, None, query, budget_s) if (m := r["metric"])]
+                for r in self._sliced(name, hosts, query, budget_s) if (m := r["metric"])]
 
     def writers(self, name: str, budget_s: float | None = None) -> list[str]:
         """The hosts that wrote the probe paths' `name` in the last PUSHED_LOOKBACK_S."""
