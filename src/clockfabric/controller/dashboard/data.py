@@ -120,7 +120,7 @@ def router(fleet: Fleet, check: Callable[[str], None]) -> APIRouter:
     def _pairs(stat: str, window: str, over_floor: bool, path: str | None) -> Pairs:
         """The heatmap's pairs: the newest delays or over `window`, as they are or less their floors.
         The newest of a fleet past MAX_GRID hosts, worst first: each path's delay is read for the
-        pairs a page shows (a tenth of a fleet-wide read's interpreter time at 3,000 hosts)."""
+        pairs a page shows (a quarter of a fleet-wide read's interpreter time at 3,000 hosts)."""
         name = f"owd_{stat}_ns"
         if window != "latest":
             delays = _over_window(name, stat, window_ns(window, "window"))
