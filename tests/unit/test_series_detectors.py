@@ -17,6 +17,7 @@ from clockfabric.controller.config import parse_config
 from clockfabric.controller.detectors import DetectorSet
 from clockfabric.controller.fleet import Fleet
 from clockfabric.controller.monitor import FEED_PAUSE_S, Monitor
+from clockfabric.controller.series import feed as feed_module
 from clockfabric.controller.series import read
 from clockfabric.controller.series.feed import FIRST_NS, SampleFeed
 from clockfabric.controller.series.read import Series, _newest_ms
@@ -225,6 +226,53 @@ def test_each_ticks_read_of_the_feed_is_timed_and_counted_on_metrics(env):
     # how far behind the detectors were: only the read that fed a sample says, its age at the read's end
     assert m[(p + "feed_behind_seconds_count", ())] == 1
     assert 0 <= m[(p + "feed_behind_seconds_sum", ())] < 30
+
+
+def test_the_feed_learns_the_fleets_cadence_from_its_series(tmp_path):
+    """Hosts writing every 10 s: the feed's cadence is 10 s, and a read that is not cheap is
+    followed by the next half a cadence after it began, with half a cadence to answer in."""
+    with series_path(tmp_path) as series:
+        feed = SampleFeed(series.series, names=("link_up",))
+        now = time.time_ns()
+        assert feed.cadence_s is None and feed.spacing_s(5.0) == 0  # nothing seen: each tick
+        up = [{"name": "link_up", "value": 1.0, "labels": {"device": "eth0"}}]
+        for i, host in enumerate(("h1", "h2", "h3")):
+            for k in range(3):
+                write(series, host, up, now - (30 - 10 * k + i) * 10**9)
+        assert len(feed.new(now)) == 9
+        assert feed.cadence_s == 10.0
+        assert feed.spacing_s(feed_module.CHEAP_S / 2) == 0  # a cheap read: each tick
+        assert feed.spacing_s(0.5) == 5.0 and feed.budget_s == 5.0
+        # the next read: each series' first new sample against the newest fed (10, 11, 12 s old)
+        for host in ("h1", "h2", "h3"):
+            write(series, host, up, now - 4 * 10**9)
+        assert len(feed.new(time.time_ns())) == 3
+        assert feed.cadence_s == 7.0
+
+
+def test_a_dear_read_is_followed_by_the_next_half_a_cadence_after_it_began(tmp_path, monkeypatch):
+    """A fleet writing every 6 s whose reads are not cheap: a tick soon after a read does not
+    read again; one half a cadence after it began does, and feeds what came meanwhile."""
+    monkeypatch.setattr(feed_module, "CHEAP_S", -1.0)  # every read counts as dear
+    storage = SqliteStorage(tmp_path / "c.db")
+    with series_path(tmp_path) as series:
+        monitor = Monitor.create(storage, series=series.series)
+        reads: list[int | None] = []
+        monitor.fed = lambda _s, n, _behind: reads.append(n)
+        now = time.time_ns()
+        labels = {"device": "eth0"}
+        for k in range(3):
+            write(series, "h1", [{"name": "link_up", "value": 1.0, "labels": labels}], now - (18 - 6 * k) * 10**9)
+        began = time.monotonic()
+        monitor.tick(time.time_ns())
+        assert reads == [3]
+        write(series, "h1", [{"name": "link_up", "value": 0.0, "labels": labels}], time.time_ns())
+        monitor.tick(time.time_ns())
+        assert reads == [3] and time.monotonic() - began < 3  # not yet: few series have news so soon
+        time.sleep(max(0.0, began + 3.05 - time.monotonic()))
+        monitor.tick(time.time_ns())
+        assert reads == [3, 1]
+    storage.close()
 
 
 def test_a_refused_read_is_not_asked_again_at_once_and_each_refusal_in_a_row_doubles_the_pause(tmp_path):

@@ -2,8 +2,9 @@
 
 Pushes arrive on server threads and call `observe` with their events; the controller's ticker
 calls `tick` once a second, which feeds the detectors the samples written since (read from the
-series engine, series.feed) and syncs the alerts (the detectors' lock is not held while storage
-writes them; their posts to Alertmanager only queue). At start, recent history is replayed into
+series engine, series.feed; a read that is not cheap only once per half of the fleet's cadence)
+and syncs the alerts (the detectors' lock is not held while storage writes them; their posts to
+Alertmanager only queue). At start, recent history is replayed into
 the detectors, so a restarted controller neither forgets a flapping link nor resolves its alert
 by mistake.
 """
@@ -143,6 +144,7 @@ class Monitor:
             else:
                 took = time.perf_counter() - started
                 self._feed_error, self._feed_refused = "", 0
+                self._feed_after = time.monotonic() - took + self.feed.spacing_s(took)  # from its start
                 if self.fed is not None:
                     behind = (now_ns + took * 1e9 - samples[0].t_ns) / 1e9 if samples else None
                     self.fed(took, len(samples), behind)

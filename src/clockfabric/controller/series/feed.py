@@ -7,6 +7,15 @@ OVERLAP_NS behind the last one and skips, per series, what is not newer than wha
 new series (a flow that just started) takes about ten seconds, longer than the overlap, so each
 read first asks the embedded engine to flush (`Series.fresh`, at most once a second).
 
+What a read costs the engine and the controller is the series it touches, not how far back it
+reaches, and the fleet writes each series once a cadence (learnt from the samples: the typical
+spacing of a series' writes). So a read longer than CHEAP_S is followed by the next only half a
+cadence after it began, when most series have a new sample to give: each sample is still fed
+within a cadence of its write (half of it waiting, the rest for the read and the engine's lag),
+at a fraction of the cost of reading each tick. Such a read is not a route's: its budget is that
+half cadence where it is longer than the reader's. A cheap read (a lab, a small fleet) is made
+each tick.
+
 A read the engine does not answer within its budget is read again at a later tick (the monitor
 pauses after each refusal, longer for each in a row), but reaches no further back than FIRST_NS,
 as a restarted controller's first read does: a feed that fell behind does not ask for more and
@@ -14,11 +23,15 @@ more, each read larger than the last one refused."""
 
 from __future__ import annotations
 
+import statistics
+
 from clockfabric.controller.series.read import Series
 from clockfabric.controller.series.sample import Sample
 
 OVERLAP_NS = 5 * 10**9
 FIRST_NS = 300 * 10**9  # the first read: the recent past, as a restarted controller replays its events
+CHEAP_S = 0.1  # a read this short is made each tick: reading again costs less than there is to save
+GAPS = 1001  # the spacings of a read's series that the cadence is the median of: plenty for a fleet's
 
 
 class SampleFeed:
@@ -30,6 +43,17 @@ class SampleFeed:
         self.names = names
         self._since = since_ns
         self._fed: dict[str, int] = {}  # a series (Exported.key) -> the newest time fed, ms
+        self.cadence_s: float | None = None  # how often the fleet writes a series (None: not seen yet)
+
+    @property
+    def budget_s(self) -> float:
+        """A read's budget: the reader's, or half a cadence where that is longer (no route waits on it)."""
+        return max(self.series.budget_s, (self.cadence_s or 0.0) / 2)
+
+    def spacing_s(self, took_s: float) -> float:
+        """How long after a read began, which took `took_s`, the next is due: half a cadence for
+        a read that is not cheap, none for one that is or while the cadence is not known."""
+        return 0.0 if took_s <= CHEAP_S or self.cadence_s is None else self.cadence_s / 2
 
     def new(self, now_ns: int) -> list[Sample]:
         """The samples written since the last call that have not been fed; SeriesError if the
@@ -40,17 +64,23 @@ class SampleFeed:
         since = now_ns - FIRST_NS if self._since is None else max(self._since - OVERLAP_NS, now_ns - FIRST_NS)
         # judged against what was fed before this read: a series may come in several lines
         before, fed, out = self._fed, dict(self._fed), []
-        for s in self.series.export(self.names, since_ns=since, until_ns=now_ns, fed=before):
+        gaps: list[int] = []  # ms between a series' writes, GAPS of them at most
+        for s in self.series.export(self.names, since_ns=since, until_ns=now_ns, fed=before, budget_s=self.budget_s):
             key = s.key
             last = before.get(key, -1)
             if s.timestamps_ms[-1] <= last:
                 continue
             fed[key] = max(fed.get(key, -1), s.timestamps_ms[-1])
+            unfed = [t for t in s.timestamps_ms if t > last]
+            if len(gaps) < GAPS and (last >= 0 or len(unfed) > 1):  # a series' spacing: from its last fed
+                gaps.append(unfed[0] - last if last >= 0 else unfed[1] - unfed[0])
             out += [Sample(s.host, t_ms * 1_000_000, s.name, float(v), s.labels)
                     for t_ms, v in zip(s.timestamps_ms, s.values, strict=True) if t_ms > last]
         # a series older than this read's window cannot be fed twice by the next: forget it
         since_ms = since // 1_000_000
         self._fed = {k: t for k, t in fed.items() if t >= since_ms}
         self._since = now_ns
+        if gaps:
+            self.cadence_s = statistics.median_low(gaps) / 1e3
         out.sort(key=lambda s: s.t_ns)
         return out

@@ -347,20 +347,21 @@ class Series:
         except httpx.HTTPError:
             pass
 
-    def export(self, names: tuple[str, ...], *, since_ns: int, until_ns: int,
-               hosts: list[str] | None = None, fed: dict[str, int] | None = None) -> Iterator[Exported]:
+    def export(self, names: tuple[str, ...], *, since_ns: int, until_ns: int, hosts: list[str] | None = None,
+               fed: dict[str, int] | None = None, budget_s: float | None = None) -> Iterator[Exported]:
         """Every sample of `names` stamped from since_ns to until_ns, as written, a series at a
         time: one export for all names, so no sample between two reads is lost to a step or to
         "latest". `hosts`: of those hosts only. `fed`: Exported.key -> a time (ms): a series
         whose newest sample is no newer is skipped unparsed (the detectors' feed, whose reads
-        overlap, has fed most of what each one finds)."""
+        overlap, has fed most of what each one finds); `budget_s`: for a read no route waits on."""
         if not names or (hosts is not None and not hosts):
             return
         pattern = quote("|".join(re.escape(series_name(n)) for n in names))
         only = "," + hosts_term(hosts) if hosts is not None else ""
+        budget = budget_s or self.budget_s
         params = {"match[]": f'{{__name__=~"{pattern}"{only}}}', "start": f"{since_ns / 1e9:.3f}",
-                  "end": f"{until_ns / 1e9:.3f}", "timeout": f"{self.budget_s}s"}  # the engine stops at it too
-        r = self._post("/api/v1/export", params, f"an export of {len(names)} names")
+                  "end": f"{until_ns / 1e9:.3f}", "timeout": f"{budget}s"}  # the engine stops at it too
+        r = self._post("/api/v1/export", params, f"an export of {len(names)} names", budget)
         for line in r.text.splitlines():
             seen = _newest_ms(line)
             if seen is not None and fed and seen[1] <= fed.get(seen[0], -1):
