@@ -230,24 +230,26 @@ def test_each_ticks_read_of_the_feed_is_timed_and_counted_on_metrics(env):
 
 def test_the_feed_learns_the_fleets_cadence_from_its_series(tmp_path):
     """Hosts writing every 10 s: the feed's cadence is 10 s, and a read that is not cheap is
-    followed by the next half a cadence after it began, with half a cadence to answer in."""
+    followed by the next half a cadence after it began, with half a cadence to answer in. A
+    cadence longer than the reads' windows is learnt too: each read sees one sample a series."""
     with series_path(tmp_path) as series:
         feed = SampleFeed(series.series, names=("link_up",))
-        now = time.time_ns()
+        base = time.time_ns() - 60 * 10**9
         assert feed.cadence_s is None and feed.spacing_s(5.0) == 0  # nothing seen: each tick
         up = [{"name": "link_up", "value": 1.0, "labels": {"device": "eth0"}}]
         for i, host in enumerate(("h1", "h2", "h3")):
             for k in range(3):
-                write(series, host, up, now - (30 - 10 * k + i) * 10**9)
-        assert len(feed.new(now)) == 9
+                write(series, host, up, base - (30 - 10 * k + i) * 10**9)
+        assert len(feed.new(base)) == 9
         assert feed.cadence_s == 10.0
         assert feed.spacing_s(feed_module.CHEAP_S / 2) == 0  # a cheap read: each tick
         assert feed.spacing_s(0.5) == 5.0 and feed.budget_s == 5.0
-        # the next read: each series' first new sample against the newest fed (10, 11, 12 s old)
+        assert feed.new(base + 6 * 10**9) == []  # a read past the overlap: what was fed is forgotten
+        # the next read's one sample a series, against each one's last: 12, 13 and 14 s before
         for host in ("h1", "h2", "h3"):
-            write(series, host, up, now - 4 * 10**9)
-        assert len(feed.new(time.time_ns())) == 3
-        assert feed.cadence_s == 7.0
+            write(series, host, up, base + 2 * 10**9)
+        assert len(feed.new(base + 8 * 10**9)) == 3
+        assert feed.cadence_s == 13.0
 
 
 def test_a_dear_read_is_followed_by_the_next_half_a_cadence_after_it_began(tmp_path, monkeypatch):

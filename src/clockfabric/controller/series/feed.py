@@ -31,7 +31,7 @@ from clockfabric.controller.series.sample import Sample
 OVERLAP_NS = 5 * 10**9
 FIRST_NS = 300 * 10**9  # the first read: the recent past, as a restarted controller replays its events
 CHEAP_S = 0.1  # a read this short is made each tick: reading again costs less than there is to save
-GAPS = 1001  # the spacings of a read's series that the cadence is the median of: plenty for a fleet's
+GAPS = 1001  # series followed for the cadence (the median of their spacings): plenty for a fleet's
 
 
 class SampleFeed:
@@ -44,6 +44,9 @@ class SampleFeed:
         self._since = since_ns
         self._fed: dict[str, int] = {}  # a series (Exported.key) -> the newest time fed, ms
         self.cadence_s: float | None = None  # how often the fleet writes a series (None: not seen yet)
+        # GAPS series followed from write to write, for the cadence: `_fed` forgets a series once
+        # it is older than the read's window, which a cadence longer than the window outlasts
+        self._watched: dict[str, int] = {}  # a series -> its newest time seen, ms
 
     @property
     def budget_s(self) -> float:
@@ -64,7 +67,7 @@ class SampleFeed:
         since = now_ns - FIRST_NS if self._since is None else max(self._since - OVERLAP_NS, now_ns - FIRST_NS)
         # judged against what was fed before this read: a series may come in several lines
         before, fed, out = self._fed, dict(self._fed), []
-        gaps: list[int] = []  # ms between a series' writes, GAPS of them at most
+        gaps: list[int] = []  # ms between a series' writes
         for s in self.series.export(self.names, since_ns=since, until_ns=now_ns, fed=before, budget_s=self.budget_s):
             key = s.key
             last = before.get(key, -1)
@@ -72,14 +75,19 @@ class SampleFeed:
                 continue
             fed[key] = max(fed.get(key, -1), s.timestamps_ms[-1])
             unfed = [t for t in s.timestamps_ms if t > last]
-            if len(gaps) < GAPS and (last >= 0 or len(unfed) > 1):  # a series' spacing: from its last fed
-                gaps.append(unfed[0] - last if last >= 0 else unfed[1] - unfed[0])
+            if (seen := self._watched.get(key)) is not None:
+                gaps.append(unfed[0] - seen)
+            if seen is not None or len(self._watched) < GAPS:
+                self._watched[key] = unfed[-1]
+            if len(gaps) < GAPS:  # and its spacings within the read (a first read's reach back)
+                gaps += [b - a for a, b in zip(unfed, unfed[1:], strict=False)]
             out += [Sample(s.host, t_ms * 1_000_000, s.name, float(v), s.labels)
                     for t_ms, v in zip(s.timestamps_ms, s.values, strict=True) if t_ms > last]
         # a series older than this read's window cannot be fed twice by the next: forget it
         since_ms = since // 1_000_000
         self._fed = {k: t for k, t in fed.items() if t >= since_ms}
         self._since = now_ns
+        self._watched = {k: t for k, t in self._watched.items() if t >= (now_ns - FIRST_NS) // 1_000_000}
         if gaps:
             self.cadence_s = statistics.median_low(gaps) / 1e3
         out.sort(key=lambda s: s.t_ns)
