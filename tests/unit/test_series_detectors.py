@@ -244,6 +244,7 @@ def test_the_feed_learns_the_fleets_cadence_from_its_series(tmp_path):
         assert feed.cadence_s == 10.0
         assert feed.spacing_s(feed_module.CHEAP_S / 2) == 0  # a cheap read: each tick
         assert feed.spacing_s(0.5) == 5.0 and feed.budget_s == 5.0
+        assert feed.spacing_s(4.0) == 8.0  # a read past half a cadence: never more than half the time
         assert feed.new(base + 6 * 10**9) == []  # a read past the overlap: what was fed is forgotten
         # the next read's one sample a series, against each one's last: 12, 13 and 14 s before
         for host in ("h1", "h2", "h3"):

@@ -13,8 +13,10 @@ spacing of a series' writes). So a read longer than CHEAP_S is followed by the n
 cadence after it began, when most series have a new sample to give: each sample is still fed
 within a cadence of its write (half of it waiting, the rest for the read and the engine's lag),
 at a fraction of the cost of reading each tick. Such a read is not a route's: its budget is that
-half cadence where it is longer than the reader's. A cheap read (a lab, a small fleet) is made
-each tick.
+half cadence where it is longer than the reader's. One longer than half a cadence (an engine or
+a controller short of CPU) is followed by the next no sooner than 1/SHARE times its length after
+it began: the detectors fall behind, and the pushes beside them are still answered. A cheap read
+(a lab, a small fleet) is made each tick.
 
 A read the engine does not answer within its budget is read again at a later tick (the monitor
 pauses after each refusal, longer for each in a row), but reaches no further back than FIRST_NS,
@@ -31,6 +33,7 @@ from clockfabric.controller.series.sample import Sample
 OVERLAP_NS = 5 * 10**9
 FIRST_NS = 300 * 10**9  # the first read: the recent past, as a restarted controller replays its events
 CHEAP_S = 0.1  # a read this short is made each tick: reading again costs less than there is to save
+SHARE = 0.5  # of the time, the most that reads take: back to back, they starve the pushes beside them
 GAPS = 1001  # series followed for the cadence (the median of their spacings): plenty for a fleet's
 
 
@@ -55,8 +58,9 @@ class SampleFeed:
 
     def spacing_s(self, took_s: float) -> float:
         """How long after a read began, which took `took_s`, the next is due: half a cadence for
-        a read that is not cheap, none for one that is or while the cadence is not known."""
-        return 0.0 if took_s <= CHEAP_S or self.cadence_s is None else self.cadence_s / 2
+        a read that is not cheap (and never sooner than SHARE allows), none for one that is or
+        while the cadence is not known."""
+        return 0.0 if took_s <= CHEAP_S or self.cadence_s is None else max(self.cadence_s / 2, took_s / SHARE)
 
     def new(self, now_ns: int) -> list[Sample]:
         """The samples written since the last call that have not been fed; SeriesError if the
