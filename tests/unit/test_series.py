@@ -163,8 +163,10 @@ def test_each_pairs_worst_path_is_worked_out_by_the_engine_and_a_pages_pairs_rea
     assert sorted(series.delays("owd_p50_ns", hosts=[a, b], peers=[y])) == [(a, y, "p1:1", 5.0)]
     assert sorted(series.delays("owd_p50_ns", hosts=[a], peers=[])) == []
     assert {"p0:1", "p0:2", "p1:1"} <= set(series.path_labels("owd_p50_ns"))
-    with pytest.raises(ValueError, match="not a probe path's delay"):
+    with pytest.raises(ValueError, match="^rx_bytes is not a probe path's delay"):
         series.pair_worst("rx_bytes")
+    with pytest.raises(ValueError, match="^rx_bytes is not a probe path's delay"):
+        series.pair_worst("owd_p50_ns", less="rx_bytes")
 
 
 def test_a_forged_host_label_is_overridden(gate, series, series_engine):

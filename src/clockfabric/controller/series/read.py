@@ -228,8 +228,8 @@ class Series:
         `less` (a floor: a path without one is left out), as (src, dst, ns). A third of `delays`'
         rows, with two labels where those have four: a fleet's heatmap overview at a fraction of
         the interpreter time. Read in slices of `hosts` (None: those that wrote `name`), as `delays`."""
-        if name not in SERVED or (less is not None and less not in SERVED):
-            raise ValueError(f"{name} or {less} is not a probe path's delay")
+        if bad := [n for n in (name, less) if n is not None and n not in SERVED]:
+            raise ValueError(f"{bad[0]} is not a probe path's delay")
         only = {"path": f"{re.escape(path)}|{re.escape(path)}:.*"} if path is not None else {}
 
         def query(part: list[str]) -> str:
